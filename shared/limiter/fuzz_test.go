@@ -1,0 +1,116 @@
+package limiter
+
+import (
+	"math"
+	"testing"
+
+	"github.com/sluice-rl/sluice/shared/state"
+)
+
+// FuzzTake checks Take's invariants for arbitrary state, time and cost:
+// every output is finite, and for a valid configuration the bucket never
+// exceeds burst, never mints tokens for a backwards clock, never moves
+// last_refill backwards, and admits exactly when the refilled level covers
+// the cost.
+func FuzzTake(f *testing.F) {
+	f.Add(5.0, 10.0, 3.0, t0, t0+0.5, 1.0, true)
+	f.Add(5.0, 10.0, 0.0, t0, t0-3600, 1.0, true)
+	f.Add(1000.0, 2000.0, 0.0, 0.0, t0, 1.0, false)
+	f.Add(0.001, 1.0, -50.0, t0, t0+1e9, 25.0, true)
+	f.Add(1e12, 1e12, 1e12, t0, t0, 1e9, true)
+	f.Fuzz(func(t *testing.T, rate, burst, tokens, last, now, cost float64, exists bool) {
+		tb := TokenBucket{Rate: rate, Burst: burst}
+		in := state.Bucket{Tokens: tokens, LastRefill: last}
+		s, d := tb.Take(in, exists, now, cost)
+		checkDecision(t, s, d)
+		// Whatever comes in, what Take returns can be stored and read back.
+		if _, err := state.DecodeBucket(state.EncodeBucket(nil, s)); err != nil {
+			t.Fatalf("Take returned an unstorable bucket %+v: %v", s, err)
+		}
+
+		// Stronger invariants in the domain the configuration allows.
+		finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+		if !(rate > 0 && rate <= 1e12 && burst >= rate && burst <= 1e12 &&
+			cost > 0 && cost <= 1e9 && finite(now) && now >= 0 && now < 1e11) {
+			return
+		}
+		if !exists || !finite(tokens) || !finite(last) {
+			in = state.Bucket{Tokens: burst, LastRefill: now}
+		}
+		if s.LastRefill != math.Max(in.LastRefill, now) {
+			t.Fatalf("LastRefill %v, want max(%v, %v)", s.LastRefill, in.LastRefill, now)
+		}
+		refilled := in.Tokens
+		if now > in.LastRefill {
+			refilled += (now - in.LastRefill) * rate
+		}
+		refilled = math.Min(refilled, burst)
+		if d.Allowed != (refilled >= cost) {
+			t.Fatalf("Allowed=%v with %v tokens for cost %v", d.Allowed, refilled, cost)
+		}
+		want := refilled
+		if d.Allowed {
+			want -= cost
+		}
+		if s.Tokens != want {
+			t.Fatalf("tokens %v, want %v", s.Tokens, want)
+		}
+		if s.Tokens > burst {
+			t.Fatalf("tokens %v above burst %v", s.Tokens, burst)
+		}
+		if now <= in.LastRefill && s.Tokens > math.Min(in.Tokens, burst) {
+			t.Fatalf("backwards clock minted tokens: %v -> %v", in.Tokens, s.Tokens)
+		}
+		if !d.Allowed {
+			// Waiting Wait seconds really does gather the cost (up to
+			// rounding), unless the cost can never fit.
+			if cost <= burst && d.Wait < maxSeconds {
+				if got := s.Tokens + d.Wait*rate; got < cost*(1-1e-9)-1e-9 {
+					t.Fatalf("after Wait %v only %v tokens for cost %v", d.Wait, got, cost)
+				}
+			}
+			if r := RetryAfter(d.Wait, "id"); float64(r) < math.Min(d.Wait, maxSeconds) || r < 1 {
+				t.Fatalf("RetryAfter(%v) = %d", d.Wait, r)
+			}
+		}
+	})
+}
+
+// FuzzRetryAfter: bounds and determinism for any wait and identity.
+func FuzzRetryAfter(f *testing.F) {
+	f.Add(1.5, "10.0.0.1")
+	f.Add(0.0, "")
+	f.Add(1e18, "x")
+	f.Fuzz(func(t *testing.T, wait float64, id string) {
+		r := RetryAfter(wait, id)
+		if r != RetryAfter(wait, id) {
+			t.Fatal("not deterministic")
+		}
+		if !(wait > 0) {
+			if r != 0 {
+				t.Fatalf("RetryAfter(%v) = %d, want 0", wait, r)
+			}
+			return
+		}
+		base := math.Ceil(math.Min(wait, maxSeconds))
+		if float64(r) < base || float64(r) > math.Min(base+math.Floor(base/2), maxSeconds) || r < 1 {
+			t.Fatalf("RetryAfter(%v) = %d, want [%v, %v]", wait, r, base, base*1.5)
+		}
+	})
+}
+
+// FuzzParseCost: accepted costs are finite, > 0 and <= MaxCost.
+func FuzzParseCost(f *testing.F) {
+	for _, s := range []string{"1", " 2.5 ", "1e9", "1e10", "NaN", "-1", "0x10", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		c, ok := ParseCost(v)
+		if ok && !(c > 0 && c <= MaxCost) {
+			t.Fatalf("ParseCost(%q) = %v", v, c)
+		}
+		if !ok && c != 0 {
+			t.Fatalf("ParseCost(%q) = %v, false", v, c)
+		}
+	})
+}

@@ -1,0 +1,240 @@
+// Package limiter holds Sluice's rate-limiting algorithms as pure functions of
+// (state, now, cost, config) -> (new state, decision). There is no clock, no
+// I/O and no global state here: the caller reads the bucket, calls Take with
+// the current time, and writes the new bucket back (with CAS in the plugin).
+package limiter
+
+import (
+	"math"
+	"strconv"
+
+	"github.com/sluice-rl/sluice/shared/state"
+)
+
+// TokenBucket is a continuous-time token bucket (seed 001).
+//
+// The bucket holds up to Burst tokens and is refilled at Rate tokens per
+// second, continuously. It starts full. Each request consumes cost tokens; a
+// request is allowed when the bucket holds at least cost tokens. Over any
+// window of t seconds at most Burst + Rate*t tokens' worth of requests are
+// admitted.
+//
+// Refill is computed lazily when a request arrives; there is no timer:
+//
+//	elapsed = max(0, now - last_refill)
+//	tokens' = min(tokens + elapsed*Rate, Burst)
+//	if tokens' >= cost: allow, tokens = tokens' - cost
+//	else:               reject, wait = (cost - tokens') / Rate
+//
+// The zero value is not useful: Rate must be > 0 and Burst >= Rate (the
+// configuration parser enforces both). Take is defensive anyway: an invalid
+// Rate (<= 0, NaN, Inf) refills nothing, an invalid Burst holds nothing, and
+// no input makes it return NaN or Inf; see Take for the edge cases.
+type TokenBucket struct {
+	Rate  float64 // tokens per second, > 0
+	Burst float64 // capacity in tokens, > 0
+}
+
+// Decision is the outcome of one Take.
+type Decision struct {
+	Allowed bool
+	// Remaining is the number of tokens left after this request when
+	// allowed, or the number available now when rejected. Never negative.
+	Remaining float64
+	// Wait is the number of seconds until cost tokens are available:
+	// 0 when allowed, finite and > 0 when rejected (capped at
+	// math.MaxInt32 seconds).
+	Wait float64
+	// Reset is the number of seconds until the bucket is full again
+	// (after this request's consumption when allowed). Finite and >= 0.
+	Reset float64
+}
+
+// Take refills the bucket s to time now (unix seconds) and tries to consume
+// cost tokens. It returns the bucket to store and the decision.
+//
+// When exists is false the bucket is new and starts full at now (s is
+// ignored).
+//
+// Edge cases, handled here so callers do not have to:
+//
+//   - Clock going backwards (now < s.LastRefill): elapsed is 0, so no tokens
+//     are minted, and LastRefill is NOT moved backwards: the stored time stays
+//     the later one. Time therefore never runs backwards for a bucket.
+//   - A rejected request consumes nothing: the returned bucket only carries
+//     the refill (tokens' and LastRefill = max(now, last)). Storing it or
+//     keeping the old one is equivalent (up to float rounding): the same
+//     tokens would be minted later anyway. So a caller combining several
+//     rules may drop every returned bucket when any rule rejects.
+//   - cost > Burst: the request can never be admitted. It is rejected and
+//     Wait is the time needed to gather cost tokens from the current level as
+//     if the bucket had no cap, (cost - tokens')/Rate: finite and > 0, a
+//     meaningful "come back much later" hint rather than +Inf. Callers should
+//     not rely on the request ever passing.
+//   - cost that is NaN, +Inf or <= 0: the caller is expected to replace it
+//     (see ParseCost and the rule's default cost). If it reaches Take anyway,
+//     NaN and negative costs are treated as 0 (allowed, consume nothing),
+//     and +Inf is rejected with Wait capped at math.MaxInt32 seconds.
+//   - Stored tokens or LastRefill that are NaN/Inf (corrupt state) are
+//     treated like a missing bucket (full at now); DecodeBucket already
+//     rejects such values.
+//   - now that is NaN/Inf (a broken clock) is replaced by the stored
+//     LastRefill, so nothing is minted; now < 0 is treated as 0 so the
+//     stored LastRefill stays >= 0, as state.DecodeBucket requires.
+//   - tokens' is clamped to Burst, so a stored value above Burst (e.g. after
+//     the burst was lowered by a config update) is cut back to the new cap.
+func (tb TokenBucket) Take(s state.Bucket, exists bool, now float64, cost float64) (state.Bucket, Decision) {
+	rate, burst := tb.Rate, tb.Burst
+	if !(rate > 0) || math.IsInf(rate, 0) {
+		rate = math.SmallestNonzeroFloat64 // defensive: never divide by zero
+	}
+	if !(burst >= 0) || math.IsInf(burst, 0) {
+		burst = 0
+	}
+	if !(cost > 0) { // NaN, 0, negative
+		cost = 0
+	}
+	if !isFinite(now) { // a broken clock: time stands still
+		now = 0
+		if exists && isFinite(s.LastRefill) {
+			now = s.LastRefill
+		}
+	}
+	if now < 0 {
+		now = 0 // before 1970: keep LastRefill encodable (state requires >= 0)
+	}
+
+	var tokens, last float64
+	if !exists || !isFinite(s.Tokens) || !isFinite(s.LastRefill) {
+		tokens, last = burst, now
+	} else {
+		tokens, last = s.Tokens, s.LastRefill
+		if elapsed := now - last; elapsed > 0 {
+			tokens += elapsed * rate
+			last = now
+		}
+		// else: backwards (or same) clock: mint nothing, keep last.
+	}
+	if tokens > burst {
+		tokens = burst
+	}
+
+	var d Decision
+	if tokens >= cost {
+		tokens -= cost
+		d.Allowed = true
+	} else {
+		d.Wait = max(finite((cost-tokens)/rate), minWait)
+	}
+	if tokens > 0 {
+		d.Remaining = tokens
+	}
+	d.Reset = finite((burst - tokens) / rate)
+	return state.Bucket{Tokens: tokens, LastRefill: last}, d
+}
+
+// minWait is the smallest Wait of a rejection, so that a rejected request
+// always has a positive Wait (and RetryAfter >= 1) even when the shortfall
+// divided by a huge rate underflows.
+const minWait = 1e-9
+
+// maxSeconds bounds every duration Take and RetryAfter report (~68 years),
+// so conversions to int never overflow.
+const maxSeconds = math.MaxInt32
+
+func isFinite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+
+func finite(sec float64) float64 {
+	if !(sec > 0) {
+		return 0
+	}
+	if sec > maxSeconds {
+		return maxSeconds
+	}
+	return sec
+}
+
+// RetryAfter converts a wait in seconds into a Retry-After value in whole
+// seconds: ceil(wait) plus a deterministic per-identity jitter in
+// [0, ceil(wait)/2] (integer division), derived from the FNV-1a hash of
+// identity. The same identity always gets the same offset, different
+// identities are spread over the range, so clients rejected together do not
+// retry together (seed 001).
+//
+// The result is never earlier than the true wait: it is >= ceil(wait), and
+// >= 1 whenever wait > 0. It is 0 when wait <= 0 or NaN, and capped at
+// math.MaxInt32 (about 68 years) for huge or infinite waits.
+func RetryAfter(wait float64, identity string) int {
+	if !(wait > 0) {
+		return 0
+	}
+	if wait > maxSeconds {
+		wait = maxSeconds
+	}
+	base := int64(math.Ceil(wait))
+	if base < 1 {
+		base = 1
+	}
+	span := base / 2 // jitter in [0, span], i.e. at most 50%
+	var j int64
+	if span > 0 {
+		j = int64(fnv1a(identity) % uint64(span+1))
+	}
+	r := base + j
+	if r > maxSeconds {
+		r = maxSeconds
+	}
+	return int(r)
+}
+
+// fnv1a is the 64-bit FNV-1a hash, inlined to avoid hash/fnv's allocation.
+func fnv1a(s string) uint64 {
+	const (
+		offset64 = 14695981039346656037
+		prime64  = 1099511628211
+	)
+	h := uint64(offset64)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= prime64
+	}
+	return h
+}
+
+// MaxCost is the largest cost ParseCost accepts.
+const MaxCost = 1e9
+
+// ParseCost parses a per-request cost taken from a header or query value.
+// It accepts a finite decimal number (strconv.ParseFloat syntax, surrounding
+// spaces and tabs trimmed) that is > 0 and <= MaxCost. It returns false for
+// an empty value, garbage, NaN, Inf, zero, negatives and absurdly large
+// numbers; the caller then uses the rule's default cost.
+func ParseCost(v string) (float64, bool) {
+	v = trimSpace(v)
+	if v == "" || len(v) > 64 {
+		return 0, false
+	}
+	// Reject spellings strconv accepts but a cost header should not carry:
+	// "inf", "nan", "0x10", "1_000".
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if !(c >= '0' && c <= '9' || c == '.' || c == '-' || c == '+' || c == 'e' || c == 'E') {
+			return 0, false
+		}
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(f > 0) || f > MaxCost {
+		return 0, false
+	}
+	return f, true
+}
+
+func trimSpace(s string) string {
+	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
+		s = s[1:]
+	}
+	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
+		s = s[:len(s)-1]
+	}
+	return s
+}

@@ -1,0 +1,93 @@
+package policy
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+)
+
+// FuzzParse: Parse never panics; it returns either a Config that satisfies
+// every invariant (and round-trips through its normalized form) or a
+// non-empty Errors whose entries all carry a message.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		seed001Tiered,
+		`{"rules": [` + seed001GlobalRPS + `]}`,
+		fragmentRule(seed001Configuration, `"name": "r", "limit_keys": ["ip:address"]`),
+		fragmentRule(seed001VariableCost, `"name": "r", "limit_keys": ["ip:address"], "algorithm": "token_bucket"`),
+		issue3Example,
+		`{"mode":"shadow","reject_status":503,"response_headers":false,"shadow_header":"X-S","xff_trusted_hops":2,"rules":[` + baseRule + `]}`,
+		withMatch(`{"path_prefix":"/api/","method":"GET","header:X-Tier":"gold"}`),
+		withTB(`{"tokens_per_second":10,"burst":5}`),
+		withKeys(`["header:X","header:x","query:q","jwt:sub","path","method","host"]`),
+		`{"rules":[1,]}`, `[]`, `null`, `{"policies":[],"rules":[]}`, "",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse(data)
+		if err != nil {
+			if c != nil {
+				t.Fatal("config returned with an error")
+			}
+			var es Errors
+			if !errors.As(err, &es) || len(es) == 0 {
+				t.Fatalf("error is not a non-empty Errors: %T %v", err, err)
+			}
+			for _, e := range es {
+				if e.Message == "" {
+					t.Fatalf("empty message at %q", e.Path)
+				}
+			}
+			_ = err.Error()
+			return
+		}
+		if c == nil {
+			t.Fatal("nil config and nil error")
+		}
+		checkInvariants(t, c)
+	})
+}
+
+// FuzzParseFields drives the validator rather than the JSON scanner: it
+// builds well-formed configurations from fuzzed field values, so every
+// input reaches the semantic checks.
+func FuzzParseFields(f *testing.F) {
+	f.Add("r", "ip:address", "jwt:plan", "enterprise", "token_bucket", "enforce", 5.0, 10.0, 1.0, 1.0, "fixed", int64(2), true)
+	f.Add("a.b-c_d", "header:X-Api-Key", "path_prefix", "/api/", "token_bucket", "shadow", 0.5, 0.5, 0.5, 0.25, "header:x-w", int64(0), false)
+	f.Add("", "cookie:x", "cookie", "", "leaky", "audit", -1.0, 0.0, 0.0, -1.0, "jwt:w", int64(11), true)
+	f.Fuzz(func(t *testing.T, name, key, matchKey, matchVal, alg, mode string, rate, burst, fixed, def float64, costSource string, hops int64, useRPS bool) {
+		tb := map[string]any{"burst": burst, "cost_source": costSource, "fixed_cost": fixed, "default_cost": def}
+		if useRPS {
+			tb["rps"] = rate
+		} else {
+			tb["tokens_per_second"] = rate
+		}
+		rule := map[string]any{
+			"name": name, "limit_keys": []string{key, "method"}, "match": map[string]string{matchKey: matchVal},
+			"algorithm": alg, "algorithm_config": tb, "mode": mode,
+		}
+		cfg := map[string]any{"xff_trusted_hops": hops, "shadow_header": key, "policies": []any{
+			map[string]any{"name": name, "rules": []any{rule}},
+		}}
+		data, err := json.Marshal(cfg)
+		if err != nil {
+			return // NaN/Inf floats cannot be written as JSON
+		}
+		c, err := Parse(data)
+		if err != nil {
+			var es Errors
+			if !errors.As(err, &es) || len(es) == 0 {
+				t.Fatalf("error is not a non-empty Errors: %v", err)
+			}
+			for _, e := range es {
+				if e.Message == "" || (e.Path == "" && !strings.HasPrefix(e.Message, "no rules")) {
+					t.Fatalf("error without message or path: %+v", e)
+				}
+			}
+			return
+		}
+		checkInvariants(t, c)
+	})
+}

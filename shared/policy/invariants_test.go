@@ -1,0 +1,110 @@
+package policy
+
+import (
+	"math"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// checkInvariants asserts what every Config returned by Parse guarantees.
+func checkInvariants(t *testing.T, c *Config) {
+	t.Helper()
+	validMode := func(m Mode) bool { return m == ModeEnforce || m == ModeShadow }
+	finitePos := func(x float64) bool { return x > 0 && !math.IsInf(x, 0) && !math.IsNaN(x) }
+	if !validMode(c.Mode) {
+		t.Errorf("config mode %q", c.Mode)
+	}
+	if c.RejectStatus < 400 || c.RejectStatus > 599 {
+		t.Errorf("reject status %d", c.RejectStatus)
+	}
+	if checkHeaderName(c.ShadowHeader) != "" || c.ShadowHeader != strings.ToLower(c.ShadowHeader) {
+		t.Errorf("shadow header %q", c.ShadowHeader)
+	}
+	if c.TrustedHops < 0 || c.TrustedHops > MaxTrustedHops {
+		t.Errorf("trusted hops %d", c.TrustedHops)
+	}
+	if len(c.Policies) == 0 {
+		t.Error("no policies")
+	}
+	policies, rules := map[string]bool{}, map[string]bool{}
+	for _, p := range c.Policies {
+		if !ValidName(p.Name) || policies[p.Name] {
+			t.Errorf("policy name %q invalid or duplicate", p.Name)
+		}
+		policies[p.Name] = true
+		if len(p.Rules) == 0 {
+			t.Errorf("policy %q has no rules", p.Name)
+		}
+		for _, r := range p.Rules {
+			if !ValidName(r.Name) || rules[r.Name] {
+				t.Errorf("rule name %q invalid or duplicate", r.Name)
+			}
+			rules[r.Name] = true
+			if r.Policy != p.Name {
+				t.Errorf("rule %q: Policy %q, owned by %q", r.Name, r.Policy, p.Name)
+			}
+			if !validMode(r.Mode) {
+				t.Errorf("rule %q mode %q", r.Name, r.Mode)
+			}
+			if len(r.Keys) == 0 {
+				t.Errorf("rule %q has no keys", r.Name)
+			}
+			for _, k := range r.Keys {
+				if k2, ok := ParseSource(k.String()); !ok || k2 != k {
+					t.Errorf("rule %q key %+v does not round-trip (%+v, %v)", r.Name, k, k2, ok)
+				}
+			}
+			if !slices.IsSortedFunc(r.Match, func(a, b Matcher) int { return strings.Compare(a.Source.String(), b.Source.String()) }) {
+				t.Errorf("rule %q match not sorted: %+v", r.Name, r.Match)
+			}
+			for _, m := range r.Match {
+				if m.Value == "" || (m.Prefix && m.Source.Kind != SourcePath) || m.Source.String() == "invalid" {
+					t.Errorf("rule %q bad matcher %+v", r.Name, m)
+				}
+			}
+			if r.Algorithm != AlgorithmTokenBucket || r.TokenBucket == nil {
+				t.Errorf("rule %q algorithm %q bucket %v", r.Name, r.Algorithm, r.TokenBucket)
+				continue
+			}
+			tb := r.TokenBucket
+			if !finitePos(tb.TokensPerSecond) || !finitePos(tb.Burst) || tb.Burst < tb.TokensPerSecond || tb.Burst > MaxBurst {
+				t.Errorf("rule %q rate/burst %v/%v", r.Name, tb.TokensPerSecond, tb.Burst)
+			}
+			for _, cost := range []float64{tb.FixedCost, tb.DefaultCost} {
+				if !finitePos(cost) || cost > MaxCost || cost > tb.Burst {
+					t.Errorf("rule %q cost %v", r.Name, cost)
+				}
+			}
+			switch tb.Cost.Kind {
+			case CostFixed:
+				if tb.Cost.Name != "" {
+					t.Errorf("rule %q fixed cost with name %q", r.Name, tb.Cost.Name)
+				}
+			case CostHeader, CostQuery:
+				if tb.Cost.Name == "" {
+					t.Errorf("rule %q cost source without name", r.Name)
+				}
+			default:
+				t.Errorf("rule %q cost kind %d", r.Name, tb.Cost.Kind)
+			}
+		}
+	}
+	// The normalized form is deterministic and parses back to the same Config.
+	b1, err := c.MarshalJSON()
+	if err != nil {
+		t.Fatalf("MarshalJSON: %v", err)
+	}
+	b2, _ := c.MarshalJSON()
+	if string(b1) != string(b2) {
+		t.Errorf("MarshalJSON not deterministic:\n%s\n%s", b1, b2)
+	}
+	c2, err := Parse(b1)
+	if err != nil {
+		t.Fatalf("normalized form does not parse: %v\n%s", err, b1)
+	}
+	if !reflect.DeepEqual(c, c2) {
+		t.Errorf("normalized form does not round-trip:\n%+v\n%+v\n%s", c, c2, b1)
+	}
+}

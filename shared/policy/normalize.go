@@ -1,0 +1,90 @@
+package policy
+
+import "encoding/json"
+
+// MarshalJSON renders the configuration in its normalized form: the
+// "policies" layout with every default written out, tokens_per_second
+// instead of its alias rps, header names lower-cased, each rule's effective
+// mode, and match keys in sorted order. The output is deterministic and
+// parses back to an identical Config, so the admin can store, diff and
+// serve it.
+func (c *Config) MarshalJSON() ([]byte, error) {
+	if c == nil {
+		return []byte("null"), nil
+	}
+	out := normConfig{
+		Mode:            c.Mode,
+		RejectStatus:    c.RejectStatus,
+		ResponseHeaders: c.ResponseHeaders,
+		ShadowHeader:    c.ShadowHeader,
+		TrustedHops:     c.TrustedHops,
+		Policies:        make([]normPolicy, len(c.Policies)),
+	}
+	for i, p := range c.Policies {
+		np := normPolicy{Name: p.Name, Rules: make([]normRule, len(p.Rules))}
+		for j, r := range p.Rules {
+			nr := normRule{
+				Name:      r.Name,
+				LimitKeys: make([]string, len(r.Keys)),
+				Algorithm: r.Algorithm,
+				Mode:      r.Mode,
+			}
+			for k, key := range r.Keys {
+				nr.LimitKeys[k] = key.String()
+			}
+			if len(r.Match) > 0 {
+				nr.Match = make(map[string]string, len(r.Match))
+				for _, m := range r.Match {
+					name := m.Source.String()
+					if m.Prefix {
+						name = "path_prefix"
+					}
+					nr.Match[name] = m.Value
+				}
+			}
+			if tb := r.TokenBucket; tb != nil {
+				nr.Config = &normTokenBucket{
+					TokensPerSecond: tb.TokensPerSecond,
+					Burst:           tb.Burst,
+					CostSource:      tb.Cost.String(),
+					FixedCost:       tb.FixedCost,
+					DefaultCost:     tb.DefaultCost,
+				}
+			}
+			np.Rules[j] = nr
+		}
+		out.Policies[i] = np
+	}
+	return json.Marshal(out)
+}
+
+type normConfig struct {
+	Mode            Mode         `json:"mode"`
+	RejectStatus    int          `json:"reject_status"`
+	ResponseHeaders bool         `json:"response_headers"`
+	ShadowHeader    string       `json:"shadow_header"`
+	TrustedHops     int          `json:"xff_trusted_hops"`
+	Policies        []normPolicy `json:"policies"`
+}
+
+type normPolicy struct {
+	Name  string     `json:"name"`
+	Rules []normRule `json:"rules"`
+}
+
+type normRule struct {
+	Name      string            `json:"name"`
+	LimitKeys []string          `json:"limit_keys"`
+	Match     map[string]string `json:"match,omitempty"` // encoding/json sorts map keys
+	Algorithm string            `json:"algorithm"`
+	Config    *normTokenBucket  `json:"algorithm_config,omitempty"`
+	Mode      Mode              `json:"mode"`
+}
+
+type normTokenBucket struct {
+	TokensPerSecond float64 `json:"tokens_per_second"`
+	Burst           float64 `json:"burst"`
+	CostSource      string  `json:"cost_source"`
+	FixedCost       float64 `json:"fixed_cost"`
+	DefaultCost     float64 `json:"default_cost"`
+}

@@ -1,0 +1,746 @@
+package policy
+
+import (
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Parse decodes and validates a configuration and returns it normalized
+// (defaults filled in, header names lower-cased, matchers sorted).
+//
+// On failure it returns a nil *Config and an Errors value listing every
+// problem found, each with the JSON path of the offending field, for example
+//
+//	policies[0].rules[1].algorithm_config.burst: 5 is below tokens_per_second 10; burst must be >= tokens_per_second
+//
+// Malformed JSON is reported as one error with its byte offset, line and
+// column. Parse never panics, whatever the input.
+func Parse(data []byte) (*Config, error) {
+	root, jerr := decodeJSON(data)
+	if jerr != nil {
+		return nil, Errors{*jerr}
+	}
+	p := &parser{rulePaths: map[string]string{}, policyPaths: map[string]string{}}
+	cfg := p.config(root)
+	if len(p.errs) > 0 {
+		return nil, p.errs
+	}
+	return cfg, nil
+}
+
+type parser struct {
+	errs        Errors
+	rulePaths   map[string]string // rule name -> path of its "name" field
+	policyPaths map[string]string // policy name -> path of its "name" field
+}
+
+func (p *parser) errorf(path string, parts ...string) {
+	p.errs = append(p.errs, FieldError{Path: path, Message: strings.Join(parts, "")})
+}
+
+// Field names, per object.
+var (
+	configFields      = []string{"mode", "policies", "rules", "reject_status", "response_headers", "shadow_header", "xff_trusted_hops"}
+	policyFields      = []string{"name", "rules"}
+	ruleFields        = []string{"name", "limit_keys", "match", "algorithm", "algorithm_config", "mode"}
+	tokenBucketFields = []string{"tokens_per_second", "rps", "burst", "cost_source", "fixed_cost", "default_cost"}
+	algorithms        = []string{AlgorithmTokenBucket}
+)
+
+// MaxCost bounds fixed_cost and default_cost (and, in the filter, a cost read
+// from a header or query parameter).
+const MaxCost = 1e9
+
+func (p *parser) config(root *jvalue) *Config {
+	cfg := &Config{
+		Mode:            ModeEnforce,
+		RejectStatus:    DefaultRejectStatus,
+		ResponseHeaders: true,
+		ShadowHeader:    DefaultShadowHeader,
+	}
+	if root.kind != jObject {
+		p.errorf("", "the configuration must be a JSON object such as {\"rules\": [...]}, got ", root.kind.String())
+		return nil
+	}
+	f := p.object("", root, configFields)
+	if v := f["mode"]; v != nil {
+		if m, ok := p.mode("mode", v); ok {
+			cfg.Mode = m
+		}
+	}
+	if v := f["reject_status"]; v != nil {
+		if n, ok := p.integer("reject_status", v, 400, 599, "an HTTP status code from 400 to 599 (default 429)"); ok {
+			cfg.RejectStatus = n
+		}
+	}
+	if v := f["response_headers"]; v != nil {
+		if v.kind != jBool {
+			p.errorf("response_headers", "must be true or false, got ", v.kind.String())
+		} else {
+			cfg.ResponseHeaders = v.b
+		}
+	}
+	if v := f["shadow_header"]; v != nil {
+		if v.kind != jString {
+			p.errorf("shadow_header", "must be a string naming a request header, got ", v.kind.String())
+		} else if msg := checkHeaderName(v.s); msg != "" {
+			p.errorf("shadow_header", msg)
+		} else {
+			cfg.ShadowHeader = strings.ToLower(v.s)
+		}
+	}
+	if v := f["xff_trusted_hops"]; v != nil {
+		if n, ok := p.integer("xff_trusted_hops", v, 0, MaxTrustedHops,
+			"an integer from 0 to "+strconv.Itoa(MaxTrustedHops)+" (the number of proxies in front of Envoy that append to X-Forwarded-For; 0 ignores the header)"); ok {
+			cfg.TrustedHops = n
+		}
+	}
+
+	pol, rules := f["policies"], f["rules"]
+	if pol == nil && rules == nil {
+		p.errorf("", `no rules: set "rules" (a list of rules) or "policies" (a list of named policies, each with its own "rules")`)
+	}
+	if pol != nil {
+		cfg.Policies = p.policies("policies", pol, cfg.Mode)
+	}
+	if rules != nil {
+		if pol != nil {
+			p.errorf("rules", `cannot be used together with "policies"; use "policies", or a top-level "rules" as shorthand for a single policy, not both`)
+		}
+		// Validated even when conflicting with "policies", to report every problem.
+		cfg.Policies = []Policy{{Name: DefaultPolicyName, Rules: p.rules("rules", rules, DefaultPolicyName, cfg.Mode)}}
+	}
+	return cfg
+}
+
+func (p *parser) policies(path string, v *jvalue, mode Mode) []Policy {
+	if v.kind != jArray {
+		p.errorf(path, "must be an array of policies, got ", v.kind.String())
+		return nil
+	}
+	if len(v.arr) == 0 {
+		p.errorf(path, `is empty; add at least one policy such as {"name": "default", "rules": [...]}`)
+		return nil
+	}
+	out := make([]Policy, 0, len(v.arr))
+	for i, pv := range v.arr {
+		if pp, ok := p.policy(index(path, i), pv, mode); ok {
+			out = append(out, pp)
+		}
+	}
+	return out
+}
+
+func (p *parser) policy(path string, v *jvalue, mode Mode) (Policy, bool) {
+	if v.kind != jObject {
+		p.errorf(path, `must be an object such as {"name": "default", "rules": [...]}, got `, v.kind.String())
+		return Policy{}, false
+	}
+	f := p.object(path, v, policyFields)
+	var pol Policy
+	ok := true
+	if name, good := p.name(join(path, "name"), f["name"], "policy"); good {
+		pol.Name = name
+		if prev, dup := p.policyPaths[name]; dup {
+			p.errorf(join(path, "name"), "duplicate policy name ", strconv.Quote(name), " (also at ", prev, "); policy names must be unique")
+			ok = false
+		} else {
+			p.policyPaths[name] = join(path, "name")
+		}
+	} else {
+		ok = false
+	}
+	rv := f["rules"]
+	if rv == nil {
+		p.errorf(join(path, "rules"), "missing; a policy needs a non-empty list of rules")
+		return pol, false
+	}
+	pol.Rules = p.rules(join(path, "rules"), rv, pol.Name, mode)
+	return pol, ok
+}
+
+func (p *parser) rules(path string, v *jvalue, policy string, mode Mode) []Rule {
+	if v.kind != jArray {
+		p.errorf(path, "must be an array of rules, got ", v.kind.String())
+		return nil
+	}
+	if len(v.arr) == 0 {
+		p.errorf(path, "is empty; add at least one rule")
+		return nil
+	}
+	out := make([]Rule, 0, len(v.arr))
+	for i, rv := range v.arr {
+		if r, ok := p.rule(index(path, i), rv, policy, mode); ok {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (p *parser) rule(path string, v *jvalue, policy string, mode Mode) (Rule, bool) {
+	if v.kind != jObject {
+		p.errorf(path, `must be an object with "name", "limit_keys", "algorithm" and "algorithm_config", got `, v.kind.String())
+		return Rule{}, false
+	}
+	before := len(p.errs)
+	f := p.object(path, v, ruleFields)
+	r := Rule{Policy: policy, Mode: mode}
+
+	namePath := join(path, "name")
+	if name, ok := p.name(namePath, f["name"], "rule"); ok {
+		r.Name = name
+		if prev, dup := p.rulePaths[name]; dup {
+			p.errorf(namePath, "duplicate rule name ", strconv.Quote(name), " (also at ", prev,
+				"); rule names must be unique across all policies because they key the bucket state")
+		} else {
+			p.rulePaths[name] = namePath
+		}
+	}
+
+	r.Keys = p.limitKeys(join(path, "limit_keys"), f["limit_keys"])
+	if mv := f["match"]; mv != nil {
+		r.Match = p.match(join(path, "match"), mv)
+	}
+	if mv := f["mode"]; mv != nil {
+		if m, ok := p.mode(join(path, "mode"), mv); ok {
+			r.Mode = m
+		}
+	}
+
+	algPath := join(path, "algorithm")
+	av, cv := f["algorithm"], f["algorithm_config"]
+	cfgPath := join(path, "algorithm_config")
+	switch {
+	case av == nil:
+		p.errorf(algPath, "missing; set it to one of: ", quoteList(algorithms))
+	case av.kind != jString:
+		p.errorf(algPath, "must be a string, one of: ", quoteList(algorithms), "; got ", av.kind.String())
+	case av.s == AlgorithmTokenBucket:
+		r.Algorithm = AlgorithmTokenBucket
+		if cv == nil {
+			p.errorf(cfgPath, `missing; token_bucket needs at least {"tokens_per_second": <rate>, "burst": <capacity>}`)
+		} else {
+			r.TokenBucket = p.tokenBucket(cfgPath, cv)
+		}
+	default:
+		p.errorf(algPath, "unknown algorithm ", quoteShort(av.s), "; use one of: ", quoteList(algorithms))
+	}
+	return r, len(p.errs) == before
+}
+
+func (p *parser) limitKeys(path string, v *jvalue) []KeySource {
+	if v == nil {
+		p.errorf(path, `missing; list at least one key source, e.g. ["ip:address"] or ["header:x-api-key"]`)
+		return nil
+	}
+	if v.kind != jArray {
+		p.errorf(path, `must be an array of key sources such as ["ip:address"], got `, v.kind.String())
+		return nil
+	}
+	if len(v.arr) == 0 {
+		p.errorf(path, `is empty; list at least one key source, e.g. ["ip:address"] or ["header:x-api-key"]`)
+		return nil
+	}
+	keys := make([]KeySource, 0, len(v.arr))
+	seen := make(map[KeySource]int, len(v.arr))
+	for i, kv := range v.arr {
+		ipath := index(path, i)
+		if kv.kind != jString {
+			p.errorf(ipath, "must be a string such as \"ip:address\" or \"header:x-api-key\", got ", kv.kind.String())
+			continue
+		}
+		k, msg := parseSource(kv.s)
+		if msg != "" {
+			p.errorf(ipath, msg)
+			continue
+		}
+		if j, dup := seen[k]; dup {
+			p.errorf(ipath, "duplicate key source ", quoteShort(k.String()), " (also at ", index(path, j), "); list each source once")
+			continue
+		}
+		seen[k] = i
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+func (p *parser) match(path string, v *jvalue) []Matcher {
+	if v.kind != jObject {
+		p.errorf(path, `must be an object mapping sources to values, e.g. {"jwt:plan": "enterprise", "path_prefix": "/api/"}, got `, v.kind.String())
+		return nil
+	}
+	var out []Matcher
+	seenKeys := map[string]bool{}
+	seen := map[Matcher]string{}
+	for _, m := range v.obj {
+		mpath := join(path, m.key)
+		if seenKeys[m.key] {
+			p.errorf(mpath, "duplicate field ", quoteShort(m.key), "; each field may appear only once")
+			continue
+		}
+		seenKeys[m.key] = true
+		var mt Matcher
+		if m.key == "path_prefix" {
+			mt = Matcher{Source: KeySource{Kind: SourcePath}, Prefix: true}
+		} else {
+			k, msg := parseSource(m.key)
+			if msg != "" {
+				p.errorf(mpath, msg, `; "path_prefix" is also accepted in match`)
+				continue
+			}
+			mt.Source = k
+		}
+		if m.val.kind != jString {
+			p.errorf(mpath, "must be a string (the exact value to match), got ", m.val.kind.String())
+			continue
+		}
+		if m.val.s == "" {
+			p.errorf(mpath, "is empty; give the value to match")
+			continue
+		}
+		mt.Value = m.val.s
+		key := mt
+		key.Value = ""
+		if prev, dup := seen[key]; dup {
+			p.errorf(mpath, "matches the same source as ", prev, " (header names are case-insensitive); keep one")
+			continue
+		}
+		seen[key] = mpath
+		out = append(out, mt)
+	}
+	sortMatchers(out)
+	return out
+}
+
+// sortMatchers orders matchers by source name, exact before prefix.
+func sortMatchers(ms []Matcher) {
+	slices.SortStableFunc(ms, func(a, b Matcher) int {
+		if c := strings.Compare(a.Source.String(), b.Source.String()); c != 0 {
+			return c
+		}
+		switch {
+		case a.Prefix == b.Prefix:
+			return 0
+		case a.Prefix:
+			return 1
+		}
+		return -1
+	})
+}
+
+func (p *parser) tokenBucket(path string, v *jvalue) *TokenBucket {
+	if v.kind != jObject {
+		p.errorf(path, `must be an object such as {"tokens_per_second": 10, "burst": 20}, got `, v.kind.String())
+		return nil
+	}
+	before := len(p.errs)
+	f := p.object(path, v, tokenBucketFields)
+	tb := &TokenBucket{FixedCost: 1, DefaultCost: 1}
+
+	tps, rps := f["tokens_per_second"], f["rps"]
+	rateName, rateText, rateOK := "", "", false
+	switch {
+	case tps != nil && rps != nil:
+		p.errorf(join(path, "rps"), "set only one of tokens_per_second and rps (rps is an alias of tokens_per_second)")
+		p.rate(join(path, "tokens_per_second"), tps)
+		p.rate(join(path, "rps"), rps)
+	case tps == nil && rps == nil:
+		p.errorf(join(path, "tokens_per_second"), "missing; set the refill rate with tokens_per_second (or its alias rps), a number > 0")
+	default:
+		rateName = "tokens_per_second"
+		rv := tps
+		if rv == nil {
+			rateName, rv = "rps", rps
+		}
+		tb.TokensPerSecond, rateText, rateOK = p.rate(join(path, rateName), rv)
+	}
+
+	bpath := join(path, "burst")
+	burstOK := false
+	if bv := f["burst"]; bv == nil {
+		p.errorf(bpath, "missing; set the bucket capacity with burst, a number >= tokens_per_second")
+	} else if x, text, ok := p.number(bpath, bv); ok {
+		switch {
+		case x <= 0:
+			p.errorf(bpath, text, " is not positive; burst is the bucket capacity and must be >= tokens_per_second")
+		case x > MaxBurst:
+			p.errorf(bpath, text, " is too large; burst must be <= 1e12")
+		case rateOK && x < tb.TokensPerSecond:
+			p.errorf(bpath, text, " is below ", rateName, " ", rateText, "; burst must be >= ", rateName)
+		default:
+			tb.Burst, burstOK = x, true
+		}
+	}
+
+	if cv := f["cost_source"]; cv != nil {
+		cpath := join(path, "cost_source")
+		if cv.kind != jString {
+			p.errorf(cpath, `must be a string: "fixed", "header:<name>" or "query:<name>"; got `, cv.kind.String())
+		} else if cs, msg := parseCostSource(cv.s); msg != "" {
+			p.errorf(cpath, msg)
+		} else {
+			tb.Cost = cs
+		}
+	}
+	for _, c := range []struct {
+		name string
+		dst  *float64
+	}{{"fixed_cost", &tb.FixedCost}, {"default_cost", &tb.DefaultCost}} {
+		cv := f[c.name]
+		if cv == nil {
+			continue
+		}
+		cpath := join(path, c.name)
+		x, text, ok := p.number(cpath, cv)
+		if !ok {
+			continue
+		}
+		switch {
+		case x <= 0:
+			p.errorf(cpath, text, " is not positive; a cost must be > 0 tokens")
+		case x > MaxCost:
+			p.errorf(cpath, text, " is too large; a cost must be <= 1e9 tokens")
+		case burstOK && x > tb.Burst:
+			p.errorf(cpath, text, " exceeds burst ", strconv.FormatFloat(tb.Burst, 'g', -1, 64),
+				"; a request costing more than the bucket holds could never be admitted, so lower the cost or raise burst")
+		default:
+			*c.dst = x
+		}
+	}
+	if len(p.errs) != before {
+		return nil
+	}
+	return tb
+}
+
+// rate reads a refill rate: a finite number > 0.
+func (p *parser) rate(path string, v *jvalue) (float64, string, bool) {
+	x, text, ok := p.number(path, v)
+	if ok && x <= 0 {
+		p.errorf(path, text, " is not positive; the refill rate must be > 0 tokens per second")
+		ok = false
+	}
+	return x, text, ok
+}
+
+// object reports unknown and duplicate fields of an object and returns its
+// known fields by name.
+func (p *parser) object(path string, v *jvalue, allowed []string) map[string]*jvalue {
+	f := make(map[string]*jvalue, len(v.obj))
+	for _, m := range v.obj {
+		fpath := join(path, m.key)
+		if !slices.Contains(allowed, m.key) {
+			msg := "unknown field " + quoteShort(m.key)
+			if s := suggest(m.key, allowed); s != "" {
+				msg += " (did you mean " + strconv.Quote(s) + "?)"
+			}
+			p.errorf(fpath, msg, "; allowed fields here: ", strings.Join(allowed, ", "))
+			continue
+		}
+		if _, dup := f[m.key]; dup {
+			p.errorf(fpath, "duplicate field ", quoteShort(m.key), "; each field may appear only once")
+			continue
+		}
+		f[m.key] = m.val
+	}
+	return f
+}
+
+func (p *parser) mode(path string, v *jvalue) (Mode, bool) {
+	if v.kind == jString && (v.s == string(ModeEnforce) || v.s == string(ModeShadow)) {
+		return Mode(v.s), true
+	}
+	got := v.kind.String()
+	if v.kind == jString {
+		got = quoteShort(v.s)
+	}
+	p.errorf(path, `must be "enforce" or "shadow", got `, got)
+	return "", false
+}
+
+// number reads a finite JSON number and returns it with its literal text.
+func (p *parser) number(path string, v *jvalue) (float64, string, bool) {
+	if v.kind != jNumber {
+		got := v.kind.String()
+		if v.kind == jString {
+			got += " " + quoteShort(v.s) + " (write numbers without quotes)"
+		}
+		p.errorf(path, "must be a number, got ", got)
+		return 0, "", false
+	}
+	x, err := strconv.ParseFloat(v.s, 64)
+	if err != nil || math.IsNaN(x) || math.IsInf(x, 0) {
+		p.errorf(path, shorten(v.s), " is not a finite number")
+		return 0, "", false
+	}
+	return x, shorten(v.s), true
+}
+
+func (p *parser) integer(path string, v *jvalue, lo, hi int, want string) (int, bool) {
+	if v.kind != jNumber {
+		p.errorf(path, "must be ", want, "; got ", v.kind.String())
+		return 0, false
+	}
+	x, err := strconv.ParseFloat(v.s, 64)
+	switch {
+	case err != nil || x != math.Trunc(x):
+		p.errorf(path, shorten(v.s), " is not an integer; must be ", want)
+		return 0, false
+	case x < float64(lo) || x > float64(hi):
+		p.errorf(path, shorten(v.s), " is out of range; must be ", want)
+		return 0, false
+	}
+	return int(x), true
+}
+
+// name validates a policy or rule name: [A-Za-z0-9_.-]{1,64}.
+func (p *parser) name(path string, v *jvalue, what string) (string, bool) {
+	rule := "1 to 64 characters from A-Z a-z 0-9 _ . -"
+	switch {
+	case v == nil:
+		if what == "rule" {
+			p.errorf(path, "missing; every rule needs a name (", rule, ") because it keys the bucket state")
+		} else {
+			p.errorf(path, "missing; every policy needs a name (", rule, ")")
+		}
+		return "", false
+	case v.kind != jString:
+		p.errorf(path, "must be a string (", rule, "), got ", v.kind.String())
+		return "", false
+	case v.s == "":
+		p.errorf(path, "is empty; a ", what, " name is ", rule)
+		return "", false
+	case len(v.s) > MaxNameLen:
+		p.errorf(path, "is ", strconv.Itoa(len(v.s)), " characters long; a ", what, " name is ", rule)
+		return "", false
+	}
+	for i := 0; i < len(v.s); i++ {
+		if !isNameChar(v.s[i]) {
+			p.errorf(path, quoteShort(v.s), " contains ", quoteByte(v.s, i), "; a ", what, " name is ", rule)
+			return "", false
+		}
+	}
+	return v.s, true
+}
+
+func isNameChar(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-'
+}
+
+// ValidName reports whether s is a valid policy or rule name.
+func ValidName(s string) bool {
+	if s == "" || len(s) > MaxNameLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !isNameChar(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+const sourceForms = `"ip:address", "header:<name>", "query:<name>", "jwt:<claim>", "path", "method" or "host"`
+
+// maxSourceName bounds header, query and claim names.
+const maxSourceName = 256
+
+// ParseSource parses a key source in configuration syntax ("ip:address",
+// "header:X-Api-Key", "path", ...). Header names are lower-cased.
+func ParseSource(s string) (KeySource, bool) {
+	k, msg := parseSource(s)
+	return k, msg == ""
+}
+
+// parseSource returns the source or a message saying what is wrong.
+func parseSource(s string) (KeySource, string) {
+	kind, name, hasColon := strings.Cut(s, ":")
+	bad := func(why string) (KeySource, string) {
+		return KeySource{}, quoteShort(s) + " " + why
+	}
+	switch kind {
+	case "path", "method", "host":
+		if hasColon {
+			return bad("takes no argument; write " + strconv.Quote(kind))
+		}
+		return KeySource{Kind: map[string]SourceKind{"path": SourcePath, "method": SourceMethod, "host": SourceHost}[kind]}, ""
+	case "ip":
+		if name != "address" {
+			return bad(`is not a valid IP source; write "ip:address" (the client address)`)
+		}
+		return KeySource{Kind: SourceIP}, ""
+	case "header":
+		if !hasColon {
+			return bad(`needs a header name, e.g. "header:x-api-key"`)
+		}
+		if msg := checkHeaderName(name); msg != "" {
+			return bad("has an invalid header name: " + msg)
+		}
+		return KeySource{Kind: SourceHeader, Name: strings.ToLower(name)}, ""
+	case "query", "jwt":
+		what := "query parameter"
+		if kind == "jwt" {
+			what = "claim"
+		}
+		switch {
+		case !hasColon || name == "":
+			return bad("needs a " + what + " name, e.g. \"" + kind + ":" + map[string]string{"query": "api_key", "jwt": "sub"}[kind] + "\"")
+		case len(name) > maxSourceName:
+			return bad("has a " + what + " name longer than 256 bytes")
+		}
+		for i := 0; i < len(name); i++ {
+			if c := name[i]; c < 0x21 || c == 0x7f || kind == "query" && (c == '&' || c == '=' || c == '#') {
+				return bad("has a " + what + " name containing " + quoteByte(name, i) + "; remove it")
+			}
+		}
+		if kind == "query" {
+			return KeySource{Kind: SourceQuery, Name: name}, ""
+		}
+		return KeySource{Kind: SourceJWT, Name: name}, ""
+	}
+	switch strings.ToLower(kind) {
+	case "path", "method", "host", "ip", "header", "query", "jwt":
+		return bad("is not a known source: source kinds are lower-case, e.g. " + quoteShort(strings.ToLower(kind)+s[len(kind):]))
+	}
+	return bad("is not a known source; use " + sourceForms)
+}
+
+// checkHeaderName returns "" if s is a valid HTTP header name (an RFC 9110
+// token), else what is wrong.
+func checkHeaderName(s string) string {
+	switch {
+	case s == "":
+		return "the name is empty"
+	case len(s) > maxSourceName:
+		return "the name is longer than 256 bytes"
+	case s[0] == ':':
+		return "pseudo-headers such as " + quoteShort(s) + ` cannot be used; use the "path", "method" or "host" sources`
+	}
+	for i := 0; i < len(s); i++ {
+		if !isTokenChar(s[i]) {
+			return quoteShort(s) + " contains " + quoteByte(s, i) + "; header names use letters, digits and !#$%&'*+-.^_`|~"
+		}
+	}
+	return ""
+}
+
+func isTokenChar(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+		strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+func parseCostSource(s string) (CostSource, string) {
+	if s == "fixed" {
+		return CostSource{Kind: CostFixed}, ""
+	}
+	k, msg := parseSource(s)
+	switch {
+	case msg == "" && k.Kind == SourceHeader:
+		return CostSource{Kind: CostHeader, Name: k.Name}, ""
+	case msg == "" && k.Kind == SourceQuery:
+		return CostSource{Kind: CostQuery, Name: k.Name}, ""
+	case msg != "" && (strings.HasPrefix(s, "header:") || strings.HasPrefix(s, "query:")):
+		return CostSource{}, msg
+	}
+	return CostSource{}, quoteShort(s) + ` is not a cost source; use "fixed", "header:<name>" or "query:<name>"`
+}
+
+// Path helpers.
+
+func join(path, key string) string {
+	if !isIdent(key) || len(key) > maxQuoted {
+		return path + "[" + quoteShort(key) + "]"
+	}
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func index(path string, i int) string { return path + "[" + strconv.Itoa(i) + "]" }
+
+func isIdent(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// Message helpers.
+
+const maxQuoted = 80
+
+func shorten(s string) string {
+	if len(s) > maxQuoted {
+		return s[:maxQuoted] + "..."
+	}
+	return s
+}
+
+// quoteShort quotes s for a message, truncating very long values.
+func quoteShort(s string) string {
+	if len(s) > maxQuoted {
+		return strconv.Quote(s[:maxQuoted]) + "..."
+	}
+	return strconv.Quote(s)
+}
+
+// quoteByte names the character at s[i] for a message.
+func quoteByte(s string, i int) string {
+	c := s[i]
+	if c >= 0x20 && c < 0x7f {
+		return strconv.QuoteRune(rune(c))
+	}
+	return "byte 0x" + strconv.FormatUint(uint64(c), 16)
+}
+
+func quoteList(xs []string) string {
+	q := make([]string, len(xs))
+	for i, x := range xs {
+		q[i] = strconv.Quote(x)
+	}
+	return strings.Join(q, ", ")
+}
+
+// suggest returns the allowed name closest to s, if it is close enough to be
+// a likely typo.
+func suggest(s string, allowed []string) string {
+	if len(s) > 64 {
+		return ""
+	}
+	best, bestD := "", 3
+	for _, a := range allowed {
+		if d := editDistance(strings.ToLower(s), a); d < bestD {
+			best, bestD = a, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

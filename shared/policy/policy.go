@@ -1,0 +1,191 @@
+// Package policy parses and validates Sluice's plugin configuration: the JSON
+// the filter receives in proxy_on_configure and that the admin edits. The
+// filter and the admin call the very same Parse, so a configuration the admin
+// accepts is one the filter accepts.
+//
+// The reference for every field is docs/configuration.md.
+package policy
+
+import "strings"
+
+// Mode says whether a rule rejects requests or only reports what it would do.
+type Mode string
+
+const (
+	ModeEnforce Mode = "enforce" // reject requests over the limit
+	ModeShadow  Mode = "shadow"  // never reject; count, log and mark the upstream request
+)
+
+// Defaults of the top-level options.
+const (
+	DefaultRejectStatus = 429
+	DefaultShadowHeader = "x-sluice-shadow"
+	DefaultPolicyName   = "default" // the policy built from a top-level "rules"
+	MaxTrustedHops      = 10
+	MaxBurst            = 1e12
+	MaxNameLen          = 64
+)
+
+// Algorithm names.
+const (
+	AlgorithmTokenBucket = "token_bucket"
+)
+
+// Config is the plugin configuration, parsed and normalized: every default is
+// filled in, so consumers never look at JSON again.
+type Config struct {
+	Mode            Mode     // "mode", default enforce
+	RejectStatus    int      // "reject_status", default 429, 400..599
+	ResponseHeaders bool     // "response_headers", default true
+	ShadowHeader    string   // "shadow_header", default "x-sluice-shadow"
+	TrustedHops     int      // "xff_trusted_hops", default 0 (X-Forwarded-For ignored; use source.address)
+	Policies        []Policy // top-level "rules" shorthand becomes one policy named "default"
+}
+
+// Policy is a named, ordered list of rules. Within a policy the first rule
+// whose match holds applies; every policy applies.
+type Policy struct {
+	Name  string
+	Rules []Rule
+}
+
+// Rule is one limit.
+type Rule struct {
+	Name        string
+	Policy      string       // owning policy name
+	Keys        []KeySource  // from "limit_keys", in order
+	Match       []Matcher    // from "match", sorted by source name for determinism
+	Algorithm   string       // "token_bucket"
+	TokenBucket *TokenBucket // set when Algorithm == "token_bucket"
+	Mode        Mode         // effective mode (rule's, else config's)
+}
+
+// SourceKind is where a key or match value is read from.
+type SourceKind int
+
+const (
+	SourceIP     SourceKind = iota + 1 // "ip:address": the client address
+	SourceHeader                       // "header:<name>"
+	SourceQuery                        // "query:<name>"
+	SourceJWT                          // "jwt:<claim>": a claim of the bearer token's payload
+	SourcePath                         // "path": the request path without the query string
+	SourceMethod                       // "method"
+	SourceHost                         // "host": the :authority
+)
+
+// KeySource names one request attribute.
+type KeySource struct {
+	Kind SourceKind
+	Name string // header (lower-cased), query parameter or claim name; "" otherwise
+}
+
+// String returns the source in configuration syntax: "header:x-api-key",
+// "ip:address", "path", ...
+func (k KeySource) String() string {
+	switch k.Kind {
+	case SourceIP:
+		return "ip:address"
+	case SourceHeader:
+		return "header:" + k.Name
+	case SourceQuery:
+		return "query:" + k.Name
+	case SourceJWT:
+		return "jwt:" + k.Name
+	case SourcePath:
+		return "path"
+	case SourceMethod:
+		return "method"
+	case SourceHost:
+		return "host"
+	}
+	return "invalid"
+}
+
+// Matcher is one condition of a rule's "match": the source's value must equal
+// Value, or start with it when Prefix is set ("path_prefix").
+type Matcher struct {
+	Source KeySource
+	Value  string
+	Prefix bool
+}
+
+// TokenBucket is the token_bucket algorithm_config (seed 001).
+type TokenBucket struct {
+	TokensPerSecond float64 // from tokens_per_second or alias rps
+	Burst           float64
+	Cost            CostSource
+	FixedCost       float64 // default 1
+	DefaultCost     float64 // default 1
+}
+
+// CostKind is where a request's cost comes from.
+type CostKind int
+
+const (
+	CostFixed  CostKind = iota // every request costs FixedCost
+	CostHeader                 // the value of header Name, else DefaultCost
+	CostQuery                  // the value of query parameter Name, else DefaultCost
+)
+
+// CostSource is a parsed "cost_source".
+type CostSource struct {
+	Kind CostKind
+	Name string // header (lower-cased) or query parameter name
+}
+
+// String returns the cost source in configuration syntax.
+func (c CostSource) String() string {
+	switch c.Kind {
+	case CostHeader:
+		return "header:" + c.Name
+	case CostQuery:
+		return "query:" + c.Name
+	}
+	return "fixed"
+}
+
+// FieldError is one configuration problem at a JSON path such as
+// "policies[0].rules[1].algorithm_config.burst" ("" for the whole document).
+type FieldError struct {
+	Path    string
+	Message string
+}
+
+// Error returns "<path>: <message>".
+func (e FieldError) Error() string {
+	if e.Path == "" {
+		return e.Message
+	}
+	return e.Path + ": " + e.Message
+}
+
+// Errors is every problem found in a configuration, object by object in
+// document order (within an object, unknown and duplicate fields first).
+type Errors []FieldError
+
+// Error returns one line per problem.
+func (es Errors) Error() string {
+	var b strings.Builder
+	for i, e := range es {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(e.Error())
+	}
+	return b.String()
+}
+
+// RuleByName returns the rule with the given name, or nil.
+func (c *Config) RuleByName(name string) *Rule {
+	if c == nil {
+		return nil
+	}
+	for i := range c.Policies {
+		for j := range c.Policies[i].Rules {
+			if c.Policies[i].Rules[j].Name == name {
+				return &c.Policies[i].Rules[j]
+			}
+		}
+	}
+	return nil
+}
