@@ -1,0 +1,10 @@
+//go:build !wasip1
+
+package filter
+
+import "time"
+
+// nowSeconds is the realtime clock in unix seconds (native builds: tests).
+func nowSeconds() float64 {
+	return float64(time.Now().UnixNano()) / 1e9
+}

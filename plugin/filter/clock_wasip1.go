@@ -1,0 +1,24 @@
+//go:build wasip1
+
+package filter
+
+import "time"
+
+// clockTimeGet is WASI's clock_time_get, imported directly: time.Now()
+// reads both the realtime and the monotonic clock (two host calls), and the
+// filter only needs the realtime one. In Envoy both are the proxy's clocks.
+//
+//go:wasmimport wasi_snapshot_preview1 clock_time_get
+//go:noescape
+func clockTimeGet(clockID uint32, precision uint64, t *uint64) uint32
+
+const clockRealtime = 0
+
+// nowSeconds is the WASI realtime clock (Envoy's clock) in unix seconds.
+func nowSeconds() float64 {
+	var ns uint64
+	if clockTimeGet(clockRealtime, 1, &ns) != 0 {
+		return float64(time.Now().UnixNano()) / 1e9
+	}
+	return float64(ns) / 1e9
+}

@@ -1,0 +1,225 @@
+package filter
+
+import (
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/sluice-rl/sluice/shared/limiter"
+	"github.com/sluice-rl/sluice/shared/policy"
+)
+
+// compiledConfig is a policy.Config prepared for the request path: key and
+// match sources resolved to cache indexes, per-rule header values and
+// metric handles computed once, so a request allocates as little as
+// possible. It is immutable after compile; a reconfiguration builds a new
+// one in a new root context (buckets live in shared data, keyed by rule
+// name, and are untouched).
+type compiledConfig struct {
+	src *policy.Config
+
+	policies [][]*compiledRule // per policy, its rules in order
+	rules    []*compiledRule   // all rules, in order
+
+	// Distinct names per source kind; sourceRef.idx indexes these.
+	headerNames []string
+	queryNames  []string
+	claimNames  []string
+
+	rejectStatus    uint32
+	responseHeaders bool
+	shadowHeader    string
+	trustedHops     int
+	anyShadow       bool // some rule is in shadow mode
+}
+
+type compiledRule struct {
+	name   string
+	shadow bool
+	keys   []sourceRef
+	match  []compiledMatch
+	tb     limiter.TokenBucket
+
+	costKind    policy.CostKind
+	costSrc     sourceRef // for header/query costs
+	fixedCost   float64
+	defaultCost float64
+
+	// Precomputed strings (see headers.go).
+	keyPrefix string // "tb:<rule>:" — state.BucketKey(rule, "")
+	limitHdr  string // RateLimit-Limit: floor(burst)
+	policyHdr string // RateLimit-Policy: "<rule>";q=<burst>;w=<window>
+	rlPrefix  string // RateLimit: `"<rule>";r=`
+	bodyPre   string // `{"error":"rate_limited","rule":"<rule>","retry_after":`
+
+	m ruleMetrics
+}
+
+type compiledMatch struct {
+	src    sourceRef
+	value  string
+	prefix bool
+}
+
+// compile prepares a parsed configuration. Metrics are defined through vm
+// (once per VM and name).
+func compile(c *policy.Config, vm *vmContext) *compiledConfig {
+	cc := &compiledConfig{
+		src:             c,
+		rejectStatus:    uint32(c.RejectStatus),
+		responseHeaders: c.ResponseHeaders,
+		shadowHeader:    strings.ToLower(c.ShadowHeader),
+		trustedHops:     c.TrustedHops,
+	}
+	if cc.rejectStatus < 400 || cc.rejectStatus > 599 {
+		cc.rejectStatus = policy.DefaultRejectStatus
+	}
+	if cc.shadowHeader == "" {
+		cc.shadowHeader = policy.DefaultShadowHeader
+	}
+	for _, p := range c.Policies {
+		var rules []*compiledRule
+		for i := range p.Rules {
+			r := cc.compileRule(&p.Rules[i], vm)
+			rules = append(rules, r)
+			cc.rules = append(cc.rules, r)
+			cc.anyShadow = cc.anyShadow || r.shadow
+		}
+		cc.policies = append(cc.policies, rules)
+	}
+	return cc
+}
+
+func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRule {
+	cr := &compiledRule{
+		name:      r.Name,
+		shadow:    r.Mode == policy.ModeShadow,
+		keyPrefix: "tb:" + r.Name + ":",
+		m:         vm.ruleMetrics(r.Name),
+	}
+	for _, k := range r.Keys {
+		cr.keys = append(cr.keys, cc.ref(k))
+	}
+	for _, m := range r.Match {
+		v := m.Value
+		if m.Source.Kind == policy.SourceHost {
+			v = strings.ToLower(v) // the request's host is lower-cased too
+		}
+		cr.match = append(cr.match, compiledMatch{src: cc.ref(m.Source), value: v, prefix: m.Prefix})
+	}
+	tb := r.TokenBucket
+	if tb == nil { // Parse guarantees it for token_bucket, the only algorithm
+		tb = &policy.TokenBucket{TokensPerSecond: 1, Burst: 1, FixedCost: 1, DefaultCost: 1}
+	}
+	cr.tb = limiter.TokenBucket{Rate: tb.TokensPerSecond, Burst: tb.Burst}
+	cr.costKind = tb.Cost.Kind
+	switch tb.Cost.Kind {
+	case policy.CostHeader:
+		cr.costSrc = cc.ref(policy.KeySource{Kind: policy.SourceHeader, Name: tb.Cost.Name})
+	case policy.CostQuery:
+		cr.costSrc = cc.ref(policy.KeySource{Kind: policy.SourceQuery, Name: tb.Cost.Name})
+	}
+	cr.fixedCost = positiveOr(tb.FixedCost, 1)
+	cr.defaultCost = positiveOr(tb.DefaultCost, 1)
+
+	burst := wholeTokens(tb.Burst)
+	cr.limitHdr = strconv.FormatInt(burst, 10)
+	window := int64(1)
+	if tb.TokensPerSecond > 0 {
+		window = ceilSeconds(tb.Burst / tb.TokensPerSecond)
+	}
+	cr.policyHdr = `"` + r.Name + `";q=` + cr.limitHdr + ";w=" + strconv.FormatInt(window, 10)
+	cr.rlPrefix = `"` + r.Name + `";r=`
+	cr.bodyPre = `{"error":"rate_limited","rule":"` + r.Name + `","retry_after":`
+	return cr
+}
+
+// ref resolves a key source to a cache slot, assigning one index per
+// distinct header, query parameter or claim name.
+func (cc *compiledConfig) ref(k policy.KeySource) sourceRef {
+	switch k.Kind {
+	case policy.SourceHeader:
+		return sourceRef{kind: k.Kind, idx: indexOf(&cc.headerNames, strings.ToLower(k.Name))}
+	case policy.SourceQuery:
+		return sourceRef{kind: k.Kind, idx: indexOf(&cc.queryNames, k.Name)}
+	case policy.SourceJWT:
+		return sourceRef{kind: k.Kind, idx: indexOf(&cc.claimNames, k.Name)}
+	}
+	return sourceRef{kind: k.Kind}
+}
+
+func indexOf(names *[]string, n string) int {
+	for i, x := range *names {
+		if x == n {
+			return i
+		}
+	}
+	*names = append(*names, n)
+	return len(*names) - 1
+}
+
+// matches reports whether every matcher of the rule holds. A missing value
+// never matches.
+func (r *compiledRule) matches(rs *requestSources) bool {
+	for i := range r.match {
+		m := &r.match[i]
+		v, ok := rs.get(m.src)
+		if !ok {
+			return false
+		}
+		if m.prefix {
+			if !strings.HasPrefix(v, m.value) {
+				return false
+			}
+		} else if v != m.value {
+			return false
+		}
+	}
+	return true
+}
+
+// cost returns the request's cost for this rule: the fixed cost, or the
+// header/query value parsed by limiter.ParseCost, falling back to the
+// default cost when that value is absent, not a number, not positive, NaN,
+// infinite or absurdly large.
+func (r *compiledRule) cost(rs *requestSources) float64 {
+	if r.costKind == policy.CostFixed {
+		return r.fixedCost
+	}
+	if v, ok := rs.get(r.costSrc); ok {
+		if c, ok := limiter.ParseCost(v); ok {
+			return c
+		}
+	}
+	return r.defaultCost
+}
+
+func positiveOr(v, def float64) float64 {
+	if v > 0 && !math.IsInf(v, 0) {
+		return v
+	}
+	return def
+}
+
+// wholeTokens floors a token count for a header (never negative, bounded).
+func wholeTokens(v float64) int64 {
+	if !(v > 0) {
+		return 0
+	}
+	if v > 1e15 {
+		return 1e15
+	}
+	return int64(v)
+}
+
+// ceilSeconds rounds a duration in seconds up to whole seconds (never
+// negative, bounded like limiter's durations).
+func ceilSeconds(v float64) int64 {
+	if !(v > 0) {
+		return 0
+	}
+	if v > math.MaxInt32 {
+		return math.MaxInt32
+	}
+	return int64(math.Ceil(v))
+}

@@ -1,0 +1,123 @@
+package filter
+
+import (
+	"unsafe"
+
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
+
+	"github.com/sluice-rl/sluice/shared/limiter"
+)
+
+// Response header fields (names lower-case, as Envoy stores them).
+//
+// Both generations of the IETF RateLimit fields are sent, like seed 001:
+// the older RateLimit-Limit / -Remaining / -Reset (drafts <= 06, still read
+// by many clients) and draft-ietf-httpapi-ratelimit-headers-10's structured
+// fields:
+//
+//	RateLimit:        "<rule>";r=<remaining>;t=<seconds>
+//	RateLimit-Policy: "<rule>";q=<burst>;w=<ceil(burst/rate)>
+//
+// Values:
+//   - Limit and q are the burst (whole tokens, floored).
+//   - Remaining and r are the whole tokens left (floored: never promise a
+//     token that is not there).
+//   - On an allowed response, Reset and t are the seconds until the bucket is
+//     full again (rounded up). On a rejection they are the seconds until this
+//     request's cost is available (rounded up), and Retry-After is that plus a
+//     deterministic per-client jitter of at most 50% (limiter.RetryAfter), so
+//     Retry-After >= t >= the true wait, as the draft requires.
+//   - w is the time the bucket takes to refill from empty.
+const (
+	hdrRetryAfter     = "retry-after"
+	hdrLimit          = "ratelimit-limit"
+	hdrRemaining      = "ratelimit-remaining"
+	hdrReset          = "ratelimit-reset"
+	hdrRateLimit      = "ratelimit"
+	hdrPolicy         = "ratelimit-policy"
+	hdrReason         = "x-ratelimit-reason"
+	hdrContentType    = "content-type"
+	reasonTokenBucket = "token_bucket_exceeded"
+	contentTypeJSON   = "application/json"
+)
+
+// sendReject sends the local reply for a request rejected by rule r with
+// decision wait (seconds until its cost is available). identity is the
+// composite key: it seeds Retry-After's jitter.
+func (p *pluginContext) sendReject(r *compiledRule, wait float64, identity string) error {
+	t := ceilSeconds(wait)
+	if t < 1 {
+		t = 1 // rejected: some wait is needed even if it rounds to 0
+	}
+	retry := int64(limiter.RetryAfter(wait, identity))
+	if retry < t {
+		retry = t // never earlier than t (RetryAfter already guarantees it)
+	}
+	b := p.hdrBuf[:0]
+	b = appendInt(b, retry)
+	retryEnd := len(b)
+	b = appendInt(b, t)
+	tEnd := len(b)
+	b = append(b, r.rlPrefix...)
+	b = append(b, "0;t="...)
+	b = appendInt(b, t)
+	rlEnd := len(b)
+	b = append(b, r.bodyPre...)
+	b = appendInt(b, retry)
+	b = append(b, '}')
+	p.hdrBuf = b
+	s := bytesView(b)
+
+	headers := [][2]string{
+		{hdrRetryAfter, s[:retryEnd]},
+		{hdrLimit, r.limitHdr},
+		{hdrRemaining, "0"},
+		{hdrReset, s[retryEnd:tEnd]},
+		{hdrRateLimit, s[tEnd:rlEnd]},
+		{hdrPolicy, r.policyHdr},
+		{hdrReason, reasonTokenBucket},
+		{hdrContentType, contentTypeJSON},
+	}
+	return proxywasm.SendHttpResponse(p.cfg.rejectStatus, headers, b[rlEnd:], -1)
+}
+
+// allowedHeaders remembers what on_response_headers will send for an
+// allowed request: the most restrictive enforce rule's numbers.
+type allowedHeaders struct {
+	rule      *compiledRule
+	remaining int64
+	reset     int64
+}
+
+// setAllowedHeaders writes the RateLimit fields on an allowed response.
+// replace (not add) so a retried or upstream-set field is not duplicated.
+func (p *pluginContext) setAllowedHeaders(h allowedHeaders) {
+	r := h.rule
+	b := p.hdrBuf[:0]
+	b = appendInt(b, h.remaining)
+	remEnd := len(b)
+	b = appendInt(b, h.reset)
+	resetEnd := len(b)
+	b = append(b, r.rlPrefix...)
+	b = append(b, b[:remEnd]...)
+	b = append(b, ";t="...)
+	b = append(b, b[remEnd:resetEnd]...)
+	p.hdrBuf = b
+	s := bytesView(b)
+
+	_ = proxywasm.ReplaceHttpResponseHeader(hdrLimit, r.limitHdr)
+	_ = proxywasm.ReplaceHttpResponseHeader(hdrRemaining, s[:remEnd])
+	_ = proxywasm.ReplaceHttpResponseHeader(hdrReset, s[remEnd:resetEnd])
+	_ = proxywasm.ReplaceHttpResponseHeader(hdrRateLimit, s[resetEnd:])
+	_ = proxywasm.ReplaceHttpResponseHeader(hdrPolicy, r.policyHdr)
+}
+
+// bytesView returns b as a string without copying. The result is only ever
+// passed to host calls, which copy it into the host before returning; b is
+// not modified until then.
+func bytesView(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}

@@ -1,0 +1,184 @@
+package filter_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/plugin/wasmhost"
+	"github.com/sluice-rl/sluice/plugin/wasmhost/wasmtest"
+	"github.com/sluice-rl/sluice/shared/state"
+)
+
+// These tests run the COMPILED filter (./plugin built for wasip1/wasm) in
+// plugin/wasmhost, the Envoy-faithful host, with a manual clock.
+
+var t0 = time.Unix(1_700_000_000, 0)
+
+type fixture struct {
+	t     testing.TB
+	h     *wasmhost.Host
+	clock *wasmhost.ManualClock
+}
+
+func pluginWasm(t testing.TB) []byte {
+	t.Helper()
+	return wasmtest.Build(t, "./plugin")
+}
+
+// start runs the filter with config on vms VMs.
+func start(t testing.TB, config string, vms int) *fixture {
+	t.Helper()
+	f, err := tryStart(t, config, vms)
+	if err != nil {
+		t.Fatalf("wasmhost.New: %v", err)
+	}
+	return f
+}
+
+func tryStart(t testing.TB, config string, vms int) (*fixture, error) {
+	t.Helper()
+	clock := wasmhost.NewManualClock(t0)
+	h, err := wasmhost.New(context.Background(), wasmhost.Config{
+		Wasm:         pluginWasm(t),
+		PluginConfig: []byte(config),
+		VMs:          vms,
+		Clock:        clock,
+	})
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { _ = h.Close(context.Background()) })
+	return &fixture{t: t, h: h, clock: clock}, nil
+}
+
+// rq builds a request from name/value pairs. The pseudo name "@ip" sets the
+// source.address property (default "10.0.0.1:5555").
+func rq(kv ...string) *wasmhost.Request {
+	r := &wasmhost.Request{Properties: wasmhost.Properties{"source.address": []byte("10.0.0.1:5555")}}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i] == "@ip" {
+			r.Properties["source.address"] = []byte(kv[i+1])
+			continue
+		}
+		r.Headers = append(r.Headers, wasmhost.Header{kv[i], kv[i+1]})
+	}
+	if !hasHeader(r.Headers, ":path") {
+		r.Headers = append(r.Headers, wasmhost.Header{":path", "/"})
+	}
+	return r
+}
+
+func hasHeader(hs []wasmhost.Header, name string) bool {
+	for _, h := range hs {
+		if h[0] == name {
+			return true
+		}
+	}
+	return false
+}
+
+// do sends a full stream on VM 0 and fails the test on a host error (a trap).
+func (f *fixture) do(kv ...string) *wasmhost.Result {
+	f.t.Helper()
+	return f.doOn(0, rq(kv...))
+}
+
+func (f *fixture) doOn(vm int, r *wasmhost.Request) *wasmhost.Result {
+	f.t.Helper()
+	res, err := f.h.VM(vm).HTTP(context.Background(), r)
+	if err != nil {
+		var trap *wasmhost.TrapError
+		if errors.As(err, &trap) {
+			f.t.Fatalf("guest trapped in %s: %v", trap.Callback, err)
+		}
+		f.t.Fatalf("HTTP: %v", err)
+	}
+	return res
+}
+
+// admitted sends n identical requests and returns how many were allowed.
+func (f *fixture) admitted(n int, kv ...string) int {
+	f.t.Helper()
+	ok := 0
+	for i := 0; i < n; i++ {
+		if !f.do(kv...).Rejected {
+			ok++
+		}
+	}
+	return ok
+}
+
+func (f *fixture) metric(name string) uint64 {
+	v, _ := f.h.Metric(name)
+	return v
+}
+
+// bucket reads a bucket from shared data.
+func (f *fixture) bucket(rule, composite string) (state.Bucket, bool) {
+	f.t.Helper()
+	v, _, st := f.h.SharedData().Get(state.BucketKey(rule, composite))
+	if st == wasmhost.StatusNotFound {
+		return state.Bucket{}, false
+	}
+	if st != wasmhost.StatusOK {
+		f.t.Fatalf("shared data get: status %d", st)
+	}
+	b, err := state.DecodeBucket(v)
+	if err != nil {
+		f.t.Fatalf("bucket %s/%s: %v (%q)", rule, composite, err, v)
+	}
+	return b, true
+}
+
+func (f *fixture) tokens(rule, composite string) float64 {
+	f.t.Helper()
+	b, ok := f.bucket(rule, composite)
+	if !ok {
+		f.t.Fatalf("bucket %s/%s does not exist", rule, composite)
+	}
+	return b.Tokens
+}
+
+func header(hs []wasmhost.Header, name string) (string, bool) {
+	for _, h := range hs {
+		if h[0] == name {
+			return h[1], true
+		}
+	}
+	return "", false
+}
+
+func headerCount(hs []wasmhost.Header, name string) int {
+	n := 0
+	for _, h := range hs {
+		if h[0] == name {
+			n++
+		}
+	}
+	return n
+}
+
+func mustAtoi(t testing.TB, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatalf("not an integer: %q", s)
+	}
+	return n
+}
+
+func logsContaining(h *wasmhost.Host, level wasmhost.LogLevel, sub string) int {
+	n := 0
+	for _, e := range h.LogsAtLeast(level) {
+		if strings.Contains(e.Message, sub) {
+			n++
+		}
+	}
+	return n
+}
+
+func near(a, b float64) bool { return a-b < 1e-6 && b-a < 1e-6 }

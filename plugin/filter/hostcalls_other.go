@@ -1,0 +1,46 @@
+//go:build !wasip1
+
+package filter
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+// Native builds (unit tests of the pure helpers) go through the SDK; the
+// filter only ever runs as wasm, see hostcalls_wasip1.go.
+
+func getRequestHeader(name string) (string, bool) {
+	v, err := proxywasm.GetHttpRequestHeader(name)
+	return v, err == nil
+}
+
+func getSharedData(key string) ([]byte, uint32, uint32) {
+	v, cas, err := proxywasm.GetSharedData(key)
+	return v, cas, statusOf(err)
+}
+
+func getProperty(path string) ([]byte, bool) {
+	v, err := proxywasm.GetProperty(strings.Split(path, "\x00"))
+	return v, err == nil
+}
+
+func statusOf(err error) uint32 {
+	switch {
+	case err == nil:
+		return statusOK
+	case errors.Is(err, types.ErrorStatusNotFound):
+		return statusNotFound
+	case errors.Is(err, types.ErrorStatusCasMismatch):
+		return statusCasMismatch
+	}
+	return statusInternalFailure
+}
+
+func incrementMetric(id uint32, offset int64) {
+	defer func() { _ = recover() }()
+	proxywasm.MetricCounter(id).Increment(uint64(offset))
+}

@@ -1,0 +1,150 @@
+package filter
+
+import (
+	"time"
+
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
+)
+
+// Metrics are proxy-wasm counters (Envoy stats; Envoy shows custom wasm
+// metrics under the "wasmcustom." prefix). Per rule:
+//
+//	sluice.rule.<rule>.allowed         the rule admitted the request and its tokens were committed
+//	sluice.rule.<rule>.rejected        the rule (enforce mode) refused the request
+//	sluice.rule.<rule>.shadow_rejected the rule (shadow mode) would have refused it
+//	sluice.rule.<rule>.fail_open       shared data failed (error or CAS retries exhausted):
+//	                                   the rule was skipped for the request
+//	sluice.rule.<rule>.cas_retries     CAS mismatches on the rule's buckets (each one re-read and retried)
+//	sluice.rule.<rule>.key_missing     the rule matched but a limit key was missing, so it was skipped
+//
+// and for the whole filter:
+//
+//	sluice.config_rejected   on_configure rejected a configuration
+//	sluice.panics_recovered  a callback panicked; the request was let through
+//	sluice.refund_failed     a refund (after a late rejection) could not be written
+//
+// Counters are defined once per VM and name (vmContext.counter caches the
+// ids), at configuration time, never per request. A reconfiguration that
+// keeps a rule name keeps counting into the same stat.
+type ruleMetrics struct {
+	allowed, rejected, shadowRejected, failOpen, casRetries, keyMissing counter
+}
+
+type globalMetrics struct {
+	configRejected, panicsRecovered, refundFailed counter
+}
+
+func (vm *vmContext) ruleMetrics(rule string) ruleMetrics {
+	p := "sluice.rule." + rule + "."
+	return ruleMetrics{
+		allowed:        vm.counter(p + "allowed"),
+		rejected:       vm.counter(p + "rejected"),
+		shadowRejected: vm.counter(p + "shadow_rejected"),
+		failOpen:       vm.counter(p + "fail_open"),
+		casRetries:     vm.counter(p + "cas_retries"),
+		keyMissing:     vm.counter(p + "key_missing"),
+	}
+}
+
+func (vm *vmContext) globals() *globalMetrics {
+	if vm.global == nil {
+		vm.global = &globalMetrics{
+			configRejected:  vm.counter("sluice.config_rejected"),
+			panicsRecovered: vm.counter("sluice.panics_recovered"),
+			refundFailed:    vm.counter("sluice.refund_failed"),
+		}
+	}
+	return vm.global
+}
+
+// counter is a defined metric, or the zero value when the host refused the
+// definition (then increments are no-ops).
+type counter struct {
+	id proxywasm.MetricCounter
+	ok bool
+}
+
+// counter returns the cached counter for name, defining it on first use.
+func (vm *vmContext) counter(name string) counter {
+	if c, ok := vm.counters[name]; ok {
+		return c
+	}
+	c := defineCounter(name)
+	if vm.counters == nil {
+		vm.counters = make(map[string]counter)
+	}
+	vm.counters[name] = c
+	return c
+}
+
+func defineCounter(name string) (c counter) {
+	defer func() {
+		if r := recover(); r != nil { // the SDK panics when the host refuses
+			proxywasm.LogWarn("sluice: cannot define metric " + name)
+			c = counter{}
+		}
+	}()
+	return counter{id: proxywasm.DefineCounterMetric(name), ok: true}
+}
+
+// inc adds one. A host error is ignored: a metric must never break a
+// request.
+func (c counter) inc() {
+	if c.ok {
+		incrementMetric(uint32(c.id), 1)
+	}
+}
+
+// logLimiter rate-limits repetitive warnings (fail-open, shadow
+// rejections, corrupt state): at most one line per category per interval,
+// with the number of suppressed lines. Counters carry the exact numbers.
+type logLimiter struct {
+	last       [numLogKinds]time.Time
+	suppressed [numLogKinds]int
+}
+
+type logKind int
+
+const (
+	logFailOpen logKind = iota
+	logShadow
+	logCorrupt
+	logRefund
+	logPanic
+	numLogKinds
+)
+
+const logInterval = 10 * time.Second
+
+// allow reports whether a line of this kind may be logged now, and how many
+// were suppressed since the last one.
+func (l *logLimiter) allow(k logKind) (bool, int) {
+	now := time.Now()
+	last := l.last[k]
+	if !last.IsZero() && now.Sub(last) < logInterval && !now.Before(last) {
+		l.suppressed[k]++
+		return false, 0
+	}
+	n := l.suppressed[k]
+	l.last[k], l.suppressed[k] = now, 0
+	return true, n
+}
+
+// logLimited logs msg at warn (or info for shadow) level if the limiter
+// allows it.
+func (vm *vmContext) logLimited(k logKind, msg string) {
+	ok, n := vm.logs.allow(k)
+	if !ok {
+		return
+	}
+	if n > 0 {
+		msg += " (" + itoa(int64(n)) + " similar messages suppressed)"
+	}
+	if k == logShadow {
+		proxywasm.LogInfo(msg)
+	} else {
+		proxywasm.LogWarn(msg)
+	}
+}
+
+func itoa(v int64) string { return string(appendInt(nil, v)) }

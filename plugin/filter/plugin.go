@@ -1,0 +1,455 @@
+// Package filter is the Sluice proxy-wasm HTTP filter: token-bucket rate
+// limiting with state in proxy-wasm shared data, so every worker thread of an
+// Envoy shares the same buckets.
+//
+// How a request flows (docs/filter.md has the long version):
+//
+//  1. on_request_headers: for every policy, the first rule whose match holds
+//     and whose limit keys are all present applies. For each applying rule
+//     the bucket tb:{rule}:{composite_key} is read from shared data and
+//     limiter.TokenBucket.Take decides (phase 1, no writes).
+//  2. If an enforce-mode rule refuses, nothing is written and a 429 local
+//     reply is sent. Otherwise each admitting rule's new state is committed
+//     with CAS (phase 2); a CAS mismatch re-reads and re-decides that rule,
+//     and a rule that now refuses rolls back (refunds) the rules already
+//     committed before the 429: a rejected request consumes from no rule.
+//  3. on_response_headers: the RateLimit fields of the most restrictive
+//     enforce rule are added to allowed responses; the filter's own 429 is
+//     left alone.
+//
+// Shared-data errors fail open for the rule concerned (store.go), and every
+// callback recovers from panics and lets the request through: the filter
+// never blocks traffic because of its own failure and never traps the VM.
+package filter
+
+import (
+	"errors"
+	"strconv"
+
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/sluice-rl/sluice/shared/limiter"
+	"github.com/sluice-rl/sluice/shared/policy"
+	"github.com/sluice-rl/sluice/shared/state"
+)
+
+// NewVMContext returns the filter's VM context; plugin/main.go registers it.
+func NewVMContext() types.VMContext { return &vmContext{} }
+
+// vmContext is per VM (one per Envoy worker thread). It outlives root
+// contexts: metric ids and the log limiter are kept across reconfigurations.
+type vmContext struct {
+	types.DefaultVMContext
+	counters map[string]counter
+	global   *globalMetrics
+	logs     logLimiter
+}
+
+func (vm *vmContext) NewPluginContext(contextID uint32) types.PluginContext {
+	return &pluginContext{vm: vm}
+}
+
+// pluginContext is a root context: one configuration. Envoy creates a new
+// one per configuration update; if its on_configure fails, the previous one
+// stays in force.
+type pluginContext struct {
+	types.DefaultPluginContext
+	vm  *vmContext
+	cfg *compiledConfig // nil until configured
+
+	// Per-request scratch, reused: a VM runs one callback at a time.
+	rs      requestSources
+	apps    []application
+	comps   []string
+	compBuf []byte
+	valBuf  []byte
+	hdrBuf  []byte
+	shadow  []byte
+	free    []*httpContext // recycled HTTP contexts
+}
+
+// OnPluginStart is proxy_on_configure: parse and validate the plugin
+// configuration with the same code the admin uses. On any problem, every
+// problem is logged at error level with its JSON path and false is returned,
+// so Envoy keeps the previous configuration. Buckets are never reset: they
+// live in shared data keyed by rule name.
+func (p *pluginContext) OnPluginStart(int) (ok types.OnPluginStartStatus) {
+	defer func() {
+		if r := recover(); r != nil {
+			p.vm.recovered("on_configure", r)
+			ok = types.OnPluginStartStatusFailed
+		}
+	}()
+	data, err := proxywasm.GetPluginConfiguration()
+	if err != nil && !errors.Is(err, types.ErrorStatusNotFound) {
+		proxywasm.LogError("sluice: cannot read the plugin configuration: " + err.Error())
+		p.vm.globals().configRejected.inc()
+		return types.OnPluginStartStatusFailed
+	}
+	cfg, err := policy.Parse(data)
+	if err != nil || cfg == nil {
+		logConfigErrors(err)
+		p.vm.globals().configRejected.inc()
+		return types.OnPluginStartStatusFailed
+	}
+	p.vm.globals() // define the global counters up front
+	p.cfg = compile(cfg, p.vm)
+	p.apps = make([]application, 0, len(p.cfg.policies))
+	proxywasm.LogInfo("sluice: configuration loaded: " + strconv.Itoa(len(p.cfg.policies)) +
+		" policies, " + strconv.Itoa(len(p.cfg.rules)) + " rules")
+	return types.OnPluginStartStatusOK
+}
+
+func logConfigErrors(err error) {
+	var fes policy.Errors
+	switch {
+	case errors.As(err, &fes) && len(fes) > 0:
+		for _, fe := range fes {
+			proxywasm.LogError("sluice: invalid configuration: " + fe.Error())
+		}
+	case err != nil:
+		proxywasm.LogError("sluice: invalid configuration: " + err.Error())
+	default:
+		proxywasm.LogError("sluice: invalid configuration")
+	}
+}
+
+func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
+	// Must never return nil (the SDK would panic): nothing here can fail.
+	// HTTP contexts are recycled (see OnHttpStreamDone): one allocation less
+	// per request.
+	if n := len(p.free); n > 0 {
+		h := p.free[n-1]
+		p.free = p.free[:n-1]
+		*h = httpContext{p: p}
+		return h
+	}
+	return &httpContext{p: p}
+}
+
+// maxFreeContexts bounds the recycled HTTP contexts per root context.
+const maxFreeContexts = 64
+
+// OnHttpStreamDone is proxy_on_log, the last callback a stream's context
+// receives (after it the host only calls proxy_on_done and proxy_on_delete,
+// which the SDK handles without calling the context). The context is then
+// free for reuse by a new stream.
+func (h *httpContext) OnHttpStreamDone() {
+	if p := h.p; len(p.free) < maxFreeContexts {
+		*h = httpContext{p: p}
+		p.free = append(p.free, h)
+	}
+}
+
+// httpContext is one HTTP stream.
+type httpContext struct {
+	types.DefaultHttpContext
+	p       *pluginContext
+	local   bool           // we sent a local reply (our 429)
+	allowed allowedHeaders // what on_response_headers adds (rule nil: nothing)
+}
+
+func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
+	defer func() {
+		if r := recover(); r != nil {
+			h.p.vm.recovered("on_request_headers", r)
+			h.allowed = allowedHeaders{}
+			action = types.ActionContinue
+			if h.local {
+				action = types.ActionPause
+			}
+		}
+	}()
+	if h.p.cfg == nil {
+		return types.ActionContinue
+	}
+	return h.p.decide(h)
+}
+
+func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
+	defer func() {
+		if r := recover(); r != nil {
+			h.p.vm.recovered("on_response_headers", r)
+		}
+	}()
+	// Envoy runs this callback for our own local reply too: its headers are
+	// already final, leave them alone.
+	if h.local || h.allowed.rule == nil || h.p.cfg == nil || !h.p.cfg.responseHeaders {
+		return types.ActionContinue
+	}
+	h.p.setAllowedHeaders(h.allowed)
+	return types.ActionContinue
+}
+
+// recovered logs a recovered panic (rate-limited) and counts it.
+func (vm *vmContext) recovered(where string, r any) {
+	vm.globals().panicsRecovered.inc()
+	msg := "sluice: recovered from a panic in " + where + "; request let through"
+	if e, ok := r.(error); ok {
+		msg += ": " + e.Error()
+	} else if s, ok := r.(string); ok {
+		msg += ": " + s
+	}
+	vm.logLimited(logPanic, msg)
+}
+
+// application is one applying rule in one request.
+type application struct {
+	rule      *compiledRule
+	keyBuf    []byte // "tb:<rule>:<composite>", reused across requests
+	key       string // view of keyBuf
+	identity  string // view of the composite part
+	cost      float64
+	read      bucketRead
+	next      state.Bucket
+	dec       limiter.Decision
+	failed    bool // storage failed: the rule is skipped (fail open)
+	committed bool
+}
+
+// decide runs the rate limit for one request; see the package comment.
+func (p *pluginContext) decide(h *httpContext) types.Action {
+	cfg := p.cfg
+	p.rs.reset(cfg)
+	p.shadow = p.shadow[:0]
+	apps := p.selectRules()
+	if len(apps) == 0 {
+		p.markShadow(false)
+		return types.ActionContinue
+	}
+	now := nowSeconds()
+
+	// Phase 1: read and decide every applying rule, write nothing.
+	for i := range apps {
+		a := &apps[i]
+		a.cost = a.rule.cost(&p.rs)
+		r, corrupt, err := readBucket(a.key)
+		if err != nil {
+			p.failOpen(a, err)
+			continue
+		}
+		if corrupt {
+			p.vm.logLimited(logCorrupt, "sluice: rule "+a.rule.name+": undecodable bucket state replaced by a full bucket")
+		}
+		a.read = r
+		a.next, a.dec = a.rule.tb.Take(r.b, r.exists, now, a.cost)
+	}
+
+	// Any enforce rule refusing rejects the request, before any write. The
+	// reported rule is the one with the longest wait, so Retry-After covers
+	// every refusing rule.
+	reject := -1
+	anyShadow := false
+	for i := range apps {
+		a := &apps[i]
+		if a.failed || a.dec.Allowed {
+			continue
+		}
+		if a.rule.shadow {
+			p.shadowReject(a)
+			anyShadow = true
+			continue
+		}
+		a.rule.m.rejected.inc()
+		if reject < 0 || a.dec.Wait > apps[reject].dec.Wait {
+			reject = i
+		}
+	}
+	if reject >= 0 {
+		return p.reject(h, &apps[reject])
+	}
+
+	// Phase 2: commit every admitting rule with CAS.
+	for i := range apps {
+		a := &apps[i]
+		if a.failed || !a.dec.Allowed {
+			continue
+		}
+		switch p.commit(a, now) {
+		case commitOK:
+			a.committed = true
+		case commitFailed:
+			// counted and logged by commit; the rule is skipped
+		case commitRefused:
+			if a.rule.shadow {
+				p.shadowReject(a)
+				anyShadow = true
+				continue
+			}
+			a.rule.m.rejected.inc()
+			p.refundCommitted(apps[:i])
+			return p.reject(h, a)
+		}
+	}
+
+	// Allowed.
+	var best *application
+	for i := range apps {
+		a := &apps[i]
+		if !a.committed {
+			continue
+		}
+		a.rule.m.allowed.inc()
+		if !a.rule.shadow && (best == nil || a.dec.Remaining < best.dec.Remaining) {
+			best = a
+		}
+	}
+	if best != nil {
+		h.allowed = allowedHeaders{
+			rule:      best.rule,
+			remaining: wholeTokens(best.dec.Remaining),
+			reset:     ceilSeconds(best.dec.Reset),
+		}
+	}
+	p.markShadow(anyShadow)
+	return types.ActionContinue
+}
+
+// selectRules picks, per policy, the first rule whose match holds and whose
+// limit keys are all present, and builds its bucket key. A rule that matches
+// but lacks a key value is skipped (counted in key_missing) and the next rule
+// of the policy is tried, so "per API key, else per IP" is two rules.
+func (p *pluginContext) selectRules() []application {
+	apps := p.apps[:0]
+	for _, rules := range p.cfg.policies {
+		for _, r := range rules {
+			if !r.matches(&p.rs) {
+				continue
+			}
+			comps := p.comps[:0]
+			ok := true
+			for _, k := range r.keys {
+				v, present := p.rs.get(k)
+				if !present {
+					ok = false
+					break
+				}
+				comps = append(comps, v)
+			}
+			p.comps = comps
+			if !ok {
+				r.m.keyMissing.inc()
+				continue
+			}
+			// Reuse the slot's key buffer from earlier requests.
+			if len(apps) < cap(apps) {
+				apps = apps[:len(apps)+1]
+			} else {
+				apps = append(apps, application{})
+			}
+			a := &apps[len(apps)-1]
+			kb := append(a.keyBuf[:0], r.keyPrefix...)
+			kb, p.compBuf = appendComposite(kb, p.compBuf, comps)
+			*a = application{rule: r, keyBuf: kb}
+			a.key = bytesView(kb)
+			a.identity = a.key[len(r.keyPrefix):]
+			break
+		}
+	}
+	clear(p.comps[:cap(p.comps)]) // do not retain header strings
+	p.apps = apps
+	return apps
+}
+
+type commitResult int
+
+const (
+	commitOK      commitResult = iota
+	commitFailed               // storage error or retries exhausted: fail open
+	commitRefused              // after a re-read the rule refuses the request
+)
+
+// commit writes a's new state with CAS, re-reading and re-deciding on
+// mismatch.
+func (p *pluginContext) commit(a *application, now float64) commitResult {
+	for attempt := 1; ; attempt++ {
+		p.valBuf = encodeBucket(p.valBuf[:0], a.next)
+		err := writeBucket(a.key, p.valBuf, a.read)
+		if err == nil {
+			return commitOK
+		}
+		if !errors.Is(err, types.ErrorStatusCasMismatch) {
+			p.failOpen(a, err)
+			return commitFailed
+		}
+		a.rule.m.casRetries.inc()
+		if attempt >= maxAttempts {
+			p.failOpen(a, errRetriesExhausted)
+			return commitFailed
+		}
+		r, _, err := readBucket(a.key)
+		if err != nil {
+			p.failOpen(a, err)
+			return commitFailed
+		}
+		a.read = r
+		a.next, a.dec = a.rule.tb.Take(r.b, r.exists, now, a.cost)
+		if !a.dec.Allowed {
+			return commitRefused
+		}
+	}
+}
+
+// refundCommitted gives back the tokens of rules this request already
+// committed, because a later rule refused it.
+func (p *pluginContext) refundCommitted(apps []application) {
+	for i := range apps {
+		a := &apps[i]
+		if !a.committed {
+			continue
+		}
+		a.committed = false
+		if !refund(a.key, a.cost, a.rule.tb.Burst, &p.valBuf) {
+			p.vm.globals().refundFailed.inc()
+			p.vm.logLimited(logRefund, "sluice: rule "+a.rule.name+": could not refund a rejected request's tokens")
+		}
+	}
+}
+
+// failOpen skips rule a for this request after a storage failure.
+func (p *pluginContext) failOpen(a *application, err error) {
+	a.failed = true
+	a.rule.m.failOpen.inc()
+	p.vm.logLimited(logFailOpen, "sluice: rule "+a.rule.name+": shared data failed ("+err.Error()+"); failing open")
+}
+
+// shadowReject records that shadow rule a would have refused the request.
+func (p *pluginContext) shadowReject(a *application) {
+	a.rule.m.shadowRejected.inc()
+	if len(p.shadow) > 0 {
+		p.shadow = append(p.shadow, ',')
+	}
+	p.shadow = append(p.shadow, a.rule.name...)
+	p.vm.logLimited(logShadow, "sluice: shadow rule "+a.rule.name+" would have rejected a request (retry after "+
+		strconv.FormatInt(ceilSeconds(a.dec.Wait), 10)+"s)")
+}
+
+// markShadow sets the shadow header on the upstream request to the names of
+// the shadow rules that would have rejected it. When the configuration has
+// shadow rules, a client-sent header of that name is removed otherwise, so
+// upstream can trust it.
+func (p *pluginContext) markShadow(would bool) {
+	defer func() { p.shadow = p.shadow[:0] }()
+	if !p.cfg.anyShadow {
+		return
+	}
+	if would && len(p.shadow) > 0 {
+		_ = proxywasm.ReplaceHttpRequestHeader(p.cfg.shadowHeader, bytesView(p.shadow))
+		return
+	}
+	_ = proxywasm.RemoveHttpRequestHeader(p.cfg.shadowHeader)
+}
+
+// reject sends the 429 for rule a.
+func (p *pluginContext) reject(h *httpContext, a *application) types.Action {
+	p.shadow = p.shadow[:0]
+	h.local = true
+	if err := p.sendReject(a.rule, a.dec.Wait, a.identity); err != nil {
+		// The host refused the local reply: let the request through.
+		h.local = false
+		p.vm.logLimited(logFailOpen, "sluice: cannot send the rejection: "+err.Error())
+		return types.ActionContinue
+	}
+	return types.ActionPause
+}

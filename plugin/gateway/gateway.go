@@ -1,0 +1,368 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-rl/sluice/plugin/wasmhost"
+)
+
+// Options configure a Gateway.
+type Options struct {
+	Listen         string        // address to serve on; ":0" picks a free port
+	Upstream       string        // base URL of the upstream, or "demo"
+	ConfigPath     string        // plugin configuration file (JSON)
+	WasmPath       string        // the plugin module
+	VMs            int           // worker VMs
+	ReloadInterval time.Duration // how often ConfigPath is checked for changes
+
+	// PauseTimeout bounds how long a request paused by the plugin waits to
+	// be resumed before the gateway answers 503 (default 30s).
+	PauseTimeout time.Duration
+}
+
+// Gateway serves HTTP through the plugin running in a wasmhost.Host.
+type Gateway struct {
+	opts     Options
+	log      *slog.Logger
+	host     *wasmhost.Host
+	upstream *url.URL
+	client   *http.Client
+	server   *http.Server
+	listener net.Listener
+	demo     *http.Server // built-in upstream, when Upstream is "demo"
+	next     atomic.Uint64
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+
+	configMu  sync.Mutex
+	configSum []byte // contents of the config in force
+}
+
+// Start loads the module and configuration, starts the worker VMs, the
+// ticker, the config watcher and the HTTP server.
+func Start(ctx context.Context, opts Options, logger *slog.Logger) (*Gateway, error) {
+	if opts.PauseTimeout <= 0 {
+		opts.PauseTimeout = 30 * time.Second
+	}
+	wasm, err := os.ReadFile(opts.WasmPath)
+	if err != nil {
+		return nil, fmt.Errorf("reading the plugin: %w (run `make build` first, or pass -wasm)", err)
+	}
+	config, err := os.ReadFile(opts.ConfigPath)
+	if err != nil {
+		return nil, fmt.Errorf("reading the plugin configuration: %w (pass -config)", err)
+	}
+	gw := &Gateway{opts: opts, log: logger, configSum: config}
+	runCtx, cancel := context.WithCancel(context.Background())
+	gw.cancel = cancel
+
+	if err := gw.startUpstream(opts.Upstream); err != nil {
+		cancel()
+		return nil, err
+	}
+	gw.host, err = wasmhost.New(ctx, wasmhost.Config{
+		Wasm:         wasm,
+		PluginConfig: config,
+		VMs:          opts.VMs,
+		VMID:         "sluice",
+		RootID:       "sluice",
+		LogWriter:    logWriter{logger},
+	})
+	if err != nil {
+		gw.stopUpstream()
+		cancel()
+		return nil, fmt.Errorf("starting the plugin: %w", err)
+	}
+	gw.host.StartTicker(runCtx)
+
+	gw.listener, err = net.Listen("tcp", opts.Listen)
+	if err != nil {
+		gw.host.Close(ctx)
+		gw.stopUpstream()
+		cancel()
+		return nil, fmt.Errorf("-listen %s: %w", opts.Listen, err)
+	}
+	gw.client = &http.Client{
+		Timeout:       60 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	gw.server = &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second}
+	gw.wg.Add(2)
+	go func() {
+		defer gw.wg.Done()
+		if err := gw.server.Serve(gw.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("serve", "err", err)
+		}
+	}()
+	go func() {
+		defer gw.wg.Done()
+		gw.watchConfig(runCtx)
+	}()
+	logger.Info("gateway ready", "listen", gw.URL(), "upstream", gw.upstream.String(), "vms", opts.VMs, "config", opts.ConfigPath)
+	return gw, nil
+}
+
+// URL is the gateway's base URL.
+func (gw *Gateway) URL() string { return "http://" + gw.listener.Addr().String() }
+
+// Host exposes the plugin host (tests read shared data and metrics from it).
+func (gw *Gateway) Host() *wasmhost.Host { return gw.host }
+
+// Close stops serving, then stops the VMs.
+func (gw *Gateway) Close(ctx context.Context) error {
+	err := gw.server.Shutdown(ctx)
+	gw.cancel()
+	gw.wg.Wait()
+	gw.stopUpstream()
+	if cerr := gw.host.Close(ctx); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// ServeHTTP runs one request through the plugin: request headers, then
+// (unless the plugin answered locally) the upstream, then response headers.
+func (gw *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	vms := gw.host.VMs()
+	vm := vms[gw.next.Add(1)%uint64(len(vms))]
+	stream, err := vm.NewStream(r.Context(), wasmhost.Properties{
+		"source.address": []byte(r.RemoteAddr),
+		"request.time":   []byte(time.Now().UTC().Format(time.RFC3339Nano)),
+	})
+	if err != nil {
+		gw.fail(w, "plugin unavailable", err)
+		return
+	}
+	reset := false
+	defer func() {
+		end := stream.Finish
+		if reset {
+			end = stream.Reset // downstream gone or timed out while paused
+		}
+		if err := end(); err != nil {
+			gw.log.Error("ending the stream", "err", err)
+		}
+	}()
+
+	reqHeaders := requestHeaders(r)
+	res, err := stream.RequestHeaders(reqHeaders, r.ContentLength == 0)
+	if err != nil {
+		gw.fail(w, "plugin error on request headers", err)
+		return
+	}
+	if res.Action == wasmhost.ActionPause && res.Local == nil {
+		// Paused (for example a delayed admission): wait until the plugin
+		// resumes the request or answers it, then go on as Envoy would.
+		ctx, cancel := context.WithTimeout(r.Context(), gw.opts.PauseTimeout)
+		res, err = stream.Wait(ctx)
+		cancel()
+		if err != nil {
+			reset = true
+			http.Error(w, "request paused by the plugin was not resumed in time", http.StatusServiceUnavailable)
+			return
+		}
+	}
+	if res.Local != nil {
+		writeLocal(w, res.Local, res.ResponseHeaders)
+		return
+	}
+	gw.forward(w, r, stream, res.Headers)
+}
+
+// forward sends the request upstream with the plugin's header map and
+// passes the upstream's response through on_response_headers.
+func (gw *Gateway) forward(w http.ResponseWriter, r *http.Request, stream *wasmhost.Stream, headers []wasmhost.Header) {
+	out, err := upstreamRequest(r, gw.upstream, headers)
+	if err != nil {
+		gw.fail(w, "building the upstream request", err)
+		return
+	}
+	resp, err := gw.client.Do(out)
+	if err != nil {
+		http.Error(w, "upstream unreachable: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	res, err := stream.ResponseHeaders(responseHeaders(resp.StatusCode, resp.Header), resp.ContentLength == 0)
+	if err != nil {
+		gw.fail(w, "plugin error on response headers", err)
+		return
+	}
+	if res.Local != nil { // the plugin replaced the upstream's answer
+		writeLocal(w, res.Local, res.Headers)
+		return
+	}
+	status := writeHeaders(w, res.Headers, resp.StatusCode)
+	w.WriteHeader(status)
+	io.Copy(w, resp.Body)
+}
+
+// writeLocal answers with the plugin's local reply. As in Envoy, the reply
+// has already travelled the response path: headers are what
+// on_response_headers left of them.
+func writeLocal(w http.ResponseWriter, local *wasmhost.LocalResponse, headers []wasmhost.Header) {
+	if headers == nil {
+		headers = append([]wasmhost.Header{{":status", strconv.Itoa(local.Status)}}, local.Headers...)
+	}
+	w.WriteHeader(writeHeaders(w, headers, local.Status))
+	w.Write(local.Body)
+}
+
+func (gw *Gateway) fail(w http.ResponseWriter, what string, err error) {
+	gw.log.Error(what, "err", err)
+	http.Error(w, what, http.StatusInternalServerError)
+}
+
+// requestHeaders renders r as a proxy-wasm header map: pseudo-headers first,
+// names lower-case, one entry per value.
+func requestHeaders(r *http.Request) []wasmhost.Header {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	h := make([]wasmhost.Header, 0, 4+len(r.Header))
+	h = append(h,
+		wasmhost.Header{":method", r.Method},
+		wasmhost.Header{":path", r.URL.RequestURI()},
+		wasmhost.Header{":authority", r.Host},
+		wasmhost.Header{":scheme", scheme},
+	)
+	for name, values := range r.Header {
+		lower := strings.ToLower(name)
+		for _, v := range values {
+			h = append(h, wasmhost.Header{lower, v})
+		}
+	}
+	return h
+}
+
+func responseHeaders(status int, header http.Header) []wasmhost.Header {
+	h := make([]wasmhost.Header, 0, 1+len(header))
+	h = append(h, wasmhost.Header{":status", strconv.Itoa(status)})
+	for name, values := range header {
+		lower := strings.ToLower(name)
+		for _, v := range values {
+			h = append(h, wasmhost.Header{lower, v})
+		}
+	}
+	return h
+}
+
+// hopByHop headers are connection-specific and never forwarded (RFC 9110 7.6.1).
+var hopByHop = map[string]bool{
+	"connection": true, "keep-alive": true, "proxy-connection": true, "transfer-encoding": true,
+	"te": true, "trailer": true, "upgrade": true, "content-length": true,
+}
+
+// upstreamRequest builds the upstream request from the plugin's header map.
+func upstreamRequest(r *http.Request, base *url.URL, headers []wasmhost.Header) (*http.Request, error) {
+	method, path := r.Method, r.URL.RequestURI()
+	out := make(http.Header, len(headers))
+	for _, kv := range headers {
+		switch kv[0] {
+		case ":method":
+			method = kv[1]
+		case ":path":
+			path = kv[1]
+		case ":authority", ":scheme":
+		default:
+			if !hopByHop[kv[0]] && !strings.HasPrefix(kv[0], ":") {
+				out.Add(kv[0], kv[1])
+			}
+		}
+	}
+	target, err := base.Parse(path)
+	if err != nil {
+		return nil, fmt.Errorf(":path %q: %w", path, err)
+	}
+	req, err := http.NewRequestWithContext(r.Context(), method, target.String(), r.Body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header = out
+	req.ContentLength = r.ContentLength
+	req.Host = r.Host
+	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		req.Header.Add("X-Forwarded-For", ip)
+	}
+	return req, nil
+}
+
+// writeHeaders copies a proxy-wasm response header map to w and returns its
+// :status (or fallback if absent or invalid).
+func writeHeaders(w http.ResponseWriter, headers []wasmhost.Header, fallback int) int {
+	status := fallback
+	dst := w.Header()
+	for _, kv := range headers {
+		if kv[0] == ":status" {
+			if n, err := strconv.Atoi(kv[1]); err == nil && n >= 100 && n <= 999 {
+				status = n
+			}
+			continue
+		}
+		if hopByHop[kv[0]] || strings.HasPrefix(kv[0], ":") {
+			continue
+		}
+		dst.Add(kv[0], kv[1])
+	}
+	return status
+}
+
+// watchConfig reloads the plugin configuration when the file's contents
+// change. As in Envoy, a new configuration replaces the root contexts and
+// keeps the VMs and shared data, so buckets survive; a configuration the
+// plugin rejects is logged and the old one stays in force.
+func (gw *Gateway) watchConfig(ctx context.Context) {
+	t := time.NewTicker(gw.opts.ReloadInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			gw.reloadIfChanged(ctx)
+		}
+	}
+}
+
+func (gw *Gateway) reloadIfChanged(ctx context.Context) {
+	data, err := os.ReadFile(gw.opts.ConfigPath)
+	if err != nil {
+		gw.log.Warn("config file unreadable; keeping the configuration in force", "path", gw.opts.ConfigPath, "err", err)
+		return
+	}
+	gw.configMu.Lock()
+	defer gw.configMu.Unlock()
+	if bytes.Equal(data, gw.configSum) {
+		return
+	}
+	if err := gw.host.Reconfigure(ctx, data); err != nil {
+		gw.log.Error("plugin rejected the new configuration; the previous one stays in force", "path", gw.opts.ConfigPath, "err", err)
+		gw.configSum = data // do not retry the same bad bytes every tick
+		return
+	}
+	gw.configSum = data
+	gw.log.Info("configuration reloaded; bucket state kept", "path", gw.opts.ConfigPath)
+}
+
+// logWriter forwards guest log lines to the gateway's logger.
+type logWriter struct{ log *slog.Logger }
+
+func (l logWriter) Write(p []byte) (int, error) {
+	l.log.Info("plugin", "msg", strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

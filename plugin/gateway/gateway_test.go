@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/plugin/wasmhost/wasmtest"
+)
+
+const enforceConfig = `{"rules": [{"name": "per-ip", "limit_keys": ["ip:address"],
+  "algorithm": "token_bucket", "algorithm_config": {"rps": 0.001, "burst": 3}}]}`
+
+const shadowConfig = `{"mode": "shadow", "rules": [{"name": "per-ip", "limit_keys": ["ip:address"],
+  "algorithm": "token_bucket", "algorithm_config": {"rps": 0.001, "burst": 3}}]}`
+
+// upstream counts the requests that reach it and echoes the shadow marker.
+type upstream struct {
+	hits   atomic.Int64
+	shadow atomic.Value // last x-sluice-shadow header seen
+	srv    *httptest.Server
+}
+
+func newUpstream(t *testing.T) *upstream {
+	u := &upstream{}
+	u.shadow.Store("")
+	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.hits.Add(1)
+		u.shadow.Store(r.Header.Get("X-Sluice-Shadow"))
+		w.Header().Set("X-Upstream", "yes")
+		io.WriteString(w, "hello from upstream")
+	}))
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+func startGateway(t *testing.T, upstreamURL, config string) (*Gateway, string) {
+	t.Helper()
+	dir := t.TempDir()
+	wasmPath := filepath.Join(dir, "ratelimit.wasm")
+	if err := os.WriteFile(wasmPath, wasmtest.Build(t, "./plugin"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	configPath := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gw, err := Start(context.Background(), Options{
+		Listen:         "127.0.0.1:0",
+		Upstream:       upstreamURL,
+		ConfigPath:     configPath,
+		WasmPath:       wasmPath,
+		VMs:            2,
+		ReloadInterval: 20 * time.Millisecond,
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := gw.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return gw, configPath
+}
+
+func get(t *testing.T, url string) (*http.Response, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp, string(body)
+}
+
+func TestGatewayProxiesThenRejectsWith429(t *testing.T) {
+	up := newUpstream(t)
+	gw, _ := startGateway(t, up.srv.URL, enforceConfig)
+
+	for i := 0; i < 3; i++ {
+		resp, body := get(t, gw.URL()+"/x?i="+strconv.Itoa(i))
+		if resp.StatusCode != 200 || body != "hello from upstream" || resp.Header.Get("X-Upstream") != "yes" {
+			t.Fatalf("request %d: got %d %q, want the upstream's 200", i, resp.StatusCode, body)
+		}
+		if got := resp.Header.Get("RateLimit-Remaining"); got != strconv.Itoa(2-i) {
+			t.Errorf("request %d: RateLimit-Remaining %q, want %d", i, got, 2-i)
+		}
+	}
+	resp, body := get(t, gw.URL()+"/x")
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("4th request: status %d, want 429", resp.StatusCode)
+	}
+	if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || ra < 1 {
+		t.Errorf("Retry-After %q, want whole seconds >= 1", resp.Header.Get("Retry-After"))
+	}
+	var payload map[string]any
+	if err := json.Unmarshal([]byte(body), &payload); err != nil {
+		t.Errorf("429 body %q is not JSON: %v", body, err)
+	}
+	if got := up.hits.Load(); got != 3 {
+		t.Errorf("upstream saw %d requests, want 3 (the 429 must not be proxied)", got)
+	}
+}
+
+func TestGatewayReloadKeepsBuckets(t *testing.T) {
+	up := newUpstream(t)
+	gw, configPath := startGateway(t, up.srv.URL, enforceConfig)
+	for i := 0; i < 3; i++ {
+		get(t, gw.URL())
+	}
+	if resp, _ := get(t, gw.URL()); resp.StatusCode != 429 {
+		t.Fatalf("bucket not empty after the burst: status %d", resp.StatusCode)
+	}
+
+	// Shadow mode lets the request through and marks it upstream: proof the
+	// new configuration is in force.
+	writeConfig(t, configPath, shadowConfig)
+	waitFor(t, "shadow config to apply", func() bool {
+		resp, _ := get(t, gw.URL())
+		return resp.StatusCode == 200
+	})
+	if got := up.shadow.Load().(string); !strings.Contains(got, "per-ip") {
+		t.Errorf("upstream shadow marker %q, want it to name rule per-ip", got)
+	}
+
+	// Back to enforce: the bucket is still empty (not reset to a full burst).
+	writeConfig(t, configPath, enforceConfig)
+	waitFor(t, "enforce config to apply", func() bool {
+		resp, _ := get(t, gw.URL())
+		return resp.StatusCode == 429
+	})
+	for i := 0; i < 3; i++ {
+		if resp, _ := get(t, gw.URL()); resp.StatusCode != 429 {
+			t.Fatalf("after reload request %d got %d: the reload reset the bucket", i, resp.StatusCode)
+		}
+	}
+
+	// A configuration the plugin rejects leaves the old one in force.
+	writeConfig(t, configPath, `{"rules": [{"name": "per-ip", "algorithm": "nope"}]}`)
+	time.Sleep(200 * time.Millisecond)
+	if resp, _ := get(t, gw.URL()); resp.StatusCode != 429 {
+		t.Fatalf("after a rejected config: status %d, want the old config's 429", resp.StatusCode)
+	}
+}
+
+func TestParseOptionsErrorsNameTheFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-vms", "0"}, "-vms"},
+		{[]string{"-reload-interval", "-1s"}, "-reload-interval"},
+		{[]string{"stray"}, "unexpected argument"},
+	} {
+		_, err := parseOptions(tc.args)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("parseOptions(%v) = %v, want an error naming %q", tc.args, err, tc.want)
+		}
+	}
+	t.Setenv("SLUICE_VMS", "many")
+	if _, err := parseOptions(nil); err == nil || !strings.Contains(err.Error(), "SLUICE_VMS") {
+		t.Errorf("bad SLUICE_VMS: got %v, want an error naming it", err)
+	}
+}
+
+func TestStartRejectsBadUpstream(t *testing.T) {
+	_, err := Start(context.Background(), Options{Upstream: "ftp://x", WasmPath: os.DevNull, ConfigPath: os.DevNull},
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil || !strings.Contains(err.Error(), "-upstream") {
+		t.Fatalf("got %v, want an error naming -upstream", err)
+	}
+}
+
+func writeConfig(t *testing.T, path, config string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if ok() {
+			return
+		}
+		time.Sleep(30 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}

@@ -1,0 +1,99 @@
+// Command ratelimit-gateway is Sluice's development gateway: an HTTP server
+// that runs bin/ratelimit.wasm in the project's Envoy-faithful host
+// (plugin/wasmhost), passes every request through the plugin and proxies the
+// allowed ones to an upstream. It lets you try the filter with curl without
+// installing Envoy. It is not a production proxy: use Envoy for that.
+//
+//	ratelimit-gateway -upstream http://127.0.0.1:8081 -config policy.json
+//	ratelimit-gateway -upstream demo              # built-in echo upstream
+//
+// Every flag can also be set from the environment (SLUICE_LISTEN, ...).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "ratelimit-gateway:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	opts, err := parseOptions(args)
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	gw, err := Start(ctx, opts, logger)
+	if err != nil {
+		return err
+	}
+	printTryIt(os.Stdout, gw)
+	<-ctx.Done()
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return gw.Close(shutdownCtx)
+}
+
+// parseOptions reads flags, each defaulting to its environment variable.
+func parseOptions(args []string) (Options, error) {
+	fs := flag.NewFlagSet("ratelimit-gateway", flag.ContinueOnError)
+	var o Options
+	fs.StringVar(&o.Listen, "listen", env("SLUICE_LISTEN", "127.0.0.1:8080"), "address to serve on (SLUICE_LISTEN)")
+	fs.StringVar(&o.Upstream, "upstream", env("SLUICE_UPSTREAM", "demo"), `upstream base URL, or "demo" for a built-in echo server (SLUICE_UPSTREAM)`)
+	fs.StringVar(&o.ConfigPath, "config", env("SLUICE_CONFIG", "plugin/gateway/demo-config.json"), "plugin configuration file, JSON; reloaded when it changes (SLUICE_CONFIG)")
+	fs.StringVar(&o.WasmPath, "wasm", env("SLUICE_WASM", "bin/ratelimit.wasm"), "the plugin module (SLUICE_WASM)")
+	vms, err := envInt("SLUICE_VMS", 2)
+	if err != nil {
+		return o, err
+	}
+	fs.IntVar(&o.VMs, "vms", vms, "worker VMs, like Envoy's --concurrency (SLUICE_VMS)")
+	fs.DurationVar(&o.ReloadInterval, "reload-interval", time.Second, "how often the config file is checked for changes")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q (flags only; see -h)", fs.Arg(0))
+	}
+	if o.VMs < 1 || o.VMs > 64 {
+		return o, fmt.Errorf("-vms: %d is out of range; use 1 to 64", o.VMs)
+	}
+	if o.ReloadInterval <= 0 {
+		return o, errors.New("-reload-interval: must be positive, e.g. 1s")
+	}
+	return o, nil
+}
+
+func env(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	return def
+}
+
+func envInt(name string, def int) (int, error) {
+	v, ok := os.LookupEnv(name)
+	if !ok {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %q is not a whole number", name, v)
+	}
+	return n, nil
+}

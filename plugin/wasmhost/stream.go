@@ -1,0 +1,645 @@
+package wasmhost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+)
+
+// Properties are property values keyed by dotted path ("source.address",
+// "request.time"). Values are raw bytes in Envoy's encoding: strings as
+// is, integers and timestamps as 8-byte little-endian int64 (timestamps in
+// Unix nanoseconds), maps as serialized header maps.
+type Properties map[string][]byte
+
+// Header is one header entry: name (lower-case) and value.
+type Header = [2]string
+
+// Request is one HTTP exchange for VM.HTTP.
+type Request struct {
+	// Headers are the downstream request headers. Missing :method, :path,
+	// :authority and :scheme default to GET, /, localhost and http.
+	// Names are lower-cased.
+	Headers []Header
+	// Properties are per-request properties, e.g.
+	// {"source.address": []byte("10.0.0.1:5555")}.
+	Properties Properties
+	// ResponseHeaders is what the upstream answers (default [[":status","200"]]).
+	ResponseHeaders []Header
+}
+
+// Result is the outcome of VM.HTTP.
+type Result struct {
+	Rejected        bool           // the plugin sent a local response
+	Status          int            // status sent downstream (the local response's, or the upstream's)
+	Local           *LocalResponse // what the plugin passed to send_local_response
+	UpstreamHeaders []Header       // request headers as forwarded upstream (nil if rejected before that)
+	ResponseHeaders []Header       // final response headers sent downstream (after on_response_headers)
+	Paused          bool           // on_request_headers returned Pause and nothing resumed it within the call
+	Stream          *Stream        // for a paused request: continue it with Stream.Complete (or Wait, ...)
+}
+
+// LocalResponse is what the plugin passed to proxy_send_local_response.
+type LocalResponse struct {
+	Status     int
+	Details    string
+	Headers    []Header
+	Body       []byte
+	GRPCStatus int32 // -1: none
+}
+
+// StreamResult is the outcome of one stream callback.
+type StreamResult struct {
+	Action  Action         // what the callback returned (Continue when the guest resumed during it)
+	Local   *LocalResponse // non-nil: a local reply was sent (it took effect after the callback)
+	Headers []Header       // the header map the callback ran on, after the callback
+
+	// ResponseHeaders (added) are, for a local reply, the reply's headers
+	// after on_response_headers ran on them: what goes downstream.
+	ResponseHeaders []Header
+}
+
+type streamState uint8
+
+const (
+	stCreated   streamState = iota // context created, no headers yet
+	stRequest                      // request headers delivered
+	stResponse                     // response headers delivered (or a local reply)
+	stFinishing                    // on_log / on_done / on_delete running
+	stFinished                     // deleted
+)
+
+type settleKind uint8
+
+const (
+	settleNone settleKind = iota
+	settleContinue
+	settleLocal
+	settleError
+)
+
+// Stream is one HTTP context on one VM (the phased API, for a gateway).
+// Methods are goroutine-safe; callbacks run on the VM like any other work.
+//
+// Typical use: NewStream, RequestHeaders; if paused, Wait (or select on
+// Resumed) until the guest resumes it or replies locally; then, unless a
+// local reply was sent, ResponseHeaders with what the upstream answered;
+// finally Finish (or Reset if the downstream went away).
+type Stream struct {
+	vm      *VM
+	id      uint32
+	root    *rootContext
+	props   Properties
+	created int64 // request.time, Unix nanoseconds
+
+	// Guarded by vm.sem.
+	state        streamState
+	req          []Header
+	hasReq       bool
+	resp         []Header
+	hasResp      bool
+	local        *LocalResponse
+	localPending bool
+	localInResp  bool // the pending local reply was sent during the response phase
+	localFinal   []Header
+	paused       bool
+	continueReq  bool
+	touched      bool
+	setProps     map[string][]byte
+	upstream     []Header // request headers when the request continued upstream
+	reqShared    bool     // s.req was handed out: copy before modifying
+	respShared   bool     // s.resp was handed out: copy before modifying
+
+	mu      sync.Mutex // guards the fields below
+	settled settleKind
+	err     error
+	resumed chan struct{}
+	resDone bool
+	settleC chan struct{}
+}
+
+var (
+	errStreamDone  = errors.New("wasmhost: stream already finished")
+	errStreamReset = errors.New("wasmhost: stream was reset")
+	// errCallCancelled is returned by Respond/Fail/Wait on a call whose
+	// root context was deleted (Envoy cancels its callouts).
+	errCallCancelled = errors.New("wasmhost: HTTP call cancelled: its root context was deleted")
+)
+
+// NewStream creates an HTTP context (proxy_on_context_create) on the VM's
+// current root context.
+func (vm *VM) NewStream(ctx context.Context, props Properties) (*Stream, error) {
+	if err := vm.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer vm.leave()
+	return vm.newStream(props)
+}
+
+func (vm *VM) newStream(props Properties) (*Stream, error) {
+	s := vm.spare
+	if s != nil {
+		vm.spare = nil
+		*s = Stream{}
+	} else {
+		s = new(Stream)
+	}
+	s.vm, s.root, s.props, s.created = vm, vm.root, props, vm.h.clock.Now().UnixNano()
+	s.id = vm.newContextID()
+	vm.streams[s.id] = s
+	s.root.streams++
+	vm.stack[0], vm.stack[1] = uint64(s.id), uint64(s.root.id)
+	if err := vm.callStream(s, vm.fn.contextCreate, "proxy_on_context_create", 2); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// ID returns the stream's context id.
+func (s *Stream) ID() uint32 { return s.id }
+
+// HTTP runs a full stream on the VM, the way Envoy's filter chain would for
+// a request without body: context create, on_request_headers, then (unless
+// the plugin replied locally or paused) on_response_headers with
+// req.ResponseHeaders, then on_log, on_done, on_delete. A local reply sent
+// during the request headers goes downstream through on_response_headers,
+// so the plugin sees its own reply there, as in Envoy; Result reports the
+// final headers. If the request stays paused, Result.Paused is set and
+// Result.Stream must be continued (Complete) or Reset by the caller.
+func (vm *VM) HTTP(ctx context.Context, req *Request) (*Result, error) {
+	res := new(Result)
+	if err := vm.HTTPInto(ctx, req, res); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// HTTPInto is HTTP writing into res, whose header slices it reuses: a
+// caller running many requests (a benchmark, a load generator) can keep one
+// Result and avoid most allocations. The previous contents of res,
+// including its header slices, are overwritten.
+func (vm *VM) HTTPInto(ctx context.Context, req *Request, res *Result) error {
+	if err := vm.enter(ctx); err != nil {
+		return err
+	}
+	err := vm.http(req, res)
+	vm.leave()
+	return err
+}
+
+func (vm *VM) http(req *Request, res *Result) error {
+	reqBuf, respBuf := res.UpstreamHeaders[:0], res.ResponseHeaders[:0]
+	*res = Result{}
+	s, err := vm.newStream(req.Properties)
+	if err != nil {
+		return err
+	}
+	s.req = requestHeaders(reqBuf, req.Headers)
+	if _, err := s.requestHeaders(true); err != nil {
+		return err
+	}
+	if s.paused {
+		s.req = cloneHeaders(s.req) // do not keep the caller's buffer
+		res.Paused, res.Stream = true, s
+		return nil
+	}
+	if s.local == nil {
+		res.UpstreamHeaders = s.req
+		s.resp = appendHeaders(respBuf, req.ResponseHeaders, true)
+		if _, err := s.responseHeaders(true); err != nil {
+			return err
+		}
+	}
+	s.fillResult(res)
+	if err := s.finish(false); err != nil {
+		return err
+	}
+	// The stream never left this call: reuse it for the next one.
+	vm.spare = s
+	return nil
+}
+
+// fillResult reports the local reply or the upstream response. vm.sem held.
+func (s *Stream) fillResult(res *Result) {
+	if s.local != nil {
+		res.Rejected = true
+		res.Local = s.local
+		res.Status = s.local.Status
+		res.ResponseHeaders = s.localFinal
+		return
+	}
+	if res.UpstreamHeaders == nil {
+		res.UpstreamHeaders = s.upstream
+	}
+	res.ResponseHeaders = s.resp
+	res.Status = statusOf(s.resp)
+}
+
+// RequestHeaders delivers the request headers (proxy_on_request_headers).
+// A local reply sent during the callback is then sent downstream through
+// on_response_headers, as in Envoy (StreamResult.ResponseHeaders).
+func (s *Stream) RequestHeaders(h []Header, endOfStream bool) (StreamResult, error) {
+	vm := s.vm
+	if err := vm.enter(context.Background()); err != nil {
+		return StreamResult{}, err
+	}
+	defer vm.leave()
+	if s.state != stCreated {
+		return StreamResult{}, fmt.Errorf("wasmhost: stream %d: request headers already delivered", s.id)
+	}
+	s.req = copyHeaders(h, false)
+	return s.requestHeaders(endOfStream)
+}
+
+func (s *Stream) requestHeaders(endOfStream bool) (StreamResult, error) {
+	vm := s.vm
+	s.state = stRequest
+	s.hasReq = true
+	if vm.fn.requestHeaders == nil {
+		s.upstream, s.reqShared = s.req, true
+		s.settle(settleContinue, nil)
+		return StreamResult{Action: ActionContinue, Headers: s.req}, nil
+	}
+	vm.stack[0], vm.stack[1], vm.stack[2] = uint64(s.id), uint64(len(s.req)), b2u(endOfStream)
+	vm.beginCallback(s.root, s, s.id)
+	if err := vm.call(vm.fn.requestHeaders, "proxy_on_request_headers", 3); err != nil {
+		vm.cur = callState{}
+		return StreamResult{}, err
+	}
+	act := Action(uint32(vm.stack[0]))
+	if act != ActionContinue {
+		s.paused = true
+	}
+	vm.touch(s) // apply the returned action together with deferred actions
+	if err := vm.endCallback(); err != nil {
+		return StreamResult{}, err
+	}
+	s.reqShared = true
+	r := StreamResult{Action: act, Headers: s.req}
+	if s.local != nil {
+		r.Local = s.local
+		r.ResponseHeaders = s.localFinal
+	} else if !s.paused {
+		r.Action = ActionContinue
+	}
+	return r, nil
+}
+
+// ResponseHeaders delivers the upstream's response headers
+// (proxy_on_response_headers). A local reply sent during the callback
+// replaces the response (StreamResult.Local; Headers are its headers).
+func (s *Stream) ResponseHeaders(h []Header, endOfStream bool) (StreamResult, error) {
+	vm := s.vm
+	if err := vm.enter(context.Background()); err != nil {
+		return StreamResult{}, err
+	}
+	defer vm.leave()
+	switch {
+	case s.state == stCreated:
+		return StreamResult{}, fmt.Errorf("wasmhost: stream %d: response headers before request headers", s.id)
+	case s.local != nil:
+		return StreamResult{}, fmt.Errorf("wasmhost: stream %d: a local reply was already sent downstream", s.id)
+	case s.paused:
+		return StreamResult{}, fmt.Errorf("wasmhost: stream %d: the request is paused; wait for the plugin to resume it", s.id)
+	case s.state != stRequest:
+		return StreamResult{}, fmt.Errorf("wasmhost: stream %d: response headers already delivered or stream finished", s.id)
+	}
+	s.resp = copyHeaders(h, true)
+	return s.responseHeaders(endOfStream)
+}
+
+func (s *Stream) responseHeaders(endOfStream bool) (StreamResult, error) {
+	vm := s.vm
+	s.state = stResponse
+	s.hasResp = true
+	if vm.fn.responseHeaders == nil {
+		s.respShared = true
+		return StreamResult{Action: ActionContinue, Headers: s.resp}, nil
+	}
+	vm.stack[0], vm.stack[1], vm.stack[2] = uint64(s.id), uint64(len(s.resp)), b2u(endOfStream)
+	if err := vm.callStream(s, vm.fn.responseHeaders, "proxy_on_response_headers", 3); err != nil {
+		return StreamResult{}, err
+	}
+	s.respShared = true
+	r := StreamResult{Action: Action(uint32(vm.stack[0])), Headers: s.resp}
+	if s.local != nil {
+		r.Local = s.local
+		r.ResponseHeaders = s.resp
+	}
+	return r, nil
+}
+
+// applyDeferred applies, after a callback returned, what the guest asked
+// for on this stream during it. vm.sem held.
+func (s *Stream) applyDeferred() error {
+	if s.localPending {
+		s.localPending = false
+		if s.localInResp {
+			// Sent while encoding the response: the reply replaces the
+			// response headers (on_response_headers is not run again).
+			s.resp = s.localFinal
+			return nil
+		}
+		// Sent before the response started: the reply travels the
+		// encoder path, through this filter's on_response_headers.
+		s.paused = false
+		s.continueReq = false
+		s.resp = s.localFinal
+		if _, err := s.responseHeaders(len(s.local.Body) == 0); err != nil {
+			return err
+		}
+		s.localFinal = s.resp
+		s.settle(settleLocal, nil)
+		return nil
+	}
+	if s.continueReq {
+		s.continueReq = false
+		s.closeResumed()
+		if s.paused {
+			s.paused = false
+		}
+	}
+	if !s.paused && s.state == stRequest && s.local == nil {
+		if s.upstream == nil {
+			s.upstream, s.reqShared = s.req, true
+		}
+		s.settle(settleContinue, nil)
+	}
+	return nil
+}
+
+// touch records that the guest acted on s during the current callback.
+func (vm *VM) touch(s *Stream) {
+	if !s.touched {
+		s.touched = true
+		vm.touched = append(vm.touched, s)
+	}
+}
+
+// Resumed returns a channel closed when the guest called
+// proxy_continue_stream for the request (it takes effect after the callback
+// that called it returns).
+func (s *Stream) Resumed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.resumed == nil {
+		s.resumed = make(chan struct{})
+		if s.resDone {
+			close(s.resumed)
+		}
+	}
+	return s.resumed
+}
+
+func (s *Stream) closeResumed() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.resDone {
+		return
+	}
+	s.resDone = true
+	if s.resumed != nil {
+		close(s.resumed)
+	}
+}
+
+// settle records how a (possibly paused) request was decided.
+func (s *Stream) settle(k settleKind, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.settled != settleNone {
+		return
+	}
+	s.settled, s.err = k, err
+	if s.settleC != nil {
+		close(s.settleC)
+	}
+}
+
+// Settled returns a channel closed once the request is no longer paused:
+// the guest resumed it, replied locally, or the stream or VM failed.
+func (s *Stream) Settled() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.settleC == nil {
+		s.settleC = make(chan struct{})
+		if s.settled != settleNone {
+			close(s.settleC)
+		}
+	}
+	return s.settleC
+}
+
+// Wait blocks until the request is no longer paused (see Settled) and
+// reports how: Action Continue with the request headers as forwarded, or
+// Local with the reply's final headers.
+func (s *Stream) Wait(ctx context.Context) (StreamResult, error) {
+	select {
+	case <-s.Settled():
+	case <-ctx.Done():
+		return StreamResult{}, fmt.Errorf("wasmhost: stream %d still paused: %w", s.id, ctx.Err())
+	}
+	s.mu.Lock()
+	k, err := s.settled, s.err
+	s.mu.Unlock()
+	if k == settleError {
+		return StreamResult{}, err
+	}
+	vm := s.vm
+	if err := vm.enter(ctx); err != nil {
+		return StreamResult{}, err
+	}
+	defer vm.leave()
+	if s.local != nil {
+		return StreamResult{Action: ActionPause, Local: s.local, Headers: s.req, ResponseHeaders: s.localFinal}, nil
+	}
+	return StreamResult{Action: ActionContinue, Headers: cloneHeaders(s.upstream)}, nil
+}
+
+// Complete finishes a paused stream the way VM.HTTP would have: it waits
+// until the guest resumes the request or replies locally, then (if it
+// resumed) delivers responseHeaders (default :status 200), and runs on_log,
+// on_done and on_delete.
+func (s *Stream) Complete(ctx context.Context, responseHeaders []Header) (*Result, error) {
+	if _, err := s.Wait(ctx); err != nil {
+		return nil, err
+	}
+	vm := s.vm
+	if err := vm.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer vm.leave()
+	res := &Result{}
+	if s.local == nil {
+		if s.state != stRequest {
+			return nil, fmt.Errorf("wasmhost: stream %d: already past the request phase", s.id)
+		}
+		res.UpstreamHeaders = s.upstream
+		s.resp = copyHeaders(responseHeaders, true)
+		if _, err := s.responseHeaders(true); err != nil {
+			return nil, err
+		}
+	}
+	s.fillResult(res)
+	if err := s.finish(false); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// Finish ends the stream: proxy_on_log, proxy_on_done, proxy_on_delete.
+func (s *Stream) Finish() error {
+	vm := s.vm
+	if err := vm.enter(context.Background()); err != nil {
+		return err
+	}
+	defer vm.leave()
+	return s.finish(false)
+}
+
+// Reset ends a stream the downstream abandoned (e.g. while paused). Envoy
+// then runs on_log, on_done and on_delete like for a finished stream; a
+// later continue_stream or local reply from the guest has no effect.
+func (s *Stream) Reset() error {
+	vm := s.vm
+	if err := vm.enter(context.Background()); err != nil {
+		return err
+	}
+	defer vm.leave()
+	return s.finish(true)
+}
+
+func (s *Stream) finish(reset bool) error {
+	vm := s.vm
+	if s.state >= stFinishing {
+		return errStreamDone
+	}
+	s.paused = false
+	s.state = stFinishing
+	if reset {
+		s.settle(settleError, errStreamReset)
+	} else {
+		s.settle(settleContinue, nil)
+	}
+	if vm.fn.log != nil {
+		vm.stack[0] = uint64(s.id)
+		if err := vm.callStream(s, vm.fn.log, "proxy_on_log", 1); err != nil {
+			return err
+		}
+	}
+	if vm.fn.done != nil {
+		vm.stack[0] = uint64(s.id)
+		if err := vm.callStream(s, vm.fn.done, "proxy_on_done", 1); err != nil {
+			return err
+		}
+	}
+	s.state = stFinished
+	delete(vm.streams, s.id)
+	if vm.fn.delete != nil {
+		vm.stack[0] = uint64(s.id)
+		if err := vm.callStream(s, vm.fn.delete, "proxy_on_delete", 1); err != nil {
+			return err
+		}
+	}
+	if s.root.streams--; s.root.streams == 0 && s.root.superseded {
+		return vm.retireRoot(s.root)
+	}
+	return nil
+}
+
+// requestHeaders appends h to dst[:0] (lower-casing names), with missing
+// pseudo-headers filled in first.
+func requestHeaders(dst []Header, h []Header) []Header {
+	var has [4]bool
+	for _, kv := range h {
+		switch lower(kv[0]) {
+		case ":method":
+			has[0] = true
+		case ":path":
+			has[1] = true
+		case ":authority":
+			has[2] = true
+		case ":scheme":
+			has[3] = true
+		}
+	}
+	defaults := [4]Header{{":method", "GET"}, {":path", "/"}, {":authority", "localhost"}, {":scheme", "http"}}
+	if cap(dst) < len(h)+4 {
+		dst = make([]Header, 0, len(h)+4)
+	}
+	out := dst[:0]
+	for i := range has {
+		if !has[i] {
+			out = append(out, defaults[i]) // pseudo-headers go first, as on the wire
+		}
+	}
+	for _, kv := range h {
+		out = append(out, Header{lower(kv[0]), kv[1]})
+	}
+	return out
+}
+
+var defaultResponse = []Header{{":status", "200"}}
+
+// copyHeaders copies h with lower-case names (defaulting an empty response
+// to :status 200 when resp).
+func copyHeaders(h []Header, resp bool) []Header { return appendHeaders(nil, h, resp) }
+
+// appendHeaders is copyHeaders into dst[:0].
+func appendHeaders(dst []Header, h []Header, resp bool) []Header {
+	if len(h) == 0 && resp {
+		h = defaultResponse
+	}
+	if cap(dst) < len(h) {
+		dst = make([]Header, 0, len(h))
+	}
+	out := dst[:0]
+	for _, kv := range h {
+		out = append(out, Header{lower(kv[0]), kv[1]})
+	}
+	return out
+}
+
+func cloneHeaders(h []Header) []Header {
+	if h == nil {
+		return nil
+	}
+	return append([]Header(nil), h...)
+}
+
+func statusOf(h []Header) int {
+	for _, kv := range h {
+		if kv[0] == ":status" {
+			n, err := strconv.Atoi(kv[1])
+			if err == nil {
+				return n
+			}
+			return 0
+		}
+	}
+	return 0
+}
+
+func lower(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; 'A' <= c && c <= 'Z' {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				if c := b[j]; 'A' <= c && c <= 'Z' {
+					b[j] = c + 'a' - 'A'
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
+}
+
+func b2u(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
