@@ -1,21 +1,26 @@
 // Package bench measures full HTTP streams of a proxy-wasm module in the
-// project's host (plugin/wasmhost), so every plugin change can be quoted as
-// a ratio to the empty plugin measured in the same run ("x-floor"), which
-// is what stays meaningful on noisy two-core machines.
+// project's host (plugin/wasmhost) against the empty plugin, in the same
+// run, so every plugin change can be quoted as a ratio ("x-floor"): the
+// number that stays meaningful on noisy two-core machines.
 //
-// A Case runs b.N full streams (context create, request headers, response
-// headers, log, done, delete) spread over the host's VMs, one goroutine per
-// VM like Envoy's workers, and reports:
+// Run sends b.N requests to the plugin and b.N to the floor (the empty
+// plugin, same host, same SDK), interleaved in chunks of 256 so that load
+// from elsewhere hits both alike. With several VMs, one goroutine drives
+// each VM, like Envoy's worker threads. It reports:
 //
-//	ns/op     wall time per request (throughput across all VMs)
-//	p50-ns, p99-ns, p99.9-ns   latency of one stream
-//	x-floor   ns/op divided by the floor's ns/op from the same process
+//	ns/op        mean time of one plugin stream (context create, request
+//	             headers, response headers, log, done, delete)
+//	floor-ns/op  the same for the empty plugin
+//	x-floor      ns/op / floor-ns/op
+//	p50-ns, p99-ns, p99.9-ns   plugin stream latency percentiles
 //
-// The floor is the last case run with Floor set; put it first in a table.
+// B/op and allocs/op count both hosts (the host side of a stream allocates
+// the same for both).
 package bench
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -26,55 +31,112 @@ import (
 
 // Case is one benchmarked configuration.
 type Case struct {
-	Wasm   []byte
-	Config string
-	VMs    int // default 1
+	Wasm   []byte // the module under test
+	Floor  []byte // the reference module (the empty plugin)
+	Config string // plugin configuration of Wasm
+	VMs    int    // default 1
 	Clock  wasmhost.Clock
-	// Request returns the i-th request sent to VM vm. It must not allocate
-	// much: return prebuilt requests.
+	// Request returns the i-th request sent to VM vm. Return prebuilt
+	// requests: allocations here are measured too.
 	Request func(vm, i int) *wasmhost.Request
-	// Rejected, when set, is checked on every result.
+	// Rejected, when set, is checked on every plugin result.
 	Rejected *bool
 	// After runs once after the timed loop (e.g. to report a metric).
 	After func(b *testing.B, h *wasmhost.Host)
-	// Floor marks the reference case: its ns/op becomes the floor that the
-	// following cases are divided by.
-	Floor bool
 }
 
-var (
-	floorMu sync.Mutex
-	floorNs float64
-)
+const chunk = 256
 
-// setFloor records ns/op as the floor for the following cases' x-floor.
-func setFloor(ns float64) {
-	floorMu.Lock()
-	floorNs = ns
-	floorMu.Unlock()
-}
-
-func floor() float64 {
-	floorMu.Lock()
-	defer floorMu.Unlock()
-	return floorNs
-}
-
-// Run benchmarks c.
+// Run benchmarks c against its floor.
 func Run(b *testing.B, c Case) {
 	b.Helper()
 	if c.VMs == 0 {
 		c.VMs = 1
 	}
+	plugin := startHost(b, c.Wasm, c.Config, c)
+	floor := startHost(b, c.Floor, "", c)
+
+	lat := make([]time.Duration, b.N)
+	pluginNs := make([]time.Duration, c.VMs)
+	floorNs := make([]time.Duration, c.VMs)
+	errs := make(chan error, c.VMs)
+	var wg sync.WaitGroup
+	b.ReportAllocs()
+	b.ResetTimer()
+	for v := 0; v < c.VMs; v++ {
+		wg.Add(1)
+		go func(v int) {
+			defer wg.Done()
+			if err := drive(c, v, b.N, plugin.VM(v), floor.VM(v), lat, &pluginNs[v], &floorNs[v]); err != nil {
+				errs <- err
+			}
+		}(v)
+	}
+	wg.Wait()
+	b.StopTimer()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+
+	p, f := sum(pluginNs), sum(floorNs)
+	b.ReportMetric(float64(p.Nanoseconds())/float64(b.N), "ns/op")
+	b.ReportMetric(float64(f.Nanoseconds())/float64(b.N), "floor-ns/op")
+	if f > 0 {
+		b.ReportMetric(float64(p)/float64(f), "x-floor")
+	}
+	slices.Sort(lat)
+	b.ReportMetric(pct(lat, 0.50), "p50-ns")
+	b.ReportMetric(pct(lat, 0.99), "p99-ns")
+	b.ReportMetric(pct(lat, 0.999), "p99.9-ns")
+	if c.After != nil {
+		c.After(b, plugin)
+	}
+}
+
+// drive sends VM v's share of n requests (i = v, v+VMs, ...) to the plugin
+// and as many to the floor, alternating chunk by chunk.
+func drive(c Case, v, n int, plugin, floor *wasmhost.VM, lat []time.Duration, pluginNs, floorNs *time.Duration) error {
+	ctx := context.Background()
+	var res wasmhost.Result
+	for start := v; start < n; start += chunk * c.VMs {
+		end := min(start+chunk*c.VMs, n)
+		t0 := time.Now()
+		for i := start; i < end; i += c.VMs {
+			if err := floor.HTTPInto(ctx, c.Request(v, i), &res); err != nil {
+				return err
+			}
+		}
+		*floorNs += time.Since(t0)
+		for i := start; i < end; i += c.VMs {
+			t := time.Now()
+			err := plugin.HTTPInto(ctx, c.Request(v, i), &res)
+			lat[i] = time.Since(t)
+			*pluginNs += lat[i]
+			if err != nil {
+				return err
+			}
+			if c.Rejected != nil && res.Rejected != *c.Rejected {
+				return errRejected{want: *c.Rejected}
+			}
+		}
+	}
+	return nil
+}
+
+func startHost(b *testing.B, wasm []byte, config string, c Case) *wasmhost.Host {
+	b.Helper()
+	if wasm == nil {
+		b.Fatal(errors.New("bench: Case.Wasm and Case.Floor are both required"))
+	}
 	h, err := wasmhost.New(context.Background(), wasmhost.Config{
-		Wasm: c.Wasm, PluginConfig: []byte(c.Config), VMs: c.VMs, Clock: c.Clock,
+		Wasm: wasm, PluginConfig: []byte(config), VMs: c.VMs, Clock: c.Clock,
 	})
 	if err != nil {
 		b.Fatalf("starting the host: %v", err)
 	}
-	defer h.Close(context.Background())
-
-	// Warm up each VM so first-use costs (allocations, lazy init) stay out.
+	b.Cleanup(func() { h.Close(context.Background()) })
+	// Warm up so first-use costs (guest heap growth, lazy init) stay out.
 	for v := 0; v < c.VMs; v++ {
 		for i := 0; i < 200; i++ {
 			if _, err := h.VM(v).HTTP(context.Background(), c.Request(v, i)); err != nil {
@@ -82,56 +144,15 @@ func Run(b *testing.B, c Case) {
 			}
 		}
 	}
+	return h
+}
 
-	lat := make([]time.Duration, b.N)
-	var wg sync.WaitGroup
-	errs := make(chan error, c.VMs)
-	b.ReportAllocs()
-	b.ResetTimer()
-	start := time.Now()
-	for v := 0; v < c.VMs; v++ {
-		wg.Add(1)
-		go func(v int) {
-			defer wg.Done()
-			vm := h.VM(v)
-			ctx := context.Background()
-			for i := v; i < b.N; i += c.VMs {
-				req := c.Request(v, i)
-				t0 := time.Now()
-				res, err := vm.HTTP(ctx, req)
-				lat[i] = time.Since(t0)
-				if err != nil {
-					errs <- err
-					return
-				}
-				if c.Rejected != nil && res.Rejected != *c.Rejected {
-					errs <- errRejected{want: *c.Rejected}
-					return
-				}
-			}
-		}(v)
+func sum(ds []time.Duration) time.Duration {
+	var t time.Duration
+	for _, d := range ds {
+		t += d
 	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	close(errs)
-	for err := range errs {
-		b.Fatal(err)
-	}
-
-	ns := float64(elapsed.Nanoseconds()) / float64(b.N)
-	slices.Sort(lat)
-	b.ReportMetric(pct(lat, 0.50), "p50-ns")
-	b.ReportMetric(pct(lat, 0.99), "p99-ns")
-	b.ReportMetric(pct(lat, 0.999), "p99.9-ns")
-	if c.Floor {
-		setFloor(ns)
-	} else if f := floor(); f > 0 {
-		b.ReportMetric(ns/f, "x-floor")
-	}
-	if c.After != nil {
-		c.After(b, h)
-	}
+	return t
 }
 
 func pct(sorted []time.Duration, q float64) float64 {
@@ -152,7 +173,7 @@ func (e errRejected) Error() string {
 }
 
 // Headers builds a request with the usual pseudo-headers plus extra
-// name/value pairs.
+// name/value pairs, from client 10.1.2.3.
 func Headers(extra ...string) *wasmhost.Request {
 	h := []wasmhost.Header{{":method", "GET"}, {":path", "/api/items"}, {":authority", "api.example.com"}, {":scheme", "http"}}
 	for i := 0; i+1 < len(extra); i += 2 {

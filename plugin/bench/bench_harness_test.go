@@ -28,9 +28,32 @@ func TestPercentile(t *testing.T) {
 // path would otherwise report a flattering number).
 func TestRunDetectsWrongDecision(t *testing.T) {
 	res := testing.Benchmark(func(b *testing.B) {
-		Run(b, Case{Wasm: pluginWasm(b), Config: limits, Request: same(Headers("x-deny", "k")), Rejected: &no})
+		Run(b, Case{Wasm: pluginWasm(b), Floor: floorWasm(b), Config: limits,
+			Request: same(Headers("x-deny", "k")), Rejected: &no})
 	})
 	if res.N != 0 {
 		t.Fatalf("the harness accepted rejected requests in an allowed-path case (N=%d)", res.N)
+	}
+}
+
+// TestRunReportsRatio runs a tiny benchmark and checks the reported metrics
+// are present and consistent.
+func TestRunReportsRatio(t *testing.T) {
+	res := testing.Benchmark(func(b *testing.B) {
+		Run(b, Case{Wasm: pluginWasm(b), Floor: floorWasm(b), Config: limits,
+			Request: same(Headers("x-api-key", "k")), Rejected: &no})
+	})
+	if res.N == 0 {
+		t.Fatal("benchmark failed")
+	}
+	ns, floor, ratio := res.Extra["ns/op"], res.Extra["floor-ns/op"], res.Extra["x-floor"]
+	if ns <= 0 || floor <= 0 || ratio <= 0 {
+		t.Fatalf("metrics missing: %v", res.Extra)
+	}
+	if d := ratio - ns/floor; d > 1e-6*ratio || d < -1e-6*ratio {
+		t.Errorf("x-floor %v != ns/op %v / floor-ns/op %v", ratio, ns, floor)
+	}
+	if res.Extra["p50-ns"] > res.Extra["p99-ns"] || res.Extra["p99-ns"] > res.Extra["p99.9-ns"] {
+		t.Errorf("percentiles out of order: %v", res.Extra)
 	}
 }

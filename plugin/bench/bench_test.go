@@ -9,19 +9,17 @@ import (
 	"github.com/sluice-rl/sluice/plugin/wasmhost/wasmtest"
 )
 
-// limits: "open" never runs out (huge burst, the clock is frozen by the
-// host only if a test asks; with the real clock it refills anyway), "closed"
-// never admits a request (burst below the cost of one).
+// limits: "open" never runs out (burst 1e9 refilled at 1e6/s), "closed" never admits a
+// request (burst below the cost of one).
 const limits = `{"rules": [
   {"name": "open", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
-   "algorithm_config": {"rps": 1e9, "burst": 1e12}},
+   "algorithm_config": {"rps": 1e6, "burst": 1e9}},
   {"name": "closed", "limit_keys": ["header:x-deny"], "algorithm": "token_bucket",
    "algorithm_config": {"rps": 1e-9, "burst": 0.5}}]}`
 
-var (
-	yes, no = true, false
-)
+var yes, no = true, false
 
+// FloorWasm is the empty plugin: the reference of every ratio.
 func floorWasm(b *testing.B) []byte  { return wasmtest.Build(b, "./plugin/wasmhost/testdata/empty") }
 func pluginWasm(b *testing.B) []byte { return wasmtest.Build(b, "./plugin") }
 
@@ -30,39 +28,35 @@ func same(r *wasmhost.Request) func(int, int) *wasmhost.Request {
 	return func(int, int) *wasmhost.Request { return r }
 }
 
-// BenchmarkStreams is the issue-3 table: the plugin's allowed and rejected
+// BenchmarkStreams is the core table: the plugin's allowed and rejected
 // paths against the empty floor, on one VM and on two VMs (distinct keys,
-// and one hot key with its CAS mismatch rate).
+// and one hot key with its CAS retry rate).
 func BenchmarkStreams(b *testing.B) {
-	b.Run("vms=1/floor", func(b *testing.B) {
-		Run(b, Case{Floor: true, Wasm: floorWasm(b), Request: same(Headers("x-api-key", "k1"))})
-	})
-	b.Run("vms=1/allowed", func(b *testing.B) {
-		Run(b, Case{Wasm: pluginWasm(b), Config: limits, Request: same(Headers("x-api-key", "k1")), Rejected: &no})
-	})
-	b.Run("vms=1/rejected", func(b *testing.B) {
-		Run(b, Case{Wasm: pluginWasm(b), Config: limits, Request: same(Headers("x-deny", "k1")), Rejected: &yes})
-	})
-
 	perVM := []*wasmhost.Request{Headers("x-api-key", "vm0"), Headers("x-api-key", "vm1")}
-	b.Run("vms=2/floor", func(b *testing.B) {
-		Run(b, Case{Floor: true, Wasm: floorWasm(b), VMs: 2, Request: func(vm, _ int) *wasmhost.Request { return perVM[vm] }})
-	})
-	b.Run("vms=2/allowed-distinct-keys", func(b *testing.B) {
-		Run(b, Case{Wasm: pluginWasm(b), Config: limits, VMs: 2, Rejected: &no,
-			Request: func(vm, _ int) *wasmhost.Request { return perVM[vm] }})
-	})
-	b.Run("vms=2/allowed-hot-key", func(b *testing.B) {
-		Run(b, Case{Wasm: pluginWasm(b), Config: limits, VMs: 2, Rejected: &no,
-			Request: same(Headers("x-api-key", "hot")),
+	byVM := func(vm, _ int) *wasmhost.Request { return perVM[vm] }
+	cases := []struct {
+		name string
+		c    Case
+	}{
+		{"vms=1/allowed", Case{Config: limits, Request: same(Headers("x-api-key", "k1")), Rejected: &no}},
+		{"vms=1/rejected", Case{Config: limits, Request: same(Headers("x-deny", "k1")), Rejected: &yes}},
+		{"vms=1/no-rule-applies", Case{Config: limits, Request: same(Headers()), Rejected: &no}},
+		{"vms=2/allowed-distinct-keys", Case{Config: limits, VMs: 2, Request: byVM, Rejected: &no}},
+		{"vms=2/allowed-hot-key", Case{Config: limits, VMs: 2, Request: same(Headers("x-api-key", "hot")), Rejected: &no,
 			After: func(b *testing.B, h *wasmhost.Host) {
 				retries, _ := h.Metric("sluice.rule.open.cas_retries")
 				allowed, _ := h.Metric("sluice.rule.open.allowed")
 				if allowed > 0 {
 					b.ReportMetric(float64(retries)/float64(allowed), "cas-retries/req")
 				}
-			}})
-	})
+			}}},
+	}
+	for _, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			tc.c.Wasm, tc.c.Floor = pluginWasm(b), floorWasm(b)
+			Run(b, tc.c)
+		})
+	}
 }
 
 // BenchmarkCustom measures any module and configuration against the floor:
@@ -93,7 +87,5 @@ func BenchmarkCustom(b *testing.B) {
 			b.Fatalf("SLUICE_BENCH_VMS: %q is not a positive whole number", v)
 		}
 	}
-	req := same(Headers("x-api-key", "k1"))
-	b.Run("floor", func(b *testing.B) { Run(b, Case{Floor: true, Wasm: floorWasm(b), VMs: vms, Request: req}) })
-	b.Run("module", func(b *testing.B) { Run(b, Case{Wasm: wasm, Config: string(config), VMs: vms, Request: req}) })
+	Run(b, Case{Wasm: wasm, Floor: floorWasm(b), Config: string(config), VMs: vms, Request: same(Headers("x-api-key", "k1"))})
 }
