@@ -13,7 +13,7 @@ COUNT     ?= 6
 BENCHTIME ?= 1s
 FUZZTIME  ?= 20s
 
-.PHONY: help build wasm native test test-unit lint fmt vet run bench fuzz clean
+.PHONY: help build wasm native generate test lint fmt vet generated run bench fuzz clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -34,12 +34,16 @@ $(FLOOR_OUT): $(GO_FILES) go.mod go.sum
 native: ## build the native binaries into bin/
 	@mkdir -p $(BIN)
 	$(GO) build -trimpath -o $(BIN)/ratelimit-gateway ./plugin/gateway
+	$(GO) build -trimpath -o $(BIN)/ratelimit-admin ./admin
+
+generate: ## regenerate the templ components' _templ.go files (commit them)
+	$(GO) generate ./web
 
 test: build lint ## build everything, then run every test (what CI runs)
 	SLUICE_WASM_DIR=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 15m ./...
-	SLUICE_WASM_DIR=$(CURDIR)/$(BIN) $(GO) test -count=1 -race -timeout 10m ./shared/... ./plugin/wasmhost/...
+	SLUICE_WASM_DIR=$(CURDIR)/$(BIN) $(GO) test -count=1 -race -timeout 10m ./shared/... ./plugin/wasmhost/... ./admin/store/... ./admin/policies/... ./admin/xds/...
 
-lint: fmt vet ## gofmt and go vet (fails on unformatted files)
+lint: fmt vet generated ## gofmt, go vet, generated files up to date
 
 fmt:
 	@out=$$(gofmt -l $(GO_FILES)); \
@@ -49,8 +53,24 @@ vet:
 	$(GO) vet ./...
 	$(WASM_ENV) $(GO) vet ./plugin ./plugin/filter ./shared/...
 
-run: build ## start the development gateway with a demo upstream and demo config
-	./$(BIN)/ratelimit-gateway -upstream demo -config plugin/gateway/demo-config.json
+# generated fails when a .templ file changed without `make generate`: it
+# regenerates and compares checksums (the regenerated files stay, ready to commit).
+generated:
+	@before=$$(cat web/*_templ.go | cksum); \
+	$(GO) tool templ generate -path web >/dev/null 2>&1 || { echo "templ generate failed: run 'make generate'"; exit 1; }; \
+	if [ "$$before" != "$$(cat web/*_templ.go | cksum)" ]; then \
+	  echo "web/*_templ.go were out of date with their .templ sources; regenerated now: review and commit them"; exit 1; fi
+
+DATA ?= data
+run: build ## start the stack: admin (SQLite in ./data) + dev gateway on ECDS + demo upstream
+	@mkdir -p $(DATA) && chmod 700 $(DATA)
+	@[ -s $(DATA)/dev-token ] || { head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > $(DATA)/dev-token; chmod 600 $(DATA)/dev-token; }
+	@token=$$(cat $(DATA)/dev-token); \
+	SLUICE_ADMIN_TOKEN=$$token ./$(BIN)/ratelimit-admin -data-dir $(DATA) -initial-policy plugin/gateway/demo-config.json \
+	  -listen 127.0.0.1:9000 -xds-listen 127.0.0.1:18000 -wasm-path $(BIN)/ratelimit.wasm & admin=$$!; \
+	trap 'kill $$admin 2>/dev/null; wait $$admin 2>/dev/null' EXIT INT TERM; \
+	sleep 1; echo; echo "Admin dashboard: http://127.0.0.1:9000   token (login): $$token"; echo; \
+	./$(BIN)/ratelimit-gateway -upstream demo -config plugin/gateway/demo-config.json -xds 127.0.0.1:18000
 
 bench: build ## run benchmarks (BENCH=regex COUNT=n); feed the output to benchstat
 	SLUICE_WASM_DIR=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(COUNT) -benchtime $(BENCHTIME) ./...

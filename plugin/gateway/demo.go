@@ -65,7 +65,7 @@ func printTryIt(w io.Writer, gw *Gateway) {
 	u := gw.URL()
 	lines := []string{
 		"Sluice development gateway is running: " + u,
-		"  upstream: " + gw.upstream.String() + "   config: " + gw.opts.ConfigPath + " (edit it: reloads live, buckets kept)",
+		"  upstream: " + gw.upstream.String() + "   " + configSource(gw.opts),
 		"",
 		"Try it (the demo config: free tier per x-api-key, burst 5 at 1/s; enterprise burst 200; /ip/ limited per client address):",
 		"  curl -i -H 'x-api-key: k1' " + u + "/hello                     # allowed: RateLimit headers",
@@ -78,4 +78,12 @@ func printTryIt(w io.Writer, gw *Gateway) {
 		"Ctrl-C to stop.",
 	}
 	fmt.Fprintln(w, strings.Join(lines, "\n"))
+}
+
+// configSource says where the policy comes from and how to change it live.
+func configSource(o Options) string {
+	if o.XDS != "" {
+		return "policy: from the admin over ECDS at " + o.XDS + " (edit it in the dashboard: applies live, buckets kept)"
+	}
+	return "config: " + o.ConfigPath + " (edit it: reloads live, buckets kept)"
 }

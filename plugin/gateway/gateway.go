@@ -32,6 +32,15 @@ type Options struct {
 	// PauseTimeout bounds how long a request paused by the plugin waits to
 	// be resumed before the gateway answers 503 (default 30s).
 	PauseTimeout time.Duration
+
+	// XDS, when set, is the admin's xDS address (host:port): the plugin
+	// configuration then comes from the admin over ECDS (see xds.go), the
+	// file watcher is off, and ConfigPath only bootstraps the plugin until
+	// the first update arrives.
+	XDS           string
+	XDSResource   string        // ECDS resource name (default "sluice-ratelimit")
+	NodeID        string        // node id reported to the admin (default sluice-gateway-<hostname>)
+	XDSMaxBackoff time.Duration // longest wait between reconnects to the admin (default 10s)
 }
 
 // Gateway serves HTTP through the plugin running in a wasmhost.Host.
@@ -53,10 +62,25 @@ type Gateway struct {
 }
 
 // Start loads the module and configuration, starts the worker VMs, the
-// ticker, the config watcher and the HTTP server.
+// ticker, the config watcher (or, with XDS, the ECDS client) and the HTTP
+// server.
 func Start(ctx context.Context, opts Options, logger *slog.Logger) (*Gateway, error) {
 	if opts.PauseTimeout <= 0 {
 		opts.PauseTimeout = 30 * time.Second
+	}
+	if opts.XDS != "" {
+		if opts.XDSResource == "" {
+			opts.XDSResource = defaultXDSResource
+		}
+		if opts.NodeID == "" {
+			opts.NodeID = defaultNodeID()
+		}
+		if opts.XDSMaxBackoff <= 0 {
+			opts.XDSMaxBackoff = 10 * time.Second
+		}
+		if err := checkXDSOptions(opts); err != nil {
+			return nil, err
+		}
 	}
 	wasm, err := os.ReadFile(opts.WasmPath)
 	if err != nil {
@@ -110,9 +134,18 @@ func Start(ctx context.Context, opts Options, logger *slog.Logger) (*Gateway, er
 	}()
 	go func() {
 		defer gw.wg.Done()
+		if opts.XDS != "" {
+			gw.newXDSClient().run(runCtx)
+			return
+		}
 		gw.watchConfig(runCtx)
 	}()
-	logger.Info("gateway ready", "listen", gw.URL(), "upstream", gw.upstream.String(), "vms", opts.VMs, "config", opts.ConfigPath)
+	if opts.XDS != "" {
+		logger.Info("gateway ready", "listen", gw.URL(), "upstream", gw.upstream.String(), "vms", opts.VMs,
+			"xds", opts.XDS, "resource", opts.XDSResource, "node", opts.NodeID, "bootstrap_config", opts.ConfigPath)
+	} else {
+		logger.Info("gateway ready", "listen", gw.URL(), "upstream", gw.upstream.String(), "vms", opts.VMs, "config", opts.ConfigPath)
+	}
 	return gw, nil
 }
 

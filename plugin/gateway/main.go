@@ -6,6 +6,7 @@
 //
 //	ratelimit-gateway -upstream http://127.0.0.1:8081 -config policy.json
 //	ratelimit-gateway -upstream demo              # built-in echo upstream
+//	ratelimit-gateway -xds 127.0.0.1:18000        # policy from the admin over ECDS
 //
 // Every flag can also be set from the environment (SLUICE_LISTEN, ...).
 package main
@@ -64,6 +65,10 @@ func parseOptions(args []string) (Options, error) {
 	}
 	fs.IntVar(&o.VMs, "vms", vms, "worker VMs, like Envoy's --concurrency (SLUICE_VMS)")
 	fs.DurationVar(&o.ReloadInterval, "reload-interval", time.Second, "how often the config file is checked for changes")
+	fs.StringVar(&o.XDS, "xds", env("SLUICE_XDS", ""), "the admin's xDS address, host:port: take the configuration from the admin over ECDS\n"+
+		"instead of watching -config, which then only serves until the first update (SLUICE_XDS)")
+	fs.StringVar(&o.XDSResource, "xds-resource", env("SLUICE_XDS_RESOURCE", defaultXDSResource), "the ECDS resource to subscribe to (SLUICE_XDS_RESOURCE)")
+	fs.StringVar(&o.NodeID, "node-id", env("SLUICE_NODE_ID", defaultNodeID()), "node id reported to the admin over xDS (SLUICE_NODE_ID)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -75,6 +80,9 @@ func parseOptions(args []string) (Options, error) {
 	}
 	if o.ReloadInterval <= 0 {
 		return o, errors.New("-reload-interval: must be positive, e.g. 1s")
+	}
+	if err := checkXDSOptions(o); err != nil {
+		return o, err
 	}
 	return o, nil
 }

@@ -1,0 +1,222 @@
+// Package httpapi is the admin's HTTP front: the JSON API under /api/v1
+// (bearer token) and the dashboard pages (login session, CSRF-protected
+// forms) rendered by web's templ components.
+//
+// Handlers are thin: they decode the request, call the policy service
+// (the Policies interface) and encode the answer. Every route but /login,
+// /healthz and /static requires authentication, reads included: the policy
+// is operational data an anonymous visitor has no business reading.
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/a-h/templ"
+
+	"github.com/sluice-rl/sluice/admin/auth"
+	"github.com/sluice-rl/sluice/admin/istio"
+	"github.com/sluice-rl/sluice/admin/policies"
+	"github.com/sluice-rl/sluice/web"
+)
+
+// Policies is the policy service (admin/policies.Service implements it).
+type Policies interface {
+	Current(ctx context.Context) (policies.Version, error)
+	Get(ctx context.Context, n int64) (policies.Version, error)
+	List(ctx context.Context, before int64, limit int) (policies.Page, error)
+	Diff(ctx context.Context, from, to int64) (policies.Diff, error)
+	Save(ctx context.Context, r policies.SaveRequest) (policies.Version, error)
+	Rollback(ctx context.Context, r policies.RollbackRequest) (policies.Version, error)
+	LastPublish() policies.PublishStatus
+}
+
+// Auth checks the admin token and manages sessions (admin/auth.Manager
+// implements it).
+type Auth interface {
+	CheckToken(token string) bool
+	Login(ctx context.Context, token, author string) (string, auth.Session, error)
+	Session(ctx context.Context, id string) (auth.Session, error)
+	Logout(ctx context.Context, id string) error
+}
+
+// Config wires the handler.
+type Config struct {
+	Policies Policies
+	Auth     Auth
+	Nodes    NodeLister    // nil: no xDS server in this process
+	Istio    istio.Options // how the WasmPlugin is rendered
+	Logger   *slog.Logger
+
+	// SecureCookies marks cookies Secure even on plain-HTTP requests: set it
+	// when a TLS-terminating proxy sits in front of the admin. Requests that
+	// arrive over TLS always get Secure cookies.
+	SecureCookies bool
+
+	// MaxBodyBytes bounds request bodies (default DefaultMaxBody).
+	MaxBodyBytes int64
+}
+
+// DefaultMaxBody is the default request body limit: 1 MiB.
+const DefaultMaxBody = 1 << 20
+
+// Cookie names.
+const (
+	sessionCookie = "sluice_session"
+	loginCookie   = "sluice_login"
+)
+
+type server struct {
+	Config
+	log *slog.Logger
+	cop *http.CrossOriginProtection
+}
+
+// New returns the admin's HTTP handler.
+func New(cfg Config) (http.Handler, error) {
+	if cfg.Policies == nil || cfg.Auth == nil {
+		return nil, errors.New("httpapi: Policies and Auth are required")
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBody
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &server{Config: cfg, log: cfg.Logger.With("component", "http"), cop: http.NewCrossOriginProtection()}
+	mux := http.NewServeMux()
+
+	// JSON API, bearer token.
+	mux.Handle("GET /api/v1/policy", s.api(s.apiCurrent))
+	mux.Handle("POST /api/v1/policy", s.api(s.apiSave))
+	mux.Handle("POST /api/v1/policy/validate", s.api(s.apiValidate))
+	mux.Handle("GET /api/v1/policy/versions", s.api(s.apiList))
+	mux.Handle("GET /api/v1/policy/versions/{n}", s.api(s.apiGet))
+	mux.Handle("GET /api/v1/policy/diff", s.api(s.apiDiff))
+	mux.Handle("POST /api/v1/policy/rollback", s.api(s.apiRollback))
+	mux.Handle("GET /api/v1/policy/export", s.api(s.apiExport))
+	mux.Handle("GET /api/v1/policy/schema", s.api(s.apiSchema))
+	mux.Handle("GET /api/v1/istio/wasmplugin", s.api(s.apiIstio))
+	mux.Handle("GET /api/v1/nodes", s.api(s.apiNodes))
+	mux.Handle("/api/", s.api(func(w http.ResponseWriter, r *http.Request) error {
+		return &apiErr{status: http.StatusNotFound, msg: "no such endpoint: " + r.Method + " " + r.URL.Path + " (see docs/admin.md)"}
+	}))
+
+	// Pages, session cookie.
+	mux.HandleFunc("GET /login", s.loginPage)
+	mux.HandleFunc("POST /login", s.loginSubmit)
+	mux.Handle("POST /logout", s.page(s.logout))
+	mux.Handle("GET /{$}", s.page(s.editorPage))
+	mux.Handle("POST /policy", s.page(s.editorSubmit))
+	mux.Handle("GET /history", s.page(s.historyPage))
+	mux.Handle("GET /history/{n}", s.page(s.versionPage))
+	mux.Handle("POST /rollback", s.page(s.rollbackSubmit))
+	mux.Handle("GET /nodes", s.page(s.nodesPage))
+	mux.Handle("GET /istio", s.page(s.istioPage))
+	mux.Handle("GET /istio/wasmplugin.yaml", s.page(s.istioDownload))
+	mux.Handle("GET /istio/wasmplugin.json", s.page(s.istioDownload))
+	mux.Handle("GET /export", s.page(s.exportDownload))
+	mux.Handle("GET /schema.json", s.page(s.schemaDownload))
+	mux.HandleFunc("GET /static/{name}", s.static)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.renderError(w, r, web.Nav{}, http.StatusNotFound, "Not found", "There is no page at "+r.URL.Path+".")
+	})
+	return s.secure(mux), nil
+}
+
+// secure adds the security headers, refuses cross-origin state changes and
+// turns a panicking handler into a 500 instead of a dropped connection.
+func (s *server) secure(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "+
+			"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cross-Origin-Opener-Policy", "same-origin")
+		h.Set("Cross-Origin-Resource-Policy", "same-origin")
+		if r.TLS != nil {
+			h.Set("Strict-Transport-Security", "max-age=31536000")
+		}
+		if !strings.HasPrefix(r.URL.Path, "/static/") {
+			h.Set("Cache-Control", "no-store")
+		}
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.Error("handler panicked", "method", r.Method, "path", r.URL.Path, "panic", v)
+				http.Error(w, "internal error; see the admin's log", http.StatusInternalServerError)
+			}
+		}()
+		// Browsers say where a request comes from (Sec-Fetch-Site, Origin);
+		// a state change from another site is refused whatever its cookies.
+		if err := s.cop.Check(r); err != nil {
+			if strings.HasPrefix(r.URL.Path, "/api/") {
+				writeJSON(w, http.StatusForbidden, map[string]string{"error": "cross-origin request refused: " + err.Error()})
+			} else {
+				s.renderError(w, r, web.Nav{}, http.StatusForbidden, "Request refused", "This form was submitted from another site ("+err.Error()+").")
+			}
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// render writes a templ component as an HTML page with the given status.
+func (s *server) render(w http.ResponseWriter, r *http.Request, status int, c templ.Component) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	if err := c.Render(r.Context(), w); err != nil {
+		s.log.Warn("rendering a page failed", "path", r.URL.Path, "err", err)
+	}
+}
+
+func (s *server) renderError(w http.ResponseWriter, r *http.Request, nav web.Nav, status int, title, msg string) {
+	s.render(w, r, status, web.Error(web.ErrorPage{Nav: nav, Status: status, Title: title, Message: msg}))
+}
+
+// secureCookie says whether cookies for r must be marked Secure.
+func (s *server) secureCookie(r *http.Request) bool { return s.SecureCookies || r.TLS != nil }
+
+// limitBody caps the request body at MaxBodyBytes.
+func (s *server) limitBody(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, s.MaxBodyBytes)
+}
+
+func isTooLarge(err error) bool {
+	var mbe *http.MaxBytesError
+	return errors.As(err, &mbe)
+}
+
+func (s *server) tooLargeMessage() string {
+	return fmt.Sprintf("request body too large: the limit is %d bytes", s.MaxBodyBytes)
+}
+
+// timeText formats a time for people.
+func timeText(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02 15:04:05 UTC")
+}
+
+func parseVersion(s, field string) (int64, error) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, &policies.InputError{Field: field, Message: fmt.Sprintf("%q is not a version number", s)}
+	}
+	return n, nil
+}

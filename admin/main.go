@@ -1,0 +1,288 @@
+// Command ratelimit-admin is Sluice's admin server: it stores every policy
+// version in SQLite (in -data-dir), validates changes with the filter's own
+// parser, serves the dashboard and the JSON API on -listen, and pushes the
+// current policy to every Envoy (and development gateway) over xDS/ECDS on
+// -xds-listen.
+//
+//	ratelimit-admin -data-dir ./data
+//	ratelimit-admin -token "$(cat token)" -listen 0.0.0.0:9000 -tls-cert c.pem -tls-key k.pem
+//	ratelimit-admin -data-dir ./data -new-token      # replace the admin token, print it, exit
+//
+// Every flag can also be set from the environment (SLUICE_ADMIN_LISTEN,
+// ...). See docs/admin.md.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sluice-rl/sluice/admin/auth"
+	"github.com/sluice-rl/sluice/admin/httpapi"
+	"github.com/sluice-rl/sluice/admin/istio"
+	"github.com/sluice-rl/sluice/admin/policies"
+	"github.com/sluice-rl/sluice/admin/store"
+	"github.com/sluice-rl/sluice/admin/xds"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "ratelimit-admin:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	Listen        string
+	XDSListen     string
+	DataDir       string
+	Token         string
+	NewToken      bool
+	WasmPath      string
+	TLSCert       string
+	TLSKey        string
+	SecureCookies bool
+	Istio         istio.Options
+	IstioSelector string
+	LogLevel      string
+	InitialPolicy string
+}
+
+func parseOptions(args []string, stderr io.Writer) (options, error) {
+	fs := flag.NewFlagSet("ratelimit-admin", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	fs.StringVar(&o.Listen, "listen", env("SLUICE_ADMIN_LISTEN", "127.0.0.1:9000"), "HTTP address of the dashboard and API (SLUICE_ADMIN_LISTEN)")
+	fs.StringVar(&o.XDSListen, "xds-listen", env("SLUICE_XDS_LISTEN", "127.0.0.1:18000"), `gRPC address of the xDS (ADS + ECDS) server; "off" disables it (SLUICE_XDS_LISTEN)`)
+	fs.StringVar(&o.DataDir, "data-dir", env("SLUICE_DATA_DIR", "./data"), "directory of the SQLite database (SLUICE_DATA_DIR)")
+	fs.StringVar(&o.Token, "token", env("SLUICE_ADMIN_TOKEN", ""), "admin token, at least 16 characters; empty: use the stored one, or generate one at first start and print it once (SLUICE_ADMIN_TOKEN)")
+	fs.BoolVar(&o.NewToken, "new-token", false, "replace the stored admin token with a new one, end every session, print the token and exit")
+	fs.StringVar(&o.WasmPath, "wasm-path", env("SLUICE_WASM_PATH", "bin/ratelimit.wasm"), "the plugin file as Envoy sees it, pushed in the ECDS config; made absolute (SLUICE_WASM_PATH)")
+	fs.StringVar(&o.TLSCert, "tls-cert", env("SLUICE_ADMIN_TLS_CERT", ""), "serve HTTPS with this certificate (PEM) (SLUICE_ADMIN_TLS_CERT)")
+	fs.StringVar(&o.TLSKey, "tls-key", env("SLUICE_ADMIN_TLS_KEY", ""), "and this private key (PEM) (SLUICE_ADMIN_TLS_KEY)")
+	fs.BoolVar(&o.SecureCookies, "secure-cookies", envBool("SLUICE_ADMIN_SECURE_COOKIES"), "mark cookies Secure even over plain HTTP (behind a TLS-terminating proxy) (SLUICE_ADMIN_SECURE_COOKIES)")
+	fs.StringVar(&o.Istio.URL, "istio-url", env("SLUICE_ISTIO_URL", istio.DefaultURL), "module URL in the Istio WasmPlugin: oci://, file://, http(s):// (SLUICE_ISTIO_URL)")
+	fs.StringVar(&o.Istio.SHA256, "istio-sha256", env("SLUICE_ISTIO_SHA256", ""), "optional SHA-256 of the module for the WasmPlugin (SLUICE_ISTIO_SHA256)")
+	fs.StringVar(&o.Istio.Name, "istio-name", env("SLUICE_ISTIO_NAME", istio.DefaultName), "metadata.name of the WasmPlugin (SLUICE_ISTIO_NAME)")
+	fs.StringVar(&o.Istio.Namespace, "istio-namespace", env("SLUICE_ISTIO_NAMESPACE", istio.DefaultNamespace), "metadata.namespace of the WasmPlugin; the root namespace applies mesh-wide (SLUICE_ISTIO_NAMESPACE)")
+	fs.StringVar(&o.IstioSelector, "istio-selector", env("SLUICE_ISTIO_SELECTOR", ""), "workload labels for the WasmPlugin, e.g. istio=ingressgateway (SLUICE_ISTIO_SELECTOR)")
+	fs.StringVar(&o.InitialPolicy, "initial-policy", env("SLUICE_INITIAL_POLICY", ""), "policy file stored as version 1 when the database is empty (default: a shadow-mode per-IP limit) (SLUICE_INITIAL_POLICY)")
+	fs.StringVar(&o.LogLevel, "log-level", env("SLUICE_LOG_LEVEL", "info"), "debug, info, warn or error (SLUICE_LOG_LEVEL)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q (flags only; see -h)", fs.Arg(0))
+	}
+	if (o.TLSCert == "") != (o.TLSKey == "") {
+		return o, errors.New("-tls-cert and -tls-key go together")
+	}
+	if o.Token != "" {
+		if err := auth.CheckTokenStrength(o.Token); err != nil {
+			return o, fmt.Errorf("-token: %w", err)
+		}
+	}
+	sel, err := istio.ParseSelector(o.IstioSelector)
+	if err != nil {
+		return o, fmt.Errorf("-istio-selector: %w", err)
+	}
+	o.Istio.Selector = sel
+	if _, err := istio.Render([]byte("{}"), 0, o.Istio); err != nil {
+		return o, fmt.Errorf("-istio-* flags: %w", err)
+	}
+	if o.WasmPath == "" {
+		return o, errors.New("-wasm-path: empty")
+	}
+	if o.WasmPath, err = filepath.Abs(o.WasmPath); err != nil {
+		return o, fmt.Errorf("-wasm-path: %w", err)
+	}
+	return o, nil
+}
+
+func env(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	return def
+}
+
+func envBool(name string) bool {
+	switch strings.ToLower(os.Getenv(name)) {
+	case "1", "true", "yes", "on":
+		return true
+	}
+	return false
+}
+
+func newLogger(level string, w io.Writer) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("-log-level: %q is not debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	o, err := parseOptions(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	logger, err := newLogger(o.LogLevel, stderr)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	st, err := store.Open(ctx, o.DataDir)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	if o.NewToken {
+		tok, err := auth.Rotate(ctx, st)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "New admin token (every session was ended; it is stored hashed and will not be shown again):\n\n    %s\n\n", tok)
+		return nil
+	}
+	authn, generated, err := auth.Setup(ctx, st, o.Token)
+	if err != nil {
+		return err
+	}
+	if generated != "" {
+		fmt.Fprintf(stdout, "Generated the admin token. It is stored hashed in %s and will NOT be shown again:\n\n    %s\n\n"+
+			"Log in with it on the dashboard, or send it as \"Authorization: Bearer <token>\" to the API.\n"+
+			"Lost it? Run ratelimit-admin -new-token -data-dir %s\n\n", st.Path(), generated, o.DataDir)
+	}
+
+	// xDS: the one place where the admin meets admin/xds.
+	var (
+		pub       policies.Publisher
+		nodes     httpapi.NodeLister
+		xdsServer *xds.Server
+	)
+	if o.XDSListen != "off" {
+		xdsServer = xds.NewServer(logger, xds.Options{WasmPath: o.WasmPath})
+		pub, nodes = xdsServer, xdsNodes{xdsServer}
+	}
+
+	svc := policies.New(st, pub, logger)
+	if o.InitialPolicy != "" {
+		initial, err := os.ReadFile(o.InitialPolicy)
+		if err != nil {
+			return fmt.Errorf("-initial-policy: %w", err)
+		}
+		svc.SetInitialConfig(initial)
+	}
+	cur, err := svc.Start(ctx)
+	if err != nil {
+		return err
+	}
+	handler, err := httpapi.New(httpapi.Config{
+		Policies: svc, Auth: authn, Nodes: nodes, Istio: o.Istio, Logger: logger, SecureCookies: o.SecureCookies,
+	})
+	if err != nil {
+		return err
+	}
+
+	httpLis, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return fmt.Errorf("-listen: %w", err)
+	}
+	scheme := "http"
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	if o.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
+		if err != nil {
+			httpLis.Close()
+			return fmt.Errorf("-tls-cert/-tls-key: %w", err)
+		}
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		httpLis = tls.NewListener(httpLis, srv.TLSConfig)
+		scheme = "https"
+	}
+
+	errc := make(chan error, 2)
+	go func() {
+		if err := srv.Serve(httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("http: %w", err)
+		}
+	}()
+	xdsAddr := "off"
+	xdsDone := make(chan struct{})
+	if xdsServer == nil {
+		close(xdsDone)
+	} else {
+		xdsLis, err := net.Listen("tcp", o.XDSListen)
+		if err != nil {
+			srv.Close()
+			return fmt.Errorf("-xds-listen: %w", err)
+		}
+		xdsAddr = xdsLis.Addr().String()
+		go func() {
+			defer close(xdsDone)
+			if err := xdsServer.Serve(ctx, xdsLis); err != nil {
+				errc <- err
+			}
+		}()
+	}
+	fmt.Fprintf(stdout, "sluice admin: dashboard %s://%s/  xDS %s  policy v%d  data %s\n", scheme, httpLis.Addr(), xdsAddr, cur.Number, st.Path())
+	logger.Info("admin started", "http", httpLis.Addr().String(), "xds", xdsAddr, "policy_version", cur.Number, "wasm_path", o.WasmPath)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+		stop()
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		logger.Warn("HTTP shutdown", "err", err)
+	}
+	select {
+	case <-xdsDone:
+	case <-shutdownCtx.Done():
+	}
+	logger.Info("admin stopped")
+	return runErr
+}
+
+// xdsNodes adapts the xDS server's node list to httpapi.NodeLister (the
+// conversion is a no-op once xds.NodeStatus is httpapi.NodeStatus).
+type xdsNodes struct{ s *xds.Server }
+
+func (a xdsNodes) Nodes() []httpapi.NodeStatus {
+	ns := a.s.Nodes()
+	out := make([]httpapi.NodeStatus, len(ns))
+	for i, n := range ns {
+		out[i] = httpapi.NodeStatus(n)
+	}
+	return out
+}

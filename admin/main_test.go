@@ -1,0 +1,56 @@
+package main
+
+import (
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestParseOptions(t *testing.T) {
+	for _, k := range []string{"SLUICE_ADMIN_LISTEN", "SLUICE_XDS_LISTEN", "SLUICE_DATA_DIR", "SLUICE_ADMIN_TOKEN", "SLUICE_WASM_PATH", "SLUICE_ISTIO_URL", "SLUICE_ISTIO_SELECTOR"} {
+		t.Setenv(k, "")
+	}
+	o, err := parseOptions([]string{"-listen", ":9999", "-istio-selector", "istio=ingressgateway", "-wasm-path", "x.wasm"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Listen != ":9999" || o.Istio.Selector["istio"] != "ingressgateway" || !filepath.IsAbs(o.WasmPath) {
+		t.Errorf("options %+v", o)
+	}
+	t.Setenv("SLUICE_DATA_DIR", "/var/lib/sluice")
+	if o, _ := parseOptions(nil, io.Discard); o.DataDir != "/var/lib/sluice" {
+		t.Errorf("env SLUICE_DATA_DIR ignored: %q", o.DataDir)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-token", "short"}, "-token"},
+		{[]string{"-istio-url", "ftp://x"}, "url:"},
+		{[]string{"-istio-namespace", "Bad"}, "namespace:"},
+		{[]string{"-istio-selector", "novalue"}, "-istio-selector"},
+		{[]string{"-tls-cert", "c.pem"}, "-tls-key"},
+		{[]string{"-wasm-path", ""}, "-wasm-path"},
+		{[]string{"extra"}, "unexpected argument"},
+		{[]string{"-nope"}, "not defined"},
+	} {
+		if _, err := parseOptions(c.args, io.Discard); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want an error mentioning %q", c.args, err, c.want)
+		}
+	}
+	if _, err := newLogger("loud", io.Discard); err == nil {
+		t.Error("bad log level accepted")
+	}
+}
+
+func TestNewTokenPrintsAndExits(t *testing.T) {
+	dir := t.TempDir()
+	var out strings.Builder
+	if err := run([]string{"-data-dir", dir, "-new-token"}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "sluice_") {
+		t.Errorf("no token printed: %q", out.String())
+	}
+}

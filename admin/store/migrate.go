@@ -1,0 +1,89 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+)
+
+// migrations are applied in order; the database's PRAGMA user_version is the
+// number applied so far. Never edit a released migration: append a new one.
+var migrations = []string{
+	// 1: policy versions, the admin token and UI sessions.
+	`
+CREATE TABLE policy_versions (
+	number      INTEGER PRIMARY KEY CHECK (number > 0),
+	parent      INTEGER REFERENCES policy_versions(number) CHECK (parent IS NULL OR parent < number),
+	config      TEXT    NOT NULL CHECK (json_valid(config)),
+	author      TEXT    NOT NULL,
+	message     TEXT    NOT NULL,
+	created_at  TEXT    NOT NULL,
+	rollback_of INTEGER REFERENCES policy_versions(number)
+) STRICT;
+
+-- Versions are history: never changed, never deleted.
+CREATE TRIGGER policy_versions_no_update BEFORE UPDATE ON policy_versions
+BEGIN SELECT RAISE(ABORT, 'policy versions are immutable'); END;
+CREATE TRIGGER policy_versions_no_delete BEFORE DELETE ON policy_versions
+BEGIN SELECT RAISE(ABORT, 'policy versions are immutable'); END;
+
+CREATE TABLE admin_credentials (
+	name       TEXT PRIMARY KEY,
+	hash       BLOB NOT NULL,
+	created_at TEXT NOT NULL
+) STRICT;
+
+CREATE TABLE sessions (
+	id_hash    BLOB PRIMARY KEY,
+	csrf_token TEXT NOT NULL,
+	author     TEXT NOT NULL,
+	created_at TEXT NOT NULL,
+	expires_at TEXT NOT NULL
+) STRICT;
+
+CREATE INDEX sessions_by_expiry ON sessions(expires_at);
+`,
+}
+
+// SchemaVersion is the schema version this binary writes.
+func SchemaVersion() int { return len(migrations) }
+
+// migrate applies the pending migrations in one write transaction, so two
+// processes opening a new database at once cannot both apply them, and a
+// crash mid-migration leaves the previous schema.
+func migrate(ctx context.Context, db *sql.DB) (err error) {
+	tx, err := db.BeginTx(ctx, nil) // BEGIN IMMEDIATE: holds the write lock from here
+	if err != nil {
+		return fmt.Errorf("starting the migration transaction: %w", describe(err))
+	}
+	defer func() {
+		if err != nil {
+			tx.Rollback()
+		}
+	}()
+	var have int
+	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&have); err != nil {
+		return fmt.Errorf("reading the schema version: %w", err)
+	}
+	if have > len(migrations) {
+		return fmt.Errorf("the database has schema version %d but this binary knows only up to %d; run a newer sluice admin (or restore a backup)", have, len(migrations))
+	}
+	if have < 0 {
+		return fmt.Errorf("the database has an invalid schema version %d", have)
+	}
+	for i := have; i < len(migrations); i++ {
+		if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
+			return fmt.Errorf("applying schema migration %d: %w", i+1, err)
+		}
+	}
+	if have < len(migrations) {
+		// PRAGMA does not take parameters; the value is our own integer.
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", len(migrations))); err != nil {
+			return fmt.Errorf("recording the schema version: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("committing the schema migration: %w", describe(err))
+	}
+	return nil
+}

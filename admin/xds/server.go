@@ -1,0 +1,261 @@
+// Package xds pushes Sluice policies to Envoy (and to the development
+// gateway) over ECDS, the Extension Config Discovery Service.
+//
+// The admin serves one resource, an envoy.config.core.v3.TypedExtensionConfig
+// named "sluice-ratelimit" (Options.ResourceName), whose typed_config is the
+// wasm HTTP filter's configuration (envoy.extensions.filters.http.wasm.v3.Wasm)
+// with the policy JSON as the plugin configuration. Envoy's HTTP connection
+// manager fetches it through `config_discovery` on an ADS stream (or a plain
+// ECDS stream); both are served on one gRPC port by go-control-plane.
+//
+// Every node gets the same resource: the snapshot cache is keyed by one
+// constant group instead of by node. The resource's version is the policy
+// version number. Only the plugin configuration changes between versions;
+// vm_config (vm_id, runtime, code) stays the same, so Envoy keeps the VM and
+// its shared data (the buckets) and only runs proxy_on_configure again.
+//
+// Server callbacks track every node that connects: its cluster, whether a
+// stream is open, when it was last heard from, the version it ACKed and its
+// last NACK with the error Envoy reported (the plugin's rejection).
+package xds
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	wasmfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
+	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	extensiongrpc "github.com/envoyproxy/go-control-plane/envoy/service/extension/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	server "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+const (
+	// DefaultResourceName is the ECDS resource (and wasm plugin) name.
+	// envoy.yaml's config_discovery filter name must be the same.
+	DefaultResourceName = "sluice-ratelimit"
+	// DefaultWasmPath is where `make build` writes the plugin.
+	DefaultWasmPath = "bin/ratelimit.wasm"
+	// VMID and RootID are the plugin's vm_id and root_id. Keeping vm_id
+	// (and the code) unchanged across pushes is what keeps the buckets.
+	VMID   = "sluice"
+	RootID = "sluice"
+	// Runtime is the wasm runtime Envoy runs the plugin in.
+	Runtime = "envoy.wasm.runtime.v8"
+
+	// TypeURL is the ECDS resource type: TypedExtensionConfig.
+	TypeURL = resource.ExtensionConfigType
+	// FilterTypeURL is the type of the extension config carried inside it
+	// (what envoy.yaml lists in config_discovery.type_urls).
+	FilterTypeURL = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
+)
+
+// Options configure a Server.
+type Options struct {
+	// ResourceName is the ECDS resource name (default DefaultResourceName).
+	ResourceName string
+	// WasmPath is the plugin file Envoy loads (vm_config.code.local.filename),
+	// as Envoy will see it: use an absolute path when Envoy's working
+	// directory differs from the admin's (default DefaultWasmPath).
+	WasmPath string
+	// MaxNodes bounds how many disconnected nodes are remembered for
+	// Nodes(); the ones heard from least recently are forgotten first
+	// (default 1000). Connected nodes are always kept.
+	MaxNodes int
+}
+
+// groupKey is the only key of the snapshot cache: every node gets the same
+// snapshot (see constantHash).
+const groupKey = "sluice"
+
+// constantHash puts every node into one group, so that one SetSnapshot
+// serves every node, including nodes that connect later.
+type constantHash struct{}
+
+func (constantHash) ID(*core.Node) string { return groupKey }
+
+// Server is the admin's xDS server. It implements policies.Publisher
+// (Publish) and httpapi.NodeLister (Nodes). It is safe for concurrent use.
+type Server struct {
+	log   *slog.Logger
+	opts  Options
+	cache cache.SnapshotCache
+	nodes *nodeTracker
+
+	mu        sync.Mutex // serializes Publish
+	published int64      // version number in the snapshot, 0 = none yet
+	json      []byte     // its plugin configuration
+}
+
+// NewServer returns a Server with no policy published yet: nodes that
+// connect wait until the first Publish. Call Serve to accept connections.
+func NewServer(logger *slog.Logger, opts Options) *Server {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.ResourceName == "" {
+		opts.ResourceName = DefaultResourceName
+	}
+	if opts.WasmPath == "" {
+		opts.WasmPath = DefaultWasmPath
+	}
+	if opts.MaxNodes <= 0 {
+		opts.MaxNodes = 1000
+	}
+	log := logger.With("component", "xds")
+	return &Server{
+		log:   log,
+		opts:  opts,
+		cache: cache.NewSnapshotCache(true, constantHash{}, cpLogger{log}),
+		nodes: newNodeTracker(log, opts.MaxNodes),
+	}
+}
+
+// Options returns the options in force (defaults filled in).
+func (s *Server) Options() Options { return s.opts }
+
+// Publish makes v the configuration of every node, connected or not:
+// nodes with an open stream get it pushed at once. It does not validate
+// the JSON (the caller publishes only versions the policy parser
+// accepted); a configuration the plugin rejects is NACKed by the nodes and
+// shows in Nodes.
+//
+// Versions only move forward: a version older than the one published is
+// ignored (two saves racing to publish), republishing the same version is a
+// no-op, and republishing it with different JSON is an error.
+func (s *Server) Publish(ctx context.Context, v Version) error {
+	if v.Number <= 0 {
+		return fmt.Errorf("xds: publish: version number %d must be positive", v.Number)
+	}
+	if len(v.JSON) == 0 {
+		return fmt.Errorf("xds: publish: version %d has an empty configuration", v.Number)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case v.Number < s.published:
+		s.log.Info("not publishing an older version", "version", v.Number, "published", s.published)
+		return nil
+	case v.Number == s.published && bytes.Equal(v.JSON, s.json):
+		return nil
+	case v.Number == s.published:
+		return fmt.Errorf("xds: publish: version %d is already published with a different configuration", v.Number)
+	}
+	version := strconv.FormatInt(v.Number, 10)
+	res, err := Resource(s.opts.ResourceName, s.opts.WasmPath, v.JSON)
+	if err != nil {
+		return err
+	}
+	snap, err := cache.NewSnapshot(version, map[resource.Type][]types.Resource{TypeURL: {res}})
+	if err != nil {
+		return fmt.Errorf("xds: publish: %w", err)
+	}
+	if err := s.cache.SetSnapshot(ctx, groupKey, snap); err != nil {
+		return fmt.Errorf("xds: publish version %d: %w", v.Number, err)
+	}
+	s.published = v.Number
+	s.json = append([]byte(nil), v.JSON...)
+	s.log.Info("published", "version", v.Number, "resource", s.opts.ResourceName, "author", v.Author)
+	return nil
+}
+
+// Published returns the version number last published (0 if none).
+func (s *Server) Published() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.published
+}
+
+// Nodes reports every node seen over xDS, sorted by ID.
+func (s *Server) Nodes() []NodeStatus { return s.nodes.list() }
+
+// Serve answers ADS and ECDS on lis until ctx is done, then stops: open
+// streams end (clients reconnect elsewhere or later), and Serve returns nil.
+// It returns early with the error if serving fails. Serve may be called
+// again, on another listener, with the same Server: published policy and
+// node history are kept.
+func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
+	gs := grpc.NewServer(
+		grpc.MaxConcurrentStreams(1000),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	)
+	// The xDS server ends its streams when ctx is done, which lets
+	// GracefulStop finish instead of waiting for Envoy to hang up.
+	xs := server.NewServer(ctx, nackParkingCache{s.cache}, s.nodes)
+	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(gs, xs)
+	extensiongrpc.RegisterExtensionConfigDiscoveryServiceServer(gs, xs)
+
+	errc := make(chan error, 1)
+	go func() { errc <- gs.Serve(lis) }()
+	s.log.Info("serving ADS and ECDS", "addr", lis.Addr().String())
+	select {
+	case err := <-errc:
+		return fmt.Errorf("xds: serve: %w", err)
+	case <-ctx.Done():
+	}
+	stopped := make(chan struct{})
+	go func() {
+		gs.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		gs.Stop()
+		<-stopped
+	}
+	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("xds: serve: %w", err)
+	}
+	return nil
+}
+
+// Resource builds the ECDS resource: a TypedExtensionConfig named name
+// whose typed_config is the wasm HTTP filter running the plugin at wasmPath
+// with policyJSON as its configuration.
+func Resource(name, wasmPath string, policyJSON []byte) (*core.TypedExtensionConfig, error) {
+	filter, err := anypb.New(WasmFilter(name, wasmPath, policyJSON))
+	if err != nil {
+		return nil, fmt.Errorf("xds: packing the wasm filter: %w", err)
+	}
+	return &core.TypedExtensionConfig{Name: name, TypedConfig: filter}, nil
+}
+
+// WasmFilter is the wasm HTTP filter configuration for the plugin. The
+// configuration is a StringValue: Envoy hands its bytes to
+// proxy_on_configure unchanged. fail_open lets traffic through, unlimited,
+// if the VM fails (a rate limiter should not take the site down).
+func WasmFilter(name, wasmPath string, policyJSON []byte) *wasmfilter.Wasm {
+	configuration, _ := anypb.New(wrapperspb.String(string(policyJSON))) // cannot fail for a StringValue
+	return &wasmfilter.Wasm{Config: &wasmv3.PluginConfig{
+		Name:   name,
+		RootId: RootID,
+		Vm: &wasmv3.PluginConfig_VmConfig{VmConfig: &wasmv3.VmConfig{
+			VmId:    VMID,
+			Runtime: Runtime,
+			Code: &core.AsyncDataSource{Specifier: &core.AsyncDataSource_Local{
+				Local: &core.DataSource{Specifier: &core.DataSource_Filename{Filename: wasmPath}},
+			}},
+		}},
+		Configuration: configuration,
+		// fail_open is deprecated in newer Envoys in favour of
+		// failure_policy: FAIL_OPEN, but every Envoy we support reads it.
+		FailOpen: true,
+	}}
+}

@@ -1,0 +1,157 @@
+package web
+
+// The view structs below are everything the pages show: plain values,
+// already formatted. Handlers (admin/httpapi) fill them in; the templ
+// components only lay them out, and templ escapes every value.
+
+// Nav is the page header: which page is active and the logged-in user.
+type Nav struct {
+	Active string // "policy", "history", "nodes", "istio"; "" on the login page
+	Author string // the logged-in user's name
+	CSRF   string // the session's CSRF token, for the logout form
+}
+
+// Flash is a one-line notice at the top of a page.
+type Flash struct {
+	Kind string // "ok", "warn" or "error"
+	Text string
+}
+
+// LoginPage is the login form.
+type LoginPage struct {
+	Error string // why the last attempt failed
+	Name  string // the name typed last time
+	Next  string // where to go after logging in (a local path)
+	CSRF  string // login CSRF token (double-submit cookie)
+}
+
+// VersionInfo describes one policy version.
+type VersionInfo struct {
+	Number     int64
+	Parent     int64
+	RollbackOf int64
+	Author     string
+	Message    string
+	Created    string // human-readable, UTC
+	CreatedISO string // RFC 3339, for <time datetime>
+	Current    bool
+}
+
+// Problem is one configuration error, with the line of the draft it is on
+// (0 when it could not be placed).
+type Problem struct {
+	Path    string
+	Message string
+	Line    int
+}
+
+// ListingLine is one line of the draft as submitted, with the problems
+// found on it.
+type ListingLine struct {
+	Number   int
+	Text     string
+	Problems []Problem
+}
+
+// DiffLine is one line of a diff.
+type DiffLine struct {
+	Kind string // "ctx", "add" or "del"
+	Sign string // " ", "+" or "-"
+	Text string
+	Old  string // old line number, "" for added lines
+	New  string // new line number, "" for removed lines
+}
+
+// Hunk is a group of changes.
+type Hunk struct {
+	Header string
+	Lines  []DiffLine
+}
+
+// DiffView is a rendered diff.
+type DiffView struct {
+	From, To string // labels, e.g. "v3" and "v4"
+	Hunks    []Hunk
+}
+
+// EditorPage is the policy editor.
+type EditorPage struct {
+	Nav         Nav
+	Flashes     []Flash
+	Current     VersionInfo
+	BaseVersion int64
+	Draft       string // the JSON in the textarea
+	Message     string
+	Rows        int
+	Problems    []Problem     // the last save was refused: why
+	Listing     []ListingLine // the refused draft, line by line, problems inline
+	Conflict    *Conflict     // the last save was based on a stale version
+}
+
+// Conflict explains a refused save whose base version was stale.
+type Conflict struct {
+	Base    int64
+	Current VersionInfo
+	Diff    DiffView // from the current version to the draft
+	Message string
+}
+
+// HistoryPage lists versions.
+type HistoryPage struct {
+	Nav        Nav
+	Flashes    []Flash
+	Versions   []VersionInfo
+	Current    int64
+	NextBefore int64 // 0: no older page
+	Paged      bool  // this is not the first page
+}
+
+// VersionPage shows one version and its diff.
+type VersionPage struct {
+	Nav     Nav
+	Flashes []Flash
+	Version VersionInfo
+	Against int64 // the version it is compared with (0: nothing)
+	Diff    DiffView
+	Pretty  string
+	Current int64
+}
+
+// NodeView is one xDS client.
+type NodeView struct {
+	ID            string
+	Cluster       string
+	Connected     bool
+	LastSeen      string
+	Acked         string
+	UpToDate      bool
+	NackedVersion string
+	NackError     string
+}
+
+// NodesPage lists the Envoy nodes.
+type NodesPage struct {
+	Nav          Nav
+	XDS          bool // the xDS server runs in this admin
+	Nodes        []NodeView
+	Current      int64
+	Published    string // "version 4 at 12:00:01 UTC"
+	PublishError string
+}
+
+// IstioPage shows the WasmPlugin manifest.
+type IstioPage struct {
+	Nav      Nav
+	Format   string // "yaml" or "json"
+	Manifest string
+	Version  int64
+	Error    string
+}
+
+// ErrorPage is shown for errors a person can act on.
+type ErrorPage struct {
+	Nav     Nav
+	Status  int
+	Title   string
+	Message string
+}
