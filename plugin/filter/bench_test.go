@@ -2,6 +2,7 @@ package filter_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -100,5 +101,94 @@ func TestFullStreamRatio(t *testing.T) {
 	}
 	for i, c := range cases {
 		t.Logf("%-18s %8v  %.2fx", c.name, best[i], float64(best[i])/float64(best[0]))
+	}
+}
+
+// TestBoundedRatio (SLUICE_PERF=1): full-stream time of allowed requests
+// from one million distinct client addresses (cycling) against requests
+// from a single address, in the same storage setup, best of many
+// interleaved rounds (a noisy machine skews a plain benchmark):
+//
+//   - new-reuse: the default 65,536 slots, full: every request is an
+//     identity not seen for a million requests, so it claims a slot; the
+//     rate is high, so the slot's bucket is full and simply reused.
+//   - new-evict: the same with a rate so low that no bucket refills: every
+//     claim evicts.
+//   - active: max_keys 2,097,152, so all million identities keep their
+//     buckets: every request finds its bucket (the hot path).
+//   - exact-new / exact-active: max_keys 0, first pass (every request
+//     creates a key) and later passes (every request finds its key).
+func TestBoundedRatio(t *testing.T) {
+	if os.Getenv("SLUICE_PERF") == "" {
+		t.Skip("set SLUICE_PERF=1")
+	}
+	const million = 1_000_000
+	rule := func(extra string, rate, burst float64) string {
+		return fmt.Sprintf(`{"rules": [{"name": "per-ip", %s"limit_keys": ["ip:address"], "algorithm": "token_bucket",
+		  "algorithm_config": {"rps": %g, "burst": %g}}]}`, extra, rate, burst)
+	}
+	configs := []struct {
+		name, cfg string
+		prefill   int // distinct identities sent before measuring
+	}{
+		{"new-reuse", rule("", 1e6, 1e6), 300_000},
+		{"new-evict", rule("", 0.001, 1e9), 300_000},
+		{"active", rule(`"max_keys": 2097152, `, 1e6, 1e6), million},
+		{"exact-new", rule(`"max_keys": 0, `, 1e6, 1e6), 0},
+		{"exact-active", rule(`"max_keys": 0, `, 1e6, 1e6), million},
+	}
+	ctx := context.Background()
+	type runner struct {
+		name  string
+		vm    *wasmhost.VM
+		next  int
+		keys  int
+		req   *wasmhost.Request
+		buf   []byte
+		best  time.Duration
+		onKey *runner // the same setup with one key
+	}
+	newRunner := func(name string, vm *wasmhost.VM, keys int) *runner {
+		return &runner{name: name, vm: vm, keys: keys, req: rq(), buf: make([]byte, 0, 32)}
+	}
+	send := func(r *runner) {
+		r.buf = append(appendIP(r.buf[:0], r.next%r.keys), ":40000"...)
+		r.req.Properties["source.address"] = r.buf
+		if _, err := r.vm.HTTP(ctx, r.req); err != nil {
+			t.Fatal(err)
+		}
+		r.next++
+	}
+	empty := newRunner("empty", streamVM(t, streamCase{wasm: func(tb testing.TB) []byte {
+		return wasmtest.Build(tb, "./plugin/wasmhost/testdata/empty")
+	}}), 1)
+	rs := []*runner{empty}
+	for _, c := range configs {
+		one := newRunner(c.name+"/keys=1", streamVM(t, streamCase{wasm: pluginWasm, config: c.cfg}), 1)
+		many := newRunner(c.name+"/keys=1M", streamVM(t, streamCase{wasm: pluginWasm, config: c.cfg}), million)
+		many.onKey = one
+		for many.next < c.prefill {
+			send(many)
+		}
+		rs = append(rs, one, many)
+	}
+	const perRound = 500
+	for round := 0; round < 40; round++ {
+		for _, r := range rs {
+			start := time.Now()
+			for n := 0; n < perRound; n++ {
+				send(r)
+			}
+			if d := time.Since(start) / perRound; r.best == 0 || d < r.best {
+				r.best = d
+			}
+		}
+	}
+	for _, r := range rs {
+		rel := ""
+		if r.onKey != nil {
+			rel = fmt.Sprintf("  %.2fx of keys=1", float64(r.best)/float64(r.onKey.best))
+		}
+		t.Logf("%-22s %8v  %.2fx floor%s", r.name, r.best, float64(r.best)/float64(empty.best), rel)
 	}
 }

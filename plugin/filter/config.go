@@ -47,10 +47,16 @@ type compiledRule struct {
 
 	// Precomputed strings (see headers.go).
 	keyPrefix string // "tb:<rule>:" — state.BucketKey(rule, "")
-	limitHdr  string // RateLimit-Limit: floor(burst)
-	policyHdr string // RateLimit-Policy: "<rule>";q=<burst>;w=<window>
-	rlPrefix  string // RateLimit: `"<rule>";r=`
-	bodyPre   string // `{"error":"rate_limited","rule":"<rule>","retry_after":`
+
+	// maxKeys is the rule's max_keys: > 0 keeps its buckets in that many
+	// slots (keys slotPrefix+"<slot>"), 0 stores one exact key per identity
+	// (store.go).
+	maxKeys    int
+	slotPrefix string // "tb:<rule>:#" — state.SlotKey(rule, n) without n
+	limitHdr   string // RateLimit-Limit: floor(burst)
+	policyHdr  string // RateLimit-Policy: "<rule>";q=<burst>;w=<window>
+	rlPrefix   string // RateLimit: `"<rule>";r=`
+	bodyPre    string // `{"error":"rate_limited","rule":"<rule>","retry_after":`
 
 	m ruleMetrics
 }
@@ -97,6 +103,14 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 		keyPrefix: "tb:" + r.Name + ":",
 		m:         vm.ruleMetrics(r.Name),
 	}
+	cr.maxKeys = r.MaxKeys
+	if cr.maxKeys < 0 { // Parse never returns one; be defensive
+		cr.maxKeys = policy.DefaultMaxKeys
+	}
+	if cr.maxKeys > policy.MaxMaxKeys {
+		cr.maxKeys = policy.MaxMaxKeys
+	}
+	cr.slotPrefix = cr.keyPrefix + "#"
 	for _, k := range r.Keys {
 		cr.keys = append(cr.keys, cc.ref(k))
 	}

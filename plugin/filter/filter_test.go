@@ -220,39 +220,71 @@ func race(t testing.TB, f *fixture, vms, perVM int, r *wasmhost.Request) int {
 
 // The race of issue 3: 4 VMs on 4 goroutines, a fresh key, burst 100 and a
 // tiny rate, 1000 requests: exactly 100 admitted, 200 times. Creation races
-// on the fresh key are what the sentinel-cas create protects against.
+// on the fresh key are what the sentinel-cas create protects against. It
+// runs in every storage mode (issue 4): bounded with the default max_keys
+// (each fresh key creates its slot), exact keys (max_keys 0), and bounded
+// with max_keys 2, where every trial's key must claim a slot held by an
+// earlier trial's active bucket (an eviction raced by 4 VMs).
 func TestRaceExactBurst(t *testing.T) {
-	for _, c := range []struct {
-		name   string
-		faults wasmhost.Faults
-	}{
-		{"plain", wasmhost.Faults{}},
-		{"injected-cas-mismatch", wasmhost.Faults{CASMismatchRate: 0.3, Seed: 7}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			const cfg = `{"rules": [{"name": "race", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
-			  "algorithm_config": {"rps": 0.0001, "burst": 100}}]}`
-			f := start(t, cfg, 4)
-			f.h.SharedData().InjectFaults(c.faults)
-			trials := 200
-			if testing.Short() {
-				trials = 20
-			}
-			for trial := 0; trial < trials; trial++ {
-				key := fmt.Sprintf("%s-%d", c.name, trial)
-				if got := race(t, f, 4, 250, rq("x-api-key", key)); got != 100 {
-					t.Fatalf("trial %d: %d of 1000 admitted, want exactly 100 (fail_open=%d)",
-						trial, got, f.metric("sluice.rule.race.fail_open"))
+	for _, mode := range []struct {
+		name    string
+		maxKeys string
+	}{{"bounded", ""}, {"exact", `"max_keys": 0, `}, {"evicting", `"max_keys": 2, `}} {
+		for _, c := range []struct {
+			name   string
+			faults wasmhost.Faults
+		}{
+			{"plain", wasmhost.Faults{}},
+			{"injected-cas-mismatch", wasmhost.Faults{CASMismatchRate: 0.3, Seed: 7}},
+		} {
+			t.Run(mode.name+"/"+c.name, func(t *testing.T) {
+				cfg := `{"rules": [{"name": "race", ` + mode.maxKeys + `"limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
+				  "algorithm_config": {"rps": 0.0001, "burst": 100}}]}`
+				f := start(t, cfg, 4)
+				f.h.SharedData().InjectFaults(c.faults)
+				trials := 200
+				if testing.Short() {
+					trials = 20
 				}
-			}
-			if n := f.metric("sluice.rule.race.fail_open"); n != 0 {
-				t.Errorf("fail_open = %d", n)
-			}
-			if c.faults.CASMismatchRate > 0 && f.metric("sluice.rule.race.cas_retries") == 0 {
-				t.Error("no CAS retries counted despite injected mismatches")
-			}
-			t.Logf("cas_retries=%d", f.metric("sluice.rule.race.cas_retries"))
-		})
+				for trial := 0; trial < trials; trial++ {
+					key := fmt.Sprintf("%s-%d", c.name, trial)
+					if got := race(t, f, 4, 250, rq("x-api-key", key)); got != 100 {
+						t.Fatalf("trial %d: %d of 1000 admitted, want exactly 100 (fail_open=%d)",
+							trial, got, f.metric("sluice.rule.race.fail_open"))
+					}
+				}
+				if n := f.metric("sluice.rule.race.fail_open"); n != 0 {
+					t.Errorf("fail_open = %d", n)
+				}
+				if c.faults.CASMismatchRate > 0 && f.metric("sluice.rule.race.cas_retries") == 0 {
+					t.Error("no CAS retries counted despite injected mismatches")
+				}
+				evicted := f.metric("sluice.rule.race.evicted")
+				if mode.name == "evicting" && evicted < uint64(trials-2) {
+					t.Errorf("evicted = %d over %d trials: the evicting mode did not evict", evicted, trials)
+				}
+				if mode.name != "evicting" && evicted != 0 {
+					t.Errorf("evicted = %d", evicted)
+				}
+				keys := 0
+				for _, k := range f.h.SharedData().Keys() {
+					if strings.HasPrefix(k, "tb:race:") {
+						keys++
+					}
+				}
+				switch mode.name {
+				case "exact":
+					if keys != trials {
+						t.Errorf("%d exact keys for %d identities", keys, trials)
+					}
+				case "evicting":
+					if keys > 2 {
+						t.Errorf("%d keys with max_keys 2", keys)
+					}
+				}
+				t.Logf("cas_retries=%d evicted=%d keys=%d", f.metric("sluice.rule.race.cas_retries"), evicted, keys)
+			})
+		}
 	}
 }
 
@@ -514,7 +546,13 @@ func TestBackwardsClock(t *testing.T) {
 }
 
 func TestSharedDataFailureFailsOpen(t *testing.T) {
-	const cfg = `{"rules": [{"name": "f", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
+	for _, maxKeys := range []string{"65536", "0", "1"} {
+		t.Run("max_keys="+maxKeys, func(t *testing.T) { testFailsOpen(t, maxKeys) })
+	}
+}
+
+func testFailsOpen(t *testing.T, maxKeys string) {
+	cfg := `{"rules": [{"name": "f", "max_keys": ` + maxKeys + `, "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
 	  "algorithm_config": {"rps": 0.001, "burst": 1}}]}`
 	for _, c := range []struct {
 		name   string
@@ -529,8 +567,7 @@ func TestSharedDataFailureFailsOpen(t *testing.T) {
 			f := start(t, cfg, 2)
 			if c.name == "always-mismatch" {
 				// A full existing bucket: injected mismatches hit CAS updates only.
-				full := state.EncodeBucket(nil, state.Bucket{Tokens: 1, LastRefill: float64(t0.Unix())})
-				f.h.SharedData().Set(state.BucketKey("f", "k"), full, 0)
+				f.putBucket("f", "k", state.Bucket{Tokens: 1, LastRefill: float64(t0.Unix())})
 			}
 			f.h.SharedData().InjectFaults(c.faults)
 			before := f.metric("sluice.rule.f.fail_open")
@@ -857,9 +894,14 @@ func TestMissingKeys(t *testing.T) {
 	if got := f.metric("sluice.rule.per-key.key_missing"); got != 3 {
 		t.Errorf("key_missing = %d, want 3", got)
 	}
+	if _, ok := f.bucket("per-key", ""); ok {
+		t.Error("a bucket was created for a missing key")
+	}
 	for _, k := range f.h.SharedData().Keys() {
-		if k == state.BucketKey("per-key", "") {
-			t.Error("a bucket was created for a missing key")
+		if rule, _, _, ok := state.ParseKey(k); ok && rule == "per-key" {
+			if v, _, _ := f.h.SharedData().Get(k); strings.HasSuffix(string(v), ":") {
+				t.Errorf("a bucket with an empty identity: %s = %q", k, v)
+			}
 		}
 	}
 	// No source.address at all (and no other rule): the request passes.
@@ -875,9 +917,9 @@ func TestKeysMethodHostQueryPath(t *testing.T) {
 	  "algorithm": "token_bucket", "algorithm_config": {"rps": 0.001, "burst": 1}}]}`
 	f := start(t, cfg, 1)
 	f.do(":method", "PUT", ":authority", "API.Example.com", ":path", "/v1/items?tenant=a%7Cb&x=1")
-	want := state.BucketKey("mix", `PUT|api.example.com|a\|b|/v1/items`)
-	if _, _, st := f.h.SharedData().Get(want); st != wasmhost.StatusOK {
-		t.Fatalf("key %q not found; keys %v", want, f.h.SharedData().Keys())
+	want := `PUT|api.example.com|a\|b|/v1/items`
+	if _, ok := f.bucket("mix", want); !ok {
+		t.Fatalf("bucket %q not found; keys %v", want, f.h.SharedData().Keys())
 	}
 	if res := f.do(":method", "PUT", ":authority", "api.example.com", ":path", "/v1/items?x=2&tenant=a|b"); !res.Rejected {
 		t.Fatal("same composite key (host case, query order) not limited")
@@ -910,30 +952,38 @@ func TestLongAndBinaryKeysBounded(t *testing.T) {
 }
 
 func TestCorruptStateIsReplaced(t *testing.T) {
-	const cfg = `{"rules": [{"name": "c", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
-	  "algorithm_config": {"rps": 0.001, "burst": 3}}]}`
-	f := start(t, cfg, 1)
-	key := state.BucketKey("c", "k")
-	for _, junk := range []string{"garbage", "NaN:1", "", "5:-1", "1:2:3"} {
-		if st := f.h.SharedData().Set(key, []byte(junk), 0); st != wasmhost.StatusOK {
-			t.Fatalf("set: %d", st)
-		}
-		if res := f.do("x-api-key", "k"); res.Rejected {
-			t.Fatalf("junk %q: rejected", junk)
-		}
-		if tok := f.tokens("c", "k"); !near(tok, 2) {
-			t.Fatalf("junk %q: tokens %v, want a fresh bucket minus 1", junk, tok)
-		}
-	}
-	if logsContaining(f.h, wasmhost.LogLevelWarn, "undecodable") == 0 {
-		t.Error("corrupt state not logged")
+	for _, maxKeys := range []int{0, policy.DefaultMaxKeys} {
+		t.Run(fmt.Sprintf("max_keys=%d", maxKeys), func(t *testing.T) {
+			cfg := fmt.Sprintf(`{"rules": [{"name": "c", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
+			  "max_keys": %d, "algorithm_config": {"rps": 0.001, "burst": 3}}]}`, maxKeys)
+			f := start(t, cfg, 1)
+			// Junk where the filter looks: the exact key, or every candidate
+			// slot (a junk slot is free for the taking).
+			keys := f.candidateKeys("c", "k")
+			for _, junk := range []string{"garbage", "NaN:1", "", "5:-1", "1:2:3", "0123456789abcdef:1:2:", "0123456789abcdef:1:2:k"} {
+				for _, key := range keys {
+					if st := f.h.SharedData().Set(key, []byte(junk), 0); st != wasmhost.StatusOK {
+						t.Fatalf("set: %d", st)
+					}
+				}
+				if res := f.do("x-api-key", "k"); res.Rejected {
+					t.Fatalf("junk %q: rejected", junk)
+				}
+				if tok := f.tokens("c", "k"); !near(tok, 2) {
+					t.Fatalf("junk %q: tokens %v, want a fresh bucket minus 1", junk, tok)
+				}
+			}
+			if logsContaining(f.h, wasmhost.LogLevelWarn, "undecodable") == 0 {
+				t.Error("corrupt state not logged")
+			}
+		})
 	}
 }
 
 func TestMetricsDefinedAtConfigure(t *testing.T) {
 	f := start(t, seedTiered, 2)
 	for _, rule := range []string{"enterprise", "free"} {
-		for _, m := range []string{"allowed", "rejected", "shadow_rejected", "fail_open", "cas_retries", "key_missing"} {
+		for _, m := range []string{"allowed", "rejected", "shadow_rejected", "fail_open", "cas_retries", "key_missing", "evicted"} {
 			name := "sluice.rule." + rule + "." + m
 			if v, ok := f.h.Metric(name); !ok || v != 0 {
 				t.Errorf("%s = %d, %v before any request; want defined and 0", name, v, ok)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-rl/sluice/plugin/wasmhost"
 	"github.com/sluice-rl/sluice/plugin/wasmhost/wasmtest"
+	"github.com/sluice-rl/sluice/shared/policy"
 	"github.com/sluice-rl/sluice/shared/state"
 )
 
@@ -22,6 +23,7 @@ type fixture struct {
 	t     testing.TB
 	h     *wasmhost.Host
 	clock *wasmhost.ManualClock
+	cfg   *policy.Config // the starting configuration, parsed (max_keys per rule)
 }
 
 func pluginWasm(t testing.TB) []byte {
@@ -52,7 +54,8 @@ func tryStart(t testing.TB, config string, vms int) (*fixture, error) {
 		return nil, err
 	}
 	t.Cleanup(func() { _ = h.Close(context.Background()) })
-	return &fixture{t: t, h: h, clock: clock}, nil
+	cfg, _ := policy.Parse([]byte(config))
+	return &fixture{t: t, h: h, clock: clock, cfg: cfg}, nil
 }
 
 // rq builds a request from name/value pairs. The pseudo name "@ip" sets the
@@ -117,21 +120,98 @@ func (f *fixture) metric(name string) uint64 {
 	return v
 }
 
-// bucket reads a bucket from shared data.
+// maxKeys is a rule's max_keys in the starting configuration (the default
+// for a rule added later).
+func (f *fixture) maxKeys(rule string) int {
+	if r := f.cfg.RuleByName(rule); r != nil {
+		return r.MaxKeys
+	}
+	return policy.DefaultMaxKeys
+}
+
+// candidateKeys returns the keys where the bucket of (rule, composite) may
+// live, in the filter's probe order: the exact key (max_keys 0), or the
+// identity's candidate slots.
+func (f *fixture) candidateKeys(rule, composite string) []string {
+	n := f.maxKeys(rule)
+	if n == 0 {
+		return []string{state.BucketKey(rule, composite)}
+	}
+	c := state.CandidateSlots(state.Fingerprint(composite), n)
+	if n == 1 {
+		return []string{state.SlotKey(rule, c[0])}
+	}
+	keys := make([]string, len(c))
+	for i, s := range c {
+		keys[i] = state.SlotKey(rule, s)
+	}
+	return keys
+}
+
+// bucketKey finds the key holding the bucket of (rule, composite), as the
+// filter finds it: the exact key, or the first candidate slot whose value
+// carries the identity's fingerprint and identity.
+func (f *fixture) bucketKey(rule, composite string) (string, bool) {
+	f.t.Helper()
+	keys := f.candidateKeys(rule, composite)
+	if f.maxKeys(rule) == 0 {
+		_, _, st := f.h.SharedData().Get(keys[0])
+		return keys[0], st == wasmhost.StatusOK
+	}
+	fp := state.Fingerprint(composite)
+	for _, k := range keys {
+		v, _, st := f.h.SharedData().Get(k)
+		if st == wasmhost.StatusNotFound {
+			return "", false
+		}
+		if st != wasmhost.StatusOK {
+			f.t.Fatalf("shared data get %s: status %d", k, st)
+		}
+		if s, err := state.DecodeSlot(v); err == nil && s.Fingerprint == fp && string(s.Identity) == composite {
+			return k, true
+		}
+	}
+	return "", false
+}
+
+// bucket reads a bucket from shared data, wherever the storage mode of the
+// rule puts it.
 func (f *fixture) bucket(rule, composite string) (state.Bucket, bool) {
 	f.t.Helper()
-	v, _, st := f.h.SharedData().Get(state.BucketKey(rule, composite))
-	if st == wasmhost.StatusNotFound {
+	key, ok := f.bucketKey(rule, composite)
+	if !ok {
 		return state.Bucket{}, false
 	}
+	v, _, st := f.h.SharedData().Get(key)
 	if st != wasmhost.StatusOK {
 		f.t.Fatalf("shared data get: status %d", st)
+	}
+	if f.maxKeys(rule) > 0 {
+		s, err := state.DecodeSlot(v)
+		if err != nil {
+			f.t.Fatalf("slot %s: %v (%q)", key, err, v)
+		}
+		return s.Bucket, true
 	}
 	b, err := state.DecodeBucket(v)
 	if err != nil {
 		f.t.Fatalf("bucket %s/%s: %v (%q)", rule, composite, err, v)
 	}
 	return b, true
+}
+
+// putBucket stores a bucket for (rule, composite) where the filter looks
+// first (the exact key, or the first candidate slot).
+func (f *fixture) putBucket(rule, composite string, b state.Bucket) {
+	f.t.Helper()
+	key := f.candidateKeys(rule, composite)[0]
+	v := state.EncodeBucket(nil, b)
+	if f.maxKeys(rule) > 0 {
+		v = state.EncodeSlot(nil, state.Fingerprint(composite), b, composite)
+	}
+	if st := f.h.SharedData().Set(key, v, 0); st != wasmhost.StatusOK {
+		f.t.Fatalf("set %s: status %d", key, st)
+	}
 }
 
 func (f *fixture) tokens(rule, composite string) float64 {

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/sluice-rl/sluice/shared/policy"
+	"github.com/sluice-rl/sluice/shared/state"
 )
 
 // This file reads the request attributes rules are keyed and matched on.
@@ -19,10 +20,11 @@ import (
 const (
 	// maxComposite is the longest composite key stored verbatim. Longer keys
 	// (a 10k-character header, say) are replaced by a hash; see
-	// appendComposite.
-	maxComposite = 256
+	// appendComposite. It is state.MaxIdentity, so the composite is also
+	// the identity stored in bounded slot values, unchanged.
+	maxComposite = state.MaxIdentity
 	// hashedPrefix is how many bytes of a long composite key are kept, for
-	// readability, after its hash.
+	// readability, after its hash (state.AppendIdentity).
 	hashedPrefix = 64
 	// maxJWT bounds the bearer token we are willing to decode. Real tokens
 	// are a few hundred bytes to a few KiB.
@@ -353,35 +355,10 @@ func appendComposite(dst, scratch []byte, comps []string) (out, scratchOut []byt
 			}
 		}
 	}
-	if len(s) <= maxComposite {
-		return append(dst, s...), s
-	}
-	h := fnv1a64(s)
-	dst = append(dst, '#')
-	dst = appendHex16(dst, h)
-	dst = append(dst, '#')
-	return append(dst, s[:hashedPrefix]...), s
-}
-
-func fnv1a64(b []byte) uint64 {
-	const (
-		offset64 = 14695981039346656037
-		prime64  = 1099511628211
-	)
-	h := uint64(offset64)
-	for _, c := range b {
-		h ^= uint64(c)
-		h *= prime64
-	}
-	return h
-}
-
-func appendHex16(dst []byte, v uint64) []byte {
-	const digits = "0123456789abcdef"
-	for shift := 60; shift >= 0; shift -= 4 {
-		dst = append(dst, digits[(v>>uint(shift))&0xf])
-	}
-	return dst
+	// state.AppendIdentity keeps up to maxComposite bytes verbatim and
+	// hashes longer ones; bytesView is safe: s is not modified before it
+	// returns and nothing retains the view.
+	return state.AppendIdentity(dst, bytesView(s)), s
 }
 
 // appendInt is strconv.AppendInt for the common int64 case.

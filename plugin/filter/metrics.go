@@ -1,8 +1,6 @@
 package filter
 
 import (
-	"time"
-
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
 )
 
@@ -16,6 +14,9 @@ import (
 //	                                   the rule was skipped for the request
 //	sluice.rule.<rule>.cas_retries     CAS mismatches on the rule's buckets (each one re-read and retried)
 //	sluice.rule.<rule>.key_missing     the rule matched but a limit key was missing, so it was skipped
+//	sluice.rule.<rule>.evicted         bounded mode: a new identity found every candidate slot
+//	                                   holding another identity's active bucket and evicted the
+//	                                   fullest (more identities active than max_keys)
 //
 // and for the whole filter:
 //
@@ -27,7 +28,7 @@ import (
 // ids), at configuration time, never per request. A reconfiguration that
 // keeps a rule name keeps counting into the same stat.
 type ruleMetrics struct {
-	allowed, rejected, shadowRejected, failOpen, casRetries, keyMissing counter
+	allowed, rejected, shadowRejected, failOpen, casRetries, keyMissing, evicted counter
 }
 
 type globalMetrics struct {
@@ -43,6 +44,7 @@ func (vm *vmContext) ruleMetrics(rule string) ruleMetrics {
 		failOpen:       vm.counter(p + "fail_open"),
 		casRetries:     vm.counter(p + "cas_retries"),
 		keyMissing:     vm.counter(p + "key_missing"),
+		evicted:        vm.counter(p + "evicted"),
 	}
 }
 
@@ -96,10 +98,13 @@ func (c counter) inc() {
 }
 
 // logLimiter rate-limits repetitive warnings (fail-open, shadow
-// rejections, corrupt state): at most one line per category per interval,
-// with the number of suppressed lines. Counters carry the exact numbers.
+// rejections, corrupt state, evictions): at most one line per category per
+// interval, with the number of suppressed lines. Counters carry the exact
+// numbers. Times are unix seconds from the WASI realtime clock (nowSeconds,
+// one host call; time.Now would make two).
 type logLimiter struct {
-	last       [numLogKinds]time.Time
+	last       [numLogKinds]float64
+	logged     [numLogKinds]bool
 	suppressed [numLogKinds]int
 }
 
@@ -111,22 +116,26 @@ const (
 	logCorrupt
 	logRefund
 	logPanic
+	logEvict
 	numLogKinds
 )
 
-const logInterval = 10 * time.Second
+const logInterval = 10 // seconds
 
 // allow reports whether a line of this kind may be logged now, and how many
-// were suppressed since the last one.
-func (l *logLimiter) allow(k logKind) (bool, int) {
-	now := time.Now()
-	last := l.last[k]
-	if !last.IsZero() && now.Sub(last) < logInterval && !now.Before(last) {
+// were suppressed since the last one. A clock that went backwards allows a
+// line (and restarts the interval).
+func (l *logLimiter) allow(k logKind) (bool, int) { return l.allowAt(k, nowSeconds()) }
+
+// allowAt is allow with the caller's reading of the clock, so a caller on
+// the request path can check before building its message.
+func (l *logLimiter) allowAt(k logKind, now float64) (bool, int) {
+	if l.logged[k] && now-l.last[k] < logInterval && now >= l.last[k] {
 		l.suppressed[k]++
 		return false, 0
 	}
 	n := l.suppressed[k]
-	l.last[k], l.suppressed[k] = now, 0
+	l.last[k], l.logged[k], l.suppressed[k] = now, true, 0
 	return true, n
 }
 
@@ -134,11 +143,15 @@ func (l *logLimiter) allow(k logKind) (bool, int) {
 // allows it.
 func (vm *vmContext) logLimited(k logKind, msg string) {
 	ok, n := vm.logs.allow(k)
-	if !ok {
-		return
+	if ok {
+		vm.emit(k, msg, n)
 	}
-	if n > 0 {
-		msg += " (" + itoa(int64(n)) + " similar messages suppressed)"
+}
+
+// emit logs a line the limiter allowed, with the suppressed count.
+func (vm *vmContext) emit(k logKind, msg string, suppressed int) {
+	if suppressed > 0 {
+		msg += " (" + itoa(int64(suppressed)) + " similar messages suppressed)"
 	}
 	if k == logShadow {
 		proxywasm.LogInfo(msg)

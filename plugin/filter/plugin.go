@@ -6,8 +6,10 @@
 //
 //  1. on_request_headers: for every policy, the first rule whose match holds
 //     and whose limit keys are all present applies. For each applying rule
-//     the bucket tb:{rule}:{composite_key} is read from shared data and
-//     limiter.TokenBucket.Take decides (phase 1, no writes).
+//     the bucket of the identity (the composite key) is found in shared
+//     data, in one of its candidate slots tb:{rule}:#{slot} (bounded, the
+//     default) or at tb:{rule}:{composite_key} (max_keys 0), see store.go,
+//     and limiter.TokenBucket.Take decides (phase 1, no writes).
 //  2. If an enforce-mode rule refuses, nothing is written and a 429 local
 //     reply is sent. Otherwise each admitting rule's new state is committed
 //     with CAS (phase 2); a CAS mismatch re-reads and re-decides that rule,
@@ -196,10 +198,17 @@ func (vm *vmContext) recovered(where string, r any) {
 
 // application is one applying rule in one request.
 type application struct {
-	rule      *compiledRule
-	keyBuf    []byte // "tb:<rule>:<composite>", reused across requests
-	key       string // view of keyBuf
-	identity  string // view of the composite part
+	rule     *compiledRule
+	keyBuf   []byte // "tb:<rule>:<composite>", reused across requests
+	slotBuf  []byte // "tb:<rule>:#<slot>" (bounded mode), reused across requests
+	key      string // view of keyBuf: the exact key (max_keys 0)
+	identity string // view of the composite part: the identity
+
+	// Bounded mode: the identity's fingerprint and candidate slots.
+	fp    uint64
+	cand  [state.Candidates]int
+	ncand int
+
 	cost      float64
 	read      bucketRead
 	next      state.Bucket
@@ -224,16 +233,15 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 	for i := range apps {
 		a := &apps[i]
 		a.cost = a.rule.cost(&p.rs)
-		r, corrupt, err := readBucket(a.key)
+		corrupt, err := p.load(a, now)
+		if corrupt {
+			p.logCorrupt(a)
+		}
 		if err != nil {
 			p.failOpen(a, err)
 			continue
 		}
-		if corrupt {
-			p.vm.logLimited(logCorrupt, "sluice: rule "+a.rule.name+": undecodable bucket state replaced by a full bucket")
-		}
-		a.read = r
-		a.next, a.dec = a.rule.tb.Take(r.b, r.exists, now, a.cost)
+		a.next, a.dec = a.rule.tb.Take(a.read.b, a.read.exists, now, a.cost)
 	}
 
 	// Any enforce rule refusing rejects the request, before any write. The
@@ -341,9 +349,17 @@ func (p *pluginContext) selectRules() []application {
 			a := &apps[len(apps)-1]
 			kb := append(a.keyBuf[:0], r.keyPrefix...)
 			kb, p.compBuf = appendComposite(kb, p.compBuf, comps)
-			*a = application{rule: r, keyBuf: kb}
+			*a = application{rule: r, keyBuf: kb, slotBuf: a.slotBuf}
 			a.key = bytesView(kb)
 			a.identity = a.key[len(r.keyPrefix):]
+			if r.maxKeys > 0 {
+				a.fp = state.Fingerprint(a.identity)
+				a.cand = state.CandidateSlots(a.fp, r.maxKeys)
+				a.ncand = state.Candidates
+				if r.maxKeys == 1 {
+					a.ncand = 1
+				}
+			}
 			break
 		}
 	}
@@ -364,9 +380,17 @@ const (
 // mismatch.
 func (p *pluginContext) commit(a *application, now float64) commitResult {
 	for attempt := 1; ; attempt++ {
-		p.valBuf = encodeBucket(p.valBuf[:0], a.next)
-		err := writeBucket(a.key, p.valBuf, a.read)
+		err := p.store(a)
 		if err == nil {
+			if a.read.claim == claimEvict {
+				a.rule.m.evicted.inc()
+				// Checked before the message is built: under a flood of new
+				// identities this runs on every request.
+				if ok, n := p.vm.logs.allowAt(logEvict, now); ok {
+					p.vm.emit(logEvict, "sluice: rule "+a.rule.name+": more active identities than max_keys "+
+						itoa(int64(a.rule.maxKeys))+"; evicted the fullest bucket of another identity (raise max_keys if this persists)", n)
+				}
+			}
 			return commitOK
 		}
 		if !errors.Is(err, types.ErrorStatusCasMismatch) {
@@ -378,13 +402,15 @@ func (p *pluginContext) commit(a *application, now float64) commitResult {
 			p.failOpen(a, errRetriesExhausted)
 			return commitFailed
 		}
-		r, _, err := readBucket(a.key)
+		corrupt, err := p.load(a, now)
+		if corrupt {
+			p.logCorrupt(a)
+		}
 		if err != nil {
 			p.failOpen(a, err)
 			return commitFailed
 		}
-		a.read = r
-		a.next, a.dec = a.rule.tb.Take(r.b, r.exists, now, a.cost)
+		a.next, a.dec = a.rule.tb.Take(a.read.b, a.read.exists, now, a.cost)
 		if !a.dec.Allowed {
 			return commitRefused
 		}
@@ -400,11 +426,20 @@ func (p *pluginContext) refundCommitted(apps []application) {
 			continue
 		}
 		a.committed = false
-		if !refund(a.key, a.cost, a.rule.tb.Burst, &p.valBuf) {
+		if !p.refund(a) {
 			p.vm.globals().refundFailed.inc()
 			p.vm.logLimited(logRefund, "sluice: rule "+a.rule.name+": could not refund a rejected request's tokens")
 		}
 	}
+}
+
+// logCorrupt logs (rate-limited) that an undecodable value was met.
+func (p *pluginContext) logCorrupt(a *application) {
+	if a.rule.maxKeys == 0 {
+		p.vm.logLimited(logCorrupt, "sluice: rule "+a.rule.name+": undecodable bucket state replaced by a full bucket")
+		return
+	}
+	p.vm.logLimited(logCorrupt, "sluice: rule "+a.rule.name+": undecodable slot value; the slot is treated as free")
 }
 
 // failOpen skips rule a for this request after a storage failure.

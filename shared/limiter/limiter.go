@@ -133,6 +133,24 @@ func (tb TokenBucket) Take(s state.Bucket, exists bool, now float64, cost float6
 	return state.Bucket{Tokens: tokens, LastRefill: last}, d
 }
 
+// Level returns the tokens a stored bucket holds at time now: its tokens
+// refilled for max(0, now - LastRefill) seconds and capped at Burst, with
+// every edge case of Take (a corrupt bucket or a broken clock reads as a
+// new, full bucket or as no elapsed time). The bucket is full, and carries
+// no information a new bucket would not, exactly when Level >= Burst.
+func (tb TokenBucket) Level(s state.Bucket, now float64) float64 {
+	_, d := tb.Take(s, true, now, 0)
+	return d.Remaining
+}
+
+// Full reports whether the stored bucket has refilled to its burst at now.
+// A new bucket starts full, so a full bucket can be forgotten (its storage
+// reused) without changing any future decision.
+func (tb TokenBucket) Full(s state.Bucket, now float64) bool {
+	_, d := tb.Take(s, true, now, 0)
+	return d.Reset == 0
+}
+
 // minWait is the smallest Wait of a rejection, so that a rejected request
 // always has a positive Wait (and RetryAfter >= 1) even when the shortfall
 // divided by a huge rate underflows.

@@ -336,3 +336,30 @@ func BenchmarkParseCost(b *testing.B) {
 		_, _ = ParseCost("12.5")
 	}
 }
+
+func TestLevelAndFull(t *testing.T) {
+	tb := TokenBucket{Rate: 5, Burst: 10}
+	for _, tc := range []struct {
+		s     state.Bucket
+		now   float64
+		level float64
+		full  bool
+	}{
+		{state.Bucket{Tokens: 9, LastRefill: t0}, t0, 9, false},
+		{state.Bucket{Tokens: 9, LastRefill: t0}, t0 + 0.1, 9.5, false},
+		{state.Bucket{Tokens: 9, LastRefill: t0}, t0 + 0.2, 10, true},
+		{state.Bucket{Tokens: 0, LastRefill: t0}, t0 + 100, 10, true},
+		{state.Bucket{Tokens: 12, LastRefill: t0}, t0, 10, true},       // above a lowered burst
+		{state.Bucket{Tokens: 3, LastRefill: t0}, t0 - 3600, 3, false}, // backwards clock mints nothing
+		{state.Bucket{Tokens: -4, LastRefill: t0}, t0, 0, false},       // negative level reads as 0 remaining
+		{state.Bucket{Tokens: math.NaN(), LastRefill: t0}, t0, 10, true},
+		{state.Bucket{Tokens: 9, LastRefill: t0}, math.NaN(), 9, false},
+	} {
+		if got := tb.Level(tc.s, tc.now); !near(got, tc.level) {
+			t.Errorf("Level(%+v, %v) = %v, want %v", tc.s, tc.now-t0, got, tc.level)
+		}
+		if got := tb.Full(tc.s, tc.now); got != tc.full {
+			t.Errorf("Full(%+v, %v) = %v, want %v", tc.s, tc.now-t0, got, tc.full)
+		}
+	}
+}

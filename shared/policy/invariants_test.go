@@ -48,6 +48,9 @@ func checkInvariants(t *testing.T, c *Config) {
 			if !validMode(r.Mode) {
 				t.Errorf("rule %q mode %q", r.Name, r.Mode)
 			}
+			if r.MaxKeys < 0 || r.MaxKeys > MaxMaxKeys {
+				t.Errorf("rule %q max_keys %d", r.Name, r.MaxKeys)
+			}
 			if len(r.Keys) == 0 {
 				t.Errorf("rule %q has no keys", r.Name)
 			}

@@ -28,6 +28,7 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 				LimitKeys: make([]string, len(r.Keys)),
 				Algorithm: r.Algorithm,
 				Mode:      r.Mode,
+				MaxKeys:   r.MaxKeys,
 			}
 			for k, key := range r.Keys {
 				nr.LimitKeys[k] = key.String()
@@ -79,6 +80,7 @@ type normRule struct {
 	Algorithm string            `json:"algorithm"`
 	Config    *normTokenBucket  `json:"algorithm_config,omitempty"`
 	Mode      Mode              `json:"mode"`
+	MaxKeys   int               `json:"max_keys"`
 }
 
 type normTokenBucket struct {

@@ -44,7 +44,7 @@ func (p *parser) errorf(path string, parts ...string) {
 var (
 	configFields      = []string{"mode", "policies", "rules", "reject_status", "response_headers", "shadow_header", "xff_trusted_hops"}
 	policyFields      = []string{"name", "rules"}
-	ruleFields        = []string{"name", "limit_keys", "match", "algorithm", "algorithm_config", "mode"}
+	ruleFields        = []string{"name", "limit_keys", "match", "algorithm", "algorithm_config", "mode", "max_keys"}
 	tokenBucketFields = []string{"tokens_per_second", "rps", "burst", "cost_source", "fixed_cost", "default_cost"}
 	algorithms        = []string{AlgorithmTokenBucket}
 )
@@ -186,7 +186,7 @@ func (p *parser) rule(path string, v *jvalue, policy string, mode Mode) (Rule, b
 	}
 	before := len(p.errs)
 	f := p.object(path, v, ruleFields)
-	r := Rule{Policy: policy, Mode: mode}
+	r := Rule{Policy: policy, Mode: mode, MaxKeys: DefaultMaxKeys}
 
 	namePath := join(path, "name")
 	if name, ok := p.name(namePath, f["name"], "rule"); ok {
@@ -206,6 +206,13 @@ func (p *parser) rule(path string, v *jvalue, policy string, mode Mode) (Rule, b
 	if mv := f["mode"]; mv != nil {
 		if m, ok := p.mode(join(path, "mode"), mv); ok {
 			r.Mode = m
+		}
+	}
+	if mv := f["max_keys"]; mv != nil {
+		if n, ok := p.integer(join(path, "max_keys"), mv, 0, MaxMaxKeys,
+			"an integer from 1 to "+strconv.Itoa(MaxMaxKeys)+" (the most shared-data keys the rule's buckets may use; default "+
+				strconv.Itoa(DefaultMaxKeys)+"), or 0 for one key per identity without bound"); ok {
+			r.MaxKeys = n
 		}
 	}
 

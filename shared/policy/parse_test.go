@@ -102,7 +102,15 @@ func TestParseErrors(t *testing.T) {
 		// Rules.
 		{"rule not object", rules(`"r"`), "rules[0]", []string{"must be an object", "got a string"}, 0},
 		{"rule unknown field", ruleWith(`"name":"r","comment":"x","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}`),
-			"rules[0].comment", []string{`unknown field "comment"`, "allowed fields here: name, limit_keys, match, algorithm, algorithm_config, mode"}, 0},
+			"rules[0].comment", []string{`unknown field "comment"`, "allowed fields here: name, limit_keys, match, algorithm, algorithm_config, mode, max_keys"}, 0},
+		{"max_keys negative", ruleWith(`"name":"r","max_keys":-1,"limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}`),
+			"rules[0].max_keys", []string{"-1 is out of range", "from 1 to 4194304", "or 0 for one key per identity"}, 0},
+		{"max_keys too big", ruleWith(`"name":"r","max_keys":4194305,"limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}`),
+			"rules[0].max_keys", []string{"4194305 is out of range"}, 0},
+		{"max_keys fraction", ruleWith(`"name":"r","max_keys":1.5,"limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}`),
+			"rules[0].max_keys", []string{"1.5 is not an integer"}, 0},
+		{"max_keys string", ruleWith(`"name":"r","max_keys":"1000","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}`),
+			"rules[0].max_keys", []string{"must be an integer from 1 to 4194304", "got a string"}, 0},
 		{"rule duplicate field", ruleWith(`"name":"r","name":"s","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}`),
 			"rules[0].name", []string{`duplicate field "name"`}, 0},
 		{"rule missing name", ruleWith(`"limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}`),
@@ -384,9 +392,9 @@ func TestMarshalJSONGolden(t *testing.T) {
 	const want = `{"mode":"enforce","reject_status":429,"response_headers":true,"shadow_header":"x-sluice-shadow","xff_trusted_hops":0,` +
 		`"policies":[{"name":"default","rules":[` +
 		`{"name":"enterprise","limit_keys":["header:x-api-key"],"match":{"jwt:plan":"enterprise"},"algorithm":"token_bucket",` +
-		`"algorithm_config":{"tokens_per_second":1000,"burst":2000,"cost_source":"fixed","fixed_cost":1,"default_cost":1},"mode":"enforce"},` +
+		`"algorithm_config":{"tokens_per_second":1000,"burst":2000,"cost_source":"fixed","fixed_cost":1,"default_cost":1},"mode":"enforce","max_keys":65536},` +
 		`{"name":"free","limit_keys":["header:x-api-key"],"algorithm":"token_bucket",` +
-		`"algorithm_config":{"tokens_per_second":10,"burst":20,"cost_source":"fixed","fixed_cost":1,"default_cost":1},"mode":"enforce"}]}]}`
+		`"algorithm_config":{"tokens_per_second":10,"burst":20,"cost_source":"fixed","fixed_cost":1,"default_cost":1},"mode":"enforce","max_keys":65536}]}]}`
 	if string(b) != want {
 		t.Errorf("got  %s\nwant %s", b, want)
 	}
@@ -467,5 +475,27 @@ func TestMaxCostMatchesLimiter(t *testing.T) {
 	// configured cost must obey the same bound.
 	if MaxCost != limiter.MaxCost {
 		t.Errorf("policy.MaxCost %v != limiter.MaxCost %v", MaxCost, limiter.MaxCost)
+	}
+}
+
+func TestMaxKeys(t *testing.T) {
+	for _, tc := range []struct {
+		field string
+		want  int
+	}{
+		{``, DefaultMaxKeys},
+		{`"max_keys":0,`, 0},
+		{`"max_keys":1,`, 1},
+		{`"max_keys":1e3,`, 1000},
+		{`"max_keys":4194304,`, MaxMaxKeys},
+	} {
+		c := mustParse(t, ruleWith(`"name":"r",`+tc.field+`"limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}`))
+		if got := c.Policies[0].Rules[0].MaxKeys; got != tc.want {
+			t.Errorf("%s: MaxKeys = %d, want %d", tc.field, got, tc.want)
+		}
+		checkInvariants(t, c)
+	}
+	if DefaultMaxKeys != 65536 || MaxMaxKeys != 1<<22 {
+		t.Errorf("documented bounds changed: %d, %d", DefaultMaxKeys, MaxMaxKeys)
 	}
 }

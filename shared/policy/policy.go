@@ -24,6 +24,15 @@ const (
 	MaxTrustedHops      = 10
 	MaxBurst            = 1e12
 	MaxNameLen          = 64
+
+	// DefaultMaxKeys is a rule's max_keys when the configuration does not
+	// set one: the rule keeps at most this many shared-data keys (slots),
+	// whatever the number of distinct identities.
+	DefaultMaxKeys = 65536
+	// MaxMaxKeys is the largest max_keys accepted (2^22). At the longest
+	// identity (256 bytes) a slot takes about 330 bytes of shared data, so
+	// one rule stays under about 1.4 GB; with IP addresses about 100 bytes.
+	MaxMaxKeys = 4194304
 )
 
 // Algorithm names.
@@ -58,6 +67,13 @@ type Rule struct {
 	Algorithm   string       // "token_bucket"
 	TokenBucket *TokenBucket // set when Algorithm == "token_bucket"
 	Mode        Mode         // effective mode (rule's, else config's)
+	// MaxKeys is "max_keys": the most shared-data keys (slots) the rule's
+	// buckets may use, 1 to MaxMaxKeys; Parse fills in DefaultMaxKeys when
+	// it is absent. 0 means unbounded: one exact key per identity
+	// ("tb:{rule}:{composite}", seed 001's format), which grows the proxy's
+	// memory with every distinct identity. A Rule built by hand rather than
+	// by Parse must set it, or it gets the unbounded behaviour.
+	MaxKeys int
 }
 
 // SourceKind is where a key or match value is read from.

@@ -85,6 +85,8 @@ func schemaProperties() map[string]obj {
 			"algorithm":        obj{"type": "string", "enum": algorithms, "description": "The limiting algorithm."},
 			"algorithm_config": obj{"$ref": "#/$defs/tokenBucket"},
 			"mode":             withDesc(modeSchema, "This rule's mode; overrides the top-level mode.", nil),
+			"max_keys": obj{"type": "integer", "minimum": 0, "maximum": MaxMaxKeys, "default": DefaultMaxKeys,
+				"description": "The most shared-data keys (distinct limit-key values) the rule's buckets may use; 0 for no bound."},
 		},
 		"tokenBucket": {
 			"tokens_per_second": rate("Steady refill rate (tokens per second). Exactly one of tokens_per_second and rps."),

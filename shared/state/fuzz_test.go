@@ -1,6 +1,7 @@
 package state
 
 import (
+	"errors"
 	"math"
 	"strconv"
 	"strings"
@@ -62,6 +63,91 @@ func FuzzEncodeBucket(f *testing.F) {
 		}
 		if !within(b.Tokens, tokens) || !within(b.LastRefill, last) {
 			t.Fatalf("round trip {%v %v} -> %q -> %+v", tokens, last, enc, b)
+		}
+	})
+}
+
+// FuzzAppendMicros: the integer fast path prints exactly what strconv prints
+// for the value rounded to micro-units, for every float64.
+func FuzzAppendMicros(f *testing.F) {
+	f.Add(1736940000.123456)
+	f.Add(-0.0000005)
+	f.Add(9007199254.740991)
+	f.Add(math.Inf(-1))
+	f.Fuzz(func(t *testing.T, v float64) {
+		checkMicros(t, v)
+	})
+}
+
+// FuzzDecodeSlot: DecodeSlot never panics; whatever it accepts re-encodes to
+// the identical value when it was canonical, and always decodes back to the
+// same fingerprint and identity and (within the six decimals) bucket.
+func FuzzDecodeSlot(f *testing.F) {
+	for _, s := range []string{
+		"3f0c2a9be4d10f57:9.000000:1736940000.250000:10.0.0.1",
+		"0000000000000000:-1.500000:0.000000:a:b:c",
+		"ffffffffffffffff:1e3:1:x",
+		"ffffffffffffffff:1:2:",
+		"FFFFFFFFFFFFFFFF:1:2:x",
+		"87.432100:1736940000.000000",
+		"",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, v []byte) {
+		s, err := DecodeSlot(v)
+		if err != nil {
+			if s.Fingerprint != 0 || s.Bucket != (Bucket{}) || s.Identity != nil {
+				t.Fatalf("error %v with non-zero slot %+v", err, s)
+			}
+			return
+		}
+		b := s.Bucket
+		if math.IsNaN(b.Tokens) || math.IsInf(b.Tokens, 0) || math.IsNaN(b.LastRefill) || math.IsInf(b.LastRefill, 0) ||
+			b.LastRefill < 0 || len(s.Identity) == 0 || len(s.Identity) > MaxIdentity {
+			t.Fatalf("accepted %q as %+v", v, s)
+		}
+		enc := EncodeSlot(nil, s.Fingerprint, b, string(s.Identity))
+		s2, err := DecodeSlot(enc)
+		if err != nil {
+			t.Fatalf("re-decoding %q (from %q): %v", enc, v, err)
+		}
+		if s2.Fingerprint != s.Fingerprint || string(s2.Identity) != string(s.Identity) ||
+			!within(s2.Bucket.Tokens, b.Tokens) || !within(s2.Bucket.LastRefill, b.LastRefill) {
+			t.Fatalf("round trip %q -> %+v -> %q -> %+v", v, s, enc, s2)
+		}
+		// The bucket part agrees with DecodeBucket.
+		if b2, err := DecodeBucket(EncodeBucket(nil, b)); err != nil || !within(b2.Tokens, b.Tokens) {
+			t.Fatalf("bucket part %+v: %v", b, err)
+		}
+	})
+}
+
+// FuzzEncodeSlot: any fingerprint, finite bucket and identity encode to a
+// bounded value that decodes back.
+func FuzzEncodeSlot(f *testing.F) {
+	f.Add(uint64(0x3f0c2a9be4d10f57), 9.0, 1736940000.25, "10.0.0.1")
+	f.Add(uint64(0), -5.0, 0.0, "a:b")
+	f.Add(uint64(1), 1e12, 1e-300, strings.Repeat("k", 300))
+	f.Add(uint64(2), 1.0, 1.0, "")
+	f.Fuzz(func(t *testing.T, fp uint64, tokens, last float64, identity string) {
+		if math.IsNaN(tokens) || math.IsInf(tokens, 0) || math.IsNaN(last) || math.IsInf(last, 0) || last < 0 {
+			return
+		}
+		enc := EncodeSlot(nil, fp, Bucket{tokens, last}, identity)
+		s, err := DecodeSlot(enc)
+		if identity == "" {
+			if !errors.Is(err, ErrIdentity) {
+				t.Fatalf("empty identity: %v", err)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("DecodeSlot(%q): %v", enc, err)
+		}
+		if s.Fingerprint != fp || string(s.Identity) != string(AppendIdentity(nil, identity)) ||
+			!within(s.Bucket.Tokens, tokens) || !within(s.Bucket.LastRefill, last) {
+			t.Fatalf("round trip (%x, %v, %v, %q) -> %q -> %+v", fp, tokens, last, identity, enc, s)
 		}
 	})
 }

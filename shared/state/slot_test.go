@@ -1,0 +1,283 @@
+package state
+
+import (
+	"errors"
+	"math"
+	"math/rand"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// AppendMicros prints exactly what strconv prints for the value rounded to
+// micro-units (the fast path of the former plugin/filter codec, now the
+// only encoder).
+func TestAppendMicrosMatchesStrconv(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	vals := []float64{0, 1, -1, 0.5, 1e-7, -1e-7, 0.0000005, -0.0000005, 19.9999995, 1700000000, 1700000000.123456,
+		1700000000.1234565, 2000, 1e12, 9e9, 8.9e9, -8.9e9, 9007199254.740991, 9007199254.740992, 1e15,
+		math.MaxFloat64, -math.MaxFloat64, math.Inf(1), math.Inf(-1), math.NaN(), math.Copysign(0, -1),
+		math.SmallestNonzeroFloat64}
+	for i := 0; i < 50000; i++ {
+		switch i % 4 {
+		case 0:
+			vals = append(vals, rng.Float64()*2000)
+		case 1:
+			vals = append(vals, 1.7e9+rng.Float64()*1e8)
+		case 2:
+			vals = append(vals, (rng.Float64()-0.5)*1e10)
+		default:
+			vals = append(vals, math.Float64frombits(rng.Uint64()))
+		}
+	}
+	for _, v := range vals {
+		checkMicros(t, v)
+	}
+}
+
+func checkMicros(t *testing.T, v float64) {
+	t.Helper()
+	got := string(AppendMicros(nil, v))
+	m := math.Round(v * 1e6)
+	want := strconv.FormatFloat(v, 'f', 6, 64)
+	if m > -maxMicro && m < maxMicro {
+		want = strconv.FormatFloat(m/1e6, 'f', 6, 64)
+	}
+	if got != want {
+		t.Fatalf("AppendMicros(%v) = %q, want %q", v, got, want)
+	}
+	if !math.IsNaN(v) && !math.IsInf(v, 0) {
+		back, err := strconv.ParseFloat(got, 64)
+		if err != nil || !within(back, v) {
+			t.Fatalf("AppendMicros(%v) = %q reads back as %v (%v)", v, got, back, err)
+		}
+	}
+}
+
+func TestEncodeDecodeSlot(t *testing.T) {
+	id := "10.0.0.1"
+	fp := Fingerprint(id)
+	b := Bucket{Tokens: 9, LastRefill: 1736940000.25}
+	v := EncodeSlot(nil, fp, b, id)
+	want := string(AppendHex16(nil, fp)) + ":9.000000:1736940000.250000:10.0.0.1"
+	if string(v) != want {
+		t.Fatalf("EncodeSlot = %q, want %q", v, want)
+	}
+	s, err := DecodeSlot(v)
+	if err != nil || s.Fingerprint != fp || s.Bucket != b || string(s.Identity) != id {
+		t.Fatalf("DecodeSlot(%q) = %+v, %v", v, s, err)
+	}
+	// Identities may contain ':' and any byte.
+	for _, id := range []string{"a:b:c", ":", "\x00\xff|\\#", "[::1]", strings.Repeat("x", MaxIdentity)} {
+		v := EncodeSlot(nil, 42, Bucket{Tokens: -1.5, LastRefill: 0}, id)
+		s, err := DecodeSlot(v)
+		if err != nil || s.Fingerprint != 42 || s.Bucket != (Bucket{-1.5, 0}) || string(s.Identity) != id {
+			t.Errorf("round trip of identity %q: %+v, %v", id, s, err)
+		}
+	}
+	// A too-long identity is stored in its bounded form.
+	long := strings.Repeat("k", 10000)
+	v = EncodeSlot(nil, 1, b, long)
+	if len(v) > 17+40+1+82 {
+		t.Errorf("slot value for a 10k identity is %d bytes", len(v))
+	}
+	if s, err := DecodeSlot(v); err != nil || string(s.Identity) != string(AppendIdentity(nil, long)) {
+		t.Errorf("long identity: %q, %v", s.Identity, err)
+	}
+}
+
+func TestDecodeSlotRejects(t *testing.T) {
+	good := "00000000000000ff:1.000000:2.000000:id"
+	if _, err := DecodeSlot([]byte(good)); err != nil {
+		t.Fatalf("good value rejected: %v", err)
+	}
+	for _, tc := range []struct {
+		in   string
+		want error
+	}{
+		{"", ErrSlotFormat},
+		{"00000000000000ff", ErrSlotFormat},
+		{"00000000000000ff:", ErrSlotFormat},
+		{"00000000000000FF:1:2:id", ErrSlotFormat},   // upper-case hex
+		{"0000000000000ff:1:2:id", ErrSlotFormat},    // 15 digits
+		{"000000000000000ff:1:2:id", ErrSlotFormat},  // 17 digits
+		{"00000000000000fg:1:2:id", ErrSlotFormat},   // not hex
+		{" 0000000000000ff:1:2:id", ErrSlotFormat},   // space
+		{"00000000000000ff:1:2", ErrSlotFormat},      // no identity part
+		{"00000000000000ff:1", ErrSlotFormat},        // no last_refill
+		{"00000000000000ff:1:2:", ErrIdentity},       // empty identity
+		{"00000000000000ff::2:id", ErrTokens},        // empty tokens
+		{"00000000000000ff:NaN:2:id", ErrTokens},     // NaN
+		{"00000000000000ff:1e3:2:id", ErrTokens},     // exponent
+		{"00000000000000ff:1:-1:id", ErrLastRefill},  // negative time
+		{"00000000000000ff:1:Inf:id", ErrLastRefill}, // Inf
+		{"00000000000000ff:1::id", ErrLastRefill},    // empty time
+		{"00000000000000ff:1:2:" + strings.Repeat("x", MaxIdentity+1), ErrIdentity},
+		{"1.000000:1700000000.000000", ErrSlotFormat}, // a plain bucket value
+	} {
+		s, err := DecodeSlot([]byte(tc.in))
+		if !errors.Is(err, tc.want) {
+			t.Errorf("DecodeSlot(%q) = %+v, %v; want %v", tc.in, s, err, tc.want)
+		}
+		if err != nil && (s.Fingerprint != 0 || s.Bucket != (Bucket{}) || s.Identity != nil) {
+			t.Errorf("DecodeSlot(%q) returned %+v with an error", tc.in, s)
+		}
+	}
+}
+
+func TestAppendIdentity(t *testing.T) {
+	short := strings.Repeat("a", MaxIdentity)
+	if got := string(AppendIdentity(nil, short)); got != short {
+		t.Errorf("identity of %d bytes changed", len(short))
+	}
+	long := strings.Repeat("b", MaxIdentity+1)
+	got := string(AppendIdentity([]byte("x"), long))
+	want := "x#" + string(AppendHex16(nil, FNV1a64(long))) + "#" + long[:identityPrefix]
+	if got != want {
+		t.Errorf("AppendIdentity(long) = %q, want %q", got, want)
+	}
+	if len(got)-1 != 82 {
+		t.Errorf("long identity is %d bytes, want 82", len(got)-1)
+	}
+	// Different long identities with one prefix differ.
+	if string(AppendIdentity(nil, long+"1")) == string(AppendIdentity(nil, long+"2")) {
+		t.Error("two long identities with one prefix map to one identity")
+	}
+}
+
+func TestFNVAndFingerprint(t *testing.T) {
+	// FNV-1a 64 reference values.
+	for s, want := range map[string]uint64{"": 0xcbf29ce484222325, "a": 0xaf63dc4c8601ec8c, "foobar": 0x85944171f73967e8} {
+		if got := FNV1a64(s); got != want {
+			t.Errorf("FNV1a64(%q) = %x, want %x", s, got, want)
+		}
+	}
+	// The finalizer is a bijection: distinct FNV values stay distinct, and
+	// similar inputs get unrelated fingerprints (every bit flips about half
+	// the time across consecutive IPs).
+	var flips [64]int
+	const n = 10000
+	prev := Fingerprint("10.0.0.0")
+	for i := 1; i <= n; i++ {
+		fp := Fingerprint("10.0." + strconv.Itoa(i/256) + "." + strconv.Itoa(i%256))
+		for bit := 0; bit < 64; bit++ {
+			if (fp^prev)>>bit&1 == 1 {
+				flips[bit]++
+			}
+		}
+		prev = fp
+	}
+	for bit, f := range flips {
+		if f < n*4/10 || f > n*6/10 {
+			t.Errorf("bit %d flipped %d of %d times between consecutive IPs", bit, f, n)
+		}
+	}
+}
+
+func TestCandidateSlots(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 7, 1000, 65536, 1 << 22} {
+		counts := map[int]int{}
+		for i := 0; i < 20000; i++ {
+			fp := Fingerprint("id-" + strconv.Itoa(i))
+			c := CandidateSlots(fp, n)
+			for _, s := range c {
+				if s < 0 || s >= n {
+					t.Fatalf("n=%d: slot %d out of range", n, s)
+				}
+			}
+			if n > 1 && c[0] == c[1] {
+				t.Fatalf("n=%d: equal candidates %v", n, c)
+			}
+			if n == 1 && c != [Candidates]int{0, 0} {
+				t.Fatalf("n=1: %v", c)
+			}
+			if c != CandidateSlots(fp, n) {
+				t.Fatal("not deterministic")
+			}
+			counts[c[0]]++
+		}
+		// Spread: with 7 slots every slot gets roughly 1/7 as first choice.
+		if n == 7 {
+			for s := 0; s < 7; s++ {
+				if counts[s] < 20000/7*8/10 || counts[s] > 20000/7*12/10 {
+					t.Errorf("n=7: slot %d is first choice %d times of 20000", s, counts[s])
+				}
+			}
+		}
+	}
+	if c := CandidateSlots(123, 0); c != [Candidates]int{} {
+		t.Errorf("n=0: %v", c)
+	}
+	if c := CandidateSlots(math.MaxUint64, math.MaxInt); c[0] < 0 || c[1] < 0 {
+		t.Errorf("huge n: %v", c)
+	}
+}
+
+func TestSlotKeys(t *testing.T) {
+	if k := SlotKey("global-rps", 4711); k != "tb:global-rps:#4711" {
+		t.Errorf("SlotKey = %q", k)
+	}
+	for _, tc := range []struct {
+		key       string
+		rule      string
+		slot      int
+		composite string
+		ok        bool
+	}{
+		{"tb:r:#0", "r", 0, "", true},
+		{"tb:global-rps:#4194303", "global-rps", 4194303, "", true},
+		{"tb:r:k1", "r", -1, "k1", true},
+		{"tb:r:a:b", "r", -1, "a:b", true},
+		{"tb:r:#" + "0123456789abcdef" + "#prefix", "r", -1, "#0123456789abcdef#prefix", true}, // a hashed exact key
+		{"tb:r:#01", "r", -1, "#01", true},
+		{"tb:r:#", "r", -1, "#", true},
+		{"tb:r:", "", -1, "", false},
+		{"tb::k", "", -1, "", false},
+		{"tb:r", "", -1, "", false},
+		{"sluice:cas-epoch", "", -1, "", false},
+		{"", "", -1, "", false},
+	} {
+		rule, slot, comp, ok := ParseKey(tc.key)
+		if rule != tc.rule || slot != tc.slot || comp != tc.composite || ok != tc.ok {
+			t.Errorf("ParseKey(%q) = %q, %d, %q, %v", tc.key, rule, slot, comp, ok)
+		}
+	}
+	if r, s, _, ok := ParseKey(SlotKey("a.b_c", 99)); !ok || r != "a.b_c" || s != 99 {
+		t.Errorf("ParseKey(SlotKey) = %q %d %v", r, s, ok)
+	}
+}
+
+func TestSlotCodecAllocs(t *testing.T) {
+	v := EncodeSlot(nil, 0xdeadbeef, Bucket{87.4321, 1736940000.123456}, "10.0.0.1")
+	if n := testing.AllocsPerRun(100, func() { _, _ = DecodeSlot(v) }); n != 0 {
+		t.Errorf("DecodeSlot allocates %v times per call", n)
+	}
+	buf := make([]byte, 0, 128)
+	if n := testing.AllocsPerRun(100, func() {
+		buf = EncodeSlot(buf[:0], 0xdeadbeef, Bucket{87.4321, 1736940000.123456}, "10.0.0.1")
+	}); n != 0 {
+		t.Errorf("EncodeSlot allocates %v times per call", n)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = Fingerprint("2001:db8::1") }); n != 0 {
+		t.Errorf("Fingerprint allocates %v times per call", n)
+	}
+}
+
+func BenchmarkEncodeSlot(b *testing.B) {
+	buf := make([]byte, 0, 128)
+	bk := Bucket{Tokens: 87.4321, LastRefill: 1736940000.123456}
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = EncodeSlot(buf[:0], 0xdeadbeef, bk, "10.0.0.1")
+	}
+}
+
+func BenchmarkDecodeSlot(b *testing.B) {
+	v := EncodeSlot(nil, 0xdeadbeef, Bucket{87.4321, 1736940000.123456}, "10.0.0.1")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeSlot(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
