@@ -41,7 +41,7 @@ generate: ## regenerate the templ components' _templ.go files (commit them)
 
 test: build lint ## build everything, then run every test (what CI runs)
 	SLUICE_WASM_DIR=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 15m ./...
-	SLUICE_WASM_DIR=$(CURDIR)/$(BIN) $(GO) test -count=1 -race -timeout 10m ./shared/... ./plugin/wasmhost/... ./admin/store/... ./admin/policies/... ./admin/xds/...
+	SLUICE_WASM_DIR=$(CURDIR)/$(BIN) $(GO) test -count=1 -race -timeout 10m ./shared/... ./plugin/wasmhost/... ./admin/store/... ./admin/policies/... ./admin/xds/... ./admin/telemetry/... ./admin/httpapi/...
 
 lint: fmt vet generated ## gofmt, go vet, generated files up to date
 
@@ -62,15 +62,19 @@ generated:
 	  echo "web/*_templ.go were out of date with their .templ sources; regenerated now: review and commit them"; exit 1; fi
 
 DATA ?= data
-run: build ## start the stack: admin (SQLite in ./data) + dev gateway on ECDS + demo upstream
+run: build ## start the stack: admin (SQLite in ./data) + dev gateway on ECDS + demo upstream + demo traffic
 	@mkdir -p $(DATA) && chmod 700 $(DATA)
-	@[ -s $(DATA)/dev-token ] || { head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > $(DATA)/dev-token; chmod 600 $(DATA)/dev-token; }
-	@token=$$(cat $(DATA)/dev-token); \
-	SLUICE_ADMIN_TOKEN=$$token ./$(BIN)/ratelimit-admin -data-dir $(DATA) -initial-policy plugin/gateway/demo-config.json \
-	  -listen 127.0.0.1:9000 -xds-listen 127.0.0.1:18000 -wasm-path $(BIN)/ratelimit.wasm & admin=$$!; \
+	@for f in dev-token telemetry-token; do [ -s $(DATA)/$$f ] || { head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > $(DATA)/$$f; chmod 600 $(DATA)/$$f; }; done
+	@token=$$(cat $(DATA)/dev-token); ttoken=$$(cat $(DATA)/telemetry-token); \
+	sed 's/"mode": "enforce",/"mode": "enforce", "telemetry": {"cluster": "sluice_admin", "token": "'$$ttoken'"},/' \
+	  plugin/gateway/demo-config.json > $(DATA)/initial-policy.json; \
+	SLUICE_ADMIN_TOKEN=$$token SLUICE_TELEMETRY_TOKEN=$$ttoken ./$(BIN)/ratelimit-admin -data-dir $(DATA) \
+	  -initial-policy $(DATA)/initial-policy.json -listen 127.0.0.1:9000 -xds-listen 127.0.0.1:18000 \
+	  -wasm-path $(BIN)/ratelimit.wasm & admin=$$!; \
 	trap 'kill $$admin 2>/dev/null; wait $$admin 2>/dev/null' EXIT INT TERM; \
-	sleep 1; echo; echo "Admin dashboard: http://127.0.0.1:9000   token (login): $$token"; echo; \
-	./$(BIN)/ratelimit-gateway -upstream demo -config plugin/gateway/demo-config.json -xds 127.0.0.1:18000
+	sleep 1; echo; echo "Admin dashboard: http://127.0.0.1:9000   login token: $$token"; echo; \
+	./$(BIN)/ratelimit-gateway -upstream demo -config plugin/gateway/demo-config.json -xds 127.0.0.1:18000 \
+	  -cluster sluice_admin=http://127.0.0.1:9000 -demo-traffic 40
 
 bench: build ## run benchmarks (BENCH=regex COUNT=n); feed the output to benchstat
 	SLUICE_WASM_DIR=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(COUNT) -benchtime $(BENCHTIME) ./...

@@ -7,6 +7,11 @@
 //	ratelimit-admin -data-dir ./data
 //	ratelimit-admin -token "$(cat token)" -listen 0.0.0.0:9000 -tls-cert c.pem -tls-key k.pem
 //	ratelimit-admin -data-dir ./data -new-token      # replace the admin token, print it, exit
+//	ratelimit-admin -metrics-listen 10.0.0.5:9090    # Prometheus on an internal port, no token
+//
+// The plugins POST their telemetry reports to /api/v1/telemetry with the
+// telemetry token (-telemetry-token, or generated at first start and
+// printed once); the dashboard (/dashboard) and /metrics show them.
 //
 // Every flag can also be set from the environment (SLUICE_ADMIN_LISTEN,
 // ...). See docs/admin.md.
@@ -34,6 +39,7 @@ import (
 	"github.com/sluice-rl/sluice/admin/istio"
 	"github.com/sluice-rl/sluice/admin/policies"
 	"github.com/sluice-rl/sluice/admin/store"
+	"github.com/sluice-rl/sluice/admin/telemetry"
 	"github.com/sluice-rl/sluice/admin/xds"
 )
 
@@ -58,6 +64,9 @@ type options struct {
 	IstioSelector string
 	LogLevel      string
 	InitialPolicy string
+
+	TelemetryToken string
+	MetricsListen  string
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -80,6 +89,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.IstioSelector, "istio-selector", env("SLUICE_ISTIO_SELECTOR", ""), "workload labels for the WasmPlugin, e.g. istio=ingressgateway (SLUICE_ISTIO_SELECTOR)")
 	fs.StringVar(&o.InitialPolicy, "initial-policy", env("SLUICE_INITIAL_POLICY", ""), "policy file stored as version 1 when the database is empty (default: a shadow-mode per-IP limit) (SLUICE_INITIAL_POLICY)")
 	fs.StringVar(&o.LogLevel, "log-level", env("SLUICE_LOG_LEVEL", "info"), "debug, info, warn or error (SLUICE_LOG_LEVEL)")
+	fs.StringVar(&o.TelemetryToken, "telemetry-token", env("SLUICE_TELEMETRY_TOKEN", ""), "token the plugins send with their telemetry reports, at least 16 characters; empty: the stored one, or generate one at first start and print it once (SLUICE_TELEMETRY_TOKEN)")
+	fs.StringVar(&o.MetricsListen, "metrics-listen", env("SLUICE_METRICS_LISTEN", ""), `address serving Prometheus /metrics without authentication; empty: /metrics on -listen behind the admin token; "off": no metrics (SLUICE_METRICS_LISTEN)`)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -92,6 +103,14 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	if o.Token != "" {
 		if err := auth.CheckTokenStrength(o.Token); err != nil {
 			return o, fmt.Errorf("-token: %w", err)
+		}
+	}
+	if o.TelemetryToken != "" {
+		if err := telemetry.CheckTokenStrength(o.TelemetryToken); err != nil {
+			return o, fmt.Errorf("-telemetry-token: %w", err)
+		}
+		if o.TelemetryToken == o.Token {
+			return o, errors.New("-telemetry-token: must differ from the admin token (every Envoy holds it)")
 		}
 	}
 	sel, err := istio.ParseSelector(o.IstioSelector)
@@ -184,7 +203,40 @@ func run(args []string, stdout, stderr io.Writer) error {
 		pub, nodes = xdsServer, xdsNodes{xdsServer}
 	}
 
-	svc := policies.New(st, pub, logger)
+	telTokens, telGenerated, err := telemetry.SetupTokens(ctx, st, o.TelemetryToken)
+	if err != nil {
+		return fmt.Errorf("telemetry token: %w", err)
+	}
+	if telGenerated != "" {
+		fmt.Fprintf(stdout, "Generated the telemetry token (the plugins send it with their reports). It is stored hashed and will NOT be shown again:\n\n    %s\n\n"+
+			"Put it in the policy's \"telemetry\": {\"token\": ...}. Lost it? Rotate it on the Telemetry page.\n\n", telGenerated)
+	}
+
+	// Telemetry: the version index learns every published version, so a
+	// node's config_hash names its policy version.
+	versions := telemetry.NewVersionIndex(nil, logger)
+	svc := policies.New(st, versions.Publisher(pub), logger)
+	versions.SetSource(svc)
+	if err := versions.Load(ctx); err != nil {
+		return fmt.Errorf("indexing policy versions: %w", err)
+	}
+	telState := telemetry.NewState(telemetry.Options{Versions: versions})
+	metrics := telemetry.NewMetrics(telState)
+	streamsCtx, endStreams := context.WithCancel(context.Background())
+	defer endStreams()
+	telCfg := &httpapi.Telemetry{State: telState, Tokens: telTokens, Metrics: metrics, Done: streamsCtx.Done()}
+	var metricsLis net.Listener
+	switch o.MetricsListen {
+	case "off":
+	case "":
+		telCfg.MetricsHandler, telCfg.MetricsURL = metrics.Handler(), "/metrics"
+	default:
+		if metricsLis, err = net.Listen("tcp", o.MetricsListen); err != nil {
+			return fmt.Errorf("-metrics-listen: %w", err)
+		}
+		defer metricsLis.Close()
+		telCfg.MetricsURL = "http://" + metricsLis.Addr().String() + "/metrics"
+	}
 	if o.InitialPolicy != "" {
 		initial, err := os.ReadFile(o.InitialPolicy)
 		if err != nil {
@@ -198,6 +250,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	handler, err := httpapi.New(httpapi.Config{
 		Policies: svc, Auth: authn, Nodes: nodes, Istio: o.Istio, Logger: logger, SecureCookies: o.SecureCookies,
+		Telemetry: telCfg,
 	})
 	if err != nil {
 		return err
@@ -228,12 +281,26 @@ func run(args []string, stdout, stderr io.Writer) error {
 		scheme = "https"
 	}
 
-	errc := make(chan error, 2)
+	srv.RegisterOnShutdown(endStreams) // the dashboard's event streams end at once
+
+	errc := make(chan error, 3)
 	go func() {
 		if err := srv.Serve(httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("http: %w", err)
 		}
 	}()
+	var metricsSrv *http.Server
+	if metricsLis != nil {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", metrics.Handler())
+		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second,
+			ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+		go func() {
+			if err := metricsSrv.Serve(metricsLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("metrics: %w", err)
+			}
+		}()
+	}
 	xdsAddr := "off"
 	xdsDone := make(chan struct{})
 	if xdsServer == nil {
@@ -253,6 +320,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}()
 	}
 	fmt.Fprintf(stdout, "sluice admin: dashboard %s://%s/  xDS %s  policy v%d  data %s\n", scheme, httpLis.Addr(), xdsAddr, cur.Number, st.Path())
+	metricsText := "off"
+	switch {
+	case metricsLis != nil:
+		metricsText = telCfg.MetricsURL + " (no token)"
+	case telCfg.MetricsHandler != nil:
+		metricsText = fmt.Sprintf("%s://%s/metrics (admin token)", scheme, httpLis.Addr())
+	}
+	fmt.Fprintf(stdout, "sluice admin: telemetry POST %s://%s/api/v1/telemetry (token %s)  metrics %s\n", scheme, httpLis.Addr(), telTokens.Info().Hint, metricsText)
 	logger.Info("admin started", "http", httpLis.Addr().String(), "xds", xdsAddr, "policy_version", cur.Number, "wasm_path", o.WasmPath)
 
 	var runErr error
@@ -265,6 +340,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		logger.Warn("HTTP shutdown", "err", err)
+	}
+	if metricsSrv != nil {
+		metricsSrv.Shutdown(shutdownCtx)
 	}
 	select {
 	case <-xdsDone:

@@ -4,7 +4,9 @@
 // views.go and renders the components.
 //
 // The pages work without JavaScript; app.js only adds conveniences
-// (jumping to an error's line, copying the manifest, refreshing the nodes).
+// (jumping to an error's line, copying the manifest, refreshing the nodes)
+// and dashboard.js swaps the dashboard's server-rendered live fragments in
+// as they arrive (server-sent events, else polling).
 // Nothing inline: the admin's Content-Security-Policy allows scripts and
 // styles from /static only.
 //

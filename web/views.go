@@ -6,7 +6,7 @@ package web
 
 // Nav is the page header: which page is active and the logged-in user.
 type Nav struct {
-	Active string // "policy", "history", "nodes", "istio"; "" on the login page
+	Active string // "dashboard", "policy", "history", "nodes", "telemetry", "istio"; "" on the login page
 	Author string // the logged-in user's name
 	CSRF   string // the session's CSRF token, for the logout form
 }

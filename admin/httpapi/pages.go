@@ -106,6 +106,9 @@ func localPath(next string) string {
 
 func (s *server) loginPage(w http.ResponseWriter, r *http.Request) {
 	next := localPath(r.URL.Query().Get("next"))
+	if r.URL.Query().Get("next") == "" {
+		next = "/dashboard" // the landing page
+	}
 	if c, err := r.Cookie(sessionCookie); err == nil {
 		if _, err := s.Auth.Session(r.Context(), c.Value); err == nil {
 			http.Redirect(w, r, next, http.StatusSeeOther)

@@ -61,6 +61,10 @@ type Config struct {
 
 	// MaxBodyBytes bounds request bodies (default DefaultMaxBody).
 	MaxBodyBytes int64
+
+	// Telemetry enables the telemetry ingestion, the dashboard's data, the
+	// telemetry page and /metrics (nil: the dashboard says it is off).
+	Telemetry *Telemetry
 }
 
 // DefaultMaxBody is the default request body limit: 1 MiB.
@@ -89,6 +93,9 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if t := cfg.Telemetry; t != nil && (t.State == nil || t.Tokens == nil) {
+		return nil, errors.New("httpapi: Telemetry needs State and Tokens")
+	}
 	s := &server{Config: cfg, log: cfg.Logger.With("component", "http"), cop: http.NewCrossOriginProtection()}
 	mux := http.NewServeMux()
 
@@ -104,6 +111,9 @@ func New(cfg Config) (http.Handler, error) {
 	mux.Handle("GET /api/v1/policy/schema", s.api(s.apiSchema))
 	mux.Handle("GET /api/v1/istio/wasmplugin", s.api(s.apiIstio))
 	mux.Handle("GET /api/v1/nodes", s.api(s.apiNodes))
+	if s.Telemetry != nil {
+		s.registerTelemetry(mux)
+	}
 	mux.Handle("/api/", s.api(func(w http.ResponseWriter, r *http.Request) error {
 		return &apiErr{status: http.StatusNotFound, msg: "no such endpoint: " + r.Method + " " + r.URL.Path + " (see docs/admin.md)"}
 	}))
@@ -112,6 +122,7 @@ func New(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("GET /login", s.loginPage)
 	mux.HandleFunc("POST /login", s.loginSubmit)
 	mux.Handle("POST /logout", s.page(s.logout))
+	s.registerDashboard(mux)
 	mux.Handle("GET /{$}", s.page(s.editorPage))
 	mux.Handle("POST /policy", s.page(s.editorSubmit))
 	mux.Handle("GET /history", s.page(s.historyPage))

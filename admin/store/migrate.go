@@ -43,6 +43,11 @@ CREATE TABLE sessions (
 
 CREATE INDEX sessions_by_expiry ON sessions(expires_at);
 `,
+	// 2: a non-secret hint of each credential (its first characters), shown
+	// so operators can tell which token is in force (the telemetry token).
+	`
+ALTER TABLE admin_credentials ADD COLUMN hint TEXT NOT NULL DEFAULT '';
+`,
 }
 
 // SchemaVersion is the schema version this binary writes.

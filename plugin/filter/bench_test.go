@@ -31,6 +31,8 @@ type streamCase struct {
 func streamCases() []streamCase {
 	empty := func(tb testing.TB) []byte { return wasmtest.Build(tb, "./plugin/wasmhost/testdata/empty") }
 	noHeaders := strings.Replace(benchConfig, "{", `{"response_headers": false, `, 1)
+	// Telemetry on (ticks never run here: this is its request-path cost).
+	withTelemetry := strings.Replace(benchConfig, "{", `{"telemetry": {"cluster": "sluice_admin", "token": "t"}, `, 1)
 	return []streamCase{
 		{name: "empty", wasm: empty, req: rq("x-api-key", "k")},
 		{name: "allowed", wasm: pluginWasm, config: benchConfig, req: rq("x-api-key", "k")},
@@ -39,6 +41,8 @@ func streamCases() []streamCase {
 		{name: "seed-tiered-jwt", wasm: pluginWasm, config: seedTiered,
 			req: rq("x-api-key", "k", "authorization", bearer(`{"sub":"user-1234","plan":"enterprise","iat":1700000000,"exp":1900000000}`))},
 		{name: "rejected", wasm: pluginWasm, config: benchConfig, req: rq("x-deny", "k"), reject: true},
+		{name: "allowed-telemetry", wasm: pluginWasm, config: withTelemetry, req: rq("x-api-key", "k")},
+		{name: "rejected-telemetry", wasm: pluginWasm, config: withTelemetry, req: rq("x-deny", "k"), reject: true},
 	}
 }
 

@@ -31,6 +31,9 @@ type compiledConfig struct {
 	shadowHeader    string
 	trustedHops     int
 	anyShadow       bool // some rule is in shadow mode
+
+	telemetry *policy.Telemetry // nil: no reports (telemetry.go)
+	hash      string            // config_hash of the configuration bytes
 }
 
 type compiledRule struct {
@@ -59,6 +62,11 @@ type compiledRule struct {
 	bodyPre    string // `{"error":"rate_limited","rule":"<rule>","retry_after":`
 
 	m ruleMetrics
+
+	// Telemetry (telemetry.go).
+	tc            *ruleTally // the VM's cumulative counters for this rule name
+	clearIdentity bool       // "telemetry_identity": "clear"
+	keyNames      []string   // limit_keys as written, e.g. "header:x-api-key"
 }
 
 type compiledMatch struct {
@@ -76,6 +84,7 @@ func compile(c *policy.Config, vm *vmContext) *compiledConfig {
 		responseHeaders: c.ResponseHeaders,
 		shadowHeader:    strings.ToLower(c.ShadowHeader),
 		trustedHops:     c.TrustedHops,
+		telemetry:       c.Telemetry,
 	}
 	if cc.rejectStatus < 400 || cc.rejectStatus > 599 {
 		cc.rejectStatus = policy.DefaultRejectStatus
@@ -102,6 +111,9 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 		shadow:    r.Mode == policy.ModeShadow,
 		keyPrefix: "tb:" + r.Name + ":",
 		m:         vm.ruleMetrics(r.Name),
+		tc:        vm.tally(r.Name),
+
+		clearIdentity: r.ClearIdentity,
 	}
 	cr.maxKeys = r.MaxKeys
 	if cr.maxKeys < 0 { // Parse never returns one; be defensive
@@ -113,6 +125,7 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 	cr.slotPrefix = cr.keyPrefix + "#"
 	for _, k := range r.Keys {
 		cr.keys = append(cr.keys, cc.ref(k))
+		cr.keyNames = append(cr.keyNames, k.String())
 	}
 	for _, m := range r.Match {
 		v := m.Value

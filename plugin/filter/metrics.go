@@ -24,6 +24,12 @@ import (
 //	sluice.panics_recovered  a callback panicked; the request was let through
 //	sluice.refund_failed     a refund (after a late rejection) could not be written
 //
+// and, when telemetry is configured (telemetry.go):
+//
+//	sluice.telemetry.sent     reports dispatched
+//	sluice.telemetry.dropped  reports not delivered (dispatch error, failure, timeout, non-2xx)
+//	sluice.telemetry.skipped  ticks skipped because the VM's previous report was in flight
+//
 // Counters are defined once per VM and name (vmContext.counter caches the
 // ids), at configuration time, never per request. A reconfiguration that
 // keeps a rule name keeps counting into the same stat.
@@ -117,6 +123,7 @@ const (
 	logRefund
 	logPanic
 	logEvict
+	logTelemetry
 	numLogKinds
 )
 

@@ -46,6 +46,8 @@ type vmContext struct {
 	counters map[string]counter
 	global   *globalMetrics
 	logs     logLimiter
+	tallies  map[string]*ruleTally // telemetry.go: cumulative per-rule counters
+	tel      telemetryState        // telemetry.go
 }
 
 func (vm *vmContext) NewPluginContext(contextID uint32) types.PluginContext {
@@ -97,7 +99,11 @@ func (p *pluginContext) OnPluginStart(int) (ok types.OnPluginStartStatus) {
 	}
 	p.vm.globals() // define the global counters up front
 	p.cfg = compile(cfg, p.vm)
+	p.cfg.hash = configHash(data)
 	p.apps = make([]application, 0, len(p.cfg.policies))
+	if p.cfg.telemetry != nil {
+		p.startTelemetry()
+	}
 	proxywasm.LogInfo("sluice: configuration loaded: " + strconv.Itoa(len(p.cfg.policies)) +
 		" policies, " + strconv.Itoa(len(p.cfg.rules)) + " rules")
 	return types.OnPluginStartStatusOK
@@ -259,7 +265,7 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 			anyShadow = true
 			continue
 		}
-		a.rule.m.rejected.inc()
+		p.countRejected(a)
 		if reject < 0 || a.dec.Wait > apps[reject].dec.Wait {
 			reject = i
 		}
@@ -285,7 +291,7 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 				anyShadow = true
 				continue
 			}
-			a.rule.m.rejected.inc()
+			p.countRejected(a)
 			p.refundCommitted(apps[:i])
 			return p.reject(h, a)
 		}
@@ -299,6 +305,10 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 			continue
 		}
 		a.rule.m.allowed.inc()
+		a.rule.tc.allowed++
+		if p.cfg.telemetry != nil {
+			p.vm.tel.hot.touch(a, false)
+		}
 		if !a.rule.shadow && (best == nil || a.dec.Remaining < best.dec.Remaining) {
 			best = a
 		}
@@ -442,16 +452,30 @@ func (p *pluginContext) logCorrupt(a *application) {
 	p.vm.logLimited(logCorrupt, "sluice: rule "+a.rule.name+": undecodable slot value; the slot is treated as free")
 }
 
+// countRejected counts an enforce-mode refusal by rule a.
+func (p *pluginContext) countRejected(a *application) {
+	a.rule.m.rejected.inc()
+	a.rule.tc.rejected++
+	if p.cfg.telemetry != nil {
+		p.vm.tel.hot.touch(a, true)
+	}
+}
+
 // failOpen skips rule a for this request after a storage failure.
 func (p *pluginContext) failOpen(a *application, err error) {
 	a.failed = true
 	a.rule.m.failOpen.inc()
+	a.rule.tc.failOpen++
 	p.vm.logLimited(logFailOpen, "sluice: rule "+a.rule.name+": shared data failed ("+err.Error()+"); failing open")
 }
 
 // shadowReject records that shadow rule a would have refused the request.
 func (p *pluginContext) shadowReject(a *application) {
 	a.rule.m.shadowRejected.inc()
+	a.rule.tc.shadowRejected++
+	if p.cfg.telemetry != nil {
+		p.vm.tel.hot.touch(a, true)
+	}
 	if len(p.shadow) > 0 {
 		p.shadow = append(p.shadow, ',')
 	}

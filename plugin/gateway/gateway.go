@@ -28,6 +28,7 @@ type Options struct {
 	WasmPath       string        // the plugin module
 	VMs            int           // worker VMs
 	ReloadInterval time.Duration // how often ConfigPath is checked for changes
+	DemoTraffic    int           // requests per second of generated demo traffic (0: none)
 
 	// PauseTimeout bounds how long a request paused by the plugin waits to
 	// be resumed before the gateway answers 503 (default 30s).
@@ -41,6 +42,11 @@ type Options struct {
 	XDSResource   string        // ECDS resource name (default "sluice-ratelimit")
 	NodeID        string        // node id reported to the admin (default sluice-gateway-<hostname>)
 	XDSMaxBackoff time.Duration // longest wait between reconnects to the admin (default 10s)
+
+	// Clusters the plugin may call with dispatch_http_call (name to base
+	// URL), answered for real by callouts.go; a call to another name fails
+	// with BadArgument, as in Envoy.
+	Clusters map[string]*url.URL
 }
 
 // Gateway serves HTTP through the plugin running in a wasmhost.Host.
@@ -98,6 +104,11 @@ func Start(ctx context.Context, opts Options, logger *slog.Logger) (*Gateway, er
 		cancel()
 		return nil, err
 	}
+	callouts := NewCallouts(runCtx, opts.Clusters, logger)
+	nodeID := opts.NodeID
+	if nodeID == "" {
+		nodeID = defaultNodeID()
+	}
 	gw.host, err = wasmhost.New(ctx, wasmhost.Config{
 		Wasm:         wasm,
 		PluginConfig: config,
@@ -105,6 +116,9 @@ func Start(ctx context.Context, opts Options, logger *slog.Logger) (*Gateway, er
 		VMID:         "sluice",
 		RootID:       "sluice",
 		LogWriter:    logWriter{logger},
+		NodeID:       nodeID, // property node.id, e.g. in telemetry reports
+		Clusters:     callouts.Names(),
+		HTTPCalls:    callouts,
 	})
 	if err != nil {
 		gw.stopUpstream()

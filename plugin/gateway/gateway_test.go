@@ -165,6 +165,7 @@ func TestParseOptionsErrorsNameTheFlag(t *testing.T) {
 		{[]string{"-vms", "0"}, "-vms"},
 		{[]string{"-reload-interval", "-1s"}, "-reload-interval"},
 		{[]string{"stray"}, "unexpected argument"},
+		{[]string{"-demo-traffic", "5000"}, "-demo-traffic"},
 	} {
 		_, err := parseOptions(tc.args)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

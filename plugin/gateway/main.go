@@ -7,6 +7,7 @@
 //	ratelimit-gateway -upstream http://127.0.0.1:8081 -config policy.json
 //	ratelimit-gateway -upstream demo              # built-in echo upstream
 //	ratelimit-gateway -xds 127.0.0.1:18000        # policy from the admin over ECDS
+//	ratelimit-gateway -cluster sluice_admin=http://127.0.0.1:9000  # answer the plugin's telemetry callouts
 //
 // Every flag can also be set from the environment (SLUICE_LISTEN, ...).
 package main
@@ -20,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -45,6 +47,7 @@ func run(args []string) error {
 		return err
 	}
 	printTryIt(os.Stdout, gw)
+	go demoTraffic(ctx, gw.URL(), opts.DemoTraffic)
 	<-ctx.Done()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -64,16 +67,28 @@ func parseOptions(args []string) (Options, error) {
 		return o, err
 	}
 	fs.IntVar(&o.VMs, "vms", vms, "worker VMs, like Envoy's --concurrency (SLUICE_VMS)")
+	fs.IntVar(&o.DemoTraffic, "demo-traffic", 0, "send this many requests per second through the gateway (a mix of clients, for the dashboard demo)")
 	fs.DurationVar(&o.ReloadInterval, "reload-interval", time.Second, "how often the config file is checked for changes")
 	fs.StringVar(&o.XDS, "xds", env("SLUICE_XDS", ""), "the admin's xDS address, host:port: take the configuration from the admin over ECDS\n"+
 		"instead of watching -config, which then only serves until the first update (SLUICE_XDS)")
 	fs.StringVar(&o.XDSResource, "xds-resource", env("SLUICE_XDS_RESOURCE", defaultXDSResource), "the ECDS resource to subscribe to (SLUICE_XDS_RESOURCE)")
 	fs.StringVar(&o.NodeID, "node-id", env("SLUICE_NODE_ID", defaultNodeID()), "node id reported to the admin over xDS (SLUICE_NODE_ID)")
+	clusters := &clusterFlag{specs: splitList(env("SLUICE_CLUSTERS", ""))}
+	fs.Var(clusters, "cluster", "name=http://host:port: a cluster the plugin may call with dispatch_http_call, e.g. its telemetry\n"+
+		"reports to the admin (repeatable; SLUICE_CLUSTERS=\"a=url,b=url\")")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
+	cl, err := parseClusters(clusters.specs)
+	if err != nil {
+		return o, err
+	}
+	o.Clusters = cl
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q (flags only; see -h)", fs.Arg(0))
+	}
+	if o.DemoTraffic < 0 || o.DemoTraffic > 1000 {
+		return o, fmt.Errorf("-demo-traffic: %d is out of range; use 0 (off) to 1000 requests per second", o.DemoTraffic)
 	}
 	if o.VMs < 1 || o.VMs > 64 {
 		return o, fmt.Errorf("-vms: %d is out of range; use 1 to 64", o.VMs)
@@ -85,6 +100,13 @@ func parseOptions(args []string) (Options, error) {
 		return o, err
 	}
 	return o, nil
+}
+
+func splitList(s string) []string {
+	if strings.TrimSpace(s) == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
 }
 
 func env(name, def string) string {

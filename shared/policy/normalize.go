@@ -20,6 +20,12 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 		TrustedHops:     c.TrustedHops,
 		Policies:        make([]normPolicy, len(c.Policies)),
 	}
+	if t := c.Telemetry; t != nil {
+		out.Telemetry = &normTelemetry{
+			Cluster: t.Cluster, Authority: t.Authority, Path: t.Path, IntervalMS: t.IntervalMS,
+			Token: t.Token, TopN: t.TopN, TimeoutMS: t.TimeoutMS,
+		}
+	}
 	for i, p := range c.Policies {
 		np := normPolicy{Name: p.Name, Rules: make([]normRule, len(p.Rules))}
 		for j, r := range p.Rules {
@@ -29,6 +35,9 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 				Algorithm: r.Algorithm,
 				Mode:      r.Mode,
 				MaxKeys:   r.MaxKeys,
+			}
+			if r.ClearIdentity {
+				nr.TelemetryIdentity = IdentityClear
 			}
 			for k, key := range r.Keys {
 				nr.LimitKeys[k] = key.String()
@@ -60,12 +69,23 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 }
 
 type normConfig struct {
-	Mode            Mode         `json:"mode"`
-	RejectStatus    int          `json:"reject_status"`
-	ResponseHeaders bool         `json:"response_headers"`
-	ShadowHeader    string       `json:"shadow_header"`
-	TrustedHops     int          `json:"xff_trusted_hops"`
-	Policies        []normPolicy `json:"policies"`
+	Mode            Mode           `json:"mode"`
+	RejectStatus    int            `json:"reject_status"`
+	ResponseHeaders bool           `json:"response_headers"`
+	ShadowHeader    string         `json:"shadow_header"`
+	TrustedHops     int            `json:"xff_trusted_hops"`
+	Policies        []normPolicy   `json:"policies"`
+	Telemetry       *normTelemetry `json:"telemetry,omitempty"`
+}
+
+type normTelemetry struct {
+	Cluster    string `json:"cluster"`
+	Authority  string `json:"authority"`
+	Path       string `json:"path"`
+	IntervalMS int    `json:"interval_ms"`
+	Token      string `json:"token"`
+	TopN       int    `json:"top_n"`
+	TimeoutMS  int    `json:"timeout_ms"`
 }
 
 type normPolicy struct {
@@ -81,6 +101,9 @@ type normRule struct {
 	Config    *normTokenBucket  `json:"algorithm_config,omitempty"`
 	Mode      Mode              `json:"mode"`
 	MaxKeys   int               `json:"max_keys"`
+	// Written only when "clear": the default ("masked") is left out so that
+	// configurations without telemetry normalize as before.
+	TelemetryIdentity string `json:"telemetry_identity,omitempty"`
 }
 
 type normTokenBucket struct {

@@ -42,9 +42,10 @@ func (p *parser) errorf(path string, parts ...string) {
 
 // Field names, per object.
 var (
-	configFields      = []string{"mode", "policies", "rules", "reject_status", "response_headers", "shadow_header", "xff_trusted_hops"}
+	configFields      = []string{"mode", "policies", "rules", "reject_status", "response_headers", "shadow_header", "xff_trusted_hops", "telemetry"}
 	policyFields      = []string{"name", "rules"}
-	ruleFields        = []string{"name", "limit_keys", "match", "algorithm", "algorithm_config", "mode", "max_keys"}
+	ruleFields        = []string{"name", "limit_keys", "match", "algorithm", "algorithm_config", "mode", "max_keys", "telemetry_identity"}
+	telemetryFields   = []string{"cluster", "authority", "path", "interval_ms", "token", "top_n", "timeout_ms"}
 	tokenBucketFields = []string{"tokens_per_second", "rps", "burst", "cost_source", "fixed_cost", "default_cost"}
 	algorithms        = []string{AlgorithmTokenBucket}
 )
@@ -96,6 +97,10 @@ func (p *parser) config(root *jvalue) *Config {
 			"an integer from 0 to "+strconv.Itoa(MaxTrustedHops)+" (the number of proxies in front of Envoy that append to X-Forwarded-For; 0 ignores the header)"); ok {
 			cfg.TrustedHops = n
 		}
+	}
+
+	if v := f["telemetry"]; v != nil {
+		cfg.Telemetry = p.telemetry("telemetry", v)
 	}
 
 	pol, rules := f["policies"], f["rules"]
@@ -213,6 +218,20 @@ func (p *parser) rule(path string, v *jvalue, policy string, mode Mode) (Rule, b
 			"an integer from 1 to "+strconv.Itoa(MaxMaxKeys)+" (the most shared-data keys the rule's buckets may use; default "+
 				strconv.Itoa(DefaultMaxKeys)+"), or 0 for one key per identity without bound"); ok {
 			r.MaxKeys = n
+		}
+	}
+
+	if tv := f["telemetry_identity"]; tv != nil {
+		switch {
+		case tv.kind == jString && tv.s == IdentityMasked:
+		case tv.kind == jString && tv.s == IdentityClear:
+			r.ClearIdentity = true
+		default:
+			got := tv.kind.String()
+			if tv.kind == jString {
+				got = quoteShort(tv.s)
+			}
+			p.errorf(join(path, "telemetry_identity"), `must be "masked" (the default: header: and jwt: key values are masked in telemetry) or "clear", got `, got)
 		}
 	}
 
@@ -750,4 +769,93 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// telemetry parses the optional top-level "telemetry" object.
+func (p *parser) telemetry(path string, v *jvalue) *Telemetry {
+	if v.kind != jObject {
+		p.errorf(path, `must be an object such as {"cluster": "sluice_admin", "token": "..."}, got `, v.kind.String())
+		return nil
+	}
+	f := p.object(path, v, telemetryFields)
+	t := &Telemetry{
+		Authority:  DefaultTelemetryAuthority,
+		Path:       DefaultTelemetryPath,
+		IntervalMS: DefaultTelemetryInterval,
+		TopN:       DefaultTelemetryTopN,
+		TimeoutMS:  DefaultTelemetryTimeout,
+	}
+	str := func(name, what string, required bool) (string, bool) {
+		fp := join(path, name)
+		sv := f[name]
+		switch {
+		case sv == nil:
+			if required {
+				p.errorf(fp, "missing; ", what)
+			}
+			return "", false
+		case sv.kind != jString:
+			p.errorf(fp, "must be a string: ", what, "; got ", sv.kind.String())
+			return "", false
+		case sv.s == "":
+			p.errorf(fp, "is empty; ", what)
+			return "", false
+		case len(sv.s) > 1024:
+			p.errorf(fp, "is too long (", strconv.Itoa(len(sv.s)), " bytes, at most 1024)")
+			return "", false
+		}
+		for i := 0; i < len(sv.s); i++ {
+			if c := sv.s[i]; c < 0x21 || c > 0x7e {
+				p.errorf(fp, "contains a space, control or non-ASCII character at byte ", strconv.Itoa(i))
+				return "", false
+			}
+		}
+		return sv.s, true
+	}
+	if s, ok := str("cluster", "the name of the Envoy cluster of the Sluice admin", true); ok {
+		t.Cluster = s
+	}
+	if s, ok := str("authority", "the :authority of the reports (default "+DefaultTelemetryAuthority+")", false); ok {
+		t.Authority = s
+	}
+	if s, ok := str("path", "the path of the admin's ingestion endpoint (default "+DefaultTelemetryPath+")", false); ok {
+		if s[0] != '/' {
+			p.errorf(join(path, "path"), "must start with /, e.g. ", DefaultTelemetryPath)
+		} else {
+			t.Path = s
+		}
+	}
+	// The token's value never appears in an error message.
+	if s, ok := str("token", "the admin's telemetry token (sent as a bearer token)", true); ok {
+		t.Token = s
+	}
+	if iv := f["interval_ms"]; iv != nil {
+		if n, ok := p.integer(join(path, "interval_ms"), iv, MinTelemetryInterval, MaxTelemetryInterval,
+			"an integer from "+strconv.Itoa(MinTelemetryInterval)+" to "+strconv.Itoa(MaxTelemetryInterval)+
+				" (milliseconds between reports; default "+strconv.Itoa(DefaultTelemetryInterval)+")"); ok {
+			t.IntervalMS = n
+		}
+	}
+	if nv := f["top_n"]; nv != nil {
+		if n, ok := p.integer(join(path, "top_n"), nv, 1, MaxTelemetryTopN,
+			"an integer from 1 to "+strconv.Itoa(MaxTelemetryTopN)+" (the most buckets per report; default "+
+				strconv.Itoa(DefaultTelemetryTopN)+")"); ok {
+			t.TopN = n
+		}
+	}
+	tp := join(path, "timeout_ms")
+	if tv := f["timeout_ms"]; tv != nil {
+		if n, ok := p.integer(tp, tv, 1, MaxTelemetryInterval-1,
+			"an integer from 1 to "+strconv.Itoa(MaxTelemetryInterval-1)+" (milliseconds; default "+
+				strconv.Itoa(DefaultTelemetryTimeout)+"), less than interval_ms"); ok {
+			t.TimeoutMS = n
+		} else {
+			return t
+		}
+	}
+	if t.TimeoutMS >= t.IntervalMS {
+		p.errorf(tp, strconv.Itoa(t.TimeoutMS), " must be less than interval_ms (", strconv.Itoa(t.IntervalMS),
+			") so that at most one report per VM is in flight")
+	}
+	return t
 }

@@ -43,13 +43,45 @@ const (
 // Config is the plugin configuration, parsed and normalized: every default is
 // filled in, so consumers never look at JSON again.
 type Config struct {
-	Mode            Mode     // "mode", default enforce
-	RejectStatus    int      // "reject_status", default 429, 400..599
-	ResponseHeaders bool     // "response_headers", default true
-	ShadowHeader    string   // "shadow_header", default "x-sluice-shadow"
-	TrustedHops     int      // "xff_trusted_hops", default 0 (X-Forwarded-For ignored; use source.address)
-	Policies        []Policy // top-level "rules" shorthand becomes one policy named "default"
+	Mode            Mode       // "mode", default enforce
+	RejectStatus    int        // "reject_status", default 429, 400..599
+	ResponseHeaders bool       // "response_headers", default true
+	ShadowHeader    string     // "shadow_header", default "x-sluice-shadow"
+	TrustedHops     int        // "xff_trusted_hops", default 0 (X-Forwarded-For ignored; use source.address)
+	Policies        []Policy   // top-level "rules" shorthand becomes one policy named "default"
+	Telemetry       *Telemetry // "telemetry", optional: periodic reports to the admin (nil = off)
 }
+
+// Telemetry configures the filter's periodic reports to the admin (contract
+// D, docs/filter.md "Telemetry"): dispatch_http_call to Cluster every
+// IntervalMS from every worker VM.
+type Telemetry struct {
+	Cluster    string // "cluster", required: the Envoy cluster of the admin
+	Authority  string // "authority", default "sluice-admin"
+	Path       string // "path", default "/api/v1/telemetry"
+	IntervalMS int    // "interval_ms", default 1000, 100..60000
+	Token      string // "token", required: sent as "authorization: Bearer <token>"; never logged
+	TopN       int    // "top_n", default 50, 1..1000: the most buckets per report
+	TimeoutMS  int    // "timeout_ms", default 500, less than interval_ms
+}
+
+// Telemetry defaults and bounds.
+const (
+	DefaultTelemetryAuthority = "sluice-admin"
+	DefaultTelemetryPath      = "/api/v1/telemetry"
+	DefaultTelemetryInterval  = 1000
+	MinTelemetryInterval      = 100
+	MaxTelemetryInterval      = 60000
+	DefaultTelemetryTopN      = 50
+	MaxTelemetryTopN          = 1000
+	DefaultTelemetryTimeout   = 500
+)
+
+// Telemetry identity display (per rule "telemetry_identity").
+const (
+	IdentityMasked = "masked" // header: and jwt: components masked (default)
+	IdentityClear  = "clear"  // every component shown as is
+)
 
 // Policy is a named, ordered list of rules. Within a policy the first rule
 // whose match holds applies; every policy applies.
@@ -74,6 +106,9 @@ type Rule struct {
 	// memory with every distinct identity. A Rule built by hand rather than
 	// by Parse must set it, or it gets the unbounded behaviour.
 	MaxKeys int
+	// ClearIdentity is "telemetry_identity": "clear": telemetry reports show
+	// the rule's header: and jwt: key components unmasked (default masked).
+	ClearIdentity bool
 }
 
 // SourceKind is where a key or match value is read from.

@@ -69,6 +69,19 @@ func schemaProperties() map[string]obj {
 				"description": "Request header added upstream when a shadow rule would have rejected the request."},
 			"xff_trusted_hops": obj{"type": "integer", "minimum": 0, "maximum": MaxTrustedHops, "default": 0,
 				"description": "How many trusted proxies in front of Envoy append to X-Forwarded-For; 0 ignores the header."},
+			"telemetry": obj{"$ref": "#/$defs/telemetry"},
+		},
+		"telemetry": {
+			"cluster":   obj{"type": "string", "pattern": `^[\x21-\x7e]+$`, "description": "Envoy cluster of the Sluice admin that receives the reports."},
+			"authority": obj{"type": "string", "pattern": `^[\x21-\x7e]+$`, "default": DefaultTelemetryAuthority, "description": ":authority of the report requests."},
+			"path":      obj{"type": "string", "pattern": `^/[\x21-\x7e]*$`, "default": DefaultTelemetryPath, "description": "Path of the admin's ingestion endpoint."},
+			"interval_ms": obj{"type": "integer", "minimum": MinTelemetryInterval, "maximum": MaxTelemetryInterval, "default": DefaultTelemetryInterval,
+				"description": "Milliseconds between two reports of one worker VM."},
+			"token": obj{"type": "string", "pattern": `^[\x21-\x7e]+$`, "description": "The admin's telemetry token, sent as a bearer token. Never logged."},
+			"top_n": obj{"type": "integer", "minimum": 1, "maximum": MaxTelemetryTopN, "default": DefaultTelemetryTopN,
+				"description": "The most buckets per report (the hottest touched since the last report)."},
+			"timeout_ms": obj{"type": "integer", "minimum": 1, "maximum": MaxTelemetryInterval - 1, "default": DefaultTelemetryTimeout,
+				"description": "Timeout of one report; must be less than interval_ms (checked only by the parser, like the 1024-byte limit of the strings here)."},
 		},
 		"policy": {
 			"name":  obj{"type": "string", "pattern": namePattern, "description": "Unique policy name."},
@@ -87,6 +100,8 @@ func schemaProperties() map[string]obj {
 			"mode":             withDesc(modeSchema, "This rule's mode; overrides the top-level mode.", nil),
 			"max_keys": obj{"type": "integer", "minimum": 0, "maximum": MaxMaxKeys, "default": DefaultMaxKeys,
 				"description": "The most shared-data keys (distinct limit-key values) the rule's buckets may use; 0 for no bound."},
+			"telemetry_identity": obj{"type": "string", "enum": []string{IdentityMasked, IdentityClear}, "default": IdentityMasked,
+				"description": "How telemetry shows this rule's header: and jwt: key values: masked (default) or clear."},
 		},
 		"tokenBucket": {
 			"tokens_per_second": rate("Steady refill rate (tokens per second). Exactly one of tokens_per_second and rps."),
@@ -134,8 +149,9 @@ func schemaDoc() obj {
 		"Checked here: structure, types, ranges and names. Checked only by the filter's parser: burst >= rate, " +
 		"costs <= burst, unique rule and policy names."
 	top["$defs"] = obj{
-		"policy": closed("policy", []string{"name", "rules"}, nil),
-		"rule":   closed("rule", []string{"name", "limit_keys", "algorithm", "algorithm_config"}, nil),
+		"policy":    closed("policy", []string{"name", "rules"}, nil),
+		"rule":      closed("rule", []string{"name", "limit_keys", "algorithm", "algorithm_config"}, nil),
+		"telemetry": closed("telemetry", []string{"cluster", "token"}, nil),
 		"tokenBucket": closed("tokenBucket", []string{"burst"}, obj{
 			"oneOf": []obj{{"required": []string{"tokens_per_second"}}, {"required": []string{"rps"}}},
 		}),
@@ -154,5 +170,6 @@ func schemaObjects() map[string][]string {
 		"policy":      policyFields,
 		"rule":        ruleFields,
 		"tokenBucket": tokenBucketFields,
+		"telemetry":   telemetryFields,
 	}
 }

@@ -1,0 +1,107 @@
+package telemetry
+
+import (
+	"io"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestPrometheusSeries(t *testing.T) {
+	idx := NewVersionIndex(nil, nil)
+	idx.Add(7, []byte(`{"v":7}`))
+	now := t0.Add(3 * time.Second)
+	s := NewState(Options{Versions: idx, Now: func() time.Time { return now }})
+	m := NewMetrics(s)
+	start := t0.UnixMilli()
+
+	a := rep("edge-a", "vm1", start, 1, rc("free", 10, 2, 0, 1), rc("paid", 5, 0, 3, 0))
+	a.ConfigHash = ConfigHash([]byte(`{"v":7}`))
+	s.Ingest(a, t0.Add(time.Second))
+	b := rep("edge-a", "vm1", start, 2, rc("free", 12, 4, 0, 1), rc("paid", 5, 0, 3, 0))
+	b.ConfigHash = a.ConfigHash
+	b.ReportsDropped = 3
+	s.Ingest(b, t0.Add(2*time.Second))
+	c := rep("edge-b", "vm9", start, 1, rc("free", 1, 0, 0, 0))
+	c.ConfigHash = "00000000000000ff"
+	c.Buckets = []Bucket{{Rule: "free", Identity: "secret-identity", Tokens: 0, Burst: 5, LastRefill: 1, Rejects: 9}}
+	s.Ingest(c, t0.Add(2500*time.Millisecond))
+	m.Report(ResultAccepted)
+	m.Report(ResultAccepted)
+	m.Report(ResultInvalid)
+	m.Report(ResultUnauthorized)
+
+	expected := `
+# HELP sluice_requests_total Requests seen by the plugin, per rule, node and decision (allowed, rejected, shadow_rejected, fail_open), counted by the admin from the reports since it first saw the node.
+# TYPE sluice_requests_total counter
+sluice_requests_total{decision="allowed",node="edge-a",rule="free"} 12
+sluice_requests_total{decision="rejected",node="edge-a",rule="free"} 4
+sluice_requests_total{decision="shadow_rejected",node="edge-a",rule="free"} 0
+sluice_requests_total{decision="fail_open",node="edge-a",rule="free"} 1
+sluice_requests_total{decision="allowed",node="edge-a",rule="paid"} 5
+sluice_requests_total{decision="rejected",node="edge-a",rule="paid"} 0
+sluice_requests_total{decision="shadow_rejected",node="edge-a",rule="paid"} 3
+sluice_requests_total{decision="fail_open",node="edge-a",rule="paid"} 0
+sluice_requests_total{decision="allowed",node="edge-b",rule="free"} 1
+sluice_requests_total{decision="rejected",node="edge-b",rule="free"} 0
+sluice_requests_total{decision="shadow_rejected",node="edge-b",rule="free"} 0
+sluice_requests_total{decision="fail_open",node="edge-b",rule="free"} 0
+# HELP sluice_telemetry_reports_total Telemetry reports received by the admin, by result: accepted, duplicate (seq already seen), invalid (400), unauthorized (401), too_large (413), unsupported (415 media type).
+# TYPE sluice_telemetry_reports_total counter
+sluice_telemetry_reports_total{result="accepted"} 2
+sluice_telemetry_reports_total{result="duplicate"} 0
+sluice_telemetry_reports_total{result="invalid"} 1
+sluice_telemetry_reports_total{result="too_large"} 0
+sluice_telemetry_reports_total{result="unauthorized"} 1
+sluice_telemetry_reports_total{result="unsupported"} 0
+# HELP sluice_node_last_report_timestamp_seconds When the admin last received a report from the node (unix seconds).
+# TYPE sluice_node_last_report_timestamp_seconds gauge
+sluice_node_last_report_timestamp_seconds{node="edge-a"} 1.763770002e+09
+sluice_node_last_report_timestamp_seconds{node="edge-b"} 1.7637700025e+09
+# HELP sluice_telemetry_reports_dropped_total Reports the node's plugin failed to deliver (non-2xx, timeout, dispatch error), as the plugin counts them.
+# TYPE sluice_telemetry_reports_dropped_total counter
+sluice_telemetry_reports_dropped_total{node="edge-a"} 3
+sluice_telemetry_reports_dropped_total{node="edge-b"} 0
+# HELP sluice_node_vms Worker VMs of the node that reported within three intervals.
+# TYPE sluice_node_vms gauge
+sluice_node_vms{node="edge-a"} 1
+sluice_node_vms{node="edge-b"} 1
+# HELP sluice_node_config_info The configuration the node runs: its hash, and the policy version with that hash ("" if none).
+# TYPE sluice_node_config_info gauge
+sluice_node_config_info{config_hash="00000000000000ff",node="edge-b",version=""} 1
+sluice_node_config_info{config_hash="` + a.ConfigHash + `",node="edge-a",version="7"} 1
+# HELP sluice_telemetry_buckets Bucket states the admin holds (bounded).
+# TYPE sluice_telemetry_buckets gauge
+sluice_telemetry_buckets 1
+`
+	names := []string{"sluice_requests_total", "sluice_telemetry_reports_total", "sluice_node_last_report_timestamp_seconds",
+		"sluice_telemetry_reports_dropped_total", "sluice_node_vms", "sluice_node_config_info", "sluice_telemetry_buckets"}
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(expected), names...); err != nil {
+		t.Error(err)
+	}
+
+	// Over HTTP: no per-identity series, ever; the runtime metrics are there.
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	if strings.Contains(string(body), "secret-identity") {
+		t.Error("an identity leaked into the metrics")
+	}
+	for _, want := range []string{"go_goroutines", "process_", "sluice_telemetry_ingest_seconds_bucket", "sluice_telemetry_nodes 2"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if n, err := testutil.GatherAndCount(m.Registry(), "sluice_requests_total"); err != nil || n != 12 {
+		t.Errorf("%d request series, %v", n, err)
+	}
+
+	// A forgotten node's series disappear.
+	s.Sweep(t0.Add(time.Hour))
+	if n, _ := testutil.GatherAndCount(m.Registry(), "sluice_requests_total"); n != 0 {
+		t.Errorf("%d series after the nodes expired", n)
+	}
+}

@@ -1,0 +1,479 @@
+package filter
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
+
+	"github.com/sluice-rl/sluice/shared/policy"
+)
+
+// Telemetry (docs/filter.md "Telemetry", contract D): when the configuration
+// has a "telemetry" object, every worker VM reports to the admin from
+// on_tick with dispatch_http_call: per rule cumulative counters since the VM
+// started, and the hottest buckets touched since the last report.
+//
+// The request path only increments plain ints (ruleTally) and, when
+// telemetry is on, records the touched bucket in a bounded per-VM table
+// (hotTable): one map lookup. Everything else (sorting, masking, JSON) runs
+// at tick time. Nothing is added to shared data. A report that fails, times
+// out or gets a non-2xx answer is dropped and counted (reports_dropped, in
+// the next report); at most one report per VM is in flight. Nothing here can
+// affect traffic: every telemetry callback recovers from panics.
+
+// ruleTally is a rule's cumulative counters in this VM, kept by rule name
+// across reconfigurations (like the proxy-wasm metrics).
+type ruleTally struct {
+	name                                        string
+	allowed, rejected, shadowRejected, failOpen uint64
+}
+
+// tally returns the VM's counters for rule name.
+func (vm *vmContext) tally(name string) *ruleTally {
+	if t := vm.tallies[name]; t != nil {
+		return t
+	}
+	if vm.tallies == nil {
+		vm.tallies = make(map[string]*ruleTally)
+	}
+	t := &ruleTally{name: name}
+	vm.tallies[name] = t
+	return t
+}
+
+// telemetryState is the per-VM reporting state.
+type telemetryState struct {
+	started    bool
+	vmID       string
+	vmStartMS  int64
+	node       string
+	seq        uint64
+	dropped    uint64
+	inflight   bool
+	inflightAt float64 // seconds
+	hot        hotTable
+	body       []byte // reused report buffer
+	sorted     []*hotEntry
+	sent, skip counter
+}
+
+// hotKey identifies a bucket in the hot table: the rule's tally (one per
+// rule name) and the identity.
+type hotKey struct {
+	t  *ruleTally
+	id string
+}
+
+type hotEntry struct {
+	key        hotKey
+	rule       *compiledRule // for masking: its key sources and telemetry_identity
+	tokens     float64
+	burst      float64
+	lastRefill float64
+	rejects    uint64
+}
+
+// hotTable holds the buckets touched since the last report, at most cap
+// entries. When full, a new identity that was rejected replaces the entry at
+// a rotating cursor if that one has no rejects; otherwise it is not
+// recorded. O(1) per request.
+type hotTable struct {
+	idx     map[hotKey]int
+	entries []hotEntry
+	cap     int
+	cursor  int
+}
+
+func (h *hotTable) reset(capacity int) {
+	if h.idx == nil || h.cap != capacity {
+		h.idx = make(map[hotKey]int, capacity)
+		h.entries = make([]hotEntry, 0, capacity)
+		h.cap = capacity
+	} else {
+		clear(h.idx)
+		clear(h.entries)
+		h.entries = h.entries[:0]
+	}
+	h.cursor = 0
+}
+
+// touch records a's bucket state after a decision; rejected says the rule
+// refused (or, in shadow mode, would have refused) the request.
+func (h *hotTable) touch(a *application, rejected bool) {
+	if h.cap == 0 {
+		return
+	}
+	k := hotKey{t: a.rule.tc, id: a.identity}
+	i, ok := h.idx[k]
+	if !ok {
+		if len(h.entries) < h.cap {
+			i = len(h.entries)
+			h.entries = append(h.entries, hotEntry{})
+		} else {
+			if !rejected {
+				return
+			}
+			i = h.cursor
+			h.cursor = (h.cursor + 1) % h.cap
+			if h.entries[i].rejects > 0 {
+				return
+			}
+			delete(h.idx, h.entries[i].key)
+		}
+		k.id = strings.Clone(a.identity) // the request's identity is a view of a reused buffer
+		h.idx[k] = i
+		h.entries[i] = hotEntry{key: k}
+	}
+	e := &h.entries[i]
+	e.rule = a.rule
+	e.tokens, e.lastRefill, e.burst = a.next.Tokens, a.next.LastRefill, a.rule.tb.Burst
+	if rejected {
+		e.rejects++
+	}
+}
+
+// hotCapacity is the hot table's size for top_n.
+func hotCapacity(topN int) int { return min(max(4*topN, 64), 4096) }
+
+// startTelemetry runs in on_configure when the configuration has telemetry.
+func (p *pluginContext) startTelemetry() {
+	t := p.cfg.telemetry
+	ts := &p.vm.tel
+	if !ts.started {
+		ts.started = true
+		ts.vmID = strconv.FormatUint(rand.Uint64()^uint64(nowSeconds()*1e9), 16)
+		ts.vmStartMS = int64(nowSeconds() * 1000)
+		ts.sent = p.vm.counter("sluice.telemetry.sent")
+		ts.skip = p.vm.counter("sluice.telemetry.skipped")
+		p.vm.counter("sluice.telemetry.dropped")
+	}
+	ts.hot.reset(hotCapacity(t.TopN))
+	if err := proxywasm.SetTickPeriodMilliSeconds(uint32(t.IntervalMS)); err != nil {
+		proxywasm.LogWarn("sluice: telemetry: cannot set the tick period: " + err.Error())
+	}
+}
+
+// OnTick sends one report (proxy_on_tick).
+func (p *pluginContext) OnTick() {
+	defer func() {
+		if r := recover(); r != nil {
+			p.vm.recovered("on_tick", r)
+		}
+	}()
+	if p.cfg == nil || p.cfg.telemetry == nil {
+		return
+	}
+	t, ts := p.cfg.telemetry, &p.vm.tel
+	now := nowSeconds()
+	if ts.inflight {
+		// Envoy always answers a call (its timeout included) unless the
+		// root context that sent it went away: give up on it after ten
+		// intervals.
+		if now-ts.inflightAt < 10*float64(t.IntervalMS)/1000 && now >= ts.inflightAt {
+			ts.skip.inc()
+			return
+		}
+		ts.inflight = false
+		p.reportDropped()
+	}
+	if ts.node == "" {
+		ts.node = "unknown"
+		if v, ok := getProperty("node\x00id"); ok && len(v) > 0 {
+			ts.node = string(v[:min(len(v), 256)])
+		}
+	}
+	ts.seq++
+	body := p.buildReport(now)
+	ts.hot.reset(hotCapacity(t.TopN))
+	headers := [][2]string{
+		{":method", "POST"},
+		{":path", t.Path},
+		{":authority", t.Authority},
+		{"content-type", "application/json"},
+		{"authorization", "Bearer " + t.Token},
+	}
+	if _, err := proxywasm.DispatchHttpCall(t.Cluster, headers, body, nil, uint32(t.TimeoutMS), p.onReportResponse); err != nil {
+		p.reportDropped()
+		p.vm.logLimited(logTelemetry, "sluice: telemetry: cannot dispatch the report to cluster "+t.Cluster+": "+err.Error())
+		return
+	}
+	ts.inflight, ts.inflightAt = true, now
+	ts.sent.inc()
+}
+
+func (p *pluginContext) reportDropped() {
+	p.vm.tel.dropped++
+	p.vm.counter("sluice.telemetry.dropped").inc()
+}
+
+// onReportResponse is the report's proxy_on_http_call_response.
+func (p *pluginContext) onReportResponse(numHeaders, _, _ int) {
+	defer func() {
+		if r := recover(); r != nil {
+			p.vm.recovered("on_http_call_response", r)
+		}
+	}()
+	p.vm.tel.inflight = false
+	status := ""
+	if numHeaders > 0 {
+		if hs, err := proxywasm.GetHttpCallResponseHeaders(); err == nil {
+			for _, h := range hs {
+				if h[0] == ":status" {
+					status = h[1]
+					break
+				}
+			}
+		}
+	}
+	if len(status) != 3 || status[0] != '2' {
+		p.reportDropped()
+		if status == "" {
+			status = "no response"
+		}
+		p.vm.logLimited(logTelemetry, "sluice: telemetry: report not accepted by the admin ("+status+"); dropped")
+	}
+}
+
+// buildReport renders the report (contract D) into the reused buffer.
+func (p *pluginContext) buildReport(now float64) []byte {
+	t, ts := p.cfg.telemetry, &p.vm.tel
+	b := ts.body[:0]
+	b = append(b, `{"v":1,"node":`...)
+	b = appendJSONString(b, ts.node)
+	b = append(b, `,"vm":`...)
+	b = appendJSONString(b, ts.vmID)
+	b = append(b, `,"vm_start_ms":`...)
+	b = strconv.AppendInt(b, ts.vmStartMS, 10)
+	b = append(b, `,"seq":`...)
+	b = strconv.AppendUint(b, ts.seq, 10)
+	b = append(b, `,"sent_at_ms":`...)
+	b = strconv.AppendInt(b, int64(now*1000), 10)
+	b = append(b, `,"interval_ms":`...)
+	b = strconv.AppendInt(b, int64(t.IntervalMS), 10)
+	b = append(b, `,"config_hash":"`...)
+	b = append(b, p.cfg.hash...)
+	b = append(b, `","rules":[`...)
+	for i, r := range p.cfg.rules {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		c := r.tc
+		b = append(b, `{"rule":`...)
+		b = appendJSONString(b, c.name)
+		b = append(b, `,"allowed":`...)
+		b = strconv.AppendUint(b, c.allowed, 10)
+		b = append(b, `,"rejected":`...)
+		b = strconv.AppendUint(b, c.rejected, 10)
+		b = append(b, `,"shadow_rejected":`...)
+		b = strconv.AppendUint(b, c.shadowRejected, 10)
+		b = append(b, `,"fail_open":`...)
+		b = strconv.AppendUint(b, c.failOpen, 10)
+		b = append(b, '}')
+	}
+	b = append(b, `],"buckets":[`...)
+	top := ts.sorted[:0]
+	for i := range ts.hot.entries {
+		top = append(top, &ts.hot.entries[i])
+	}
+	slices.SortFunc(top, func(x, y *hotEntry) int {
+		switch {
+		case x.rejects != y.rejects:
+			if x.rejects > y.rejects {
+				return -1
+			}
+			return 1
+		case x.tokens < y.tokens:
+			return -1
+		case x.tokens > y.tokens:
+			return 1
+		}
+		return strings.Compare(x.key.id, y.key.id)
+	})
+	if len(top) > t.TopN {
+		top = top[:t.TopN]
+	}
+	for i, e := range top {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"rule":`...)
+		b = appendJSONString(b, e.key.t.name)
+		b = append(b, `,"identity":`...)
+		b = appendJSONString(b, displayIdentity(e.rule, e.key.id))
+		b = append(b, `,"tokens":`...)
+		b = appendJSONFloat(b, e.tokens)
+		b = append(b, `,"burst":`...)
+		b = appendJSONFloat(b, e.burst)
+		b = append(b, `,"last_refill":`...)
+		b = appendJSONFloat(b, e.lastRefill)
+		b = append(b, `,"rejects":`...)
+		b = strconv.AppendUint(b, e.rejects, 10)
+		b = append(b, '}')
+	}
+	clear(top)
+	ts.sorted = top[:0]
+	b = append(b, `],"reports_dropped":`...)
+	b = strconv.AppendUint(b, ts.dropped, 10)
+	b = append(b, '}')
+	ts.body = b
+	return b
+}
+
+// displayIdentity renders a bucket's identity for operators: its key
+// components as "<source>=<value>" joined with "|". Unless the rule says
+// "telemetry_identity": "clear", the values of header:, jwt: and query:
+// sources are masked (maskValue): they often are credentials (API keys,
+// subjects, tokens in query strings). ip:address, path, method and host are
+// shown as is: they are what operators search for and are not secrets.
+// A composite too long to be stored verbatim (keys.go) is shown as its hash
+// only when the rule has a masked source.
+func displayIdentity(r *compiledRule, id string) string {
+	if r == nil {
+		return maskValue(id)
+	}
+	masked := false
+	if !r.clearIdentity {
+		for _, k := range r.keys {
+			if sensitive(k.kind) {
+				masked = true
+			}
+		}
+	}
+	if strings.HasPrefix(id, "#") { // hashed composite: "#<hex>#<prefix>"
+		if masked {
+			if j := strings.IndexByte(id[1:], '#'); j > 0 {
+				return "hashed:" + id[1:1+j]
+			}
+			return maskValue(id)
+		}
+		return id
+	}
+	comps := splitComposite(id)
+	if len(comps) != len(r.keys) {
+		if masked {
+			return maskValue(id)
+		}
+		return id
+	}
+	var sb strings.Builder
+	for i, c := range comps {
+		if i > 0 {
+			sb.WriteByte('|')
+		}
+		sb.WriteString(r.keyNames[i])
+		sb.WriteByte('=')
+		if masked && sensitive(r.keys[i].kind) {
+			sb.WriteString(maskValue(c))
+		} else {
+			sb.WriteString(c)
+		}
+	}
+	return sb.String()
+}
+
+func sensitive(k policy.SourceKind) bool {
+	return k == policy.SourceHeader || k == policy.SourceJWT || k == policy.SourceQuery
+}
+
+// splitComposite undoes appendComposite's joining and escaping.
+func splitComposite(s string) []string {
+	var out []string
+	var cur []byte
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\\' && i+1 < len(s):
+			i++
+			cur = append(cur, s[i])
+		case c == '|':
+			out = append(out, string(cur))
+			cur = cur[:0]
+		default:
+			cur = append(cur, c)
+		}
+	}
+	return append(out, string(cur))
+}
+
+// maskValue shows a secret as its first 4 characters (none when the value
+// has fewer than 9), "…", and "#" with 8 hex digits of its FNV-1a 64 hash:
+// enough to tell keys apart and to search for a known key, not enough to
+// use one.
+func maskValue(v string) string {
+	const hex = "0123456789abcdef"
+	h := fnv64(v)
+	var sb strings.Builder
+	if utf8.RuneCountInString(v) > 8 {
+		n := 0
+		for i := range v {
+			if n == 4 {
+				sb.WriteString(v[:i])
+				break
+			}
+			n++
+		}
+	}
+	sb.WriteString("…#")
+	for i := 7; i >= 0; i-- {
+		sb.WriteByte(hex[(h>>(4*uint(i)))&0xf])
+	}
+	return sb.String()
+}
+
+// fnv64 is FNV-1a 64.
+func fnv64(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// configHash is the contract's config_hash: FNV-1a 64 of the plugin
+// configuration bytes, 16 hex digits.
+func configHash(data []byte) string {
+	s := strconv.FormatUint(fnv64(bytesView(data)), 16)
+	return strings.Repeat("0", 16-len(s)) + s
+}
+
+// appendJSONFloat appends a finite number (non-finite ones as 0).
+func appendJSONFloat(b []byte, v float64) []byte {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		v = 0
+	}
+	return strconv.AppendFloat(b, v, 'f', -1, 64)
+}
+
+// appendJSONString appends s as a JSON string; invalid UTF-8 becomes U+FFFD.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				b = append(b, '\\', c)
+			case c < 0x20 || c == 0x7f:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			default:
+				b = append(b, c)
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n == 1 {
+			b = append(b, `\ufffd`...)
+		} else {
+			b = append(b, s[i:i+n]...)
+		}
+		i += n
+	}
+	return append(b, '"')
+}

@@ -1,0 +1,119 @@
+package web
+
+// View structs of the dashboard and the telemetry settings page. Like the
+// others (views.go) they hold values already formatted for people; the
+// charts come ready to draw from NewChart.
+
+// DashboardPage is the live dashboard (the landing page after login).
+type DashboardPage struct {
+	Nav     Nav
+	Windows []WindowLink // the chart spans to choose from
+	Query   string       // the key search box
+	Live    DashboardLive
+}
+
+// WindowLink is one choice of chart span ("1m", "5m", "15m").
+type WindowLink struct {
+	Label  string
+	URL    string
+	Active bool
+}
+
+// DashboardLive is the part of the dashboard that updates itself: the
+// fragment served to the page's script (server-sent events, or polling).
+type DashboardLive struct {
+	Enabled     bool   // telemetry is wired in this admin
+	FragmentURL string // GET: this fragment as HTML
+	EventsURL   string // GET: text/event-stream of "update" events carrying the fragment
+	Window      string // "5m"
+	Updated     string // "12:00:01 UTC"
+	UpdatedISO  string
+	NoReports   bool // no node has reported (yet, or within the node TTL)
+	Totals      []Stat
+	Rules       []RuleCard
+	Search      *SearchResult // nil: no search
+	Keys        []KeyRow      // the hottest keys
+	KeysTotal   int           // bucket states held
+	Nodes       []NodeRow
+	Current     int64  // the current policy version
+	Footer      string // sizes and counters of the telemetry state
+}
+
+// Stat is one number with its rate: "allowed 1,234 (12.5/s)".
+type Stat struct {
+	Kind  string // "allowed", "rejected", "shadow_rejected", "fail_open": the CSS class
+	Label string
+	Count string // over the window
+	Rate  string // per second, over the last 10 s
+	Share string // "9.9 %" of every request in the window ("" for allowed)
+}
+
+// RuleCard is one rule: its numbers and its chart.
+type RuleCard struct {
+	Name  string
+	Nodes int
+	Stats []Stat
+	Chart Chart
+}
+
+// KeyRow is one bucket.
+type KeyRow struct {
+	Rule      string
+	Node      string // the node of the bucket shown (the emptiest)
+	Nodes     int    // nodes that reported the key
+	Identity  string // control characters shown escaped
+	Tokens    string // "3.5 / 20"
+	FillWidth string // the fill bar's width in the 0..100 SVG box
+	FillClass string // "low" (under 20 %), "mid" (under 50 %) or "high"
+	FillPct   string // "17 %"
+	Recent    string // rejects in the last minute
+	Total     string // rejects since the admin first saw it
+	Seen      string // "2 s ago"
+	Masked    bool   // matched only on the visible part of a masked identity
+}
+
+// SearchResult is the answer to the key search.
+type SearchResult struct {
+	Query string
+	Keys  []KeyRow
+	Total int // matches in all (Keys holds the hottest of them)
+}
+
+// NodeRow is the health of one Envoy node.
+type NodeRow struct {
+	ID         string
+	LastReport string // "0.4 s ago"
+	Stale      bool
+	Version    int64 // the policy version of the configuration it reports; 0: none matches
+	Hash       string
+	UpToDate   bool
+	VMs        int
+	Rate       string // requests per second, every rule
+	Received   string
+	Rejected   string // reports refused as invalid
+	Dropped    string // reports the plugin failed to deliver
+}
+
+// TelemetryPage shows the telemetry token and how to point the plugin at
+// this admin.
+type TelemetryPage struct {
+	Nav           Nav
+	Flashes       []Flash
+	Enabled       bool
+	Hint          string // the token's first characters
+	Created       string
+	FromFlag      bool
+	PreviousUntil string // the previous token is accepted until then ("" if not)
+	NewToken      string // just rotated: shown this once
+	IngestURL     string
+	Snippet       string // the "telemetry" block of the plugin configuration
+	Facts         []Fact
+	MetricsURL    string
+	MetricsAuth   bool // /metrics on this listener needs the admin token
+}
+
+// Fact is one labelled value.
+type Fact struct {
+	Label string
+	Value string
+}
