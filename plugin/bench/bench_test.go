@@ -3,6 +3,7 @@ package bench
 import (
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/sluice-rl/sluice/plugin/wasmhost"
@@ -16,6 +17,12 @@ const limits = `{"rules": [
    "algorithm_config": {"rps": 1e6, "burst": 1e9}},
   {"name": "closed", "limit_keys": ["header:x-deny"], "algorithm": "token_bucket",
    "algorithm_config": {"rps": 1e-9, "burst": 0.5}}]}`
+
+// limitsWithTelemetry is limits with telemetry on: the request path then
+// also feeds the per-VM counters and hot-bucket table (reports themselves
+// go out on ticks, which these benchmarks do not run).
+var limitsWithTelemetry = strings.Replace(limits, `{"rules": [`,
+	`{"telemetry": {"cluster": "sluice_admin", "token": "bench-telemetry-token"}, "rules": [`, 1)
 
 var yes, no = true, false
 
@@ -40,6 +47,8 @@ func BenchmarkStreams(b *testing.B) {
 	}{
 		{"vms=1/allowed", Case{Config: limits, Request: same(Headers("x-api-key", "k1")), Rejected: &no}},
 		{"vms=1/rejected", Case{Config: limits, Request: same(Headers("x-deny", "k1")), Rejected: &yes}},
+		{"vms=1/allowed-telemetry", Case{Config: limitsWithTelemetry, Request: same(Headers("x-api-key", "k1")), Rejected: &no}},
+		{"vms=1/rejected-telemetry", Case{Config: limitsWithTelemetry, Request: same(Headers("x-deny", "k1")), Rejected: &yes}},
 		{"vms=1/no-rule-applies", Case{Config: limits, Request: same(Headers()), Rejected: &no}},
 		{"vms=2/allowed-distinct-keys", Case{Config: limits, VMs: 2, Request: byVM, Rejected: &no}},
 		{"vms=2/allowed-hot-key", Case{Config: limits, VMs: 2, Request: same(Headers("x-api-key", "hot")), Rejected: &no,
