@@ -108,14 +108,19 @@ func Rotate(ctx context.Context, st Store) (string, error) {
 	return tok, nil
 }
 
-// CheckTokenStrength refuses tokens too short or unprintable to be secrets.
-func CheckTokenStrength(token string) error {
+// CheckTokenStrength refuses admin tokens too short or unprintable to be secrets.
+func CheckTokenStrength(token string) error { return CheckSecretStrength("admin token", token) }
+
+// CheckSecretStrength refuses a secret (named what in the error, e.g.
+// "telemetry token") shorter than MinTokenLen or with spaces or control
+// characters. Every token the admin accepts from a flag goes through it.
+func CheckSecretStrength(what, token string) error {
 	if len(token) < MinTokenLen {
-		return fmt.Errorf("the admin token is %d characters long; use at least %d (or leave it empty to have one generated)", len(token), MinTokenLen)
+		return fmt.Errorf("the %s is %d characters long; use at least %d (or leave it empty to have one generated)", what, len(token), MinTokenLen)
 	}
 	for _, r := range token {
 		if !unicode.IsPrint(r) || unicode.IsSpace(r) {
-			return errors.New("the admin token contains spaces or control characters; use printable characters only")
+			return fmt.Errorf("the %s contains spaces or control characters; use printable characters only", what)
 		}
 	}
 	return nil
@@ -123,9 +128,11 @@ func CheckTokenStrength(token string) error {
 
 // GenerateToken returns a new random token: TokenPrefix and 43 base64url
 // characters (256 bits).
-func GenerateToken() string { return TokenPrefix + random() }
+func GenerateToken() string { return TokenPrefix + RandomToken() }
 
-func random() string {
+// RandomToken returns 256 random bits as 43 base64url characters: session
+// ids, CSRF tokens, and the random part of every generated token.
+func RandomToken() string {
 	var b [32]byte
 	rand.Read(b[:]) // never returns an error (Go >= 1.24 aborts the process instead)
 	return base64.RawURLEncoding.EncodeToString(b[:])
@@ -163,9 +170,9 @@ func (m *Manager) Login(ctx context.Context, token, author string) (string, Sess
 	if author == "" {
 		author = "admin"
 	}
-	id := random()
+	id := RandomToken()
 	now := m.now()
-	sess := store.Session{IDHash: hashToken(id), CSRFToken: random(), Author: author, Created: now, Expires: now.Add(m.ttl)}
+	sess := store.Session{IDHash: hashToken(id), CSRFToken: RandomToken(), Author: author, Created: now, Expires: now.Add(m.ttl)}
 	if err := m.st.CreateSession(ctx, sess); err != nil {
 		return "", Session{}, err
 	}
@@ -196,10 +203,6 @@ func (m *Manager) Logout(ctx context.Context, id string) error {
 	}
 	return m.st.DeleteSession(ctx, hashToken(id))
 }
-
-// RandomToken returns 256 random bits, base64url: for one-off tokens such
-// as the login form's CSRF token.
-func RandomToken() string { return random() }
 
 // Equal compares two secrets in constant time (for CSRF tokens). Empty
 // never matches.

@@ -2,15 +2,14 @@ package telemetry
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
-	"unicode"
+
+	"github.com/sluice-rl/sluice/admin/auth"
 
 	"github.com/sluice-rl/sluice/admin/store"
 )
@@ -19,8 +18,8 @@ import (
 // reports. It is not the admin token: it only lets its holder post
 // reports, and it sits in every Envoy's plugin configuration.
 const (
-	TokenPrefix    = "sluice_tel_" // starts every generated telemetry token
-	MinTokenLen    = 16            // shortest token accepted from -telemetry-token
+	TokenPrefix    = "sluice_tel_"    // starts every generated telemetry token
+	MinTokenLen    = auth.MinTokenLen // shortest token accepted from -telemetry-token
 	DefaultGrace   = 10 * time.Minute
 	MaxGrace       = 24 * time.Hour
 	tokenHintChars = 4
@@ -107,26 +106,15 @@ func SetupTokens(ctx context.Context, st TokenStore, token string) (t *Tokens, g
 	return t, tok, nil
 }
 
-// CheckTokenStrength refuses tokens too short or unprintable to be secrets.
+// CheckTokenStrength refuses telemetry tokens too short or unprintable to
+// be secrets (the same rules as the admin token).
 func CheckTokenStrength(token string) error {
-	if len(token) < MinTokenLen {
-		return fmt.Errorf("the telemetry token is %d characters long; use at least %d (or leave it empty to have one generated)", len(token), MinTokenLen)
-	}
-	for _, r := range token {
-		if !unicode.IsPrint(r) || unicode.IsSpace(r) {
-			return errors.New("the telemetry token contains spaces or control characters; use printable characters only")
-		}
-	}
-	return nil
+	return auth.CheckSecretStrength("telemetry token", token)
 }
 
 // GenerateToken returns a new random token: TokenPrefix and 43 base64url
 // characters (256 bits).
-func GenerateToken() string {
-	var b [32]byte
-	rand.Read(b[:])
-	return TokenPrefix + base64.RawURLEncoding.EncodeToString(b[:])
-}
+func GenerateToken() string { return TokenPrefix + auth.RandomToken() }
 
 // hint is the prefix and the first characters of the secret part.
 func hint(tok string) string {
