@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/admin/auth"
-
 	"github.com/sluice-rl/sluice/admin/store"
 )
 
