@@ -61,6 +61,9 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 					DefaultCost:     tb.DefaultCost,
 				}
 			}
+			if w := r.Window; w != nil {
+				nr.Config = normalizeWindow(r.Algorithm, w)
+			}
 			np.Rules[j] = nr
 		}
 		out.Policies[i] = np
@@ -98,7 +101,7 @@ type normRule struct {
 	LimitKeys []string          `json:"limit_keys"`
 	Match     map[string]string `json:"match,omitempty"` // encoding/json sorts map keys
 	Algorithm string            `json:"algorithm"`
-	Config    *normTokenBucket  `json:"algorithm_config,omitempty"`
+	Config    any               `json:"algorithm_config,omitempty"` // *normTokenBucket or *normWindow
 	Mode      Mode              `json:"mode"`
 	MaxKeys   int               `json:"max_keys"`
 	// Written only when "clear": the default ("masked") is left out so that
@@ -112,4 +115,28 @@ type normTokenBucket struct {
 	CostSource      string  `json:"cost_source"`
 	FixedCost       float64 `json:"fixed_cost"`
 	DefaultCost     float64 `json:"default_cost"`
+}
+
+type normWindow struct {
+	Limit         float64 `json:"limit"`
+	WindowSeconds int     `json:"window_seconds"`
+	PeriodSeconds int     `json:"period_seconds,omitempty"` // rolling_window only
+	MaxPerPeriod  float64 `json:"max_per_period,omitempty"` // rolling_window only, when set
+	CostSource    string  `json:"cost_source"`
+	FixedCost     float64 `json:"fixed_cost"`
+	DefaultCost   float64 `json:"default_cost"`
+}
+
+func normalizeWindow(alg string, w *Window) *normWindow {
+	nw := &normWindow{
+		Limit:         w.Limit,
+		WindowSeconds: w.WindowSeconds,
+		CostSource:    w.Cost.String(),
+		FixedCost:     w.FixedCost,
+		DefaultCost:   w.DefaultCost,
+	}
+	if alg == AlgorithmRollingWindow {
+		nw.PeriodSeconds, nw.MaxPerPeriod = w.PeriodSeconds, w.MaxPerPeriod
+	}
+	return nw
 }

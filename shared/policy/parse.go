@@ -47,7 +47,7 @@ var (
 	ruleFields        = []string{"name", "limit_keys", "match", "algorithm", "algorithm_config", "mode", "max_keys", "telemetry_identity"}
 	telemetryFields   = []string{"cluster", "authority", "path", "interval_ms", "token", "top_n", "timeout_ms"}
 	tokenBucketFields = []string{"tokens_per_second", "rps", "burst", "cost_source", "fixed_cost", "default_cost"}
-	algorithms        = []string{AlgorithmTokenBucket}
+	algorithms        = []string{AlgorithmTokenBucket, AlgorithmFixedWindow, AlgorithmSlidingWindow, AlgorithmRollingWindow}
 )
 
 // MaxCost bounds fixed_cost and default_cost (and, in the filter, a cost read
@@ -249,6 +249,13 @@ func (p *parser) rule(path string, v *jvalue, policy string, mode Mode) (Rule, b
 			p.errorf(cfgPath, `missing; token_bucket needs at least {"tokens_per_second": <rate>, "burst": <capacity>}`)
 		} else {
 			r.TokenBucket = p.tokenBucket(cfgPath, cv)
+		}
+	case isWindowAlgorithm(av.s):
+		r.Algorithm = av.s
+		if cv == nil {
+			p.errorf(cfgPath, "missing; ", av.s, " needs at least ", windowExample(av.s))
+		} else {
+			r.Window = p.window(cfgPath, cv, av.s)
 		}
 	default:
 		p.errorf(algPath, "unknown algorithm ", quoteShort(av.s), "; use one of: ", quoteList(algorithms))

@@ -37,7 +37,10 @@ const (
 
 // Algorithm names.
 const (
-	AlgorithmTokenBucket = "token_bucket"
+	AlgorithmTokenBucket   = "token_bucket"
+	AlgorithmFixedWindow   = "fixed_window"   // window.go
+	AlgorithmSlidingWindow = "sliding_window" // window.go
+	AlgorithmRollingWindow = "rolling_window" // window.go
 )
 
 // Config is the plugin configuration, parsed and normalized: every default is
@@ -96,8 +99,9 @@ type Rule struct {
 	Policy      string       // owning policy name
 	Keys        []KeySource  // from "limit_keys", in order
 	Match       []Matcher    // from "match", sorted by source name for determinism
-	Algorithm   string       // "token_bucket"
+	Algorithm   string       // one of the Algorithm* names
 	TokenBucket *TokenBucket // set when Algorithm == "token_bucket"
+	Window      *Window      // set when Algorithm is fixed_window, sliding_window or rolling_window
 	Mode        Mode         // effective mode (rule's, else config's)
 	// MaxKeys is "max_keys": the most shared-data keys (slots) the rule's
 	// buckets may use, 1 to MaxMaxKeys; Parse fills in DefaultMaxKeys when

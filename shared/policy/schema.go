@@ -95,9 +95,10 @@ func schemaProperties() map[string]obj {
 			"match": obj{"type": "object", "propertyNames": obj{"pattern": matchKeyPattern},
 				"additionalProperties": obj{"type": "string", "minLength": 1},
 				"description":          "Conditions that must all hold for the rule to apply: a key source equals the value, or path_prefix."},
-			"algorithm":        obj{"type": "string", "enum": algorithms, "description": "The limiting algorithm."},
-			"algorithm_config": obj{"$ref": "#/$defs/tokenBucket"},
-			"mode":             withDesc(modeSchema, "This rule's mode; overrides the top-level mode.", nil),
+			"algorithm": obj{"type": "string", "enum": algorithms, "description": "The limiting algorithm."},
+			"algorithm_config": obj{"type": "object",
+				"description": "The algorithm's parameters: tokenBucket, window (fixed_window, sliding_window) or rollingWindow, chosen by algorithm."},
+			"mode": withDesc(modeSchema, "This rule's mode; overrides the top-level mode.", nil),
 			"max_keys": obj{"type": "integer", "minimum": 0, "maximum": MaxMaxKeys, "default": DefaultMaxKeys,
 				"description": "The most shared-data keys (distinct limit-key values) the rule's buckets may use; 0 for no bound."},
 			"telemetry_identity": obj{"type": "string", "enum": []string{IdentityMasked, IdentityClear}, "default": IdentityMasked,
@@ -113,6 +114,8 @@ func schemaProperties() map[string]obj {
 			"fixed_cost":   cost("Cost of every request when cost_source is fixed; <= burst."),
 			"default_cost": cost("Cost when the cost header or query value is absent or unusable; <= burst."),
 		},
+		"window":        windowProperties(false, cost),
+		"rollingWindow": windowProperties(true, cost),
 	}
 }
 
@@ -149,12 +152,20 @@ func schemaDoc() obj {
 		"Checked here: structure, types, ranges and names. Checked only by the filter's parser: burst >= rate, " +
 		"costs <= burst, unique rule and policy names."
 	top["$defs"] = obj{
-		"policy":    closed("policy", []string{"name", "rules"}, nil),
-		"rule":      closed("rule", []string{"name", "limit_keys", "algorithm", "algorithm_config"}, nil),
+		"policy": closed("policy", []string{"name", "rules"}, nil),
+		"rule": closed("rule", []string{"name", "limit_keys", "algorithm", "algorithm_config"}, obj{
+			"oneOf": []obj{
+				algorithmAlternative("tokenBucket", AlgorithmTokenBucket),
+				algorithmAlternative("window", AlgorithmFixedWindow, AlgorithmSlidingWindow),
+				algorithmAlternative("rollingWindow", AlgorithmRollingWindow),
+			},
+		}),
 		"telemetry": closed("telemetry", []string{"cluster", "token"}, nil),
 		"tokenBucket": closed("tokenBucket", []string{"burst"}, obj{
 			"oneOf": []obj{{"required": []string{"tokens_per_second"}}, {"required": []string{"rps"}}},
 		}),
+		"window":        closed("window", []string{"limit", "window_seconds"}, nil),
+		"rollingWindow": closed("rollingWindow", []string{"limit", "window_seconds", "period_seconds"}, nil),
 		"keySource": obj{"type": "string", "pattern": keySourcePattern,
 			"description": `"ip:address", "header:<name>", "query:<name>", "jwt:<claim>", "path", "method" or "host".`,
 			"examples":    []string{"ip:address", "header:x-api-key", "jwt:sub", "query:api_key", "path", "method", "host"}},
@@ -166,10 +177,43 @@ func schemaDoc() obj {
 // describes (used by the drift test).
 func schemaObjects() map[string][]string {
 	return map[string][]string{
-		"config":      configFields,
-		"policy":      policyFields,
-		"rule":        ruleFields,
-		"tokenBucket": tokenBucketFields,
-		"telemetry":   telemetryFields,
+		"config":        configFields,
+		"policy":        policyFields,
+		"rule":          ruleFields,
+		"tokenBucket":   tokenBucketFields,
+		"window":        windowFields,
+		"rollingWindow": rollingWindowFields,
+		"telemetry":     telemetryFields,
 	}
+}
+
+// algorithmAlternative ties algorithm names to the $defs entry describing
+// their algorithm_config.
+func algorithmAlternative(def string, names ...string) obj {
+	return obj{"properties": obj{
+		"algorithm":        obj{"enum": names},
+		"algorithm_config": obj{"$ref": "#/$defs/" + def},
+	}}
+}
+
+// windowProperties describes the algorithm_config of the windowed
+// algorithms (window.go).
+func windowProperties(rolling bool, cost func(string) obj) obj {
+	props := obj{
+		"limit": obj{"type": "number", "exclusiveMinimum": 0, "maximum": MaxBurst,
+			"description": "The most requests (or cost) admitted per window."},
+		"window_seconds": obj{"type": "integer", "minimum": 1, "maximum": MaxWindowSeconds,
+			"description": "Window length in whole seconds; fixed windows are aligned to the Unix epoch."},
+		"cost_source": obj{"type": "string", "pattern": costPattern, "default": "fixed",
+			"description": `Where a request's cost comes from: "fixed", "header:<name>" or "query:<name>".`},
+		"fixed_cost":   cost("Cost of every request when cost_source is fixed; <= limit (and max_per_period)."),
+		"default_cost": cost("Cost when the cost header or query value is absent or unusable; <= limit (and max_per_period)."),
+	}
+	if rolling {
+		props["period_seconds"] = obj{"type": "integer", "minimum": 1, "maximum": MaxWindowSeconds,
+			"description": "Sub-period in whole seconds: divides window_seconds into at most 60 periods; the allowance is recalculated every period."}
+		props["max_per_period"] = obj{"type": "number", "exclusiveMinimum": 0, "maximum": MaxBurst,
+			"description": "Optional cap on the use per period (<= limit): limits the rate as well as the window total."}
+	}
+	return props
 }
