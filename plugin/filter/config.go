@@ -42,6 +42,12 @@ type compiledRule struct {
 	keys   []sourceRef
 	match  []compiledMatch
 	tb     limiter.TokenBucket
+	// win is the rule's windowed algorithm (window.go), nil for
+	// token_bucket: its state is a state.Window under keyPrefix "fw:",
+	// "sw:" or "rw:" instead of a state.Bucket under "tb:".
+	win       limiter.Window
+	algorithm string // policy.Algorithm*, for telemetry
+	reason    string // X-RateLimit-Reason: "<algorithm>_exceeded"
 
 	costKind    policy.CostKind
 	costSrc     sourceRef // for header/query costs
@@ -49,7 +55,7 @@ type compiledRule struct {
 	defaultCost float64
 
 	// Precomputed strings (see headers.go).
-	keyPrefix string // "tb:<rule>:" — state.BucketKey(rule, "")
+	keyPrefix string // "tb:<rule>:" — state.BucketKey(rule, ""); "fw:", "sw:" or "rw:" for windows
 
 	// maxKeys is the rule's max_keys: > 0 keeps its buckets in that many
 	// slots (keys slotPrefix+"<slot>"), 0 stores one exact key per identity
@@ -109,7 +115,9 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 	cr := &compiledRule{
 		name:      r.Name,
 		shadow:    r.Mode == policy.ModeShadow,
-		keyPrefix: "tb:" + r.Name + ":",
+		keyPrefix: keyPrefix(r.Algorithm) + r.Name + ":",
+		algorithm: r.Algorithm,
+		reason:    reasonTokenBucket,
 		m:         vm.ruleMetrics(r.Name),
 		tc:        vm.tally(r.Name),
 
@@ -134,20 +142,28 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 		}
 		cr.match = append(cr.match, compiledMatch{src: cc.ref(m.Source), value: v, prefix: m.Prefix})
 	}
+	costSrc, fixedCost, defaultCost := r.CostConfig()
+	cr.costKind = costSrc.Kind
+	switch costSrc.Kind {
+	case policy.CostHeader:
+		cr.costSrc = cc.ref(policy.KeySource{Kind: policy.SourceHeader, Name: costSrc.Name})
+	case policy.CostQuery:
+		cr.costSrc = cc.ref(policy.KeySource{Kind: policy.SourceQuery, Name: costSrc.Name})
+	}
+	cr.fixedCost = positiveOr(fixedCost, 1)
+	cr.defaultCost = positiveOr(defaultCost, 1)
+	cr.rlPrefix = `"` + r.Name + `";r=`
+	cr.bodyPre = `{"error":"rate_limited","rule":"` + r.Name + `","retry_after":`
+	if r.Window != nil {
+		cr.compileWindow(r)
+		return cr
+	}
+
 	tb := r.TokenBucket
-	if tb == nil { // Parse guarantees it for token_bucket, the only algorithm
+	if tb == nil { // Parse guarantees it for token_bucket
 		tb = &policy.TokenBucket{TokensPerSecond: 1, Burst: 1, FixedCost: 1, DefaultCost: 1}
 	}
 	cr.tb = limiter.TokenBucket{Rate: tb.TokensPerSecond, Burst: tb.Burst}
-	cr.costKind = tb.Cost.Kind
-	switch tb.Cost.Kind {
-	case policy.CostHeader:
-		cr.costSrc = cc.ref(policy.KeySource{Kind: policy.SourceHeader, Name: tb.Cost.Name})
-	case policy.CostQuery:
-		cr.costSrc = cc.ref(policy.KeySource{Kind: policy.SourceQuery, Name: tb.Cost.Name})
-	}
-	cr.fixedCost = positiveOr(tb.FixedCost, 1)
-	cr.defaultCost = positiveOr(tb.DefaultCost, 1)
 
 	burst := wholeTokens(tb.Burst)
 	cr.limitHdr = strconv.FormatInt(burst, 10)
@@ -156,8 +172,6 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 		window = ceilSeconds(tb.Burst / tb.TokensPerSecond)
 	}
 	cr.policyHdr = `"` + r.Name + `";q=` + cr.limitHdr + ";w=" + strconv.FormatInt(window, 10)
-	cr.rlPrefix = `"` + r.Name + `";r=`
-	cr.bodyPre = `{"error":"rate_limited","rule":"` + r.Name + `","retry_after":`
 	return cr
 }
 

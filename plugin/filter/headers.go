@@ -75,7 +75,7 @@ func (p *pluginContext) sendReject(r *compiledRule, wait float64, identity strin
 		{hdrReset, s[retryEnd:tEnd]},
 		{hdrRateLimit, s[tEnd:rlEnd]},
 		{hdrPolicy, r.policyHdr},
-		{hdrReason, reasonTokenBucket},
+		{hdrReason, r.reason},
 		{hdrContentType, contentTypeJSON},
 	}
 	return proxywasm.SendHttpResponse(p.cfg.rejectStatus, headers, b[rlEnd:], -1)

@@ -218,6 +218,10 @@ type application struct {
 	cost      float64
 	read      bucketRead
 	next      state.Bucket
+	// ws holds a windowed rule's states (window.go); kept across requests
+	// like keyBuf, nil until the slot serves a windowed rule, so token
+	// buckets do not carry (or clear) window-sized state.
+	ws *windowScratch
 	dec       limiter.Decision
 	failed    bool // storage failed: the rule is skipped (fail open)
 	committed bool
@@ -247,7 +251,7 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 			p.failOpen(a, err)
 			continue
 		}
-		a.next, a.dec = a.rule.tb.Take(a.read.b, a.read.exists, now, a.cost)
+		a.take(now)
 	}
 
 	// Any enforce rule refusing rejects the request, before any write. The
@@ -359,7 +363,10 @@ func (p *pluginContext) selectRules() []application {
 			a := &apps[len(apps)-1]
 			kb := append(a.keyBuf[:0], r.keyPrefix...)
 			kb, p.compBuf = appendComposite(kb, p.compBuf, comps)
-			*a = application{rule: r, keyBuf: kb, slotBuf: a.slotBuf}
+			*a = application{rule: r, keyBuf: kb, slotBuf: a.slotBuf, ws: a.ws}
+			if r.win != nil && a.ws == nil {
+				a.ws = new(windowScratch)
+			}
 			a.key = bytesView(kb)
 			a.identity = a.key[len(r.keyPrefix):]
 			if r.maxKeys > 0 {
@@ -420,7 +427,7 @@ func (p *pluginContext) commit(a *application, now float64) commitResult {
 			p.failOpen(a, err)
 			return commitFailed
 		}
-		a.next, a.dec = a.rule.tb.Take(a.read.b, a.read.exists, now, a.cost)
+		a.take(now)
 		if !a.dec.Allowed {
 			return commitRefused
 		}

@@ -241,6 +241,9 @@ func (a *application) slotKey(slot int) string {
 // every CAS mismatch) into a.read. It reports whether an undecodable value
 // was met (to log) and shared-data errors (to fail open).
 func (p *pluginContext) load(a *application, now float64) (corrupt bool, err error) {
+	if a.rule.win != nil {
+		return p.loadWindow(a, now)
+	}
 	if a.rule.maxKeys == 0 {
 		a.read, corrupt, err = readBucket(a.key)
 		return corrupt, err
@@ -369,7 +372,11 @@ func (r *bucketRead) setBumps(seen []slotBump, skip int) {
 func (p *pluginContext) store(a *application) error {
 	r := &a.read
 	if a.rule.maxKeys == 0 {
-		p.valBuf = state.EncodeBucket(p.valBuf[:0], a.next)
+		if a.rule.win != nil {
+			p.valBuf = state.EncodeWindow(p.valBuf[:0], &a.ws.next)
+		} else {
+			p.valBuf = state.EncodeBucket(p.valBuf[:0], a.next)
+		}
 		return writeKey(a.key, p.valBuf, r.stored, r.cas)
 	}
 	for i := 0; i < r.nbumps; i++ {
@@ -390,7 +397,11 @@ func (p *pluginContext) store(a *application) error {
 	if r.stored && r.cas == 0 {
 		return errZeroCAS
 	}
-	p.valBuf = state.EncodeSlot(p.valBuf[:0], a.fp, a.next, a.identity)
+	if a.rule.win != nil {
+		p.valBuf = state.EncodeWindowSlot(p.valBuf[:0], a.fp, &a.ws.next, a.identity)
+	} else {
+		p.valBuf = state.EncodeSlot(p.valBuf[:0], a.fp, a.next, a.identity)
+	}
 	return writeKey(a.slotKey(r.slot), p.valBuf, r.stored, r.cas)
 }
 
@@ -432,6 +443,9 @@ func sentinelCAS() (uint32, error) {
 // evicted: the identity's next request starts a full bucket, which already
 // forgives this request's cost).
 func (p *pluginContext) refund(a *application) bool {
+	if a.rule.win != nil {
+		return p.refundWindow(a)
+	}
 	burst := a.rule.tb.Burst
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		var (

@@ -131,7 +131,14 @@ func (h *hotTable) touch(a *application, rejected bool) {
 	}
 	e := &h.entries[i]
 	e.rule = a.rule
-	e.tokens, e.lastRefill, e.burst = a.next.Tokens, a.next.LastRefill, a.rule.tb.Burst
+	if w := a.rule.win; w != nil {
+		// A window reports the quota it has left as tokens and its limit
+		// as burst (window.go), and the start of its current period.
+		c := w.Capacity()
+		e.tokens, e.lastRefill, e.burst = min(a.dec.Remaining, c), a.ws.next.Start, c
+	} else {
+		e.tokens, e.lastRefill, e.burst = a.next.Tokens, a.next.LastRefill, a.rule.tb.Burst
+	}
 	if rejected {
 		e.rejects++
 	}
@@ -313,6 +320,12 @@ func (p *pluginContext) buildReport(now float64) []byte {
 		b = appendJSONFloat(b, e.lastRefill)
 		b = append(b, `,"rejects":`...)
 		b = strconv.AppendUint(b, e.rejects, 10)
+		if e.rule != nil && e.rule.win != nil {
+			// Only windows say their algorithm: token-bucket entries stay
+			// as contract D specifies them.
+			b = append(b, `,"algorithm":`...)
+			b = appendJSONString(b, e.rule.algorithm)
+		}
 		b = append(b, '}')
 	}
 	clear(top)
