@@ -215,13 +215,13 @@ type application struct {
 	cand  [state.Candidates]int
 	ncand int
 
-	cost      float64
-	read      bucketRead
-	next      state.Bucket
+	cost float64
+	read bucketRead
+	next state.Bucket
 	// ws holds a windowed rule's states (window.go); kept across requests
 	// like keyBuf, nil until the slot serves a windowed rule, so token
 	// buckets do not carry (or clear) window-sized state.
-	ws *windowScratch
+	ws        *windowScratch
 	dec       limiter.Decision
 	failed    bool // storage failed: the rule is skipped (fail open)
 	committed bool

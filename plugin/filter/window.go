@@ -66,7 +66,7 @@ func (a *application) take(now float64) {
 
 // windowScratch is a windowed rule's per-request state.
 type windowScratch struct {
-	read  state.Window                  // the state read (valid when read.exists)
-	next  state.Window                  // the state to store
+	read  state.Window                   // the state read (valid when read.exists)
+	next  state.Window                   // the state to store
 	cands [state.Candidates]state.Window // probeWindow's candidates
 }
