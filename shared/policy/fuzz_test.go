@@ -20,6 +20,9 @@ func FuzzParse(f *testing.F) {
 		`{"mode":"shadow","reject_status":503,"response_headers":false,"shadow_header":"X-S","xff_trusted_hops":2,"rules":[` + baseRule + `]}`,
 		withMatch(`{"path_prefix":"/api/","method":"GET","header:X-Tier":"gold"}`),
 		withTB(`{"tokens_per_second":10,"burst":5}`),
+		withAlg("rolling_window", `{"limit":10000,"window_seconds":86400,"period_seconds":3600,"max_per_period":1000,"cost_source":"header:x-c"}`),
+		withAlg("fixed_window", `{"limit":10,"window_seconds":60}`),
+		withAlg("sliding_window", `{"limit":10,"window_seconds":60,"fixed_cost":11}`),
 		withKeys(`["header:X","header:x","query:q","jwt:sub","path","method","host"]`),
 		`{"rules":[1,]}`, `[]`, `null`, `{"policies":[],"rules":[]}`, "",
 	} {

@@ -12,7 +12,6 @@ import (
 func checkInvariants(t *testing.T, c *Config) {
 	t.Helper()
 	validMode := func(m Mode) bool { return m == ModeEnforce || m == ModeShadow }
-	finitePos := func(x float64) bool { return x > 0 && !math.IsInf(x, 0) && !math.IsNaN(x) }
 	if !validMode(c.Mode) {
 		t.Errorf("config mode %q", c.Mode)
 	}
@@ -67,6 +66,10 @@ func checkInvariants(t *testing.T, c *Config) {
 					t.Errorf("rule %q bad matcher %+v", r.Name, m)
 				}
 			}
+			if isWindowAlgorithm(r.Algorithm) {
+				checkWindowInvariants(t, &r)
+				continue
+			}
 			if r.Algorithm != AlgorithmTokenBucket || r.TokenBucket == nil {
 				t.Errorf("rule %q algorithm %q bucket %v", r.Name, r.Algorithm, r.TokenBucket)
 				continue
@@ -111,3 +114,32 @@ func checkInvariants(t *testing.T, c *Config) {
 		t.Errorf("normalized form does not round-trip:\n%+v\n%+v\n%s", c, c2, b1)
 	}
 }
+
+// checkWindowInvariants: a windowed rule's config is in range and
+// consistent (window.go).
+func checkWindowInvariants(t *testing.T, r *Rule) {
+	t.Helper()
+	w := r.Window
+	switch {
+	case w == nil || r.TokenBucket != nil:
+		t.Errorf("rule %q: %s with window %v, bucket %v", r.Name, r.Algorithm, w, r.TokenBucket)
+	case !finitePos(w.Limit) || w.Limit > MaxBurst:
+		t.Errorf("rule %q limit %v", r.Name, w.Limit)
+	case w.WindowSeconds < 1 || w.WindowSeconds > MaxWindowSeconds || w.PeriodSeconds < 1 ||
+		w.WindowSeconds%w.PeriodSeconds != 0 || w.Periods() > MaxPeriods:
+		t.Errorf("rule %q window %d period %d", r.Name, w.WindowSeconds, w.PeriodSeconds)
+	case r.Algorithm != AlgorithmRollingWindow && (w.PeriodSeconds != w.WindowSeconds || w.MaxPerPeriod != 0):
+		t.Errorf("rule %q: %s with a period or cap", r.Name, r.Algorithm)
+	case w.MaxPerPeriod < 0 || w.MaxPerPeriod > w.Limit:
+		t.Errorf("rule %q max_per_period %v", r.Name, w.MaxPerPeriod)
+	}
+	if w == nil {
+		return
+	}
+	for _, cost := range []float64{w.FixedCost, w.DefaultCost} {
+		if !finitePos(cost) || cost > MaxCost || cost > w.Limit || (w.MaxPerPeriod > 0 && cost > w.MaxPerPeriod) {
+			t.Errorf("rule %q cost %v", r.Name, cost)
+		}
+	}
+}
+func finitePos(x float64) bool { return x > 0 && !math.IsInf(x, 0) && !math.IsNaN(x) }
