@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluice-rl/sluice/admin/auth"
 	"github.com/sluice-rl/sluice/admin/telemetry"
+	"github.com/sluice-rl/sluice/shared/policy"
 	"github.com/sluice-rl/sluice/web"
 )
 
@@ -167,10 +168,20 @@ func keyRow(k telemetry.KeyView, now time.Time) web.KeyRow {
 	}
 	return web.KeyRow{
 		Rule: k.Rule, Node: k.Node, Nodes: k.Nodes, Identity: printableText(k.Identity),
-		Tokens:    num(k.Tokens) + " / " + num(k.Burst),
+		Tokens:    fillLabel(k),
 		FillWidth: strconv.FormatFloat(pct, 'f', 1, 64), FillClass: class, FillPct: strconv.FormatFloat(pct, 'f', 0, 64) + " %",
 		Recent: count(k.Recent), Total: count(k.Total), Seen: ago(now.Sub(k.Seen)), Masked: k.MaskedMatch,
 	}
+}
+
+// fillLabel is the text next to a key's fill bar: "tokens / burst" for a
+// token bucket, "remaining / limit left" for a window (whose Tokens is the
+// quota left and Burst the limit).
+func fillLabel(k telemetry.KeyView) string {
+	if k.Algorithm != "" && k.Algorithm != policy.AlgorithmTokenBucket {
+		return num(k.Tokens) + " / " + num(k.Burst) + " left"
+	}
+	return num(k.Tokens) + " / " + num(k.Burst)
 }
 
 // printableText shows control characters (and invalid UTF-8) escaped, as

@@ -463,3 +463,17 @@ func formValue(html, name string) string {
 	rest := html[i+len(`name="`+name+`" value="`):]
 	return rest[:strings.IndexByte(rest, '"')]
 }
+
+// TestKeyRowWindowLabel: a window's fill shows the quota left of its limit;
+// a token bucket's its tokens of its burst (issue 7).
+func TestKeyRowWindowLabel(t *testing.T) {
+	now := time.Unix(1_763_770_000, 0)
+	tb := keyRow(telemetry.KeyView{Rule: "r", Tokens: 3.5, Burst: 20, Seen: now}, now)
+	fw := keyRow(telemetry.KeyView{Rule: "r", Tokens: 250, Burst: 1000, Algorithm: "fixed_window", Seen: now}, now)
+	if tb.Tokens != "3.5 / 20" || fw.Tokens != "250 / 1,000 left" && fw.Tokens != "250 / 1000 left" {
+		t.Errorf("labels %q, %q", tb.Tokens, fw.Tokens)
+	}
+	if fw.FillPct != "25 %" {
+		t.Errorf("window fill %q, want 25 %%", fw.FillPct)
+	}
+}

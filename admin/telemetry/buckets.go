@@ -23,6 +23,7 @@ type groupKey struct{ rule, identity string }
 type bucketEntry struct {
 	key                       bucketKey
 	tokens, burst, lastRefill float64
+	algorithm                 string // "" (token_bucket) or a windowed algorithm
 	total                     uint64 // rejects since the admin first saw it
 	recent                    [rejectSlots]struct{ slot, n int64 }
 	seen                      time.Time // last reported
@@ -137,7 +138,7 @@ func (b *buckets) put(rb *Bucket, node string, now time.Time, evicted *uint64) {
 	}
 	b.pushFront(e)
 	if rb.LastRefill >= e.lastRefill {
-		e.tokens, e.burst, e.lastRefill = rb.Tokens, rb.Burst, rb.LastRefill
+		e.tokens, e.burst, e.lastRefill, e.algorithm = rb.Tokens, rb.Burst, rb.LastRefill, rb.Algorithm
 	}
 	e.seen = now
 	if rb.Rejects > 0 {
@@ -168,16 +169,19 @@ func (b *buckets) expire(cut time.Time) int {
 // are those of the emptiest of them (on Node when Nodes is 1), rejects are
 // summed, Seen is the latest report.
 type KeyView struct {
-	Rule       string    `json:"rule"`
-	Identity   string    `json:"identity"`
-	Node       string    `json:"node"`  // the node of the bucket shown (the emptiest)
-	Nodes      int       `json:"nodes"` // nodes that reported the key
-	Tokens     float64   `json:"tokens"`
-	Burst      float64   `json:"burst"`
-	LastRefill float64   `json:"last_refill"`
-	Recent     uint64    `json:"recent_rejects"` // rejects in the last minute
-	Total      uint64    `json:"total_rejects"`  // since the admin first saw the buckets
-	Seen       time.Time `json:"seen"`           // when a report last carried the key
+	Rule       string  `json:"rule"`
+	Identity   string  `json:"identity"`
+	Node       string  `json:"node"`  // the node of the bucket shown (the emptiest)
+	Nodes      int     `json:"nodes"` // nodes that reported the key
+	Tokens     float64 `json:"tokens"`
+	Burst      float64 `json:"burst"`
+	LastRefill float64 `json:"last_refill"`
+	// Algorithm is "" for token buckets, else the windowed algorithm:
+	// then Tokens is the quota left and Burst the window's limit.
+	Algorithm string    `json:"algorithm,omitempty"`
+	Recent    uint64    `json:"recent_rejects"` // rejects in the last minute
+	Total     uint64    `json:"total_rejects"`  // since the admin first saw the buckets
+	Seen      time.Time `json:"seen"`           // when a report last carried the key
 	// MaskedMatch: a search matched this key only on the visible part of a
 	// masked identity component (the rest is a hash): a candidate, not a
 	// certainty.
@@ -187,7 +191,7 @@ type KeyView struct {
 func (e *bucketEntry) view(now time.Time) KeyView {
 	return KeyView{
 		Rule: e.key.rule, Node: e.key.node, Nodes: 1, Identity: e.key.identity,
-		Tokens: e.tokens, Burst: e.burst, LastRefill: e.lastRefill,
+		Tokens: e.tokens, Burst: e.burst, LastRefill: e.lastRefill, Algorithm: e.algorithm,
 		Recent: e.recentRejects(now.Unix() / rejectSlot), Total: e.total, Seen: e.seen,
 	}
 }
@@ -211,7 +215,7 @@ func (g *group) view(now time.Time) KeyView {
 			v.Seen = ev.Seen
 		}
 		if fill(&ev) < fill(&v) || fill(&ev) == fill(&v) && ev.Node < v.Node {
-			v.Node, v.Tokens, v.Burst, v.LastRefill = ev.Node, ev.Tokens, ev.Burst, ev.LastRefill
+			v.Node, v.Tokens, v.Burst, v.LastRefill, v.Algorithm = ev.Node, ev.Tokens, ev.Burst, ev.LastRefill, ev.Algorithm
 		}
 	}
 	return v

@@ -65,6 +65,11 @@ type Bucket struct {
 	Burst      float64 `json:"burst"`
 	LastRefill float64 `json:"last_refill"` // unix seconds
 	Rejects    uint64  `json:"rejects"`
+	// Algorithm is sent for windowed rules only (fixed_window,
+	// sliding_window, rolling_window): then Tokens is the quota left in
+	// the window, Burst the limit and LastRefill the start of the current
+	// period. "" means token_bucket.
+	Algorithm string `json:"algorithm,omitempty"`
 }
 
 // FieldError is one problem of a report, at a JSON path such as
@@ -397,12 +402,13 @@ const (
 	bBurst
 	bLastRefill
 	bRejects
+	bAlgorithm // optional
 )
 
 var bucketFields = []struct {
 	name string
 	bit  int
-}{{"rule", bRule}, {"identity", bIdentity}, {"tokens", bTokens}, {"burst", bBurst}, {"last_refill", bLastRefill}, {"rejects", bRejects}}
+}{{"rule", bRule}, {"identity", bIdentity}, {"tokens", bTokens}, {"burst", bBurst}, {"last_refill", bLastRefill}, {"rejects", bRejects}, {"algorithm", bAlgorithm}}
 
 func (p *parser) bucket(l loc) Bucket {
 	var b Bucket
@@ -426,7 +432,7 @@ func (p *parser) bucket(l loc) Bucket {
 		fl := l.with(name)
 		switch {
 		case bit == 0:
-			p.errorf(fl, "unknown field; the fields are rule, identity, tokens, burst, last_refill, rejects")
+			p.errorf(fl, "unknown field; the fields are rule, identity, tokens, burst, last_refill, rejects and optionally algorithm")
 			p.skip()
 			return
 		case seen&bit != 0:
@@ -463,13 +469,18 @@ func (p *parser) bucket(l loc) Bucket {
 			}
 		case bRejects:
 			b.Rejects, ok = p.uint64(fl)
+		case bAlgorithm:
+			if b.Algorithm, ok = p.str(fl); ok && !policy.IsAlgorithm(b.Algorithm) {
+				p.errorf(fl, quote(b.Algorithm), " is not an algorithm; one of ", strings.Join(policy.Algorithms(), ", "))
+				b.Algorithm, ok = "", false
+			}
 		}
 		if ok {
 			good |= bit
 		}
 	})
 	for _, f := range bucketFields {
-		if seen&f.bit == 0 {
+		if seen&f.bit == 0 && f.bit != bAlgorithm {
 			p.errorf(l.with(f.name), "required")
 		}
 	}

@@ -142,6 +142,8 @@ func TestDecodeNamesEveryBadField(t *testing.T) {
 		{"buckets[0].tokens huge", `{"v":1,"node":"n","vm":"a","vm_start_ms":1,"seq":1,"sent_at_ms":2,"rules":[{"rule":"r","allowed":0,"rejected":0,"shadow_rejected":0,"fail_open":0}],"buckets":[{"rule":"r","identity":"i","tokens":1e999,"burst":1,"last_refill":1,"rejects":0}]}`, []string{"buckets[0].tokens: 1e999 is out of range"}},
 		{"buckets[0].burst zero", mutate(t, func(m map[string]any) { bucket0(m)["burst"] = 0 }), []string{"buckets[0].burst: 0 is out of range"}},
 		{"buckets[0].last_refill negative", mutate(t, func(m map[string]any) { bucket0(m)["last_refill"] = -5 }), []string{"buckets[0].last_refill: -5 is not a time"}},
+		{"buckets[0].algorithm unknown", mutate(t, func(m map[string]any) { bucket0(m)["algorithm"] = "leaky_bucket" }), []string{`buckets[0].algorithm: "leaky_bucket" is not an algorithm`}},
+		{"buckets[0].algorithm number", mutate(t, func(m map[string]any) { bucket0(m)["algorithm"] = 1 }), []string{"buckets[0].algorithm: must be a string"}},
 		{"buckets[0].rejects bool", mutate(t, func(m map[string]any) { bucket0(m)["rejects"] = true }), []string{"buckets[0].rejects: must be a whole number, got a boolean"}},
 		{"buckets[0] missing fields", mutate(t, func(m map[string]any) { m["buckets"] = []any{map[string]any{}} }), []string{
 			"buckets[0].rule: required", "buckets[0].identity: required", "buckets[0].tokens: required",
@@ -232,5 +234,22 @@ func TestRoundTrip(t *testing.T) {
 	}
 	if !reflect.DeepEqual(r, r2) {
 		t.Errorf("round trip changed the report:\n%+v\n%+v", r, r2)
+	}
+}
+
+// TestDecodeWindowBucket: a windowed rule's bucket carries its algorithm
+// (issue 7); the field is optional and survives a round trip.
+func TestDecodeWindowBucket(t *testing.T) {
+	body := strings.Replace(validJSON, `"rejects": 12}`, `"rejects": 12, "algorithm": "rolling_window"}`, 1)
+	r, err := Decode([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Buckets[0].Algorithm != "rolling_window" {
+		t.Fatalf("algorithm = %q", r.Buckets[0].Algorithm)
+	}
+	b, _ := json.Marshal(r)
+	if r2, err := Decode(b); err != nil || r2.Buckets[0].Algorithm != "rolling_window" {
+		t.Fatalf("round trip: %v %s", err, b)
 	}
 }

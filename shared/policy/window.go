@@ -217,3 +217,11 @@ func (r *Rule) CostConfig() (CostSource, float64, float64) {
 	}
 	return CostSource{}, 1, 1
 }
+
+// Algorithms returns the algorithm names the parser accepts.
+func Algorithms() []string { return append([]string(nil), algorithms...) }
+
+// IsAlgorithm reports whether name is an algorithm the parser accepts.
+func IsAlgorithm(name string) bool {
+	return name == AlgorithmTokenBucket || isWindowAlgorithm(name)
+}
