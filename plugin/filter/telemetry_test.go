@@ -49,6 +49,7 @@ type report struct {
 		Burst      float64 `json:"burst"`
 		LastRefill float64 `json:"last_refill"`
 		Rejects    uint64  `json:"rejects"`
+		Algorithm  string  `json:"algorithm"` // windows only
 	} `json:"buckets"`
 	ReportsDropped uint64 `json:"reports_dropped"`
 }
@@ -307,5 +308,31 @@ func TestTelemetryUnknownCluster(t *testing.T) {
 	}
 	if f.do("x-api-key", "k-0000000001").Rejected {
 		t.Fatal("rejected")
+	}
+}
+
+// TestTelemetryWindowBuckets: a windowed rule's hot entry reports the quota
+// left as tokens, the limit as burst, the current period's start as
+// last_refill, and its algorithm (issue 7).
+func TestTelemetryWindowBuckets(t *testing.T) {
+	f := startTelemetry(t, `{"telemetry": {"cluster": "sluice_admin", "token": "tel-s3cret"},
+	  "rules": [{"name": "fw", "limit_keys": ["header:x-user"], "algorithm": "fixed_window",
+	    "algorithm_config": {"limit": 5, "window_seconds": 60}, "telemetry_identity": "clear"}]}`, 1)
+	f.clock.Set(aligned.Add(10 * time.Second))
+	if got := f.admitted(7, "x-user", "u1"); got != 5 {
+		t.Fatalf("admitted %d", got)
+	}
+	calls := f.tick(time.Second)
+	if calls[0] == nil {
+		t.Fatal("no report")
+	}
+	r := decodeReport(t, calls[0])
+	if len(r.Buckets) != 1 {
+		t.Fatalf("buckets %+v", r.Buckets)
+	}
+	b := r.Buckets[0]
+	if b.Rule != "fw" || b.Identity != "header:x-user=u1" || b.Tokens != 0 || b.Burst != 5 || b.Rejects != 2 ||
+		b.Algorithm != "fixed_window" || b.LastRefill != float64(aligned.Unix()) {
+		t.Errorf("bucket %+v", b)
 	}
 }
