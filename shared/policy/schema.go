@@ -150,7 +150,8 @@ func schemaDoc() obj {
 	top["title"] = "Sluice plugin configuration"
 	top["description"] = "The proxy-wasm plugin configuration of the Sluice rate limiter (docs/configuration.md). " +
 		"Checked here: structure, types, ranges and names. Checked only by the filter's parser: burst >= rate, " +
-		"costs <= burst, unique rule and policy names."
+		"costs <= burst (or limit, max_per_period), period_seconds dividing window_seconds into at most 60 periods, " +
+		"max_per_period <= limit, unique rule and policy names."
 	top["$defs"] = obj{
 		"policy": closed("policy", []string{"name", "rules"}, nil),
 		"rule": closed("rule", []string{"name", "limit_keys", "algorithm", "algorithm_config"}, obj{
