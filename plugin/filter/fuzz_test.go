@@ -24,6 +24,15 @@ const fuzzConfig = `{"xff_trusted_hops": 2, "mode": "enforce", "policies": [
   {"name": "b", "rules": [
     {"name": "ip", "mode": "shadow", "limit_keys": ["ip:address"], "algorithm": "token_bucket",
      "algorithm_config": {"rps": 1, "burst": 3}}
+  ]},
+  {"name": "windows", "rules": [
+    {"name": "rolling", "limit_keys": ["header:x-api-key"], "match": {"method": "POST"}, "algorithm": "rolling_window",
+     "algorithm_config": {"limit": 20, "window_seconds": 600, "period_seconds": 60, "max_per_period": 5, "cost_source": "header:x-cost"}},
+    {"name": "sliding", "limit_keys": ["query:tenant", "path"], "algorithm": "sliding_window",
+     "algorithm_config": {"limit": 10, "window_seconds": 60, "cost_source": "query:cost", "default_cost": 2}}
+  ]},
+  {"name": "fixed", "rules": [
+    {"name": "fixed", "max_keys": 3, "limit_keys": ["jwt:sub"], "algorithm": "fixed_window", "algorithm_config": {"limit": 4, "window_seconds": 10}}
   ]}
 ]}`
 

@@ -54,14 +54,19 @@ func (cr *compiledRule) compileWindow(r *policy.Rule) {
 
 // take decides a's request at now from the state read (phase 1, and again
 // after a CAS mismatch): into a.next for a token bucket, a.ws.next for a
-// window.
+// window. Small enough to inline, so the token bucket's path is a branch
+// and its Take.
 func (a *application) take(now float64) {
-	if w := a.rule.win; w != nil {
-		a.ws.next = a.ws.read
-		a.dec = w.Take(&a.ws.next, a.read.exists, now, a.cost)
+	if a.rule.win == nil {
+		a.next, a.dec = a.rule.tb.Take(a.read.b, a.read.exists, now, a.cost)
 		return
 	}
-	a.next, a.dec = a.rule.tb.Take(a.read.b, a.read.exists, now, a.cost)
+	a.takeWindow(now)
+}
+
+func (a *application) takeWindow(now float64) {
+	a.ws.next = a.ws.read
+	a.dec = a.rule.win.Take(&a.ws.next, a.read.exists, now, a.cost)
 }
 
 // windowScratch is a windowed rule's per-request state.
