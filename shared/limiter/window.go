@@ -162,10 +162,18 @@ func (rw RollingWindow) Take(w *state.Window, exists bool, now, cost float64) De
 // wait returns the seconds until the first period boundary at which cost
 // fits the allowance.
 func (rw RollingWindow) wait(w *state.Window, n int, now, period, cost, limit, perPeriod float64) float64 {
+	fits := func(used float64) bool { return min(limit-used, perPeriod)+costEpsilon >= cost }
+	inWindow := sumCounts(w, n)
 	for k := 1; k <= n; k++ {
-		// At the k-th next boundary, counts c[n-k..] have left the window
-		// and the new period's count is 0.
-		if min(limit-sumCounts(w, n-k), perPeriod)+costEpsilon >= cost {
+		// At the k-th next boundary, count c[n-k] has left the window (as
+		// have those after it) and the new period's count is 0. One pass:
+		// O(n), not O(n^2), on every rejection.
+		if n-k < w.N {
+			inWindow -= w.Counts[n-k]
+		}
+		// The running difference may round; the exact sum confirms a hit,
+		// so the wait is never shorter than the true one.
+		if fits(inWindow) && fits(sumCounts(w, n-k)) {
 			return finite(w.Start + float64(k)*period - now)
 		}
 	}
