@@ -147,6 +147,10 @@ func TestInvalidRefusedWithParserMessages(t *testing.T) {
 		  {"name":"free","limit_keys":["cookie:session"],"algorithm":"leaky_bucket","algorithm_config":{"rps":1,"burst":1}}]}`,
 		`{"rules":[{"name":"r","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10,"bursts":1}}]}`,
 		`{"rules":[{"name":"r","limit_keys":["ip:address"],"match":{"jwt:plan":1},"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}}]}`,
+		// Windowed algorithms (issue 7): the same parser, the same paths.
+		`{"rules":[{"name":"r","limit_keys":["ip:address"],"algorithm":"rolling_window","algorithm_config":{"limit":10000,"window_seconds":86400,"period_seconds":7}}]}`,
+		`{"rules":[{"name":"r","limit_keys":["ip:address"],"algorithm":"rolling_window","algorithm_config":{"limit":10,"window_seconds":60,"period_seconds":10,"max_per_period":20}}]}`,
+		`{"rules":[{"name":"r","limit_keys":["ip:address"],"algorithm":"fixed_window","algorithm_config":{"window_seconds":60,"rps":1}}]}`,
 	}
 	for _, in := range cases {
 		_, want := policy.Parse([]byte(in))
@@ -414,5 +418,25 @@ func TestStartUsesInitialConfigOnlyOnAnEmptyDatabase(t *testing.T) {
 	v, err = again.Start(ctx)
 	if err != nil || v.Number != 1 || !strings.Contains(string(v.JSON), "per-ip") {
 		t.Fatalf("restart with versions: v%d %s %v", v.Number, v.JSON, err)
+	}
+}
+
+// TestSaveWindowedPolicy: a windowed rule is accepted, normalized and
+// published like a token bucket (issue 7).
+func TestSaveWindowedPolicy(t *testing.T) {
+	ctx := context.Background()
+	s, pub, _ := newService(t)
+	in := `{"rules":[{"name":"daily","limit_keys":["header:x-api-key"],"algorithm":"rolling_window",
+	  "algorithm_config":{"limit":10000,"window_seconds":86400,"period_seconds":3600,"max_per_period":1000}}]}`
+	v, err := s.Save(ctx, SaveRequest{Base: 1, JSON: []byte(in), Message: "seed 000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := policy.Parse(v.JSON)
+	if err != nil || c.RuleByName("daily").Window.Periods() != 24 {
+		t.Fatalf("stored configuration: %v %s", err, v.JSON)
+	}
+	if !strings.Contains(string(v.JSON), `"period_seconds":3600`) || fmt.Sprint(pub.numbers()) != "[1 2]" {
+		t.Errorf("stored %s, published %v", v.JSON, pub.numbers())
 	}
 }
