@@ -267,3 +267,53 @@ func TestWindowRetryAfterNeverEarly(t *testing.T) {
 		}
 	}
 }
+
+// TestWindowBackwardsClockWasm: a clock jumping back never rotates a window
+// nor mints quota; time moving past the stored window does.
+func TestWindowBackwardsClockWasm(t *testing.T) {
+	for _, alg := range []string{"fixed_window", "sliding_window", "rolling_window"} {
+		t.Run(alg, func(t *testing.T) {
+			cfg := `{"limit": 3, "window_seconds": 60}`
+			if alg == "rolling_window" {
+				cfg = `{"limit": 3, "window_seconds": 60, "period_seconds": 20}`
+			}
+			f := start(t, windowRule("c", alg, cfg), 1)
+			f.clock.Set(aligned.Add(30 * time.Second))
+			if got := f.admitted(4, "x-api-key", "k"); got != 3 {
+				t.Fatalf("%d admitted, want 3", got)
+			}
+			for _, back := range []time.Duration{-time.Hour, -31 * time.Second, -1 * time.Second} {
+				f.clock.Set(aligned.Add(30*time.Second + back))
+				if got := f.admitted(2, "x-api-key", "k"); got != 0 {
+					t.Fatalf("clock back %v: %d admitted", back, got)
+				}
+			}
+			f.clock.Set(aligned.Add(200 * time.Second)) // the use has left every window
+			if got := f.admitted(4, "x-api-key", "k"); got != 3 {
+				t.Fatalf("after the window: %d admitted, want 3", got)
+			}
+		})
+	}
+}
+
+// TestWindowFailsOpen: shared-data failures let windowed rules' requests
+// through and count fail_open, in both storage modes.
+func TestWindowFailsOpen(t *testing.T) {
+	for _, maxKeys := range []string{"65536", "0"} {
+		t.Run("max_keys="+maxKeys, func(t *testing.T) {
+			f := start(t, `{"rules": [{"name": "f", "max_keys": `+maxKeys+`, "limit_keys": ["header:x-api-key"],
+			  "algorithm": "fixed_window", "algorithm_config": {"limit": 1, "window_seconds": 3600}}]}`, 1)
+			f.h.SharedData().InjectFaults(wasmhost.Faults{GetFailRate: 1, GetFailStatus: wasmhost.StatusInternalFailure})
+			if got := f.admitted(20, "x-api-key", "k"); got != 20 {
+				t.Fatalf("%d of 20 admitted during a shared-data failure", got)
+			}
+			if got := f.metric("sluice.rule.f.fail_open"); got != 20 {
+				t.Errorf("fail_open = %d, want 20", got)
+			}
+			f.h.SharedData().InjectFaults(wasmhost.Faults{})
+			if got := f.admitted(3, "x-api-key", "k"); got != 1 {
+				t.Errorf("after recovery %d admitted, want 1", got)
+			}
+		})
+	}
+}
