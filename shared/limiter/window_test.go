@@ -5,8 +5,16 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/sluice-rl/sluice/shared/policy"
 	"github.com/sluice-rl/sluice/shared/state"
 )
+
+// The parser's bound on periods is what the state can hold.
+func TestMaxPeriodsFitState(t *testing.T) {
+	if policy.MaxPeriods != state.MaxCounts {
+		t.Fatalf("policy.MaxPeriods %d != state.MaxCounts %d", policy.MaxPeriods, state.MaxCounts)
+	}
+}
 
 const hour = 3600.0
 
