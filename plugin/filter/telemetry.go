@@ -158,8 +158,8 @@ func (p *pluginContext) startTelemetry() {
 	}
 }
 
-// OnTick sends one report (proxy_on_tick).
-func (p *pluginContext) OnTick() {
+// report sends one report (from proxy_on_tick, see delay.go's OnTick).
+func (p *pluginContext) report() {
 	defer func() {
 		if r := recover(); r != nil {
 			p.vm.recovered("on_tick", r)
