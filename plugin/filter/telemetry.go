@@ -306,7 +306,9 @@ func (p *pluginContext) buildReport(now float64) []byte {
 		b = append(b, `,"identity":`...)
 		b = appendJSONString(b, displayIdentity(e.rule, e.key.id))
 		b = append(b, `,"tokens":`...)
-		b = appendJSONFloat(b, e.tokens)
+		// A bucket in debt (delayed admission's reservations) shows 0: the
+		// report carries tokens available, within [0, burst] (contract D).
+		b = appendJSONFloat(b, max(e.tokens, 0))
 		b = append(b, `,"burst":`...)
 		b = appendJSONFloat(b, e.burst)
 		b = append(b, `,"last_refill":`...)
