@@ -403,3 +403,124 @@ func TestDelaySurvivesReconfigure(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The race of issue 3 with delays on: 4 VMs on 4 goroutines send 50
+// simultaneous requests each for a fresh key (burst B = 100, rate
+// r = 100/s, max delay D = 500 ms), 200 times, plainly and with 30%
+// injected CAS mismatches. Asserted every trial: exactly B requests pass at
+// once and exactly r*D = 50 are held, so admitted-or-scheduled is
+// B + r*D = 150 of 200, never more; the other 50 get 429. Then the clock moves in steps of
+// 1/r = 10 ms: the reservations are for 10, 20, ... 500 ms, so after the
+// step to t at most r*t held requests may have been released (none before
+// its reserved time), and all 50 are released by D. It is exactly r*t
+// here because each step reaches exactly one reservation's time.
+func TestRaceDelayBound(t *testing.T) {
+	const (
+		vms, perVM = 4, 50
+		burst      = 100
+		rate       = 100
+		maxDelay   = 500 * time.Millisecond
+	)
+	cfg := `{"rules": [{"name": "race", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
+	  "algorithm_config": {"tokens_per_second": 100, "burst": 100, "max_delay_ms": 500}}]}`
+	for _, c := range []struct {
+		name   string
+		faults wasmhost.Faults
+	}{
+		{"plain", wasmhost.Faults{}},
+		{"injected-cas-mismatch", wasmhost.Faults{CASMismatchRate: 0.3, Seed: 11}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := start(t, cfg, vms)
+			f.h.SharedData().InjectFaults(c.faults)
+			trials := 200
+			if testing.Short() {
+				trials = 20
+			}
+			for trial := 0; trial < trials; trial++ {
+				passed, hs, rejected := raceHeld(t, f, vms, perVM, rq("x-api-key", c.name+"-"+strconv.Itoa(trial)))
+				if passed != burst || len(hs) != rate*int(maxDelay/time.Millisecond)/1000 || rejected != vms*perVM-passed-len(hs) {
+					t.Fatalf("trial %d: %d passed, %d held, %d rejected; want exactly %d, %d (B + r*D = %d admitted or scheduled)",
+						trial, passed, len(hs), rejected, burst, rate/2, burst+rate/2)
+				}
+				step := time.Second / rate
+				released := 0
+				for at := step; at <= maxDelay; at += step {
+					f.clock.Advance(step)
+					if err := f.h.Tick(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+					released = 0
+					for _, s := range hs {
+						select {
+						case <-s.Resumed():
+							released++
+						default:
+						}
+					}
+					if allowed := int(at * rate / time.Second); released > allowed {
+						t.Fatalf("trial %d: %d released by %v, more than r*t = %d: released before their time", trial, released, at, allowed)
+					} else if released != allowed {
+						t.Fatalf("trial %d: %d released by %v, want %d", trial, released, at, allowed)
+					}
+				}
+				for _, s := range hs {
+					if _, err := s.Complete(ctxTimeout(t), nil); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if n := f.metric("sluice.rule.race.fail_open"); n != 0 {
+				t.Errorf("fail_open = %d", n)
+			}
+			if n := f.metric("sluice.panics_recovered"); n != 0 {
+				t.Errorf("panics_recovered = %d", n)
+			}
+			t.Logf("cas_retries=%d delayed=%d", f.metric("sluice.rule.race.cas_retries"), f.metric("sluice.rule.race.delayed"))
+		})
+	}
+}
+
+// raceHeld sends perVM copies of r on each of vms VMs at once, one
+// goroutine per VM, and returns how many passed, the held streams and how
+// many were rejected.
+func raceHeld(t *testing.T, f *fixture, vms, perVM int, r *wasmhost.Request) (passed int, hs []*wasmhost.Stream, rejected int) {
+	t.Helper()
+	type out struct {
+		passed, rejected int
+		held             []*wasmhost.Stream
+		err              error
+	}
+	ch := make(chan out, vms)
+	for v := 0; v < vms; v++ {
+		go func(vm *wasmhost.VM) {
+			var o out
+			for i := 0; i < perVM; i++ {
+				res, err := vm.HTTP(context.Background(), r)
+				switch {
+				case err != nil:
+					o.err = err
+					ch <- o
+					return
+				case res.Paused:
+					o.held = append(o.held, res.Stream)
+				case res.Rejected:
+					o.rejected++
+				default:
+					o.passed++
+				}
+			}
+			ch <- o
+		}(f.h.VM(v))
+	}
+	for v := 0; v < vms; v++ {
+		o := <-ch
+		if o.err != nil {
+			t.Fatalf("HTTP: %v", o.err)
+		}
+		passed += o.passed
+		rejected += o.rejected
+		hs = append(hs, o.held...)
+	}
+	return passed, hs, rejected
+}
