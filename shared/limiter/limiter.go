@@ -180,11 +180,13 @@ func (tb TokenBucket) Take(s state.Bucket, exists bool, now float64, cost float6
 // Level returns the tokens a stored bucket holds at time now: its tokens
 // refilled for max(0, now - LastRefill) seconds and capped at Burst, with
 // every edge case of Take (a corrupt bucket or a broken clock reads as a
-// new, full bucket or as no elapsed time). The bucket is full, and carries
-// no information a new bucket would not, exactly when Level >= Burst.
+// new, full bucket or as no elapsed time). It is negative for a bucket in
+// debt (reservations, MaxDelay), so such a bucket ranks below an empty one.
+// The bucket is full, and carries no information a new bucket would not,
+// exactly when Level >= Burst.
 func (tb TokenBucket) Level(s state.Bucket, now float64) float64 {
-	_, d := tb.Take(s, true, now, 0)
-	return d.Remaining
+	b, _ := tb.Take(s, true, now, 0)
+	return b.Tokens
 }
 
 // Full reports whether the stored bucket has refilled to its burst at now.
