@@ -150,6 +150,7 @@ func (p *pluginContext) hold(h *httpContext, apps []application, wait float64) t
 			a.key = string(a.keyBuf) // a copy: keyBuf is reused by the next request
 			a.identity = a.key[len(a.rule.keyPrefix):]
 			a.keyBuf, a.slotBuf = nil, nil
+			a.read = bucketRead{slot: a.read.slot} // refund needs the slot only; drop the read values
 			hs.reserved = append(hs.reserved, a)
 		}
 	}
@@ -286,7 +287,7 @@ func (p *pluginContext) resume(h *httpContext, now int64) {
 // interval (at a report, so reports stay on their schedule) or off once no
 // stream is held.
 func (p *pluginContext) settleTick(reported bool) {
-	if !p.hq.fast || len(p.hq.q) > 0 {
+	if !p.hq.fast || len(p.hq.q) > 0 || p.cfg == nil {
 		return
 	}
 	var period uint32
