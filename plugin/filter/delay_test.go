@@ -2,6 +2,7 @@ package filter_test
 
 import (
 	"context"
+	"math/rand"
 	"strconv"
 	"testing"
 	"time"
@@ -523,4 +524,83 @@ func raceHeld(t *testing.T, f *fixture, vms, perVM int, r *wasmhost.Request) (pa
 		hs = append(hs, o.held...)
 	}
 	return passed, hs, rejected
+}
+
+// TestDelayRandomizedNoTrap mixes, at random, requests of arbitrary cost
+// (header values of any kind), resets of held streams, completions, clock
+// steps with ticks and configuration updates, on two VMs sharing the
+// bucket. The VMs never trap or panic, the bucket's debt never exceeds
+// rate * max_delay, and in the end every held stream has been resumed or
+// reset.
+func TestDelayRandomizedNoTrap(t *testing.T) {
+	const cfg = `{"rules": [{"name": "r", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
+	  "algorithm_config": {"tokens_per_second": 20, "burst": 20, "max_delay_ms": 2000, "cost_source": "header:x-cost"}}]}`
+	f := start(t, cfg, 2)
+	rng := rand.New(rand.NewSource(3))
+	n := 3000
+	if testing.Short() {
+		n = 300
+	}
+	costs := []string{"1", "0.5", "7", "20", "21", "0", "-3", "NaN", "1e400", "\xff\x00", "3.25"}
+	var hs []*wasmhost.Stream
+	for i := 0; i < n; i++ {
+		switch op := rng.Intn(10); {
+		case op < 6:
+			r := rq("x-api-key", []string{"a", "b"}[rng.Intn(2)], "x-cost", costs[rng.Intn(len(costs))], "x-sluice-delay-ms", "1")
+			res := f.doOn(rng.Intn(2), r)
+			if res.Paused {
+				hs = append(hs, res.Stream)
+			} else if v, ok := header(res.UpstreamHeaders, "x-sluice-delay-ms"); ok && !res.Rejected {
+				t.Fatalf("client-sent delay header %q passed through", v)
+			}
+		case op == 6 && len(hs) > 0:
+			k := rng.Intn(len(hs))
+			select {
+			case <-hs[k].Resumed():
+				_, err := hs[k].Complete(ctxTimeout(t), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+			default:
+				if err := hs[k].Reset(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			hs = append(hs[:k], hs[k+1:]...)
+		case op == 7:
+			if err := f.h.Reconfigure(context.Background(), []byte(cfg)); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			f.clock.Advance(time.Duration(rng.Intn(300)) * time.Millisecond)
+			if err := f.h.Tick(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, key := range []string{"a", "b"} {
+			if b, ok := f.bucket("r", key); ok && b.Tokens < -20*2-1e-6 {
+				t.Fatalf("bucket %s in debt %v beyond rate*max_delay", key, b.Tokens)
+			}
+		}
+	}
+	for step := 0; step < 500; step++ { // 2.5 s: past every held request's time
+		f.clock.Advance(5 * time.Millisecond)
+		if err := f.h.Tick(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range hs {
+		if _, err := s.Complete(ctxTimeout(t), nil); err != nil {
+			t.Fatalf("held stream never resumed: %v", err)
+		}
+	}
+	for _, vm := range f.h.VMs() {
+		if err := vm.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := f.metric("sluice.panics_recovered"); n != 0 {
+		t.Fatalf("panics_recovered = %d: %v", n, f.h.LogsAtLeast(wasmhost.LogLevelWarn))
+	}
+	t.Logf("delayed=%d cancelled=%d", f.metric("sluice.rule.r.delayed"), f.metric("sluice.delay.cancelled"))
 }
