@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/plugin/wasmhost"
+	"github.com/sluice-rl/sluice/shared/state"
 )
 
 // Delayed admission (max_delay_ms), run on the compiled filter in wasmhost:
@@ -603,4 +604,34 @@ func TestDelayRandomizedNoTrap(t *testing.T) {
 		t.Fatalf("panics_recovered = %d: %v", n, f.h.LogsAtLeast(wasmhost.LogLevelWarn))
 	}
 	t.Logf("delayed=%d cancelled=%d", f.metric("sluice.rule.r.delayed"), f.metric("sluice.delay.cancelled"))
+}
+
+// Bounded storage ranks a bucket in debt below an empty one, so a newcomer
+// evicts the empty bucket and the debt (held requests' reservations) is not
+// forgiven.
+func TestDelayEvictionSparesDebt(t *testing.T) {
+	const maxKeys = 4
+	f := start(t, `{"rules": [{"name": "per-ip", "max_keys": 4, "limit_keys": ["ip:address"], "algorithm": "token_bucket",
+	  "algorithm_config": {"rps": 1, "burst": 10, "max_delay_ms": 10000}}]}`, 1)
+	a := findIdentity(t, maxKeys, func(c [2]int) bool { return c[0] == 0 })
+	cc := findIdentity(t, maxKeys, func(c [2]int) bool { return c[0] == 1 })
+	b := findIdentity(t, maxKeys, func(c [2]int) bool { return c == [2]int{0, 1} })
+	now := float64(t0.Unix())
+	put := func(slot, ip int, tokens float64) {
+		v := state.EncodeSlot(nil, state.Fingerprint(ipOf(ip)), state.Bucket{Tokens: tokens, LastRefill: now}, ipOf(ip))
+		if st := f.h.SharedData().Set(state.SlotKey("per-ip", slot), v, 0); st != wasmhost.StatusOK {
+			t.Fatalf("set: %d", st)
+		}
+	}
+	put(0, a, -3) // A owes 3 tokens (held requests)
+	put(1, cc, 0) // C is empty
+	if r := f.do("@ip", ipOf(b)+":1"); r.Rejected || r.Paused {
+		t.Fatalf("B: %+v", r)
+	}
+	if s := slotValue(t, f, "per-ip", 0); string(s.Identity) != ipOf(a) || s.Bucket.Tokens != -3 {
+		t.Fatalf("slot 0 = %q %+v, want A with its debt", s.Identity, s.Bucket)
+	}
+	if s := slotValue(t, f, "per-ip", 1); string(s.Identity) != ipOf(b) {
+		t.Fatalf("slot 1 = %q, want B (C, the empty bucket, evicted)", s.Identity)
+	}
 }
