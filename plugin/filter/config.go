@@ -31,6 +31,7 @@ type compiledConfig struct {
 	shadowHeader    string
 	trustedHops     int
 	anyShadow       bool // some rule is in shadow mode
+	anyDelay        bool // some rule has max_delay_ms (delay.go)
 
 	telemetry *policy.Telemetry // nil: no reports (telemetry.go)
 	hash      string            // config_hash of the configuration bytes
@@ -105,6 +106,7 @@ func compile(c *policy.Config, vm *vmContext) *compiledConfig {
 			rules = append(rules, r)
 			cc.rules = append(cc.rules, r)
 			cc.anyShadow = cc.anyShadow || r.shadow
+			cc.anyDelay = cc.anyDelay || r.tb.MaxDelay > 0
 		}
 		cc.policies = append(cc.policies, rules)
 	}
@@ -163,7 +165,7 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 	if tb == nil { // Parse guarantees it for token_bucket
 		tb = &policy.TokenBucket{TokensPerSecond: 1, Burst: 1, FixedCost: 1, DefaultCost: 1}
 	}
-	cr.tb = limiter.TokenBucket{Rate: tb.TokensPerSecond, Burst: tb.Burst}
+	cr.tb = limiter.TokenBucket{Rate: tb.TokensPerSecond, Burst: tb.Burst, MaxDelay: float64(tb.MaxDelayMS) / 1000}
 
 	burst := wholeTokens(tb.Burst)
 	cr.limitHdr = strconv.FormatInt(burst, 10)

@@ -87,6 +87,7 @@ type allowedHeaders struct {
 	rule      *compiledRule
 	remaining int64
 	reset     int64
+	resetF    float64 // reset in seconds, unrounded (delay.go recomputes reset after a hold)
 }
 
 // setAllowedHeaders writes the RateLimit fields on an allowed response.

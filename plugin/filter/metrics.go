@@ -17,12 +17,18 @@ import (
 //	sluice.rule.<rule>.evicted         bounded mode: a new identity found every candidate slot
 //	                                   holding another identity's active bucket and evicted the
 //	                                   fullest (more identities active than max_keys)
+//	sluice.rule.<rule>.delayed         max_delay_ms: the rule reserved tokens for a request that
+//	                                   was held (also counted in allowed)
+//	sluice.rule.<rule>.delay_ms        the sum of those reservations' delays, in ms (rounded up)
+//	sluice.rule.<rule>.shadow_delayed  the rule (shadow mode) reserved; the request was not held
 //
 // and for the whole filter:
 //
 //	sluice.config_rejected   on_configure rejected a configuration
 //	sluice.panics_recovered  a callback panicked; the request was let through
 //	sluice.refund_failed     a refund (after a late rejection) could not be written
+//	sluice.delay.cancelled   a held request's stream ended before its time; tokens refunded
+//	sluice.delay.queue_full  a request to be held was rejected: the VM held maxHeld already
 //
 // and, when telemetry is configured (telemetry.go):
 //
@@ -35,10 +41,12 @@ import (
 // keeps a rule name keeps counting into the same stat.
 type ruleMetrics struct {
 	allowed, rejected, shadowRejected, failOpen, casRetries, keyMissing, evicted counter
+	delayed, delayMS, shadowDelayed                                              counter
 }
 
 type globalMetrics struct {
 	configRejected, panicsRecovered, refundFailed counter
+	delayCancelled, delayQueueFull                counter
 }
 
 func (vm *vmContext) ruleMetrics(rule string) ruleMetrics {
@@ -51,6 +59,9 @@ func (vm *vmContext) ruleMetrics(rule string) ruleMetrics {
 		casRetries:     vm.counter(p + "cas_retries"),
 		keyMissing:     vm.counter(p + "key_missing"),
 		evicted:        vm.counter(p + "evicted"),
+		delayed:        vm.counter(p + "delayed"),
+		delayMS:        vm.counter(p + "delay_ms"),
+		shadowDelayed:  vm.counter(p + "shadow_delayed"),
 	}
 }
 
@@ -60,6 +71,8 @@ func (vm *vmContext) globals() *globalMetrics {
 			configRejected:  vm.counter("sluice.config_rejected"),
 			panicsRecovered: vm.counter("sluice.panics_recovered"),
 			refundFailed:    vm.counter("sluice.refund_failed"),
+			delayCancelled:  vm.counter("sluice.delay.cancelled"),
+			delayQueueFull:  vm.counter("sluice.delay.queue_full"),
 		}
 	}
 	return vm.global
@@ -100,6 +113,13 @@ func defineCounter(name string) (c counter) {
 func (c counter) inc() {
 	if c.ok {
 		incrementMetric(uint32(c.id), 1)
+	}
+}
+
+// add adds n (nothing when n is 0).
+func (c counter) add(n uint64) {
+	if c.ok && n > 0 {
+		incrementMetric(uint32(c.id), int64(n))
 	}
 }
 

@@ -48,10 +48,11 @@ type vmContext struct {
 	logs     logLimiter
 	tallies  map[string]*ruleTally // telemetry.go: cumulative per-rule counters
 	tel      telemetryState        // telemetry.go
+	held     int                   // delay.go: streams held on this VM
 }
 
 func (vm *vmContext) NewPluginContext(contextID uint32) types.PluginContext {
-	return &pluginContext{vm: vm}
+	return &pluginContext{vm: vm, id: contextID}
 }
 
 // pluginContext is a root context: one configuration. Envoy creates a new
@@ -60,7 +61,9 @@ func (vm *vmContext) NewPluginContext(contextID uint32) types.PluginContext {
 type pluginContext struct {
 	types.DefaultPluginContext
 	vm  *vmContext
+	id  uint32          // the root context id
 	cfg *compiledConfig // nil until configured
+	hq  holdQueue       // delay.go: held streams
 
 	// Per-request scratch, reused: a VM runs one callback at a time.
 	rs      requestSources
@@ -130,10 +133,10 @@ func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
 	if n := len(p.free); n > 0 {
 		h := p.free[n-1]
 		p.free = p.free[:n-1]
-		*h = httpContext{p: p}
+		*h = httpContext{p: p, id: contextID}
 		return h
 	}
-	return &httpContext{p: p}
+	return &httpContext{p: p, id: contextID}
 }
 
 // maxFreeContexts bounds the recycled HTTP contexts per root context.
@@ -144,6 +147,9 @@ const maxFreeContexts = 64
 // which the SDK handles without calling the context). The context is then
 // free for reuse by a new stream.
 func (h *httpContext) OnHttpStreamDone() {
+	if h.hold.held { // reset while held (delay.go): leave the queue, refund
+		h.p.cancelHold(h)
+	}
 	if p := h.p; len(p.free) < maxFreeContexts {
 		*h = httpContext{p: p}
 		p.free = append(p.free, h)
@@ -154,8 +160,10 @@ func (h *httpContext) OnHttpStreamDone() {
 type httpContext struct {
 	types.DefaultHttpContext
 	p       *pluginContext
+	id      uint32         // the context id (to resume it from on_tick)
 	local   bool           // we sent a local reply (our 429)
 	allowed allowedHeaders // what on_response_headers adds (rule nil: nothing)
+	hold    holdState      // delay.go
 }
 
 func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
@@ -187,6 +195,9 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 		return types.ActionContinue
 	}
 	h.p.setAllowedHeaders(h.allowed)
+	if h.hold.delayMS > 0 {
+		h.p.setDelayHeader(h)
+	}
 	return types.ActionContinue
 }
 
@@ -235,6 +246,7 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 	apps := p.selectRules()
 	if len(apps) == 0 {
 		p.markShadow(false)
+		p.stripDelayHeader()
 		return types.ActionContinue
 	}
 	now := nowSeconds()
@@ -301,6 +313,17 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 		}
 	}
 
+	// Delayed admission (delay.go): the request must wait for its
+	// reservations, unless this VM holds too many requests already.
+	wait := 0.0
+	if cfg.anyDelay {
+		wait = heldFor(apps)
+		if wait > 0 && !p.canHold() {
+			return p.rejectQueueFull(h, apps, wait)
+		}
+		countDelays(apps)
+	}
+
 	// Allowed.
 	var best *application
 	for i := range apps {
@@ -322,9 +345,14 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 			rule:      best.rule,
 			remaining: wholeTokens(best.dec.Remaining),
 			reset:     ceilSeconds(best.dec.Reset),
+			resetF:    best.dec.Reset,
 		}
 	}
 	p.markShadow(anyShadow)
+	if wait > 0 {
+		return p.hold(h, apps, wait)
+	}
+	p.stripDelayHeader()
 	return types.ActionContinue
 }
 

@@ -165,8 +165,8 @@ func (p *pluginContext) startTelemetry() {
 	}
 }
 
-// OnTick sends one report (proxy_on_tick).
-func (p *pluginContext) OnTick() {
+// report sends one report (from proxy_on_tick, see delay.go's OnTick).
+func (p *pluginContext) report() {
 	defer func() {
 		if r := recover(); r != nil {
 			p.vm.recovered("on_tick", r)
@@ -313,7 +313,9 @@ func (p *pluginContext) buildReport(now float64) []byte {
 		b = append(b, `,"identity":`...)
 		b = appendJSONString(b, displayIdentity(e.rule, e.key.id))
 		b = append(b, `,"tokens":`...)
-		b = appendJSONFloat(b, e.tokens)
+		// A bucket in debt (delayed admission's reservations) shows 0: the
+		// report carries tokens available, within [0, burst] (contract D).
+		b = appendJSONFloat(b, max(e.tokens, 0))
 		b = append(b, `,"burst":`...)
 		b = appendJSONFloat(b, e.burst)
 		b = append(b, `,"last_refill":`...)

@@ -26,6 +26,27 @@ import (
 //	if tokens' >= cost: allow, tokens = tokens' - cost
 //	else:               reject, wait = (cost - tokens') / Rate
 //
+// Delayed admission (MaxDelay > 0) changes only the last line: a request
+// whose wait is at most MaxDelay is admitted as a reservation,
+//
+//	else if wait <= MaxDelay and cost <= Burst:
+//	                    allow, tokens = tokens' - cost (negative), Delay = wait
+//
+// The tokens are taken now, at decision time, and the request is told to
+// wait until the refill has paid its debt: at now + Delay the bucket is
+// back at zero (if nothing else arrived). Stored tokens may therefore be
+// negative, down to -Rate*MaxDelay. A later request sees the debt and waits
+// longer, so reservations are served first come, first served by
+// construction, and the time a reservation may proceed never comes earlier
+// than the time a non-delayed bucket would have admitted it: at most
+// Burst + Rate*t tokens' worth of requests are released over any t seconds
+// after a full bucket, and over a burst of simultaneous requests at most
+// Burst + Rate*MaxDelay are admitted or scheduled. A reservation that is
+// abandoned before its time is undone by giving its cost back (the caller
+// writes tokens + cost, capped at Burst), which restores exactly the state
+// in which it never happened, except that requests scheduled after it keep
+// their later times.
+//
 // The zero value is not useful: Rate must be > 0 and Burst >= Rate (the
 // configuration parser enforces both). Take is defensive anyway: an invalid
 // Rate (<= 0, NaN, Inf) refills nothing, an invalid Burst holds nothing, and
@@ -33,6 +54,14 @@ import (
 type TokenBucket struct {
 	Rate  float64 // tokens per second, > 0
 	Burst float64 // capacity in tokens, > 0
+
+	// MaxDelay (seconds, >= 0) turns on delayed admission (reservations,
+	// Guava's RateLimiter and golang.org/x/time/rate's Reserve): a request
+	// that finds too few tokens but would have them within MaxDelay takes
+	// them anyway, leaving the bucket negative (a debt the refill pays
+	// back), and must wait Decision.Delay seconds before it proceeds.
+	// 0 turns it off: Take then behaves exactly as without the field.
+	MaxDelay float64
 }
 
 // Decision is the outcome of one Take.
@@ -45,6 +74,10 @@ type Decision struct {
 	// 0 when allowed, finite and > 0 when rejected (capped at
 	// math.MaxInt32 seconds).
 	Wait float64
+	// Delay is > 0 when the request was admitted as a reservation
+	// (TokenBucket.MaxDelay): the seconds it must wait before it proceeds,
+	// at most MaxDelay. 0 otherwise.
+	Delay float64
 	// Reset is the number of seconds until the bucket is full again
 	// (after this request's consumption when allowed). Finite and >= 0.
 	Reset float64
@@ -83,6 +116,11 @@ type Decision struct {
 //     stored LastRefill stays >= 0, as state.DecodeBucket requires.
 //   - tokens' is clamped to Burst, so a stored value above Burst (e.g. after
 //     the burst was lowered by a config update) is cut back to the new cap.
+//   - Negative stored tokens (reservations, MaxDelay > 0) refill like any
+//     other level. With MaxDelay 0 (e.g. after delays were turned off) a
+//     negative bucket simply rejects until it refills to cost. A MaxDelay
+//     that is NaN or negative delays nothing; cost > Burst is never
+//     reserved (it could not be admitted without a delay either).
 func (tb TokenBucket) Take(s state.Bucket, exists bool, now float64, cost float64) (state.Bucket, Decision) {
 	rate, burst := tb.Rate, tb.Burst
 	if !(rate > 0) || math.IsInf(rate, 0) {
@@ -125,6 +163,12 @@ func (tb TokenBucket) Take(s state.Bucket, exists bool, now float64, cost float6
 		d.Allowed = true
 	} else {
 		d.Wait = max(finite((cost-tokens)/rate), minWait)
+		if d.Wait <= tb.MaxDelay && cost <= burst {
+			// A reservation: take the tokens now (the bucket goes
+			// negative) and wait for the refill to pay them back.
+			tokens -= cost
+			d.Allowed, d.Delay, d.Wait = true, d.Wait, 0
+		}
 	}
 	if tokens > 0 {
 		d.Remaining = tokens
@@ -136,11 +180,13 @@ func (tb TokenBucket) Take(s state.Bucket, exists bool, now float64, cost float6
 // Level returns the tokens a stored bucket holds at time now: its tokens
 // refilled for max(0, now - LastRefill) seconds and capped at Burst, with
 // every edge case of Take (a corrupt bucket or a broken clock reads as a
-// new, full bucket or as no elapsed time). The bucket is full, and carries
-// no information a new bucket would not, exactly when Level >= Burst.
+// new, full bucket or as no elapsed time). It is negative for a bucket in
+// debt (reservations, MaxDelay), so such a bucket ranks below an empty one.
+// The bucket is full, and carries no information a new bucket would not,
+// exactly when Level >= Burst.
 func (tb TokenBucket) Level(s state.Bucket, now float64) float64 {
-	_, d := tb.Take(s, true, now, 0)
-	return d.Remaining
+	b, _ := tb.Take(s, true, now, 0)
+	return b.Tokens
 }
 
 // Full reports whether the stored bucket has refilled to its burst at now.

@@ -351,7 +351,8 @@ func TestLevelAndFull(t *testing.T) {
 		{state.Bucket{Tokens: 0, LastRefill: t0}, t0 + 100, 10, true},
 		{state.Bucket{Tokens: 12, LastRefill: t0}, t0, 10, true},       // above a lowered burst
 		{state.Bucket{Tokens: 3, LastRefill: t0}, t0 - 3600, 3, false}, // backwards clock mints nothing
-		{state.Bucket{Tokens: -4, LastRefill: t0}, t0, 0, false},       // negative level reads as 0 remaining
+		{state.Bucket{Tokens: -4, LastRefill: t0}, t0, -4, false},      // a debt (reservations) ranks below empty
+		{state.Bucket{Tokens: -4, LastRefill: t0}, t0 + 1, 1, false},
 		{state.Bucket{Tokens: math.NaN(), LastRefill: t0}, t0, 10, true},
 		{state.Bucket{Tokens: 9, LastRefill: t0}, math.NaN(), 9, false},
 	} {

@@ -59,6 +59,7 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 					CostSource:      tb.Cost.String(),
 					FixedCost:       tb.FixedCost,
 					DefaultCost:     tb.DefaultCost,
+					MaxDelayMS:      tb.MaxDelayMS,
 				}
 			}
 			if w := r.Window; w != nil {
@@ -115,6 +116,9 @@ type normTokenBucket struct {
 	CostSource      string  `json:"cost_source"`
 	FixedCost       float64 `json:"fixed_cost"`
 	DefaultCost     float64 `json:"default_cost"`
+	// Written only when set, so that configurations without delays
+	// normalize as before.
+	MaxDelayMS int `json:"max_delay_ms,omitempty"`
 }
 
 type normWindow struct {

@@ -46,7 +46,7 @@ var (
 	policyFields      = []string{"name", "rules"}
 	ruleFields        = []string{"name", "limit_keys", "match", "algorithm", "algorithm_config", "mode", "max_keys", "telemetry_identity"}
 	telemetryFields   = []string{"cluster", "authority", "path", "interval_ms", "token", "top_n", "timeout_ms"}
-	tokenBucketFields = []string{"tokens_per_second", "rps", "burst", "cost_source", "fixed_cost", "default_cost"}
+	tokenBucketFields = []string{"tokens_per_second", "rps", "burst", "cost_source", "fixed_cost", "default_cost", "max_delay_ms"}
 	algorithms        = []string{AlgorithmTokenBucket, AlgorithmFixedWindow, AlgorithmSlidingWindow, AlgorithmRollingWindow}
 )
 
@@ -440,6 +440,12 @@ func (p *parser) tokenBucket(path string, v *jvalue) *TokenBucket {
 				"; a request costing more than the bucket holds could never be admitted, so lower the cost or raise burst")
 		default:
 			*c.dst = x
+		}
+	}
+	if dv := f["max_delay_ms"]; dv != nil {
+		if ms, ok := p.integer(join(path, "max_delay_ms"), dv, 0, MaxDelayMS, "an integer from 0 (no delay, the default) to "+
+			strconv.Itoa(MaxDelayMS)+": the longest a request may be held waiting for its tokens, in milliseconds"); ok {
+			tb.MaxDelayMS = ms
 		}
 	}
 	if len(p.errs) != before {

@@ -33,6 +33,12 @@ const (
 	// identity (256 bytes) a slot takes about 330 bytes of shared data, so
 	// one rule stays under about 1.4 GB; with IP addresses about 100 bytes.
 	MaxMaxKeys = 4194304
+
+	// MaxDelayMS is the largest token_bucket max_delay_ms accepted (60 s).
+	// A delayed request holds its stream open for that long: Envoy's
+	// stream_idle_timeout (default 300 s) and any request_timeout, and the
+	// clients' own timeouts, must be longer.
+	MaxDelayMS = 60000
 )
 
 // Algorithm names.
@@ -171,6 +177,11 @@ type TokenBucket struct {
 	Cost            CostSource
 	FixedCost       float64 // default 1
 	DefaultCost     float64 // default 1
+	// MaxDelayMS is "max_delay_ms": delayed admission (docs/filter.md
+	// "Delayed admission"). A request that would have to wait at most this
+	// many milliseconds for its tokens reserves them and is paused until
+	// then instead of being rejected. 0 (the default) turns it off.
+	MaxDelayMS int
 }
 
 // CostKind is where a request's cost comes from.

@@ -113,6 +113,8 @@ func schemaProperties() map[string]obj {
 				"description": `Where a request's cost comes from: "fixed", "header:<name>" or "query:<name>".`},
 			"fixed_cost":   cost("Cost of every request when cost_source is fixed; <= burst."),
 			"default_cost": cost("Cost when the cost header or query value is absent or unusable; <= burst."),
+			"max_delay_ms": obj{"type": "integer", "minimum": 0, "maximum": MaxDelayMS, "default": 0,
+				"description": "Delayed admission: a request that would wait at most this many milliseconds for its tokens reserves them and is held until then instead of rejected; 0 = off."},
 		},
 		"window":        windowProperties(false, cost),
 		"rollingWindow": windowProperties(true, cost),

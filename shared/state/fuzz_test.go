@@ -51,6 +51,7 @@ func FuzzDecodeBucket(f *testing.F) {
 func FuzzEncodeBucket(f *testing.F) {
 	f.Add(87.4321, 1736940000.0)
 	f.Add(-5.0, 0.0)
+	f.Add(-6e13, 1736940000.5) // the deepest debt max_delay_ms allows (1e12/s for 60 s)
 	f.Add(1e300, 1e-300)
 	f.Fuzz(func(t *testing.T, tokens, last float64) {
 		if math.IsNaN(tokens) || math.IsInf(tokens, 0) || math.IsNaN(last) || math.IsInf(last, 0) || last < 0 {
@@ -128,6 +129,7 @@ func FuzzDecodeSlot(f *testing.F) {
 func FuzzEncodeSlot(f *testing.F) {
 	f.Add(uint64(0x3f0c2a9be4d10f57), 9.0, 1736940000.25, "10.0.0.1")
 	f.Add(uint64(0), -5.0, 0.0, "a:b")
+	f.Add(uint64(3), -6e13, 1736940000.5, "deep-debt")
 	f.Add(uint64(1), 1e12, 1e-300, strings.Repeat("k", 300))
 	f.Add(uint64(2), 1.0, 1.0, "")
 	f.Fuzz(func(t *testing.T, fp uint64, tokens, last float64, identity string) {
