@@ -1,0 +1,79 @@
+package redisgcra
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ClientOptions chooses the Redis deployment:
+//
+//   - one address, no MasterName, not Cluster: a standalone server;
+//   - several addresses (or Cluster): a Redis Cluster, the addresses are
+//     seeds from which the client learns the slots;
+//   - MasterName: Sentinel, the addresses are the sentinels'.
+type ClientOptions struct {
+	Addrs      []string
+	MasterName string
+	Cluster    bool // cluster mode even with one seed address
+	Username   string
+	Password   string
+	// Timeout bounds dialing, each read and write: a Redis that does not
+	// answer within it counts as down, and the RLS answers UNAVAILABLE
+	// instead of holding Envoy's request.
+	Timeout time.Duration
+	// PoolSize is the connections per server (default 10 per CPU).
+	PoolSize int
+}
+
+// ParseAddrs splits a comma-separated address list, dropping blanks.
+func ParseAddrs(s string) []string {
+	var out []string
+	for a := range strings.SplitSeq(s, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// NewClient returns the go-redis UniversalClient for o. It does not
+// connect: the first command does.
+func NewClient(o ClientOptions) (redis.UniversalClient, error) {
+	if len(o.Addrs) == 0 {
+		return nil, ErrNoAddrs
+	}
+	if o.MasterName != "" && o.Cluster {
+		return nil, fmt.Errorf("a Sentinel master name (%q) and cluster mode exclude each other", o.MasterName)
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 100 * time.Millisecond
+	}
+	return redis.NewUniversalClient(&redis.UniversalOptions{
+		Addrs:         o.Addrs,
+		MasterName:    o.MasterName,
+		IsClusterMode: o.Cluster,
+		Username:      o.Username,
+		Password:      o.Password,
+		DialTimeout:   o.Timeout,
+		ReadTimeout:   o.Timeout,
+		WriteTimeout:  o.Timeout,
+		// The caller's context deadline (the RLS call's budget) bounds
+		// every command, not only the socket timeouts.
+		ContextTimeoutEnabled: true,
+		// One retry at most: a rate-limit answer is only useful quickly,
+		// and Envoy (or the plugin) has its own failure mode.
+		MaxRetries:      1,
+		MinRetryBackoff: time.Millisecond,
+		MaxRetryBackoff: 10 * time.Millisecond,
+		PoolSize:        o.PoolSize,
+		PoolTimeout:     o.Timeout,
+		// Cluster: follow MOVED/ASK a few times only.
+		MaxRedirects: 3,
+		// Sluice does not use client-side caching or RESP3 push messages.
+		Protocol:        2,
+		DisableIdentity: true,
+	}), nil
+}
