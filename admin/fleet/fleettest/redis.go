@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -169,5 +170,20 @@ func waitClusterOK(addr string, within time.Duration) error {
 			return fmt.Errorf("cluster not ok: %v %q", err, info)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Pause freezes the server (SIGSTOP): connections stay open and nothing
+// answers, as when a Redis host hangs or the network drops packets.
+func (r *Redis) Pause() {
+	if r.cmd != nil && r.cmd.Process != nil {
+		r.cmd.Process.Signal(syscall.SIGSTOP)
+	}
+}
+
+// Resume undoes Pause.
+func (r *Redis) Resume() {
+	if r.cmd != nil && r.cmd.Process != nil {
+		r.cmd.Process.Signal(syscall.SIGCONT)
 	}
 }

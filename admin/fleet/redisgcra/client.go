@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // ClientOptions chooses the Redis deployment:
@@ -68,12 +69,18 @@ func NewClient(o ClientOptions) (redis.UniversalClient, error) {
 		MaxRetries:      1,
 		MinRetryBackoff: time.Millisecond,
 		MaxRetryBackoff: 10 * time.Millisecond,
-		PoolSize:        o.PoolSize,
-		PoolTimeout:     o.Timeout,
+		// go-redis retries a failed dial 5 times 100 ms apart by default:
+		// far past the budget. A refused connection is an answer: Redis is
+		// down, say so at once.
+		DialerRetries:      1,
+		DialerRetryTimeout: time.Millisecond,
+		PoolSize:           o.PoolSize,
+		PoolTimeout:        o.Timeout,
 		// Cluster: follow MOVED/ASK a few times only.
 		MaxRedirects: 3,
 		// Sluice does not use client-side caching or RESP3 push messages.
-		Protocol:        2,
-		DisableIdentity: true,
+		Protocol:                 2,
+		DisableIdentity:          true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	}), nil
 }
