@@ -42,6 +42,9 @@ type Options struct {
 	Timeout time.Duration
 	Logger  *slog.Logger
 	Now     func() time.Time // default time.Now
+	// BackendName describes the backend for the dashboard ("redis
+	// 10.0.0.7:6379"); never a password.
+	BackendName string
 }
 
 // Server is the rate limit service. It keeps no limit state of its own:
@@ -55,6 +58,8 @@ type Server struct {
 	log     *slog.Logger
 	now     func() time.Time
 	fleet   *tracker
+
+	backendName string
 
 	healthMu sync.Mutex
 	health   Health
@@ -75,7 +80,7 @@ type Health struct {
 // grpc.Server of your own with Register.
 func NewServer(o Options) *Server {
 	s := &Server{backend: o.Backend, rules: o.Rules, metrics: o.Metrics, timeout: o.Timeout,
-		log: o.Logger, now: o.Now, fleet: newTracker()}
+		log: o.Logger, now: o.Now, fleet: newTracker(), backendName: o.BackendName}
 	if s.metrics == nil {
 		s.metrics = NewMetrics()
 	}
