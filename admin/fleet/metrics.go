@@ -100,3 +100,6 @@ func (m *Metrics) Register(reg prometheus.Registerer, s *Server) error {
 	}
 	return nil
 }
+
+// Metrics returns the server's metrics (to register them).
+func (s *Server) Metrics() *Metrics { return s.metrics }
