@@ -163,7 +163,7 @@ func (o *options) parseFleet(timeout string) error {
 		timeout = fleet.DefaultTimeout.String()
 	}
 	d, err := time.ParseDuration(timeout)
-	if err != nil || d <= 0 || d > 10*time.Second {
+	if err != nil || d < time.Millisecond || d > 10*time.Second {
 		return fmt.Errorf("-redis-timeout: %q is not a duration between 1ms and 10s (e.g. 100ms)", timeout)
 	}
 	o.RedisTimeout, o.Redis.Timeout = d, d

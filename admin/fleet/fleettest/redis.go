@@ -187,3 +187,35 @@ func (r *Redis) Resume() {
 		r.cmd.Process.Signal(syscall.SIGCONT)
 	}
 }
+
+// StartSentinel starts a Redis Sentinel watching the server at masterAddr
+// under the master name name, with a quorum of 1, and returns its address.
+func StartSentinel(tb testing.TB, masterAddr, name string) string {
+	tb.Helper()
+	bin := requireRedis(tb)
+	host, port, err := net.SplitHostPort(masterAddr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dir := tb.TempDir()
+	own := FreePort(tb)
+	// Sentinel rewrites its configuration file: it must be its own, writable.
+	conf := fmt.Sprintf("port %d\nbind 127.0.0.1\nprotected-mode no\ndir %s\nlogfile %s\n"+
+		"sentinel monitor %s %s %s 1\nsentinel down-after-milliseconds %s 1000\n",
+		own, dir, filepath.Join(dir, "sentinel.log"), name, host, port, name)
+	path := filepath.Join(dir, "sentinel.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	cmd := exec.Command(bin, path, "--sentinel")
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("starting redis-server --sentinel: %v", err)
+	}
+	tb.Cleanup(func() { stop(cmd) })
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(own))
+	if err := waitPing(addr, 10*time.Second); err != nil {
+		log, _ := os.ReadFile(filepath.Join(dir, "sentinel.log"))
+		tb.Fatalf("sentinel on %s did not answer: %v\n%s", addr, err, log)
+	}
+	return addr
+}

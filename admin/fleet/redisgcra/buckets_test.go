@@ -59,6 +59,9 @@ func TestScriptIsExactOnACluster(t *testing.T) {
 		t.Fatalf("the test keys all fall on one shard: %v", slots)
 	}
 	hammer(t, b, keys)
+	if err := b.Ping(context.Background()); err != nil {
+		t.Errorf("Ping every shard: %v", err)
+	}
 }
 
 // hammer runs 12 goroutines taking 1 to 3 tokens (each op a batch across
@@ -252,5 +255,35 @@ func TestGarbageInTheKeyCountsAsAFullBucket(t *testing.T) {
 	outs, err := b.Run(ctx, []redisgcra.Op{{Key: key, Amount: limit.Cost(5), Tau: limit.Tau()}})
 	if err != nil || !outs[0].Allowed {
 		t.Fatalf("take the burst over a garbage value: %+v %v", outs, err)
+	}
+}
+
+func TestScriptThroughSentinel(t *testing.T) {
+	r := fleettest.StartRedis(t)
+	sentinel := fleettest.StartSentinel(t, r.Addr, "mymaster")
+	b, c := newBuckets(t, redisgcra.ClientOptions{Addrs: []string{sentinel}, MasterName: "mymaster"})
+	if _, ok := c.(*redis.Client); !ok {
+		t.Fatalf("UniversalClient with a master name is %T, want a failover *redis.Client", c)
+	}
+	ctx := context.Background()
+	limit := redisgcra.Limit{Rate: 0.01, Burst: 3}
+	key := redisgcra.Key("sluice", "api", "s")
+	for i, want := range []bool{true, true, true, false} {
+		outs, err := b.Run(ctx, []redisgcra.Op{{Key: key, Amount: limit.Cost(1), Tau: limit.Tau()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if outs[0].Allowed != want {
+			t.Fatalf("take %d: %+v, want allowed=%v", i+1, outs[0], want)
+		}
+	}
+	// The bucket is on the master the sentinel named.
+	direct := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer direct.Close()
+	if n, err := direct.Exists(ctx, key).Result(); err != nil || n != 1 {
+		t.Errorf("the master has no bucket key: %d %v", n, err)
+	}
+	if err := b.Ping(ctx); err != nil {
+		t.Error(err)
 	}
 }
