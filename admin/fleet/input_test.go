@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-rl/sluice/admin/fleet/redisgcra"
+	"github.com/sluice-rl/sluice/admin/policies"
 )
 
 // fakeBackend grants everything and counts the ops it ran.
@@ -193,4 +195,38 @@ func FuzzShouldRateLimit(f *testing.F) {
 			t.Fatalf("%d statuses for %d descriptors", len(resp.Statuses), len(req.Descriptors))
 		}
 	})
+}
+
+type countingPublisher struct{ got []int64 }
+
+func (c *countingPublisher) Publish(_ context.Context, v policies.Version) error {
+	c.got = append(c.got, v.Number)
+	return nil
+}
+
+func TestPolicyRulesFollowPublishedVersions(t *testing.T) {
+	var rules PolicyRules
+	next := &countingPublisher{}
+	pub := rules.Publisher(next)
+	doc := func(rate float64) []byte {
+		return fmt.Appendf(nil, `{"policies":[{"name":"p","rules":[{"name":"g","scope":"global","algorithm":"token_bucket","algorithm_config":{"tokens_per_second":%g,"burst":100}}]}]}`, rate)
+	}
+	if err := pub.Publish(context.Background(), policies.Version{Number: 3, JSON: doc(10)}); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := rules.GlobalLimit("g"); l.Rate != 10 {
+		t.Errorf("v3: rate %g", l.Rate)
+	}
+	if err := pub.Publish(context.Background(), policies.Version{Number: 4, JSON: doc(20)}); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := rules.GlobalLimit("g"); l.Rate != 20 || rules.Version() != 4 {
+		t.Errorf("v4: rate %g version %d", l.Rate, rules.Version())
+	}
+	if fmt.Sprint(next.got) != "[3 4]" {
+		t.Errorf("next publisher got %v", next.got)
+	}
+	if err := rules.Publisher(nil).Publish(context.Background(), policies.Version{Number: 5, JSON: doc(30)}); err != nil {
+		t.Errorf("no next publisher: %v", err)
+	}
 }

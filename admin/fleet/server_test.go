@@ -305,8 +305,11 @@ func TestRLSRedisDownAnswersUnavailableFastAndRecovers(t *testing.T) {
 		t.Helper()
 		before := testutil.ToFloat64(m.redisErrors.WithLabelValues(kind))
 		start := time.Now()
-		_, _, err := s.call(t, "n1", req)
+		_, hdr, err := s.call(t, "n1", req)
 		took := time.Since(start)
+		if got := hdr.Get(FleetHeader); len(got) != 1 || got[0] != "1" {
+			t.Errorf("%s: fleet size header %q, want it with the error too", what, got)
+		}
 		t.Logf("%s: %v", what, err)
 		if status.Code(err) != codes.Unavailable {
 			t.Fatalf("%s: err = %v, want UNAVAILABLE", what, err)
