@@ -154,7 +154,36 @@ func StartCluster(tb testing.TB) []string {
 			tb.Fatalf("cluster node %s: %v", a, err)
 		}
 	}
+	if err := waitClusterWritable(addrs, 10*time.Second); err != nil {
+		tb.Fatalf("cluster %v: %v", addrs, err)
+	}
 	return addrs
+}
+
+// waitClusterWritable waits until a cluster client can write on every
+// shard: cluster_state:ok on each node does not yet mean that every node
+// agrees on the slots (CLUSTERDOWN, MOVED for a moment after creation).
+func waitClusterWritable(addrs []string, within time.Duration) error {
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	defer c.Close()
+	deadline := time.Now().Add(within)
+	for {
+		var err error
+		// Hash tags {a}, {b}, {c} fall on the three masters' slot ranges
+		// (15495, 3300 and 7365 of 16384).
+		for _, k := range []string{"{a}", "{b}", "{c}"} {
+			if err = c.Set(context.Background(), "fleettest:"+k, "1", time.Second).Err(); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not writable: %w", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func waitClusterOK(addr string, within time.Duration) error {

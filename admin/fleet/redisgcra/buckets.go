@@ -64,19 +64,24 @@ func New(c redis.UniversalClient) *Buckets { return &Buckets{c: c} }
 // Run applies ops in one pipelined round trip (one per shard on a cluster)
 // and returns their outcomes in order. Each op is one script call on one
 // key: the ops of a batch are independent buckets, usually on different
-// slots, so they cannot share a script call on a cluster. The error is the
-// first failure; outcomes are all-or-nothing per call.
+// slots, so they cannot share a script call on a cluster.
+//
+// On an error no outcome is returned, yet some ops may have run (a
+// connection lost after the scripts ran, a timeout): their tokens are
+// taken and unused, an under-admission, never an over-admission. Ops are
+// never sent twice, except those Redis refused without running them.
 func (b *Buckets) Run(ctx context.Context, ops []Op) ([]Outcome, error) {
 	if len(ops) == 0 {
 		return nil, nil
 	}
 	cmds, err := b.pipeline(ctx, ops, false)
-	if err != nil && isNoScript(err) {
-		// The script cache is empty (a new or restarted server, a failover):
-		// EVAL sends the source and caches it again. Ops that failed with
-		// NOSCRIPT did not run, so running the batch again is safe only for
-		// those; the others already applied.
-		if cmds, err = b.retryNoScript(ctx, ops, cmds); err != nil {
+	if err != nil && notRun(err) {
+		// Redis refused some ops without running them: NOSCRIPT (the script
+		// cache is empty after a restart, a failover, SCRIPT FLUSH; EVAL
+		// sends the source and caches it again), or a cluster redirect or
+		// transient state. Only those ops go again, once; the others have
+		// already been applied and must not be.
+		if cmds, err = b.retryNotRun(ctx, ops, cmds); err != nil {
 			return nil, err
 		}
 	} else if err != nil {
@@ -106,12 +111,12 @@ func (b *Buckets) pipeline(ctx context.Context, ops []Op, eval bool) ([]*redis.C
 	return cmds, err
 }
 
-func (b *Buckets) retryNoScript(ctx context.Context, ops []Op, cmds []*redis.Cmd) ([]*redis.Cmd, error) {
+func (b *Buckets) retryNotRun(ctx context.Context, ops []Op, cmds []*redis.Cmd) ([]*redis.Cmd, error) {
 	var again []Op
 	var at []int
 	for i, cmd := range cmds {
 		if err := cmd.Err(); err != nil {
-			if !isNoScript(err) {
+			if !notRun(err) {
 				return nil, err
 			}
 			again, at = append(again, ops[i]), append(at, i)
@@ -134,8 +139,23 @@ func mode(ret bool) string {
 	return "take"
 }
 
-func isNoScript(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+// notRunPrefixes are the error replies with which Redis refuses a command
+// without running it: safe to send again.
+var notRunPrefixes = []string{"NOSCRIPT ", "MOVED ", "TRYAGAIN ", "CLUSTERDOWN ", "LOADING "}
+
+// notRun reports whether err is a reply meaning the script did not run.
+// Connection errors and timeouts are not: the script may have run.
+func notRun(err error) bool {
+	if err == nil {
+		return false
+	}
+	s := err.Error()
+	for _, p := range notRunPrefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
 }
 
 func decode(cmd *redis.Cmd) (Outcome, error) {

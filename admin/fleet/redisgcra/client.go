@@ -64,11 +64,13 @@ func NewClient(o ClientOptions) (redis.UniversalClient, error) {
 		// The caller's context deadline (the RLS call's budget) bounds
 		// every command, not only the socket timeouts.
 		ContextTimeoutEnabled: true,
-		// One retry at most: a rate-limit answer is only useful quickly,
-		// and Envoy (or the plugin) has its own failure mode.
-		MaxRetries:      1,
-		MinRetryBackoff: time.Millisecond,
-		MaxRetryBackoff: 10 * time.Millisecond,
+		// No retries by go-redis: after a connection error or a retriable
+		// reply to a batch's first command it sends the whole batch again,
+		// re-running scripts that had already run (a take charged twice, a
+		// return credited twice). Buckets.Run re-sends only the ops Redis
+		// refused without running them; anything else is the caller's
+		// UNAVAILABLE, and Envoy (or the plugin) has its own failure mode.
+		MaxRetries: -1,
 		// go-redis retries a failed dial 5 times 100 ms apart by default:
 		// far past the budget. A refused connection is an answer: Redis is
 		// down, say so at once.
@@ -76,8 +78,10 @@ func NewClient(o ClientOptions) (redis.UniversalClient, error) {
 		DialerRetryTimeout: time.Millisecond,
 		PoolSize:           o.PoolSize,
 		PoolTimeout:        o.Timeout,
-		// Cluster: follow MOVED/ASK a few times only.
-		MaxRedirects: 3,
+		// Cluster: likewise no pipeline retries (they follow MOVED, but
+		// also re-send a node's whole batch on errors); Run follows a MOVED
+		// once itself.
+		MaxRedirects: -1,
 		// Sluice does not use client-side caching or RESP3 push messages.
 		Protocol:                 2,
 		DisableIdentity:          true,
