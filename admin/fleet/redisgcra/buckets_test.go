@@ -65,19 +65,22 @@ func TestScriptIsExactOnACluster(t *testing.T) {
 }
 
 // hammer runs 12 goroutines taking 1 to 3 tokens (each op a batch across
-// keys) from buckets of rate 100/s and burst 100 for hammerWindow, then
-// checks per key, with t the span of Redis TIME between the key's first
-// and last call:
+// keys) from buckets of rate 100/s and burst 100 for hammerWindow; every
+// second goroutine gives one token of each grant of 2 or 3 back at once
+// (once the bucket is drained, so that a return never meets a full
+// bucket). Then it checks per key, with t the span of Redis TIME between
+// the key's first and last call and net = admitted - returned:
 //
-//	admitted <= burst + rate*t                       (never over, exactly)
-//	admitted + headroom(end) ~= tau*rate + rate*t    (never grossly under)
+//	net <= burst + rate*t                       (never over, exactly)
+//	net + headroom(end) ~= tau*rate + rate*t    (never grossly under, returns credited)
 //
-// where the second holds up to the rounding of each call's cost (< 1 us).
+// where the second holds up to the rounding of each call (< 1 us).
 func hammer(t *testing.T, b *redisgcra.Buckets, keys []string) {
 	limit := redisgcra.Limit{Rate: 100, Burst: 100}
 	type tally struct {
-		admitted, calls, admittedCalls uint64
-		first, last                    int64
+		admitted, returned                uint64
+		calls, admittedCalls, returnCalls uint64
+		first, last                       int64
 	}
 	var mu sync.Mutex
 	tallies := make([]tally, len(keys))
@@ -101,6 +104,8 @@ func hammer(t *testing.T, b *redisgcra.Buckets, keys []string) {
 					errs <- err
 					return
 				}
+				var back []redisgcra.Op
+				var backKeys []int
 				mu.Lock()
 				for k, o := range outs {
 					tl := &tallies[k]
@@ -109,7 +114,27 @@ func hammer(t *testing.T, b *redisgcra.Buckets, keys []string) {
 					if o.Allowed {
 						tl.admitted += n
 						tl.admittedCalls++
+						if g%2 == 0 && n >= 2 && o.Backlog > limit.Tau()/2 {
+							back = append(back, redisgcra.Op{Key: keys[k], Amount: limit.Credit(1), Tau: limit.Tau(), Return: true})
+							backKeys = append(backKeys, k)
+						}
 					}
+				}
+				mu.Unlock()
+				if len(back) == 0 {
+					continue
+				}
+				outs, err = b.Run(ctx, back)
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				for j, o := range outs {
+					tl := &tallies[backKeys[j]]
+					tl.returned++
+					tl.returnCalls++
+					tl.last = max(tl.last, o.Now)
 				}
 				mu.Unlock()
 			}
@@ -130,21 +155,24 @@ func hammer(t *testing.T, b *redisgcra.Buckets, keys []string) {
 		span := float64(tl.last-tl.first) / 1e6
 		spanEnd := float64(end[0].Now-tl.first) / 1e6
 		upper := limit.Burst + limit.Rate*span
-		if float64(tl.admitted) > upper {
-			t.Errorf("%s: admitted %d tokens in %.3fs of Redis time, more than burst %g + rate %g * t = %.3f",
-				key, tl.admitted, span, limit.Burst, limit.Rate, upper)
+		net := float64(tl.admitted) - float64(tl.returned)
+		if net > upper {
+			t.Errorf("%s: admitted %d - returned %d tokens in %.3fs of Redis time, more than burst %g + rate %g * t = %.3f",
+				key, tl.admitted, tl.returned, span, limit.Burst, limit.Rate, upper)
 		}
 		headroom := float64(limit.Tau()-end[0].Backlog) * limit.Rate / 1e6
 		want := float64(limit.Tau())*limit.Rate/1e6 + limit.Rate*spanEnd
-		slack := float64(tl.admittedCalls+1) * limit.Rate / 1e6 // < 1 us of refill per admitted call
-		if got := float64(tl.admitted) + headroom; got > want+1e-6 || got < want-slack {
-			t.Errorf("%s: admitted %d + headroom %.4f = %.4f tokens, want %.4f (-%.4f): the bucket lost or made tokens",
-				key, tl.admitted, headroom, got, want, slack)
+		// < 1 us of refill per admitted call and per return, and the floor of tau.
+		slack := float64(tl.admittedCalls+tl.returnCalls+1) * limit.Rate / 1e6
+		if got := net + headroom; got > want+1e-6 || got < want-slack {
+			t.Errorf("%s: admitted %d - returned %d + headroom %.4f = %.4f tokens, want %.4f (-%.4f): the bucket lost or made tokens",
+				key, tl.admitted, tl.returned, headroom, got, want, slack)
 		}
-		if tl.admitted < 100 || tl.admitted == tl.calls {
-			t.Errorf("%s: admitted %d of %d calls' tokens: the test did not drain the bucket", key, tl.admitted, tl.calls)
+		if tl.admitted < 100 || tl.admittedCalls == tl.calls || tl.returned == 0 {
+			t.Errorf("%s: %d of %d calls admitted, %d tokens returned: the test did not drain the bucket or return tokens",
+				key, tl.admittedCalls, tl.calls, tl.returned)
 		}
-		t.Logf("%s: %d calls, %d tokens admitted over %.3fs (bound %.1f)", key, tl.calls, tl.admitted, span, upper)
+		t.Logf("%s: %d calls, %d tokens admitted, %d returned over %.3fs (bound %.1f)", key, tl.calls, tl.admitted, tl.returned, span, upper)
 	}
 }
 
