@@ -224,6 +224,16 @@ func TestReturnsAreCreditedAndExpiryIsTimeUntilFull(t *testing.T) {
 	if o := run(5, false); !o.Allowed || tat(o) != t0+2000e6 || limit.Remaining(o.Backlog) != 0 {
 		t.Fatalf("take the last 5: %+v", o)
 	}
+	// The burst lowered to 10 while 20 are taken: nothing more is granted
+	// until the TAT is back within the new tau, but a query still answers.
+	lowered := redisgcra.Limit{Rate: limit.Rate, Burst: 10}
+	outs, err := b.Run(ctx, []redisgcra.Op{{Key: key, Amount: 0, Tau: lowered.Tau()}, {Key: key, Amount: lowered.Cost(1), Tau: lowered.Tau()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !outs[0].Allowed || tat(outs[0]) != t0+2000e6 || outs[1].Allowed || tat(outs[1]) != t0+2000e6 || lowered.Remaining(outs[0].Backlog) != 0 {
+		t.Fatalf("after lowering the burst: query %+v, take %+v; want the query OK and the take refused, TAT unchanged", outs[0], outs[1])
+	}
 	o = run(4, true)
 	if !o.Allowed || tat(o) != t0+1600e6 || limit.Remaining(o.Backlog) != 4 {
 		t.Fatalf("return 4: %+v, want TAT moved back 400 s", o)

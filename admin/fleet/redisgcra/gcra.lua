@@ -48,9 +48,11 @@ if ARGV[3] == 'return' then
   return {1, newtat - now, now}
 end
 
--- All or nothing: the tokens are granted only if all of them fit.
+-- All or nothing: the tokens are granted only if all of them fit. Asking
+-- for none always succeeds (a query), even when a lowered burst left the
+-- TAT beyond tau.
 local newtat = tat + amount
-if newtat - now > tau then
+if amount > 0 and newtat - now > tau then
   return {0, tat - now, now}
 end
 if amount > 0 then store(newtat) end
