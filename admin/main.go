@@ -8,6 +8,11 @@
 //	ratelimit-admin -token "$(cat token)" -listen 0.0.0.0:9000 -tls-cert c.pem -tls-key k.pem
 //	ratelimit-admin -data-dir ./data -new-token      # replace the admin token, print it, exit
 //	ratelimit-admin -metrics-listen 10.0.0.5:9090    # Prometheus on an internal port, no token
+//	ratelimit-admin -rls-listen 10.0.0.5:18081 -redis-addrs 10.0.0.7:6379   # fleet mode (global rules)
+//
+// With -rls-listen the admin also serves Envoy's rate limit service API
+// (gRPC) for the plugins' global rules, with the buckets in Redis
+// (-redis-addrs; password in SLUICE_REDIS_PASSWORD). See docs/fleet.md.
 //
 // The plugins POST their telemetry reports to /api/v1/telemetry with the
 // telemetry token (-telemetry-token, or generated at first start and
@@ -35,6 +40,8 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/admin/auth"
+	"github.com/sluice-rl/sluice/admin/fleet"
+	"github.com/sluice-rl/sluice/admin/fleet/redisgcra"
 	"github.com/sluice-rl/sluice/admin/httpapi"
 	"github.com/sluice-rl/sluice/admin/istio"
 	"github.com/sluice-rl/sluice/admin/policies"
@@ -67,6 +74,11 @@ type options struct {
 
 	TelemetryToken string
 	MetricsListen  string
+
+	RLSListen    string
+	Redis        redisgcra.ClientOptions
+	RedisAddrs   string
+	RedisTimeout time.Duration
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -91,7 +103,20 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.LogLevel, "log-level", env("SLUICE_LOG_LEVEL", "info"), "debug, info, warn or error (SLUICE_LOG_LEVEL)")
 	fs.StringVar(&o.TelemetryToken, "telemetry-token", env("SLUICE_TELEMETRY_TOKEN", ""), "token the plugins send with their telemetry reports, at least 16 characters; empty: the stored one, or generate one at first start and print it once (SLUICE_TELEMETRY_TOKEN)")
 	fs.StringVar(&o.MetricsListen, "metrics-listen", env("SLUICE_METRICS_LISTEN", ""), `address serving Prometheus /metrics without authentication; empty: /metrics on -listen behind the admin token; "off": no metrics (SLUICE_METRICS_LISTEN)`)
+	fs.StringVar(&o.RLSListen, "rls-listen", env("SLUICE_RLS_LISTEN", ""), "gRPC address of the rate limit service for global rules (fleet mode); empty: off (SLUICE_RLS_LISTEN)")
+	fs.StringVar(&o.RedisAddrs, "redis-addrs", env("SLUICE_REDIS_ADDRS", ""), "Redis for fleet mode: one address (standalone), several (cluster seeds) or the sentinels' with -redis-master; comma-separated (SLUICE_REDIS_ADDRS)")
+	fs.StringVar(&o.Redis.MasterName, "redis-master", env("SLUICE_REDIS_MASTER", ""), "Sentinel master name: -redis-addrs are sentinels (SLUICE_REDIS_MASTER)")
+	fs.BoolVar(&o.Redis.Cluster, "redis-cluster", envBool("SLUICE_REDIS_CLUSTER"), "Redis Cluster even with one -redis-addrs seed (SLUICE_REDIS_CLUSTER)")
+	fs.StringVar(&o.Redis.Username, "redis-username", env("SLUICE_REDIS_USERNAME", ""), "Redis ACL user; the password is read from SLUICE_REDIS_PASSWORD only (SLUICE_REDIS_USERNAME)")
+	redisTimeout := env("SLUICE_REDIS_TIMEOUT", fleet.DefaultTimeout.String())
+	fs.Func("redis-timeout", "Redis budget of one rate limit call; past it the call answers UNAVAILABLE (default "+fleet.DefaultTimeout.String()+") (SLUICE_REDIS_TIMEOUT)", func(v string) error {
+		redisTimeout = v
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if err := o.parseFleet(redisTimeout); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
@@ -128,6 +153,29 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-wasm-path: %w", err)
 	}
 	return o, nil
+}
+
+// parseFleet checks the fleet-mode flags: the RLS and Redis go together.
+func (o *options) parseFleet(timeout string) error {
+	o.Redis.Addrs = redisgcra.ParseAddrs(o.RedisAddrs)
+	o.Redis.Password = os.Getenv("SLUICE_REDIS_PASSWORD")
+	if timeout == "" {
+		timeout = fleet.DefaultTimeout.String()
+	}
+	d, err := time.ParseDuration(timeout)
+	if err != nil || d < time.Millisecond || d > 10*time.Second {
+		return fmt.Errorf("-redis-timeout: %q is not a duration between 1ms and 10s (e.g. 100ms)", timeout)
+	}
+	o.RedisTimeout, o.Redis.Timeout = d, d
+	switch {
+	case o.RLSListen == "" && (len(o.Redis.Addrs) > 0 || o.Redis.MasterName != ""):
+		return errors.New("-redis-addrs: set -rls-listen too (fleet mode's rate limit service is the only user of Redis)")
+	case o.RLSListen != "" && len(o.Redis.Addrs) == 0:
+		return errors.New("-rls-listen: needs -redis-addrs (where the global rules' buckets are)")
+	case o.Redis.MasterName != "" && o.Redis.Cluster:
+		return errors.New("-redis-master and -redis-cluster exclude each other")
+	}
+	return nil
 }
 
 func env(name, def string) string {
@@ -203,6 +251,21 @@ func run(args []string, stdout, stderr io.Writer) error {
 		pub, nodes = xdsServer, xdsNodes{xdsServer}
 	}
 
+	// Fleet mode: the RLS follows the current policy's global rules.
+	var fleetSrv *fleet.Server
+	if o.RLSListen != "" {
+		redisgcra.SetLogger(logger)
+		rc, err := redisgcra.NewClient(o.Redis)
+		if err != nil {
+			return fmt.Errorf("-redis-addrs: %w", err)
+		}
+		defer rc.Close()
+		rules := &fleet.PolicyRules{}
+		pub = rules.Publisher(pub)
+		fleetSrv = fleet.NewServer(fleet.Options{Backend: redisgcra.New(rc), Rules: rules, Timeout: o.RedisTimeout,
+			Logger: logger.With("component", "rls"), BackendName: redisName(o.Redis)})
+	}
+
 	telTokens, telGenerated, err := telemetry.SetupTokens(ctx, st, o.TelemetryToken)
 	if err != nil {
 		return fmt.Errorf("telemetry token: %w", err)
@@ -222,6 +285,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	telState := telemetry.NewState(telemetry.Options{Versions: versions})
 	metrics := telemetry.NewMetrics(telState)
+	if fleetSrv != nil {
+		if err := fleetSrv.Metrics().Register(metrics.Registry(), fleetSrv); err != nil {
+			return fmt.Errorf("fleet metrics: %w", err)
+		}
+	}
 	streamsCtx, endStreams := context.WithCancel(context.Background())
 	defer endStreams()
 	telCfg := &httpapi.Telemetry{State: telState, Tokens: telTokens, Metrics: metrics, Done: streamsCtx.Done()}
@@ -248,10 +316,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	handler, err := httpapi.New(httpapi.Config{
+	hcfg := httpapi.Config{
 		Policies: svc, Auth: authn, Nodes: nodes, Istio: o.Istio, Logger: logger, SecureCookies: o.SecureCookies,
 		Telemetry: telCfg,
-	})
+	}
+	if fleetSrv != nil {
+		hcfg.Fleet = fleetSrv
+	}
+	handler, err := httpapi.New(hcfg)
 	if err != nil {
 		return err
 	}
@@ -283,7 +355,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 
 	srv.RegisterOnShutdown(endStreams) // the dashboard's event streams end at once
 
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 	go func() {
 		if err := srv.Serve(httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("http: %w", err)
@@ -319,6 +391,23 @@ func run(args []string, stdout, stderr io.Writer) error {
 			}
 		}()
 	}
+	rlsDone := make(chan struct{})
+	if fleetSrv == nil {
+		close(rlsDone)
+	} else {
+		rlsLis, err := net.Listen("tcp", o.RLSListen)
+		if err != nil {
+			srv.Close()
+			return fmt.Errorf("-rls-listen: %w", err)
+		}
+		go func() {
+			defer close(rlsDone)
+			if err := fleetSrv.Serve(ctx, rlsLis, 5*time.Second); err != nil {
+				errc <- fmt.Errorf("rls: %w", err)
+			}
+		}()
+		fmt.Fprintf(stdout, "sluice admin: rate limit service (fleet mode) grpc://%s  backend %s\n", rlsLis.Addr(), redisName(o.Redis))
+	}
 	fmt.Fprintf(stdout, "sluice admin: dashboard %s://%s/  xDS %s  policy v%d  data %s\n", scheme, httpLis.Addr(), xdsAddr, cur.Number, st.Path())
 	metricsText := "off"
 	switch {
@@ -344,12 +433,26 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if metricsSrv != nil {
 		metricsSrv.Shutdown(shutdownCtx)
 	}
-	select {
-	case <-xdsDone:
-	case <-shutdownCtx.Done():
+	for _, done := range []chan struct{}{xdsDone, rlsDone} {
+		select {
+		case <-done:
+		case <-shutdownCtx.Done():
+		}
 	}
 	logger.Info("admin stopped")
 	return runErr
+}
+
+// redisName describes the Redis deployment for people (never the password).
+func redisName(o redisgcra.ClientOptions) string {
+	addrs := strings.Join(o.Addrs, ",")
+	switch {
+	case o.MasterName != "":
+		return "redis sentinel master " + o.MasterName + " via " + addrs
+	case o.Cluster || len(o.Addrs) > 1:
+		return "redis cluster " + addrs
+	}
+	return "redis " + addrs
 }
 
 // xdsNodes adapts the xDS server's node list to httpapi.NodeLister (the

@@ -65,6 +65,10 @@ type Config struct {
 	// Telemetry enables the telemetry ingestion, the dashboard's data, the
 	// telemetry page and /metrics (nil: the dashboard says it is off).
 	Telemetry *Telemetry
+
+	// Fleet adds the "Global rules" section to the dashboard (nil: fleet
+	// mode is off).
+	Fleet Fleet
 }
 
 // DefaultMaxBody is the default request body limit: 1 MiB.

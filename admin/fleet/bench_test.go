@@ -1,0 +1,50 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluice-rl/sluice/admin/fleet/fleettest"
+	"github.com/sluice-rl/sluice/admin/fleet/redisgcra"
+)
+
+// BenchmarkShouldRateLimit measures whole ShouldRateLimit calls: a gRPC
+// client of the generated types, HTTP/2 cleartext over loopback, the
+// server, one pipelined Redis batch on a real redis-server, with 1 and 32
+// descriptors per call, from 4 goroutines per CPU. It reports calls/s and
+// descriptors/s; compare the two sizes within one run (docs/benchmarks.md).
+func BenchmarkShouldRateLimit(b *testing.B) {
+	r := fleettest.StartRedis(b)
+	rules := &StaticRules{Limits: map[string]redisgcra.Limit{"api": {Rate: 1e9, Burst: 1e9}}}
+	s := startRLS(b, Options{Backend: redisBackend(b, r.Addr), Rules: rules, Timeout: time.Second})
+	for _, n := range []int{1, 32} {
+		b.Run(fmt.Sprintf("descriptors=%d", n), func(b *testing.B) {
+			var worker atomic.Int64
+			b.SetParallelism(4)
+			b.ResetTimer()
+			start := time.Now()
+			b.RunParallel(func(pb *testing.PB) {
+				w := worker.Add(1)
+				req := &rlsv3.RateLimitRequest{Domain: "sluice"}
+				for i := range n {
+					req.Descriptors = append(req.Descriptors, desc("api", fmt.Sprintf("w%d-%d", w, i), 1, false))
+				}
+				for pb.Next() {
+					resp, err := s.client.ShouldRateLimit(context.Background(), req)
+					if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+						b.Errorf("%v %v", resp, err)
+						return
+					}
+				}
+			})
+			secs := time.Since(start).Seconds()
+			b.ReportMetric(float64(b.N)/secs, "calls/s")
+			b.ReportMetric(float64(b.N*n)/secs, "descriptors/s")
+		})
+	}
+}

@@ -1,0 +1,135 @@
+package fleettest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// RatelimitModule and RatelimitVersion pin envoyproxy/ratelimit, the
+// reference rate limit service, as a stand-in for the admin's RLS in
+// interoperability tests. The project tags no releases whose go.mod builds
+// with `go install` (v1.4.0 is from 2019); this pseudo-version is main of
+// 2026-01-22, whose go.mod has no replace directive, so plain
+// `go install module/src/service_cmd@version` builds it from the module
+// proxy. Nothing of it is vendored or committed.
+const (
+	RatelimitModule  = "github.com/envoyproxy/ratelimit"
+	RatelimitVersion = "v1.4.1-0.20260122083618-3fb702589d36"
+)
+
+var installMu sync.Mutex
+
+// RatelimitBinary returns envoyproxy/ratelimit's service_cmd, installed
+// with `go install` into a cache directory on first use (about a minute of
+// compiling; later calls reuse it): $SLUICE_RATELIMIT_CACHE, else the user
+// cache directory's sluice/ratelimit-<version>. It needs the go command
+// and the module proxy (GOPROXY, GOFLAGS=-mod=mod is not needed).
+func RatelimitBinary(tb testing.TB) string {
+	tb.Helper()
+	dir := os.Getenv("SLUICE_RATELIMIT_CACHE")
+	if dir == "" {
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			tb.Fatalf("no cache directory for envoyproxy/ratelimit: %v (set SLUICE_RATELIMIT_CACHE)", err)
+		}
+		dir = filepath.Join(cache, "sluice", "ratelimit-"+RatelimitVersion)
+	}
+	bin := filepath.Join(dir, "service_cmd")
+	installMu.Lock()
+	defer installMu.Unlock()
+	if _, err := os.Stat(bin); err == nil {
+		return bin
+	}
+	goCmd := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(goCmd); err != nil {
+		goCmd = "go"
+	}
+	cmd := exec.Command(goCmd, "install", RatelimitModule+"/src/service_cmd@"+RatelimitVersion)
+	// GOFLAGS from the environment could carry -mod=vendor or the like,
+	// meant for this module; the install is of another one.
+	cmd.Env = append(os.Environ(), "GOBIN="+dir, "GOFLAGS=", "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		tb.Fatalf("go install %s/src/service_cmd@%s: %v\n%s", RatelimitModule, RatelimitVersion, err, out)
+	}
+	return bin
+}
+
+// Ratelimit is a running envoyproxy/ratelimit.
+type Ratelimit struct {
+	GRPCAddr string // the RateLimitService (h2c)
+	HTTPAddr string // its /json and /healthcheck endpoints
+}
+
+// StartRatelimit runs envoyproxy/ratelimit against the standalone Redis at
+// redisAddr with configYAML as its only configuration file (a "domain:"
+// document, e.g. domain "sluice"), on free 127.0.0.1 ports, and waits until
+// it serves. It is stopped when the test ends.
+//
+// The environment it gets (its settings are environment variables):
+// REDIS_SOCKET_TYPE=tcp REDIS_TYPE=SINGLE REDIS_URL=<redisAddr>
+// USE_STATSD=false RUNTIME_ROOT=<tmp> RUNTIME_SUBDIRECTORY=ratelimit
+// RUNTIME_APPDIRECTORY=config RUNTIME_WATCH_ROOT=false
+// RUNTIME_IGNOREDOTFILES=true HOST/PORT, GRPC_HOST/GRPC_PORT,
+// DEBUG_HOST/DEBUG_PORT on 127.0.0.1, LOG_LEVEL=warn.
+func StartRatelimit(tb testing.TB, redisAddr, configYAML string) *Ratelimit {
+	tb.Helper()
+	bin := RatelimitBinary(tb)
+	root := tb.TempDir()
+	cfgDir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cfgDir, "config.yaml"), []byte(configYAML), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	grpcPort, httpPort, debugPort := FreePort(tb), FreePort(tb), FreePort(tb)
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(),
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_TYPE=SINGLE", "REDIS_URL="+redisAddr,
+		"USE_STATSD=false", "LOG_LEVEL=warn",
+		"RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_APPDIRECTORY=config",
+		"RUNTIME_WATCH_ROOT=false", "RUNTIME_IGNOREDOTFILES=true",
+		"HOST=127.0.0.1", "PORT="+strconv.Itoa(httpPort),
+		"GRPC_HOST=127.0.0.1", "GRPC_PORT="+strconv.Itoa(grpcPort),
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+strconv.Itoa(debugPort),
+	)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("starting envoyproxy/ratelimit: %v", err)
+	}
+	tb.Cleanup(func() { stop(cmd) })
+	rl := &Ratelimit{GRPCAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(grpcPort)),
+		HTTPAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(httpPort))}
+	if err := waitTCP(rl.GRPCAddr, 20*time.Second); err != nil {
+		tb.Fatalf("envoyproxy/ratelimit did not listen on %s: %v\n%s", rl.GRPCAddr, err, out.String())
+	}
+	return rl
+}
+
+func waitTCP(addr string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		cancel()
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

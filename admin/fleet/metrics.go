@@ -1,0 +1,105 @@
+package fleet
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Request results, the values of sluice_fleet_rls_requests_total's label.
+const (
+	RequestOK          = "ok"          // every descriptor within its limit
+	RequestOverLimit   = "over_limit"  // at least one descriptor over its limit
+	RequestInvalid     = "invalid"     // INVALID_ARGUMENT: empty domain, malformed descriptor, ...
+	RequestUnavailable = "unavailable" // UNAVAILABLE: Redis failed or timed out
+)
+
+// Descriptor results, the values of sluice_fleet_rls_descriptors_total's label.
+const (
+	DescriptorOK        = "ok"
+	DescriptorOverLimit = "over_limit"
+	DescriptorReturn    = "return"    // unused tokens given back
+	DescriptorUnlimited = "unlimited" // unknown rule without a limit override: OK, no limit
+)
+
+// otherRule labels tokens of descriptors that do not name a global rule of
+// the current policy (limit overrides): rule names sent by clients are
+// unbounded and must not become label values.
+const otherRule = "(other)"
+
+// Metrics are the RLS's Prometheus metrics. Register them in the admin's
+// registry (telemetry.Metrics.Registry()).
+type Metrics struct {
+	requests    *prometheus.CounterVec
+	descriptors *prometheus.CounterVec
+	tokens      *prometheus.CounterVec
+	redisErrors *prometheus.CounterVec
+	redisTime   prometheus.Histogram
+	nodes       prometheus.GaugeFunc
+	up          prometheus.GaugeFunc
+}
+
+// NewMetrics returns the metrics of s (nil s: counters only, for tests).
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_fleet_rls_requests_total",
+			Help: "ShouldRateLimit calls by result: ok, over_limit, invalid (INVALID_ARGUMENT), unavailable (Redis failed or timed out: UNAVAILABLE).",
+		}, []string{"result"}),
+		descriptors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_fleet_rls_descriptors_total",
+			Help: "Descriptors answered, by result: ok, over_limit, return (unused tokens given back), unlimited (no global rule and no limit override: OK without a limit).",
+		}, []string{"result"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_fleet_tokens_total",
+			Help: "Tokens of global rules by rule and decision: granted, denied (asked for and refused), returned. Rule (other) is descriptors with a limit override.",
+		}, []string{"rule", "decision"}),
+		redisErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_fleet_redis_errors_total",
+			Help: "Failed Redis batches by kind: timeout (the -redis-timeout budget ran out) or error.",
+		}, []string{"kind"}),
+		redisTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sluice_fleet_redis_seconds",
+			Help:    "Time of one pipelined Redis batch (all descriptors of a ShouldRateLimit call), successful or not.",
+			Buckets: []float64{100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3},
+		}),
+	}
+	for _, r := range []string{RequestOK, RequestOverLimit, RequestInvalid, RequestUnavailable} {
+		m.requests.WithLabelValues(r)
+	}
+	for _, r := range []string{DescriptorOK, DescriptorOverLimit, DescriptorReturn, DescriptorUnlimited} {
+		m.descriptors.WithLabelValues(r)
+	}
+	for _, k := range []string{"timeout", "error"} {
+		m.redisErrors.WithLabelValues(k)
+	}
+	return m
+}
+
+// Register adds the metrics, and the gauges of s, to reg.
+func (m *Metrics) Register(reg prometheus.Registerer, s *Server) error {
+	cs := []prometheus.Collector{m.requests, m.descriptors, m.tokens, m.redisErrors, m.redisTime}
+	if s != nil {
+		cs = append(cs,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "sluice_fleet_nodes",
+				Help: "Distinct nodes (x-sluice-node) that called the RLS of this admin in the last 30 s, all domains.",
+			}, func() float64 { return float64(s.fleet.nodeCount()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "sluice_fleet_redis_up",
+				Help: "1 when the last Redis batch or health check of this admin succeeded, else 0.",
+			}, func() float64 {
+				if s.Health().Up {
+					return 1
+				}
+				return 0
+			}))
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Metrics returns the server's metrics (to register them).
+func (s *Server) Metrics() *Metrics { return s.metrics }

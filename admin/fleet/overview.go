@@ -1,0 +1,50 @@
+package fleet
+
+import "github.com/sluice-rl/sluice/admin/fleet/redisgcra"
+
+// RuleLister is implemented by Rules that can list their global rules
+// (PolicyRules): the dashboard then shows rules nobody has used yet.
+type RuleLister interface {
+	Names() []string
+}
+
+// Overview is what the dashboard shows of fleet mode.
+type Overview struct {
+	Backend string // where the buckets are, for people: "redis 10.0.0.7:6379"
+	Health  Health
+	Nodes   int // distinct nodes seen in the last NodeWindow, all domains
+	Rules   []RuleOverview
+}
+
+// RuleOverview is one global rule: its limit and its use in each domain.
+type RuleOverview struct {
+	Name  string
+	Limit redisgcra.Limit
+	Known bool        // in the current policy (else only seen in calls)
+	Usage []RuleUsage // per domain; empty when unused recently
+}
+
+// Overview returns the rules of the current policy with their recent use,
+// and the backend's health.
+func (s *Server) Overview() Overview {
+	o := Overview{Backend: s.backendName, Health: s.Health(), Nodes: s.fleet.nodeCount()}
+	byName := map[string]int{}
+	if rl, ok := s.rules.(RuleLister); ok {
+		for _, name := range rl.Names() {
+			l, known := s.rules.GlobalLimit(name)
+			byName[name] = len(o.Rules)
+			o.Rules = append(o.Rules, RuleOverview{Name: name, Limit: l, Known: known})
+		}
+	}
+	for _, u := range s.Usage() {
+		i, ok := byName[u.Rule]
+		if !ok {
+			l, known := s.rules.GlobalLimit(u.Rule)
+			i = len(o.Rules)
+			byName[u.Rule] = i
+			o.Rules = append(o.Rules, RuleOverview{Name: u.Rule, Limit: l, Known: known})
+		}
+		o.Rules[i].Usage = append(o.Rules[i].Usage, u)
+	}
+	return o
+}

@@ -1,0 +1,50 @@
+package redisgcra_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/admin/fleet/fleettest"
+	"github.com/sluice-rl/sluice/admin/fleet/redisgcra"
+)
+
+// BenchmarkRun is the Redis part of a ShouldRateLimit call alone: one
+// pipelined batch of 1 or 32 script calls on a real redis-server, from 4
+// goroutines per CPU (compare with fleet's BenchmarkShouldRateLimit).
+func BenchmarkRun(b *testing.B) {
+	r := fleettest.StartRedis(b)
+	c, err := redisgcra.NewClient(redisgcra.ClientOptions{Addrs: []string{r.Addr}, Timeout: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	buckets := redisgcra.New(c)
+	limit := redisgcra.Limit{Rate: 1e9, Burst: 1e9}
+	for _, n := range []int{1, 32} {
+		b.Run(fmt.Sprintf("ops=%d", n), func(b *testing.B) {
+			var worker atomic.Int64
+			b.SetParallelism(4)
+			b.ResetTimer()
+			start := time.Now()
+			b.RunParallel(func(pb *testing.PB) {
+				w := worker.Add(1)
+				ops := make([]redisgcra.Op, n)
+				for i := range ops {
+					ops[i] = redisgcra.Op{Key: redisgcra.Key("sluice", "api", fmt.Sprintf("w%d-%d", w, i)), Amount: limit.Cost(1), Tau: limit.Tau()}
+				}
+				for pb.Next() {
+					if _, err := buckets.Run(context.Background(), ops); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			secs := time.Since(start).Seconds()
+			b.ReportMetric(float64(b.N)/secs, "calls/s")
+			b.ReportMetric(float64(b.N*n)/secs, "ops/s")
+		})
+	}
+}

@@ -1,0 +1,183 @@
+package redisgcra
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed gcra.lua
+var scriptSource string
+
+var script = redis.NewScript(scriptSource)
+
+// Op is one bucket operation of a batch.
+type Op struct {
+	Key    string // the bucket's Redis key (see Key)
+	Amount int64  // microseconds: Limit.Cost of the tokens taken, or Limit.Credit of those returned
+	Tau    int64  // Limit.Tau
+	Return bool   // give Amount back instead of taking it
+}
+
+// Outcome is the result of one Op.
+type Outcome struct {
+	Allowed bool  // the tokens were taken (always true for a return)
+	Backlog int64 // TAT - now after the op, microseconds: the time until the bucket is full again
+	Now     int64 // Redis TIME when the op ran, microseconds since the epoch
+}
+
+// Key is the Redis key of one bucket: "sluice:{<domain>:<rule>:<id>}". The
+// braces are Redis Cluster's hash tag: only the part inside decides the
+// slot, so every key ever kept for this bucket lands on the same shard and
+// may be used together in one script. The parts are length-prefixed so
+// that no choice of domain, rule and id can produce another bucket's key.
+func Key(domain, rule, id string) string {
+	var b strings.Builder
+	b.Grow(len("sluice:{}") + len(domain) + len(rule) + len(id) + 12)
+	b.WriteString("sluice:{")
+	for i, part := range []string{domain, rule, id} {
+		if i > 0 {
+			b.WriteByte(':')
+		}
+		b.WriteString(strconv.Itoa(len(part)))
+		b.WriteByte('.')
+		b.WriteString(part)
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// Buckets runs bucket operations on Redis (standalone, Sentinel or Cluster).
+type Buckets struct {
+	c redis.UniversalClient
+}
+
+// New returns Buckets over c. The script is loaded on first use (EVALSHA,
+// falling back to EVAL on NOSCRIPT, after a restart or a failover).
+func New(c redis.UniversalClient) *Buckets { return &Buckets{c: c} }
+
+// Run applies ops in one pipelined round trip (one per shard on a cluster)
+// and returns their outcomes in order. Each op is one script call on one
+// key: the ops of a batch are independent buckets, usually on different
+// slots, so they cannot share a script call on a cluster.
+//
+// On an error no outcome is returned, yet some ops may have run (a
+// connection lost after the scripts ran, a timeout): their tokens are
+// taken and unused, an under-admission, never an over-admission. Ops are
+// never sent twice, except those Redis refused without running them.
+func (b *Buckets) Run(ctx context.Context, ops []Op) ([]Outcome, error) {
+	if len(ops) == 0 {
+		return nil, nil
+	}
+	cmds, err := b.pipeline(ctx, ops, false)
+	if err != nil && notRun(err) {
+		// Redis refused some ops without running them: NOSCRIPT (the script
+		// cache is empty after a restart, a failover, SCRIPT FLUSH; EVAL
+		// sends the source and caches it again), or a cluster redirect or
+		// transient state. Only those ops go again, once; the others have
+		// already been applied and must not be.
+		if cmds, err = b.retryNotRun(ctx, ops, cmds); err != nil {
+			return nil, err
+		}
+	} else if err != nil {
+		return nil, err
+	}
+	out := make([]Outcome, len(ops))
+	for i, cmd := range cmds {
+		if out[i], err = decode(cmd); err != nil {
+			return nil, fmt.Errorf("bucket %q: %w", ops[i].Key, err)
+		}
+	}
+	return out, nil
+}
+
+func (b *Buckets) pipeline(ctx context.Context, ops []Op, eval bool) ([]*redis.Cmd, error) {
+	pipe := b.c.Pipeline()
+	cmds := make([]*redis.Cmd, len(ops))
+	for i, op := range ops {
+		keys, args := []string{op.Key}, []any{op.Amount, op.Tau, mode(op.Return)}
+		if eval {
+			cmds[i] = script.Eval(ctx, pipe, keys, args...)
+		} else {
+			cmds[i] = script.EvalSha(ctx, pipe, keys, args...)
+		}
+	}
+	_, err := pipe.Exec(ctx)
+	return cmds, err
+}
+
+func (b *Buckets) retryNotRun(ctx context.Context, ops []Op, cmds []*redis.Cmd) ([]*redis.Cmd, error) {
+	var again []Op
+	var at []int
+	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil {
+			if !notRun(err) {
+				return nil, err
+			}
+			again, at = append(again, ops[i]), append(at, i)
+		}
+	}
+	redone, err := b.pipeline(ctx, again, true)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range at {
+		cmds[i] = redone[j]
+	}
+	return cmds, nil
+}
+
+func mode(ret bool) string {
+	if ret {
+		return "return"
+	}
+	return "take"
+}
+
+// notRunPrefixes are the error replies with which Redis refuses a command
+// without running it: safe to send again.
+var notRunPrefixes = []string{"NOSCRIPT ", "MOVED ", "TRYAGAIN ", "CLUSTERDOWN ", "LOADING "}
+
+// notRun reports whether err is a reply meaning the script did not run.
+// Connection errors and timeouts are not: the script may have run.
+func notRun(err error) bool {
+	if err == nil {
+		return false
+	}
+	s := err.Error()
+	for _, p := range notRunPrefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func decode(cmd *redis.Cmd) (Outcome, error) {
+	vals, err := cmd.Int64Slice()
+	if err != nil {
+		return Outcome{}, err
+	}
+	if len(vals) != 3 {
+		return Outcome{}, fmt.Errorf("script answered %d values, want 3", len(vals))
+	}
+	return Outcome{Allowed: vals[0] == 1, Backlog: vals[1], Now: vals[2]}, nil
+}
+
+// Ping checks that Redis answers (every shard of a cluster).
+func (b *Buckets) Ping(ctx context.Context) error {
+	if cc, ok := b.c.(*redis.ClusterClient); ok {
+		return cc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
+			return c.Ping(ctx).Err()
+		})
+	}
+	return b.c.Ping(ctx).Err()
+}
+
+// ErrNoAddrs is returned by NewClient without an address.
+var ErrNoAddrs = errors.New("no Redis address")

@@ -1,0 +1,327 @@
+package redisgcra_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rl/sluice/admin/fleet/fleettest"
+	"github.com/sluice-rl/sluice/admin/fleet/redisgcra"
+)
+
+// hammerWindow is how long the concurrency tests run, in real time: long
+// enough for the bucket to refill many times over, short for CI.
+const hammerWindow = 1500 * time.Millisecond
+
+func newBuckets(t *testing.T, o redisgcra.ClientOptions) (*redisgcra.Buckets, redis.UniversalClient) {
+	t.Helper()
+	o.Timeout = 2 * time.Second // correctness tests: a loaded CI machine is slow, not down
+	c, err := redisgcra.NewClient(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return redisgcra.New(c), c
+}
+
+func TestScriptIsExactUnderConcurrency(t *testing.T) {
+	r := fleettest.StartRedis(t)
+	b, _ := newBuckets(t, redisgcra.ClientOptions{Addrs: []string{r.Addr}})
+	hammer(t, b, []string{redisgcra.Key("sluice", "global", "k1")})
+}
+
+func TestScriptIsExactOnACluster(t *testing.T) {
+	addrs := fleettest.StartCluster(t)
+	b, c := newBuckets(t, redisgcra.ClientOptions{Addrs: addrs})
+	if _, ok := c.(*redis.ClusterClient); !ok {
+		t.Fatalf("UniversalClient for %d addresses is %T, want a cluster client", len(addrs), c)
+	}
+	// Keys on different shards, hammered together: every pipeline spans
+	// the cluster.
+	var keys []string
+	for i := range 6 {
+		keys = append(keys, redisgcra.Key("sluice", "global", fmt.Sprint("id-", i)))
+	}
+	slots := map[int64]bool{}
+	for _, k := range keys {
+		slot, err := c.ClusterKeySlot(context.Background(), k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		slots[slot/5462] = true // three masters of 16384/3 slots each
+	}
+	if len(slots) < 2 {
+		t.Fatalf("the test keys all fall on one shard: %v", slots)
+	}
+	hammer(t, b, keys)
+	if err := b.Ping(context.Background()); err != nil {
+		t.Errorf("Ping every shard: %v", err)
+	}
+}
+
+// hammer runs 12 goroutines taking 1 to 3 tokens (each op a batch across
+// keys) from buckets of rate 100/s and burst 100 for hammerWindow; every
+// second goroutine gives one token of each grant of 2 or 3 back at once
+// (once the bucket is drained, so that a return never meets a full
+// bucket). Then it checks per key, with t the span of Redis TIME between
+// the key's first and last call and net = admitted - returned:
+//
+//	net <= burst + rate*t                       (never over, exactly)
+//	net + headroom(end) ~= tau*rate + rate*t    (never grossly under, returns credited)
+//
+// where the second holds up to the rounding of each call (< 1 us).
+func hammer(t *testing.T, b *redisgcra.Buckets, keys []string) {
+	limit := redisgcra.Limit{Rate: 100, Burst: 100}
+	type tally struct {
+		admitted, returned                uint64
+		calls, admittedCalls, returnCalls uint64
+		first, last                       int64
+	}
+	var mu sync.Mutex
+	tallies := make([]tally, len(keys))
+	for i := range tallies {
+		tallies[i].first = math.MaxInt64
+	}
+	ctx := context.Background()
+	stop := time.Now().Add(hammerWindow)
+	var wg sync.WaitGroup
+	errs := make(chan error, 12)
+	for g := range 12 {
+		wg.Go(func() {
+			for i := 0; time.Now().Before(stop); i++ {
+				n := uint64(1 + (g+i)%3)
+				ops := make([]redisgcra.Op, len(keys))
+				for k, key := range keys {
+					ops[k] = redisgcra.Op{Key: key, Amount: limit.Cost(n), Tau: limit.Tau()}
+				}
+				outs, err := b.Run(ctx, ops)
+				if err != nil {
+					errs <- err
+					return
+				}
+				var back []redisgcra.Op
+				var backKeys []int
+				mu.Lock()
+				for k, o := range outs {
+					tl := &tallies[k]
+					tl.calls++
+					tl.first, tl.last = min(tl.first, o.Now), max(tl.last, o.Now)
+					if o.Allowed {
+						tl.admitted += n
+						tl.admittedCalls++
+						if g%2 == 0 && n >= 2 && o.Backlog > limit.Tau()/2 {
+							back = append(back, redisgcra.Op{Key: keys[k], Amount: limit.Credit(1), Tau: limit.Tau(), Return: true})
+							backKeys = append(backKeys, k)
+						}
+					}
+				}
+				mu.Unlock()
+				if len(back) == 0 {
+					continue
+				}
+				outs, err = b.Run(ctx, back)
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				for j, o := range outs {
+					tl := &tallies[backKeys[j]]
+					tl.returned++
+					tl.returnCalls++
+					tl.last = max(tl.last, o.Now)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for k, key := range keys {
+		tl := tallies[k]
+		// A zero-token take reads the headroom at the end without changing it.
+		end, err := b.Run(ctx, []redisgcra.Op{{Key: key, Amount: 0, Tau: limit.Tau()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		span := float64(tl.last-tl.first) / 1e6
+		spanEnd := float64(end[0].Now-tl.first) / 1e6
+		upper := limit.Burst + limit.Rate*span
+		net := float64(tl.admitted) - float64(tl.returned)
+		if net > upper {
+			t.Errorf("%s: admitted %d - returned %d tokens in %.3fs of Redis time, more than burst %g + rate %g * t = %.3f",
+				key, tl.admitted, tl.returned, span, limit.Burst, limit.Rate, upper)
+		}
+		headroom := float64(limit.Tau()-end[0].Backlog) * limit.Rate / 1e6
+		want := float64(limit.Tau())*limit.Rate/1e6 + limit.Rate*spanEnd
+		// < 1 us of refill per admitted call and per return, and the floor of tau.
+		slack := float64(tl.admittedCalls+tl.returnCalls+1) * limit.Rate / 1e6
+		if got := net + headroom; got > want+1e-6 || got < want-slack {
+			t.Errorf("%s: admitted %d - returned %d + headroom %.4f = %.4f tokens, want %.4f (-%.4f): the bucket lost or made tokens",
+				key, tl.admitted, tl.returned, headroom, got, want, slack)
+		}
+		if tl.admitted < 100 || tl.admittedCalls == tl.calls || tl.returned == 0 {
+			t.Errorf("%s: %d of %d calls admitted, %d tokens returned: the test did not drain the bucket or return tokens",
+				key, tl.admittedCalls, tl.calls, tl.returned)
+		}
+		t.Logf("%s: %d calls, %d tokens admitted, %d returned over %.3fs (bound %.1f)", key, tl.calls, tl.admitted, tl.returned, span, upper)
+	}
+}
+
+func TestReturnsAreCreditedAndExpiryIsTimeUntilFull(t *testing.T) {
+	r := fleettest.StartRedis(t)
+	b, c := newBuckets(t, redisgcra.ClientOptions{Addrs: []string{r.Addr}})
+	ctx := context.Background()
+	// One token per 100 s: nothing refills while the test runs.
+	limit := redisgcra.Limit{Rate: 0.01, Burst: 20}
+	key := redisgcra.Key("sluice", "slow", "a")
+	run := func(n uint64, ret bool) redisgcra.Outcome {
+		t.Helper()
+		amount := limit.Cost(n)
+		if ret {
+			amount = limit.Credit(n)
+		}
+		out, err := b.Run(ctx, []redisgcra.Op{{Key: key, Amount: amount, Tau: limit.Tau(), Return: ret}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out[0]
+	}
+	pttlMatches := func(backlog int64) {
+		t.Helper()
+		pttl, err := c.PTTL(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := time.Duration((backlog+999)/1000) * time.Millisecond
+		// The key's TTL is set from the same TIME as backlog; only the
+		// test's own progress since then separates them.
+		if pttl > want || pttl < want-5*time.Second {
+			t.Errorf("PTTL = %v, want the time until full, %v", pttl, want)
+		}
+	}
+
+	// TAT = Now + Backlog is exact: nothing refills during the test, so
+	// the checks compare TATs, which the test's own pace cannot move.
+	tat := func(o redisgcra.Outcome) int64 { return o.Now + o.Backlog }
+	o := run(15, false)
+	if !o.Allowed || o.Backlog > 1500e6 || o.Backlog < 1499e6 {
+		t.Fatalf("take 15 of 20: %+v, want allowed with backlog 1500 s", o)
+	}
+	t0 := tat(o) - 1500e6
+	pttlMatches(o.Backlog)
+	if o := run(6, false); o.Allowed || tat(o) != t0+1500e6 {
+		t.Fatalf("take 6 with 5 left: %+v, want refused and nothing taken", o)
+	}
+	if o := run(5, false); !o.Allowed || tat(o) != t0+2000e6 || limit.Remaining(o.Backlog) != 0 {
+		t.Fatalf("take the last 5: %+v", o)
+	}
+	// The burst lowered to 10 while 20 are taken: nothing more is granted
+	// until the TAT is back within the new tau, but a query still answers.
+	lowered := redisgcra.Limit{Rate: limit.Rate, Burst: 10}
+	outs, err := b.Run(ctx, []redisgcra.Op{{Key: key, Amount: 0, Tau: lowered.Tau()}, {Key: key, Amount: lowered.Cost(1), Tau: lowered.Tau()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !outs[0].Allowed || tat(outs[0]) != t0+2000e6 || outs[1].Allowed || tat(outs[1]) != t0+2000e6 || lowered.Remaining(outs[0].Backlog) != 0 {
+		t.Fatalf("after lowering the burst: query %+v, take %+v; want the query OK and the take refused, TAT unchanged", outs[0], outs[1])
+	}
+	o = run(4, true)
+	if !o.Allowed || tat(o) != t0+1600e6 || limit.Remaining(o.Backlog) != 4 {
+		t.Fatalf("return 4: %+v, want TAT moved back 400 s", o)
+	}
+	pttlMatches(o.Backlog)
+	if o := run(4, false); !o.Allowed {
+		t.Fatalf("take the 4 returned tokens: %+v", o)
+	}
+	// Returning more than was taken fills the bucket, no more: the key goes.
+	if o := run(1000, true); o.Backlog != 0 {
+		t.Fatalf("return 1000: %+v, want a full bucket", o)
+	}
+	if n, _ := c.Exists(ctx, key).Result(); n != 0 {
+		t.Fatalf("a full bucket still has its key")
+	}
+	if o := run(21, false); o.Allowed {
+		t.Fatalf("take 21 > burst 20 was allowed: %+v", o)
+	}
+	if o := run(20, false); !o.Allowed {
+		t.Fatalf("take the whole burst from a full bucket: %+v", o)
+	}
+}
+
+func TestNoScriptFallsBackToEval(t *testing.T) {
+	r := fleettest.StartRedis(t)
+	b, c := newBuckets(t, redisgcra.ClientOptions{Addrs: []string{r.Addr}})
+	ctx := context.Background()
+	limit := redisgcra.Limit{Rate: 0.01, Burst: 10}
+	ops := []redisgcra.Op{
+		{Key: redisgcra.Key("d", "r", "1"), Amount: limit.Cost(1), Tau: limit.Tau()},
+		{Key: redisgcra.Key("d", "r", "2"), Amount: limit.Cost(2), Tau: limit.Tau()},
+	}
+	for round := 1; round <= 3; round++ {
+		if err := c.ScriptFlush(ctx).Err(); err != nil { // as after a restart or failover
+			t.Fatal(err)
+		}
+		outs, err := b.Run(ctx, ops)
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		for i, o := range outs {
+			want := int64(round) * limit.Cost(uint64(i+1))
+			if !o.Allowed || o.Backlog > want || o.Backlog < want-int64(time.Second/time.Microsecond) {
+				t.Fatalf("round %d op %d: %+v, want backlog %d: an op ran twice or not at all", round, i, o, want)
+			}
+		}
+	}
+}
+
+func TestGarbageInTheKeyCountsAsAFullBucket(t *testing.T) {
+	r := fleettest.StartRedis(t)
+	b, c := newBuckets(t, redisgcra.ClientOptions{Addrs: []string{r.Addr}})
+	ctx := context.Background()
+	key := redisgcra.Key("d", "r", "x")
+	c.Set(ctx, key, "not a number", 0)
+	limit := redisgcra.Limit{Rate: 1, Burst: 5}
+	outs, err := b.Run(ctx, []redisgcra.Op{{Key: key, Amount: limit.Cost(5), Tau: limit.Tau()}})
+	if err != nil || !outs[0].Allowed {
+		t.Fatalf("take the burst over a garbage value: %+v %v", outs, err)
+	}
+}
+
+func TestScriptThroughSentinel(t *testing.T) {
+	r := fleettest.StartRedis(t)
+	sentinel := fleettest.StartSentinel(t, r.Addr, "mymaster")
+	b, c := newBuckets(t, redisgcra.ClientOptions{Addrs: []string{sentinel}, MasterName: "mymaster"})
+	if _, ok := c.(*redis.Client); !ok {
+		t.Fatalf("UniversalClient with a master name is %T, want a failover *redis.Client", c)
+	}
+	ctx := context.Background()
+	limit := redisgcra.Limit{Rate: 0.01, Burst: 3}
+	key := redisgcra.Key("sluice", "api", "s")
+	for i, want := range []bool{true, true, true, false} {
+		outs, err := b.Run(ctx, []redisgcra.Op{{Key: key, Amount: limit.Cost(1), Tau: limit.Tau()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if outs[0].Allowed != want {
+			t.Fatalf("take %d: %+v, want allowed=%v", i+1, outs[0], want)
+		}
+	}
+	// The bucket is on the master the sentinel named.
+	direct := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer direct.Close()
+	if n, err := direct.Exists(ctx, key).Result(); err != nil || n != 1 {
+		t.Errorf("the master has no bucket key: %d %v", n, err)
+	}
+	if err := b.Ping(ctx); err != nil {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,427 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluice-rl/sluice/admin/fleet/redisgcra"
+)
+
+// Backend runs bucket operations (redisgcra.Buckets).
+type Backend interface {
+	Run(ctx context.Context, ops []redisgcra.Op) ([]redisgcra.Outcome, error)
+	Ping(ctx context.Context) error
+}
+
+// DefaultTimeout is the Redis budget of one ShouldRateLimit call.
+const DefaultTimeout = 100 * time.Millisecond
+
+// Options configure a Server.
+type Options struct {
+	Backend Backend
+	Rules   Rules
+	Metrics *Metrics // nil: a private set
+	// Timeout is the Redis budget of one call (default DefaultTimeout):
+	// past it the call answers UNAVAILABLE, and the plugin falls back.
+	Timeout time.Duration
+	Logger  *slog.Logger
+	Now     func() time.Time // default time.Now
+	// BackendName describes the backend for the dashboard ("redis
+	// 10.0.0.7:6379"); never a password.
+	BackendName string
+}
+
+// Server is the rate limit service. It keeps no limit state of its own:
+// every bucket is in Redis, so replicas behind a load balancer agree.
+type Server struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	backend Backend
+	rules   Rules
+	metrics *Metrics
+	timeout time.Duration
+	log     *slog.Logger
+	now     func() time.Time
+	fleet   *tracker
+
+	backendName string
+
+	healthMu sync.Mutex
+	health   Health
+}
+
+// Health is the Redis backend's health as this admin sees it.
+type Health struct {
+	Up        bool          // the last batch or check succeeded
+	Checked   time.Time     // of the last batch or check; zero before the first
+	LastOK    time.Time     // last success
+	LastError string        // last failure's message
+	ErrorAt   time.Time     // and when
+	Errors    uint64        // failures since start
+	Latency   time.Duration // of the last success
+}
+
+// NewServer returns the service; serve it with Serve or register it on a
+// grpc.Server of your own with Register.
+func NewServer(o Options) *Server {
+	s := &Server{backend: o.Backend, rules: o.Rules, metrics: o.Metrics, timeout: o.Timeout,
+		log: o.Logger, now: o.Now, fleet: newTracker(), backendName: o.BackendName}
+	if s.metrics == nil {
+		s.metrics = NewMetrics()
+	}
+	if s.timeout <= 0 {
+		s.timeout = DefaultTimeout
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	return s
+}
+
+// Register adds the service to g.
+func (s *Server) Register(g grpc.ServiceRegistrar) { rlsv3.RegisterRateLimitServiceServer(g, s) }
+
+// Serve answers gRPC on lis until ctx ends: HTTP/2 over cleartext TCP
+// (prior knowledge, what Envoy's gRPC clients and the plugin speak), and
+// checks Redis every healthEvery meanwhile. It stops gracefully.
+func (s *Server) Serve(ctx context.Context, lis net.Listener, healthEvery time.Duration) error {
+	g := grpc.NewServer(
+		grpc.MaxRecvMsgSize(1<<20),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	)
+	s.Register(g)
+	go s.checkHealth(ctx, healthEvery)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		<-ctx.Done()
+		stopped := make(chan struct{})
+		go func() { g.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(5 * time.Second):
+			g.Stop()
+		}
+	}()
+	err := g.Serve(lis)
+	if ctx.Err() != nil {
+		<-done
+		return nil
+	}
+	return err
+}
+
+func (s *Server) checkHealth(ctx context.Context, every time.Duration) {
+	if every <= 0 {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		cctx, cancel := context.WithTimeout(ctx, s.timeout)
+		start := s.now()
+		err := s.backend.Ping(cctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		s.noteBackend(start, err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// ShouldRateLimit implements the rate limit service (docs/fleet.md).
+func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	items, err := s.parse(req)
+	if err != nil {
+		s.metrics.requests.WithLabelValues(RequestInvalid).Inc()
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	now := s.now()
+	node := nodeOf(ctx)
+	size := s.fleet.seen(req.Domain, node, now)
+	// The header goes out with the answer or the error: a plugin learns
+	// the fleet size even while Redis is down.
+	_ = grpc.SetHeader(ctx, metadata.Pairs(FleetHeader, strconv.Itoa(size)))
+
+	plan := s.plan(req.Domain, items)
+	outs, err := s.run(ctx, plan.ops)
+	if err != nil {
+		s.metrics.requests.WithLabelValues(RequestUnavailable).Inc()
+		return nil, status.Error(codes.Unavailable, "sluice fleet backend: "+err.Error())
+	}
+	resp := s.answer(req.Domain, node, now, items, plan, outs)
+	result := RequestOK
+	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		result = RequestOverLimit
+	}
+	s.metrics.requests.WithLabelValues(result).Inc()
+	return resp, nil
+}
+
+func (s *Server) parse(req *rlsv3.RateLimitRequest) ([]item, error) {
+	switch {
+	case req == nil:
+		return nil, errors.New("empty request")
+	case req.Domain == "":
+		return nil, errors.New("domain: empty")
+	case len(req.Domain) > MaxDomainLen:
+		return nil, fmt.Errorf("domain: %d bytes, over the limit of %d", len(req.Domain), MaxDomainLen)
+	case len(req.Descriptors) == 0:
+		return nil, errors.New("descriptors: empty")
+	case len(req.Descriptors) > MaxDescriptors:
+		return nil, fmt.Errorf("descriptors: %d, over the limit of %d per call", len(req.Descriptors), MaxDescriptors)
+	}
+	items := make([]item, len(req.Descriptors))
+	for i, d := range req.Descriptors {
+		it, err := parseDescriptor(i, d, req.HitsAddend)
+		if err != nil {
+			return nil, err
+		}
+		items[i] = it
+	}
+	return items, nil
+}
+
+func nodeOf(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	v := md.Get(NodeHeader)
+	if len(v) == 0 || len(v[0]) > MaxNodeLen {
+		return ""
+	}
+	return v[0]
+}
+
+// plan decides each descriptor's limit and the Redis op it needs.
+type plan struct {
+	limits []limitOf
+	opOf   []int // index into ops, or -1 when no Redis call is needed
+	ops    []redisgcra.Op
+}
+
+type limitOf struct {
+	limit  redisgcra.Limit
+	kind   limitKind
+	global bool // from the policy (else a descriptor's override)
+	unit   typev3.RateLimitUnit
+	per    uint32 // override's requests_per_unit and unit, echoed in current_limit
+	mult   uint32
+}
+
+type limitKind int
+
+const (
+	unlimited limitKind = iota // no rule, no override: OK without a limit
+	limited                    // a bucket in Redis
+	denyAll                    // override with requests_per_unit 0
+)
+
+func (s *Server) plan(domain string, items []item) plan {
+	p := plan{limits: make([]limitOf, len(items)), opOf: make([]int, len(items))}
+	for i, it := range items {
+		l := s.limitFor(it)
+		p.limits[i], p.opOf[i] = l, -1
+		if l.kind != limited {
+			continue
+		}
+		op := redisgcra.Op{Key: redisgcra.Key(domain, it.rule, it.id), Tau: l.limit.Tau(), Return: it.ret}
+		if it.ret {
+			op.Amount = l.limit.Credit(it.hits)
+		} else {
+			op.Amount = l.limit.Cost(it.hits)
+		}
+		p.opOf[i] = len(p.ops)
+		p.ops = append(p.ops, op)
+	}
+	return p
+}
+
+func (s *Server) limitFor(it item) limitOf {
+	if !it.sluice {
+		return limitOf{kind: unlimited}
+	}
+	if l, ok := s.rules.GlobalLimit(it.rule); ok {
+		return limitOf{limit: l, kind: limited, global: true}
+	}
+	o := it.override
+	if o == nil {
+		return limitOf{kind: unlimited}
+	}
+	lo := limitOf{kind: denyAll, unit: o.unit, per: o.perUnit, mult: o.multiple}
+	if l, ok := o.limit(); ok {
+		lo.limit, lo.kind = l, limited
+	}
+	return lo
+}
+
+func (s *Server) run(ctx context.Context, ops []redisgcra.Op) ([]redisgcra.Outcome, error) {
+	if len(ops) == 0 {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	start := s.now()
+	outs, err := s.backend.Run(ctx, ops)
+	s.metrics.redisTime.Observe(s.now().Sub(start).Seconds())
+	s.noteBackend(start, err)
+	if err != nil {
+		kind := "error"
+		if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
+			kind = "timeout"
+		}
+		s.metrics.redisErrors.WithLabelValues(kind).Inc()
+		s.log.Warn("fleet backend failed", "ops", len(ops), "err", err)
+		return nil, err
+	}
+	return outs, nil
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func (s *Server) noteBackend(start time.Time, err error) {
+	now := s.now()
+	s.healthMu.Lock()
+	defer s.healthMu.Unlock()
+	h := &s.health
+	h.Checked, h.Up = now, err == nil
+	if err == nil {
+		h.LastOK, h.Latency = now, now.Sub(start)
+		return
+	}
+	h.LastError, h.ErrorAt = err.Error(), now
+	h.Errors++
+}
+
+// Health returns the backend's health.
+func (s *Server) Health() Health {
+	s.healthMu.Lock()
+	defer s.healthMu.Unlock()
+	return s.health
+}
+
+// Usage returns the recent use of every global rule by node, as this
+// replica saw it.
+func (s *Server) Usage() []RuleUsage { return s.fleet.snapshot(s.now()) }
+
+func (s *Server) answer(domain, node string, now time.Time, items []item, p plan, outs []redisgcra.Outcome) *rlsv3.RateLimitResponse {
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(items))}
+	for i, it := range items {
+		l := p.limits[i]
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		result := DescriptorOK
+		switch l.kind {
+		case unlimited:
+			result = DescriptorUnlimited
+		case denyAll:
+			st.CurrentLimit = overrideLimit(it.rule, l)
+			if !it.ret && it.hits > 0 {
+				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			}
+		case limited:
+			o := outs[p.opOf[i]]
+			if l.global {
+				st.CurrentLimit = currentLimit(it.rule, l.limit)
+			} else {
+				st.CurrentLimit = overrideLimit(it.rule, l)
+			}
+			st.LimitRemaining = uint32(min(l.limit.Remaining(o.Backlog), math.MaxUint32))
+			st.DurationUntilReset = durationpb.New(redisgcra.Micros(o.Backlog))
+			if !o.Allowed {
+				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			}
+		}
+		if it.ret {
+			result = DescriptorReturn
+			st.Code = rlsv3.RateLimitResponse_OK // a return always succeeds
+		} else if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+			result = DescriptorOverLimit
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		s.count(domain, node, now, it, l, st.Code)
+		s.metrics.descriptors.WithLabelValues(result).Inc()
+		resp.Statuses[i] = st
+	}
+	return resp
+}
+
+func (s *Server) count(domain, node string, now time.Time, it item, l limitOf, code rlsv3.RateLimitResponse_Code) {
+	if l.kind == unlimited {
+		return
+	}
+	var granted, denied, returned uint64
+	decision := "granted"
+	switch {
+	case it.ret:
+		returned, decision = it.hits, "returned"
+	case code == rlsv3.RateLimitResponse_OK:
+		granted = it.hits
+	default:
+		denied, decision = it.hits, "denied"
+	}
+	rule := otherRule
+	if l.global {
+		rule = it.rule
+		s.fleet.record(usageKey{domain, it.rule, node}, now, granted, denied, returned)
+	}
+	s.metrics.tokens.WithLabelValues(rule, decision).Add(float64(it.hits))
+}
+
+// currentLimit expresses a rate as requests_per_unit per unit: the
+// shortest unit (second, minute, hour, day) in which it is at least one
+// whole request, rounded to the nearest whole number.
+func currentLimit(name string, l redisgcra.Limit) *rlsv3.RateLimitResponse_RateLimit {
+	units := []struct {
+		unit rlsv3.RateLimitResponse_RateLimit_Unit
+		sec  float64
+	}{
+		{rlsv3.RateLimitResponse_RateLimit_SECOND, 1},
+		{rlsv3.RateLimitResponse_RateLimit_MINUTE, 60},
+		{rlsv3.RateLimitResponse_RateLimit_HOUR, 3600},
+		{rlsv3.RateLimitResponse_RateLimit_DAY, 86400},
+	}
+	u := units[len(units)-1]
+	for _, c := range units {
+		if l.Rate*c.sec >= 1 {
+			u = c
+			break
+		}
+	}
+	per := math.Round(l.Rate * u.sec)
+	return &rlsv3.RateLimitResponse_RateLimit{Name: name, Unit: u.unit,
+		RequestsPerUnit: uint32(min(max(per, 1), math.MaxUint32))}
+}
+
+func overrideLimit(name string, l limitOf) *rlsv3.RateLimitResponse_RateLimit {
+	cl := &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: l.per,
+		Unit: rlsv3.RateLimitResponse_RateLimit_Unit(l.unit)} // the enums share their values
+	if l.mult > 1 {
+		cl.UnitMultiplier = wrapU32(l.mult)
+	}
+	return cl
+}

@@ -1,0 +1,67 @@
+package httpapi
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/admin/fleet"
+	"github.com/sluice-rl/sluice/admin/fleet/redisgcra"
+	"github.com/sluice-rl/sluice/admin/telemetry"
+)
+
+type fakeFleet struct{ ov fleet.Overview }
+
+func (f fakeFleet) Overview() fleet.Overview { return f.ov }
+
+func TestDashboardGlobalRules(t *testing.T) {
+	now := time.Now()
+	ov := fleet.Overview{
+		Backend: "redis 127.0.0.1:6379",
+		Health:  fleet.Health{Up: false, Checked: now, LastError: "dial tcp: <refused>", ErrorAt: now, Errors: 3},
+		Nodes:   2,
+		Rules: []fleet.RuleOverview{
+			{Name: "api-global", Limit: redisgcra.Limit{Rate: 10, Burst: 20}, Known: true, Usage: []fleet.RuleUsage{{
+				Domain: "sluice", Rule: "api-global", GrantedPerSecond: 12.5, DeniedPerSecond: 0.5, ReturnedPerSecond: 1,
+				Nodes: []fleet.NodeUsage{
+					{Node: "envoy-1", LastLease: 25, Granted: 100, Returned: 10, LastSeen: now},
+					{Node: "<script>x</script>\x07", LastLease: 5, Granted: 25, LastSeen: now},
+				},
+			}}},
+			{Name: "idle-global", Limit: redisgcra.Limit{Rate: 0.5, Burst: 3}, Known: true},
+		},
+	}
+	e := newEnv(t, func(c *Config) {
+		st := telemetry.NewState(telemetry.Options{})
+		c.Telemetry = &Telemetry{State: st, Tokens: &fakeTokens{tok: telToken}, Metrics: telemetry.NewMetrics(st)}
+		c.Fleet = fakeFleet{ov}
+	})
+	c := login(t, e, "ops")
+	page := get(t, c, e.srv.URL+"/dashboard?fragment=1")
+	for _, want := range []string{
+		`id="fleet"`, `<h2>Global rules</h2>`, `data-health="down"`, `redis 127.0.0.1:6379`,
+		`dial tcp: &lt;refused&gt;`, `3 since start`, `2 nodes in the last 30 s`,
+		`data-rule="api-global" data-domain="sluice"`, `10/s, burst 20`, `<b>12.5/s</b> granted`,
+		`data-node="envoy-1"`, `<td class="num">25</td>`,
+		`&lt;script&gt;x&lt;/script&gt;\a`, // escaped, control character shown as \a
+		`data-rule="idle-global"`, `0.5/s, burst 3`, `No lease in the last minute.`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the Global rules section lacks %s", want)
+		}
+	}
+	if strings.Contains(page, "<script>x") {
+		t.Error("a node id was not escaped")
+	}
+}
+
+func TestDashboardWithoutFleetHasNoGlobalRules(t *testing.T) {
+	e := newEnv(t, func(c *Config) {
+		st := telemetry.NewState(telemetry.Options{})
+		c.Telemetry = &Telemetry{State: st, Tokens: &fakeTokens{tok: telToken}, Metrics: telemetry.NewMetrics(st)}
+	})
+	c := login(t, e, "ops")
+	if page := get(t, c, e.srv.URL+"/dashboard?fragment=1"); strings.Contains(page, "Global rules") {
+		t.Error("the dashboard shows Global rules with fleet mode off")
+	}
+}
