@@ -34,6 +34,10 @@ type compiledConfig struct {
 
 	telemetry *policy.Telemetry // nil: no reports (telemetry.go)
 	hash      string            // config_hash of the configuration bytes
+
+	// Fleet mode (fleet.go): nil without a "fleet" block.
+	fleet  *compiledFleet
+	byName map[string]*compiledRule
 }
 
 type compiledRule struct {
@@ -63,6 +67,8 @@ type compiledRule struct {
 
 	m ruleMetrics
 
+	fleet *ruleFleet // "scope": "global" (fleet.go); nil for a local rule
+
 	// Telemetry (telemetry.go).
 	tc            *ruleTally // the VM's cumulative counters for this rule name
 	clearIdentity bool       // "telemetry_identity": "clear"
@@ -85,6 +91,8 @@ func compile(c *policy.Config, vm *vmContext) *compiledConfig {
 		shadowHeader:    strings.ToLower(c.ShadowHeader),
 		trustedHops:     c.TrustedHops,
 		telemetry:       c.Telemetry,
+		fleet:           compileFleet(c.Fleet), // fleet.go
+		byName:          map[string]*compiledRule{},
 	}
 	if cc.rejectStatus < 400 || cc.rejectStatus > 599 {
 		cc.rejectStatus = policy.DefaultRejectStatus
@@ -98,6 +106,7 @@ func compile(c *policy.Config, vm *vmContext) *compiledConfig {
 			r := cc.compileRule(&p.Rules[i], vm)
 			rules = append(rules, r)
 			cc.rules = append(cc.rules, r)
+			cc.byName[r.name] = r
 			cc.anyShadow = cc.anyShadow || r.shadow
 		}
 		cc.policies = append(cc.policies, rules)
@@ -158,6 +167,7 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 	cr.policyHdr = `"` + r.Name + `";q=` + cr.limitHdr + ";w=" + strconv.FormatInt(window, 10)
 	cr.rlPrefix = `"` + r.Name + `";r=`
 	cr.bodyPre = `{"error":"rate_limited","rule":"` + r.Name + `","retry_after":`
+	cc.compileRuleFleet(cr, r, vm) // fleet.go
 	return cr
 }
 

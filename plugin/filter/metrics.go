@@ -103,6 +103,13 @@ func (c counter) inc() {
 	}
 }
 
+// incBy adds n (> 0), e.g. tokens granted.
+func (c counter) incBy(n int64) {
+	if c.ok && n > 0 {
+		incrementMetric(uint32(c.id), n)
+	}
+}
+
 // logLimiter rate-limits repetitive warnings (fail-open, shadow
 // rejections, corrupt state, evictions): at most one line per category per
 // interval, with the number of suppressed lines. Counters carry the exact
@@ -124,6 +131,7 @@ const (
 	logPanic
 	logEvict
 	logTelemetry
+	logFleet
 	numLogKinds
 )
 

@@ -48,6 +48,7 @@ type vmContext struct {
 	logs     logLimiter
 	tallies  map[string]*ruleTally // telemetry.go: cumulative per-rule counters
 	tel      telemetryState        // telemetry.go
+	fleet    fleetState            // fleet_sync.go
 }
 
 func (vm *vmContext) NewPluginContext(contextID uint32) types.PluginContext {
@@ -101,8 +102,13 @@ func (p *pluginContext) OnPluginStart(int) (ok types.OnPluginStartStatus) {
 	p.cfg = compile(cfg, p.vm)
 	p.cfg.hash = configHash(data)
 	p.apps = make([]application, 0, len(p.cfg.policies))
+	if p.cfg.fleet != nil {
+		p.startFleet() // fleet_sync.go
+	}
 	if p.cfg.telemetry != nil {
 		p.startTelemetry()
+	} else if p.cfg.fleet != nil {
+		p.setTickPeriod()
 	}
 	proxywasm.LogInfo("sluice: configuration loaded: " + strconv.Itoa(len(p.cfg.policies)) +
 		" policies, " + strconv.Itoa(len(p.cfg.rules)) + " rules")
@@ -130,10 +136,10 @@ func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
 	if n := len(p.free); n > 0 {
 		h := p.free[n-1]
 		p.free = p.free[:n-1]
-		*h = httpContext{p: p}
+		*h = httpContext{p: p, id: contextID}
 		return h
 	}
-	return &httpContext{p: p}
+	return &httpContext{p: p, id: contextID}
 }
 
 // maxFreeContexts bounds the recycled HTTP contexts per root context.
@@ -144,6 +150,7 @@ const maxFreeContexts = 64
 // which the SDK handles without calling the context). The context is then
 // free for reuse by a new stream.
 func (h *httpContext) OnHttpStreamDone() {
+	h.p.vm.fleetForget(h) // fleet.go: no longer waits for a lease
 	if p := h.p; len(p.free) < maxFreeContexts {
 		*h = httpContext{p: p}
 		p.free = append(p.free, h)
@@ -156,6 +163,12 @@ type httpContext struct {
 	p       *pluginContext
 	local   bool           // we sent a local reply (our 429)
 	allowed allowedHeaders // what on_response_headers adds (rule nil: nothing)
+
+	// Fleet mode (fleet.go): a request paused for leases.
+	id           uint32 // the context id, to resume it from a callout
+	fleetWaits   int    // asks in flight this request waits for
+	fleetFetched bool   // it waited once: decide again without fetching
+	fleetDone    bool   // the stream ended while waiting
 }
 
 func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
@@ -215,6 +228,7 @@ type application struct {
 	cand  [state.Candidates]int
 	ncand int
 
+	fl        fleetApp // global rules (fleet.go)
 	cost      float64
 	read      bucketRead
 	next      state.Bucket
@@ -239,6 +253,10 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 	for i := range apps {
 		a := &apps[i]
 		a.cost = a.rule.cost(&p.rs)
+		if a.rule.fleet != nil { // fleet.go: spend from the lease pool
+			p.fleetLoad(a, now, h.fleetFetched)
+			continue
+		}
 		corrupt, err := p.load(a, now)
 		if corrupt {
 			p.logCorrupt(a)
@@ -260,6 +278,9 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 		if a.failed || a.dec.Allowed {
 			continue
 		}
+		if a.rule.fleet != nil {
+			p.fleetRejectCounts(a)
+		}
 		if a.rule.shadow {
 			p.shadowReject(a)
 			anyShadow = true
@@ -272,6 +293,14 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 	}
 	if reject >= 0 {
 		return p.reject(h, &apps[reject])
+	}
+	if p.cfg.fleet != nil { // fleet.go: pause for leases
+		switch p.fetchIfNeeded(h, apps) {
+		case fetchPaused:
+			return types.ActionPause
+		case fetchRedo:
+			return p.decide(h)
+		}
 	}
 
 	// Phase 2: commit every admitting rule with CAS.
@@ -389,6 +418,9 @@ const (
 // commit writes a's new state with CAS, re-reading and re-deciding on
 // mismatch.
 func (p *pluginContext) commit(a *application, now float64) commitResult {
+	if a.rule.fleet != nil {
+		return p.fleetCommit(a, now) // fleet.go
+	}
 	for attempt := 1; ; attempt++ {
 		err := p.store(a)
 		if err == nil {

@@ -432,6 +432,9 @@ func sentinelCAS() (uint32, error) {
 // evicted: the identity's next request starts a full bucket, which already
 // forgives this request's cost).
 func (p *pluginContext) refund(a *application) bool {
+	if a.rule.fleet != nil {
+		return p.fleetRefund(a) // fleet.go
+	}
 	burst := a.rule.tb.Burst
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		var (

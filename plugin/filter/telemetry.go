@@ -60,6 +60,7 @@ type telemetryState struct {
 	body       []byte // reused report buffer
 	sorted     []*hotEntry
 	sent, skip counter
+	lastTickAt float64 // fleet mode shares on_tick: when the last report was due
 }
 
 // hotKey identifies a bucket in the hot table: the rule's tally (one per
@@ -153,8 +154,14 @@ func (p *pluginContext) startTelemetry() {
 		p.vm.counter("sluice.telemetry.dropped")
 	}
 	ts.hot.reset(hotCapacity(t.TopN))
-	if err := proxywasm.SetTickPeriodMilliSeconds(uint32(t.IntervalMS)); err != nil {
-		proxywasm.LogWarn("sluice: telemetry: cannot set the tick period: " + err.Error())
+	p.setTickPeriod()
+}
+
+// setTickPeriod sets on_tick's period: telemetry's interval, or fleet
+// mode's sync interval when shorter (fleet_sync.go).
+func (p *pluginContext) setTickPeriod() {
+	if err := proxywasm.SetTickPeriodMilliSeconds(p.tickPeriodMS()); err != nil {
+		proxywasm.LogWarn("sluice: cannot set the tick period: " + err.Error())
 	}
 }
 
@@ -165,11 +172,23 @@ func (p *pluginContext) OnTick() {
 			p.vm.recovered("on_tick", r)
 		}
 	}()
-	if p.cfg == nil || p.cfg.telemetry == nil {
+	if p.cfg == nil {
+		return
+	}
+	if p.cfg.fleet != nil {
+		p.fleetTick() // fleet_sync.go
+	}
+	if p.cfg.telemetry == nil {
 		return
 	}
 	t, ts := p.cfg.telemetry, &p.vm.tel
 	now := nowSeconds()
+	if p.cfg.fleet != nil { // ticks come at the sync interval: report at ours
+		if now-ts.lastTickAt < float64(t.IntervalMS)/1000*0.95 && now >= ts.lastTickAt {
+			return
+		}
+		ts.lastTickAt = now
+	}
 	if ts.inflight {
 		// Envoy always answers a call (its timeout included) unless the
 		// root context that sent it went away: give up on it after ten
@@ -319,6 +338,9 @@ func (p *pluginContext) buildReport(now float64) []byte {
 	ts.sorted = top[:0]
 	b = append(b, `],"reports_dropped":`...)
 	b = strconv.AppendUint(b, ts.dropped, 10)
+	if p.cfg.hasGlobalRules() {
+		b = p.appendFleetReport(b) // fleet_sync.go
+	}
 	b = append(b, '}')
 	ts.body = b
 	return b
