@@ -128,8 +128,8 @@ func serveRLS(t *testing.T, srv rlsv3.RateLimitServiceServer) string {
 // through netcall. wait() blocks until every call dispatched so far was
 // answered and delivered.
 type fleetHosts struct {
-	t     *testing.T
-	clock *wasmhost.ManualClock
+	t       *testing.T
+	clock   *wasmhost.ManualClock
 	hosts   []*wasmhost.Host
 	wg      sync.WaitGroup
 	reports chan []byte
