@@ -43,6 +43,8 @@ type Case struct {
 	Rejected *bool
 	// After runs once after the timed loop (e.g. to report a metric).
 	After func(b *testing.B, h *wasmhost.Host)
+	// HTTPCalls answers the plugin's callouts (nil: they stay pending).
+	HTTPCalls wasmhost.HTTPCallHandler
 }
 
 const chunk = 256
@@ -130,7 +132,7 @@ func startHost(b *testing.B, wasm []byte, config string, c Case) *wasmhost.Host 
 		b.Fatal(errors.New("bench: Case.Wasm and Case.Floor are both required"))
 	}
 	h, err := wasmhost.New(context.Background(), wasmhost.Config{
-		Wasm: wasm, PluginConfig: []byte(config), VMs: c.VMs, Clock: c.Clock,
+		Wasm: wasm, PluginConfig: []byte(config), VMs: c.VMs, Clock: c.Clock, HTTPCalls: c.HTTPCalls,
 	})
 	if err != nil {
 		b.Fatalf("starting the host: %v", err)
