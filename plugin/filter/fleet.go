@@ -31,7 +31,8 @@ type compiledFleet struct {
 // ruleFleet is a global rule's fleet state.
 type ruleFleet struct {
 	fc          *compiledFleet
-	slotPrefix  string // "fl:<rule>:#"
+	lastHot     *hotPool // the pool this rule touched last (a cache of the VM's table)
+	slotPrefix  string   // "fl:<rule>:#"
 	exactPrefix string // "fl:<rule>:="
 	m           fleetMetrics
 }
@@ -113,7 +114,11 @@ func (a *application) poolCandidates() int {
 // writes). Errors fail open like local rules.
 func (p *pluginContext) fleetLoad(a *application, now float64, noFetch bool) {
 	if a.fl.id[0] == 0 {
-		appendSluiceID(a.fl.id[:0], a.identity)
+		if a.rule.maxKeys > 0 { // selectRules computed the fingerprint
+			appendSluiceIDFP(a.fl.id[:0], a.identity, a.fp)
+		} else {
+			appendSluiceID(a.fl.id[:0], a.identity)
+		}
 	}
 	if err := p.readPool(a, now); err != nil {
 		p.failOpen(a, err)

@@ -56,6 +56,12 @@ const idLen = 32
 // state.Fingerprint and a second FNV-1a 64 pass from another offset basis,
 // both through the murmur3 finalizer.
 func appendSluiceID(b []byte, identity string) []byte {
+	return appendSluiceIDFP(b, identity, state.Fingerprint(identity))
+}
+
+// appendSluiceIDFP is appendSluiceID with the identity's state.Fingerprint
+// already computed (the request path has it).
+func appendSluiceIDFP(b []byte, identity string, fp uint64) []byte {
 	h := uint64(0x84222325cbf29ce4) // a different basis from FNV's
 	for i := 0; i < len(identity); i++ {
 		h ^= uint64(identity[i])
@@ -67,7 +73,7 @@ func appendSluiceID(b []byte, identity string) []byte {
 	h ^= h >> 33
 	h *= 0xc4ceb9fe1a85ec53
 	h ^= h >> 33
-	b = appendHex64(b, state.Fingerprint(identity))
+	b = appendHex64(b, fp)
 	return appendHex64(b, h)
 }
 

@@ -61,6 +61,7 @@ type hotPool struct {
 	ref        poolRef
 	lastSeenMS int64
 	hint       int64 // 1 + limit_remaining of the last refusal, 0 if none
+	live       bool  // still in the table (a removed entry may linger in ruleFleet.lastHot)
 }
 
 // fleetRuleStats is what telemetry reports per global rule.
@@ -145,18 +146,27 @@ func (p *pluginContext) tickPeriodMS() uint32 {
 // touchPool records on the request path that this VM spends from a pool,
 // so its syncs refill it. A new key allocates once.
 func (fs *fleetState) touchPool(a *application, nowMS int64) {
+	rf := a.rule.fleet
+	if e := rf.lastHot; e != nil && e.ref.id == a.fl.id && e.ref.rule == a.rule.name && e.live {
+		e.lastSeenMS = nowMS // a hot key: no map lookup
+		return
+	}
 	k := hotKeyFleet{rule: a.rule.name, id: a.fl.id}
 	if e := fs.hot[k]; e != nil {
 		e.lastSeenMS = nowMS
+		rf.lastHot = e
 		return
 	}
 	if len(fs.hot) >= maxHotPools {
 		return // the request path still fetches for it when its pool is empty
 	}
-	fs.hot[k] = &hotPool{
+	e := &hotPool{
 		ref:        poolRef{rule: a.rule.name, id: a.fl.id, fp: a.fp, cand: a.cand, ncand: a.ncand},
 		lastSeenMS: nowMS,
+		live:       true,
 	}
+	fs.hot[k] = e
+	rf.lastHot = e
 }
 
 // askFor sizes a lease from the pool's observed demand: the tokens spent
@@ -223,6 +233,7 @@ func (p *pluginContext) buildSync(now int64) *syncBatch {
 	for k, e := range fs.hot {
 		r := p.cfg.byName[k.rule]
 		if r == nil || r.fleet == nil {
+			e.live = false
 			delete(fs.hot, k)
 			continue
 		}
@@ -236,6 +247,7 @@ func (p *pluginContext) buildSync(now int64) *syncBatch {
 		if c, ok := p.syncAction(&a, e, idle, now); ok {
 			cands = append(cands, c)
 		} else if idle && now-e.lastSeenMS > fc.ttlMS {
+			e.live = false
 			delete(fs.hot, k)
 		}
 	}
