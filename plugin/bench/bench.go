@@ -45,6 +45,10 @@ type Case struct {
 	After func(b *testing.B, h *wasmhost.Host)
 	// HTTPCalls answers the plugin's callouts (nil: they stay pending).
 	HTTPCalls wasmhost.HTTPCallHandler
+	// FloorConfig is the reference module's configuration (default none):
+	// with Floor set to the plugin too, x-floor compares two
+	// configurations in one interleaved run.
+	FloorConfig string
 }
 
 const chunk = 256
@@ -56,7 +60,7 @@ func Run(b *testing.B, c Case) {
 		c.VMs = 1
 	}
 	plugin := startHost(b, c.Wasm, c.Config, c)
-	floor := startHost(b, c.Floor, "", c)
+	floor := startHost(b, c.Floor, c.FloorConfig, c)
 
 	lat := make([]time.Duration, b.N)
 	pluginNs := make([]time.Duration, c.VMs)

@@ -58,4 +58,10 @@ func BenchmarkFleet(b *testing.B) {
 			Run(b, tc.c)
 		})
 	}
+	// The same two against each other, interleaved chunk by chunk: here
+	// x-floor is the global rule's time over the local rule's.
+	b.Run("global-over-local", func(b *testing.B) {
+		Run(b, Case{Wasm: pluginWasm(b), Config: fleetLimits, Floor: pluginWasm(b), FloorConfig: limits,
+			Request: same(Headers("x-api-key", "k1")), Rejected: &no, HTTPCalls: grantAll})
+	})
 }
