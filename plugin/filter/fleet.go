@@ -33,7 +33,7 @@ type ruleFleet struct {
 	fc          *compiledFleet
 	lastHot     *hotPool // the pool this rule touched last (a cache of the VM's table)
 	slotPrefix  string   // "fl:<rule>:#"
-	exactPrefix string // "fl:<rule>:="
+	exactPrefix string   // "fl:<rule>:="
 	m           fleetMetrics
 }
 
