@@ -267,6 +267,7 @@ func TestFleetMultiHost(t *testing.T) {
 	fh := startFleet(t, clock, fleetConfig("local_share"), url, 3)
 
 	const steps = 150 // 3 s of simulated time
+	began := time.Now()
 	admitted, perHost := 0, [3]int{}
 	var perSecond [3]int
 	for s := range steps {
@@ -281,6 +282,9 @@ func TestFleetMultiHost(t *testing.T) {
 	}
 	fh.checkNoTraps()
 	T := float64(steps) * 0.02
+	if external != "" { // a real RLS runs on the wall clock
+		T = max(T, time.Since(began).Seconds())
+	}
 	bound := 100 + 100*T
 	t.Logf("admitted %d of %d in %.1fs (per host %v, per second %v); bound %.0f; RLS calls %d, granted %.0f, returned %.0f",
 		admitted, steps*len(load), T, perHost, perSecond, bound, fake.calls, fake.granted, fake.returned)
@@ -288,7 +292,7 @@ func TestFleetMultiHost(t *testing.T) {
 		t.Fatalf("admitted %d > burst + rate x T = %.0f", admitted, bound)
 	}
 	for i, n := range perSecond[1:] { // after the first second, no burst left: rate + outstanding leases
-		if float64(n) > 100+3*40 {
+		if external == "" && float64(n) > 100+3*40 {
 			t.Errorf("second %d admitted %d > rate + leases outstanding (3 x lease_max)", i+1, n)
 		}
 	}
