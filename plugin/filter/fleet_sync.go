@@ -474,9 +474,17 @@ func (p *pluginContext) dispatch(batch *syncBatch) bool {
 	return true
 }
 
+// backendFailed counts a failed call once per rule it carried and marks
+// the backend down.
 func (p *pluginContext) backendFailed(batch *syncBatch, why string) {
-	for _, it := range batch.items {
-		it.rule.fleet.m.backendErrors.inc()
+	for i, it := range batch.items {
+		counted := false
+		for _, prev := range batch.items[:i] {
+			counted = counted || prev.rule.fleet == it.rule.fleet
+		}
+		if !counted {
+			it.rule.fleet.m.backendErrors.inc()
+		}
 	}
 	p.vm.fleet.setHealth(false, 0)
 	p.vm.logLimited(logFleet, "sluice: fleet: rate limit service call failed ("+why+"); leases are spent until they expire, then on_backend_down applies")
