@@ -40,6 +40,7 @@ type fleetState struct {
 	syncAtMS     int64
 	resp         rls.Response
 	stats        map[string]*fleetRuleStats // for telemetry, per rule name
+	pubBuf       []byte                     // fleet_hot.go
 }
 
 // hotKeyFleet identifies a pool this VM spent from.
@@ -199,16 +200,18 @@ func (p *pluginContext) fleetTick() {
 	}
 	now := fs.nowMS()
 	fs.refreshHealth()
+	fs.pruneHot(now, fc.ttlMS)
+	p.publishHot(now) // fleet_hot.go: the lock holder syncs every VM's keys
 	if fs.sync != nil {
 		if now-fs.syncAtMS < 4*int64(fc.src.TimeoutMS)+fc.syncMS {
 			return
 		}
 		fs.sync = nil // the host lost the callback: give up on it
 	}
-	if len(fs.hot) == 0 || !p.acquireLock(now) {
+	if !p.acquireLock(now) {
 		return
 	}
-	batch := p.buildSync(now)
+	batch := p.buildSync(now, p.mergedHot(now))
 	if len(batch.items) == 0 {
 		p.releaseLock(now)
 		return
@@ -225,16 +228,14 @@ type syncCandidate struct {
 	urgency float64 // lower first
 }
 
-// buildSync picks the pools to refill or return, lowest first.
-func (p *pluginContext) buildSync(now int64) *syncBatch {
-	fs, fc := &p.vm.fleet, p.cfg.fleet
-	clear(fs.stats)
+// buildSync picks, among the process's hot keys, the pools to refill or
+// return, lowest first.
+func (p *pluginContext) buildSync(now int64, hot map[hotKeyFleet]*hotPool) *syncBatch {
+	fc := p.cfg.fleet
 	var cands []syncCandidate
-	for k, e := range fs.hot {
+	for k, e := range hot {
 		r := p.cfg.byName[k.rule]
 		if r == nil || r.fleet == nil {
-			e.live = false
-			delete(fs.hot, k)
 			continue
 		}
 		a := application{rule: r, fp: e.ref.fp, cand: e.ref.cand, ncand: e.ref.ncand}
@@ -243,12 +244,8 @@ func (p *pluginContext) buildSync(now int64) *syncBatch {
 			continue
 		}
 		idle := now-e.lastSeenMS > 2*fc.syncMS
-		p.statPool(r.name, a.fl.pool, a.fl.exists, now)
 		if c, ok := p.syncAction(&a, e, idle, now); ok {
 			cands = append(cands, c)
-		} else if idle && now-e.lastSeenMS > fc.ttlMS {
-			e.live = false
-			delete(fs.hot, k)
 		}
 	}
 	slices.SortFunc(cands, func(x, y syncCandidate) int {
@@ -351,9 +348,8 @@ func (p *pluginContext) statPool(rule string, pl pool, exists bool, now int64) {
 
 // ---- The process lock ----
 
-// acquireLock takes the process's sync lock unless another VM holds it, or
-// this VM held it last less than 1.5 intervals ago (so VMs take turns and
-// every VM's keys get synced).
+// acquireLock takes the process's sync lock unless another VM holds it.
+// Whoever holds it syncs every VM's published keys (fleet_hot.go).
 func (p *pluginContext) acquireLock(now int64) bool {
 	fs, fc := &p.vm.fleet, p.cfg.fleet
 	v, cas, st := getSharedData(fleetLockKey)
@@ -362,11 +358,7 @@ func (p *pluginContext) acquireLock(now int64) bool {
 		return false
 	}
 	if stored {
-		until, holder, released := parseLock(v)
-		if until > now {
-			return false
-		}
-		if holder == fs.vmID && now-released < fc.syncMS*3/2 {
+		if until, _, _ := parseLock(v); until > now {
 			return false
 		}
 	}
@@ -659,10 +651,12 @@ func (p *pluginContext) updatePool(it *batchItem, now int64, fn func(*pool)) {
 
 // appendFleetReport adds the fleet object to a telemetry report (only
 // when the configuration has global rules): per global rule, the lease
-// tokens this VM's hot pools hold, how many pools, and whether a fallback
-// is active.
+// tokens in the process's hot pools (at most maxReportPools read), how many
+// pools, and whether a fallback is active. Every VM of a process reports
+// the same process-wide view.
 func (p *pluginContext) appendFleetReport(b []byte) []byte {
 	fs := &p.vm.fleet
+	p.fleetStats(fs.nowMS())
 	b = append(b, `,"fleet":{"backend_healthy":`...)
 	b = strconv.AppendBool(b, fs.healthy)
 	b = append(b, `,"fleet_size":`...)
@@ -692,4 +686,29 @@ func (p *pluginContext) appendFleetReport(b []byte) []byte {
 		b = append(b, '}')
 	}
 	return append(b, "]}"...)
+}
+
+// maxReportPools bounds the pools read for one telemetry report.
+const maxReportPools = 256
+
+// fleetStats recomputes the per-rule telemetry numbers from the process's
+// hot pools.
+func (p *pluginContext) fleetStats(now int64) {
+	fs := &p.vm.fleet
+	clear(fs.stats)
+	n := 0
+	for k, e := range p.mergedHot(now) {
+		r := p.cfg.byName[k.rule]
+		if r == nil || r.fleet == nil {
+			continue
+		}
+		if n++; n > maxReportPools {
+			break
+		}
+		a := application{rule: r, fp: e.ref.fp, cand: e.ref.cand, ncand: e.ref.ncand}
+		a.fl.id = e.ref.id
+		if p.readPool(&a, float64(now)/1000) == nil {
+			p.statPool(r.name, a.fl.pool, a.fl.exists, now)
+		}
+	}
 }

@@ -610,3 +610,85 @@ func TestFleetPausedRequestsShareOneAsk(t *testing.T) {
 		t.Fatalf("panics %d", v)
 	}
 }
+
+// grant answers an RLS call by hand: every descriptor OK. It returns the
+// descriptors' sluice_ids.
+func grant(t *testing.T, c *wasmhost.HTTPCall) []string {
+	t.Helper()
+	req := &rlsv3.RateLimitRequest{}
+	if len(c.Body) < 5 || proto.Unmarshal(c.Body[5:], req) != nil {
+		t.Fatalf("call body %x", c.Body)
+	}
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
+	for range req.Descriptors {
+		resp.Statuses = append(resp.Statuses, &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK})
+	}
+	b, _ := proto.Marshal(resp)
+	body := append([]byte{0, 0, 0, byte(len(b) >> 8), byte(len(b))}, b...)
+	if err := c.RespondWithTrailers([]wasmhost.Header{{":status", "200"}}, body, []wasmhost.Header{{"grpc-status", "0"}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, d := range req.Descriptors {
+		for _, e := range d.Entries {
+			if e.Key == "sluice_id" {
+				ids = append(ids, e.Value)
+			}
+		}
+	}
+	return ids
+}
+
+// TestFleetOneSyncPerProcess: however many VMs have keys to refill, a tick
+// sends at most one sync per process (the shared-data lock), and that sync
+// refills the keys of every VM (each VM publishes its hot keys).
+func TestFleetOneSyncPerProcess(t *testing.T) {
+	f := start(t, fleetConfig("deny"), 4)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ids := map[string]int{} // sluice_id -> the VM using it
+	for vm := range 4 {     // each VM leases its own key
+		res := f.doOn(vm, rq("x-tenant", "t"+strconv.Itoa(vm)))
+		calls := f.h.PendingCalls()
+		if !res.Paused || len(calls) != 1 {
+			t.Fatalf("vm %d: paused %v, %d calls", vm, res.Paused, len(calls))
+		}
+		for _, id := range grant(t, calls[0]) {
+			ids[id] = vm
+		}
+		if final, err := res.Stream.Complete(ctx, nil); err != nil || final.Rejected {
+			t.Fatalf("vm %d: %+v %v", vm, final, err)
+		}
+	}
+	refilled := map[int]bool{}
+	for round := range 6 {
+		f.clock.Advance(100 * time.Millisecond)
+		for vm := range 4 { // 30 requests/s per key: pools run low
+			for range 3 {
+				if res := f.doOn(vm, rq("x-tenant", "t"+strconv.Itoa(vm))); res.Paused || res.Rejected {
+					t.Fatalf("round %d vm %d: paused %v rejected %v", round, vm, res.Paused, res.Rejected)
+				}
+			}
+		}
+		if err := f.h.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+		calls := f.h.PendingCalls()
+		if len(calls) > 1 {
+			t.Fatalf("round %d: %d syncs in flight in one process", round, len(calls))
+		}
+		for _, c := range calls {
+			for _, id := range grant(t, c) {
+				refilled[ids[id]] = true
+			}
+		}
+	}
+	if len(refilled) != 4 {
+		t.Fatalf("the syncs refilled the keys of VMs %v, want all four", refilled)
+	}
+}
