@@ -506,8 +506,9 @@ func TestFleetReturnsIdleLeases(t *testing.T) {
 }
 
 // TestFleetTelemetry: reports carry the fleet object (per global rule:
-// lease tokens, pools, fallback state), and telemetry still reports at its
-// own interval though on_tick runs at the sync interval.
+// lease tokens, pools, fallback state, the process's view), and telemetry
+// still reports at its own interval though on_tick runs at the sync
+// interval.
 func TestFleetTelemetry(t *testing.T) {
 	clock := wasmhost.NewManualClock(t0)
 	fake := &fakeRLS{clock: clock, rate: 100, burst: 100, fleetSize: "2",
@@ -543,7 +544,7 @@ func TestFleetTelemetry(t *testing.T) {
 		t.Fatalf("report %s: %v", last, err)
 	}
 	if !rep.Fleet.Healthy || rep.Fleet.FleetSize != 2 || len(rep.Fleet.Rules) != 1 || rep.Fleet.Rules[0].Rule != "g" ||
-		rep.Fleet.Rules[0].Fallback {
+		rep.Fleet.Rules[0].Fallback || rep.Fleet.Rules[0].Pools != 1 {
 		t.Fatalf("fleet object %s", last)
 	}
 }
