@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -691,5 +692,38 @@ func TestFleetOneSyncPerProcess(t *testing.T) {
 	}
 	if len(refilled) != 4 {
 		t.Fatalf("the syncs refilled the keys of VMs %v, want all four", refilled)
+	}
+}
+
+// TestFleetPoolsSurviveReconfigure: a configuration update keeps the pools
+// (shared data) and the leases in them, and keys pools by rule name; with
+// max_keys 0 a pool has its exact key fl:{rule}:={sluice_id}.
+func TestFleetPoolsSurviveReconfigure(t *testing.T) {
+	cfg := strings.Replace(fleetConfig("deny"), `"scope":"global",`, `"scope":"global","max_keys":0,`, 1)
+	f := start(t, cfg, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res := f.do("x-tenant", "acme")
+	calls := f.h.PendingCalls()
+	if !res.Paused || len(calls) != 1 {
+		t.Fatalf("paused %v, %d calls", res.Paused, len(calls))
+	}
+	ids := grant(t, calls[0])
+	if final, err := res.Stream.Complete(ctx, nil); err != nil || final.Rejected {
+		t.Fatalf("%+v %v", final, err)
+	}
+	if _, _, st := f.h.SharedData().Get("fl:g:=" + ids[0]); st != wasmhost.StatusOK {
+		t.Fatalf("no exact pool key fl:g:=%s: %v", ids[0], st)
+	}
+	if err := f.h.Reconfigure(ctx, []byte(strings.Replace(cfg, `"burst":100`, `"burst":150`, 1))); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if res := f.do("x-tenant", "acme"); res.Paused || res.Rejected {
+			t.Fatalf("request %d after the update: paused %v rejected %v (the lease was lost)", i, res.Paused, res.Rejected)
+		}
+	}
+	if n := len(f.h.PendingCalls()); n != 0 {
+		t.Fatalf("%d RLS calls after the update", n)
 	}
 }
