@@ -134,11 +134,10 @@ func (r recordOps) Run(ctx context.Context, ops []redisgcra.Op) ([]redisgcra.Out
 }
 
 func TestGlobalRulesFromPolicyJSON(t *testing.T) {
-	doc := `{"mode":"enforce","policies":[{"name":"p","rules":[
-	  {"name":"g1","scope":"global","algorithm":"token_bucket","algorithm_config":{"tokens_per_second":10,"burst":20}},
-	  {"name":"local","algorithm":"token_bucket","algorithm_config":{"tokens_per_second":1,"burst":1}},
-	  {"name":"g0","scope":"global","algorithm":"token_bucket","algorithm_config":{"tokens_per_second":0,"burst":1}}]},
-	  {"name":"q","rules":[{"name":"g2","scope":"global","algorithm":"token_bucket","algorithm_config":{"tokens_per_second":0.5,"burst":3},"future_field":1}]}]}`
+	doc := `{"mode":"enforce","fleet":{"cluster":"rls"},"policies":[{"name":"p","rules":[
+	  {"name":"g1","scope":"global","limit_keys":["header:x-k"],"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":10,"burst":20}},
+	  {"name":"local","limit_keys":["header:x-k"],"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":1,"burst":1}}]},
+	  {"name":"q","rules":[{"name":"g2","scope":"global","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":0.5,"burst":3}}]}]}`
 	var p PolicyRules
 	if _, ok := p.GlobalLimit("g1"); ok {
 		t.Fatal("a rule before any policy")
@@ -150,7 +149,7 @@ func TestGlobalRulesFromPolicyJSON(t *testing.T) {
 	if l, ok := p.GlobalLimit("g2"); !ok || l != (redisgcra.Limit{Rate: 0.5, Burst: 3}) {
 		t.Errorf("g2 = %+v %v", l, ok)
 	}
-	for _, name := range []string{"local", "g0", "nope"} {
+	for _, name := range []string{"local", "nope"} {
 		if _, ok := p.GlobalLimit(name); ok {
 			t.Errorf("%s is a global rule", name)
 		}
@@ -161,6 +160,11 @@ func TestGlobalRulesFromPolicyJSON(t *testing.T) {
 	p.Set(8, []byte("not json"))
 	if len(p.Names()) != 0 {
 		t.Error("rules kept from an unreadable document")
+	}
+	// A document the shared parser refuses (a rate of 0) has no rules.
+	p.Set(9, []byte(strings.Replace(doc, `"tokens_per_second":10`, `"tokens_per_second":0`, 1)))
+	if len(p.Names()) != 0 {
+		t.Error("rules kept from a document the parser refuses")
 	}
 }
 
@@ -209,7 +213,7 @@ func TestPolicyRulesFollowPublishedVersions(t *testing.T) {
 	next := &countingPublisher{}
 	pub := rules.Publisher(next)
 	doc := func(rate float64) []byte {
-		return fmt.Appendf(nil, `{"policies":[{"name":"p","rules":[{"name":"g","scope":"global","algorithm":"token_bucket","algorithm_config":{"tokens_per_second":%g,"burst":100}}]}]}`, rate)
+		return fmt.Appendf(nil, `{"fleet":{"cluster":"rls"},"policies":[{"name":"p","rules":[{"name":"g","scope":"global","limit_keys":["header:x-k"],"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":%g,"burst":100}}]}]}`, rate)
 	}
 	if err := pub.Publish(context.Background(), policies.Version{Number: 3, JSON: doc(10)}); err != nil {
 		t.Fatal(err)

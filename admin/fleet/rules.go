@@ -9,7 +9,6 @@ package fleet
 
 import (
 	"context"
-	"encoding/json"
 	"sync"
 	"sync/atomic"
 
@@ -17,9 +16,6 @@ import (
 	"github.com/sluice-rl/sluice/admin/policies"
 	"github.com/sluice-rl/sluice/shared/policy"
 )
-
-// ScopeGlobal is the rule option "scope" that makes a rule fleet-wide.
-const ScopeGlobal = "global"
 
 // Rules looks up the limit of a global rule by name in the current policy.
 type Rules interface {
@@ -91,40 +87,24 @@ func (r rulesPublisher) Publish(ctx context.Context, v policies.Version) error {
 	return r.next.Publish(ctx, v)
 }
 
-// ruleDoc is the part of a stored (normalized) policy this package reads.
-// The admin stores only documents that shared/policy.Parse accepted, so
-// this decoder can be lenient: it reads "scope" without depending on the
-// parser's Rule type, and skips what it does not know.
-type ruleDoc struct {
-	Policies []struct {
-		Rules []struct {
-			Name      string `json:"name"`
-			Scope     string `json:"scope"`
-			Algorithm string `json:"algorithm"`
-			Config    *struct {
-				TokensPerSecond float64 `json:"tokens_per_second"`
-				Burst           float64 `json:"burst"`
-			} `json:"algorithm_config"`
-		} `json:"rules"`
-	} `json:"policies"`
-}
-
 // GlobalRules returns the global token-bucket rules of a policy document
-// by name, and their names in order. A document it cannot read has none.
+// by name, and their names in policy order, read with the same parser the
+// plugin uses. A document the parser refuses has none (the admin stores
+// only documents it accepted).
 func GlobalRules(doc []byte) (map[string]redisgcra.Limit, []string) {
-	var d ruleDoc
 	limits := map[string]redisgcra.Limit{}
-	var names []string
-	if json.Unmarshal(doc, &d) != nil {
+	cfg, err := policy.Parse(doc)
+	if err != nil || cfg == nil {
 		return limits, nil
 	}
-	for _, p := range d.Policies {
+	var names []string
+	for _, p := range cfg.Policies {
 		for _, r := range p.Rules {
-			if r.Scope != ScopeGlobal || r.Algorithm != policy.AlgorithmTokenBucket || r.Config == nil {
+			if !r.Global || r.TokenBucket == nil {
 				continue
 			}
-			l := redisgcra.Limit{Rate: r.Config.TokensPerSecond, Burst: r.Config.Burst}
-			if _, dup := limits[r.Name]; dup || !l.Valid() {
+			l := redisgcra.Limit{Rate: r.TokenBucket.TokensPerSecond, Burst: r.TokenBucket.Burst}
+			if !l.Valid() {
 				continue
 			}
 			limits[r.Name] = l

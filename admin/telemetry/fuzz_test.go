@@ -15,6 +15,7 @@ import (
 // Seeds: testdata/fuzz/FuzzDecode.
 func FuzzDecode(f *testing.F) {
 	f.Add([]byte(validJSON))
+	f.Add([]byte(validFleetJSON))
 	f.Add([]byte(`{"v":1,"node":"n","vm":"a","vm_start_ms":1,"seq":0,"sent_at_ms":2,"rules":[]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, err := Decode(data)
@@ -45,6 +46,9 @@ func FuzzDecode(f *testing.F) {
 		}
 		if ref.Buckets == nil {
 			ref.Buckets = []Bucket{}
+		}
+		if ref.Fleet != nil && ref.Fleet.Rules == nil { // "fleet": {"rules": null, ...}
+			ref.Fleet.Rules = []FleetRule{}
 		}
 		if !reflect.DeepEqual(*r, ref) {
 			t.Fatalf("Decode and encoding/json differ:\n%+v\n%+v", *r, ref)

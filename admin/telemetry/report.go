@@ -45,6 +45,7 @@ type Report struct {
 	Rules          []RuleCounters `json:"rules"`
 	Buckets        []Bucket       `json:"buckets"`
 	ReportsDropped uint64         `json:"reports_dropped"`
+	Fleet          *Fleet         `json:"fleet,omitempty"` // fleet.go: only with global rules
 }
 
 // RuleCounters are one rule's cumulative counters since the VM started.
@@ -194,6 +195,7 @@ const (
 	fRules
 	fBuckets
 	fDropped
+	fFleet
 )
 
 var reportFields = []struct {
@@ -204,10 +206,10 @@ var reportFields = []struct {
 	{"v", fV, true}, {"node", fNode, true}, {"vm", fVM, true}, {"vm_start_ms", fVMStart, true},
 	{"seq", fSeq, true}, {"sent_at_ms", fSentAt, true}, {"interval_ms", fInterval, false},
 	{"config_hash", fConfigHash, false}, {"rules", fRules, true}, {"buckets", fBuckets, false},
-	{"reports_dropped", fDropped, false},
+	{"reports_dropped", fDropped, false}, {"fleet", fFleet, false},
 }
 
-const reportFieldList = "v, node, vm, vm_start_ms, seq, sent_at_ms, interval_ms, config_hash, rules, buckets, reports_dropped"
+const reportFieldList = "v, node, vm, vm_start_ms, seq, sent_at_ms, interval_ms, config_hash, rules, buckets, reports_dropped, fleet"
 
 func (p *parser) report() *Report {
 	r := &Report{IntervalMS: DefaultIntervalMS, Rules: []RuleCounters{}, Buckets: []Bucket{}}
@@ -294,6 +296,8 @@ func (p *parser) report() *Report {
 			})
 		case fDropped:
 			r.ReportsDropped, _ = p.uint64(l)
+		case fFleet:
+			r.Fleet = p.fleet(l)
 		}
 	})
 	for _, f := range reportFields {
@@ -325,6 +329,7 @@ func (p *parser) crossCheck(r *Report) {
 			p.errorf(loc{arr: "buckets", idx: i, field: "rule"}, quote(b.Rule), " is not in rules; every bucket's rule has an entry in rules")
 		}
 	}
+	p.crossCheckFleet(r, rules) // fleet.go
 }
 
 const (

@@ -43,6 +43,12 @@ type Case struct {
 	Rejected *bool
 	// After runs once after the timed loop (e.g. to report a metric).
 	After func(b *testing.B, h *wasmhost.Host)
+	// HTTPCalls answers the plugin's callouts (nil: they stay pending).
+	HTTPCalls wasmhost.HTTPCallHandler
+	// FloorConfig is the reference module's configuration (default none):
+	// with Floor set to the plugin too, x-floor compares two
+	// configurations in one interleaved run.
+	FloorConfig string
 }
 
 const chunk = 256
@@ -54,7 +60,7 @@ func Run(b *testing.B, c Case) {
 		c.VMs = 1
 	}
 	plugin := startHost(b, c.Wasm, c.Config, c)
-	floor := startHost(b, c.Floor, "", c)
+	floor := startHost(b, c.Floor, c.FloorConfig, c)
 
 	lat := make([]time.Duration, b.N)
 	pluginNs := make([]time.Duration, c.VMs)
@@ -130,7 +136,7 @@ func startHost(b *testing.B, wasm []byte, config string, c Case) *wasmhost.Host 
 		b.Fatal(errors.New("bench: Case.Wasm and Case.Floor are both required"))
 	}
 	h, err := wasmhost.New(context.Background(), wasmhost.Config{
-		Wasm: wasm, PluginConfig: []byte(config), VMs: c.VMs, Clock: c.Clock,
+		Wasm: wasm, PluginConfig: []byte(config), VMs: c.VMs, Clock: c.Clock, HTTPCalls: c.HTTPCalls,
 	})
 	if err != nil {
 		b.Fatalf("starting the host: %v", err)

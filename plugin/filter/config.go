@@ -35,6 +35,10 @@ type compiledConfig struct {
 
 	telemetry *policy.Telemetry // nil: no reports (telemetry.go)
 	hash      string            // config_hash of the configuration bytes
+
+	// Fleet mode (fleet.go): nil without a "fleet" block.
+	fleet  *compiledFleet
+	byName map[string]*compiledRule
 }
 
 type compiledRule struct {
@@ -70,6 +74,8 @@ type compiledRule struct {
 
 	m ruleMetrics
 
+	fleet *ruleFleet // "scope": "global" (fleet.go); nil for a local rule
+
 	// Telemetry (telemetry.go).
 	tc            *ruleTally // the VM's cumulative counters for this rule name
 	clearIdentity bool       // "telemetry_identity": "clear"
@@ -92,6 +98,8 @@ func compile(c *policy.Config, vm *vmContext) *compiledConfig {
 		shadowHeader:    strings.ToLower(c.ShadowHeader),
 		trustedHops:     c.TrustedHops,
 		telemetry:       c.Telemetry,
+		fleet:           compileFleet(c.Fleet), // fleet.go
+		byName:          map[string]*compiledRule{},
 	}
 	if cc.rejectStatus < 400 || cc.rejectStatus > 599 {
 		cc.rejectStatus = policy.DefaultRejectStatus
@@ -105,6 +113,7 @@ func compile(c *policy.Config, vm *vmContext) *compiledConfig {
 			r := cc.compileRule(&p.Rules[i], vm)
 			rules = append(rules, r)
 			cc.rules = append(cc.rules, r)
+			cc.byName[r.name] = r
 			cc.anyShadow = cc.anyShadow || r.shadow
 			cc.anyDelay = cc.anyDelay || r.tb.MaxDelay > 0
 		}
@@ -174,6 +183,7 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 		window = ceilSeconds(tb.Burst / tb.TokensPerSecond)
 	}
 	cr.policyHdr = `"` + r.Name + `";q=` + cr.limitHdr + ";w=" + strconv.FormatInt(window, 10)
+	cc.compileRuleFleet(cr, r, vm) // fleet.go
 	return cr
 }
 

@@ -60,11 +60,9 @@ const (
 
 // holdQueue is a root context's held streams and tick state.
 type holdQueue struct {
-	q          []*httpContext // held streams by (due, seq)
-	due        []*httpContext // scratch for the streams resumed by one tick
-	seq        uint64
-	fast       bool  // the tick period is holdTickMS
-	nextReport int64 // monotonic ns: telemetry's next report while fast
+	q   []*httpContext // held streams by (due, seq)
+	due []*httpContext // scratch for the streams resumed by one tick
+	seq uint64
 }
 
 // holdState is an httpContext's part in delayed admission.
@@ -132,7 +130,7 @@ func countDelays(apps []application) {
 // reservations are committed; apps are copied so they can be refunded if
 // the client goes away.
 func (p *pluginContext) hold(h *httpContext, apps []application, wait float64) types.Action {
-	if err := p.tickFast(); err != nil {
+	if err := p.setTickPeriod(holdTickMS); err != nil {
 		p.vm.logLimited(logFailOpen, "sluice: cannot arm the tick to resume a delayed request ("+err.Error()+"); letting it through now")
 		return types.ActionContinue
 	}
@@ -174,52 +172,6 @@ func cmpHeld(a, b *holdState) int {
 		return 1
 	}
 	return 0
-}
-
-// tickFast arms the fast tick if it is not armed yet. Setting the period
-// re-arms Envoy's timer, so it is set only when it changes: re-arming it
-// on every held request would keep pushing the next tick back.
-func (p *pluginContext) tickFast() error {
-	if p.hq.fast {
-		return nil
-	}
-	if err := proxywasm.SetTickPeriodMilliSeconds(holdTickMS); err != nil {
-		return err
-	}
-	p.hq.fast = true
-	if t := p.cfg.telemetry; t != nil && p.hq.nextReport == 0 {
-		p.hq.nextReport = monoNanos() + int64(t.IntervalMS)*1e6
-	}
-	return nil
-}
-
-// OnTick is proxy_on_tick: telemetry's report when due (telemetry.go), then
-// the held streams whose time has come, then the tick period.
-func (p *pluginContext) OnTick() {
-	defer func() {
-		if r := recover(); r != nil {
-			p.vm.recovered("on_tick", r)
-		}
-	}()
-	reported := p.telemetryTick()
-	p.resumeDue()
-	p.settleTick(reported)
-}
-
-// telemetryTick sends a report if one is due and reports whether it did.
-// At the telemetry period every tick reports, as before delays existed;
-// while ticking fast for held streams only one per interval does.
-func (p *pluginContext) telemetryTick() bool {
-	if p.cfg == nil || p.cfg.telemetry == nil {
-		return false
-	}
-	now := monoNanos()
-	if p.hq.fast && now < p.hq.nextReport {
-		return false
-	}
-	p.hq.nextReport = now + int64(p.cfg.telemetry.IntervalMS)*1e6
-	p.report()
-	return true
 }
 
 // resumeDue resumes every held stream whose time has come, earliest first
@@ -281,27 +233,6 @@ func (p *pluginContext) resume(h *httpContext, now int64) {
 	if err := proxywasm.ResumeHttpRequest(); err != nil {
 		p.vm.logLimited(logFailOpen, "sluice: cannot resume a delayed request: "+err.Error())
 	}
-}
-
-// settleTick sets the tick period after a tick: back to telemetry's
-// interval (at a report, so reports stay on their schedule) or off once no
-// stream is held.
-func (p *pluginContext) settleTick(reported bool) {
-	if !p.hq.fast || len(p.hq.q) > 0 || p.cfg == nil {
-		return
-	}
-	var period uint32
-	if t := p.cfg.telemetry; t != nil {
-		if !reported {
-			return // keep ticking fast until the next report is due
-		}
-		period = uint32(t.IntervalMS)
-	}
-	if err := proxywasm.SetTickPeriodMilliSeconds(period); err != nil {
-		return // try again next tick
-	}
-	p.hq.fast = false
-	p.hq.nextReport = 0
 }
 
 // cancelHold takes a stream that ended while held (the client reset it)

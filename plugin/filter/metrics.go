@@ -144,6 +144,7 @@ const (
 	logPanic
 	logEvict
 	logTelemetry
+	logFleet
 	numLogKinds
 )
 

@@ -49,6 +49,7 @@ type vmContext struct {
 	tallies  map[string]*ruleTally // telemetry.go: cumulative per-rule counters
 	tel      telemetryState        // telemetry.go
 	held     int                   // delay.go: streams held on this VM
+	fleet    fleetState            // fleet_sync.go
 }
 
 func (vm *vmContext) NewPluginContext(contextID uint32) types.PluginContext {
@@ -64,6 +65,7 @@ type pluginContext struct {
 	id  uint32          // the root context id
 	cfg *compiledConfig // nil until configured
 	hq  holdQueue       // delay.go: held streams
+	tk  tickSchedule    // tick.go: on_tick's clients and period
 
 	// Per-request scratch, reused: a VM runs one callback at a time.
 	rs      requestSources
@@ -104,9 +106,13 @@ func (p *pluginContext) OnPluginStart(int) (ok types.OnPluginStartStatus) {
 	p.cfg = compile(cfg, p.vm)
 	p.cfg.hash = configHash(data)
 	p.apps = make([]application, 0, len(p.cfg.policies))
+	if p.cfg.fleet != nil {
+		p.startFleet() // fleet_sync.go
+	}
 	if p.cfg.telemetry != nil {
 		p.startTelemetry()
 	}
+	p.settleTick() // tick.go: the period this configuration needs
 	proxywasm.LogInfo("sluice: configuration loaded: " + strconv.Itoa(len(p.cfg.policies)) +
 		" policies, " + strconv.Itoa(len(p.cfg.rules)) + " rules")
 	return types.OnPluginStartStatusOK
@@ -150,6 +156,7 @@ func (h *httpContext) OnHttpStreamDone() {
 	if h.hold.held { // reset while held (delay.go): leave the queue, refund
 		h.p.cancelHold(h)
 	}
+	h.p.vm.fleetForget(h) // fleet.go: no longer waits for a lease
 	if p := h.p; len(p.free) < maxFreeContexts {
 		*h = httpContext{p: p}
 		p.free = append(p.free, h)
@@ -164,6 +171,11 @@ type httpContext struct {
 	local   bool           // we sent a local reply (our 429)
 	allowed allowedHeaders // what on_response_headers adds (rule nil: nothing)
 	hold    holdState      // delay.go
+
+	// Fleet mode (fleet.go): a request paused for leases (resumed by id).
+	fleetWaits   int  // asks in flight this request waits for
+	fleetFetched bool // it waited once: decide again without fetching
+	fleetDone    bool // the stream ended while waiting
 }
 
 func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
@@ -226,6 +238,7 @@ type application struct {
 	cand  [state.Candidates]int
 	ncand int
 
+	fl   fleetApp // global rules (fleet.go)
 	cost float64
 	read bucketRead
 	next state.Bucket
@@ -255,6 +268,10 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 	for i := range apps {
 		a := &apps[i]
 		a.cost = a.rule.cost(&p.rs)
+		if a.rule.fleet != nil { // fleet.go: spend from the lease pool
+			p.fleetLoad(a, now, h.fleetFetched)
+			continue
+		}
 		corrupt, err := p.load(a, now)
 		if corrupt {
 			p.logCorrupt(a)
@@ -276,6 +293,9 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 		if a.failed || a.dec.Allowed {
 			continue
 		}
+		if a.rule.fleet != nil {
+			p.fleetRejectCounts(a)
+		}
 		if a.rule.shadow {
 			p.shadowReject(a)
 			anyShadow = true
@@ -288,6 +308,14 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 	}
 	if reject >= 0 {
 		return p.reject(h, &apps[reject])
+	}
+	if p.cfg.fleet != nil { // fleet.go: pause for leases
+		switch p.fetchIfNeeded(h, apps) {
+		case fetchPaused:
+			return types.ActionPause
+		case fetchRedo:
+			return p.decide(h)
+		}
 	}
 
 	// Phase 2: commit every admitting rule with CAS.
@@ -424,6 +452,9 @@ const (
 // commit writes a's new state with CAS, re-reading and re-deciding on
 // mismatch.
 func (p *pluginContext) commit(a *application, now float64) commitResult {
+	if a.rule.fleet != nil {
+		return p.fleetCommit(a, now) // fleet.go
+	}
 	for attempt := 1; ; attempt++ {
 		err := p.store(a)
 		if err == nil {

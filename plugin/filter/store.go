@@ -443,6 +443,9 @@ func sentinelCAS() (uint32, error) {
 // evicted: the identity's next request starts a full bucket, which already
 // forgives this request's cost).
 func (p *pluginContext) refund(a *application) bool {
+	if a.rule.fleet != nil {
+		return p.fleetRefund(a) // fleet.go
+	}
 	if a.rule.win != nil {
 		return p.refundWindow(a)
 	}

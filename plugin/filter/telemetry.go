@@ -160,19 +160,19 @@ func (p *pluginContext) startTelemetry() {
 		p.vm.counter("sluice.telemetry.dropped")
 	}
 	ts.hot.reset(hotCapacity(t.TopN))
-	if err := proxywasm.SetTickPeriodMilliSeconds(uint32(t.IntervalMS)); err != nil {
-		proxywasm.LogWarn("sluice: telemetry: cannot set the tick period: " + err.Error())
-	}
 }
 
-// report sends one report (from proxy_on_tick, see delay.go's OnTick).
+// report sends one report (from proxy_on_tick when due, see tick.go).
 func (p *pluginContext) report() {
 	defer func() {
 		if r := recover(); r != nil {
 			p.vm.recovered("on_tick", r)
 		}
 	}()
-	if p.cfg == nil || p.cfg.telemetry == nil {
+	if p.cfg == nil {
+		return
+	}
+	if p.cfg.telemetry == nil {
 		return
 	}
 	t, ts := p.cfg.telemetry, &p.vm.tel
@@ -334,6 +334,9 @@ func (p *pluginContext) buildReport(now float64) []byte {
 	ts.sorted = top[:0]
 	b = append(b, `],"reports_dropped":`...)
 	b = strconv.AppendUint(b, ts.dropped, 10)
+	if p.cfg.hasGlobalRules() {
+		b = p.appendFleetReport(b) // fleet_sync.go
+	}
 	b = append(b, '}')
 	ts.body = b
 	return b

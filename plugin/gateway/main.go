@@ -74,7 +74,7 @@ func parseOptions(args []string) (Options, error) {
 	fs.StringVar(&o.XDSResource, "xds-resource", env("SLUICE_XDS_RESOURCE", defaultXDSResource), "the ECDS resource to subscribe to (SLUICE_XDS_RESOURCE)")
 	fs.StringVar(&o.NodeID, "node-id", env("SLUICE_NODE_ID", defaultNodeID()), "node id reported to the admin over xDS (SLUICE_NODE_ID)")
 	clusters := &clusterFlag{specs: splitList(env("SLUICE_CLUSTERS", ""))}
-	fs.Var(clusters, "cluster", "name=http://host:port: a cluster the plugin may call with dispatch_http_call, e.g. its telemetry\n"+
+	fs.Var(clusters, "cluster", "name=http://host:port (or https://, h2c:// for HTTP/2 cleartext, e.g. a gRPC rate limit service): a cluster the plugin may call with dispatch_http_call, e.g. its telemetry\n"+
 		"reports to the admin (repeatable; SLUICE_CLUSTERS=\"a=url,b=url\")")
 	if err := fs.Parse(args); err != nil {
 		return o, err

@@ -89,7 +89,9 @@
 // # Not emulated
 //
 //   - No network: HTTP calls are answered by Config.HTTPCalls or by the
-//     caller through Host.PendingCalls.
+//     caller through Host.PendingCalls (package netcall is an HTTPCalls
+//     that answers over the network: http, https and h2c clusters, with
+//     response trailers, e.g. a gRPC rate limit service).
 //   - No bodies or trailers: streams carry headers only (VM.HTTP passes
 //     end_of_stream true, except to on_response_headers for a local reply
 //     with a body), body buffers are absent (NotFound), on_*_body and

@@ -26,6 +26,10 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 			Token: t.Token, TopN: t.TopN, TimeoutMS: t.TimeoutMS,
 		}
 	}
+	if f := c.Fleet; f != nil {
+		nf := normFleet(*f)
+		out.Fleet = &nf
+	}
 	for i, p := range c.Policies {
 		np := normPolicy{Name: p.Name, Rules: make([]normRule, len(p.Rules))}
 		for j, r := range p.Rules {
@@ -35,6 +39,9 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 				Algorithm: r.Algorithm,
 				Mode:      r.Mode,
 				MaxKeys:   r.MaxKeys,
+			}
+			if r.Global {
+				nr.Scope = ScopeGlobal
 			}
 			if r.ClearIdentity {
 				nr.TelemetryIdentity = IdentityClear
@@ -80,6 +87,21 @@ type normConfig struct {
 	TrustedHops     int            `json:"xff_trusted_hops"`
 	Policies        []normPolicy   `json:"policies"`
 	Telemetry       *normTelemetry `json:"telemetry,omitempty"`
+	Fleet           *normFleet     `json:"fleet,omitempty"`
+}
+
+// normFleet is Fleet with its JSON names (same fields, same order).
+type normFleet struct {
+	Cluster        string `json:"cluster"`
+	Authority      string `json:"authority"`
+	Domain         string `json:"domain"`
+	TimeoutMS      int    `json:"timeout_ms"`
+	SyncIntervalMS int    `json:"sync_interval_ms"`
+	LeaseMin       int    `json:"lease_min"`
+	LeaseMax       int    `json:"lease_max"`
+	LeaseTTLMS     int    `json:"lease_ttl_ms"`
+	OnBackendDown  string `json:"on_backend_down"`
+	FleetSize      int    `json:"fleet_size"`
 }
 
 type normTelemetry struct {
@@ -108,6 +130,8 @@ type normRule struct {
 	// Written only when "clear": the default ("masked") is left out so that
 	// configurations without telemetry normalize as before.
 	TelemetryIdentity string `json:"telemetry_identity,omitempty"`
+	// Written only when "global", for the same reason.
+	Scope string `json:"scope,omitempty"`
 }
 
 type normTokenBucket struct {

@@ -34,6 +34,7 @@ type parser struct {
 	errs        Errors
 	rulePaths   map[string]string // rule name -> path of its "name" field
 	policyPaths map[string]string // policy name -> path of its "name" field
+	globalPaths []string          // fleet.go: paths of "scope": "global"
 }
 
 func (p *parser) errorf(path string, parts ...string) {
@@ -42,9 +43,9 @@ func (p *parser) errorf(path string, parts ...string) {
 
 // Field names, per object.
 var (
-	configFields      = []string{"mode", "policies", "rules", "reject_status", "response_headers", "shadow_header", "xff_trusted_hops", "telemetry"}
+	configFields      = []string{"mode", "policies", "rules", "reject_status", "response_headers", "shadow_header", "xff_trusted_hops", "telemetry", "fleet"}
 	policyFields      = []string{"name", "rules"}
-	ruleFields        = []string{"name", "limit_keys", "match", "algorithm", "algorithm_config", "mode", "max_keys", "telemetry_identity"}
+	ruleFields        = []string{"name", "limit_keys", "match", "algorithm", "algorithm_config", "mode", "max_keys", "telemetry_identity", "scope"}
 	telemetryFields   = []string{"cluster", "authority", "path", "interval_ms", "token", "top_n", "timeout_ms"}
 	tokenBucketFields = []string{"tokens_per_second", "rps", "burst", "cost_source", "fixed_cost", "default_cost", "max_delay_ms"}
 	algorithms        = []string{AlgorithmTokenBucket, AlgorithmFixedWindow, AlgorithmSlidingWindow, AlgorithmRollingWindow}
@@ -102,6 +103,9 @@ func (p *parser) config(root *jvalue) *Config {
 	if v := f["telemetry"]; v != nil {
 		cfg.Telemetry = p.telemetry("telemetry", v)
 	}
+	if v := f["fleet"]; v != nil { // fleet mode (issue 8), fleet.go
+		cfg.Fleet = p.fleet("fleet", v)
+	}
 
 	pol, rules := f["policies"], f["rules"]
 	if pol == nil && rules == nil {
@@ -117,6 +121,7 @@ func (p *parser) config(root *jvalue) *Config {
 		// Validated even when conflicting with "policies", to report every problem.
 		cfg.Policies = []Policy{{Name: DefaultPolicyName, Rules: p.rules("rules", rules, DefaultPolicyName, cfg.Mode)}}
 	}
+	p.checkGlobalRules(f["fleet"] != nil) // fleet.go
 	return cfg
 }
 
@@ -235,6 +240,10 @@ func (p *parser) rule(path string, v *jvalue, policy string, mode Mode) (Rule, b
 		}
 	}
 
+	if sv := f["scope"]; sv != nil { // fleet.go
+		r.Global = p.scope(join(path, "scope"), sv)
+	}
+
 	algPath := join(path, "algorithm")
 	av, cv := f["algorithm"], f["algorithm_config"]
 	cfgPath := join(path, "algorithm_config")
@@ -260,6 +269,7 @@ func (p *parser) rule(path string, v *jvalue, policy string, mode Mode) (Rule, b
 	default:
 		p.errorf(algPath, "unknown algorithm ", quoteShort(av.s), "; use one of: ", quoteList(algorithms))
 	}
+	p.checkScopeAlgorithm(path, &r) // fleet.go
 	return r, len(p.errs) == before
 }
 

@@ -59,6 +59,7 @@ type Config struct {
 	TrustedHops     int        // "xff_trusted_hops", default 0 (X-Forwarded-For ignored; use source.address)
 	Policies        []Policy   // top-level "rules" shorthand becomes one policy named "default"
 	Telemetry       *Telemetry // "telemetry", optional: periodic reports to the admin (nil = off)
+	Fleet           *Fleet     // "fleet", optional: the rate limit service of global rules (fleet.go)
 }
 
 // Telemetry configures the filter's periodic reports to the admin (contract
@@ -119,6 +120,9 @@ type Rule struct {
 	// ClearIdentity is "telemetry_identity": "clear": telemetry reports show
 	// the rule's header: and jwt: key components unmasked (default masked).
 	ClearIdentity bool
+	// Global is "scope": "global" (default "local"): the rule's limit holds
+	// across every Envoy process connected to the fleet backend (fleet.go).
+	Global bool
 }
 
 // SourceKind is where a key or match value is read from.

@@ -70,7 +70,9 @@ func schemaProperties() map[string]obj {
 			"xff_trusted_hops": obj{"type": "integer", "minimum": 0, "maximum": MaxTrustedHops, "default": 0,
 				"description": "How many trusted proxies in front of Envoy append to X-Forwarded-For; 0 ignores the header."},
 			"telemetry": obj{"$ref": "#/$defs/telemetry"},
+			"fleet":     obj{"$ref": "#/$defs/fleet"},
 		},
+		"fleet": fleetSchema(),
 		"telemetry": {
 			"cluster":   obj{"type": "string", "pattern": `^[\x21-\x7e]+$`, "description": "Envoy cluster of the Sluice admin that receives the reports."},
 			"authority": obj{"type": "string", "pattern": `^[\x21-\x7e]+$`, "default": DefaultTelemetryAuthority, "description": ":authority of the report requests."},
@@ -103,6 +105,8 @@ func schemaProperties() map[string]obj {
 				"description": "The most shared-data keys (distinct limit-key values) the rule's buckets may use; 0 for no bound."},
 			"telemetry_identity": obj{"type": "string", "enum": []string{IdentityMasked, IdentityClear}, "default": IdentityMasked,
 				"description": "How telemetry shows this rule's header: and jwt: key values: masked (default) or clear."},
+			"scope": obj{"type": "string", "enum": []string{ScopeLocal, ScopeGlobal}, "default": ScopeLocal,
+				"description": "local: the limit holds per Envoy process; global: across every process sharing the fleet backend (needs fleet; token_bucket only)."},
 		},
 		"tokenBucket": {
 			"tokens_per_second": rate("Steady refill rate (tokens per second). Exactly one of tokens_per_second and rps."),
@@ -164,6 +168,7 @@ func schemaDoc() obj {
 			},
 		}),
 		"telemetry": closed("telemetry", []string{"cluster", "token"}, nil),
+		"fleet":     closed("fleet", []string{"cluster"}, nil),
 		"tokenBucket": closed("tokenBucket", []string{"burst"}, obj{
 			"oneOf": []obj{{"required": []string{"tokens_per_second"}}, {"required": []string{"rps"}}},
 		}),
@@ -187,6 +192,29 @@ func schemaObjects() map[string][]string {
 		"window":        windowFields,
 		"rollingWindow": rollingWindowFields,
 		"telemetry":     telemetryFields,
+		"fleet":         fleetFields,
+	}
+}
+
+// fleetSchema describes the top-level "fleet" object (fleet.go).
+func fleetSchema() obj {
+	printable := `^[\x21-\x7e]+$`
+	ms := func(lo, hi, def int, desc string) obj {
+		return obj{"type": "integer", "minimum": lo, "maximum": hi, "default": def, "description": desc}
+	}
+	return obj{
+		"cluster":   obj{"type": "string", "pattern": printable, "description": "Envoy cluster (HTTP/2) of the rate limit service (Sluice admin or envoyproxy/ratelimit)."},
+		"authority": obj{"type": "string", "pattern": printable, "default": DefaultFleetAuthority, "description": ":authority of the RLS calls."},
+		"domain":    obj{"type": "string", "pattern": printable, "default": DefaultFleetDomain, "description": "RateLimitRequest domain."},
+		"timeout_ms": ms(1, MaxFleetTimeout, DefaultFleetTimeout,
+			"Timeout of one RLS call, also the longest a request waits for a lease; less than sync_interval_ms (checked by the parser)."),
+		"sync_interval_ms": ms(MinFleetSyncInterval, MaxFleetSyncInterval, DefaultFleetSyncInterval, "Milliseconds between the lease syncs of one Envoy process."),
+		"lease_min":        ms(1, MaxLease, DefaultLeaseMin, "Smallest lease (tokens) asked for one key; <= lease_max."),
+		"lease_max":        ms(1, MaxLease, DefaultLeaseMax, "Largest lease (tokens) held for one key by one process."),
+		"lease_ttl_ms":     ms(1, MaxLeaseTTL, DefaultLeaseTTL, "Leased tokens unspent this long after their grant are dropped; more than twice sync_interval_ms."),
+		"on_backend_down": obj{"type": "string", "enum": []string{BackendDownLocalShare, BackendDownAllow, BackendDownDeny}, "default": BackendDownLocalShare,
+			"description": "After leases expire with the backend unreachable: local_share enforces rate/N and burst/N per process, allow admits, deny rejects."},
+		"fleet_size": ms(0, MaxFleetSize, 0, "N for local_share; 0 uses the fleet size the backend last reported (x-sluice-fleet-size), else 1."),
 	}
 }
 

@@ -447,7 +447,7 @@ func (c *httpContext) exec(name string, a []string) string {
 			timeout = atou(t)
 		}
 		id, err := proxywasm.DispatchHttpCall(arg(a, 0), pairs(arg(a, 1)), []byte(arg(a, 3)), nil, timeout,
-			func(numHeaders, bodySize, numTrailers int) { c.onCallResponse(numHeaders, bodySize) })
+			func(numHeaders, bodySize, numTrailers int) { c.onCallResponse(numHeaders, bodySize, numTrailers) })
 		if err != nil {
 			return errName(err)
 		}
@@ -520,7 +520,7 @@ func (c *httpContext) exec(name string, a []string) string {
 // onCallResponse runs in on_http_call_response with this stream as the
 // effective context: it records the answer in the request header x-call and
 // resumes the request, or replies 403 locally if the callout said 403.
-func (c *httpContext) onCallResponse(numHeaders, bodySize int) {
+func (c *httpContext) onCallResponse(numHeaders, bodySize, numTrailers int) {
 	if numHeaders == 0 {
 		_ = proxywasm.AddHttpRequestHeader("x-call", "failed")
 		_ = proxywasm.ResumeHttpRequest()
@@ -540,6 +540,14 @@ func (c *httpContext) onCallResponse(numHeaders, bodySize int) {
 	}
 	body, _ := proxywasm.GetHttpCallResponseBody(0, bodySize)
 	_ = proxywasm.AddHttpRequestHeader("x-call", status+"|"+string(body))
+	if numTrailers > 0 { // x-call-trailers: the trailer pairs, then the status of the get
+		tr, err := proxywasm.GetHttpCallResponseTrailers()
+		var b strings.Builder
+		for _, kv := range tr {
+			b.WriteString(kv[0] + "=" + kv[1] + ",")
+		}
+		_ = proxywasm.AddHttpRequestHeader("x-call-trailers", b.String()+"|"+errName(err))
+	}
 	if status == "403" {
 		_ = proxywasm.SendHttpResponse(403, [][2]string{{"x-from", "callout"}}, nil, -1)
 		return

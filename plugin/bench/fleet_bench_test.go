@@ -1,0 +1,67 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluice-rl/sluice/plugin/wasmhost"
+)
+
+// fleetLimits is limits' "open" rule as a global rule (fleet mode), with
+// leases large and long enough that the timed loop always finds tokens in
+// the pool: the request path then costs what a local rule costs, which is
+// what BenchmarkFleet compares.
+var fleetLimits = strings.Replace(limits, `{"rules": [
+  {"name": "open",`, `{"fleet": {"cluster": "rls", "timeout_ms": 1000, "sync_interval_ms": 60000,
+   "lease_max": 1000000000, "lease_ttl_ms": 3600000},
+  "rules": [
+  {"name": "open", "scope": "global",`, 1)
+
+// grantAll answers every ShouldRateLimit with OK for each descriptor, at
+// once.
+var grantAll = wasmhost.HTTPCallHandlerFunc(func(c *wasmhost.HTTPCall) {
+	req := &rlsv3.RateLimitRequest{}
+	if len(c.Body) < 5 || proto.Unmarshal(c.Body[5:], req) != nil {
+		_ = c.Fail()
+		return
+	}
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
+	for range req.Descriptors {
+		resp.Statuses = append(resp.Statuses, &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK})
+	}
+	b, _ := proto.Marshal(resp)
+	body := append([]byte{0, byte(len(b) >> 24), byte(len(b) >> 16), byte(len(b) >> 8), byte(len(b))}, b...)
+	_ = c.RespondWithTrailers([]wasmhost.Header{{":status", "200"}}, body, []wasmhost.Header{{"grpc-status", "0"}})
+})
+
+// BenchmarkFleet: a global rule whose pool has tokens against the same
+// rule local, each as a ratio to the empty floor, in one run.
+func BenchmarkFleet(b *testing.B) {
+	cases := []struct {
+		name string
+		c    Case
+	}{
+		{"local", Case{Config: limits, Request: same(Headers("x-api-key", "k1")), Rejected: &no}},
+		{"global-pool-has-tokens", Case{Config: fleetLimits, Request: same(Headers("x-api-key", "k1")), Rejected: &no,
+			HTTPCalls: grantAll,
+			After: func(b *testing.B, h *wasmhost.Host) {
+				fetches, _ := h.Metric("sluice.rule.open.global_fetches")
+				b.ReportMetric(float64(fetches), "fetches")
+			}}},
+	}
+	for _, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			tc.c.Wasm, tc.c.Floor = pluginWasm(b), floorWasm(b)
+			Run(b, tc.c)
+		})
+	}
+	// The same two against each other, interleaved chunk by chunk: here
+	// x-floor is the global rule's time over the local rule's.
+	b.Run("global-over-local", func(b *testing.B) {
+		Run(b, Case{Wasm: pluginWasm(b), Config: fleetLimits, Floor: pluginWasm(b), FloorConfig: limits,
+			Request: same(Headers("x-api-key", "k1")), Rejected: &no, HTTPCalls: grantAll})
+	})
+}

@@ -1,0 +1,432 @@
+package filter
+
+import (
+	"errors"
+
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/sluice-rl/sluice/shared/limiter"
+	"github.com/sluice-rl/sluice/shared/policy"
+	"github.com/sluice-rl/sluice/shared/state"
+)
+
+// Fleet mode, the request path (docs/filter.md "Fleet mode"). A global rule
+// spends from its identity's lease pool in shared data (fleet_pool.go): one
+// get and one CAS set, like a local bucket. A pool that cannot pay while the
+// backend is healthy pauses the request and asks the RLS (fetchForRequest);
+// one ask per key per VM is in flight, later requests for the same key wait
+// for it. With the backend down, an exhausted or expired pool falls back per
+// on_backend_down. Refills, returns and health live in fleet_sync.go.
+
+// compiledFleet is the configuration's "fleet" block, prepared.
+type compiledFleet struct {
+	src      *policy.Fleet
+	syncMS   int64
+	ttlMS    int64
+	leaseMin int64
+	leaseMax int64
+}
+
+// ruleFleet is a global rule's fleet state.
+type ruleFleet struct {
+	fc          *compiledFleet
+	lastHot     *hotPool // the pool this rule touched last (a cache of the VM's table)
+	slotPrefix  string   // "fl:<rule>:#"
+	exactPrefix string   // "fl:<rule>:="
+	m           fleetMetrics
+}
+
+// fleetMetrics are the per-rule fleet counters.
+type fleetMetrics struct {
+	granted, denied, returned, backendErrors, fallbackLocal, fetches counter
+}
+
+func (vm *vmContext) fleetMetrics(rule string) fleetMetrics {
+	p := "sluice.rule." + rule + "."
+	return fleetMetrics{
+		granted:       vm.counter(p + "global_granted"),
+		denied:        vm.counter(p + "global_denied"),
+		returned:      vm.counter(p + "global_returned"),
+		backendErrors: vm.counter(p + "backend_errors"),
+		fallbackLocal: vm.counter(p + "fallback_local"),
+		fetches:       vm.counter(p + "global_fetches"),
+	}
+}
+
+// compileFleet prepares the fleet block (nil without one).
+func compileFleet(f *policy.Fleet) *compiledFleet {
+	if f == nil {
+		return nil
+	}
+	return &compiledFleet{
+		src: f, syncMS: int64(f.SyncIntervalMS), ttlMS: int64(f.LeaseTTLMS),
+		leaseMin: int64(f.LeaseMin), leaseMax: int64(f.LeaseMax),
+	}
+}
+
+// compileRuleFleet is the hook in compileRule for "scope": "global".
+func (cc *compiledConfig) compileRuleFleet(cr *compiledRule, r *policy.Rule, vm *vmContext) {
+	if !r.Global || cc.fleet == nil {
+		return
+	}
+	cr.fleet = &ruleFleet{
+		fc:          cc.fleet,
+		slotPrefix:  "fl:" + r.Name + ":#",
+		exactPrefix: "fl:" + r.Name + ":=",
+		m:           vm.fleetMetrics(r.Name),
+	}
+}
+
+// fleetApp is a global rule's part of an application (one request).
+type fleetApp struct {
+	id     [idLen]byte
+	pool   pool
+	exists bool   // our pool was read
+	stored bool   // the key exists: write with cas
+	cas    uint32 // cas of the read
+	slot   int    // candidate index of the pool (or of the slot to claim)
+	evict  bool   // the claim replaces a live pool of another identity
+	v      verdict
+	next   pool
+}
+
+// poolKey is the shared-data key of candidate i of a's pool.
+func (a *application) poolKey(i int) string {
+	rf := a.rule.fleet
+	if a.rule.maxKeys == 0 {
+		a.slotBuf = append(append(a.slotBuf[:0], rf.exactPrefix...), a.fl.id[:]...)
+	} else {
+		a.slotBuf = appendInt(append(a.slotBuf[:0], rf.slotPrefix...), int64(a.cand[i]))
+	}
+	return bytesView(a.slotBuf)
+}
+
+// poolCandidates is how many keys a's pool may live in.
+func (a *application) poolCandidates() int {
+	if a.rule.maxKeys == 0 {
+		return 1
+	}
+	return a.ncand
+}
+
+// fleetLoad is phase 1 for a global rule: read the pool and decide (no
+// writes). Errors fail open like local rules.
+func (p *pluginContext) fleetLoad(a *application, now float64, noFetch bool) {
+	if a.fl.id[0] == 0 {
+		if a.rule.maxKeys > 0 { // selectRules computed the fingerprint
+			appendSluiceIDFP(a.fl.id[:0], a.identity, a.fp)
+		} else {
+			appendSluiceID(a.fl.id[:0], a.identity)
+		}
+	}
+	if err := p.readPool(a, now); err != nil {
+		p.failOpen(a, err)
+		return
+	}
+	p.vm.fleet.touchPool(a, int64(now*1000))
+	env := p.poolEnv(a, now, noFetch)
+	a.fl.next, a.fl.v, a.dec.Remaining, a.dec.Wait = decidePool(a.fl.pool, a.fl.exists, a.cost, &env)
+	a.dec.Allowed = a.fl.v == vSpend || a.fl.v == vAllowDown || a.fl.v == vShare || a.fl.v == vFetch
+	a.dec.Reset = 0
+	a.next = state.Bucket{Tokens: float64(a.fl.next.tokens) / micro, LastRefill: now}
+	if a.rule.tb.Rate > 0 && a.dec.Allowed {
+		a.dec.Reset = max(0, (a.rule.tb.Burst-a.dec.Remaining)/a.rule.tb.Rate)
+	}
+}
+
+// poolEnv gathers what decidePool needs: this VM's view of the backend's
+// health (refreshed on every tick and call) and the local share.
+func (p *pluginContext) poolEnv(a *application, now float64, noFetch bool) poolEnv {
+	fs := &p.vm.fleet
+	n := float64(fs.fleetSize(a.rule.fleet.fc))
+	return poolEnv{
+		nowMS:    int64(now * 1000),
+		healthy:  fs.healthy,
+		noFetch:  noFetch,
+		down:     a.rule.fleet.fc.src.OnBackendDown,
+		share:    limiter.TokenBucket{Rate: a.rule.tb.Rate / n, Burst: a.rule.tb.Burst / n},
+		syncMS:   a.rule.fleet.fc.syncMS,
+		leaseTTL: a.rule.fleet.fc.ttlMS,
+	}
+}
+
+// readPool finds a's pool among its candidates, or the slot a new pool
+// would take: the first missing, undecodable or stale one, else (evicting)
+// the first. A duplicate pool of one identity (two VMs claiming different
+// candidates at once) holds only tokens the RLS granted, so it can cost
+// under-admission, never over-admission (except in the local-share
+// fallback, by at most one share's burst).
+func (p *pluginContext) readPool(a *application, now float64) error {
+	a.fl.exists, a.fl.stored, a.fl.cas, a.fl.slot, a.fl.evict = false, false, 0, -1, false
+	nowMS := int64(now * 1000)
+	for i := 0; i < a.poolCandidates(); i++ {
+		v, cas, st := getSharedData(a.poolKey(i))
+		if st == statusNotFound {
+			if a.fl.slot < 0 {
+				a.fl.slot = i
+			}
+			break
+		}
+		if st != statusOK {
+			return statusError(st)
+		}
+		id, pl, ok := decodePool(v)
+		if ok && string(id) == string(a.fl.id[:]) {
+			a.fl.pool, a.fl.exists, a.fl.stored, a.fl.cas, a.fl.slot = pl, true, true, cas, i
+			return nil
+		}
+		if a.fl.slot < 0 && (!ok || stalePool(pl, nowMS, a.rule.fleet.fc.ttlMS)) {
+			a.fl.slot, a.fl.stored, a.fl.cas = i, true, cas
+		}
+	}
+	if a.fl.slot < 0 { // every candidate is a live pool of another identity
+		a.fl.slot, a.fl.evict = 0, true
+		_, cas, st := getSharedData(a.poolKey(0))
+		if st != statusOK {
+			return statusError(st)
+		}
+		a.fl.stored, a.fl.cas = true, cas
+	}
+	a.fl.pool = pool{}
+	return nil
+}
+
+// stalePool: a pool whose lease expired, or a fallback bucket untouched for
+// a lease TTL; reusing its slot loses nothing that can still be spent.
+func stalePool(p pool, nowMS, ttlMS int64) bool {
+	if p.mode == modeLease {
+		return p.stamp <= nowMS
+	}
+	return nowMS-p.stamp > ttlMS
+}
+
+// fleetCommit is phase 2 for a global rule: write the pool with CAS; on a
+// mismatch re-read and re-decide. A re-decision that would need a fetch
+// refuses (the pool ran dry under our feet; the next request asks).
+func (p *pluginContext) fleetCommit(a *application, now float64) commitResult {
+	for attempt := 1; ; attempt++ {
+		err := p.writePool(a)
+		if err == nil {
+			p.countFleetDecision(a)
+			return commitOK
+		}
+		if !errors.Is(err, types.ErrorStatusCasMismatch) {
+			p.failOpen(a, err)
+			return commitFailed
+		}
+		a.rule.m.casRetries.inc()
+		if attempt >= maxAttempts {
+			p.failOpen(a, errRetriesExhausted)
+			return commitFailed
+		}
+		p.fleetLoad(a, now, true)
+		if a.failed {
+			return commitFailed
+		}
+		if !a.dec.Allowed || a.fl.v == vFetch {
+			a.dec.Allowed = false
+			return commitRefused
+		}
+	}
+}
+
+// writePool stores a.fl.next (for vSpend and vShare; the other verdicts
+// write nothing).
+func (p *pluginContext) writePool(a *application) error {
+	if a.fl.v != vSpend && a.fl.v != vShare {
+		return nil
+	}
+	if a.fl.stored && a.fl.cas == 0 {
+		return errZeroCAS
+	}
+	if a.fl.evict {
+		a.rule.m.evicted.inc()
+	}
+	p.valBuf = encodePool(p.valBuf[:0], a.fl.id[:], a.fl.next)
+	return writeKey(a.poolKey(a.fl.slot), p.valBuf, a.fl.stored, a.fl.cas)
+}
+
+func (p *pluginContext) countFleetDecision(a *application) {
+	if a.fl.v == vShare || a.fl.v == vAllowDown {
+		a.rule.fleet.m.fallbackLocal.inc()
+		p.vm.fleet.fallbackUsed = true
+	}
+}
+
+// fleetRefund gives a committed spend back to the pool (a later rule
+// refused the request).
+func (p *pluginContext) fleetRefund(a *application) bool {
+	if a.fl.v != vSpend && a.fl.v != vShare {
+		return true
+	}
+	costU := a.fl.next.spent - a.fl.pool.spent
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		v, cas, st := getSharedData(a.poolKey(a.fl.slot))
+		if st != statusOK {
+			return false
+		}
+		id, pl, ok := decodePool(v)
+		if !ok || string(id) != string(a.fl.id[:]) || pl.mode != a.fl.next.mode {
+			return true // the pool is gone or changed mode: nothing to give back to
+		}
+		pl.tokens += costU
+		pl.spent = max(0, pl.spent-costU)
+		p.valBuf = encodePool(p.valBuf[:0], a.fl.id[:], pl)
+		err := proxywasm.SetSharedData(a.poolKey(a.fl.slot), p.valBuf, cas)
+		if err == nil {
+			return true
+		}
+		if !errors.Is(err, types.ErrorStatusCasMismatch) {
+			return false
+		}
+	}
+	return false
+}
+
+// fleetRejectCounts counts a global rule's refusal by cause.
+func (p *pluginContext) fleetRejectCounts(a *application) {
+	if a.fl.v == vShareDeny || (a.fl.v == vDeny && !p.vm.fleet.healthy) {
+		a.rule.fleet.m.fallbackLocal.inc()
+		p.vm.fleet.fallbackUsed = true
+	}
+}
+
+// ---- Request-path fetch ----
+
+type fetchResult uint8
+
+const (
+	fetchNone   fetchResult = iota // no global rule needs a lease: go on
+	fetchPaused                    // the request waits for the RLS
+	fetchRedo                      // nothing could be sent: decide again without fetching
+)
+
+// fetchIfNeeded pauses h for the global rules whose pool cannot pay.
+func (p *pluginContext) fetchIfNeeded(h *httpContext, apps []application) fetchResult {
+	need := false
+	for i := range apps {
+		if a := &apps[i]; !a.failed && a.rule.fleet != nil && a.fl.v == vFetch {
+			need = true
+		}
+	}
+	switch {
+	case !need:
+		return fetchNone
+	case p.fetchForRequest(h, apps):
+		return fetchPaused
+	}
+	h.fleetFetched = true
+	return fetchRedo
+}
+
+// hasGlobalRules reports whether fleet mode is in use.
+func (cc *compiledConfig) hasGlobalRules() bool {
+	if cc.fleet == nil {
+		return false
+	}
+	for _, r := range cc.rules {
+		if r.fleet != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// pendingFetch is one ask for one key in flight from this VM, and the
+// requests waiting for it.
+type pendingFetch struct {
+	waiters []*httpContext
+}
+
+// fetchForRequest pauses h until the RLS answered for every global rule of
+// the request whose pool cannot pay (a.fl.v == vFetch). It joins asks
+// already in flight for the same key. It returns false when nothing could
+// be sent (the caller then decides again without fetching).
+func (p *pluginContext) fetchForRequest(h *httpContext, apps []application) bool {
+	fs := &p.vm.fleet
+	var batch *syncBatch
+	for i := range apps {
+		a := &apps[i]
+		if a.failed || a.fl.v != vFetch || a.rule.fleet == nil {
+			continue
+		}
+		key := a.rule.name + ":" + string(a.fl.id[:])
+		if pf := fs.pending[key]; pf != nil {
+			pf.waiters = append(pf.waiters, h)
+			h.fleetWaits++
+			continue
+		}
+		if batch == nil {
+			batch = &syncBatch{requestPath: true}
+		}
+		pk := poolRef{rule: a.rule.name, id: a.fl.id, fp: a.fp, cand: a.cand, ncand: a.ncand}
+		ask := max(p.askFor(a.rule, a.fl.pool, int64(fs.nowMS())), int64(a.cost+0.999999))
+		batch.add(a.rule, pk, opFetch, ask, a.fl.pool.spent)
+		a.rule.fleet.m.fetches.inc()
+		fs.pending[key] = &pendingFetch{waiters: []*httpContext{h}}
+		batch.pending = append(batch.pending, key)
+		h.fleetWaits++
+	}
+	if batch != nil && !p.dispatch(batch) {
+		// Nothing was sent (counted as a backend error, health is down):
+		// drop our asks; the caller decides again without fetching.
+		for _, key := range batch.pending {
+			delete(fs.pending, key)
+			h.fleetWaits--
+		}
+	}
+	return h.fleetWaits > 0
+}
+
+// resolvePending ends the asks of batch and resumes the requests that no
+// longer wait for anything.
+func (p *pluginContext) resolvePending(batch *syncBatch) {
+	fs := &p.vm.fleet
+	for _, key := range batch.pending {
+		pf := fs.pending[key]
+		delete(fs.pending, key)
+		if pf == nil {
+			continue
+		}
+		for _, w := range pf.waiters {
+			if w.fleetWaits--; w.fleetWaits == 0 && !w.fleetDone {
+				w.resumeAfterFetch()
+			}
+		}
+	}
+}
+
+// resumeAfterFetch decides a paused request again, without fetching, and
+// continues it or sends the 429.
+func (h *httpContext) resumeAfterFetch() {
+	defer func() {
+		if r := recover(); r != nil {
+			h.p.vm.recovered("fleet resume", r)
+			_ = proxywasm.ResumeHttpRequest()
+		}
+	}()
+	if err := proxywasm.SetEffectiveContext(h.id); err != nil {
+		return // the stream is gone
+	}
+	h.fleetFetched = true
+	if h.p.cfg == nil || h.p.decide(h) == types.ActionContinue {
+		_ = proxywasm.ResumeHttpRequest()
+	}
+}
+
+// fleetForget removes a finished stream from every ask it waited for.
+func (vm *vmContext) fleetForget(h *httpContext) {
+	if h.fleetWaits == 0 {
+		return
+	}
+	h.fleetDone = true
+	for _, pf := range vm.fleet.pending {
+		for i := 0; i < len(pf.waiters); i++ {
+			if pf.waiters[i] == h {
+				pf.waiters = append(pf.waiters[:i], pf.waiters[i+1:]...)
+				i--
+			}
+		}
+	}
+}

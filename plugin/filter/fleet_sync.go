@@ -1,0 +1,701 @@
+package filter
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
+
+	"github.com/sluice-rl/sluice/shared/rls"
+	"github.com/sluice-rl/sluice/shared/state"
+)
+
+// Fleet mode, the RLS side: one ShouldRateLimit call (gRPC over an HTTP/2
+// dispatch_http_call) per batch, the process-wide sync lock, the backend's
+// health, and applying answers to pools. See docs/filter.md "Fleet mode".
+
+// Shared-data keys of the process (per vm_id, like every key).
+const (
+	fleetLockKey   = "fl:sync-lock" // "{until_ms}:{holder}:{released_ms}"
+	fleetHealthKey = "fl:health"    // "{0|1}:{fleet_size}"
+	// maxBatch bounds the descriptors of one call.
+	maxBatch = 64
+	// maxHotPools bounds the keys one VM tracks for syncing.
+	maxHotPools = 4096
+)
+
+// fleetState is a VM's fleet mode state; it outlives root contexts.
+type fleetState struct {
+	started      bool
+	vmID         string
+	node         string
+	healthy      bool // the backend answered the last call (as seen by this VM)
+	reportedSize int  // x-sluice-fleet-size from the backend, 0 if never sent
+	fallbackUsed bool
+	pending      map[string]*pendingFetch
+	hot          map[hotKeyFleet]*hotPool
+	sync         *syncBatch // the tick's call in flight
+	syncAtMS     int64
+	resp         rls.Response
+	stats        map[string]*fleetRuleStats // for telemetry, per rule name
+	pubBuf       []byte                     // fleet_hot.go
+}
+
+// hotKeyFleet identifies a pool this VM spent from.
+type hotKeyFleet struct {
+	rule string
+	id   [idLen]byte
+}
+
+// poolRef locates a pool: its rule, sluice_id and candidate slots.
+type poolRef struct {
+	rule  string
+	id    [idLen]byte
+	fp    uint64
+	cand  [state.Candidates]int
+	ncand int
+}
+
+type hotPool struct {
+	ref        poolRef
+	lastSeenMS int64
+	hint       int64 // 1 + limit_remaining of the last refusal, 0 if none
+	live       bool  // still in the table (a removed entry may linger in ruleFleet.lastHot)
+}
+
+// fleetRuleStats is what telemetry reports per global rule.
+type fleetRuleStats struct {
+	leaseTokens float64
+	pools       int
+	sharing     int
+}
+
+type fleetOp uint8
+
+const (
+	opFetch fleetOp = iota
+	opReturn
+)
+
+type batchItem struct {
+	rule        *compiledRule
+	ref         poolRef
+	op          fleetOp
+	amount      int64 // whole tokens asked or returned
+	spentAtSend int64
+}
+
+// syncBatch is one call: its descriptors in order.
+type syncBatch struct {
+	items       []batchItem
+	pending     []string // request path: the asks this call answers
+	requestPath bool
+}
+
+func (b *syncBatch) add(r *compiledRule, ref poolRef, op fleetOp, amount, spent int64) {
+	b.items = append(b.items, batchItem{rule: r, ref: ref, op: op, amount: amount, spentAtSend: spent})
+}
+
+func (fs *fleetState) start() {
+	if fs.started {
+		return
+	}
+	fs.started, fs.healthy = true, true // unknown counts as healthy: ask first
+	fs.vmID = strconv.FormatUint(rand.Uint64(), 16)
+	fs.pending = map[string]*pendingFetch{}
+	fs.hot = map[hotKeyFleet]*hotPool{}
+	fs.stats = map[string]*fleetRuleStats{}
+	fs.node = "unknown"
+	if v, ok := getProperty("node\x00id"); ok && len(v) > 0 {
+		fs.node = string(v[:min(len(v), 256)])
+	}
+}
+
+func (fs *fleetState) nowMS() int64 { return int64(nowSeconds() * 1000) }
+
+// fleetSize is N for the local share: configured, else reported, else 1.
+func (fs *fleetState) fleetSize(fc *compiledFleet) int {
+	switch {
+	case fc.src.FleetSize > 0:
+		return fc.src.FleetSize
+	case fs.reportedSize > 0:
+		return fs.reportedSize
+	}
+	return 1
+}
+
+// startFleet runs in on_configure when the configuration has a fleet block.
+func (p *pluginContext) startFleet() {
+	p.vm.fleet.start()
+}
+
+// touchPool records on the request path that this VM spends from a pool,
+// so its syncs refill it. A new key allocates once.
+func (fs *fleetState) touchPool(a *application, nowMS int64) {
+	rf := a.rule.fleet
+	if e := rf.lastHot; e != nil && e.ref.id == a.fl.id && e.ref.rule == a.rule.name && e.live {
+		e.lastSeenMS = nowMS // a hot key: no map lookup
+		return
+	}
+	k := hotKeyFleet{rule: a.rule.name, id: a.fl.id}
+	if e := fs.hot[k]; e != nil {
+		e.lastSeenMS = nowMS
+		rf.lastHot = e
+		return
+	}
+	if len(fs.hot) >= maxHotPools {
+		return // the request path still fetches for it when its pool is empty
+	}
+	e := &hotPool{
+		ref:        poolRef{rule: a.rule.name, id: a.fl.id, fp: a.fp, cand: a.cand, ncand: a.ncand},
+		lastSeenMS: nowMS,
+		live:       true,
+	}
+	fs.hot[k] = e
+	rf.lastHot = e
+}
+
+// askFor sizes a lease from the pool's observed demand: the tokens spent
+// since its last sync, as a rate, times three sync intervals (so one ask
+// covers the wait for this VM's next turn at the lock), within
+// [lease_min, lease_max] and at most the burst (a GCRA never grants more).
+func (p *pluginContext) askFor(r *compiledRule, pl pool, nowMS int64) int64 {
+	fc := r.fleet.fc
+	var ask float64
+	if pl.lastSync > 0 && nowMS > pl.lastSync {
+		secs := max(float64(nowMS-pl.lastSync), float64(fc.syncMS)) / 1000
+		ask = float64(pl.spent) / micro / secs * 3 * float64(fc.syncMS) / 1000
+	} else { // a new pool: this process's share of one sync interval
+		ask = r.tb.Rate * float64(fc.syncMS) / 1000 / float64(p.vm.fleet.fleetSize(fc))
+	}
+	n := int64(math.Ceil(ask))
+	n = max(n, fc.leaseMin)
+	n = min(n, fc.leaseMax, int64(r.tb.Burst))
+	return max(n, 1)
+}
+
+// ---- The tick ----
+
+// fleetTick runs the process's sync when this VM gets the lock: refill
+// pools running low or expiring, return the tokens of idle ones.
+func (p *pluginContext) fleetTick() {
+	fc, fs := p.cfg.fleet, &p.vm.fleet
+	if fc == nil {
+		return
+	}
+	now := fs.nowMS()
+	fs.refreshHealth()
+	fs.pruneHot(now, fc.ttlMS)
+	p.publishHot(now) // fleet_hot.go: the lock holder syncs every VM's keys
+	if fs.sync != nil {
+		if now-fs.syncAtMS < 4*int64(fc.src.TimeoutMS)+fc.syncMS {
+			return
+		}
+		fs.sync = nil // the host lost the callback: give up on it
+	}
+	if !p.acquireLock(now) {
+		return
+	}
+	batch := p.buildSync(now, p.mergedHot(now))
+	if len(batch.items) == 0 {
+		p.releaseLock(now)
+		return
+	}
+	if !p.dispatch(batch) {
+		p.releaseLock(now)
+		return
+	}
+	fs.sync, fs.syncAtMS = batch, now
+}
+
+type syncCandidate struct {
+	item    batchItem
+	urgency float64 // lower first
+}
+
+// buildSync picks, among the process's hot keys, the pools to refill or
+// return, lowest first.
+func (p *pluginContext) buildSync(now int64, hot map[hotKeyFleet]*hotPool) *syncBatch {
+	fc := p.cfg.fleet
+	var cands []syncCandidate
+	for k, e := range hot {
+		r := p.cfg.byName[k.rule]
+		if r == nil || r.fleet == nil {
+			continue
+		}
+		a := application{rule: r, fp: e.ref.fp, cand: e.ref.cand, ncand: e.ref.ncand}
+		a.fl.id = e.ref.id
+		if err := p.readPool(&a, float64(now)/1000); err != nil {
+			continue
+		}
+		idle := now-e.lastSeenMS > 2*fc.syncMS
+		if c, ok := p.syncAction(&a, e, idle, now); ok {
+			cands = append(cands, c)
+		}
+	}
+	slices.SortFunc(cands, func(x, y syncCandidate) int {
+		switch {
+		case x.urgency < y.urgency:
+			return -1
+		case x.urgency > y.urgency:
+			return 1
+		}
+		return 0
+	})
+	batch := &syncBatch{}
+	for _, c := range cands[:min(len(cands), maxBatch)] {
+		if c.item.op == opReturn && !p.takeForReturn(c.item, now) {
+			continue
+		}
+		batch.items = append(batch.items, c.item)
+	}
+	return batch
+}
+
+// syncAction decides what one pool needs.
+func (p *pluginContext) syncAction(a *application, e *hotPool, idle bool, now int64) (syncCandidate, bool) {
+	fc := a.rule.fleet.fc
+	pl := a.fl.pool
+	lease := a.fl.exists && pl.mode == modeLease && pl.stamp > now
+	if idle {
+		if lease && pl.tokens >= micro {
+			it := batchItem{rule: a.rule, ref: e.ref, op: opReturn, amount: pl.tokens / micro}
+			return syncCandidate{item: it, urgency: 1e18}, true // returns go last
+		}
+		return syncCandidate{}, false
+	}
+	if lease && pl.denyUntil > now {
+		return syncCandidate{}, false // refused lately: the refusal's wait is not over
+	}
+	target := p.askFor(a.rule, pl, now)
+	if e.hint > 0 {
+		target = max(1, min(target, e.hint-1))
+	}
+	have := int64(0)
+	if lease {
+		have = pl.tokens / micro
+	}
+	expiring := lease && pl.stamp-now < 2*fc.syncMS
+	if lease && !expiring && have*2 >= target {
+		return syncCandidate{}, false
+	}
+	ask := max(target-have, fc.leaseMin, 1)
+	ask = min(ask, int64(a.rule.tb.Burst))
+	it := batchItem{rule: a.rule, ref: e.ref, op: opFetch, amount: ask, spentAtSend: pl.spent}
+	return syncCandidate{item: it, urgency: float64(have) / float64(max(target, 1))}, true
+}
+
+// takeForReturn removes the whole tokens to return from the pool before
+// the call: returned tokens must not also be spent.
+func (p *pluginContext) takeForReturn(it batchItem, now int64) bool {
+	a := p.poolApp(it)
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		if err := p.readPool(&a, float64(now)/1000); err != nil || !a.fl.exists {
+			return false
+		}
+		pl := a.fl.pool
+		if pl.mode != modeLease || pl.tokens < it.amount*micro {
+			return false
+		}
+		pl.tokens -= it.amount * micro
+		pl.lastSync = now
+		p.valBuf = encodePool(p.valBuf[:0], a.fl.id[:], pl)
+		if proxywasm.SetSharedData(a.poolKey(a.fl.slot), p.valBuf, a.fl.cas) == nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *pluginContext) poolApp(it batchItem) application {
+	a := application{rule: it.rule, fp: it.ref.fp, cand: it.ref.cand, ncand: it.ref.ncand}
+	a.fl.id = it.ref.id
+	return a
+}
+
+func (p *pluginContext) statPool(rule string, pl pool, exists bool, now int64) {
+	fs := &p.vm.fleet
+	st := fs.stats[rule]
+	if st == nil {
+		st = &fleetRuleStats{}
+		fs.stats[rule] = st
+	}
+	if !exists {
+		return
+	}
+	st.pools++
+	if pl.mode == modeShare {
+		st.sharing++
+	} else if pl.stamp > now {
+		st.leaseTokens += float64(pl.tokens) / micro
+	}
+}
+
+// ---- The process lock ----
+
+// acquireLock takes the process's sync lock unless another VM holds it.
+// Whoever holds it syncs every VM's published keys (fleet_hot.go).
+func (p *pluginContext) acquireLock(now int64) bool {
+	fs, fc := &p.vm.fleet, p.cfg.fleet
+	v, cas, st := getSharedData(fleetLockKey)
+	stored := st == statusOK
+	if st != statusOK && st != statusNotFound {
+		return false
+	}
+	if stored {
+		if until, _, _ := parseLock(v); until > now {
+			return false
+		}
+	}
+	until := now + int64(fc.src.TimeoutMS)*4 + fc.syncMS
+	return writeKey(fleetLockKey, lockValue(until, fs.vmID, 0), stored, cas) == nil
+}
+
+func (p *pluginContext) releaseLock(now int64) {
+	v, cas, st := getSharedData(fleetLockKey)
+	if st != statusOK {
+		return
+	}
+	if _, holder, _ := parseLock(v); holder != p.vm.fleet.vmID {
+		return
+	}
+	_ = proxywasm.SetSharedData(fleetLockKey, lockValue(0, p.vm.fleet.vmID, now), cas)
+}
+
+func lockValue(until int64, holder string, released int64) []byte {
+	b := strconv.AppendInt(nil, until, 10)
+	b = append(append(b, ':'), holder...)
+	b = append(b, ':')
+	return strconv.AppendInt(b, released, 10)
+}
+
+func parseLock(v []byte) (until int64, holder string, released int64) {
+	n, used, ok := parseInt(v)
+	if !ok || used >= len(v) || v[used] != ':' {
+		return 0, "", 0
+	}
+	rest := v[used+1:]
+	i := slices.Index(rest, ':')
+	if i < 0 {
+		return n, "", 0
+	}
+	r, _, _ := parseInt(rest[i+1:])
+	return n, string(rest[:i]), r
+}
+
+// ---- Health ----
+
+// refreshHealth reads the process's view of the backend (written by
+// whichever VM last heard from it).
+func (fs *fleetState) refreshHealth() {
+	v, _, st := getSharedData(fleetHealthKey)
+	if st != statusOK || len(v) < 3 || v[1] != ':' {
+		return
+	}
+	fs.healthy = v[0] == '1'
+	if n, _, ok := parseInt(v[2:]); ok && n >= 0 && n <= 100000 {
+		fs.reportedSize = int(n)
+	}
+}
+
+func (fs *fleetState) setHealth(up bool, size int) {
+	changed := up != fs.healthy || (size > 0 && size != fs.reportedSize)
+	fs.healthy = up
+	if size > 0 {
+		fs.reportedSize = size
+	}
+	if !changed {
+		return
+	}
+	b := []byte{'0', ':'}
+	if up {
+		b[0] = '1'
+	}
+	b = strconv.AppendInt(b, int64(fs.reportedSize), 10)
+	_ = proxywasm.SetSharedData(fleetHealthKey, b, 0) // advisory: last writer wins
+}
+
+// ---- The call ----
+
+// dispatch sends batch as one ShouldRateLimit call. False: not sent
+// (counted as a backend error; health goes down).
+func (p *pluginContext) dispatch(batch *syncBatch) bool {
+	fc, fs := p.cfg.fleet, &p.vm.fleet
+	req := rls.Request{Domain: fc.src.Domain, Descriptors: make([]rls.Descriptor, len(batch.items))}
+	for i, it := range batch.items {
+		d := &req.Descriptors[i]
+		d.Entries = []rls.Entry{{Key: "sluice_rule", Value: it.rule.name}, {Key: "sluice_id", Value: string(it.ref.id[:])}}
+		if it.op == opReturn {
+			d.Entries = append(d.Entries, rls.Entry{Key: "sluice_op", Value: "return"})
+		}
+		d.HasHitsAddend, d.HitsAddend = true, uint64(it.amount)
+		if rate := it.rule.tb.Rate; rate >= 1 && rate == math.Trunc(rate) && rate <= math.MaxUint32 {
+			d.Limit = &rls.Override{RequestsPerUnit: uint32(rate), Unit: rls.UnitSecond}
+		}
+	}
+	body := rls.AppendFrame(nil, &req)
+	headers := [][2]string{
+		{":method", "POST"},
+		{":path", rls.MethodPath},
+		{":authority", fc.src.Authority},
+		{"content-type", "application/grpc"},
+		{"te", "trailers"},
+		{"x-sluice-node", fs.node},
+	}
+	_, err := proxywasm.DispatchHttpCall(fc.src.Cluster, headers, body, nil, uint32(fc.src.TimeoutMS),
+		func(nh, nb, nt int) { p.onRLSResponse(batch, nh, nb, nt) })
+	if err != nil {
+		p.backendFailed(batch, "cannot dispatch to cluster "+fc.src.Cluster+": "+err.Error())
+		return false
+	}
+	return true
+}
+
+// backendFailed counts a failed call once per rule it carried and marks
+// the backend down.
+func (p *pluginContext) backendFailed(batch *syncBatch, why string) {
+	for i, it := range batch.items {
+		counted := false
+		for _, prev := range batch.items[:i] {
+			counted = counted || prev.rule.fleet == it.rule.fleet
+		}
+		if !counted {
+			it.rule.fleet.m.backendErrors.inc()
+		}
+	}
+	p.vm.fleet.setHealth(false, 0)
+	p.vm.logLimited(logFleet, "sluice: fleet: rate limit service call failed ("+why+"); leases are spent until they expire, then on_backend_down applies")
+}
+
+// onRLSResponse is the call's proxy_on_http_call_response.
+func (p *pluginContext) onRLSResponse(batch *syncBatch, nh, nb, nt int) {
+	defer func() {
+		if r := recover(); r != nil {
+			p.vm.recovered("fleet on_http_call_response", r)
+		}
+	}()
+	fs := &p.vm.fleet
+	now := fs.nowMS()
+	if p.cfg == nil || p.cfg.fleet == nil { // reconfigured without fleet mode meanwhile
+		p.finishBatch(batch, now)
+		return
+	}
+	size, err := p.readRLSResponse(nh, nb, nt, len(batch.items))
+	if err != "" {
+		p.backendFailed(batch, err)
+	} else {
+		fs.setHealth(true, size)
+		for i := range batch.items {
+			p.applyStatus(&batch.items[i], &fs.resp.Statuses[i], now)
+		}
+	}
+	p.finishBatch(batch, now)
+}
+
+func (p *pluginContext) finishBatch(batch *syncBatch, now int64) {
+	if batch.requestPath {
+		p.resolvePending(batch)
+		return
+	}
+	if p.vm.fleet.sync == batch {
+		p.vm.fleet.sync = nil
+	}
+	if p.cfg != nil && p.cfg.fleet != nil {
+		p.releaseLock(now)
+	}
+}
+
+// readRLSResponse checks the HTTP and gRPC status and decodes the
+// response into vm.fleet.resp. It returns the x-sluice-fleet-size (0 if
+// absent) and an error text ("" when fine).
+func (p *pluginContext) readRLSResponse(nh, nb, nt, want int) (int, string) {
+	if nh == 0 {
+		return 0, "no response"
+	}
+	hs, err := proxywasm.GetHttpCallResponseHeaders()
+	if err != nil {
+		return 0, "response headers: " + err.Error()
+	}
+	status, grpcStatus, size := "", "", 0
+	for _, h := range hs {
+		switch h[0] {
+		case ":status":
+			status = h[1]
+		case "grpc-status":
+			grpcStatus = h[1]
+		case "x-sluice-fleet-size":
+			if n, err := strconv.Atoi(h[1]); err == nil && n > 0 && n <= 100000 {
+				size = n
+			}
+		}
+	}
+	if nt > 0 {
+		if ts, err := proxywasm.GetHttpCallResponseTrailers(); err == nil {
+			for _, t := range ts {
+				if t[0] == "grpc-status" {
+					grpcStatus = t[1]
+				}
+			}
+		}
+	}
+	switch {
+	case status != "200":
+		return 0, "HTTP status " + limitText(status)
+	case grpcStatus == "":
+		return 0, "no grpc-status"
+	case grpcStatus != "0":
+		return 0, "grpc-status " + limitText(grpcStatus)
+	case nb > rls.MaxMessage+5:
+		return 0, "response too large"
+	}
+	body, err := proxywasm.GetHttpCallResponseBody(0, nb)
+	if err != nil && nb > 0 {
+		return 0, "response body: " + err.Error()
+	}
+	msg, ferr := rls.Unframe(body)
+	if ferr != nil {
+		return 0, ferr.Error()
+	}
+	fs := &p.vm.fleet
+	if derr := fs.resp.Unmarshal(msg); derr != nil {
+		return 0, derr.Error()
+	}
+	if len(fs.resp.Statuses) != want {
+		return 0, "expected " + strconv.Itoa(want) + " descriptor statuses, got " + strconv.Itoa(len(fs.resp.Statuses))
+	}
+	return size, ""
+}
+
+func limitText(s string) string {
+	if len(s) > 32 {
+		return strconv.Quote(s[:32]) + "..."
+	}
+	return strconv.Quote(s)
+}
+
+// applyStatus applies one descriptor's answer to its pool.
+func (p *pluginContext) applyStatus(it *batchItem, st *rls.Status, now int64) {
+	m := &it.rule.fleet.m
+	if it.op == opReturn {
+		m.returned.add(uint64(it.amount))
+		return
+	}
+	e := p.vm.fleet.hot[hotKeyFleet{rule: it.rule.name, id: it.ref.id}]
+	if st.Code == rls.CodeOK {
+		m.granted.add(uint64(it.amount))
+		if e != nil {
+			e.hint = 0
+		}
+		p.updatePool(it, now, func(pl *pool) {
+			if pl.mode != modeLease || pl.stamp <= now {
+				*pl = pool{mode: modeLease, spent: pl.spent}
+			}
+			pl.tokens += it.amount * micro
+			pl.stamp = now + it.rule.fleet.fc.ttlMS
+			pl.denyUntil = 0
+		})
+		return
+	}
+	m.denied.inc()
+	if e != nil {
+		e.hint = int64(st.LimitRemaining) + 1
+	}
+	wait := min(max(st.ResetMillis(), 10), it.rule.fleet.fc.syncMS)
+	if st.LimitRemaining > 0 {
+		wait = 0 // tokens remain: the next ask, sized by the hint, may succeed
+	}
+	p.updatePool(it, now, func(pl *pool) {
+		if pl.mode != modeLease || pl.stamp <= now {
+			*pl = pool{mode: modeLease, stamp: now + it.rule.fleet.fc.ttlMS, spent: pl.spent}
+		}
+		pl.denyUntil = now + wait
+	})
+}
+
+// updatePool applies fn to the pool of it (creating it if needed) with
+// CAS, and records the sync (spent since the ask is kept as demand).
+func (p *pluginContext) updatePool(it *batchItem, now int64, fn func(*pool)) {
+	a := p.poolApp(*it)
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		if err := p.readPool(&a, float64(now)/1000); err != nil {
+			return
+		}
+		pl := a.fl.pool
+		fn(&pl)
+		pl.spent = max(0, pl.spent-it.spentAtSend)
+		pl.lastSync = now
+		if a.fl.stored && a.fl.cas == 0 {
+			return
+		}
+		p.valBuf = encodePool(p.valBuf[:0], a.fl.id[:], pl)
+		if writeKey(a.poolKey(a.fl.slot), p.valBuf, a.fl.stored, a.fl.cas) == nil {
+			return
+		}
+	}
+}
+
+// appendFleetReport adds the fleet object to a telemetry report (only
+// when the configuration has global rules): per global rule, the lease
+// tokens in the process's hot pools (at most maxReportPools read), how many
+// pools, and whether a fallback is active. Every VM of a process reports
+// the same process-wide view.
+func (p *pluginContext) appendFleetReport(b []byte) []byte {
+	fs := &p.vm.fleet
+	p.fleetStats(fs.nowMS())
+	b = append(b, `,"fleet":{"backend_healthy":`...)
+	b = strconv.AppendBool(b, fs.healthy)
+	b = append(b, `,"fleet_size":`...)
+	b = strconv.AppendInt(b, int64(fs.fleetSize(p.cfg.fleet)), 10)
+	b = append(b, `,"rules":[`...)
+	first := true
+	for _, r := range p.cfg.rules {
+		if r.fleet == nil {
+			continue
+		}
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		st := fs.stats[r.name]
+		if st == nil {
+			st = &fleetRuleStats{}
+		}
+		b = append(b, `{"rule":`...)
+		b = appendJSONString(b, r.name)
+		b = append(b, `,"lease_tokens":`...)
+		b = appendJSONFloat(b, st.leaseTokens)
+		b = append(b, `,"pools":`...)
+		b = strconv.AppendInt(b, int64(st.pools), 10)
+		b = append(b, `,"fallback_active":`...)
+		b = strconv.AppendBool(b, !fs.healthy || st.sharing > 0)
+		b = append(b, '}')
+	}
+	return append(b, "]}"...)
+}
+
+// maxReportPools bounds the pools read for one telemetry report.
+const maxReportPools = 256
+
+// fleetStats recomputes the per-rule telemetry numbers from the process's
+// hot pools.
+func (p *pluginContext) fleetStats(now int64) {
+	fs := &p.vm.fleet
+	clear(fs.stats)
+	n := 0
+	for k, e := range p.mergedHot(now) {
+		r := p.cfg.byName[k.rule]
+		if r == nil || r.fleet == nil {
+			continue
+		}
+		if n++; n > maxReportPools {
+			break
+		}
+		a := application{rule: r, fp: e.ref.fp, cand: e.ref.cand, ncand: e.ref.ncand}
+		a.fl.id = e.ref.id
+		if p.readPool(&a, float64(now)/1000) == nil {
+			p.statPool(r.name, a.fl.pool, a.fl.exists, now)
+		}
+	}
+}

@@ -1,0 +1,79 @@
+package policy
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+const globalRule = `{"name":"g","limit_keys":["header:x-k"],"algorithm":"token_bucket","scope":"global",
+  "algorithm_config":{"tokens_per_second":10,"burst":20}}`
+
+func TestFleetDefaults(t *testing.T) {
+	c, err := Parse([]byte(`{"fleet":{"cluster":"rls"},"rules":[` + globalRule + `]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Fleet{Cluster: "rls", Authority: DefaultFleetAuthority, Domain: DefaultFleetDomain,
+		TimeoutMS: DefaultFleetTimeout, SyncIntervalMS: DefaultFleetSyncInterval, LeaseMin: DefaultLeaseMin,
+		LeaseMax: DefaultLeaseMax, LeaseTTLMS: DefaultLeaseTTL, OnBackendDown: BackendDownLocalShare}
+	if c.Fleet == nil || *c.Fleet != want {
+		t.Fatalf("fleet = %+v, want %+v", c.Fleet, want)
+	}
+	if !c.Policies[0].Rules[0].Global {
+		t.Fatal("scope global not parsed")
+	}
+	b, _ := c.MarshalJSON()
+	back, err := Parse(b)
+	if err != nil || !reflect.DeepEqual(back, c) {
+		t.Fatalf("normalized form does not parse back: %v\n%s", err, b)
+	}
+	if !strings.Contains(string(b), `"scope":"global"`) {
+		t.Fatalf("scope missing from %s", b)
+	}
+}
+
+func TestFleetAllFields(t *testing.T) {
+	c, err := Parse([]byte(`{"fleet":{"cluster":"rls","authority":"a","domain":"d","timeout_ms":40,"sync_interval_ms":100,
+		"lease_min":5,"lease_max":50,"lease_ttl_ms":1000,"on_backend_down":"deny","fleet_size":3},"rules":[` + globalRule + `]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Fleet{"rls", "a", "d", 40, 100, 5, 50, 1000, BackendDownDeny, 3}
+	if *c.Fleet != want {
+		t.Fatalf("fleet = %+v", *c.Fleet)
+	}
+}
+
+func TestFleetErrors(t *testing.T) {
+	local := strings.Replace(globalRule, `"scope":"global",`, "", 1)
+	cases := []struct{ doc, path, msg string }{
+		{`{"rules":[` + globalRule + `]}`, "rules[0].scope", `needs a top-level "fleet"`},
+		{`{"fleet":{"cluster":"x"},"rules":[` + strings.Replace(globalRule, `"global"`, `"world"`, 1) + `]}`, "rules[0].scope", `"world"`},
+		{`{"fleet":{},"rules":[` + local + `]}`, "fleet.cluster", "missing"},
+		{`{"fleet":[],"rules":[` + local + `]}`, "fleet", "must be an object"},
+		{`{"fleet":{"cluster":"x","timeout_ms":300},"rules":[` + local + `]}`, "fleet.timeout_ms", "less than sync_interval_ms"},
+		{`{"fleet":{"cluster":"x","lease_min":9,"lease_max":3},"rules":[` + local + `]}`, "fleet.lease_min", "above lease_max"},
+		{`{"fleet":{"cluster":"x","lease_ttl_ms":400},"rules":[` + local + `]}`, "fleet.lease_ttl_ms", "twice sync_interval_ms"},
+		{`{"fleet":{"cluster":"x","on_backend_down":"panic"},"rules":[` + local + `]}`, "fleet.on_backend_down", `"panic"`},
+		{`{"fleet":{"cluster":"x","fleet_size":-1},"rules":[` + local + `]}`, "fleet.fleet_size", "out of range"},
+		{`{"fleet":{"cluster":"x","sync_interval_ms":1.5},"rules":[` + local + `]}`, "fleet.sync_interval_ms", "not an integer"},
+		{`{"fleet":{"cluster":"a b"},"rules":[` + local + `]}`, "fleet.cluster", "space"},
+		{`{"fleet":{"cluster":"x","lease":1},"rules":[` + local + `]}`, "fleet.lease", "unknown"},
+		{`{"fleet":{"cluster":"x"},"rules":[` + strings.Replace(globalRule, `"burst":20`, `"burst":20,"max_delay_ms":100`, 1) + `]}`,
+			"rules[0].algorithm_config.max_delay_ms", "not supported"},
+	}
+	for _, c := range cases {
+		_, err := Parse([]byte(c.doc))
+		es, _ := err.(Errors)
+		found := false
+		for _, e := range es {
+			if e.Path == c.path && strings.Contains(e.Message, c.msg) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("%s: want an error at %s containing %q, got %v", c.doc, c.path, c.msg, err)
+		}
+	}
+}
