@@ -23,7 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluice-rl/sluice/plugin/wasmhost"
-	"github.com/sluice-rl/sluice/plugin/wasmhost/netcall"
+	"github.com/sluice-rl/sluice/plugin/wasmhost/fleethosts"
 )
 
 // Fleet mode against a real gRPC rate limit service: several hosts (Envoy
@@ -125,119 +125,11 @@ func serveRLS(t *testing.T, srv rlsv3.RateLimitServiceServer) string {
 	return "h2c://" + ln.Addr().String()
 }
 
-// fleetHosts starts n hosts of 2 VMs on one clock, calling the RLS at url
-// through netcall. wait() blocks until every call dispatched so far was
-// answered and delivered.
-type fleetHosts struct {
-	t       *testing.T
-	clock   *wasmhost.ManualClock
-	hosts   []*wasmhost.Host
-	wg      sync.WaitGroup
-	reports chan []byte
-}
-
-type trackingHandler struct {
-	inner   wasmhost.HTTPCallHandler
-	wg      *sync.WaitGroup
-	reports chan<- []byte // telemetry reports (cluster "admin"), answered 200
-}
-
-func (h trackingHandler) HandleHTTPCall(c *wasmhost.HTTPCall) {
-	if c.Cluster == "admin" {
-		select {
-		case h.reports <- c.Body:
-		default:
-		}
-		_ = c.Respond([]wasmhost.Header{{":status", "200"}}, nil)
-		return
-	}
-	h.wg.Add(1)
-	go func() { <-c.Done(); h.wg.Done() }()
-	h.inner.HandleHTTPCall(c)
-}
-
-func startFleet(t *testing.T, clock *wasmhost.ManualClock, config, url string, n int) *fleetHosts {
+// startFleet starts n hosts of 2 VMs on one clock, calling the RLS at url
+// through netcall.
+func startFleet(t *testing.T, clock *wasmhost.ManualClock, config, url string, n int) *fleethosts.Fleet {
 	t.Helper()
-	cl, err := netcall.ParseClusters([]string{"rls=" + url})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fh := &fleetHosts{t: t, clock: clock, reports: make(chan []byte, 64)}
-	client := netcall.New(context.Background(), cl, nil)
-	for i := range n {
-		h, err := wasmhost.New(context.Background(), wasmhost.Config{
-			Wasm:         pluginWasm(t),
-			PluginConfig: []byte(config),
-			VMs:          2,
-			Clock:        clock,
-			HTTPCalls:    trackingHandler{client, &fh.wg, fh.reports},
-			Clusters:     []string{"rls", "admin"},
-			Properties:   wasmhost.Properties{"node.id": []byte("node-" + strconv.Itoa(i))},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = h.Close(context.Background()) })
-		fh.hosts = append(fh.hosts, h)
-	}
-	return fh
-}
-
-func (fh *fleetHosts) wait() {
-	done := make(chan struct{})
-	go func() { fh.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		fh.t.Fatal("RLS calls not answered within 20 s")
-	}
-}
-
-// request sends one request for tenant on host h, VM vm; true if admitted.
-func (fh *fleetHosts) request(h, vm int, tenant string) bool {
-	fh.t.Helper()
-	res, err := fh.hosts[h].VM(vm).HTTP(context.Background(), rq("x-tenant", tenant))
-	if err != nil {
-		fh.t.Fatalf("host %d vm %d: %v", h, vm, err)
-	}
-	if res.Paused {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		res, err = res.Stream.Complete(ctx, nil)
-		if err != nil {
-			fh.t.Fatalf("host %d vm %d: paused request: %v", h, vm, err)
-		}
-	}
-	return !res.Rejected
-}
-
-// step advances the clock and runs every host's ticks, then waits for the
-// syncs they sent.
-func (fh *fleetHosts) step(d time.Duration) {
-	fh.clock.Advance(d)
-	for _, h := range fh.hosts {
-		if err := h.Tick(context.Background()); err != nil {
-			fh.t.Fatalf("tick: %v", err)
-		}
-	}
-	fh.wait()
-}
-
-func (fh *fleetHosts) metric(name string) uint64 {
-	var sum uint64
-	for _, h := range fh.hosts {
-		v, _ := h.Metric(name)
-		sum += v
-	}
-	return sum
-}
-
-func (fh *fleetHosts) checkNoTraps() {
-	for i, h := range fh.hosts {
-		if v, _ := h.Metric("sluice.panics_recovered"); v != 0 {
-			fh.t.Fatalf("host %d recovered %d panics: %v", i, v, h.LogsAtLeast(wasmhost.LogLevelWarn))
-		}
-	}
+	return fleethosts.Start(t, fleethosts.Options{Config: config, RLS: url, Hosts: n, Clock: clock})
 }
 
 func fleetConfig(down string) string {
@@ -273,15 +165,15 @@ func TestFleetMultiHost(t *testing.T) {
 	var perSecond [3]int
 	for s := range steps {
 		for _, hv := range load {
-			if fh.request(hv[0], hv[1], "acme") {
+			if fh.Request(hv[0], hv[1], "acme") {
 				admitted++
 				perHost[hv[0]]++
 				perSecond[s*20/1000]++
 			}
 		}
-		fh.step(20 * time.Millisecond)
+		fh.Step(20 * time.Millisecond)
 	}
-	fh.checkNoTraps()
+	fh.CheckNoTraps()
 	T := float64(steps) * 0.02
 	if external != "" { // a real RLS runs on the wall clock
 		T = max(T, time.Since(began).Seconds())
@@ -316,7 +208,7 @@ func TestFleetMultiHost(t *testing.T) {
 	if len(fake.nodes) != 3 {
 		t.Fatalf("x-sluice-node values seen: %v", fake.nodes)
 	}
-	if g := fh.metric("sluice.rule.g.global_granted"); float64(g) != fake.granted {
+	if g := fh.Metric("sluice.rule.g.global_granted"); float64(g) != fake.granted {
 		t.Fatalf("global_granted %d, RLS granted %.0f", g, fake.granted)
 	}
 	// Calls per process per second, at saturation.
@@ -335,23 +227,23 @@ func TestFleetBackendDown(t *testing.T) {
 	run := func(steps int) (admitted [3]int) {
 		for range steps {
 			for _, hv := range load {
-				if fh.request(hv[0], hv[1], "acme") {
+				if fh.Request(hv[0], hv[1], "acme") {
 					admitted[hv[0]]++
 				}
 			}
-			fh.step(20 * time.Millisecond)
+			fh.Step(20 * time.Millisecond)
 		}
 		return admitted
 	}
 	run(25) // healthy; learns fleet size 3
 	fake.down.Store(true)
 	run(60) // 1.2 s: leases (ttl 1 s) expire
-	if fh.metric("sluice.rule.g.backend_errors") == 0 {
+	if fh.Metric("sluice.rule.g.backend_errors") == 0 {
 		t.Fatal("no backend_errors counted while the RLS failed")
 	}
-	before := fh.metric("sluice.rule.g.fallback_local")
+	before := fh.Metric("sluice.rule.g.fallback_local")
 	down := run(100) // 2 s on the local share only
-	if fh.metric("sluice.rule.g.fallback_local") == before {
+	if fh.Metric("sluice.rule.g.fallback_local") == before {
 		t.Fatal("fallback_local not counted")
 	}
 	// Each process: at most burst/N + rate/N x 2 s = 33.3 + 66.7; host 0
@@ -364,20 +256,20 @@ func TestFleetBackendDown(t *testing.T) {
 	if down[0] < 60 {
 		t.Errorf("host 0 admitted only %d in 2 s on its local share (want about 100)", down[0])
 	}
-	fh.checkNoTraps()
+	fh.CheckNoTraps()
 
 	fake.down.Store(false)
-	grantedBefore := fh.metric("sluice.rule.g.global_granted")
+	grantedBefore := fh.Metric("sluice.rule.g.global_granted")
 	run(50)
-	if fh.metric("sluice.rule.g.global_granted") == grantedBefore {
+	if fh.Metric("sluice.rule.g.global_granted") == grantedBefore {
 		t.Fatal("no leases granted after the RLS came back")
 	}
-	fallbackAfter := fh.metric("sluice.rule.g.fallback_local")
+	fallbackAfter := fh.Metric("sluice.rule.g.fallback_local")
 	run(25)
-	if fh.metric("sluice.rule.g.fallback_local") != fallbackAfter {
+	if fh.Metric("sluice.rule.g.fallback_local") != fallbackAfter {
 		t.Fatal("still falling back after recovery")
 	}
-	fh.checkNoTraps()
+	fh.CheckNoTraps()
 }
 
 // TestFleetBackendDownModes: on_backend_down allow admits everything and
@@ -393,20 +285,20 @@ func TestFleetBackendDownModes(t *testing.T) {
 			got := 0
 			for range 50 {
 				for range 4 {
-					if fh.request(0, 0, "acme") {
+					if fh.Request(0, 0, "acme") {
 						got++
 					}
 				}
-				fh.step(20 * time.Millisecond)
+				fh.Step(20 * time.Millisecond)
 			}
 			want := map[string]int{"allow": 200, "deny": 0}[mode]
 			if got != want {
 				t.Fatalf("admitted %d of 200, want %d", got, want)
 			}
-			if fh.metric("sluice.rule.g.fallback_local") == 0 || fh.metric("sluice.rule.g.backend_errors") == 0 {
+			if fh.Metric("sluice.rule.g.fallback_local") == 0 || fh.Metric("sluice.rule.g.backend_errors") == 0 {
 				t.Fatal("fallback or backend errors not counted")
 			}
-			fh.checkNoTraps()
+			fh.CheckNoTraps()
 		})
 	}
 }
@@ -459,18 +351,18 @@ func TestFleetGarbageResponses(t *testing.T) {
 			clock := wasmhost.NewManualClock(t0)
 			fh := startFleet(t, clock, fleetConfig("allow"), "h2c://"+ln.Addr().String(), 1)
 			for range 10 {
-				if !fh.request(0, 1, "acme") {
+				if !fh.Request(0, 1, "acme") {
 					t.Fatal("rejected; on_backend_down allow should admit")
 				}
-				fh.step(50 * time.Millisecond)
+				fh.Step(50 * time.Millisecond)
 			}
-			if fh.metric("sluice.rule.g.backend_errors") == 0 {
+			if fh.Metric("sluice.rule.g.backend_errors") == 0 {
 				t.Fatal("no backend error counted")
 			}
-			if fh.metric("sluice.rule.g.global_granted") != 0 {
+			if fh.Metric("sluice.rule.g.global_granted") != 0 {
 				t.Fatal("tokens granted from a garbage answer")
 			}
-			fh.checkNoTraps()
+			fh.CheckNoTraps()
 		})
 	}
 }
@@ -483,13 +375,13 @@ func TestFleetReturnsIdleLeases(t *testing.T) {
 		buckets: map[string]*fakeBucket{}, nodes: map[string]bool{}}
 	fh := startFleet(t, clock, fleetConfig("deny"), serveRLS(t, fake), 1)
 	for range 50 { // 50 requests/s, half the limit: leases stay ahead of demand
-		if !fh.request(0, 0, "acme") {
+		if !fh.Request(0, 0, "acme") {
 			t.Fatal("rejected below the limit")
 		}
-		fh.step(20 * time.Millisecond)
+		fh.Step(20 * time.Millisecond)
 	}
 	for range 20 { // idle
-		fh.step(50 * time.Millisecond)
+		fh.Step(50 * time.Millisecond)
 	}
 	fake.mu.Lock()
 	granted, returned := fake.granted, fake.returned
@@ -497,13 +389,13 @@ func TestFleetReturnsIdleLeases(t *testing.T) {
 	if returned == 0 {
 		t.Fatalf("nothing returned (granted %.0f)", granted)
 	}
-	if got := fh.metric("sluice.rule.g.global_returned"); float64(got) != returned {
+	if got := fh.Metric("sluice.rule.g.global_returned"); float64(got) != returned {
 		t.Fatalf("global_returned %d, RLS saw %.0f returned", got, returned)
 	}
 	if granted-returned != 50 {
 		t.Fatalf("granted %.0f - returned %.0f != the 50 admitted: tokens stranded after idling", granted, returned)
 	}
-	fh.checkNoTraps()
+	fh.CheckNoTraps()
 }
 
 // TestFleetTelemetry: reports carry the fleet object (per global rule:
@@ -517,13 +409,13 @@ func TestFleetTelemetry(t *testing.T) {
 	cfg := `{"telemetry":{"cluster":"admin","token":"tok","interval_ms":1000},` + fleetConfig("allow")[1:]
 	fh := startFleet(t, clock, cfg, serveRLS(t, fake), 1)
 	for range 60 {
-		fh.request(0, 0, "acme")
-		fh.step(20 * time.Millisecond)
+		fh.Request(0, 0, "acme")
+		fh.Step(20 * time.Millisecond)
 	}
 	var last []byte
 	n := 0
-	for len(fh.reports) > 0 {
-		last = <-fh.reports
+	for len(fh.Reports) > 0 {
+		last = <-fh.Reports
 		n++
 	}
 	if n < 1 || n > 4 { // 1.2 s, two VMs, one report per VM per second
