@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -31,12 +30,11 @@ descriptors:
 // TestEnvoyRatelimitStandsIn checks the protocol's promise that
 // envoyproxy/ratelimit can replace the admin's RLS: it grants and refuses
 // the plugin's lease descriptors, and answers OK to a return (a descriptor
-// it has no limit for). Opt-in (SLUICE_ENVOY_RATELIMIT=1): the first run
+// it has no limit for). It runs under CI=true, with SLUICE_ENVOY_RATELIMIT=1,
+// or when the binary is cached (fleettest.RequireRatelimit): the first run
 // compiles envoyproxy/ratelimit with go install, about a minute.
 func TestEnvoyRatelimitStandsIn(t *testing.T) {
-	if os.Getenv("SLUICE_ENVOY_RATELIMIT") != "1" {
-		t.Skip("set SLUICE_ENVOY_RATELIMIT=1 to install and run envoyproxy/ratelimit (fleettest.StartRatelimit)")
-	}
+	fleettest.RequireRatelimit(t)
 	r := fleettest.StartRedis(t)
 	rl := fleettest.StartRatelimit(t, r.Addr, ratelimitConfig)
 	conn, err := grpc.NewClient(rl.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))

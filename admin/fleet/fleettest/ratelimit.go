@@ -36,15 +36,11 @@ var installMu sync.Mutex
 // and the module proxy (GOPROXY, GOFLAGS=-mod=mod is not needed).
 func RatelimitBinary(tb testing.TB) string {
 	tb.Helper()
-	dir := os.Getenv("SLUICE_RATELIMIT_CACHE")
-	if dir == "" {
-		cache, err := os.UserCacheDir()
-		if err != nil {
-			tb.Fatalf("no cache directory for envoyproxy/ratelimit: %v (set SLUICE_RATELIMIT_CACHE)", err)
-		}
-		dir = filepath.Join(cache, "sluice", "ratelimit-"+RatelimitVersion)
+	bin, err := ratelimitPath()
+	if err != nil {
+		tb.Fatal(err)
 	}
-	bin := filepath.Join(dir, "service_cmd")
+	dir := filepath.Dir(bin)
 	installMu.Lock()
 	defer installMu.Unlock()
 	if _, err := os.Stat(bin); err == nil {
@@ -62,6 +58,35 @@ func RatelimitBinary(tb testing.TB) string {
 		tb.Fatalf("go install %s/src/service_cmd@%s: %v\n%s", RatelimitModule, RatelimitVersion, err, out)
 	}
 	return bin
+}
+
+func ratelimitPath() (string, error) {
+	dir := os.Getenv("SLUICE_RATELIMIT_CACHE")
+	if dir == "" {
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			return "", fmt.Errorf("no cache directory for envoyproxy/ratelimit: %w (set SLUICE_RATELIMIT_CACHE)", err)
+		}
+		dir = filepath.Join(cache, "sluice", "ratelimit-"+RatelimitVersion)
+	}
+	return filepath.Join(dir, "service_cmd"), nil
+}
+
+// RequireRatelimit skips tb unless envoyproxy/ratelimit may be used: under
+// CI=true (CI pays the one-time go install, about a minute cold), with
+// SLUICE_ENVOY_RATELIMIT=1, or when the binary is already in the cache.
+// Elsewhere a plain `go test ./...` should not compile another project.
+func RequireRatelimit(tb testing.TB) {
+	tb.Helper()
+	if os.Getenv("CI") == "true" || os.Getenv("SLUICE_ENVOY_RATELIMIT") == "1" {
+		return
+	}
+	if bin, err := ratelimitPath(); err == nil {
+		if _, err := os.Stat(bin); err == nil {
+			return
+		}
+	}
+	tb.Skip("envoyproxy/ratelimit is not installed: set SLUICE_ENVOY_RATELIMIT=1 to go install it (about a minute) and run this test")
 }
 
 // Ratelimit is a running envoyproxy/ratelimit.
