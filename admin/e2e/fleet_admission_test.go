@@ -22,7 +22,7 @@ func TestFleetAdmissionAgainstRedis(t *testing.T) {
 	f := fleethosts.Start(t, fleethosts.Options{Config: policy, RLS: rls.url, Hosts: 3})
 	f.StartTickers()
 
-	res := runLoad(f, 4*time.Second)
+	res := runLoad(f, "acme", 4*time.Second)
 	f.Wait()
 	f.CheckNoTraps()
 

@@ -130,11 +130,11 @@ type loadResult struct {
 	elapsed  time.Duration // from the first request sent to the last decided
 }
 
-// runLoad offers skewedLoad for tenant "acme" on the real clock for d:
+// runLoad offers skewedLoad for tenant on the real clock for d:
 // one goroutine per (host, VM), like Envoy's worker threads, each sending
 // its requests every 20 ms (a request paused for a lease holds its worker,
 // as it holds its stream in Envoy).
-func runLoad(f *fleethosts.Fleet, d time.Duration) loadResult {
+func runLoad(f *fleethosts.Fleet, tenant string, d time.Duration) loadResult {
 	perHost := make([]atomic.Int64, len(f.Hosts))
 	var offered atomic.Int64
 	var wg sync.WaitGroup
@@ -151,7 +151,7 @@ func runLoad(f *fleethosts.Fleet, d time.Duration) loadResult {
 			for time.Since(start) < d {
 				for range n {
 					offered.Add(1)
-					if f.Request(hv[0], hv[1], "acme") {
+					if f.Request(hv[0], hv[1], tenant) {
 						perHost[hv[0]].Add(1)
 					}
 				}

@@ -29,14 +29,14 @@ func redisKilled(t *testing.T, mode string) {
 	f.StartTickers()
 	counter := func(name string) uint64 { return f.Metric("sluice.rule.g." + name) }
 
-	healthy := runLoad(f, 600*time.Millisecond)
+	healthy := runLoad(f, "acme", 600*time.Millisecond)
 	if counter("global_granted") == 0 || counter("backend_errors") != 0 {
 		t.Fatalf("healthy phase: granted %d, backend errors %d", counter("global_granted"), counter("backend_errors"))
 	}
 
 	r.Kill()
-	draining := runLoad(f, 1200*time.Millisecond) // leases (ttl 1 s) run out
-	down := runLoad(f, time.Second)               // the fallback alone
+	draining := runLoad(f, "acme", 1200*time.Millisecond) // leases (ttl 1 s) run out
+	down := runLoad(f, "acme", time.Second)               // the fallback alone
 	f.CheckNoTraps()
 	errs, fallback := counter("backend_errors"), counter("fallback_local")
 	unavailable := rls.metric(t, "sluice_fleet_rls_requests_total", "result", "unavailable")
@@ -75,9 +75,9 @@ func redisKilled(t *testing.T, mode string) {
 
 	r.Start() // a new, empty redis-server on the same port
 	grantedBefore := counter("global_granted")
-	recovering := runLoad(f, time.Second)
+	recovering := runLoad(f, "acme", time.Second)
 	fallbackBefore := counter("fallback_local")
-	recovered := runLoad(f, 600*time.Millisecond)
+	recovered := runLoad(f, "acme", 600*time.Millisecond)
 	f.Wait()
 	f.CheckNoTraps()
 	t.Logf("Redis back, %.1fs: admitted %d %v; then %.1fs: %d %v; granted since %d; admin redis_up %.0f",
