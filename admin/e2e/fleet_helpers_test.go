@@ -148,12 +148,15 @@ func runLoad(f *fleethosts.Fleet, tenant string, d time.Duration) loadResult {
 			defer wg.Done()
 			tick := time.NewTicker(20 * time.Millisecond)
 			defer tick.Stop()
-			for time.Since(start) < d {
+			for {
 				for range n {
 					offered.Add(1)
 					if f.Request(hv[0], hv[1], tenant) {
 						perHost[hv[0]].Add(1)
 					}
+				}
+				if time.Since(start) >= d {
+					return // elapsed ends at the last decision, not a tick later
 				}
 				<-tick.C
 			}
