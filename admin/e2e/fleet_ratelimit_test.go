@@ -75,8 +75,8 @@ func TestFleetEnvoyRatelimitInterop(t *testing.T) {
 			if float64(res.admitted) > bound {
 				t.Errorf("admitted %d > %.0f per window x %.0f windows", res.admitted, c.limit, windows)
 			}
-			if float64(res.admitted) < 0.5*c.limit*(windows-1) {
-				t.Errorf("admitted %d: under half the limit of the %.0f whole windows", res.admitted, windows-1)
+			if float64(res.admitted) < 0.3*c.limit*(windows-1) {
+				t.Errorf("admitted %d: under 30%% of the limit of the %.0f whole windows (refused asks count in a window, so some under-admission is expected, not this much)", res.admitted, windows-1)
 			}
 			if float64(res.admitted) > float64(granted) {
 				t.Errorf("admitted %d > granted %d", res.admitted, granted)
