@@ -10,19 +10,6 @@ import (
 	"github.com/sluice-rl/sluice/plugin/wasmhost/fleethosts"
 )
 
-// envoyRatelimitYAML limits the plugin's descriptors of rule "g" to 20 per
-// second per sluice_id in envoyproxy/ratelimit's fixed windows.
-const envoyRatelimitYAML = `domain: sluice
-descriptors:
-  - key: sluice_rule
-    value: g
-    descriptors:
-      - key: sluice_id
-        rate_limit:
-          unit: second
-          requests_per_unit: 20
-`
-
 // TestFleetEnvoyRatelimitInterop: the plugin leases from
 // envoyproxy/ratelimit (a third-party implementation of Envoy's RLS API)
 // instead of the admin, 3 hosts x 2 VMs under skewed load, and what it
@@ -42,9 +29,7 @@ descriptors:
 // It runs under CI=true, with SLUICE_ENVOY_RATELIMIT=1, or when
 // envoyproxy/ratelimit is already installed (fleettest.RequireRatelimit).
 func TestFleetEnvoyRatelimitInterop(t *testing.T) {
-	fleettest.RequireRatelimit(t)
-	r := fleettest.StartRedis(t)
-	rl := fleettest.StartRatelimit(t, r.Addr, envoyRatelimitYAML)
+	rl := fleettest.StartRatelimitOnRedis(t, fleettest.RatelimitYAML("g", "second", 20))
 	cases := []struct {
 		name  string
 		rate  string

@@ -14,19 +14,6 @@ import (
 	"github.com/sluice-rl/sluice/admin/fleet/fleettest"
 )
 
-// ratelimitConfig gives envoyproxy/ratelimit one limit for the protocol's
-// descriptors of rule "api": 5 per minute per sluice_id.
-const ratelimitConfig = `domain: sluice
-descriptors:
-  - key: sluice_rule
-    value: api
-    descriptors:
-      - key: sluice_id
-        rate_limit:
-          unit: minute
-          requests_per_unit: 5
-`
-
 // TestEnvoyRatelimitStandsIn checks the protocol's promise that
 // envoyproxy/ratelimit can replace the admin's RLS: it grants and refuses
 // the plugin's lease descriptors, and answers OK to a return (a descriptor
@@ -34,9 +21,7 @@ descriptors:
 // or when the binary is cached (fleettest.RequireRatelimit): the first run
 // compiles envoyproxy/ratelimit with go install, about a minute.
 func TestEnvoyRatelimitStandsIn(t *testing.T) {
-	fleettest.RequireRatelimit(t)
-	r := fleettest.StartRedis(t)
-	rl := fleettest.StartRatelimit(t, r.Addr, ratelimitConfig)
+	rl := fleettest.StartRatelimitOnRedis(t, fleettest.RatelimitYAML("api", "minute", 5)) // 5 per minute per sluice_id
 	conn, err := grpc.NewClient(rl.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

@@ -89,6 +89,22 @@ func RequireRatelimit(tb testing.TB) {
 	tb.Skip("envoyproxy/ratelimit is not installed: set SLUICE_ENVOY_RATELIMIT=1 to go install it (about a minute) and run this test")
 }
 
+// RatelimitYAML is an envoyproxy/ratelimit configuration for domain
+// "sluice" with one limit for the protocol's descriptors of rule: perUnit
+// per unit ("second", "minute", ...) per sluice_id.
+func RatelimitYAML(rule, unit string, perUnit int) string {
+	return fmt.Sprintf(`domain: sluice
+descriptors:
+  - key: sluice_rule
+    value: %s
+    descriptors:
+      - key: sluice_id
+        rate_limit:
+          unit: %s
+          requests_per_unit: %d
+`, rule, unit, perUnit)
+}
+
 // Ratelimit is a running envoyproxy/ratelimit.
 type Ratelimit struct {
 	GRPCAddr string // the RateLimitService (h2c)
@@ -140,6 +156,14 @@ func StartRatelimit(tb testing.TB, redisAddr, configYAML string) *Ratelimit {
 		tb.Fatalf("envoyproxy/ratelimit did not listen on %s: %v\n%s", rl.GRPCAddr, err, out.String())
 	}
 	return rl
+}
+
+// StartRatelimitOnRedis is RequireRatelimit, then StartRatelimit on a
+// new standalone Redis (StartRedis).
+func StartRatelimitOnRedis(tb testing.TB, configYAML string) *Ratelimit {
+	tb.Helper()
+	RequireRatelimit(tb)
+	return StartRatelimit(tb, StartRedis(tb).Addr, configYAML)
 }
 
 func waitTCP(addr string, within time.Duration) error {
