@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -46,6 +47,30 @@ func RatelimitBinary(tb testing.TB) string {
 	if _, err := os.Stat(bin); err == nil {
 		return bin
 	}
+	// Test binaries of several packages run at once (go test ./...): a
+	// file lock makes one of them install while the others wait.
+	unlock, err := lockDir(dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer unlock()
+	if _, err := os.Stat(bin); err == nil {
+		return bin
+	}
+	if err := goInstallRatelimit(dir, bin); err != nil {
+		tb.Fatal(err)
+	}
+	return bin
+}
+
+// goInstallRatelimit installs into a temporary GOBIN and renames the
+// binary into place, so that bin is never seen half written.
+func goInstallRatelimit(dir, bin string) error {
+	tmp, err := os.MkdirTemp(dir, "install-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
 	goCmd := filepath.Join(runtime.GOROOT(), "bin", "go")
 	if _, err := os.Stat(goCmd); err != nil {
 		goCmd = "go"
@@ -53,11 +78,28 @@ func RatelimitBinary(tb testing.TB) string {
 	cmd := exec.Command(goCmd, "install", RatelimitModule+"/src/service_cmd@"+RatelimitVersion)
 	// GOFLAGS from the environment could carry -mod=vendor or the like,
 	// meant for this module; the install is of another one.
-	cmd.Env = append(os.Environ(), "GOBIN="+dir, "GOFLAGS=", "CGO_ENABLED=0")
+	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "GOFLAGS=", "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		tb.Fatalf("go install %s/src/service_cmd@%s: %v\n%s", RatelimitModule, RatelimitVersion, err, out)
+		return fmt.Errorf("go install %s/src/service_cmd@%s: %v\n%s", RatelimitModule, RatelimitVersion, err, out)
 	}
-	return bin
+	return os.Rename(filepath.Join(tmp, "service_cmd"), bin)
+}
+
+// lockDir takes an exclusive file lock in dir (created if need be),
+// waiting for it; the returned function releases it.
+func lockDir(dir string) (func(), error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("locking %s: %w", f.Name(), err)
+	}
+	return func() { f.Close() }, nil
 }
 
 func ratelimitPath() (string, error) {
