@@ -13,7 +13,7 @@ COUNT     ?= 6
 BENCHTIME ?= 1s
 FUZZTIME  ?= 20s
 
-.PHONY: help build wasm native generate test lint fmt vet generated run bench fuzz clean
+.PHONY: help build wasm native generate test lint fmt vet generated markers run bench fuzz clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -43,11 +43,15 @@ test: build lint ## build everything, then run every test (what CI runs)
 	SLUICE_WASM_DIR=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 15m ./...
 	SLUICE_WASM_DIR=$(CURDIR)/$(BIN) $(GO) test -count=1 -race -timeout 10m ./shared/... ./plugin/wasmhost/... ./admin/store/... ./admin/policies/... ./admin/xds/... ./admin/telemetry/... ./admin/httpapi/... ./admin/fleet/...
 
-lint: fmt vet generated ## gofmt, go vet, generated files up to date
+lint: fmt vet generated markers ## gofmt, go vet, generated files up to date, no merge conflict markers
 
 fmt:
 	@out=$$(gofmt -l $(GO_FILES)); \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+# markers fails on merge conflict markers left in any tracked file.
+markers:
+	@if git grep -nE '^(<<<<<<<|>>>>>>>)( |$$)' -- . ':!*.png' 2>/dev/null; then echo "merge conflict markers left in the files above"; exit 1; fi
 
 vet:
 	$(GO) vet ./...
