@@ -140,7 +140,7 @@ type node struct {
 	received   uint64
 	duplicates uint64
 	rejected   uint64
-	dropped    uint64 // reports the plugin failed to deliver (sum of deltas)
+	dropped    uint64     // reports the plugin failed to deliver (sum of deltas)
 	fleet      *nodeFleet // the last report's "fleet" object (fleetstate.go)
 }
 
