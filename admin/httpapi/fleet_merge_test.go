@@ -174,6 +174,18 @@ func TestGlobalRulesTelemetryOnly(t *testing.T) {
 			t.Errorf("telemetry-only section shows RLS data: %s", bad)
 		}
 	}
+	// The JSON API carries the nodes' fleet views.
+	_, body := fe.apiJSON(t, "GET", "/api/v1/telemetry", "")
+	views, _ := body["fleet"].([]any)
+	if len(views) != 1 {
+		t.Fatalf("/api/v1/telemetry fleet = %v", body["fleet"])
+	}
+	v := views[0].(map[string]any)
+	rules := v["rules"].([]any)
+	if v["node"] != "edge-1" || v["backend_healthy"] != true || v["fleet_size"] != 3.0 || v["version"] != 2.0 ||
+		rules[0].(map[string]any)["lease_tokens"] != 7.0 {
+		t.Errorf("fleet view %v", v)
+	}
 }
 
 // Nodes without fleet telemetry: the RLS's view alone, no telemetry
