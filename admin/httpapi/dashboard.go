@@ -112,7 +112,7 @@ func (s *server) dashboardView(r *http.Request, sess auth.Session) (web.Dashboar
 		card.Chart = web.NewChart(series, ov.Window)
 		l.Rules = append(l.Rules, card)
 	}
-	l.Fleet = s.fleetSection(now)
+	l.Fleet = s.fleetSection(r.Context(), now, l.Current, ov.Fleet)
 	for _, k := range ov.TopKeys {
 		l.Keys = append(l.Keys, keyRow(k, now))
 	}

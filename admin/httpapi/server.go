@@ -84,6 +84,8 @@ type server struct {
 	Config
 	log *slog.Logger
 	cop *http.CrossOriginProtection
+
+	fleetPolicies fleetPolicyCache // the Global rules section's view of policy versions
 }
 
 // New returns the admin's HTTP handler.

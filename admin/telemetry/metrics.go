@@ -97,6 +97,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRequests, descLastReport, descDropped, descVMs, descNodeConfig, descBuckets, descEvicted, descNodes} {
 		ch <- d
 	}
+	describeFleet(ch)
 }
 
 type nodeMetric struct {
@@ -130,6 +131,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	buckets, evicted := s.buckets.len(), s.evicted
+	fleet := s.fleetViews(now)
 	s.mu.Unlock()
 
 	for _, sm := range ser {
@@ -146,4 +148,5 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descBuckets, prometheus.GaugeValue, float64(buckets))
 	ch <- prometheus.MustNewConstMetric(descEvicted, prometheus.CounterValue, float64(evicted))
 	ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(len(nodes)))
+	collectFleet(ch, fleet)
 }

@@ -34,6 +34,10 @@ type Overview struct {
 	TopKeys []KeyView  `json:"top_keys"`
 	Stats   Stats      `json:"stats"`
 
+	// Fleet is the nodes' view of fleet mode (global rules), from the
+	// reports' "fleet" objects; empty when no node sends one.
+	Fleet []NodeFleet `json:"fleet,omitempty"`
+
 	// Gen changes whenever the state does (a report applied, something
 	// expired): an unchanged Gen means the same numbers.
 	Gen uint64 `json:"-"`
@@ -165,6 +169,7 @@ func (s *State) overview(now time.Time, opts OverviewOptions) *Overview {
 		top.offer(g)
 	}
 	ov.TopKeys = top.keys()
+	ov.Fleet = s.fleetViews(now)
 	ov.Stats = s.statsLocked()
 	ov.Gen = s.gen
 	return ov

@@ -17,6 +17,10 @@ type Options struct {
 	MaxRules      int // default 1000
 	MaxSeries     int // default 2000
 	MaxBuckets    int // default 10000
+	// MaxFleetRules bounds the (rule, node) entries of the nodes' fleet
+	// views (the reports' "fleet" objects, one per node); past it the
+	// least recently reported node's view is forgotten (default 2000).
+	MaxFleetRules int
 	// NodeTTL forgets a node (and its VMs and series) not heard from for
 	// that long (default 10 min). A VM not heard from for NodeTTL is
 	// forgotten too.
@@ -47,6 +51,7 @@ const (
 	DefaultMaxRules   = 1000
 	DefaultMaxSeries  = 2000
 	DefaultMaxBuckets = 10000
+	DefaultMaxFleet   = 2000
 	DefaultNodeTTL    = 10 * time.Minute
 	DefaultFreshVM    = time.Minute
 
@@ -75,6 +80,7 @@ func (o *Options) fill() {
 	def(&o.MaxRules, DefaultMaxRules)
 	def(&o.MaxSeries, DefaultMaxSeries)
 	def(&o.MaxBuckets, DefaultMaxBuckets)
+	def(&o.MaxFleetRules, DefaultMaxFleet)
 	defd(&o.NodeTTL, DefaultNodeTTL)
 	defd(&o.FreshVM, DefaultFreshVM)
 	if o.Now == nil {
@@ -110,6 +116,7 @@ type State struct {
 	nodes     map[string]*node
 	rules     map[string]*ruleAgg
 	nseries   int
+	nfleet    int // (rule, node) entries of the nodes' fleet views
 	buckets   buckets
 	lastSweep time.Time
 	gen       uint64 // changes with every applied report or sweep
@@ -133,7 +140,8 @@ type node struct {
 	received   uint64
 	duplicates uint64
 	rejected   uint64
-	dropped    uint64 // reports the plugin failed to deliver (sum of deltas)
+	dropped    uint64     // reports the plugin failed to deliver (sum of deltas)
+	fleet      *nodeFleet // the last report's "fleet" object (fleetstate.go)
 }
 
 type vmState struct {
@@ -261,6 +269,7 @@ func (s *State) Ingest(r *Report, now time.Time) Result {
 	for i := range r.Buckets {
 		s.buckets.put(&r.Buckets[i], r.Node, now, &s.evicted)
 	}
+	s.setFleet(n, r.Fleet, now)
 	return Accepted
 }
 
@@ -338,6 +347,7 @@ func (s *State) sweep(now time.Time) {
 	for id, n := range s.nodes {
 		if n.last.Before(nodeCut) {
 			s.nseries -= len(n.series)
+			s.dropFleet(n)
 			delete(s.nodes, id)
 			changed = true
 			continue
@@ -379,6 +389,7 @@ func (s *State) evictNode() {
 	}
 	if oldest != nil {
 		s.nseries -= len(oldest.series)
+		s.dropFleet(oldest)
 		delete(s.nodes, oldest.id)
 	}
 }
