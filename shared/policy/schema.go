@@ -152,8 +152,8 @@ func schemaDoc() obj {
 		"Checked here: structure, types, ranges and names. Checked only by the filter's parser: burst >= rate, " +
 		"costs <= burst, unique rule and policy names."
 	top["$defs"] = obj{
-		"policy":    closed("policy", []string{"name", "rules"}, nil),
-		"rule":      closed("rule", []string{"name", "limit_keys", "algorithm", "algorithm_config"}, nil),
+		"policy": closed("policy", []string{"name", "rules"}, nil),
+		"rule":   closed("rule", []string{"name", "limit_keys", "algorithm", "algorithm_config"}, nil),
 		"telemetry": closed("telemetry", []string{"cluster"}, obj{
 			"oneOf": []obj{{"required": []string{"token"}}, {"required": []string{"token_env"}}},
 		}),
