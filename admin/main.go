@@ -235,6 +235,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	streamsCtx, endStreams := context.WithCancel(context.Background())
 	defer endStreams()
 	telCfg := &httpapi.Telemetry{State: telState, Tokens: telTokens, Metrics: metrics, Done: streamsCtx.Done()}
+	if o.TelemetryTokenEnv != "off" {
+		telCfg.TokenEnv = o.TelemetryTokenEnv
+	}
 	var metricsLis net.Listener
 	switch o.MetricsListen {
 	case "off":
