@@ -183,3 +183,24 @@ func TestRollbackKeepsTheSecret(t *testing.T) {
 		t.Fatal("rollback lost the token")
 	}
 }
+
+// TestTelemetryPageSuggestsTokenEnv: the suggested policy block names the
+// token's variable, never a token (not even a freshly rotated one).
+func TestTelemetryPageSuggestsTokenEnv(t *testing.T) {
+	te := newTelEnv(t, func(tc *Telemetry) { tc.TokenEnv = "SLUICE_TELEMETRY_TOKEN" })
+	c := login(t, te.env, "ops")
+	page := get(t, c, te.srv.URL+"/telemetry")
+	r, html := post(t, c, te.srv.URL+"/telemetry/token", url.Values{"csrf": {csrfOf(t, page)}, "grace": {"1"}})
+	if r.StatusCode != 200 {
+		t.Fatalf("rotate: %d", r.StatusCode)
+	}
+	snippet := html[strings.Index(html, `id="snippet"`):]
+	snippet = snippet[:strings.Index(snippet, "</pre>")]
+	if !strings.Contains(snippet, "&#34;token_env&#34;: &#34;SLUICE_TELEMETRY_TOKEN&#34;") || strings.Contains(snippet, te.tokens.tok) ||
+		strings.Contains(snippet, "&#34;token&#34;") {
+		t.Errorf("snippet: %s", snippet)
+	}
+	if !strings.Contains(html, `id="token-delivery"`) {
+		t.Error("the page does not say how the token reaches the plugin")
+	}
+}
