@@ -76,7 +76,13 @@ func parseOptions(args []string) (Options, error) {
 	clusters := &clusterFlag{specs: splitList(env("SLUICE_CLUSTERS", ""))}
 	fs.Var(clusters, "cluster", "name=http://host:port: a cluster the plugin may call with dispatch_http_call, e.g. its telemetry\n"+
 		"reports to the admin (repeatable; SLUICE_CLUSTERS=\"a=url,b=url\")")
+	vmEnv := &vmEnvFlag{specs: splitList(env("SLUICE_VM_ENV", ""))}
+	fs.Var(vmEnv, "vm-env", "NAME=VALUE, or NAME to copy it from this process's environment: a variable of the plugin VMs (Envoy's\n"+
+		"vm_config.environment_variables), e.g. -vm-env SLUICE_TELEMETRY_TOKEN for telemetry.token_env (repeatable; SLUICE_VM_ENV=\"A=1,B\")")
 	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if o.VMEnv, err = parseVMEnv(vmEnv.specs, os.LookupEnv); err != nil {
 		return o, err
 	}
 	cl, err := parseClusters(clusters.specs)
