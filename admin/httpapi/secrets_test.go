@@ -35,23 +35,18 @@ func storedToken(t *testing.T, e *env, n int64) string {
 	return cfg.Telemetry.Token
 }
 
+// rawBody GETs path as a logged-in browser (c) or, with c nil, through the
+// API with the admin token.
 func rawBody(t *testing.T, e *env, c *http.Client, path string) string {
 	t.Helper()
-	req, _ := http.NewRequest("GET", e.srv.URL+path, nil)
-	if c == nil {
-		c = http.DefaultClient
-		req.Header.Set("Authorization", "Bearer "+testToken)
+	if c != nil {
+		return get(t, c, e.srv.URL+path)
 	}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	status, body := apiRaw(t, e, "GET", path, "")
+	if status != 200 {
+		t.Fatalf("GET %s: %d\n%s", path, status, body)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		t.Fatalf("GET %s: %d\n%s", path, resp.StatusCode, b)
-	}
-	return string(b)
+	return body
 }
 
 // TestSecretsNeverLeave: a literal telemetry token, saved through the API,

@@ -124,23 +124,6 @@ func sortedNames(env map[string]string) []string {
 
 var vmEnvName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// vmEnvFlag collects -vm-env NAME=VALUE (set) and -vm-env NAME (copied from
-// the gateway's environment, like Envoy's host_env_keys).
-type vmEnvFlag struct {
-	specs []string
-	set   bool
-}
-
-func (f *vmEnvFlag) String() string { return strings.Join(f.specs, ",") }
-
-func (f *vmEnvFlag) Set(v string) error {
-	if !f.set { // the first flag replaces SLUICE_VM_ENV
-		f.specs, f.set = nil, true
-	}
-	f.specs = append(f.specs, v)
-	return nil
-}
-
 // parseVMEnv turns -vm-env specs into an environment.
 func parseVMEnv(specs []string, lookup func(string) (string, bool)) (map[string]string, error) {
 	env := map[string]string{}
