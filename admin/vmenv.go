@@ -7,11 +7,8 @@ import (
 	"github.com/sluice-rl/sluice/admin/xds"
 )
 
-// DefaultTokenEnv is the VM environment variable that carries the
-// telemetry token to the plugin (policies say "token_env":
-// "SLUICE_TELEMETRY_TOKEN"). It is also the admin's own variable for
-// -telemetry-token, so one name follows the token everywhere.
-const DefaultTokenEnv = "SLUICE_TELEMETRY_TOKEN"
+// DefaultTokenEnv is the default of -telemetry-token-env.
+const DefaultTokenEnv = xds.DefaultTokenEnv
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 

@@ -57,6 +57,12 @@ const (
 	// (and the code) unchanged across pushes is what keeps the buckets.
 	VMID   = "sluice"
 	RootID = "sluice"
+	// DefaultTokenEnv is the VM environment variable that carries the
+	// telemetry token to the plugin (policies say "token_env":
+	// "SLUICE_TELEMETRY_TOKEN"; envoy.yaml passes it from Envoy's
+	// environment). It is also the admin's own variable for
+	// -telemetry-token, so one name follows the token everywhere.
+	DefaultTokenEnv = "SLUICE_TELEMETRY_TOKEN"
 	// Runtime is the wasm runtime Envoy runs the plugin in.
 	Runtime = "envoy.wasm.runtime.v8"
 
