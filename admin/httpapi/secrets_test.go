@@ -1,12 +1,15 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/sluice-rl/sluice/shared/policy"
@@ -54,7 +57,8 @@ func rawBody(t *testing.T, e *env, c *http.Client, path string) string {
 // and diff pages, export, Istio manifest), while the stored version keeps
 // it for the xDS push.
 func TestSecretsNeverLeave(t *testing.T) {
-	e := newEnv(t, nil)
+	var logs syncBuffer
+	e := newEnv(t, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})) })
 	surfaces := map[string]string{}
 	var status int
 	status, surfaces["save answer"] = apiRaw(t, e, "POST", "/api/v1/policy", `{"base_version":1,"policy":`+withToken(secretA)+`}`)
@@ -81,6 +85,10 @@ func TestSecretsNeverLeave(t *testing.T) {
 	// The API's validate answer too.
 	_, surfaces["validate"] = apiRaw(t, e, "POST", "/api/v1/policy/validate", `{"policy":`+withToken(secretA)+`}`)
 	_, surfaces["rollback answer"] = apiRaw(t, e, "POST", "/api/v1/policy/rollback", `{"to":2,"base_version":3}`)
+	// A failed save (bad JSON around a token) is logged or answered
+	// without the draft.
+	_, surfaces["invalid save"] = apiRaw(t, e, "POST", "/api/v1/policy", `{"base_version":3,"policy":{"telemetry":{"token":"`+secretA+`"}}}`)
+	surfaces["logs"] = logs.String()
 	for name, out := range surfaces {
 		if strings.Contains(out, "never-shown") || strings.Contains(out, "FIRST") || strings.Contains(out, "SECOND") {
 			t.Errorf("%s shows the secret:\n%s", name, out)
@@ -198,4 +206,22 @@ func TestTelemetryPageSuggestsTokenEnv(t *testing.T) {
 	if !strings.Contains(html, `id="token-delivery"`) {
 		t.Error("the page does not say how the token reaches the plugin")
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the handler's concurrent logging.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
