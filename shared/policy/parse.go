@@ -774,7 +774,7 @@ func editDistance(a, b string) int {
 // telemetry parses the optional top-level "telemetry" object.
 func (p *parser) telemetry(path string, v *jvalue) *Telemetry {
 	if v.kind != jObject {
-		p.errorf(path, `must be an object such as {"cluster": "sluice_admin", "token": "..."}, got `, v.kind.String())
+		p.errorf(path, `must be an object such as {"cluster": "sluice_admin", "token_env": "SLUICE_TELEMETRY_TOKEN"}, got `, v.kind.String())
 		return nil
 	}
 	f := p.object(path, v, telemetryFields)
