@@ -217,9 +217,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("telemetry token: %w", err)
 	}
 	if telGenerated != "" {
+		where := "Put it in every Envoy's environment as " + o.TelemetryTokenEnv + ` (the policy says "telemetry": {"token_env": "` + o.TelemetryTokenEnv + `"})`
+		if o.TelemetryTokenEnv == "off" {
+			where = "Put it in the VM environment variable your policy's telemetry.token_env names"
+		}
 		fmt.Fprintf(stdout, "Generated the telemetry token (the plugins send it with their reports). It is stored hashed and will NOT be shown again:\n\n    %s\n\n"+
-			"Put it in every Envoy's environment as %s (the policy says \"telemetry\": {\"token_env\": \"%s\"}); see docs/telemetry.md. Lost it? Rotate it on the Telemetry page.\n\n",
-			telGenerated, o.TelemetryTokenEnv, o.TelemetryTokenEnv)
+			"%s; see docs/telemetry.md. Lost it? Rotate it on the Telemetry page.\n\n", telGenerated, where)
 	}
 
 	// Telemetry: the version index learns every published version, so a
