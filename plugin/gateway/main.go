@@ -8,6 +8,7 @@
 //	ratelimit-gateway -upstream demo              # built-in echo upstream
 //	ratelimit-gateway -xds 127.0.0.1:18000        # policy from the admin over ECDS
 //	ratelimit-gateway -cluster sluice_admin=http://127.0.0.1:9000  # answer the plugin's telemetry callouts
+//	ratelimit-gateway -vm-env SLUICE_TELEMETRY_TOKEN  # pass a variable to the plugin VMs (telemetry.token_env)
 //
 // Every flag can also be set from the environment (SLUICE_LISTEN, ...).
 package main
