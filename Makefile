@@ -66,11 +66,14 @@ generated:
 	  echo "web/*_templ.go were out of date with their .templ sources; regenerated now: review and commit them"; exit 1; fi
 
 DATA ?= data
+# The telemetry token never enters the policy: the initial policy names its
+# variable (token_env), the admin gets the token (SLUICE_TELEMETRY_TOKEN) and
+# pushes it to the gateway's VMs in the ECDS vm_config environment.
 run: build ## start the stack: admin (SQLite in ./data) + dev gateway on ECDS + demo upstream + demo traffic
 	@mkdir -p $(DATA) && chmod 700 $(DATA)
 	@for f in dev-token telemetry-token; do [ -s $(DATA)/$$f ] || { head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > $(DATA)/$$f; chmod 600 $(DATA)/$$f; }; done
 	@token=$$(cat $(DATA)/dev-token); ttoken=$$(cat $(DATA)/telemetry-token); \
-	sed 's/"mode": "enforce",/"mode": "enforce", "telemetry": {"cluster": "sluice_admin", "token": "'$$ttoken'"},/' \
+	sed 's/"mode": "enforce",/"mode": "enforce", "telemetry": {"cluster": "sluice_admin", "token_env": "SLUICE_TELEMETRY_TOKEN"},/' \
 	  plugin/gateway/demo-config.json > $(DATA)/initial-policy.json; \
 	SLUICE_ADMIN_TOKEN=$$token SLUICE_TELEMETRY_TOKEN=$$ttoken ./$(BIN)/ratelimit-admin -data-dir $(DATA) \
 	  -initial-policy $(DATA)/initial-policy.json -listen 127.0.0.1:9000 -xds-listen 127.0.0.1:18000 \

@@ -72,8 +72,9 @@ type options struct {
 	LogLevel      string
 	InitialPolicy string
 
-	TelemetryToken string
-	MetricsListen  string
+	TelemetryToken    string
+	TelemetryTokenEnv string
+	MetricsListen     string
 
 	RLSListen    string
 	Redis        redisgcra.ClientOptions
@@ -102,6 +103,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.InitialPolicy, "initial-policy", env("SLUICE_INITIAL_POLICY", ""), "policy file stored as version 1 when the database is empty (default: a shadow-mode per-IP limit) (SLUICE_INITIAL_POLICY)")
 	fs.StringVar(&o.LogLevel, "log-level", env("SLUICE_LOG_LEVEL", "info"), "debug, info, warn or error (SLUICE_LOG_LEVEL)")
 	fs.StringVar(&o.TelemetryToken, "telemetry-token", env("SLUICE_TELEMETRY_TOKEN", ""), "token the plugins send with their telemetry reports, at least 16 characters; empty: the stored one, or generate one at first start and print it once (SLUICE_TELEMETRY_TOKEN)")
+	fs.StringVar(&o.TelemetryTokenEnv, "telemetry-token-env", env("SLUICE_TELEMETRY_TOKEN_ENV", DefaultTokenEnv), "VM environment variable for policies with telemetry.token_env: pushed over ECDS with the token when -telemetry-token is set,\n"+
+		`else passed from Envoy's own environment; also in the Istio WasmPlugin's vmConfig.env; "off": none (SLUICE_TELEMETRY_TOKEN_ENV)`)
 	fs.StringVar(&o.MetricsListen, "metrics-listen", env("SLUICE_METRICS_LISTEN", ""), `address serving Prometheus /metrics without authentication; empty: /metrics on -listen behind the admin token; "off": no metrics (SLUICE_METRICS_LISTEN)`)
 	fs.StringVar(&o.RLSListen, "rls-listen", env("SLUICE_RLS_LISTEN", ""), "gRPC address of the rate limit service for global rules (fleet mode); empty: off (SLUICE_RLS_LISTEN)")
 	fs.StringVar(&o.RedisAddrs, "redis-addrs", env("SLUICE_REDIS_ADDRS", ""), "Redis for fleet mode: one address (standalone), several (cluster seeds) or the sentinels' with -redis-master; comma-separated (SLUICE_REDIS_ADDRS)")
@@ -137,6 +140,12 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		if o.TelemetryToken == o.Token {
 			return o, errors.New("-telemetry-token: must differ from the admin token (every Envoy holds it)")
 		}
+	}
+	if err := checkTokenEnv(o.TelemetryTokenEnv); err != nil {
+		return o, err
+	}
+	if o.TelemetryTokenEnv != "off" {
+		o.Istio.TokenEnv = o.TelemetryTokenEnv
 	}
 	sel, err := istio.ParseSelector(o.IstioSelector)
 	if err != nil {
@@ -247,7 +256,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		xdsServer *xds.Server
 	)
 	if o.XDSListen != "off" {
-		xdsServer = xds.NewServer(logger, xds.Options{WasmPath: o.WasmPath})
+		xdsServer = xds.NewServer(logger, xds.Options{WasmPath: o.WasmPath, VMEnv: vmEnv(o.TelemetryTokenEnv, o.TelemetryToken)})
 		pub, nodes = xdsServer, xdsNodes{xdsServer}
 	}
 
@@ -271,8 +280,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("telemetry token: %w", err)
 	}
 	if telGenerated != "" {
+		where := "Put it in every Envoy's environment as " + o.TelemetryTokenEnv + ` (the policy says "telemetry": {"token_env": "` + o.TelemetryTokenEnv + `"})`
+		if o.TelemetryTokenEnv == "off" {
+			where = "Put it in the VM environment variable your policy's telemetry.token_env names"
+		}
 		fmt.Fprintf(stdout, "Generated the telemetry token (the plugins send it with their reports). It is stored hashed and will NOT be shown again:\n\n    %s\n\n"+
-			"Put it in the policy's \"telemetry\": {\"token\": ...}. Lost it? Rotate it on the Telemetry page.\n\n", telGenerated)
+			"%s; see docs/telemetry.md. Lost it? Rotate it on the Telemetry page.\n\n", telGenerated, where)
 	}
 
 	// Telemetry: the version index learns every published version, so a
@@ -293,6 +306,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	streamsCtx, endStreams := context.WithCancel(context.Background())
 	defer endStreams()
 	telCfg := &httpapi.Telemetry{State: telState, Tokens: telTokens, Metrics: metrics, Done: streamsCtx.Done()}
+	if o.TelemetryTokenEnv != "off" {
+		telCfg.TokenEnv = o.TelemetryTokenEnv
+	}
 	var metricsLis net.Listener
 	switch o.MetricsListen {
 	case "off":

@@ -25,7 +25,7 @@ func TestConfigHashOfPushedBytes(t *testing.T) {
 	if err := idx.Publisher(srv).Publish(context.Background(), v); err != nil {
 		t.Fatal(err)
 	}
-	res, err := xds.Resource(xds.DefaultResourceName, "/x.wasm", v.JSON)
+	res, err := xds.Resource(xds.DefaultResourceName, "/x.wasm", xds.VMEnv{}, v.JSON)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -108,6 +108,7 @@ type TelemetryPage struct {
 	NewToken      string // just rotated: shown this once
 	IngestURL     string
 	Snippet       string // the "telemetry" block of the plugin configuration
+	TokenEnv      string // the VM environment variable carrying the token ("" if the admin sets none)
 	Facts         []Fact
 	MetricsURL    string
 	MetricsAuth   bool // /metrics on this listener needs the admin token

@@ -85,74 +85,13 @@ func TestBrowserDashboardLive(t *testing.T) {
 	defer func() { stopSim(); sim.wait() }()
 	sim.waitReports(t, 6)
 
-	artifacts := os.Getenv("SLUICE_ARTIFACTS")
-	if artifacts == "" {
-		artifacts = t.TempDir()
-	}
-	os.MkdirAll(artifacts, 0o755)
-	bctx := newBrowser(t, chromium)
-	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		sctx, cancel := context.WithTimeout(bctx, 15*time.Second)
-		defer cancel()
-		if err := chromedp.Do(sctx, steps...); err != nil {
-			if png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100)); err == nil {
-				os.WriteFile(filepath.Join(artifacts, "dashboard-failure.png"), png, 0o644)
-			}
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	eval := func(expr string) string {
-		t.Helper()
-		s, err := chromedp.Run(bctx, chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("evaluating %s: %v", expr, err)
-		}
-		return s
-	}
-
-	// Log in from the login page without a destination: the dashboard is
-	// where one lands.
-	run("log in",
-		chromedp.Navigate(adminURL+"/login"),
-		chromedp.WaitVisible(chromedp.ID("token")),
-		chromedp.SetValue(chromedp.ID("token"), token),
-		chromedp.SetValue(chromedp.ID("name"), "e2e-ops"),
-		chromedp.Submit(chromedp.ID("token")),
-		chromedp.WaitVisible(chromedp.ID("dash-live")),
-		chromedp.WaitVisible(chromedp.CSS(`article.rule-card[data-rule="api-key"] polyline.line.allowed`)),
-	)
-	if loc := eval(`location.pathname`); loc != "/dashboard" {
-		t.Errorf("landed on %s, want /dashboard", loc)
-	}
-
-	// Mark this document: a reload or a navigation would lose the mark.
-	eval(`(window.__sluiceMark = "m" + Math.random(), performance.timeOrigin.toString())`)
-	mark := eval(`window.__sluiceMark`)
-	origin := eval(`performance.timeOrigin.toString()`)
-	countExpr := `document.querySelector('[data-count="allowed"]').textContent`
-	chartExpr := `document.querySelector('article.rule-card[data-rule="api-key"] polyline.line.allowed').getAttribute("points")`
-	count0, chart0 := eval(countExpr), eval(chartExpr)
-
+	b := openBrowser(t, chromium, "dashboard-simulated")
+	run, eval := b.run, b.eval
+	b.loginToDashboard(adminURL, `article.rule-card[data-rule="api-key"] polyline.line.allowed`)
 	// Numbers and chart change in place, twice.
-	run("live update",
-		chromedp.Poll[chromedp.Void](fmt.Sprintf(`(() => {
-			const live = document.getElementById("dash-live");
-			return parseInt(live.dataset.updates || "0", 10) >= 2 && %s !== %q && %s !== %q;
-		})()`, countExpr, count0, chartExpr, chart0), chromedp.WithPollingTimeout(12*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)),
-	)
-	if got := eval(`window.__sluiceMark`); got != mark {
-		t.Errorf("the page was reloaded (mark %q, want %q)", got, mark)
-	}
-	if got := eval(`document.getElementById("dash-live").dataset.transport`); got != "events" {
-		t.Errorf("the updates came by %q, want server-sent events", got)
-	}
-	if got := eval(`performance.timeOrigin.toString()`); got != origin {
-		t.Errorf("a navigation happened (time origin %s, was %s)", got, origin)
-	}
-	if n := eval(`String(performance.getEntriesByType("navigation").length)`); n != "1" {
-		t.Errorf("%s navigations", n)
-	}
+	b.expectLiveUpdates(`document.querySelector('[data-count="allowed"]').textContent`,
+		`document.querySelector('article.rule-card[data-rule="api-key"] polyline.line.allowed').getAttribute("points")`, 12*time.Second)
+	mark := eval(`window.__sluiceMark`) // set by expectLiveUpdates: lost on a reload
 	if nodes := eval(`Array.from(document.querySelectorAll("table.nodes-health tr[data-node]")).map(r => r.dataset.node).join(",")`); nodes != "edge-1,edge-2,edge-3" {
 		t.Errorf("nodes %q", nodes)
 	}
@@ -165,12 +104,7 @@ func TestBrowserDashboardLive(t *testing.T) {
 
 	// Search the throttled key by its clear value: found (the admin hashes
 	// the value as the plugin masks it), without leaving the page.
-	run("search",
-		chromedp.SetValue(chromedp.ID("key-q"), throttledClear),
-		chromedp.Click(chromedp.CSS("#key-search button")),
-		chromedp.WaitVisible(chromedp.CSS(`#search-results tr[data-identity="`+throttledKey+`"]`)),
-	)
-	if got := eval(`document.querySelector('#search-results tr[data-identity="` + throttledKey + `"] td.recent').textContent`); got == "0" || got == "" {
+	if got := b.searchKey(throttledClear, throttledKey); got == "0" || got == "" {
 		t.Errorf("the throttled key shows %q rejects in the last minute", got)
 	}
 	if got := eval(`document.querySelector('#search-results .fillbar').getAttribute("class")`); !strings.Contains(got, "low") {
@@ -197,13 +131,7 @@ func TestBrowserDashboardLive(t *testing.T) {
 	)
 
 	// Clear the search and show the last minute: the screenshot.
-	run("1m window",
-		chromedp.Click(chromedp.CSS("#search-results a.clear-search")),
-		chromedp.WaitNotPresent(chromedp.ID("search-results")),
-		chromedp.Click(chromedp.CSS(`.windows a[data-window="1m"]`)),
-		chromedp.Poll[chromedp.Void](`document.querySelector(".live-meta").textContent.includes("last 1m")`,
-			chromedp.WithPollingTimeout(5*time.Second)),
-	)
+	b.showLastMinute()
 	if got := eval(`window.__sluiceMark`); got != mark {
 		t.Errorf("searching or changing the span reloaded the page")
 	}
@@ -211,23 +139,9 @@ func TestBrowserDashboardLive(t *testing.T) {
 	for time.Until(deadline) > 12*time.Second && sim.seconds() < 26 {
 		time.Sleep(250 * time.Millisecond)
 	}
-	png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatalf("screenshot: %v", err)
-	}
-	p := filepath.Join(artifacts, "dashboard.png")
-	if err := os.WriteFile(p, png, 0o644); err != nil {
-		t.Error(err)
-	}
-	t.Logf("screenshot: %s", p)
-	if os.Getenv("SLUICE_UPDATE_SCREENSHOTS") == "1" {
-		dst := filepath.Join(root, "docs", "img", "dashboard.png")
-		os.MkdirAll(filepath.Dir(dst), 0o755)
-		if err := os.WriteFile(dst, png, 0o644); err != nil {
-			t.Error(err)
-		}
-		t.Logf("updated %s", dst)
-	}
+	// The picture in the docs comes from the full-stack test
+	// (TestBrowserDashboardFullStack); this one is an artifact only.
+	b.screenshot("dashboard-simulated", "")
 
 	// The telemetry page shows the token's hint, never the token.
 	run("telemetry page", chromedp.Navigate(adminURL+"/telemetry"), chromedp.WaitVisible(chromedp.ID("token-hint")))
@@ -237,9 +151,7 @@ func TestBrowserDashboardLive(t *testing.T) {
 	if strings.Contains(eval(`document.body.textContent`), telemetryToken) {
 		t.Error("the telemetry page shows the token")
 	}
-	if png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100)); err == nil {
-		os.WriteFile(filepath.Join(artifacts, "telemetry.png"), png, 0o644)
-	}
+	b.screenshot("telemetry", "")
 
 	// The admin's numbers add up to what the simulator sent.
 	stopSim()

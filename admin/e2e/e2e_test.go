@@ -68,13 +68,7 @@ func chromiumPath(t *testing.T) string {
 
 func TestBrowserEditSaveRollback(t *testing.T) {
 	chromium := chromiumPath(t)
-	root := wasmtest.ModuleRoot(t)
-	bin := t.TempDir()
-	buildBinaries(t, root, bin)
-	wasmFile := filepath.Join(bin, "ratelimit.wasm")
-	if err := os.WriteFile(wasmFile, wasmtest.Build(t, "./plugin"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	root, bin, wasmFile := buildStack(t)
 	// The budget covers the run, not the (cached) builds above.
 	deadline := time.Now().Add(60 * time.Second)
 	bootFile := filepath.Join(bin, "boot.json")
@@ -130,14 +124,7 @@ func TestBrowserEditSaveRollback(t *testing.T) {
 	}
 
 	// Log in.
-	run("log in",
-		chromedp.Navigate(adminURL+"/"),
-		chromedp.WaitVisible(chromedp.ID("token")),
-		chromedp.SetValue(chromedp.ID("token"), token),
-		chromedp.SetValue(chromedp.ID("name"), "e2e-user"),
-		chromedp.Submit(chromedp.ID("token")),
-		chromedp.WaitVisible(chromedp.ID("policy")),
-	)
+	run("log in", append(loginSteps(adminURL+"/", "e2e-user"), chromedp.WaitVisible(chromedp.ID("policy")))...)
 	if got := eval(`document.querySelector(".who").textContent`); got != "e2e-user" {
 		t.Errorf("logged in as %q", got)
 	}
@@ -250,6 +237,31 @@ func TestBrowserEditSaveRollback(t *testing.T) {
 	shot(ctx, "07-istio")
 	if time.Now().After(deadline) {
 		t.Errorf("the browser test took longer than its 60 s budget")
+	}
+}
+
+// buildStack builds the admin and the gateway binaries and the plugin
+// into a temporary directory, and returns the module root, that directory
+// and the plugin's path.
+func buildStack(t *testing.T) (root, bin, wasmFile string) {
+	t.Helper()
+	root, bin = wasmtest.ModuleRoot(t), t.TempDir()
+	buildBinaries(t, root, bin)
+	wasmFile = filepath.Join(bin, "ratelimit.wasm")
+	if err := os.WriteFile(wasmFile, wasmtest.Build(t, "./plugin"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return root, bin, wasmFile
+}
+
+// loginSteps log in with the admin token from the login form at url.
+func loginSteps(url, name string) []chromedp.Action[chromedp.Void] {
+	return []chromedp.Action[chromedp.Void]{
+		chromedp.Navigate(url),
+		chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SetValue(chromedp.ID("token"), token),
+		chromedp.SetValue(chromedp.ID("name"), name),
+		chromedp.Submit(chromedp.ID("token")),
 	}
 }
 

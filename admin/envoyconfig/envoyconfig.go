@@ -46,6 +46,11 @@ type Expect struct {
 	VMID, RootID string
 	// ParsePlugin validates a plugin configuration (shared/policy.Parse).
 	ParsePlugin func([]byte) error
+	// HostEnvKeys, when set, are the VM environment variables the default
+	// config must take from Envoy's environment: the ones the admin asks for
+	// (the telemetry token's), so that its push keeps the same vm_config.
+	// Literal key_values are refused: a secret does not belong in a file.
+	HostEnvKeys []string
 }
 
 const (
@@ -356,6 +361,15 @@ func checkWasm(a *anypb.Any, path string, exp Expect, add func(string, ...any)) 
 	}
 	if got := vm.GetCode().GetLocal().GetFilename(); got != exp.WasmFilename {
 		add("%s.config.vm_config.code.local.filename: %q, want %q (what `make build` writes)", path, got, exp.WasmFilename)
+	}
+	if env := vm.GetEnvironmentVariables(); exp.HostEnvKeys != nil {
+		if !slices.Equal(env.GetHostEnvKeys(), exp.HostEnvKeys) {
+			add("%s.config.vm_config.environment_variables.host_env_keys: %q, want %q (what the admin pushes; another vm_config starts a new VM)",
+				path, env.GetHostEnvKeys(), exp.HostEnvKeys)
+		}
+		if len(env.GetKeyValues()) > 0 {
+			add("%s.config.vm_config.environment_variables.key_values: set; take secrets from Envoy's environment with host_env_keys", path)
+		}
 	}
 	var sv wrapperspb.StringValue
 	if err := pc.GetConfiguration().UnmarshalTo(&sv); err != nil {

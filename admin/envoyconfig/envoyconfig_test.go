@@ -32,6 +32,7 @@ func sluiceExpect(t *testing.T) Expect {
 		WasmFilename: makeBuildWasmPath(t),
 		VMID:         xds.VMID,
 		RootID:       xds.RootID,
+		HostEnvKeys:  []string{xds.DefaultTokenEnv},
 		ParsePlugin: func(b []byte) error {
 			_, err := policy.Parse(b)
 			return err
@@ -143,6 +144,8 @@ func TestValidatorRejects(t *testing.T) {
 		{"ECDS resource name", mutate(t, "- name: sluice-ratelimit\n            config_discovery:", "- name: ratelimit\n            config_discovery:"), []string{`"ratelimit" is not the admin's ECDS resource`}},
 		{"wasm file", mutate(t, "local: {filename: bin/ratelimit.wasm}", "local: {filename: ratelimit.wasm}"), []string{"make build"}},
 		{"vm_id", mutate(t, "vm_id: sluice", "vm_id: other"), []string{"vm_id"}},
+		{"token variable", mutate(t, "host_env_keys: [SLUICE_TELEMETRY_TOKEN]", "host_env_keys: [TOKEN]"), []string{"host_env_keys", "SLUICE_TELEMETRY_TOKEN"}},
+		{"token in the file", mutate(t, "host_env_keys: [SLUICE_TELEMETRY_TOKEN]", "key_values: {SLUICE_TELEMETRY_TOKEN: s3cret}"), []string{"key_values", "host_env_keys"}},
 		{"plugin JSON the plugin rejects", mutate(t, `"rps": 50, "burst": 100`, `"rps": 50, "burst": 10`), []string{"plugin would reject", "burst"}},
 		{"ADS without ads_config", mutate(t, `dynamic_resources:
   ads_config:

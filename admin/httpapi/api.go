@@ -369,7 +369,7 @@ func (s *server) apiValidate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"valid": true, "normalized": json.RawMessage(norm)})
+	writeJSON(w, http.StatusOK, map[string]any{"valid": true, "normalized": json.RawMessage(policy.MaskSecrets(norm))})
 	return nil
 }
 

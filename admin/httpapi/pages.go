@@ -277,7 +277,7 @@ func (s *server) editorSubmit(w http.ResponseWriter, r *http.Request, sess auth.
 		theirs := cur.Pretty()
 		mine := policies.Pretty([]byte(draft))
 		if norm, verr := policies.Validate([]byte(draft)); verr == nil {
-			mine = policies.Pretty(norm)
+			mine = policies.Pretty(policy.MaskSecrets(norm))
 		}
 		p.Conflict = &web.Conflict{
 			Base: base, Current: versionInfo(cur, cur.Number), Message: ce.Error(),

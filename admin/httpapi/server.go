@@ -102,6 +102,7 @@ func New(cfg Config) (http.Handler, error) {
 	if t := cfg.Telemetry; t != nil && (t.State == nil || t.Tokens == nil) {
 		return nil, errors.New("httpapi: Telemetry needs State and Tokens")
 	}
+	cfg.Policies = maskingPolicies{cfg.Policies} // no handler sees a secret
 	s := &server{Config: cfg, log: cfg.Logger.With("component", "http"), cop: http.NewCrossOriginProtection()}
 	mux := http.NewServeMux()
 

@@ -29,6 +29,10 @@ type Telemetry struct {
 	// MetricsURL is where Prometheus scrapes, shown on the telemetry page
 	// ("" when the metrics are off; a path is taken relative to this admin).
 	MetricsURL string
+	// TokenEnv is the VM environment variable that carries the telemetry
+	// token to the plugins (the admin's -telemetry-token-env; "" for off),
+	// shown in the policy block the telemetry page suggests.
+	TokenEnv string
 	// Done, when closed, ends the dashboard's event streams (main closes it
 	// when the server shuts down, so Shutdown need not wait for them).
 	Done <-chan struct{}

@@ -63,9 +63,12 @@ func (s *server) telemetryView(r *http.Request, sess auth.Session, newToken stri
 	}
 	base := s.baseURL(r)
 	p.IngestURL = base + "/api/v1/telemetry"
-	tok := "<the telemetry token>"
-	if newToken != "" {
-		tok = newToken
+	// The suggested block names the token's variable, never the token:
+	// the policy is shown, versioned and diffed; the VM environment is not.
+	p.TokenEnv = s.Telemetry.TokenEnv
+	tokenField := fmt.Sprintf(`"token_env": %q`, p.TokenEnv)
+	if p.TokenEnv == "" {
+		tokenField = `"token_env": "<the VM environment variable holding the telemetry token>"`
 	}
 	p.Snippet = fmt.Sprintf(`"telemetry": {
   "cluster": "sluice_admin",
@@ -74,8 +77,8 @@ func (s *server) telemetryView(r *http.Request, sess auth.Session, newToken stri
   "interval_ms": 1000,
   "top_n": 50,
   "timeout_ms": 500,
-  "token": %q
-}`, r.Host, tok)
+  %s
+}`, r.Host, tokenField)
 	st := s.Telemetry.State.Stats()
 	o := s.Telemetry.State.Options()
 	p.Facts = []web.Fact{

@@ -11,7 +11,7 @@
 // Every node gets the same resource: the snapshot cache is keyed by one
 // constant group instead of by node. The resource's version is the policy
 // version number. Only the plugin configuration changes between versions;
-// vm_config (vm_id, runtime, code) stays the same, so Envoy keeps the VM and
+// vm_config (vm_id, runtime, code, environment) stays the same, so Envoy keeps the VM and
 // its shared data (the buckets) and only runs proxy_on_configure again.
 //
 // Server callbacks track every node that connects: its cluster, whether a
@@ -25,7 +25,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -55,6 +57,12 @@ const (
 	// (and the code) unchanged across pushes is what keeps the buckets.
 	VMID   = "sluice"
 	RootID = "sluice"
+	// DefaultTokenEnv is the VM environment variable that carries the
+	// telemetry token to the plugin (policies say "token_env":
+	// "SLUICE_TELEMETRY_TOKEN"; envoy.yaml passes it from Envoy's
+	// environment). It is also the admin's own variable for
+	// -telemetry-token, so one name follows the token everywhere.
+	DefaultTokenEnv = "SLUICE_TELEMETRY_TOKEN"
 	// Runtime is the wasm runtime Envoy runs the plugin in.
 	Runtime = "envoy.wasm.runtime.v8"
 
@@ -73,10 +81,30 @@ type Options struct {
 	// as Envoy will see it: use an absolute path when Envoy's working
 	// directory differs from the admin's (default DefaultWasmPath).
 	WasmPath string
+	// VMEnv is the plugin VM's environment (vm_config.environment_variables),
+	// for example the telemetry token of policies with telemetry.token_env.
+	// It is fixed for the life of the Server: every push carries the same
+	// vm_config, which is what lets Envoy keep the VM and its buckets.
+	VMEnv VMEnv
 	// MaxNodes bounds how many disconnected nodes are remembered for
 	// Nodes(); the ones heard from least recently are forgotten first
 	// (default 1000). Connected nodes are always kept.
 	MaxNodes int
+}
+
+// VMEnv is vm_config.environment_variables: KeyValues are set by the admin
+// (they travel in the xDS resource), HostEnvKeys are copied by Envoy from
+// its own process environment.
+type VMEnv struct {
+	KeyValues   map[string]string
+	HostEnvKeys []string
+}
+
+func (e VMEnv) proto() *wasmv3.EnvironmentVariables {
+	if len(e.KeyValues) == 0 && len(e.HostEnvKeys) == 0 {
+		return nil
+	}
+	return &wasmv3.EnvironmentVariables{KeyValues: maps.Clone(e.KeyValues), HostEnvKeys: slices.Clone(e.HostEnvKeys)}
 }
 
 // groupKey is the only key of the snapshot cache: every node gets the same
@@ -157,7 +185,7 @@ func (s *Server) Publish(ctx context.Context, v Version) error {
 		return fmt.Errorf("xds: publish: version %d is already published with a different configuration", v.Number)
 	}
 	version := strconv.FormatInt(v.Number, 10)
-	res, err := Resource(s.opts.ResourceName, s.opts.WasmPath, v.JSON)
+	res, err := Resource(s.opts.ResourceName, s.opts.WasmPath, s.opts.VMEnv, v.JSON)
 	if err != nil {
 		return err
 	}
@@ -228,9 +256,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 
 // Resource builds the ECDS resource: a TypedExtensionConfig named name
 // whose typed_config is the wasm HTTP filter running the plugin at wasmPath
-// with policyJSON as its configuration.
-func Resource(name, wasmPath string, policyJSON []byte) (*core.TypedExtensionConfig, error) {
-	filter, err := anypb.New(WasmFilter(name, wasmPath, policyJSON))
+// in a VM with environment env, with policyJSON as its configuration.
+func Resource(name, wasmPath string, env VMEnv, policyJSON []byte) (*core.TypedExtensionConfig, error) {
+	filter, err := anypb.New(WasmFilter(name, wasmPath, env, policyJSON))
 	if err != nil {
 		return nil, fmt.Errorf("xds: packing the wasm filter: %w", err)
 	}
@@ -241,7 +269,7 @@ func Resource(name, wasmPath string, policyJSON []byte) (*core.TypedExtensionCon
 // configuration is a StringValue: Envoy hands its bytes to
 // proxy_on_configure unchanged. fail_open lets traffic through, unlimited,
 // if the VM fails (a rate limiter should not take the site down).
-func WasmFilter(name, wasmPath string, policyJSON []byte) *wasmfilter.Wasm {
+func WasmFilter(name, wasmPath string, env VMEnv, policyJSON []byte) *wasmfilter.Wasm {
 	configuration, _ := anypb.New(wrapperspb.String(string(policyJSON))) // cannot fail for a StringValue
 	return &wasmfilter.Wasm{Config: &wasmv3.PluginConfig{
 		Name:   name,
@@ -252,6 +280,7 @@ func WasmFilter(name, wasmPath string, policyJSON []byte) *wasmfilter.Wasm {
 			Code: &core.AsyncDataSource{Specifier: &core.AsyncDataSource_Local{
 				Local: &core.DataSource{Specifier: &core.DataSource_Filename{Filename: wasmPath}},
 			}},
+			EnvironmentVariables: env.proto(),
 		}},
 		Configuration: configuration,
 		// fail_open is deprecated in newer Envoys in favour of

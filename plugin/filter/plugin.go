@@ -102,6 +102,11 @@ func (p *pluginContext) OnPluginStart(int) (ok types.OnPluginStartStatus) {
 		p.vm.globals().configRejected.inc()
 		return types.OnPluginStartStatusFailed
 	}
+	if cfg.Telemetry, err = resolveTelemetryToken(cfg.Telemetry, getenv); err != nil {
+		logConfigErrors(err)
+		p.vm.globals().configRejected.inc()
+		return types.OnPluginStartStatusFailed
+	}
 	p.vm.globals() // define the global counters up front
 	p.cfg = compile(cfg, p.vm)
 	p.cfg.hash = configHash(data)

@@ -56,6 +56,16 @@ type report struct {
 
 func startTelemetry(t *testing.T, config string, vms int) *fixture {
 	t.Helper()
+	f, err := tryStartTelemetry(t, config, vms, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// tryStartTelemetry starts the filter with env as the VMs' environment.
+func tryStartTelemetry(t *testing.T, config string, vms int, env map[string]string) (*fixture, error) {
+	t.Helper()
 	clock := wasmhost.NewManualClock(t0)
 	h, err := wasmhost.New(context.Background(), wasmhost.Config{
 		Wasm:         pluginWasm(t),
@@ -64,12 +74,13 @@ func startTelemetry(t *testing.T, config string, vms int) *fixture {
 		Clock:        clock,
 		NodeID:       "envoy-7",
 		Clusters:     []string{"sluice_admin"},
+		Env:          env,
 	})
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	t.Cleanup(func() { _ = h.Close(context.Background()) })
-	return &fixture{t: t, h: h, clock: clock}
+	return &fixture{t: t, h: h, clock: clock}, nil
 }
 
 // tick advances the clock by d and runs due ticks; it returns the pending

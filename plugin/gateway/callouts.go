@@ -25,16 +25,17 @@ func NewCallouts(ctx context.Context, clusters map[string]*url.URL, logger *slog
 // SLUICE_CLUSTERS, "a=url,b=url").
 func parseClusters(specs []string) (map[string]*url.URL, error) { return netcall.ParseClusters(specs) }
 
-// clusterFlag collects repeated -cluster flags.
-type clusterFlag struct {
+// listFlag collects a repeatable flag (-cluster, -vm-env); its specs start
+// as the environment variable's list, which the first flag replaces.
+type listFlag struct {
 	specs []string
 	set   bool
 }
 
-func (f *clusterFlag) String() string { return strings.Join(f.specs, ",") }
+func (f *listFlag) String() string { return strings.Join(f.specs, ",") }
 
-func (f *clusterFlag) Set(v string) error {
-	if !f.set { // the first flag replaces SLUICE_CLUSTERS
+func (f *listFlag) Set(v string) error {
+	if !f.set { // the first flag replaces the environment variable's list
 		f.specs, f.set = nil, true
 	}
 	f.specs = append(f.specs, v)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -47,13 +48,21 @@ type Options struct {
 	// URL), answered for real by callouts.go; a call to another name fails
 	// with BadArgument, as in Envoy.
 	Clusters map[string]*url.URL
+
+	// VMEnv is the plugin VMs' environment (Envoy:
+	// vm_config.environment_variables), e.g. the telemetry token of a
+	// policy with telemetry.token_env. In xDS mode the environment the
+	// admin pushes is added to it (see vmenv.go).
+	VMEnv map[string]string
 }
 
 // Gateway serves HTTP through the plugin running in a wasmhost.Host.
 type Gateway struct {
 	opts     Options
 	log      *slog.Logger
-	host     *wasmhost.Host
+	cur      atomic.Pointer[hostRef] // the plugin VMs serving new requests (vmenv.go)
+	hostCfg  wasmhost.Config         // how they were made, for a restart with another environment
+	runCtx   context.Context
 	upstream *url.URL
 	client   *http.Client
 	server   *http.Server
@@ -62,6 +71,7 @@ type Gateway struct {
 	next     atomic.Uint64
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
+	retiring sync.WaitGroup // previous plugin VMs being closed (vmenv.go)
 
 	configMu  sync.Mutex
 	configSum []byte // contents of the config in force
@@ -109,7 +119,8 @@ func Start(ctx context.Context, opts Options, logger *slog.Logger) (*Gateway, er
 	if nodeID == "" {
 		nodeID = defaultNodeID()
 	}
-	gw.host, err = wasmhost.New(ctx, wasmhost.Config{
+	gw.runCtx = runCtx
+	gw.hostCfg = wasmhost.Config{
 		Wasm:         wasm,
 		PluginConfig: config,
 		VMs:          opts.VMs,
@@ -119,17 +130,20 @@ func Start(ctx context.Context, opts Options, logger *slog.Logger) (*Gateway, er
 		NodeID:       nodeID, // property node.id, e.g. in telemetry reports
 		Clusters:     callouts.Names(),
 		HTTPCalls:    callouts,
-	})
+		Env:          maps.Clone(opts.VMEnv),
+	}
+	host, err := wasmhost.New(ctx, gw.hostCfg)
 	if err != nil {
 		gw.stopUpstream()
 		cancel()
 		return nil, fmt.Errorf("starting the plugin: %w", err)
 	}
-	gw.host.StartTicker(runCtx)
+	host.StartTicker(runCtx)
+	gw.cur.Store(&hostRef{host: host, env: gw.hostCfg.Env})
 
 	gw.listener, err = net.Listen("tcp", opts.Listen)
 	if err != nil {
-		gw.host.Close(ctx)
+		host.Close(ctx)
 		gw.stopUpstream()
 		cancel()
 		return nil, fmt.Errorf("-listen %s: %w", opts.Listen, err)
@@ -167,7 +181,7 @@ func Start(ctx context.Context, opts Options, logger *slog.Logger) (*Gateway, er
 func (gw *Gateway) URL() string { return "http://" + gw.listener.Addr().String() }
 
 // Host exposes the plugin host (tests read shared data and metrics from it).
-func (gw *Gateway) Host() *wasmhost.Host { return gw.host }
+func (gw *Gateway) Host() *wasmhost.Host { return gw.cur.Load().host }
 
 // Close stops serving, then stops the VMs.
 func (gw *Gateway) Close(ctx context.Context) error {
@@ -175,7 +189,7 @@ func (gw *Gateway) Close(ctx context.Context) error {
 	gw.cancel()
 	gw.wg.Wait()
 	gw.stopUpstream()
-	if cerr := gw.host.Close(ctx); err == nil {
+	if cerr := gw.closeHosts(ctx); err == nil {
 		err = cerr
 	}
 	return err
@@ -184,7 +198,9 @@ func (gw *Gateway) Close(ctx context.Context) error {
 // ServeHTTP runs one request through the plugin: request headers, then
 // (unless the plugin answered locally) the upstream, then response headers.
 func (gw *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	vms := gw.host.VMs()
+	ref := gw.acquire()
+	defer ref.release()
+	vms := ref.host.VMs()
 	vm := vms[gw.next.Add(1)%uint64(len(vms))]
 	stream, err := vm.NewStream(r.Context(), wasmhost.Properties{
 		"source.address": []byte(r.RemoteAddr),
@@ -397,7 +413,7 @@ func (gw *Gateway) reloadIfChanged(ctx context.Context) {
 	if bytes.Equal(data, gw.configSum) {
 		return
 	}
-	if err := gw.host.Reconfigure(ctx, data); err != nil {
+	if err := gw.Host().Reconfigure(ctx, data); err != nil {
 		gw.log.Error("plugin rejected the new configuration; the previous one stays in force", "path", gw.opts.ConfigPath, "err", err)
 		gw.configSum = data // do not retry the same bad bytes every tick
 		return

@@ -78,7 +78,20 @@ func startGateway(t *testing.T, upstreamURL, config string) (*Gateway, string) {
 
 func get(t *testing.T, url string) (*http.Response, string) {
 	t.Helper()
-	resp, err := http.Get(url)
+	return getWith(t, url)
+}
+
+// getWith sends a GET with the given header name/value pairs.
+func getWith(t *testing.T, url string, headers ...string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@
 //	ratelimit-gateway -upstream demo              # built-in echo upstream
 //	ratelimit-gateway -xds 127.0.0.1:18000        # policy from the admin over ECDS
 //	ratelimit-gateway -cluster sluice_admin=http://127.0.0.1:9000  # answer the plugin's telemetry callouts
+//	ratelimit-gateway -vm-env SLUICE_TELEMETRY_TOKEN  # pass a variable to the plugin VMs (telemetry.token_env)
 //
 // Every flag can also be set from the environment (SLUICE_LISTEN, ...).
 package main
@@ -73,10 +74,16 @@ func parseOptions(args []string) (Options, error) {
 		"instead of watching -config, which then only serves until the first update (SLUICE_XDS)")
 	fs.StringVar(&o.XDSResource, "xds-resource", env("SLUICE_XDS_RESOURCE", defaultXDSResource), "the ECDS resource to subscribe to (SLUICE_XDS_RESOURCE)")
 	fs.StringVar(&o.NodeID, "node-id", env("SLUICE_NODE_ID", defaultNodeID()), "node id reported to the admin over xDS (SLUICE_NODE_ID)")
-	clusters := &clusterFlag{specs: splitList(env("SLUICE_CLUSTERS", ""))}
+	clusters := &listFlag{specs: splitList(env("SLUICE_CLUSTERS", ""))}
 	fs.Var(clusters, "cluster", "name=http://host:port (or https://, h2c:// for HTTP/2 cleartext, e.g. a gRPC rate limit service): a cluster the plugin may call with dispatch_http_call, e.g. its telemetry\n"+
 		"reports to the admin (repeatable; SLUICE_CLUSTERS=\"a=url,b=url\")")
+	vmEnv := &listFlag{specs: splitList(env("SLUICE_VM_ENV", ""))}
+	fs.Var(vmEnv, "vm-env", "NAME=VALUE, or NAME to copy it from this process's environment: a variable of the plugin VMs (Envoy's\n"+
+		"vm_config.environment_variables), e.g. -vm-env SLUICE_TELEMETRY_TOKEN for telemetry.token_env (repeatable; SLUICE_VM_ENV=\"A=1,B\")")
 	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if o.VMEnv, err = parseVMEnv(vmEnv.specs, os.LookupEnv); err != nil {
 		return o, err
 	}
 	cl, err := parseClusters(clusters.specs)

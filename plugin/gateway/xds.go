@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -57,7 +58,7 @@ type xdsClient struct {
 	addr     string
 	resource string
 	node     *core.Node
-	apply    func(ctx context.Context, config []byte) error
+	apply    func(ctx context.Context, config []byte, env map[string]string) error
 	log      *slog.Logger
 
 	minBackoff, maxBackoff time.Duration
@@ -154,9 +155,9 @@ func (c *xdsClient) handle(ctx context.Context, resp *discovery.DiscoveryRespons
 		ResponseNonce: resp.GetNonce(),
 	}
 	version := resp.GetVersionInfo()
-	config, found, err := pluginConfiguration(resp.GetResources(), c.resource)
+	config, env, found, err := pluginConfiguration(resp.GetResources(), c.resource)
 	if err == nil && found {
-		err = c.apply(ctx, config)
+		err = c.apply(ctx, config, env)
 	}
 	if err != nil {
 		c.log.Error("xDS: configuration rejected (NACK); the previous one stays in force",
@@ -179,37 +180,38 @@ func (c *xdsClient) handle(ctx context.Context, resp *discovery.DiscoveryRespons
 
 // pluginConfiguration finds the resource called name and returns its wasm
 // filter's plugin configuration, as Envoy would hand it to
-// proxy_on_configure. found is false if the response does not carry it.
-func pluginConfiguration(resources []*anypb.Any, name string) (config []byte, found bool, err error) {
+// proxy_on_configure, and the VM environment its vm_config asks for.
+// found is false if the response does not carry it.
+func pluginConfiguration(resources []*anypb.Any, name string) (config []byte, env map[string]string, found bool, err error) {
 	for _, res := range resources {
 		if res.GetTypeUrl() == "type.googleapis.com/envoy.service.discovery.v3.Resource" {
 			var wrapped discovery.Resource
 			if err := res.UnmarshalTo(&wrapped); err != nil {
-				return nil, false, fmt.Errorf("resource: %w", err)
+				return nil, nil, false, fmt.Errorf("resource: %w", err)
 			}
 			res = wrapped.GetResource()
 		}
 		var tec core.TypedExtensionConfig
 		if err := res.UnmarshalTo(&tec); err != nil {
-			return nil, false, fmt.Errorf("resource of type %s: want %s: %w", res.GetTypeUrl(), ecdsTypeURL, err)
+			return nil, nil, false, fmt.Errorf("resource of type %s: want %s: %w", res.GetTypeUrl(), ecdsTypeURL, err)
 		}
 		if tec.GetName() != name {
 			continue
 		}
 		var w wasmfilter.Wasm
 		if err := tec.GetTypedConfig().UnmarshalTo(&w); err != nil {
-			return nil, true, fmt.Errorf("%s: typed_config of type %s: want the wasm HTTP filter: %w", name, tec.GetTypedConfig().GetTypeUrl(), err)
+			return nil, nil, true, fmt.Errorf("%s: typed_config of type %s: want the wasm HTTP filter: %w", name, tec.GetTypedConfig().GetTypeUrl(), err)
 		}
 		if err := w.ValidateAll(); err != nil { // Envoy validates before applying
-			return nil, true, fmt.Errorf("%s: %w", name, err)
+			return nil, nil, true, fmt.Errorf("%s: %w", name, err)
 		}
 		config, err := configurationBytes(w.GetConfig().GetConfiguration())
 		if err != nil {
-			return nil, true, fmt.Errorf("%s: %w", name, err)
+			return nil, nil, true, fmt.Errorf("%s: %w", name, err)
 		}
-		return config, true, nil
+		return config, pushedEnv(w.GetConfig().GetVmConfig().GetEnvironmentVariables(), os.LookupEnv), true, nil
 	}
-	return nil, false, nil
+	return nil, nil, false, nil
 }
 
 // configurationBytes renders the plugin configuration the way Envoy does:
@@ -234,14 +236,23 @@ func configurationBytes(a *anypb.Any) ([]byte, error) {
 }
 
 // applyConfig puts config in force unless it already is. Used in xDS mode,
-// where the file watcher is off.
-func (gw *Gateway) applyConfig(ctx context.Context, config []byte) error {
+// where the file watcher is off. A pushed VM environment that differs from
+// the running VMs' starts new VMs, as Envoy does for a new vm_config.
+func (gw *Gateway) applyConfig(ctx context.Context, config []byte, pushed map[string]string) error {
 	gw.configMu.Lock()
 	defer gw.configMu.Unlock()
+	env := gw.vmEnv(pushed)
+	if !maps.Equal(env, gw.cur.Load().env) {
+		if err := gw.restartVMs(ctx, config, env); err != nil {
+			return err
+		}
+		gw.configSum = append([]byte(nil), config...)
+		return nil
+	}
 	if bytes.Equal(config, gw.configSum) {
 		return nil
 	}
-	if err := gw.host.Reconfigure(ctx, config); err != nil {
+	if err := gw.Host().Reconfigure(ctx, config); err != nil {
 		return err
 	}
 	gw.configSum = append([]byte(nil), config...)

@@ -40,7 +40,9 @@ type admin struct {
 	stop func()
 }
 
-func startAdmin(t *testing.T, addr string) *admin {
+func startAdmin(t *testing.T, addr string) *admin { return startAdminWith(t, addr, xds.Options{}) }
+
+func startAdminWith(t *testing.T, addr string, opts xds.Options) *admin {
 	t.Helper()
 	var lis net.Listener
 	var err error
@@ -53,7 +55,7 @@ func startAdmin(t *testing.T, addr string) *admin {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := xds.NewServer(slog.New(slog.DiscardHandler), xds.Options{})
+	srv := xds.NewServer(slog.New(slog.DiscardHandler), opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, lis) }()
@@ -106,7 +108,7 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-func startXDSGateway(t *testing.T, upstreamURL, xdsAddr string) *Gateway {
+func startXDSGateway(t *testing.T, upstreamURL, xdsAddr string, mods ...func(*Options)) *Gateway {
 	t.Helper()
 	dir := t.TempDir()
 	wasmPath := filepath.Join(dir, "ratelimit.wasm")
@@ -117,7 +119,7 @@ func startXDSGateway(t *testing.T, upstreamURL, xdsAddr string) *Gateway {
 	if err := os.WriteFile(configPath, []byte(bootstrapConfig), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	gw, err := Start(context.Background(), Options{
+	opts := Options{
 		Listen:         "127.0.0.1:0",
 		Upstream:       upstreamURL,
 		ConfigPath:     configPath,
@@ -127,7 +129,11 @@ func startXDSGateway(t *testing.T, upstreamURL, xdsAddr string) *Gateway {
 		XDS:            xdsAddr,
 		NodeID:         "gw-test",
 		XDSMaxBackoff:  100 * time.Millisecond,
-	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}
+	for _, m := range mods {
+		m(&opts)
+	}
+	gw, err := Start(context.Background(), opts, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +292,7 @@ func TestPluginConfigurationExtraction(t *testing.T) {
 		{"not a TypedExtensionConfig", []*anypb.Any{str}, ``, false, "TypedExtensionConfig"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, found, err := pluginConfiguration(tc.resources, "r")
+			got, _, found, err := pluginConfiguration(tc.resources, "r")
 			if tc.errHas != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.errHas) {
 					t.Fatalf("err %v, want one mentioning %q", err, tc.errHas)
@@ -302,7 +308,7 @@ func TestPluginConfigurationExtraction(t *testing.T) {
 	// Wrapped in a discovery Resource (as some servers send), and a filter
 	// config Envoy's validation rejects (empty code filename).
 	wrapped, _ := anypb.New(&discovery.Resource{Name: "r", Resource: pack(t, "r", str)})
-	if got, found, err := pluginConfiguration([]*anypb.Any{wrapped}, "r"); err != nil || !found || string(got) != `{"a":1}` {
+	if got, _, found, err := pluginConfiguration([]*anypb.Any{wrapped}, "r"); err != nil || !found || string(got) != `{"a":1}` {
 		t.Errorf("wrapped resource: %q %v %v", got, found, err)
 	}
 	badFilter, _ := anypb.New(&wasmfilter.Wasm{Config: &wasmv3.PluginConfig{Vm: &wasmv3.PluginConfig_VmConfig{VmConfig: &wasmv3.VmConfig{
@@ -310,7 +316,7 @@ func TestPluginConfigurationExtraction(t *testing.T) {
 			Local: &core.DataSource{Specifier: &core.DataSource_Filename{Filename: ""}}}},
 	}}}})
 	bad, _ := anypb.New(&core.TypedExtensionConfig{Name: "r", TypedConfig: badFilter})
-	if _, _, err := pluginConfiguration([]*anypb.Any{bad}, "r"); err == nil || !strings.Contains(err.Error(), "Filename") {
+	if _, _, _, err := pluginConfiguration([]*anypb.Any{bad}, "r"); err == nil || !strings.Contains(err.Error(), "Filename") {
 		t.Errorf("invalid filter config: err %v, want Envoy's validation error about the filename", err)
 	}
 }

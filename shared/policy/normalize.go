@@ -23,7 +23,7 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 	if t := c.Telemetry; t != nil {
 		out.Telemetry = &normTelemetry{
 			Cluster: t.Cluster, Authority: t.Authority, Path: t.Path, IntervalMS: t.IntervalMS,
-			Token: t.Token, TopN: t.TopN, TimeoutMS: t.TimeoutMS,
+			Token: t.Token, TokenEnv: t.TokenEnv, TopN: t.TopN, TimeoutMS: t.TimeoutMS,
 		}
 	}
 	if f := c.Fleet; f != nil {
@@ -109,7 +109,8 @@ type normTelemetry struct {
 	Authority  string `json:"authority"`
 	Path       string `json:"path"`
 	IntervalMS int    `json:"interval_ms"`
-	Token      string `json:"token"`
+	Token      string `json:"token,omitempty"`     // exactly one of token and token_env
+	TokenEnv   string `json:"token_env,omitempty"` // is set
 	TopN       int    `json:"top_n"`
 	TimeoutMS  int    `json:"timeout_ms"`
 }

@@ -46,7 +46,7 @@ var (
 	configFields      = []string{"mode", "policies", "rules", "reject_status", "response_headers", "shadow_header", "xff_trusted_hops", "telemetry", "fleet"}
 	policyFields      = []string{"name", "rules"}
 	ruleFields        = []string{"name", "limit_keys", "match", "algorithm", "algorithm_config", "mode", "max_keys", "telemetry_identity", "scope"}
-	telemetryFields   = []string{"cluster", "authority", "path", "interval_ms", "token", "top_n", "timeout_ms"}
+	telemetryFields   = []string{"cluster", "authority", "path", "interval_ms", "token", "token_env", "top_n", "timeout_ms"}
 	tokenBucketFields = []string{"tokens_per_second", "rps", "burst", "cost_source", "fixed_cost", "default_cost", "max_delay_ms"}
 	algorithms        = []string{AlgorithmTokenBucket, AlgorithmFixedWindow, AlgorithmSlidingWindow, AlgorithmRollingWindow}
 )
@@ -797,7 +797,7 @@ func editDistance(a, b string) int {
 // telemetry parses the optional top-level "telemetry" object.
 func (p *parser) telemetry(path string, v *jvalue) *Telemetry {
 	if v.kind != jObject {
-		p.errorf(path, `must be an object such as {"cluster": "sluice_admin", "token": "..."}, got `, v.kind.String())
+		p.errorf(path, `must be an object such as {"cluster": "sluice_admin", "token_env": "SLUICE_TELEMETRY_TOKEN"}, got `, v.kind.String())
 		return nil
 	}
 	f := p.object(path, v, telemetryFields)
@@ -848,10 +848,7 @@ func (p *parser) telemetry(path string, v *jvalue) *Telemetry {
 			t.Path = s
 		}
 	}
-	// The token's value never appears in an error message.
-	if s, ok := str("token", "the admin's telemetry token (sent as a bearer token)", true); ok {
-		t.Token = s
-	}
+	p.telemetryToken(path, f, t, str)
 	if iv := f["interval_ms"]; iv != nil {
 		if n, ok := p.integer(join(path, "interval_ms"), iv, MinTelemetryInterval, MaxTelemetryInterval,
 			"an integer from "+strconv.Itoa(MinTelemetryInterval)+" to "+strconv.Itoa(MaxTelemetryInterval)+
@@ -881,4 +878,49 @@ func (p *parser) telemetry(path string, v *jvalue) *Telemetry {
 			") so that at most one report per VM is in flight")
 	}
 	return t
+}
+
+// telemetryToken reads exactly one of "token" (the secret itself) and
+// "token_env" (the name of the VM environment variable holding it, so that
+// the secret stays out of the policy). The token's value never appears in
+// an error message.
+func (p *parser) telemetryToken(path string, f map[string]*jvalue, t *Telemetry, str func(name, what string, required bool) (string, bool)) {
+	tv, ev := f["token"], f["token_env"]
+	switch {
+	case tv == nil && ev == nil:
+		p.errorf(join(path, "token_env"), `missing; set token_env to the VM environment variable holding the admin's telemetry token `+
+			`(e.g. "SLUICE_TELEMETRY_TOKEN"), or token to the token itself`)
+		return
+	case tv != nil && ev != nil:
+		p.errorf(join(path, "token"), "set only one of token and token_env (token_env names the VM environment variable holding the token)")
+		return
+	}
+	if tv != nil {
+		if s, ok := str("token", "the admin's telemetry token (sent as a bearer token)", true); ok {
+			t.Token = s
+		}
+		return
+	}
+	if s, ok := str("token_env", "the VM environment variable holding the admin's telemetry token", true); ok {
+		if !validEnvName(s) {
+			p.errorf(join(path, "token_env"), strconv.Quote(s), " is not an environment variable name; use letters, digits and _, not starting with a digit (e.g. SLUICE_TELEMETRY_TOKEN)")
+			return
+		}
+		t.TokenEnv = s
+	}
+}
+
+// validEnvName reports whether s is a portable environment variable name:
+// [A-Za-z_][A-Za-z0-9_]*, at most MaxEnvNameLen bytes.
+func validEnvName(s string) bool {
+	if s == "" || len(s) > MaxEnvNameLen || (s[0] >= '0' && s[0] <= '9') {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			return false
+		}
+	}
+	return true
 }

@@ -70,7 +70,8 @@ type Telemetry struct {
 	Authority  string // "authority", default "sluice-admin"
 	Path       string // "path", default "/api/v1/telemetry"
 	IntervalMS int    // "interval_ms", default 1000, 100..60000
-	Token      string // "token", required: sent as "authorization: Bearer <token>"; never logged
+	Token      string // "token": sent as "authorization: Bearer <token>"; never logged
+	TokenEnv   string // "token_env": the VM environment variable holding the token; exactly one of Token and TokenEnv is set
 	TopN       int    // "top_n", default 50, 1..1000: the most buckets per report
 	TimeoutMS  int    // "timeout_ms", default 500, less than interval_ms
 }
@@ -78,6 +79,7 @@ type Telemetry struct {
 // Telemetry defaults and bounds.
 const (
 	DefaultTelemetryAuthority = "sluice-admin"
+	MaxEnvNameLen             = 128 // the longest token_env
 	DefaultTelemetryPath      = "/api/v1/telemetry"
 	DefaultTelemetryInterval  = 1000
 	MinTelemetryInterval      = 100

@@ -3,6 +3,7 @@ package policy
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
 )
 
 // SchemaID is the $id of the configuration's JSON Schema.
@@ -79,7 +80,10 @@ func schemaProperties() map[string]obj {
 			"path":      obj{"type": "string", "pattern": `^/[\x21-\x7e]*$`, "default": DefaultTelemetryPath, "description": "Path of the admin's ingestion endpoint."},
 			"interval_ms": obj{"type": "integer", "minimum": MinTelemetryInterval, "maximum": MaxTelemetryInterval, "default": DefaultTelemetryInterval,
 				"description": "Milliseconds between two reports of one worker VM."},
-			"token": obj{"type": "string", "pattern": `^[\x21-\x7e]+$`, "description": "The admin's telemetry token, sent as a bearer token. Never logged."},
+			"token": obj{"type": "string", "pattern": `^[\x21-\x7e]+$`,
+				"description": "The admin's telemetry token, sent as a bearer token. Never logged. Prefer token_env: a token here is stored in every policy version (the admin masks it). Exactly one of token and token_env."},
+			"token_env": obj{"type": "string", "pattern": `^[A-Za-z_][A-Za-z0-9_]{0,` + strconv.Itoa(MaxEnvNameLen-1) + `}$`,
+				"description": "Name of the VM environment variable holding the telemetry token (Envoy: vm_config.environment_variables; Istio: vmConfig.env). Exactly one of token and token_env."},
 			"top_n": obj{"type": "integer", "minimum": 1, "maximum": MaxTelemetryTopN, "default": DefaultTelemetryTopN,
 				"description": "The most buckets per report (the hottest touched since the last report)."},
 			"timeout_ms": obj{"type": "integer", "minimum": 1, "maximum": MaxTelemetryInterval - 1, "default": DefaultTelemetryTimeout,
@@ -167,8 +171,10 @@ func schemaDoc() obj {
 				algorithmAlternative("rollingWindow", AlgorithmRollingWindow),
 			},
 		}),
-		"telemetry": closed("telemetry", []string{"cluster", "token"}, nil),
-		"fleet":     closed("fleet", []string{"cluster"}, nil),
+		"telemetry": closed("telemetry", []string{"cluster"}, obj{
+			"oneOf": []obj{{"required": []string{"token"}}, {"required": []string{"token_env"}}},
+		}),
+		"fleet": closed("fleet", []string{"cluster"}, nil),
 		"tokenBucket": closed("tokenBucket", []string{"burst"}, obj{
 			"oneOf": []obj{{"required": []string{"tokens_per_second"}}, {"required": []string{"rps"}}},
 		}),

@@ -116,6 +116,8 @@ func TestSchemaAcceptsWhatParseAccepts(t *testing.T) {
 		withAlg("rolling_window", `{"limit":10000,"window_seconds":86400,"period_seconds":3600,"max_per_period":1000}`),
 		withMatch(`{"path_prefix":"/a","path":"/a/b","header:X-Tier":"gold","jwt:plan":"x","query:v":"1","method":"GET","host":"h","ip:address":"1.2.3.4"}`),
 		`{"rules":[{"name":"a.b-c_D","limit_keys":["ip:address","header:x","query:q","jwt:sub","path","method","host"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1},"mode":"shadow"}]}`,
+		`{"telemetry":{"cluster":"c","token_env":"_` + strings.Repeat("X", MaxEnvNameLen-1) + `"},"rules":[{"name":"r","limit_keys":["path"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1}}]}`,
+		`{"telemetry":{"cluster":"c","token":"t"},"rules":[{"name":"r","limit_keys":["path"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1}}]}`,
 	} {
 		if _, err := Parse([]byte(in)); err != nil {
 			t.Fatalf("test input does not parse: %v\n%s", err, in)
@@ -164,6 +166,10 @@ func TestSchemaRefusesInvalid(t *testing.T) {
 		`{"rules":[{"name":"r","limit_keys":["path"],"algorithm":"leaky_bucket","algorithm_config":{"rps":1,"burst":1}}]}`,
 		`{"rules":[{"name":"r","limit_keys":["path"],"algorithm":"token_bucket"}]}`,
 		`{"rules":[{"name":"` + strings.Repeat("n", 65) + `","limit_keys":["path"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1}}]}`,
+		`{"telemetry":{"cluster":"c","token":"t","token_env":"T"},"rules":[{"name":"r","limit_keys":["path"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1}}]}`,
+		`{"telemetry":{"cluster":"c"},"rules":[{"name":"r","limit_keys":["path"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1}}]}`,
+		`{"telemetry":{"cluster":"c","token_env":"1X"},"rules":[{"name":"r","limit_keys":["path"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1}}]}`,
+		`{"telemetry":{"cluster":"c","token_env":"` + strings.Repeat("X", MaxEnvNameLen+1) + `"},"rules":[{"name":"r","limit_keys":["path"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1}}]}`,
 	} {
 		if _, err := Parse([]byte(in)); err == nil {
 			t.Fatalf("test input parses: %s", in)

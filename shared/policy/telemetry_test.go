@@ -61,7 +61,13 @@ func TestTelemetryErrors(t *testing.T) {
 	for _, tc := range []struct{ telemetry, path string }{
 		{`"x"`, "telemetry"},
 		{`{"token": "t"}`, "telemetry.cluster"},
-		{`{"cluster": "c"}`, "telemetry.token"},
+		{`{"cluster": "c"}`, "telemetry.token_env"},
+		{`{"cluster": "c", "token": "t", "token_env": "T"}`, "telemetry.token"},
+		{`{"cluster": "c", "token_env": ""}`, "telemetry.token_env"},
+		{`{"cluster": "c", "token_env": 1}`, "telemetry.token_env"},
+		{`{"cluster": "c", "token_env": "9TOKEN"}`, "telemetry.token_env"},
+		{`{"cluster": "c", "token_env": "SLUICE-TOKEN"}`, "telemetry.token_env"},
+		{`{"cluster": "c", "token_env": "` + strings.Repeat("A", MaxEnvNameLen+1) + `"}`, "telemetry.token_env"},
 		{`{"cluster": "c", "token": ""}`, "telemetry.token"},
 		{`{"cluster": "c", "token": "q z"}`, "telemetry.token"},
 		{`{"cluster": 1, "token": "t"}`, "telemetry.cluster"},
@@ -92,5 +98,30 @@ func TestTelemetryErrors(t *testing.T) {
 		if !ok || len(es) != 1 || es[0].Path != "rules[0].telemetry_identity" {
 			t.Errorf("telemetry_identity %s: got %v", v, err)
 		}
+	}
+}
+
+func TestTelemetryTokenEnv(t *testing.T) {
+	cfg, err := Parse([]byte(`{"telemetry": {"cluster": "sluice_admin", "token_env": "SLUICE_TELEMETRY_TOKEN"}, ` + telemetryRules + `}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tel := cfg.Telemetry; tel.TokenEnv != "SLUICE_TELEMETRY_TOKEN" || tel.Token != "" {
+		t.Fatalf("telemetry %+v", tel)
+	}
+	out, _ := json.Marshal(cfg)
+	if !strings.Contains(string(out), `"token_env":"SLUICE_TELEMETRY_TOKEN"`) || strings.Contains(string(out), `"token":`) {
+		t.Fatalf("normalized: %s", out)
+	}
+	back, err := Parse(out)
+	if err != nil || *back.Telemetry != *cfg.Telemetry {
+		t.Fatalf("round trip: %v %+v", err, back)
+	}
+}
+
+func TestTelemetryTokenErrorsNeverShowTheToken(t *testing.T) {
+	_, err := Parse([]byte(`{"telemetry": {"cluster": "c", "token": "hunter2 secret", "token_env": "X"}, ` + telemetryRules + `}`))
+	if err == nil || strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("error %v", err)
 	}
 }
