@@ -427,31 +427,8 @@ func (p *parser) tokenBucket(path string, v *jvalue) *TokenBucket {
 			tb.Cost = cs
 		}
 	}
-	for _, c := range []struct {
-		name string
-		dst  *float64
-	}{{"fixed_cost", &tb.FixedCost}, {"default_cost", &tb.DefaultCost}} {
-		cv := f[c.name]
-		if cv == nil {
-			continue
-		}
-		cpath := join(path, c.name)
-		x, text, ok := p.number(cpath, cv)
-		if !ok {
-			continue
-		}
-		switch {
-		case x <= 0:
-			p.errorf(cpath, text, " is not positive; a cost must be > 0 tokens")
-		case x > MaxCost:
-			p.errorf(cpath, text, " is too large; a cost must be <= 1e9 tokens")
-		case burstOK && x > tb.Burst:
-			p.errorf(cpath, text, " exceeds burst ", strconv.FormatFloat(tb.Burst, 'g', -1, 64),
-				"; a request costing more than the bucket holds could never be admitted, so lower the cost or raise burst")
-		default:
-			*c.dst = x
-		}
-	}
+	p.costFields(path, f, &tb.FixedCost, &tb.DefaultCost, costCap{
+		ok: burstOK, max: tb.Burst, name: "burst", unit: " tokens", holds: "the bucket holds"})
 	if dv := f["max_delay_ms"]; dv != nil {
 		if ms, ok := p.integer(join(path, "max_delay_ms"), dv, 0, MaxDelayMS, "an integer from 0 (no delay, the default) to "+
 			strconv.Itoa(MaxDelayMS)+": the longest a request may be held waiting for its tokens, in milliseconds"); ok {

@@ -177,29 +177,46 @@ func (p *parser) windowCosts(path string, f map[string]*jvalue, w *Window, limit
 	if w.MaxPerPeriod > 0 {
 		capName = "max_per_period"
 	}
-	for _, c := range []struct {
+	p.costFields(path, f, &w.FixedCost, &w.DefaultCost, costCap{
+		ok: limitOK, max: capacity, name: capName, holds: "a window admits"})
+}
+
+// costCap is what a cost is checked against: the most one request can ever
+// get (a bucket's burst, a window's limit or per-period cap).
+type costCap struct {
+	ok    bool    // max is valid (else only the fixed bounds are checked)
+	max   float64 // the most a request may cost
+	name  string  // the field max comes from, for the message
+	unit  string  // " tokens" or ""
+	holds string  // completes "a request costing more than ..."
+}
+
+// costFields parses fixed_cost and default_cost into fixed and def: each,
+// when present, a number > 0, <= MaxCost and <= the cap.
+func (p *parser) costFields(path string, f map[string]*jvalue, fixed, def *float64, c costCap) {
+	for _, fld := range []struct {
 		name string
 		dst  *float64
-	}{{"fixed_cost", &w.FixedCost}, {"default_cost", &w.DefaultCost}} {
-		cv := f[c.name]
+	}{{"fixed_cost", fixed}, {"default_cost", def}} {
+		cv := f[fld.name]
 		if cv == nil {
 			continue
 		}
-		cpath := join(path, c.name)
+		cpath := join(path, fld.name)
 		x, text, ok := p.number(cpath, cv)
 		if !ok {
 			continue
 		}
 		switch {
 		case x <= 0:
-			p.errorf(cpath, text, " is not positive; a cost must be > 0")
+			p.errorf(cpath, text, " is not positive; a cost must be > 0", c.unit)
 		case x > MaxCost:
-			p.errorf(cpath, text, " is too large; a cost must be <= 1e9")
-		case limitOK && x > capacity:
-			p.errorf(cpath, text, " exceeds ", capName, " ", fmtNum(capacity),
-				"; a request costing more than a window admits could never be admitted, so lower the cost or raise ", capName)
+			p.errorf(cpath, text, " is too large; a cost must be <= 1e9", c.unit)
+		case c.ok && x > c.max:
+			p.errorf(cpath, text, " exceeds ", c.name, " ", fmtNum(c.max), "; a request costing more than ", c.holds,
+				" could never be admitted, so lower the cost or raise ", c.name)
 		default:
-			*c.dst = x
+			*fld.dst = x
 		}
 	}
 }
