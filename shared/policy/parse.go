@@ -786,31 +786,7 @@ func (p *parser) telemetry(path string, v *jvalue) *Telemetry {
 		TimeoutMS:  DefaultTelemetryTimeout,
 	}
 	str := func(name, what string, required bool) (string, bool) {
-		fp := join(path, name)
-		sv := f[name]
-		switch {
-		case sv == nil:
-			if required {
-				p.errorf(fp, "missing; ", what)
-			}
-			return "", false
-		case sv.kind != jString:
-			p.errorf(fp, "must be a string: ", what, "; got ", sv.kind.String())
-			return "", false
-		case sv.s == "":
-			p.errorf(fp, "is empty; ", what)
-			return "", false
-		case len(sv.s) > 1024:
-			p.errorf(fp, "is too long (", strconv.Itoa(len(sv.s)), " bytes, at most 1024)")
-			return "", false
-		}
-		for i := 0; i < len(sv.s); i++ {
-			if c := sv.s[i]; c < 0x21 || c > 0x7e {
-				p.errorf(fp, "contains a space, control or non-ASCII character at byte ", strconv.Itoa(i))
-				return "", false
-			}
-		}
-		return sv.s, true
+		return p.printable(path, f, name, what, required) // fleet.go
 	}
 	if s, ok := str("cluster", "the name of the Envoy cluster of the Sluice admin", true); ok {
 		t.Cluster = s
