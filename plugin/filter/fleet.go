@@ -211,13 +211,7 @@ func (p *pluginContext) fleetCommit(a *application, now float64) commitResult {
 			p.countFleetDecision(a)
 			return commitOK
 		}
-		if !errors.Is(err, types.ErrorStatusCasMismatch) {
-			p.failOpen(a, err)
-			return commitFailed
-		}
-		a.rule.m.casRetries.inc()
-		if attempt >= maxAttempts {
-			p.failOpen(a, errRetriesExhausted)
+		if !p.mayRetry(a, attempt, err) {
 			return commitFailed
 		}
 		p.fleetLoad(a, now, true)

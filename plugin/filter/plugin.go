@@ -474,13 +474,7 @@ func (p *pluginContext) commit(a *application, now float64) commitResult {
 			}
 			return commitOK
 		}
-		if !errors.Is(err, types.ErrorStatusCasMismatch) {
-			p.failOpen(a, err)
-			return commitFailed
-		}
-		a.rule.m.casRetries.inc()
-		if attempt >= maxAttempts {
-			p.failOpen(a, errRetriesExhausted)
+		if !p.mayRetry(a, attempt, err) {
 			return commitFailed
 		}
 		corrupt, err := p.load(a, now)
@@ -496,6 +490,23 @@ func (p *pluginContext) commit(a *application, now float64) commitResult {
 			return commitRefused
 		}
 	}
+}
+
+// mayRetry handles a failed write of rule a on its attempt-th try: a CAS
+// mismatch is counted and may be retried (after a re-read) until
+// maxAttempts; anything else, or running out of attempts, fails the rule
+// open.
+func (p *pluginContext) mayRetry(a *application, attempt int, err error) bool {
+	if !errors.Is(err, types.ErrorStatusCasMismatch) {
+		p.failOpen(a, err)
+		return false
+	}
+	a.rule.m.casRetries.inc()
+	if attempt >= maxAttempts {
+		p.failOpen(a, errRetriesExhausted)
+		return false
+	}
+	return true
 }
 
 // refundCommitted gives back the tokens of rules this request already
