@@ -184,7 +184,13 @@ func TestBoundedActiveClientKeepsExactState(t *testing.T) {
 // maxKeys) satisfy ok.
 func findIdentity(t *testing.T, maxKeys int, ok func(c [state.Candidates]int) bool) int {
 	t.Helper()
-	for i := 0; i < 1_000_000; i++ {
+	return findIdentityFrom(t, 0, maxKeys, ok)
+}
+
+// findIdentityFrom is findIdentity among the identities from the from-th on.
+func findIdentityFrom(t *testing.T, from, maxKeys int, ok func(c [state.Candidates]int) bool) int {
+	t.Helper()
+	for i := from; i < 1_000_000; i++ {
 		if ok(state.CandidateSlots(state.Fingerprint(ipOf(i)), maxKeys)) {
 			return i
 		}
@@ -452,9 +458,9 @@ func TestRaceClaimNoDuplicate(t *testing.T) {
 					sd.Set(y0, state.EncodeSlot(nil, yfp, state.Bucket{Tokens: burst - deficit, LastRefill: last}, "y"), 0)
 					sd.Set(y1, state.EncodeSlot(nil, zfp, state.Bucket{Tokens: burst, LastRefill: last}, "z"), 0)
 				} else {
-					yLow := state.EncodeSlot(nil, yfp, state.Bucket{Tokens: 1, LastRefill: last}, "y")
-					yFull := state.EncodeSlot(nil, yfp, state.Bucket{Tokens: burst, LastRefill: last}, "y")
-					sd.Set(y0, yLow, 0)
+					yLow := state.Bucket{Tokens: 1, LastRefill: last}
+					yFull := state.Bucket{Tokens: burst, LastRefill: last}
+					sd.Set(y0, state.EncodeSlot(nil, yfp, yLow, "y"), 0)
 					sd.Set(y1, state.EncodeSlot(nil, zfp, state.Bucket{Tokens: burst / 2, LastRefill: last}, "z"), 0)
 					// Y's owner flips Y (with CAS, while the slot is Y's)
 					// just after the first VM of a pair was released and
@@ -467,14 +473,18 @@ func TestRaceClaimNoDuplicate(t *testing.T) {
 						if st != wasmhost.StatusOK {
 							return
 						}
-						if s, err := state.DecodeSlot(v); err != nil || string(s.Identity) != "y" {
+						s, err := state.DecodeSlot(v)
+						if err != nil || string(s.Identity) != "y" {
 							return // X took the slot
 						}
 						next := yFull
-						if string(v) == string(yFull) {
+						if s.Bucket == yFull {
 							next = yLow
 						}
-						sd.Set(y0, next, cas)
+						// Like the plugin, Y's owner keeps the slot's
+						// spill mark (X may have set it, spilling to
+						// slot 1).
+						sd.Set(y0, state.EncodeSlot(state.AppendSpill(nil, s.SpillUntil), yfp, next, "y"), cas)
 					}
 				}
 				clock.arm(16, between)
@@ -500,5 +510,71 @@ func TestRaceClaimNoDuplicate(t *testing.T) {
 // spin busy-waits for d (time.Sleep is far coarser than microseconds).
 func spin(d time.Duration) {
 	for end := time.Now().Add(d); time.Now().Before(end); {
+	}
+}
+
+// One-read claims and spill marks (store.go): a new identity whose first
+// candidate holds a full bucket claims it after one read, unless the slot
+// carries a live spill mark, which says that an identity whose first
+// candidate it is may have an active bucket in its second one. This test
+// walks an identity X through spilling to its second candidate and shows
+// that it keeps its exact state there after its first candidate has become
+// reusable (without the mark X would start a fresh, full bucket there: burst
+// minus its tokens admitted for free).
+func TestSpillMarkKeepsSecondCandidate(t *testing.T) {
+	const maxKeys = 4
+	f := start(t, ipConfig("4", 1, 10), 1)
+	sd := f.h.SharedData()
+	y := findIdentity(t, maxKeys, func(c [2]int) bool { return c[0] == 0 })
+	x := findIdentity(t, maxKeys, func(c [2]int) bool { return c == [2]int{0, 1} })
+	w := findIdentityFrom(t, max(x, y)+1, maxKeys, func(c [2]int) bool { return c[0] == 0 })
+	if y == x || w == x || w == y {
+		t.Fatalf("identities %d %d %d not distinct", y, x, w)
+	}
+	f.doOn(0, ipRequest(y)) // slot 0: Y, 9 tokens, full again in 1 s
+	t0 := float64(f.clock.Now().UnixNano()) / 1e9
+	for i := 0; i < 6; i++ {
+		f.doOn(0, ipRequest(x)) // slot 0 is active: X lives in slot 1
+	}
+	if s := slotValue(t, f, "per-ip", 1); string(s.Identity) != ipOf(x) || s.Bucket.Tokens != 4 {
+		t.Fatalf("slot 1 = %q %+v, want X with 4 tokens", s.Identity, s.Bucket)
+	}
+	s0 := slotValue(t, f, "per-ip", 0)
+	if string(s0.Identity) != ipOf(y) || s0.Bucket.Tokens != 9 {
+		t.Fatalf("slot 0 = %q %+v, want Y's bucket untouched", s0.Identity, s0.Bucket)
+	}
+	// The mark covers X's bucket until it is full (t0+6) with a margin: it
+	// is raised to twice the horizon needed, at X's first request (t0 + 2 *
+	// 1 s) and then whenever X's full time passes it.
+	if s0.SpillUntil < t0+6 || s0.SpillUntil > t0+12+2e-6 {
+		t.Fatalf("slot 0 spill mark %.6f, want between X's full time %.6f and twice its horizon", s0.SpillUntil, t0+6)
+	}
+
+	// 2 s later Y's bucket is full (slot 0 reusable), X's is at 6 of 10.
+	f.clock.Advance(2 * time.Second)
+	res := f.doOn(0, ipRequest(x))
+	if got, _ := header(res.ResponseHeaders, "ratelimit-remaining"); got != "5" {
+		t.Fatalf("X after its first candidate became reusable: remaining %q, want 5 (its own bucket)", got)
+	}
+	if s := slotValue(t, f, "per-ip", 0); string(s.Identity) != ipOf(y) || s.SpillUntil < t0+2+5 {
+		t.Fatalf("slot 0 = %q, mark %.6f: want Y's and a mark covering X's new full time %.6f", s.Identity, s.SpillUntil, t0+7)
+	}
+
+	// 20 s later every bucket is full and the mark has expired: a new
+	// identity W claims slot 0 after reading it alone (slot 1 is not even
+	// rewritten) and keeps the slot's mark.
+	f.clock.Advance(20 * time.Second)
+	_, cas1, _ := sd.Get(state.SlotKey("per-ip", 1))
+	mark := slotValue(t, f, "per-ip", 0).SpillUntil
+	f.doOn(0, ipRequest(w))
+	s0 = slotValue(t, f, "per-ip", 0)
+	if string(s0.Identity) != ipOf(w) || s0.Bucket.Tokens != 9 || s0.SpillUntil != mark {
+		t.Fatalf("slot 0 = %q %+v mark %.6f, want W with 9 tokens and the mark %.6f kept", s0.Identity, s0.Bucket, s0.SpillUntil, mark)
+	}
+	if _, cas, _ := sd.Get(state.SlotKey("per-ip", 1)); cas != cas1 {
+		t.Errorf("a one-read claim rewrote the second candidate (cas %d -> %d)", cas1, cas)
+	}
+	if n := f.metric("sluice.rule.per-ip.evicted"); n != 0 {
+		t.Errorf("evicted = %d, want 0", n)
 	}
 }

@@ -127,6 +127,44 @@ import (
 // a contradiction. (The only gap is the uint32 cas counter wrapping around
 // between a read and a write, as for creations.)
 //
+// Bounded mode: one-read claims and spill marks. Reading the second
+// candidate on every new identity (to be sure our bucket is not there) and
+// rewriting it costs two host calls per claim, and a stream of new
+// identities (a scan) would pay them on every request. So a slot value
+// also carries a spill mark (shared/state, "^{spill_until}:"): until
+// spill_until, an identity whose FIRST candidate is this slot may hold an
+// active bucket in its second one. The mark belongs to the slot, not to the
+// bucket in it, so every write of a slot keeps the mark it read (our
+// updates, claims, refunds, and every other writer of a slot in the same
+// way), or raises it:
+//   - A claim that targets our second candidate raises the mark of the
+//     first (its bump) to cover our new bucket: at least the time it is
+//     full again (last_refill + (burst - tokens)/rate), set to twice that
+//     horizon so the next requests find it covered.
+//   - A request that finds our bucket past our first candidate raises the
+//     first candidate's mark the same way if it does not cover the bucket
+//     as we are about to write it, before writing it.
+//   - A probe whose first candidate is an empty placeholder, or holds a
+//     full bucket of another identity with no live mark (spill_until <=
+//     now), claims it after that one read and writes only it: nobody whose
+//     first candidate it is has an active bucket elsewhere.
+// A placeholder never needs a mark: it is only written as a passed-over
+// later candidate, and a first candidate gets a mark only while it holds an
+// active bucket (else we would have claimed it).
+//
+// Why no duplicates still: a one-read claim X of our first candidate A and
+// a claim Y of our second candidate B both succeeded. Y bumped A (with a
+// mark covering our new bucket in B) and X wrote A, each conditioned on its
+// read, so one read A after the other wrote it. If Y read A after X's
+// write, Y found our bucket there and did not claim. So X read A after Y's
+// bump, saw a mark covering the bucket Y wrote, and that mark had expired
+// at X's now: the bucket in B was full by then and carries nothing a new
+// bucket would not (a mark only rises while that bucket is used; a refund
+// only fills it). Between two-read claims the argument above is unchanged.
+// A mark lost to something that does not keep it (a corrupt write, a
+// plugin version without marks) costs what an eviction costs: that
+// identity starts a full bucket at its first candidate.
+//
 // Racing with the previous owner. A slot reused or evicted under an owner
 // whose request is between its read and its write: the owner's CAS fails,
 // its re-read finds another fingerprint, and it probes again from the first
@@ -211,12 +249,19 @@ const (
 
 // slotBump is a candidate slot a claim passed over: rewritten unchanged
 // (value, with the cas read) before the claim, or, if it was missing,
-// created empty (a placeholder), see the file comment.
+// created empty (a placeholder), see the file comment. A bump of the first
+// candidate by an identity that lives (or is about to live) in its second
+// one also raises the first candidate's spill mark (mark): then decoded
+// holds the value read, re-encoded with the higher mark.
 type slotBump struct {
 	slot    int
 	value   []byte
 	cas     uint32
 	missing bool
+
+	mark     bool       // raise the slot's spill mark to cover our bucket
+	optional bool       // no claim needs this write: skip it unless the mark rises
+	decoded  state.Slot // the value read, decoded (valid when mark)
 }
 
 // bucketRead is the result of reading a rule's bucket for one request.
@@ -229,6 +274,7 @@ type bucketRead struct {
 	// Bounded mode only.
 	slot   int       // the slot holding our bucket, or the one to claim
 	claim  claimKind // claimNone when our bucket was found
+	spill  float64   // that slot's spill mark, kept by our write
 	bumps  [state.Candidates - 1]slotBump
 	nbumps int
 }
@@ -278,11 +324,13 @@ func readBucket(key string) (r bucketRead, corrupt bool, err error) {
 // the file comment). Only reads: the claim is written by store.
 func (p *pluginContext) probe(a *application, now float64) (corrupt bool, err error) {
 	var (
-		seen    [state.Candidates]slotBump
-		buckets [state.Candidates]state.Bucket
-		free    [state.Candidates]bool // missing, empty or undecodable: nothing to lose
-		n       int
-		tref    float64
+		seen      [state.Candidates]slotBump
+		seenSlots [state.Candidates]state.Slot // decoded values, where decoded
+		decoded   [state.Candidates]bool
+		buckets   [state.Candidates]state.Bucket
+		free      [state.Candidates]bool // missing, empty or undecodable: nothing to lose
+		n         int
+		tref      float64
 	)
 	for i := 0; i < a.ncand; i++ {
 		slot := a.cand[i]
@@ -300,6 +348,14 @@ func (p *pluginContext) probe(a *application, now float64) (corrupt bool, err er
 			return corrupt, statusError(st)
 		}
 		if len(v) == 0 { // a placeholder (see store): free
+			if i == 0 {
+				// A one-read claim: a placeholder carries no spill mark (it
+				// is only ever written as a passed-over later candidate,
+				// and a first candidate is marked only while it holds an
+				// active bucket), so nobody spilled from it.
+				a.read = bucketRead{stored: true, cas: cas, slot: slot, claim: claimReuse}
+				return corrupt, nil
+			}
 			seen[n] = slotBump{slot: slot, value: v, cas: cas}
 			free[n] = true
 			n++
@@ -307,7 +363,15 @@ func (p *pluginContext) probe(a *application, now float64) (corrupt bool, err er
 		}
 		s, derr := state.DecodeSlot(v)
 		if derr == nil && s.Fingerprint == a.fp && string(s.Identity) == a.identity {
-			a.read = bucketRead{b: s.Bucket, exists: true, stored: true, cas: cas, slot: slot}
+			a.read = bucketRead{b: s.Bucket, exists: true, stored: true, cas: cas, slot: slot, spill: s.SpillUntil}
+			if n > 0 && decoded[0] {
+				// We live past our first candidate: keep its spill mark
+				// covering our bucket (store raises it when needed).
+				a.read.bumps[0] = seen[0]
+				a.read.bumps[0].mark, a.read.bumps[0].optional = true, true
+				a.read.bumps[0].decoded = seenSlots[0]
+				a.read.nbumps = 1
+			}
 			return corrupt, nil
 		}
 		seen[n] = slotBump{slot: slot, value: v, cas: cas}
@@ -315,9 +379,17 @@ func (p *pluginContext) probe(a *application, now float64) (corrupt bool, err er
 			corrupt, free[n] = true, true
 		} else {
 			buckets[n] = s.Bucket
+			seenSlots[n], decoded[n] = s, true
 			tref = max(tref, s.Bucket.LastRefill)
 		}
 		n++
+		if i == 0 && derr == nil && s.SpillUntil <= now && a.rule.tb.Level(s.Bucket, now) >= a.rule.tb.Burst {
+			// A one-read claim: our first candidate holds a full bucket and
+			// no live spill mark, so no bucket of ours can be in a later
+			// candidate (file comment).
+			a.read = bucketRead{stored: true, cas: cas, slot: slot, claim: claimReuse, spill: s.SpillUntil}
+			return corrupt, nil
+		}
 	}
 	if n == 0 { // no candidates: cannot happen for a bounded rule
 		return corrupt, errors.New("no candidate slots")
@@ -345,7 +417,7 @@ func (p *pluginContext) probe(a *application, now float64) (corrupt bool, err er
 			t, best = i, lvl
 		}
 	}
-	r := bucketRead{stored: !seen[t].missing, cas: seen[t].cas, slot: seen[t].slot}
+	r := bucketRead{stored: !seen[t].missing, cas: seen[t].cas, slot: seen[t].slot, spill: seenSlots[t].SpillUntil}
 	switch {
 	case seen[t].missing:
 		r.claim = claimMissing
@@ -356,6 +428,11 @@ func (p *pluginContext) probe(a *application, now float64) (corrupt bool, err er
 	}
 	a.read = r
 	a.read.setBumps(seen[:n], t)
+	if t > 0 && decoded[0] {
+		// We are about to live past our first candidate: its bump also
+		// raises its spill mark.
+		a.read.bumps[0].mark, a.read.bumps[0].decoded = true, seenSlots[0]
+	}
 	return corrupt, nil
 }
 
@@ -391,6 +468,16 @@ func (p *pluginContext) store(a *application) error {
 			err = writeKey(a.slotKey(b.slot), nil, false, 0)
 		case b.cas == 0:
 			err = errZeroCAS
+		case b.mark && spillUntil(a) > b.decoded.SpillUntil:
+			// Raised to twice the horizon needed, so that the next requests
+			// of an identity living past its first candidate find it
+			// covered and skip this write (a later mark is always safe: it
+			// only costs new identities a second read).
+			d := &b.decoded
+			mark := spillUntil(a) + a.dec.Reset
+			p.valBuf = state.EncodeSlot(state.AppendSpill(p.valBuf[:0], mark), d.Fingerprint, d.Bucket, string(d.Identity))
+			err = proxywasm.SetSharedData(a.slotKey(b.slot), p.valBuf, b.cas)
+		case b.optional:
 		default:
 			err = proxywasm.SetSharedData(a.slotKey(b.slot), b.value, b.cas)
 		}
@@ -404,9 +491,16 @@ func (p *pluginContext) store(a *application) error {
 	if a.rule.win != nil {
 		p.valBuf = state.EncodeWindowSlot(p.valBuf[:0], a.fp, &a.ws.next, a.identity)
 	} else {
-		p.valBuf = state.EncodeSlot(p.valBuf[:0], a.fp, a.next, a.identity)
+		p.valBuf = state.EncodeSlot(state.AppendSpill(p.valBuf[:0], r.spill), a.fp, a.next, a.identity)
 	}
 	return writeKey(a.slotKey(r.slot), p.valBuf, r.stored, r.cas)
+}
+
+// spillUntil is the spill mark that covers a's bucket as store is about to
+// write it: the time it is full again. Until then a's identity must not
+// claim its first candidate after one read.
+func spillUntil(a *application) float64 {
+	return a.next.LastRefill + a.dec.Reset
 }
 
 // writeKey stores value under key: a conditional update with cas when the
@@ -456,9 +550,10 @@ func (p *pluginContext) refund(a *application) bool {
 	burst := a.rule.tb.Burst
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		var (
-			b   state.Bucket
-			cas uint32
-			key string
+			b     state.Bucket
+			cas   uint32
+			key   string
+			spill float64 // the slot's spill mark, kept
 		)
 		if a.rule.maxKeys == 0 {
 			r, _, err := readBucket(a.key)
@@ -476,7 +571,7 @@ func (p *pluginContext) refund(a *application) bool {
 			if err != nil || s.Fingerprint != a.fp || string(s.Identity) != a.identity {
 				return true // our bucket is gone: nothing left to refund
 			}
-			b, cas = s.Bucket, c
+			b, cas, spill = s.Bucket, c, s.SpillUntil
 		}
 		b.Tokens += a.cost
 		if b.Tokens > burst {
@@ -485,7 +580,7 @@ func (p *pluginContext) refund(a *application) bool {
 		if a.rule.maxKeys == 0 {
 			p.valBuf = state.EncodeBucket(p.valBuf[:0], b)
 		} else {
-			p.valBuf = state.EncodeSlot(p.valBuf[:0], a.fp, b, a.identity)
+			p.valBuf = state.EncodeSlot(state.AppendSpill(p.valBuf[:0], spill), a.fp, b, a.identity)
 			key = a.slotKey(a.read.slot) // EncodeSlot does not touch slotBuf; rebuilt for clarity
 		}
 		err := proxywasm.SetSharedData(key, p.valBuf, cas)

@@ -92,29 +92,36 @@ func FuzzDecodeSlot(f *testing.F) {
 		"FFFFFFFFFFFFFFFF:1:2:x",
 		"87.432100:1736940000.000000",
 		"",
+		"^1736940012.000001:3f0c2a9be4d10f57:9.000000:1736940000.250000:10.0.0.1",
+		"^0:ffffffffffffffff:1:2:x",
+		"^-1:ffffffffffffffff:1:2:x",
+		"^1e3:ffffffffffffffff:1:2:x",
+		"^5:^5:ffffffffffffffff:1:2:x",
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, v []byte) {
 		s, err := DecodeSlot(v)
 		if err != nil {
-			if s.Fingerprint != 0 || s.Bucket != (Bucket{}) || s.Identity != nil {
+			if s.Fingerprint != 0 || s.Bucket != (Bucket{}) || s.Identity != nil || s.SpillUntil != 0 {
 				t.Fatalf("error %v with non-zero slot %+v", err, s)
 			}
 			return
 		}
 		b := s.Bucket
 		if math.IsNaN(b.Tokens) || math.IsInf(b.Tokens, 0) || math.IsNaN(b.LastRefill) || math.IsInf(b.LastRefill, 0) ||
-			b.LastRefill < 0 || len(s.Identity) == 0 || len(s.Identity) > MaxIdentity {
+			b.LastRefill < 0 || len(s.Identity) == 0 || len(s.Identity) > MaxIdentity ||
+			!(s.SpillUntil >= 0) || math.IsInf(s.SpillUntil, 0) {
 			t.Fatalf("accepted %q as %+v", v, s)
 		}
-		enc := EncodeSlot(nil, s.Fingerprint, b, string(s.Identity))
+		enc := EncodeSlot(AppendSpill(nil, s.SpillUntil), s.Fingerprint, b, string(s.Identity))
 		s2, err := DecodeSlot(enc)
 		if err != nil {
 			t.Fatalf("re-decoding %q (from %q): %v", enc, v, err)
 		}
 		if s2.Fingerprint != s.Fingerprint || string(s2.Identity) != string(s.Identity) ||
-			!within(s2.Bucket.Tokens, b.Tokens) || !within(s2.Bucket.LastRefill, b.LastRefill) {
+			!within(s2.Bucket.Tokens, b.Tokens) || !within(s2.Bucket.LastRefill, b.LastRefill) ||
+			!spillRoundedUp(s2.SpillUntil, s.SpillUntil) {
 			t.Fatalf("round trip %q -> %+v -> %q -> %+v", v, s, enc, s2)
 		}
 		// The bucket part agrees with DecodeBucket.
@@ -152,4 +159,12 @@ func FuzzEncodeSlot(f *testing.F) {
 			t.Fatalf("round trip (%x, %v, %v, %q) -> %q -> %+v", fp, tokens, last, identity, enc, s)
 		}
 	})
+}
+
+// spillRoundedUp reports whether got is want as AppendSpill stores it:
+// rounded up to a micro-second, so never earlier (up to float rounding) and
+// at most one micro-second later.
+func spillRoundedUp(got, want float64) bool {
+	slack := 5e-7 + math.Abs(want)*1e-15
+	return got >= want-slack && got <= want+1e-6+slack
 }

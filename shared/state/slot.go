@@ -2,6 +2,7 @@ package state
 
 import (
 	"errors"
+	"math"
 	"strconv"
 )
 
@@ -22,6 +23,19 @@ import (
 //   - identity: the limit-key identity the bucket belongs to, as shown to
 //     operators (AppendIdentity: the composite key, at most MaxIdentity
 //     bytes). It is last, so it may contain any byte, ':' included.
+//
+// A slot value may start with a spill mark, "^{spill_until}:" (seconds,
+// six decimals, as last_refill), e.g.
+//
+//	^1736940012.000001:3f0c2a9be4d10f57:9.000000:1736940000.250000:10.0.0.1
+//
+// It belongs to the slot, not to the bucket in it: until spill_until, an
+// identity whose FIRST candidate is this slot may hold an active bucket in
+// its second candidate. Without a live mark, a new identity whose first
+// candidate is free or full claims it after one read (see
+// plugin/filter/store.go, "one-read claims"). A value without the prefix
+// has no mark (spill_until 0), so values written before the mark existed
+// decode unchanged. A fingerprint never starts with '^'.
 //
 // An identity's candidate slots are CandidateSlots(Fingerprint(identity), N).
 // The slot key namespace cannot collide with exact keys: a verbatim
@@ -49,6 +63,7 @@ const identityPrefix = 64
 var (
 	ErrSlotFormat = errors.New(`state: slot value is not "{fingerprint}:{tokens}:{last_refill}:{identity}"`)
 	ErrIdentity   = errors.New("state: slot identity is empty or longer than MaxIdentity")
+	ErrSpill      = errors.New(`state: slot spill mark is not "^{spill_until}:" with a finite number >= 0`)
 )
 
 // Slot is a decoded slot value.
@@ -56,6 +71,8 @@ type Slot struct {
 	Fingerprint uint64
 	Bucket      Bucket
 	Identity    []byte // aliases the decoded value
+	// SpillUntil is the slot's spill mark (0: none), see the file comment.
+	SpillUntil float64
 }
 
 // AppendIdentity appends the identity of a composite limit key as stored in
@@ -198,12 +215,43 @@ func EncodeSlot(dst []byte, fp uint64, b Bucket, identity string) []byte {
 	return AppendIdentity(dst, identity)
 }
 
-// DecodeSlot parses a slot value written by EncodeSlot. It is strict: the
-// fingerprint is exactly 16 lower-case hex digits, tokens and last_refill
-// follow DecodeBucket's rules, and the identity (everything after the third
-// ':') is 1 to MaxIdentity bytes of anything. It never panics and does not
-// allocate; the returned Identity aliases v.
+// AppendSpill appends a slot's spill mark, "^{spill_until}:", for a slot
+// value that EncodeSlot then completes; nothing when spillUntil is not > 0
+// (no mark). The time is rounded UP to the next micro-second, so that the
+// decoded mark is never earlier than the one meant.
+func AppendSpill(dst []byte, spillUntil float64) []byte {
+	if !(spillUntil > 0) || math.IsInf(spillUntil, 0) {
+		return dst
+	}
+	dst = append(dst, '^')
+	dst = AppendMicros(dst, math.Ceil(spillUntil*1e6)/1e6)
+	return append(dst, ':')
+}
+
+// DecodeSlot parses a slot value written by EncodeSlot, with or without a
+// spill mark (AppendSpill) before it. It is strict: the mark is a finite
+// number >= 0, the fingerprint is exactly 16 lower-case hex digits, tokens
+// and last_refill follow DecodeBucket's rules, and the identity
+// (everything after the third ':' of the slot part) is 1 to MaxIdentity
+// bytes of anything. It never panics and does not allocate; the returned
+// Identity aliases v.
 func DecodeSlot(v []byte) (Slot, error) {
+	if len(v) > 0 && v[0] == '^' {
+		spill, i, ok := parseNumber(v, 1)
+		if !ok || spill < 0 || i >= len(v) || v[i] != ':' {
+			return Slot{}, ErrSpill
+		}
+		s, err := decodeSlot(v[i+1:])
+		if err != nil {
+			return Slot{}, err
+		}
+		s.SpillUntil = spill
+		return s, nil
+	}
+	return decodeSlot(v)
+}
+
+func decodeSlot(v []byte) (Slot, error) {
 	// One pass for the values EncodeSlot writes; invalid values are
 	// classified by decodeSlotSlow.
 	if len(v) < 17 || v[16] != ':' {

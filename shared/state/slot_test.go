@@ -281,3 +281,39 @@ func BenchmarkDecodeSlot(b *testing.B) {
 		}
 	}
 }
+
+// A spill mark is an optional prefix of a slot value: absent for 0 (so
+// values without one decode as before), rounded up to the micro-second, and
+// strict when present.
+func TestSlotSpillMark(t *testing.T) {
+	b := Bucket{Tokens: 9, LastRefill: 1736940000.25}
+	plain := EncodeSlot(nil, 0x3f0c2a9be4d10f57, b, "10.0.0.1")
+	for _, none := range []float64{0, -1, math.NaN(), math.Inf(1)} {
+		if got := EncodeSlot(AppendSpill(nil, none), 0x3f0c2a9be4d10f57, b, "10.0.0.1"); string(got) != string(plain) {
+			t.Errorf("spill %v: %q, want no mark %q", none, got, plain)
+		}
+	}
+	v := EncodeSlot(AppendSpill(nil, 1736940012.0000004), 0x3f0c2a9be4d10f57, b, "10.0.0.1")
+	if want := "^1736940012.000001:" + string(plain); string(v) != want {
+		t.Fatalf("encoded %q, want %q (rounded up)", v, want)
+	}
+	s, err := DecodeSlot(v)
+	if err != nil || s.SpillUntil != 1736940012.000001 || s.Bucket != b || string(s.Identity) != "10.0.0.1" {
+		t.Fatalf("decoded %+v, %v", s, err)
+	}
+	if s, err := DecodeSlot(plain); err != nil || s.SpillUntil != 0 {
+		t.Fatalf("plain value: %+v, %v", s, err)
+	}
+	for _, bad := range []string{"^", "^:", "^x:", "^-1:", "^1e3:", "^5" + string(plain), "^5:^5:" + string(plain), "^5:"} {
+		v := bad
+		if bad == "^:" || bad == "^x:" || bad == "^-1:" || bad == "^1e3:" {
+			v = bad + string(plain)
+		}
+		if _, err := DecodeSlot([]byte(v)); err == nil {
+			t.Errorf("DecodeSlot(%q) accepted", v)
+		}
+	}
+	if _, err := DecodeSlot([]byte("^-1:" + string(plain))); !errors.Is(err, ErrSpill) {
+		t.Errorf("negative mark: %v, want ErrSpill", err)
+	}
+}
