@@ -316,9 +316,9 @@ func TestStorageFormats(t *testing.T) {
 		t.Fatalf("no slot for key:2; keys %v", f.h.SharedData().Keys())
 	}
 	v, _, _ = f.h.SharedData().Get(key)
-	want := string(state.AppendHex16(nil, state.Fingerprint("key:2"))) + fmt.Sprintf(":9.000000:%.6f:key:2", now)
-	if string(v) != want {
-		t.Errorf("slot value %q, want %q", v, want)
+	want := state.EncodeSlot(nil, state.Fingerprint("key:2"), state.Bucket{Tokens: 9, LastRefill: now}, "key:2")
+	if string(v) != string(want) || v[0] != state.SlotFormat || string(v[len(v)-5:]) != "key:2" {
+		t.Errorf("slot value %x, want %x (binary, the identity last)", v, want)
 	}
 	c := state.CandidateSlots(state.Fingerprint("key:2"), policy.DefaultMaxKeys)
 	if key != state.SlotKey("slots", c[0]) {
@@ -484,7 +484,7 @@ func TestRaceClaimNoDuplicate(t *testing.T) {
 						// Like the plugin, Y's owner keeps the slot's
 						// spill mark (X may have set it, spilling to
 						// slot 1).
-						sd.Set(y0, state.EncodeSlot(state.AppendSpill(nil, s.SpillUntil), yfp, next, "y"), cas)
+						sd.Set(y0, state.EncodeMarkedSlot(nil, yfp, next, "y", s.SpillUntil), cas)
 					}
 				}
 				clock.arm(16, between)
@@ -576,5 +576,26 @@ func TestSpillMarkKeepsSecondCandidate(t *testing.T) {
 	}
 	if n := f.metric("sluice.rule.per-ip.evicted"); n != 0 {
 		t.Errorf("evicted = %d, want 0", n)
+	}
+}
+
+// A slot written by an earlier version, in the text form, keeps its bucket
+// across the upgrade: the next request continues from it and rewrites the
+// slot in the binary form.
+func TestTextSlotFromEarlierVersion(t *testing.T) {
+	f := start(t, `{"rules": [{"name": "slots", "limit_keys": ["header:x-b"], "algorithm": "token_bucket",
+	  "algorithm_config": {"rps": 1, "burst": 10}}]}`, 1)
+	fp := state.Fingerprint("key:3")
+	key := state.SlotKey("slots", state.CandidateSlots(fp, policy.DefaultMaxKeys)[0])
+	text := fmt.Sprintf("%s:4.000000:%.6f:key:3", state.AppendHex16(nil, fp), float64(t0.Unix()))
+	f.h.SharedData().Set(key, []byte(text), 0)
+	res := f.do("x-b", "key:3")
+	if got, _ := header(res.ResponseHeaders, "ratelimit-remaining"); got != "3" {
+		t.Fatalf("remaining %q, want 3 (the text slot's 4 tokens, minus 1)", got)
+	}
+	v, _, _ := f.h.SharedData().Get(key)
+	s, err := state.DecodeSlot(v)
+	if err != nil || v[0] != state.SlotFormat || s.Bucket.Tokens != 3 || string(s.Identity) != "key:3" {
+		t.Fatalf("slot after the request: %x (%+v, %v), want binary with 3 tokens", v, s, err)
 	}
 }

@@ -23,10 +23,11 @@ import (
 // Two storage modes, per rule (policy.Rule.MaxKeys, "max_keys"):
 //
 //   - Bounded (max_keys N > 0, the default 65536): the rule's buckets live in
-//     at most N slots, keys "tb:{rule}:#{slot}", values
-//     "{fingerprint}:{tokens}:{last_refill}:{identity}" (shared/state
-//     slot.go). An identity may occupy one of state.Candidates (2) candidate
-//     slots, state.CandidateSlots(state.Fingerprint(identity), N).
+//     at most N slots, keys "tb:{rule}:#{slot}", values holding the
+//     identity's fingerprint, the bucket, the identity and the slot's spill
+//     mark (binary, shared/state slot.go). An identity may occupy one of
+//     state.Candidates (2) candidate slots,
+//     state.CandidateSlots(state.Fingerprint(identity), N).
 //   - Exact (max_keys 0): one key per identity, "tb:{rule}:{composite}",
 //     value "{tokens}:{last_refill}" (seed 001). Memory grows with every
 //     distinct identity.
@@ -131,7 +132,7 @@ import (
 // candidate on every new identity (to be sure our bucket is not there) and
 // rewriting it costs two host calls per claim, and a stream of new
 // identities (a scan) would pay them on every request. So a slot value
-// also carries a spill mark (shared/state, "^{spill_until}:"): until
+// also carries a spill mark (shared/state, spill_until): until
 // spill_until, an identity whose FIRST candidate is this slot may hold an
 // active bucket in its second one. The mark belongs to the slot, not to the
 // bucket in it, so every write of a slot keeps the mark it read (our
@@ -475,7 +476,7 @@ func (p *pluginContext) store(a *application) error {
 			// only costs new identities a second read).
 			d := &b.decoded
 			mark := spillUntil(a) + a.dec.Reset
-			p.valBuf = state.EncodeSlot(state.AppendSpill(p.valBuf[:0], mark), d.Fingerprint, d.Bucket, string(d.Identity))
+			p.valBuf = state.EncodeMarkedSlot(p.valBuf[:0], d.Fingerprint, d.Bucket, string(d.Identity), mark)
 			err = proxywasm.SetSharedData(a.slotKey(b.slot), p.valBuf, b.cas)
 		case b.optional:
 		default:
@@ -491,7 +492,7 @@ func (p *pluginContext) store(a *application) error {
 	if a.rule.win != nil {
 		p.valBuf = state.EncodeWindowSlot(p.valBuf[:0], a.fp, &a.ws.next, a.identity)
 	} else {
-		p.valBuf = state.EncodeSlot(state.AppendSpill(p.valBuf[:0], r.spill), a.fp, a.next, a.identity)
+		p.valBuf = state.EncodeMarkedSlot(p.valBuf[:0], a.fp, a.next, a.identity, r.spill)
 	}
 	return writeKey(a.slotKey(r.slot), p.valBuf, r.stored, r.cas)
 }
@@ -580,7 +581,7 @@ func (p *pluginContext) refund(a *application) bool {
 		if a.rule.maxKeys == 0 {
 			p.valBuf = state.EncodeBucket(p.valBuf[:0], b)
 		} else {
-			p.valBuf = state.EncodeSlot(state.AppendSpill(p.valBuf[:0], spill), a.fp, b, a.identity)
+			p.valBuf = state.EncodeMarkedSlot(p.valBuf[:0], a.fp, b, a.identity, spill)
 			key = a.slotKey(a.read.slot) // EncodeSlot does not touch slotBuf; rebuilt for clarity
 		}
 		err := proxywasm.SetSharedData(key, p.valBuf, cas)

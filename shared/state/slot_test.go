@@ -1,6 +1,7 @@
 package state
 
 import (
+	"encoding/binary"
 	"errors"
 	"math"
 	"math/rand"
@@ -59,16 +60,27 @@ func TestEncodeDecodeSlot(t *testing.T) {
 	fp := Fingerprint(id)
 	b := Bucket{Tokens: 9, LastRefill: 1736940000.25}
 	v := EncodeSlot(nil, fp, b, id)
-	want := string(AppendHex16(nil, fp)) + ":9.000000:1736940000.250000:10.0.0.1"
-	if string(v) != want {
-		t.Fatalf("EncodeSlot = %q, want %q", v, want)
+	// The documented layout, byte by byte.
+	want := []byte{SlotFormat}
+	want = binary.LittleEndian.AppendUint64(want, fp)
+	want = binary.LittleEndian.AppendUint64(want, math.Float64bits(9))
+	want = binary.LittleEndian.AppendUint64(want, math.Float64bits(1736940000.25))
+	want = binary.LittleEndian.AppendUint64(want, 0)
+	want = append(want, id...)
+	if string(v) != string(want) {
+		t.Fatalf("EncodeSlot = %x, want %x", v, want)
 	}
 	s, err := DecodeSlot(v)
-	if err != nil || s.Fingerprint != fp || s.Bucket != b || string(s.Identity) != id {
-		t.Fatalf("DecodeSlot(%q) = %+v, %v", v, s, err)
+	if err != nil || s.Fingerprint != fp || s.Bucket != b || string(s.Identity) != id || s.SpillUntil != 0 {
+		t.Fatalf("DecodeSlot(%x) = %+v, %v", v, s, err)
 	}
-	// Identities may contain ':' and any byte.
-	for _, id := range []string{"a:b:c", ":", "\x00\xff|\\#", "[::1]", strings.Repeat("x", MaxIdentity)} {
+	// Tokens and times are rounded to micro-units, as in the text form.
+	s, err = DecodeSlot(EncodeSlot(nil, fp, Bucket{Tokens: 1.00000049, LastRefill: 5.0000005}, id))
+	if err != nil || s.Bucket != (Bucket{Tokens: 1, LastRefill: 5.000001}) {
+		t.Errorf("rounding: %+v, %v", s.Bucket, err)
+	}
+	// Identities may contain any byte.
+	for _, id := range []string{"a:b:c", ":", "\x00\xff|\\#", "[::1]", "\x01", strings.Repeat("x", MaxIdentity)} {
 		v := EncodeSlot(nil, 42, Bucket{Tokens: -1.5, LastRefill: 0}, id)
 		s, err := DecodeSlot(v)
 		if err != nil || s.Fingerprint != 42 || s.Bucket != (Bucket{-1.5, 0}) || string(s.Identity) != id {
@@ -78,11 +90,21 @@ func TestEncodeDecodeSlot(t *testing.T) {
 	// A too-long identity is stored in its bounded form.
 	long := strings.Repeat("k", 10000)
 	v = EncodeSlot(nil, 1, b, long)
-	if len(v) > 17+40+1+82 {
+	if len(v) != slotHeader+82 {
 		t.Errorf("slot value for a 10k identity is %d bytes", len(v))
 	}
 	if s, err := DecodeSlot(v); err != nil || string(s.Identity) != string(AppendIdentity(nil, long)) {
 		t.Errorf("long identity: %q, %v", s.Identity, err)
+	}
+}
+
+// Values written by earlier versions, in the text form, still decode (so
+// buckets survive a plugin upgrade), with no spill mark.
+func TestDecodeTextSlot(t *testing.T) {
+	s, err := DecodeSlot([]byte("3f0c2a9be4d10f57:9.000000:1736940000.250000:10.0.0.1"))
+	if err != nil || s.Fingerprint != 0x3f0c2a9be4d10f57 || s.Bucket != (Bucket{9, 1736940000.25}) ||
+		string(s.Identity) != "10.0.0.1" || s.SpillUntil != 0 {
+		t.Fatalf("text slot: %+v, %v", s, err)
 	}
 }
 
@@ -282,38 +304,55 @@ func BenchmarkDecodeSlot(b *testing.B) {
 	}
 }
 
-// A spill mark is an optional prefix of a slot value: absent for 0 (so
-// values without one decode as before), rounded up to the micro-second, and
-// strict when present.
+// The spill mark: 0 (none) for anything not > 0 or infinite, rounded up to
+// the micro-second, and rejected when negative or not finite.
 func TestSlotSpillMark(t *testing.T) {
 	b := Bucket{Tokens: 9, LastRefill: 1736940000.25}
 	plain := EncodeSlot(nil, 0x3f0c2a9be4d10f57, b, "10.0.0.1")
-	for _, none := range []float64{0, -1, math.NaN(), math.Inf(1)} {
-		if got := EncodeSlot(AppendSpill(nil, none), 0x3f0c2a9be4d10f57, b, "10.0.0.1"); string(got) != string(plain) {
-			t.Errorf("spill %v: %q, want no mark %q", none, got, plain)
+	for _, none := range []float64{0, -1, math.NaN(), math.Inf(1), math.Inf(-1)} {
+		if got := EncodeMarkedSlot(nil, 0x3f0c2a9be4d10f57, b, "10.0.0.1", none); string(got) != string(plain) {
+			t.Errorf("spill %v: %x, want no mark %x", none, got, plain)
 		}
 	}
-	v := EncodeSlot(AppendSpill(nil, 1736940012.0000004), 0x3f0c2a9be4d10f57, b, "10.0.0.1")
-	if want := "^1736940012.000001:" + string(plain); string(v) != want {
-		t.Fatalf("encoded %q, want %q (rounded up)", v, want)
-	}
+	v := EncodeMarkedSlot(nil, 0x3f0c2a9be4d10f57, b, "10.0.0.1", 1736940012.0000004)
 	s, err := DecodeSlot(v)
 	if err != nil || s.SpillUntil != 1736940012.000001 || s.Bucket != b || string(s.Identity) != "10.0.0.1" {
-		t.Fatalf("decoded %+v, %v", s, err)
+		t.Fatalf("decoded %+v, %v; want the mark rounded up to 1736940012.000001", s, err)
 	}
-	if s, err := DecodeSlot(plain); err != nil || s.SpillUntil != 0 {
-		t.Fatalf("plain value: %+v, %v", s, err)
-	}
-	for _, bad := range []string{"^", "^:", "^x:", "^-1:", "^1e3:", "^5" + string(plain), "^5:^5:" + string(plain), "^5:"} {
-		v := bad
-		if bad == "^:" || bad == "^x:" || bad == "^-1:" || bad == "^1e3:" {
-			v = bad + string(plain)
-		}
-		if _, err := DecodeSlot([]byte(v)); err == nil {
-			t.Errorf("DecodeSlot(%q) accepted", v)
+	for _, bad := range []float64{-1, math.NaN(), math.Inf(1)} {
+		w := append([]byte(nil), plain...)
+		binary.LittleEndian.PutUint64(w[25:], math.Float64bits(bad))
+		if s, err := DecodeSlot(w); !errors.Is(err, ErrSpill) || s.Identity != nil {
+			t.Errorf("spill %v: %+v, %v; want ErrSpill", bad, s, err)
 		}
 	}
-	if _, err := DecodeSlot([]byte("^-1:" + string(plain))); !errors.Is(err, ErrSpill) {
-		t.Errorf("negative mark: %v, want ErrSpill", err)
+}
+
+// Binary values are as strict as text ones.
+func TestDecodeBinarySlotRejects(t *testing.T) {
+	good := EncodeSlot(nil, 0xff, Bucket{1, 2}, "id")
+	set := func(off int, f float64) []byte {
+		w := append([]byte(nil), good...)
+		binary.LittleEndian.PutUint64(w[off:], math.Float64bits(f))
+		return w
+	}
+	for _, tc := range []struct {
+		name string
+		in   []byte
+		want error
+	}{
+		{"tag only", []byte{SlotFormat}, ErrSlotFormat},
+		{"short", good[:slotHeader-1], ErrSlotFormat},
+		{"no identity", good[:slotHeader], ErrIdentity},
+		{"long identity", append(append([]byte(nil), good[:slotHeader]...), strings.Repeat("x", MaxIdentity+1)...), ErrIdentity},
+		{"NaN tokens", set(9, math.NaN()), ErrTokens},
+		{"Inf tokens", set(9, math.Inf(-1)), ErrTokens},
+		{"negative time", set(17, -1), ErrLastRefill},
+		{"NaN time", set(17, math.NaN()), ErrLastRefill},
+	} {
+		s, err := DecodeSlot(tc.in)
+		if !errors.Is(err, tc.want) || s.Identity != nil || s.Fingerprint != 0 {
+			t.Errorf("%s: %+v, %v; want %v", tc.name, s, err, tc.want)
+		}
 	}
 }

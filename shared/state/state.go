@@ -11,7 +11,7 @@
 // (slot.go):
 //
 //	key:   tb:{rule_name}:#{slot}
-//	value: "{fingerprint}:{tokens}:{last_refill}:{identity}"
+//	value: fingerprint, bucket, spill mark and identity, binary
 //
 // The package is pure Go (no I/O, no globals) and allocation-light: it runs
 // on the request hot path inside the wasm filter and in the native admin
