@@ -94,6 +94,7 @@ type fleetApp struct {
 // poolKey is the shared-data key of candidate i of a's pool.
 func (a *application) poolKey(i int) string {
 	rf := a.rule.fleet
+	a.slotKeyOf = 0 // slotBuf is about to hold a pool key
 	if a.rule.maxKeys == 0 {
 		a.slotBuf = append(append(a.slotBuf[:0], rf.exactPrefix...), a.fl.id[:]...)
 	} else {

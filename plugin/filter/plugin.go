@@ -232,11 +232,14 @@ func (vm *vmContext) recovered(where string, r any) {
 
 // application is one applying rule in one request.
 type application struct {
-	rule     *compiledRule
-	keyBuf   []byte // "tb:<rule>:<composite>", reused across requests
-	slotBuf  []byte // "tb:<rule>:#<slot>" (bounded mode), reused across requests
-	key      string // view of keyBuf: the exact key (max_keys 0)
-	identity string // view of the composite part: the identity
+	rule    *compiledRule
+	keyBuf  []byte // "tb:<rule>:<composite>", reused across requests
+	slotBuf []byte // "tb:<rule>:#<slot>" (bounded mode), reused across requests
+	// slotKeyOf is 1 + the slot whose key slotBuf holds (0: none), so a
+	// request builds each slot key once (slotKey).
+	slotKeyOf int
+	key       string // view of keyBuf: the exact key (max_keys 0)
+	identity  string // view of the composite part: the identity
 
 	// Bounded mode: the identity's fingerprint and candidate slots.
 	fp    uint64

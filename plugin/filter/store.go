@@ -284,7 +284,10 @@ type bucketRead struct {
 // as a view of a reused buffer, valid until the next call (host calls copy
 // their arguments).
 func (a *application) slotKey(slot int) string {
-	a.slotBuf = appendInt(append(a.slotBuf[:0], a.rule.slotPrefix...), int64(slot))
+	if a.slotKeyOf != slot+1 {
+		a.slotBuf = appendInt(append(a.slotBuf[:0], a.rule.slotPrefix...), int64(slot))
+		a.slotKeyOf = slot + 1
+	}
 	return bytesView(a.slotBuf)
 }
 
@@ -582,7 +585,7 @@ func (p *pluginContext) refund(a *application) bool {
 			p.valBuf = state.EncodeBucket(p.valBuf[:0], b)
 		} else {
 			p.valBuf = state.EncodeMarkedSlot(p.valBuf[:0], a.fp, b, a.identity, spill)
-			key = a.slotKey(a.read.slot) // EncodeSlot does not touch slotBuf; rebuilt for clarity
+			key = a.slotKey(a.read.slot)
 		}
 		err := proxywasm.SetSharedData(key, p.valBuf, cas)
 		if err == nil {
