@@ -13,7 +13,7 @@ import (
 	"github.com/sluice-rl/sluice/shared/policy"
 )
 
-const policyJSON = `{"mode":"enforce","reject_status":429,"response_headers":true,"shadow_header":"x-sluice-shadow","xff_trusted_hops":1,"policies":[{"name":"default","rules":[{"name":"per-ip","limit_keys":["ip:address","header:x-api-key"],"match":{"jwt:plan":"true","path_prefix":"/api/"},"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":0.5,"burst":1000000000000,"cost_source":"fixed","fixed_cost":1,"default_cost":1},"mode":"enforce"}]}]}`
+const policyJSON = `{"mode":"enforce","reject_status":429,"response_headers":true,"legacy_headers":true,"shadow_header":"x-sluice-shadow","xff_trusted_hops":1,"policies":[{"name":"default","rules":[{"name":"per-ip","limit_keys":["ip:address","header:x-api-key"],"match":{"jwt:plan":"true","path_prefix":"/api/"},"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":0.5,"burst":1000000000000,"cost_source":"fixed","fixed_cost":1,"default_cost":1},"mode":"enforce"}]}]}`
 
 // unmarshalSpec reads a spec into istio.io/api's WasmPlugin, refusing
 // unknown fields.

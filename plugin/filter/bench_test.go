@@ -31,12 +31,14 @@ type streamCase struct {
 func streamCases() []streamCase {
 	empty := func(tb testing.TB) []byte { return wasmtest.Build(tb, "./plugin/wasmhost/testdata/empty") }
 	noHeaders := strings.Replace(benchConfig, "{", `{"response_headers": false, `, 1)
+	draftHeaders := strings.Replace(benchConfig, "{", `{"legacy_headers": false, `, 1)
 	// Telemetry on (ticks never run here: this is its request-path cost).
 	withTelemetry := strings.Replace(benchConfig, "{", `{"telemetry": {"cluster": "sluice_admin", "token": "t"}, `, 1)
 	return []streamCase{
 		{name: "empty", wasm: empty, req: rq("x-api-key", "k")},
 		{name: "allowed", wasm: pluginWasm, config: benchConfig, req: rq("x-api-key", "k")},
 		{name: "allowed-noheaders", wasm: pluginWasm, config: noHeaders, req: rq("x-api-key", "k")},
+		{name: "allowed-draft-headers", wasm: pluginWasm, config: draftHeaders, req: rq("x-api-key", "k")},
 		{name: "no-rule-applies", wasm: pluginWasm, config: benchConfig, req: rq("x-other", "k")},
 		{name: "seed-tiered-jwt", wasm: pluginWasm, config: seedTiered,
 			req: rq("x-api-key", "k", "authorization", bearer(`{"sub":"user-1234","plan":"enterprise","iat":1700000000,"exp":1900000000}`))},

@@ -28,6 +28,7 @@ type compiledConfig struct {
 
 	rejectStatus    uint32
 	responseHeaders bool
+	legacyHeaders   bool // also RateLimit-Limit, -Remaining, -Reset (headers.go)
 	shadowHeader    string
 	trustedHops     int
 	anyShadow       bool // some rule is in shadow mode
@@ -95,6 +96,7 @@ func compile(c *policy.Config, vm *vmContext) *compiledConfig {
 		src:             c,
 		rejectStatus:    uint32(c.RejectStatus),
 		responseHeaders: c.ResponseHeaders,
+		legacyHeaders:   c.LegacyHeaders,
 		shadowHeader:    strings.ToLower(c.ShadowHeader),
 		trustedHops:     c.TrustedHops,
 		telemetry:       c.Telemetry,

@@ -652,6 +652,38 @@ func TestAllowedResponseHeaders(t *testing.T) {
 	}
 }
 
+// "legacy_headers": false sends only the draft-10 fields, on allowed and
+// rejected responses alike.
+func TestLegacyHeadersOff(t *testing.T) {
+	f := start(t, `{"legacy_headers": false, "rules": [{"name": "api", "limit_keys": ["header:x-api-key"],
+	  "algorithm": "token_bucket", "algorithm_config": {"rps": 0.1, "burst": 2}}]}`, 1)
+	legacy := []string{"ratelimit-limit", "ratelimit-remaining", "ratelimit-reset"}
+	check := func(res *wasmhost.Result, kv ...string) {
+		t.Helper()
+		for i := 0; i < len(kv); i += 2 {
+			if got, ok := header(res.ResponseHeaders, kv[i]); !ok || got != kv[i+1] {
+				t.Errorf("%s = %q (present %v), want %q", kv[i], got, ok, kv[i+1])
+			}
+		}
+		for _, h := range legacy {
+			if v, ok := header(res.ResponseHeaders, h); ok {
+				t.Errorf("%s: %q sent with legacy_headers false", h, v)
+			}
+		}
+	}
+	check(f.do("x-api-key", "k"), "ratelimit", `"api";r=1;t=10`, "ratelimit-policy", `"api";q=2;w=20`)
+	f.do("x-api-key", "k")
+	res := f.do("x-api-key", "k")
+	if !res.Rejected {
+		t.Fatal("third request admitted")
+	}
+	check(res, "ratelimit", `"api";r=0;t=10`, "ratelimit-policy", `"api";q=2;w=20`,
+		"x-ratelimit-reason", "token_bucket_exceeded", "content-type", "application/json")
+	if _, ok := header(res.ResponseHeaders, "retry-after"); !ok {
+		t.Error("retry-after missing")
+	}
+}
+
 func TestRejectedResponse(t *testing.T) {
 	const cfg = `{"reject_status": 503, "rules": [{"name": "slow", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
 	  "algorithm_config": {"rps": 0.1, "burst": 2}}]}`

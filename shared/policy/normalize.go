@@ -16,6 +16,7 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 		Mode:            c.Mode,
 		RejectStatus:    c.RejectStatus,
 		ResponseHeaders: c.ResponseHeaders,
+		LegacyHeaders:   c.LegacyHeaders,
 		ShadowHeader:    c.ShadowHeader,
 		TrustedHops:     c.TrustedHops,
 		Policies:        make([]normPolicy, len(c.Policies)),
@@ -83,6 +84,7 @@ type normConfig struct {
 	Mode            Mode           `json:"mode"`
 	RejectStatus    int            `json:"reject_status"`
 	ResponseHeaders bool           `json:"response_headers"`
+	LegacyHeaders   bool           `json:"legacy_headers"`
 	ShadowHeader    string         `json:"shadow_header"`
 	TrustedHops     int            `json:"xff_trusted_hops"`
 	Policies        []normPolicy   `json:"policies"`

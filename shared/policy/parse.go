@@ -43,7 +43,7 @@ func (p *parser) errorf(path string, parts ...string) {
 
 // Field names, per object.
 var (
-	configFields      = []string{"mode", "policies", "rules", "reject_status", "response_headers", "shadow_header", "xff_trusted_hops", "telemetry", "fleet"}
+	configFields      = []string{"mode", "policies", "rules", "reject_status", "response_headers", "legacy_headers", "shadow_header", "xff_trusted_hops", "telemetry", "fleet"}
 	policyFields      = []string{"name", "rules"}
 	ruleFields        = []string{"name", "limit_keys", "match", "algorithm", "algorithm_config", "mode", "max_keys", "telemetry_identity", "scope"}
 	telemetryFields   = []string{"cluster", "authority", "path", "interval_ms", "token", "token_env", "top_n", "timeout_ms"}
@@ -60,6 +60,7 @@ func (p *parser) config(root *jvalue) *Config {
 		Mode:            ModeEnforce,
 		RejectStatus:    DefaultRejectStatus,
 		ResponseHeaders: true,
+		LegacyHeaders:   true,
 		ShadowHeader:    DefaultShadowHeader,
 	}
 	if root.kind != jObject {
@@ -82,6 +83,13 @@ func (p *parser) config(root *jvalue) *Config {
 			p.errorf("response_headers", "must be true or false, got ", v.kind.String())
 		} else {
 			cfg.ResponseHeaders = v.b
+		}
+	}
+	if v := f["legacy_headers"]; v != nil {
+		if v.kind != jBool {
+			p.errorf("legacy_headers", "must be true or false, got ", v.kind.String())
+		} else {
+			cfg.LegacyHeaders = v.b
 		}
 	}
 	if v := f["shadow_header"]; v != nil {

@@ -66,6 +66,8 @@ func schemaProperties() map[string]obj {
 				"description": "HTTP status of the local reply sent when a request is rejected."},
 			"response_headers": obj{"type": "boolean", "default": true,
 				"description": "Whether RateLimit-* fields are added to responses."},
+			"legacy_headers": obj{"type": "boolean", "default": true,
+				"description": "Whether the older RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset fields are sent besides the draft-10 RateLimit and RateLimit-Policy fields. false saves three header writes per allowed request."},
 			"shadow_header": obj{"type": "string", "pattern": "^" + headerNameRe + "$", "default": DefaultShadowHeader,
 				"description": "Request header added upstream when a shadow rule would have rejected the request."},
 			"xff_trusted_hops": obj{"type": "integer", "minimum": 0, "maximum": MaxTrustedHops, "default": 0,
