@@ -196,11 +196,12 @@ func TestSharedDataBytesByIdentities(t *testing.T) {
 	for i, n := range checkpoints {
 		t.Logf("| %d | %d | %d | %d | %d |", n, bounded[i].keys, bounded[i].bytes, exact[i].keys, exact[i].bytes)
 	}
-	// Flat once the table is full (well before 5 x max_keys identities:
-	// see docs/benchmarks.md): the last two checkpoints agree within 2%.
+	// Flat once the table is (nearly) full, after about 7 x max_keys
+	// identities (see docs/benchmarks.md): the last two checkpoints agree
+	// within 0.1% of the keys and 2% of the bytes.
 	if len(checkpoints) >= 2 {
 		a, z := bounded[len(bounded)-2], bounded[len(bounded)-1]
-		if checkpoints[len(checkpoints)-2] >= 5*maxKeys && (z.keys != a.keys || float64(z.bytes) > 1.02*float64(a.bytes)) {
+		if checkpoints[len(checkpoints)-2] >= 7*maxKeys && (z.keys-a.keys > maxKeys/1000 || float64(z.bytes) > 1.02*float64(a.bytes)) {
 			t.Errorf("bounded storage still growing: %+v -> %+v", a, z)
 		}
 	}
