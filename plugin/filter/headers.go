@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"encoding/binary"
 	"unsafe"
 
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
@@ -82,7 +83,7 @@ func (p *pluginContext) sendReject(r *compiledRule, wait float64, identity strin
 	if !p.cfg.legacyHeaders {
 		headers = headers[:5]
 	}
-	return proxywasm.SendHttpResponse(p.cfg.rejectStatus, headers, b[rlEnd:], -1)
+	return sendLocalResponse(p.cfg.rejectStatus, headers, b[rlEnd:])
 }
 
 // allowedHeaders remembers what on_response_headers will send for an
@@ -127,4 +128,24 @@ func bytesView(b []byte) string {
 		return ""
 	}
 	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// appendHeaderMap appends pairs in the proxy-wasm map encoding: the number of
+// pairs, each key and value length (uint32, little-endian), then each key
+// and value followed by a NUL byte. The same bytes as the SDK's
+// internal.SerializeMap (TestAppendHeaderMapMatchesSDK), built with copies
+// into a reused buffer instead of a byte loop into a new one.
+func appendHeaderMap(dst []byte, pairs [][2]string) []byte {
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(pairs)))
+	for _, kv := range pairs {
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(kv[0])))
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(kv[1])))
+	}
+	for _, kv := range pairs {
+		dst = append(dst, kv[0]...)
+		dst = append(dst, 0)
+		dst = append(dst, kv[1]...)
+		dst = append(dst, 0)
+	}
+	return dst
 }

@@ -44,3 +44,7 @@ func incrementMetric(id uint32, offset int64) {
 	defer func() { _ = recover() }()
 	proxywasm.MetricCounter(id).Increment(uint64(offset))
 }
+
+func sendLocalResponse(status uint32, headers [][2]string, body []byte) error {
+	return proxywasm.SendHttpResponse(status, headers, body, -1)
+}
