@@ -10,7 +10,6 @@ import (
 	"testing"
 	"unicode/utf8"
 
-
 	"github.com/sluice-rl/sluice/shared/state"
 )
 
