@@ -34,7 +34,7 @@ func streamCases() []streamCase {
 	draftHeaders := strings.Replace(benchConfig, "{", `{"legacy_headers": false, `, 1)
 	// Telemetry on (ticks never run here: this is its request-path cost).
 	withTelemetry := strings.Replace(benchConfig, "{", `{"telemetry": {"cluster": "sluice_admin", "token": "t"}, `, 1)
-	return []streamCase{
+	cases := []streamCase{
 		{name: "empty", wasm: empty, req: rq("x-api-key", "k")},
 		{name: "allowed", wasm: pluginWasm, config: benchConfig, req: rq("x-api-key", "k")},
 		{name: "allowed-noheaders", wasm: pluginWasm, config: noHeaders, req: rq("x-api-key", "k")},
@@ -46,6 +46,22 @@ func streamCases() []streamCase {
 		{name: "allowed-telemetry", wasm: pluginWasm, config: withTelemetry, req: rq("x-api-key", "k")},
 		{name: "rejected-telemetry", wasm: pluginWasm, config: withTelemetry, req: rq("x-deny", "k"), reject: true},
 	}
+	// SLUICE_BASELINE_WASM (a module built from an earlier commit) adds its
+	// allowed and rejected cases, interleaved with the others: a before and
+	// after comparison from one run.
+	if path := os.Getenv("SLUICE_BASELINE_WASM"); path != "" {
+		baseline := func(tb testing.TB) []byte {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				tb.Fatalf("SLUICE_BASELINE_WASM: %v", err)
+			}
+			return b
+		}
+		cases = append(cases,
+			streamCase{name: "baseline-allowed", wasm: baseline, config: benchConfig, req: rq("x-api-key", "k")},
+			streamCase{name: "baseline-rejected", wasm: baseline, config: benchConfig, req: rq("x-deny", "k"), reject: true})
+	}
+	return cases
 }
 
 func streamVM(tb testing.TB, c streamCase) *wasmhost.VM {
@@ -106,7 +122,7 @@ func TestFullStreamRatio(t *testing.T) {
 		}
 	}
 	for i, c := range cases {
-		t.Logf("%-18s %8v  %.2fx", c.name, best[i], float64(best[i])/float64(best[0]))
+		t.Logf("%-22s %8v  %.2fx", c.name, best[i], float64(best[i])/float64(best[0]))
 	}
 }
 
