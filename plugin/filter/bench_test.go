@@ -32,6 +32,9 @@ func streamCases() []streamCase {
 	empty := func(tb testing.TB) []byte { return wasmtest.Build(tb, "./plugin/wasmhost/testdata/empty") }
 	noHeaders := strings.Replace(benchConfig, "{", `{"response_headers": false, `, 1)
 	draftHeaders := strings.Replace(benchConfig, "{", `{"legacy_headers": false, `, 1)
+	// Seed 001's tiered example with a rate no benchmark can exhaust (its
+	// enterprise tier, 1000/s, would start rejecting within a round).
+	seedTieredNeverEmpty := strings.Replace(seedTiered, `"rps": 1000, "burst": 2000`, `"rps": 1e9, "burst": 1e9`, 1)
 	// Telemetry on (ticks never run here: this is its request-path cost).
 	withTelemetry := strings.Replace(benchConfig, "{", `{"telemetry": {"cluster": "sluice_admin", "token": "t"}, `, 1)
 	cases := []streamCase{
@@ -40,7 +43,7 @@ func streamCases() []streamCase {
 		{name: "allowed-noheaders", wasm: pluginWasm, config: noHeaders, req: rq("x-api-key", "k")},
 		{name: "allowed-draft-headers", wasm: pluginWasm, config: draftHeaders, req: rq("x-api-key", "k")},
 		{name: "no-rule-applies", wasm: pluginWasm, config: benchConfig, req: rq("x-other", "k")},
-		{name: "seed-tiered-jwt", wasm: pluginWasm, config: seedTiered,
+		{name: "seed-tiered-jwt", wasm: pluginWasm, config: seedTieredNeverEmpty,
 			req: rq("x-api-key", "k", "authorization", bearer(`{"sub":"user-1234","plan":"enterprise","iat":1700000000,"exp":1900000000}`))},
 		{name: "rejected", wasm: pluginWasm, config: benchConfig, req: rq("x-deny", "k"), reject: true},
 		{name: "allowed-telemetry", wasm: pluginWasm, config: withTelemetry, req: rq("x-api-key", "k")},
@@ -112,8 +115,12 @@ func TestFullStreamRatio(t *testing.T) {
 		for i, c := range cases {
 			start := time.Now()
 			for n := 0; n < 500; n++ {
-				if _, err := vms[i].HTTP(ctx, c.req); err != nil {
+				res, err := vms[i].HTTP(ctx, c.req)
+				if err != nil {
 					t.Fatal(err)
+				}
+				if res.Rejected != c.reject {
+					t.Fatalf("%s: rejected = %v", c.name, res.Rejected)
 				}
 			}
 			if d := time.Since(start) / 500; best[i] == 0 || d < best[i] {
