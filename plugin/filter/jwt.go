@@ -24,8 +24,11 @@ const maxJSONDepth = 64
 
 // jwtClaims is the scanned payload of one token.
 type jwtClaims struct {
-	payload string   // the decoded payload (owned, never modified)
+	payload string   // the decoded payload: a view of buf
 	members []member // top-level members in document order
+	// buf holds the decoded payload, reused from request to request: the
+	// claims (views of it) are only used while their request is decided.
+	buf []byte
 }
 
 type member struct {
@@ -53,13 +56,17 @@ func parseJWT(authz string, c *jwtClaims) bool {
 	_, rest, _ := strings.Cut(tok, ".")
 	seg, _, _ := strings.Cut(rest, ".")
 	seg = strings.TrimRight(seg, "=") // tolerate padding
-	payload, err := base64.RawURLEncoding.DecodeString(seg)
-	if err != nil || len(payload) == 0 {
+	if n := base64.RawURLEncoding.DecodedLen(len(seg)); cap(c.buf) < n {
+		c.buf = make([]byte, n)
+	}
+	// Decode only reads src: a view of seg, not a copy.
+	n, err := base64.RawURLEncoding.Decode(c.buf[:cap(c.buf)], unsafe.Slice(unsafe.StringData(seg), len(seg)))
+	if err != nil || n == 0 {
 		return false
 	}
-	// The decoded buffer is ours alone and never modified: view it as a
+	// buf is not modified until the next request's token: view it as a
 	// string so claim values are substrings, not copies.
-	c.payload = unsafe.String(&payload[0], len(payload))
+	c.payload = unsafe.String(&c.buf[0], n)
 	if !scanObject(c) {
 		c.payload, c.members = "", c.members[:0]
 		return false
