@@ -255,7 +255,8 @@ type application struct {
 	// buckets do not carry (or clear) window-sized state.
 	ws        *windowScratch
 	dec       limiter.Decision
-	failed    bool // storage failed: the rule is skipped (fail open)
+	now       float64 // the time dec was taken at
+	failed    bool    // storage failed: the rule is skipped (fail open)
 	committed bool
 }
 

@@ -260,9 +260,10 @@ type slotBump struct {
 	cas     uint32
 	missing bool
 
+	spill    float64    // the slot's spill mark as read
 	mark     bool       // raise the slot's spill mark to cover our bucket
 	optional bool       // no claim needs this write: skip it unless the mark rises
-	decoded  state.Slot // the value read, decoded (valid when mark)
+	decoded  state.Slot // token buckets: the value read, decoded (valid when mark)
 }
 
 // bucketRead is the result of reading a rule's bucket for one request.
@@ -384,6 +385,7 @@ func (p *pluginContext) probe(a *application, now float64) (corrupt bool, err er
 		} else {
 			buckets[n] = s.Bucket
 			seenSlots[n], decoded[n] = s, true
+			seen[n].spill = s.SpillUntil
 			tref = max(tref, s.Bucket.LastRefill)
 		}
 		n++
@@ -472,14 +474,18 @@ func (p *pluginContext) store(a *application) error {
 			err = writeKey(a.slotKey(b.slot), nil, false, 0)
 		case b.cas == 0:
 			err = errZeroCAS
-		case b.mark && spillUntil(a) > b.decoded.SpillUntil:
+		case b.mark && spillUntil(a) > b.spill:
 			// Raised to twice the horizon needed, so that the next requests
 			// of an identity living past its first candidate find it
 			// covered and skip this write (a later mark is always safe: it
 			// only costs new identities a second read).
-			d := &b.decoded
 			mark := spillUntil(a) + a.dec.Reset
-			p.valBuf = state.EncodeMarkedSlot(p.valBuf[:0], d.Fingerprint, d.Bucket, string(d.Identity), mark)
+			if a.rule.win != nil {
+				p.valBuf = state.RaiseWindowSpill(p.valBuf[:0], b.value, mark)
+			} else {
+				d := &b.decoded
+				p.valBuf = state.EncodeMarkedSlot(p.valBuf[:0], d.Fingerprint, d.Bucket, string(d.Identity), mark)
+			}
 			err = proxywasm.SetSharedData(a.slotKey(b.slot), p.valBuf, b.cas)
 		case b.optional:
 		default:
@@ -493,17 +499,21 @@ func (p *pluginContext) store(a *application) error {
 		return errZeroCAS
 	}
 	if a.rule.win != nil {
-		p.valBuf = state.EncodeWindowSlot(p.valBuf[:0], a.fp, &a.ws.next, a.identity)
+		p.valBuf = state.EncodeWindowSlot(p.valBuf[:0], a.fp, &a.ws.next, a.identity, r.spill)
 	} else {
 		p.valBuf = state.EncodeMarkedSlot(p.valBuf[:0], a.fp, a.next, a.identity, r.spill)
 	}
 	return writeKey(a.slotKey(r.slot), p.valBuf, r.stored, r.cas)
 }
 
-// spillUntil is the spill mark that covers a's bucket as store is about to
-// write it: the time it is full again. Until then a's identity must not
-// claim its first candidate after one read.
+// spillUntil is the spill mark that covers a's state as store is about to
+// write it: the time a bucket is full again, or a window holds no use.
+// Until then a's identity must not claim its first candidate after one
+// read.
 func spillUntil(a *application) float64 {
+	if a.rule.win != nil {
+		return a.now + a.dec.Reset // Reset counts from the decision's now
+	}
 	return a.next.LastRefill + a.dec.Reset
 }
 

@@ -39,15 +39,17 @@ func (p *pluginContext) loadWindow(a *application, now float64) (corrupt bool, e
 }
 
 // probeWindow is probe (store.go) for window slots: the same probe order,
-// target choice and claim plan. A window's level is the quota it has left
-// (Remaining at the reference time), and a window with no use inside the
-// current window (Reset 0) ranks as free, like a full bucket.
+// target choice, claim plan, one-read claims and spill marks. A window's
+// level is the quota it has left (Remaining at the reference time), and a
+// window with no use inside the current window (Reset 0) ranks as free,
+// like a full bucket.
 func (p *pluginContext) probeWindow(a *application, now float64) (corrupt bool, err error) {
 	var (
-		seen [state.Candidates]slotBump
-		free [state.Candidates]bool
-		n    int
-		tref float64
+		seen    [state.Candidates]slotBump
+		free    [state.Candidates]bool
+		decoded [state.Candidates]bool
+		n       int
+		tref    float64
 	)
 	cands := &a.ws.cands
 	for i := 0; i < a.ncand; i++ {
@@ -62,24 +64,41 @@ func (p *pluginContext) probeWindow(a *application, now float64) (corrupt bool, 
 		if st != statusOK {
 			return corrupt, statusError(st)
 		}
+		if len(v) == 0 && i == 0 { // a placeholder first candidate: a one-read claim
+			a.read = bucketRead{stored: true, cas: cas, slot: slot, claim: claimReuse}
+			return corrupt, nil
+		}
 		seen[n] = slotBump{slot: slot, value: v, cas: cas}
 		if len(v) == 0 { // a placeholder
 			free[n] = true
 			n++
 			continue
 		}
-		fp, id, derr := state.DecodeWindowSlot(v, &cands[n])
+		fp, spill, id, derr := state.DecodeWindowSlot(v, &cands[n])
 		if derr == nil && fp == a.fp && string(id) == a.identity {
-			a.read = bucketRead{exists: true, stored: true, cas: cas, slot: slot}
+			a.read = bucketRead{exists: true, stored: true, cas: cas, slot: slot, spill: spill}
 			a.ws.read = cands[n]
+			if n > 0 && decoded[0] {
+				// We live past our first candidate: keep its spill mark
+				// covering our window (store raises it when needed).
+				a.read.bumps[0] = seen[0]
+				a.read.bumps[0].mark, a.read.bumps[0].optional = true, true
+				a.read.nbumps = 1
+			}
 			return corrupt, nil
 		}
 		if derr != nil {
 			corrupt, free[n] = true, true
 		} else {
+			decoded[n], seen[n].spill = true, spill
 			tref = max(tref, cands[n].Start)
 		}
 		n++
+		if i == 0 && derr == nil && spill <= now && windowFresh(a.rule.win, &cands[0], now) {
+			// A one-read claim, as in probe.
+			a.read = bucketRead{stored: true, cas: cas, slot: slot, claim: claimReuse, spill: spill}
+			return corrupt, nil
+		}
 	}
 	if n == 0 {
 		return corrupt, errors.New("no candidate slots")
@@ -95,7 +114,7 @@ func (p *pluginContext) probeWindow(a *application, now float64) (corrupt bool, 
 			t, best = i, lvl
 		}
 	}
-	r := bucketRead{stored: !seen[t].missing, cas: seen[t].cas, slot: seen[t].slot}
+	r := bucketRead{stored: !seen[t].missing, cas: seen[t].cas, slot: seen[t].slot, spill: seen[t].spill}
 	switch {
 	case seen[t].missing:
 		r.claim = claimMissing
@@ -106,6 +125,9 @@ func (p *pluginContext) probeWindow(a *application, now float64) (corrupt bool, 
 	}
 	a.read = r
 	a.read.setBumps(seen[:n], t)
+	if t > 0 && decoded[0] {
+		a.read.bumps[0].mark = true // its bump raises its spill mark
+	}
 	return corrupt, nil
 }
 
@@ -136,6 +158,7 @@ func (p *pluginContext) refundWindow(a *application) bool {
 	w := &a.ws.read // scratch: the request's decision is done
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		key := a.key
+		var spill float64 // the slot's spill mark, kept
 		if a.rule.maxKeys > 0 {
 			key = a.slotKey(a.read.slot)
 		}
@@ -148,10 +171,11 @@ func (p *pluginContext) refundWindow(a *application) bool {
 				return false
 			}
 		} else {
-			fp, id, err := state.DecodeWindowSlot(v, w)
+			fp, s, id, err := state.DecodeWindowSlot(v, w)
 			if err != nil || fp != a.fp || string(id) != a.identity {
 				return true // our window is gone: nothing left to refund
 			}
+			spill = s
 		}
 		if !limiter.RefundWindow(w, counted, period, a.cost) {
 			return true // the period has left the state: nothing to give back
@@ -159,7 +183,7 @@ func (p *pluginContext) refundWindow(a *application) bool {
 		if a.rule.maxKeys == 0 {
 			p.valBuf = state.EncodeWindow(p.valBuf[:0], w)
 		} else {
-			p.valBuf = state.EncodeWindowSlot(p.valBuf[:0], a.fp, w, a.identity)
+			p.valBuf = state.EncodeWindowSlot(p.valBuf[:0], a.fp, w, a.identity, spill)
 			key = a.slotKey(a.read.slot)
 		}
 		err := proxywasm.SetSharedData(key, p.valBuf, cas)

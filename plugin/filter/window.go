@@ -57,6 +57,7 @@ func (cr *compiledRule) compileWindow(r *policy.Rule) {
 // window. Small enough to inline, so the token bucket's path is a branch
 // and its Take.
 func (a *application) take(now float64) {
+	a.now = now
 	if a.rule.win == nil {
 		a.next, a.dec = a.rule.tb.Take(a.read.b, a.read.exists, now, a.cost)
 		return

@@ -1,6 +1,7 @@
 package filter_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -315,5 +316,122 @@ func TestWindowFailsOpen(t *testing.T) {
 				t.Errorf("after recovery %d admitted, want 1", got)
 			}
 		})
+	}
+}
+
+// One-read claims and spill marks work for window slots as for token
+// buckets (TestSpillMarkKeepsSecondCandidate): an identity X that lives in
+// its second candidate keeps its exact window there after the window in its
+// first candidate has become fresh, and a new identity then claims that
+// first candidate after one read.
+func TestWindowSpillMark(t *testing.T) {
+	const maxKeys = 4
+	f := start(t, `{"rules": [{"name": "rw", "max_keys": 4, "limit_keys": ["ip:address"], "algorithm": "rolling_window",
+	  "algorithm_config": {"limit": 10, "window_seconds": 60, "period_seconds": 6}}]}`, 1)
+	sd := f.h.SharedData()
+	key := func(slot int) string { return state.WindowSlotKey(state.PrefixRollingWindow, "rw", slot) }
+	slot := func(i int) (uint64, float64, string) {
+		t.Helper()
+		v, _, st := sd.Get(key(i))
+		if st != wasmhost.StatusOK {
+			t.Fatalf("slot %d: status %d", i, st)
+		}
+		var w state.Window
+		fp, spill, id, err := state.DecodeWindowSlot(v, &w)
+		if err != nil {
+			t.Fatalf("slot %d: %v (%q)", i, err, v)
+		}
+		return fp, spill, string(id)
+	}
+	y := findIdentity(t, maxKeys, func(c [2]int) bool { return c[0] == 0 })
+	x := findIdentity(t, maxKeys, func(c [2]int) bool { return c == [2]int{0, 1} })
+	w := findIdentityFrom(t, max(x, y)+1, maxKeys, func(c [2]int) bool { return c[0] == 0 })
+
+	f.doOn(0, ipRequest(y)) // slot 0: Y's use, in the window for 60 s
+	f.clock.Advance(30 * time.Second)
+	for i := 0; i < 6; i++ {
+		f.doOn(0, ipRequest(x)) // slot 0 is active: X lives in slot 1
+	}
+	if _, _, id := slot(1); id != ipOf(x) {
+		t.Fatalf("slot 1 holds %q, want X", id)
+	}
+	if _, spill, id := slot(0); id != ipOf(y) || spill < float64(f.clock.Now().Unix())+30 {
+		t.Fatalf("slot 0: %q, mark %.3f; want Y's, marked until X's window is free", id, spill)
+	}
+
+	// 31 s later Y's use has left its window (slot 0 is fresh); X's six
+	// are still in its own.
+	f.clock.Advance(31 * time.Second)
+	res := f.doOn(0, ipRequest(x))
+	if got, _ := header(res.ResponseHeaders, "ratelimit-remaining"); got != "3" {
+		t.Fatalf("X after its first candidate became fresh: remaining %q, want 3 (its own window)", got)
+	}
+
+	// Much later every window is fresh and the mark has expired: W claims
+	// slot 0 after one read, without rewriting slot 1.
+	f.clock.Advance(10 * time.Minute)
+	_, cas1, _ := sd.Get(key(1))
+	f.doOn(0, ipRequest(w))
+	if fp, _, id := slot(0); id != ipOf(w) || fp != state.Fingerprint(ipOf(w)) {
+		t.Fatalf("slot 0 holds %q, want W", id)
+	}
+	if _, cas, _ := sd.Get(key(1)); cas != cas1 {
+		t.Errorf("a one-read claim rewrote the second candidate (cas %d -> %d)", cas1, cas)
+	}
+}
+
+// TestWindowRaceOneReadClaims is TestRaceClaimNoDuplicate's "clock" mode for
+// window slots: the window of another identity Y in X's first candidate
+// leaves its rolling window between two of the racing VMs' clock reads, so
+// some VMs find that candidate active (they claim X's second candidate and
+// mark the first) and others find it fresh (a one-read claim of the first).
+// Exactly the limit must be admitted in every trial; without the spill
+// marks some trials admit more (two windows for one identity).
+func TestWindowRaceOneReadClaims(t *testing.T) {
+	const (
+		maxKeys = 2
+		limit   = 100
+		step    = 2 * time.Millisecond
+	)
+	clock := &raceClock{base: t0, step: step, start: time.Now()}
+	h, err := wasmhost.New(context.Background(), wasmhost.Config{
+		Wasm: pluginWasm(t), VMs: 4, Clock: clock,
+		PluginConfig: []byte(fmt.Sprintf(`{"rules": [{"name": "race", "max_keys": %d, "limit_keys": ["header:x-api-key"],
+		  "algorithm": "rolling_window", "algorithm_config": {"limit": %d, "window_seconds": 60, "period_seconds": 1}}]}`, maxKeys, limit)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Close(context.Background()) })
+	f := &fixture{t: t, h: h}
+	sd := h.SharedData()
+	key := func(slot int) string { return state.WindowSlotKey(state.PrefixRollingWindow, "race", slot) }
+	trials := 300
+	if testing.Short() {
+		trials = 60
+	}
+	for trial := 0; trial < trials; trial++ {
+		x := fmt.Sprintf("x-%d", trial)
+		c := state.CandidateSlots(state.Fingerprint(x), maxKeys)
+		// Y's use leaves the window at boundary, between read r0+k and
+		// r0+k+1 of this trial; Z's window in the second candidate is long
+		// fresh.
+		boundary := t0.Add(time.Duration(trial+1) * 100 * time.Second)
+		k := 1 + trial%8
+		clock.base = boundary.Add(-time.Duration(float64(clock.reads()+int64(k))+0.5) * step)
+		b := float64(boundary.Unix())
+		y := state.Window{Start: b - 60, N: 1, Counts: [state.MaxCounts]float64{1}}
+		z := state.Window{Start: b - 1000, N: 1, Counts: [state.MaxCounts]float64{1}}
+		sd.Set(key(c[0]), state.EncodeWindowSlot(nil, state.Fingerprint("y"), &y, "y", 0), 0)
+		sd.Set(key(c[1]), state.EncodeWindowSlot(nil, state.Fingerprint("z"), &z, "z", 0), 0)
+		clock.arm(16, nil)
+		if got := race(t, f, 4, 250, rq("x-api-key", x)); got != limit {
+			v0, _, _ := sd.Get(key(c[0]))
+			v1, _, _ := sd.Get(key(c[1]))
+			t.Fatalf("trial %d: %d of 1000 admitted, want exactly %d (two windows for one identity?); slots %q, %q", trial, got, limit, v0, v1)
+		}
+	}
+	if n, _ := h.Metric("sluice.rule.race.fail_open"); n != 0 {
+		t.Errorf("fail_open = %d", n)
 	}
 }

@@ -2,6 +2,7 @@ package state
 
 import (
 	"errors"
+	"math"
 	"strconv"
 )
 
@@ -24,8 +25,11 @@ import (
 //
 // Keys differ per algorithm ("fw:", "sw:", "rw:" instead of "tb:"), so a
 // rule that changes algorithm never decodes another algorithm's value; the
-// slot form is "{fingerprint}:{start}:{counts}:{identity}", like a token
-// bucket's slot with the window in place of "{tokens}:{last_refill}".
+// slot form is "{fingerprint}:{start}:{counts}:{identity}", optionally
+// preceded by the slot's spill mark "^{spill_until}:" (six decimals, rounded
+// up): the same mark as in a token bucket's slot (slot.go), here as a text
+// prefix so it can be raised without decoding the window after it
+// (RaiseWindowSpill). A fingerprint never starts with '^'.
 
 // MaxCounts bounds the counts of a window value (policy.MaxPeriods).
 const MaxCounts = 60
@@ -143,8 +147,10 @@ func decodeWindowAt(v []byte, i int, w *Window) (int, error) {
 }
 
 // EncodeWindowSlot appends a window slot value: "{fingerprint}:{start}:
-// {counts}:{identity}" (identity as in EncodeSlot).
-func EncodeWindowSlot(dst []byte, fp uint64, w *Window, identity string) []byte {
+// {counts}:{identity}" (identity as in EncodeSlot), after the spill mark
+// "^{spillUntil}:" when spillUntil > 0.
+func EncodeWindowSlot(dst []byte, fp uint64, w *Window, identity string, spillUntil float64) []byte {
+	dst = appendWindowSpill(dst, spillUntil)
 	dst = AppendHex16(dst, fp)
 	dst = append(dst, ':')
 	dst = EncodeWindow(dst, w)
@@ -152,10 +158,60 @@ func EncodeWindowSlot(dst []byte, fp uint64, w *Window, identity string) []byte 
 	return AppendIdentity(dst, identity)
 }
 
+// appendWindowSpill appends the spill mark prefix "^{spillUntil}:", rounded
+// up to the micro-second; nothing unless spillUntil is finite and > 0.
+func appendWindowSpill(dst []byte, spillUntil float64) []byte {
+	if !(spillUntil > 0) || math.IsInf(spillUntil, 0) {
+		return dst
+	}
+	if m := math.Ceil(spillUntil * 1e6); m < maxMicro {
+		spillUntil = m / 1e6
+	}
+	dst = append(dst, '^')
+	dst = AppendMicros(dst, spillUntil)
+	return append(dst, ':')
+}
+
+// splitWindowSpill splits a window slot value into its spill mark (0 when
+// it has none) and the rest.
+func splitWindowSpill(v []byte) (spill float64, rest []byte, err error) {
+	if len(v) == 0 || v[0] != '^' {
+		return 0, v, nil
+	}
+	spill, i, ok := parseNumber(v, 1)
+	if !ok || spill < 0 || i >= len(v) || v[i] != ':' {
+		return 0, nil, ErrSpill
+	}
+	return spill, v[i+1:], nil
+}
+
+// RaiseWindowSpill appends the window slot value v (as read, valid) with
+// its spill mark replaced by spillUntil: the window after the mark is
+// copied as it is.
+func RaiseWindowSpill(dst, v []byte, spillUntil float64) []byte {
+	_, rest, err := splitWindowSpill(v)
+	if err != nil {
+		rest = v
+	}
+	return append(appendWindowSpill(dst, spillUntil), rest...)
+}
+
 // DecodeWindowSlot parses a value written by EncodeWindowSlot into w and
-// returns its fingerprint and identity (aliasing v). Strict like DecodeSlot;
-// never panics, does not allocate.
-func DecodeWindowSlot(v []byte, w *Window) (fp uint64, identity []byte, err error) {
+// returns its fingerprint, spill mark (0: none) and identity (aliasing v).
+// Strict like DecodeSlot; never panics, does not allocate.
+func DecodeWindowSlot(v []byte, w *Window) (fp uint64, spillUntil float64, identity []byte, err error) {
+	spillUntil, v, err = splitWindowSpill(v)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	fp, identity, err = decodeWindowSlotBody(v, w)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	return fp, spillUntil, identity, nil
+}
+
+func decodeWindowSlotBody(v []byte, w *Window) (fp uint64, identity []byte, err error) {
 	if len(v) < 17 || v[16] != ':' {
 		return 0, nil, ErrSlotFormat
 	}

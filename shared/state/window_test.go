@@ -55,14 +55,33 @@ func TestDecodeWindowRejects(t *testing.T) {
 
 func TestWindowSlotRoundTrip(t *testing.T) {
 	w := Window{Start: 3600, N: 3, Counts: [MaxCounts]float64{1, 0, 2.5}}
-	v := EncodeWindowSlot(nil, 0x3f0c2a9be4d10f57, &w, "10.0.0.1:with:colons")
+	v := EncodeWindowSlot(nil, 0x3f0c2a9be4d10f57, &w, "10.0.0.1:with:colons", 0)
 	if string(v) != "3f0c2a9be4d10f57:3600:1,0,2.5:10.0.0.1:with:colons" {
 		t.Fatalf("slot value %q", v)
 	}
 	var got Window
-	fp, id, err := DecodeWindowSlot(v, &got)
-	if err != nil || fp != 0x3f0c2a9be4d10f57 || string(id) != "10.0.0.1:with:colons" || got != w {
-		t.Fatalf("decoded %x %q %+v %v", fp, id, got, err)
+	fp, spill, id, err := DecodeWindowSlot(v, &got)
+	if err != nil || fp != 0x3f0c2a9be4d10f57 || string(id) != "10.0.0.1:with:colons" || got != w || spill != 0 {
+		t.Fatalf("decoded %x %q %+v %v %v", fp, id, got, spill, err)
+	}
+	// With a spill mark (rounded up to the micro-second), and raised.
+	v = EncodeWindowSlot(nil, 0x3f0c2a9be4d10f57, &w, "x", 7200.0000004)
+	if string(v) != "^7200.000001:3f0c2a9be4d10f57:3600:1,0,2.5:x" {
+		t.Fatalf("marked slot value %q", v)
+	}
+	if _, spill, id, err := DecodeWindowSlot(v, &got); err != nil || spill != 7200.000001 || string(id) != "x" || got != w {
+		t.Fatalf("marked: %v %q %+v %v", spill, id, got, err)
+	}
+	if r := RaiseWindowSpill(nil, v, 9000); string(r) != "^9000.000000:3f0c2a9be4d10f57:3600:1,0,2.5:x" {
+		t.Fatalf("raised %q", r)
+	}
+	if r := RaiseWindowSpill(nil, []byte("3f0c2a9be4d10f57:3600:1:x"), 5); string(r) != "^5.000000:3f0c2a9be4d10f57:3600:1:x" {
+		t.Fatalf("raised unmarked %q", r)
+	}
+	for _, bad := range []string{"^", "^:", "^-1:", "^x:", "^5", "^5:^5:3f0c2a9be4d10f57:3600:1:x"} {
+		if _, _, _, err := DecodeWindowSlot([]byte(bad), &got); err == nil {
+			t.Errorf("DecodeWindowSlot(%q) accepted", bad)
+		}
 	}
 	for _, bad := range []string{
 		"3f0c2a9be4d10f57:3600:1",    // no identity
@@ -71,7 +90,7 @@ func TestWindowSlotRoundTrip(t *testing.T) {
 		"3f0c2a9be4d10f57:3600:-1:x", // negative count
 		"3f0c2a9be4d10f57:1.5:2.5:x", // valid: decodes
 	} {
-		_, _, err := DecodeWindowSlot([]byte(bad), &got)
+		_, _, _, err := DecodeWindowSlot([]byte(bad), &got)
 		if (err == nil) != strings.HasSuffix(bad, "2.5:x") {
 			t.Errorf("DecodeWindowSlot(%q) = %v", bad, err)
 		}
@@ -113,14 +132,25 @@ func FuzzDecodeWindowSlot(f *testing.F) {
 	f.Add([]byte("3f0c2a9be4d10f57:3600:1,0,2.5:10.0.0.1"))
 	f.Add([]byte("3f0c2a9be4d10f57:3600:1:"))
 	f.Add([]byte("zz"))
+	f.Add([]byte("^7200.000001:3f0c2a9be4d10f57:3600:1:x"))
+	f.Add([]byte("^-1:3f0c2a9be4d10f57:3600:1:x"))
 	f.Fuzz(func(t *testing.T, v []byte) {
 		var w Window
-		_, id, err := DecodeWindowSlot(v, &w)
+		fp, spill, id, err := DecodeWindowSlot(v, &w)
 		if err != nil {
 			return
 		}
 		if len(id) == 0 || len(id) > MaxIdentity {
 			t.Fatalf("identity %q accepted", id)
+		}
+		if !(spill >= 0) || math.IsInf(spill, 0) {
+			t.Fatalf("spill mark %v accepted", spill)
+		}
+		// Raising the mark keeps everything else.
+		var w2 Window
+		fp2, spill2, id2, err := DecodeWindowSlot(RaiseWindowSpill(nil, v, spill+10), &w2)
+		if err != nil || fp2 != fp || string(id2) != string(id) || w2 != w || spill2 < spill+10 {
+			t.Fatalf("raising %q: %x %v %q %v", v, fp2, spill2, id2, err)
 		}
 		checkWindow(t, v, &w)
 	})
