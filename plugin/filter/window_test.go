@@ -224,15 +224,24 @@ func TestWindowStorageFormats(t *testing.T) {
 	f.do("x-b", "id:2")
 	f.clock.Set(aligned.Add(150 * time.Second))
 	f.do("x-b", "id:2")
-	start := aligned.Unix()
-	if v, _, st := f.h.SharedData().Get("fw:a:id:1"); st != wasmhost.StatusOK || string(v) != fmt.Sprintf("%d:1", start+60) {
-		t.Errorf("fw exact value %q (status %d)", v, st)
+	start := float64(aligned.Unix())
+	want := state.EncodeWindow(nil, &state.Window{Start: start + 60, N: 1, Counts: [state.MaxCounts]float64{1}})
+	if v, _, st := f.h.SharedData().Get("fw:a:id:1"); st != wasmhost.StatusOK || string(v) != string(want) || v[0] != state.WindowFormat {
+		t.Errorf("fw exact value %x (status %d), want %x", v, st, want)
 	}
 	c := state.CandidateSlots(state.Fingerprint("id:2"), 65536)
-	v, _, _ := f.h.SharedData().Get(state.WindowSlotKey(state.PrefixRollingWindow, "b", c[0]))
-	want := string(state.AppendHex16(nil, state.Fingerprint("id:2"))) + fmt.Sprintf(":%d:1,1:id:2", start+120)
-	if string(v) != want {
-		t.Errorf("rw slot value %q, want %q", v, want)
+	slot := state.WindowSlotKey(state.PrefixRollingWindow, "b", c[0])
+	v, _, _ := f.h.SharedData().Get(slot)
+	want = state.EncodeWindowSlot(nil, state.Fingerprint("id:2"), &state.Window{Start: start + 120, N: 2, Counts: [state.MaxCounts]float64{1, 1}}, "id:2", 0)
+	if string(v) != string(want) || v[0] != state.WindowSlotFormat {
+		t.Errorf("rw slot value %x, want %x", v, want)
+	}
+	// A value in the text form of earlier versions keeps counting.
+	f.h.SharedData().Set(slot, []byte(string(state.AppendHex16(nil, state.Fingerprint("id:2")))+fmt.Sprintf(":%d:3,1:id:2", int64(start)+120)), 0)
+	if res := f.do("x-b", "id:2"); res.Rejected {
+		t.Fatal("id:2 rejected with 4 of 5 used")
+	} else if got, _ := header(res.ResponseHeaders, "ratelimit-remaining"); got != "0" {
+		t.Errorf("after the text value's 4 uses: remaining %q, want 0", got)
 	}
 	// Rule a becomes a token bucket: its identities start full under tb:.
 	if err := f.h.Reconfigure(t.Context(), []byte(strings.Replace(cfg,

@@ -230,17 +230,24 @@ func EncodeSlot(dst []byte, fp uint64, b Bucket, identity string) []byte {
 // requires); a longer one is stored in its AppendIdentity form so the value
 // stays bounded. It does not allocate when dst has room.
 func EncodeMarkedSlot(dst []byte, fp uint64, b Bucket, identity string, spillUntil float64) []byte {
-	if !(spillUntil > 0) || math.IsInf(spillUntil, 0) {
-		spillUntil = 0
-	} else if m := math.Ceil(spillUntil * 1e6); m < maxMicro {
-		spillUntil = m / 1e6
-	}
 	dst = append(dst, SlotFormat)
 	dst = binary.LittleEndian.AppendUint64(dst, fp)
 	dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(roundMicro(b.Tokens)))
 	dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(roundMicro(b.LastRefill)))
-	dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(spillUntil))
+	dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(spillMark(spillUntil)))
 	return AppendIdentity(dst, identity)
+}
+
+// spillMark is a spill mark as stored: rounded up to the micro-second (so
+// never earlier than meant), 0 (none) unless finite and > 0.
+func spillMark(spillUntil float64) float64 {
+	if !(spillUntil > 0) || math.IsInf(spillUntil, 0) {
+		return 0
+	}
+	if m := math.Ceil(spillUntil * 1e6); m < maxMicro {
+		return m / 1e6
+	}
+	return spillUntil
 }
 
 // roundMicro rounds v to the nearest micro-unit, as EncodeBucket prints it

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"encoding/binary"
 	"errors"
 	"math"
 	"strconv"
@@ -11,25 +12,30 @@ import (
 //
 // Periods are aligned to the Unix epoch: period k covers [k*P, (k+1)*P) for
 // the rule's period length P (the window length for fixed and sliding
-// windows, period_seconds for rolling windows). A value is
+// windows, period_seconds for rolling windows). A window is its start, the
+// Unix time at which the newest period began, and its counts: c0 the use
+// (summed cost) in that period, c1 in the one before, and so on. A fixed
+// window has one count, a sliding window two (current, previous), a rolling
+// window at most one per sub-period (MaxCounts). Values are binary:
 //
-//	{start}:{c0},{c1},...      e.g. "1736942400:120,80.5,0,7"
+//	exact key:  WindowFormat (0x02) | window
+//	slot:       WindowSlotFormat (0x03) | fingerprint u64 | spill_until f64 | window | identity
+//	window:     start f64 | n (1 byte, 1..MaxCounts) | n counts, each a uvarint:
+//	            c<<1 for a whole count c, else (micro-units)<<1 | 1
 //
-// where start is the Unix time at which the newest period began, c0 the use
-// (summed cost) in that period, c1 in the one before, and so on. Trailing
-// zero counts are left out (at least c0 is written), so a window with use
-// only in its current period is "{start}:{c0}". Numbers are written with at
-// most six decimals and no trailing zeros ("12", "0.5"). A fixed window has
-// one count, a sliding window two (current, previous), a rolling window at
-// most one per sub-period (MaxCounts).
+// (numbers little-endian; start rounded to micro-seconds, spill_until
+// rounded up). Trailing zero counts are left out (at least c0 is written),
+// and a whole count below 64 takes one byte, so a 60-period rolling window
+// of small counts takes about 70 bytes. The fingerprint, identity and spill
+// mark are as in a token bucket's slot (slot.go). Binary because the text
+// form this replaced, "{start}:{c0},{c1},..." and
+// "{fingerprint}:{start}:{counts}:{identity}", was parsed and printed on
+// every request (a windowed request cost 1.2x a token-bucket one, mostly
+// for that); the text form still decodes (with no spill mark), so windows
+// written by an earlier version survive an upgrade.
 //
 // Keys differ per algorithm ("fw:", "sw:", "rw:" instead of "tb:"), so a
-// rule that changes algorithm never decodes another algorithm's value; the
-// slot form is "{fingerprint}:{start}:{counts}:{identity}", optionally
-// preceded by the slot's spill mark "^{spill_until}:" (six decimals, rounded
-// up): the same mark as in a token bucket's slot (slot.go), here as a text
-// prefix so it can be raised without decoding the window after it
-// (RaiseWindowSpill). A fingerprint never starts with '^'.
+// rule that changes algorithm never decodes another algorithm's value.
 
 // MaxCounts bounds the counts of a window value (policy.MaxPeriods).
 const MaxCounts = 60
@@ -43,67 +49,119 @@ type Window struct {
 
 // Errors returned by DecodeWindow and DecodeWindowSlot.
 var (
-	ErrWindowFormat = errors.New(`state: window value is not "{start}:{count},{count},..."`)
+	ErrWindowFormat = errors.New("state: window value is neither the binary window format nor \"{start}:{count},{count},...\"")
 	ErrWindowStart  = errors.New("state: window start is not a finite number >= 0")
 	ErrWindowCount  = errors.New("state: window count is not a finite number >= 0")
 	ErrWindowCounts = errors.New("state: window has more than MaxCounts counts")
 )
 
-// EncodeWindow appends "{start}:{c0},{c1},..." (trailing zero counts left
-// out) to dst. It does not allocate when dst has room.
+// First bytes of the binary window values.
+const (
+	WindowFormat     = 0x02
+	WindowSlotFormat = 0x03
+)
+
+// EncodeWindow appends the binary value of w for an exact key (see the
+// file comment). It does not allocate when dst has room.
 func EncodeWindow(dst []byte, w *Window) []byte {
-	dst = AppendCompact(dst, w.Start)
-	dst = append(dst, ':')
+	return appendWindow(append(dst, WindowFormat), w)
+}
+
+// appendWindow appends start, n and the counts (trailing zero counts left
+// out, at least one written).
+func appendWindow(dst []byte, w *Window) []byte {
+	dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(roundMicro(w.Start)))
 	n := min(max(w.N, 1), MaxCounts)
-	for n > 1 && AppendCompactIsZero(w.Counts[n-1]) {
+	for n > 1 && microCount(w.Counts[n-1]) == 0 {
 		n--
 	}
+	dst = append(dst, byte(n))
 	for i := 0; i < n; i++ {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = AppendCompact(dst, w.Counts[i])
+		dst = binary.AppendUvarint(dst, countCode(microCount(w.Counts[i])))
 	}
 	return dst
 }
 
-// AppendCompactIsZero reports whether AppendCompact writes v as "0".
-func AppendCompactIsZero(v float64) bool { return v < 5e-7 && v > -5e-7 }
-
-// AppendCompact appends v like AppendMicros but without trailing zero
-// decimals: "12", "0.5", "1736942400". Window values hold up to 60 numbers,
-// most of them whole, so this halves their size.
-func AppendCompact(dst []byte, v float64) []byte {
-	start := len(dst)
-	dst = AppendMicros(dst, v)
-	dot := -1
-	for i := start; i < len(dst); i++ {
-		if dst[i] == '.' {
-			dot = i
-			break
-		}
+// countCode is how a count of m micro-units is written: a whole count c as
+// c<<1 (one byte up to 63, two up to 8191: counts are mostly whole), any
+// other as m<<1 | 1.
+func countCode(m uint64) uint64 {
+	if m%1e6 == 0 {
+		return m / 1e6 << 1
 	}
-	if dot < 0 {
-		return dst
-	}
-	end := len(dst)
-	for end > dot+1 && dst[end-1] == '0' {
-		end--
-	}
-	if end == dot+1 {
-		end = dot
-	}
-	dst = dst[:end]
-	if len(dst)-start == 2 && dst[start] == '-' && dst[start+1] == '0' {
-		dst = append(dst[:start], '0') // "-0.000000" of a tiny negative
-	}
-	return dst
+	return m<<1 | 1
 }
 
-// DecodeWindow parses a value written by EncodeWindow into w. It is strict:
-// start finite and >= 0, then ':' and 1 to MaxCounts finite counts >= 0
-// separated by ','; nothing else. It never panics and does not allocate.
+// countOf decodes countCode.
+func countOf(code uint64) float64 {
+	if code&1 == 0 {
+		return float64(code >> 1)
+	}
+	return float64(code>>1) / 1e6
+}
+
+// maxMicroCount bounds a count's micro-units, so that m<<1 never overflows.
+const maxMicroCount = 1 << 62
+
+// MaxWindowCount is the largest count a window value stores (about 4.6e12,
+// above any limit, policy's 1e12); larger counts are stored as it.
+const MaxWindowCount = float64(maxMicroCount) / 1e6
+
+// microCount is a count in micro-units, rounded; negative and NaN counts
+// (which the limiter never produces) are 0, huge ones maxMicroCount.
+func microCount(c float64) uint64 {
+	m := math.Round(c * 1e6)
+	switch {
+	case !(m > 0):
+		return 0
+	case m >= maxMicroCount:
+		return maxMicroCount
+	}
+	return uint64(m)
+}
+
+// decodeWindow reads a binary window (after its format byte) into w and
+// returns the bytes after it.
+func decodeWindow(v []byte, w *Window) ([]byte, error) {
+	if len(v) < 9 {
+		return nil, ErrWindowFormat
+	}
+	start := math.Float64frombits(binary.LittleEndian.Uint64(v))
+	n := int(v[8])
+	switch {
+	case !isFinite(start) || start < 0:
+		return nil, ErrWindowStart
+	case n < 1:
+		return nil, ErrWindowFormat
+	case n > MaxCounts:
+		return nil, ErrWindowCounts
+	}
+	v = v[9:]
+	for i := 0; i < n; i++ {
+		code, k := binary.Uvarint(v)
+		if k <= 0 || code>>1 > maxMicroCount || (code&1 == 0 && code>>1 > maxMicroCount/1_000_000) {
+			return nil, ErrWindowCount // unreadable, or more than the encoder writes
+		}
+		w.Counts[i] = countOf(code)
+		v = v[k:]
+	}
+	w.Start, w.N = start, n
+	clear(w.Counts[n:])
+	return v, nil
+}
+
+// DecodeWindow parses a value written by EncodeWindow into w, or the text
+// form of earlier versions. It is strict: start finite and >= 0, 1 to
+// MaxCounts counts >= 0 (text: separated by ','), nothing else. It never
+// panics and does not allocate.
 func DecodeWindow(v []byte, w *Window) error {
+	if len(v) > 0 && v[0] == WindowFormat {
+		rest, err := decodeWindow(v[1:], w)
+		if err == nil && len(rest) != 0 {
+			err = ErrWindowFormat
+		}
+		return err
+	}
 	i, err := decodeWindowAt(v, 0, w)
 	if err != nil {
 		return err
@@ -146,71 +204,67 @@ func decodeWindowAt(v []byte, i int, w *Window) (int, error) {
 	return j, nil
 }
 
-// EncodeWindowSlot appends a window slot value: "{fingerprint}:{start}:
-// {counts}:{identity}" (identity as in EncodeSlot), after the spill mark
-// "^{spillUntil}:" when spillUntil > 0.
+// EncodeWindowSlot appends the binary value of a window slot (see the file
+// comment): fingerprint, spill mark (not > 0, or +Inf: none), window and
+// identity (as in EncodeSlot).
 func EncodeWindowSlot(dst []byte, fp uint64, w *Window, identity string, spillUntil float64) []byte {
-	dst = appendWindowSpill(dst, spillUntil)
-	dst = AppendHex16(dst, fp)
-	dst = append(dst, ':')
-	dst = EncodeWindow(dst, w)
-	dst = append(dst, ':')
+	dst = append(dst, WindowSlotFormat)
+	dst = binary.LittleEndian.AppendUint64(dst, fp)
+	dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(spillMark(spillUntil)))
+	dst = appendWindow(dst, w)
 	return AppendIdentity(dst, identity)
 }
 
-// appendWindowSpill appends the spill mark prefix "^{spillUntil}:", rounded
-// up to the micro-second; nothing unless spillUntil is finite and > 0.
-func appendWindowSpill(dst []byte, spillUntil float64) []byte {
-	if !(spillUntil > 0) || math.IsInf(spillUntil, 0) {
+// RaiseWindowSpill appends the window slot value v (as read, and valid)
+// with its spill mark set to spillUntil, the rest unchanged: a binary value
+// is copied with its mark patched, without decoding the window; a text value
+// of an earlier version is rewritten in the binary form.
+func RaiseWindowSpill(dst, v []byte, spillUntil float64) []byte {
+	if len(v) >= 17 && v[0] == WindowSlotFormat {
+		at := len(dst) + 9
+		dst = append(dst, v...)
+		binary.LittleEndian.PutUint64(dst[at:], math.Float64bits(spillMark(spillUntil)))
 		return dst
 	}
-	if m := math.Ceil(spillUntil * 1e6); m < maxMicro {
-		spillUntil = m / 1e6
-	}
-	dst = append(dst, '^')
-	dst = AppendMicros(dst, spillUntil)
-	return append(dst, ':')
-}
-
-// splitWindowSpill splits a window slot value into its spill mark (0 when
-// it has none) and the rest.
-func splitWindowSpill(v []byte) (spill float64, rest []byte, err error) {
-	if len(v) == 0 || v[0] != '^' {
-		return 0, v, nil
-	}
-	spill, i, ok := parseNumber(v, 1)
-	if !ok || spill < 0 || i >= len(v) || v[i] != ':' {
-		return 0, nil, ErrSpill
-	}
-	return spill, v[i+1:], nil
-}
-
-// RaiseWindowSpill appends the window slot value v (as read, valid) with
-// its spill mark replaced by spillUntil: the window after the mark is
-// copied as it is.
-func RaiseWindowSpill(dst, v []byte, spillUntil float64) []byte {
-	_, rest, err := splitWindowSpill(v)
+	var w Window
+	fp, _, id, err := DecodeWindowSlot(v, &w)
 	if err != nil {
-		rest = v
+		return append(dst, v...)
 	}
-	return append(appendWindowSpill(dst, spillUntil), rest...)
+	return EncodeWindowSlot(dst, fp, &w, string(id), spillUntil)
 }
 
-// DecodeWindowSlot parses a value written by EncodeWindowSlot into w and
-// returns its fingerprint, spill mark (0: none) and identity (aliasing v).
-// Strict like DecodeSlot; never panics, does not allocate.
+// DecodeWindowSlot parses a window slot value into w and returns its
+// fingerprint, spill mark (0: none) and identity (aliasing v). It reads the
+// binary form EncodeWindowSlot writes and the text form of earlier versions
+// (no mark). Strict like DecodeSlot; never panics, does not allocate.
 func DecodeWindowSlot(v []byte, w *Window) (fp uint64, spillUntil float64, identity []byte, err error) {
-	spillUntil, v, err = splitWindowSpill(v)
+	if len(v) == 0 || v[0] != WindowSlotFormat {
+		fp, identity, err = decodeWindowSlotBody(v, w)
+		if err != nil {
+			return 0, 0, nil, err
+		}
+		return fp, 0, identity, nil
+	}
+	if len(v) < 17 {
+		return 0, 0, nil, ErrSlotFormat
+	}
+	spillUntil = math.Float64frombits(binary.LittleEndian.Uint64(v[9:]))
+	if !isFinite(spillUntil) || spillUntil < 0 {
+		return 0, 0, nil, ErrSpill
+	}
+	id, err := decodeWindow(v[17:], w)
 	if err != nil {
 		return 0, 0, nil, err
 	}
-	fp, identity, err = decodeWindowSlotBody(v, w)
-	if err != nil {
-		return 0, 0, nil, err
+	if len(id) == 0 || len(id) > MaxIdentity {
+		return 0, 0, nil, ErrIdentity
 	}
-	return fp, spillUntil, identity, nil
+	return binary.LittleEndian.Uint64(v[1:]), spillUntil, id, nil
 }
 
+// decodeWindowSlotBody reads the text slot form of earlier versions,
+// "{fingerprint}:{start}:{counts}:{identity}".
 func decodeWindowSlotBody(v []byte, w *Window) (fp uint64, identity []byte, err error) {
 	if len(v) < 17 || v[16] != ':' {
 		return 0, nil, ErrSlotFormat
