@@ -252,18 +252,27 @@ const (
 // (value, with the cas read) before the claim, or, if it was missing,
 // created empty (a placeholder), see the file comment. A bump of the first
 // candidate by an identity that lives (or is about to live) in its second
-// one also raises the first candidate's spill mark (mark): then decoded
-// holds the value read, re-encoded with the higher mark.
+// one also raises the first candidate's spill mark (mark): the value read
+// is then written with the higher mark.
 type slotBump struct {
 	slot    int
 	value   []byte
 	cas     uint32
 	missing bool
 
-	spill    float64    // the slot's spill mark as read
-	mark     bool       // raise the slot's spill mark to cover our bucket
-	optional bool       // no claim needs this write: skip it unless the mark rises
-	decoded  state.Slot // token buckets: the value read, decoded (valid when mark)
+	spill    float64 // the slot's spill mark as read
+	mark     bool    // raise the slot's spill mark to cover our state
+	optional bool    // no claim needs this write: skip it unless the mark rises
+}
+
+// markFirst has r's first bump (the first candidate, as read) raise its
+// spill mark: r's identity lives, or is about to live, past it. optional:
+// the write is only needed if the mark rises (our state was found, no
+// claim).
+func (r *bucketRead) markFirst(first slotBump, optional bool) {
+	r.bumps[0] = first
+	r.bumps[0].mark, r.bumps[0].optional = true, optional
+	r.nbumps = max(r.nbumps, 1)
 }
 
 // bucketRead is the result of reading a rule's bucket for one request.
@@ -329,13 +338,12 @@ func readBucket(key string) (r bucketRead, corrupt bool, err error) {
 // the file comment). Only reads: the claim is written by store.
 func (p *pluginContext) probe(a *application, now float64) (corrupt bool, err error) {
 	var (
-		seen      [state.Candidates]slotBump
-		seenSlots [state.Candidates]state.Slot // decoded values, where decoded
-		decoded   [state.Candidates]bool
-		buckets   [state.Candidates]state.Bucket
-		free      [state.Candidates]bool // missing, empty or undecodable: nothing to lose
-		n         int
-		tref      float64
+		seen    [state.Candidates]slotBump
+		decoded [state.Candidates]bool
+		buckets [state.Candidates]state.Bucket
+		free    [state.Candidates]bool // missing, empty or undecodable: nothing to lose
+		n       int
+		tref    float64
 	)
 	for i := 0; i < a.ncand; i++ {
 		slot := a.cand[i]
@@ -372,10 +380,7 @@ func (p *pluginContext) probe(a *application, now float64) (corrupt bool, err er
 			if n > 0 && decoded[0] {
 				// We live past our first candidate: keep its spill mark
 				// covering our bucket (store raises it when needed).
-				a.read.bumps[0] = seen[0]
-				a.read.bumps[0].mark, a.read.bumps[0].optional = true, true
-				a.read.bumps[0].decoded = seenSlots[0]
-				a.read.nbumps = 1
+				a.read.markFirst(seen[0], true)
 			}
 			return corrupt, nil
 		}
@@ -384,8 +389,7 @@ func (p *pluginContext) probe(a *application, now float64) (corrupt bool, err er
 			corrupt, free[n] = true, true
 		} else {
 			buckets[n] = s.Bucket
-			seenSlots[n], decoded[n] = s, true
-			seen[n].spill = s.SpillUntil
+			decoded[n], seen[n].spill = true, s.SpillUntil
 			tref = max(tref, s.Bucket.LastRefill)
 		}
 		n++
@@ -423,7 +427,7 @@ func (p *pluginContext) probe(a *application, now float64) (corrupt bool, err er
 			t, best = i, lvl
 		}
 	}
-	r := bucketRead{stored: !seen[t].missing, cas: seen[t].cas, slot: seen[t].slot, spill: seenSlots[t].SpillUntil}
+	r := bucketRead{stored: !seen[t].missing, cas: seen[t].cas, slot: seen[t].slot, spill: seen[t].spill}
 	switch {
 	case seen[t].missing:
 		r.claim = claimMissing
@@ -437,7 +441,7 @@ func (p *pluginContext) probe(a *application, now float64) (corrupt bool, err er
 	if t > 0 && decoded[0] {
 		// We are about to live past our first candidate: its bump also
 		// raises its spill mark.
-		a.read.bumps[0].mark, a.read.bumps[0].decoded = true, seenSlots[0]
+		a.read.markFirst(seen[0], false)
 	}
 	return corrupt, nil
 }
@@ -483,8 +487,7 @@ func (p *pluginContext) store(a *application) error {
 			if a.rule.win != nil {
 				p.valBuf = state.RaiseWindowSpill(p.valBuf[:0], b.value, mark)
 			} else {
-				d := &b.decoded
-				p.valBuf = state.EncodeMarkedSlot(p.valBuf[:0], d.Fingerprint, d.Bucket, string(d.Identity), mark)
+				p.valBuf = state.RaiseSlotSpill(p.valBuf[:0], b.value, mark)
 			}
 			err = proxywasm.SetSharedData(a.slotKey(b.slot), p.valBuf, b.cas)
 		case b.optional:

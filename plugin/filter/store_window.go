@@ -81,9 +81,7 @@ func (p *pluginContext) probeWindow(a *application, now float64) (corrupt bool, 
 			if n > 0 && decoded[0] {
 				// We live past our first candidate: keep its spill mark
 				// covering our window (store raises it when needed).
-				a.read.bumps[0] = seen[0]
-				a.read.bumps[0].mark, a.read.bumps[0].optional = true, true
-				a.read.nbumps = 1
+				a.read.markFirst(seen[0], true)
 			}
 			return corrupt, nil
 		}
@@ -126,7 +124,7 @@ func (p *pluginContext) probeWindow(a *application, now float64) (corrupt bool, 
 	a.read = r
 	a.read.setBumps(seen[:n], t)
 	if t > 0 && decoded[0] {
-		a.read.bumps[0].mark = true // its bump raises its spill mark
+		a.read.markFirst(seen[0], false) // its bump raises its spill mark
 	}
 	return corrupt, nil
 }

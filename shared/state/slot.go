@@ -238,6 +238,30 @@ func EncodeMarkedSlot(dst []byte, fp uint64, b Bucket, identity string, spillUnt
 	return AppendIdentity(dst, identity)
 }
 
+// RaiseSlotSpill appends the slot value v (as read, and valid) with its
+// spill mark set to spillUntil, the rest unchanged: a binary value is
+// copied with its mark patched, without decoding it; a text value of an
+// earlier version is rewritten in the binary form.
+func RaiseSlotSpill(dst, v []byte, spillUntil float64) []byte {
+	if len(v) >= slotHeader && v[0] == SlotFormat {
+		return appendWithSpill(dst, v, 25, spillUntil)
+	}
+	s, err := DecodeSlot(v)
+	if err != nil {
+		return append(dst, v...)
+	}
+	return EncodeMarkedSlot(dst, s.Fingerprint, s.Bucket, string(s.Identity), spillUntil)
+}
+
+// appendWithSpill appends the binary value v with the spill mark at offset
+// set to spillUntil.
+func appendWithSpill(dst, v []byte, offset int, spillUntil float64) []byte {
+	at := len(dst) + offset
+	dst = append(dst, v...)
+	binary.LittleEndian.PutUint64(dst[at:], math.Float64bits(spillMark(spillUntil)))
+	return dst
+}
+
 // spillMark is a spill mark as stored: rounded up to the micro-second (so
 // never earlier than meant), 0 (none) unless finite and > 0.
 func spillMark(spillUntil float64) float64 {

@@ -356,3 +356,20 @@ func TestDecodeBinarySlotRejects(t *testing.T) {
 		}
 	}
 }
+
+// RaiseSlotSpill sets the mark and keeps everything else, for binary values
+// (patched in place) and for text ones of earlier versions (rewritten).
+func TestRaiseSlotSpill(t *testing.T) {
+	b := Bucket{Tokens: 9, LastRefill: 1736940000.25}
+	for name, v := range map[string][]byte{
+		"binary": EncodeMarkedSlot(nil, 0x3f0c2a9be4d10f57, b, "10.0.0.1", 5),
+		"text":   []byte("3f0c2a9be4d10f57:9.000000:1736940000.250000:10.0.0.1"),
+	} {
+		r := RaiseSlotSpill([]byte("pre"), v, 1736940012.0000004)
+		s, err := DecodeSlot(r[3:])
+		if string(r[:3]) != "pre" || err != nil || r[3] != SlotFormat || s.SpillUntil != 1736940012.000001 ||
+			s.Fingerprint != 0x3f0c2a9be4d10f57 || s.Bucket != b || string(s.Identity) != "10.0.0.1" {
+			t.Errorf("%s: %x -> %+v, %v", name, r, s, err)
+		}
+	}
+}

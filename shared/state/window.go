@@ -221,10 +221,7 @@ func EncodeWindowSlot(dst []byte, fp uint64, w *Window, identity string, spillUn
 // of an earlier version is rewritten in the binary form.
 func RaiseWindowSpill(dst, v []byte, spillUntil float64) []byte {
 	if len(v) >= 17 && v[0] == WindowSlotFormat {
-		at := len(dst) + 9
-		dst = append(dst, v...)
-		binary.LittleEndian.PutUint64(dst[at:], math.Float64bits(spillMark(spillUntil)))
-		return dst
+		return appendWithSpill(dst, v, 9, spillUntil)
 	}
 	var w Window
 	fp, _, id, err := DecodeWindowSlot(v, &w)
