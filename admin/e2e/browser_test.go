@@ -65,6 +65,22 @@ func (b *browser) screenshot(name, docName string) {
 		b.t.Errorf("screenshot %s: %v", name, err)
 		return
 	}
+	b.save(png, name, docName)
+}
+
+// screenshotOf is screenshot of the element sel only.
+func (b *browser) screenshotOf(sel, name, docName string) {
+	b.t.Helper()
+	png, err := chromedp.Run(b.ctx, chromedp.Screenshot(chromedp.CSS(sel)))
+	if err != nil {
+		b.t.Errorf("screenshot %s: %v", name, err)
+		return
+	}
+	b.save(png, name, docName)
+}
+
+func (b *browser) save(png []byte, name, docName string) {
+	b.t.Helper()
 	p := filepath.Join(b.artifacts, name+".png")
 	if err := os.WriteFile(p, png, 0o644); err != nil {
 		b.t.Error(err)

@@ -354,18 +354,7 @@ func (s *simulator) report(t *testing.T, vm *simVM, sec, i int) {
 		"interval_ms": 1000, "config_hash": s.hashes[vm.node], "rules": rules, "buckets": buckets,
 		"reports_dropped": vm.dropped,
 	})
-	req, _ := http.NewRequest("POST", s.url+"/api/v1/telemetry", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+telemetryToken)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Errorf("report: %v", err)
-		return
-	}
-	msg, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		t.Errorf("report refused: %d %s", resp.StatusCode, msg)
+	if !postTelemetry(t, s.url, body) {
 		return
 	}
 	s.mu.Lock()
@@ -378,6 +367,26 @@ func (s *simulator) report(t *testing.T, vm *simVM, sec, i int) {
 		}
 		s.sent[r] = tot
 	}
+}
+
+// postTelemetry sends one telemetry report to the admin at url, as a plugin
+// does; it reports (as a test error) and returns false if it was refused.
+func postTelemetry(t *testing.T, url string, body []byte) bool {
+	req, _ := http.NewRequest("POST", url+"/api/v1/telemetry", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+telemetryToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Errorf("report: %v", err)
+		return false
+	}
+	msg, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Errorf("report refused: %d %s", resp.StatusCode, msg)
+		return false
+	}
+	return true
 }
 
 func (s *simulator) waitReports(t *testing.T, n int) {

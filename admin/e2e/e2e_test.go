@@ -85,43 +85,8 @@ func TestBrowserEditSaveRollback(t *testing.T) {
 	gwURL := gw[1]
 	waitAcked(t, adminURL, "1")
 
-	artifacts := os.Getenv("SLUICE_ARTIFACTS")
-	if artifacts == "" {
-		artifacts = t.TempDir()
-	}
-	os.MkdirAll(artifacts, 0o755)
-	shot := func(ctx context.Context, name string) []byte {
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Errorf("screenshot %s: %v", name, err)
-			return nil
-		}
-		p := filepath.Join(artifacts, name+".png")
-		if err := os.WriteFile(p, png, 0o644); err != nil {
-			t.Error(err)
-		}
-		t.Logf("screenshot: %s", p)
-		return png
-	}
-
-	ctx := newBrowser(t, chromium)
-	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		defer cancel()
-		if err := chromedp.Do(sctx, steps...); err != nil {
-			shot(ctx, "failure")
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	eval := func(expr string) string {
-		t.Helper()
-		s, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("evaluating %s: %v", expr, err)
-		}
-		return s
-	}
+	b := openBrowser(t, chromium, "editor")
+	run, eval := b.run, b.eval
 
 	// Log in.
 	run("log in", append(loginSteps(adminURL+"/", "e2e-user"), chromedp.WaitVisible(chromedp.ID("policy")))...)
@@ -154,15 +119,7 @@ func TestBrowserEditSaveRollback(t *testing.T) {
 	if sel := eval(`(() => { const t = document.getElementById("policy"); return t.value.substring(t.selectionStart, t.selectionEnd); })()`); !strings.Contains(sel, `"burst": 3`) {
 		t.Errorf("line link selected %q", sel)
 	}
-	png := shot(ctx, "01-invalid-policy")
-	if os.Getenv("SLUICE_UPDATE_SCREENSHOTS") == "1" && png != nil {
-		dst := filepath.Join(root, "docs", "img", "admin-editor.png")
-		os.MkdirAll(filepath.Dir(dst), 0o755)
-		if err := os.WriteFile(dst, png, 0o644); err != nil {
-			t.Error(err)
-		}
-		t.Logf("updated %s", dst)
-	}
+	b.screenshot("01-invalid-policy", "admin-editor.png")
 	if codes := hit(t, gwURL, 5); strings.Contains(codes, "429") {
 		t.Errorf("the refused policy reached the gateway: %s", codes)
 	}
@@ -177,7 +134,7 @@ func TestBrowserEditSaveRollback(t *testing.T) {
 	if got := eval(`document.querySelector(".flash-ok").textContent`); !strings.Contains(got, "Saved v2") {
 		t.Errorf("after saving: %q", got)
 	}
-	shot(ctx, "02-saved")
+	b.screenshot("02-saved", "")
 	waitAcked(t, adminURL, "2")
 	if codes := hit(t, gwURL, 5); codes != "200 200 200 429 429" {
 		t.Errorf("gateway under v2 answered %s, want 200 200 200 429 429", codes)
@@ -188,16 +145,16 @@ func TestBrowserEditSaveRollback(t *testing.T) {
 	if row := eval(`document.querySelector('tr[data-version="2"]').textContent`); !strings.Contains(row, "e2e-user") || !strings.Contains(row, "e2e: 3 requests then 429") || !strings.Contains(row, "current") {
 		t.Errorf("history row of v2: %q", row)
 	}
-	shot(ctx, "03-history")
+	b.screenshot("03-history", "")
 
 	// Roll back to v1 (confirming the dialog): v3, and the gateway stops rejecting.
-	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
+	dialogs := chromedp.Events(b.ctx, page.JavascriptDialogOpening)
 	go func() {
 		for _, err := range dialogs {
 			if err != nil {
 				return
 			}
-			chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
+			chromedp.Call(b.ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
 			return
 		}
 	}()
@@ -211,7 +168,7 @@ func TestBrowserEditSaveRollback(t *testing.T) {
 	if row := eval(`document.querySelector('tr[data-version="3"]').textContent`); !strings.Contains(row, "rollback to v1") {
 		t.Errorf("history row of v3: %q", row)
 	}
-	shot(ctx, "04-rolled-back")
+	b.screenshot("04-rolled-back", "")
 	waitAcked(t, adminURL, "3")
 	if codes := hit(t, gwURL, 5); strings.Contains(codes, "429") {
 		t.Errorf("gateway after the rollback answered %s, want no 429", codes)
@@ -222,19 +179,19 @@ func TestBrowserEditSaveRollback(t *testing.T) {
 	if row := eval(`document.querySelector('tr[data-node="e2e-gateway"]').textContent`); !strings.Contains(row, "v3") || !strings.Contains(row, "up to date") || !strings.Contains(row, "connected") {
 		t.Errorf("nodes row: %q", row)
 	}
-	shot(ctx, "05-nodes")
+	b.screenshot("05-nodes", "")
 
 	// The diff of v3 against its parent, and the Istio export.
 	run("diff", chromedp.Navigate(adminURL+"/history/3"), chromedp.WaitVisible(chromedp.CSS("table.diff")))
 	if del := eval(`Array.from(document.querySelectorAll("table.diff tr.del")).map(r => r.textContent).join("\n")`); !strings.Contains(del, `"tokens_per_second": 0.01`) {
 		t.Errorf("diff v2 -> v3 removes %q", del)
 	}
-	shot(ctx, "06-diff")
+	b.screenshot("06-diff", "")
 	run("istio", chromedp.Navigate(adminURL+"/istio"), chromedp.WaitVisible(chromedp.ID("manifest")))
 	if m := eval(`document.getElementById("manifest").textContent`); !strings.Contains(m, "kind: WasmPlugin") || !strings.Contains(m, "default-per-ip") {
 		t.Errorf("istio manifest: %q", m)
 	}
-	shot(ctx, "07-istio")
+	b.screenshot("07-istio", "")
 	if time.Now().After(deadline) {
 		t.Errorf("the browser test took longer than its 60 s budget")
 	}

@@ -1,14 +1,12 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -78,31 +76,8 @@ func TestBrowserFleetDashboardLive(t *testing.T) {
 	go sim.run(ctx, t)
 	defer func() { stop(); <-sim.done }()
 
-	artifacts := os.Getenv("SLUICE_ARTIFACTS")
-	if artifacts == "" {
-		artifacts = t.TempDir()
-	}
-	os.MkdirAll(artifacts, 0o755)
-	bctx := newBrowser(t, chromium)
-	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		sctx, cancel := context.WithTimeout(bctx, 15*time.Second)
-		defer cancel()
-		if err := chromedp.Do(sctx, steps...); err != nil {
-			if png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100)); err == nil {
-				os.WriteFile(filepath.Join(artifacts, "fleet-dashboard-failure.png"), png, 0o644)
-			}
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	eval := func(expr string) string {
-		t.Helper()
-		s, err := chromedp.Run(bctx, chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("evaluating %s: %v", expr, err)
-		}
-		return s
-	}
+	b := openBrowser(t, chromium, "fleet-dashboard")
+	run, eval := b.run, b.eval
 	row := func(rule, node string) string {
 		return fmt.Sprintf(`#fleet article[data-rule="%s"] tr[data-node="%s"]`, rule, node)
 	}
@@ -112,12 +87,7 @@ func TestBrowserFleetDashboardLive(t *testing.T) {
 
 	// Both views: edge-1 with its lease held and its grants, edge-3 with
 	// grants only (no fleet telemetry), every node healthy.
-	run("log in and see both views",
-		chromedp.Navigate(adminURL+"/login"),
-		chromedp.WaitVisible(chromedp.ID("token")),
-		chromedp.SetValue(chromedp.ID("token"), token),
-		chromedp.SetValue(chromedp.ID("name"), "e2e-ops"),
-		chromedp.Submit(chromedp.ID("token")),
+	run("log in and see both views", append(loginSteps(adminURL+"/login", "e2e-ops"),
 		chromedp.WaitVisible(chromedp.ID("dash-live")),
 		poll(fmt.Sprintf(`(() => {
 			const q = s => document.querySelector(s);
@@ -126,7 +96,7 @@ func TestBrowserFleetDashboardLive(t *testing.T) {
 				e1.querySelector("td.held").textContent.includes("pools") &&
 				e3.querySelector("td.held").textContent === "—" &&
 				q('#fleet [data-health="up"]') !== null;
-		})()`, row("api-global", "edge-1"), row("api-global", "edge-2"), row("api-global", "edge-3"))),
+		})()`, row("api-global", "edge-1"), row("api-global", "edge-2"), row("api-global", "edge-3"))))...,
 	)
 	eval(`(window.__sluiceMark = "m" + Math.random())`)
 	mark := eval(`window.__sluiceMark`)
@@ -165,22 +135,7 @@ func TestBrowserFleetDashboardLive(t *testing.T) {
 	for time.Until(deadline) > 10*time.Second && sim.seconds() < 8 {
 		time.Sleep(250 * time.Millisecond)
 	}
-	png, err := chromedp.Run(bctx, chromedp.Screenshot(chromedp.CSS("#fleet")))
-	if err != nil {
-		t.Fatalf("screenshot: %v", err)
-	}
-	p := filepath.Join(artifacts, "fleet-dashboard.png")
-	if err := os.WriteFile(p, png, 0o644); err != nil {
-		t.Error(err)
-	}
-	t.Logf("screenshot: %s", p)
-	if os.Getenv("SLUICE_UPDATE_SCREENSHOTS") == "1" {
-		dst := filepath.Join(root, "docs", "img", "fleet-dashboard.png")
-		if err := os.WriteFile(dst, png, 0o644); err != nil {
-			t.Error(err)
-		}
-		t.Logf("updated %s", dst)
-	}
+	b.screenshotOf("#fleet", "fleet-dashboard", "fleet-dashboard.png")
 
 	// Prometheus carries the nodes' view too.
 	resp := apiDo(t, "GET", adminURL+"/metrics", token, nil)
@@ -274,19 +229,7 @@ func (s *fleetSim) report(t *testing.T, node string, startMS int64, seq uint64, 
 		"interval_ms": 500, "config_hash": s.hash, "rules": counters,
 		"fleet": map[string]any{"backend_healthy": !down, "fleet_size": 3, "rules": fleetRules},
 	})
-	req, _ := http.NewRequest("POST", s.url+"/api/v1/telemetry", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+telemetryToken)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Errorf("report: %v", err)
-		return
-	}
-	msg, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		t.Errorf("report refused: %d %s", resp.StatusCode, msg)
-	}
+	postTelemetry(t, s.url, body)
 }
 
 func (s *fleetSim) seconds() int {

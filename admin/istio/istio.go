@@ -19,8 +19,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -105,7 +106,7 @@ func (o Options) withDefaults() (Options, error) {
 	if !gogcValue.MatchString(o.GOGC) {
 		errs = append(errs, fmt.Errorf("gogc: %q must be a positive integer percentage or \"off\"", o.GOGC))
 	}
-	for _, k := range sortedKeys(o.Selector) {
+	for _, k := range slices.Sorted(maps.Keys(o.Selector)) {
 		name := k
 		if i := strings.LastIndexByte(k, '/'); i >= 0 {
 			if !dnsSubdomain.MatchString(k[:i]) {
@@ -315,13 +316,4 @@ type envVar struct {
 	Name      string `json:"name"`
 	ValueFrom string `json:"valueFrom,omitempty"` // "HOST": from the proxy's environment
 	Value     string `json:"value,omitempty"`
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

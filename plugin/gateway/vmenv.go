@@ -78,7 +78,7 @@ func (gw *Gateway) restartVMs(ctx context.Context, config []byte, env map[string
 	host.StartTicker(gw.runCtx)
 	gw.cur.Store(&hostRef{host: host, env: env})
 	gw.log.Info("new VM environment: started new plugin VMs (as Envoy does for a new vm_config)",
-		"variables", strings.Join(sortedNames(env), ","))
+		"variables", strings.Join(slices.Sorted(maps.Keys(env)), ","))
 	gw.retiring.Add(1)
 	go func() {
 		defer gw.retiring.Done()
@@ -111,15 +111,6 @@ func pushedEnv(ev *wasmv3.EnvironmentVariables, lookup func(string) (string, boo
 		}
 	}
 	return env
-}
-
-func sortedNames(env map[string]string) []string {
-	names := make([]string, 0, len(env))
-	for k := range env {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	return names
 }
 
 var vmEnvName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
