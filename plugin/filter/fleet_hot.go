@@ -68,7 +68,7 @@ func (p *pluginContext) registerVM(now int64) {
 	fs := &p.vm.fleet
 	stale := now - 10*p.cfg.fleet.syncMS
 	for attempt := 0; attempt < 4; attempt++ {
-		v, cas, st := getSharedData(fleetVMsKey)
+		v, cas, st := getSharedData(fleetVMsKey, nil)
 		if st != statusOK && st != statusNotFound {
 			return
 		}
@@ -98,7 +98,7 @@ func (p *pluginContext) mergedHot(now int64) map[hotKeyFleet]*hotPool {
 		c := *e
 		out[k] = &c
 	}
-	v, _, st := getSharedData(fleetVMsKey)
+	v, _, st := getSharedData(fleetVMsKey, nil)
 	if st != statusOK {
 		return out
 	}
@@ -109,7 +109,7 @@ func (p *pluginContext) mergedHot(now int64) map[hotKeyFleet]*hotPool {
 		if !ok || !tok || string(id) == fs.vmID || t < stale {
 			continue
 		}
-		list, _, st := getSharedData(fleetHotPrefix + string(id))
+		list, _, st := getSharedData(fleetHotPrefix+string(id), nil)
 		if st == statusOK {
 			mergeHotList(out, list, p.cfg)
 		}

@@ -108,7 +108,7 @@ func (fs *fleetState) start() {
 	fs.hot = map[hotKeyFleet]*hotPool{}
 	fs.stats = map[string]*fleetRuleStats{}
 	fs.node = "unknown"
-	if v, ok := getProperty("node\x00id"); ok && len(v) > 0 {
+	if v, ok := getProperty("node\x00id", nil); ok && len(v) > 0 {
 		fs.node = string(v[:min(len(v), 256)])
 	}
 }
@@ -339,7 +339,7 @@ func (p *pluginContext) statPool(rule string, pl pool, exists bool, now int64) {
 // Whoever holds it syncs every VM's published keys (fleet_hot.go).
 func (p *pluginContext) acquireLock(now int64) bool {
 	fs, fc := &p.vm.fleet, p.cfg.fleet
-	v, cas, st := getSharedData(fleetLockKey)
+	v, cas, st := getSharedData(fleetLockKey, nil)
 	stored := st == statusOK
 	if st != statusOK && st != statusNotFound {
 		return false
@@ -354,7 +354,7 @@ func (p *pluginContext) acquireLock(now int64) bool {
 }
 
 func (p *pluginContext) releaseLock(now int64) {
-	v, cas, st := getSharedData(fleetLockKey)
+	v, cas, st := getSharedData(fleetLockKey, nil)
 	if st != statusOK {
 		return
 	}
@@ -390,7 +390,7 @@ func parseLock(v []byte) (until int64, holder string, released int64) {
 // refreshHealth reads the process's view of the backend (written by
 // whichever VM last heard from it).
 func (fs *fleetState) refreshHealth() {
-	v, _, st := getSharedData(fleetHealthKey)
+	v, _, st := getSharedData(fleetHealthKey, nil)
 	if st != statusOK || len(v) < 3 || v[1] != ':' {
 		return
 	}

@@ -13,19 +13,24 @@ import (
 // Native builds (unit tests of the pure helpers) go through the SDK; the
 // filter only ever runs as wasm, see hostcalls_wasip1.go.
 
-func getRequestHeader(name string) (string, bool) {
+func getRequestHeader(name string, buf []byte) (string, []byte, bool) {
 	v, err := proxywasm.GetHttpRequestHeader(name)
-	return v, err == nil
+	if err != nil {
+		return "", buf, false
+	}
+	start := len(buf)
+	buf = append(buf, v...)
+	return bytesView(buf[start:]), buf, true
 }
 
-func getSharedData(key string) ([]byte, uint32, uint32) {
+func getSharedData(key string, dst []byte) ([]byte, uint32, uint32) {
 	v, cas, err := proxywasm.GetSharedData(key)
-	return v, cas, statusOf(err)
+	return append(dst[:0], v...), cas, statusOf(err)
 }
 
-func getProperty(path string) ([]byte, bool) {
+func getProperty(path string, dst []byte) ([]byte, bool) {
 	v, err := proxywasm.GetProperty(strings.Split(path, "\x00"))
-	return v, err == nil
+	return append(dst[:0], v...), err == nil
 }
 
 func statusOf(err error) uint32 {

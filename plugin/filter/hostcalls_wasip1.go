@@ -10,10 +10,13 @@ import "unsafe"
 // and every call allocates two or three small objects, which in wasm costs
 // about 300 ns a call (measured: 380 ns vs 90 ns per header get). Here the
 // host writes into one package-level holder instead: globals never move and
-// need no allocation. The data itself is still allocated by the host through
-// the SDK's proxy_on_memory_allocate, as with the SDK (the buffer is
-// allocated black if a GC cycle is running, so the host's write of the
-// pointer without a write barrier is safe, exactly as in the SDK).
+// need no allocation.
+//
+// The returned data itself lands in memory the host asks the guest for, see
+// guestMalloc: for these wrappers, one reused scratch buffer, copied out at
+// once into a buffer the caller owns. So the request path allocates nothing
+// for what it reads, and the guest's garbage collector, whose mark phases
+// slowed every seventh request by about 25 µs, rarely has to run.
 //
 // The signatures are the proxy-wasm ABI 0.2.1 ones the SDK also imports.
 
@@ -34,17 +37,54 @@ var hostRet struct {
 	cas  uint32
 }
 
+// scratch is where guestMalloc puts the value of the next host call made
+// through a wrapper below (armed), which copies it out before returning.
+var scratch struct {
+	armed bool
+	buf   []byte
+}
+
+// maxScratch bounds the reused buffer; a larger value (a huge header) gets
+// an allocation of its own, which the collector reclaims.
+const maxScratch = 64 << 10
+
+// guestMalloc is the guest's allocator for values the host returns. Envoy
+// (proxy-wasm-cpp-host, WasmBase::getFunctions) uses a module's "malloc"
+// export in preference to proxy_on_memory_allocate, and so does the
+// project's test host. When a wrapper below armed the scratch, the value goes
+// there; otherwise (the SDK's own calls: configuration, callout bodies, ...,
+// whose results the SDK hands out without copying) it gets fresh memory,
+// exactly as the SDK's proxy_on_memory_allocate does. Fresh memory is
+// allocated black during a GC cycle and the scratch is reachable from a
+// global, so the host's write of the pointer without a write barrier is safe.
+//
+//go:wasmexport malloc
+func guestMalloc(size uint32) *byte {
+	if scratch.armed && size <= maxScratch {
+		scratch.armed = false
+		if uint32(cap(scratch.buf)) < size {
+			scratch.buf = make([]byte, max(size, 2*uint32(cap(scratch.buf)), 256))
+		}
+		return &scratch.buf[:1][0]
+	}
+	scratch.armed = false
+	buf := make([]byte, max(size, 1)) // never a zero-length slice: &buf[0] must exist
+	return &buf[0]
+}
+
 const mapTypeRequestHeaders = 0
 
-// takeData returns the data the host just returned and clears the holder
-// (so it does not keep the buffer alive).
-func takeData() []byte {
+// takeInto appends the data the host just returned to dst and clears the
+// holder and the scratch's arming (the host allocates nothing for an absent
+// or empty value).
+func takeInto(dst []byte) []byte {
+	scratch.armed = false
 	d, n := hostRet.data, hostRet.size
 	hostRet.data, hostRet.size = nil, 0
 	if d == nil || n == 0 {
-		return nil
+		return dst
 	}
-	return unsafe.Slice(d, n)
+	return append(dst, unsafe.Slice(d, n)...)
 }
 
 func strPtr(s string) unsafe.Pointer {
@@ -54,38 +94,43 @@ func strPtr(s string) unsafe.Pointer {
 	return unsafe.Pointer(unsafe.StringData(s))
 }
 
-// getRequestHeader returns the first value of a request header; ok is false
-// when it is absent or the host fails.
-func getRequestHeader(name string) (string, bool) {
+// getRequestHeader appends the first value of a request header to buf and
+// returns it as a view of buf's new tail, with the grown buf; ok is false
+// when the header is absent or the host fails. The view stays valid until
+// the caller overwrites that part of buf (appending more never moves it: a
+// reallocation leaves the old array to the views into it).
+func getRequestHeader(name string, buf []byte) (v string, grown []byte, ok bool) {
+	scratch.armed = true
 	st := rawGetHeaderMapValue(mapTypeRequestHeaders, strPtr(name), uint32(len(name)),
 		unsafe.Pointer(&hostRet.data), unsafe.Pointer(&hostRet.size))
-	d := takeData()
+	start := len(buf)
+	buf = takeInto(buf)
 	if st != statusOK {
-		return "", false
+		return "", buf[:start], false
 	}
-	if len(d) == 0 {
-		return "", true
-	}
-	return unsafe.String(&d[0], len(d)), true // the buffer is ours alone
+	return bytesView(buf[start:]), buf, true
 }
 
-// getSharedData reads a shared-data entry.
-func getSharedData(key string) ([]byte, uint32, uint32) {
+// getSharedData reads a shared-data entry into dst (overwritten; nil: a new
+// slice) and returns the value, a view of dst's array.
+func getSharedData(key string, dst []byte) ([]byte, uint32, uint32) {
+	scratch.armed = true
 	st := rawGetSharedData(strPtr(key), uint32(len(key)),
 		unsafe.Pointer(&hostRet.data), unsafe.Pointer(&hostRet.size), unsafe.Pointer(&hostRet.cas))
-	d, cas := takeData(), hostRet.cas
+	d, cas := takeInto(dst[:0]), hostRet.cas
 	hostRet.cas = 0
 	if st != statusOK {
-		return nil, 0, st
+		return d[:0], 0, st
 	}
 	return d, cas, statusOK
 }
 
-// getProperty reads a property; path is the serialized path (segments
-// joined with NUL bytes).
-func getProperty(path string) ([]byte, bool) {
+// getProperty reads a property into dst like getSharedData; path is the
+// serialized path (segments joined with NUL bytes).
+func getProperty(path string, dst []byte) ([]byte, bool) {
+	scratch.armed = true
 	st := rawGetProperty(strPtr(path), uint32(len(path)), unsafe.Pointer(&hostRet.data), unsafe.Pointer(&hostRet.size))
-	d := takeData()
+	d := takeInto(dst[:0])
 	return d, st == statusOK
 }
 

@@ -66,6 +66,12 @@ type requestSources struct {
 
 	jwtState uint8
 	jwt      jwtClaims
+
+	// vals holds the header values read this request and prop the client
+	// address property: the cached values are views of them, valid until
+	// the next reset, so reading a request allocates nothing.
+	vals []byte
+	prop []byte
 }
 
 func (rs *requestSources) reset(cfg *compiledConfig) {
@@ -74,6 +80,7 @@ func (rs *requestSources) reset(cfg *compiledConfig) {
 	rs.queries = resetCache(rs.queries, len(cfg.queryNames))
 	rs.claims = resetCache(rs.claims, len(cfg.claimNames))
 	rs.rawPath, rs.path, rs.method, rs.host, rs.ip = cachedValue{}, cachedValue{}, cachedValue{}, cachedValue{}, cachedValue{}
+	rs.vals = rs.vals[:0]
 	rs.jwtState = unknown
 	rs.jwt.payload = ""
 	clear(rs.jwt.members) // do not retain the previous token
@@ -98,7 +105,7 @@ func (rs *requestSources) get(s sourceRef) (string, bool) {
 	case policy.SourceHeader:
 		c = &rs.headers[s.idx]
 		if c.state == unknown {
-			c.set(requestHeader(rs.cfg.headerNames[s.idx]))
+			c.set(rs.header(rs.cfg.headerNames[s.idx]))
 		}
 	case policy.SourceQuery:
 		c = &rs.queries[s.idx]
@@ -120,12 +127,12 @@ func (rs *requestSources) get(s sourceRef) (string, bool) {
 	case policy.SourceMethod:
 		c = &rs.method
 		if c.state == unknown {
-			c.set(requestHeader(":method"))
+			c.set(rs.header(":method"))
 		}
 	case policy.SourceHost:
 		c = &rs.host
 		if c.state == unknown {
-			h, ok := requestHeader(":authority")
+			h, ok := rs.header(":authority")
 			c.set(lowerASCII(h), ok)
 		}
 	case policy.SourceIP:
@@ -136,7 +143,7 @@ func (rs *requestSources) get(s sourceRef) (string, bool) {
 	case sourceRawPath:
 		c = &rs.rawPath
 		if c.state == unknown {
-			c.set(requestHeader(":path"))
+			c.set(rs.header(":path"))
 		}
 	default:
 		return "", false
@@ -155,8 +162,11 @@ func (c *cachedValue) set(v string, ok bool) {
 	}
 }
 
-// requestHeader returns the first value of a request header.
-func requestHeader(name string) (string, bool) { return getRequestHeader(name) }
+// header returns the first value of a request header, a view of rs.vals.
+func (rs *requestSources) header(name string) (v string, ok bool) {
+	v, rs.vals, ok = getRequestHeader(name, rs.vals)
+	return v, ok
+}
 
 // sourceAddressPath is the serialized property path of the downstream peer
 // address ("source", "address").
@@ -168,17 +178,18 @@ const sourceAddressPath = "source\x00address"
 // Ports are stripped either way.
 func (rs *requestSources) clientIP() (string, bool) {
 	if hops := rs.cfg.trustedHops; hops > 0 {
-		if xff, ok := requestHeader("x-forwarded-for"); ok {
+		if xff, ok := rs.header("x-forwarded-for"); ok {
 			if ip, ok := xffClient(xff, hops); ok {
 				return ip, true
 			}
 		}
 	}
-	b, ok := getProperty(sourceAddressPath)
+	b, ok := getProperty(sourceAddressPath, rs.prop)
+	rs.prop = b
 	if !ok || len(b) == 0 {
 		return "", false
 	}
-	return stripPort(string(b)), true
+	return stripPort(bytesView(b)), true
 }
 
 // claim returns a claim of the bearer token's payload as a string (see
@@ -186,7 +197,7 @@ func (rs *requestSources) clientIP() (string, bool) {
 func (rs *requestSources) claim(name string) (string, bool) {
 	if rs.jwtState == unknown {
 		rs.jwtState = missing
-		if authz, ok := requestHeader("authorization"); ok && parseJWT(authz, &rs.jwt) {
+		if authz, ok := rs.header("authorization"); ok && parseJWT(authz, &rs.jwt) {
 			rs.jwtState = present
 		}
 	}

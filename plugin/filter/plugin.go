@@ -246,7 +246,11 @@ type application struct {
 	cand  [state.Candidates]int
 	ncand int
 
-	fl   fleetApp // global rules (fleet.go)
+	fl fleetApp // global rules (fleet.go)
+	// vals holds the values read from shared data, one buffer per
+	// candidate slot (the first also for exact keys, refunds and pools),
+	// reused across requests so reads allocate nothing.
+	vals [state.Candidates][]byte
 	cost float64
 	read bucketRead
 	next state.Bucket
@@ -428,7 +432,7 @@ func (p *pluginContext) selectRules() []application {
 			a := &apps[len(apps)-1]
 			kb := append(a.keyBuf[:0], r.keyPrefix...)
 			kb, p.compBuf = appendComposite(kb, p.compBuf, comps)
-			*a = application{rule: r, keyBuf: kb, slotBuf: a.slotBuf, ws: a.ws}
+			*a = application{rule: r, keyBuf: kb, slotBuf: a.slotBuf, vals: a.vals, ws: a.ws}
 			if r.win != nil && a.ws == nil {
 				a.ws = new(windowScratch)
 			}
@@ -566,8 +570,12 @@ func (p *pluginContext) shadowReject(a *application) {
 		p.shadow = append(p.shadow, ',')
 	}
 	p.shadow = append(p.shadow, a.rule.name...)
-	p.vm.logLimited(logShadow, "sluice: shadow rule "+a.rule.name+" would have rejected a request (retry after "+
-		strconv.FormatInt(ceilSeconds(a.dec.Wait), 10)+"s)")
+	// The line is built only when the limiter lets it out: a shadow rule
+	// refusing every request must not allocate on every request.
+	if ok, suppressed := p.vm.logs.allow(logShadow); ok {
+		p.vm.emit(logShadow, "sluice: shadow rule "+a.rule.name+" would have rejected a request (retry after "+
+			strconv.FormatInt(ceilSeconds(a.dec.Wait), 10)+"s)", suppressed)
+	}
 }
 
 // markShadow sets the shadow header on the upstream request to the names of

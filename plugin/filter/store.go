@@ -309,7 +309,7 @@ func (p *pluginContext) load(a *application, now float64) (corrupt bool, err err
 		return p.loadWindow(a, now)
 	}
 	if a.rule.maxKeys == 0 {
-		a.read, corrupt, err = readBucket(a.key)
+		a.read, corrupt, err = readBucket(a.key, &a.vals[0])
 		return corrupt, err
 	}
 	return p.probe(a, now)
@@ -318,8 +318,9 @@ func (p *pluginContext) load(a *application, now float64) (corrupt bool, err err
 // readBucket reads an exact-mode bucket. NOT_FOUND is not an error. A
 // corrupt value is reported (corrupt true) and read as a new bucket that must
 // be written with the returned cas.
-func readBucket(key string) (r bucketRead, corrupt bool, err error) {
-	v, cas, st := getSharedData(key)
+func readBucket(key string, buf *[]byte) (r bucketRead, corrupt bool, err error) {
+	v, cas, st := getSharedData(key, *buf)
+	*buf = v
 	switch st {
 	case statusOK:
 	case statusNotFound:
@@ -347,7 +348,8 @@ func (p *pluginContext) probe(a *application, now float64) (corrupt bool, err er
 	)
 	for i := 0; i < a.ncand; i++ {
 		slot := a.cand[i]
-		v, cas, st := getSharedData(a.slotKey(slot))
+		v, cas, st := getSharedData(a.slotKey(slot), a.vals[i])
+		a.vals[i] = v // seen[i] may keep v until store
 		if st == statusNotFound {
 			// Never written, so no later candidate holds our bucket either
 			// (a claim of a later candidate needs this one to exist, and
@@ -534,13 +536,17 @@ func writeKey(key string, value []byte, stored bool, cas uint32) error {
 	return proxywasm.SetSharedData(key, value, s)
 }
 
+// sentinelBuf receives the sentinel's value, which nobody needs.
+var sentinelBuf []byte
+
 // sentinelCAS writes the sentinel key and reads back its cas: a value the
 // host issued after every read this request has made so far.
 func sentinelCAS() (uint32, error) {
 	if err := proxywasm.SetSharedData(sentinelKey, sentinelValue, 0); err != nil {
 		return 0, err
 	}
-	_, cas, st := getSharedData(sentinelKey)
+	var cas, st uint32
+	sentinelBuf, cas, st = getSharedData(sentinelKey, sentinelBuf)
 	if st != statusOK {
 		return 0, statusError(st)
 	}
@@ -573,14 +579,15 @@ func (p *pluginContext) refund(a *application) bool {
 			spill float64 // the slot's spill mark, kept
 		)
 		if a.rule.maxKeys == 0 {
-			r, _, err := readBucket(a.key)
+			r, _, err := readBucket(a.key, &a.vals[0])
 			if err != nil || !r.exists {
 				return false // gone or corrupt: nothing sensible to give back to
 			}
 			b, cas, key = r.b, r.cas, a.key
 		} else {
 			key = a.slotKey(a.read.slot)
-			v, c, st := getSharedData(key)
+			v, c, st := getSharedData(key, a.vals[0])
+			a.vals[0] = v
 			if st != statusOK {
 				return false
 			}

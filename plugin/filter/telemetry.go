@@ -190,7 +190,7 @@ func (p *pluginContext) report() {
 	}
 	if ts.node == "" {
 		ts.node = "unknown"
-		if v, ok := getProperty("node\x00id"); ok && len(v) > 0 {
+		if v, ok := getProperty("node\x00id", nil); ok && len(v) > 0 {
 			ts.node = string(v[:min(len(v), 256)])
 		}
 	}

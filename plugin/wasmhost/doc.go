@@ -38,7 +38,8 @@
 //   - Buffers through proxy_get_buffer_bytes (plugin configuration only
 //     during on_configure, VM configuration, the HTTP call response body
 //     during on_http_call_response); values returned to the guest are
-//     allocated in it with proxy_on_memory_allocate; empty values come back
+//     allocated in it with its malloc export if it has one, else with
+//     proxy_on_memory_allocate (Envoy's order); empty values come back
 //     as a null pointer without allocating.
 //   - Header maps: names lower-cased; get returns the first value; replace
 //     updates the first entry (or adds); remove removes every entry; get/set

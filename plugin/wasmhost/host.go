@@ -448,10 +448,11 @@ func checkExports(m wazero.CompiledModule) error {
 	if !abi {
 		missing = append(missing, "proxy_abi_version_0_2_x")
 	}
-	for _, n := range []string{"proxy_on_memory_allocate", "proxy_on_context_create"} {
-		if names[n] == nil {
-			missing = append(missing, n)
-		}
+	if names["malloc"] == nil && names["proxy_on_memory_allocate"] == nil {
+		missing = append(missing, "proxy_on_memory_allocate (or malloc)")
+	}
+	if names["proxy_on_context_create"] == nil {
+		missing = append(missing, "proxy_on_context_create")
 	}
 	if len(missing) > 0 {
 		hint := ""

@@ -173,7 +173,7 @@ func (vm *VM) view(ptr, size uint32) ([]byte, bool) {
 }
 
 // copyOut returns data to the guest as proxy-wasm-cpp-host does: allocate
-// in the guest (proxy_on_memory_allocate) and write the pointer and size;
+// in the guest (malloc or proxy_on_memory_allocate) and write the pointer and size;
 // empty data is returned as pointer 0, size 0 without allocating.
 func copyOut[T string | []byte](vm *VM, data T, ptrPtr, sizePtr uint32) Status {
 	var ptr uint32

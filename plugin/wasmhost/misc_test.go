@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/plugin/wasmhost/wasmtest"
 )
 
 func TestProperties(t *testing.T) {
@@ -220,5 +222,34 @@ func TestEmptyPluginManyVMs(t *testing.T) {
 	}
 	if h.VM(3) != nil || h.VM(-1) != nil {
 		t.Fatal("VM out of range is not nil")
+	}
+}
+
+// TestAllocatorChoice: like Envoy (proxy-wasm-cpp-host), the host places
+// returned values with the module's malloc export when it has one, else
+// with proxy_on_memory_allocate. The filter exports malloc (its request
+// path reads into a reused scratch, plugin/filter/hostcalls_wasip1.go); the
+// probe has only the SDK's proxy_on_memory_allocate, and every probe test
+// that reads a value goes through it.
+func TestAllocatorChoice(t *testing.T) {
+	cases := []struct {
+		wasm   []byte
+		config string
+		want   string
+	}{
+		{wasmtest.Build(t, "./plugin"), `{"rules": [{"name": "r", "limit_keys": ["header:x-api-key"],
+		  "algorithm": "token_bucket", "algorithm_config": {"rps": 1, "burst": 1}}]}`, "malloc"},
+		{probeWasm(t), "", "proxy_on_memory_allocate"},
+	}
+	for _, c := range cases {
+		h := newHost(t, Config{Wasm: c.wasm, PluginConfig: []byte(c.config)})
+		if got := h.VM(0).allocator; got != c.want {
+			t.Errorf("allocator = %q, want %q", got, c.want)
+		}
+	}
+	// Data still reaches the probe through proxy_on_memory_allocate.
+	h := newHost(t, Config{})
+	if got := results(t, h.VM(0), "set k v 0;get k"); got[1] != "ok:v:1" {
+		t.Errorf("get through proxy_on_memory_allocate: %q", got)
 	}
 }

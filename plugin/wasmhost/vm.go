@@ -29,7 +29,8 @@ type VM struct {
 	ctx  *vmContext
 	name string
 
-	fn struct {
+	allocator string // the export malloc calls: "malloc" or "proxy_on_memory_allocate"
+	fn        struct {
 		malloc, initialize, contextCreate, vmStart, configure, requestHeaders, responseHeaders,
 		log, done, delete, tick, httpCallResponse, queueReady api.Function
 	}
@@ -147,7 +148,13 @@ func (h *Host) newVM(ctx context.Context, id int) (*VM, error) {
 	}
 	registerModule(mod, vm)
 	f := &vm.fn
-	f.malloc = mod.ExportedFunction("proxy_on_memory_allocate")
+	// Envoy's allocator lookup (proxy-wasm-cpp-host WasmBase::getFunctions):
+	// an export named malloc wins over proxy_on_memory_allocate.
+	vm.allocator = "malloc"
+	if f.malloc = mod.ExportedFunction("malloc"); f.malloc == nil {
+		vm.allocator = "proxy_on_memory_allocate"
+		f.malloc = mod.ExportedFunction(vm.allocator)
+	}
 	f.initialize = mod.ExportedFunction("_initialize")
 	f.contextCreate = mod.ExportedFunction("proxy_on_context_create")
 	f.vmStart = mod.ExportedFunction("proxy_on_vm_start")
@@ -423,17 +430,18 @@ func (vm *VM) callStream(s *Stream, fn api.Function, name string, nargs int) err
 	return vm.endCallback()
 }
 
-// malloc allocates size bytes in the guest (proxy_on_memory_allocate). A
+// malloc allocates size bytes in the guest (its malloc export, else
+// proxy_on_memory_allocate, as Envoy chooses). A
 // failure here is fatal for the callback: it panics with the error, which
 // wazero turns into the callback's error (and so a TrapError).
 func (vm *VM) malloc(size uint32) uint32 {
 	vm.mstack[0] = uint64(size)
 	if err := vm.fn.malloc.CallWithStack(vm.ctx, vm.mstack[:]); err != nil {
-		panic(&mallocError{size: size, err: err})
+		panic(&mallocError{size: size, fn: vm.allocator, err: err})
 	}
 	ptr := uint32(vm.mstack[0])
 	if ptr == 0 {
-		panic(&mallocError{size: size, err: errors.New("it returned 0")})
+		panic(&mallocError{size: size, fn: vm.allocator, err: errors.New("it returned 0")})
 	}
 	return ptr
 }
@@ -441,11 +449,12 @@ func (vm *VM) malloc(size uint32) uint32 {
 // mallocError is the panic value of a failed guest allocation.
 type mallocError struct {
 	size uint32
+	fn   string // the export called
 	err  error
 }
 
 func (e *mallocError) Error() string {
-	return fmt.Sprintf("the guest failed to allocate %d bytes (proxy_on_memory_allocate): %v", e.size, e.err)
+	return fmt.Sprintf("the guest failed to allocate %d bytes (%s): %v", e.size, e.fn, e.err)
 }
 
 func (e *mallocError) Unwrap() error { return e.err }
