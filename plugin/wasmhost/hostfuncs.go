@@ -383,7 +383,8 @@ func hGetSharedData(vm *VM, st []uint64) Status {
 	if !ok {
 		return StatusInvalidMemoryAccess
 	}
-	value, cas, status := vm.h.shared.get(key)
+	value, cas, status := vm.h.shared.get(key, vm.sharedBuf[:0])
+	vm.sharedBuf = value
 	if status != StatusOK {
 		return status
 	}
@@ -402,9 +403,7 @@ func hSetSharedData(vm *VM, st []uint64) Status {
 	if !ok1 || !ok2 {
 		return StatusInvalidMemoryAccess
 	}
-	v := make([]byte, len(value))
-	copy(v, value)
-	return vm.h.shared.set("", key, v, u32(st[4]), true)
+	return vm.h.shared.set("", key, value, u32(st[4]), true)
 }
 
 func hRegisterQueue(vm *VM, st []uint64) Status {

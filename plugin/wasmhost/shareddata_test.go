@@ -90,7 +90,7 @@ func TestSharedDataFaults(t *testing.T) {
 	s.Set("k", []byte("v"), 0)
 
 	s.InjectFaults(Faults{GetFailRate: 1, GetFailStatus: StatusBadArgument})
-	if _, _, st := s.get([]byte("k")); st != StatusBadArgument {
+	if _, _, st := s.get([]byte("k"), nil); st != StatusBadArgument {
 		t.Fatalf("get with GetFailRate 1: %v, want the configured BadArgument", st)
 	}
 	if _, _, st := s.Get("k"); st != StatusOK {
@@ -124,7 +124,7 @@ func TestSharedDataFaults(t *testing.T) {
 		s.InjectFaults(Faults{GetFailRate: 0.5, Seed: seed})
 		b := make([]byte, 1000)
 		for i := range b {
-			_, _, st := s.get([]byte("k"))
+			_, _, st := s.get([]byte("k"), nil)
 			b[i] = '0' + byte(st)
 		}
 		return string(b)
@@ -140,7 +140,7 @@ func TestSharedDataFaults(t *testing.T) {
 		t.Fatalf("rate 0.5 gave %d failures of 1000", c.GetFailures)
 	}
 	s.InjectFaults(Faults{})
-	if _, _, st := s.get([]byte("k")); st != StatusOK {
+	if _, _, st := s.get([]byte("k"), nil); st != StatusOK {
 		t.Fatalf("faults off: %v", st)
 	}
 }
@@ -278,5 +278,26 @@ func TestGuestConcurrentCAS(t *testing.T) {
 	}
 	if v, _, _ := h.SharedData().Get("n"); string(v) != strconv.Itoa(vms*each) {
 		t.Fatalf("n = %s, want %d", v, vms*each)
+	}
+}
+
+// TestSharedDataWritesInPlace: a set reuses the stored value's memory, so
+// every read must hand out a copy: a value read earlier never changes.
+func TestSharedDataWritesInPlace(t *testing.T) {
+	s := NewSharedData()
+	s.Set("k", []byte("first value"), 0)
+	got, _, _ := s.Get("k")
+	guest, _, _ := s.get([]byte("k"), nil)
+	in := []byte("second")
+	s.Set("k", in, 0)
+	in[0] = 'X' // the store keeps its own copy of what it was given
+	if string(got) != "first value" || string(guest) != "first value" {
+		t.Fatalf("earlier reads changed: %q, %q", got, guest)
+	}
+	if v, _, _ := s.Get("k"); string(v) != "second" {
+		t.Fatalf("value %q, want second", v)
+	}
+	if s.Bytes() != len("k")+len("second") {
+		t.Fatalf("Bytes() = %d", s.Bytes())
 	}
 }

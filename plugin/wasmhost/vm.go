@@ -30,6 +30,7 @@ type VM struct {
 	name string
 
 	allocator string // the export malloc calls: "malloc" or "proxy_on_memory_allocate"
+	sharedBuf []byte // a shared-data value on its way to the guest (reused)
 	fn        struct {
 		malloc, initialize, contextCreate, vmStart, configure, requestHeaders, responseHeaders,
 		log, done, delete, tick, httpCallResponse, queueReady api.Function
