@@ -78,6 +78,10 @@ func BenchmarkStreams(b *testing.B) {
 //	SLUICE_BENCH_WASM=bin/ratelimit.wasm SLUICE_BENCH_CONFIG=policy.json \
 //	SLUICE_BENCH_VMS=2 go test ./plugin/bench -run '^$' -bench Custom
 //
+// SLUICE_BENCH_FLOOR_WASM replaces the empty plugin with another module run
+// with the same configuration (an earlier build, say): x-floor and the
+// floor-* metrics then compare the two modules in one interleaved run.
+//
 // Requests carry x-api-key: k1 from 10.1.2.3. Skipped unless
 // SLUICE_BENCH_WASM is set.
 func BenchmarkCustom(b *testing.B) {
@@ -101,5 +105,13 @@ func BenchmarkCustom(b *testing.B) {
 			b.Fatalf("SLUICE_BENCH_VMS: %q is not a positive whole number", v)
 		}
 	}
-	Run(b, Case{Wasm: wasm, Floor: floorWasm(b), Config: string(config), VMs: vms, Request: same(Headers("x-api-key", "k1"))})
+	floor, floorConfig := floorWasm(b), ""
+	if p := os.Getenv("SLUICE_BENCH_FLOOR_WASM"); p != "" {
+		if floor, err = os.ReadFile(p); err != nil {
+			b.Fatalf("SLUICE_BENCH_FLOOR_WASM: %v", err)
+		}
+		floorConfig = string(config)
+	}
+	Run(b, Case{Wasm: wasm, Floor: floor, FloorConfig: floorConfig, Config: string(config), VMs: vms,
+		Request: same(Headers("x-api-key", "k1"))})
 }
