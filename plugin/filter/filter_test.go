@@ -981,6 +981,22 @@ func TestLongAndBinaryKeysBounded(t *testing.T) {
 	if got := f.admitted(2, "x-api-key", bin); got != 1 {
 		t.Fatalf("%d admitted with a binary key", got)
 	}
+	// Values larger than the malloc scratch (64 KiB) get memory of their
+	// own (hostcalls_wasip1.go); they must read back whole all the same,
+	// before and after small ones.
+	huge := strings.Repeat("h", 70_000)
+	if got := f.admitted(2, "x-api-key", huge); got != 1 {
+		t.Fatalf("%d admitted with a 70,000-byte key", got)
+	}
+	if got := f.admitted(1, "x-api-key", huge[:69_999]+"i"); got != 1 {
+		t.Fatal("a 70,000-byte key differing in its last byte shares the bucket")
+	}
+	if got := f.admitted(1, "x-api-key", "small"); got != 1 {
+		t.Fatal("a small key after a huge one is limited")
+	}
+	if got := f.admitted(1, "x-api-key", huge); got != 0 {
+		t.Fatal("the first 70,000-byte key got a new bucket")
+	}
 }
 
 func TestCorruptStateIsReplaced(t *testing.T) {

@@ -184,7 +184,8 @@ func (p *pluginContext) readPool(a *application, now float64) error {
 	}
 	if a.fl.slot < 0 { // every candidate is a live pool of another identity
 		a.fl.slot, a.fl.evict = 0, true
-		_, cas, st := getSharedData(a.poolKey(0), nil)
+		v, cas, st := getSharedData(a.poolKey(0), a.vals[0])
+		a.vals[0] = v
 		if st != statusOK {
 			return statusError(st)
 		}
