@@ -47,9 +47,13 @@ const (
 	missing
 )
 
+// cachedValue is one source's value for the request whose generation is
+// gen (requestSources.gen); for any earlier one it is not read yet. So a
+// new request invalidates every cached value by counting, not clearing.
 type cachedValue struct {
 	v     string
 	state uint8
+	gen   uint32
 }
 
 // requestSources is the lazy, per-request cache of request attributes. One
@@ -64,6 +68,7 @@ type requestSources struct {
 
 	rawPath, path, method, host, ip cachedValue
 
+	gen      uint32 // this request's generation, from 1 (see cachedValue)
 	jwtState uint8
 	jwt      jwtClaims
 
@@ -74,17 +79,23 @@ type requestSources struct {
 	prop []byte
 }
 
+// reset starts a request: every cached value becomes unread. Counting a
+// generation instead of clearing the caches matters in wasm, where clearing
+// them was 6% of an allowed request's time in the guest.
 func (rs *requestSources) reset(cfg *compiledConfig) {
-	rs.cfg = cfg
-	rs.headers = resetCache(rs.headers, len(cfg.headerNames))
-	rs.queries = resetCache(rs.queries, len(cfg.queryNames))
-	rs.claims = resetCache(rs.claims, len(cfg.claimNames))
-	rs.rawPath, rs.path, rs.method, rs.host, rs.ip = cachedValue{}, cachedValue{}, cachedValue{}, cachedValue{}, cachedValue{}
+	rs.gen++
+	if cfg != rs.cfg || rs.gen == 0 { // a new configuration, or the count wrapped
+		rs.cfg = cfg
+		rs.headers = resetCache(rs.headers, len(cfg.headerNames))
+		rs.queries = resetCache(rs.queries, len(cfg.queryNames))
+		rs.claims = resetCache(rs.claims, len(cfg.claimNames))
+		rs.rawPath, rs.path, rs.method, rs.host, rs.ip = cachedValue{}, cachedValue{}, cachedValue{}, cachedValue{}, cachedValue{}
+		rs.gen = 1
+	}
 	rs.vals = rs.vals[:0]
 	rs.jwtState = unknown
 	rs.jwt.payload = ""
-	clear(rs.jwt.members) // do not retain the previous token
-	rs.jwt.members = rs.jwt.members[:0]
+	rs.jwt.members = rs.jwt.members[:0] // views of buffers the filter owns
 }
 
 func resetCache(c []cachedValue, n int) []cachedValue {
@@ -104,45 +115,53 @@ func (rs *requestSources) get(s sourceRef) (string, bool) {
 	switch s.kind {
 	case policy.SourceHeader:
 		c = &rs.headers[s.idx]
-		if c.state == unknown {
+		if c.gen != rs.gen {
+			c.gen = rs.gen
 			c.set(rs.header(rs.cfg.headerNames[s.idx]))
 		}
 	case policy.SourceQuery:
 		c = &rs.queries[s.idx]
-		if c.state == unknown {
+		if c.gen != rs.gen {
+			c.gen = rs.gen
 			p, _ := rs.get(sourceRef{kind: sourceRawPath})
 			c.set(queryParam(p, rs.cfg.queryNames[s.idx]))
 		}
 	case policy.SourceJWT:
 		c = &rs.claims[s.idx]
-		if c.state == unknown {
+		if c.gen != rs.gen {
+			c.gen = rs.gen
 			c.set(rs.claim(rs.cfg.claimNames[s.idx]))
 		}
 	case policy.SourcePath:
 		c = &rs.path
-		if c.state == unknown {
+		if c.gen != rs.gen {
+			c.gen = rs.gen
 			p, _ := rs.get(sourceRef{kind: sourceRawPath})
 			c.set(pathOnly(p), true)
 		}
 	case policy.SourceMethod:
 		c = &rs.method
-		if c.state == unknown {
+		if c.gen != rs.gen {
+			c.gen = rs.gen
 			c.set(rs.header(":method"))
 		}
 	case policy.SourceHost:
 		c = &rs.host
-		if c.state == unknown {
+		if c.gen != rs.gen {
+			c.gen = rs.gen
 			h, ok := rs.header(":authority")
 			c.set(lowerASCII(h), ok)
 		}
 	case policy.SourceIP:
 		c = &rs.ip
-		if c.state == unknown {
+		if c.gen != rs.gen {
+			c.gen = rs.gen
 			c.set(rs.clientIP())
 		}
 	case sourceRawPath:
 		c = &rs.rawPath
-		if c.state == unknown {
+		if c.gen != rs.gen {
+			c.gen = rs.gen
 			c.set(rs.header(":path"))
 		}
 	default:

@@ -323,3 +323,31 @@ func TestAppendHeaderMap(t *testing.T) {
 		t.Errorf("empty map: %q", got)
 	}
 }
+
+// TestRequestSourcesGenerations: a new request makes every cached value
+// unread by counting (requestSources.reset), and when the count wraps the
+// caches are cleared, so a value stamped four billion requests ago cannot
+// pass for this request's.
+func TestRequestSourcesGenerations(t *testing.T) {
+	cfg := &compiledConfig{headerNames: []string{"x-api-key"}}
+	var rs requestSources
+	rs.reset(cfg)
+	rs.headers[0] = cachedValue{v: "k", state: present, gen: rs.gen}
+	rs.ip = cachedValue{v: "10.0.0.1", state: present, gen: rs.gen}
+	first := rs.gen
+	rs.reset(cfg)
+	if rs.gen == first || rs.headers[0].gen == rs.gen || rs.ip.gen == rs.gen {
+		t.Fatalf("after reset: gen %d, header gen %d, ip gen %d", rs.gen, rs.headers[0].gen, rs.ip.gen)
+	}
+	rs.headers[0] = cachedValue{v: "old", state: present, gen: 1}
+	rs.gen = math.MaxUint32
+	rs.reset(cfg)
+	if rs.gen != 1 || rs.headers[0] != (cachedValue{}) {
+		t.Fatalf("after the count wrapped: gen %d, header %+v", rs.gen, rs.headers[0])
+	}
+	other := &compiledConfig{headerNames: []string{"a", "b"}}
+	rs.reset(other)
+	if len(rs.headers) != 2 || rs.cfg != other {
+		t.Fatalf("a new configuration: %d header caches", len(rs.headers))
+	}
+}
