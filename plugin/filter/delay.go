@@ -286,7 +286,7 @@ func (p *pluginContext) stripDelayHeader() {
 // setDelayHeader adds the time a resumed request was held to its response.
 func (p *pluginContext) setDelayHeader(h *httpContext) {
 	p.hdrBuf = appendInt(p.hdrBuf[:0], h.hold.delayMS)
-	_ = proxywasm.ReplaceHttpResponseHeader(hdrDelay, bytesView(p.hdrBuf))
+	replaceResponseHeader(hdrDelay, bytesView(p.hdrBuf))
 }
 
 // ceilMillis rounds seconds up to whole milliseconds (never negative,

@@ -271,7 +271,7 @@ func (p *pluginContext) fleetRefund(a *application) bool {
 		pl.tokens += costU
 		pl.spent = max(0, pl.spent-costU)
 		p.valBuf = encodePool(p.valBuf[:0], a.fl.id[:], pl)
-		err := proxywasm.SetSharedData(a.poolKey(a.fl.slot), p.valBuf, cas)
+		err := setSharedData(a.poolKey(a.fl.slot), p.valBuf, cas)
 		if err == nil {
 			return true
 		}

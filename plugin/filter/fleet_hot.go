@@ -5,8 +5,6 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
-
 	"github.com/sluice-rl/sluice/shared/state"
 )
 
@@ -58,7 +56,7 @@ func (p *pluginContext) publishHot(now int64) {
 		b = append(b, '\n')
 	}
 	fs.pubBuf = b
-	_ = proxywasm.SetSharedData(fleetHotPrefix+fs.vmID, b, 0) // this VM's own key
+	_ = setSharedData(fleetHotPrefix+fs.vmID, b, 0) // this VM's own key
 	p.registerVM(now)
 }
 

@@ -302,7 +302,7 @@ func (p *pluginContext) takeForReturn(it batchItem, now int64) bool {
 		pl.tokens -= it.amount * micro
 		pl.lastSync = now
 		p.valBuf = encodePool(p.valBuf[:0], a.fl.id[:], pl)
-		if proxywasm.SetSharedData(a.poolKey(a.fl.slot), p.valBuf, a.fl.cas) == nil {
+		if setSharedData(a.poolKey(a.fl.slot), p.valBuf, a.fl.cas) == nil {
 			return true
 		}
 	}
@@ -361,7 +361,7 @@ func (p *pluginContext) releaseLock(now int64) {
 	if _, holder, _ := parseLock(v); holder != p.vm.fleet.vmID {
 		return
 	}
-	_ = proxywasm.SetSharedData(fleetLockKey, lockValue(0, p.vm.fleet.vmID, now), cas)
+	_ = setSharedData(fleetLockKey, lockValue(0, p.vm.fleet.vmID, now), cas)
 }
 
 func lockValue(until int64, holder string, released int64) []byte {
@@ -414,7 +414,7 @@ func (fs *fleetState) setHealth(up bool, size int) {
 		b[0] = '1'
 	}
 	b = strconv.AppendInt(b, int64(fs.reportedSize), 10)
-	_ = proxywasm.SetSharedData(fleetHealthKey, b, 0) // advisory: last writer wins
+	_ = setSharedData(fleetHealthKey, b, 0) // advisory: last writer wins
 }
 
 // ---- The call ----

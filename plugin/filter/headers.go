@@ -4,8 +4,6 @@ import (
 	"encoding/binary"
 	"unsafe"
 
-	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
-
 	"github.com/sluice-rl/sluice/shared/limiter"
 )
 
@@ -111,12 +109,12 @@ func (p *pluginContext) setAllowedHeaders(h allowedHeaders) {
 	p.hdrBuf = b
 	s := bytesView(b)
 
-	_ = proxywasm.ReplaceHttpResponseHeader(hdrRateLimit, s[resetEnd:])
-	_ = proxywasm.ReplaceHttpResponseHeader(hdrPolicy, r.policyHdr)
+	replaceResponseHeader(hdrRateLimit, s[resetEnd:])
+	replaceResponseHeader(hdrPolicy, r.policyHdr)
 	if p.cfg.legacyHeaders {
-		_ = proxywasm.ReplaceHttpResponseHeader(hdrLimit, r.limitHdr)
-		_ = proxywasm.ReplaceHttpResponseHeader(hdrRemaining, s[:remEnd])
-		_ = proxywasm.ReplaceHttpResponseHeader(hdrReset, s[remEnd:resetEnd])
+		replaceResponseHeader(hdrLimit, r.limitHdr)
+		replaceResponseHeader(hdrRemaining, s[:remEnd])
+		replaceResponseHeader(hdrReset, s[remEnd:resetEnd])
 	}
 }
 

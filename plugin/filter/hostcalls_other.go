@@ -50,6 +50,14 @@ func incrementMetric(id uint32, offset int64) {
 	proxywasm.MetricCounter(id).Increment(uint64(offset))
 }
 
+func setSharedData(key string, value []byte, cas uint32) error {
+	return proxywasm.SetSharedData(key, value, cas)
+}
+
+func replaceResponseHeader(name, value string) {
+	_ = proxywasm.ReplaceHttpResponseHeader(name, value)
+}
+
 func sendLocalResponse(status uint32, headers [][2]string, body []byte) error {
 	return proxywasm.SendHttpResponse(status, headers, body, -1)
 }

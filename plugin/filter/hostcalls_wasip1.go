@@ -134,6 +134,34 @@ func getProperty(path string, dst []byte) ([]byte, bool) {
 	return d, st == statusOK
 }
 
+//go:wasmimport env proxy_set_shared_data
+func rawSetSharedData(keyData unsafe.Pointer, keySize uint32, valueData unsafe.Pointer, valueSize uint32, cas uint32) uint32
+
+// setSharedData is proxywasm.SetSharedData without the SDK's two wrapper
+// layers (every Go call costs in wasm; this one is made on every request).
+func setSharedData(key string, value []byte, cas uint32) error {
+	var vp unsafe.Pointer
+	if len(value) > 0 {
+		vp = unsafe.Pointer(&value[0])
+	}
+	if st := rawSetSharedData(strPtr(key), uint32(len(key)), vp, uint32(len(value)), cas); st != statusOK {
+		return statusError(st)
+	}
+	return nil
+}
+
+//go:wasmimport env proxy_replace_header_map_value
+func rawReplaceHeaderMapValue(mapType uint32, keyData unsafe.Pointer, keySize uint32, valueData unsafe.Pointer, valueSize uint32) uint32
+
+const mapTypeResponseHeaders = 2
+
+// replaceResponseHeader sets a response header (the first of that name, or
+// a new one). Like every caller of the SDK's version, it ignores host
+// errors: a field the host refuses is not worth failing a response for.
+func replaceResponseHeader(name, value string) {
+	_ = rawReplaceHeaderMapValue(mapTypeResponseHeaders, strPtr(name), uint32(len(name)), strPtr(value), uint32(len(value)))
+}
+
 //go:wasmimport env proxy_increment_metric
 func rawIncrementMetric(metricID uint32, offset int64) uint32
 

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"math"
 
-	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/sluice-rl/sluice/shared/state"
@@ -491,10 +490,10 @@ func (p *pluginContext) store(a *application) error {
 			} else {
 				p.valBuf = state.RaiseSlotSpill(p.valBuf[:0], b.value, mark)
 			}
-			err = proxywasm.SetSharedData(a.slotKey(b.slot), p.valBuf, b.cas)
+			err = setSharedData(a.slotKey(b.slot), p.valBuf, b.cas)
 		case b.optional:
 		default:
-			err = proxywasm.SetSharedData(a.slotKey(b.slot), b.value, b.cas)
+			err = setSharedData(a.slotKey(b.slot), b.value, b.cas)
 		}
 		if err != nil {
 			return err
@@ -527,13 +526,13 @@ func spillUntil(a *application) float64 {
 // concurrent creation (see the file comment).
 func writeKey(key string, value []byte, stored bool, cas uint32) error {
 	if stored {
-		return proxywasm.SetSharedData(key, value, cas)
+		return setSharedData(key, value, cas)
 	}
 	s, err := sentinelCAS()
 	if err != nil {
 		return err
 	}
-	return proxywasm.SetSharedData(key, value, s)
+	return setSharedData(key, value, s)
 }
 
 // sentinelBuf receives the sentinel's value, which nobody needs.
@@ -542,7 +541,7 @@ var sentinelBuf []byte
 // sentinelCAS writes the sentinel key and reads back its cas: a value the
 // host issued after every read this request has made so far.
 func sentinelCAS() (uint32, error) {
-	if err := proxywasm.SetSharedData(sentinelKey, sentinelValue, 0); err != nil {
+	if err := setSharedData(sentinelKey, sentinelValue, 0); err != nil {
 		return 0, err
 	}
 	var cas, st uint32
@@ -607,7 +606,7 @@ func (p *pluginContext) refund(a *application) bool {
 			p.valBuf = state.EncodeMarkedSlot(p.valBuf[:0], a.fp, b, a.identity, spill)
 			key = a.slotKey(a.read.slot)
 		}
-		err := proxywasm.SetSharedData(key, p.valBuf, cas)
+		err := setSharedData(key, p.valBuf, cas)
 		if err == nil {
 			return true
 		}

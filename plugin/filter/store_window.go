@@ -4,7 +4,6 @@ import (
 	"errors"
 	"math"
 
-	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/sluice-rl/sluice/shared/limiter"
@@ -187,7 +186,7 @@ func (p *pluginContext) refundWindow(a *application) bool {
 			p.valBuf = state.EncodeWindowSlot(p.valBuf[:0], a.fp, w, a.identity, spill)
 			key = a.slotKey(a.read.slot)
 		}
-		err := proxywasm.SetSharedData(key, p.valBuf, cas)
+		err := setSharedData(key, p.valBuf, cas)
 		if err == nil {
 			return true
 		}
