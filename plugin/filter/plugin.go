@@ -201,21 +201,26 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 }
 
 func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
+	// Envoy runs this callback for our own local reply too: its headers are
+	// already final, leave them alone. (These checks cannot panic; the
+	// recover is paid only when there is work.)
+	if h.local || h.allowed.rule == nil || h.p.cfg == nil || !h.p.cfg.responseHeaders {
+		return types.ActionContinue
+	}
+	h.setResponseHeaders()
+	return types.ActionContinue
+}
+
+func (h *httpContext) setResponseHeaders() {
 	defer func() {
 		if r := recover(); r != nil {
 			h.p.vm.recovered("on_response_headers", r)
 		}
 	}()
-	// Envoy runs this callback for our own local reply too: its headers are
-	// already final, leave them alone.
-	if h.local || h.allowed.rule == nil || h.p.cfg == nil || !h.p.cfg.responseHeaders {
-		return types.ActionContinue
-	}
 	h.p.setAllowedHeaders(h.allowed)
 	if h.hold.delayMS > 0 {
 		h.p.setDelayHeader(h)
 	}
-	return types.ActionContinue
 }
 
 // recovered logs a recovered panic (rate-limited) and counts it.
@@ -583,12 +588,15 @@ func (p *pluginContext) shadowReject(a *application) {
 // shadow rules, a client-sent header of that name is removed otherwise, so
 // upstream can trust it.
 func (p *pluginContext) markShadow(would bool) {
-	defer func() { p.shadow = p.shadow[:0] }()
+	// No defer to empty the list (a defer costs on every request in wasm):
+	// it is emptied first, its bytes stay intact for the host call.
+	names := p.shadow
+	p.shadow = p.shadow[:0]
 	if !p.cfg.anyShadow {
 		return
 	}
-	if would && len(p.shadow) > 0 {
-		_ = proxywasm.ReplaceHttpRequestHeader(p.cfg.shadowHeader, bytesView(p.shadow))
+	if would && len(names) > 0 {
+		_ = proxywasm.ReplaceHttpRequestHeader(p.cfg.shadowHeader, bytesView(names))
 		return
 	}
 	_ = proxywasm.RemoveHttpRequestHeader(p.cfg.shadowHeader)
