@@ -351,3 +351,21 @@ func TestRequestSourcesGenerations(t *testing.T) {
 		t.Fatalf("a new configuration: %d header caches", len(rs.headers))
 	}
 }
+
+// TestRequestSourcesDropHugeBuffers: the header-value buffer is reused from
+// request to request, but not once a request's values made it huge.
+func TestRequestSourcesDropHugeBuffers(t *testing.T) {
+	cfg := &compiledConfig{}
+	var rs requestSources
+	rs.reset(cfg)
+	rs.vals = append(rs.vals, make([]byte, 1000)...)
+	rs.reset(cfg)
+	if cap(rs.vals) < 1000 || len(rs.vals) != 0 {
+		t.Fatalf("a small buffer was not kept for reuse: len %d cap %d", len(rs.vals), cap(rs.vals))
+	}
+	rs.vals = append(rs.vals, make([]byte, maxKeptValues+1)...)
+	rs.reset(cfg)
+	if cap(rs.vals) != 0 {
+		t.Fatalf("a %d-byte buffer was kept", cap(rs.vals))
+	}
+}
