@@ -162,8 +162,7 @@ func (p *pluginContext) readPool(a *application, now float64) error {
 	a.fl.exists, a.fl.stored, a.fl.cas, a.fl.slot, a.fl.evict = false, false, 0, -1, false
 	nowMS := int64(now * 1000)
 	for i := 0; i < a.poolCandidates(); i++ {
-		v, cas, st := getSharedData(a.poolKey(i), a.vals[0])
-		a.vals[0] = v
+		v, cas, st := a.readValue(0, a.poolKey(i))
 		if st == statusNotFound {
 			if a.fl.slot < 0 {
 				a.fl.slot = i
@@ -184,8 +183,7 @@ func (p *pluginContext) readPool(a *application, now float64) error {
 	}
 	if a.fl.slot < 0 { // every candidate is a live pool of another identity
 		a.fl.slot, a.fl.evict = 0, true
-		v, cas, st := getSharedData(a.poolKey(0), a.vals[0])
-		a.vals[0] = v
+		_, cas, st := a.readValue(0, a.poolKey(0))
 		if st != statusOK {
 			return statusError(st)
 		}
@@ -259,8 +257,7 @@ func (p *pluginContext) fleetRefund(a *application) bool {
 	}
 	costU := a.fl.next.spent - a.fl.pool.spent
 	for attempt := 0; attempt < maxAttempts; attempt++ {
-		v, cas, st := getSharedData(a.poolKey(a.fl.slot), a.vals[0])
-		a.vals[0] = v
+		v, cas, st := a.readValue(0, a.poolKey(a.fl.slot))
 		if st != statusOK {
 			return false
 		}

@@ -87,6 +87,14 @@ func takeInto(dst []byte) []byte {
 	return append(dst, unsafe.Slice(d, n)...)
 }
 
+// bytesPtr is strPtr for a byte slice.
+func bytesPtr(b []byte) unsafe.Pointer {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Pointer(&b[0])
+}
+
 func strPtr(s string) unsafe.Pointer {
 	if s == "" {
 		return nil
@@ -140,11 +148,7 @@ func rawSetSharedData(keyData unsafe.Pointer, keySize uint32, valueData unsafe.P
 // setSharedData is proxywasm.SetSharedData without the SDK's two wrapper
 // layers (every Go call costs in wasm; this one is made on every request).
 func setSharedData(key string, value []byte, cas uint32) error {
-	var vp unsafe.Pointer
-	if len(value) > 0 {
-		vp = unsafe.Pointer(&value[0])
-	}
-	if st := rawSetSharedData(strPtr(key), uint32(len(key)), vp, uint32(len(value)), cas); st != statusOK {
+	if st := rawSetSharedData(strPtr(key), uint32(len(key)), bytesPtr(value), uint32(len(value)), cas); st != statusOK {
 		return statusError(st)
 	}
 	return nil
@@ -183,12 +187,8 @@ var localReplyBuf []byte
 // are copied with memmove into a reused buffer (appendHeaderMap).
 func sendLocalResponse(status uint32, headers [][2]string, body []byte) error {
 	localReplyBuf = appendHeaderMap(localReplyBuf[:0], headers)
-	var bp unsafe.Pointer
-	if len(body) > 0 {
-		bp = unsafe.Pointer(&body[0])
-	}
-	st := rawSendLocalResponse(status, nil, 0, bp, uint32(len(body)),
-		unsafe.Pointer(&localReplyBuf[0]), uint32(len(localReplyBuf)), -1)
+	st := rawSendLocalResponse(status, nil, 0, bytesPtr(body), uint32(len(body)),
+		bytesPtr(localReplyBuf), uint32(len(localReplyBuf)), -1)
 	if st != statusOK {
 		return statusError(st)
 	}

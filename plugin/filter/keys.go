@@ -121,53 +121,45 @@ func (rs *requestSources) get(s sourceRef) (string, bool) {
 	switch s.kind {
 	case policy.SourceHeader:
 		c = &rs.headers[s.idx]
-		if c.gen != rs.gen {
-			c.gen = rs.gen
+		if rs.unread(c) {
 			c.set(rs.header(rs.cfg.headerNames[s.idx]))
 		}
 	case policy.SourceQuery:
 		c = &rs.queries[s.idx]
-		if c.gen != rs.gen {
-			c.gen = rs.gen
+		if rs.unread(c) {
 			p, _ := rs.get(sourceRef{kind: sourceRawPath})
 			c.set(queryParam(p, rs.cfg.queryNames[s.idx]))
 		}
 	case policy.SourceJWT:
 		c = &rs.claims[s.idx]
-		if c.gen != rs.gen {
-			c.gen = rs.gen
+		if rs.unread(c) {
 			c.set(rs.claim(rs.cfg.claimNames[s.idx]))
 		}
 	case policy.SourcePath:
 		c = &rs.path
-		if c.gen != rs.gen {
-			c.gen = rs.gen
+		if rs.unread(c) {
 			p, _ := rs.get(sourceRef{kind: sourceRawPath})
 			c.set(pathOnly(p), true)
 		}
 	case policy.SourceMethod:
 		c = &rs.method
-		if c.gen != rs.gen {
-			c.gen = rs.gen
+		if rs.unread(c) {
 			c.set(rs.header(":method"))
 		}
 	case policy.SourceHost:
 		c = &rs.host
-		if c.gen != rs.gen {
-			c.gen = rs.gen
+		if rs.unread(c) {
 			h, ok := rs.header(":authority")
 			c.set(lowerASCII(h), ok)
 		}
 	case policy.SourceIP:
 		c = &rs.ip
-		if c.gen != rs.gen {
-			c.gen = rs.gen
+		if rs.unread(c) {
 			c.set(rs.clientIP())
 		}
 	case sourceRawPath:
 		c = &rs.rawPath
-		if c.gen != rs.gen {
-			c.gen = rs.gen
+		if rs.unread(c) {
 			c.set(rs.header(":path"))
 		}
 	default:
@@ -185,6 +177,16 @@ func (c *cachedValue) set(v string, ok bool) {
 	} else {
 		c.v, c.state = "", missing
 	}
+}
+
+// unread reports whether c has not been read for this request yet, and
+// counts it as read from now on.
+func (rs *requestSources) unread(c *cachedValue) bool {
+	if c.gen == rs.gen {
+		return false
+	}
+	c.gen = rs.gen
+	return true
 }
 
 // header returns the first value of a request header, a view of rs.vals.

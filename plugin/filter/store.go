@@ -308,18 +308,26 @@ func (p *pluginContext) load(a *application, now float64) (corrupt bool, err err
 		return p.loadWindow(a, now)
 	}
 	if a.rule.maxKeys == 0 {
-		a.read, corrupt, err = readBucket(a.key, &a.vals[0])
+		a.read, corrupt, err = a.readBucket()
 		return corrupt, err
 	}
 	return p.probe(a, now)
 }
 
+// readValue reads key into a's i-th value buffer (one per candidate slot,
+// reused across requests, so reads allocate nothing) and returns the value,
+// valid until the next read into that buffer.
+func (a *application) readValue(i int, key string) (v []byte, cas, st uint32) {
+	v, cas, st = getSharedData(key, a.vals[i])
+	a.vals[i] = v
+	return
+}
+
 // readBucket reads an exact-mode bucket. NOT_FOUND is not an error. A
 // corrupt value is reported (corrupt true) and read as a new bucket that must
 // be written with the returned cas.
-func readBucket(key string, buf *[]byte) (r bucketRead, corrupt bool, err error) {
-	v, cas, st := getSharedData(key, *buf)
-	*buf = v
+func (a *application) readBucket() (r bucketRead, corrupt bool, err error) {
+	v, cas, st := a.readValue(0, a.key)
 	switch st {
 	case statusOK:
 	case statusNotFound:
@@ -347,8 +355,7 @@ func (p *pluginContext) probe(a *application, now float64) (corrupt bool, err er
 	)
 	for i := 0; i < a.ncand; i++ {
 		slot := a.cand[i]
-		v, cas, st := getSharedData(a.slotKey(slot), a.vals[i])
-		a.vals[i] = v // seen[i] may keep v until store
+		v, cas, st := a.readValue(i, a.slotKey(slot)) // seen[i] may keep v until store
 		if st == statusNotFound {
 			// Never written, so no later candidate holds our bucket either
 			// (a claim of a later candidate needs this one to exist, and
@@ -578,15 +585,14 @@ func (p *pluginContext) refund(a *application) bool {
 			spill float64 // the slot's spill mark, kept
 		)
 		if a.rule.maxKeys == 0 {
-			r, _, err := readBucket(a.key, &a.vals[0])
+			r, _, err := a.readBucket()
 			if err != nil || !r.exists {
 				return false // gone or corrupt: nothing sensible to give back to
 			}
 			b, cas, key = r.b, r.cas, a.key
 		} else {
 			key = a.slotKey(a.read.slot)
-			v, c, st := getSharedData(key, a.vals[0])
-			a.vals[0] = v
+			v, c, st := a.readValue(0, key)
 			if st != statusOK {
 				return false
 			}

@@ -21,8 +21,7 @@ func (p *pluginContext) loadWindow(a *application, now float64) (corrupt bool, e
 		return p.probeWindow(a, now)
 	}
 	a.read = bucketRead{}
-	v, cas, st := getSharedData(a.key, a.vals[0])
-	a.vals[0] = v
+	v, cas, st := a.readValue(0, a.key)
 	switch st {
 	case statusOK:
 	case statusNotFound:
@@ -54,8 +53,7 @@ func (p *pluginContext) probeWindow(a *application, now float64) (corrupt bool, 
 	cands := &a.ws.cands
 	for i := 0; i < a.ncand; i++ {
 		slot := a.cand[i]
-		v, cas, st := getSharedData(a.slotKey(slot), a.vals[i])
-		a.vals[i] = v // seen[i] may keep v until store
+		v, cas, st := a.readValue(i, a.slotKey(slot)) // seen[i] may keep v until store
 		if st == statusNotFound {
 			seen[n] = slotBump{slot: slot, missing: true}
 			free[n] = true
@@ -161,8 +159,7 @@ func (p *pluginContext) refundWindow(a *application) bool {
 		if a.rule.maxKeys > 0 {
 			key = a.slotKey(a.read.slot)
 		}
-		v, cas, st := getSharedData(key, a.vals[0])
-		a.vals[0] = v
+		v, cas, st := a.readValue(0, key)
 		if st != statusOK {
 			return false
 		}
