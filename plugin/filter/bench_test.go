@@ -27,6 +27,7 @@ type streamCase struct {
 	config string
 	req    *wasmhost.Request
 	reject bool
+	clock  wasmhost.Clock // nil: the real clock
 }
 
 func streamCases() []streamCase {
@@ -69,7 +70,7 @@ func streamCases() []streamCase {
 }
 
 func streamVM(tb testing.TB, c streamCase) *wasmhost.VM {
-	h, err := wasmhost.New(context.Background(), wasmhost.Config{Wasm: c.wasm(tb), PluginConfig: []byte(c.config), VMs: 1})
+	h, err := wasmhost.New(context.Background(), wasmhost.Config{Wasm: c.wasm(tb), PluginConfig: []byte(c.config), VMs: 1, Clock: c.clock})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -147,6 +148,11 @@ func TestFullStreamRatio(t *testing.T) {
 //     rate is high, so the slot's bucket is full and simply reused.
 //   - new-evict: the same with a rate so low that no bucket refills: every
 //     claim evicts.
+//   - partial: the same with seed 001's per-IP rate (5/s) on a manual clock
+//     moving 10 us per request (a scan at 100,000 addresses/s): a bucket
+//     stays active for 0.2 s after its request, so about a third of the
+//     table is active and new identities meet every case (one-read claim,
+//     second read, eviction).
 //   - active: max_keys 2,097,152, so all million identities keep their
 //     buckets: every request finds its bucket (the hot path).
 //   - exact-new / exact-active: max_keys 0, first pass (every request
@@ -162,18 +168,22 @@ func TestBoundedRatio(t *testing.T) {
 	}
 	configs := []struct {
 		name, cfg string
-		prefill   int // distinct identities sent before measuring
+		prefill   int           // distinct identities sent before measuring
+		tick      time.Duration // manual clock step per request (0: real clock)
 	}{
-		{"new-reuse", rule("", 1e6, 1e6), 300_000},
-		{"new-evict", rule("", 0.001, 1e9), 300_000},
-		{"active", rule(`"max_keys": 2097152, `, 1e6, 1e6), million},
-		{"exact-new", rule(`"max_keys": 0, `, 1e6, 1e6), 0},
-		{"exact-active", rule(`"max_keys": 0, `, 1e6, 1e6), million},
+		{"new-reuse", rule("", 1e6, 1e6), 300_000, 0},
+		{"new-evict", rule("", 0.001, 1e9), 300_000, 0},
+		{"partial", rule("", 5, 1e9), 300_000, 10 * time.Microsecond},
+		{"active", rule(`"max_keys": 2097152, `, 1e6, 1e6), million, 0},
+		{"exact-new", rule(`"max_keys": 0, `, 1e6, 1e6), 0, 0},
+		{"exact-active", rule(`"max_keys": 0, `, 1e6, 1e6), million, 0},
 	}
 	ctx := context.Background()
 	type runner struct {
 		name   string
 		vm     *wasmhost.VM
+		clock  *wasmhost.ManualClock // nil: the real clock
+		tick   time.Duration
 		next   int
 		keys   int
 		req    *wasmhost.Request
@@ -187,7 +197,11 @@ func TestBoundedRatio(t *testing.T) {
 	newRunner := func(name string, vm *wasmhost.VM, keys int) *runner {
 		return &runner{name: name, vm: vm, keys: keys, req: rq(), buf: make([]byte, 0, 32)}
 	}
+	epoch := time.Unix(1_700_000_000, 0)
 	send := func(r *runner) {
+		if r.clock != nil {
+			r.clock.Set(epoch.Add(time.Duration(r.next) * r.tick))
+		}
 		r.buf = append(appendIP(r.buf[:0], r.next%r.keys), ":40000"...)
 		r.req.Properties["source.address"] = r.buf
 		if err := r.vm.HTTPInto(ctx, r.req, &r.res); err != nil {
@@ -203,8 +217,18 @@ func TestBoundedRatio(t *testing.T) {
 	}}), 1)
 	rs := []*runner{empty}
 	for _, c := range configs {
-		one := newRunner(c.name+"/keys=1", streamVM(t, streamCase{wasm: pluginWasm, config: c.cfg}), 1)
-		many := newRunner(c.name+"/keys=1M", streamVM(t, streamCase{wasm: pluginWasm, config: c.cfg}), million)
+		setup := func(name string, keys int) *runner {
+			sc := streamCase{wasm: pluginWasm, config: c.cfg}
+			var clock *wasmhost.ManualClock
+			if c.tick > 0 { // request i happens at epoch + i*tick
+				clock = wasmhost.NewManualClock(epoch)
+				sc.clock = clock
+			}
+			r := newRunner(name, streamVM(t, sc), keys)
+			r.clock, r.tick = clock, c.tick
+			return r
+		}
+		one, many := setup(c.name+"/keys=1", 1), setup(c.name+"/keys=1M", million)
 		many.onKey = one
 		for many.next < c.prefill {
 			send(many)

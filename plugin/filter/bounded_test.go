@@ -2,7 +2,9 @@ package filter_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -14,9 +16,10 @@ import (
 	"github.com/sluice-rl/sluice/shared/state"
 )
 
-// Bounded memory (issue 4): a rule keeps its buckets in at most max_keys
-// slots, whatever the number of distinct identities. These tests run the
-// compiled filter in the Envoy-faithful host.
+// Bounded memory (issue 4): a rule keeps the buckets of at most max_keys
+// identities, four to a shared-data key (a group), whatever the number of
+// distinct identities. These tests run the compiled filter in the
+// Envoy-faithful host.
 
 // ipConfig is seed 001's per-IP rule with a given max_keys ("" = default).
 func ipConfig(maxKeys string, rps, burst float64) string {
@@ -50,26 +53,33 @@ func appendIP(dst []byte, i int) []byte {
 	return dst
 }
 
-// ruleKeys counts the shared-data keys of a rule, and fails on any key of
-// the rule that is not a slot key within [0, maxKeys).
-func ruleKeys(t testing.TB, sd *wasmhost.SharedData, rule string, maxKeys int) int {
+// ruleKeys counts the shared-data keys of a rule and the identities they
+// hold, and fails on any key of the rule that is not a group key within
+// [0, state.Groups(maxKeys)).
+func ruleKeys(t testing.TB, sd *wasmhost.SharedData, rule string, maxKeys int) (keys, identities int) {
 	t.Helper()
-	n := 0
 	for _, k := range sd.Keys() {
-		r, slot, comp, ok := state.ParseKey(k)
+		r, group, comp, ok := state.ParseKey(k)
 		if !ok || r != rule {
 			continue
 		}
-		if slot < 0 || slot >= maxKeys {
-			t.Fatalf("key %q of rule %s is not a slot in [0, %d) (composite %q)", k, rule, maxKeys, comp)
+		if group < 0 || group >= state.Groups(maxKeys) {
+			t.Fatalf("key %q of rule %s is not a group in [0, %d) (composite %q)", k, rule, state.Groups(maxKeys), comp)
 		}
-		n++
+		keys++
+		for _, w := range groupWays(t, sd, k) {
+			if len(w) > 0 {
+				identities++
+			}
+		}
 	}
-	return n
+	return keys, identities
 }
 
 // The issue's acceptance test: 1,000,000 distinct ip:address identities
-// through the compiled .wasm; the rule never has more than max_keys keys.
+// through the compiled .wasm; the rule never has more than max_keys keys
+// (it has max_keys/4, each holding up to four identities: never more than
+// max_keys identities).
 func TestBoundedMillionIdentities(t *testing.T) {
 	total := 1_000_000
 	if testing.Short() {
@@ -97,12 +107,13 @@ func TestBoundedMillionIdentities(t *testing.T) {
 			t.Fatalf("request %d (a new identity) rejected", i)
 		}
 		if (i+1)%100_000 == 0 || i+1 == total {
-			keys := ruleKeys(t, sd, "per-ip", maxKeys)
-			if keys > maxKeys || sd.Len() > maxKeys+1 { // +1: the creation sentinel
-				t.Fatalf("after %d identities: %d keys for the rule, %d in all; max_keys is %d", i+1, keys, sd.Len(), maxKeys)
+			keys, ids := ruleKeys(t, sd, "per-ip", maxKeys)
+			if keys > maxKeys/state.Ways || ids > maxKeys || sd.Len() > keys+1 { // +1: the creation sentinel
+				t.Fatalf("after %d identities: %d keys for the rule holding %d identities, %d keys in all; max_keys is %d",
+					i+1, keys, ids, sd.Len(), maxKeys)
 			}
-			t.Logf("%8d identities: %6d keys, %9d bytes of shared data (%.1f per key), evicted %d",
-				i+1, keys, sd.Bytes(), float64(sd.Bytes())/float64(sd.Len()), f.metric("sluice.rule.per-ip.evicted"))
+			t.Logf("%8d identities: %6d keys holding %6d, %9d bytes of shared data (%.1f per key), evicted %d",
+				i+1, keys, ids, sd.Bytes(), float64(sd.Bytes())/float64(sd.Len()), f.metric("sluice.rule.per-ip.evicted"))
 		}
 	}
 	if n := f.metric("sluice.rule.per-ip.allowed"); n != uint64(total) {
@@ -117,8 +128,8 @@ func TestBoundedMillionIdentities(t *testing.T) {
 		t.Errorf("panics_recovered = %d", n)
 	}
 	// The table fills up (keys were created until then) and stays flat.
-	if keys := ruleKeys(t, sd, "per-ip", maxKeys); keys < maxKeys*9/10 {
-		t.Errorf("only %d of %d slots used after %d identities", keys, maxKeys, total)
+	if keys, _ := ruleKeys(t, sd, "per-ip", maxKeys); keys < state.Groups(maxKeys)*9/10 {
+		t.Errorf("only %d of %d groups used after %d identities", keys, state.Groups(maxKeys), total)
 	}
 	t.Logf("%d identities in %v; shared data: %d keys, %d bytes", total, time.Since(started).Round(time.Millisecond), sd.Len(), sd.Bytes())
 }
@@ -126,7 +137,8 @@ func TestBoundedMillionIdentities(t *testing.T) {
 // A client whose bucket is active keeps its exact state while 100,000
 // other identities pass through a small table (max_keys 1024, frozen clock:
 // every newcomer must evict once the table is full). Evictions take the
-// fullest candidate, so the client's partly spent bucket is never chosen.
+// fullest bucket of the group, so the client's partly spent bucket is never
+// chosen.
 func TestBoundedActiveClientKeepsExactState(t *testing.T) {
 	others := 100_000
 	if testing.Short() {
@@ -145,13 +157,13 @@ func TestBoundedActiveClientKeepsExactState(t *testing.T) {
 		t.Fatalf("client bucket = %+v, %v; want 6 tokens", before, ok)
 	}
 	key, _ := f.bucketKey("per-ip", ipOf(client))
+	way, _, _ := findWay(t, f.h.SharedData(), key, ipOf(client))
 	contested := 0
 	for i := 0; i < others; i++ {
 		if res := f.doOn(0, ipRequest(i)); res.Rejected {
 			t.Fatalf("identity %d rejected", i)
 		}
-		c := state.CandidateSlots(state.Fingerprint(ipOf(i)), maxKeys)
-		if state.SlotKey("per-ip", c[0]) == key || state.SlotKey("per-ip", c[1]) == key {
+		if groupOf(ipOf(i), maxKeys) == groupOf(ipOf(client), maxKeys) {
 			contested++
 		}
 	}
@@ -159,141 +171,140 @@ func TestBoundedActiveClientKeepsExactState(t *testing.T) {
 	if !ok || after != before {
 		t.Fatalf("client bucket after %d others = %+v, %v; want exactly %+v", others, after, ok, before)
 	}
-	if k, _ := f.bucketKey("per-ip", ipOf(client)); k != key {
-		t.Errorf("client bucket moved from %s to %s", key, k)
+	if w, _, _ := findWay(t, f.h.SharedData(), key, ipOf(client)); w != way {
+		t.Errorf("client bucket moved from way %d to %d of %s", way, w, key)
 	}
-	if keys := ruleKeys(t, f.h.SharedData(), "per-ip", maxKeys); keys > maxKeys {
-		t.Fatalf("%d keys > max_keys %d", keys, maxKeys)
+	if keys, ids := ruleKeys(t, f.h.SharedData(), "per-ip", maxKeys); keys > maxKeys/state.Ways || ids > maxKeys {
+		t.Fatalf("%d keys holding %d identities; max_keys %d", keys, ids, maxKeys)
 	}
 	evicted := f.metric("sluice.rule.per-ip.evicted")
 	if evicted == 0 || contested == 0 {
-		t.Fatalf("evicted = %d, newcomers contesting the client's slot = %d: the test exercised nothing", evicted, contested)
+		t.Fatalf("evicted = %d, newcomers contesting the client's group = %d: the test exercised nothing", evicted, contested)
 	}
 	// The client continues from its exact state: 6 - 1 = 5 remaining.
 	res := f.doOn(0, ipRequest(client))
 	if got, _ := header(res.ResponseHeaders, "ratelimit-remaining"); res.Rejected || got != "5" {
 		t.Fatalf("client's next request: rejected=%v remaining=%q, want 5", res.Rejected, got)
 	}
-	if logsContaining(f.h, wasmhost.LogLevelWarn, "more active identities than max_keys") == 0 {
+	if logsContaining(f.h, wasmhost.LogLevelWarn, "every bucket of a group was active") == 0 {
 		t.Error("evictions not logged")
 	}
-	t.Logf("%d others, %d contested the client's slot %s, %d evictions", others, contested, key, evicted)
+	t.Logf("%d others, %d contested the client's group %s, %d evictions", others, contested, key, evicted)
 }
 
-// findIdentity returns an IP identity whose candidate slots (in a table of
-// maxKeys) satisfy ok.
-func findIdentity(t *testing.T, maxKeys int, ok func(c [state.Candidates]int) bool) int {
+// findIdentities returns n distinct IP identities (from the from-th on)
+// whose group, in a table for maxKeys identities, is group.
+func findIdentities(t testing.TB, from, n, maxKeys, group int) []int {
 	t.Helper()
-	return findIdentityFrom(t, 0, maxKeys, ok)
-}
-
-// findIdentityFrom is findIdentity among the identities from the from-th on.
-func findIdentityFrom(t *testing.T, from, maxKeys int, ok func(c [state.Candidates]int) bool) int {
-	t.Helper()
-	for i := from; i < 1_000_000; i++ {
-		if ok(state.CandidateSlots(state.Fingerprint(ipOf(i)), maxKeys)) {
-			return i
+	var ids []int
+	for i := from; i < 1_000_000 && len(ids) < n; i++ {
+		if groupOf(ipOf(i), maxKeys) == group {
+			ids = append(ids, i)
 		}
 	}
-	t.Fatal("no identity found")
-	return 0
+	if len(ids) < n {
+		t.Fatalf("found %d identities of group %d, want %d", len(ids), group, n)
+	}
+	return ids
 }
 
-func slotValue(t *testing.T, f *fixture, rule string, slot int) state.Slot {
+// wayValue decodes way i of a rule's group.
+func wayValue(t *testing.T, f *fixture, rule string, group, i int) state.Slot {
 	t.Helper()
-	v, _, st := f.h.SharedData().Get(state.SlotKey(rule, slot))
-	if st != wasmhost.StatusOK {
-		t.Fatalf("slot %d: status %d", slot, st)
+	ways := groupWays(t, f.h.SharedData(), state.SlotKey(rule, group))
+	if i >= len(ways) {
+		t.Fatalf("group %d has %d ways, want way %d", group, len(ways), i)
 	}
-	s, err := state.DecodeSlot(v)
+	s, err := state.DecodeSlot(ways[i])
 	if err != nil {
-		t.Fatalf("slot %d: %v (%q)", slot, err, v)
+		t.Fatalf("group %d way %d: %v (%q)", group, i, err, ways[i])
 	}
 	return s
 }
 
-// An idle slot (its bucket has refilled to full) is taken over by a new
-// identity without counting an eviction; an active one is evicted only when
-// every candidate is active, fullest first.
+// checkWays fails unless a rule's group holds, way by way, the identities
+// (IP numbers) with the given tokens.
+func checkWays(t *testing.T, f *fixture, rule string, group int, ids []int, tokens []float64) {
+	t.Helper()
+	if n := len(groupWays(t, f.h.SharedData(), state.SlotKey(rule, group))); n != len(ids) {
+		t.Fatalf("group %d has %d ways, want %d", group, n, len(ids))
+	}
+	for i, id := range ids {
+		if s := wayValue(t, f, rule, group, i); string(s.Identity) != ipOf(id) || !near(s.Bucket.Tokens, tokens[i]) {
+			t.Fatalf("group %d way %d = %q with %v tokens, want %s with %v", group, i, s.Identity, s.Bucket.Tokens, ipOf(id), tokens[i])
+		}
+	}
+}
+
+// A new identity takes a way the group does not have yet while it has fewer
+// than four; then an idle way (its bucket has refilled to full) without
+// counting an eviction; an active bucket is evicted only when every way is
+// active, the fullest first, and the other ways are written back unchanged.
 func TestBoundedSlotReuseAndEviction(t *testing.T) {
-	const maxKeys = 4
+	const maxKeys = 4 // one group of four ways
 	f := start(t, ipConfig("4", 1, 10), 1)
-	// A and C fill slots 0 and 1; B's candidates are exactly {0, 1}, in
-	// that order.
-	a := findIdentity(t, maxKeys, func(c [2]int) bool { return c[0] == 0 })
-	cc := findIdentity(t, maxKeys, func(c [2]int) bool { return c[0] == 1 })
-	b := findIdentity(t, maxKeys, func(c [2]int) bool { return c == [2]int{0, 1} })
-	f.doOn(0, ipRequest(a)) // A: 9 tokens in slot 0
-	for i := 0; i < 5; i++ {
-		f.doOn(0, ipRequest(cc)) // C: 5 tokens in slot 1
+	ids := findIdentities(t, 0, 5, maxKeys, 0)
+	a, c, d, e, b := ids[0], ids[1], ids[2], ids[3], ids[4]
+	send := func(f *fixture, id, n int) {
+		for i := 0; i < n; i++ {
+			f.doOn(0, ipRequest(id))
+		}
 	}
-	if s := slotValue(t, f, "per-ip", 0); string(s.Identity) != ipOf(a) || s.Bucket.Tokens != 9 {
-		t.Fatalf("slot 0 = %q %+v", s.Identity, s.Bucket)
-	}
-	if s := slotValue(t, f, "per-ip", 1); string(s.Identity) != ipOf(cc) || s.Bucket.Tokens != 5 {
-		t.Fatalf("slot 1 = %q %+v", s.Identity, s.Bucket)
+	send(f, a, 1) // 9 tokens
+	send(f, c, 5) // 5
+	send(f, d, 3) // 7
+	send(f, e, 2) // 8
+	checkWays(t, f, "per-ip", 0, []int{a, c, d, e}, []float64{9, 5, 7, 8})
+	if n := f.metric("sluice.rule.per-ip.evicted"); n != 0 {
+		t.Fatalf("evicted = %d while the group had free ways", n)
 	}
 
-	// Both active: B evicts the fuller one, A (9 > 5), and C keeps its state.
+	// All four active: B evicts the fullest, A (9), the rest keep their state.
 	f.do("@ip", ipOf(b)+":1")
-	s0 := slotValue(t, f, "per-ip", 0)
-	if string(s0.Identity) != ipOf(b) || s0.Fingerprint != state.Fingerprint(ipOf(b)) || s0.Bucket.Tokens != 9 {
-		t.Fatalf("after B: slot 0 = %q %+v, want B with 9 tokens", s0.Identity, s0.Bucket)
-	}
-	if s := slotValue(t, f, "per-ip", 1); string(s.Identity) != ipOf(cc) || s.Bucket.Tokens != 5 {
-		t.Fatalf("after B: slot 1 = %q %+v, want C untouched", s.Identity, s.Bucket)
-	}
+	checkWays(t, f, "per-ip", 0, []int{b, c, d, e}, []float64{9, 5, 7, 8})
 	if n := f.metric("sluice.rule.per-ip.evicted"); n != 1 {
 		t.Fatalf("evicted = %d, want 1", n)
 	}
 
-	// Time passes: every bucket is full again (10 tokens at 1/s).
+	// Time passes: every bucket is full again (10 tokens at 1/s). A comes
+	// back and takes the first idle way, B's, without an eviction.
 	f.clock.Advance(10 * time.Second)
 	keysBefore := f.h.SharedData().Len()
-	// A comes back: its candidate slot 0 holds B's full bucket, which A takes
-	// over (or A's other candidate if that is free); no eviction counted.
 	f.do("@ip", ipOf(a)+":1")
-	k, ok := f.bucketKey("per-ip", ipOf(a))
-	if !ok {
-		t.Fatal("A has no bucket")
+	if got, ok := f.bucket("per-ip", ipOf(a)); !ok || got.Tokens != 9 {
+		t.Errorf("A's new bucket = %+v, %v; want a fresh one with 9 tokens", got, ok)
 	}
-	if got, _ := f.bucket("per-ip", ipOf(a)); got.Tokens != 9 {
-		t.Errorf("A's new bucket has %v tokens, want 9 (a fresh bucket)", got.Tokens)
+	if s := wayValue(t, f, "per-ip", 0, 0); string(s.Identity) != ipOf(a) {
+		t.Errorf("way 0 = %q, want A in B's idle way", s.Identity)
+	}
+	if _, ok := f.bucket("per-ip", ipOf(b)); ok {
+		t.Error("B's bucket is still found after its way was taken")
 	}
 	if n := f.metric("sluice.rule.per-ip.evicted"); n != 1 {
-		t.Errorf("evicted = %d after reusing a full slot, want still 1", n)
+		t.Errorf("evicted = %d after reusing a full bucket's way, want still 1", n)
 	}
-	if _, ok := f.bucket("per-ip", ipOf(b)); ok && k == state.SlotKey("per-ip", 0) {
-		t.Error("B's bucket is still found after its slot was taken")
-	}
-	if got := ruleKeys(t, f.h.SharedData(), "per-ip", maxKeys); got > maxKeys || f.h.SharedData().Len() > keysBefore+1 {
-		t.Errorf("%d rule keys, %d keys in all (before %d)", got, f.h.SharedData().Len(), keysBefore)
+	if keys, _ := ruleKeys(t, f.h.SharedData(), "per-ip", maxKeys); keys != 1 || f.h.SharedData().Len() != keysBefore {
+		t.Errorf("%d rule keys, %d keys in all (before %d)", keys, f.h.SharedData().Len(), keysBefore)
 	}
 
-	// The idle reuse, deterministically: B's first candidate (slot 0) is
-	// full, its second (slot 1, C) is active; B must take slot 0.
+	// The idle reuse, deterministically: A's bucket (way 0) is full again,
+	// the other three are active; B must take way 0 and leave the others.
 	f2 := start(t, ipConfig("4", 1, 10), 1)
-	f2.doOn(0, ipRequest(a)) // slot 0: A
-	for i := 0; i < 3; i++ {
-		f2.doOn(0, ipRequest(cc)) // slot 1: C, 7 tokens
-	}
-	f2.clock.Advance(1500 * time.Millisecond) // A full again (9+1.5 > 10), C at 8.5
+	send(f2, a, 1)
+	send(f2, c, 3)
+	send(f2, d, 3)
+	send(f2, e, 3)
+	f2.clock.Advance(1500 * time.Millisecond) // A full again (9+1.5 > 10), the others at 8.5
 	f2.do("@ip", ipOf(b)+":1")
-	s0 = slotValue(t, f2, "per-ip", 0)
-	if string(s0.Identity) != ipOf(b) || s0.Bucket.Tokens != 9 {
-		t.Fatalf("idle slot 0 not reused by B: %q %+v", s0.Identity, s0.Bucket)
-	}
-	if s1 := slotValue(t, f2, "per-ip", 1); string(s1.Identity) != ipOf(cc) || s1.Bucket.Tokens != 7 {
-		t.Fatalf("slot 1 = %q %+v, want C with its 7 tokens (as of its last request)", s1.Identity, s1.Bucket)
-	}
+	checkWays(t, f2, "per-ip", 0, []int{b, c, d, e}, []float64{9, 7, 7, 7}) // as of their last requests
 	if n := f2.metric("sluice.rule.per-ip.evicted"); n != 0 {
-		t.Errorf("reusing a full slot counted %d evictions", n)
+		t.Errorf("reusing a full bucket's way counted %d evictions", n)
 	}
 	// A comes back and finds no bucket: it starts a full one, as it would
 	// have had anyway.
 	res := f2.do("@ip", ipOf(a)+":1")
 	if got, _ := header(res.ResponseHeaders, "ratelimit-remaining"); got != "9" {
-		t.Errorf("A after losing its idle slot: remaining %q, want 9", got)
+		t.Errorf("A after losing its idle way: remaining %q, want 9", got)
 	}
 }
 
@@ -313,16 +324,16 @@ func TestStorageFormats(t *testing.T) {
 	}
 	key, ok := f.bucketKey("slots", "key:2")
 	if !ok {
-		t.Fatalf("no slot for key:2; keys %v", f.h.SharedData().Keys())
+		t.Fatalf("no bucket for key:2; keys %v", f.h.SharedData().Keys())
+	}
+	if want := state.SlotKey("slots", groupOf("key:2", policy.DefaultMaxKeys)); key != want {
+		t.Errorf("key:2 lives in %s, want its group %s", key, want)
 	}
 	v, _, _ = f.h.SharedData().Get(key)
-	want := state.EncodeSlot(nil, state.Fingerprint("key:2"), state.Bucket{Tokens: 9, LastRefill: now}, "key:2")
-	if string(v) != string(want) || v[0] != state.SlotFormat || string(v[len(v)-5:]) != "key:2" {
-		t.Errorf("slot value %x, want %x (binary, the identity last)", v, want)
-	}
-	c := state.CandidateSlots(state.Fingerprint("key:2"), policy.DefaultMaxKeys)
-	if key != state.SlotKey("slots", c[0]) {
-		t.Errorf("a fresh identity in an empty table went to %s, want its first candidate %d", key, c[0])
+	rec := state.EncodeSlot(nil, state.Fingerprint("key:2"), state.Bucket{Tokens: 9, LastRefill: now}, "key:2")
+	want := state.AppendGroup(nil, nil, 0, rec)
+	if string(v) != string(want) || v[0] != state.GroupFormat || v[2] != state.SlotFormat || string(v[len(v)-5:]) != "key:2" {
+		t.Errorf("group value %x, want %x (binary: a group of one way, the identity last)", v, want)
 	}
 	if keys := f.h.SharedData().Keys(); len(keys) != 3 { // + the creation sentinel
 		t.Errorf("keys %v", keys)
@@ -394,28 +405,23 @@ func (c *raceClock) arm(n int, between func()) {
 
 func (c *raceClock) Monotonic() time.Duration { return time.Since(c.start) }
 
-// Claims of one new identity by racing VMs that disagree about which
-// candidate to take must still create one bucket. Each trial starts a fresh
-// identity X (burst 100, 4 VMs, 1000 requests, max_keys 2, so X's
-// candidates are slots 0 and 1).
+// Claims of one new identity by racing VMs that disagree about which way
+// to take must still create one bucket. Each trial starts a fresh identity
+// X (burst 100, 4 VMs, 1000 requests, max_keys 2: one group of two ways,
+// holding buckets of Y and Z).
 //
-//   - "clock": X's first candidate holds a bucket of Y that becomes full
-//     between two clock reads, its second a full bucket of Z. Judged at
-//     each VM's own clock, early VMs would take the second slot and later
-//     ones the first; the filter ranks candidates at a time taken from the
-//     values read (store.go, probe), so all VMs choose alike. (Ranked at
-//     each VM's own clock, their claims kept invalidating each other until
-//     some ran out of CAS retries and failed open: 101-102 admitted.)
-//   - "writer": while the VMs race, Y's owner (the test, with CAS, as a
-//     worker would) flips Y's bucket between nearly empty and full. A VM
-//     that read Y empty evicts Z (slot 1, half full), one that read Y full
-//     reuses slot 0. Only the claim protocol's rewrite of every candidate
-//     read ("bumps", store.go) keeps both claims from succeeding.
+//   - "clock": Y's bucket becomes full between two clock reads, Z's is
+//     full. VMs that read the clock early find only Z's way idle and take
+//     it; later ones take Y's, the first idle way.
+//   - "writer": while the VMs race, Y's owner (the test, with CAS on the
+//     group, as a worker would) flips Y's bucket between nearly empty and
+//     full. A VM that read Y empty evicts Z (half full), one that read Y
+//     full reuses Y's way.
 //
-// The clock releases consecutive reads together so that VMs probe
-// concurrently. Without bumps, "writer" admits more than the burst within
-// a few hundred trials (checked by hand: disable the bump loop in
-// store.go).
+// Either way two VMs would give X two buckets if their claims both
+// succeeded; both write the whole group conditioned on their read, so one
+// wins and the other re-reads and finds X's bucket. The clock releases
+// consecutive reads together so that VMs probe concurrently.
 func TestRaceClaimNoDuplicate(t *testing.T) {
 	const (
 		maxKeys = 2
@@ -423,6 +429,12 @@ func TestRaceClaimNoDuplicate(t *testing.T) {
 		rate    = 0.001
 		step    = 2 * time.Millisecond // 2e-6 tokens per clock read at this rate
 	)
+	group := state.SlotKey("race", 0)
+	yfp, zfp := state.Fingerprint("y"), state.Fingerprint("z")
+	put := func(sd *wasmhost.SharedData, y, z state.Bucket, cas uint32) wasmhost.Status {
+		v := state.AppendGroup(nil, [][]byte{state.EncodeSlot(nil, yfp, y, "y")}, 1, state.EncodeSlot(nil, zfp, z, "z"))
+		return sd.Set(group, v, cas)
+	}
 	for _, mode := range []string{"clock", "writer"} {
 		t.Run(mode, func(t *testing.T) {
 			clock := &raceClock{base: t0, step: step, start: time.Now()}
@@ -443,11 +455,8 @@ func TestRaceClaimNoDuplicate(t *testing.T) {
 				trials = 60
 			}
 			sd := h.SharedData()
-			yfp, zfp := state.Fingerprint("y"), state.Fingerprint("z")
 			for trial := 0; trial < trials; trial++ {
 				x := fmt.Sprintf("x-%d", trial)
-				c := state.CandidateSlots(state.Fingerprint(x), maxKeys)
-				y0, y1 := state.SlotKey("race", c[0]), state.SlotKey("race", c[1])
 				r0 := clock.reads()
 				last := float64(t0.Add(time.Duration(r0)*step).UnixNano()) / 1e9
 				var between func()
@@ -455,46 +464,42 @@ func TestRaceClaimNoDuplicate(t *testing.T) {
 					// Y is full from read number r0 + k + 0.5 on.
 					k := 1 + trial%8
 					deficit := (float64(k) + 0.5) * step.Seconds() * rate
-					sd.Set(y0, state.EncodeSlot(nil, yfp, state.Bucket{Tokens: burst - deficit, LastRefill: last}, "y"), 0)
-					sd.Set(y1, state.EncodeSlot(nil, zfp, state.Bucket{Tokens: burst, LastRefill: last}, "z"), 0)
+					put(sd, state.Bucket{Tokens: burst - deficit, LastRefill: last}, state.Bucket{Tokens: burst, LastRefill: last}, 0)
 				} else {
 					yLow := state.Bucket{Tokens: 1, LastRefill: last}
 					yFull := state.Bucket{Tokens: burst, LastRefill: last}
-					sd.Set(y0, state.EncodeSlot(nil, yfp, yLow, "y"), 0)
-					sd.Set(y1, state.EncodeSlot(nil, zfp, state.Bucket{Tokens: burst / 2, LastRefill: last}, "z"), 0)
-					// Y's owner flips Y (with CAS, while the slot is Y's)
-					// just after the first VM of a pair was released and
-					// before the second goes: the two probe on either side
-					// of the flip.
+					z := state.Bucket{Tokens: burst / 2, LastRefill: last}
+					put(sd, yLow, z, 0)
+					// Y's owner flips Y (with CAS, while way 0 is Y's) just
+					// after the first VM of a pair was released and before
+					// the second goes: the two probe on either side of the
+					// flip.
 					delay := time.Duration(trial%5) * 500 * time.Nanosecond
 					between = func() {
 						spin(delay)
-						v, cas, st := sd.Get(y0)
+						_, cas, st := sd.Get(group)
 						if st != wasmhost.StatusOK {
 							return
 						}
-						s, err := state.DecodeSlot(v)
-						if err != nil || string(s.Identity) != "y" {
-							return // X took the slot
+						_, s, ok := findWay(t, sd, group, "y")
+						_, sz, okz := findWay(t, sd, group, "z")
+						if !ok || !okz {
+							return // X took a way
 						}
 						next := yFull
 						if s.Bucket == yFull {
 							next = yLow
 						}
-						// Like the plugin, Y's owner keeps the slot's
-						// spill mark (X may have set it, spilling to
-						// slot 1).
-						sd.Set(y0, state.EncodeMarkedSlot(nil, yfp, next, "y", s.SpillUntil), cas)
+						put(sd, next, sz.Bucket, cas)
 					}
 				}
 				clock.arm(16, between)
 				got := race(t, f, 4, 250, rq("x-api-key", x))
 				if got != int(burst) {
-					v0, _, _ := sd.Get(y0)
-					v1, _, _ := sd.Get(y1)
+					v, _, _ := sd.Get(group)
 					fo, _ := h.Metric("sluice.rule.race.fail_open")
-					t.Fatalf("trial %d: %d of 1000 admitted, want exactly %d (two buckets for one identity?); fail_open %d; slots %q, %q",
-						trial, got, int(burst), fo, v0, v1)
+					t.Fatalf("trial %d: %d of 1000 admitted, want exactly %d (two buckets for one identity?); fail_open %d; group %q",
+						trial, got, int(burst), fo, v)
 				}
 			}
 			if n, _ := h.Metric("sluice.rule.race.fail_open"); n != 0 {
@@ -513,89 +518,38 @@ func spin(d time.Duration) {
 	}
 }
 
-// One-read claims and spill marks (store.go): a new identity whose first
-// candidate holds a full bucket claims it after one read, unless the slot
-// carries a live spill mark, which says that an identity whose first
-// candidate it is may have an active bucket in its second one. This test
-// walks an identity X through spilling to its second candidate and shows
-// that it keeps its exact state there after its first candidate has become
-// reusable (without the mark X would start a fresh, full bucket there: burst
-// minus its tokens admitted for free).
-func TestSpillMarkKeepsSecondCandidate(t *testing.T) {
-	const maxKeys = 4
-	f := start(t, ipConfig("4", 1, 10), 1)
-	sd := f.h.SharedData()
-	y := findIdentity(t, maxKeys, func(c [2]int) bool { return c[0] == 0 })
-	x := findIdentity(t, maxKeys, func(c [2]int) bool { return c == [2]int{0, 1} })
-	w := findIdentityFrom(t, max(x, y)+1, maxKeys, func(c [2]int) bool { return c[0] == 0 })
-	if y == x || w == x || w == y {
-		t.Fatalf("identities %d %d %d not distinct", y, x, w)
-	}
-	f.doOn(0, ipRequest(y)) // slot 0: Y, 9 tokens, full again in 1 s
-	t0 := float64(f.clock.Now().UnixNano()) / 1e9
-	for i := 0; i < 6; i++ {
-		f.doOn(0, ipRequest(x)) // slot 0 is active: X lives in slot 1
-	}
-	if s := slotValue(t, f, "per-ip", 1); string(s.Identity) != ipOf(x) || s.Bucket.Tokens != 4 {
-		t.Fatalf("slot 1 = %q %+v, want X with 4 tokens", s.Identity, s.Bucket)
-	}
-	s0 := slotValue(t, f, "per-ip", 0)
-	if string(s0.Identity) != ipOf(y) || s0.Bucket.Tokens != 9 {
-		t.Fatalf("slot 0 = %q %+v, want Y's bucket untouched", s0.Identity, s0.Bucket)
-	}
-	// The mark covers X's bucket until it is full (t0+6) with a margin: it
-	// is raised to twice the horizon needed, at X's first request (t0 + 2 *
-	// 1 s) and then whenever X's full time passes it.
-	if s0.SpillUntil < t0+6 || s0.SpillUntil > t0+12+2e-6 {
-		t.Fatalf("slot 0 spill mark %.6f, want between X's full time %.6f and twice its horizon", s0.SpillUntil, t0+6)
-	}
-
-	// 2 s later Y's bucket is full (slot 0 reusable), X's is at 6 of 10.
-	f.clock.Advance(2 * time.Second)
-	res := f.doOn(0, ipRequest(x))
-	if got, _ := header(res.ResponseHeaders, "ratelimit-remaining"); got != "5" {
-		t.Fatalf("X after its first candidate became reusable: remaining %q, want 5 (its own bucket)", got)
-	}
-	if s := slotValue(t, f, "per-ip", 0); string(s.Identity) != ipOf(y) || s.SpillUntil < t0+2+5 {
-		t.Fatalf("slot 0 = %q, mark %.6f: want Y's and a mark covering X's new full time %.6f", s.Identity, s.SpillUntil, t0+7)
-	}
-
-	// 20 s later every bucket is full and the mark has expired: a new
-	// identity W claims slot 0 after reading it alone (slot 1 is not even
-	// rewritten) and keeps the slot's mark.
-	f.clock.Advance(20 * time.Second)
-	_, cas1, _ := sd.Get(state.SlotKey("per-ip", 1))
-	mark := slotValue(t, f, "per-ip", 0).SpillUntil
-	f.doOn(0, ipRequest(w))
-	s0 = slotValue(t, f, "per-ip", 0)
-	if string(s0.Identity) != ipOf(w) || s0.Bucket.Tokens != 9 || s0.SpillUntil != mark {
-		t.Fatalf("slot 0 = %q %+v mark %.6f, want W with 9 tokens and the mark %.6f kept", s0.Identity, s0.Bucket, s0.SpillUntil, mark)
-	}
-	if _, cas, _ := sd.Get(state.SlotKey("per-ip", 1)); cas != cas1 {
-		t.Errorf("a one-read claim rewrote the second candidate (cas %d -> %d)", cas1, cas)
-	}
-	if n := f.metric("sluice.rule.per-ip.evicted"); n != 0 {
-		t.Errorf("evicted = %d, want 0", n)
-	}
-}
-
-// A slot written by an earlier version, in the text form, keeps its bucket
-// across the upgrade: the next request continues from it and rewrites the
-// slot in the binary form.
-func TestTextSlotFromEarlierVersion(t *testing.T) {
-	f := start(t, `{"rules": [{"name": "slots", "limit_keys": ["header:x-b"], "algorithm": "token_bucket",
-	  "algorithm_config": {"rps": 1, "burst": 10}}]}`, 1)
+// A bucket written by an earlier version (before groups: a slot value
+// alone at the key, in the text form or the first binary form with its spill
+// mark) keeps its bucket across the upgrade when it sits at the identity's
+// group key: the value reads as a group of one way, the next request
+// continues from it and rewrites the key as a group in the current form.
+func TestSlotFromEarlierVersion(t *testing.T) {
 	fp := state.Fingerprint("key:3")
-	key := state.SlotKey("slots", state.CandidateSlots(fp, policy.DefaultMaxKeys)[0])
-	text := fmt.Sprintf("%s:4.000000:%.6f:key:3", state.AppendHex16(nil, fp), float64(t0.Unix()))
-	f.h.SharedData().Set(key, []byte(text), 0)
-	res := f.do("x-b", "key:3")
-	if got, _ := header(res.ResponseHeaders, "ratelimit-remaining"); got != "3" {
-		t.Fatalf("remaining %q, want 3 (the text slot's 4 tokens, minus 1)", got)
+	now := float64(t0.Unix())
+	v1 := []byte{0x01}
+	v1 = binary.LittleEndian.AppendUint64(v1, fp)
+	for _, x := range []float64{4, now, now + 30} { // tokens, last_refill, spill_until
+		v1 = binary.LittleEndian.AppendUint64(v1, math.Float64bits(x))
 	}
-	v, _, _ := f.h.SharedData().Get(key)
-	s, err := state.DecodeSlot(v)
-	if err != nil || v[0] != state.SlotFormat || s.Bucket.Tokens != 3 || string(s.Identity) != "key:3" {
-		t.Fatalf("slot after the request: %x (%+v, %v), want binary with 3 tokens", v, s, err)
+	v1 = append(v1, "key:3"...)
+	for name, old := range map[string][]byte{
+		"text":      fmt.Appendf(nil, "%s:4.000000:%.6f:key:3", state.AppendHex16(nil, fp), now),
+		"binary-v1": v1,
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := start(t, `{"rules": [{"name": "slots", "limit_keys": ["header:x-b"], "algorithm": "token_bucket",
+			  "algorithm_config": {"rps": 1, "burst": 10}}]}`, 1)
+			key := state.SlotKey("slots", groupOf("key:3", policy.DefaultMaxKeys))
+			f.h.SharedData().Set(key, old, 0)
+			res := f.do("x-b", "key:3")
+			if got, _ := header(res.ResponseHeaders, "ratelimit-remaining"); got != "3" {
+				t.Fatalf("remaining %q, want 3 (the old slot's 4 tokens, minus 1)", got)
+			}
+			v, _, _ := f.h.SharedData().Get(key)
+			way, s, ok := findWay(t, f.h.SharedData(), key, "key:3")
+			if !ok || way != 0 || v[0] != state.GroupFormat || s.Bucket.Tokens != 3 {
+				t.Fatalf("group after the request: %x (way %d, %+v, %v), want a group with 3 tokens in way 0", v, way, s, ok)
+			}
+		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluice-rl/sluice/shared/limiter"
 	"github.com/sluice-rl/sluice/shared/policy"
+	"github.com/sluice-rl/sluice/shared/state"
 )
 
 // compiledConfig is a policy.Config prepared for the request path: key and
@@ -63,15 +64,17 @@ type compiledRule struct {
 	// Precomputed strings (see headers.go).
 	keyPrefix string // "tb:<rule>:" — state.BucketKey(rule, ""); "fw:", "sw:" or "rw:" for windows
 
-	// maxKeys is the rule's max_keys: > 0 keeps its buckets in that many
-	// slots (keys slotPrefix+"<slot>"), 0 stores one exact key per identity
-	// (store.go).
-	maxKeys    int
-	slotPrefix string // "tb:<rule>:#" — state.SlotKey(rule, n) without n
-	limitHdr   string // RateLimit-Limit: floor(burst)
-	policyHdr  string // RateLimit-Policy: "<rule>";q=<burst>;w=<window>
-	rlPrefix   string // RateLimit: `"<rule>";r=`
-	bodyPre    string // `{"error":"rate_limited","rule":"<rule>","retry_after":`
+	// maxKeys is the rule's max_keys: > 0 keeps the buckets of that many
+	// identities in groups of ways (keys groupPrefix+"<group>"), 0 stores
+	// one exact key per identity (store.go).
+	maxKeys     int
+	groups      int    // state.Groups(maxKeys)
+	ways        int    // state.GroupWays(maxKeys): buckets per group
+	groupPrefix string // "tb:<rule>:#" — state.SlotKey(rule, n) without n
+	limitHdr    string // RateLimit-Limit: floor(burst)
+	policyHdr   string // RateLimit-Policy: "<rule>";q=<burst>;w=<window>
+	rlPrefix    string // RateLimit: `"<rule>";r=`
+	bodyPre     string // `{"error":"rate_limited","rule":"<rule>","retry_after":`
 
 	m ruleMetrics
 
@@ -143,7 +146,8 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 	if cr.maxKeys > policy.MaxMaxKeys {
 		cr.maxKeys = policy.MaxMaxKeys
 	}
-	cr.slotPrefix = cr.keyPrefix + "#"
+	cr.groupPrefix = cr.keyPrefix + "#"
+	cr.groups, cr.ways = state.Groups(cr.maxKeys), state.GroupWays(cr.maxKeys)
 	for _, k := range r.Keys {
 		cr.keys = append(cr.keys, cc.ref(k))
 		cr.keyNames = append(cr.keyNames, k.String())

@@ -148,8 +148,9 @@ func (p *pluginContext) hold(h *httpContext, apps []application, wait float64) t
 			a.key = string(a.keyBuf) // a copy: keyBuf is reused by the next request
 			a.identity = a.key[len(a.rule.keyPrefix):]
 			a.keyBuf, a.slotBuf, a.slotKeyOf = nil, nil, 0
-			clear(a.vals[:])                       // the live application reuses these arrays
-			a.read = bucketRead{slot: a.read.slot} // refund needs the slot only; drop the read values
+			clear(a.vals[:]) // the live application reuses these arrays
+			clear(a.ways[:])
+			a.nways, a.read = 0, bucketRead{} // refund reads the group again
 			hs.reserved = append(hs.reserved, a)
 		}
 	}

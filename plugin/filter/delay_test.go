@@ -613,25 +613,28 @@ func TestDelayEvictionSparesDebt(t *testing.T) {
 	const maxKeys = 4
 	f := start(t, `{"rules": [{"name": "per-ip", "max_keys": 4, "limit_keys": ["ip:address"], "algorithm": "token_bucket",
 	  "algorithm_config": {"rps": 1, "burst": 10, "max_delay_ms": 10000}}]}`, 1)
-	a := findIdentity(t, maxKeys, func(c [2]int) bool { return c[0] == 0 })
-	cc := findIdentity(t, maxKeys, func(c [2]int) bool { return c[0] == 1 })
-	b := findIdentity(t, maxKeys, func(c [2]int) bool { return c == [2]int{0, 1} })
+	ids := findIdentities(t, 0, 5, maxKeys, 0) // one group of four ways
+	a, cc, b := ids[0], ids[1], ids[4]
 	now := float64(t0.Unix())
-	put := func(slot, ip int, tokens float64) {
-		v := state.EncodeSlot(nil, state.Fingerprint(ipOf(ip)), state.Bucket{Tokens: tokens, LastRefill: now}, ipOf(ip))
-		if st := f.h.SharedData().Set(state.SlotKey("per-ip", slot), v, 0); st != wasmhost.StatusOK {
-			t.Fatalf("set: %d", st)
-		}
+	// A owes 3 tokens (held requests), C is empty, D and E are in debt too:
+	// every way is active, and C is the fullest.
+	var ways [][]byte
+	for i, tokens := range []float64{-3, 0, -1, -2} {
+		ways = append(ways, state.EncodeSlot(nil, state.Fingerprint(ipOf(ids[i])), state.Bucket{Tokens: tokens, LastRefill: now}, ipOf(ids[i])))
 	}
-	put(0, a, -3) // A owes 3 tokens (held requests)
-	put(1, cc, 0) // C is empty
+	if st := f.h.SharedData().Set(state.SlotKey("per-ip", 0), state.AppendGroup(nil, ways, 0, ways[0]), 0); st != wasmhost.StatusOK {
+		t.Fatalf("set: %d", st)
+	}
 	if r := f.do("@ip", ipOf(b)+":1"); r.Rejected || r.Paused {
 		t.Fatalf("B: %+v", r)
 	}
-	if s := slotValue(t, f, "per-ip", 0); string(s.Identity) != ipOf(a) || s.Bucket.Tokens != -3 {
-		t.Fatalf("slot 0 = %q %+v, want A with its debt", s.Identity, s.Bucket)
+	if s := wayValue(t, f, "per-ip", 0, 0); string(s.Identity) != ipOf(a) || s.Bucket.Tokens != -3 {
+		t.Fatalf("way 0 = %q %+v, want A with its debt", s.Identity, s.Bucket)
 	}
-	if s := slotValue(t, f, "per-ip", 1); string(s.Identity) != ipOf(b) {
-		t.Fatalf("slot 1 = %q, want B (C, the empty bucket, evicted)", s.Identity)
+	if s := wayValue(t, f, "per-ip", 0, 1); string(s.Identity) != ipOf(b) {
+		t.Fatalf("way 1 = %q, want B (C, the empty bucket, evicted)", s.Identity)
+	}
+	if _, ok := f.bucket("per-ip", ipOf(cc)); ok {
+		t.Fatal("C's bucket is still there")
 	}
 }

@@ -1005,10 +1005,11 @@ func TestCorruptStateIsReplaced(t *testing.T) {
 			cfg := fmt.Sprintf(`{"rules": [{"name": "c", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
 			  "max_keys": %d, "algorithm_config": {"rps": 0.001, "burst": 3}}]}`, maxKeys)
 			f := start(t, cfg, 1)
-			// Junk where the filter looks: the exact key, or every candidate
-			// slot (a junk slot is free for the taking).
-			keys := f.candidateKeys("c", "k")
-			for _, junk := range []string{"garbage", "NaN:1", "", "5:-1", "1:2:3", "0123456789abcdef:1:2:", "0123456789abcdef:1:2:k"} {
+			// Junk where the filter looks: the exact key, or the group (a
+			// junk group reads as empty, a junk way as free).
+			keys := []string{f.stateKey("c", "k")}
+			for _, junk := range []string{"garbage", "NaN:1", "", "5:-1", "1:2:3", "0123456789abcdef:1:2:", "0123456789abcdef:1:2:k",
+				"\x04\xff", "\x04\x03abc\x00", "\x04\x00\x00\x00\x00\x00"} {
 				for _, key := range keys {
 					if st := f.h.SharedData().Set(key, []byte(junk), 0); st != wasmhost.StatusOK {
 						t.Fatalf("set: %d", st)

@@ -13,8 +13,8 @@ import (
 // does the shared-data I/O, fleet_sync.go the RLS calls.
 //
 // A pool lives in shared data (so every worker VM of the process spends from
-// it, exactly, with CAS) at "fl:{rule}:#{slot}" (the identity's candidate
-// slots, state.CandidateSlots over max_keys, like buckets) or, with
+// it, exactly, with CAS) at "fl:{rule}:#{slot}" (one of the identity's two
+// candidate slots, state.CandidateSlots over max_keys) or, with
 // max_keys 0, at "fl:{rule}:={id}". Its value:
 //
 //	{id}:{mode}:{tokens}:{stamp}:{spent}:{deny_until}:{last_sync}

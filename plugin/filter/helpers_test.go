@@ -129,69 +129,80 @@ func (f *fixture) maxKeys(rule string) int {
 	return policy.DefaultMaxKeys
 }
 
-// candidateKeys returns the keys where the bucket of (rule, composite) may
-// live, in the filter's probe order: the exact key (max_keys 0), or the
-// identity's candidate slots.
-func (f *fixture) candidateKeys(rule, composite string) []string {
+// stateKey returns the key where the bucket of (rule, composite) lives:
+// the exact key (max_keys 0), or the identity's group.
+func (f *fixture) stateKey(rule, composite string) string {
 	n := f.maxKeys(rule)
 	if n == 0 {
-		return []string{state.BucketKey(rule, composite)}
+		return state.BucketKey(rule, composite)
 	}
-	c := state.CandidateSlots(state.Fingerprint(composite), n)
-	if n == 1 {
-		return []string{state.SlotKey(rule, c[0])}
+	return state.SlotKey(rule, groupOf(composite, n))
+}
+
+// groupOf is the group of an identity in a table for maxKeys identities.
+func groupOf(composite string, maxKeys int) int {
+	return state.GroupOf(state.Fingerprint(composite), state.Groups(maxKeys))
+}
+
+// groupWays reads the ways of a group key (none when it is missing).
+func groupWays(t testing.TB, sd *wasmhost.SharedData, key string) [][]byte {
+	t.Helper()
+	v, _, st := sd.Get(key)
+	if st == wasmhost.StatusNotFound {
+		return nil
 	}
-	keys := make([]string, len(c))
-	for i, s := range c {
-		keys[i] = state.SlotKey(rule, s)
+	if st != wasmhost.StatusOK {
+		t.Fatalf("shared data get %s: status %d", key, st)
 	}
-	return keys
+	var ways [state.Ways][]byte
+	n, err := state.SplitGroup(v, &ways)
+	if err != nil {
+		t.Fatalf("group %s: %v (%x)", key, err, v)
+	}
+	return ways[:n]
+}
+
+// findWay returns the way of the group at key that holds identity's slot.
+func findWay(t testing.TB, sd *wasmhost.SharedData, key, identity string) (int, state.Slot, bool) {
+	t.Helper()
+	fp := state.Fingerprint(identity)
+	for i, w := range groupWays(t, sd, key) {
+		if s, err := state.DecodeSlot(w); err == nil && s.Fingerprint == fp && string(s.Identity) == identity {
+			return i, s, true
+		}
+	}
+	return -1, state.Slot{}, false
 }
 
 // bucketKey finds the key holding the bucket of (rule, composite), as the
-// filter finds it: the exact key, or the first candidate slot whose value
-// carries the identity's fingerprint and identity.
+// filter finds it: the exact key, or the group whose ways hold a slot with
+// the identity's fingerprint and identity.
 func (f *fixture) bucketKey(rule, composite string) (string, bool) {
 	f.t.Helper()
-	keys := f.candidateKeys(rule, composite)
+	key := f.stateKey(rule, composite)
 	if f.maxKeys(rule) == 0 {
-		_, _, st := f.h.SharedData().Get(keys[0])
-		return keys[0], st == wasmhost.StatusOK
+		_, _, st := f.h.SharedData().Get(key)
+		return key, st == wasmhost.StatusOK
 	}
-	fp := state.Fingerprint(composite)
-	for _, k := range keys {
-		v, _, st := f.h.SharedData().Get(k)
-		if st == wasmhost.StatusNotFound {
-			return "", false
-		}
-		if st != wasmhost.StatusOK {
-			f.t.Fatalf("shared data get %s: status %d", k, st)
-		}
-		if s, err := state.DecodeSlot(v); err == nil && s.Fingerprint == fp && string(s.Identity) == composite {
-			return k, true
-		}
-	}
-	return "", false
+	_, _, ok := findWay(f.t, f.h.SharedData(), key, composite)
+	return key, ok
 }
 
 // bucket reads a bucket from shared data, wherever the storage mode of the
 // rule puts it.
 func (f *fixture) bucket(rule, composite string) (state.Bucket, bool) {
 	f.t.Helper()
-	key, ok := f.bucketKey(rule, composite)
-	if !ok {
-		return state.Bucket{}, false
+	key := f.stateKey(rule, composite)
+	if f.maxKeys(rule) > 0 {
+		_, s, ok := findWay(f.t, f.h.SharedData(), key, composite)
+		return s.Bucket, ok
 	}
 	v, _, st := f.h.SharedData().Get(key)
+	if st == wasmhost.StatusNotFound {
+		return state.Bucket{}, false
+	}
 	if st != wasmhost.StatusOK {
 		f.t.Fatalf("shared data get: status %d", st)
-	}
-	if f.maxKeys(rule) > 0 {
-		s, err := state.DecodeSlot(v)
-		if err != nil {
-			f.t.Fatalf("slot %s: %v (%q)", key, err, v)
-		}
-		return s.Bucket, true
 	}
 	b, err := state.DecodeBucket(v)
 	if err != nil {
@@ -201,13 +212,13 @@ func (f *fixture) bucket(rule, composite string) (state.Bucket, bool) {
 }
 
 // putBucket stores a bucket for (rule, composite) where the filter looks
-// first (the exact key, or the first candidate slot).
+// (the exact key, or a group holding that bucket alone).
 func (f *fixture) putBucket(rule, composite string, b state.Bucket) {
 	f.t.Helper()
-	key := f.candidateKeys(rule, composite)[0]
+	key := f.stateKey(rule, composite)
 	v := state.EncodeBucket(nil, b)
 	if f.maxKeys(rule) > 0 {
-		v = state.EncodeSlot(nil, state.Fingerprint(composite), b, composite)
+		v = state.AppendGroup(nil, nil, 0, state.EncodeSlot(nil, state.Fingerprint(composite), b, composite))
 	}
 	if st := f.h.SharedData().Set(key, v, 0); st != wasmhost.StatusOK {
 		f.t.Fatalf("set %s: status %d", key, st)

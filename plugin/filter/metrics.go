@@ -14,9 +14,9 @@ import (
 //	                                   the rule was skipped for the request
 //	sluice.rule.<rule>.cas_retries     CAS mismatches on the rule's buckets (each one re-read and retried)
 //	sluice.rule.<rule>.key_missing     the rule matched but a limit key was missing, so it was skipped
-//	sluice.rule.<rule>.evicted         bounded mode: a new identity found every candidate slot
+//	sluice.rule.<rule>.evicted         bounded mode: a new identity found every way of its group
 //	                                   holding another identity's active bucket and evicted the
-//	                                   fullest (more identities active than max_keys)
+//	                                   fullest (more than four identities of a group active at once)
 //	sluice.rule.<rule>.delayed         max_delay_ms: the rule reserved tokens for a request that
 //	                                   was held (also counted in allowed)
 //	sluice.rule.<rule>.delay_ms        the sum of those reservations' delays, in ms (rounded up)

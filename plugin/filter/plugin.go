@@ -7,7 +7,7 @@
 //  1. on_request_headers: for every policy, the first rule whose match holds
 //     and whose limit keys are all present applies. For each applying rule
 //     the bucket of the identity (the composite key) is found in shared
-//     data, in one of its candidate slots tb:{rule}:#{slot} (bounded, the
+//     data, in its group tb:{rule}:#{group} of four buckets (bounded, the
 //     default) or at tb:{rule}:{composite_key} (max_keys 0), see store.go,
 //     and limiter.TokenBucket.Take decides (phase 1, no writes).
 //  2. If an enforce-mode rule refuses, nothing is written and a 429 local
@@ -73,6 +73,7 @@ type pluginContext struct {
 	comps   []string
 	compBuf []byte
 	valBuf  []byte
+	recBuf  []byte // a group's new record (store.go)
 	hdrBuf  []byte
 	shadow  []byte
 	free    []*httpContext // recycled HTTP contexts
@@ -239,22 +240,27 @@ func (vm *vmContext) recovered(where string, r any) {
 type application struct {
 	rule    *compiledRule
 	keyBuf  []byte // "tb:<rule>:<composite>", reused across requests
-	slotBuf []byte // "tb:<rule>:#<slot>" (bounded mode), reused across requests
-	// slotKeyOf is 1 + the slot whose key slotBuf holds (0: none), so a
-	// request builds each slot key once (slotKey).
+	slotBuf []byte // "tb:<rule>:#<group>" (bounded mode) or a pool key, reused across requests
+	// slotKeyOf is 1 + the group whose key slotBuf holds (0: none), so a
+	// request builds its group key once (groupKey).
 	slotKeyOf int
 	key       string // view of keyBuf: the exact key (max_keys 0)
 	identity  string // view of the composite part: the identity
 
-	// Bounded mode: the identity's fingerprint and candidate slots.
+	// Bounded mode: the identity's fingerprint, its group (local rules) or
+	// its pool's candidate slots (global rules, fleet.go), and the ways of
+	// the group as last read (aliasing vals[0]; store.go).
 	fp    uint64
+	group int
 	cand  [state.Candidates]int
 	ncand int
+	ways  [state.Ways][]byte
+	nways int
 
 	fl fleetApp // global rules (fleet.go)
-	// vals holds the values read from shared data, one buffer per
-	// candidate slot (the first also for exact keys, refunds and pools),
-	// reused across requests so reads allocate nothing.
+	// vals holds the values read from shared data: the group or exact key
+	// in the first, a global rule's pool candidates in each, reused across
+	// requests so reads allocate nothing.
 	vals [state.Candidates][]byte
 	cost float64
 	read bucketRead
@@ -445,10 +451,10 @@ func (p *pluginContext) selectRules() []application {
 			a.identity = a.key[len(r.keyPrefix):]
 			if r.maxKeys > 0 {
 				a.fp = state.Fingerprint(a.identity)
-				a.cand = state.CandidateSlots(a.fp, r.maxKeys)
-				a.ncand = state.Candidates
-				if r.maxKeys == 1 {
-					a.ncand = 1
+				if r.fleet != nil {
+					a.cand, a.ncand = candidatesFor(a.fp, r.maxKeys)
+				} else {
+					a.group = state.GroupOf(a.fp, r.groups)
 				}
 			}
 			break
@@ -481,8 +487,8 @@ func (p *pluginContext) commit(a *application, now float64) commitResult {
 				// Checked before the message is built: under a flood of new
 				// identities this runs on every request.
 				if ok, n := p.vm.logs.allowAt(logEvict, now); ok {
-					p.vm.emit(logEvict, "sluice: rule "+a.rule.name+": more active identities than max_keys "+
-						itoa(int64(a.rule.maxKeys))+"; evicted the fullest bucket of another identity (raise max_keys if this persists)", n)
+					p.vm.emit(logEvict, "sluice: rule "+a.rule.name+": every bucket of a group was active (max_keys "+
+						itoa(int64(a.rule.maxKeys))+"); evicted the fullest bucket of another identity (raise max_keys if this persists)", n)
 				}
 			}
 			return commitOK

@@ -2,7 +2,6 @@ package filter
 
 import (
 	"errors"
-	"math"
 
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 
@@ -21,12 +20,11 @@ import (
 //
 // Two storage modes, per rule (policy.Rule.MaxKeys, "max_keys"):
 //
-//   - Bounded (max_keys N > 0, the default 65536): the rule's buckets live in
-//     at most N slots, keys "tb:{rule}:#{slot}", values holding the
-//     identity's fingerprint, the bucket, the identity and the slot's spill
-//     mark (binary, shared/state slot.go). An identity may occupy one of
-//     state.Candidates (2) candidate slots,
-//     state.CandidateSlots(state.Fingerprint(identity), N).
+//   - Bounded (max_keys N > 0, the default 65536): the rule keeps the
+//     buckets of at most N identities (N rounded up to a multiple of 4), in
+//     state.Groups(N) = N/4 keys "tb:{rule}:#{group}" of up to four buckets
+//     each, with their owners' fingerprints and identities (binary,
+//     shared/state group.go and slot.go). See "groups" below.
 //   - Exact (max_keys 0): one key per identity, "tb:{rule}:{composite}",
 //     value "{tokens}:{last_refill}" (seed 001). Memory grows with every
 //     distinct identity.
@@ -34,7 +32,7 @@ import (
 // Concurrency. Workers update a bucket with compare-and-swap: get returns
 // (value, cas); we compute the new state and set(value, cas). If another VM
 // wrote in between, the host answers CAS_MISMATCH and we re-read (in bounded
-// mode: probe the candidates again), re-decide and retry, at most
+// mode: the whole group), re-decide and retry, at most
 // maxAttempts times. Running out of attempts, or any other shared-data error,
 // fails open for that rule (see plugin.go). Every write below is conditional.
 //
@@ -68,109 +66,40 @@ import (
 // key), and two extra host calls there are cheap. So a creation behaves
 // exactly like a CAS against the NOT_FOUND read.
 //
-// Bounded mode: finding a bucket (probe). The candidates are read in order.
-//   - A slot holding our fingerprint and identity is our bucket: update it
-//     with CAS on that slot's cas. An active identity is normally found at
-//     its first candidate: one get, as in exact mode.
-//   - A MISSING slot ends the probe: our bucket cannot be in a later
-//     candidate (a claim of candidate j requires candidates 0..j-1 to
-//     exist, see below, and keys are never deleted).
-//   - Otherwise we claim a slot: the candidate closest to full, the first
-//     on ties. Free slots (missing, an empty placeholder, or a value that
-//     does not decode) and buckets that have refilled to full all rank as
-//     full, so the first of them wins: reusing a full bucket's slot loses
-//     nothing (a full bucket carries no information: a new bucket starts
-//     full), and keeping identities at their first candidate keeps the hot
-//     path at one get. If every candidate holds an active (not full) bucket
-//     of another identity, the claim EVICTS the fullest, the one whose loss
-//     forgives the fewest tokens (counted in sluice.rule.<rule>.evicted).
-//     The evicted identity's next request finds no bucket and starts a full
-//     one: it is admitted at most (burst - its tokens at eviction) extra
-//     tokens, and only while more than max_keys identities are active at
-//     once. Eviction never denies anyone a request. The ranking uses the
-//     values read only, not this worker's clock (see probe), so workers
-//     that read the same values choose the same slot.
+// Bounded mode: groups. The rule's buckets live in a set-associative
+// table (shared/state group.go): state.Groups(N) keys
+// "tb:{rule}:#{group}", each holding up to state.Ways (4) buckets with
+// their owners' fingerprints and identities. An identity lives only in its
+// group, state.GroupOf(fp, groups), in any way of it. A request reads the
+// group (one get) and writes it back whole (one set, conditioned on the
+// read), so the bucket found, claimed, reused or evicted, and the other
+// ways copied through unchanged, are all decided on one snapshot of the
+// group and committed atomically. A claim can therefore never give one
+// identity two buckets: two workers that race to claim it read and write
+// the same key, one CAS wins, and the other re-reads and finds the
+// winner's bucket. The cost per request is the same in every case: one
+// get and one set, whether the identity is known, new, or evicts another.
 //
-// Bounded mode: claiming without duplicates. A claim must not give one
-// identity two buckets: with two, it would be admitted twice its burst. Two
-// VMs can disagree about which candidate to claim (another identity's
-// bucket changed between their reads), so a CAS on the claimed slot alone
-// is not enough (TestRaceClaimNoDuplicate/writer shows the over-admission).
-// A claim therefore writes EVERY candidate it read, each conditioned on
-// that read: first the passed-over candidates, each rewritten with the exact
-// bytes read ("bump": the content is unchanged, only its cas moves on; the
-// owner of that bucket at worst sees one CAS mismatch and retries), or, if
-// it was the missing one, created empty with the create above (a
-// placeholder: a free slot); then the claimed slot (CAS, or the create
-// above if it was missing). Any failure means a slot changed since the
-// probe: probe again.
+// Finding a bucket (probe). The ways are decoded in order.
+//   - A way holding our fingerprint and identity is our bucket.
+//   - Otherwise we claim a way: the first that is free (an empty way, a
+//     value that does not decode) or holds a bucket that has refilled to
+//     full (a full bucket carries no information: a new bucket starts
+//     full, so taking its way loses nothing); else a way not yet in the
+//     group, while it has fewer than its ways; else, when every way holds
+//     an active (not full) bucket of another identity, the claim EVICTS
+//     the fullest, the one whose loss forgives the fewest tokens (counted
+//     in sluice.rule.<rule>.evicted). The evicted identity's next request
+//     finds no bucket and starts a full one: it is admitted at most (burst
+//     - its tokens at eviction) extra tokens, and only while more than
+//     state.Ways identities of its group are active at once. Eviction never
+//     denies anyone a request.
 //
-// Why that suffices: all reads of a claim precede all its writes and every
-// write succeeds only if its slot is unchanged since the read, so at one
-// instant (after the last read, before the first write) every candidate
-// read still held what was read, none holding our identity; candidates
-// after a missing one cannot hold it either (above). So a successful claim
-// starts the identity's only bucket, unless a concurrent claim for the same
-// identity also succeeded. Suppose claims A and B both did, at different
-// slots (at one slot, one CAS fails). Each writes every candidate it read,
-// and each read the other's target: had A stopped its probe at a missing
-// slot before B's target, B read that slot as existing, so it was created
-// in between, by A's claim (then B saw A's bucket and would not have
-// claimed) or by someone else (then A's create failed). On A's target, B's
-// write (a bump) and A's write (the claim) both succeeded, each conditioned
-// on its own read, so one of them read that slot after the other wrote it.
-// If B read it after A's claim, B saw A's bucket and would not have
-// claimed; so A read it after B's bump, i.e. after all of B's reads.
-// Symmetrically B read B's target after A's bump, after all of A's reads.
-// Then A's reads finish after B's first write, which is after B's last
-// read, which is after A's first write: A wrote before finishing its reads,
-// a contradiction. (The only gap is the uint32 cas counter wrapping around
-// between a read and a write, as for creations.)
-//
-// Bounded mode: one-read claims and spill marks. Reading the second
-// candidate on every new identity (to be sure our bucket is not there) and
-// rewriting it costs two host calls per claim, and a stream of new
-// identities (a scan) would pay them on every request. So a slot value
-// also carries a spill mark (shared/state, spill_until): until
-// spill_until, an identity whose FIRST candidate is this slot may hold an
-// active bucket in its second one. The mark belongs to the slot, not to the
-// bucket in it, so every write of a slot keeps the mark it read (our
-// updates, claims, refunds, and every other writer of a slot in the same
-// way), or raises it:
-//   - A claim that targets our second candidate raises the mark of the
-//     first (its bump) to cover our new bucket: at least the time it is
-//     full again (last_refill + (burst - tokens)/rate), set to twice that
-//     horizon so the next requests find it covered.
-//   - A request that finds our bucket past our first candidate raises the
-//     first candidate's mark the same way if it does not cover the bucket
-//     as we are about to write it, before writing it.
-//   - A probe whose first candidate is an empty placeholder, or holds a
-//     full bucket of another identity with no live mark (spill_until <=
-//     now), claims it after that one read and writes only it: nobody whose
-//     first candidate it is has an active bucket elsewhere.
-// A placeholder never needs a mark: it is only written as a passed-over
-// later candidate, and a first candidate gets a mark only while it holds an
-// active bucket (else we would have claimed it).
-//
-// Why no duplicates still: a one-read claim X of our first candidate A and
-// a claim Y of our second candidate B both succeeded. Y bumped A (with a
-// mark covering our new bucket in B) and X wrote A, each conditioned on its
-// read, so one read A after the other wrote it. If Y read A after X's
-// write, Y found our bucket there and did not claim. So X read A after Y's
-// bump, saw a mark covering the bucket Y wrote, and that mark had expired
-// at X's now: the bucket in B was full by then and carries nothing a new
-// bucket would not (a mark only rises while that bucket is used; a refund
-// only fills it). Between two-read claims the argument above is unchanged.
-// A mark lost to something that does not keep it (a corrupt write, a
-// plugin version without marks) costs what an eviction costs: that
-// identity starts a full bucket at its first candidate.
-//
-// Racing with the previous owner. A slot reused or evicted under an owner
+// Racing with the previous owner. A way reused or evicted under an owner
 // whose request is between its read and its write: the owner's CAS fails,
-// its re-read finds another fingerprint, and it probes again from the first
-// candidate (and claims a new, full bucket if its own is gone).
+// its re-read no longer finds its bucket, and it claims a new, full one.
 //
-// Fingerprint collisions. A slot matches only when both the 64-bit
+// Fingerprint collisions. A way matches only when both the 64-bit
 // fingerprint and the stored identity equal ours. Identities are at most
 // state.MaxIdentity (256) bytes and stored whole, so distinct identities
 // never share a bucket, except composites longer than 256 bytes, which are
@@ -179,9 +108,10 @@ import (
 // for accidental keys), in both storage modes.
 //
 // A bucket whose value does not decode (corrupt, or written by something
-// else) is treated as a new, full bucket (exact mode) or as a reusable slot
-// (bounded mode), but always overwritten with the cas of the read, so even
-// that write is conditional.
+// else) is treated as a new, full bucket (exact mode) or as a free way
+// (bounded mode; a group that does not parse as a whole reads as empty),
+// but always overwritten with the cas of the read, so even that write is
+// conditional.
 
 const (
 	// maxAttempts bounds the write attempts per rule per request (the first
@@ -237,42 +167,15 @@ var (
 	errZeroCAS = errors.New("shared data returned cas 0")
 )
 
-// claimKind says how a bounded-mode write takes its slot.
+// claimKind says how a bounded-mode write takes its way of the group.
 type claimKind uint8
 
 const (
-	claimNone    claimKind = iota // our bucket was found in the slot: plain CAS update
-	claimMissing                  // the slot does not exist: create it
-	claimReuse                    // the slot holds a full (or undecodable) bucket of another identity
-	claimEvict                    // every candidate is active: evict the fullest
+	claimNone  claimKind = iota // our bucket was found in the way: plain CAS update
+	claimNew                    // a way the group does not have yet (or a missing group)
+	claimReuse                  // a free way, or a full (or undecodable) bucket of another identity
+	claimEvict                  // every way is active: evict the fullest
 )
-
-// slotBump is a candidate slot a claim passed over: rewritten unchanged
-// (value, with the cas read) before the claim, or, if it was missing,
-// created empty (a placeholder), see the file comment. A bump of the first
-// candidate by an identity that lives (or is about to live) in its second
-// one also raises the first candidate's spill mark (mark): the value read
-// is then written with the higher mark.
-type slotBump struct {
-	slot    int
-	value   []byte
-	cas     uint32
-	missing bool
-
-	spill    float64 // the slot's spill mark as read
-	mark     bool    // raise the slot's spill mark to cover our state
-	optional bool    // no claim needs this write: skip it unless the mark rises
-}
-
-// markFirst has r's first bump (the first candidate, as read) raise its
-// spill mark: r's identity lives, or is about to live, past it. optional:
-// the write is only needed if the mark rises (our state was found, no
-// claim).
-func (r *bucketRead) markFirst(first slotBump, optional bool) {
-	r.bumps[0] = first
-	r.bumps[0].mark, r.bumps[0].optional = true, optional
-	r.nbumps = max(r.nbumps, 1)
-}
 
 // bucketRead is the result of reading a rule's bucket for one request.
 type bucketRead struct {
@@ -281,21 +184,19 @@ type bucketRead struct {
 	stored bool   // the key exists: write with cas (else create-if-absent)
 	cas    uint32 // the cas to write with when stored
 
-	// Bounded mode only.
-	slot   int       // the slot holding our bucket, or the one to claim
-	claim  claimKind // claimNone when our bucket was found
-	spill  float64   // that slot's spill mark, kept by our write
-	bumps  [state.Candidates - 1]slotBump
-	nbumps int
+	// Bounded mode only: the way holding our bucket, or the one to claim
+	// (a.ways holds the group as read).
+	way   int
+	claim claimKind
 }
 
-// slotKey returns the key of one of a's rule's slots, "tb:{rule}:#{slot}",
-// as a view of a reused buffer, valid until the next call (host calls copy
-// their arguments).
-func (a *application) slotKey(slot int) string {
-	if a.slotKeyOf != slot+1 {
-		a.slotBuf = appendInt(append(a.slotBuf[:0], a.rule.slotPrefix...), int64(slot))
-		a.slotKeyOf = slot + 1
+// groupKey returns the key of a's group, "tb:{rule}:#{group}", as a view of
+// a reused buffer, valid until the next call (host calls copy their
+// arguments).
+func (a *application) groupKey() string {
+	if a.slotKeyOf != a.group+1 {
+		a.slotBuf = appendInt(append(a.slotBuf[:0], a.rule.groupPrefix...), int64(a.group))
+		a.slotKeyOf = a.group + 1
 	}
 	return bytesView(a.slotBuf)
 }
@@ -314,9 +215,9 @@ func (p *pluginContext) load(a *application, now float64) (corrupt bool, err err
 	return p.probe(a, now)
 }
 
-// readValue reads key into a's i-th value buffer (one per candidate slot,
-// reused across requests, so reads allocate nothing) and returns the value,
-// valid until the next read into that buffer.
+// readValue reads key into a's i-th value buffer (reused across requests,
+// so reads allocate nothing) and returns the value, valid until the next
+// read into that buffer.
 func (a *application) readValue(i int, key string) (v []byte, cas, st uint32) {
 	v, cas, st = getSharedData(key, a.vals[i])
 	a.vals[i] = v
@@ -327,149 +228,110 @@ func (a *application) readValue(i int, key string) (v []byte, cas, st uint32) {
 // corrupt value is reported (corrupt true) and read as a new bucket that must
 // be written with the returned cas.
 func (a *application) readBucket() (r bucketRead, corrupt bool, err error) {
-	v, cas, st := a.readValue(0, a.key)
-	switch st {
-	case statusOK:
-	case statusNotFound:
-		return bucketRead{}, false, nil
-	default:
-		return bucketRead{}, false, statusError(st)
+	v, r, err := a.readKey(a.key)
+	if err != nil || !r.stored {
+		return r, false, err
 	}
 	b, derr := state.DecodeBucket(v)
 	if derr != nil {
-		return bucketRead{stored: true, cas: cas}, true, nil
+		return r, true, nil
 	}
-	return bucketRead{b: b, exists: true, stored: true, cas: cas}, false, nil
+	r.b, r.exists = b, true
+	return r, false, nil
 }
 
-// probe finds a's bucket among its candidate slots, or plans a claim (see
-// the file comment). Only reads: the claim is written by store.
+// readKey reads key into a's first value buffer: the value and, when the
+// key exists, a read to be written back with its cas (stored). NOT_FOUND is
+// not an error: it gives a read that creates the key.
+func (a *application) readKey(key string) (v []byte, r bucketRead, err error) {
+	v, cas, st := a.readValue(0, key)
+	switch st {
+	case statusOK:
+		return v, bucketRead{stored: true, cas: cas}, nil
+	case statusNotFound:
+		return nil, bucketRead{}, nil
+	}
+	return nil, bucketRead{}, statusError(st)
+}
+
+// readGroup reads a's group into a.ways (aliasing a.vals[0], valid until
+// the next read) and returns how the group must be written back: stored
+// (with cas) or created. A missing group reads as one with no ways, and so
+// does a value that is not a group (corrupt true: the write replaces it).
+func (a *application) readGroup() (r bucketRead, corrupt bool, err error) {
+	v, r, err := a.readKey(a.groupKey())
+	a.nways = 0
+	if err != nil || !r.stored {
+		return r, false, err
+	}
+	n, gerr := state.SplitGroup(v, &a.ways)
+	if gerr != nil {
+		n, corrupt = 0, true
+	}
+	a.nways = n
+	return r, corrupt, nil
+}
+
+// probe finds a's bucket in its group, or plans a claim (see the file
+// comment). Only reads: store writes the group.
 func (p *pluginContext) probe(a *application, now float64) (corrupt bool, err error) {
-	var (
-		seen    [state.Candidates]slotBump
-		decoded [state.Candidates]bool
-		buckets [state.Candidates]state.Bucket
-		free    [state.Candidates]bool // missing, empty or undecodable: nothing to lose
-		n       int
-		tref    float64
-	)
-	for i := 0; i < a.ncand; i++ {
-		slot := a.cand[i]
-		v, cas, st := a.readValue(i, a.slotKey(slot)) // seen[i] may keep v until store
-		if st == statusNotFound {
-			// Never written, so no later candidate holds our bucket either
-			// (a claim of a later candidate needs this one to exist, and
-			// keys are never deleted): stop here.
-			seen[n] = slotBump{slot: slot, missing: true}
-			free[n] = true
-			n++
-			break
-		}
-		if st != statusOK {
-			return corrupt, statusError(st)
-		}
-		if len(v) == 0 { // a placeholder (see store): free
-			if i == 0 {
-				// A one-read claim: a placeholder carries no spill mark (it
-				// is only ever written as a passed-over later candidate,
-				// and a first candidate is marked only while it holds an
-				// active bucket), so nobody spilled from it.
-				a.read = bucketRead{stored: true, cas: cas, slot: slot, claim: claimReuse}
-				return corrupt, nil
-			}
-			seen[n] = slotBump{slot: slot, value: v, cas: cas}
-			free[n] = true
-			n++
+	r, corrupt, err := a.readGroup()
+	if err != nil {
+		return corrupt, err
+	}
+	burst := a.rule.tb.Burst
+	var levels [state.Ways]float64 // tokens at now, capped at burst: burst for a free way
+	for i := 0; i < a.nways; i++ {
+		levels[i] = burst
+		if len(a.ways[i]) == 0 {
 			continue
 		}
-		s, derr := state.DecodeSlot(v)
-		if derr == nil && s.Fingerprint == a.fp && string(s.Identity) == a.identity {
-			a.read = bucketRead{b: s.Bucket, exists: true, stored: true, cas: cas, slot: slot, spill: s.SpillUntil}
-			if n > 0 && decoded[0] {
-				// We live past our first candidate: keep its spill mark
-				// covering our bucket (store raises it when needed).
-				a.read.markFirst(seen[0], true)
-			}
-			return corrupt, nil
-		}
-		seen[n] = slotBump{slot: slot, value: v, cas: cas}
+		s, derr := state.DecodeSlot(a.ways[i])
 		if derr != nil {
-			corrupt, free[n] = true, true
-		} else {
-			buckets[n] = s.Bucket
-			decoded[n], seen[n].spill = true, s.SpillUntil
-			tref = max(tref, s.Bucket.LastRefill)
+			corrupt = true
+			continue
 		}
-		n++
-		if i == 0 && derr == nil && s.SpillUntil <= now && a.rule.tb.Level(s.Bucket, now) >= a.rule.tb.Burst {
-			// A one-read claim: our first candidate holds a full bucket and
-			// no live spill mark, so no bucket of ours can be in a later
-			// candidate (file comment).
-			a.read = bucketRead{stored: true, cas: cas, slot: slot, claim: claimReuse, spill: s.SpillUntil}
+		if s.Fingerprint == a.fp && string(s.Identity) == a.identity {
+			r.b, r.exists, r.way = s.Bucket, true, i
+			a.read = r
 			return corrupt, nil
 		}
+		levels[i] = min(a.rule.tb.Level(s.Bucket, now), burst)
 	}
-	if n == 0 { // no candidates: cannot happen for a bounded rule
-		return corrupt, errors.New("no candidate slots")
-	}
-	// The target is the candidate closest to full, the first on ties: a
-	// free or full one (all rank as full, so the first of them), else the
-	// one holding the most tokens. Preferring the first candidate among
-	// free ones keeps identities at their first candidate, found with one
-	// get. The ranking uses the values read alone, at the reference time
-	// tref (the latest last_refill among them, a time some worker's clock
-	// has reached), not this worker's own now: workers that read the same
-	// values choose the same target and write the same slots, so racing
-	// claims of one identity resolve like any CAS contention (one wins, the
-	// others then find its bucket) instead of invalidating each other's
-	// claims round after round. Buckets refill at one rate, so the order at
-	// tref is the order at now, up to buckets that are full at both.
-	burst := a.rule.tb.Burst
-	t, best := 0, math.Inf(-1)
-	for i := 0; i < n; i++ {
-		lvl := burst
-		if !free[i] {
-			lvl = min(a.rule.tb.Level(buckets[i], tref), burst)
-		}
-		if lvl > best {
-			t, best = i, lvl
-		}
-	}
-	r := bucketRead{stored: !seen[t].missing, cas: seen[t].cas, slot: seen[t].slot, spill: seen[t].spill}
-	switch {
-	case seen[t].missing:
-		r.claim = claimMissing
-	case free[t] || a.rule.tb.Level(buckets[t], now) >= burst:
-		r.claim = claimReuse // nothing is lost: counted as a reuse
-	default:
-		r.claim = claimEvict
-	}
+	r.way, r.claim = chooseWay(levels[:a.nways], a.rule.ways, burst)
 	a.read = r
-	a.read.setBumps(seen[:n], t)
-	if t > 0 && decoded[0] {
-		// We are about to live past our first candidate: its bump also
-		// raises its spill mark.
-		a.read.markFirst(seen[0], false)
-	}
 	return corrupt, nil
 }
 
-// setBumps records every seen candidate except index skip as a bump.
-func (r *bucketRead) setBumps(seen []slotBump, skip int) {
-	r.nbumps = 0
-	for i := range seen {
-		if i != skip {
-			r.bumps[r.nbumps] = seen[i]
-			r.nbumps++
+// chooseWay picks the way a new identity claims in a group whose ways have
+// levels (the quota each holds at now, capped at full; full for a free
+// way): the first full one (nothing is lost), else a new way while the
+// group has fewer than ways, else the fullest (an eviction that forgives
+// the fewest tokens), the first on ties.
+func chooseWay(levels []float64, ways int, full float64) (int, claimKind) {
+	best := 0
+	for i, l := range levels {
+		if l >= full {
+			return i, claimReuse
+		}
+		if l > levels[best] {
+			best = i
 		}
 	}
+	if len(levels) < ways {
+		return len(levels), claimNew
+	}
+	return best, claimEvict
 }
 
-// store writes a.next for the read in a.read: a CAS update, or in bounded
-// mode a claim (bumps, then the claimed slot). It returns
+// store writes a.next for the read in a.read: a CAS update of the exact
+// key, or in bounded mode of the group with our way replaced. It returns
 // types.ErrorStatusCasMismatch when the caller must load again and retry.
 func (p *pluginContext) store(a *application) error {
 	r := &a.read
+	if r.stored && r.cas == 0 {
+		return errZeroCAS
+	}
 	if a.rule.maxKeys == 0 {
 		if a.rule.win != nil {
 			p.valBuf = state.EncodeWindow(p.valBuf[:0], &a.ws.next)
@@ -478,54 +340,19 @@ func (p *pluginContext) store(a *application) error {
 		}
 		return writeKey(a.key, p.valBuf, r.stored, r.cas)
 	}
-	for i := 0; i < r.nbumps; i++ {
-		b := &r.bumps[i]
-		var err error
-		switch {
-		case b.missing:
-			err = writeKey(a.slotKey(b.slot), nil, false, 0)
-		case b.cas == 0:
-			err = errZeroCAS
-		case b.mark && spillUntil(a) > b.spill:
-			// Raised to twice the horizon needed, so that the next requests
-			// of an identity living past its first candidate find it
-			// covered and skip this write (a later mark is always safe: it
-			// only costs new identities a second read).
-			mark := spillUntil(a) + a.dec.Reset
-			if a.rule.win != nil {
-				p.valBuf = state.RaiseWindowSpill(p.valBuf[:0], b.value, mark)
-			} else {
-				p.valBuf = state.RaiseSlotSpill(p.valBuf[:0], b.value, mark)
-			}
-			err = setSharedData(a.slotKey(b.slot), p.valBuf, b.cas)
-		case b.optional:
-		default:
-			err = setSharedData(a.slotKey(b.slot), b.value, b.cas)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	if r.stored && r.cas == 0 {
-		return errZeroCAS
-	}
 	if a.rule.win != nil {
-		p.valBuf = state.EncodeWindowSlot(p.valBuf[:0], a.fp, &a.ws.next, a.identity, r.spill)
+		p.recBuf = state.EncodeWindowSlot(p.recBuf[:0], a.fp, &a.ws.next, a.identity)
 	} else {
-		p.valBuf = state.EncodeMarkedSlot(p.valBuf[:0], a.fp, a.next, a.identity, r.spill)
+		p.recBuf = state.EncodeSlot(p.recBuf[:0], a.fp, a.next, a.identity)
 	}
-	return writeKey(a.slotKey(r.slot), p.valBuf, r.stored, r.cas)
+	return p.writeWay(a, r.way, r.stored, r.cas)
 }
 
-// spillUntil is the spill mark that covers a's state as store is about to
-// write it: the time a bucket is full again, or a window holds no use.
-// Until then a's identity must not claim its first candidate after one
-// read.
-func spillUntil(a *application) float64 {
-	if a.rule.win != nil {
-		return a.now + a.dec.Reset // Reset counts from the decision's now
-	}
-	return a.next.LastRefill + a.dec.Reset
+// writeWay writes a's group as read (a.ways) with way replaced by the
+// record in p.recBuf.
+func (p *pluginContext) writeWay(a *application, way int, stored bool, cas uint32) error {
+	p.valBuf = state.AppendGroup(p.valBuf[:0], a.ways[:a.nways], way, p.recBuf)
+	return writeKey(a.groupKey(), p.valBuf, stored, cas)
 }
 
 // writeKey stores value under key: a conditional update with cas when the
@@ -566,7 +393,7 @@ func sentinelCAS() (uint32, error) {
 // (the request was rejected later by another rule), capped at burst. It
 // retries on CAS mismatch like an update. It reports whether the bucket now
 // reflects no consumption by this request: true when the refund was written,
-// and, in bounded mode, when the bucket is gone from its slot (reused or
+// and, in bounded mode, when the bucket is gone from its group (reused or
 // evicted: the identity's next request starts a full bucket, which already
 // forgives this request's cost).
 func (p *pluginContext) refund(a *application) bool {
@@ -576,43 +403,26 @@ func (p *pluginContext) refund(a *application) bool {
 	if a.rule.win != nil {
 		return p.refundWindow(a)
 	}
-	burst := a.rule.tb.Burst
 	for attempt := 0; attempt < maxAttempts; attempt++ {
-		var (
-			b     state.Bucket
-			cas   uint32
-			key   string
-			spill float64 // the slot's spill mark, kept
-		)
+		var err error
 		if a.rule.maxKeys == 0 {
-			r, _, err := a.readBucket()
-			if err != nil || !r.exists {
+			r, _, rerr := a.readBucket()
+			if rerr != nil || !r.exists {
 				return false // gone or corrupt: nothing sensible to give back to
 			}
-			b, cas, key = r.b, r.cas, a.key
+			p.valBuf = state.EncodeBucket(p.valBuf[:0], a.refunded(r.b))
+			err = setSharedData(a.key, p.valBuf, r.cas)
 		} else {
-			key = a.slotKey(a.read.slot)
-			v, c, st := a.readValue(0, key)
-			if st != statusOK {
+			r, way, s, ok := p.findOwnWay(a)
+			if !ok {
 				return false
 			}
-			s, err := state.DecodeSlot(v)
-			if err != nil || s.Fingerprint != a.fp || string(s.Identity) != a.identity {
+			if way < 0 {
 				return true // our bucket is gone: nothing left to refund
 			}
-			b, cas, spill = s.Bucket, c, s.SpillUntil
+			p.recBuf = state.EncodeSlot(p.recBuf[:0], a.fp, a.refunded(s.Bucket), a.identity)
+			err = p.writeWay(a, way, true, r.cas)
 		}
-		b.Tokens += a.cost
-		if b.Tokens > burst {
-			b.Tokens = burst
-		}
-		if a.rule.maxKeys == 0 {
-			p.valBuf = state.EncodeBucket(p.valBuf[:0], b)
-		} else {
-			p.valBuf = state.EncodeMarkedSlot(p.valBuf[:0], a.fp, b, a.identity, spill)
-			key = a.slotKey(a.read.slot)
-		}
-		err := setSharedData(key, p.valBuf, cas)
 		if err == nil {
 			return true
 		}
@@ -621,4 +431,27 @@ func (p *pluginContext) refund(a *application) bool {
 		}
 	}
 	return false
+}
+
+// refunded is b with a's cost given back, capped at burst.
+func (a *application) refunded(b state.Bucket) state.Bucket {
+	b.Tokens = min(b.Tokens+a.cost, a.rule.tb.Burst)
+	return b
+}
+
+// findOwnWay reads a's group and finds a's bucket in it: its way (-1 when
+// the bucket is gone) and slot. ok is false when the group cannot be read
+// (a shared-data error, a missing or undecodable group, cas 0).
+func (p *pluginContext) findOwnWay(a *application) (r bucketRead, way int, s state.Slot, ok bool) {
+	r, corrupt, err := a.readGroup()
+	if err != nil || corrupt || !r.stored || r.cas == 0 {
+		return r, -1, s, false
+	}
+	for i := 0; i < a.nways; i++ {
+		s, derr := state.DecodeSlot(a.ways[i])
+		if derr == nil && s.Fingerprint == a.fp && string(s.Identity) == a.identity {
+			return r, i, s, true
+		}
+	}
+	return r, -1, s, true
 }

@@ -72,7 +72,6 @@ func (a *application) takeWindow(now float64) {
 
 // windowScratch is a windowed rule's per-request state.
 type windowScratch struct {
-	read  state.Window                   // the state read (valid when read.exists)
-	next  state.Window                   // the state to store
-	cands [state.Candidates]state.Window // probeWindow's candidates
+	read state.Window // the state read (valid when read.exists)
+	next state.Window // the state to store
 }

@@ -3,12 +3,14 @@ package filter_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice/plugin/wasmhost"
 	"github.com/sluice-rl/sluice/shared/limiter"
+	"github.com/sluice-rl/sluice/shared/policy"
 	"github.com/sluice-rl/sluice/shared/state"
 )
 
@@ -229,14 +231,15 @@ func TestWindowStorageFormats(t *testing.T) {
 	if v, _, st := f.h.SharedData().Get("fw:a:id:1"); st != wasmhost.StatusOK || string(v) != string(want) || v[0] != state.WindowFormat {
 		t.Errorf("fw exact value %x (status %d), want %x", v, st, want)
 	}
-	c := state.CandidateSlots(state.Fingerprint("id:2"), 65536)
-	slot := state.WindowSlotKey(state.PrefixRollingWindow, "b", c[0])
+	slot := state.WindowSlotKey(state.PrefixRollingWindow, "b", groupOf("id:2", policy.DefaultMaxKeys))
 	v, _, _ := f.h.SharedData().Get(slot)
-	want = state.EncodeWindowSlot(nil, state.Fingerprint("id:2"), &state.Window{Start: start + 120, N: 2, Counts: [state.MaxCounts]float64{1, 1}}, "id:2", 0)
-	if string(v) != string(want) || v[0] != state.WindowSlotFormat {
-		t.Errorf("rw slot value %x, want %x", v, want)
+	rec := state.EncodeWindowSlot(nil, state.Fingerprint("id:2"), &state.Window{Start: start + 120, N: 2, Counts: [state.MaxCounts]float64{1, 1}}, "id:2")
+	want = state.AppendGroup(nil, nil, 0, rec)
+	if string(v) != string(want) || v[0] != state.GroupFormat || v[2] != state.WindowSlotFormat {
+		t.Errorf("rw group value %x, want %x", v, want)
 	}
-	// A value in the text form of earlier versions keeps counting.
+	// A slot value in the text form of earlier versions (a group of one
+	// way) keeps counting.
 	f.h.SharedData().Set(slot, []byte(string(state.AppendHex16(nil, state.Fingerprint("id:2")))+fmt.Sprintf(":%d:3,1:id:2", int64(start)+120)), 0)
 	if res := f.do("x-b", "id:2"); res.Rejected {
 		t.Fatal("id:2 rejected with 4 of 5 used")
@@ -328,75 +331,77 @@ func TestWindowFailsOpen(t *testing.T) {
 	}
 }
 
-// One-read claims and spill marks work for window slots as for token
-// buckets (TestSpillMarkKeepsSecondCandidate): an identity X that lives in
-// its second candidate keeps its exact window there after the window in its
-// first candidate has become fresh, and a new identity then claims that
-// first candidate after one read.
-func TestWindowSpillMark(t *testing.T) {
+// Window groups follow probe's choice of way (TestBoundedSlotReuseAndEviction):
+// a new way while the group has fewer than four, then a fresh window's way
+// (no use left inside its window) without an eviction, and when every way is
+// active the one with the most quota left; the other ways are written back
+// unchanged.
+func TestWindowGroupWays(t *testing.T) {
 	const maxKeys = 4
 	f := start(t, `{"rules": [{"name": "rw", "max_keys": 4, "limit_keys": ["ip:address"], "algorithm": "rolling_window",
 	  "algorithm_config": {"limit": 10, "window_seconds": 60, "period_seconds": 6}}]}`, 1)
-	sd := f.h.SharedData()
-	key := func(slot int) string { return state.WindowSlotKey(state.PrefixRollingWindow, "rw", slot) }
-	slot := func(i int) (uint64, float64, string) {
+	key := state.WindowSlotKey(state.PrefixRollingWindow, "rw", 0)
+	holders := func() []string {
 		t.Helper()
-		v, _, st := sd.Get(key(i))
-		if st != wasmhost.StatusOK {
-			t.Fatalf("slot %d: status %d", i, st)
+		var ids []string
+		for i, w := range groupWays(t, f.h.SharedData(), key) {
+			var win state.Window
+			fp, id, err := state.DecodeWindowSlot(w, &win)
+			if err != nil || fp != state.Fingerprint(string(id)) {
+				t.Fatalf("way %d: %v (%x)", i, err, w)
+			}
+			ids = append(ids, string(id))
 		}
-		var w state.Window
-		fp, spill, id, err := state.DecodeWindowSlot(v, &w)
-		if err != nil {
-			t.Fatalf("slot %d: %v (%q)", i, err, v)
-		}
-		return fp, spill, string(id)
+		return ids
 	}
-	y := findIdentity(t, maxKeys, func(c [2]int) bool { return c[0] == 0 })
-	x := findIdentity(t, maxKeys, func(c [2]int) bool { return c == [2]int{0, 1} })
-	w := findIdentityFrom(t, max(x, y)+1, maxKeys, func(c [2]int) bool { return c[0] == 0 })
-
-	f.doOn(0, ipRequest(y)) // slot 0: Y's use, in the window for 60 s
+	ids := findIdentities(t, 0, 6, maxKeys, 0)
+	send := func(id, n int) {
+		for i := 0; i < n; i++ {
+			if res := f.doOn(0, ipRequest(id)); res.Rejected {
+				t.Fatalf("%s rejected", ipOf(id))
+			}
+		}
+	}
+	send(ids[0], 1) // 9 left
 	f.clock.Advance(30 * time.Second)
-	for i := 0; i < 6; i++ {
-		f.doOn(0, ipRequest(x)) // slot 0 is active: X lives in slot 1
+	send(ids[1], 5) // 5 left
+	send(ids[2], 3) // 7 left
+	send(ids[3], 6) // 4 left
+	if got, want := holders(), []string{ipOf(ids[0]), ipOf(ids[1]), ipOf(ids[2]), ipOf(ids[3])}; !slices.Equal(got, want) {
+		t.Fatalf("ways %q, want %q", got, want)
 	}
-	if _, _, id := slot(1); id != ipOf(x) {
-		t.Fatalf("slot 1 holds %q, want X", id)
+	// Every way is active: the newcomer evicts the window with the most
+	// quota left (ids[0], 9).
+	send(ids[4], 1)
+	if got, want := holders(), []string{ipOf(ids[4]), ipOf(ids[1]), ipOf(ids[2]), ipOf(ids[3])}; !slices.Equal(got, want) {
+		t.Fatalf("after an eviction: ways %q, want %q", got, want)
 	}
-	if _, spill, id := slot(0); id != ipOf(y) || spill < float64(f.clock.Now().Unix())+30 {
-		t.Fatalf("slot 0: %q, mark %.3f; want Y's, marked until X's window is free", id, spill)
+	if n := f.metric("sluice.rule.rw.evicted"); n != 1 {
+		t.Fatalf("evicted = %d, want 1", n)
 	}
-
-	// 31 s later Y's use has left its window (slot 0 is fresh); X's six
-	// are still in its own.
-	f.clock.Advance(31 * time.Second)
-	res := f.doOn(0, ipRequest(x))
+	// The others kept their exact windows: ids[3] has 4 left.
+	res := f.doOn(0, ipRequest(ids[3]))
 	if got, _ := header(res.ResponseHeaders, "ratelimit-remaining"); got != "3" {
-		t.Fatalf("X after its first candidate became fresh: remaining %q, want 3 (its own window)", got)
+		t.Fatalf("ids[3] after the eviction: remaining %q, want 3", got)
 	}
-
-	// Much later every window is fresh and the mark has expired: W claims
-	// slot 0 after one read, without rewriting slot 1.
-	f.clock.Advance(10 * time.Minute)
-	_, cas1, _ := sd.Get(key(1))
-	f.doOn(0, ipRequest(w))
-	if fp, _, id := slot(0); id != ipOf(w) || fp != state.Fingerprint(ipOf(w)) {
-		t.Fatalf("slot 0 holds %q, want W", id)
+	// 61 s later every use has left its window: a newcomer takes the first
+	// fresh way, without an eviction.
+	f.clock.Advance(61 * time.Second)
+	send(ids[5], 1)
+	if got := holders(); got[0] != ipOf(ids[5]) {
+		t.Fatalf("ways %q, want the newcomer in way 0", got)
 	}
-	if _, cas, _ := sd.Get(key(1)); cas != cas1 {
-		t.Errorf("a one-read claim rewrote the second candidate (cas %d -> %d)", cas1, cas)
+	if n := f.metric("sluice.rule.rw.evicted"); n != 1 {
+		t.Fatalf("evicted = %d after reusing a fresh window's way, want still 1", n)
 	}
 }
 
-// TestWindowRaceOneReadClaims is TestRaceClaimNoDuplicate's "clock" mode for
-// window slots: the window of another identity Y in X's first candidate
-// leaves its rolling window between two of the racing VMs' clock reads, so
-// some VMs find that candidate active (they claim X's second candidate and
-// mark the first) and others find it fresh (a one-read claim of the first).
-// Exactly the limit must be admitted in every trial; without the spill
-// marks some trials admit more (two windows for one identity).
-func TestWindowRaceOneReadClaims(t *testing.T) {
+// TestWindowRaceClaims is TestRaceClaimNoDuplicate's "clock" mode for
+// window groups: the window of another identity Y leaves its rolling window
+// between two of the racing VMs' clock reads, so some VMs find only Z's way
+// fresh and others find Y's fresh too (the first). Exactly the limit must
+// be admitted in every trial (one window for X).
+func TestWindowRaceClaims(t *testing.T) {
 	const (
 		maxKeys = 2
 		limit   = 100
@@ -414,30 +419,27 @@ func TestWindowRaceOneReadClaims(t *testing.T) {
 	t.Cleanup(func() { _ = h.Close(context.Background()) })
 	f := &fixture{t: t, h: h}
 	sd := h.SharedData()
-	key := func(slot int) string { return state.WindowSlotKey(state.PrefixRollingWindow, "race", slot) }
+	key := state.WindowSlotKey(state.PrefixRollingWindow, "race", 0)
 	trials := 300
 	if testing.Short() {
 		trials = 60
 	}
 	for trial := 0; trial < trials; trial++ {
 		x := fmt.Sprintf("x-%d", trial)
-		c := state.CandidateSlots(state.Fingerprint(x), maxKeys)
 		// Y's use leaves the window at boundary, between read r0+k and
-		// r0+k+1 of this trial; Z's window in the second candidate is long
-		// fresh.
+		// r0+k+1 of this trial; Z's window is long fresh.
 		boundary := t0.Add(time.Duration(trial+1) * 100 * time.Second)
 		k := 1 + trial%8
 		clock.base = boundary.Add(-time.Duration(float64(clock.reads()+int64(k))+0.5) * step)
 		b := float64(boundary.Unix())
 		y := state.Window{Start: b - 60, N: 1, Counts: [state.MaxCounts]float64{1}}
 		z := state.Window{Start: b - 1000, N: 1, Counts: [state.MaxCounts]float64{1}}
-		sd.Set(key(c[0]), state.EncodeWindowSlot(nil, state.Fingerprint("y"), &y, "y", 0), 0)
-		sd.Set(key(c[1]), state.EncodeWindowSlot(nil, state.Fingerprint("z"), &z, "z", 0), 0)
+		ways := [][]byte{state.EncodeWindowSlot(nil, state.Fingerprint("y"), &y, "y")}
+		sd.Set(key, state.AppendGroup(nil, ways, 1, state.EncodeWindowSlot(nil, state.Fingerprint("z"), &z, "z")), 0)
 		clock.arm(16, nil)
 		if got := race(t, f, 4, 250, rq("x-api-key", x)); got != limit {
-			v0, _, _ := sd.Get(key(c[0]))
-			v1, _, _ := sd.Get(key(c[1]))
-			t.Fatalf("trial %d: %d of 1000 admitted, want exactly %d (two windows for one identity?); slots %q, %q", trial, got, limit, v0, v1)
+			v, _, _ := sd.Get(key)
+			t.Fatalf("trial %d: %d of 1000 admitted, want exactly %d (two windows for one identity?); group %q", trial, got, limit, v)
 		}
 	}
 	if n, _ := h.Metric("sluice.rule.race.fail_open"); n != 0 {

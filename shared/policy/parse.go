@@ -228,7 +228,7 @@ func (p *parser) rule(path string, v *jvalue, policy string, mode Mode) (Rule, b
 	}
 	if mv := f["max_keys"]; mv != nil {
 		if n, ok := p.integer(join(path, "max_keys"), mv, 0, MaxMaxKeys,
-			"an integer from 1 to "+strconv.Itoa(MaxMaxKeys)+" (the most shared-data keys the rule's buckets may use; default "+
+			"an integer from 1 to "+strconv.Itoa(MaxMaxKeys)+" (the most identities whose buckets the rule keeps at once, four to a shared-data key; default "+
 				strconv.Itoa(DefaultMaxKeys)+"), or 0 for one key per identity without bound"); ok {
 			r.MaxKeys = n
 		}

@@ -26,12 +26,13 @@ const (
 	MaxNameLen          = 64
 
 	// DefaultMaxKeys is a rule's max_keys when the configuration does not
-	// set one: the rule keeps at most this many shared-data keys (slots),
-	// whatever the number of distinct identities.
+	// set one: the rule keeps the buckets of at most this many identities
+	// (in a quarter as many shared-data keys, four to a key), whatever the
+	// number of distinct identities.
 	DefaultMaxKeys = 65536
 	// MaxMaxKeys is the largest max_keys accepted (2^22). At the longest
-	// identity (256 bytes) a slot takes about 330 bytes of shared data, so
-	// one rule stays under about 1.4 GB; with IP addresses about 100 bytes.
+	// identity (256 bytes) a bucket takes about 290 bytes of shared data, so
+	// one rule stays under about 1.3 GB; with IP addresses about 40 bytes.
 	MaxMaxKeys = 4194304
 
 	// MaxDelayMS is the largest token_bucket max_delay_ms accepted (60 s).
@@ -113,8 +114,9 @@ type Rule struct {
 	TokenBucket *TokenBucket // set when Algorithm == "token_bucket"
 	Window      *Window      // set when Algorithm is fixed_window, sliding_window or rolling_window
 	Mode        Mode         // effective mode (rule's, else config's)
-	// MaxKeys is "max_keys": the most shared-data keys (slots) the rule's
-	// buckets may use, 1 to MaxMaxKeys; Parse fills in DefaultMaxKeys when
+	// MaxKeys is "max_keys": the most identities whose buckets (or windows)
+	// the rule keeps at once, four to a shared-data key (so at most
+	// MaxKeys/4 keys, rounded up), 1 to MaxMaxKeys; Parse fills in DefaultMaxKeys when
 	// it is absent. 0 means unbounded: one exact key per identity
 	// ("tb:{rule}:{composite}", seed 001's format), which grows the proxy's
 	// memory with every distinct identity. A Rule built by hand rather than

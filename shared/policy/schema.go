@@ -108,7 +108,7 @@ func schemaProperties() map[string]obj {
 				"description": "The algorithm's parameters: tokenBucket, window (fixed_window, sliding_window) or rollingWindow, chosen by algorithm."},
 			"mode": withDesc(modeSchema, "This rule's mode; overrides the top-level mode.", nil),
 			"max_keys": obj{"type": "integer", "minimum": 0, "maximum": MaxMaxKeys, "default": DefaultMaxKeys,
-				"description": "The most shared-data keys (distinct limit-key values) the rule's buckets may use; 0 for no bound."},
+				"description": "The most identities (distinct limit-key values) whose buckets the rule keeps at once, four to a shared-data key; 0 for one key per identity, without bound."},
 			"telemetry_identity": obj{"type": "string", "enum": []string{IdentityMasked, IdentityClear}, "default": IdentityMasked,
 				"description": "How telemetry shows this rule's header: and jwt: key values: masked (default) or clear."},
 			"scope": obj{"type": "string", "enum": []string{ScopeLocal, ScopeGlobal}, "default": ScopeLocal,

@@ -80,9 +80,11 @@ func FuzzAppendMicros(f *testing.F) {
 	})
 }
 
-// FuzzDecodeSlot: DecodeSlot never panics; whatever it accepts re-encodes to
-// the identical value when it was canonical, and always decodes back to the
-// same fingerprint and identity and (within the six decimals) bucket.
+// FuzzDecodeSlot: DecodeSlot never panics; whatever it accepts re-encodes
+// (in SlotFormat) to the identical value when it was a canonical binary
+// record (V1: without its mark), and always decodes back to the same
+// fingerprint and identity and (within the six decimals) bucket. A valid
+// record keeps its meaning in the V1 layout, whatever the mark holds.
 func FuzzDecodeSlot(f *testing.F) {
 	for _, s := range []string{
 		"3f0c2a9be4d10f57:9.000000:1736940000.250000:10.0.0.1",
@@ -95,38 +97,64 @@ func FuzzDecodeSlot(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	f.Add(EncodeMarkedSlot(nil, 0x3f0c2a9be4d10f57, Bucket{9, 1736940000.25}, "10.0.0.1", 1736940012.000001))
+	f.Add(EncodeSlot(nil, 0x3f0c2a9be4d10f57, Bucket{9, 1736940000.25}, "10.0.0.1"))
 	f.Add(EncodeSlot(nil, 0, Bucket{-6e13, 0}, "a"))
 	f.Add(EncodeSlot(nil, 1, Bucket{1, 2}, "")[:slotHeader-3])
+	f.Add(appendSlotV1(nil, 0x3f0c2a9be4d10f57, Bucket{9, 1736940000.25}, math.Float64bits(1736940012.000001), "10.0.0.1"))
+	f.Add(appendSlotV1(nil, 7, Bucket{-1.5, 0}, math.Float64bits(math.NaN()), "\x00|#"))
+	f.Add(appendSlotV1(nil, 1, Bucket{1, 2}, 0, "")[:slotHeaderV1-3])
 	f.Fuzz(func(t *testing.T, v []byte) {
 		s, err := DecodeSlot(v)
 		if err != nil {
-			if s.Fingerprint != 0 || s.Bucket != (Bucket{}) || s.Identity != nil || s.SpillUntil != 0 {
+			if s.Fingerprint != 0 || s.Bucket != (Bucket{}) || s.Identity != nil {
 				t.Fatalf("error %v with non-zero slot %+v", err, s)
 			}
 			return
 		}
 		b := s.Bucket
 		if math.IsNaN(b.Tokens) || math.IsInf(b.Tokens, 0) || math.IsNaN(b.LastRefill) || math.IsInf(b.LastRefill, 0) ||
-			b.LastRefill < 0 || len(s.Identity) == 0 || len(s.Identity) > MaxIdentity ||
-			!(s.SpillUntil >= 0) || math.IsInf(s.SpillUntil, 0) {
+			b.LastRefill < 0 || len(s.Identity) == 0 || len(s.Identity) > MaxIdentity {
 			t.Fatalf("accepted %q as %+v", v, s)
 		}
-		enc := EncodeMarkedSlot(nil, s.Fingerprint, b, string(s.Identity), s.SpillUntil)
+		enc := EncodeSlot(nil, s.Fingerprint, b, string(s.Identity))
 		s2, err := DecodeSlot(enc)
 		if err != nil {
 			t.Fatalf("re-decoding %q (from %q): %v", enc, v, err)
 		}
 		if s2.Fingerprint != s.Fingerprint || string(s2.Identity) != string(s.Identity) ||
-			!within(s2.Bucket.Tokens, b.Tokens) || !within(s2.Bucket.LastRefill, b.LastRefill) ||
-			!spillRoundedUp(s2.SpillUntil, s.SpillUntil) {
+			!within(s2.Bucket.Tokens, b.Tokens) || !within(s2.Bucket.LastRefill, b.LastRefill) {
 			t.Fatalf("round trip %q -> %+v -> %q -> %+v", v, s, enc, s2)
+		}
+		if canon := canonicalSlot(v, b); canon != nil && string(enc) != string(canon) {
+			t.Fatalf("canonical record %x re-encoded as %x", v, enc)
+		}
+		// The same record in the V1 layout, with the fingerprint's bits as
+		// a mark (often NaN or negative: never checked).
+		s1, err := DecodeSlot(appendSlotV1(nil, s.Fingerprint, b, ^s.Fingerprint, string(s.Identity)))
+		if err != nil || s1.Fingerprint != s.Fingerprint || s1.Bucket != b || string(s1.Identity) != string(s.Identity) {
+			t.Fatalf("%+v in the V1 layout: %+v, %v", s, s1, err)
 		}
 		// The bucket part agrees with DecodeBucket.
 		if b2, err := DecodeBucket(EncodeBucket(nil, b)); err != nil || !within(b2.Tokens, b.Tokens) {
 			t.Fatalf("bucket part %+v: %v", b, err)
 		}
 	})
+}
+
+// canonicalSlot returns the SlotFormat record a valid binary record v with
+// bucket b re-encodes to if it is canonical (its numbers already rounded to
+// micro-units), else nil.
+func canonicalSlot(v []byte, b Bucket) []byte {
+	if roundMicro(b.Tokens) != b.Tokens || roundMicro(b.LastRefill) != b.LastRefill {
+		return nil
+	}
+	switch v[0] {
+	case SlotFormat:
+		return v
+	case SlotFormatV1:
+		return append(append([]byte{SlotFormat}, v[1:slotHeader]...), v[slotHeaderV1:]...)
+	}
+	return nil
 }
 
 // FuzzEncodeSlot: any fingerprint, finite bucket and identity encode to a
@@ -137,6 +165,7 @@ func FuzzEncodeSlot(f *testing.F) {
 	f.Add(uint64(3), -6e13, 1736940000.5, "deep-debt")
 	f.Add(uint64(1), 1e12, 1e-300, strings.Repeat("k", 300))
 	f.Add(uint64(2), 1.0, 1.0, "")
+	f.Add(uint64(math.MaxUint64), 0.0000005, 9007199254.740993, strings.Repeat("\xff", MaxIdentity))
 	f.Fuzz(func(t *testing.T, fp uint64, tokens, last float64, identity string) {
 		if math.IsNaN(tokens) || math.IsInf(tokens, 0) || math.IsNaN(last) || math.IsInf(last, 0) || last < 0 {
 			return
@@ -156,13 +185,8 @@ func FuzzEncodeSlot(f *testing.F) {
 			!within(s.Bucket.Tokens, tokens) || !within(s.Bucket.LastRefill, last) {
 			t.Fatalf("round trip (%x, %v, %v, %q) -> %q -> %+v", fp, tokens, last, identity, enc, s)
 		}
+		if enc[0] != SlotFormat || len(enc) != slotHeader+len(s.Identity) || len(enc) > slotHeader+MaxIdentity {
+			t.Fatalf("(%x, %q) encoded as %d bytes %x", fp, identity, len(enc), enc)
+		}
 	})
-}
-
-// spillRoundedUp reports whether got is want as EncodeMarkedSlot stores it:
-// rounded up to a micro-second, so never earlier (up to float rounding) and
-// at most one micro-second later.
-func spillRoundedUp(got, want float64) bool {
-	slack := 5e-7 + math.Abs(want)*1e-15
-	return got >= want-slack && got <= want+1e-6+slack
 }

@@ -7,68 +7,80 @@ import (
 	"strconv"
 )
 
-// Bounded storage (issue 4).
+// Slot records (issue 4).
 //
 // Envoy's shared data has no delete and no TTL, so one key per client (seed
 // 001's "tb:{rule}:{composite}") grows the proxy's memory with every
 // distinct identity ever seen. A rule with max_keys = N > 0 instead keeps its
-// buckets in at most N fixed keys, its slots:
+// buckets in a fixed set of group keys, "tb:{rule}:#{group}" (group.go).
+// Each way of a group holds one slot record: a bucket and the identity it
+// belongs to, binary:
 //
-//	key:   tb:{rule}:#{slot}                                   slot in [0, N)
-//	value: the slot's bucket, its owner and the slot's spill mark, binary:
+//	byte  0       SlotFormat (0x05)
+//	bytes 1-8     fingerprint, uint64, little-endian
+//	bytes 9-16    tokens, float64 (IEEE 754 bits, little-endian)
+//	bytes 17-24   last_refill, float64 (unix seconds)
+//	bytes 25-     identity, 1 to MaxIdentity bytes
 //
-//	  byte  0       SlotFormat (0x01)
-//	  bytes 1-8     fingerprint, uint64, little-endian
-//	  bytes 9-16    tokens, float64 (IEEE 754 bits, little-endian)
-//	  bytes 17-24   last_refill, float64 (unix seconds)
-//	  bytes 25-32   spill_until, float64 (unix seconds; 0: no mark)
-//	  bytes 33-     identity, 1 to MaxIdentity bytes
-//
-//   - fingerprint: Fingerprint(identity). Lookups compare it (and the
-//     identity) to find an identity's bucket.
+//   - fingerprint: Fingerprint(identity). It picks the identity's group
+//     (GroupOf), and lookups compare it (and then the identity) with each
+//     way's to find the identity's bucket without comparing strings.
 //   - tokens, last_refill: the bucket, rounded to micro-units as in
 //     EncodeBucket, so a bucket reads back the same in both storage modes.
-//   - spill_until: belongs to the slot, not to the bucket in it: until then,
-//     an identity whose FIRST candidate is this slot may hold an active
-//     bucket in its second candidate. Without a live mark, a new identity
-//     whose first candidate is free or full claims it after one read (see
-//     plugin/filter/store.go, "one-read claims"). Rounded up to the next
-//     micro-second, so never earlier than meant.
 //   - identity: the limit-key identity the bucket belongs to, as shown to
 //     operators (AppendIdentity: the composite key, at most MaxIdentity
 //     bytes). It is last, so it may contain any byte.
 //
-// Binary because a slot is decoded and encoded on every request: the text
+// Binary because a record is decoded and encoded on every request: the text
 // form this replaced, "{fingerprint}:{tokens}:{last_refill}:{identity}"
 // with 16 hex digits and six-decimal numbers, cost about 1.2 us of an
 // 8.5 us allowed request inside wasm (number parsing and printing), the
 // binary one a few tens of ns. Nothing reads shared data but the plugin
-// (operators see slots through telemetry), so readability bought nothing.
-// DecodeSlot still reads the text form (with no spill mark), so slots
-// written by an earlier plugin version keep their buckets across an
-// upgrade; a text value never starts with SlotFormat.
+// (operators see buckets through telemetry), so readability bought nothing.
 //
-// An identity's candidate slots are CandidateSlots(Fingerprint(identity), N).
-// The slot key namespace cannot collide with exact keys: a verbatim
+// DecodeSlot also reads the formats of earlier versions, so buckets survive
+// an upgrade (SplitGroup reads such a value, found at a group key, as a group
+// of one way):
+//
+//   - SlotFormatV1 (0x01): the same fields with an 8-byte spill_until
+//     (float64) between last_refill and the identity, which starts at byte
+//     33. It was a mark of the two-candidate slots that groups replaced,
+//     needed to claim a slot safely after one read; a group is claimed with
+//     one compare-and-swap, so the mark is ignored, whatever it holds.
+//   - text: "{fingerprint}:{tokens}:{last_refill}:{identity}", the
+//     fingerprint as 16 lower-case hex digits.
+//
+// No record starts with GroupFormat: binary ones start with their format
+// byte, text ones with a hex digit.
+//
+// The group key namespace cannot collide with exact keys: a verbatim
 // composite never starts with '#' (the filter escapes it), and a hashed one
-// is "#{16 hex}#{prefix}", which has a second '#', while a slot key has only
-// decimal digits after its '#'.
+// is "#{16 hex}#{prefix}", which has a second '#', while a group key has
+// only decimal digits after its '#'.
 
-// SlotFormat is the first byte of a binary slot value.
-const SlotFormat = 0x01
+// First bytes of the binary slot records: SlotFormat is written,
+// SlotFormatV1 (with a spill mark) only read.
+const (
+	SlotFormatV1 = 0x01
+	SlotFormat   = 0x05
+)
 
-// slotHeader is the size of a binary slot value before its identity.
-const slotHeader = 33
+// Sizes of binary slot records before their identity.
+const (
+	slotHeader   = 25
+	slotHeaderV1 = 33
+)
 
-// Candidates is the number of candidate slots per identity (d). Two is
-// enough: with two choices a new identity finds a reusable slot unless both
-// of its candidates hold active buckets (probability about a^2 at a fraction
-// a of active slots), and every extra candidate costs one more shared-data
-// get on each miss and one more conditional write on each claim (the claim
-// rewrites every candidate it read; see plugin/filter/store.go).
+// Candidates is the number of candidate slots per identity (d) in the fleet
+// pools' slot keys, "fl:{rule}:#{slot}" (see CandidateSlots). Buckets and
+// windows no longer use candidate slots: they live in groups (group.go).
+// Two is enough for pools: with two choices a new identity finds a reusable
+// slot unless both of its candidates hold live pools (probability about a^2
+// at a fraction a of live slots), and every extra candidate costs one more
+// shared-data get on each miss.
 const Candidates = 2
 
-// MaxIdentity bounds the identity stored in a slot value. The filter's
+// MaxIdentity bounds the identity stored in a slot record. The filter's
 // composite keys already respect it (longer ones are hashed, AppendIdentity).
 const MaxIdentity = 256
 
@@ -78,22 +90,19 @@ const identityPrefix = 64
 
 // Errors returned by DecodeSlot, in addition to ErrTokens and ErrLastRefill.
 var (
-	ErrSlotFormat = errors.New("state: slot value is neither the binary slot format nor \"{fingerprint}:{tokens}:{last_refill}:{identity}\"")
+	ErrSlotFormat = errors.New("state: slot value is neither a binary slot format nor \"{fingerprint}:{tokens}:{last_refill}:{identity}\"")
 	ErrIdentity   = errors.New("state: slot identity is empty or longer than MaxIdentity")
-	ErrSpill      = errors.New("state: slot spill_until is not a finite number >= 0")
 )
 
-// Slot is a decoded slot value.
+// Slot is a decoded slot record.
 type Slot struct {
 	Fingerprint uint64
 	Bucket      Bucket
 	Identity    []byte // aliases the decoded value
-	// SpillUntil is the slot's spill mark (0: none), see the file comment.
-	SpillUntil float64
 }
 
 // AppendIdentity appends the identity of a composite limit key as stored in
-// slot values and shown to operators: the composite itself when it has at
+// slot records and shown to operators: the composite itself when it has at
 // most MaxIdentity bytes, else "#{FNV-1a 64 of the composite, 16 hex}#{its
 // first 64 bytes}" (82 bytes). The plugin's exact keys use the same form, so
 // an identity reads the same in both storage modes.
@@ -109,10 +118,10 @@ func AppendIdentity(dst []byte, composite string) []byte {
 
 // Fingerprint is the 64-bit fingerprint of an identity: FNV-1a 64 followed by
 // a murmur3 finalizer. FNV-1a alone mixes its low bits poorly (the lowest bit
-// is the parity of the input's lowest bits), and slot indices are taken from
-// both halves, so the finalizer spreads every input bit over all 64. No
-// allocation, one multiply per byte: a few tens of ns for an IP address in
-// wasm.
+// is the parity of the input's lowest bits), and group and slot indices are
+// taken from its halves, so the finalizer spreads every input bit over all
+// 64. No allocation, one multiply per byte: a few tens of ns for an IP
+// address in wasm.
 func Fingerprint(identity string) uint64 {
 	h := FNV1a64(identity)
 	h ^= h >> 33
@@ -138,10 +147,10 @@ func FNV1a64(s string) uint64 {
 }
 
 // CandidateSlots returns the slots an identity with fingerprint fp may occupy
-// in a table of maxKeys slots, in probe order: one index from each 32-bit
-// half of the fingerprint (Lemire's multiply-shift range reduction, no
-// division). The two differ whenever maxKeys > 1. maxKeys <= 0 gives
-// {0, 0}; values above 2^32 are treated as 2^32.
+// in a fleet pool table of maxKeys slots, in probe order: one index from
+// each 32-bit half of the fingerprint (Lemire's multiply-shift range
+// reduction, no division). The two differ whenever maxKeys > 1. maxKeys <= 0
+// gives {0, 0}; values above 2^32 are treated as 2^32.
 func CandidateSlots(fp uint64, maxKeys int) [Candidates]int {
 	if maxKeys <= 0 {
 		return [Candidates]int{}
@@ -161,24 +170,26 @@ func CandidateSlots(fp uint64, maxKeys int) [Candidates]int {
 	return [Candidates]int{int(a), int(b)}
 }
 
-// AppendSlotKey appends the shared-data key of a slot: "tb:{rule}:#{slot}".
-func AppendSlotKey(dst []byte, rule string, slot int) []byte {
+// AppendSlotKey appends the shared-data key of a token-bucket group (the
+// name is from the slots groups replaced): "tb:{rule}:#{group}".
+func AppendSlotKey(dst []byte, rule string, group int) []byte {
 	dst = append(dst, "tb:"...)
 	dst = append(dst, rule...)
 	dst = append(dst, ":#"...)
-	return strconv.AppendInt(dst, int64(slot), 10)
+	return strconv.AppendInt(dst, int64(group), 10)
 }
 
-// SlotKey returns the shared-data key of a slot: "tb:{rule}:#{slot}".
-func SlotKey(rule string, slot int) string {
-	return string(AppendSlotKey(nil, rule, slot))
+// SlotKey returns the shared-data key of a token-bucket group:
+// "tb:{rule}:#{group}".
+func SlotKey(rule string, group int) string {
+	return string(AppendSlotKey(nil, rule, group))
 }
 
-// ParseKey splits a bucket key: "tb:{rule}:#{slot}" gives (rule, slot, "",
+// ParseKey splits a bucket key: "tb:{rule}:#{group}" gives (rule, group, "",
 // true); "tb:{rule}:{composite}" gives (rule, -1, composite, true) (the exact
 // key of a rule with max_keys 0). Anything else, including a rule part with
 // a ':' (rule names cannot contain one), gives ok false.
-func ParseKey(key string) (rule string, slot int, composite string, ok bool) {
+func ParseKey(key string) (rule string, group int, composite string, ok bool) {
 	if len(key) < 3 || key[:3] != "tb:" {
 		return "", -1, "", false
 	}
@@ -195,16 +206,16 @@ func ParseKey(key string) (rule string, slot int, composite string, ok bool) {
 		return "", -1, "", false
 	}
 	if rest[0] == '#' {
-		if n, ok := parseSlot(rest[1:]); ok {
+		if n, ok := parseGroup(rest[1:]); ok {
 			return rule, n, "", true
 		}
 	}
 	return rule, -1, rest, true
 }
 
-// parseSlot reads a canonical decimal slot number (no sign, no leading zero,
-// at most 10 digits).
-func parseSlot(s string) (int, bool) {
+// parseGroup reads a canonical decimal group number (no sign, no leading
+// zero, at most 10 digits).
+func parseGroup(s string) (int, bool) {
 	if s == "" || len(s) > 10 || (s[0] == '0' && len(s) > 1) {
 		return 0, false
 	}
@@ -219,59 +230,16 @@ func parseSlot(s string) (int, bool) {
 	return n, true
 }
 
-// EncodeSlot appends a slot value with no spill mark; see EncodeMarkedSlot.
+// EncodeSlot appends a slot record in SlotFormat (see the file comment).
+// identity should come from AppendIdentity (at most MaxIdentity bytes, as
+// DecodeSlot requires); a longer one is stored in its AppendIdentity form so
+// the record stays bounded. It does not allocate when dst has room.
 func EncodeSlot(dst []byte, fp uint64, b Bucket, identity string) []byte {
-	return EncodeMarkedSlot(dst, fp, b, identity, 0)
-}
-
-// EncodeMarkedSlot appends a binary slot value (see the file comment) with
-// the spill mark spillUntil (not > 0, or +Inf: no mark). identity should
-// come from AppendIdentity (at most MaxIdentity bytes, as DecodeSlot
-// requires); a longer one is stored in its AppendIdentity form so the value
-// stays bounded. It does not allocate when dst has room.
-func EncodeMarkedSlot(dst []byte, fp uint64, b Bucket, identity string, spillUntil float64) []byte {
 	dst = append(dst, SlotFormat)
 	dst = binary.LittleEndian.AppendUint64(dst, fp)
 	dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(roundMicro(b.Tokens)))
 	dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(roundMicro(b.LastRefill)))
-	dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(spillMark(spillUntil)))
 	return AppendIdentity(dst, identity)
-}
-
-// RaiseSlotSpill appends the slot value v (as read, and valid) with its
-// spill mark set to spillUntil, the rest unchanged: a binary value is
-// copied with its mark patched, without decoding it; a text value of an
-// earlier version is rewritten in the binary form.
-func RaiseSlotSpill(dst, v []byte, spillUntil float64) []byte {
-	if len(v) >= slotHeader && v[0] == SlotFormat {
-		return appendWithSpill(dst, v, 25, spillUntil)
-	}
-	s, err := DecodeSlot(v)
-	if err != nil {
-		return append(dst, v...)
-	}
-	return EncodeMarkedSlot(dst, s.Fingerprint, s.Bucket, string(s.Identity), spillUntil)
-}
-
-// appendWithSpill appends the binary value v with the spill mark at offset
-// set to spillUntil.
-func appendWithSpill(dst, v []byte, offset int, spillUntil float64) []byte {
-	at := len(dst) + offset
-	dst = append(dst, v...)
-	binary.LittleEndian.PutUint64(dst[at:], math.Float64bits(spillMark(spillUntil)))
-	return dst
-}
-
-// spillMark is a spill mark as stored: rounded up to the micro-second (so
-// never earlier than meant), 0 (none) unless finite and > 0.
-func spillMark(spillUntil float64) float64 {
-	if !(spillUntil > 0) || math.IsInf(spillUntil, 0) {
-		return 0
-	}
-	if m := math.Ceil(spillUntil * 1e6); m < maxMicro {
-		return m / 1e6
-	}
-	return spillUntil
 }
 
 // roundMicro rounds v to the nearest micro-unit, as EncodeBucket prints it
@@ -283,34 +251,39 @@ func roundMicro(v float64) float64 {
 	return v
 }
 
-// DecodeSlot parses a slot value: the binary form EncodeMarkedSlot writes,
-// or the text form "{fingerprint}:{tokens}:{last_refill}:{identity}" of
-// earlier versions (no spill mark). It is strict: tokens finite,
-// last_refill and spill_until finite and >= 0, the identity 1 to
+// DecodeSlot parses a slot record: SlotFormat as EncodeSlot writes it, or a
+// format of earlier versions, SlotFormatV1 (its spill mark ignored) or the
+// text form "{fingerprint}:{tokens}:{last_refill}:{identity}". It is
+// strict: tokens finite, last_refill finite and >= 0, the identity 1 to
 // MaxIdentity bytes of anything (text: the fingerprint exactly 16
 // lower-case hex digits, the numbers as DecodeBucket reads them). It never
 // panics and does not allocate; the returned Identity aliases v.
 func DecodeSlot(v []byte) (Slot, error) {
-	if len(v) > 0 && v[0] == SlotFormat {
-		return decodeBinarySlot(v)
+	if len(v) > 0 {
+		switch v[0] {
+		case SlotFormat:
+			return decodeBinarySlot(v, slotHeader)
+		case SlotFormatV1:
+			return decodeBinarySlot(v, slotHeaderV1)
+		}
 	}
 	return decodeTextSlot(v)
 }
 
-func decodeBinarySlot(v []byte) (Slot, error) {
-	if len(v) < slotHeader {
+// decodeBinarySlot reads a binary record whose identity starts at header.
+// Both formats place the fingerprint and the bucket alike; what V1 has
+// between the bucket and the identity (the spill mark) is skipped unread.
+func decodeBinarySlot(v []byte, header int) (Slot, error) {
+	if len(v) < header {
 		return Slot{}, ErrSlotFormat
 	}
 	tokens := math.Float64frombits(binary.LittleEndian.Uint64(v[9:]))
 	last := math.Float64frombits(binary.LittleEndian.Uint64(v[17:]))
-	spill := math.Float64frombits(binary.LittleEndian.Uint64(v[25:]))
-	switch id := v[slotHeader:]; {
+	switch id := v[header:]; {
 	case !isFinite(tokens):
 		return Slot{}, ErrTokens
 	case !isFinite(last) || last < 0:
 		return Slot{}, ErrLastRefill
-	case !isFinite(spill) || spill < 0:
-		return Slot{}, ErrSpill
 	case len(id) == 0 || len(id) > MaxIdentity:
 		return Slot{}, ErrIdentity
 	default:
@@ -318,7 +291,6 @@ func decodeBinarySlot(v []byte) (Slot, error) {
 			Fingerprint: binary.LittleEndian.Uint64(v[1:]),
 			Bucket:      Bucket{Tokens: tokens, LastRefill: last},
 			Identity:    id,
-			SpillUntil:  spill,
 		}, nil
 	}
 }
@@ -351,7 +323,7 @@ func decodeTextSlot(v []byte) (Slot, error) {
 	return Slot{}, decodeSlotSlow(v[17:])
 }
 
-// decodeSlotSlow returns why rest, a slot value after its fingerprint, is
+// decodeSlotSlow returns why rest, a text record after its fingerprint, is
 // invalid: ErrSlotFormat without three parts, else the first bad part's
 // error.
 func decodeSlotSlow(rest []byte) error {

@@ -65,13 +65,12 @@ func TestEncodeDecodeSlot(t *testing.T) {
 	want = binary.LittleEndian.AppendUint64(want, fp)
 	want = binary.LittleEndian.AppendUint64(want, math.Float64bits(9))
 	want = binary.LittleEndian.AppendUint64(want, math.Float64bits(1736940000.25))
-	want = binary.LittleEndian.AppendUint64(want, 0)
 	want = append(want, id...)
-	if string(v) != string(want) {
+	if string(v) != string(want) || v[0] != 0x05 || len(v) != 25+len(id) {
 		t.Fatalf("EncodeSlot = %x, want %x", v, want)
 	}
 	s, err := DecodeSlot(v)
-	if err != nil || s.Fingerprint != fp || s.Bucket != b || string(s.Identity) != id || s.SpillUntil != 0 {
+	if err != nil || s.Fingerprint != fp || s.Bucket != b || string(s.Identity) != id {
 		t.Fatalf("DecodeSlot(%x) = %+v, %v", v, s, err)
 	}
 	// Tokens and times are rounded to micro-units, as in the text form.
@@ -99,12 +98,65 @@ func TestEncodeDecodeSlot(t *testing.T) {
 }
 
 // Values written by earlier versions, in the text form, still decode (so
-// buckets survive a plugin upgrade), with no spill mark.
+// buckets survive a plugin upgrade).
 func TestDecodeTextSlot(t *testing.T) {
 	s, err := DecodeSlot([]byte("3f0c2a9be4d10f57:9.000000:1736940000.250000:10.0.0.1"))
 	if err != nil || s.Fingerprint != 0x3f0c2a9be4d10f57 || s.Bucket != (Bucket{9, 1736940000.25}) ||
-		string(s.Identity) != "10.0.0.1" || s.SpillUntil != 0 {
+		string(s.Identity) != "10.0.0.1" {
 		t.Fatalf("text slot: %+v, %v", s, err)
+	}
+}
+
+// appendSlotV1 builds a record in the SlotFormatV1 layout by hand: format
+// byte, fingerprint, tokens, last_refill, the 8 spill_until bytes given and
+// the identity.
+func appendSlotV1(dst []byte, fp uint64, b Bucket, spill uint64, identity string) []byte {
+	dst = append(dst, SlotFormatV1)
+	dst = binary.LittleEndian.AppendUint64(dst, fp)
+	dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(b.Tokens))
+	dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(b.LastRefill))
+	dst = binary.LittleEndian.AppendUint64(dst, spill)
+	return append(dst, identity...)
+}
+
+// Records of the version before groups decode to the same slot whatever
+// their spill mark holds (a mark, none, or bytes no encoder wrote), and
+// re-encode in SlotFormat.
+func TestDecodeSlotV1(t *testing.T) {
+	b := Bucket{Tokens: -2.5, LastRefill: 1736940000.25}
+	want := Slot{Fingerprint: 0x3f0c2a9be4d10f57, Bucket: b, Identity: []byte("10.0.0.1|a:b")}
+	for _, spill := range []uint64{
+		0, math.Float64bits(1736940012.000001), math.Float64bits(math.NaN()), math.Float64bits(math.Inf(1)),
+		math.Float64bits(-1), 0xffffffffffffffff, 0x0102030405060708,
+	} {
+		v := appendSlotV1(nil, want.Fingerprint, b, spill, string(want.Identity))
+		s, err := DecodeSlot(v)
+		if err != nil || s.Fingerprint != want.Fingerprint || s.Bucket != want.Bucket ||
+			string(s.Identity) != string(want.Identity) || &s.Identity[0] != &v[slotHeaderV1] {
+			t.Errorf("V1 record with spill bits %x: %+v, %v; want %+v", spill, s, err, want)
+		}
+		enc := EncodeSlot(nil, s.Fingerprint, s.Bucket, string(s.Identity))
+		if enc[0] != SlotFormat || string(enc[1:slotHeader]) != string(v[1:25]) || string(enc[slotHeader:]) != string(v[slotHeaderV1:]) {
+			t.Errorf("V1 record %x re-encoded as %x", v, enc)
+		}
+	}
+	// The V1 layout is as strict as the new one about everything but the
+	// mark.
+	for _, tc := range []struct {
+		name string
+		in   []byte
+		want error
+	}{
+		{"short", appendSlotV1(nil, 1, b, 0, "")[:slotHeaderV1-1], ErrSlotFormat},
+		{"new layout tagged V1", retag(EncodeSlot(nil, 1, b, "1234567"), SlotFormatV1), ErrSlotFormat},
+		{"no identity", appendSlotV1(nil, 1, b, 0, ""), ErrIdentity},
+		{"long identity", appendSlotV1(nil, 1, b, 0, strings.Repeat("x", MaxIdentity+1)), ErrIdentity},
+		{"NaN tokens", appendSlotV1(nil, 1, Bucket{math.NaN(), 1}, 0, "id"), ErrTokens},
+		{"negative time", appendSlotV1(nil, 1, Bucket{1, -1}, 0, "id"), ErrLastRefill},
+	} {
+		if s, err := DecodeSlot(tc.in); !errors.Is(err, tc.want) || s.Identity != nil || s.Fingerprint != 0 {
+			t.Errorf("%s: %+v, %v; want %v", tc.name, s, err, tc.want)
+		}
 	}
 }
 
@@ -235,6 +287,7 @@ func TestCandidateSlots(t *testing.T) {
 	}
 }
 
+// Group keys: "tb:{rule}:#{group}", parsed back by ParseKey.
 func TestSlotKeys(t *testing.T) {
 	if k := SlotKey("global-rps", 4711); k != "tb:global-rps:#4711" {
 		t.Errorf("SlotKey = %q", k)
@@ -242,7 +295,7 @@ func TestSlotKeys(t *testing.T) {
 	for _, tc := range []struct {
 		key       string
 		rule      string
-		slot      int
+		group     int
 		composite string
 		ok        bool
 	}{
@@ -259,9 +312,9 @@ func TestSlotKeys(t *testing.T) {
 		{"sluice:cas-epoch", "", -1, "", false},
 		{"", "", -1, "", false},
 	} {
-		rule, slot, comp, ok := ParseKey(tc.key)
-		if rule != tc.rule || slot != tc.slot || comp != tc.composite || ok != tc.ok {
-			t.Errorf("ParseKey(%q) = %q, %d, %q, %v", tc.key, rule, slot, comp, ok)
+		rule, group, comp, ok := ParseKey(tc.key)
+		if rule != tc.rule || group != tc.group || comp != tc.composite || ok != tc.ok {
+			t.Errorf("ParseKey(%q) = %q, %d, %q, %v", tc.key, rule, group, comp, ok)
 		}
 	}
 	if r, s, _, ok := ParseKey(SlotKey("a.b_c", 99)); !ok || r != "a.b_c" || s != 99 {
@@ -273,6 +326,10 @@ func TestSlotCodecAllocs(t *testing.T) {
 	v := EncodeSlot(nil, 0xdeadbeef, Bucket{87.4321, 1736940000.123456}, "10.0.0.1")
 	if n := testing.AllocsPerRun(100, func() { _, _ = DecodeSlot(v) }); n != 0 {
 		t.Errorf("DecodeSlot allocates %v times per call", n)
+	}
+	v1 := appendSlotV1(nil, 0xdeadbeef, Bucket{87.4321, 1736940000.123456}, 0, "10.0.0.1")
+	if n := testing.AllocsPerRun(100, func() { _, _ = DecodeSlot(v1) }); n != 0 {
+		t.Errorf("DecodeSlot of a V1 record allocates %v times per call", n)
 	}
 	buf := make([]byte, 0, 128)
 	if n := testing.AllocsPerRun(100, func() {
@@ -304,28 +361,10 @@ func BenchmarkDecodeSlot(b *testing.B) {
 	}
 }
 
-// The spill mark: 0 (none) for anything not > 0 or infinite, rounded up to
-// the micro-second, and rejected when negative or not finite.
-func TestSlotSpillMark(t *testing.T) {
-	b := Bucket{Tokens: 9, LastRefill: 1736940000.25}
-	plain := EncodeSlot(nil, 0x3f0c2a9be4d10f57, b, "10.0.0.1")
-	for _, none := range []float64{0, -1, math.NaN(), math.Inf(1), math.Inf(-1)} {
-		if got := EncodeMarkedSlot(nil, 0x3f0c2a9be4d10f57, b, "10.0.0.1", none); string(got) != string(plain) {
-			t.Errorf("spill %v: %x, want no mark %x", none, got, plain)
-		}
-	}
-	v := EncodeMarkedSlot(nil, 0x3f0c2a9be4d10f57, b, "10.0.0.1", 1736940012.0000004)
-	s, err := DecodeSlot(v)
-	if err != nil || s.SpillUntil != 1736940012.000001 || s.Bucket != b || string(s.Identity) != "10.0.0.1" {
-		t.Fatalf("decoded %+v, %v; want the mark rounded up to 1736940012.000001", s, err)
-	}
-	for _, bad := range []float64{-1, math.NaN(), math.Inf(1)} {
-		w := append([]byte(nil), plain...)
-		binary.LittleEndian.PutUint64(w[25:], math.Float64bits(bad))
-		if s, err := DecodeSlot(w); !errors.Is(err, ErrSpill) || s.Identity != nil {
-			t.Errorf("spill %v: %+v, %v; want ErrSpill", bad, s, err)
-		}
-	}
+// retag sets the format byte of v.
+func retag(v []byte, format byte) []byte {
+	v[0] = format
+	return v
 }
 
 // Binary values are as strict as text ones.
@@ -353,23 +392,6 @@ func TestDecodeBinarySlotRejects(t *testing.T) {
 		s, err := DecodeSlot(tc.in)
 		if !errors.Is(err, tc.want) || s.Identity != nil || s.Fingerprint != 0 {
 			t.Errorf("%s: %+v, %v; want %v", tc.name, s, err, tc.want)
-		}
-	}
-}
-
-// RaiseSlotSpill sets the mark and keeps everything else, for binary values
-// (patched in place) and for text ones of earlier versions (rewritten).
-func TestRaiseSlotSpill(t *testing.T) {
-	b := Bucket{Tokens: 9, LastRefill: 1736940000.25}
-	for name, v := range map[string][]byte{
-		"binary": EncodeMarkedSlot(nil, 0x3f0c2a9be4d10f57, b, "10.0.0.1", 5),
-		"text":   []byte("3f0c2a9be4d10f57:9.000000:1736940000.250000:10.0.0.1"),
-	} {
-		r := RaiseSlotSpill([]byte("pre"), v, 1736940012.0000004)
-		s, err := DecodeSlot(r[3:])
-		if string(r[:3]) != "pre" || err != nil || r[3] != SlotFormat || s.SpillUntil != 1736940012.000001 ||
-			s.Fingerprint != 0x3f0c2a9be4d10f57 || s.Bucket != b || string(s.Identity) != "10.0.0.1" {
-			t.Errorf("%s: %x -> %+v, %v", name, r, s, err)
 		}
 	}
 }

@@ -7,11 +7,11 @@
 //
 // Both numbers are written with exactly six decimals. That is a rule with
 // max_keys 0 (unbounded, exact per-key storage). By default a rule keeps its
-// buckets in a fixed number of slots instead, with the identity in the value
-// (slot.go):
+// buckets in a fixed number of groups instead (group.go), each holding the
+// slot records (slot.go) of up to Ways identities:
 //
-//	key:   tb:{rule_name}:#{slot}
-//	value: fingerprint, bucket, spill mark and identity, binary
+//	key:   tb:{rule_name}:#{group}
+//	value: a group of slot records, each a fingerprint, bucket and identity, binary
 //
 // The package is pure Go (no I/O, no globals) and allocation-light: it runs
 // on the request hot path inside the wasm filter and in the native admin

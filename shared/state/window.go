@@ -19,20 +19,27 @@ import (
 // window at most one per sub-period (MaxCounts). Values are binary:
 //
 //	exact key:  WindowFormat (0x02) | window
-//	slot:       WindowSlotFormat (0x03) | fingerprint u64 | spill_until f64 | window | identity
+//	slot:       WindowSlotFormat (0x06) | fingerprint u64 | window | identity
 //	window:     start f64 | n (1 byte, 1..MaxCounts) | n counts, each a uvarint:
 //	            c<<1 for a whole count c, else (micro-units)<<1 | 1
 //
-// (numbers little-endian; start rounded to micro-seconds, spill_until
-// rounded up). Trailing zero counts are left out (at least c0 is written),
+// (numbers little-endian; start rounded to micro-seconds). A slot record is
+// what one way of a group holds under max_keys > 0 (group.go); its
+// fingerprint and identity are as in a token bucket's slot record
+// (slot.go). Trailing zero counts are left out (at least c0 is written),
 // and a whole count below 64 takes one byte, so a 60-period rolling window
-// of small counts takes about 70 bytes. The fingerprint, identity and spill
-// mark are as in a token bucket's slot (slot.go). Binary because the text
-// form this replaced, "{start}:{c0},{c1},..." and
+// of small counts takes about 70 bytes. Binary because the text form this
+// replaced, "{start}:{c0},{c1},..." and
 // "{fingerprint}:{start}:{counts}:{identity}", was parsed and printed on
 // every request (a windowed request cost 1.2x a token-bucket one, mostly
-// for that); the text form still decodes (with no spill mark), so windows
-// written by an earlier version survive an upgrade.
+// for that).
+//
+// Formats of earlier versions still decode, so windows survive an upgrade:
+// the text forms above, and
+//
+//	slot V1:    WindowSlotFormatV1 (0x03) | fingerprint u64 | spill_until f64 | window | identity
+//
+// whose spill mark (see SlotFormatV1) is ignored, whatever it holds.
 //
 // Keys differ per algorithm ("fw:", "sw:", "rw:" instead of "tb:"), so a
 // rule that changes algorithm never decodes another algorithm's value.
@@ -55,10 +62,18 @@ var (
 	ErrWindowCounts = errors.New("state: window has more than MaxCounts counts")
 )
 
-// First bytes of the binary window values.
+// First bytes of the binary window values. WindowSlotFormatV1 (with a
+// spill mark) is only read.
 const (
-	WindowFormat     = 0x02
-	WindowSlotFormat = 0x03
+	WindowFormat       = 0x02
+	WindowSlotFormatV1 = 0x03
+	WindowSlotFormat   = 0x06
+)
+
+// Sizes of binary window slot records before their window.
+const (
+	windowSlotHeader   = 9
+	windowSlotHeaderV1 = 17
 )
 
 // EncodeWindow appends the binary value of w for an exact key (see the
@@ -204,60 +219,48 @@ func decodeWindowAt(v []byte, i int, w *Window) (int, error) {
 	return j, nil
 }
 
-// EncodeWindowSlot appends the binary value of a window slot (see the file
-// comment): fingerprint, spill mark (not > 0, or +Inf: none), window and
-// identity (as in EncodeSlot).
-func EncodeWindowSlot(dst []byte, fp uint64, w *Window, identity string, spillUntil float64) []byte {
+// EncodeWindowSlot appends a window slot record in WindowSlotFormat (see
+// the file comment): fingerprint, window and identity (as in EncodeSlot).
+// It does not allocate when dst has room.
+func EncodeWindowSlot(dst []byte, fp uint64, w *Window, identity string) []byte {
 	dst = append(dst, WindowSlotFormat)
 	dst = binary.LittleEndian.AppendUint64(dst, fp)
-	dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(spillMark(spillUntil)))
 	dst = appendWindow(dst, w)
 	return AppendIdentity(dst, identity)
 }
 
-// RaiseWindowSpill appends the window slot value v (as read, and valid)
-// with its spill mark set to spillUntil, the rest unchanged: a binary value
-// is copied with its mark patched, without decoding the window; a text value
-// of an earlier version is rewritten in the binary form.
-func RaiseWindowSpill(dst, v []byte, spillUntil float64) []byte {
-	if len(v) >= 17 && v[0] == WindowSlotFormat {
-		return appendWithSpill(dst, v, 9, spillUntil)
+// DecodeWindowSlot parses a window slot record into w and returns its
+// fingerprint and identity (aliasing v). It reads WindowSlotFormat as
+// EncodeWindowSlot writes it, and the formats of earlier versions:
+// WindowSlotFormatV1 (its spill mark ignored) and the text form. Strict like
+// DecodeSlot; never panics, does not allocate.
+func DecodeWindowSlot(v []byte, w *Window) (fp uint64, identity []byte, err error) {
+	if len(v) > 0 {
+		switch v[0] {
+		case WindowSlotFormat:
+			return decodeBinaryWindowSlot(v, windowSlotHeader, w)
+		case WindowSlotFormatV1:
+			return decodeBinaryWindowSlot(v, windowSlotHeaderV1, w)
+		}
 	}
-	var w Window
-	fp, _, id, err := DecodeWindowSlot(v, &w)
-	if err != nil {
-		return append(dst, v...)
-	}
-	return EncodeWindowSlot(dst, fp, &w, string(id), spillUntil)
+	return decodeWindowSlotBody(v, w)
 }
 
-// DecodeWindowSlot parses a window slot value into w and returns its
-// fingerprint, spill mark (0: none) and identity (aliasing v). It reads the
-// binary form EncodeWindowSlot writes and the text form of earlier versions
-// (no mark). Strict like DecodeSlot; never panics, does not allocate.
-func DecodeWindowSlot(v []byte, w *Window) (fp uint64, spillUntil float64, identity []byte, err error) {
-	if len(v) == 0 || v[0] != WindowSlotFormat {
-		fp, identity, err = decodeWindowSlotBody(v, w)
-		if err != nil {
-			return 0, 0, nil, err
-		}
-		return fp, 0, identity, nil
+// decodeBinaryWindowSlot reads a binary record whose window starts at
+// header; what V1 has between the fingerprint and the window (the spill
+// mark) is skipped unread.
+func decodeBinaryWindowSlot(v []byte, header int, w *Window) (uint64, []byte, error) {
+	if len(v) < header {
+		return 0, nil, ErrSlotFormat
 	}
-	if len(v) < 17 {
-		return 0, 0, nil, ErrSlotFormat
-	}
-	spillUntil = math.Float64frombits(binary.LittleEndian.Uint64(v[9:]))
-	if !isFinite(spillUntil) || spillUntil < 0 {
-		return 0, 0, nil, ErrSpill
-	}
-	id, err := decodeWindow(v[17:], w)
+	id, err := decodeWindow(v[header:], w)
 	if err != nil {
-		return 0, 0, nil, err
+		return 0, nil, err
 	}
 	if len(id) == 0 || len(id) > MaxIdentity {
-		return 0, 0, nil, ErrIdentity
+		return 0, nil, ErrIdentity
 	}
-	return binary.LittleEndian.Uint64(v[1:]), spillUntil, id, nil
+	return binary.LittleEndian.Uint64(v[1:]), id, nil
 }
 
 // decodeWindowSlotBody reads the text slot form of earlier versions,
@@ -288,7 +291,7 @@ func decodeWindowSlotBody(v []byte, w *Window) (fp uint64, identity []byte, err 
 }
 
 // Key prefixes per algorithm. Each algorithm's keys are
-// "{prefix}{rule}:{composite}" (max_keys 0) or "{prefix}{rule}:#{slot}".
+// "{prefix}{rule}:{composite}" (max_keys 0) or "{prefix}{rule}:#{group}".
 const (
 	PrefixTokenBucket   = "tb:"
 	PrefixFixedWindow   = "fw:"
@@ -301,7 +304,8 @@ func WindowKey(prefix, rule, composite string) string {
 	return prefix + rule + ":" + composite
 }
 
-// WindowSlotKey returns the key of a window slot: "{prefix}{rule}:#{slot}".
-func WindowSlotKey(prefix, rule string, slot int) string {
-	return prefix + rule + ":#" + strconv.Itoa(slot)
+// WindowSlotKey returns the key of a group of window slot records (the name
+// is from the slots groups replaced): "{prefix}{rule}:#{group}".
+func WindowSlotKey(prefix, rule string, group int) string {
+	return prefix + rule + ":#" + strconv.Itoa(group)
 }

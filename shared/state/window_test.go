@@ -107,35 +107,23 @@ func TestDecodeWindowRejects(t *testing.T) {
 
 func TestWindowSlotRoundTrip(t *testing.T) {
 	w := Window{Start: 3600, N: 3, Counts: [MaxCounts]float64{1, 0, 2.5}}
-	v := EncodeWindowSlot(nil, 0x3f0c2a9be4d10f57, &w, "10.0.0.1:with:colons", 0)
-	if v[0] != WindowSlotFormat || binary.LittleEndian.Uint64(v[1:]) != 0x3f0c2a9be4d10f57 ||
-		binary.LittleEndian.Uint64(v[9:]) != 0 || !strings.HasSuffix(string(v), "10.0.0.1:with:colons") {
-		t.Fatalf("slot value %x", v)
+	v := EncodeWindowSlot(nil, 0x3f0c2a9be4d10f57, &w, "10.0.0.1:with:colons")
+	// The documented layout: format byte, fingerprint, window, identity.
+	want := binary.LittleEndian.AppendUint64([]byte{WindowSlotFormat}, 0x3f0c2a9be4d10f57)
+	want = append(want, EncodeWindow(nil, &w)[1:]...)
+	want = append(want, "10.0.0.1:with:colons"...)
+	if string(v) != string(want) || v[0] != 0x06 {
+		t.Fatalf("slot value %x, want %x", v, want)
 	}
 	var got Window
-	fp, spill, id, err := DecodeWindowSlot(v, &got)
-	if err != nil || fp != 0x3f0c2a9be4d10f57 || string(id) != "10.0.0.1:with:colons" || got != w || spill != 0 {
-		t.Fatalf("decoded %x %q %+v %v %v", fp, id, got, spill, err)
+	fp, id, err := DecodeWindowSlot(v, &got)
+	if err != nil || fp != 0x3f0c2a9be4d10f57 || string(id) != "10.0.0.1:with:colons" || got != w {
+		t.Fatalf("decoded %x %q %+v %v", fp, id, got, err)
 	}
-	// With a spill mark (rounded up to the micro-second), and raised.
-	v = EncodeWindowSlot(nil, 0x3f0c2a9be4d10f57, &w, "x", 7200.0000004)
-	if _, spill, id, err := DecodeWindowSlot(v, &got); err != nil || spill != 7200.000001 || string(id) != "x" || got != w {
-		t.Fatalf("marked: %v %q %+v %v", spill, id, got, err)
-	}
-	r := RaiseWindowSpill([]byte("pre"), v, 9000)
-	if _, spill, id, err := DecodeWindowSlot(r[3:], &got); err != nil || spill != 9000 || string(id) != "x" || got != w ||
-		string(r[:3]) != "pre" || len(r) != 3+len(v) {
-		t.Fatalf("raised %x: %v %q %+v %v", r, spill, id, got, err)
-	}
-	// The text form of earlier versions: no mark; raising rewrites it binary.
+	// The text form of earlier versions.
 	text := []byte("3f0c2a9be4d10f57:3600:1,0,2.5:x")
-	if fp, spill, id, err := DecodeWindowSlot(text, &got); err != nil || fp != 0x3f0c2a9be4d10f57 || spill != 0 || string(id) != "x" || got != w {
-		t.Fatalf("text slot: %x %v %q %+v %v", fp, spill, id, got, err)
-	}
-	if r := RaiseWindowSpill(nil, text, 5); r[0] != WindowSlotFormat {
-		t.Fatalf("raised text slot %q", r)
-	} else if _, spill, id, err := DecodeWindowSlot(r, &got); err != nil || spill != 5 || string(id) != "x" || got != w {
-		t.Fatalf("raised text slot: %v %q %+v %v", spill, id, got, err)
+	if fp, id, err := DecodeWindowSlot(text, &got); err != nil || fp != 0x3f0c2a9be4d10f57 || string(id) != "x" || got != w {
+		t.Fatalf("text slot: %x %q %+v %v", fp, id, got, err)
 	}
 	for _, bad := range []string{
 		"3f0c2a9be4d10f57:3600:1",    // no identity
@@ -144,23 +132,84 @@ func TestWindowSlotRoundTrip(t *testing.T) {
 		"3f0c2a9be4d10f57:3600:-1:x", // negative count
 		"3f0c2a9be4d10f57:1.5:2.5:x", // valid: decodes
 	} {
-		_, _, _, err := DecodeWindowSlot([]byte(bad), &got)
+		_, _, err := DecodeWindowSlot([]byte(bad), &got)
 		if (err == nil) != strings.HasSuffix(bad, "2.5:x") {
 			t.Errorf("DecodeWindowSlot(%q) = %v", bad, err)
 		}
 	}
+	x := EncodeWindowSlot(nil, 1, &w, "x")
 	for name, bad := range map[string][]byte{
-		"short":       v[:16],
-		"no identity": EncodeWindowSlot(nil, 1, &w, "x", 0)[:len(EncodeWindowSlot(nil, 1, &w, "x", 0))-1],
-		"negative mark": func() []byte {
-			b := append([]byte(nil), v...)
-			binary.LittleEndian.PutUint64(b[9:], math.Float64bits(-1))
-			return b
-		}(),
+		"format byte only": {WindowSlotFormat},
+		"short":            v[:windowSlotHeader],
+		"no identity":      x[:len(x)-1],
+		"long identity":    append(x[:len(x)-1:len(x)-1], strings.Repeat("y", MaxIdentity+1)...),
+		"no counts":        v[:windowSlotHeader+9],
+		"negative start":   append(binary.LittleEndian.AppendUint64(v[:windowSlotHeader:windowSlotHeader], math.Float64bits(-1)), 1, 0, 'x'),
 	} {
-		if _, _, _, err := DecodeWindowSlot(bad, &got); err == nil {
+		if fp, id, err := DecodeWindowSlot(bad, &got); err == nil || fp != 0 || id != nil {
 			t.Errorf("%s: accepted %x", name, bad)
 		}
+	}
+}
+
+// appendWindowSlotV1 builds a record in the WindowSlotFormatV1 layout by
+// hand: format byte, fingerprint, the 8 spill_until bytes given, window and
+// identity.
+func appendWindowSlotV1(dst []byte, fp uint64, spill uint64, w *Window, identity string) []byte {
+	dst = append(dst, WindowSlotFormatV1)
+	dst = binary.LittleEndian.AppendUint64(dst, fp)
+	dst = binary.LittleEndian.AppendUint64(dst, spill)
+	dst = append(dst, EncodeWindow(nil, w)[1:]...)
+	return append(dst, identity...)
+}
+
+// Window records of the version before groups decode to the same window
+// whatever their spill mark holds, and re-encode in WindowSlotFormat.
+func TestDecodeWindowSlotV1(t *testing.T) {
+	w := Window{Start: 3600, N: 3, Counts: [MaxCounts]float64{1, 0, 2.5}}
+	for _, spill := range []uint64{
+		0, math.Float64bits(7200.000001), math.Float64bits(math.NaN()), math.Float64bits(math.Inf(-1)),
+		math.Float64bits(-1), 0xffffffffffffffff,
+	} {
+		v := appendWindowSlotV1(nil, 0x3f0c2a9be4d10f57, spill, &w, "10.0.0.1")
+		var got Window
+		fp, id, err := DecodeWindowSlot(v, &got)
+		if err != nil || fp != 0x3f0c2a9be4d10f57 || string(id) != "10.0.0.1" || got != w {
+			t.Errorf("V1 record with spill bits %x: %x %q %+v %v", spill, fp, id, got, err)
+		}
+		enc := EncodeWindowSlot(nil, fp, &got, string(id))
+		if enc[0] != WindowSlotFormat || string(enc[1:]) != string(v[1:9])+string(v[17:]) {
+			t.Errorf("V1 record %x re-encoded as %x", v, enc)
+		}
+	}
+	good := appendWindowSlotV1(nil, 1, 0, &w, "x")
+	for name, bad := range map[string][]byte{
+		"short":              good[:windowSlotHeaderV1-1],
+		"no window":          good[:windowSlotHeaderV1],
+		"no identity":        good[:len(good)-1],
+		"new layout, tagged": retag(EncodeWindowSlot(nil, 1, &Window{N: 1}, "1234"), WindowSlotFormatV1),
+	} {
+		var got Window
+		if fp, id, err := DecodeWindowSlot(bad, &got); err == nil || fp != 0 || id != nil {
+			t.Errorf("%s: accepted %x", name, bad)
+		}
+	}
+}
+
+func TestWindowSlotCodecAllocs(t *testing.T) {
+	w := Window{Start: 3600, N: 3, Counts: [MaxCounts]float64{1, 0, 2.5}}
+	var got Window
+	for name, v := range map[string][]byte{
+		"new": EncodeWindowSlot(nil, 1, &w, "10.0.0.1"),
+		"V1":  appendWindowSlotV1(nil, 1, 0, &w, "10.0.0.1"),
+	} {
+		if n := testing.AllocsPerRun(100, func() { _, _, _ = DecodeWindowSlot(v, &got) }); n != 0 {
+			t.Errorf("DecodeWindowSlot of a %s record allocates %v times per call", name, n)
+		}
+	}
+	buf := make([]byte, 0, 128)
+	if n := testing.AllocsPerRun(100, func() { buf = EncodeWindowSlot(buf[:0], 1, &w, "10.0.0.1") }); n != 0 {
+		t.Errorf("EncodeWindowSlot allocates %v times per call", n)
 	}
 }
 
@@ -197,34 +246,65 @@ func FuzzDecodeWindow(f *testing.F) {
 }
 
 // FuzzDecodeWindowSlot: never panics; accepted values have a valid window
-// and a 1..MaxIdentity identity.
+// and a 1..MaxIdentity identity, and re-encode (in WindowSlotFormat) to a
+// record that decodes to the same fingerprint, identity and window; binary
+// ones that were canonical re-encode to themselves (V1: without the mark).
 func FuzzDecodeWindowSlot(f *testing.F) {
+	w := Window{Start: 3600, N: 2, Counts: [MaxCounts]float64{1, 2.5}}
 	f.Add([]byte("3f0c2a9be4d10f57:3600:1,0,2.5:10.0.0.1"))
 	f.Add([]byte("3f0c2a9be4d10f57:3600:1:"))
 	f.Add([]byte("zz"))
-	f.Add(EncodeWindowSlot(nil, 0x3f0c2a9be4d10f57, &Window{Start: 3600, N: 2, Counts: [MaxCounts]float64{1, 2.5}}, "x", 7200))
-	f.Add(EncodeWindowSlot(nil, 1, &Window{N: 1}, "y", 0)[:20])
+	f.Add(EncodeWindowSlot(nil, 0x3f0c2a9be4d10f57, &w, "x"))
+	f.Add(EncodeWindowSlot(nil, 1, &Window{N: 1}, "y")[:12])
+	f.Add(appendWindowSlotV1(nil, 0x3f0c2a9be4d10f57, math.Float64bits(7200), &w, "x"))
+	f.Add(appendWindowSlotV1(nil, 2, math.Float64bits(math.NaN()), &Window{N: 1}, "\x00:"))
+	f.Add(appendWindowSlotV1(nil, 1, 0, &Window{N: 1}, "y")[:20])
 	f.Fuzz(func(t *testing.T, v []byte) {
 		var w Window
-		fp, spill, id, err := DecodeWindowSlot(v, &w)
+		fp, id, err := DecodeWindowSlot(v, &w)
 		if err != nil {
+			if fp != 0 || id != nil {
+				t.Fatalf("error %v with fingerprint %x, identity %q", err, fp, id)
+			}
 			return
 		}
 		if len(id) == 0 || len(id) > MaxIdentity {
 			t.Fatalf("identity %q accepted", id)
 		}
-		if !(spill >= 0) || math.IsInf(spill, 0) {
-			t.Fatalf("spill mark %v accepted", spill)
-		}
-		// Raising the mark keeps everything else.
-		var w2 Window
-		fp2, spill2, id2, err := DecodeWindowSlot(RaiseWindowSpill(nil, v, spill+10), &w2)
-		// (N may shrink: trailing zero counts are left out when re-encoded.)
-		if err != nil || fp2 != fp || string(id2) != string(id) || !sameWindow(&w, &w2) || spill2 < spill+10 {
-			t.Fatalf("raising %q: %x %v %q %v", v, fp2, spill2, id2, err)
-		}
 		checkWindow(t, v, &w)
+		var w2 Window
+		enc := EncodeWindowSlot(nil, fp, &w, string(id))
+		fp2, id2, err := DecodeWindowSlot(enc, &w2)
+		// (N may shrink: trailing zero counts are left out when re-encoded.)
+		if err != nil || fp2 != fp || string(id2) != string(id) || !sameWindow(&w, &w2) {
+			t.Fatalf("re-encoding %q as %q: %x %q %v", v, enc, fp2, id2, err)
+		}
+		if canon := canonicalWindowSlot(v); canon != nil && string(enc) != string(canon) {
+			t.Fatalf("canonical record %x re-encoded as %x", v, enc)
+		}
 	})
+}
+
+// canonicalWindowSlot returns the WindowSlotFormat record a valid binary
+// record v re-encodes to if it is canonical (EncodeWindow writes its window
+// back byte for byte), else nil.
+func canonicalWindowSlot(v []byte) []byte {
+	var header int
+	switch v[0] {
+	case WindowSlotFormat:
+		header = windowSlotHeader
+	case WindowSlotFormatV1:
+		header = windowSlotHeaderV1
+	default:
+		return nil
+	}
+	var w Window
+	rest, _ := decodeWindow(v[header:], &w)
+	win := v[header : len(v)-len(rest)]
+	if string(EncodeWindow(nil, &w)[1:]) != string(win) {
+		return nil
+	}
+	return append(append([]byte{WindowSlotFormat}, v[1:9]...), v[header:]...)
 }
 
 func checkWindow(t *testing.T, v []byte, w *Window) {

@@ -1,0 +1,136 @@
+package state
+
+import (
+	"encoding/binary"
+	"errors"
+)
+
+// Groups: bounded storage as a set-associative table (issue 4).
+//
+// A rule with max_keys = N > 0 keeps the buckets (or windows) of at most N
+// identities, Ways to a shared-data key:
+//
+//	key:    {prefix}{rule}:#{group}        group in [0, Groups(N))
+//	value:  GroupFormat (0x04) | way | way | ...   at most Ways ways
+//	way:    uvarint length | record            (length 0: a free way)
+//	record: a slot value (EncodeSlot) or a window slot value (EncodeWindowSlot)
+//
+// An identity with fingerprint fp lives only in group GroupOf(fp, N), in any
+// of its ways. One get returns every bucket the identity could be in, and
+// one conditional set writes them all back, so finding, claiming, reusing
+// or evicting a bucket is a single compare-and-swap on one key: two workers
+// that race for the same identity write the same key, one of them wins, the
+// other re-reads and finds the winner's bucket. Nothing else is needed to
+// keep one identity from holding two buckets.
+//
+// Why Ways is 4: a new identity must evict an active bucket only when every
+// way of its group is active; at a fraction a of active buckets that is
+// about a^4 (0.8% at a third), against a^2 (11%) for two choices. A request
+// copies the whole group in and out (about 250 bytes for four IPv4
+// identities), a few tens of ns, against the cost of a shared-data lookup
+// that misses the CPU caches (about 1 us on a cold key), which every design
+// pays once per request.
+//
+// A value that is not a group (a slot value written by a version before
+// groups, or an empty placeholder) reads as a group of that one way (or of
+// none), so an upgraded plugin keeps a bucket it finds at its group key and
+// treats everything else as another identity's.
+
+// GroupFormat is the first byte of a group value. It differs from every
+// record format (SlotFormat, SlotFormatV1, WindowFormat,
+// WindowSlotFormatV1, WindowSlotFormat) and from the first byte of every
+// text record (a hex digit).
+const GroupFormat = 0x04
+
+// Ways is the number of buckets (ways) a group holds.
+const Ways = 4
+
+// ErrGroupFormat is returned by SplitGroup for a group value whose ways do
+// not parse.
+var ErrGroupFormat = errors.New("state: group value is truncated, has more than 4 ways or a way longer than its value")
+
+// GroupWays returns the number of ways per group of a table for maxKeys
+// identities: Ways, or maxKeys when smaller (a table of 2 is one group of 2).
+func GroupWays(maxKeys int) int {
+	return max(1, min(Ways, maxKeys))
+}
+
+// Groups returns the number of groups, i.e. shared-data keys, of a table for
+// maxKeys identities: maxKeys / GroupWays(maxKeys), rounded up. The table
+// holds Groups(maxKeys) * GroupWays(maxKeys) identities: maxKeys rounded up
+// to a multiple of GroupWays(maxKeys). maxKeys <= 0 gives 0.
+func Groups(maxKeys int) int {
+	if maxKeys <= 0 {
+		return 0
+	}
+	// Not (maxKeys + w - 1) / w, which overflows near math.MaxInt.
+	return (maxKeys-1)/GroupWays(maxKeys) + 1
+}
+
+// GroupOf returns the group of an identity with fingerprint fp in a table of
+// groups groups: Lemire's multiply-shift range reduction of the fingerprint's
+// high 32 bits (no division). groups <= 1 gives 0; values above 2^32 are
+// treated as 2^32.
+func GroupOf(fp uint64, groups int) int {
+	if groups <= 1 {
+		return 0
+	}
+	n := uint64(groups)
+	if n > 1<<32 {
+		n = 1 << 32
+	}
+	return int(((fp >> 32) * n) >> 32)
+}
+
+// SplitGroup splits a group value into its ways, which alias v, and returns
+// how many there are (0 to Ways). A value that is not a group reads as one
+// way (a record of an earlier version), an empty one as none. It never
+// panics and does not allocate.
+func SplitGroup(v []byte, ways *[Ways][]byte) (int, error) {
+	if len(v) == 0 {
+		return 0, nil
+	}
+	if v[0] != GroupFormat {
+		ways[0] = v
+		return 1, nil
+	}
+	n := 0
+	for i := 1; i < len(v); n++ {
+		if n == Ways {
+			return 0, ErrGroupFormat
+		}
+		l, k := binary.Uvarint(v[i:])
+		if k <= 0 || l > uint64(len(v)-i-k) {
+			return 0, ErrGroupFormat
+		}
+		i += k
+		ways[n] = v[i : i+int(l) : i+int(l)] // capped: appending to a way cannot overwrite the next
+		i += int(l)
+	}
+	return n, nil
+}
+
+// AppendGroup appends a group value: ways with way at replaced by rec (at ==
+// len(ways) appends rec as a new way). Trailing free ways are left out. at
+// must be in [0, len(ways)] and len(ways) < Ways when appending.
+func AppendGroup(dst []byte, ways [][]byte, at int, rec []byte) []byte {
+	n := max(len(ways), at+1)
+	for n > 0 && len(wayOf(ways, at, rec, n-1)) == 0 {
+		n--
+	}
+	dst = append(dst, GroupFormat)
+	for i := 0; i < n; i++ {
+		w := wayOf(ways, at, rec, i)
+		dst = binary.AppendUvarint(dst, uint64(len(w)))
+		dst = append(dst, w...)
+	}
+	return dst
+}
+
+// wayOf is way i of ways with way at replaced by rec.
+func wayOf(ways [][]byte, at int, rec []byte, i int) []byte {
+	if i == at {
+		return rec
+	}
+	return ways[i]
+}
