@@ -143,16 +143,22 @@ func TestFullStreamRatio(t *testing.T) {
 // the two setups' rounds taken back to back (a slow spell of the machine
 // then slows both sides of a pair).
 //
-//   - new-reuse: the default 65,536 slots, full: every request is an
-//     identity not seen for a million requests, so it claims a slot; the
-//     rate is high, so the slot's bucket is full and simply reused.
+//   - new-reuse: the default max_keys (65,536 identities in 16,384 groups of
+//     four), full: every request is an identity not seen for a million
+//     requests, so it claims a way of its group; the rate is high, so the
+//     way's bucket is full and simply reused.
 //   - new-evict: the same with a rate so low that no bucket refills: every
-//     claim evicts.
+//     claim ranks the four active buckets of its group and evicts one.
+//   - new-evict-hot: new-evict's million identities against five identities
+//     sharing one group of four (max_keys 4), so that both sides evict on
+//     every request: the cost of a million keys alone, without the cost of
+//     the eviction path itself (which keys=1, finding its bucket, never
+//     takes).
 //   - partial: the same with seed 001's per-IP rate (5/s) on a manual clock
 //     moving 10 us per request (a scan at 100,000 addresses/s): a bucket
 //     stays active for 0.2 s after its request, so about a third of the
-//     table is active and new identities meet every case (one-read claim,
-//     second read, eviction).
+//     table is active and new identities meet every case (a free way, a
+//     full bucket's way, an eviction).
 //   - active: max_keys 2,097,152, so all million identities keep their
 //     buckets: every request finds its bucket (the hot path).
 //   - exact-new / exact-active: max_keys 0, first pass (every request
@@ -170,13 +176,16 @@ func TestBoundedRatio(t *testing.T) {
 		name, cfg string
 		prefill   int           // distinct identities sent before measuring
 		tick      time.Duration // manual clock step per request (0: real clock)
+		baseCfg   string        // the baseline's configuration ("": cfg)
+		baseKeys  int           // the baseline's distinct identities (0: 1)
 	}{
-		{"new-reuse", rule("", 1e6, 1e6), 300_000, 0},
-		{"new-evict", rule("", 0.001, 1e9), 300_000, 0},
-		{"partial", rule("", 5, 1e9), 300_000, 10 * time.Microsecond},
-		{"active", rule(`"max_keys": 2097152, `, 1e6, 1e6), million, 0},
-		{"exact-new", rule(`"max_keys": 0, `, 1e6, 1e6), 0, 0},
-		{"exact-active", rule(`"max_keys": 0, `, 1e6, 1e6), million, 0},
+		{"new-reuse", rule("", 1e6, 1e6), 300_000, 0, "", 0},
+		{"new-evict", rule("", 0.001, 1e9), 300_000, 0, "", 0},
+		{"new-evict-hot", rule("", 0.001, 1e9), 300_000, 0, rule(`"max_keys": 4, `, 0.001, 1e9), 5},
+		{"partial", rule("", 5, 1e9), 300_000, 10 * time.Microsecond, "", 0},
+		{"active", rule(`"max_keys": 2097152, `, 1e6, 1e6), million, 0, "", 0},
+		{"exact-new", rule(`"max_keys": 0, `, 1e6, 1e6), 0, 0, "", 0},
+		{"exact-active", rule(`"max_keys": 0, `, 1e6, 1e6), million, 0, "", 0},
 	}
 	ctx := context.Background()
 	type runner struct {
@@ -217,8 +226,8 @@ func TestBoundedRatio(t *testing.T) {
 	}}), 1)
 	rs := []*runner{empty}
 	for _, c := range configs {
-		setup := func(name string, keys int) *runner {
-			sc := streamCase{wasm: pluginWasm, config: c.cfg}
+		setup := func(name, cfg string, keys int) *runner {
+			sc := streamCase{wasm: pluginWasm, config: cfg}
 			var clock *wasmhost.ManualClock
 			if c.tick > 0 { // request i happens at epoch + i*tick
 				clock = wasmhost.NewManualClock(epoch)
@@ -228,7 +237,12 @@ func TestBoundedRatio(t *testing.T) {
 			r.clock, r.tick = clock, c.tick
 			return r
 		}
-		one, many := setup(c.name+"/keys=1", 1), setup(c.name+"/keys=1M", million)
+		baseCfg, baseKeys := c.baseCfg, max(c.baseKeys, 1)
+		if baseCfg == "" {
+			baseCfg = c.cfg
+		}
+		one := setup(fmt.Sprintf("%s/keys=%d", c.name, baseKeys), baseCfg, baseKeys)
+		many := setup(c.name+"/keys=1M", c.cfg, million)
 		many.onKey = one
 		for many.next < c.prefill {
 			send(many)
@@ -255,8 +269,8 @@ func TestBoundedRatio(t *testing.T) {
 		rel := ""
 		if r.onKey != nil {
 			slices.Sort(r.ratios)
-			rel = fmt.Sprintf("  %.2fx of keys=1 (best rounds), %.2fx (median of paired rounds)",
-				float64(r.best)/float64(r.onKey.best), r.ratios[len(r.ratios)/2])
+			rel = fmt.Sprintf("  %.2fx of keys=%d (best rounds), %.2fx (median of paired rounds)",
+				float64(r.best)/float64(r.onKey.best), r.onKey.keys, r.ratios[len(r.ratios)/2])
 		}
 		t.Logf("%-22s %8v  %.2fx floor%s", r.name, r.best, float64(r.best)/float64(empty.best), rel)
 	}

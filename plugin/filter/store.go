@@ -279,16 +279,18 @@ func (p *pluginContext) probe(a *application, now float64) (corrupt bool, err er
 	if err != nil {
 		return corrupt, err
 	}
-	burst := a.rule.tb.Burst
-	var levels [state.Ways]float64 // tokens at now, capped at burst: burst for a free way
+	var (
+		buckets [state.Ways]state.Bucket
+		free    [state.Ways]bool // empty or undecodable
+	)
 	for i := 0; i < a.nways; i++ {
-		levels[i] = burst
 		if len(a.ways[i]) == 0 {
+			free[i] = true
 			continue
 		}
 		s, derr := state.DecodeSlot(a.ways[i])
 		if derr != nil {
-			corrupt = true
+			corrupt, free[i] = true, true
 			continue
 		}
 		if s.Fingerprint == a.fp && string(s.Identity) == a.identity {
@@ -296,9 +298,23 @@ func (p *pluginContext) probe(a *application, now float64) (corrupt bool, err er
 			a.read = r
 			return corrupt, nil
 		}
-		levels[i] = min(a.rule.tb.Level(s.Bucket, now), burst)
+		buckets[i] = s.Bucket
 	}
-	r.way, r.claim = chooseWay(levels[:a.nways], a.rule.ways, burst)
+	// A claim: rank the ways by the tokens they hold at now (capped at
+	// burst; burst for a free way), up to the first full one.
+	burst := a.rule.tb.Burst
+	var levels [state.Ways]float64
+	n := 0
+	for n < a.nways {
+		levels[n] = burst
+		if !free[n] {
+			levels[n] = a.rule.tb.Level(buckets[n], now)
+		}
+		if n++; levels[n-1] >= burst {
+			break
+		}
+	}
+	r.way, r.claim = chooseWay(levels[:n], a.rule.ways, burst)
 	a.read = r
 	return corrupt, nil
 }

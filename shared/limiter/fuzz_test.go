@@ -114,3 +114,26 @@ func FuzzParseCost(f *testing.F) {
 		}
 	})
 }
+
+// FuzzLevel checks that Level is exactly the level Take refills a stored
+// bucket to (Take with cost 0), for any configuration, state and time.
+func FuzzLevel(f *testing.F) {
+	f.Add(5.0, 10.0, 3.0, t0, t0+0.5)
+	f.Add(5.0, 10.0, 0.0, t0, t0-3600)
+	f.Add(0.001, 1.0, -50.0, t0, t0+1e9)
+	f.Add(0.0, 10.0, 3.0, t0, t0+1)
+	f.Add(math.Inf(1), 10.0, 3.0, t0, t0+1)
+	f.Add(5.0, math.NaN(), 3.0, t0, t0+1)
+	f.Add(5.0, 10.0, math.NaN(), t0, t0+1)
+	f.Add(5.0, 10.0, 3.0, t0, math.Inf(1))
+	f.Add(5.0, 10.0, 3.0, 10.0, -5.0)
+	f.Add(1e300, 1e300, 1e300, 0.0, 1e300)
+	f.Fuzz(func(t *testing.T, rate, burst, tokens, last, now float64) {
+		tb := TokenBucket{Rate: rate, Burst: burst}
+		s := state.Bucket{Tokens: tokens, LastRefill: last}
+		want, _ := tb.Take(s, true, now, 0)
+		if got := tb.Level(s, now); got != want.Tokens && !(math.IsNaN(got) && math.IsNaN(want.Tokens)) {
+			t.Fatalf("Level(%+v, %v) with rate %v burst %v = %v, Take's level %v", s, now, rate, burst, got, want.Tokens)
+		}
+	})
+}

@@ -184,9 +184,29 @@ func (tb TokenBucket) Take(s state.Bucket, exists bool, now float64, cost float6
 // debt (reservations, MaxDelay), so such a bucket ranks below an empty one.
 // The bucket is full, and carries no information a new bucket would not,
 // exactly when Level >= Burst.
+//
+// It is Take(s, true, now, 0)'s tokens (FuzzLevel checks that), computed
+// without Take's decision: bounded storage ranks every bucket of a group
+// with it when a new identity claims a way, on the request path.
 func (tb TokenBucket) Level(s state.Bucket, now float64) float64 {
-	b, _ := tb.Take(s, true, now, 0)
-	return b.Tokens
+	burst := tb.Burst
+	if !(burst >= 0) || math.IsInf(burst, 0) {
+		burst = 0
+	}
+	if !isFinite(s.Tokens) || !isFinite(s.LastRefill) {
+		return burst // corrupt: a new, full bucket
+	}
+	tokens := s.Tokens
+	if isFinite(now) { // a broken clock mints nothing
+		if elapsed := max(now, 0) - s.LastRefill; elapsed > 0 {
+			rate := tb.Rate
+			if !(rate > 0) || math.IsInf(rate, 0) {
+				rate = math.SmallestNonzeroFloat64
+			}
+			tokens += elapsed * rate
+		}
+	}
+	return min(tokens, burst)
 }
 
 // Full reports whether the stored bucket has refilled to its burst at now.
