@@ -265,8 +265,8 @@ func (a *application) readGroup() (r bucketRead, corrupt bool, err error) {
 		return r, false, err
 	}
 	n, gerr := state.SplitGroup(v, &a.ways)
-	if gerr != nil {
-		n, corrupt = 0, true
+	if gerr != nil { // replaced whole by the write: an empty group as read
+		n, corrupt, a.vals[0] = 0, true, v[:0]
 	}
 	a.nways = n
 	return r, corrupt, nil
@@ -279,36 +279,28 @@ func (p *pluginContext) probe(a *application, now float64) (corrupt bool, err er
 	if err != nil {
 		return corrupt, err
 	}
-	var (
-		buckets [state.Ways]state.Bucket
-		free    [state.Ways]bool // empty or undecodable
-	)
 	for i := 0; i < a.nways; i++ {
-		if len(a.ways[i]) == 0 {
-			free[i] = true
+		if a.otherIdentity(a.ways[i]) {
 			continue
 		}
-		s, derr := state.DecodeSlot(a.ways[i])
-		if derr != nil {
-			corrupt, free[i] = true, true
-			continue
-		}
-		if s.Fingerprint == a.fp && string(s.Identity) == a.identity {
+		if s, derr := state.DecodeSlot(a.ways[i]); derr == nil && s.Fingerprint == a.fp && string(s.Identity) == a.identity {
 			r.b, r.exists, r.way = s.Bucket, true, i
 			a.read = r
 			return corrupt, nil
 		}
-		buckets[i] = s.Bucket
 	}
 	// A claim: rank the ways by the tokens they hold at now (capped at
-	// burst; burst for a free way), up to the first full one.
+	// burst; burst for a free or undecodable way), up to the first full
+	// one.
 	burst := a.rule.tb.Burst
 	var levels [state.Ways]float64
 	n := 0
 	for n < a.nways {
 		levels[n] = burst
-		if !free[n] {
-			levels[n] = a.rule.tb.Level(buckets[n], now)
+		if s, derr := state.DecodeSlot(a.ways[n]); derr == nil {
+			levels[n] = a.rule.tb.Level(s.Bucket, now)
+		} else if len(a.ways[n]) > 0 {
+			corrupt = true
 		}
 		if n++; levels[n-1] >= burst {
 			break
@@ -317,6 +309,14 @@ func (p *pluginContext) probe(a *application, now float64) (corrupt bool, err er
 	r.way, r.claim = chooseWay(levels[:n], a.rule.ways, burst)
 	a.read = r
 	return corrupt, nil
+}
+
+// otherIdentity reports whether a way certainly holds no record of a's
+// identity: it is empty, or a binary record whose fingerprint differs
+// (read without decoding the record). Anything else must be decoded.
+func (a *application) otherIdentity(way []byte) bool {
+	fp, ok := state.RecordFingerprint(way)
+	return len(way) == 0 || ok && fp != a.fp
 }
 
 // chooseWay picks the way a new identity claims in a group whose ways have
@@ -359,15 +359,20 @@ func (p *pluginContext) store(a *application) error {
 	if a.rule.win != nil {
 		p.recBuf = state.EncodeWindowSlot(p.recBuf[:0], a.fp, &a.ws.next, a.identity)
 	} else {
+		if r.exists && state.PatchSlotBucket(a.ways[r.way], a.next) {
+			// Our record, updated where it lies in the group as read
+			// (a.ways aliases a.vals[0]): the common case, no re-encoding.
+			return writeKey(a.groupKey(), a.vals[0], true, r.cas)
+		}
 		p.recBuf = state.EncodeSlot(p.recBuf[:0], a.fp, a.next, a.identity)
 	}
 	return p.writeWay(a, r.way, r.stored, r.cas)
 }
 
-// writeWay writes a's group as read (a.ways) with way replaced by the
-// record in p.recBuf.
+// writeWay writes a's group as read (a.vals[0], split into a.ways) with
+// way replaced by the record in p.recBuf.
 func (p *pluginContext) writeWay(a *application, way int, stored bool, cas uint32) error {
-	p.valBuf = state.AppendGroup(p.valBuf[:0], a.ways[:a.nways], way, p.recBuf)
+	p.valBuf = state.ReplaceWay(p.valBuf[:0], a.vals[0], way, p.recBuf)
 	return writeKey(a.groupKey(), p.valBuf, stored, cas)
 }
 

@@ -31,7 +31,7 @@ func (p *pluginContext) loadWindow(a *application, now float64) (corrupt bool, e
 	return false, nil
 }
 
-// probeWindow is probe (store.go) for window records: the same order and
+// probeWindow is probe (store.go) for window records: the same lookup and
 // choice of way. A window's level is the quota it has left at now, and a
 // window with no use inside the current window (Reset 0) ranks as free,
 // like a full bucket.
@@ -40,27 +40,32 @@ func (p *pluginContext) probeWindow(a *application, now float64) (corrupt bool, 
 	if err != nil {
 		return corrupt, err
 	}
-	capacity := a.rule.win.Capacity()
-	var levels [state.Ways]float64
 	w := &a.ws.read
 	for i := 0; i < a.nways; i++ {
-		levels[i] = capacity
-		if len(a.ways[i]) == 0 {
+		if a.otherIdentity(a.ways[i]) {
 			continue
 		}
-		fp, id, derr := state.DecodeWindowSlot(a.ways[i], w)
-		if derr != nil {
-			corrupt = true
-			continue
-		}
-		if fp == a.fp && string(id) == a.identity {
+		if fp, id, derr := state.DecodeWindowSlot(a.ways[i], w); derr == nil && fp == a.fp && string(id) == a.identity {
 			r.exists, r.way = true, i
 			a.read = r
 			return corrupt, nil
 		}
-		levels[i] = min(windowLevel(a.rule.win, w, now), capacity)
 	}
-	r.way, r.claim = chooseWay(levels[:a.nways], a.rule.ways, capacity)
+	capacity := a.rule.win.Capacity()
+	var levels [state.Ways]float64
+	n := 0
+	for n < a.nways {
+		levels[n] = capacity
+		if _, _, derr := state.DecodeWindowSlot(a.ways[n], w); derr == nil {
+			levels[n] = min(windowLevel(a.rule.win, w, now), capacity)
+		} else if len(a.ways[n]) > 0 {
+			corrupt = true
+		}
+		if n++; levels[n-1] >= capacity {
+			break
+		}
+	}
+	r.way, r.claim = chooseWay(levels[:n], a.rule.ways, capacity)
 	a.read = r
 	return corrupt, nil
 }

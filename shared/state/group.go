@@ -127,6 +127,58 @@ func AppendGroup(dst []byte, ways [][]byte, at int, rec []byte) []byte {
 	return dst
 }
 
+// ReplaceWay appends group value v (as read: SplitGroup gave it n ways)
+// with way at replaced by rec (at == n appends rec as a new way). For a
+// group value it copies v's bytes around the way in three copies rather
+// than rebuilding the group way by way; it gives AppendGroup's result
+// unless v ends in free ways, which are kept (AppendGroup never writes
+// them). Anything else (an earlier version's record, an empty value) is
+// rewritten as a group by AppendGroup, and a value SplitGroup rejects is
+// replaced by a group of rec alone.
+func ReplaceWay(dst, v []byte, at int, rec []byte) []byte {
+	if len(v) == 0 || v[0] != GroupFormat {
+		var ways [Ways][]byte
+		n, _ := SplitGroup(v, &ways)
+		return AppendGroup(dst, ways[:n], at, rec)
+	}
+	start := 1 // of way at: after the ways before it
+	for w := 0; w < at && start < len(v); w++ {
+		l, k := binary.Uvarint(v[start:])
+		if k <= 0 || l > uint64(len(v)-start-k) {
+			return AppendGroup(dst, nil, 0, rec) // a value SplitGroup rejects
+		}
+		start += k + int(l)
+	}
+	end := start // of way at: where the ways after it start
+	if end < len(v) {
+		l, k := binary.Uvarint(v[end:])
+		if k <= 0 || l > uint64(len(v)-end-k) {
+			return AppendGroup(dst, nil, 0, rec)
+		}
+		end += k + int(l)
+	}
+	dst = append(dst, v[:start]...)
+	dst = binary.AppendUvarint(dst, uint64(len(rec)))
+	dst = append(dst, rec...)
+	return append(dst, v[end:]...)
+}
+
+// RecordFingerprint returns the fingerprint of a binary slot or window
+// record (any of their formats, current or earlier: all keep it in bytes
+// 1-8), without decoding the rest; ok is false for anything else (a text
+// record of an earlier version, an empty way), which only a full decode
+// can tell. It lets a lookup skip the records of other identities.
+func RecordFingerprint(rec []byte) (fp uint64, ok bool) {
+	if len(rec) < 9 {
+		return 0, false
+	}
+	switch rec[0] {
+	case SlotFormat, SlotFormatV1, WindowSlotFormat, WindowSlotFormatV1:
+		return binary.LittleEndian.Uint64(rec[1:]), true
+	}
+	return 0, false
+}
+
 // wayOf is way i of ways with way at replaced by rec.
 func wayOf(ways [][]byte, at int, rec []byte, i int) []byte {
 	if i == at {

@@ -295,7 +295,90 @@ func FuzzSplitGroup(f *testing.F) {
 			t.Fatalf("ways %q do not fit in %x", ways[:n], v)
 		}
 		checkRegroup(t, v, ways[:n])
+		checkReplaceWay(t, v, ways[:n])
 	})
+}
+
+// checkReplaceWay checks ReplaceWay against the ways of v: replacing each
+// way (and appending one, while there is room) splits back to exactly those
+// ways with the one replaced.
+func checkReplaceWay(t *testing.T, v []byte, ways [][]byte) {
+	t.Helper()
+	rec := EncodeSlot(nil, 7, Bucket{Tokens: 1, LastRefill: 2}, "new")
+	for at := 0; at <= len(ways) && at < Ways; at++ {
+		got := ReplaceWay(nil, v, at, rec)
+		want := append(append([][]byte(nil), ways...), nil)[:max(len(ways), at+1)]
+		want[at] = rec
+		if len(v) == 0 || v[0] != GroupFormat { // rewritten by AppendGroup
+			if exp := AppendGroup(nil, ways, at, rec); string(got) != string(exp) {
+				t.Fatalf("ReplaceWay(%x, %d) = %x, want AppendGroup's %x", v, at, got, exp)
+			}
+			continue
+		}
+		var split [Ways][]byte
+		n, err := SplitGroup(got, &split)
+		if err != nil || n != len(want) {
+			t.Fatalf("ReplaceWay(%x, %d) = %x: %d ways, %v; want %d", v, at, got, n, err, len(want))
+		}
+		for i := range want {
+			if string(split[i]) != string(want[i]) {
+				t.Fatalf("ReplaceWay(%x, %d): way %d = %x, want %x", v, at, i, split[i], want[i])
+			}
+		}
+	}
+}
+
+// ReplaceWay gives AppendGroup's bytes for the groups AppendGroup writes,
+// rewrites earlier versions' values as groups, and allocates nothing.
+func TestReplaceWay(t *testing.T) {
+	a := EncodeSlot(nil, 1, Bucket{Tokens: 1, LastRefill: 2}, "a")
+	b := EncodeSlot(nil, 2, Bucket{Tokens: 3, LastRefill: 4}, strings.Repeat("b", 200)) // a 2-byte length
+	c := EncodeSlot(nil, 3, Bucket{Tokens: 5, LastRefill: 6}, "c")
+	for _, ways := range [][][]byte{{a}, {a, b}, {a, nil, b}, {b, a, c, a}} {
+		v := AppendGroup(nil, ways, 0, ways[0])
+		for at := 0; at <= len(ways) && at < Ways; at++ {
+			if got, want := ReplaceWay(nil, v, at, c), AppendGroup(nil, ways, at, c); string(got) != string(want) {
+				t.Errorf("ways %d, at %d: %x, want %x", len(ways), at, got, want)
+			}
+		}
+	}
+	legacy := appendSlotV1(nil, 1, Bucket{Tokens: 1, LastRefill: 2}, 0, "a")
+	if got, want := ReplaceWay(nil, legacy, 1, c), AppendGroup(nil, [][]byte{legacy}, 1, c); string(got) != string(want) {
+		t.Errorf("legacy value: %x, want %x", got, want)
+	}
+	if got, want := ReplaceWay(nil, nil, 0, c), AppendGroup(nil, nil, 0, c); string(got) != string(want) {
+		t.Errorf("empty value: %x, want %x", got, want)
+	}
+	for _, bad := range [][]byte{{GroupFormat, 0xff}, {GroupFormat, 5, 'a'}, append(AppendGroup(nil, [][]byte{a}, 0, a), 9)} {
+		if got, want := ReplaceWay(nil, bad, 1, c), AppendGroup(nil, nil, 0, c); string(got) != string(want) {
+			t.Errorf("malformed group %x: %x, want a group of the record alone %x", bad, got, want)
+		}
+	}
+	v := AppendGroup(nil, [][]byte{a, b, c}, 0, a)
+	dst := make([]byte, 0, 1024)
+	if n := testing.AllocsPerRun(100, func() { dst = ReplaceWay(dst[:0], v, 1, c) }); n != 0 {
+		t.Errorf("ReplaceWay allocates %v times per call", n)
+	}
+}
+
+// RecordFingerprint reads the fingerprint of every binary record format and
+// refuses everything else.
+func TestRecordFingerprint(t *testing.T) {
+	w := &Window{Start: 60, N: 1, Counts: [MaxCounts]float64{2}}
+	for _, rec := range [][]byte{
+		EncodeSlot(nil, 42, Bucket{Tokens: 1, LastRefill: 2}, "a"),
+		appendSlotV1(nil, 42, Bucket{Tokens: 1, LastRefill: 2}, 5, "a"),
+		EncodeWindowSlot(nil, 42, w, "a"),
+	} {
+		if fp, ok := RecordFingerprint(rec); !ok || fp != 42 {
+			t.Errorf("RecordFingerprint(%x) = %d, %v; want 42", rec, fp, ok)
+		}
+	}
+	for _, rec := range [][]byte{nil, {SlotFormat, 1, 2}, []byte("000000000000002a:1:2:a"), {GroupFormat, 0, 0, 0, 0, 0, 0, 0, 0}} {
+		if _, ok := RecordFingerprint(rec); ok {
+			t.Errorf("RecordFingerprint(%x) accepted", rec)
+		}
+	}
 }
 
 // checkRegroup checks that AppendGroup writes ways (the split of v) to a

@@ -242,6 +242,20 @@ func EncodeSlot(dst []byte, fp uint64, b Bucket, identity string) []byte {
 	return AppendIdentity(dst, identity)
 }
 
+// PatchSlotBucket overwrites, in place, the bucket of a record in the
+// current binary format (SlotFormat), rounded as EncodeSlot rounds it, and
+// reports whether it could: false for any other format, which must be
+// encoded anew. A bucket's update changes nothing else in its record, so
+// the filter patches the group it read and writes it back as it is.
+func PatchSlotBucket(rec []byte, b Bucket) bool {
+	if len(rec) < slotHeader || rec[0] != SlotFormat {
+		return false
+	}
+	binary.LittleEndian.PutUint64(rec[9:], math.Float64bits(roundMicro(b.Tokens)))
+	binary.LittleEndian.PutUint64(rec[17:], math.Float64bits(roundMicro(b.LastRefill)))
+	return true
+}
+
 // roundMicro rounds v to the nearest micro-unit, as EncodeBucket prints it
 // (values too large for that are kept as they are).
 func roundMicro(v float64) float64 {

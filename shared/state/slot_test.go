@@ -395,3 +395,26 @@ func TestDecodeBinarySlotRejects(t *testing.T) {
 		}
 	}
 }
+
+// PatchSlotBucket gives, byte for byte, what EncodeSlot gives for the new
+// bucket, and leaves records of other formats alone.
+func TestPatchSlotBucket(t *testing.T) {
+	fp := Fingerprint("10.0.0.1")
+	for _, b := range []Bucket{{Tokens: 3.25, LastRefill: 1.7e9}, {Tokens: -2.0000004, LastRefill: 1.7e9 + 0.1234567}, {Tokens: 1e12, LastRefill: 0}} {
+		rec := EncodeSlot(nil, fp, Bucket{Tokens: 9, LastRefill: 1}, "10.0.0.1")
+		if !PatchSlotBucket(rec, b) {
+			t.Fatalf("PatchSlotBucket(%+v) refused a current record", b)
+		}
+		if want := EncodeSlot(nil, fp, b, "10.0.0.1"); string(rec) != string(want) {
+			t.Errorf("patched %x, want %x", rec, want)
+		}
+	}
+	text := []byte("0123456789abcdef:1.000000:2.000000:id")
+	v1 := append([]byte{SlotFormatV1}, make([]byte, 32)...)
+	for _, rec := range [][]byte{nil, text, append(v1, "id"...), EncodeSlot(nil, fp, Bucket{}, "x")[:slotHeader-1]} {
+		before := string(rec)
+		if PatchSlotBucket(rec, Bucket{Tokens: 1}) || string(rec) != before {
+			t.Errorf("PatchSlotBucket patched %q", before)
+		}
+	}
+}
