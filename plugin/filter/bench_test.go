@@ -189,19 +189,24 @@ func TestBoundedRatio(t *testing.T) {
 	}
 	ctx := context.Background()
 	type runner struct {
-		name   string
-		vm     *wasmhost.VM
-		clock  *wasmhost.ManualClock // nil: the real clock
-		tick   time.Duration
-		next   int
-		keys   int
-		req    *wasmhost.Request
-		res    wasmhost.Result // reused: the host allocates less per request
-		buf    []byte
-		best   time.Duration
-		last   time.Duration // this round's time per request
-		onKey  *runner       // the same setup with one key
-		ratios []float64     // per round: last / onKey.last
+		name  string
+		vm    *wasmhost.VM
+		clock *wasmhost.ManualClock // nil: the real clock
+		tick  time.Duration
+		next  int
+		keys  int
+		req   *wasmhost.Request
+		res   wasmhost.Result // reused: the host allocates less per request
+		buf   []byte
+		best  time.Duration
+		last  time.Duration // this round's time per request
+		onKey *runner       // the same setup with one key
+		// scatter: once the table is filled, identities come in an order
+		// unrelated to the one they were first seen in, so that neighbouring
+		// requests do not touch state the host allocated side by side (a
+		// real proxy's clients do not return in their order of arrival).
+		scatter bool
+		ratios  []float64 // per round: last / onKey.last
 	}
 	newRunner := func(name string, vm *wasmhost.VM, keys int) *runner {
 		return &runner{name: name, vm: vm, keys: keys, req: rq(), buf: make([]byte, 0, 32)}
@@ -211,7 +216,11 @@ func TestBoundedRatio(t *testing.T) {
 		if r.clock != nil {
 			r.clock.Set(epoch.Add(time.Duration(r.next) * r.tick))
 		}
-		r.buf = append(appendIP(r.buf[:0], r.next%r.keys), ":40000"...)
+		id := r.next % r.keys
+		if r.scatter {
+			id = int(uint64(id) * 999_983 % uint64(r.keys)) // a prime: a permutation of a million
+		}
+		r.buf = append(appendIP(r.buf[:0], id), ":40000"...)
 		r.req.Properties["source.address"] = r.buf
 		if err := r.vm.HTTPInto(ctx, r.req, &r.res); err != nil {
 			t.Fatal(err)
@@ -247,6 +256,7 @@ func TestBoundedRatio(t *testing.T) {
 		for many.next < c.prefill {
 			send(many)
 		}
+		many.scatter = true
 		rs = append(rs, one, many)
 	}
 	const perRound = 500

@@ -289,9 +289,12 @@ func (p *pluginContext) probe(a *application, now float64) (corrupt bool, err er
 			return corrupt, nil
 		}
 	}
-	// A claim: rank the ways by the tokens they hold at now (capped at
-	// burst; burst for a free or undecodable way), up to the first full
-	// one.
+	// A claim: a new way while the group has room, else rank the ways by
+	// the tokens they hold at now (capped at burst; burst for a free or
+	// undecodable way), up to the first full one.
+	if a.claimNewWay(&r) {
+		return corrupt, nil
+	}
 	burst := a.rule.tb.Burst
 	var levels [state.Ways]float64
 	n := 0
@@ -306,7 +309,7 @@ func (p *pluginContext) probe(a *application, now float64) (corrupt bool, err er
 			break
 		}
 	}
-	r.way, r.claim = chooseWay(levels[:n], a.rule.ways, burst)
+	r.way, r.claim = chooseWay(levels[:n], burst)
 	a.read = r
 	return corrupt, nil
 }
@@ -319,12 +322,26 @@ func (a *application) otherIdentity(way []byte) bool {
 	return len(way) == 0 || ok && fp != a.fp
 }
 
-// chooseWay picks the way a new identity claims in a group whose ways have
-// levels (the quota each holds at now, capped at full; full for a free
-// way): the first full one (nothing is lost), else a new way while the
-// group has fewer than ways, else the fullest (an eviction that forgives
-// the fewest tokens), the first on ties.
-func chooseWay(levels []float64, ways int, full float64) (int, claimKind) {
+// claimNewWay plans, for a new identity, a way its group does not have yet,
+// if it has room: the group fills up before any bucket is taken over, so
+// its memory reaches its bound early and stays there (a full bucket could
+// be reused without loss, but a group that grows only when its buckets are
+// busy keeps growing for as long as the proxy runs).
+func (a *application) claimNewWay(r *bucketRead) bool {
+	if a.nways >= a.rule.ways {
+		return false
+	}
+	r.way, r.claim = a.nways, claimNew
+	a.read = *r
+	return true
+}
+
+// chooseWay picks the way a new identity claims in a full group whose ways
+// have levels (the quota each holds at now, capped at full; full for a
+// free way), ranked up to the first full one: that one (nothing is lost),
+// else the fullest (an eviction that forgives the fewest tokens), the
+// first on ties.
+func chooseWay(levels []float64, full float64) (int, claimKind) {
 	best := 0
 	for i, l := range levels {
 		if l >= full {
@@ -333,9 +350,6 @@ func chooseWay(levels []float64, ways int, full float64) (int, claimKind) {
 		if l > levels[best] {
 			best = i
 		}
-	}
-	if len(levels) < ways {
-		return len(levels), claimNew
 	}
 	return best, claimEvict
 }

@@ -51,6 +51,9 @@ func (p *pluginContext) probeWindow(a *application, now float64) (corrupt bool, 
 			return corrupt, nil
 		}
 	}
+	if a.claimNewWay(&r) {
+		return corrupt, nil
+	}
 	capacity := a.rule.win.Capacity()
 	var levels [state.Ways]float64
 	n := 0
@@ -65,7 +68,7 @@ func (p *pluginContext) probeWindow(a *application, now float64) (corrupt bool, 
 			break
 		}
 	}
-	r.way, r.claim = chooseWay(levels[:n], a.rule.ways, capacity)
+	r.way, r.claim = chooseWay(levels[:n], capacity)
 	a.read = r
 	return corrupt, nil
 }
