@@ -384,8 +384,13 @@ func (p *pluginContext) store(a *application) error {
 }
 
 // writeWay writes a's group as read (a.vals[0], split into a.ways) with
-// way replaced by the record in p.recBuf.
+// way replaced by the record in p.recBuf: in place when the record keeps
+// its length (a window's update, mostly), else spliced into a new value.
 func (p *pluginContext) writeWay(a *application, way int, stored bool, cas uint32) error {
+	if way < a.nways && len(a.ways[way]) == len(p.recBuf) && len(p.recBuf) > 0 && a.vals[0][0] == state.GroupFormat {
+		copy(a.ways[way], p.recBuf) // a.ways aliases a.vals[0]
+		return writeKey(a.groupKey(), a.vals[0], stored, cas)
+	}
 	p.valBuf = state.ReplaceWay(p.valBuf[:0], a.vals[0], way, p.recBuf)
 	return writeKey(a.groupKey(), p.valBuf, stored, cas)
 }
