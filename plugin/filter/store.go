@@ -80,20 +80,25 @@ import (
 // winner's bucket. The cost per request is the same in every case: one
 // get and one set, whether the identity is known, new, or evicts another.
 //
-// Finding a bucket (probe). The ways are decoded in order.
-//   - A way holding our fingerprint and identity is our bucket.
-//   - Otherwise we claim a way: the first that is free (an empty way, a
-//     value that does not decode) or holds a bucket that has refilled to
-//     full (a full bucket carries no information: a new bucket starts
-//     full, so taking its way loses nothing); else a way not yet in the
-//     group, while it has fewer than its ways; else, when every way holds
-//     an active (not full) bucket of another identity, the claim EVICTS
-//     the fullest, the one whose loss forgives the fewest tokens (counted
-//     in sluice.rule.<rule>.evicted). The evicted identity's next request
-//     finds no bucket and starts a full one: it is admitted at most (burst
-//     - its tokens at eviction) extra tokens, and only while more than
-//     state.Ways identities of its group are active at once. Eviction never
-//     denies anyone a request.
+// Finding a bucket (probe). The ways are looked at in order.
+//   - A way holding our fingerprint and identity is our bucket (other
+//     identities' records are skipped by their fingerprint, undecoded).
+//   - Otherwise we claim a way: a way the group does not have yet, while
+//     it has fewer than its ways (the group fills before anything is taken
+//     over, so its memory reaches its bound early and stays there); else
+//     the first that is free (an empty way, a value that does not decode)
+//     or holds a bucket that has refilled to full (a full bucket carries no
+//     information: a new bucket starts full, so taking its way loses
+//     nothing); else, when every way holds an active (not full) bucket of
+//     another identity, the claim EVICTS the fullest, the one whose loss
+//     forgives the fewest tokens (counted in sluice.rule.<rule>.evicted).
+//     The evicted identity's next request finds no bucket and starts a full
+//     one: it is admitted at most (burst - its tokens at eviction) extra
+//     tokens, and only while more than state.Ways identities of its group
+//     are active at once. Eviction never denies anyone a request.
+//   - An update of our own bucket patches it where it lies in the group as
+//     read; a claim splices its record into it (state.PatchSlotBucket,
+//     state.ReplaceWay).
 //
 // Racing with the previous owner. A way reused or evicted under an owner
 // whose request is between its read and its write: the owner's CAS fails,

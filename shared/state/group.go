@@ -26,7 +26,7 @@ import (
 // Why Ways is 4: a new identity must evict an active bucket only when every
 // way of its group is active; at a fraction a of active buckets that is
 // about a^4 (0.8% at a third), against a^2 (11%) for two choices. A request
-// copies the whole group in and out (about 250 bytes for four IPv4
+// copies the whole group in and out (about 170 bytes for four IPv4
 // identities), a few tens of ns, against the cost of a shared-data lookup
 // that misses the CPU caches (about 1 us on a cold key), which every design
 // pays once per request.
