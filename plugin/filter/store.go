@@ -262,7 +262,8 @@ func (a *application) readKey(key string) (v []byte, r bucketRead, err error) {
 // readGroup reads a's group into a.ways (aliasing a.vals[0], valid until
 // the next read) and returns how the group must be written back: stored
 // (with cas) or created. A missing group reads as one with no ways, and so
-// does a value that is not a group (corrupt true: the write replaces it).
+// does a group value that does not parse (corrupt true: the write replaces
+// it whole); a value of an earlier version reads as one way (SplitGroup).
 func (a *application) readGroup() (r bucketRead, corrupt bool, err error) {
 	v, r, err := a.readKey(a.groupKey())
 	a.nways = 0
