@@ -84,13 +84,6 @@ func windowLevel(l limiter.Window, w *state.Window, now float64) float64 {
 	return d.Remaining
 }
 
-// windowFresh reports whether a stored window holds no use inside the
-// current window at now: it carries no information a new one would not.
-func windowFresh(l limiter.Window, w *state.Window, now float64) bool {
-	c := *w
-	return l.Take(&c, true, now, 0).Reset == 0
-}
-
 // refundWindow removes a's cost from the period its request was counted in
 // (a.ws.next.Start), like refund. It reports whether the state now reflects
 // no use by this request (refunded, or the window or its way has moved on).
