@@ -1,0 +1,112 @@
+// Package scenario holds the filter's behaviour scenarios, written once and
+// run against every proxy-wasm host the project tests under: plugin/wasmhost
+// (wazero, in process) and plugin/envoyhost (Envoy's own wasm host library,
+// proxy-wasm-cpp-host with WAMR, in a child process). A scenario only sees
+// the Host interface below, so a difference between the hosts shows up as a
+// scenario that passes under one and fails under the other.
+package scenario
+
+import (
+	"testing"
+	"time"
+)
+
+// Header is one header entry: lower-case name and value.
+type Header = [2]string
+
+// Request is one HTTP exchange.
+type Request struct {
+	// Headers are the downstream request headers. Missing :method, :path,
+	// :authority and :scheme default to GET, /, localhost and http.
+	Headers []Header
+	// Properties are per-request property values by dotted path, for
+	// example {"source.address": []byte("10.0.0.1:5555")}.
+	Properties map[string][]byte
+	// ResponseHeaders is what the upstream answers (default :status 200).
+	ResponseHeaders []Header
+}
+
+// Response is the outcome of a request.
+type Response struct {
+	Rejected        bool     // the plugin sent a local response
+	Status          int      // status sent downstream
+	LocalBody       []byte   // body of the local response, if any
+	UpstreamHeaders []Header // request headers as forwarded upstream (nil if rejected before that)
+	ResponseHeaders []Header // response headers sent downstream, after on_response_headers
+	Paused          bool     // on_request_headers paused and nothing resumed it within the call
+	Stream          Stream   // set when Paused
+}
+
+// Stream is a paused request.
+type Stream interface {
+	// Settled reports whether the plugin has resumed the request
+	// (continue_stream) or answered it with a local response.
+	Settled() bool
+	// Complete finishes a settled stream as Host.HTTP would have (upstream
+	// answer, on_response_headers, on_log, on_done, on_delete).
+	Complete() (Response, error)
+	// Reset ends the stream as a downstream reset does in Envoy (on_log,
+	// on_done, on_delete without a response).
+	Reset() error
+}
+
+// Call is a dispatch_http_call made by the plugin and not answered yet.
+type Call struct {
+	ID      uint32
+	VM      int
+	Cluster string
+	Headers []Header
+	Body    []byte
+}
+
+// Options start a host.
+type Options struct {
+	WasmPath string            // the compiled module
+	Config   []byte            // the plugin configuration (proxy_on_configure)
+	VMs      int               // worker VMs sharing one shared-data store (default 1)
+	Env      map[string]string // VM environment variables (vm_config.environment_variables)
+	Start    time.Time         // the clock's start; the clock moves only with Advance
+	NodeID   string            // the node.id property (default: the host's own)
+	Clusters []string          // clusters dispatch_http_call may name (nil: any)
+}
+
+// Host is what a scenario needs from a proxy-wasm host. Calls on different
+// VMs may run concurrently; calls on one VM are serialized by the caller.
+type Host interface {
+	Name() string
+	// HTTP runs one full stream on VM vm.
+	HTTP(vm int, r Request) (Response, error)
+	// HTTPMany runs the streams one after another on VM vm (a host may
+	// pipeline them); it stops at the first host error.
+	HTTPMany(vm int, rs []Request) ([]Response, error)
+	// Advance moves the realtime and monotonic clocks forward by d.
+	Advance(d time.Duration)
+	// Tick runs proxy_on_tick on every root context whose tick is due.
+	Tick() error
+	// Reconfigure applies a new plugin configuration to every VM, keeping
+	// shared data, as Envoy does on a configuration-only update; it fails
+	// if any VM rejects it.
+	Reconfigure(config []byte) error
+	// Metric returns the counter or gauge the plugin defined under name.
+	Metric(name string) (uint64, bool)
+	// Logs returns the plugin's log lines, oldest first.
+	Logs() []string
+	// SharedDataSize returns the number of shared-data keys and the sum of
+	// len(key)+len(value) over them.
+	SharedDataSize() (keys, bytes int, err error)
+	// SharedGet returns a shared-data value.
+	SharedGet(key string) (value []byte, ok bool, err error)
+	// PendingCalls returns the dispatched calls not answered yet.
+	PendingCalls() ([]Call, error)
+	// Respond answers a pending call; the plugin's on_http_call_response
+	// has run when Respond returns.
+	Respond(id uint32, headers []Header, body []byte) error
+	// FailCall delivers the failure callback of a pending call.
+	FailCall(id uint32) error
+	// Close stops the host.
+	Close() error
+}
+
+// Starter starts a host; it returns an error, not a test failure, when the
+// plugin rejects the configuration, so that scenarios can check refusals.
+type Starter func(tb testing.TB, opts Options) (Host, error)
