@@ -110,3 +110,25 @@ type Host interface {
 // Starter starts a host; it returns an error, not a test failure, when the
 // plugin rejects the configuration, so that scenarios can check refusals.
 type Starter func(tb testing.TB, opts Options) (Host, error)
+
+// Case is one scenario: Run drives hosts it starts with start and fails t
+// when the plugin under that host misbehaves.
+type Case struct {
+	Name string
+	Run  func(t *testing.T, start Starter)
+}
+
+var cases []Case
+
+// register adds a scenario; each scenario file registers its cases in init.
+func register(c ...Case) { cases = append(cases, c...) }
+
+// Cases returns every registered scenario, in registration order.
+func Cases() []Case { return append([]Case(nil), cases...) }
+
+// Run runs every scenario as a subtest of t against the host start makes.
+func Run(t *testing.T, start Starter) {
+	for _, c := range cases {
+		t.Run(c.Name, func(t *testing.T) { c.Run(t, start) })
+	}
+}
