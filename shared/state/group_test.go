@@ -145,7 +145,8 @@ func TestSplitGroupLegacy(t *testing.T) {
 func TestGroupFormatDistinct(t *testing.T) {
 	seen := map[int]string{}
 	for name, f := range map[string]int{
-		"GroupFormat": GroupFormat, "SlotFormat": SlotFormat, "SlotFormatV1": SlotFormatV1, "WindowFormat": WindowFormat,
+		"GroupFormat": GroupFormat, "GroupFormatV1": GroupFormatV1, "OverflowFormat": OverflowFormat, "WindowOverflowFormat": WindowOverflowFormat,
+		"SlotFormat": SlotFormat, "SlotFormatV1": SlotFormatV1, "WindowFormat": WindowFormat,
 		"WindowSlotFormat": WindowSlotFormat, "WindowSlotFormatV1": WindowSlotFormatV1,
 	} {
 		if other, ok := seen[f]; ok {
@@ -263,17 +264,19 @@ func TestGroupCodecAllocs(t *testing.T) {
 func FuzzSplitGroup(f *testing.F) {
 	rec := EncodeSlot(nil, 1, Bucket{1, 2}, "10.0.0.1")
 	for _, v := range [][]byte{
-		nil, {GroupFormat}, {GroupFormat, 0}, {GroupFormat, 0, 0, 0, 0, 0}, {GroupFormat, 0x80}, {GroupFormat, 2, 'a'},
+		nil, {GroupFormatV1}, {GroupFormatV1, 0}, {GroupFormatV1, 0, 0, 0, 0, 0}, {GroupFormatV1, 0x80}, {GroupFormatV1, 2, 'a'},
 		rec, appendSlotV1(nil, 1, Bucket{1, 2}, 0, "x"), []byte("3f0c2a9be4d10f57:9.000000:1736940000.250000:10.0.0.1"),
 		AppendGroup(nil, [][]byte{rec, nil, rec}, 3, rec),
 		AppendGroup(nil, nil, 0, EncodeSlot(nil, 2, Bucket{3, 4}, strings.Repeat("k", 200))),
+		AppendGroupOverflow(nil, EncodeOverflow(nil, 3, Bucket{1, 2}), [][]byte{rec, nil}, 2, rec),
+		{GroupFormat, 0}, {GroupFormat, 1, OverflowFormat, 0}, {GroupFormat, 0x80}, {GroupFormat, 2, 'a'},
 	} {
 		f.Add(v)
 	}
 	f.Fuzz(func(t *testing.T, v []byte) {
 		var ways [Ways][]byte
-		n, err := SplitGroup(v, &ways)
-		isGroup := len(v) > 0 && v[0] == GroupFormat
+		n, ovf, err := SplitGroupOverflow(v, &ways)
+		isGroup := IsGroup(v)
 		switch {
 		case err != nil:
 			if n != 0 || !isGroup {
@@ -288,36 +291,39 @@ func FuzzSplitGroup(f *testing.F) {
 			t.Fatalf("record %x split as %q", v, ways[:n])
 		}
 		size := 0
+		if len(v) > 0 && v[0] == GroupFormat {
+			size += 1 + len(ovf)
+		}
 		for _, w := range ways[:n] {
 			size += 1 + len(w)
 		}
 		if isGroup && 1+size > len(v) {
 			t.Fatalf("ways %q do not fit in %x", ways[:n], v)
 		}
-		checkRegroup(t, v, ways[:n])
-		checkReplaceWay(t, v, ways[:n])
+		checkRegroup(t, v, ovf, ways[:n])
+		checkReplaceWay(t, v, ovf, ways[:n])
 	})
 }
 
 // checkReplaceWay checks ReplaceWay against the ways of v: replacing each
 // way (and appending one, while there is room) splits back to exactly those
 // ways with the one replaced.
-func checkReplaceWay(t *testing.T, v []byte, ways [][]byte) {
+func checkReplaceWay(t *testing.T, v, ovf []byte, ways [][]byte) {
 	t.Helper()
 	rec := EncodeSlot(nil, 7, Bucket{Tokens: 1, LastRefill: 2}, "new")
 	for at := 0; at <= len(ways) && at < Ways; at++ {
 		got := ReplaceWay(nil, v, at, rec)
 		want := append(append([][]byte(nil), ways...), nil)[:max(len(ways), at+1)]
 		want[at] = rec
-		if len(v) == 0 || v[0] != GroupFormat { // rewritten by AppendGroup
+		if !IsGroup(v) { // rewritten by AppendGroup
 			if exp := AppendGroup(nil, ways, at, rec); string(got) != string(exp) {
 				t.Fatalf("ReplaceWay(%x, %d) = %x, want AppendGroup's %x", v, at, got, exp)
 			}
 			continue
 		}
 		var split [Ways][]byte
-		n, err := SplitGroup(got, &split)
-		if err != nil || n != len(want) {
+		n, gotOvf, err := SplitGroupOverflow(got, &split)
+		if err != nil || n != len(want) || string(gotOvf) != string(ovf) {
 			t.Fatalf("ReplaceWay(%x, %d) = %x: %d ways, %v; want %d", v, at, got, n, err, len(want))
 		}
 		for i := range want {
@@ -349,7 +355,7 @@ func TestReplaceWay(t *testing.T) {
 	if got, want := ReplaceWay(nil, nil, 0, c), AppendGroup(nil, nil, 0, c); string(got) != string(want) {
 		t.Errorf("empty value: %x, want %x", got, want)
 	}
-	for _, bad := range [][]byte{{GroupFormat, 0xff}, {GroupFormat, 5, 'a'}, append(AppendGroup(nil, [][]byte{a}, 0, a), 9)} {
+	for _, bad := range [][]byte{{GroupFormatV1, 0xff}, {GroupFormatV1, 5, 'a'}, {GroupFormat, 0xff}, {GroupFormat, 0, 5, 'a'}, {GroupFormat, 5, 'a'}, append(AppendGroup(nil, [][]byte{a}, 0, a), 9)} {
 		if got, want := ReplaceWay(nil, bad, 1, c), AppendGroup(nil, nil, 0, c); string(got) != string(want) {
 			t.Errorf("malformed group %x: %x, want a group of the record alone %x", bad, got, want)
 		}
@@ -384,23 +390,23 @@ func TestRecordFingerprint(t *testing.T) {
 // checkRegroup checks that AppendGroup writes ways (the split of v) to a
 // value that splits back to them, trailing free ways left out, and that
 // is no longer than v was as a group.
-func checkRegroup(t *testing.T, v []byte, ways [][]byte) {
+func checkRegroup(t *testing.T, v, ovf []byte, ways [][]byte) {
 	t.Helper()
 	at, rec := 0, []byte(nil)
 	if len(ways) > 0 {
 		at, rec = len(ways)-1, ways[len(ways)-1]
 	}
-	enc := AppendGroup(nil, ways, at, rec)
+	enc := AppendGroupOverflow(nil, ovf, ways, at, rec)
 	want := ways
 	for len(want) > 0 && len(want[len(want)-1]) == 0 {
 		want = want[:len(want)-1]
 	}
 	var again [Ways][]byte
-	m, err := SplitGroup(enc, &again)
-	if err != nil || !sameWays(again[:m], want) {
+	m, encOvf, err := SplitGroupOverflow(enc, &again)
+	if err != nil || !sameWays(again[:m], want) || string(encOvf) != string(ovf) {
 		t.Fatalf("%x: ways %q regrouped as %x: %q, %v", v, ways, enc, again[:m], err)
 	}
-	if len(v) > 0 && v[0] == GroupFormat && len(enc) > len(v) {
+	if IsGroup(v) && len(enc) > len(v) {
 		t.Fatalf("group %x regrouped as the longer %x", v, enc)
 	}
 }
