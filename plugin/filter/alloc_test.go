@@ -67,8 +67,8 @@ func TestRequestPathLeavesTheCollectorIdle(t *testing.T) {
 		jwts[i] = rq("authorization", "Bearer eyJhbGciOiJub25lIn0."+base64.RawURLEncoding.EncodeToString([]byte(`{"sub":"u`+strconv.Itoa(i)+`","plan":"pro"}`))+".")
 	}
 	// A new client address every request, into 64 slots: claims of idle
-	// slots (a high rate refills them) or evictions (a rate that never
-	// refills).
+	// slots (a high rate refills them) or overflow decisions (a rate that
+	// never refills: every way stays active).
 	fresh := make([]*wasmhost.Request, 10500)
 	for i := range fresh {
 		fresh[i] = rq("@ip", "10."+strconv.Itoa(i>>16)+"."+strconv.Itoa(i>>8&255)+"."+strconv.Itoa(i&255)+":443")
@@ -89,7 +89,7 @@ func TestRequestPathLeavesTheCollectorIdle(t *testing.T) {
 		{"rejected", `{"rules": [{"name": "deny", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket", "algorithm_config": {"rps": 1e-9, "burst": 0.5}}]}`, keys},
 		{"jwt", `{"rules": [{"name": "plan", "limit_keys": ["jwt:sub"], "match": {"jwt:plan": "pro"}, "algorithm": "token_bucket", "algorithm_config": {"rps": 1e9, "burst": 1e9}}]}`, jwts},
 		{"new identities, idle slots reused", slots("1e9"), fresh},
-		{"new identities, evicting", slots("1e-3"), fresh},
+		{"new identities, overflowing", slots("1e-3"), fresh},
 		{"telemetry on", strings.Replace(headerRule, "{", `{"telemetry": {"cluster": "sluice_admin", "token": "t"}, `, 1), keys},
 		{"shadow", `{"mode": "shadow", "rules": [{"name": "deny", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket", "algorithm_config": {"rps": 1e-9, "burst": 0.5}}]}`, keys},
 	}
@@ -121,8 +121,8 @@ func TestRequestPathLeavesTheCollectorIdle(t *testing.T) {
 			if ran := stderr.count("MB goal") - before; ran != 0 {
 				t.Errorf("the guest's collector ran %d times in 3,000 requests: the request path allocates", ran)
 			}
-			if evicted, _ := h.Metric("sluice.rule.per-ip.evicted"); strings.Contains(c.name, "evicting") && evicted < 3000 {
-				t.Errorf("evicted %d times, want every request of the 3,000 to evict", evicted)
+			if n, _ := h.Metric("sluice.rule.per-ip.overflowed"); strings.Contains(c.name, "overflowing") && n < 3000 {
+				t.Errorf("overflowed %d times, want every request of the 3,000 to overflow", n)
 			}
 		})
 	}

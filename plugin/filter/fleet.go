@@ -39,7 +39,7 @@ type ruleFleet struct {
 
 // fleetMetrics are the per-rule fleet counters.
 type fleetMetrics struct {
-	granted, denied, returned, backendErrors, fallbackLocal, fetches counter
+	granted, denied, returned, backendErrors, fallbackLocal, fetches, evicted counter
 }
 
 func (vm *vmContext) fleetMetrics(rule string) fleetMetrics {
@@ -51,6 +51,7 @@ func (vm *vmContext) fleetMetrics(rule string) fleetMetrics {
 		backendErrors: vm.counter(p + "backend_errors"),
 		fallbackLocal: vm.counter(p + "fallback_local"),
 		fetches:       vm.counter(p + "global_fetches"),
+		evicted:       vm.counter(p + "global_evicted"),
 	}
 }
 
@@ -115,11 +116,9 @@ func (a *application) poolCandidates() int {
 // writes). Errors fail open like local rules.
 func (p *pluginContext) fleetLoad(a *application, now float64, noFetch bool) {
 	if a.fl.id[0] == 0 {
-		if a.rule.maxKeys > 0 { // selectRules computed the fingerprint
-			appendSluiceIDFP(a.fl.id[:0], a.identity, a.fp)
-		} else {
-			appendSluiceID(a.fl.id[:0], a.identity)
-		}
+		// The sluice_id is the same in every proxy of the fleet (the RLS
+		// counts by it), so it is not keyed by this deployment's hash key.
+		appendSluiceID(a.fl.id[:0], a.identity)
 	}
 	if err := p.readPool(a, now); err != nil {
 		p.failOpen(a, err)
@@ -236,7 +235,7 @@ func (p *pluginContext) writePool(a *application) error {
 		return errZeroCAS
 	}
 	if a.fl.evict {
-		a.rule.m.evicted.inc()
+		a.rule.fleet.m.evicted.inc()
 	}
 	p.valBuf = encodePool(p.valBuf[:0], a.fl.id[:], a.fl.next)
 	return writeKey(a.poolKey(a.fl.slot), p.valBuf, a.fl.stored, a.fl.cas)

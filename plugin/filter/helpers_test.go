@@ -49,6 +49,7 @@ func tryStart(t testing.TB, config string, vms int) (*fixture, error) {
 		PluginConfig: []byte(config),
 		VMs:          vms,
 		Clock:        clock,
+		SharedData:   seededSharedData(),
 	})
 	if err != nil {
 		return nil, err
@@ -139,9 +140,24 @@ func (f *fixture) stateKey(rule, composite string) string {
 	return state.SlotKey(rule, groupOf(composite, n))
 }
 
+// testHashKey is the hash key the tests' hosts start with (seededSharedData),
+// so that tests can compute identities' fingerprints and groups; the VMs
+// adopt it as a deployment's key (hashseed_test.go tests creating one).
+var testHashKey = state.HashKey{K0: 0x0123456789abcdef, K1: 0xfedcba9876543210}
+
+// testFP is an identity's fingerprint under testHashKey.
+func testFP(identity string) uint64 { return state.KeyedFingerprint(testHashKey, identity) }
+
+// seededSharedData returns a new shared-data store holding testHashKey.
+func seededSharedData() *wasmhost.SharedData {
+	sd := wasmhost.NewSharedData()
+	sd.Set("sluice:hash-seed", state.AppendHashKey(nil, testHashKey), 0)
+	return sd
+}
+
 // groupOf is the group of an identity in a table for maxKeys identities.
 func groupOf(composite string, maxKeys int) int {
-	return state.GroupOf(state.Fingerprint(composite), state.Groups(maxKeys))
+	return state.GroupOf(testFP(composite), state.Groups(maxKeys))
 }
 
 // groupWays reads the ways of a group key (none when it is missing).
@@ -165,7 +181,7 @@ func groupWays(t testing.TB, sd *wasmhost.SharedData, key string) [][]byte {
 // findWay returns the way of the group at key that holds identity's slot.
 func findWay(t testing.TB, sd *wasmhost.SharedData, key, identity string) (int, state.Slot, bool) {
 	t.Helper()
-	fp := state.Fingerprint(identity)
+	fp := testFP(identity)
 	for i, w := range groupWays(t, sd, key) {
 		if s, err := state.DecodeSlot(w); err == nil && s.Fingerprint == fp && string(s.Identity) == identity {
 			return i, s, true
@@ -218,7 +234,7 @@ func (f *fixture) putBucket(rule, composite string, b state.Bucket) {
 	key := f.stateKey(rule, composite)
 	v := state.EncodeBucket(nil, b)
 	if f.maxKeys(rule) > 0 {
-		v = state.AppendGroup(nil, nil, 0, state.EncodeSlot(nil, state.Fingerprint(composite), b, composite))
+		v = state.AppendGroup(nil, nil, 0, state.EncodeSlot(nil, testFP(composite), b, composite))
 	}
 	if st := f.h.SharedData().Set(key, v, 0); st != wasmhost.StatusOK {
 		f.t.Fatalf("set %s: status %d", key, st)

@@ -50,6 +50,12 @@ func incrementMetric(id uint32, offset int64) {
 	proxywasm.MetricCounter(id).Increment(uint64(offset))
 }
 
+func recordMetric(id uint32, value uint64) {
+	defer func() { _ = recover() }()
+	g := proxywasm.MetricGauge(id) // the SDK has no Record: add the difference
+	g.Add(int64(value) - g.Value())
+}
+
 func setSharedData(key string, value []byte, cas uint32) error {
 	return proxywasm.SetSharedData(key, value, cas)
 }

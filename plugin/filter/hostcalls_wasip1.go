@@ -173,6 +173,12 @@ func rawIncrementMetric(metricID uint32, offset int64) uint32
 // Increment panics on them; a metric must never break a request).
 func incrementMetric(id uint32, offset int64) { _ = rawIncrementMetric(id, offset) }
 
+//go:wasmimport env proxy_record_metric
+func rawRecordMetric(metricID uint32, value uint64) uint32
+
+// recordMetric sets a gauge, ignoring host errors.
+func recordMetric(id uint32, value uint64) { _ = rawRecordMetric(id, value) }
+
 //go:wasmimport env proxy_send_local_response
 func rawSendLocalResponse(statusCode uint32, detailData unsafe.Pointer, detailSize uint32,
 	bodyData unsafe.Pointer, bodySize uint32, headersData unsafe.Pointer, headersSize uint32, grpcStatus int32) uint32

@@ -14,9 +14,15 @@ import (
 //	                                   the rule was skipped for the request
 //	sluice.rule.<rule>.cas_retries     CAS mismatches on the rule's buckets (each one re-read and retried)
 //	sluice.rule.<rule>.key_missing     the rule matched but a limit key was missing, so it was skipped
-//	sluice.rule.<rule>.evicted         bounded mode: a new identity found every way of its group
-//	                                   holding another identity's active bucket and evicted the
-//	                                   fullest (more than four identities of a group active at once)
+//	sluice.rule.<rule>.overflowed      bounded mode: requests decided by their group's overflow limit
+//	                                   (allowed or refused): the identity found every way of its group
+//	                                   holding another identity's active state (more than four
+//	                                   identities of a group active at once; raise max_keys)
+//	sluice.rule.<rule>.overflow_identities  (gauge) bounded mode: the estimated number of distinct
+//	                                   identities sharing the overflow limit of the group at the
+//	                                   most recent overflow decision
+//	sluice.rule.<rule>.global_evicted  fleet mode, bounded: a new identity's lease pool replaced the
+//	                                   live pool of another identity (both of its candidate slots held one)
 //	sluice.rule.<rule>.delayed         max_delay_ms: the rule reserved tokens for a request that
 //	                                   was held (also counted in allowed)
 //	sluice.rule.<rule>.delay_ms        the sum of those reservations' delays, in ms (rounded up)
@@ -29,6 +35,8 @@ import (
 //	sluice.refund_failed     a refund (after a late rejection) could not be written
 //	sluice.delay.cancelled   a held request's stream ended before its time; tokens refunded
 //	sluice.delay.queue_full  a request to be held was rejected: the VM held maxHeld already
+//	sluice.hash_seed_failed  the deployment's hash key (sluice:hash-seed) could not be read or
+//	                         created; bounded rules fail open until it can (hashseed.go)
 //
 // and, when telemetry is configured (telemetry.go):
 //
@@ -40,13 +48,14 @@ import (
 // ids), at configuration time, never per request. A reconfiguration that
 // keeps a rule name keeps counting into the same stat.
 type ruleMetrics struct {
-	allowed, rejected, shadowRejected, failOpen, casRetries, keyMissing, evicted counter
-	delayed, delayMS, shadowDelayed                                              counter
+	allowed, rejected, shadowRejected, failOpen, casRetries, keyMissing, overflowed counter
+	delayed, delayMS, shadowDelayed                                                 counter
+	overflowIdentities                                                              gauge
 }
 
 type globalMetrics struct {
-	configRejected, panicsRecovered, refundFailed counter
-	delayCancelled, delayQueueFull                counter
+	configRejected, panicsRecovered, refundFailed  counter
+	delayCancelled, delayQueueFull, hashSeedFailed counter
 }
 
 func (vm *vmContext) ruleMetrics(rule string) ruleMetrics {
@@ -58,10 +67,12 @@ func (vm *vmContext) ruleMetrics(rule string) ruleMetrics {
 		failOpen:       vm.counter(p + "fail_open"),
 		casRetries:     vm.counter(p + "cas_retries"),
 		keyMissing:     vm.counter(p + "key_missing"),
-		evicted:        vm.counter(p + "evicted"),
+		overflowed:     vm.counter(p + "overflowed"),
 		delayed:        vm.counter(p + "delayed"),
 		delayMS:        vm.counter(p + "delay_ms"),
 		shadowDelayed:  vm.counter(p + "shadow_delayed"),
+
+		overflowIdentities: vm.gauge(p + "overflow_identities"),
 	}
 }
 
@@ -73,58 +84,88 @@ func (vm *vmContext) globals() *globalMetrics {
 			refundFailed:    vm.counter("sluice.refund_failed"),
 			delayCancelled:  vm.counter("sluice.delay.cancelled"),
 			delayQueueFull:  vm.counter("sluice.delay.queue_full"),
+			hashSeedFailed:  vm.counter("sluice.hash_seed_failed"),
 		}
 	}
 	return vm.global
 }
 
-// counter is a defined metric, or the zero value when the host refused the
-// definition (then increments are no-ops).
+// counter and gauge are defined metrics, or the zero value when the host
+// refused the definition (then updates are no-ops).
 type counter struct {
-	id proxywasm.MetricCounter
+	id uint32
 	ok bool
 }
 
+type gauge counter
+
 // counter returns the cached counter for name, defining it on first use.
 func (vm *vmContext) counter(name string) counter {
-	if c, ok := vm.counters[name]; ok {
+	return vm.metric(name, false)
+}
+
+// gauge returns the cached gauge for name, defining it on first use.
+func (vm *vmContext) gauge(name string) gauge {
+	return gauge(vm.metric(name, true))
+}
+
+// metric returns the cached metric for name (a gauge or a counter: the
+// cache is keyed by kind too), defining it on first use.
+func (vm *vmContext) metric(name string, isGauge bool) counter {
+	k := metricKey{name, isGauge}
+	if c, ok := vm.counters[k]; ok {
 		return c
 	}
-	c := defineCounter(name)
+	c := defineMetric(name, isGauge)
 	if vm.counters == nil {
-		vm.counters = make(map[string]counter)
+		vm.counters = make(map[metricKey]counter)
 	}
-	vm.counters[name] = c
+	vm.counters[k] = c
 	return c
 }
 
-func defineCounter(name string) (c counter) {
+type metricKey struct {
+	name    string
+	isGauge bool
+}
+
+func defineMetric(name string, isGauge bool) (c counter) {
 	defer func() {
 		if r := recover(); r != nil { // the SDK panics when the host refuses
 			proxywasm.LogWarn("sluice: cannot define metric " + name)
 			c = counter{}
 		}
 	}()
-	return counter{id: proxywasm.DefineCounterMetric(name), ok: true}
+	if isGauge {
+		return counter{id: uint32(proxywasm.DefineGaugeMetric(name)), ok: true}
+	}
+	return counter{id: uint32(proxywasm.DefineCounterMetric(name)), ok: true}
+}
+
+// set records v, ignoring host errors.
+func (g gauge) set(v int64) {
+	if g.ok {
+		recordMetric(g.id, uint64(v))
+	}
 }
 
 // inc adds one. A host error is ignored: a metric must never break a
 // request.
 func (c counter) inc() {
 	if c.ok {
-		incrementMetric(uint32(c.id), 1)
+		incrementMetric(c.id, 1)
 	}
 }
 
 // add adds n (nothing when n is 0).
 func (c counter) add(n uint64) {
 	if c.ok && n > 0 {
-		incrementMetric(uint32(c.id), int64(n))
+		incrementMetric(c.id, int64(n))
 	}
 }
 
 // logLimiter rate-limits repetitive warnings (fail-open, shadow
-// rejections, corrupt state, evictions): at most one line per category per
+// rejections, corrupt state, overflow decisions): at most one line per category per
 // interval, with the number of suppressed lines. Counters carry the exact
 // numbers. Times are unix seconds from the WASI realtime clock (nowSeconds,
 // one host call; time.Now would make two).
@@ -142,7 +183,7 @@ const (
 	logCorrupt
 	logRefund
 	logPanic
-	logEvict
+	logOverflow
 	logTelemetry
 	logFleet
 	numLogKinds

@@ -43,7 +43,13 @@ func NewVMContext() types.VMContext { return &vmContext{} }
 // contexts: metric ids and the log limiter are kept across reconfigurations.
 type vmContext struct {
 	types.DefaultVMContext
-	counters map[string]counter
+	// hashKey keys identity fingerprints (hashseed.go): the deployment's,
+	// read once (seedOK) and kept for the VM's life.
+	hashKey  state.HashKey
+	seedOK   bool
+	seedTry  float64 // when loading it last failed (unix seconds)
+	seedBuf  []byte
+	counters map[metricKey]counter // and gauges
 	global   *globalMetrics
 	logs     logLimiter
 	tallies  map[string]*ruleTally // telemetry.go: cumulative per-rule counters
@@ -109,6 +115,9 @@ func (p *pluginContext) OnPluginStart(int) (ok types.OnPluginStartStatus) {
 		return types.OnPluginStartStatusFailed
 	}
 	p.vm.globals() // define the global counters up front
+	if !p.vm.seedOK {
+		p.vm.loadHashSeed() // normally done in on_vm_start
+	}
 	p.cfg = compile(cfg, p.vm)
 	p.cfg.hash = configHash(data)
 	p.apps = make([]application, 0, len(p.cfg.policies))
@@ -256,6 +265,7 @@ type application struct {
 	ncand int
 	ways  [state.Ways][]byte
 	nways int
+	ovf   []byte // the group's overflow record as read (aliasing vals[0]; empty: none)
 
 	fl fleetApp // global rules (fleet.go)
 	// vals holds the values read from shared data: the group or exact key
@@ -273,6 +283,12 @@ type application struct {
 	now       float64 // the time dec was taken at
 	failed    bool    // storage failed: the rule is skipped (fail open)
 	committed bool
+	// overflowed: the committed decision was on the group's overflow
+	// bucket (a refund goes back there).
+	overflowed bool
+	// noSeed: the deployment's hash key could not be read, so a bounded
+	// rule cannot place the identity: it fails open (hashseed.go).
+	noSeed bool
 }
 
 // decide runs the rate limit for one request; see the package comment.
@@ -292,6 +308,10 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 	for i := range apps {
 		a := &apps[i]
 		a.cost = a.rule.cost(&p.rs)
+		if a.noSeed {
+			p.failOpen(a, errNoHashSeed)
+			continue
+		}
 		if a.rule.fleet != nil { // fleet.go: spend from the lease pool
 			p.fleetLoad(a, now, h.fleetFetched)
 			continue
@@ -450,7 +470,11 @@ func (p *pluginContext) selectRules() []application {
 			a.key = bytesView(kb)
 			a.identity = a.key[len(r.keyPrefix):]
 			if r.maxKeys > 0 {
-				a.fp = state.Fingerprint(a.identity)
+				if !p.vm.seedOK && !p.vm.loadHashSeed() { // hashseed.go
+					a.noSeed = true
+					break
+				}
+				a.fp = state.KeyedFingerprint(p.vm.hashKey, a.identity)
 				if r.fleet != nil {
 					a.cand, a.ncand = candidatesFor(a.fp, r.maxKeys)
 				} else {
@@ -482,14 +506,9 @@ func (p *pluginContext) commit(a *application, now float64) commitResult {
 	for attempt := 1; ; attempt++ {
 		err := p.store(a)
 		if err == nil {
-			if a.read.claim == claimEvict {
-				a.rule.m.evicted.inc()
-				// Checked before the message is built: under a flood of new
-				// identities this runs on every request.
-				if ok, n := p.vm.logs.allowAt(logEvict, now); ok {
-					p.vm.emit(logEvict, "sluice: rule "+a.rule.name+": every bucket of a group was active (max_keys "+
-						itoa(int64(a.rule.maxKeys))+"); evicted the fullest bucket of another identity (raise max_keys if this persists)", n)
-				}
+			if a.read.claim == claimOverflow {
+				a.overflowed = true
+				p.countOverflow(a)
 			}
 			return commitOK
 		}
@@ -550,11 +569,34 @@ func (p *pluginContext) logCorrupt(a *application) {
 		p.vm.logLimited(logCorrupt, "sluice: rule "+a.rule.name+": undecodable bucket state replaced by a full bucket")
 		return
 	}
-	p.vm.logLimited(logCorrupt, "sluice: rule "+a.rule.name+": undecodable slot value; the slot is treated as free")
+	p.vm.logLimited(logCorrupt, "sluice: rule "+a.rule.name+": undecodable group value; the way is treated as free (an overflow record as idle)")
+}
+
+// countOverflow counts a request of rule a decided by its group's overflow
+// bucket (allowed or refused), records the estimate of the identities
+// sharing it, and logs (rate-limited) that max_keys is too small. The line
+// is built only when the limiter lets it out.
+func (p *pluginContext) countOverflow(a *application) {
+	k := state.EstimateSharers(a.read.sharers)
+	a.rule.m.overflowed.inc()
+	a.rule.m.overflowIdentities.set(int64(k))
+	a.rule.tc.overflowed++
+	a.rule.tc.overflowIdentities = max(a.rule.tc.overflowIdentities, uint64(k))
+	if ok, n := p.vm.logs.allowAt(logOverflow, a.now); ok {
+		about := "about "
+		if k >= state.MaxSharers {
+			about = "at least "
+		}
+		p.vm.emit(logOverflow, "sluice: rule "+a.rule.name+": "+about+itoa(int64(k))+" identities share one overflow limit (max_keys "+
+			itoa(int64(a.rule.maxKeys))+" is too small for the active identities; raise it)", n)
+	}
 }
 
 // countRejected counts an enforce-mode refusal by rule a.
 func (p *pluginContext) countRejected(a *application) {
+	if a.read.claim == claimOverflow {
+		p.countOverflow(a)
+	}
 	a.rule.m.rejected.inc()
 	a.rule.tc.rejected++
 	if p.cfg.telemetry != nil {
@@ -572,6 +614,9 @@ func (p *pluginContext) failOpen(a *application, err error) {
 
 // shadowReject records that shadow rule a would have refused the request.
 func (p *pluginContext) shadowReject(a *application) {
+	if a.read.claim == claimOverflow {
+		p.countOverflow(a)
+	}
 	a.rule.m.shadowRejected.inc()
 	a.rule.tc.shadowRejected++
 	if p.cfg.telemetry != nil {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 
+	"github.com/sluice-rl/sluice/shared/limiter"
 	"github.com/sluice-rl/sluice/shared/state"
 )
 
@@ -69,16 +70,18 @@ import (
 // Bounded mode: groups. The rule's buckets live in a set-associative
 // table (shared/state group.go): state.Groups(N) keys
 // "tb:{rule}:#{group}", each holding up to state.Ways (4) buckets with
-// their owners' fingerprints and identities. An identity lives only in its
-// group, state.GroupOf(fp, groups), in any way of it. A request reads the
-// group (one get) and writes it back whole (one set, conditioned on the
-// read), so the bucket found, claimed, reused or evicted, and the other
-// ways copied through unchanged, are all decided on one snapshot of the
-// group and committed atomically. A claim can therefore never give one
-// identity two buckets: two workers that race to claim it read and write
-// the same key, one CAS wins, and the other re-reads and finds the
-// winner's bucket. The cost per request is the same in every case: one
-// get and one set, whether the identity is known, new, or evicts another.
+// their owners' fingerprints and identities, and one overflow bucket. An
+// identity lives only in its group, state.GroupOf(fp, groups), in any way
+// of it; fp is the identity's keyed fingerprint (hashseed.go). A request
+// reads the group (one get) and writes it back whole (one set,
+// conditioned on the read), so the bucket found, claimed or reused, or the
+// overflow bucket drawn on, and the other ways copied through unchanged,
+// are all decided on one snapshot of the group and committed atomically. A
+// claim can therefore never give one identity two buckets: two workers that
+// race to claim it read and write the same key, one CAS wins, and the
+// other re-reads and finds the winner's bucket. The cost per request is the
+// same in every case: one get and one set, whether the identity is known,
+// new, or overflows.
 //
 // Finding a bucket (probe). The ways are looked at in order.
 //   - A way holding our fingerprint and identity is our bucket (other
@@ -88,21 +91,37 @@ import (
 //     over, so its memory reaches its bound early and stays there); else
 //     the first that is free (an empty way, a value that does not decode)
 //     or holds a bucket that has refilled to full (a full bucket carries no
-//     information: a new bucket starts full, so taking its way loses
-//     nothing); else, when every way holds an active (not full) bucket of
-//     another identity, the claim EVICTS the fullest, the one whose loss
-//     forgives the fewest tokens (counted in sluice.rule.<rule>.evicted).
-//     The evicted identity's next request finds no bucket and starts a full
-//     one: it is admitted at most (burst - its tokens at eviction) extra
-//     tokens, and only while more than state.Ways identities of its group
-//     are active at once. Eviction never denies anyone a request.
+//     information, so taking its way loses nothing).
+//   - Otherwise every way holds an active (not full) bucket of another
+//     identity. Active buckets are never taken: the request is decided by
+//     the group's overflow bucket, a token bucket with the rule's own rate
+//     and burst shared by every identity of the group that finds no way
+//     (counted in sluice.rule.<rule>.overflowed).
+//   - A claimed way's new bucket starts as a copy of the overflow bucket
+//     (full when the group has none, or when it has refilled), never simply
+//     full: an identity that drained the overflow bucket and then takes a
+//     way that just became free continues from what it left.
 //   - An update of our own bucket patches it where it lies in the group as
-//     read; a claim splices its record into it (state.PatchSlotBucket,
-//     state.ReplaceWay).
+//     read; a claim splices its record into it, an overflow decision its
+//     overflow record (state.PatchSlotBucket, state.ReplaceWay,
+//     state.ReplaceOverflow).
 //
-// Racing with the previous owner. A way reused or evicted under an owner
-// whose request is between its read and its write: the owner's CAS fails,
-// its re-read no longer finds its bucket, and it claims a new, full one.
+// The bound (docs/filter.md "Bounded memory" has it in full). Write L(X)
+// for the level of identity X's own bucket while it holds a way, and of its
+// group's overflow bucket while it does not. L(X) refills at the rule's
+// rate up to burst and falls by every cost X is admitted; nothing raises it
+// otherwise: a claim starts X's bucket at the overflow level, which is L(X)
+// just before; X loses its way only when its bucket is full, so L(X) drops
+// from burst to the overflow level; other identities only ever draw the
+// overflow bucket down. So over any interval of length T, X is admitted at
+// most burst + rate*T, what its own bucket alone would allow, and all the
+// identities that overflow in one group together at most burst + rate*T.
+// Identities that hold a way are decided exactly. What overflow costs is
+// under-admission: the overflowing identities of a group share one limit.
+//
+// Racing with the previous owner. A way reused under an owner whose request
+// is between its read and its write: the owner's CAS fails, its re-read no
+// longer finds its bucket, and it claims a way or overflows.
 //
 // Fingerprint collisions. A way matches only when both the 64-bit
 // fingerprint and the stored identity equal ours. Identities are at most
@@ -176,23 +195,26 @@ var (
 type claimKind uint8
 
 const (
-	claimNone  claimKind = iota // our bucket was found in the way: plain CAS update
-	claimNew                    // a way the group does not have yet (or a missing group)
-	claimReuse                  // a free way, or a full (or undecodable) bucket of another identity
-	claimEvict                  // every way is active: evict the fullest
+	claimNone     claimKind = iota // our bucket was found in the way: plain CAS update
+	claimNew                       // a way the group does not have yet (or a missing group)
+	claimReuse                     // a free way, or a full (or undecodable) bucket of another identity
+	claimOverflow                  // every way is active: decide on the group's overflow bucket
 )
 
 // bucketRead is the result of reading a rule's bucket for one request.
 type bucketRead struct {
 	b      state.Bucket
-	exists bool   // our valid bucket was read (else Take starts a full bucket)
+	exists bool   // a valid state was read: ours, or (claims, overflow decisions) the overflow state (else Take starts a full bucket)
 	stored bool   // the key exists: write with cas (else create-if-absent)
 	cas    uint32 // the cas to write with when stored
 
 	// Bounded mode only: the way holding our bucket, or the one to claim
-	// (a.ways holds the group as read).
+	// (a.ways holds the group as read; -1 for an overflow decision).
 	way   int
 	claim claimKind
+	// sharers is the overflow record's sketch of the identities sharing it,
+	// with ours added (claimOverflow).
+	sharers uint64
 }
 
 // groupKey returns the key of a's group, "tb:{rule}:#{group}", as a view of
@@ -264,17 +286,18 @@ func (a *application) readKey(key string) (v []byte, r bucketRead, err error) {
 // (with cas) or created. A missing group reads as one with no ways, and so
 // does a group value that does not parse (corrupt true: the write replaces
 // it whole); a value of an earlier version reads as one way (SplitGroup).
+// a.ovf is the group's overflow record (empty when it has none).
 func (a *application) readGroup() (r bucketRead, corrupt bool, err error) {
 	v, r, err := a.readKey(a.groupKey())
-	a.nways = 0
+	a.nways, a.ovf = 0, nil
 	if err != nil || !r.stored {
 		return r, false, err
 	}
-	n, gerr := state.SplitGroup(v, &a.ways)
+	n, ovf, gerr := state.SplitGroupOverflow(v, &a.ways)
 	if gerr != nil { // replaced whole by the write: an empty group as read
 		n, corrupt, a.vals[0] = 0, true, v[:0]
 	}
-	a.nways = n
+	a.nways, a.ovf = n, ovf
 	return r, corrupt, nil
 }
 
@@ -295,29 +318,36 @@ func (p *pluginContext) probe(a *application, now float64) (corrupt bool, err er
 			return corrupt, nil
 		}
 	}
-	// A claim: a new way while the group has room, else rank the ways by
-	// the tokens they hold at now (capped at burst; burst for a free or
-	// undecodable way), up to the first full one.
-	if a.claimNewWay(&r) {
-		return corrupt, nil
-	}
-	burst := a.rule.tb.Burst
-	var levels [state.Ways]float64
-	n := 0
-	for n < a.nways {
-		levels[n] = burst
-		if s, derr := state.DecodeSlot(a.ways[n]); derr == nil {
-			levels[n] = a.rule.tb.Level(s.Bucket, now)
-		} else if len(a.ways[n]) > 0 {
-			corrupt = true
+	// Not found: a claimed way's bucket and an overflow decision both start
+	// from the overflow bucket (none: a full bucket).
+	sharers, ob, oerr := state.DecodeOverflow(a.ovf)
+	r.b, r.exists = ob, oerr == nil
+	corrupt = corrupt || (oerr != nil && len(a.ovf) > 0)
+	if !a.claimNewWay(&r) && !a.claimFree(&r, now, &corrupt) {
+		if !r.exists || a.rule.tb.Level(ob, now) >= a.rule.tb.Burst {
+			sharers = 0 // the overflow bucket was idle: a new set of sharers
 		}
-		if n++; levels[n-1] >= burst {
-			break
-		}
+		r.way, r.claim, r.sharers = -1, claimOverflow, sharers|state.SharerBit(a.fp)
 	}
-	r.way, r.claim = chooseWay(levels[:n], burst)
 	a.read = r
 	return corrupt, nil
+}
+
+// claimFree plans, for a new identity in a group without room, the first
+// way that is free, undecodable or holds a full bucket (lossless reuse). It
+// reports false when every way holds an active bucket.
+func (a *application) claimFree(r *bucketRead, now float64, corrupt *bool) bool {
+	for i := 0; i < a.nways; i++ {
+		s, derr := state.DecodeSlot(a.ways[i])
+		if derr != nil {
+			*corrupt = *corrupt || len(a.ways[i]) > 0
+		}
+		if derr != nil || a.rule.tb.Level(s.Bucket, now) >= a.rule.tb.Burst {
+			r.way, r.claim = i, claimReuse
+			return true
+		}
+	}
+	return false
 }
 
 // otherIdentity reports whether a way certainly holds no record of a's
@@ -342,24 +372,6 @@ func (a *application) claimNewWay(r *bucketRead) bool {
 	return true
 }
 
-// chooseWay picks the way a new identity claims in a full group whose ways
-// have levels (the quota each holds at now, capped at full; full for a
-// free way), ranked up to the first full one: that one (nothing is lost),
-// else the fullest (an eviction that forgives the fewest tokens), the
-// first on ties.
-func chooseWay(levels []float64, full float64) (int, claimKind) {
-	best := 0
-	for i, l := range levels {
-		if l >= full {
-			return i, claimReuse
-		}
-		if l > levels[best] {
-			best = i
-		}
-	}
-	return best, claimEvict
-}
-
 // store writes a.next for the read in a.read: a CAS update of the exact
 // key, or in bounded mode of the group with our way replaced. It returns
 // types.ErrorStatusCasMismatch when the caller must load again and retry.
@@ -376,10 +388,18 @@ func (p *pluginContext) store(a *application) error {
 		}
 		return writeKey(a.key, p.valBuf, r.stored, r.cas)
 	}
+	if r.claim == claimOverflow {
+		if a.rule.win != nil {
+			p.recBuf = state.EncodeWindowOverflow(p.recBuf[:0], r.sharers, &a.ws.next)
+		} else {
+			p.recBuf = state.EncodeOverflow(p.recBuf[:0], r.sharers, a.next)
+		}
+		return p.writeOverflow(a, r.stored, r.cas)
+	}
 	if a.rule.win != nil {
 		p.recBuf = state.EncodeWindowSlot(p.recBuf[:0], a.fp, &a.ws.next, a.identity)
 	} else {
-		if r.exists && state.PatchSlotBucket(a.ways[r.way], a.next) {
+		if r.claim == claimNone && r.exists && state.PatchSlotBucket(a.ways[r.way], a.next) {
 			// Our record, updated where it lies in the group as read
 			// (a.ways aliases a.vals[0]): the common case, no re-encoding.
 			return writeKey(a.groupKey(), a.vals[0], true, r.cas)
@@ -393,11 +413,23 @@ func (p *pluginContext) store(a *application) error {
 // way replaced by the record in p.recBuf: in place when the record keeps
 // its length (a window's update, mostly), else spliced into a new value.
 func (p *pluginContext) writeWay(a *application, way int, stored bool, cas uint32) error {
-	if way < a.nways && len(a.ways[way]) == len(p.recBuf) && len(p.recBuf) > 0 && a.vals[0][0] == state.GroupFormat {
+	if way < a.nways && len(a.ways[way]) == len(p.recBuf) && len(p.recBuf) > 0 && state.IsGroup(a.vals[0]) {
 		copy(a.ways[way], p.recBuf) // a.ways aliases a.vals[0]
 		return writeKey(a.groupKey(), a.vals[0], stored, cas)
 	}
 	p.valBuf = state.ReplaceWay(p.valBuf[:0], a.vals[0], way, p.recBuf)
+	return writeKey(a.groupKey(), p.valBuf, stored, cas)
+}
+
+// writeOverflow writes a's group as read with its overflow record replaced
+// by the one in p.recBuf: in place when the group has one of that length
+// (a token bucket's, always once written), else spliced into a new value.
+func (p *pluginContext) writeOverflow(a *application, stored bool, cas uint32) error {
+	if len(a.ovf) == len(p.recBuf) && len(p.recBuf) > 0 && len(a.vals[0]) > 0 && a.vals[0][0] == state.GroupFormat {
+		copy(a.ovf, p.recBuf) // a.ovf aliases a.vals[0]
+		return writeKey(a.groupKey(), a.vals[0], stored, cas)
+	}
+	p.valBuf = state.ReplaceOverflow(p.valBuf[:0], a.vals[0], p.recBuf)
 	return writeKey(a.groupKey(), p.valBuf, stored, cas)
 }
 
@@ -439,12 +471,15 @@ func sentinelCAS() (uint32, error) {
 // (the request was rejected later by another rule), capped at burst. It
 // retries on CAS mismatch like an update. It reports whether the bucket now
 // reflects no consumption by this request: true when the refund was written,
-// and, in bounded mode, when the bucket is gone from its group (reused or
-// evicted: the identity's next request starts a full bucket, which already
-// forgives this request's cost).
+// and, in bounded mode, when the bucket is gone from its group (reused: it
+// was full, which already forgave this request's cost). A request decided
+// by its group's overflow bucket is refunded there (refundOverflow).
 func (p *pluginContext) refund(a *application) bool {
 	if a.rule.fleet != nil {
 		return p.fleetRefund(a) // fleet.go
+	}
+	if a.overflowed {
+		return p.refundOverflow(a)
 	}
 	if a.rule.win != nil {
 		return p.refundWindow(a)
@@ -500,4 +535,38 @@ func (p *pluginContext) findOwnWay(a *application) (r bucketRead, way int, s sta
 		}
 	}
 	return r, -1, s, true
+}
+
+// refundOverflow gives a's cost back to its group's overflow bucket or
+// window (capped like any refund), retrying on CAS mismatch. A group
+// without a readable overflow record has nothing to give back to.
+func (p *pluginContext) refundOverflow(a *application) bool {
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		r, corrupt, err := a.readGroup()
+		if err != nil || corrupt || !r.stored || r.cas == 0 {
+			return false
+		}
+		if a.rule.win != nil {
+			w := &a.ws.read // scratch: the request's decision is done
+			sharers, derr := state.DecodeWindowOverflow(a.ovf, w)
+			if derr != nil || !limiter.RefundWindow(w, a.ws.next.Start, a.rule.win.PeriodSeconds(), a.cost) {
+				return true // gone, or the period has left it
+			}
+			p.recBuf = state.EncodeWindowOverflow(p.recBuf[:0], sharers, w)
+		} else {
+			sharers, b, derr := state.DecodeOverflow(a.ovf)
+			if derr != nil {
+				return true
+			}
+			p.recBuf = state.EncodeOverflow(p.recBuf[:0], sharers, a.refunded(b))
+		}
+		err = p.writeOverflow(a, true, r.cas)
+		if err == nil {
+			return true
+		}
+		if !errors.Is(err, types.ErrorStatusCasMismatch) {
+			return false
+		}
+	}
+	return false
 }

@@ -10,7 +10,8 @@ import (
 )
 
 // The store for windowed rules: store.go's protocol (read, decide, CAS
-// write, create through the sentinel, bounded groups with claims, refund)
+// write, create through the sentinel, bounded groups with claims and an
+// overflow state, refund)
 // with a state.Window in place of a state.Bucket. It is a separate path so
 // that token buckets keep their exact hot path.
 
@@ -31,10 +32,10 @@ func (p *pluginContext) loadWindow(a *application, now float64) (corrupt bool, e
 	return false, nil
 }
 
-// probeWindow is probe (store.go) for window records: the same lookup and
-// choice of way. A window's level is the quota it has left at now, and a
-// window with no use inside the current window (Reset 0) ranks as free,
-// like a full bucket.
+// probeWindow is probe (store.go) for window records: the same lookup,
+// claims and overflow decisions. A window with no use left inside its window
+// (windowIdle) may be reused, like a full bucket; the overflow state is a
+// window of the rule's own limit.
 func (p *pluginContext) probeWindow(a *application, now float64) (corrupt bool, err error) {
 	r, corrupt, err := a.readGroup()
 	if err != nil {
@@ -51,37 +52,40 @@ func (p *pluginContext) probeWindow(a *application, now float64) (corrupt bool, 
 			return corrupt, nil
 		}
 	}
-	if a.claimNewWay(&r) {
-		return corrupt, nil
-	}
-	capacity := a.rule.win.Capacity()
-	var levels [state.Ways]float64
-	n := 0
-	for n < a.nways {
-		levels[n] = capacity
-		if _, _, derr := state.DecodeWindowSlot(a.ways[n], w); derr == nil {
-			levels[n] = min(windowLevel(a.rule.win, w, now), capacity)
-		} else if len(a.ways[n]) > 0 {
-			corrupt = true
-		}
-		if n++; levels[n-1] >= capacity {
-			break
+	overflow := false
+	if !a.claimNewWay(&r) {
+		overflow = true
+		for i := 0; i < a.nways; i++ { // w is scratch until the overflow state is read
+			_, _, derr := state.DecodeWindowSlot(a.ways[i], w)
+			if derr != nil {
+				corrupt = corrupt || len(a.ways[i]) > 0
+			}
+			if derr != nil || windowIdle(a.rule.win, w, now) {
+				r.way, r.claim, overflow = i, claimReuse, false
+				break
+			}
 		}
 	}
-	r.way, r.claim = chooseWay(levels[:n], capacity)
+	// A claimed way's window and an overflow decision both start from the
+	// overflow window (none: a fresh window).
+	sharers, oerr := state.DecodeWindowOverflow(a.ovf, w)
+	r.exists = oerr == nil
+	corrupt = corrupt || (oerr != nil && len(a.ovf) > 0)
+	if overflow {
+		if !r.exists || windowIdle(a.rule.win, w, now) {
+			sharers = 0
+		}
+		r.way, r.claim, r.sharers = -1, claimOverflow, sharers|state.SharerBit(a.fp)
+	}
 	a.read = r
 	return corrupt, nil
 }
 
-// windowLevel returns the quota a stored window has left at now; a fresh
-// window has its capacity.
-func windowLevel(l limiter.Window, w *state.Window, now float64) float64 {
+// windowIdle reports whether a stored window holds no use inside its
+// window at now: it is equivalent to a fresh one (limiter.Window's Reset 0).
+func windowIdle(l limiter.Window, w *state.Window, now float64) bool {
 	c := *w
-	d := l.Take(&c, true, now, 0)
-	if d.Reset == 0 {
-		return l.Capacity()
-	}
-	return d.Remaining
+	return l.Take(&c, true, now, 0).Reset == 0
 }
 
 // refundWindow removes a's cost from the period its request was counted in

@@ -31,6 +31,10 @@ import (
 type ruleTally struct {
 	name                                        string
 	allowed, rejected, shadowRejected, failOpen uint64
+	// overflowed counts requests decided by a group's overflow limit;
+	// overflowIdentities is the largest estimate of identities sharing one
+	// seen since the previous report (reset when a report is built).
+	overflowed, overflowIdentities uint64
 }
 
 // tally returns the VM's counters for rule name.
@@ -280,6 +284,11 @@ func (p *pluginContext) buildReport(now float64) []byte {
 		b = strconv.AppendUint(b, c.shadowRejected, 10)
 		b = append(b, `,"fail_open":`...)
 		b = strconv.AppendUint(b, c.failOpen, 10)
+		b = append(b, `,"overflowed":`...)
+		b = strconv.AppendUint(b, c.overflowed, 10)
+		b = append(b, `,"overflow_identities":`...)
+		b = strconv.AppendUint(b, c.overflowIdentities, 10)
+		c.overflowIdentities = 0 // a maximum per report
 		b = append(b, '}')
 	}
 	b = append(b, `],"buckets":[`...)

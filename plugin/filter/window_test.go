@@ -142,8 +142,10 @@ func TestSlidingWindowEstimateWasm(t *testing.T) {
 // TestWindowRace: the race test for every windowed algorithm, as
 // TestRaceExactBurst for token buckets: 4 VMs on 4 goroutines, a fresh key
 // per trial, 200 trials, 100 requests against a quota of 50: exactly 50
-// admitted, in bounded, exact (with injected CAS mismatches) and evicting
-// storage.
+// admitted, in bounded, exact (with injected CAS mismatches) and
+// overflowing storage (max_keys 2: after the first two trials every trial's
+// key is decided by the group's overflow window, which they share: the
+// first of them is admitted the quota, the later ones nothing).
 func TestWindowRace(t *testing.T) {
 	algs := map[string]string{
 		"fixed_window":   `{"limit": 50, "window_seconds": 86400}`,
@@ -157,7 +159,7 @@ func TestWindowRace(t *testing.T) {
 		}{
 			{"bounded", "", wasmhost.Faults{}},
 			{"exact-cas-mismatch", `"max_keys": 0, `, wasmhost.Faults{CASMismatchRate: 0.3, Seed: 7}},
-			{"evicting", `"max_keys": 2, `, wasmhost.Faults{}},
+			{"overflowing", `"max_keys": 2, `, wasmhost.Faults{}},
 		} {
 			t.Run(alg+"/"+mode.name, func(t *testing.T) {
 				cfg := `{"rules": [{"name": "race", ` + mode.maxKeys + `"limit_keys": ["header:x-api-key"], "algorithm": "` + alg +
@@ -170,16 +172,20 @@ func TestWindowRace(t *testing.T) {
 					trials = 20
 				}
 				for trial := 0; trial < trials; trial++ {
-					if got := race(t, f, 4, 25, rq("x-api-key", fmt.Sprintf("k-%d", trial))); got != 50 {
-						t.Fatalf("trial %d: %d of 100 admitted, want exactly 50 (fail_open=%d)",
-							trial, got, f.metric("sluice.rule.race.fail_open"))
+					want := 50
+					if mode.name == "overflowing" && trial > 2 {
+						want = 0
+					}
+					if got := race(t, f, 4, 25, rq("x-api-key", fmt.Sprintf("k-%d", trial))); got != want {
+						t.Fatalf("trial %d: %d of 100 admitted, want exactly %d (fail_open=%d)",
+							trial, got, want, f.metric("sluice.rule.race.fail_open"))
 					}
 				}
 				if n := f.metric("sluice.rule.race.fail_open"); n != 0 {
 					t.Errorf("fail_open = %d", n)
 				}
-				if mode.name == "evicting" && f.metric("sluice.rule.race.evicted") < uint64(trials-2) {
-					t.Errorf("evicted = %d: the evicting mode did not evict", f.metric("sluice.rule.race.evicted"))
+				if n := f.metric("sluice.rule.race.overflowed"); mode.name == "overflowing" && n != uint64(trials-2)*100 {
+					t.Errorf("overflowed = %d, want every request after the first two trials", n)
 				}
 			})
 		}
@@ -233,14 +239,14 @@ func TestWindowStorageFormats(t *testing.T) {
 	}
 	slot := state.WindowSlotKey(state.PrefixRollingWindow, "b", groupOf("id:2", policy.DefaultMaxKeys))
 	v, _, _ := f.h.SharedData().Get(slot)
-	rec := state.EncodeWindowSlot(nil, state.Fingerprint("id:2"), &state.Window{Start: start + 120, N: 2, Counts: [state.MaxCounts]float64{1, 1}}, "id:2")
+	rec := state.EncodeWindowSlot(nil, testFP("id:2"), &state.Window{Start: start + 120, N: 2, Counts: [state.MaxCounts]float64{1, 1}}, "id:2")
 	want = state.AppendGroup(nil, nil, 0, rec)
-	if string(v) != string(want) || v[0] != state.GroupFormat || v[2] != state.WindowSlotFormat {
+	if string(v) != string(want) || v[0] != state.GroupFormatV1 || v[2] != state.WindowSlotFormat {
 		t.Errorf("rw group value %x, want %x", v, want)
 	}
 	// A slot value in the text form of earlier versions (a group of one
 	// way) keeps counting.
-	f.h.SharedData().Set(slot, []byte(string(state.AppendHex16(nil, state.Fingerprint("id:2")))+fmt.Sprintf(":%d:3,1:id:2", int64(start)+120)), 0)
+	f.h.SharedData().Set(slot, []byte(string(state.AppendHex16(nil, testFP("id:2")))+fmt.Sprintf(":%d:3,1:id:2", int64(start)+120)), 0)
 	if res := f.do("x-b", "id:2"); res.Rejected {
 		t.Fatal("id:2 rejected with 4 of 5 used")
 	} else if got, _ := header(res.ResponseHeaders, "ratelimit-remaining"); got != "0" {
@@ -347,7 +353,7 @@ func TestWindowGroupWays(t *testing.T) {
 		for i, w := range groupWays(t, f.h.SharedData(), key) {
 			var win state.Window
 			fp, id, err := state.DecodeWindowSlot(w, &win)
-			if err != nil || fp != state.Fingerprint(string(id)) {
+			if err != nil || fp != testFP(string(id)) {
 				t.Fatalf("way %d: %v (%x)", i, err, w)
 			}
 			ids = append(ids, string(id))
@@ -409,7 +415,7 @@ func TestWindowRaceClaims(t *testing.T) {
 	)
 	clock := &raceClock{base: t0, step: step, start: time.Now()}
 	h, err := wasmhost.New(context.Background(), wasmhost.Config{
-		Wasm: pluginWasm(t), VMs: 4, Clock: clock,
+		Wasm: pluginWasm(t), VMs: 4, Clock: clock, SharedData: seededSharedData(),
 		PluginConfig: []byte(fmt.Sprintf(`{"rules": [{"name": "race", "max_keys": %d, "limit_keys": ["header:x-api-key"],
 		  "algorithm": "rolling_window", "algorithm_config": {"limit": %d, "window_seconds": 60, "period_seconds": 1}}]}`, maxKeys, limit)),
 	})
@@ -434,8 +440,8 @@ func TestWindowRaceClaims(t *testing.T) {
 		b := float64(boundary.Unix())
 		y := state.Window{Start: b - 60, N: 1, Counts: [state.MaxCounts]float64{1}}
 		z := state.Window{Start: b - 1000, N: 1, Counts: [state.MaxCounts]float64{1}}
-		ways := [][]byte{state.EncodeWindowSlot(nil, state.Fingerprint("y"), &y, "y")}
-		sd.Set(key, state.AppendGroup(nil, ways, 1, state.EncodeWindowSlot(nil, state.Fingerprint("z"), &z, "z")), 0)
+		ways := [][]byte{state.EncodeWindowSlot(nil, testFP("y"), &y, "y")}
+		sd.Set(key, state.AppendGroup(nil, ways, 1, state.EncodeWindowSlot(nil, testFP("z"), &z, "z")), 0)
 		clock.arm(16, nil)
 		if got := race(t, f, 4, 250, rq("x-api-key", x)); got != limit {
 			v, _, _ := sd.Get(key)
