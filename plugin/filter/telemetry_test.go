@@ -41,6 +41,11 @@ type report struct {
 		Rejected       uint64 `json:"rejected"`
 		ShadowRejected uint64 `json:"shadow_rejected"`
 		FailOpen       uint64 `json:"fail_open"`
+		// Bounded rules: requests decided by a group's overflow limit
+		// (cumulative) and the largest estimate of identities sharing one
+		// since the previous report.
+		Overflowed         uint64 `json:"overflowed"`
+		OverflowIdentities uint64 `json:"overflow_identities"`
 	} `json:"rules"`
 	Buckets []struct {
 		Rule       string  `json:"rule"`
@@ -345,5 +350,42 @@ func TestTelemetryWindowBuckets(t *testing.T) {
 	if b.Rule != "fw" || b.Identity != "header:x-user=u1" || b.Tokens != 0 || b.Burst != 5 || b.Rejects != 2 ||
 		b.Algorithm != "fixed_window" || b.LastRefill != float64(aligned.Unix()) {
 		t.Errorf("bucket %+v", b)
+	}
+}
+
+// Overflow decisions reach the report: "overflowed" counts them
+// cumulatively, "overflow_identities" is the largest estimate of identities
+// sharing one overflow limit since the previous report (0 in a report with
+// none).
+func TestTelemetryOverflow(t *testing.T) {
+	const cfg = `{"telemetry": {"cluster": "sluice_admin", "token": "t", "interval_ms": 1000},
+	  "rules": [{"name": "small", "max_keys": 4, "limit_keys": ["header:x-id"], "algorithm": "token_bucket",
+	    "algorithm_config": {"tokens_per_second": 0.001, "burst": 10}}]}`
+	f := startTelemetry(t, cfg, 1)
+	for i := 0; i < 4; i++ { // the one group's four ways
+		f.do("x-id", fmt.Sprintf("way-%d", i))
+	}
+	for i := 0; i < 3; i++ { // three identities overflow, two requests each
+		f.do("x-id", fmt.Sprintf("over-%d", i))
+		f.do("x-id", fmt.Sprintf("over-%d", i))
+	}
+	rule := func(c *wasmhost.HTTPCall) (overflowed, identities uint64) {
+		r := decodeReport(t, c)
+		if len(r.Rules) != 1 {
+			t.Fatalf("rules %+v", r.Rules)
+		}
+		return r.Rules[0].Overflowed, r.Rules[0].OverflowIdentities
+	}
+	calls := f.tick(time.Second)
+	n, k := rule(calls[0])
+	// Three identities set two or three bits of the sketch (two share a bit
+	// one time in about 20).
+	if n != 6 || k < 2 || k > 3 {
+		t.Fatalf("first report: overflowed %d, overflow_identities %d; want 6, about 3", n, k)
+	}
+	answer(t, calls[0], "204")
+	calls = f.tick(time.Second)
+	if n, k := rule(calls[0]); n != 6 || k != 0 {
+		t.Fatalf("second report: overflowed %d, overflow_identities %d; want 6 (cumulative), 0 (none since)", n, k)
 	}
 }

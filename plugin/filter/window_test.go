@@ -337,11 +337,12 @@ func TestWindowFailsOpen(t *testing.T) {
 	}
 }
 
-// Window groups follow probe's choice of way (TestBoundedSlotReuseAndEviction):
+// Window groups follow probe's choice of way (TestBoundedSlotReuseAndOverflow):
 // a new way while the group has fewer than four, then a fresh window's way
-// (no use left inside its window) without an eviction, and when every way is
-// active the one with the most quota left; the other ways are written back
-// unchanged.
+// (no use left inside its window); when every way is active the newcomer is
+// decided by the group's overflow window and the ways are written back
+// unchanged. A way claimed while the overflow window holds use starts as a
+// copy of it (TestBoundedClaimCopiesOverflow).
 func TestWindowGroupWays(t *testing.T) {
 	const maxKeys = 4
 	f := start(t, `{"rules": [{"name": "rw", "max_keys": 4, "limit_keys": ["ip:address"], "algorithm": "rolling_window",
@@ -376,29 +377,47 @@ func TestWindowGroupWays(t *testing.T) {
 	if got, want := holders(), []string{ipOf(ids[0]), ipOf(ids[1]), ipOf(ids[2]), ipOf(ids[3])}; !slices.Equal(got, want) {
 		t.Fatalf("ways %q, want %q", got, want)
 	}
-	// Every way is active: the newcomer evicts the window with the most
-	// quota left (ids[0], 9).
-	send(ids[4], 1)
-	if got, want := holders(), []string{ipOf(ids[4]), ipOf(ids[1]), ipOf(ids[2]), ipOf(ids[3])}; !slices.Equal(got, want) {
-		t.Fatalf("after an eviction: ways %q, want %q", got, want)
+	ways := holders()
+	// Every way is active: the newcomer is decided by the overflow window
+	// (the rule's limit, 10, for every overflowing identity of the group).
+	for i := 0; i < 10; i++ {
+		if res := f.doOn(0, ipRequest(ids[4])); res.Rejected {
+			t.Fatalf("overflowing request %d rejected", i)
+		}
 	}
-	if n := f.metric("sluice.rule.rw.evicted"); n != 1 {
-		t.Fatalf("evicted = %d, want 1", n)
+	if res := f.doOn(0, ipRequest(ids[4])); !res.Rejected {
+		t.Fatal("11th overflowing request admitted: the overflow window's limit is 10")
+	}
+	if got := holders(); !slices.Equal(got, ways) {
+		t.Fatalf("after overflow decisions: ways %q, want %q", got, ways)
+	}
+	if n := f.metric("sluice.rule.rw.overflowed"); n != 11 {
+		t.Fatalf("overflowed = %d, want 11", n)
 	}
 	// The others kept their exact windows: ids[3] has 4 left.
 	res := f.doOn(0, ipRequest(ids[3]))
 	if got, _ := header(res.ResponseHeaders, "ratelimit-remaining"); got != "3" {
-		t.Fatalf("ids[3] after the eviction: remaining %q, want 3", got)
+		t.Fatalf("ids[3] after the overflow decisions: remaining %q, want 3", got)
+	}
+	// 31 s later ids[0]'s one use has left its window (its way is free),
+	// the overflow window's ten have not: ids[4] would claim ids[0]'s way
+	// with a copy of the overflow window, which has no quota left.
+	f.clock.Advance(31 * time.Second)
+	if res := f.doOn(0, ipRequest(ids[4])); !res.Rejected {
+		t.Fatal("ids[4] admitted by claiming a free way after draining the overflow window")
+	}
+	if got := holders(); !slices.Equal(got, ways) {
+		t.Fatalf("a refused claim changed the ways: %q, want %q", got, ways)
 	}
 	// 61 s later every use has left its window: a newcomer takes the first
-	// fresh way, without an eviction.
+	// fresh way, without an overflow decision.
 	f.clock.Advance(61 * time.Second)
 	send(ids[5], 1)
 	if got := holders(); got[0] != ipOf(ids[5]) {
 		t.Fatalf("ways %q, want the newcomer in way 0", got)
 	}
-	if n := f.metric("sluice.rule.rw.evicted"); n != 1 {
-		t.Fatalf("evicted = %d after reusing a fresh window's way, want still 1", n)
+	if n := f.metric("sluice.rule.rw.overflowed"); n != 11 { // a refused claim is not an overflow decision
+		t.Fatalf("overflowed = %d after reusing a fresh window's way, want still 11", n)
 	}
 }
 
