@@ -52,7 +52,7 @@ type Stream interface {
 
 // Call is a dispatch_http_call made by the plugin and not answered yet.
 type Call struct {
-	ID      uint32
+	ID      uint32 // unique within the host, across VMs (not necessarily the guest's callout id)
 	VM      int
 	Cluster string
 	Headers []Header
