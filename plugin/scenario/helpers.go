@@ -211,3 +211,16 @@ func keyRule(name, algorithm, algorithmConfig string) string {
 	return `{"rules": [{"name": "` + name + `", "limit_keys": ["header:x-api-key"], "algorithm": "` + algorithm +
 		`", "algorithm_config": ` + algorithmConfig + `}]}`
 }
+
+// admittedAcross sends n copies of r, one at a time, on VMs 0, 1, ...,
+// vms-1 in turn and returns how many were allowed.
+func admittedAcross(t testing.TB, h Host, vms, n int, r Request) int {
+	t.Helper()
+	ok := 0
+	for i := 0; i < n; i++ {
+		if !doOn(t, h, i%vms, r).Rejected {
+			ok++
+		}
+	}
+	return ok
+}
