@@ -2,6 +2,8 @@ package scenario
 
 import (
 	"encoding/base64"
+	"fmt"
+	"hash/fnv"
 	"strconv"
 	"strings"
 	"testing"
@@ -223,4 +225,12 @@ func admittedAcross(t testing.TB, h Host, vms, n int, r Request) int {
 		}
 	}
 	return ok
+}
+
+// fnv64Hex is the FNV-1a 64 hash of s in 16 hex digits (the config hash of
+// telemetry reports; its low 8 digits mask identities).
+func fnv64Hex(s string) string {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return fmt.Sprintf("%016x", h.Sum64())
 }
