@@ -122,7 +122,7 @@ func slidingWindowEstimate(t *testing.T, start Starter) {
 // hours leave. Hour 48 with unit costs: exactly 1,000 of 1,001.
 func rollingWindowHourByHour(t *testing.T, start Starter) {
 	h := mustStart(t, start, Options{Start: alignedStart.Add(5 * time.Minute),
-		Config: []byte(keyRule("seed000", "rolling_window", `{"limit": 10000, "window_seconds": 86400,
+		Config: []byte(keyRule("daily", "rolling_window", `{"limit": 10000, "window_seconds": 86400,
 		  "period_seconds": 3600, "max_per_period": 1000, "cost_source": "header:x-cost", "default_cost": 1}`))})
 	hundred := req("x-api-key", "client", "x-cost", "100")
 	for hour := 0; hour < 48; hour++ {
@@ -138,7 +138,7 @@ func rollingWindowHourByHour(t *testing.T, start Starter) {
 		for _, res := range many(t, h, 0, rs) {
 			if !res.Rejected {
 				got++
-				wantHeaders(t, "allowed", res.ResponseHeaders, "ratelimit-policy", `"seed000";q=10000;w=86400`)
+				wantHeaders(t, "allowed", res.ResponseHeaders, "ratelimit-policy", `"daily";q=10000;w=86400`)
 			} else {
 				last = res
 			}
@@ -152,9 +152,9 @@ func rollingWindowHourByHour(t *testing.T, start Starter) {
 		}
 		switch hour {
 		case 3: // capped for the hour: more at the next hour, 55 minutes away
-			windowRejected(t, "hour 3", last, "seed000", "rolling_window", 10000, 86400, 55*60)
+			windowRejected(t, "hour 3", last, "daily", "rolling_window", 10000, 86400, 55*60)
 		case 10: // the window is spent: more when hour 0 leaves it, at hour 24
-			windowRejected(t, "hour 10", last, "seed000", "rolling_window", 10000, 86400, int((14*time.Hour - 5*time.Minute).Seconds()))
+			windowRejected(t, "hour 10", last, "daily", "rolling_window", 10000, 86400, int((14*time.Hour - 5*time.Minute).Seconds()))
 		}
 	}
 	h.Advance(time.Hour - 5*time.Minute) // hour 48 exactly
