@@ -18,8 +18,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/sluice-rl/sluice/admin/telemetry"
 )
 
 func init() {
@@ -106,7 +104,7 @@ func collectorUnderLoad(t *testing.T, start Starter) {
 		if r.ConfigHash != fnv64Hex(config) {
 			t.Errorf("chunk %d: report of configuration %s, want %s", chunk, r.ConfigHash, fnv64Hex(config))
 		}
-		got := sumCounts([]*telemetry.Report{r})["k"]
+		got := sumCounts([]*telemetryReport{r})["k"]
 		if got.Allowed != allowed || got.Rejected != rejected {
 			t.Fatalf("chunk %d: report counts %+v, want %d allowed, %d rejected", chunk, got, allowed, rejected)
 		}
