@@ -101,7 +101,9 @@ type Host interface {
 	// Respond answers a pending call; the plugin's on_http_call_response
 	// has run when Respond returns.
 	Respond(id uint32, headers []Header, body []byte) error
-	// FailCall delivers the failure callback of a pending call.
+	// FailCall delivers the failure callback of a pending call (Envoy's
+	// on_http_call_response with no headers, body or trailers); like
+	// Respond, it returns once the plugin's callback has run.
 	FailCall(id uint32) error
 	// Close stops the host.
 	Close() error
