@@ -51,10 +51,19 @@ type Stat struct {
 
 // RuleCard is one rule: its numbers and its chart.
 type RuleCard struct {
-	Name  string
-	Nodes int
-	Stats []Stat
-	Chart Chart
+	Name     string
+	Nodes    int
+	Stats    []Stat
+	Chart    Chart
+	Overflow *RuleOverflow // nil: no overflow limit decided a request in the window, and none is shared now
+}
+
+// RuleOverflow is what the rule's overflow limits decided: requests whose
+// identity found no place in the plugin's bounded table (max_keys).
+type RuleOverflow struct {
+	Rate       string // per second, over the last 10 s
+	Count      string // over the window
+	Identities string // "1,234": the estimated identities sharing one overflow limit; "" for none
 }
 
 // KeyRow is one bucket.

@@ -110,6 +110,7 @@ func (s *server) dashboardView(r *http.Request, sess auth.Session) (web.Dashboar
 			series[d] = web.ChartSeries{Kind: d.String(), Label: decisionLabel(d), Values: vals}
 		}
 		card.Chart = web.NewChart(series, ov.Window)
+		card.Overflow = ruleOverflow(rv.Overflow)
 		l.Rules = append(l.Rules, card)
 	}
 	l.Fleet = s.fleetSection(r.Context(), now, l.Current, ov.Fleet)
@@ -137,6 +138,19 @@ func (s *server) dashboardView(r *http.Request, sess auth.Session) (web.Dashboar
 		pluralCount(st.Nodes, "node"), pluralCount(st.VMs, "VM"), pluralCount(st.Buckets, "bucket"), count(st.BucketsEvicted),
 		count(st.Accepted), count(st.Duplicates), count(st.Rejected))
 	return p, nil
+}
+
+// ruleOverflow is a rule card's overflow line: nil when no overflow limit
+// decided a request in the window and no identities share one.
+func ruleOverflow(o telemetry.Overflow) *web.RuleOverflow {
+	if o.Window == 0 && o.Rate == 0 && o.Identities == 0 {
+		return nil
+	}
+	ro := &web.RuleOverflow{Rate: rate(o.Rate), Count: count(o.Window)}
+	if o.Identities > 0 {
+		ro.Identities = count(o.Identities)
+	}
+	return ro
 }
 
 func dashURL(path, window, q string, fragment bool) string {

@@ -11,6 +11,7 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -475,5 +476,86 @@ func TestKeyRowWindowLabel(t *testing.T) {
 	}
 	if fw.FillPct != "25 %" {
 		t.Errorf("window fill %q, want 25 %%", fw.FillPct)
+	}
+}
+
+// overflowReport is a report of envoy-1 whose rules per-ip and per-user
+// have requests decided by an overflow limit, per-ip with identities
+// sharing one, and whose rule calm has none.
+func overflowReport(seq, overflowed, identities uint64) string {
+	r := telemetry.Report{
+		V: 1, Node: "envoy-1", VM: "a1", VMStartMS: 1763770000000, Seq: seq, SentAtMS: 1763770000000 + int64(seq)*1000,
+		IntervalMS: 1000, Buckets: []telemetry.Bucket{},
+		Rules: []telemetry.RuleCounters{
+			{Rule: "per-ip", Allowed: 100 * seq, Rejected: seq, Overflowed: overflowed, OverflowIdentities: identities},
+			{Rule: "per-user", Allowed: 10 * seq, Overflowed: seq},
+			{Rule: "calm", Allowed: seq},
+		},
+	}
+	b, _ := json.Marshal(r)
+	return string(b)
+}
+
+// ruleCard returns the dashboard card of rule.
+func ruleCard(t *testing.T, page, rule string) string {
+	t.Helper()
+	card := regexp.MustCompile(`(?s)<article class="rule-card" data-rule="` + regexp.QuoteMeta(rule) + `">.*?</article>`).FindString(page)
+	if card == "" {
+		t.Fatalf("no card for rule %q:\n%s", rule, page)
+	}
+	return card
+}
+
+func TestDashboardOverflow(t *testing.T) {
+	te := newTelEnv(t, nil)
+	for seq := uint64(1); seq <= 3; seq++ {
+		if r, body := te.send(t, telToken, "application/json", overflowReport(seq, 40*seq, 1234)); r.StatusCode != 204 {
+			t.Fatalf("report %d: %d %v", seq, r.StatusCode, body)
+		}
+		te.clock.Add(time.Second)
+	}
+	c := login(t, te.env, "ops")
+	page := get(t, c, te.srv.URL+"/dashboard?fragment=1")
+
+	perIP := ruleCard(t, page, "per-ip")
+	for _, want := range []string{`class="rule-overflow sharing"`, `<b>12/s</b> decided by an overflow limit (120 in the window)`,
+		`class="overflow-hint" data-overflow-identities="1,234"`, `≈1,234 identities</b> share an overflow limit`, `<code>max_keys</code> is too small`} {
+		if !strings.Contains(perIP, want) {
+			t.Errorf("per-ip lacks %s:\n%s", want, perIP)
+		}
+	}
+	perUser := ruleCard(t, page, "per-user")
+	if !strings.Contains(perUser, `<b>0.3/s</b> decided by an overflow limit (3 in the window)`) || strings.Contains(perUser, "overflow-hint") || strings.Contains(perUser, "max_keys") {
+		t.Errorf("per-user: an overflow rate and no hint (no identities share a limit):\n%s", perUser)
+	}
+	if calm := ruleCard(t, page, "calm"); strings.Contains(calm, "overflow") {
+		t.Errorf("calm: nothing about overflow limits:\n%s", calm)
+	}
+
+	// The JSON API and Prometheus carry the same numbers.
+	_, api := te.apiJSON(t, "GET", "/api/v1/telemetry?window=1m", "")
+	var overflow map[string]any
+	for _, r := range api["rules"].([]any) {
+		if r.(map[string]any)["rule"] == "per-ip" {
+			overflow, _ = r.(map[string]any)["overflow"].(map[string]any)
+		}
+	}
+	if overflow["total"] != 120.0 || overflow["window"] != 120.0 || overflow["rate"] != 12.0 || overflow["identities"] != 1234.0 {
+		t.Errorf("API per-ip overflow: %v", overflow)
+	}
+	_, metrics := te.call(t, "GET", "/metrics", testToken, "", "")
+	for _, want := range []string{`sluice_rule_overflowed_total{node="envoy-1",rule="per-ip"} 120`,
+		`sluice_rule_overflow_identities{node="envoy-1",rule="per-ip"} 1234`, `sluice_rule_overflow_identities{node="envoy-1",rule="calm"} 0`} {
+		if !strings.Contains(fmt.Sprint(metrics["_raw"]), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+
+	// Once no identities share an overflow limit, the hint goes; the
+	// rate stays while the window holds overflowed requests.
+	te.send(t, telToken, "application/json", overflowReport(4, 160, 0))
+	perIP = ruleCard(t, get(t, c, te.srv.URL+"/dashboard?fragment=1"), "per-ip")
+	if strings.Contains(perIP, "overflow-hint") || strings.Contains(perIP, "identities") || !strings.Contains(perIP, `decided by an overflow limit (120 in the window)`) {
+		t.Errorf("per-ip without identities sharing a limit:\n%s", perIP)
 	}
 }

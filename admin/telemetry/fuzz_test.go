@@ -16,6 +16,8 @@ import (
 func FuzzDecode(f *testing.F) {
 	f.Add([]byte(validJSON))
 	f.Add([]byte(validFleetJSON))
+	f.Add([]byte(overflowBody("18446744073709551615", "4294967296")))
+	f.Add([]byte(overflowBody("7", "4294967297")))
 	f.Add([]byte(`{"v":1,"node":"n","vm":"a","vm_start_ms":1,"seq":0,"sent_at_ms":2,"rules":[]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, err := Decode(data)

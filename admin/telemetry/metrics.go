@@ -73,6 +73,12 @@ var (
 	descRequests = prometheus.NewDesc("sluice_requests_total",
 		"Requests seen by the plugin, per rule, node and decision (allowed, rejected, shadow_rejected, fail_open), counted by the admin from the reports since it first saw the node.",
 		[]string{"rule", "node", "decision"}, nil)
+	descOverflowed = prometheus.NewDesc("sluice_rule_overflowed_total",
+		"Requests of the rule decided by a group's overflow limit (their identity found no place in the plugin's bounded table; each is also counted in sluice_requests_total), per rule and node, counted by the admin from the reports since it first saw the node.",
+		[]string{"rule", "node"}, nil)
+	descOverflowIdentities = prometheus.NewDesc("sluice_rule_overflow_identities",
+		"Estimated distinct identities sharing one overflow limit of the rule: the most any running VM of the node saw in its last report (0: none). Above 0, the rule's max_keys is too small for its active identities.",
+		[]string{"rule", "node"}, nil)
 	descLastReport = prometheus.NewDesc("sluice_node_last_report_timestamp_seconds",
 		"When the admin last received a report from the node (unix seconds).", []string{"node"}, nil)
 	descDropped = prometheus.NewDesc("sluice_telemetry_reports_dropped_total",
@@ -94,7 +100,7 @@ var (
 type stateCollector struct{ s *State }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRequests, descLastReport, descDropped, descVMs, descNodeConfig, descBuckets, descEvicted, descNodes} {
+	for _, d := range []*prometheus.Desc{descRequests, descOverflowed, descOverflowIdentities, descLastReport, descDropped, descVMs, descNodeConfig, descBuckets, descEvicted, descNodes} {
 		ch <- d
 	}
 	describeFleet(ch)
@@ -110,6 +116,8 @@ type nodeMetric struct {
 type seriesMetric struct {
 	rule, node string
 	total      Counts
+	overflowed uint64
+	identities uint64
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -126,9 +134,17 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			nm.version = strconv.FormatInt(nv.Version, 10)
 		}
 		nodes = append(nodes, nm)
+		first := len(ser)
 		for rule, se := range n.series {
-			ser = append(ser, seriesMetric{rule: rule, node: n.id, total: se.total})
+			ser = append(ser, seriesMetric{rule: rule, node: n.id, total: se.total, overflowed: se.overflowed})
 		}
+		overflowIdentities(n, now, func(rule string, k uint64) {
+			for i := first; i < len(ser); i++ {
+				if ser[i].rule == rule {
+					ser[i].identities = k
+				}
+			}
+		})
 	}
 	buckets, evicted := s.buckets.len(), s.evicted
 	fleet := s.fleetViews(now)
@@ -138,6 +154,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		for d := range NumDecisions {
 			ch <- prometheus.MustNewConstMetric(descRequests, prometheus.CounterValue, float64(sm.total[d]), sm.rule, sm.node, d.String())
 		}
+		ch <- prometheus.MustNewConstMetric(descOverflowed, prometheus.CounterValue, float64(sm.overflowed), sm.rule, sm.node)
+		ch <- prometheus.MustNewConstMetric(descOverflowIdentities, prometheus.GaugeValue, float64(sm.identities), sm.rule, sm.node)
 	}
 	for _, n := range nodes {
 		ch <- prometheus.MustNewConstMetric(descLastReport, prometheus.GaugeValue, float64(n.last.UnixMilli())/1000, n.id)

@@ -105,3 +105,65 @@ sluice_telemetry_buckets 1
 		t.Errorf("%d series after the nodes expired", n)
 	}
 }
+
+// TestPrometheusOverflowSeries: per rule and node, the requests decided by
+// an overflow limit (a counter) and the identities sharing one (a gauge,
+// the largest of the node's running VMs; 0 where none overflows).
+func TestPrometheusOverflowSeries(t *testing.T) {
+	now := t0.Add(3 * time.Second)
+	s := NewState(Options{Now: func() time.Time { return now }})
+	m := NewMetrics(s)
+	start := t0.UnixMilli()
+	s.Ingest(rep("edge-a", "vm1", start, 1, orc("free", 10, 4, 30), rc("paid", 5, 0, 0, 0)), t0.Add(time.Second))
+	s.Ingest(rep("edge-a", "vm2", start, 1, orc("free", 7, 3, 120)), t0.Add(time.Second))
+	s.Ingest(rep("edge-a", "vm1", start, 2, orc("free", 12, 6, 25), rc("paid", 5, 0, 0, 0)), t0.Add(2*time.Second))
+	s.Ingest(rep("edge-b", "vm9", start, 1, orc("free", 1, 0, 0)), t0.Add(2*time.Second))
+
+	expected := `
+# HELP sluice_rule_overflowed_total Requests of the rule decided by a group's overflow limit (their identity found no place in the plugin's bounded table; each is also counted in sluice_requests_total), per rule and node, counted by the admin from the reports since it first saw the node.
+# TYPE sluice_rule_overflowed_total counter
+sluice_rule_overflowed_total{node="edge-a",rule="free"} 9
+sluice_rule_overflowed_total{node="edge-a",rule="paid"} 0
+sluice_rule_overflowed_total{node="edge-b",rule="free"} 0
+# HELP sluice_rule_overflow_identities Estimated distinct identities sharing one overflow limit of the rule: the most any running VM of the node saw in its last report (0: none). Above 0, the rule's max_keys is too small for its active identities.
+# TYPE sluice_rule_overflow_identities gauge
+sluice_rule_overflow_identities{node="edge-a",rule="free"} 120
+sluice_rule_overflow_identities{node="edge-a",rule="paid"} 0
+sluice_rule_overflow_identities{node="edge-b",rule="free"} 0
+`
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(expected), "sluice_rule_overflowed_total", "sluice_rule_overflow_identities"); err != nil {
+		t.Error(err)
+	}
+
+	// vm2 silent for three intervals (5 s at least): only vm1's estimate is left.
+	now = t0.Add(7 * time.Second)
+	if got := overflowGauge(t, m, "edge-a", "free"); got != 25 {
+		t.Errorf("after vm2 went silent: %v, want 25", got)
+	}
+}
+
+// overflowGauge returns the value of sluice_rule_overflow_identities for
+// (node, rule).
+func overflowGauge(t *testing.T, m *Metrics, node, rule string) float64 {
+	t.Helper()
+	mfs, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "sluice_rule_overflow_identities" {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range mt.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["node"] == node && labels["rule"] == rule {
+				return mt.GetGauge().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no series for %s %s", node, rule)
+	return 0
+}

@@ -52,6 +52,23 @@ type RuleView struct {
 	Total  Counts   `json:"total"`      // since the admin first saw the rule
 	Points []Counts `json:"points"`     // per step, oldest first (len = Window/Step)
 	Nodes  int      `json:"nodes"`      // nodes reporting the rule
+	// Overflow: the requests of the rule decided by a group's overflow
+	// limit (each also counted in its decision), and how many identities
+	// share one.
+	Overflow Overflow `json:"overflow"`
+}
+
+// Overflow is what a rule's overflow limits decided: requests whose
+// identity found no place in its group of the plugin's bounded table and
+// shared the group's overflow limit with the other identities left out.
+type Overflow struct {
+	Window uint64  `json:"window"` // requests over the window
+	Rate   float64 `json:"rate"`   // per second over the last RateWindow
+	Total  uint64  `json:"total"`  // since the admin first saw the rule
+	// Identities is the largest estimated number of distinct identities
+	// sharing one overflow limit: the most any running VM (of any node)
+	// saw in its last report; 0 when none overflows.
+	Identities uint64 `json:"identities"`
 }
 
 // NodeView is the health of one node.
@@ -134,13 +151,20 @@ func (s *State) overview(now time.Time, opts OverviewOptions) *Overview {
 		Rules: make([]RuleView, 0, len(s.rules)), Nodes: make([]NodeView, 0, len(s.nodes)),
 	}
 	ruleNodes := map[string]int{}
+	identities := map[string]uint64{}
 	for _, n := range s.nodes {
 		for rule := range n.series {
 			ruleNodes[rule]++
 		}
+		overflowIdentities(n, now, func(rule string, k uint64) { identities[rule] = max(identities[rule], k) })
 	}
 	for name, ra := range s.rules {
 		rv := RuleView{Name: name, First: ra.first.Unix(), Total: ra.total, Points: make([]Counts, points), Nodes: ruleNodes[name]}
+		rv.Overflow = Overflow{Total: ra.ovfTotal, Identities: identities[name]}
+		if ra.ovf != nil {
+			rv.Overflow.Window = ra.ovf.sum(start, end)[0]
+			rv.Overflow.Rate = float64(ra.ovf.sum(rateFrom, end)[0]) / rateDiv
+		}
 		for p := range points {
 			from := start + int64(p*step)
 			c := ra.ring.sum(from, from+int64(step)-1)
@@ -176,8 +200,7 @@ func (s *State) overview(now time.Time, opts OverviewOptions) *Overview {
 }
 
 func (s *State) nodeView(n *node, now time.Time, rateFrom, end int64) NodeView {
-	interval := time.Duration(n.intervalMS) * time.Millisecond
-	alive := max(3*interval, 5*time.Second)
+	alive := aliveFor(n)
 	nv := NodeView{
 		ID: n.id, LastReport: n.last, IntervalMS: n.intervalMS, Stale: now.Sub(n.last) > alive,
 		ConfigHash: n.configHash, Received: n.received, Duplicates: n.duplicates, Rejected: n.rejected, Dropped: n.dropped,

@@ -25,6 +25,10 @@ const (
 	MaxIntervalMS    = 3600000 // "interval_ms" (one hour)
 	MaxErrors        = 100     // problems listed in one answer; the rest are counted
 
+	// MaxOverflowIdentities bounds a rule's "overflow_identities" (2^32):
+	// an estimate of distinct identities, which the plugin caps there.
+	MaxOverflowIdentities = 1 << 32
+
 	maxTimeMS = 253402300799999 // 9999-12-31T23:59:59.999Z, in ms since the epoch
 )
 
@@ -48,13 +52,25 @@ type Report struct {
 	Fleet          *Fleet         `json:"fleet,omitempty"` // fleet.go: only with global rules
 }
 
-// RuleCounters are one rule's cumulative counters since the VM started.
+// RuleCounters are one rule's cumulative counters since the VM started,
+// and one gauge (OverflowIdentities).
 type RuleCounters struct {
 	Rule           string `json:"rule"`
 	Allowed        uint64 `json:"allowed"`
 	Rejected       uint64 `json:"rejected"`
 	ShadowRejected uint64 `json:"shadow_rejected"`
 	FailOpen       uint64 `json:"fail_open"`
+	// Overflowed counts the requests decided by a group's overflow limit:
+	// their identity found no place in its group of the bounded table, so
+	// it shared the group's one overflow limit with the other identities
+	// left out. Each of them is also counted as allowed, rejected, ...
+	// Optional (0): plugins before the overflow limit do not send it.
+	Overflowed uint64 `json:"overflowed,omitempty"`
+	// OverflowIdentities is the largest estimated number of distinct
+	// identities sharing one overflow limit that the VM saw since its
+	// previous report (0 to MaxOverflowIdentities; 0: none). A gauge, not
+	// cumulative. Optional (0).
+	OverflowIdentities uint64 `json:"overflow_identities,omitempty"`
 }
 
 // Bucket is the state of one bucket as a VM last saw it. Rejects are the
@@ -110,7 +126,8 @@ func (es Errors) Error() string {
 // and duplicate fields are errors, integers must be written as integers,
 // and null is not a value, except that "rules" and "buckets" may be null
 // for an empty array (a nil slice in Go). Optional fields: interval_ms
-// (default 1000), config_hash, buckets, reports_dropped.
+// (default 1000), config_hash, buckets, reports_dropped, fleet, and the
+// rules' overflowed and overflow_identities (default 0).
 func Decode(data []byte) (*Report, error) {
 	if len(strings.TrimSpace(string(data))) == 0 {
 		return nil, Errors{{Message: "the body is empty; send a JSON report (docs/telemetry.md)"}}
@@ -338,17 +355,25 @@ const (
 	rRejected
 	rShadow
 	rFailOpen
+	rOverflowed    // optional
+	rOverflowIdent // optional
 )
 
 var ruleFields = []struct {
-	name string
-	bit  int
-}{{"rule", rRule}, {"allowed", rAllowed}, {"rejected", rRejected}, {"shadow_rejected", rShadow}, {"fail_open", rFailOpen}}
+	name     string
+	bit      int
+	required bool
+}{
+	{"rule", rRule, true}, {"allowed", rAllowed, true}, {"rejected", rRejected, true}, {"shadow_rejected", rShadow, true},
+	{"fail_open", rFailOpen, true}, {"overflowed", rOverflowed, false}, {"overflow_identities", rOverflowIdent, false},
+}
+
+const ruleFieldList = "rule, allowed, rejected, shadow_rejected, fail_open and optionally overflowed, overflow_identities"
 
 func (p *parser) rule(l loc) RuleCounters {
 	var rc RuleCounters
 	if c := p.peek(); c != '{' {
-		p.errorf(l, "must be an object {rule, allowed, rejected, shadow_rejected, fail_open}, got ", kindName(c))
+		p.errorf(l, "must be an object {", ruleFieldList, "}, got ", kindName(c))
 		p.skip()
 		return rc
 	}
@@ -367,7 +392,7 @@ func (p *parser) rule(l loc) RuleCounters {
 		fl := l.with(name)
 		switch {
 		case bit == 0:
-			p.errorf(fl, "unknown field; the fields are rule, allowed, rejected, shadow_rejected, fail_open")
+			p.errorf(fl, "unknown field; the fields are ", ruleFieldList)
 			p.skip()
 			return
 		case seen&bit != 0:
@@ -390,10 +415,14 @@ func (p *parser) rule(l loc) RuleCounters {
 			rc.ShadowRejected, _ = p.uint64(fl)
 		case rFailOpen:
 			rc.FailOpen, _ = p.uint64(fl)
+		case rOverflowed:
+			rc.Overflowed, _ = p.uint64(fl)
+		case rOverflowIdent:
+			rc.OverflowIdentities, _ = p.uintUpTo(fl, MaxOverflowIdentities, " (2^32)")
 		}
 	})
 	for _, f := range ruleFields {
-		if seen&f.bit == 0 {
+		if f.required && seen&f.bit == 0 {
 			p.errorf(l.with(f.name), "required")
 		}
 	}
@@ -816,7 +845,11 @@ func (p *parser) number(l loc, want string) (string, bool) {
 	return string(p.b[start:p.i]), true
 }
 
-func (p *parser) uint64(l loc) (uint64, bool) {
+func (p *parser) uint64(l loc) (uint64, bool) { return p.uintUpTo(l, math.MaxUint64, "") }
+
+// uintUpTo reads a whole number from 0 to max; note follows max in the
+// message of a number above it.
+func (p *parser) uintUpTo(l loc, max uint64, note string) (uint64, bool) {
 	tok, ok := p.number(l, "a whole number")
 	if !ok {
 		return 0, false
@@ -830,8 +863,8 @@ func (p *parser) uint64(l loc) (uint64, bool) {
 		return 0, false
 	}
 	v, err := strconv.ParseUint(tok, 10, 64)
-	if err != nil {
-		p.errorf(l, tok, " is too large (the maximum is 18446744073709551615)")
+	if err != nil || v > max {
+		p.errorf(l, tok, " is too large (the maximum is ", strconv.FormatUint(max, 10), note, ")")
 		return 0, false
 	}
 	return v, true

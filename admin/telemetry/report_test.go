@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"encoding/json"
+	"math"
 	"reflect"
 	"strconv"
 	"strings"
@@ -75,7 +76,7 @@ func TestDecodeValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Node != `a"b` || r.Buckets[0].Identity != "é😀" || r.Rules[0] != (RuleCounters{"r", 1, 2, 3, 4}) {
+	if r.Node != `a"b` || r.Buckets[0].Identity != "é😀" || r.Rules[0] != (RuleCounters{Rule: "r", Allowed: 1, Rejected: 2, ShadowRejected: 3, FailOpen: 4}) {
 		t.Errorf("escapes: %+v", r)
 	}
 }
@@ -133,6 +134,17 @@ func TestDecodeNamesEveryBadField(t *testing.T) {
 		{"rules[0].shadow_rejected float", mutate(t, func(m map[string]any) { rule0(m)["shadow_rejected"] = 0.5 }), []string{"rules[0].shadow_rejected: must be a whole number, got 0.5"}},
 		{"rules[0].fail_open string", mutate(t, func(m map[string]any) { rule0(m)["fail_open"] = "0" }), []string{"rules[0].fail_open: must be a whole number, got a string"}},
 		{"rules[0] unknown", mutate(t, func(m map[string]any) { rule0(m)["shadow_rejects"] = 1 }), []string{"rules[0].shadow_rejects: unknown field"}},
+		{"rules[0].overflowed string", mutate(t, func(m map[string]any) { rule0(m)["overflowed"] = "5" }), []string{"rules[0].overflowed: must be a whole number, got a string"}},
+		{"rules[0].overflowed negative", mutate(t, func(m map[string]any) { rule0(m)["overflowed"] = -1 }), []string{"rules[0].overflowed: -1 is negative"}},
+		{"rules[0].overflowed float", mutate(t, func(m map[string]any) { rule0(m)["overflowed"] = 2.5 }), []string{"rules[0].overflowed: must be a whole number, got 2.5"}},
+		{"rules[0].overflowed null", mutate(t, func(m map[string]any) { rule0(m)["overflowed"] = nil }), []string{"rules[0].overflowed: must be a whole number, got null"}},
+		{"rules[0].overflowed too large", overflowBody("18446744073709551616", "0"), []string{"rules[0].overflowed: 18446744073709551616 is too large (the maximum is 18446744073709551615)"}},
+		{"rules[0].overflow_identities bool", mutate(t, func(m map[string]any) { rule0(m)["overflow_identities"] = true }), []string{"rules[0].overflow_identities: must be a whole number, got a boolean"}},
+		{"rules[0].overflow_identities negative", mutate(t, func(m map[string]any) { rule0(m)["overflow_identities"] = -7 }), []string{"rules[0].overflow_identities: -7 is negative"}},
+		{"rules[0].overflow_identities above 2^32", overflowBody("0", "4294967297"), []string{"rules[0].overflow_identities: 4294967297 is too large (the maximum is 4294967296 (2^32))"}},
+		{"rules[0].overflow_identities above 2^64", overflowBody("0", "18446744073709551616"), []string{"rules[0].overflow_identities: 18446744073709551616 is too large (the maximum is 4294967296 (2^32))"}},
+		{"rules[0].overflowed duplicate", overflowBody(`1, "overflowed": 2`, "0"), []string{"rules[0].overflowed: duplicate field"}},
+		{"rules[0] unknown overflow field", mutate(t, func(m map[string]any) { rule0(m)["overflow"] = 1 }), []string{"rules[0].overflow: unknown field; the fields are rule, allowed, rejected, shadow_rejected, fail_open and optionally overflowed, overflow_identities"}},
 		{"rules duplicate", mutate(t, func(m map[string]any) { m["rules"] = append(m["rules"].([]any), rule0(m)) }), []string{`rules[1].rule: "free" is also rules[0]`}},
 		{"buckets[0].rule unknown", mutate(t, func(m map[string]any) { bucket0(m)["rule"] = "paid" }), []string{`buckets[0].rule: "paid" is not in rules`}},
 		{"buckets[0].identity empty", mutate(t, func(m map[string]any) { bucket0(m)["identity"] = "" }), []string{"buckets[0].identity: is empty"}},
@@ -251,5 +263,51 @@ func TestDecodeWindowBucket(t *testing.T) {
 	b, _ := json.Marshal(r)
 	if r2, err := Decode(b); err != nil || r2.Buckets[0].Algorithm != "rolling_window" {
 		t.Fatalf("round trip: %v %s", err, b)
+	}
+}
+
+// overflowBody is the example report with its rule's overflowed and
+// overflow_identities written as given (raw JSON, for numbers that do not
+// fit a float64).
+func overflowBody(overflowed, identities string) string {
+	return strings.Replace(validJSON, `"fail_open": 0}`, `"fail_open": 0, "overflowed": `+overflowed+`, "overflow_identities": `+identities+`}`, 1)
+}
+
+// TestDecodeOverflow: a rule's overflowed and overflow_identities are
+// optional (0 when missing: reports of plugins without the overflow limit
+// stay valid), read up to their maxima, and survive a round trip.
+func TestDecodeOverflow(t *testing.T) {
+	r, err := Decode([]byte(validJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Rules[0].Overflowed != 0 || r.Rules[0].OverflowIdentities != 0 {
+		t.Errorf("missing fields: %+v, want 0", r.Rules[0])
+	}
+	for _, c := range []struct {
+		overflowed, identities string
+		want                   RuleCounters
+	}{
+		{"0", "0", RuleCounters{}},
+		{"31", "12", RuleCounters{Overflowed: 31, OverflowIdentities: 12}},
+		{"18446744073709551615", "4294967296", RuleCounters{Overflowed: math.MaxUint64, OverflowIdentities: MaxOverflowIdentities}},
+	} {
+		r, err := Decode([]byte(overflowBody(c.overflowed, c.identities)))
+		if err != nil {
+			t.Fatalf("%s, %s: %v", c.overflowed, c.identities, err)
+		}
+		got := r.Rules[0]
+		if got.Overflowed != c.want.Overflowed || got.OverflowIdentities != c.want.OverflowIdentities || got.Allowed != 1200 {
+			t.Errorf("%s, %s: %+v", c.overflowed, c.identities, got)
+		}
+		b, _ := json.Marshal(r)
+		if r2, err := Decode(b); err != nil || !reflect.DeepEqual(r, r2) {
+			t.Errorf("round trip: %v\n%s", err, b)
+		}
+	}
+	// Only overflowed, only overflow_identities.
+	r, err = Decode([]byte(strings.Replace(validJSON, `"fail_open": 0}`, `"fail_open": 0, "overflow_identities": 3}`, 1)))
+	if err != nil || r.Rules[0].Overflowed != 0 || r.Rules[0].OverflowIdentities != 3 {
+		t.Errorf("only overflow_identities: %v %+v", err, r)
 	}
 }

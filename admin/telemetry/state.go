@@ -145,26 +145,51 @@ type node struct {
 }
 
 type vmState struct {
-	startMS  int64
-	seq      uint64
-	last     time.Time
-	counters map[string]Counts // rule -> last cumulative counters
-	dropped  uint64            // last cumulative reports_dropped
+	startMS     int64
+	seq         uint64
+	last        time.Time
+	counters    map[string]vmRule // rule -> its numbers in the last report
+	dropped     uint64            // last cumulative reports_dropped
+	overflowing bool              // some rule of the last report has overflow_identities > 0
+}
+
+// vmRule is one rule of a VM's last report.
+type vmRule struct {
+	c          Counts // cumulative
+	overflowed uint64 // cumulative
+	identities uint64 // overflow_identities: a gauge
+}
+
+// restarted tells whether a cumulative counter went down since prev: the
+// VM's counters started again from zero.
+func (v *vmRule) restarted(prev *vmRule) bool {
+	for k := range v.c {
+		if v.c[k] < prev.c[k] {
+			return true
+		}
+	}
+	return v.overflowed < prev.overflowed
 }
 
 // series is one rule on one node.
 type series struct {
-	ring  *ring
-	total Counts // since the admin first saw it
-	last  time.Time
+	ring       *ring
+	total      Counts // since the admin first saw it
+	overflowed uint64 // requests decided by an overflow limit, since the admin first saw it
+	last       time.Time
 }
 
 // ruleAgg is one rule, every node merged.
 type ruleAgg struct {
 	ring  *ring
 	total Counts
-	first time.Time
-	last  time.Time
+	// ovf counts the requests decided by an overflow limit per second, in
+	// its Counts' first place; nil until the rule first overflows (most
+	// rules never do).
+	ovf      *ring
+	ovfTotal uint64
+	first    time.Time
+	last     time.Time
 }
 
 // NewState returns an empty State.
@@ -209,7 +234,7 @@ func (s *State) Ingest(r *Report, now time.Time) Result {
 		if len(n.vms) >= s.opts.MaxVMsPerNode {
 			evictVM(n)
 		}
-		vm = &vmState{counters: make(map[string]Counts, len(r.Rules))}
+		vm = &vmState{counters: make(map[string]vmRule, len(r.Rules))}
 		n.vms[r.VM] = vm
 		age := time.Duration(r.SentAtMS-r.VMStartMS) * time.Millisecond
 		fresh = age <= s.opts.FreshVM
@@ -240,23 +265,30 @@ func (s *State) Ingest(r *Report, now time.Time) Result {
 	vm.dropped = r.ReportsDropped
 
 	sec := now.Unix()
+	vm.overflowing = false
 	for i := range r.Rules {
 		rc := &r.Rules[i]
-		cur := Counts{rc.Allowed, rc.Rejected, rc.ShadowRejected, rc.FailOpen}
+		cur := vmRule{
+			c:          Counts{rc.Allowed, rc.Rejected, rc.ShadowRejected, rc.FailOpen},
+			overflowed: rc.Overflowed, identities: rc.OverflowIdentities,
+		}
 		prev, known := vm.counters[rc.Rule]
 		vm.counters[rc.Rule] = cur
+		vm.overflowing = vm.overflowing || cur.identities > 0
 		var d Counts
+		var overflowed uint64
 		switch {
 		case !known && !fresh:
 			// baseline only
-		case !known || cur[0] < prev[0] || cur[1] < prev[1] || cur[2] < prev[2] || cur[3] < prev[3]:
-			d = cur // new, or its counters restarted: from zero
+		case !known || cur.restarted(&prev):
+			d, overflowed = cur.c, cur.overflowed // new, or its counters restarted: from zero
 		default:
 			for k := range d {
-				d[k] = cur[k] - prev[k]
+				d[k] = cur.c[k] - prev.c[k]
 			}
+			overflowed = cur.overflowed - prev.overflowed
 		}
-		s.addDelta(n, rc.Rule, sec, now, &d)
+		s.addDelta(n, rc.Rule, sec, now, &d, overflowed)
 	}
 	if len(vm.counters) > len(r.Rules) { // rules gone from the configuration
 		for name := range vm.counters {
@@ -282,8 +314,9 @@ func hasRule(rs []RuleCounters, name string) bool {
 	return false
 }
 
-// addDelta adds d (possibly zero: the rule is alive) to the rule's rings.
-func (s *State) addDelta(n *node, rule string, sec int64, now time.Time, d *Counts) {
+// addDelta adds d (possibly zero: the rule is alive) and the requests
+// decided by an overflow limit to the rule's rings.
+func (s *State) addDelta(n *node, rule string, sec int64, now time.Time, d *Counts, overflowed uint64) {
 	ra := s.rules[rule]
 	if ra == nil {
 		if len(s.rules) >= s.opts.MaxRules {
@@ -303,6 +336,14 @@ func (s *State) addDelta(n *node, rule string, sec int64, now time.Time, d *Coun
 		s.nseries++
 	}
 	se.last = now
+	if overflowed > 0 {
+		if ra.ovf == nil {
+			ra.ovf = newRing(s.seconds)
+		}
+		ra.ovf.add(sec, &Counts{overflowed})
+		ra.ovfTotal += overflowed
+		se.overflowed += overflowed
+	}
 	if d.Sum() == 0 {
 		return
 	}
@@ -310,6 +351,36 @@ func (s *State) addDelta(n *node, rule string, sec int64, now time.Time, d *Coun
 	ra.total.add(*d)
 	se.ring.add(sec, d)
 	se.total.add(*d)
+}
+
+// aliveFor is how recently a VM of n must have reported to count as
+// running: three intervals, at least 5 s.
+func aliveFor(n *node) time.Duration {
+	return max(3*time.Duration(n.intervalMS)*time.Millisecond, 5*time.Second)
+}
+
+// overflowIdentities calls f with each rule of n that has identities
+// sharing an overflow limit: the most any running VM of n saw in its last
+// report (VMs share nothing, so the largest is the best estimate).
+func overflowIdentities(n *node, now time.Time, f func(rule string, identities uint64)) {
+	var most map[string]uint64
+	alive := aliveFor(n)
+	for _, vm := range n.vms {
+		if !vm.overflowing || now.Sub(vm.last) > alive {
+			continue
+		}
+		for rule, vr := range vm.counters {
+			if vr.identities > most[rule] {
+				if most == nil {
+					most = map[string]uint64{}
+				}
+				most[rule] = vr.identities
+			}
+		}
+	}
+	for rule, k := range most {
+		f(rule, k)
+	}
 }
 
 // RecordRejected counts a report refused as invalid. node is the report's

@@ -2,8 +2,10 @@ package telemetry
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -460,5 +462,81 @@ func TestConcurrentIngestAndRead(t *testing.T) {
 	ov := s.Overview(t0.Add(time.Hour/60), OverviewOptions{})
 	if got := ruleView(t, ov, "r").Total; got != (Counts{nodes * reports, nodes * reports / 2, 0, 0}) {
 		t.Errorf("total after concurrent ingest: %v", got)
+	}
+}
+
+// orc is a rule's counters with requests decided by an overflow limit
+// (cumulative) and the identities sharing one (a gauge).
+func orc(rule string, allowed, overflowed, identities uint64) RuleCounters {
+	return RuleCounters{Rule: rule, Allowed: allowed, Overflowed: overflowed, OverflowIdentities: identities}
+}
+
+// TestOverflowMergeAndRestarts: overflowed is merged like the decisions
+// (deltas of cumulative counters, summed over VMs and nodes, a restart
+// counting from zero); overflow_identities is the largest of the running
+// VMs' last reports.
+func TestOverflowMergeAndRestarts(t *testing.T) {
+	s := NewState(Options{})
+	start := t0.UnixMilli()
+	at := func(sec int) time.Time { return t0.Add(time.Duration(sec) * time.Second) }
+	steps := []struct {
+		sec        int
+		r          *Report
+		res        Result
+		total      uint64 // overflowed since the admin first saw the rule
+		identities uint64
+		reason     string
+	}{
+		{1, rep("n1", "vm1", start, 1, orc("r", 10, 4, 30)), Accepted, 4, 30, "a fresh VM counts in full"},
+		{1, rep("n1", "vm2", start, 1, orc("r", 5, 2, 50)), Accepted, 6, 50, "a second VM: summed; the larger estimate"},
+		{2, rep("n1", "vm1", start, 2, orc("r", 20, 10, 0)), Accepted, 12, 50, "deltas; vm2's last report still says 50"},
+		{2, rep("n1", "vm2", start, 2, orc("r", 5, 2, 20)), Accepted, 12, 20, "the latest interval only: 50 is gone"},
+		{3, rep("n1", "vm2", start, 2, orc("r", 99, 99, 99)), Duplicate, 12, 20, "a duplicate changes nothing"},
+		{3, rep("n1", "vm1", start+3000, 1, orc("r", 4, 3, 7)), Accepted, 15, 20, "vm1 restarted: from zero"},
+		{4, rep("n1", "vm2", start, 3, orc("r", 6, 1, 0)), Accepted, 16, 7, "overflowed going down alone is a restart"},
+		{4, rep("n2", "vm1", start, 1, orc("r", 8, 8, 99)), Accepted, 24, 99, "another node: summed; the largest of every node"},
+		{5, rep("n1", "vm1", start+3000, 2, orc("r", 4, 3, 7), orc("other", 1, 1, 500)), Accepted, 24, 99, "another rule's estimate stays its own"},
+		{11, rep("n1", "vm1", start+3000, 3, orc("r", 4, 3, 7)), Accepted, 24, 7, "n2 silent for three intervals: its estimate is gone"},
+		{12, rep("n1", "vm1", start+3000, 4, rc("r", 5, 0, 0, 0)), Accepted, 24, 0, "a report without the fields reads as 0 (overflowed going down: a restart, adding 0)"},
+	}
+	for i, st := range steps {
+		if res := s.Ingest(st.r, at(st.sec)); res != st.res {
+			t.Fatalf("step %d (%s): %v, want %v", i, st.reason, res, st.res)
+		}
+		ov := s.Overview(at(st.sec), OverviewOptions{Window: time.Minute})
+		if got := ruleView(t, ov, "r").Overflow; got.Total != st.total || got.Identities != st.identities {
+			t.Errorf("step %d (%s): total %d, identities %d; want %d, %d", i, st.reason, got.Total, got.Identities, st.total, st.identities)
+		}
+	}
+	// The window, and the rate over the last 10 s (seconds 4 to 13 at
+	// second 14: 1 + 8 at second 4).
+	ov := s.Overview(at(14), OverviewOptions{Window: time.Minute})
+	r := ruleView(t, ov, "r")
+	if r.Overflow.Window != 24 || r.Overflow.Rate != 0.9 {
+		t.Errorf("window %d rate %v, want 24 and 0.9", r.Overflow.Window, r.Overflow.Rate)
+	}
+	if o := ruleView(t, ov, "other").Overflow; o.Total != 1 || o.Identities != 0 {
+		t.Errorf("other: %+v (its VM's last report no longer has it)", o)
+	}
+	b, err := json.Marshal(r)
+	if err != nil || !strings.Contains(string(b), `"overflow":{"window":24,"rate":0.9,"total":24,"identities":0}`) {
+		t.Errorf("JSON %s %v", b, err)
+	}
+}
+
+// TestOverflowOldVMIsABaseline: the first report of a VM that started long
+// ago sets the baseline of overflowed, but its estimate shows at once.
+func TestOverflowOldVMIsABaseline(t *testing.T) {
+	s := NewState(Options{FreshVM: time.Minute})
+	start := t0.UnixMilli()
+	s.Ingest(rep("n", "vm", start, 600, orc("r", 5000, 400, 12)), t0.Add(600*time.Second))
+	ov := s.Overview(t0.Add(600*time.Second), OverviewOptions{})
+	if o := ruleView(t, ov, "r").Overflow; o.Total != 0 || o.Identities != 12 {
+		t.Errorf("first report: %+v, want a baseline and 12 identities", o)
+	}
+	s.Ingest(rep("n", "vm", start, 601, orc("r", 5010, 405, 12)), t0.Add(601*time.Second))
+	ov = s.Overview(t0.Add(602*time.Second), OverviewOptions{})
+	if o := ruleView(t, ov, "r").Overflow; o.Total != 5 || o.Window != 5 || o.Rate != 0.5 {
+		t.Errorf("second report: %+v, want its delta of 5", o)
 	}
 }

@@ -52,7 +52,7 @@ type Stream interface {
 
 // Call is a dispatch_http_call made by the plugin and not answered yet.
 type Call struct {
-	ID      uint32
+	ID      uint32 // unique within the host, across VMs (not necessarily the guest's callout id)
 	VM      int
 	Cluster string
 	Headers []Header
@@ -101,7 +101,9 @@ type Host interface {
 	// Respond answers a pending call; the plugin's on_http_call_response
 	// has run when Respond returns.
 	Respond(id uint32, headers []Header, body []byte) error
-	// FailCall delivers the failure callback of a pending call.
+	// FailCall delivers the failure callback of a pending call (Envoy's
+	// on_http_call_response with no headers, body or trailers); like
+	// Respond, it returns once the plugin's callback has run.
 	FailCall(id uint32) error
 	// Close stops the host.
 	Close() error

@@ -1,0 +1,236 @@
+package scenario
+
+import (
+	"encoding/base64"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Helpers shared by the scenario files.
+
+// mustStart starts a host and fails the test if it cannot.
+func mustStart(t testing.TB, start Starter, o Options) Host {
+	t.Helper()
+	h, err := start(t, o)
+	if err != nil {
+		t.Fatalf("starting the filter: %v", err)
+	}
+	return h
+}
+
+// startConfig starts the filter with config on one VM.
+func startConfig(t testing.TB, start Starter, config string) Host {
+	t.Helper()
+	return mustStart(t, start, Options{Config: []byte(config)})
+}
+
+// req builds a request from name/value pairs. The pseudo name "@ip" sets the
+// source.address property (default "10.0.0.1:5555").
+func req(kv ...string) Request {
+	r := Request{Properties: map[string][]byte{"source.address": []byte("10.0.0.1:5555")}}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i] == "@ip" {
+			r.Properties["source.address"] = []byte(kv[i+1])
+			continue
+		}
+		r.Headers = append(r.Headers, Header{kv[i], kv[i+1]})
+	}
+	if header(r.Headers, ":path") == "" {
+		r.Headers = append(r.Headers, Header{":path", "/"})
+	}
+	return r
+}
+
+// header returns the first value of name in hs ("" if absent).
+func header(hs []Header, name string) string {
+	for _, h := range hs {
+		if h[0] == name {
+			return h[1]
+		}
+	}
+	return ""
+}
+
+// do runs one stream on VM 0 and fails the test on a host error (a trap).
+func do(t testing.TB, h Host, r Request) Response {
+	t.Helper()
+	return doOn(t, h, 0, r)
+}
+
+// doOn runs one stream on VM vm and fails the test on a host error.
+func doOn(t testing.TB, h Host, vm int, r Request) Response {
+	t.Helper()
+	res, err := h.HTTP(vm, r)
+	if err != nil {
+		t.Fatalf("%s: VM %d: %v", h.Name(), vm, err)
+	}
+	return res
+}
+
+// admitted sends n copies of r on VM 0 and returns how many were allowed.
+func admitted(t testing.TB, h Host, n int, r Request) int {
+	t.Helper()
+	rs := make([]Request, n)
+	for i := range rs {
+		rs[i] = r
+	}
+	res, err := h.HTTPMany(0, rs)
+	if err != nil {
+		t.Fatalf("%s: %v", h.Name(), err)
+	}
+	ok := 0
+	for _, x := range res {
+		if !x.Rejected {
+			ok++
+		}
+	}
+	return ok
+}
+
+// metric returns a plugin metric, 0 if it is not defined.
+func metric(h Host, name string) uint64 {
+	v, _ := h.Metric(name)
+	return v
+}
+
+// many runs rs on VM vm and fails the test on a host error or a short answer.
+func many(t testing.TB, h Host, vm int, rs []Request) []Response {
+	t.Helper()
+	res, err := h.HTTPMany(vm, rs)
+	if err != nil {
+		t.Fatalf("%s: VM %d: %v", h.Name(), vm, err)
+	}
+	if len(res) != len(rs) {
+		t.Fatalf("%s: VM %d: %d responses to %d requests", h.Name(), vm, len(res), len(rs))
+	}
+	return res
+}
+
+// headerCount counts the entries of name in hs.
+func headerCount(hs []Header, name string) int {
+	n := 0
+	for _, h := range hs {
+		if h[0] == name {
+			n++
+		}
+	}
+	return n
+}
+
+// wantHeaders checks that each name/value pair of kv appears in hs exactly
+// once with that value; a value "-" means the header must be absent.
+func wantHeaders(t testing.TB, what string, hs []Header, kv ...string) {
+	t.Helper()
+	for i := 0; i+1 < len(kv); i += 2 {
+		name, want := kv[i], kv[i+1]
+		n := headerCount(hs, name)
+		switch {
+		case want == "-" && n != 0:
+			t.Errorf("%s: %s = %q present, want it absent", what, name, header(hs, name))
+		case want != "-" && n != 1:
+			t.Errorf("%s: %s appears %d times, want once (%q); headers %v", what, name, n, want, hs)
+		case want != "-" && header(hs, name) != want:
+			t.Errorf("%s: %s = %q, want %q", what, name, header(hs, name), want)
+		}
+	}
+}
+
+// atoi parses a decimal header value and fails the test on anything else.
+func atoi(t testing.TB, what, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatalf("%s: %q is not an integer", what, s)
+	}
+	return n
+}
+
+// bearer is an Authorization value carrying an unsigned JWT with payload
+// as its claims (the filter reads claims without verifying signatures).
+func bearer(payload string) string {
+	return "Bearer eyJhbGciOiJSUzI1NiJ9." + base64.RawURLEncoding.EncodeToString([]byte(payload)) + ".c2ln"
+}
+
+// step moves the clock by d and runs the ticks that are due.
+func step(t testing.TB, h Host, d time.Duration) {
+	t.Helper()
+	h.Advance(d)
+	if err := h.Tick(); err != nil {
+		t.Fatalf("%s: tick: %v", h.Name(), err)
+	}
+}
+
+// pending returns the dispatched calls not answered yet.
+func pending(t testing.TB, h Host) []Call {
+	t.Helper()
+	calls, err := h.PendingCalls()
+	if err != nil {
+		t.Fatalf("%s: pending calls: %v", h.Name(), err)
+	}
+	return calls
+}
+
+// logsContaining counts the plugin's log lines containing sub.
+func logsContaining(h Host, sub string) int {
+	n := 0
+	for _, l := range h.Logs() {
+		if strings.Contains(l, sub) {
+			n++
+		}
+	}
+	return n
+}
+
+// wantMetrics checks counters by name.
+func wantMetrics(t testing.TB, h Host, want map[string]uint64) {
+	t.Helper()
+	for name, w := range want {
+		if got, ok := h.Metric(name); !ok || got != w {
+			t.Errorf("%s = %d (defined %v), want %d", name, got, ok, w)
+		}
+	}
+}
+
+// noRecoveredPanics fails the test if a callback of the plugin panicked.
+func noRecoveredPanics(t testing.TB, h Host) {
+	t.Helper()
+	if n := metric(h, "sluice.panics_recovered"); n != 0 {
+		t.Errorf("sluice.panics_recovered = %d", n)
+	}
+}
+
+// alignedStart is a UTC day boundary: windows and periods align to the
+// epoch, so window scenarios start their clock there.
+var alignedStart = time.Unix((DefaultStart.Unix()/86400+1)*86400, 0)
+
+// keyRule is a one-rule configuration limiting per x-api-key with the given
+// algorithm and algorithm_config.
+func keyRule(name, algorithm, algorithmConfig string) string {
+	return `{"rules": [{"name": "` + name + `", "limit_keys": ["header:x-api-key"], "algorithm": "` + algorithm +
+		`", "algorithm_config": ` + algorithmConfig + `}]}`
+}
+
+// admittedAcross sends n copies of r, one at a time, on VMs 0, 1, ...,
+// vms-1 in turn and returns how many were allowed.
+func admittedAcross(t testing.TB, h Host, vms, n int, r Request) int {
+	t.Helper()
+	ok := 0
+	for i := 0; i < n; i++ {
+		if !doOn(t, h, i%vms, r).Rejected {
+			ok++
+		}
+	}
+	return ok
+}
+
+// fnv64Hex is the FNV-1a 64 hash of s in 16 hex digits (the config hash of
+// telemetry reports; its low 8 digits mask identities).
+func fnv64Hex(s string) string {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return fmt.Sprintf("%016x", h.Sum64())
+}
