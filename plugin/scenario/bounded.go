@@ -4,13 +4,13 @@ package scenario
 // 4,096 (1,024 groups of four) sees 1,000,000 distinct client addresses,
 // 10,000 at an instant then 200 ms later the next 10,000 (about 10,000
 // identities active at once: far more than fit). Shared data never holds
-// more than the rule's 1,024 group keys plus a few fixed keys (today one:
-// the creation sentinel sluice:cas-epoch; up to three more are allowed for
-// process-wide state such as a shared overflow limit), nor more bytes than
+// more than the rule's 1,024 group keys plus a few fixed keys (today two:
+// the creation sentinel sluice:cas-epoch and the hash seed sluice:hash-seed;
+// up to two more are allowed for process-wide state), nor more bytes than
 // those keys can hold; every request is decided (allowed, or a 429), none
 // paused, no host error, and the rule's counters account for every request.
-// Which identities are admitted once the table is full (eviction, or a
-// shared overflow limit) is deliberately not asserted here.
+// Which identities are admitted once the table is full is asserted in
+// bounded_overflow.go, not here.
 
 import (
 	"strconv"
@@ -83,8 +83,8 @@ func boundedMillionIdentities(t *testing.T, start Starter) {
 				t.Fatalf("after %d identities: %d keys, %d bytes; the bound is %d group keys + %d fixed, %d bytes a key",
 					n, keys, bytes, boundedGroups, boundedFixedKeys, boundedKeyBytes)
 			}
-			t.Logf("%7d identities: %4d keys, %6d bytes; allowed %d, rejected %d, evicted %d", n, keys, bytes,
-				allowed, rejected, metric(h, "sluice.rule.per-ip.evicted"))
+			t.Logf("%7d identities: %4d keys, %6d bytes; allowed %d, rejected %d, overflowed %d", n, keys, bytes,
+				allowed, rejected, metric(h, "sluice.rule.per-ip.overflowed"))
 		}
 	}
 	if _, ok, err := h.SharedGet("sluice:cas-epoch"); err != nil || !ok {
