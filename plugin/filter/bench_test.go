@@ -147,22 +147,29 @@ func TestFullStreamRatio(t *testing.T) {
 //     four), full: every request is an identity not seen for a million
 //     requests, so it claims a way of its group; the rate is high, so the
 //     way's bucket is full and simply reused.
-//   - new-evict: the same with a rate so low that no bucket refills: every
-//     claim ranks the four active buckets of its group and evicts one.
-//   - new-evict-hot: new-evict's million identities against five identities
-//     sharing one group of four (max_keys 4), so that both sides evict on
-//     every request: the cost of a million keys alone, without the cost of
-//     the eviction path itself (which keys=1, finding its bucket, never
-//     takes).
+//   - new-overflow: the same with a rate so low that no bucket refills:
+//     every new identity finds the four ways of its group active and is
+//     decided by the group's overflow bucket (burst high enough never to
+//     refuse).
+//   - new-overflow-hot: new-overflow's million identities against five
+//     identities sharing one group of four (max_keys 4), so that both sides
+//     overflow on every request: the cost of a million keys alone, without
+//     the cost of the overflow path itself (which keys=1, finding its
+//     bucket, never takes).
 //   - partial: the same with seed 001's per-IP rate (5/s) on a manual clock
 //     moving 10 us per request (a scan at 100,000 addresses/s): a bucket
 //     stays active for 0.2 s after its request, so about a third of the
 //     table is active and new identities meet every case (a free way, a
-//     full bucket's way, an eviction).
+//     full bucket's way, an overflow decision).
 //   - active: max_keys 2,097,152, so all million identities keep their
 //     buckets: every request finds its bucket (the hot path).
 //   - exact-new / exact-active: max_keys 0, first pass (every request
 //     creates a key) and later passes (every request finds its key).
+//
+// SLUICE_BASELINE_WASM (a module built from an earlier commit) adds, for
+// every setup, the baseline module's run with a million identities,
+// interleaved with the others, and reports the million-identity time
+// against it: a before and after comparison from one run.
 func TestBoundedRatio(t *testing.T) {
 	if os.Getenv("SLUICE_PERF") == "" {
 		t.Skip("set SLUICE_PERF=1")
@@ -180,8 +187,8 @@ func TestBoundedRatio(t *testing.T) {
 		baseKeys  int           // the baseline's distinct identities (0: 1)
 	}{
 		{"new-reuse", rule("", 1e6, 1e6), 300_000, 0, "", 0},
-		{"new-evict", rule("", 0.001, 1e9), 300_000, 0, "", 0},
-		{"new-evict-hot", rule("", 0.001, 1e9), 300_000, 0, rule(`"max_keys": 4, `, 0.001, 1e9), 5},
+		{"new-overflow", rule("", 0.001, 1e9), 300_000, 0, "", 0},
+		{"new-overflow-hot", rule("", 0.001, 1e9), 300_000, 0, rule(`"max_keys": 4, `, 0.001, 1e9), 5},
 		{"partial", rule("", 5, 1e9), 300_000, 10 * time.Microsecond, "", 0},
 		{"active", rule(`"max_keys": 2097152, `, 1e6, 1e6), million, 0, "", 0},
 		{"exact-new", rule(`"max_keys": 0, `, 1e6, 1e6), 0, 0, "", 0},
@@ -201,12 +208,15 @@ func TestBoundedRatio(t *testing.T) {
 		best  time.Duration
 		last  time.Duration // this round's time per request
 		onKey *runner       // the same setup with one key
+		base  *runner       // the same setup under the baseline module
+		of    *runner       // a baseline runner: the setup it is the baseline of
 		// scatter: once the table is filled, identities come in an order
 		// unrelated to the one they were first seen in, so that neighbouring
 		// requests do not touch state the host allocated side by side (a
 		// real proxy's clients do not return in their order of arrival).
 		scatter bool
-		ratios  []float64 // per round: last / onKey.last
+		ratios     []float64 // per round: last / onKey.last
+		baseRatios []float64 // per round: last / base.last
 	}
 	newRunner := func(name string, vm *wasmhost.VM, keys int) *runner {
 		return &runner{name: name, vm: vm, keys: keys, req: rq(), buf: make([]byte, 0, 32)}
@@ -234,9 +244,17 @@ func TestBoundedRatio(t *testing.T) {
 		return wasmtest.Build(tb, "./plugin/wasmhost/testdata/empty")
 	}}), 1)
 	rs := []*runner{empty}
+	baselinePath := os.Getenv("SLUICE_BASELINE_WASM")
+	baseline := func(tb testing.TB) []byte {
+		b, err := os.ReadFile(baselinePath)
+		if err != nil {
+			tb.Fatalf("SLUICE_BASELINE_WASM: %v", err)
+		}
+		return b
+	}
 	for _, c := range configs {
-		setup := func(name, cfg string, keys int) *runner {
-			sc := streamCase{wasm: pluginWasm, config: cfg}
+		setupWasm := func(wasm func(testing.TB) []byte, name, cfg string, keys int) *runner {
+			sc := streamCase{wasm: wasm, config: cfg}
 			var clock *wasmhost.ManualClock
 			if c.tick > 0 { // request i happens at epoch + i*tick
 				clock = wasmhost.NewManualClock(epoch)
@@ -246,6 +264,7 @@ func TestBoundedRatio(t *testing.T) {
 			r.clock, r.tick = clock, c.tick
 			return r
 		}
+		setup := func(name, cfg string, keys int) *runner { return setupWasm(pluginWasm, name, cfg, keys) }
 		baseCfg, baseKeys := c.baseCfg, max(c.baseKeys, 1)
 		if baseCfg == "" {
 			baseCfg = c.cfg
@@ -258,6 +277,15 @@ func TestBoundedRatio(t *testing.T) {
 		}
 		many.scatter = true
 		rs = append(rs, one, many)
+		if baselinePath != "" {
+			base := setupWasm(baseline, c.name+"/baseline-1M", c.cfg, million)
+			for base.next < c.prefill {
+				send(base)
+			}
+			base.scatter = true
+			many.base, base.of = base, many
+			rs = append(rs, base)
+		}
 	}
 	const perRound = 500
 	for round := 0; round < 100; round++ {
@@ -273,9 +301,17 @@ func TestBoundedRatio(t *testing.T) {
 			if r.onKey != nil { // rs lists each one-key runner just before it
 				r.ratios = append(r.ratios, float64(r.last)/float64(r.onKey.last))
 			}
+			if m := r.of; m != nil { // rs lists each baseline runner just after its setup's
+				m.baseRatios = append(m.baseRatios, float64(m.last)/float64(r.last))
+			}
 		}
 	}
 	for _, r := range rs {
+		if r.base != nil {
+			slices.Sort(r.baseRatios)
+			defer t.Logf("%-22s %.3fx of the baseline module (best rounds), %.3fx (median of paired rounds)",
+				r.name, float64(r.best)/float64(r.base.best), r.baseRatios[len(r.baseRatios)/2])
+		}
 		rel := ""
 		if r.onKey != nil {
 			slices.Sort(r.ratios)

@@ -57,6 +57,11 @@ type ruleCounts struct {
 	Rejected       uint64 `json:"rejected"`
 	ShadowRejected uint64 `json:"shadow_rejected"`
 	FailOpen       uint64 `json:"fail_open"`
+	// Bounded rules: requests decided by a group's overflow limit
+	// (cumulative), and the largest estimate of identities sharing one
+	// since the VM's previous report.
+	Overflowed         uint64 `json:"overflowed"`
+	OverflowIdentities uint64 `json:"overflow_identities"`
 }
 
 // decodeReport checks a report call's request line and headers and decodes
@@ -108,7 +113,8 @@ func failCall(t testing.TB, h Host, c Call) {
 	}
 }
 
-// sumCounts adds the per-rule counters of reports.
+// sumCounts adds the per-rule counters of reports (overflow_identities:
+// the largest).
 func sumCounts(rs []*telemetryReport) map[string]ruleCounts {
 	sum := map[string]ruleCounts{}
 	for _, r := range rs {
@@ -119,6 +125,8 @@ func sumCounts(rs []*telemetryReport) map[string]ruleCounts {
 			s.Rejected += x.Rejected
 			s.ShadowRejected += x.ShadowRejected
 			s.FailOpen += x.FailOpen
+			s.Overflowed += x.Overflowed
+			s.OverflowIdentities = max(s.OverflowIdentities, x.OverflowIdentities)
 			sum[x.Rule] = s
 		}
 	}
@@ -138,7 +146,7 @@ func wantCounts(t testing.TB, h Host, got map[string]ruleCounts, want ...ruleCou
 		}
 		p := "sluice.rule." + w.Rule + "."
 		m := ruleCounts{Rule: w.Rule, Allowed: metric(h, p+"allowed"), Rejected: metric(h, p+"rejected"),
-			ShadowRejected: metric(h, p+"shadow_rejected"), FailOpen: metric(h, p+"fail_open")}
+			ShadowRejected: metric(h, p+"shadow_rejected"), FailOpen: metric(h, p+"fail_open"), Overflowed: metric(h, p+"overflowed")}
 		if m != w {
 			t.Errorf("rule %s: metrics say %+v, want %+v", w.Rule, m, w)
 		}
