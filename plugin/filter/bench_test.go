@@ -214,7 +214,7 @@ func TestBoundedRatio(t *testing.T) {
 		// unrelated to the one they were first seen in, so that neighbouring
 		// requests do not touch state the host allocated side by side (a
 		// real proxy's clients do not return in their order of arrival).
-		scatter bool
+		scatter    bool
 		ratios     []float64 // per round: last / onKey.last
 		baseRatios []float64 // per round: last / base.last
 	}
