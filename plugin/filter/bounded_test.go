@@ -277,6 +277,9 @@ func TestBoundedSlotReuseAndOverflow(t *testing.T) {
 	if n := f.metric("sluice.rule.per-ip.overflowed"); n != 1 {
 		t.Fatalf("overflowed = %d, want 1", n)
 	}
+	if v, _, _ := f.h.SharedData().Get(state.SlotKey("per-ip", 0)); len(v) == 0 || v[0] != state.GroupFormat {
+		t.Fatalf("group after an overflow decision: %x, want one with an overflow record", v)
+	}
 	if _, ok := f.bucket("per-ip", ipOf(b)); ok {
 		t.Fatal("B got a bucket of its own")
 	}
@@ -297,6 +300,11 @@ func TestBoundedSlotReuseAndOverflow(t *testing.T) {
 	}
 	if n := f.metric("sluice.rule.per-ip.overflowed"); n != 1 {
 		t.Errorf("overflowed = %d after reusing a full bucket's way, want still 1", n)
+	}
+	// The overflow bucket had refilled to full: the claim's write leaves its
+	// record out (the group is back in the format without one).
+	if v, _, _ := f.h.SharedData().Get(state.SlotKey("per-ip", 0)); len(v) == 0 || v[0] != state.GroupFormatV1 {
+		t.Errorf("group after a claim with an idle overflow bucket: %x, want no overflow record", v)
 	}
 	if keys, _ := ruleKeys(t, f.h.SharedData(), "per-ip", maxKeys); keys != 1 || f.h.SharedData().Len() != keysBefore {
 		t.Errorf("%d rule keys, %d keys in all (before %d)", keys, f.h.SharedData().Len(), keysBefore)

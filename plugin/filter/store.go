@@ -215,6 +215,10 @@ type bucketRead struct {
 	// sharers is the overflow record's sketch of the identities sharing it,
 	// with ours added (claimOverflow).
 	sharers uint64
+	// dropOverflow: a claim finds the group's overflow record idle (full,
+	// or undecodable), which is what no record means: the write leaves it
+	// out, so groups carry one only while it holds information.
+	dropOverflow bool
 }
 
 // groupKey returns the key of a's group, "tb:{rule}:#{group}", as a view of
@@ -323,11 +327,14 @@ func (p *pluginContext) probe(a *application, now float64) (corrupt bool, err er
 	sharers, ob, oerr := state.DecodeOverflow(a.ovf)
 	r.b, r.exists = ob, oerr == nil
 	corrupt = corrupt || (oerr != nil && len(a.ovf) > 0)
+	idle := !r.exists || a.rule.tb.Level(ob, now) >= a.rule.tb.Burst
 	if !a.claimNewWay(&r) && !a.claimFree(&r, now, &corrupt) {
-		if !r.exists || a.rule.tb.Level(ob, now) >= a.rule.tb.Burst {
+		if idle {
 			sharers = 0 // the overflow bucket was idle: a new set of sharers
 		}
 		r.way, r.claim, r.sharers = -1, claimOverflow, sharers|state.SharerBit(a.fp)
+	} else {
+		r.dropOverflow = idle && len(a.ovf) > 0
 	}
 	a.read = r
 	return corrupt, nil
@@ -405,6 +412,10 @@ func (p *pluginContext) store(a *application) error {
 			return writeKey(a.groupKey(), a.vals[0], true, r.cas)
 		}
 		p.recBuf = state.EncodeSlot(p.recBuf[:0], a.fp, a.next, a.identity)
+	}
+	if r.dropOverflow {
+		p.valBuf = state.AppendGroupOverflow(p.valBuf[:0], nil, a.ways[:a.nways], r.way, p.recBuf)
+		return writeKey(a.groupKey(), p.valBuf, r.stored, r.cas)
 	}
 	return p.writeWay(a, r.way, r.stored, r.cas)
 }

@@ -71,11 +71,14 @@ func (p *pluginContext) probeWindow(a *application, now float64) (corrupt bool, 
 	sharers, oerr := state.DecodeWindowOverflow(a.ovf, w)
 	r.exists = oerr == nil
 	corrupt = corrupt || (oerr != nil && len(a.ovf) > 0)
+	idle := !r.exists || windowIdle(a.rule.win, w, now)
 	if overflow {
-		if !r.exists || windowIdle(a.rule.win, w, now) {
+		if idle {
 			sharers = 0
 		}
 		r.way, r.claim, r.sharers = -1, claimOverflow, sharers|state.SharerBit(a.fp)
+	} else {
+		r.dropOverflow = idle && len(a.ovf) > 0
 	}
 	a.read = r
 	return corrupt, nil
