@@ -438,13 +438,14 @@ func (h *Host) FailCall(id uint32) error {
 // Bench runs n full streams of r on VM vm inside the host program and
 // returns the time they took there (no pipe round trips) and how many were
 // rejected. "{i}" in a header or property value is replaced by the stream's
-// number (0..n-1), to make n distinct identities.
-func (h *Host) Bench(vm, n int, r scenario.Request) (time.Duration, int, error) {
+// number (first, first+1, ... first+n-1), to make distinct identities.
+func (h *Host) Bench(vm, first, n int, r scenario.Request) (time.Duration, int, error) {
 	if err := h.checkVM(vm); err != nil {
 		return 0, 0, err
 	}
 	var l line
 	l.num(int64(vm))
+	l.num(int64(first))
 	l.num(int64(n))
 	requestLine(&l, r)
 	t, err := h.c.call("bench", l)

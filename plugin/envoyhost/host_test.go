@@ -25,6 +25,7 @@ var (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	closeBenchHosts()
 	if modDir != "" {
 		os.RemoveAll(modDir)
 	}

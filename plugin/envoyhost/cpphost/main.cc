@@ -21,7 +21,7 @@
 // and '%' is written %XX, and the empty string is a lone "%". A list is its
 // length followed by its items; a header list is its number of pairs
 // followed by name, value, name, value... Answers to commands on different
-// VMs may come back in any order: match them by tag. See commands() below.
+// VMs may come back in any order: match them by tag. See handle() below.
 //
 // Licensed under the Apache License, Version 2.0, as the rest of Sluice.
 
@@ -1208,11 +1208,11 @@ void handle(const std::string &tag, const std::string &cmd, Args &a) {
       return std::string("ok");
     });
   } else if (cmd == "bench") {
-    int64_t vm = a.num(), n = a.num();
+    int64_t vm = a.num(), first = a.num(), n = a.num();
     auto s = readStream(a);
     a.end();
     auto tmpl = std::shared_ptr<StreamState>(s.release());
-    onWorker(tag, vm, [tmpl, n](Worker &w) {
+    onWorker(tag, vm, [tmpl, first, n](Worker &w) {
       bool subst = false;
       for (auto &kv : tmpl->req) subst |= kv.second.find("{i}") != std::string::npos;
       for (auto &kv : tmpl->props) subst |= kv.second.find("{i}") != std::string::npos;
@@ -1225,7 +1225,7 @@ void handle(const std::string &tag, const std::string &cmd, Args &a) {
         st->props = tmpl->props;
         st->upstream_resp = tmpl->upstream_resp;
         if (subst) {
-          std::string num = std::to_string(i);
+          std::string num = std::to_string(first + i);
           for (auto &kv : st->req) kv.second = substitute(kv.second, num);
           for (auto &kv : st->props) kv.second = substitute(kv.second, num);
         }
