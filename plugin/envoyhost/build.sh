@@ -167,6 +167,9 @@ cmake -S "$CPPHOST" -B "$prog" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   >"$prog.log" 2>&1 || { tail -30 "$prog.log" >&2; die "configuring the driver program failed; log: $prog.log"; }
 ninja -C "$prog" -j "$JOBS" >>"$prog.log" 2>&1 ||
   { grep -E 'error|Error' "$prog.log" | head -30 >&2; die "building the driver program failed; log: $prog.log"; }
-cp "$prog/sluice-envoyhost-interp" "$prog/sluice-envoyhost-jit" "$OUT/"
+# Copy then rename: a host program still running (a benchmark) keeps its file.
+for b in sluice-envoyhost-interp sluice-envoyhost-jit; do
+  cp "$prog/$b" "$OUT/$b.new" && mv -f "$OUT/$b.new" "$OUT/$b"
+done
 echo "$FINAL_KEY" >"$OUT/stamp"
 echo "envoyhost: built $OUT/sluice-envoyhost-{interp,jit} in $(($(date +%s) - START))s"

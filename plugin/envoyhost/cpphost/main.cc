@@ -407,7 +407,8 @@ public:
     wasm()->addAfterVmCallAction([s] { s->continued = true; });
     return WasmResult::Ok;
   }
-  WasmResult closeStream(WasmStreamType) override { return WasmResult::Ok; }
+  // Not modelled (as in plugin/wasmhost): Envoy resets the stream.
+  WasmResult closeStream(WasmStreamType) override { return WasmResult::Unimplemented; }
   void clearRouteCache() override {}
 
   WasmResult httpCall(std::string_view target, const Pairs &headers, std::string_view body,
