@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-rl/sluice/plugin/envoyhost"
 	"github.com/sluice-rl/sluice/plugin/scenario"
@@ -149,5 +150,199 @@ func TestLifecycleLogsAgreeWithWasmhost(t *testing.T) {
 				t.Errorf("logs differ\nenvoyhost:\n%s\nwasmhost:\n%s", g, w)
 			}
 		})
+	}
+}
+
+// probeSide is one host under a step-by-step comparison.
+type probeSide interface {
+	http(r scenario.Request) (summary string, paused func() (string, error), err error)
+	advance(d time.Duration)
+	tick() error
+	answer(i int, status, body string) error // "" status: the call fails
+	logs() []string
+}
+
+type envoySide struct{ h scenario.Host }
+
+func (s envoySide) http(r scenario.Request) (string, func() (string, error), error) {
+	res, err := s.h.HTTP(0, r)
+	if err != nil || !res.Paused {
+		return summary(res.Rejected, res.Status, res.UpstreamHeaders, res.ResponseHeaders), nil, err
+	}
+	return "paused", func() (string, error) {
+		if !res.Stream.Settled() {
+			return "not settled", nil
+		}
+		done, err := res.Stream.Complete()
+		return summary(done.Rejected, done.Status, done.UpstreamHeaders, done.ResponseHeaders), err
+	}, nil
+}
+func (s envoySide) advance(d time.Duration) { s.h.Advance(d) }
+func (s envoySide) tick() error             { return s.h.Tick() }
+func (s envoySide) logs() []string          { return s.h.Logs() }
+func (s envoySide) answer(i int, status, body string) error {
+	calls, err := s.h.PendingCalls()
+	if err != nil || i >= len(calls) {
+		return fmt.Errorf("no call %d (%d pending, %v)", i, len(calls), err)
+	}
+	if status == "" {
+		return s.h.FailCall(calls[i].ID)
+	}
+	return s.h.Respond(calls[i].ID, []scenario.Header{{":status", status}}, []byte(body))
+}
+
+type wasmSide struct {
+	h     *wasmhost.Host
+	clock *wasmhost.ManualClock
+}
+
+func (s wasmSide) http(r scenario.Request) (string, func() (string, error), error) {
+	ctx := context.Background()
+	req := &wasmhost.Request{Headers: r.Headers, Properties: wasmhost.Properties{}}
+	res, err := s.h.VM(0).HTTP(ctx, req)
+	if err != nil || !res.Paused {
+		if err != nil {
+			return "", nil, err
+		}
+		return summary(res.Rejected, res.Status, res.UpstreamHeaders, res.ResponseHeaders), nil, nil
+	}
+	return "paused", func() (string, error) {
+		select {
+		case <-res.Stream.Settled():
+		default:
+			return "not settled", nil
+		}
+		done, err := res.Stream.Complete(ctx, []wasmhost.Header{{":status", "200"}})
+		if err != nil {
+			return "", err
+		}
+		return summary(done.Rejected, done.Status, done.UpstreamHeaders, done.ResponseHeaders), nil
+	}, nil
+}
+func (s wasmSide) advance(d time.Duration) { s.clock.Advance(d) }
+func (s wasmSide) tick() error             { return s.h.Tick(context.Background()) }
+func (s wasmSide) logs() []string {
+	var out []string
+	for _, e := range s.h.Logs() {
+		out = append(out, e.String())
+	}
+	return out
+}
+func (s wasmSide) answer(i int, status, body string) error {
+	calls := s.h.PendingCalls()
+	if i >= len(calls) {
+		return fmt.Errorf("no call %d (%d pending)", i, len(calls))
+	}
+	var err error
+	if status == "" {
+		err = calls[i].Fail()
+	} else {
+		err = calls[i].Respond([]wasmhost.Header{{":status", status}}, []byte(body))
+	}
+	if err == nil {
+		err = calls[i].Wait(context.Background())
+	}
+	return err
+}
+
+// probeStep is one step: a request (probe script), clock, tick, a call's
+// answer, or finishing the paused request of an earlier step.
+type probeStep struct {
+	probe            string
+	advance          time.Duration
+	tick             bool
+	answer           int // call index to answer, with status ("" fails it)
+	status, body     string
+	answerIt, finish bool
+}
+
+var probeSequences = []struct {
+	name  string
+	steps []probeStep
+}{
+	{"tick period", []probeStep{{probe: "tick-period 100; ticks"}, {advance: 99 * time.Millisecond, tick: true},
+		{probe: "ticks"}, {advance: time.Millisecond, tick: true}, {probe: "ticks"}, {advance: 250 * time.Millisecond, tick: true},
+		{probe: "ticks"}, {tick: true}, {probe: "ticks; tick-period 0"}, {advance: time.Second, tick: true}, {probe: "ticks"}}},
+	{"paused then resumed on tick", []probeStep{{probe: "tick-period 10"}, {probe: "pause; resume-on-tick"}, {finish: true},
+		{advance: 10 * time.Millisecond, tick: true}, {finish: true}}},
+	{"paused then answered on tick", []probeStep{{probe: "tick-period 10"}, {probe: "pause; reply-on-tick 503"},
+		{advance: 10 * time.Millisecond, tick: true}, {finish: true}}},
+	{"paused and resumed in the same callback", []probeStep{{probe: "pause; resume-now"}}},
+	{"shared queue", []probeStep{{probe: "register q1; resolve sluice q1; resolve other q1; resolve sluice nope; " +
+		"enqueue 1 hello; dequeue 1; enqueue 1 a; enqueue 1 b; enqueue 99 x"}, {probe: "queued; dequeue 1"}}},
+	{"http call answered", []probeStep{{probe: "call upstream-a :method=GET,:path=/x,:authority=a _ body; pause"},
+		{answerIt: true, status: "200", body: "pong"}, {finish: true}}},
+	{"http call answered 403 replies", []probeStep{{probe: "call upstream-a :method=GET,:path=/x,:authority=a; pause"},
+		{answerIt: true, status: "403"}, {finish: true}}},
+	{"http call failed", []probeStep{{probe: "call upstream-a :method=GET,:path=/x,:authority=a; pause"},
+		{answerIt: true}, {finish: true}}},
+	{"http call timed out", []probeStep{{probe: "call upstream-a :method=GET,:path=/x,:authority=a _ 100; pause"},
+		{advance: 100 * time.Millisecond, tick: true}, {finish: true}}},
+	{"http call refused", []probeStep{{probe: "call upstream-a :method=GET,:path=/x; call _ :method=GET,:path=/,:authority=a; " +
+		"call nope :method=GET,:path=/,:authority=a"}}},
+}
+
+func TestProbeSequencesAgreeWithWasmhost(t *testing.T) {
+	probeWasm := wasmtest.Build(t, "./plugin/wasmhost/testdata/probe")
+	probePath := module(t, "./plugin/wasmhost/testdata/probe")
+	clusters := []string{"upstream-a"}
+	for _, mode := range envoyhost.Modes {
+		for _, seq := range probeSequences {
+			t.Run(string(mode)+"/"+seq.name, func(t *testing.T) {
+				eh, err := envoyhost.Starter(mode)(t, scenario.Options{WasmPath: probePath, Start: t0, Clusters: clusters})
+				if err != nil {
+					t.Fatal(err)
+				}
+				clock := wasmhost.NewManualClock(t0)
+				wh, err := wasmhost.New(context.Background(), wasmhost.Config{Wasm: probeWasm, Clock: clock, Clusters: clusters,
+					NodeID: envoyhost.DefaultNodeID, PluginName: envoyhost.DefaultPluginName,
+					RootID: envoyhost.DefaultRootID, VMID: envoyhost.DefaultVMID})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer wh.Close(context.Background())
+				sides := []probeSide{envoySide{eh}, wasmSide{wh, clock}}
+				var trace [2][]string
+				var paused [2]func() (string, error)
+				for i, st := range seq.steps {
+					for k, s := range sides {
+						var out string
+						var err error
+						switch {
+						case st.probe != "":
+							var p func() (string, error)
+							out, p, err = s.http(scenario.Request{Headers: []scenario.Header{{"x-probe", st.probe}}})
+							if p != nil {
+								paused[k] = p
+							}
+						case st.finish:
+							if paused[k] == nil {
+								t.Fatalf("step %d: nothing paused", i)
+							}
+							out, err = paused[k]()
+							if out != "not settled" {
+								paused[k] = nil
+							}
+						case st.answerIt:
+							err = s.answer(st.answer, st.status, st.body)
+						default:
+							s.advance(st.advance)
+							if st.tick {
+								err = s.tick()
+							}
+						}
+						if err != nil {
+							out = "error"
+						}
+						trace[k] = append(trace[k], fmt.Sprintf("step %d: %s", i, out))
+					}
+				}
+				trace[0] = append(trace[0], sides[0].logs()...)
+				trace[1] = append(trace[1], sides[1].logs()...)
+				if g, w := strings.Join(trace[0], "\n"), strings.Join(trace[1], "\n"); g != w {
+					t.Errorf("Envoy's host and wasmhost differ\nenvoyhost:\n%s\nwasmhost:\n%s", g, w)
+				}
+			})
+		}
 	}
 }

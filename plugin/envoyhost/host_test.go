@@ -345,3 +345,23 @@ func TestBadVMAndUnknownStreamAreErrors(t *testing.T) {
 		}
 	})
 }
+
+func TestTrapIsAnErrorNamingTheVMAndCallback(t *testing.T) {
+	probe := module(t, "./plugin/wasmhost/testdata/probe")
+	eachMode(t, func(t *testing.T, start scenario.Starter) {
+		h, err := start(t, scenario.Options{WasmPath: probe, VMs: 2, Start: t0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = h.HTTP(1, scenario.Request{Headers: []scenario.Header{{"x-probe", "trap"}}})
+		if err == nil || !strings.Contains(err.Error(), "VM 1") || !strings.Contains(err.Error(), "proxy_on_request_headers") {
+			t.Fatalf("trap: %v, want an error naming VM 1 and proxy_on_request_headers", err)
+		}
+		if _, err := h.HTTP(1, scenario.Request{}); err == nil || !strings.Contains(err.Error(), "failed earlier") {
+			t.Fatalf("after the trap VM 1 answered: %v", err)
+		}
+		if r, err := h.HTTP(0, scenario.Request{}); err != nil || r.Status != 200 {
+			t.Fatalf("VM 0 after VM 1 trapped: %+v %v", r, err)
+		}
+	})
+}

@@ -121,7 +121,7 @@ func (h *Host) newVM(ctx context.Context, id int) (*VM, error) {
 		stop:          make(chan struct{}),
 		loopD:         make(chan struct{}),
 		nextContextID: 1,
-		nextCallID:    1,
+		nextCallID:    4,
 		roots:         map[uint32]*rootContext{},
 		streams:       map[uint32]*Stream{},
 		calls:         map[uint32]*HTTPCall{},

@@ -273,6 +273,11 @@ public:
 
   HostWasm *hw();
   int vmIndex();
+  // The root context answering an HTTP call right now, if any.
+  HostContext *callRoot() {
+    auto *r = static_cast<HostContext *>(root_context());
+    return r && r->call_headers ? r : nullptr;
+  }
 
   StreamState *stream = nullptr;          // stream contexts
   const Headers *call_headers = nullptr;  // root contexts, during on_http_call_response
@@ -304,7 +309,9 @@ public:
     case WasmBufferType::VmConfiguration:
       return buffer.set(wasm()->vm_configuration());
     case WasmBufferType::HttpCallResponseBody:
-      if (call_headers) return buffer.set(call_body);
+      // Envoy: the root context's http_call_response_, whatever the
+      // effective context (the Go SDK switches to the calling stream's).
+      if (auto *r = callRoot()) return buffer.set(r->call_body);
       return nullptr;
     default:
       return nullptr;
@@ -323,7 +330,8 @@ public:
     case WasmHeaderMapType::ResponseHeaders:
       return stream && stream->has_resp ? &stream->resp : nullptr;
     case WasmHeaderMapType::HttpCallResponseHeaders:
-      return call_headers ? const_cast<Headers *>(call_headers) : nullptr;
+      if (auto *r = callRoot()) return const_cast<Headers *>(r->call_headers);
+      return nullptr;
     default:
       return nullptr;
     }
@@ -529,8 +537,8 @@ struct Worker {
   std::shared_ptr<HostWasm> wasm;
   std::shared_ptr<WasmHandleBase> wasm_handle;
   std::shared_ptr<PluginBase> plugin, next_plugin;
-  std::shared_ptr<PluginHandleBase> plugin_handle;
-  HostContext *root = nullptr, *next_root = nullptr;
+  std::shared_ptr<PluginHandleBase> plugin_handle, next_handle;
+  HostContext *root = nullptr;
   std::string vm_errors; // from the library (traps, load failures)
   std::string broken;    // set once a trap broke the VM
   std::map<uint64_t, std::unique_ptr<StreamState>> streams;
@@ -576,65 +584,103 @@ struct Worker {
     if (!wasm) throw std::runtime_error(name() + " is not started");
   }
 
-  void start(const std::string &code, const std::string &config,
-             const std::unordered_map<std::string, std::string> &env) {
-    size_t log_from = logCount();
+  // Each VM is created as Envoy creates a worker's VM, on its own thread:
+  // getOrCreateThreadLocalPlugin (the library's thread-local VM and plugin
+  // caches, which shared-queue notifications look VMs up in) with a clone
+  // factory that loads the module, then _initialize, root context
+  // (on_context_create, on_vm_start) and on_configure, all by the library.
+  std::shared_ptr<HostWasm> base;
+  std::shared_ptr<WasmHandleBase> base_handle;
+  std::string code;
+  std::unordered_map<std::string, std::string> env;
+
+  std::shared_ptr<PluginBase> newPlugin(const std::string &config) {
+    return std::make_shared<PluginBase>(settings.plugin_name, settings.root_id, settings.vm_id, "wamr", config, false,
+                                        "generation " + std::to_string(generation++));
+  }
+  std::unique_ptr<proxy_wasm::WasmVm> newVm() {
     auto vm = proxy_wasm::createWamrVm();
     vm->integration().reset(new Integration(this));
-    wasm = std::make_shared<HostWasm>(std::move(vm), env, settings.vm_id, this);
-    wasm_handle = std::make_shared<WasmHandleBase>(wasm);
-    if (!wasm->load(code, false))
-      throw std::runtime_error(name() + ": the module did not load: " + vm_errors + logsOfVM(index, log_from));
-    if (!wasm->initialize()) {
-      check("_initialize");
-      throw std::runtime_error(name() + ": the module did not initialize: " + vm_errors + logsOfVM(index, log_from));
-    }
-    check("_initialize");
-    plugin = std::make_shared<PluginBase>(settings.plugin_name, settings.root_id, settings.vm_id, "wamr",
-                                          config, false, "generation 0");
-    auto *r = wasm->start(plugin);
-    check("proxy_on_vm_start");
-    if (!r) throw std::runtime_error(name() + ": proxy_on_vm_start returned false" + logsOfVM(index, log_from));
-    root = static_cast<HostContext *>(r);
-    bool ok = wasm->configure(root, plugin);
-    check("proxy_on_configure");
-    if (!ok)
-      throw std::runtime_error(name() + ": proxy_on_configure returned false (the plugin rejected its configuration)" +
-                               logsOfVM(index, log_from));
-    plugin_handle = std::make_shared<PluginHandleBase>(wasm_handle, plugin);
+    return vm;
   }
 
-  // prepare runs on_vm_start and on_configure on a new root context, as Envoy
+  // plugin starts p on this thread's VM (creating the VM the first time).
+  std::shared_ptr<PluginHandleBase> startPlugin(const std::shared_ptr<PluginBase> &p) {
+    size_t log_from = logCount();
+    auto clone = [this](std::shared_ptr<WasmHandleBase>) -> std::shared_ptr<WasmHandleBase> {
+      auto w = std::make_shared<HostWasm>(newVm(), env, settings.vm_id, this);
+      if (!w->load(code, false)) return nullptr;
+      wasm = w;
+      wasm_handle = std::make_shared<WasmHandleBase>(w);
+      return wasm_handle;
+    };
+    auto make_handle = [](std::shared_ptr<WasmHandleBase> wh, std::shared_ptr<PluginBase> pl) {
+      return std::make_shared<PluginHandleBase>(wh, pl);
+    };
+    auto handle = proxy_wasm::getOrCreateThreadLocalPlugin(base_handle, p, clone, make_handle);
+    const char *phase = "proxy_on_configure";
+    switch (base->fail_state()) {
+    case proxy_wasm::FailState::UnableToCloneVm:
+      throw std::runtime_error(name() + ": the module did not load: " + vm_errors + logsOfVM(index, log_from));
+    case proxy_wasm::FailState::UnableToInitializeCode:
+      phase = "_initialize";
+      break;
+    case proxy_wasm::FailState::StartFailed:
+      phase = "proxy_on_vm_start";
+      break;
+    default:
+      break;
+    }
+    check(phase);
+    if (!handle) {
+      std::string what = base->fail_state() == proxy_wasm::FailState::StartFailed
+                             ? "proxy_on_vm_start returned false"
+                         : base->fail_state() == proxy_wasm::FailState::UnableToInitializeCode
+                             ? "the module did not initialize"
+                             : "proxy_on_configure returned false (the plugin rejected its configuration)";
+      base_reset();
+      throw std::runtime_error(name() + ": " + what + logsOfVM(index, log_from));
+    }
+    return handle;
+  }
+  // base_reset clears the failure state startPlugin reads.
+  void base_reset() {
+    base = std::make_shared<HostWasm>(newVm(), env, settings.vm_id, this);
+    base_handle = std::make_shared<WasmHandleBase>(base);
+  }
+
+  void start(const std::string &module, const std::string &config,
+             const std::unordered_map<std::string, std::string> &environment) {
+    code = module;
+    env = environment;
+    base_reset();
+    plugin = newPlugin(config);
+    plugin_handle = startPlugin(plugin);
+    root = static_cast<HostContext *>(wasm->getRootContext(plugin, false));
+  }
+
+  // prepare starts a new root context with the new configuration, as Envoy
   // does for a configuration-only update; commit or abort follows.
   void prepare(const std::string &config) {
     usable();
-    size_t log_from = logCount();
-    next_plugin = std::make_shared<PluginBase>(settings.plugin_name, settings.root_id, settings.vm_id, "wamr",
-                                               config, false, "generation " + std::to_string(++generation));
-    next_root = nullptr;
-    auto *r = wasm->start(next_plugin);
-    check("proxy_on_vm_start");
-    if (!r) throw std::runtime_error(name() + ": proxy_on_vm_start returned false" + logsOfVM(index, log_from));
-    bool ok = wasm->configure(r, next_plugin);
-    check("proxy_on_configure");
-    next_root = static_cast<HostContext *>(r);
-    if (!ok)
-      throw std::runtime_error(name() + ": proxy_on_configure returned false (the plugin rejected the configuration)" +
-                               logsOfVM(index, log_from));
+    next_plugin = newPlugin(config);
+    next_handle.reset();
+    next_handle = startPlugin(next_plugin);
   }
   void commit() {
     plugin = next_plugin;
-    root = next_root;
+    root = static_cast<HostContext *>(wasm->getRootContext(plugin, false));
     // The old handle goes when the last stream holding it ends; its root
     // context then gets on_done and on_delete (the library's startShutdown).
-    plugin_handle = std::make_shared<PluginHandleBase>(wasm_handle, plugin);
+    plugin_handle = next_handle;
     next_plugin.reset();
-    next_root = nullptr;
+    next_handle.reset();
   }
   void abort() {
+    // A root context the update created stays in the VM until shut down.
     if (next_plugin && broken.empty()) wasm->startShutdown(next_plugin->key());
     next_plugin.reset();
-    next_root = nullptr;
+    next_handle.reset();
   }
 
   // Streams.
