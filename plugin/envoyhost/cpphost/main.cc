@@ -1095,6 +1095,14 @@ std::string onAll(std::function<void(Worker &)> f) {
   return err;
 }
 
+// drain waits for the answers still due: fan-outs (tick, reconfigure) and
+// the work queued on every VM.
+std::atomic<int> fanouts{0};
+void drain() {
+  while (fanouts.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  onAll([](Worker &) {});
+}
+
 std::unique_ptr<StreamState> readStream(Args &a) {
   auto s = std::make_unique<StreamState>();
   s->id = next_stream_id++;
@@ -1177,6 +1185,7 @@ void handle(const std::string &tag, const std::string &cmd, Args &a) {
     if (cmd == "reconfigure") config = a.str();
     a.end();
     // Fan out without blocking the reader.
+    fanouts++;
     std::thread([tag, cmd, config] {
       std::string err;
       if (cmd == "tick") {
@@ -1188,6 +1197,7 @@ void handle(const std::string &tag, const std::string &cmd, Args &a) {
       }
       if (err.empty()) reply(tag, "ok");
       else replyErr(tag, err);
+      fanouts--;
     }).detach();
   } else if (cmd == "metric") {
     std::string name = a.str();
@@ -1284,7 +1294,7 @@ void handle(const std::string &tag, const std::string &cmd, Args &a) {
     });
   } else if (cmd == "close") {
     a.end();
-    onAll([](Worker &) {}); // answer what the VMs still have queued
+    drain();
     reply(tag, "ok");
     _exit(0);
   } else {
@@ -1312,6 +1322,6 @@ int main() {
       replyErr(tag, e.what());
     }
   }
-  onAll([](Worker &) {});
+  drain();
   _exit(0);
 }
