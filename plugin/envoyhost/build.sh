@@ -13,7 +13,8 @@
 # their sha256 checked against the table below (the same as in its README).
 # Without it, the same pinned commits are downloaded from GitHub (codeload
 # tarballs of the commits; those are whole-repository archives, so they have
-# their own checksums: the commit id in the URL is the pin).
+# their own checksums: the commit id in the URL is the pin). SLUICE_SOURCE_BASE
+# replaces https://codeload.github.com (a mirror with the same layout).
 #
 # Changes made to the sources at build time, exactly what a build of Envoy
 # with WAMR would need too:
@@ -113,10 +114,14 @@ fetch() {
   else
     need_cmd curl curl
     tmp="$OUT/download-$name.tar.gz"
+    url="${SLUICE_SOURCE_BASE:-https://codeload.github.com}/$repo/tar.gz/$commit"
     echo "envoyhost: downloading $repo at $commit"
-    curl -fsSL --retry 3 -o "$tmp" "https://codeload.github.com/$repo/tar.gz/$commit" ||
-      die "downloading https://codeload.github.com/$repo/tar.gz/$commit failed: without network, set SLUICE_THIRD_PARTY to a directory holding $archive"
-    tar -xzf "$tmp" -C "$dest" --strip-components=1
+    curl -fsSL --retry 3 -o "$tmp" "$url" ||
+      die "downloading $url failed: without network, set SLUICE_THIRD_PARTY to a directory holding $archive"
+    # A whole-repository archive of the commit: its checksum is not the
+    # trimmed archive's; the commit id is the pin. Print it for the record.
+    echo "envoyhost: $(sha256sum "$tmp" | cut -c1-64)  $url"
+    tar -xzf "$tmp" -C "$dest" --strip-components=1 || die "$url: not a gzip tar archive"
     rm -f "$tmp"
   fi
   touch "$dest/.unpacked"
