@@ -11,6 +11,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strings"
@@ -24,15 +25,23 @@ type event struct {
 }
 
 func main() {
+	if _, failed := count(os.Stdin, os.Stdout); failed > 0 {
+		os.Exit(1)
+	}
+}
+
+// count reads go test -json from r, writes the report to w and returns the
+// counts of the summary line.
+func count(r io.Reader, w io.Writer) (passed, failed int) {
 	results := map[string]string{} // package \x00 test -> pass/fail/skip
 	output := map[string][]string{}
 	pkgFailed := map[string]bool{}
-	sc := bufio.NewScanner(os.Stdin)
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
 		var e event
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			fmt.Println(sc.Text()) // not JSON: a build error, pass it on
+			fmt.Fprintln(w, sc.Text()) // not JSON: a build error, pass it on
 			continue
 		}
 		id := e.Package + "\x00" + e.Test
@@ -41,7 +50,7 @@ func main() {
 			if e.Test != "" {
 				output[id] = append(output[id], e.Output)
 			} else if strings.HasPrefix(e.Output, "ok ") || strings.HasPrefix(e.Output, "FAIL") || strings.Contains(e.Output, "[build failed]") {
-				fmt.Print(e.Output)
+				fmt.Fprint(w, e.Output)
 			}
 		case "pass", "fail", "skip":
 			if e.Test != "" {
@@ -56,7 +65,7 @@ func main() {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
-	passed, failed, skipped := 0, 0, 0
+	skipped := 0
 	for _, id := range ids {
 		leaf := true
 		for _, other := range ids {
@@ -73,10 +82,10 @@ func main() {
 			passed++
 		case "skip":
 			skipped++
-			fmt.Printf("SKIP %s\n", strings.ReplaceAll(id, "\x00", " "))
+			fmt.Fprintf(w, "SKIP %s\n", strings.ReplaceAll(id, "\x00", " "))
 		case "fail":
 			failed++
-			fmt.Printf("--- FAIL %s\n%s", strings.ReplaceAll(id, "\x00", " "), strings.Join(output[id], ""))
+			fmt.Fprintf(w, "--- FAIL %s\n%s", strings.ReplaceAll(id, "\x00", " "), strings.Join(output[id], ""))
 		}
 	}
 	for pkg := range pkgFailed {
@@ -88,15 +97,13 @@ func main() {
 		}
 		if !hasFailedTest {
 			failed++ // the package failed outside any test (build error, panic, timeout)
-			fmt.Printf("--- FAIL %s (outside any test)\n", pkg)
+			fmt.Fprintf(w, "--- FAIL %s (outside any test)\n", pkg)
 		}
 	}
 	line := fmt.Sprintf("%d passed, %d failed", passed, failed)
 	if skipped > 0 {
 		line += fmt.Sprintf(" (%d skipped)", skipped)
 	}
-	fmt.Println(line)
-	if failed > 0 {
-		os.Exit(1)
-	}
+	fmt.Fprintln(w, line)
+	return passed, failed
 }
