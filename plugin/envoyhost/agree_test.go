@@ -20,6 +20,7 @@ import (
 var probeScripts = []struct {
 	name, probe, probeResp string
 	props                  map[string][]byte
+	env                    map[string]string
 }{
 	{name: "shared data CAS", probe: "get k; set k v1 0; get k; set k v2 999; set k v3 1; get k; " +
 		"set k v4 0; get k; set fresh x 12345; get fresh; set n 5 0; incr n; get n; set k _ 0; get k"},
@@ -32,6 +33,10 @@ var probeScripts = []struct {
 		"prop request.host; prop request.method; prop request.scheme; prop request.protocol; propi request.time; " +
 		"prop request.nope; prop nope; setprop my.value v; prop my.value",
 		props: map[string][]byte{"source.address": []byte("10.1.2.3:4567")}},
+	{name: "clock, environment and configuration", probe: "now; since; env GOGC; env PROBE; env NOPE; config; vmconfig; root; ctx",
+		env: map[string]string{"GOGC": "400", "PROBE": "x y"}},
+	{name: "property maps", probe: "propmap request.headers; propmap response.headers; prop response.code",
+		probeResp: "propmap response.headers; propi response.code"},
 	{name: "metrics", probe: "counter c 0; counter c 2; counter c 0; gauge g 5; gauge g -7; hist h 3"},
 	{name: "local reply", probe: "reply 429 x-a=1,content-type=application/json limited; reply 500 _ again"},
 	{name: "local reply without body", probe: "reply 403 x-b=2 _"},
@@ -53,7 +58,7 @@ func TestProbeAnswersAgreeWithWasmhost(t *testing.T) {
 					req.Headers = append(req.Headers, scenario.Header{"x-probe-resp", s.probeResp})
 				}
 
-				eh, err := envoyhost.Starter(mode)(t, scenario.Options{WasmPath: probePath, Start: t0})
+				eh, err := envoyhost.Starter(mode)(t, scenario.Options{WasmPath: probePath, Start: t0, Env: s.env})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -62,7 +67,7 @@ func TestProbeAnswersAgreeWithWasmhost(t *testing.T) {
 					t.Fatal(err)
 				}
 
-				wh, err := wasmhost.New(ctx, wasmhost.Config{Wasm: probeWasm, Clock: wasmhost.NewManualClock(t0),
+				wh, err := wasmhost.New(ctx, wasmhost.Config{Wasm: probeWasm, Clock: wasmhost.NewManualClock(t0), Env: s.env,
 					NodeID: envoyhost.DefaultNodeID, PluginName: envoyhost.DefaultPluginName,
 					RootID: envoyhost.DefaultRootID, VMID: envoyhost.DefaultVMID})
 				if err != nil {
