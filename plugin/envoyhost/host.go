@@ -12,6 +12,10 @@
 // Each VM runs on its own thread of the program, and VMs share the library's
 // process-wide shared data, so calls on different VMs (from different
 // goroutines) race on it as Envoy's worker threads do.
+//
+// Under FastJIT, WAMR's JIT code cache is one per process (128 MB in this
+// build): it holds about 12 VMs of the filter; a host with more fails to
+// start with "fast jit compilation failed: allocate memory failed".
 package envoyhost
 
 import (

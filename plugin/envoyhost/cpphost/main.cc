@@ -1147,7 +1147,14 @@ void handle(const std::string &tag, const std::string &cmd, Args &a) {
     if (!f) throw std::runtime_error("cannot read the module " + path);
     std::string code((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     for (int64_t i = 0; i < vms; i++) workers.push_back(std::make_unique<Worker>(i));
-    std::string err = onAll([&](Worker &w) { w.start(code, config, env); });
+    std::string err = onAll([&](Worker &w) {
+      try {
+        w.start(code, config, env);
+      } catch (const std::exception &e) {
+        if (w.broken.empty()) w.broken = w.name() + " did not start: " + e.what();
+        throw;
+      }
+    });
     if (!err.empty()) throw std::runtime_error(err);
     reply(tag, "ok");
   } else if (cmd == "http") {
