@@ -131,8 +131,15 @@ fetch host; fetch sdk; fetch wamr; fetch asmjit
 
 # Patches, once per unpacked tree.
 if [ ! -f "$SRC/wamr/.patched" ]; then
-  patch -d "$SRC/wamr" -p1 --quiet <"$SRC/host/bazel/external/wamr.patch" ||
-    die "applying the host's bazel/external/wamr.patch to WAMR failed"
+  if command -v patch >/dev/null 2>&1; then
+    patch -d "$SRC/wamr" -p1 --quiet <"$SRC/host/bazel/external/wamr.patch" ||
+      die "applying the host's bazel/external/wamr.patch to WAMR failed"
+  elif command -v git >/dev/null 2>&1; then
+    (cd "$SRC/wamr" && git apply -p1 "$SRC/host/bazel/external/wamr.patch") ||
+      die "applying the host's bazel/external/wamr.patch to WAMR failed"
+  else
+    die "'patch' not found: install the Debian package patch"
+  fi
   touch "$SRC/wamr/.patched"
 fi
 if [ ! -f "$SRC/host/.patched" ]; then
