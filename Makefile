@@ -13,10 +13,10 @@ COUNT     ?= 6
 BENCHTIME ?= 1s
 FUZZTIME  ?= 20s
 
-.PHONY: help build wasm native generate test lint fmt vet generated markers run bench fuzz clean
+.PHONY: help build wasm native generate test lint fmt vet generated markers run bench fuzz clean envoyhost envoy-host-test
 
 help: ## list targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 build: wasm native ## build bin/ratelimit.wasm and the native binaries
 
@@ -39,7 +39,17 @@ native: ## build the native binaries into bin/
 generate: ## regenerate the templ components' _templ.go files (commit them)
 	$(GO) generate ./web
 
-test: build lint ## build everything, then run every test (what CI runs)
+# Envoy's own wasm host (proxy-wasm-cpp-host + WAMR, fast interpreter and fast
+# JIT) for plugin/envoyhost, built into .cache/envoyhost (or
+# $SLUICE_ENVOYHOST_DIR) from the pinned archives in $SLUICE_THIRD_PARTY, or
+# downloaded from GitHub without it. A second run rebuilds nothing.
+envoyhost: ## build Envoy's wasm host for the real-host tests (needs g++ cmake ninja-build libssl-dev)
+	nice -n 10 plugin/envoyhost/build.sh
+
+envoy-host-test: wasm envoyhost ## run only the tests under Envoy's own wasm host; ends with "N passed, N failed"
+	@bash -o pipefail -c 'SLUICE_WASM_DIR=$(CURDIR)/$(BIN) $(GO) test -count=1 -json -timeout 15m ./plugin/envoyhost/... | $(GO) run ./plugin/envoyhost/testcount'
+
+test: build lint envoyhost ## build everything, then run every test (what CI runs), Envoy's own wasm host included
 	SLUICE_WASM_DIR=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 15m ./...
 	SLUICE_WASM_DIR=$(CURDIR)/$(BIN) $(GO) test -count=1 -race -timeout 10m ./shared/... ./plugin/wasmhost/... ./admin/store/... ./admin/policies/... ./admin/xds/... ./admin/telemetry/... ./admin/httpapi/... ./admin/fleet/...
 

@@ -734,11 +734,14 @@ func hHTTPCall(vm *VM, st []uint64) Status {
 	if !method || !path || !authority {
 		return StatusBadArgument
 	}
+	// Callout ids as proxy-wasm-cpp-host hands them out to Envoy
+	// (WasmBase::nextHttpCallId): 4, 8, 12, ..., the low two bits being the
+	// callout type (0: HTTP call).
 	id := vm.nextCallID
 	for id == 0 || vm.calls[id] != nil {
-		id++
+		id += 4
 	}
-	vm.nextCallID = id + 1
+	vm.nextCallID = id + 4
 	timeout := u32(st[8])
 	c := &HTTPCall{
 		VM:       vm.id,

@@ -192,3 +192,23 @@ func TestCallAfterRootRetired(t *testing.T) {
 		t.Fatal("cancelled call still pending")
 	}
 }
+
+// TestHTTPCallIDsAsProxyWasmCppHost: callout ids are 4, 8, 12, ... as
+// proxy-wasm-cpp-host's WasmBase::nextHttpCallId hands them to Envoy (the low
+// two bits are the callout type, 0 for an HTTP call), per VM.
+func TestHTTPCallIDsAsProxyWasmCppHost(t *testing.T) {
+	h := newHost(t, Config{Clock: NewManualClock(t0), VMs: 2})
+	got := results(t, h.VM(0), "call a :method=GET,:path=/,:authority=a;call a :method=GET,:path=/,:authority=a;"+
+		"call a :method=GET,:path=/,:authority=a")
+	if fmt.Sprint(got) != "[ok:4 ok:8 ok:12]" {
+		t.Fatalf("callout ids on VM 0: %v, want [ok:4 ok:8 ok:12]", got)
+	}
+	if got := results(t, h.VM(1), "call a :method=GET,:path=/,:authority=a"); fmt.Sprint(got) != "[ok:4]" {
+		t.Fatalf("first callout id on VM 1: %v, want [ok:4]", got)
+	}
+	for _, c := range h.PendingCalls() {
+		if c.ID%4 != 0 {
+			t.Fatalf("call %+v: id not a multiple of 4", c)
+		}
+	}
+}

@@ -237,3 +237,38 @@ func TestOldRootKeptForInFlightStreams(t *testing.T) {
 		t.Fatalf("config %q", got)
 	}
 }
+
+// TestReconfigureRunsVMStartOnTheNewRootContext: proxy-wasm-cpp-host starts
+// every new root context with proxy_on_context_create, proxy_on_vm_start and
+// proxy_on_configure (WasmBase::start, ContextBase::onStart), so a
+// configuration-only update runs on_vm_start again on each VM, before
+// on_configure; one returning false rejects the update.
+func TestReconfigureRunsVMStartOnTheNewRootContext(t *testing.T) {
+	h := newHost(t, Config{Clock: NewManualClock(t0), VMs: 2, PluginConfig: []byte("cfg-1"), VMConfig: []byte("vmcfg")})
+	if err := h.Reconfigure(context.Background(), []byte("cfg-2")); err != nil {
+		t.Fatal(err)
+	}
+	for vm := 0; vm < 2; vm++ {
+		var seq []string
+		for _, l := range h.Logs() {
+			if l.VM == vm && (strings.HasPrefix(l.Message, "vm_start") || strings.HasPrefix(l.Message, "plugin_start")) {
+				seq = append(seq, l.Message)
+			}
+		}
+		want := []string{`vm_start config="vmcfg"`, `plugin_start root=1 config="cfg-1"`,
+			`vm_start config="vmcfg"`, `plugin_start root=2 config="cfg-2"`}
+		if fmt.Sprint(seq) != fmt.Sprint(want) {
+			t.Fatalf("vm %d: %q, want %q", vm, seq, want)
+		}
+	}
+
+	rejecting := newHost(t, Config{Clock: NewManualClock(t0), PluginConfig: []byte("cfg-1")})
+	rejecting.cfg.VMConfig = []byte("vm-reject") // what the new root's on_vm_start reads
+	err := rejecting.Reconfigure(context.Background(), []byte("cfg-2"))
+	if err == nil || !strings.Contains(err.Error(), "proxy_on_vm_start returned false") {
+		t.Fatalf("on_vm_start returning false on update: %v, want the update rejected", err)
+	}
+	if got := results(t, rejecting.VM(0), "config"); got[0] != "cfg-1" {
+		t.Fatalf("after the rejected update the config is %v, want cfg-1", got)
+	}
+}

@@ -121,7 +121,7 @@ func (h *Host) newVM(ctx context.Context, id int) (*VM, error) {
 		stop:          make(chan struct{}),
 		loopD:         make(chan struct{}),
 		nextContextID: 1,
-		nextCallID:    1,
+		nextCallID:    4,
 		roots:         map[uint32]*rootContext{},
 		streams:       map[uint32]*Stream{},
 		calls:         map[uint32]*HTTPCall{},
@@ -191,15 +191,10 @@ func (vm *VM) start(ctx context.Context, pluginConfig []byte) error {
 	if err := vm.callCtx(root, vm.fn.contextCreate, "proxy_on_context_create", root.id, 0); err != nil {
 		return vm.startError(err)
 	}
-	if vm.fn.vmStart != nil {
-		vm.stack[0], vm.stack[1] = uint64(root.id), uint64(len(vm.h.cfg.VMConfig))
-		err := vm.callRoot(root, vm.fn.vmStart, "proxy_on_vm_start", 2)
-		if err != nil {
-			return vm.startError(err)
-		}
-		if uint32(vm.stack[0]) == 0 {
-			return vm.startError(fmt.Errorf("proxy_on_vm_start returned false (the plugin rejected its VM configuration)"))
-		}
+	if ok, err := vm.vmStart(root); err != nil {
+		return vm.startError(err)
+	} else if !ok {
+		return vm.startError(errVMStartFalse)
 	}
 	if ok, err := vm.configure(root); err != nil {
 		return vm.startError(err)
@@ -207,6 +202,22 @@ func (vm *VM) start(ctx context.Context, pluginConfig []byte) error {
 		return vm.startError(errors.New("proxy_on_configure returned false (the plugin rejected its configuration)"))
 	}
 	return nil
+}
+
+var errVMStartFalse = errors.New("proxy_on_vm_start returned false (the plugin rejected its VM configuration)")
+
+// vmStart runs proxy_on_vm_start on root. proxy-wasm-cpp-host runs it on
+// every new root context (ContextBase::onStart), so on a configuration-only
+// update too, not only when the VM starts.
+func (vm *VM) vmStart(root *rootContext) (bool, error) {
+	if vm.fn.vmStart == nil {
+		return true, nil
+	}
+	vm.stack[0], vm.stack[1] = uint64(root.id), uint64(len(vm.h.cfg.VMConfig))
+	if err := vm.callRoot(root, vm.fn.vmStart, "proxy_on_vm_start", 2); err != nil {
+		return false, err
+	}
+	return uint32(vm.stack[0]) != 0, nil
 }
 
 // configure runs proxy_on_configure on root with root.config.
@@ -473,6 +484,11 @@ func (vm *VM) configureNewRoot(ctx context.Context, config []byte) (*rootContext
 	vm.roots[root.id] = root
 	if err := vm.callCtx(root, vm.fn.contextCreate, "proxy_on_context_create", root.id, 0); err != nil {
 		return nil, err
+	}
+	if ok, err := vm.vmStart(root); err != nil {
+		return nil, err
+	} else if !ok {
+		return root, vm.startErrorf(errVMStartFalse.Error())
 	}
 	ok, err := vm.configure(root)
 	if err != nil {

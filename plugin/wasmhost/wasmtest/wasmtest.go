@@ -114,6 +114,10 @@ func ModuleRoot(tb testing.TB) string {
 	return root
 }
 
+// Root returns the module root (the directory holding go.mod, found by
+// walking up from the working directory), for callers without testing.TB.
+func Root() (string, error) { return moduleRoot() }
+
 // Load is Build without testing.TB: root is the module root, pkg a package
 // path relative to it. Results (including failures) are cached per process.
 func Load(root, pkg string) ([]byte, error) {
