@@ -160,14 +160,18 @@ func TestSharedDataBytesByIdentities(t *testing.T) {
 		vm := h.VM(0)
 		var out []point
 		var res wasmhost.Result
-		next := 0
+		next, rejected := 0, 0
 		for i := 0; next < len(checkpoints); i++ {
 			clock.Advance(20 * time.Microsecond)
 			if err := vm.HTTPInto(context.Background(), req(0, i), &res); err != nil {
 				t.Fatal(err)
 			}
 			if res.Rejected {
-				t.Fatalf("identity %d rejected", i)
+				// Only possible when more identities are active at once than
+				// the table holds (the quick run: about 10,000 active, 4,096
+				// places): one whose group's ways are all active shares the
+				// group's overflow limit, which may be spent.
+				rejected++
 			}
 			if i+1 == checkpoints[next] {
 				keys, bytes := 0, 0
@@ -186,6 +190,9 @@ func TestSharedDataBytesByIdentities(t *testing.T) {
 				}
 				out = append(out, point{keys, bytes})
 				next++
+				if maxKeys == 0 && rejected > 0 {
+					t.Fatalf("exact mode rejected %d new identities", rejected)
+				}
 			}
 		}
 		return out
