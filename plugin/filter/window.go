@@ -12,7 +12,7 @@ import (
 //
 // They share the token bucket's storage machinery (store.go): the same
 // two-phase decision, CAS retries, fail-open, refunds, bounded slots with
-// fingerprint and identity in the value, and eviction. Only the state and
+// fingerprint and identity in the value, and the overflow limit. Only the state and
 // the decision differ: a state.Window (use per period) decided by a
 // limiter.Window, under key prefixes of their own (fw:, sw:, rw:), so a
 // rule that changes algorithm never decodes another algorithm's state (its
