@@ -136,6 +136,9 @@ func Starter(mode Mode) scenario.Starter {
 	return func(tb testing.TB, opts scenario.Options) (scenario.Host, error) {
 		tb.Helper()
 		bin := Require(tb, mode)
+		if opts.WasmPath == "" {
+			opts.WasmPath = scenario.PluginWasmPath(tb)
+		}
 		h, err := start(bin, mode, opts)
 		if err != nil {
 			return nil, err
@@ -172,7 +175,7 @@ func start(bin string, mode Mode, opts scenario.Options) (*Host, error) {
 		opts.NodeID = DefaultNodeID
 	}
 	if opts.Start.IsZero() {
-		opts.Start = time.Now()
+		opts.Start = scenario.DefaultStart
 	}
 	wasm, err := filepath.Abs(opts.WasmPath)
 	if err != nil {
