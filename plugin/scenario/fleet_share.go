@@ -36,7 +36,9 @@ func fleetEvictionsShareOneLevel(t *testing.T, start Starter) {
 		}
 		return !res.Rejected
 	}
-	const ids, each = 6, 10
+	// Each identity offers more than the burst: whatever slots the
+	// identities' pairs put first, both slots' shares are used up.
+	const ids, each = 6, 25
 	round := func(reverse bool) (n int) {
 		for k := range ids {
 			i := k
@@ -51,11 +53,12 @@ func fleetEvictionsShareOneLevel(t *testing.T, start Starter) {
 		}
 		return n
 	}
-	// At one instant: each slot's share starts full once (20), whoever
-	// holds it.
+	// At one instant: each slot's share starts full once (20) and the
+	// first identity there spends it; the others' claims find it empty.
 	first := round(false)
 	// 1.05 s later (less than the lease TTL: every pool is live), in the
-	// other order, so the first claims evict pools refilled by 10.5.
+	// other order, so the first claims evict pools refilled by 10.5: those
+	// who had none take the level, not a new burst.
 	h.Advance(1050 * time.Millisecond)
 	second := round(true)
 	evicted := metric(h, "sluice.rule.g.global_evicted")
