@@ -159,10 +159,11 @@ func (p *pluginContext) poolEnv(a *application, now float64, noFetch bool) poolE
 // would take: the first missing, undecodable or stale one, else (evicting)
 // the first. When the slot taken holds a local-share bucket (stale or
 // evicted), its state is kept in a.fl.prev: the new pool's share continues
-// it (sharePool), so claims never mint a fresh burst. A duplicate pool of one identity (two VMs claiming different
-// candidates at once) holds only tokens the RLS granted, so it can cost
-// under-admission, never over-admission (except in the local-share
-// fallback, by at most one share's burst).
+// it (sharePool), so claims never mint a fresh burst. A duplicate pool of
+// one identity (two VMs claiming different candidates at once) holds only
+// tokens the RLS granted, so it can cost under-admission, never
+// over-admission (except in the local-share fallback, by at most one
+// share's burst).
 func (p *pluginContext) readPool(a *application, now float64) error {
 	a.fl.exists, a.fl.stored, a.fl.cas, a.fl.slot, a.fl.evict = false, false, 0, -1, false
 	a.fl.hasPrev = false
