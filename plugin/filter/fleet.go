@@ -81,15 +81,17 @@ func (cc *compiledConfig) compileRuleFleet(cr *compiledRule, r *policy.Rule, vm 
 
 // fleetApp is a global rule's part of an application (one request).
 type fleetApp struct {
-	id     [idLen]byte
-	pool   pool
-	exists bool   // our pool was read
-	stored bool   // the key exists: write with cas
-	cas    uint32 // cas of the read
-	slot   int    // candidate index of the pool (or of the slot to claim)
-	evict  bool   // the claim replaces a live pool of another identity
-	v      verdict
-	next   pool
+	id      [idLen]byte
+	pool    pool
+	exists  bool   // our pool was read
+	stored  bool   // the key exists: write with cas
+	cas     uint32 // cas of the read
+	slot    int    // candidate index of the pool (or of the slot to claim)
+	evict   bool   // the claim replaces a live pool of another identity
+	prev    pool   // the claim replaces a local-share bucket (hasPrev): its state
+	hasPrev bool
+	v       verdict
+	next    pool
 }
 
 // poolKey is the shared-data key of candidate i of a's pool.
@@ -148,17 +150,23 @@ func (p *pluginContext) poolEnv(a *application, now float64, noFetch bool) poolE
 		share:    limiter.TokenBucket{Rate: a.rule.tb.Rate / n, Burst: a.rule.tb.Burst / n},
 		syncMS:   a.rule.fleet.fc.syncMS,
 		leaseTTL: a.rule.fleet.fc.ttlMS,
+		prev:     a.fl.prev,
+		hasPrev:  a.fl.hasPrev,
 	}
 }
 
 // readPool finds a's pool among its candidates, or the slot a new pool
 // would take: the first missing, undecodable or stale one, else (evicting)
-// the first. A duplicate pool of one identity (two VMs claiming different
-// candidates at once) holds only tokens the RLS granted, so it can cost
-// under-admission, never over-admission (except in the local-share
-// fallback, by at most one share's burst).
+// the first. When the slot taken holds a local-share bucket (stale or
+// evicted), its state is kept in a.fl.prev: the new pool's share continues
+// it (sharePool), so claims never mint a fresh burst. A duplicate pool of
+// one identity (two VMs claiming different candidates at once) holds only
+// tokens the RLS granted, so it can cost under-admission, never
+// over-admission (except in the local-share fallback, by at most one
+// share's burst).
 func (p *pluginContext) readPool(a *application, now float64) error {
 	a.fl.exists, a.fl.stored, a.fl.cas, a.fl.slot, a.fl.evict = false, false, 0, -1, false
+	a.fl.hasPrev = false
 	nowMS := int64(now * 1000)
 	for i := 0; i < a.poolCandidates(); i++ {
 		v, cas, st := a.readValue(0, a.poolKey(i))
@@ -178,22 +186,28 @@ func (p *pluginContext) readPool(a *application, now float64) error {
 		}
 		if a.fl.slot < 0 && (!ok || stalePool(pl, nowMS, a.rule.fleet.fc.ttlMS)) {
 			a.fl.slot, a.fl.stored, a.fl.cas = i, true, cas
+			a.fl.prev, a.fl.hasPrev = pl, ok && pl.mode == modeShare
 		}
 	}
 	if a.fl.slot < 0 { // every candidate is a live pool of another identity
 		a.fl.slot, a.fl.evict = 0, true
-		_, cas, st := a.readValue(0, a.poolKey(0))
+		v, cas, st := a.readValue(0, a.poolKey(0))
 		if st != statusOK {
 			return statusError(st)
 		}
 		a.fl.stored, a.fl.cas = true, cas
+		_, pl, ok := decodePool(v)
+		a.fl.prev, a.fl.hasPrev = pl, ok && pl.mode == modeShare
 	}
 	a.fl.pool = pool{}
 	return nil
 }
 
 // stalePool: a pool whose lease expired, or a fallback bucket untouched for
-// a lease TTL; reusing its slot loses nothing that can still be spent.
+// a lease TTL (its last refill, i.e. its last admission, more than
+// lease_ttl_ms ago). Reusing its slot loses no leased token that can still
+// be spent; a fallback bucket's share is not necessarily full again after a
+// TTL (burst/rate may exceed it), so readPool passes it on to the claim.
 func stalePool(p pool, nowMS, ttlMS int64) bool {
 	if p.mode == modeLease {
 		return p.stamp <= nowMS

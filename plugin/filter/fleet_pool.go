@@ -174,6 +174,10 @@ type poolEnv struct {
 	share    limiter.TokenBucket // rate/N, burst/N
 	syncMS   int64
 	leaseTTL int64
+	// prev is the local-share bucket of the pool a claim replaces (hasPrev:
+	// that pool was in mode F): a new pool's share continues it.
+	prev    pool
+	hasPrev bool
 }
 
 // decidePool decides one global rule for a request of the given cost.
@@ -208,11 +212,17 @@ func decidePool(p pool, exists bool, cost float64, env *poolEnv) (next pool, v v
 }
 
 // sharePool decides on the local-share fallback bucket (rate/N, burst/N),
-// turning the pool into one (starting full, like any new bucket) if it is
-// a lease.
+// turning the pool into one if it is a lease (starting full) or new. A new
+// pool that replaces another's local share (an eviction or a stale slot)
+// starts from that share's level and time, not full: the level passes along
+// the slot, so identities cycling through it share one bucket.
 func sharePool(p pool, exists bool, cost float64, env *poolEnv) (pool, verdict, float64, float64) {
 	if !exists || p.mode != modeShare {
-		p = pool{mode: modeShare, tokens: int64(env.share.Burst * micro), stamp: env.nowMS, lastSync: p.lastSync}
+		tokens, stamp := int64(env.share.Burst*micro), env.nowMS
+		if !exists && env.hasPrev {
+			tokens, stamp = env.prev.tokens, env.prev.stamp // Take refills it, up to the burst
+		}
+		p = pool{mode: modeShare, tokens: tokens, stamp: stamp, lastSync: p.lastSync}
 	}
 	b := state.Bucket{Tokens: float64(p.tokens) / micro, LastRefill: float64(p.stamp) / 1000}
 	nb, dec := env.share.Take(b, true, float64(env.nowMS)/1000, cost)

@@ -125,3 +125,39 @@ func TestSharePoolIsTheShareBucket(t *testing.T) {
 		t.Fatalf("admitted %d, want %d", admitted, want)
 	}
 }
+
+// TestSharePoolContinuesTheReplacedShare: a new pool that replaces a
+// fallback bucket starts from its level and time (refilled since, up to
+// the burst); without one, or from its own lease, the share starts full.
+func TestSharePoolContinuesTheReplacedShare(t *testing.T) {
+	env := poolEnv{nowMS: 10_000, down: "local_share", share: limiter.TokenBucket{Rate: 10, Burst: 5}}
+	cases := []struct {
+		name   string
+		p      pool
+		exists bool
+		prev   *pool
+		want   int64 // micro-tokens after a request of cost 1 (within one: float rounding)
+	}{
+		{"free slot: full", pool{}, false, nil, 4 * micro},
+		{"replaced drained share: 0.05 s of refill is too little", pool{}, false, &pool{mode: modeShare, stamp: 9_950}, -1},
+		{"replaced drained share: 0.5 s of refill", pool{}, false, &pool{mode: modeShare, stamp: 9_500}, 4 * micro},
+		{"replaced share, 2 tokens 0.1 s ago", pool{}, false, &pool{mode: modeShare, tokens: 2 * micro, stamp: 9_900}, 2 * micro},
+		{"replaced share refilled past the burst", pool{}, false, &pool{mode: modeShare, stamp: 1_000}, 4 * micro},
+		{"own expired lease: full", pool{mode: modeLease, stamp: 9_000}, true, &pool{mode: modeShare, stamp: 9_900}, 4 * micro},
+	}
+	for _, c := range cases {
+		e := env
+		if c.prev != nil {
+			e.prev, e.hasPrev = *c.prev, true
+		}
+		next, v, _, _ := decidePool(c.p, c.exists, 1, &e)
+		switch {
+		case c.want < 0 && v != vShareDeny:
+			t.Errorf("%s: verdict %d, want a refusal", c.name, v)
+		case c.want >= 0 && (v != vShare || abs(next.tokens-c.want) > 1 || next.stamp != env.nowMS):
+			t.Errorf("%s: verdict %d, pool %+v; want %d micro-tokens at %d", c.name, v, next, c.want, env.nowMS)
+		}
+	}
+}
+
+func abs(n int64) int64 { return max(n, -n) }
