@@ -3,6 +3,7 @@ package fleettest
 import (
 	"context"
 	"math"
+	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -24,10 +25,13 @@ const HammerWindow = 1500 * time.Millisecond
 // bucket). Then it checks per key, with t the span of the backend's clock between
 // the key's first and last call and net = admitted - returned:
 //
-//	net <= burst + rate*t                       (never over, exactly)
-//	net + headroom(end) ~= tau*rate + rate*t    (never grossly under, returns credited)
+//	net <= burst + rate*t                             (never over, exactly)
+//	net + headroom(end) ~= tau*rate + rate*(t - full)  (nothing lost, returns credited)
 //
-// where the second holds up to the rounding of each call (< 1 us).
+// where the second holds up to the rounding of each call (< 1 us), and
+// full is the time the bucket spent full after the first call (refill
+// that nobody could take: on a loaded machine every caller may be held
+// up at once), read from the outcomes replayed in the backend's order.
 //
 // A failed call fails the test: the backend must give every caller an
 // answer.
@@ -38,6 +42,7 @@ func Hammer(t *testing.T, run RunFunc, keys []string, goroutines int) {
 		admitted, returned                uint64
 		calls, admittedCalls, returnCalls uint64
 		first, last                       int64
+		events                            []event
 	}
 	var mu sync.Mutex
 	tallies := make([]tally, len(keys))
@@ -68,6 +73,7 @@ func Hammer(t *testing.T, run RunFunc, keys []string, goroutines int) {
 					tl := &tallies[k]
 					tl.calls++
 					tl.first, tl.last = min(tl.first, o.Now), max(tl.last, o.Now)
+					tl.events = append(tl.events, event{o.Now, o.Now + o.Backlog})
 					if o.Allowed {
 						tl.admitted += n
 						tl.admittedCalls++
@@ -92,6 +98,7 @@ func Hammer(t *testing.T, run RunFunc, keys []string, goroutines int) {
 					tl.returned++
 					tl.returnCalls++
 					tl.last = max(tl.last, o.Now)
+					tl.events = append(tl.events, event{o.Now, o.Now + o.Backlog})
 				}
 				mu.Unlock()
 			}
@@ -118,7 +125,14 @@ func Hammer(t *testing.T, run RunFunc, keys []string, goroutines int) {
 				key, tl.admitted, tl.returned, span, limit.Burst, limit.Rate, upper)
 		}
 		headroom := float64(limit.Tau()-end[0].Backlog) * limit.Rate / 1e6
-		want := float64(limit.Tau())*limit.Rate/1e6 + limit.Rate*spanEnd
+		full := fullTime(append(tl.events, event{end[0].Now, end[0].Now + end[0].Backlog}))
+		if full > 0 {
+			t.Logf("%s: the bucket was full for %.3fs after the first call", key, float64(full)/1e6)
+		}
+		if full > int64(HammerWindow/time.Microsecond)/3 {
+			t.Errorf("%s: the bucket was full for %.3fs of the run: not hammered", key, float64(full)/1e6)
+		}
+		want := float64(limit.Tau())*limit.Rate/1e6 + limit.Rate*(spanEnd-float64(full)/1e6)
 		// < 1 us of refill per admitted call and per return, and the floor of tau.
 		slack := float64(tl.admittedCalls+tl.returnCalls+1) * limit.Rate / 1e6
 		if got := net + headroom; got > want+1e-6 || got < want-slack {
@@ -131,4 +145,24 @@ func Hammer(t *testing.T, run RunFunc, keys []string, goroutines int) {
 		}
 		t.Logf("%s: %d calls, %d tokens admitted, %d returned over %.3fs (bound %.1f)", key, tl.calls, tl.admitted, tl.returned, span, upper)
 	}
+}
+
+// event is one op's outcome: the backend's clock and the bucket's TAT after.
+type event struct{ now, tat int64 }
+
+// fullTime replays the outcomes of one bucket in the backend's order (its
+// clock, then the TAT for ops at the same microsecond) and sums the time
+// the bucket was full between them: now - TAT before the op, when positive.
+func fullTime(evs []event) int64 {
+	sort.Slice(evs, func(i, j int) bool {
+		if evs[i].now != evs[j].now {
+			return evs[i].now < evs[j].now
+		}
+		return evs[i].tat < evs[j].tat
+	})
+	var full int64
+	for i := 1; i < len(evs); i++ {
+		full += max(0, evs[i].now-evs[i-1].tat)
+	}
+	return full
 }

@@ -162,8 +162,6 @@ func (p *Postgres) Start() {
 	p.log = &bytes.Buffer{}
 	p.cmd = p.run.command(p.bins.Postgres, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	// Its own process group: Pause stops the backends too.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := p.cmd.Start(); err != nil {
 		p.tb.Fatalf("starting postgres: %v", err)
 	}
@@ -189,31 +187,54 @@ func stopPostgres(cmd *exec.Cmd) {
 	if cmd.Process == nil || cmd.ProcessState != nil {
 		return
 	}
-	syscall.Kill(-cmd.Process.Pid, syscall.SIGCONT) // if paused
+	signalAll(cmd.Process.Pid, syscall.SIGCONT) // if paused
 	cmd.Process.Signal(syscall.SIGQUIT)
 	done := make(chan struct{})
 	go func() { cmd.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		signalAll(cmd.Process.Pid, syscall.SIGKILL)
 		<-done
 	}
 }
 
-// Pause freezes the postmaster and every backend (SIGSTOP to the process
-// group): connections stay open and nothing answers, as when a database
-// host hangs or the network drops packets.
+// Pause freezes the postmaster and every backend (SIGSTOP): connections
+// stay open and nothing answers, as when a database host hangs or the
+// network drops packets.
 func (p *Postgres) Pause() {
 	if p.cmd != nil && p.cmd.Process != nil {
-		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGSTOP)
+		signalAll(p.cmd.Process.Pid, syscall.SIGSTOP)
 	}
 }
 
 // Resume undoes Pause.
 func (p *Postgres) Resume() {
 	if p.cmd != nil && p.cmd.Process != nil {
-		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGCONT)
+		signalAll(p.cmd.Process.Pid, syscall.SIGCONT)
+	}
+}
+
+// signalAll signals the postmaster, then its children (the backends,
+// each in a session of its own, so a process group signal would miss
+// them), found in /proc.
+func signalAll(postmaster int, sig syscall.Signal) {
+	syscall.Kill(postmaster, sig)
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, st := range stats {
+		b, err := os.ReadFile(st)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, the last ')' ends it.
+		rest := string(b[bytes.LastIndexByte(b, ')')+1:])
+		f := strings.Fields(rest)
+		if len(f) < 2 || f[1] != strconv.Itoa(postmaster) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(st))); err == nil {
+			syscall.Kill(pid, sig)
+		}
 	}
 }
 

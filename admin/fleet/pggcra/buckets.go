@@ -43,6 +43,7 @@ const (
 	RetrySerialization = "serialization_failure" // SQLSTATE 40001
 	RetryDeadlock      = "deadlock"              // SQLSTATE 40P01
 	RetryNotSent       = "not_sent"              // the connection failed before the call was sent
+	RetrySchema        = "schema"                // the table or function was missing: created again
 )
 
 // maxAttempts bounds the tries of one call. The function cannot fail with
@@ -123,14 +124,14 @@ func newBuckets(pool *pgxpool.Pool) *Buckets {
 	b := &Buckets{pool: pool,
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_fleet_postgres_retries_total",
-			Help: "Bucket calls sent to PostgreSQL again, by reason: serialization_failure (40001), deadlock (40P01), not_sent (the connection failed before the call left). The callers never see these.",
+			Help: "Bucket calls sent to PostgreSQL again, by reason: serialization_failure (40001), deadlock (40P01), not_sent (the connection failed before the call left), schema (the table or function was missing and was created again). The callers never see these.",
 		}, []string{"reason"}),
 		cleaned: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_fleet_postgres_cleaned_total",
 			Help: "Rows of full buckets deleted by the periodic cleanup.",
 		}),
 	}
-	for _, r := range []string{RetrySerialization, RetryDeadlock, RetryNotSent} {
+	for _, r := range []string{RetrySerialization, RetryDeadlock, RetryNotSent, RetrySchema} {
 		b.retries.WithLabelValues(r)
 	}
 	return b
@@ -189,6 +190,12 @@ func (b *Buckets) Run(ctx context.Context, ops []redisgcra.Op) ([]redisgcra.Outc
 		if reason == "" || attempt >= maxAttempts || ctx.Err() != nil {
 			return nil, classify(ctx, err)
 		}
+		if reason == RetrySchema {
+			// A database restored without them, or dropped by hand.
+			if err := migrate(ctx, b.pool); err != nil {
+				return nil, classify(ctx, err)
+			}
+		}
 		b.retries.WithLabelValues(reason).Inc()
 	}
 }
@@ -224,6 +231,8 @@ func retryReason(err error) string {
 			return RetrySerialization
 		case "40P01":
 			return RetryDeadlock
+		case "42883", "42P01": // undefined function, undefined table
+			return RetrySchema
 		}
 		return ""
 	}

@@ -276,6 +276,18 @@ func TestSchemaVersions(t *testing.T) {
 	if err != nil || len(versions) != 1 || versions[0] != 1 {
 		t.Fatalf("schema versions %v %v, want [1]", versions, err)
 	}
+	// Objects lost (a restore without them, a DROP by hand): created again
+	// by the next call, which succeeds.
+	if _, err := b.Pool().Exec(context.Background(), `DROP TABLE sluice_fleet_buckets; DROP FUNCTION sluice_fleet_gcra`); err != nil {
+		t.Fatal(err)
+	}
+	limit := redisgcra.Limit{Rate: 1, Burst: 1}
+	if _, err := b.Run(context.Background(), []redisgcra.Op{{Key: "k", Amount: limit.Cost(1), Tau: limit.Tau()}}); err != nil {
+		t.Fatalf("a call after the schema was dropped: %v", err)
+	}
+	if n := b.Retries(pggcra.RetrySchema); n != 1 {
+		t.Errorf("%g schema retries, want 1", n)
+	}
 	if _, err := b.Pool().Exec(context.Background(), `INSERT INTO sluice_fleet_schema (version) VALUES (99)`); err != nil {
 		t.Fatal(err)
 	}

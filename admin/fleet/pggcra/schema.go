@@ -18,11 +18,13 @@ const (
 )
 
 // migrations[i] brings the schema from version i to i+1. Each runs in one
-// transaction with the version's row.
+// transaction with the version's row, and may run again over its own
+// result (IF NOT EXISTS, OR REPLACE): a database that lost the objects but
+// kept the version row is repaired by running them again.
 var migrations = []string{
 	// 1: the buckets and the GCRA function.
 	`
-CREATE TABLE sluice_fleet_buckets (
+CREATE TABLE IF NOT EXISTS sluice_fleet_buckets (
 	-- The bucket's name (the Redis backend's key for the same domain,
 	-- rule and id), compared bytewise.
 	key text COLLATE "C" PRIMARY KEY,
@@ -45,7 +47,7 @@ CREATE TABLE sluice_fleet_buckets (
 -- SERIALIZABLE a call that waited for another's lock fails with a
 -- serialization error instead (the admin runs its sessions at READ
 -- COMMITTED).
-CREATE FUNCTION sluice_fleet_gcra(p_keys text[], p_amounts bigint[], p_taus bigint[], p_returns boolean[])
+CREATE OR REPLACE FUNCTION sluice_fleet_gcra(p_keys text[], p_amounts bigint[], p_taus bigint[], p_returns boolean[])
 RETURNS TABLE (allowed boolean, backlog bigint, now_us bigint)
 LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -120,6 +122,10 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		return err
 	}
 	defer tx.Rollback(ctx)
+	// The schema must survive a crash, whatever the sessions' default.
+	if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = on`); err != nil {
+		return err
+	}
 	// The lock's key: an arbitrary constant of this schema ("sluice" in ASCII).
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(126970359818597)`); err != nil {
 		return err
@@ -136,11 +142,19 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	if have > schemaVersion {
 		return fmt.Errorf("the database's fleet schema is version %d, newer than this admin's %d: run the newer admin", have, schemaVersion)
 	}
+	var complete bool
+	if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL AND to_regprocedure($2) IS NOT NULL`,
+		tableBuckets, functionTake+"(text[], bigint[], bigint[], boolean[])").Scan(&complete); err != nil {
+		return err
+	}
+	if !complete {
+		have = 0
+	}
 	for v := have; v < schemaVersion; v++ {
 		if _, err := tx.Exec(ctx, migrations[v]); err != nil {
 			return fmt.Errorf("schema version %d: %w", v+1, err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO `+tableSchema+` (version) VALUES ($1)`, v+1); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO `+tableSchema+` (version) VALUES ($1) ON CONFLICT DO NOTHING`, v+1); err != nil {
 			return err
 		}
 	}
