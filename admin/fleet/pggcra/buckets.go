@@ -94,6 +94,11 @@ func Config(o Options) (*pgxpool.Config, error) {
 		// connection per CPU keeps the server busy.
 		cfg.MaxConns = int32(max(8, 4*runtime.NumCPU()))
 	}
+	if !strings.Contains(o.URL, "pool_min_conns") {
+		// Connected ahead of the first calls, which would otherwise pay
+		// for the connection (and its first statement) within their budget.
+		cfg.MinConns = min(4, cfg.MaxConns)
+	}
 	if o.Timeout > 0 {
 		cfg.ConnConfig.ConnectTimeout = o.Timeout
 	}
