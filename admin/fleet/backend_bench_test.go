@@ -14,10 +14,11 @@ import (
 )
 
 // BenchmarkBackends compares the two bucket backends on this machine, in
-// one run: one ShouldRateLimit call's backend work (one descriptor, one
-// token, never refused), from 4 goroutines per CPU, on one hot bucket and
-// spread over 100,000 buckets. It reports calls/s and the 99th percentile
-// latency of a call. PostgreSQL runs with fsync on (a durable server) and
+// one run: the backend work of ShouldRateLimit calls (one token per
+// descriptor, never refused), from 4 goroutines per CPU, on one hot bucket
+// (one descriptor per call) and spread over 100,000 buckets (1 and 32
+// descriptors per call, the latter like a plugin's sync). It reports
+// calls/s, descriptors/s and the 99th percentile latency of a call. PostgreSQL runs with fsync on (a durable server) and
 // the admin's session settings (synchronous_commit off); postgres-sync
 // adds synchronous_commit=on to the connection string (docs/fleet.md).
 //
@@ -33,9 +34,11 @@ func BenchmarkBackends(b *testing.B) {
 		{"postgres", postgresBackend(b, pg.URL, time.Second)},
 		{"postgres-sync", postgresBackend(b, pg.URL+"&synchronous_commit=on", time.Second)},
 	}
+	shapes := []struct{ keys, descriptors int }{{1, 1}, {100_000, 1}, {100_000, 32}}
 	for _, be := range backends {
-		for _, keys := range []int{1, 100_000} {
-			b.Run(fmt.Sprintf("backend=%s/keys=%d", be.name, keys), func(b *testing.B) {
+		for _, shape := range shapes {
+			keys, n := shape.keys, shape.descriptors
+			b.Run(fmt.Sprintf("backend=%s/keys=%d/descriptors=%d", be.name, keys, n), func(b *testing.B) {
 				backend := be.backend
 				var next atomic.Int64
 				var mu sync.Mutex
@@ -46,8 +49,12 @@ func BenchmarkBackends(b *testing.B) {
 				b.RunParallel(func(pb *testing.PB) {
 					own := make([]time.Duration, 0, 1024)
 					for pb.Next() {
-						key := redisgcra.Key("bench", "api", fmt.Sprint(next.Add(1)%int64(keys)))
-						ops := []redisgcra.Op{{Key: key, Amount: limit.Cost(1), Tau: limit.Tau()}}
+						ops := make([]redisgcra.Op, n)
+						first := next.Add(int64(n)) - int64(n)
+						for i := range ops {
+							key := redisgcra.Key("bench", "api", fmt.Sprint((first+int64(i))%int64(keys)))
+							ops[i] = redisgcra.Op{Key: key, Amount: limit.Cost(1), Tau: limit.Tau()}
+						}
 						t0 := time.Now()
 						if _, err := backend.Run(context.Background(), ops); err != nil {
 							b.Error(err)
@@ -66,6 +73,7 @@ func BenchmarkBackends(b *testing.B) {
 					b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 				}
 				b.ReportMetric(float64(b.N)/secs, "calls/s")
+				b.ReportMetric(float64(b.N*n)/secs, "descriptors/s")
 			})
 		}
 	}
