@@ -296,3 +296,25 @@ func TestSchemaVersions(t *testing.T) {
 		t.Fatalf("Open with schema version 99: %v", err)
 	}
 }
+
+// CleanEvery runs Clean in the background until its context ends.
+func TestCleanEveryRunsInTheBackground(t *testing.T) {
+	pg := fleettest.StartPostgres(t, fleettest.PostgresOptions{})
+	b := open(t, pg.URL)
+	fast := redisgcra.Limit{Rate: 1000, Burst: 10}
+	if _, err := b.Run(context.Background(), []redisgcra.Op{{Key: "k", Amount: fast.Cost(1), Tau: fast.Tau()}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); b.CleanEvery(ctx, 20*time.Millisecond, func(err error) { t.Error(err) }) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for rowCount(t, b) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the full bucket's row is still there")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+}
