@@ -115,8 +115,9 @@ var (
 )
 
 // StartPostgres starts a fresh PostgreSQL server on a free 127.0.0.1 port
-// and stops it when the test ends. The first call in a test process runs
-// initdb once (about a second); every server copies that cluster.
+// and stops it when the test ends. Every server copies a cluster made by
+// initdb once per machine (and PostgreSQL version and user), kept in the
+// system's temporary directory.
 func StartPostgres(tb testing.TB, o PostgresOptions) *Postgres {
 	tb.Helper()
 	bins := RequirePostgres(tb)
@@ -241,19 +242,43 @@ func signalAll(postmaster int, sig syscall.Signal) {
 // Log is what the server printed since its last start.
 func (p *Postgres) Log() string { return p.log.String() }
 
+// initTemplate returns the template cluster, made by initdb in a
+// directory of its own and renamed into place, so that test processes
+// running at once never see half of one.
 func initTemplate(bins PostgresBins, run *runAs) (string, error) {
-	dir, err := run.mkdirTemp("sluice-pg-template-")
+	out, err := exec.Command(bins.Postgres, "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("postgres --version: %v", err)
+	}
+	version := "unknown" // "postgres (PostgreSQL) 15.14 (Debian ...)": the first number
+	for _, f := range strings.Fields(string(out)) {
+		if f[0] >= '0' && f[0] <= '9' {
+			version = f
+			break
+		}
+	}
+	final := filepath.Join(os.TempDir(), fmt.Sprintf("sluice-pg-template-%s-%d", version, os.Geteuid()))
+	if _, err := os.Stat(filepath.Join(final, "PG_VERSION")); err == nil {
+		return final, nil
+	}
+	dir, err := run.mkdirTemp("sluice-pg-initdb-")
 	if err != nil {
 		return "", err
 	}
-	// Left for the process' lifetime; the OS's tmp cleaning removes it.
+	defer os.RemoveAll(dir)
 	data := filepath.Join(dir, "data")
 	cmd := run.command(bins.Initdb, "-D", data, "-U", "postgres", "--auth=trust",
 		"--encoding=UTF8", "--locale=C", "--no-sync")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("initdb: %v\n%s", err, out)
 	}
-	return data, nil
+	if err := os.Rename(data, final); err != nil {
+		if _, statErr := os.Stat(filepath.Join(final, "PG_VERSION")); statErr == nil {
+			return final, nil // another process was first
+		}
+		return "", err
+	}
+	return final, nil
 }
 
 // runAs runs the server's programs as the current user, or as the user
