@@ -60,18 +60,24 @@ DECLARE
 	i int;
 	j int;
 BEGIN
-	SELECT array_agg(k ORDER BY k) INTO v_keys
-	FROM (SELECT DISTINCT k FROM unnest(p_keys) AS u(k)) AS d;
-
 	-- Lock every bucket, in key order. The no-op update locks an existing
 	-- row; a missing one is inserted full (tat 0). A row deleted by the
 	-- cleanup meanwhile is inserted again: it was full.
-	WITH locked AS (
-		INSERT INTO sluice_fleet_buckets AS b (key, tat)
-		SELECT k, 0 FROM unnest(v_keys) AS u(k) ORDER BY k
+	IF cardinality(p_keys) = 1 THEN -- the common case, in fewer steps
+		v_keys := p_keys;
+		INSERT INTO sluice_fleet_buckets AS b (key, tat) VALUES (p_keys[1], 0)
 		ON CONFLICT (key) DO UPDATE SET tat = b.tat
-		RETURNING b.key, b.tat)
-	SELECT array_agg(l.tat ORDER BY l.key) INTO v_tats FROM locked AS l;
+		RETURNING ARRAY[b.tat] INTO v_tats;
+	ELSE
+		SELECT array_agg(k ORDER BY k) INTO v_keys
+		FROM (SELECT DISTINCT k FROM unnest(p_keys) AS u(k)) AS d;
+		WITH locked AS (
+			INSERT INTO sluice_fleet_buckets AS b (key, tat)
+			SELECT k, 0 FROM unnest(v_keys) AS u(k) ORDER BY k
+			ON CONFLICT (key) DO UPDATE SET tat = b.tat
+			RETURNING b.key, b.tat)
+		SELECT array_agg(l.tat ORDER BY l.key) INTO v_tats FROM locked AS l;
+	END IF;
 
 	v_now := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
 	v_dirty := array_fill(false, ARRAY[cardinality(v_keys)]);
@@ -106,9 +112,15 @@ BEGIN
 		RETURN NEXT;
 	END LOOP;
 
-	UPDATE sluice_fleet_buckets AS b SET tat = u.tat
-	FROM unnest(v_keys, v_tats, v_dirty) AS u(key, tat, dirty)
-	WHERE u.dirty AND b.key = u.key;
+	IF cardinality(v_keys) = 1 THEN
+		IF v_dirty[1] THEN
+			UPDATE sluice_fleet_buckets SET tat = v_tats[1] WHERE key = v_keys[1];
+		END IF;
+	ELSE
+		UPDATE sluice_fleet_buckets AS b SET tat = u.tat
+		FROM unnest(v_keys, v_tats, v_dirty) AS u(key, tat, dirty)
+		WHERE u.dirty AND b.key = u.key;
+	END IF;
 END
 $fn$;
 `,
