@@ -76,6 +76,10 @@ func Open(ctx context.Context, o Options) (*Buckets, error) {
 		pool.Close()
 		return nil, fmt.Errorf("creating the schema: %w", err)
 	}
+	// The connections made before the schema existed are not warmed up:
+	// make them again, and wait for them.
+	pool.Reset()
+	warm(ctx, pool)
 	return b, nil
 }
 
@@ -95,9 +99,10 @@ func Config(o Options) (*pgxpool.Config, error) {
 		cfg.MaxConns = int32(max(8, 4*runtime.NumCPU()))
 	}
 	if !strings.Contains(o.URL, "pool_min_conns") {
-		// Connected ahead of the first calls, which would otherwise pay
-		// for the connection (and its first statement) within their budget.
-		cfg.MinConns = min(4, cfg.MaxConns)
+		// Connected ahead of the calls, which would otherwise pay for a
+		// new connection (a server process, authentication, the first
+		// statement) within their budget.
+		cfg.MinConns = cfg.MaxConns
 	}
 	if o.Timeout > 0 {
 		cfg.ConnConfig.ConnectTimeout = o.Timeout
@@ -119,10 +124,42 @@ func Config(o Options) (*pgxpool.Config, error) {
 		// on a hot key's lock into serialization failures. This overrides
 		// default_transaction_isolation from the connection string, the
 		// role or the database.
-		_, err := c.Exec(ctx, `SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED`)
+		if _, err := c.Exec(ctx, `SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED`); err != nil {
+			return err
+		}
+		// Prepare the call, compile the function and plan its statements
+		// in this session now, not in a call's budget: a query (0 tokens)
+		// of the bucket "", which no real bucket is named (before the
+		// schema exists: not yet).
+		rows, err := c.Query(ctx, callSQL, []string{""}, []int64{0}, []int64{0}, []bool{false})
+		if err == nil {
+			rows.Close()
+			err = rows.Err()
+		}
+		if retryReason(err) == RetrySchema {
+			return nil
+		}
 		return err
 	}
 	return cfg, nil
+}
+
+// warm opens the pool's MinConns connections at once (AfterConnect warms
+// each up). A failure is left to the calls to meet and report.
+func warm(ctx context.Context, pool *pgxpool.Pool) {
+	n := int(pool.Config().MinConns)
+	conns := make(chan *pgxpool.Conn, n)
+	for range n {
+		go func() {
+			c, _ := pool.Acquire(ctx)
+			conns <- c
+		}()
+	}
+	for range n {
+		if c := <-conns; c != nil {
+			defer c.Release()
+		}
+	}
 }
 
 func newBuckets(pool *pgxpool.Pool) *Buckets {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluice-rl/sluice/admin/fleet/fleettest"
 	"github.com/sluice-rl/sluice/admin/fleet/pggcra"
@@ -26,25 +25,6 @@ func open(t testing.TB, url string) *pggcra.Buckets {
 	}
 	t.Cleanup(b.Close)
 	return b
-}
-
-// warm opens every connection of the pool before a measurement: the pool
-// dials lazily, and a bucket hammered by callers still waiting for their
-// connections is full for a while at the start, refilling for no one.
-func warm(t *testing.T, b *pggcra.Buckets) {
-	t.Helper()
-	ctx := context.Background()
-	var conns []*pgxpool.Conn
-	for range b.Pool().Config().MaxConns {
-		c, err := b.Pool().Acquire(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		conns = append(conns, c)
-	}
-	for _, c := range conns {
-		c.Release()
-	}
 }
 
 func rowCount(t *testing.T, b *pggcra.Buckets) int {
@@ -78,7 +58,6 @@ func TestExactUnderConcurrencyAtEveryIsolationLevel(t *testing.T) {
 
 			b := open(t, url)
 			key := redisgcra.Key("sluice", "hot", level)
-			warm(t, b)
 			fleettest.Hammer(t, b.Run, []string{key}, 64)
 			for _, r := range []string{pggcra.RetrySerialization, pggcra.RetryDeadlock, pggcra.RetryNotSent} {
 				if n := b.Retries(r); n != 0 {

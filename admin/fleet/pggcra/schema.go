@@ -60,6 +60,9 @@ DECLARE
 	i int;
 	j int;
 BEGIN
+	IF coalesce(cardinality(p_keys), 0) = 0 THEN
+		RETURN; -- nothing to do (a connection's warm-up)
+	END IF;
 	-- Lock every bucket, in key order. The no-op update locks an existing
 	-- row; a missing one is inserted full (tat 0). A row deleted by the
 	-- cleanup meanwhile is inserted again: it was full.
