@@ -127,21 +127,33 @@ func Config(o Options) (*pgxpool.Config, error) {
 		if _, err := c.Exec(ctx, `SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED`); err != nil {
 			return err
 		}
-		// Prepare the call, compile the function and plan its statements
-		// in this session now, not in a call's budget: a query (0 tokens)
-		// of the bucket "", which no real bucket is named (before the
-		// schema exists: not yet).
-		rows, err := c.Query(ctx, callSQL, []string{""}, []int64{0}, []int64{0}, []bool{false})
-		if err == nil {
-			rows.Close()
-			err = rows.Err()
-		}
-		if retryReason(err) == RetrySchema {
-			return nil
-		}
-		return err
+		return warmUp(ctx, c)
 	}
 	return cfg, nil
+}
+
+// warmUp prepares the call, compiles the function and plans its
+// statements in the session of c now, not in a call's budget: a query (0
+// tokens) of a bucket no real one is named, rolled back. Before the schema
+// exists, not yet.
+func warmUp(ctx context.Context, c *pgx.Conn) error {
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	rows, err := tx.Query(ctx, callSQL, []string{""}, []int64{0}, []int64{0}, []bool{false})
+	if err == nil {
+		rows.Close()
+		err = rows.Err()
+	}
+	if retryReason(err) == RetrySchema {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return tx.Rollback(ctx)
 }
 
 // warm opens the pool's MinConns connections at once (AfterConnect warms
