@@ -80,7 +80,7 @@ func openFleetBackend(ctx context.Context, o options, logger *slog.Logger) (*fle
 		return &fleetBackend{backend: redisgcra.New(rc), kind: fleet.BackendRedis, name: redisName(o.Redis),
 			timeout: o.RedisTimeout, close: func() { rc.Close() }, register: none, start: func(context.Context) {}}, nil
 	}
-	po := pggcra.Options{URL: o.PostgresURL, Timeout: o.PostgresTimeout}
+	po := pggcra.Options{URL: o.PostgresURL}
 	cfg, err := pggcra.Config(po)
 	if err != nil {
 		return nil, fmt.Errorf("-postgres-url: %w", err)

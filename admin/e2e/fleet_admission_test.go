@@ -30,7 +30,7 @@ func TestFleetAdmissionAgainstPostgres(t *testing.T) {
 	pg := fleettest.StartPostgres(t, fleettest.PostgresOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	b, err := pggcra.Open(ctx, pggcra.Options{URL: pg.URL, Timeout: fleet.DefaultTimeout})
+	b, err := pggcra.Open(ctx, pggcra.Options{URL: pg.URL})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,8 +31,8 @@ func BenchmarkBackends(b *testing.B) {
 		backend Backend
 	}{
 		{"redis", redisBackend(b, fleettest.StartRedis(b).Addr)},
-		{"postgres", postgresBackend(b, pg.URL, time.Second)},
-		{"postgres-sync", postgresBackend(b, pg.URL+"&synchronous_commit=on", time.Second)},
+		{"postgres", postgresBackend(b, pg.URL)},
+		{"postgres-sync", postgresBackend(b, pg.URL+"&synchronous_commit=on")},
 	}
 	shapes := []struct{ keys, descriptors int }{{1, 1}, {100_000, 1}, {100_000, 32}}
 	for _, be := range backends {

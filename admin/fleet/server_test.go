@@ -66,11 +66,11 @@ func redisBackend(t testing.TB, addr string) *redisgcra.Buckets {
 	return redisgcra.New(c)
 }
 
-func postgresBackend(t testing.TB, url string, timeout time.Duration) *pggcra.Buckets {
+func postgresBackend(t testing.TB, url string) *pggcra.Buckets {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	b, err := pggcra.Open(ctx, pggcra.Options{URL: url, Timeout: timeout})
+	b, err := pggcra.Open(ctx, pggcra.Options{URL: url})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ var backends = []struct {
 }{
 	{"redis", func(t testing.TB) Backend { return redisBackend(t, fleettest.StartRedis(t).Addr) }},
 	{"postgres", func(t testing.TB) Backend {
-		return postgresBackend(t, fleettest.StartPostgres(t, fleettest.PostgresOptions{}).URL, time.Second)
+		return postgresBackend(t, fleettest.StartPostgres(t, fleettest.PostgresOptions{}).URL)
 	}},
 }
 
@@ -334,7 +334,7 @@ func TestRLSRedisDownAnswersUnavailableFastAndRecovers(t *testing.T) {
 
 func TestRLSPostgresDownAnswersUnavailableFastAndRecovers(t *testing.T) {
 	pg := fleettest.StartPostgres(t, fleettest.PostgresOptions{})
-	b := postgresBackend(t, pg.URL, 100*time.Millisecond)
+	b := postgresBackend(t, pg.URL)
 	testBackendDown(t, b, NewMetricsFor(BackendPostgres), "PostgreSQL", outage{hang: pg.Pause, stop: pg.Stop, start: pg.Start})
 }
 

@@ -34,9 +34,12 @@ type Options struct {
 	// the pool's size. The password may be in it, in PGPASSWORD or in
 	// ~/.pgpass.
 	URL string
-	// Timeout bounds dialing; each call's budget is its context's.
-	Timeout time.Duration
 }
+
+// connectTimeout bounds the dials the pool makes by itself (keeping its
+// size) when the connection string sets no connect_timeout; a call's
+// dial is bounded by the call's context.
+const connectTimeout = 5 * time.Second
 
 // Retry reasons, the values of sluice_fleet_postgres_retries_total's label.
 const (
@@ -59,9 +62,10 @@ type Buckets struct {
 	cleaned prometheus.Counter
 }
 
-// Open connects (the pool dials lazily: a database that is down at start
-// is found at the first call, and the pool dials again by itself once it
-// is back) and creates or upgrades the schema, which needs the database up.
+// Open connects, creates or upgrades the schema (the database must answer)
+// and opens the pool's connections. Later, a connection that fails is
+// dropped and dialled again: a database that comes back is used again
+// without a new Open.
 func Open(ctx context.Context, o Options) (*Buckets, error) {
 	cfg, err := Config(o)
 	if err != nil {
@@ -104,8 +108,8 @@ func Config(o Options) (*pgxpool.Config, error) {
 		// statement) within their budget.
 		cfg.MinConns = cfg.MaxConns
 	}
-	if o.Timeout > 0 {
-		cfg.ConnConfig.ConnectTimeout = o.Timeout
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = connectTimeout
 	}
 	rp := cfg.ConnConfig.RuntimeParams
 	if _, ok := rp["application_name"]; !ok {

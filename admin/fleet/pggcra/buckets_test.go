@@ -19,7 +19,7 @@ func open(t testing.TB, url string) *pggcra.Buckets {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	b, err := pggcra.Open(ctx, pggcra.Options{URL: url, Timeout: 2 * time.Second})
+	b, err := pggcra.Open(ctx, pggcra.Options{URL: url})
 	if err != nil {
 		t.Fatal(err)
 	}
