@@ -297,3 +297,41 @@ func TestCleanEveryRunsInTheBackground(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// A database whose collation orders keys differently from their bytes
+// ("a" before "B"): each op still meets its own bucket.
+func TestKeysInANonByteCollation(t *testing.T) {
+	pg := fleettest.StartPostgres(t, fleettest.PostgresOptions{})
+	admin := open(t, pg.URL)
+	if _, err := admin.Pool().Exec(context.Background(),
+		`CREATE DATABASE icu TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C'`); err != nil {
+		t.Fatal(err)
+	}
+	b := open(t, strings.Replace(pg.URL, "/postgres?", "/icu?", 1))
+	var before bool
+	if err := b.Pool().QueryRow(context.Background(), `SELECT 'a' < 'B'`).Scan(&before); err != nil || !before {
+		t.Fatalf("the database does not order 'a' before 'B' (%v): the test would not test that", err)
+	}
+	limit := redisgcra.Limit{Rate: 0.001, Burst: 100}
+	keys := []string{"a", "B", "c", "D"}
+	var ops []redisgcra.Op
+	for i, k := range keys {
+		ops = append(ops, redisgcra.Op{Key: k, Amount: limit.Cost(uint64(10 * (i + 1))), Tau: limit.Tau()})
+	}
+	tats := make([]int64, len(ops)) // nothing refills during the test: TATs are exact
+	for round := 1; round <= 2; round++ {
+		outs, err := b.Run(context.Background(), ops)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, o := range outs {
+			want := o.Now + ops[i].Amount // a full bucket
+			if round > 1 {
+				want = tats[i] + ops[i].Amount
+			}
+			if tats[i] = o.Now + o.Backlog; !o.Allowed || tats[i] != want {
+				t.Errorf("round %d, bucket %q: %+v, TAT %d, want %d (its own takes only)", round, keys[i], o, tats[i], want)
+			}
+		}
+	}
+}

@@ -72,14 +72,16 @@ BEGIN
 		ON CONFLICT (key) DO UPDATE SET tat = b.tat
 		RETURNING ARRAY[b.tat] INTO v_tats;
 	ELSE
-		SELECT array_agg(k ORDER BY k) INTO v_keys
+		-- Bytewise order (COLLATE "C") everywhere, whatever the database's
+		-- collation: the keys and their TATs must come in the same order.
+		SELECT array_agg(k ORDER BY k COLLATE "C") INTO v_keys
 		FROM (SELECT DISTINCT k FROM unnest(p_keys) AS u(k)) AS d;
 		WITH locked AS (
 			INSERT INTO sluice_fleet_buckets AS b (key, tat)
-			SELECT k, 0 FROM unnest(v_keys) AS u(k) ORDER BY k
+			SELECT k, 0 FROM unnest(v_keys) AS u(k) ORDER BY k COLLATE "C"
 			ON CONFLICT (key) DO UPDATE SET tat = b.tat
 			RETURNING b.key, b.tat)
-		SELECT array_agg(l.tat ORDER BY l.key) INTO v_tats FROM locked AS l;
+		SELECT array_agg(l.tat ORDER BY l.key COLLATE "C") INTO v_tats FROM locked AS l;
 	END IF;
 
 	v_now := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
