@@ -43,10 +43,10 @@ CREATE TABLE IF NOT EXISTS sluice_fleet_buckets (
 -- full where missing) first, in key order so that calls never deadlock,
 -- then the clock is read once: no other call can change these buckets
 -- until this one commits, and none that commits later reads an earlier
--- clock. Correct at any isolation level; at REPEATABLE READ or
+-- clock. Never wrong at any isolation level, but at REPEATABLE READ or
 -- SERIALIZABLE a call that waited for another's lock fails with a
--- serialization error instead (the admin runs its sessions at READ
--- COMMITTED).
+-- serialization error (rolled back, and sent again by the admin), so the
+-- admin runs its sessions at READ COMMITTED.
 CREATE OR REPLACE FUNCTION sluice_fleet_gcra(p_keys text[], p_amounts bigint[], p_taus bigint[], p_returns boolean[])
 RETURNS TABLE (allowed boolean, backlog bigint, now_us bigint)
 LANGUAGE plpgsql AS $fn$
