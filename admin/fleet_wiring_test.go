@@ -59,15 +59,61 @@ func TestFleetFlags(t *testing.T) {
 	}
 }
 
+func TestPostgresFlags(t *testing.T) {
+	for _, k := range []string{"SLUICE_RLS_LISTEN", "SLUICE_REDIS_ADDRS", "SLUICE_POSTGRES_URL", "SLUICE_POSTGRES_TIMEOUT"} {
+		t.Setenv(k, "")
+	}
+	url := "postgres://sluice:s3cret@db.internal:5433/limits?sslmode=disable"
+	o, err := parseOptions([]string{"-rls-listen", ":1", "-postgres-url", url, "-postgres-timeout", "70ms"}, io.Discard)
+	if err != nil || o.PostgresURL != url || o.PostgresTimeout != 70*time.Millisecond {
+		t.Fatalf("options %q %v: %v", o.PostgresURL, o.PostgresTimeout, err)
+	}
+	t.Setenv("SLUICE_POSTGRES_URL", url)
+	if o, err := parseOptions([]string{"-rls-listen", ":1"}, io.Discard); err != nil || o.PostgresURL != url || o.PostgresTimeout != fleet.DefaultTimeout {
+		t.Errorf("SLUICE_POSTGRES_URL: %q %v %v", o.PostgresURL, o.PostgresTimeout, err)
+	}
+	t.Setenv("SLUICE_POSTGRES_URL", "")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-rls-listen", ":1"}, "needs -redis-addrs or -postgres-url"},
+		{[]string{"-postgres-url", url}, "set -rls-listen too"},
+		{[]string{"-rls-listen", ":1", "-postgres-url", url, "-redis-addrs", "r:1"}, "exclude each other"},
+		{[]string{"-rls-listen", ":1", "-postgres-url", url, "-postgres-timeout", "1m"}, "-postgres-timeout"},
+		{[]string{"-rls-listen", ":1", "-postgres-url", "postgres://h:notaport/db"}, "-postgres-url"},
+	} {
+		_, err := parseOptions(c.args, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want an error mentioning %q", c.args, err, c.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%v: the error shows the password: %v", c.args, err)
+		}
+	}
+}
+
 // TestAdminServesTheRLS runs the admin with -rls-listen against a real
 // Redis: the RLS answers over gRPC, and /metrics carries its counters.
 func TestAdminServesTheRLS(t *testing.T) {
 	r := fleettest.StartRedis(t)
+	testAdminRLS(t, []string{"-redis-addrs", r.Addr}, "redis")
+}
+
+// TestAdminServesTheRLSOnPostgres: the same with -postgres-url; the admin
+// creates the schema at start.
+func TestAdminServesTheRLSOnPostgres(t *testing.T) {
+	pg := fleettest.StartPostgres(t, fleettest.PostgresOptions{})
+	testAdminRLS(t, []string{"-postgres-url", pg.URL}, "postgres")
+}
+
+func testAdminRLS(t *testing.T, backend []string, kind string) {
 	rlsAddr := "127.0.0.1:" + strconv.Itoa(fleettest.FreePort(t))
 	metricsAddr := "127.0.0.1:" + strconv.Itoa(fleettest.FreePort(t))
 	args := []string{"-data-dir", t.TempDir(), "-listen", "127.0.0.1:0", "-xds-listen", "off",
 		"-token", "admin-token-0123456789", "-telemetry-token", "telemetry-token-0123456789",
-		"-metrics-listen", metricsAddr, "-rls-listen", rlsAddr, "-redis-addrs", r.Addr}
+		"-metrics-listen", metricsAddr, "-rls-listen", rlsAddr}
+	args = append(args, backend...)
 	done := make(chan error, 1)
 	go func() { done <- run(args, io.Discard, io.Discard) }()
 
@@ -98,7 +144,7 @@ func TestAdminServesTheRLS(t *testing.T) {
 		t.Errorf("first call: %v", resp)
 	}
 	if resp, err = client.ShouldRateLimit(context.Background(), req); err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
-		t.Errorf("second call of a 1/hour limit: %v %v, want OVER_LIMIT from the Redis bucket", resp, err)
+		t.Errorf("second call of a 1/hour limit: %v %v, want OVER_LIMIT from the %s bucket", resp, err, kind)
 	}
 	mr, err := http.Get("http://" + metricsAddr + "/metrics")
 	if err != nil {
@@ -106,7 +152,11 @@ func TestAdminServesTheRLS(t *testing.T) {
 	}
 	body, _ := io.ReadAll(mr.Body)
 	mr.Body.Close()
-	for _, want := range []string{`sluice_fleet_rls_requests_total{result="over_limit"} 1`, `sluice_fleet_redis_up 1`, `sluice_fleet_tokens_total{decision="granted",rule="(other)"} 1`} {
+	wants := []string{`sluice_fleet_rls_requests_total{result="over_limit"} 1`, `sluice_fleet_` + kind + `_up 1`, `sluice_fleet_tokens_total{decision="granted",rule="(other)"} 1`}
+	if kind == "postgres" {
+		wants = append(wants, `sluice_fleet_postgres_retries_total{reason="serialization_failure"} 0`, `sluice_fleet_postgres_cleaned_total 0`)
+	}
+	for _, want := range wants {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}

@@ -9,10 +9,12 @@
 //	ratelimit-admin -data-dir ./data -new-token      # replace the admin token, print it, exit
 //	ratelimit-admin -metrics-listen 10.0.0.5:9090    # Prometheus on an internal port, no token
 //	ratelimit-admin -rls-listen 10.0.0.5:18081 -redis-addrs 10.0.0.7:6379   # fleet mode (global rules)
+//	SLUICE_POSTGRES_URL=postgres://sluice@10.0.0.8/sluice ratelimit-admin -rls-listen 10.0.0.5:18081
 //
 // With -rls-listen the admin also serves Envoy's rate limit service API
 // (gRPC) for the plugins' global rules, with the buckets in Redis
-// (-redis-addrs; password in SLUICE_REDIS_PASSWORD). See docs/fleet.md.
+// (-redis-addrs; password in SLUICE_REDIS_PASSWORD) or in PostgreSQL
+// (-postgres-url). See docs/fleet.md.
 //
 // The plugins POST their telemetry reports to /api/v1/telemetry with the
 // telemetry token (-telemetry-token, or generated at first start and
@@ -80,6 +82,9 @@ type options struct {
 	Redis        redisgcra.ClientOptions
 	RedisAddrs   string
 	RedisTimeout time.Duration
+
+	PostgresURL     string
+	PostgresTimeout time.Duration
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -116,10 +121,14 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		redisTimeout = v
 		return nil
 	})
+	postgresTimeout := o.postgresFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if err := o.parseFleet(redisTimeout); err != nil {
+		return o, err
+	}
+	if err := o.parsePostgres(*postgresTimeout); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
@@ -179,8 +188,8 @@ func (o *options) parseFleet(timeout string) error {
 	switch {
 	case o.RLSListen == "" && (len(o.Redis.Addrs) > 0 || o.Redis.MasterName != ""):
 		return errors.New("-redis-addrs: set -rls-listen too (fleet mode's rate limit service is the only user of Redis)")
-	case o.RLSListen != "" && len(o.Redis.Addrs) == 0:
-		return errors.New("-rls-listen: needs -redis-addrs (where the global rules' buckets are)")
+	case o.RLSListen != "" && len(o.Redis.Addrs) == 0 && o.PostgresURL == "":
+		return errors.New("-rls-listen: needs -redis-addrs or -postgres-url (where the global rules' buckets are)")
 	case o.Redis.MasterName != "" && o.Redis.Cluster:
 		return errors.New("-redis-master and -redis-cluster exclude each other")
 	}
@@ -261,18 +270,19 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 
 	// Fleet mode: the RLS follows the current policy's global rules.
-	var fleetSrv *fleet.Server
+	var (
+		fleetSrv *fleet.Server
+		fb       *fleetBackend
+	)
 	if o.RLSListen != "" {
-		redisgcra.SetLogger(logger)
-		rc, err := redisgcra.NewClient(o.Redis)
-		if err != nil {
-			return fmt.Errorf("-redis-addrs: %w", err)
+		if fb, err = openFleetBackend(ctx, o, logger); err != nil {
+			return err
 		}
-		defer rc.Close()
+		defer fb.close()
 		rules := &fleet.PolicyRules{}
 		pub = rules.Publisher(pub)
-		fleetSrv = fleet.NewServer(fleet.Options{Backend: redisgcra.New(rc), Rules: rules, Timeout: o.RedisTimeout,
-			Logger: logger.With("component", "rls"), BackendName: redisName(o.Redis)})
+		fleetSrv = fleet.NewServer(fleet.Options{Backend: fb.backend, Rules: rules, Timeout: fb.timeout,
+			Metrics: fleet.NewMetricsFor(fb.kind), Logger: logger.With("component", "rls"), BackendName: fb.name})
 	}
 
 	telTokens, telGenerated, err := telemetry.SetupTokens(ctx, st, o.TelemetryToken)
@@ -300,6 +310,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	metrics := telemetry.NewMetrics(telState)
 	if fleetSrv != nil {
 		if err := fleetSrv.Metrics().Register(metrics.Registry(), fleetSrv); err != nil {
+			return fmt.Errorf("fleet metrics: %w", err)
+		}
+		if err := fb.register(metrics.Registry()); err != nil {
 			return fmt.Errorf("fleet metrics: %w", err)
 		}
 	}
@@ -422,7 +435,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 				errc <- fmt.Errorf("rls: %w", err)
 			}
 		}()
-		fmt.Fprintf(stdout, "sluice admin: rate limit service (fleet mode) grpc://%s  backend %s\n", rlsLis.Addr(), redisName(o.Redis))
+		fb.start(ctx)
+		fmt.Fprintf(stdout, "sluice admin: rate limit service (fleet mode) grpc://%s  backend %s\n", rlsLis.Addr(), fb.name)
 	}
 	fmt.Fprintf(stdout, "sluice admin: dashboard %s://%s/  xDS %s  policy v%d  data %s\n", scheme, httpLis.Addr(), xdsAddr, cur.Number, st.Path())
 	metricsText := "off"

@@ -1,10 +1,13 @@
 package e2e
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"github.com/sluice-rl/sluice/admin/fleet"
 	"github.com/sluice-rl/sluice/admin/fleet/fleettest"
+	"github.com/sluice-rl/sluice/admin/fleet/pggcra"
 	"github.com/sluice-rl/sluice/plugin/wasmhost/fleethosts"
 )
 
@@ -18,7 +21,25 @@ import (
 func TestFleetAdmissionAgainstRedis(t *testing.T) {
 	r := fleettest.StartRedis(t)
 	policy := fleetPolicy("deny") // a backend error can then only under-admit
-	rls := startAdminRLS(t, r.Addr, policy)
+	checkFleetAdmission(t, startAdminRLS(t, r.Addr, policy), policy)
+}
+
+// TestFleetAdmissionAgainstPostgres: the same with the buckets in a real
+// PostgreSQL server, the admin's default budget and session settings.
+func TestFleetAdmissionAgainstPostgres(t *testing.T) {
+	pg := fleettest.StartPostgres(t, fleettest.PostgresOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := pggcra.Open(ctx, pggcra.Options{URL: pg.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	policy := fleetPolicy("deny")
+	checkFleetAdmission(t, startAdminRLSOn(t, b, fleet.BackendPostgres, "postgres", policy), policy)
+}
+
+func checkFleetAdmission(t *testing.T, rls *adminRLS, policy string) {
 	f := fleethosts.Start(t, fleethosts.Options{Config: policy, RLS: rls.url, Hosts: 3})
 	f.StartTickers()
 
@@ -35,9 +56,11 @@ func TestFleetAdmissionAgainstRedis(t *testing.T) {
 	t.Logf("admitted %d of %d offered in %.2fs (per host %v); bound burst + rate x T = %.1f: over by %.1f, under by %.1f (%.1f%%)",
 		res.admitted, res.offered, T, res.perHost, bound, float64(res.admitted)-bound, bound-float64(res.admitted),
 		100*(bound-float64(res.admitted))/bound)
-	t.Logf("Redis granted %.0f, returned %.0f: %.0f tokens outstanding in leases (bound 3 x lease_max = %.0f); plugin: backend errors %d, request-path asks %d",
+	t.Logf("the backend granted %.0f, returned %.0f: %.0f tokens outstanding in leases (bound 3 x lease_max = %.0f); plugin: backend errors %d, request-path asks %d",
 		granted, returned, outstanding, 3*fleetLeaseMax, errs, f.Metric("sluice.rule.g.global_fetches"))
 
+	t.Logf("admin: backend errors %.0f timeouts, %.0f others (last: %q)", rls.metric(t, "sluice_fleet_"+rls.kind+"_errors_total", "kind", "timeout"),
+		rls.metric(t, "sluice_fleet_"+rls.kind+"_errors_total", "kind", "error"), rls.srv.Health().LastError)
 	if float64(res.admitted) > bound {
 		t.Errorf("over-admission: admitted %d > burst + rate x T = %.1f", res.admitted, bound)
 	}

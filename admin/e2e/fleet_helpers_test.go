@@ -42,9 +42,10 @@ const (
 // adminRLS is the admin's rate limit service on a real listener, with its
 // Prometheus metrics in their own registry.
 type adminRLS struct {
-	srv *fleet.Server
-	reg *prometheus.Registry
-	url string // h2c://127.0.0.1:port
+	srv  *fleet.Server
+	reg  *prometheus.Registry
+	url  string // h2c://127.0.0.1:port
+	kind string // of backend
 }
 
 // startAdminRLS serves the admin's RLS for the global rules of policy,
@@ -59,9 +60,15 @@ func startAdminRLS(t *testing.T, redisAddr, policy string) *adminRLS {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
+	return startAdminRLSOn(t, redisgcra.New(c), fleet.BackendRedis, "redis "+redisAddr, policy)
+}
+
+// startAdminRLSOn is startAdminRLS on any backend of kind kind.
+func startAdminRLSOn(t *testing.T, backend fleet.Backend, kind, name, policy string) *adminRLS {
+	t.Helper()
 	rules := &fleet.PolicyRules{}
 	rules.Set(1, []byte(policy))
-	srv := fleet.NewServer(fleet.Options{Backend: redisgcra.New(c), Rules: rules, BackendName: "redis " + redisAddr})
+	srv := fleet.NewServer(fleet.Options{Backend: backend, Rules: rules, BackendName: name, Metrics: fleet.NewMetricsFor(kind)})
 	reg := prometheus.NewRegistry()
 	if err := srv.Metrics().Register(reg, srv); err != nil {
 		t.Fatal(err)
@@ -79,7 +86,7 @@ func startAdminRLS(t *testing.T, redisAddr, policy string) *adminRLS {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return &adminRLS{srv: srv, reg: reg, url: "h2c://" + lis.Addr().String()}
+	return &adminRLS{srv: srv, reg: reg, url: "h2c://" + lis.Addr().String(), kind: kind}
 }
 
 // metric reads one sample of the admin's Prometheus metrics: the counter

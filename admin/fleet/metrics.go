@@ -4,12 +4,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// Backend kinds: they name the backend's metrics
+// (sluice_fleet_<kind>_errors_total, _seconds, _up).
+const (
+	BackendRedis    = "redis"
+	BackendPostgres = "postgres"
+)
+
 // Request results, the values of sluice_fleet_rls_requests_total's label.
 const (
 	RequestOK          = "ok"          // every descriptor within its limit
 	RequestOverLimit   = "over_limit"  // at least one descriptor over its limit
 	RequestInvalid     = "invalid"     // INVALID_ARGUMENT: empty domain, malformed descriptor, ...
-	RequestUnavailable = "unavailable" // UNAVAILABLE: Redis failed or timed out
+	RequestUnavailable = "unavailable" // UNAVAILABLE: the backend failed or timed out
 )
 
 // Descriptor results, the values of sluice_fleet_rls_descriptors_total's label.
@@ -33,16 +40,23 @@ type Metrics struct {
 	tokens      *prometheus.CounterVec
 	redisErrors *prometheus.CounterVec
 	redisTime   prometheus.Histogram
-	nodes       prometheus.GaugeFunc
-	up          prometheus.GaugeFunc
+	backend     string
 }
 
-// NewMetrics returns the metrics of s (nil s: counters only, for tests).
-func NewMetrics() *Metrics {
-	m := &Metrics{
+// NewMetrics returns the metrics of a server with the Redis backend.
+func NewMetrics() *Metrics { return NewMetricsFor(BackendRedis) }
+
+// NewMetricsFor returns the metrics of a server whose backend is of kind
+// backend (BackendRedis, BackendPostgres).
+func NewMetricsFor(backend string) *Metrics {
+	what := map[string]string{BackendRedis: "Redis", BackendPostgres: "PostgreSQL"}[backend]
+	if what == "" {
+		what = backend
+	}
+	m := &Metrics{backend: backend,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_fleet_rls_requests_total",
-			Help: "ShouldRateLimit calls by result: ok, over_limit, invalid (INVALID_ARGUMENT), unavailable (Redis failed or timed out: UNAVAILABLE).",
+			Help: "ShouldRateLimit calls by result: ok, over_limit, invalid (INVALID_ARGUMENT), unavailable (" + what + " failed or timed out: UNAVAILABLE).",
 		}, []string{"result"}),
 		descriptors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_fleet_rls_descriptors_total",
@@ -53,12 +67,12 @@ func NewMetrics() *Metrics {
 			Help: "Tokens of global rules by rule and decision: granted, denied (asked for and refused), returned. Rule (other) is descriptors with a limit override.",
 		}, []string{"rule", "decision"}),
 		redisErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_fleet_redis_errors_total",
-			Help: "Failed Redis batches by kind: timeout (the -redis-timeout budget ran out) or error.",
+			Name: "sluice_fleet_" + backend + "_errors_total",
+			Help: "Failed " + what + " batches by kind: timeout (the -" + backend + "-timeout budget ran out) or error.",
 		}, []string{"kind"}),
 		redisTime: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "sluice_fleet_redis_seconds",
-			Help:    "Time of one pipelined Redis batch (all descriptors of a ShouldRateLimit call), successful or not.",
+			Name:    "sluice_fleet_" + backend + "_seconds",
+			Help:    "Time of one " + what + " batch (all descriptors of a ShouldRateLimit call, one round trip), successful or not.",
 			Buckets: []float64{100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3},
 		}),
 	}
@@ -84,8 +98,8 @@ func (m *Metrics) Register(reg prometheus.Registerer, s *Server) error {
 				Help: "Distinct nodes (x-sluice-node) that called the RLS of this admin in the last 30 s, all domains.",
 			}, func() float64 { return float64(s.fleet.nodeCount()) }),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "sluice_fleet_redis_up",
-				Help: "1 when the last Redis batch or health check of this admin succeeded, else 0.",
+				Name: "sluice_fleet_" + m.backend + "_up",
+				Help: "1 when the last batch or health check of this admin on its backend succeeded, else 0.",
 			}, func() float64 {
 				if s.Health().Up {
 					return 1

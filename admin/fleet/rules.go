@@ -3,8 +3,8 @@
 // backend. The admin serves Envoy's rate limit service API v3
 // (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit) over gRPC;
 // the plugins lease tokens from it, and it keeps the buckets in Redis
-// (admin/fleet/redisgcra), so any number of admin replicas can serve the
-// same fleet. See docs/fleet.md for the protocol.
+// (admin/fleet/redisgcra) or PostgreSQL (admin/fleet/pggcra), so any
+// number of admin replicas can serve the same fleet. See docs/fleet.md for the protocol.
 package fleet
 
 import (

@@ -23,13 +23,17 @@ import (
 	"github.com/sluice-rl/sluice/admin/fleet/redisgcra"
 )
 
-// Backend runs bucket operations (redisgcra.Buckets).
+// Backend runs bucket operations: redisgcra.Buckets (Redis) or
+// pggcra.Buckets (PostgreSQL), the same GCRA on the backend's clock. Run
+// applies a call's ops in order, in one round trip, and returns their
+// outcomes; on an error none (the ops may or may not have been applied).
+// An Op's Key names the bucket (redisgcra.Key).
 type Backend interface {
 	Run(ctx context.Context, ops []redisgcra.Op) ([]redisgcra.Outcome, error)
 	Ping(ctx context.Context) error
 }
 
-// DefaultTimeout is the Redis budget of one ShouldRateLimit call.
+// DefaultTimeout is the backend budget of one ShouldRateLimit call.
 const DefaultTimeout = 100 * time.Millisecond
 
 // Options configure a Server.
@@ -37,7 +41,7 @@ type Options struct {
 	Backend Backend
 	Rules   Rules
 	Metrics *Metrics // nil: a private set
-	// Timeout is the Redis budget of one call (default DefaultTimeout):
+	// Timeout is the backend budget of one call (default DefaultTimeout):
 	// past it the call answers UNAVAILABLE, and the plugin falls back.
 	Timeout time.Duration
 	Logger  *slog.Logger
@@ -48,7 +52,7 @@ type Options struct {
 }
 
 // Server is the rate limit service. It keeps no limit state of its own:
-// every bucket is in Redis, so replicas behind a load balancer agree.
+// every bucket is in the backend, so replicas behind a load balancer agree.
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	backend Backend
@@ -65,7 +69,7 @@ type Server struct {
 	health   Health
 }
 
-// Health is the Redis backend's health as this admin sees it.
+// Health is the backend's health as this admin sees it.
 type Health struct {
 	Up        bool          // the last batch or check succeeded
 	Checked   time.Time     // of the last batch or check; zero before the first

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-rl/sluice/admin/fleet/fleettest"
+	"github.com/sluice-rl/sluice/admin/fleet/pggcra"
 	"github.com/sluice-rl/sluice/admin/fleet/redisgcra"
 )
 
@@ -63,6 +64,36 @@ func redisBackend(t testing.TB, addr string) *redisgcra.Buckets {
 	}
 	t.Cleanup(func() { c.Close() })
 	return redisgcra.New(c)
+}
+
+func postgresBackend(t testing.TB, url string) *pggcra.Buckets {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := pggcra.Open(ctx, pggcra.Options{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	return b
+}
+
+// backends are the bucket stores the protocol's tests run against: the
+// answers must not depend on which one the admin has.
+var backends = []struct {
+	name  string
+	start func(t testing.TB) Backend
+}{
+	{"redis", func(t testing.TB) Backend { return redisBackend(t, fleettest.StartRedis(t).Addr) }},
+	{"postgres", func(t testing.TB) Backend {
+		return postgresBackend(t, fleettest.StartPostgres(t, fleettest.PostgresOptions{}).URL)
+	}},
+}
+
+func forEachBackend(t *testing.T, test func(t *testing.T, b Backend)) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) { test(t, b.start(t)) })
+	}
 }
 
 // desc builds a protocol descriptor; hits < 0 leaves hits_addend unset.
@@ -109,12 +140,14 @@ func checkStatus(t *testing.T, what string, st *rlsv3.RateLimitResponse_Descript
 	}
 }
 
-func TestRLSOverGRPC(t *testing.T) {
-	r := fleettest.StartRedis(t)
+func TestRLSOverGRPC(t *testing.T) { forEachBackend(t, testRLSOverGRPC) }
+
+func testRLSOverGRPC(t *testing.T, b Backend) {
 	// 1 token per 1000 s: nothing refills while the test runs.
 	rules := &StaticRules{Limits: map[string]redisgcra.Limit{"api": {Rate: 0.001, Burst: 10}}}
 	m := NewMetrics()
-	s := startRLS(t, Options{Backend: redisBackend(t, r.Addr), Rules: rules, Metrics: m})
+	// Correctness, not speed: a loaded CI machine is slow, not down.
+	s := startRLS(t, Options{Backend: b, Rules: rules, Metrics: m, Timeout: time.Second})
 	OK, OVER := rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT
 
 	resp := s.mustCall(t, "n1", desc("api", "A", 4, false))
@@ -250,9 +283,12 @@ func TestRLSFleetSizeAndUsage(t *testing.T) {
 }
 
 func TestRLSUnknownRulesAndOverrides(t *testing.T) {
-	r := fleettest.StartRedis(t)
+	forEachBackend(t, testRLSUnknownRulesAndOverrides)
+}
+
+func testRLSUnknownRulesAndOverrides(t *testing.T, b Backend) {
 	m := NewMetrics()
-	s := startRLS(t, Options{Backend: redisBackend(t, r.Addr), Rules: &StaticRules{}, Metrics: m})
+	s := startRLS(t, Options{Backend: b, Rules: &StaticRules{}, Metrics: m, Timeout: time.Second})
 	OK, OVER := rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT
 
 	resp := s.mustCall(t, "n1", desc("nope", "A", 1000, false),
@@ -288,65 +324,88 @@ func TestRLSUnknownRulesAndOverrides(t *testing.T) {
 
 func TestRLSRedisDownAnswersUnavailableFastAndRecovers(t *testing.T) {
 	r := fleettest.StartRedis(t)
-	rules := &StaticRules{Limits: map[string]redisgcra.Limit{"api": {Rate: 1000, Burst: 1000}}}
-	m := NewMetrics()
 	c, err := redisgcra.NewClient(redisgcra.ClientOptions{Addrs: []string{r.Addr}, Timeout: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	testBackendDown(t, redisgcra.New(c), NewMetrics(), "Redis", outage{hang: r.Pause, stop: r.Kill, start: r.Start})
+}
+
+func TestRLSPostgresDownAnswersUnavailableFastAndRecovers(t *testing.T) {
+	pg := fleettest.StartPostgres(t, fleettest.PostgresOptions{})
+	b := postgresBackend(t, pg.URL)
+	testBackendDown(t, b, NewMetricsFor(BackendPostgres), "PostgreSQL", outage{hang: pg.Pause, stop: pg.Stop, start: pg.Start})
+}
+
+// callUntilOK calls until an answer comes, for at most 50 tries 20 ms
+// apart.
+func callUntilOK(t *testing.T, s *rls, req *rlsv3.RateLimitRequest) error {
+	t.Helper()
+	var err error
+	for range 50 {
+		if _, _, err = s.call(t, "n1", req); err == nil {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return err
+}
+
+// outage drives a backend server: hang it (nothing answers), stop it
+// (connections closed, then refused), start it again on the same address.
+type outage struct{ hang, stop, start func() }
+
+func testBackendDown(t *testing.T, b Backend, m *Metrics, what string, o outage) {
+	rules := &StaticRules{Limits: map[string]redisgcra.Limit{"api": {Rate: 1000, Burst: 1000}}}
 	const budget = 100 * time.Millisecond
-	s := startRLS(t, Options{Backend: redisgcra.New(c), Rules: rules, Metrics: m, Timeout: budget})
+	s := startRLS(t, Options{Backend: b, Rules: rules, Metrics: m, Timeout: budget})
 	req := &rlsv3.RateLimitRequest{Domain: "sluice", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("api", "A", 1, false)}}
-	if _, _, err := s.call(t, "n1", req); err != nil {
+	// Up first (a cold connection on a loaded machine may miss the budget).
+	if err := callUntilOK(t, s, req); err != nil {
 		t.Fatal(err)
 	}
-	unavailable := func(what, kind string) {
+	before := testutil.ToFloat64(m.requests.WithLabelValues(RequestUnavailable))
+	unavailable := func(state, kind string) {
 		t.Helper()
+		state = what + " " + state
 		before := testutil.ToFloat64(m.redisErrors.WithLabelValues(kind))
 		start := time.Now()
 		_, hdr, err := s.call(t, "n1", req)
 		took := time.Since(start)
 		if got := hdr.Get(FleetHeader); len(got) != 1 || got[0] != "1" {
-			t.Errorf("%s: fleet size header %q, want it with the error too", what, got)
+			t.Errorf("%s: fleet size header %q, want it with the error too", state, got)
 		}
-		t.Logf("%s: %v", what, err)
+		t.Logf("%s: %v after %v", state, err, took)
 		if status.Code(err) != codes.Unavailable {
-			t.Fatalf("%s: err = %v, want UNAVAILABLE", what, err)
+			t.Fatalf("%s: err = %v, want UNAVAILABLE", state, err)
 		}
 		// Not a benchmark: a bound an order of magnitude above the budget,
-		// that a call waiting on a dead Redis (seconds of TCP timeouts and
-		// retries) would exceed.
+		// that a call waiting on a dead backend (seconds of TCP timeouts
+		// and retries) would exceed.
 		if took > 10*budget {
-			t.Errorf("%s: UNAVAILABLE after %v, want within about the %v budget", what, took, budget)
+			t.Errorf("%s: UNAVAILABLE after %v, want within about the %v budget", state, took, budget)
 		}
 		if got := testutil.ToFloat64(m.redisErrors.WithLabelValues(kind)); got != before+1 {
-			t.Errorf("%s: redis errors{kind=%q} %g -> %g, want +1", what, kind, before, got)
+			t.Errorf("%s: backend errors{kind=%q} %g -> %g, want +1", state, kind, before, got)
 		}
 		if s.srv.Health().Up {
-			t.Errorf("%s: health still up", what)
+			t.Errorf("%s: health still up", state)
 		}
 	}
 
-	r.Pause() // hung: connections open, no answers
-	unavailable("Redis hung", "timeout")
-	r.Kill() // dead: connections reset, then refused
-	unavailable("Redis killed", "error")
-	unavailable("Redis still down", "error")
-	if got := testutil.ToFloat64(m.requests.WithLabelValues(RequestUnavailable)); got != 3 {
-		t.Errorf("unavailable requests = %g, want 3", got)
+	o.hang() // connections open, no answers
+	unavailable("hung", "timeout")
+	o.stop() // dead: connections reset, then refused
+	unavailable("stopped", "error")
+	unavailable("still down", "error")
+	if got := testutil.ToFloat64(m.requests.WithLabelValues(RequestUnavailable)); got != before+3 {
+		t.Errorf("unavailable requests = %g, want %g", got, before+3)
 	}
 
-	r.Start() // a new server on the same port
-	var lastErr error
-	for range 50 {
-		if _, _, lastErr = s.call(t, "n1", req); lastErr == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if lastErr != nil {
-		t.Fatalf("no recovery after Redis came back: %v", lastErr)
+	o.start() // a new server on the same address
+	if err := callUntilOK(t, s, req); err != nil {
+		t.Fatalf("no recovery after %s came back: %v", what, err)
 	}
 	if h := s.srv.Health(); !h.Up || h.Errors < 3 || h.LastError == "" {
 		t.Errorf("health after recovery = %+v", h)

@@ -1,7 +1,7 @@
 // Package fleettest starts the real servers that fleet-mode tests need:
-// redis-server (standalone or a three-node cluster) and envoyproxy/ratelimit,
-// each on free 127.0.0.1 ports with a temporary directory, stopped when the
-// test ends.
+// redis-server (standalone or a three-node cluster), PostgreSQL and
+// envoyproxy/ratelimit, each on free 127.0.0.1 ports with a temporary
+// directory, stopped when the test ends (PostgreSQL: see postgres.go).
 //
 // Without redis-server on PATH the tests are skipped with a message saying
 // how to install it, except when CI=true: there a missing server fails the

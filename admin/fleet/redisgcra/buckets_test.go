@@ -3,8 +3,6 @@ package redisgcra_test
 import (
 	"context"
 	"fmt"
-	"math"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,10 +11,6 @@ import (
 	"github.com/sluice-rl/sluice/admin/fleet/fleettest"
 	"github.com/sluice-rl/sluice/admin/fleet/redisgcra"
 )
-
-// hammerWindow is how long the concurrency tests run, in real time: long
-// enough for the bucket to refill many times over, short for CI.
-const hammerWindow = 1500 * time.Millisecond
 
 func newBuckets(t *testing.T, o redisgcra.ClientOptions) (*redisgcra.Buckets, redis.UniversalClient) {
 	t.Helper()
@@ -32,7 +26,7 @@ func newBuckets(t *testing.T, o redisgcra.ClientOptions) (*redisgcra.Buckets, re
 func TestScriptIsExactUnderConcurrency(t *testing.T) {
 	r := fleettest.StartRedis(t)
 	b, _ := newBuckets(t, redisgcra.ClientOptions{Addrs: []string{r.Addr}})
-	hammer(t, b, []string{redisgcra.Key("sluice", "global", "k1")})
+	fleettest.Hammer(t, b.Run, []string{redisgcra.Key("sluice", "global", "k1")}, 12)
 }
 
 func TestScriptIsExactOnACluster(t *testing.T) {
@@ -58,121 +52,9 @@ func TestScriptIsExactOnACluster(t *testing.T) {
 	if len(slots) < 2 {
 		t.Fatalf("the test keys all fall on one shard: %v", slots)
 	}
-	hammer(t, b, keys)
+	fleettest.Hammer(t, b.Run, keys, 12)
 	if err := b.Ping(context.Background()); err != nil {
 		t.Errorf("Ping every shard: %v", err)
-	}
-}
-
-// hammer runs 12 goroutines taking 1 to 3 tokens (each op a batch across
-// keys) from buckets of rate 100/s and burst 100 for hammerWindow; every
-// second goroutine gives one token of each grant of 2 or 3 back at once
-// (once the bucket is drained, so that a return never meets a full
-// bucket). Then it checks per key, with t the span of Redis TIME between
-// the key's first and last call and net = admitted - returned:
-//
-//	net <= burst + rate*t                       (never over, exactly)
-//	net + headroom(end) ~= tau*rate + rate*t    (never grossly under, returns credited)
-//
-// where the second holds up to the rounding of each call (< 1 us).
-func hammer(t *testing.T, b *redisgcra.Buckets, keys []string) {
-	limit := redisgcra.Limit{Rate: 100, Burst: 100}
-	type tally struct {
-		admitted, returned                uint64
-		calls, admittedCalls, returnCalls uint64
-		first, last                       int64
-	}
-	var mu sync.Mutex
-	tallies := make([]tally, len(keys))
-	for i := range tallies {
-		tallies[i].first = math.MaxInt64
-	}
-	ctx := context.Background()
-	stop := time.Now().Add(hammerWindow)
-	var wg sync.WaitGroup
-	errs := make(chan error, 12)
-	for g := range 12 {
-		wg.Go(func() {
-			for i := 0; time.Now().Before(stop); i++ {
-				n := uint64(1 + (g+i)%3)
-				ops := make([]redisgcra.Op, len(keys))
-				for k, key := range keys {
-					ops[k] = redisgcra.Op{Key: key, Amount: limit.Cost(n), Tau: limit.Tau()}
-				}
-				outs, err := b.Run(ctx, ops)
-				if err != nil {
-					errs <- err
-					return
-				}
-				var back []redisgcra.Op
-				var backKeys []int
-				mu.Lock()
-				for k, o := range outs {
-					tl := &tallies[k]
-					tl.calls++
-					tl.first, tl.last = min(tl.first, o.Now), max(tl.last, o.Now)
-					if o.Allowed {
-						tl.admitted += n
-						tl.admittedCalls++
-						if g%2 == 0 && n >= 2 && o.Backlog > limit.Tau()/2 {
-							back = append(back, redisgcra.Op{Key: keys[k], Amount: limit.Credit(1), Tau: limit.Tau(), Return: true})
-							backKeys = append(backKeys, k)
-						}
-					}
-				}
-				mu.Unlock()
-				if len(back) == 0 {
-					continue
-				}
-				outs, err = b.Run(ctx, back)
-				if err != nil {
-					errs <- err
-					return
-				}
-				mu.Lock()
-				for j, o := range outs {
-					tl := &tallies[backKeys[j]]
-					tl.returned++
-					tl.returnCalls++
-					tl.last = max(tl.last, o.Now)
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	for k, key := range keys {
-		tl := tallies[k]
-		// A zero-token take reads the headroom at the end without changing it.
-		end, err := b.Run(ctx, []redisgcra.Op{{Key: key, Amount: 0, Tau: limit.Tau()}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		span := float64(tl.last-tl.first) / 1e6
-		spanEnd := float64(end[0].Now-tl.first) / 1e6
-		upper := limit.Burst + limit.Rate*span
-		net := float64(tl.admitted) - float64(tl.returned)
-		if net > upper {
-			t.Errorf("%s: admitted %d - returned %d tokens in %.3fs of Redis time, more than burst %g + rate %g * t = %.3f",
-				key, tl.admitted, tl.returned, span, limit.Burst, limit.Rate, upper)
-		}
-		headroom := float64(limit.Tau()-end[0].Backlog) * limit.Rate / 1e6
-		want := float64(limit.Tau())*limit.Rate/1e6 + limit.Rate*spanEnd
-		// < 1 us of refill per admitted call and per return, and the floor of tau.
-		slack := float64(tl.admittedCalls+tl.returnCalls+1) * limit.Rate / 1e6
-		if got := net + headroom; got > want+1e-6 || got < want-slack {
-			t.Errorf("%s: admitted %d - returned %d + headroom %.4f = %.4f tokens, want %.4f (-%.4f): the bucket lost or made tokens",
-				key, tl.admitted, tl.returned, headroom, got, want, slack)
-		}
-		if tl.admitted < 100 || tl.admittedCalls == tl.calls || tl.returned == 0 {
-			t.Errorf("%s: %d of %d calls admitted, %d tokens returned: the test did not drain the bucket or return tokens",
-				key, tl.admittedCalls, tl.calls, tl.returned)
-		}
-		t.Logf("%s: %d calls, %d tokens admitted, %d returned over %.3fs (bound %.1f)", key, tl.calls, tl.admitted, tl.returned, span, upper)
 	}
 }
 

@@ -1,0 +1,80 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/admin/fleet/fleettest"
+	"github.com/sluice-rl/sluice/admin/fleet/redisgcra"
+)
+
+// BenchmarkBackends compares the two bucket backends on this machine, in
+// one run: the backend work of ShouldRateLimit calls (one token per
+// descriptor, never refused), from 4 goroutines per CPU, on one hot bucket
+// (one descriptor per call) and spread over 100,000 buckets (1 and 32
+// descriptors per call, the latter like a plugin's sync). It reports
+// calls/s, descriptors/s and the 99th percentile latency of a call. PostgreSQL runs with fsync on (a durable server) and
+// the admin's session settings (synchronous_commit off); postgres-sync
+// adds synchronous_commit=on to the connection string (docs/fleet.md).
+//
+//	go test ./admin/fleet -run '^$' -bench Backends -benchtime 5s
+func BenchmarkBackends(b *testing.B) {
+	limit := redisgcra.Limit{Rate: 1e9, Burst: 1e9}
+	pg := fleettest.StartPostgres(b, fleettest.PostgresOptions{Durable: true})
+	backends := []struct {
+		name    string
+		backend Backend
+	}{
+		{"redis", redisBackend(b, fleettest.StartRedis(b).Addr)},
+		{"postgres", postgresBackend(b, pg.URL)},
+		{"postgres-sync", postgresBackend(b, pg.URL+"&synchronous_commit=on")},
+	}
+	shapes := []struct{ keys, descriptors int }{{1, 1}, {100_000, 1}, {100_000, 32}}
+	for _, be := range backends {
+		for _, shape := range shapes {
+			keys, n := shape.keys, shape.descriptors
+			b.Run(fmt.Sprintf("backend=%s/keys=%d/descriptors=%d", be.name, keys, n), func(b *testing.B) {
+				backend := be.backend
+				var next atomic.Int64
+				var mu sync.Mutex
+				var lat []time.Duration
+				b.SetParallelism(4)
+				b.ResetTimer()
+				start := time.Now()
+				b.RunParallel(func(pb *testing.PB) {
+					own := make([]time.Duration, 0, 1024)
+					for pb.Next() {
+						ops := make([]redisgcra.Op, n)
+						first := next.Add(int64(n)) - int64(n)
+						for i := range ops {
+							key := redisgcra.Key("bench", "api", fmt.Sprint((first+int64(i))%int64(keys)))
+							ops[i] = redisgcra.Op{Key: key, Amount: limit.Cost(1), Tau: limit.Tau()}
+						}
+						t0 := time.Now()
+						if _, err := backend.Run(context.Background(), ops); err != nil {
+							b.Error(err)
+							return
+						}
+						own = append(own, time.Since(t0))
+					}
+					mu.Lock()
+					lat = append(lat, own...)
+					mu.Unlock()
+				})
+				secs := time.Since(start).Seconds()
+				b.StopTimer()
+				slices.Sort(lat)
+				if len(lat) > 0 {
+					b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+				}
+				b.ReportMetric(float64(b.N)/secs, "calls/s")
+				b.ReportMetric(float64(b.N*n)/secs, "descriptors/s")
+			})
+		}
+	}
+}

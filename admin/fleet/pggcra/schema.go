@@ -1,0 +1,179 @@
+package pggcra
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Table and function names. They live in the connection's search_path
+// (public unless the connection string says otherwise).
+const (
+	tableBuckets  = "sluice_fleet_buckets"
+	tableSchema   = "sluice_fleet_schema"
+	functionTake  = "sluice_fleet_gcra"
+	schemaVersion = 1
+)
+
+// migrations[i] brings the schema from version i to i+1. Each runs in one
+// transaction with the version's row, and may run again over its own
+// result (IF NOT EXISTS, OR REPLACE): a database that lost the objects but
+// kept the version row is repaired by running them again.
+var migrations = []string{
+	// 1: the buckets and the GCRA function.
+	`
+CREATE TABLE IF NOT EXISTS sluice_fleet_buckets (
+	-- The bucket's name (the Redis backend's key for the same domain,
+	-- rule and id), compared bytewise.
+	key text COLLATE "C" PRIMARY KEY,
+	-- Its theoretical arrival time, microseconds since the epoch on the
+	-- database's clock: the moment the bucket is full again. A row whose
+	-- tat is not after now is a full bucket, the same as no row.
+	tat bigint NOT NULL
+-- Room for each updated row in its own page (HOT updates: tat has no
+-- index, so an update does not touch the primary key's index).
+) WITH (fillfactor = 50);
+
+-- One ShouldRateLimit call: the ops, in order, each an all-or-nothing take
+-- of amounts[i] microseconds, or a return of them, against a bucket of
+-- burst taus[i] microseconds; exactly the arithmetic of the Redis
+-- backend's gcra.lua. Every bucket of the call is locked (and created as
+-- full where missing) first, in key order so that calls never deadlock,
+-- then the clock is read once: no other call can change these buckets
+-- until this one commits, and none that commits later reads an earlier
+-- clock. Never wrong at any isolation level, but at REPEATABLE READ or
+-- SERIALIZABLE a call that waited for another's lock fails with a
+-- serialization error (rolled back, and sent again by the admin), so the
+-- admin runs its sessions at READ COMMITTED.
+CREATE OR REPLACE FUNCTION sluice_fleet_gcra(p_keys text[], p_amounts bigint[], p_taus bigint[], p_returns boolean[])
+RETURNS TABLE (allowed boolean, backlog bigint, now_us bigint)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+	v_keys text[];      -- the distinct keys, sorted
+	v_tats bigint[];    -- their TATs as the ops change them
+	v_dirty boolean[];  -- changed by an op: written back
+	v_now bigint;
+	v_tat bigint;
+	v_new bigint;
+	i int;
+	j int;
+BEGIN
+	IF coalesce(cardinality(p_keys), 0) = 0 THEN
+		RETURN; -- nothing to do (a connection's warm-up)
+	END IF;
+	-- Lock every bucket, in key order. The no-op update locks an existing
+	-- row; a missing one is inserted full (tat 0). A row deleted by the
+	-- cleanup meanwhile is inserted again: it was full.
+	IF cardinality(p_keys) = 1 THEN -- the common case, in fewer steps
+		v_keys := p_keys;
+		INSERT INTO sluice_fleet_buckets AS b (key, tat) VALUES (p_keys[1], 0)
+		ON CONFLICT (key) DO UPDATE SET tat = b.tat
+		RETURNING ARRAY[b.tat] INTO v_tats;
+	ELSE
+		-- Bytewise order (COLLATE "C") everywhere, whatever the database's
+		-- collation: the keys and their TATs must come in the same order.
+		SELECT array_agg(k ORDER BY k COLLATE "C") INTO v_keys
+		FROM (SELECT DISTINCT k FROM unnest(p_keys) AS u(k)) AS d;
+		WITH locked AS (
+			INSERT INTO sluice_fleet_buckets AS b (key, tat)
+			SELECT k, 0 FROM unnest(v_keys) AS u(k) ORDER BY k COLLATE "C"
+			ON CONFLICT (key) DO UPDATE SET tat = b.tat
+			RETURNING b.key, b.tat)
+		SELECT array_agg(l.tat ORDER BY l.key COLLATE "C") INTO v_tats FROM locked AS l;
+	END IF;
+
+	v_now := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+	v_dirty := array_fill(false, ARRAY[cardinality(v_keys)]);
+	now_us := v_now;
+
+	FOR i IN 1 .. cardinality(p_keys) LOOP
+		j := array_position(v_keys, p_keys[i]);
+		v_tat := greatest(v_tats[j], v_now);
+		IF p_returns[i] THEN
+			-- A credit moves the TAT back, never before now: the bucket
+			-- cannot hold more than its burst.
+			v_new := greatest(v_tat - p_amounts[i], v_now);
+			v_tats[j] := v_new;
+			v_dirty[j] := true;
+			allowed := true;
+			backlog := v_new - v_now;
+		ELSE
+			-- All or nothing; asking for none is a query and always OK.
+			v_new := v_tat + p_amounts[i];
+			IF p_amounts[i] > 0 AND v_new - v_now > p_taus[i] THEN
+				allowed := false;
+				backlog := v_tat - v_now;
+			ELSE
+				IF p_amounts[i] > 0 THEN
+					v_tats[j] := v_new;
+					v_dirty[j] := true;
+				END IF;
+				allowed := true;
+				backlog := v_new - v_now;
+			END IF;
+		END IF;
+		RETURN NEXT;
+	END LOOP;
+
+	IF cardinality(v_keys) = 1 THEN
+		IF v_dirty[1] THEN
+			UPDATE sluice_fleet_buckets SET tat = v_tats[1] WHERE key = v_keys[1];
+		END IF;
+	ELSE
+		UPDATE sluice_fleet_buckets AS b SET tat = u.tat
+		FROM unnest(v_keys, v_tats, v_dirty) AS u(key, tat, dirty)
+		WHERE u.dirty AND b.key = u.key;
+	END IF;
+END
+$fn$;
+`,
+}
+
+// migrate creates or upgrades the schema. Replicas starting together take
+// turns: a transaction-scoped advisory lock serializes them.
+func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	// The schema must survive a crash, whatever the sessions' default.
+	if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = on`); err != nil {
+		return err
+	}
+	// The lock's key: an arbitrary constant of this schema ("sluice" in ASCII).
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(126970359818597)`); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+tableSchema+` (
+		version int PRIMARY KEY,
+		applied timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return err
+	}
+	var have int
+	if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM `+tableSchema).Scan(&have); err != nil {
+		return err
+	}
+	if have > schemaVersion {
+		return fmt.Errorf("the database's fleet schema is version %d, newer than this admin's %d: run the newer admin", have, schemaVersion)
+	}
+	var complete bool
+	if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL AND to_regprocedure($2) IS NOT NULL`,
+		tableBuckets, functionTake+"(text[], bigint[], bigint[], boolean[])").Scan(&complete); err != nil {
+		return err
+	}
+	if !complete {
+		have = 0
+	}
+	for v := have; v < schemaVersion; v++ {
+		if _, err := tx.Exec(ctx, migrations[v]); err != nil {
+			return fmt.Errorf("schema version %d: %w", v+1, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO `+tableSchema+` (version) VALUES ($1) ON CONFLICT DO NOTHING`, v+1); err != nil {
+			return err
+		}
+	}
+	return tx.Commit(ctx)
+}
