@@ -302,9 +302,18 @@ func (h *Host) HTTPMany(vm int, rs []scenario.Request) ([]scenario.Response, err
 	if err := h.checkVM(vm); err != nil {
 		return nil, err
 	}
-	chs := make([]<-chan answer, len(rs))
-	for i, r := range rs {
-		chs[i] = h.sendHTTP(vm, r)
+	// Batches go out back to back and run on the VM one after another; each
+	// is answered in one line (the command httpmany).
+	var chs []<-chan answer
+	for from := 0; from < len(rs); from += httpBatch {
+		batch := rs[from:min(from+httpBatch, len(rs))]
+		var l line
+		l.num(int64(vm))
+		l.num(int64(len(batch)))
+		for _, r := range batch {
+			requestLine(&l, r)
+		}
+		chs = append(chs, h.c.send("httpmany", l))
 	}
 	out := make([]scenario.Response, 0, len(rs))
 	var first error
@@ -313,19 +322,27 @@ func (h *Host) HTTPMany(vm int, rs []scenario.Request) ([]scenario.Response, err
 		if first != nil {
 			continue
 		}
-		if a.err != nil {
-			first = a.err
+		if first = a.err; first != nil {
 			continue
 		}
-		resp, err := h.response(&a.tok)
-		if err != nil {
-			first = err
-			continue
+		n := a.tok.num()
+		for i := int64(0); i < n && first == nil; i++ {
+			resp, err := h.response(&a.tok)
+			if err != nil {
+				first = err
+				break
+			}
+			out = append(out, resp)
 		}
-		out = append(out, resp)
+		if first == nil {
+			first = a.tok.err
+		}
 	}
 	return out, first
 }
+
+// httpBatch is the number of streams per httpmany command.
+const httpBatch = 1000
 
 // Advance moves both clocks forward by d.
 func (h *Host) Advance(d time.Duration) {
