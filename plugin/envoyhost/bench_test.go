@@ -175,7 +175,9 @@ func benchStreams(b *testing.B, cases []streamCase) {
 					bcpu := base.cpuSince()
 					b.ReportMetric(float64(bns)/float64(b.N), "base-ns/op")
 					b.ReportMetric(float64(pns)/float64(bns), "x-base")
-					b.ReportMetric(float64(pcpu)/float64(bcpu), "x-base-cpu")
+					if bcpu > 0 && pcpu > 0 {
+						b.ReportMetric(float64(pcpu)/float64(bcpu), "x-base-cpu")
+					}
 				}
 			})
 		}
@@ -185,6 +187,9 @@ func benchStreams(b *testing.B, cases []streamCase) {
 // reportCPU reports the same on the VM threads' CPU time: cpu-ns/op,
 // cpu-floor-ns/op, x-floor-cpu.
 func reportCPU(b *testing.B, pcpu, ecpu int64) {
+	if pcpu == 0 || ecpu == 0 { // a host program that does not measure it
+		return
+	}
 	b.ReportMetric(float64(pcpu)/float64(b.N), "cpu-ns/op")
 	b.ReportMetric(float64(ecpu)/float64(b.N), "cpu-floor-ns/op")
 	b.ReportMetric(float64(pcpu)/float64(ecpu), "x-floor-cpu")
