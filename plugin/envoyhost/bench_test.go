@@ -3,7 +3,9 @@ package envoyhost_test
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -17,7 +19,9 @@ import (
 // chunks, so a noisy machine slows both alike. Metrics (benchstat reads
 // them): host-ns/op (one plugin stream), floor-ns/op (one empty-plugin
 // stream), x-floor (their ratio); the identities cases add x-exact (bounded
-// storage against exact per-key storage, same run).
+// storage against exact per-key storage, same run); the stream cases add
+// the same ratio on the VM threads' CPU time (x-floor-cpu), steadier on a
+// loaded machine.
 //
 //	go test ./plugin/envoyhost -run '^$' -bench . -count 6 -benchtime 20000x
 
@@ -46,6 +50,14 @@ var (
 type benchHost struct {
 	h    *envoyhost.Host
 	next int
+	cpu  int64 // CPU ns of the streams run since the last cpuSince
+}
+
+// cpuSince returns and resets bh.cpu.
+func (bh *benchHost) cpuSince() int64 {
+	c := bh.cpu
+	bh.cpu = 0
+	return c
 }
 
 func closeBenchHosts() {
@@ -75,17 +87,19 @@ func benchHostFor(b *testing.B, mode envoyhost.Mode, wasm, config string) *bench
 	return bh
 }
 
-// run sends n streams of r (identities continue from bh.next) and returns ns.
+// run sends n streams of r (identities continue from bh.next), adds the
+// VM thread's CPU time to bh.cpu and returns the wall time in ns.
 func (bh *benchHost) run(b *testing.B, n int, r scenario.Request, wantRejected bool) int64 {
-	d, rejected, err := bh.h.Bench(0, bh.next, n, r)
+	res, err := bh.h.Bench(0, bh.next, n, r)
 	if err != nil {
 		b.Fatal(err)
 	}
 	bh.next += n
-	if wantRejected && rejected != n || !wantRejected && rejected != 0 {
-		b.Fatalf("%d of %d streams rejected (want %v for all)", rejected, n, wantRejected)
+	if wantRejected && res.Rejected != n || !wantRejected && res.Rejected != 0 {
+		b.Fatalf("%d of %d streams rejected (want %v for all)", res.Rejected, n, wantRejected)
 	}
-	return d.Nanoseconds()
+	bh.cpu += res.CPU.Nanoseconds()
+	return res.Wall.Nanoseconds()
 }
 
 func hdr(kv ...string) scenario.Request {
@@ -96,32 +110,89 @@ func hdr(kv ...string) scenario.Request {
 	return r
 }
 
+type streamCase struct {
+	name   string
+	config string
+	req    scenario.Request
+	reject bool
+}
+
 func BenchmarkEnvoyHostStream(b *testing.B) {
-	cases := []struct {
-		name   string
-		config string
-		req    scenario.Request
-		reject bool
-	}{
+	benchStreams(b, []streamCase{
 		{"allowed", benchConfig, hdr("x-api-key", "k"), false},
 		{"rejected", benchConfig, hdr("x-deny", "k"), true},
-	}
+	})
+}
+
+// BenchmarkEnvoyHostProbe: variants of the allowed request that isolate
+// parts of its cost (each against the empty plugin, like the cases above):
+// without the response fields, without the legacy ones, and a request no
+// rule applies to (one header read, nothing else).
+func BenchmarkEnvoyHostProbe(b *testing.B) {
+	with := func(field string) string { return `{` + field + `, ` + benchConfig[1:] }
+	benchStreams(b, []streamCase{
+		{"no-response-headers", with(`"response_headers": false`), hdr("x-api-key", "k"), false},
+		{"no-legacy-headers", with(`"legacy_headers": false`), hdr("x-api-key", "k"), false},
+		{"no-rule-applies", benchConfig, hdr("x-other", "k"), false},
+	})
+}
+
+// benchStreams measures each case against the empty plugin, interleaved.
+// SLUICE_ENVOYHOST_BASE_WASM names another build of the filter (say, the
+// one before a change) run with the same configuration in the same
+// interleaved loop: base-ns/op is its stream and x-base the plugin's
+// stream against it.
+func benchStreams(b *testing.B, cases []streamCase) {
+	basePath := os.Getenv("SLUICE_ENVOYHOST_BASE_WASM")
 	for _, mode := range envoyhost.Modes {
 		for _, c := range cases {
 			b.Run(string(mode)+"/"+c.name, func(b *testing.B) {
 				p := benchHostFor(b, mode, plugin(b), c.config)
 				e := benchHostFor(b, mode, module(b, "./plugin/wasmhost/testdata/empty"), "")
-				var pns, ens int64
+				var base *benchHost
+				if basePath != "" {
+					base = benchHostFor(b, mode, basePath, c.config)
+				}
+				var pns, ens, bns int64
+				p.cpuSince()
+				e.cpuSince()
+				if base != nil {
+					base.cpuSince()
+				}
 				b.ResetTimer()
 				for done := 0; done < b.N; done += chunk {
 					n := min(chunk, b.N-done)
 					pns += p.run(b, n, c.req, c.reject)
 					ens += e.run(b, n, c.req, false)
+					if base != nil {
+						bns += base.run(b, n, c.req, c.reject)
+					}
 				}
 				report(b, pns, ens)
+				pcpu := p.cpuSince()
+				reportCPU(b, pcpu, e.cpuSince())
+				if base != nil {
+					bcpu := base.cpuSince()
+					b.ReportMetric(float64(bns)/float64(b.N), "base-ns/op")
+					b.ReportMetric(float64(pns)/float64(bns), "x-base")
+					if bcpu > 0 && pcpu > 0 {
+						b.ReportMetric(float64(pcpu)/float64(bcpu), "x-base-cpu")
+					}
+				}
 			})
 		}
 	}
+}
+
+// reportCPU reports the same on the VM threads' CPU time: cpu-ns/op,
+// cpu-floor-ns/op, x-floor-cpu.
+func reportCPU(b *testing.B, pcpu, ecpu int64) {
+	if pcpu == 0 || ecpu == 0 { // a host program that does not measure it
+		return
+	}
+	b.ReportMetric(float64(pcpu)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(ecpu)/float64(b.N), "cpu-floor-ns/op")
+	b.ReportMetric(float64(pcpu)/float64(ecpu), "x-floor-cpu")
 }
 
 func report(b *testing.B, pns, ens int64) {
@@ -182,5 +253,57 @@ func BenchmarkEnvoyHostMillionIdentities(b *testing.B) {
 				b.ReportMetric(float64(keys), "exact-shared-keys")
 			}
 		})
+	}
+}
+
+// BenchmarkEnvoyHostCallbacks breaks a stream down: the time in each
+// callback (metrics <callback>-ns/op, the module's work and its host calls
+// included) and the host calls and guest entries per stream (logged with
+// -v), for the filter's allowed and rejected requests and the empty plugin,
+// and with SLUICE_ENVOYHOST_BASE_WASM for that module's allowed request.
+func BenchmarkEnvoyHostCallbacks(b *testing.B) {
+	cases := []struct {
+		name, pkg, config string
+		req               scenario.Request
+	}{
+		{"allowed", "./plugin", benchConfig, hdr("x-api-key", "k")},
+		{"rejected", "./plugin", benchConfig, hdr("x-deny", "k")},
+		{"empty", "./plugin/wasmhost/testdata/empty", "", hdr("x-api-key", "k")},
+	}
+	if base := os.Getenv("SLUICE_ENVOYHOST_BASE_WASM"); base != "" {
+		cases = append(cases, struct {
+			name, pkg, config string
+			req               scenario.Request
+		}{"base-allowed", base, benchConfig, hdr("x-api-key", "k")})
+	}
+	for _, mode := range envoyhost.Modes {
+		for _, c := range cases {
+			b.Run(string(mode)+"/"+c.name, func(b *testing.B) {
+				wasm := c.pkg
+				if strings.HasPrefix(wasm, "./") {
+					wasm = module(b, c.pkg)
+				}
+				h := benchHostFor(b, mode, wasm, c.config)
+				p, err := h.h.Profile(0, h.next, b.N, c.req, true)
+				if err != nil {
+					b.Fatal(err)
+				}
+				h.next += 2 * b.N
+				var total int64
+				for i, name := range envoyhost.Callbacks {
+					b.ReportMetric(float64(p.CallbackNS[i])/float64(b.N), name+"-ns/op")
+					total += p.CallbackNS[i]
+				}
+				b.ReportMetric(float64(total)/float64(b.N), "callbacks-ns/op")
+				names := make([]string, 0, len(p.Calls))
+				for k := range p.Calls {
+					names = append(names, k)
+				}
+				slices.Sort(names)
+				for _, k := range names {
+					b.Logf("%6.2f per stream  %s", float64(p.Calls[k])/float64(b.N), k)
+				}
+			})
+		}
 	}
 }

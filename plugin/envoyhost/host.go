@@ -459,13 +459,21 @@ func (h *Host) FailCall(id uint32) error {
 	return err
 }
 
+// BenchResult is what Bench measured.
+type BenchResult struct {
+	Wall     time.Duration // the time the streams took in the host program
+	CPU      time.Duration // the VM thread's CPU time meanwhile (not counting other processes' turns); 0 from an older host program
+	Rejected int           // streams rejected
+}
+
 // Bench runs n full streams of r on VM vm inside the host program and
 // returns the time they took there (no pipe round trips) and how many were
 // rejected. "{i}" in a header or property value is replaced by the stream's
 // number (first, first+1, ... first+n-1), to make distinct identities.
-func (h *Host) Bench(vm, first, n int, r scenario.Request) (time.Duration, int, error) {
+func (h *Host) Bench(vm, first, n int, r scenario.Request) (BenchResult, error) {
+	var res BenchResult
 	if err := h.checkVM(vm); err != nil {
-		return 0, 0, err
+		return res, err
 	}
 	var l line
 	l.num(int64(vm))
@@ -474,10 +482,63 @@ func (h *Host) Bench(vm, first, n int, r scenario.Request) (time.Duration, int, 
 	requestLine(&l, r)
 	t, err := h.c.call("bench", l)
 	if err != nil {
-		return 0, 0, err
+		return res, err
 	}
-	ns, rejected := t.num(), t.num()
-	return time.Duration(ns), int(rejected), t.err
+	res.Wall, res.Rejected = time.Duration(t.num()), int(t.num())
+	if len(t.t) > 0 { // a host program built before it answered the CPU time answers without it
+		res.CPU = time.Duration(t.num())
+	}
+	return res, t.err
+}
+
+// Callbacks are the stream callbacks Profile times, in its order.
+var Callbacks = []string{"on_context_create", "on_request_headers", "on_response_headers", "on_log", "on_done", "on_delete"}
+
+// StreamProfile is where n streams' time went inside the host program.
+type StreamProfile struct {
+	// CallbackNS is the total time in each of Callbacks (the library's
+	// call into the module, the module's work and its host calls).
+	CallbackNS []int64
+	// Calls counts the crossings by name: "vm->host <module>.<function>"
+	// for each host call the module made, "host->vm <export>" for each call
+	// into the module (the callbacks, and malloc for every value a host
+	// call returned). Nil unless asked for.
+	Calls map[string]int64
+}
+
+// Profile runs n streams of r like Bench and times each callback. With
+// calls, it runs them again with the library's trace hooks on and counts
+// the crossings (those runs are not timed: tracing slows every crossing).
+func (h *Host) Profile(vm, first, n int, r scenario.Request, calls bool) (StreamProfile, error) {
+	var p StreamProfile
+	if err := h.checkVM(vm); err != nil {
+		return p, err
+	}
+	var l line
+	l.num(int64(vm))
+	l.num(int64(first))
+	l.num(int64(n))
+	c := int64(0)
+	if calls {
+		c = 1
+	}
+	l.num(c)
+	requestLine(&l, r)
+	t, err := h.c.call("profile", l)
+	if err != nil {
+		return p, err
+	}
+	for range Callbacks {
+		p.CallbackNS = append(p.CallbackNS, t.num())
+	}
+	if k := t.num(); k > 0 {
+		p.Calls = map[string]int64{}
+		for range k {
+			name := t.str()
+			p.Calls[name] = t.num()
+		}
+	}
+	return p, t.err
 }
 
 // Close stops the host program.

@@ -41,6 +41,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <time.h>
 #include <unistd.h>
 #include <unordered_map>
 #include <vector>
@@ -510,9 +511,14 @@ struct Integration : proxy_wasm::WasmVmIntegration {
   Worker *w;
   explicit Integration(Worker *w) : w(w) {}
   WasmVmIntegration *clone() override { return new Integration(w); }
-  proxy_wasm::LogLevel getLogLevel() override { return proxy_wasm::LogLevel::trace; }
+  // Envoy's integration answers with its "wasm" logger's level, info unless
+  // Envoy runs with -l trace. At trace the library formats the arguments of
+  // every host call and callback into a string (wamr.cc printValues), which
+  // Envoy does not pay for: trace only while the "profile" command counts
+  // the crossings, from those lines.
+  proxy_wasm::LogLevel getLogLevel() override;
   void error(std::string_view message) override;
-  void trace(std::string_view) override {}
+  void trace(std::string_view message) override;
   bool getNullVmFunction(std::string_view, bool, int, proxy_wasm::NullPlugin *, void *) override { return false; }
 };
 
@@ -526,8 +532,38 @@ struct Response {
   uint64_t stream = 0;
 };
 
+// threadCPU is the calling thread's CPU time in ns.
+int64_t threadCPU() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// Profile is what the "profile" command collects on a worker: the time in
+// each stream callback and, when counting, the crossings by name.
+enum Callback { kCreate, kRequestHeaders, kResponseHeaders, kLog, kDone, kDelete, kCallbacks };
+struct Profile {
+  int64_t ns[kCallbacks] = {};
+  bool count = false;
+  std::map<std::string, int64_t> calls;
+};
+// Timed adds the time until the end of its scope to a profile's callback
+// (wall time: the thread's CPU clock is a system call here, microseconds).
+struct Timed {
+  Profile *p;
+  Callback c;
+  std::chrono::steady_clock::time_point t0;
+  Timed(Profile *p, Callback c) : p(p), c(c) {
+    if (p) t0 = std::chrono::steady_clock::now();
+  }
+  ~Timed() {
+    if (p) p->ns[c] += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  }
+};
+
 struct Worker {
   int index;
+  Profile *prof = nullptr; // during the "profile" command
   std::thread th;
   std::mutex mu;
   std::condition_variable cv;
@@ -713,6 +749,7 @@ struct Worker {
     if (request_phase) {
       // Envoy sends the reply through the encoder filters: the plugin sees
       // its own reply in on_response_headers.
+      Timed t(prof, kResponseHeaders);
       ctx->onResponseHeaders(s->resp.size(), body.empty());
     }
   }
@@ -720,11 +757,20 @@ struct Worker {
   void finish(HostContext *ctx) {
     StreamState *s = ctx->stream;
     s->in_log = true;
-    ctx->onLog();
+    {
+      Timed t(prof, kLog);
+      ctx->onLog();
+    }
     check("proxy_on_log");
-    ctx->onDone();
+    {
+      Timed t(prof, kDone);
+      ctx->onDone();
+    }
     check("proxy_on_done");
-    ctx->onDelete();
+    {
+      Timed t(prof, kDelete);
+      ctx->onDelete();
+    }
     check("proxy_on_delete");
     delete ctx;
   }
@@ -737,7 +783,10 @@ struct Worker {
     s->has_resp = true;
     for (auto &kv : s->resp)
       if (kv.first == ":status") s->status = atoi(kv.second.c_str());
-    ctx->onResponseHeaders(s->resp.size(), true);
+    {
+      Timed t(prof, kResponseHeaders);
+      ctx->onResponseHeaders(s->resp.size(), true);
+    }
     check("proxy_on_response_headers");
   }
 
@@ -757,9 +806,16 @@ struct Worker {
     usable();
     StreamState *s = sp.get();
     HostContext *ctx = newStream(s);
-    ctx->onCreate();
+    {
+      Timed t(prof, kCreate);
+      ctx->onCreate();
+    }
     check("proxy_on_context_create");
-    auto st = ctx->onRequestHeaders(s->req.size(), true);
+    FilterHeadersStatus st;
+    {
+      Timed t(prof, kRequestHeaders);
+      st = ctx->onRequestHeaders(s->req.size(), true);
+    }
     check("proxy_on_request_headers");
     if (!s->rejected) {
       if (st == FilterHeadersStatus::Continue || s->continued) {
@@ -1042,6 +1098,22 @@ WasmResult HostContext::getProperty(std::string_view path, std::string *result) 
   return WasmResult::Ok;
 }
 
+proxy_wasm::LogLevel Integration::getLogLevel() {
+  return w->prof && w->prof->count ? proxy_wasm::LogLevel::trace : proxy_wasm::LogLevel::info;
+}
+
+// trace counts the library's "[vm->host] name(args)" and "[host->vm]
+// name(args)" lines while profiling (the "<-" return lines are not counted).
+void Integration::trace(std::string_view message) {
+  if (!w->prof || !w->prof->count) return;
+  for (std::string_view dir : {"vm->host", "host->vm"}) {
+    if (message.size() > dir.size() + 3 && message.substr(1, dir.size()) == dir) {
+      std::string_view rest = message.substr(dir.size() + 3);
+      w->prof->calls[std::string(dir) + " " + std::string(rest.substr(0, rest.find('(')))]++;
+    }
+  }
+}
+
 // ---------------------------------------------------------------- commands
 
 std::string encodeResponse(const Response &r) {
@@ -1301,6 +1373,7 @@ void handle(const std::string &tag, const std::string &cmd, Args &a) {
       for (auto &kv : tmpl->req) subst |= kv.second.find("{i}") != std::string::npos;
       for (auto &kv : tmpl->props) subst |= kv.second.find("{i}") != std::string::npos;
       int64_t rejected = 0;
+      int64_t cpu0 = threadCPU();
       auto t0 = std::chrono::steady_clock::now();
       for (int64_t i = 0; i < n; i++) {
         auto st = std::make_unique<StreamState>();
@@ -1317,7 +1390,44 @@ void handle(const std::string &tag, const std::string &cmd, Args &a) {
         rejected += r.rejected;
       }
       auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
-      return "ok " + std::to_string(ns) + " " + std::to_string(rejected);
+      int64_t cpu = threadCPU() - cpu0;
+      return "ok " + std::to_string(ns) + " " + std::to_string(rejected) + " " + std::to_string(cpu);
+    });
+  } else if (cmd == "profile") {
+    // Like bench, and answers the time in each stream callback; with count
+    // 1, runs the n streams again with tracing on and adds the crossings.
+    int64_t vm = a.num(), first = a.num(), n = a.num(), count = a.num();
+    auto s = readStream(a);
+    a.end();
+    auto tmpl = std::shared_ptr<StreamState>(s.release());
+    onWorker(tag, vm, [tmpl, first, n, count](Worker &w) {
+      Profile timed, counted;
+      counted.count = true;
+      for (int pass = 0; pass < (count ? 2 : 1); pass++) {
+        w.prof = pass == 0 ? &timed : &counted;
+        try {
+          for (int64_t i = 0; i < n; i++) {
+            auto st = std::make_unique<StreamState>();
+            st->id = next_stream_id++;
+            st->req = tmpl->req;
+            st->props = tmpl->props;
+            st->upstream_resp = tmpl->upstream_resp;
+            std::string num = std::to_string(first + pass * n + i);
+            for (auto &kv : st->req) kv.second = substitute(kv.second, num);
+            for (auto &kv : st->props) kv.second = substitute(kv.second, num);
+            w.http(std::move(st), false);
+          }
+        } catch (...) {
+          w.prof = nullptr;
+          throw;
+        }
+        w.prof = nullptr;
+      }
+      std::string out = "ok";
+      for (int c = 0; c < kCallbacks; c++) out += " " + std::to_string(timed.ns[c]);
+      out += " " + std::to_string(counted.calls.size());
+      for (auto &kv : counted.calls) out += " " + esc(kv.first) + " " + std::to_string(kv.second);
+      return out;
     });
   } else if (cmd == "close") {
     a.end();
