@@ -466,7 +466,7 @@ func formValue(html, name string) string {
 }
 
 // TestKeyRowWindowLabel: a window's fill shows the quota left of its limit;
-// a token bucket's its tokens of its burst (issue 7).
+// a token bucket's its tokens of its burst.
 func TestKeyRowWindowLabel(t *testing.T) {
 	now := time.Unix(1_763_770_000, 0)
 	tb := keyRow(telemetry.KeyView{Rule: "r", Tokens: 3.5, Burst: 20, Seen: now}, now)

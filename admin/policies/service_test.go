@@ -147,7 +147,7 @@ func TestInvalidRefusedWithParserMessages(t *testing.T) {
 		  {"name":"free","limit_keys":["cookie:session"],"algorithm":"leaky_bucket","algorithm_config":{"rps":1,"burst":1}}]}`,
 		`{"rules":[{"name":"r","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10,"bursts":1}}]}`,
 		`{"rules":[{"name":"r","limit_keys":["ip:address"],"match":{"jwt:plan":1},"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}}]}`,
-		// Windowed algorithms (issue 7): the same parser, the same paths.
+		// Windowed algorithms: the same parser, the same paths.
 		`{"rules":[{"name":"r","limit_keys":["ip:address"],"algorithm":"rolling_window","algorithm_config":{"limit":10000,"window_seconds":86400,"period_seconds":7}}]}`,
 		`{"rules":[{"name":"r","limit_keys":["ip:address"],"algorithm":"rolling_window","algorithm_config":{"limit":10,"window_seconds":60,"period_seconds":10,"max_per_period":20}}]}`,
 		`{"rules":[{"name":"r","limit_keys":["ip:address"],"algorithm":"fixed_window","algorithm_config":{"window_seconds":60,"rps":1}}]}`,
@@ -422,13 +422,13 @@ func TestStartUsesInitialConfigOnlyOnAnEmptyDatabase(t *testing.T) {
 }
 
 // TestSaveWindowedPolicy: a windowed rule is accepted, normalized and
-// published like a token bucket (issue 7).
+// published like a token bucket.
 func TestSaveWindowedPolicy(t *testing.T) {
 	ctx := context.Background()
 	s, pub, _ := newService(t)
 	in := `{"rules":[{"name":"daily","limit_keys":["header:x-api-key"],"algorithm":"rolling_window",
 	  "algorithm_config":{"limit":10000,"window_seconds":86400,"period_seconds":3600,"max_per_period":1000}}]}`
-	v, err := s.Save(ctx, SaveRequest{Base: 1, JSON: []byte(in), Message: "seed 000"})
+	v, err := s.Save(ctx, SaveRequest{Base: 1, JSON: []byte(in), Message: "nominet rolling window"})
 	if err != nil {
 		t.Fatal(err)
 	}

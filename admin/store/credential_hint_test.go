@@ -41,7 +41,7 @@ func TestPutCredentialAndHint(t *testing.T) {
 	}
 }
 
-// A database of schema version 1 (issue 5) migrates to 2 with its admin
+// A database of schema version 1 migrates to 2 with its admin
 // token intact and an empty hint.
 func TestMigrationAddsHint(t *testing.T) {
 	s, dir := openTemp(t)

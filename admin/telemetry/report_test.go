@@ -249,8 +249,8 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
-// TestDecodeWindowBucket: a windowed rule's bucket carries its algorithm
-// (issue 7); the field is optional and survives a round trip.
+// TestDecodeWindowBucket: a windowed rule's bucket carries its algorithm;
+// the field is optional and survives a round trip.
 func TestDecodeWindowBucket(t *testing.T) {
 	body := strings.Replace(validJSON, `"rejects": 12}`, `"rejects": 12, "algorithm": "rolling_window"}`, 1)
 	r, err := Decode([]byte(body))

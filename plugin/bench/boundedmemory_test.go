@@ -13,7 +13,7 @@ import (
 	"github.com/sluice-rl/sluice/plugin/wasmhost/wasmtest"
 )
 
-// Bounded memory (issue 4): the cost of a request when every request brings
+// Bounded memory: the cost of a request when every request brings
 // a new identity, and the shared data a rule keeps as identities grow.
 //
 //	go test ./plugin/bench -run '^$' -bench BoundedMemory -benchtime 1000000x -count 6 > new.txt
@@ -31,13 +31,13 @@ import (
 //   - evict: bounded; the rate is so low that no bucket ever refills, so a
 //     new identity finds every way of its group active and evicts one (the
 //     worst case: more than max_keys identities active at once).
-//   - partial: bounded; seed 001's per-IP refill rate (5/s) on a manual
+//   - partial: bounded; the Fairvisor token bucket's per-IP refill rate (5/s) on a manual
 //     clock moving 10 us per request (a scan at 100,000 requests/s): an
 //     identity's bucket stays active for 0.2 s after its request, so about
 //     20,000 identities, a third of the table, are active at any time, and
 //     new identities meet every case: a full bucket's way at once, after
 //     ranking active ones, or an eviction.
-//   - exact: max_keys 0, one key per identity (seed 001's format): the
+//   - exact: max_keys 0, one key per identity (the Fairvisor token bucket's format): the
 //     unbounded behaviour, for comparison.
 //
 // The burst is so large that every request is allowed in all of them.
@@ -125,7 +125,7 @@ func BenchmarkBoundedMemory(b *testing.B) {
 }
 
 // TestSharedDataBytesByIdentities drives distinct client addresses through
-// the per-IP rule (seed 001's global-rps: 5/s, burst 10; the clock moves 20
+// the per-IP rule (the Fairvisor token bucket's global-rps: 5/s, burst 10; the clock moves 20
 // us per request) and logs the rule's shared-data keys and bytes at each
 // checkpoint, bounded and exact. Bounded, both stop growing once the table
 // is full; exact, they grow with every identity.
@@ -168,7 +168,7 @@ func TestSharedDataBytesByIdentities(t *testing.T) {
 			}
 			if res.Rejected {
 				// Only possible when more identities are active at once than
-				// the table holds (the quick run: about 10,000 active, 4,096
+				// The table holds (the quick run: about 10,000 active, 4,096
 				// places): one whose group's ways are all active shares the
 				// group's overflow limit, which may be spent.
 				rejected++

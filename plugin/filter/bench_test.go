@@ -34,7 +34,7 @@ func streamCases() []streamCase {
 	empty := func(tb testing.TB) []byte { return wasmtest.Build(tb, "./plugin/wasmhost/testdata/empty") }
 	noHeaders := strings.Replace(benchConfig, "{", `{"response_headers": false, `, 1)
 	draftHeaders := strings.Replace(benchConfig, "{", `{"legacy_headers": false, `, 1)
-	// Seed 001's tiered example with a rate no benchmark can exhaust (its
+	// The Fairvisor token bucket's tiered example with a rate no benchmark can exhaust (its
 	// enterprise tier, 1000/s, would start rejecting within a round).
 	seedTieredNeverEmpty := strings.Replace(seedTiered, `"rps": 1000, "burst": 2000`, `"rps": 1e9, "burst": 1e9`, 1)
 	// Telemetry on (ticks never run here: this is its request-path cost).
@@ -156,7 +156,7 @@ func TestFullStreamRatio(t *testing.T) {
 //     overflow on every request: the cost of a million keys alone, without
 //     the cost of the overflow path itself (which keys=1, finding its
 //     bucket, never takes).
-//   - partial: the same with seed 001's per-IP rate (5/s) on a manual clock
+//   - partial: the same with the Fairvisor token bucket's per-IP rate (5/s) on a manual clock
 //     moving 10 us per request (a scan at 100,000 addresses/s): a bucket
 //     stays active for 0.2 s after its request, so about a third of the
 //     table is active and new identities meet every case (a free way, a

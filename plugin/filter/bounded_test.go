@@ -16,12 +16,12 @@ import (
 	"github.com/sluice-rl/sluice/shared/state"
 )
 
-// Bounded memory (issue 4): a rule keeps the buckets of at most max_keys
+// Bounded memory: a rule keeps the buckets of at most max_keys
 // identities, four to a shared-data key (a group), whatever the number of
 // distinct identities. These tests run the compiled filter in the
 // Envoy-faithful host.
 
-// ipConfig is seed 001's per-IP rule with a given max_keys ("" = default).
+// ipConfig is the Fairvisor token bucket's per-IP rule with a given max_keys ("" = default).
 func ipConfig(maxKeys string, rps, burst float64) string {
 	mk := ""
 	if maxKeys != "" {
@@ -311,7 +311,7 @@ func TestBoundedSlotReuseAndOverflow(t *testing.T) {
 	}
 
 	// The idle reuse, deterministically: A's bucket (way 0) is full again,
-	// the other three are active; B must take way 0 and leave the others.
+	// The other three are active; B must take way 0 and leave the others.
 	f2 := start(t, ipConfig("4", 1, 10), 1)
 	send(f2, a, 1)
 	send(f2, c, 3)
@@ -538,7 +538,7 @@ func TestRaceClaimNoDuplicate(t *testing.T) {
 					put(sd, yLow, z, nil, 0)
 					// Y's owner flips Y (with CAS, while way 0 is Y's) just
 					// after the first VM of a pair was released and before
-					// the second goes: the two probe on either side of the
+					// The second goes: the two probe on either side of the
 					// flip.
 					delay := time.Duration(trial%5) * 500 * time.Nanosecond
 					between = func() {

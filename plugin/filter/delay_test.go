@@ -406,7 +406,7 @@ func TestDelaySurvivesReconfigure(t *testing.T) {
 	}
 }
 
-// The race of issue 3 with delays on: 4 VMs on 4 goroutines send 50
+// The hot-key race with delays on: 4 VMs on 4 goroutines send 50
 // simultaneous requests each for a fresh key (burst B = 100, rate
 // r = 100/s, max delay D = 500 ms), 200 times, plainly and with 30%
 // injected CAS mismatches. Asserted every trial: exactly B requests pass at

@@ -21,7 +21,7 @@ func bearer(payload string) string {
 	return "Bearer eyJhbGciOiJSUzI1NiJ9." + base64.RawURLEncoding.EncodeToString([]byte(payload)) + ".c2ln"
 }
 
-// Seed 001's "Per-API-key tiered limits", verbatim.
+// The Fairvisor token bucket's "Per-API-key tiered limits", verbatim.
 const seedTiered = `{
   "rules": [
     {
@@ -218,10 +218,10 @@ func race(t testing.TB, f *fixture, vms, perVM int, r *wasmhost.Request) int {
 	return total
 }
 
-// The race of issue 3: 4 VMs on 4 goroutines, a fresh key, burst 100 and a
+// The hot-key race: 4 VMs on 4 goroutines, a fresh key, burst 100 and a
 // tiny rate, 1000 requests: exactly 100 admitted, 200 times. Creation races
 // on the fresh key are what the sentinel-cas create protects against. It
-// runs in every storage mode (issue 4): bounded with the default max_keys
+// runs in every storage mode: bounded with the default max_keys
 // (each fresh key creates its slot), exact keys (max_keys 0), and bounded
 // with max_keys 2, where the first two trials' keys take the group's two
 // ways and every later trial's key finds them active and is decided by the
@@ -931,7 +931,7 @@ func TestMissingKeys(t *testing.T) {
 		t.Fatalf("per-key: %d admitted", got)
 	}
 	// Without a key (or with an empty one): per-key is skipped and counted,
-	// the next rule of the policy (per IP) applies.
+	// The next rule of the policy (per IP) applies.
 	if got := f.admitted(2, "@ip", "10.3.3.3:1"); got != 1 {
 		t.Fatalf("anon: %d admitted, want 1", got)
 	}

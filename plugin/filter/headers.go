@@ -9,7 +9,7 @@ import (
 
 // Response header fields (names lower-case, as Envoy stores them).
 //
-// Both generations of the IETF RateLimit fields are sent, like seed 001:
+// Both generations of the IETF RateLimit fields are sent, like the Fairvisor token bucket:
 // the older RateLimit-Limit / -Remaining / -Reset (drafts <= 06, still read
 // by many clients; "legacy_headers": false leaves them out, three host calls
 // fewer per allowed request) and draft-ietf-httpapi-ratelimit-headers-10's

@@ -27,7 +27,7 @@ import (
 //     each, with their owners' fingerprints and identities (binary,
 //     shared/state group.go and slot.go). See "groups" below.
 //   - Exact (max_keys 0): one key per identity, "tb:{rule}:{composite}",
-//     value "{tokens}:{last_refill}" (seed 001). Memory grows with every
+//     value "{tokens}:{last_refill}" (the Fairvisor token bucket design). Memory grows with every
 //     distinct identity.
 //
 // Concurrency. Workers update a bucket with compare-and-swap: get returns

@@ -329,7 +329,7 @@ func TestTelemetryUnknownCluster(t *testing.T) {
 
 // TestTelemetryWindowBuckets: a windowed rule's hot entry reports the quota
 // left as tokens, the limit as burst, the current period's start as
-// last_refill, and its algorithm (issue 7).
+// last_refill, and its algorithm.
 func TestTelemetryWindowBuckets(t *testing.T) {
 	f := startTelemetry(t, `{"telemetry": {"cluster": "sluice_admin", "token": "tel-s3cret"},
 	  "rules": [{"name": "fw", "limit_keys": ["header:x-user"], "algorithm": "fixed_window",

@@ -8,7 +8,7 @@ import (
 	"github.com/sluice-rl/sluice/shared/state"
 )
 
-// Windowed rules (fixed_window, sliding_window, rolling_window; issue 7).
+// Windowed rules (fixed_window, sliding_window, rolling_window).
 //
 // They share the token bucket's storage machinery (store.go): the same
 // two-phase decision, CAS retries, fail-open, refunds, bounded slots with

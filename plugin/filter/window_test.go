@@ -23,15 +23,15 @@ func windowRule(name, alg, cfg string) string {
 		`", "algorithm_config": ` + cfg + `}]}`
 }
 
-// TestRollingWindowSeed000HourByHour: seed 000's combined example in the
+// TestRollingWindowNominetHourByHour: the Nominet rolling window's combined example in the
 // compiled filter. 10,000 per rolling 24 hours, at most 1,000 per hour,
 // recalculated hourly. Each request costs 100 (cost_source), so an hour's
 // 1,000 is 10 requests: the client sends 11 an hour for 48 hours and gets
 // 10 an hour for 10 hours, then nothing until hour 24, when hour 0's use
 // leaves the window, and so on. Hour 48 is replayed with unit-cost requests:
 // 1,000 of 1,001 pass.
-func TestRollingWindowSeed000HourByHour(t *testing.T) {
-	f := start(t, windowRule("seed000", "rolling_window", `{"limit": 10000, "window_seconds": 86400,
+func TestRollingWindowNominetHourByHour(t *testing.T) {
+	f := start(t, windowRule("nominet", "rolling_window", `{"limit": 10000, "window_seconds": 86400,
 	  "period_seconds": 3600, "max_per_period": 1000, "cost_source": "header:x-cost", "default_cost": 1}`), 1)
 	for h := 0; h < 48; h++ {
 		f.clock.Set(aligned.Add(time.Duration(h)*time.Hour + 5*time.Minute))
@@ -54,10 +54,10 @@ func TestRollingWindowSeed000HourByHour(t *testing.T) {
 		}
 		if h == 10 { // the window is used up: more quota when hour 0 leaves it, at hour 24
 			wantT := int64((24*time.Hour - 10*time.Hour - 5*time.Minute).Seconds())
-			checkRejected(t, last, "seed000", "rolling_window_exceeded", `"seed000";q=10000;w=86400`, "10000", wantT)
+			checkRejected(t, last, "nominet", "rolling_window_exceeded", `"nominet";q=10000;w=86400`, "10000", wantT)
 		}
 		if h == 3 { // capped for the hour: more quota at the next hour
-			checkRejected(t, last, "seed000", "rolling_window_exceeded", `"seed000";q=10000;w=86400`, "10000", 55*60)
+			checkRejected(t, last, "nominet", "rolling_window_exceeded", `"nominet";q=10000;w=86400`, "10000", 55*60)
 		}
 	}
 	f.clock.Set(aligned.Add(48 * time.Hour))
@@ -400,7 +400,7 @@ func TestWindowGroupWays(t *testing.T) {
 		t.Fatalf("ids[3] after the overflow decisions: remaining %q, want 3", got)
 	}
 	// 31 s later ids[0]'s one use has left its window (its way is free),
-	// the overflow window's ten have not: ids[4] would claim ids[0]'s way
+	// The overflow window's ten have not: ids[4] would claim ids[0]'s way
 	// with a copy of the overflow window, which has no quota left.
 	f.clock.Advance(31 * time.Second)
 	if res := f.doOn(0, ipRequest(ids[4])); !res.Rejected {

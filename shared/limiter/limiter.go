@@ -11,7 +11,7 @@ import (
 	"github.com/sluice-rl/sluice/shared/state"
 )
 
-// TokenBucket is a continuous-time token bucket (seed 001).
+// TokenBucket is a continuous-time token bucket (the Fairvisor token bucket design).
 //
 // The bucket holds up to Burst tokens and is refilled at Rate tokens per
 // second, continuously. It starts full. Each request consumes cost tokens; a
@@ -243,7 +243,7 @@ func finite(sec float64) float64 {
 // [0, ceil(wait)/2] (integer division), derived from the FNV-1a hash of
 // identity. The same identity always gets the same offset, different
 // identities are spread over the range, so clients rejected together do not
-// retry together (seed 001).
+// retry together (the Fairvisor token bucket design).
 //
 // The result is never earlier than the true wait: it is >= ceil(wait), and
 // >= 1 whenever wait > 0. It is 0 when wait <= 0 or NaN, and capped at

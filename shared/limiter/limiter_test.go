@@ -89,7 +89,7 @@ func TestTakeRefill(t *testing.T) {
 	}
 }
 
-// The seed 001 rule: burst tokens at once, then the steady rate.
+// The Fairvisor token bucket rule: burst tokens at once, then the steady rate.
 func TestTakeSteadyRate(t *testing.T) {
 	tb := TokenBucket{Rate: 5, Burst: 10}
 	var s state.Bucket

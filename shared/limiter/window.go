@@ -6,7 +6,7 @@ import (
 	"github.com/sluice-rl/sluice/shared/state"
 )
 
-// Windowed algorithms (issue 7). Each is a pure function over a
+// Windowed algorithms. Each is a pure function over a
 // state.Window: the use (summed cost) of one identity per period, newest
 // first, periods aligned to the Unix epoch (period k covers [k*P, (k+1)*P)).
 //
@@ -31,7 +31,7 @@ import (
 type Window interface {
 	// Take rotates w to now and tries to add cost to it. w is updated in
 	// place to the state to store (unchanged apart from the rotation when
-	// the request is rejected). When exists is false, w is ignored and a
+	// The request is rejected). When exists is false, w is ignored and a
 	// fresh state is used.
 	Take(w *state.Window, exists bool, now, cost float64) Decision
 	// Capacity is the most a fresh state admits at once.
@@ -45,10 +45,10 @@ type Window interface {
 const costEpsilon = 1e-9
 
 // RollingWindow admits at most Limit in any rolling window of Periods
-// periods of Period seconds (seed 000), and, when MaxPerPeriod > 0, at most
+// periods of Period seconds (the Nominet rolling window), and, when MaxPerPeriod > 0, at most
 // MaxPerPeriod in one period.
 //
-// Seed 000 describes it as a bucket refilled every period P: "every P you
+// The Nominet rolling window describes it as a bucket refilled every period P: "every P you
 // refill the bucket to be equal to Q - (total queries for previous period of
 // (W - P))", capped at the per-period maximum in the combined form. The
 // state keeps one count per period of the window (c0 the current period,
@@ -60,10 +60,10 @@ const costEpsilon = 1e-9
 //
 //	c <= min(Limit - (c0 + ... + c[n-1]), MaxPerPeriod - c0).
 //
-// Unlike seed 000 the allowance is not a stored token count that someone
+// Unlike the Nominet rolling window the allowance is not a stored token count that someone
 // must refill on time: it is recomputed from the counts at every request,
 // with the counts rotated lazily. Periods are aligned to the epoch, so the
-// first period of a new identity may be partial (seed 000 starts the clock
+// first period of a new identity may be partial (the Nominet rolling window starts the clock
 // at the first request).
 //
 // A rejected request waits for the first future period boundary at which
@@ -100,7 +100,7 @@ type FixedWindow struct {
 //	estimate = prev*(1 - f) + cur
 //
 // It assumes the previous window's use was spread evenly over it: a cheap,
-// constant-size alternative to seed 002's log of timestamps, which is exact
+// constant-size alternative to the Clojure/Redis limiter's log of timestamps, which is exact
 // but stores one entry per admitted request.
 //
 // The error is at most the part of prev the estimate leaves out or keeps

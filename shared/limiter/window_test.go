@@ -21,7 +21,7 @@ const hour = 3600.0
 // day0 is a Unix time at an hour boundary (and a day boundary).
 const day0 = 1736899200.0
 
-// seedBucket is seed 000 transcribed literally: a bucket refilled every P
+// seedBucket is the Nominet rolling window transcribed literally: a bucket refilled every P
 // to min(Q - (total of the previous W - P), M), one token per request. It
 // is the reference the rolling window must agree with.
 type seedBucket struct {
@@ -49,11 +49,11 @@ func (s *seedBucket) take() bool {
 	return true
 }
 
-// TestRollingWindowSeed000 reproduces seed 000's combined example (10,000
+// TestRollingWindowNominetExample reproduces the Nominet rolling window's combined example (10,000
 // per rolling 24 hours, at most 1,000 per hour, recalculated hourly) hour
 // by hour for a client sending 1,500 requests every hour: 1,000 a hour for
 // 10 hours, then nothing until the first hour leaves the window, and so on.
-func TestRollingWindowSeed000(t *testing.T) {
+func TestRollingWindowNominetExample(t *testing.T) {
 	rw := RollingWindow{Limit: 10000, Period: hour, Periods: 24, MaxPerPeriod: 1000}
 	var w state.Window
 	exists := false
@@ -78,7 +78,7 @@ func TestRollingWindowSeed000(t *testing.T) {
 }
 
 // TestRollingWindowMatchesSeedBucket: random hourly demand, with and
-// without the per-period cap, admitted exactly as seed 000's refilled
+// without the per-period cap, admitted exactly as the Nominet rolling window's refilled
 // bucket admits.
 func TestRollingWindowMatchesSeedBucket(t *testing.T) {
 	for _, m := range []float64{0, 1000, 400} {
@@ -108,7 +108,7 @@ func TestRollingWindowMatchesSeedBucket(t *testing.T) {
 				}
 			}
 			if got != want {
-				t.Fatalf("cap %v hour %d demand %d: admitted %d, seed 000's bucket admits %d", m, h, demand, got, want)
+				t.Fatalf("cap %v hour %d demand %d: admitted %d, the Nominet rolling window's bucket admits %d", m, h, demand, got, want)
 			}
 		}
 	}

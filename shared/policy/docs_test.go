@@ -84,23 +84,23 @@ func TestDocsExamples(t *testing.T) {
 		t.Errorf("found only %d JSON examples; did the fences change?", nJSON)
 	}
 	for name, want := range map[string]string{
-		"seed 001 configuration": seed001Configuration,
-		"seed 001 variable cost": seed001VariableCost,
-		"seed 001 global-rps":    seed001GlobalRPS,
-		"seed 001 tiered":        seed001Tiered,
-		"issue 3 example":        issue3Example,
+		"fairvisor configuration": fairvisorConfiguration,
+		"fairvisor variable cost": fairvisorVariableCost,
+		"fairvisor global-rps":    fairvisorGlobalRPS,
+		"fairvisor tiered":        fairvisorTiered,
+		"configuration example":   configurationExample,
 	} {
 		if !bodies[want] {
 			t.Errorf("docs do not contain %s verbatim", name)
 		}
 	}
-	tiered, ok := byMarker["seed001-tiered"]
+	tiered, ok := byMarker["fairvisor-tiered"]
 	if !ok {
-		t.Fatal("no block marked seed001-tiered")
+		t.Fatal("no block marked fairvisor-tiered")
 	}
 	c := mustParse(t, tiered)
 	norm, _ := c.MarshalJSON()
-	if byMarker["normalized of: seed001-tiered"] != string(norm) {
+	if byMarker["normalized of: fairvisor-tiered"] != string(norm) {
 		t.Errorf("normalized example is stale; MarshalJSON gives\n%s", norm)
 	}
 }

@@ -2,7 +2,7 @@ package policy
 
 import "strconv"
 
-// Fleet mode (issue 8): rules with "scope": "global" share one limit across
+// Fleet mode: rules with "scope": "global" share one limit across
 // every Envoy process connected to the same rate limit service (Envoy's RLS
 // API v3, ShouldRateLimit). Each process leases tokens from the global
 // bucket into a local pool; docs/filter.md "Fleet mode" has the protocol.

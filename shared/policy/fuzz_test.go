@@ -12,11 +12,11 @@ import (
 // non-empty Errors whose entries all carry a message.
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{
-		seed001Tiered,
-		`{"rules": [` + seed001GlobalRPS + `]}`,
-		fragmentRule(seed001Configuration, `"name": "r", "limit_keys": ["ip:address"]`),
-		fragmentRule(seed001VariableCost, `"name": "r", "limit_keys": ["ip:address"], "algorithm": "token_bucket"`),
-		issue3Example,
+		fairvisorTiered,
+		`{"rules": [` + fairvisorGlobalRPS + `]}`,
+		fragmentRule(fairvisorConfiguration, `"name": "r", "limit_keys": ["ip:address"]`),
+		fragmentRule(fairvisorVariableCost, `"name": "r", "limit_keys": ["ip:address"], "algorithm": "token_bucket"`),
+		configurationExample,
 		`{"mode":"shadow","reject_status":503,"response_headers":false,"shadow_header":"X-S","xff_trusted_hops":2,"rules":[` + baseRule + `]}`,
 		withMatch(`{"path_prefix":"/api/","method":"GET","header:X-Tier":"gold"}`),
 		withTB(`{"tokens_per_second":10,"burst":5}`),

@@ -111,7 +111,7 @@ func (p *parser) config(root *jvalue) *Config {
 	if v := f["telemetry"]; v != nil {
 		cfg.Telemetry = p.telemetry("telemetry", v)
 	}
-	if v := f["fleet"]; v != nil { // fleet mode (issue 8), fleet.go
+	if v := f["fleet"]; v != nil { // fleet mode, fleet.go
 		cfg.Fleet = p.fleet("fleet", v)
 	}
 

@@ -385,7 +385,7 @@ func TestParseNumbers(t *testing.T) {
 }
 
 func TestMarshalJSONGolden(t *testing.T) {
-	c := mustParse(t, seed001Tiered)
+	c := mustParse(t, fairvisorTiered)
 	b, err := c.MarshalJSON()
 	if err != nil {
 		t.Fatal(err)
@@ -436,7 +436,7 @@ func TestRuleByNameNil(t *testing.T) {
 }
 
 func BenchmarkParse(b *testing.B) {
-	data := []byte(issue3Example)
+	data := []byte(configurationExample)
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := Parse(data); err != nil {

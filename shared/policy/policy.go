@@ -115,15 +115,15 @@ type Rule struct {
 	Window      *Window      // set when Algorithm is fixed_window, sliding_window or rolling_window
 	Mode        Mode         // effective mode (rule's, else config's)
 	// MaxKeys is "max_keys": the most identities whose buckets (or windows)
-	// the rule keeps at once, four to a shared-data key (so at most
+	// The rule keeps at once, four to a shared-data key (so at most
 	// MaxKeys/4 keys, rounded up), 1 to MaxMaxKeys; Parse fills in DefaultMaxKeys when
 	// it is absent. 0 means unbounded: one exact key per identity
-	// ("tb:{rule}:{composite}", seed 001's format), which grows the proxy's
+	// ("tb:{rule}:{composite}", the Fairvisor token bucket's format), which grows the proxy's
 	// memory with every distinct identity. A Rule built by hand rather than
 	// by Parse must set it, or it gets the unbounded behaviour.
 	MaxKeys int
 	// ClearIdentity is "telemetry_identity": "clear": telemetry reports show
-	// the rule's header: and jwt: key components unmasked (default masked).
+	// The rule's header: and jwt: key components unmasked (default masked).
 	ClearIdentity bool
 	// Global is "scope": "global" (default "local"): the rule's limit holds
 	// across every Envoy process connected to the fleet backend (fleet.go).
@@ -179,7 +179,7 @@ type Matcher struct {
 	Prefix bool
 }
 
-// TokenBucket is the token_bucket algorithm_config (seed 001).
+// TokenBucket is the token_bucket algorithm_config (the Fairvisor token bucket design).
 type TokenBucket struct {
 	TokensPerSecond float64 // from tokens_per_second or alias rps
 	Burst           float64

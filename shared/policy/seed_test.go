@@ -5,11 +5,11 @@ import (
 	"testing"
 )
 
-// The examples of seed 001 (the token bucket), verbatim.
+// The examples of the Fairvisor token bucket (the token bucket), verbatim.
 
-// seed001Configuration is the "Configuration" fragment: a rule's algorithm
+// fairvisorConfiguration is the "Configuration" fragment: a rule's algorithm
 // and algorithm_config.
-const seed001Configuration = `{
+const fairvisorConfiguration = `{
 "algorithm": "token_bucket",
 "algorithm_config": {
 "tokens_per_second": 100,
@@ -20,8 +20,8 @@ const seed001Configuration = `{
 }
 }`
 
-// seed001VariableCost is the "Variable cost" fragment.
-const seed001VariableCost = `{
+// fairvisorVariableCost is the "Variable cost" fragment.
+const fairvisorVariableCost = `{
 "algorithm_config": {
 "tokens_per_second": 100,
 "burst": 1000,
@@ -30,8 +30,8 @@ const seed001VariableCost = `{
 }
 }`
 
-// seed001GlobalRPS is the "Global rate limit with IP partitioning" rule.
-const seed001GlobalRPS = `{
+// fairvisorGlobalRPS is the "Global rate limit with IP partitioning" rule.
+const fairvisorGlobalRPS = `{
 "name": "global-rps",
 "limit_keys": ["ip:address"],
 "algorithm": "token_bucket",
@@ -41,8 +41,8 @@ const seed001GlobalRPS = `{
 }
 }`
 
-// seed001Tiered is the "Per-API-key tiered limits" configuration.
-const seed001Tiered = `{
+// fairvisorTiered is the "Per-API-key tiered limits" configuration.
+const fairvisorTiered = `{
 "rules": [
 {
 "name": "enterprise",
@@ -60,8 +60,8 @@ const seed001Tiered = `{
 ]
 }`
 
-// issue3Example is the configuration example of issue 3.
-const issue3Example = `{
+// configurationExample is the configuration example of the configuration reference.
+const configurationExample = `{
   "mode": "enforce",
   "policies": [
     {"name": "tiers", "rules": [
@@ -101,8 +101,8 @@ func mustParse(t *testing.T, src string) *Config {
 	return c
 }
 
-func TestSeed001Tiered(t *testing.T) {
-	c := mustParse(t, seed001Tiered)
+func TestFairvisorTiered(t *testing.T) {
+	c := mustParse(t, fairvisorTiered)
 	if len(c.Policies) != 1 || c.Policies[0].Name != "default" {
 		t.Fatalf("policies = %+v, want one policy named default", c.Policies)
 	}
@@ -132,8 +132,8 @@ func TestSeed001Tiered(t *testing.T) {
 	}
 }
 
-func TestSeed001GlobalRPS(t *testing.T) {
-	c := mustParse(t, `{"rules": [`+seed001GlobalRPS+`]}`)
+func TestFairvisorGlobalRPS(t *testing.T) {
+	c := mustParse(t, `{"rules": [`+fairvisorGlobalRPS+`]}`)
 	r := c.RuleByName("global-rps")
 	if r == nil {
 		t.Fatal("rule global-rps not found")
@@ -146,14 +146,14 @@ func TestSeed001GlobalRPS(t *testing.T) {
 	}
 }
 
-func TestSeed001Fragments(t *testing.T) {
-	c := mustParse(t, fragmentRule(seed001Configuration, `"name": "r", "limit_keys": ["ip:address"]`))
+func TestFairvisorFragments(t *testing.T) {
+	c := mustParse(t, fragmentRule(fairvisorConfiguration, `"name": "r", "limit_keys": ["ip:address"]`))
 	tb := c.Policies[0].Rules[0].TokenBucket
 	if *tb != (TokenBucket{TokensPerSecond: 100, Burst: 200, Cost: CostSource{Kind: CostFixed}, FixedCost: 1, DefaultCost: 1}) {
 		t.Errorf("configuration fragment: bucket = %+v", *tb)
 	}
 
-	c = mustParse(t, fragmentRule(seed001VariableCost, `"name": "r", "limit_keys": ["ip:address"], "algorithm": "token_bucket"`))
+	c = mustParse(t, fragmentRule(fairvisorVariableCost, `"name": "r", "limit_keys": ["ip:address"], "algorithm": "token_bucket"`))
 	tb = c.Policies[0].Rules[0].TokenBucket
 	want := TokenBucket{TokensPerSecond: 100, Burst: 1000, Cost: CostSource{Kind: CostHeader, Name: "x-request-weight"}, FixedCost: 1, DefaultCost: 1}
 	if *tb != want {
@@ -161,8 +161,8 @@ func TestSeed001Fragments(t *testing.T) {
 	}
 }
 
-func TestIssue3Example(t *testing.T) {
-	c := mustParse(t, issue3Example)
+func TestConfigurationExample(t *testing.T) {
+	c := mustParse(t, configurationExample)
 	if c.Mode != ModeEnforce || len(c.Policies) != 2 {
 		t.Fatalf("config = %+v", c)
 	}

@@ -2,13 +2,13 @@ package policy
 
 import "strconv"
 
-// Window is the algorithm_config of the windowed algorithms (issue 7):
+// Window is the algorithm_config of the windowed algorithms:
 //
 //   - fixed_window: at most Limit per aligned window of WindowSeconds (a
 //     counter per interval [k*W, (k+1)*W) of Unix time).
 //   - sliding_window: the weighted two-window estimate of the use in the last
 //     WindowSeconds must stay <= Limit.
-//   - rolling_window (seed 000): at most Limit in any rolling WindowSeconds,
+//   - rolling_window (the Nominet rolling window): at most Limit in any rolling WindowSeconds,
 //     accounted in PeriodSeconds sub-periods, and, with MaxPerPeriod, at most
 //     that much per sub-period.
 //
@@ -43,7 +43,7 @@ const (
 	MaxWindowSeconds = 366 * 24 * 3600
 	// MaxPeriods bounds a rolling window's sub-periods, so its state (one
 	// count per sub-period) stays small: at most 60 numbers, a few hundred
-	// bytes per identity. 24 hourly periods (seed 000) or 60 per-minute
+	// bytes per identity. 24 hourly periods (the Nominet rolling window) or 60 per-minute
 	// periods of an hour fit.
 	MaxPeriods = 60
 )

@@ -67,11 +67,11 @@ func TestParseWindowErrors(t *testing.T) {
 
 func TestParseWindows(t *testing.T) {
 	cfg := mustParse(t, rules(
-		`{"name":"seed000","limit_keys":["header:x-api-key"],"algorithm":"rolling_window","algorithm_config":{"limit":10000,"window_seconds":86400,"period_seconds":3600,"max_per_period":1000}}`,
+		`{"name":"nominet","limit_keys":["header:x-api-key"],"algorithm":"rolling_window","algorithm_config":{"limit":10000,"window_seconds":86400,"period_seconds":3600,"max_per_period":1000}}`,
 		`{"name":"fw","limit_keys":["ip:address"],"algorithm":"fixed_window","algorithm_config":{"limit":10,"window_seconds":60,"cost_source":"header:X-Cost","default_cost":2}}`,
 		`{"name":"sw","limit_keys":["ip:address"],"algorithm":"sliding_window","algorithm_config":{"limit":10,"window_seconds":60}}`,
 	))
-	r := cfg.RuleByName("seed000")
+	r := cfg.RuleByName("nominet")
 	if r.Window == nil || *r.Window != (Window{Limit: 10000, WindowSeconds: 86400, PeriodSeconds: 3600, MaxPerPeriod: 1000, FixedCost: 1, DefaultCost: 1}) || r.Window.Periods() != 24 {
 		t.Errorf("rolling: %+v", r.Window)
 	}
@@ -85,7 +85,7 @@ func TestParseWindows(t *testing.T) {
 		t.Fatal(err)
 	}
 	back := mustParse(t, string(out))
-	if *back.RuleByName("seed000").Window != *r.Window || *back.RuleByName("fw").Window != *fw {
+	if *back.RuleByName("nominet").Window != *r.Window || *back.RuleByName("fw").Window != *fw {
 		t.Errorf("normalized form does not round-trip: %s", out)
 	}
 	if strings.Count(string(out), "period_seconds") != 1 {

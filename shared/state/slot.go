@@ -7,7 +7,7 @@ import (
 	"strconv"
 )
 
-// Slot records (issue 4).
+// Slot records.
 //
 // Envoy's shared data has no delete and no TTL, so one key per client (seed
 // 001's "tb:{rule}:{composite}") grows the proxy's memory with every

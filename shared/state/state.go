@@ -1,6 +1,6 @@
 // Package state encodes token-bucket state for proxy-wasm shared data.
 //
-// A bucket is stored as one shared-data entry (seed 001):
+// A bucket is stored as one shared-data entry (the Fairvisor token bucket design):
 //
 //	key:   tb:{rule_name}:{composite_limit_key}
 //	value: "{tokens}:{last_refill}"   e.g. "87.432100:1736940000.000000"

@@ -8,8 +8,8 @@ import (
 	"testing"
 )
 
-func TestEncodeBucketSeed001(t *testing.T) {
-	// Seed 001: tb:per-org-rps:org-abc -> "87.432100:1736940000.000000"
+func TestEncodeBucketTextFormat(t *testing.T) {
+	// The Fairvisor token bucket: tb:per-org-rps:org-abc -> "87.432100:1736940000.000000"
 	got := string(EncodeBucket(nil, Bucket{Tokens: 87.4321, LastRefill: 1736940000}))
 	if got != "87.432100:1736940000.000000" {
 		t.Errorf("EncodeBucket = %q", got)

@@ -7,7 +7,7 @@ import (
 	"strconv"
 )
 
-// Window state (issue 7): the use of one identity in the recent periods of a
+// Window state: the use of one identity in the recent periods of a
 // fixed_window, sliding_window or rolling_window rule.
 //
 // Periods are aligned to the Unix epoch: period k covers [k*P, (k+1)*P) for
