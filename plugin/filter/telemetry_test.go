@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-rl/sluice/plugin/scenario"
 	"github.com/sluice-rl/sluice/plugin/wasmhost"
 )
 
@@ -26,38 +27,9 @@ const telemetryConfig = `{
   ]
 }`
 
-type report struct {
-	V          int    `json:"v"`
-	Node       string `json:"node"`
-	VM         string `json:"vm"`
-	VMStartMS  int64  `json:"vm_start_ms"`
-	Seq        int64  `json:"seq"`
-	SentAtMS   int64  `json:"sent_at_ms"`
-	IntervalMS int    `json:"interval_ms"`
-	ConfigHash string `json:"config_hash"`
-	Rules      []struct {
-		Rule           string `json:"rule"`
-		Allowed        uint64 `json:"allowed"`
-		Rejected       uint64 `json:"rejected"`
-		ShadowRejected uint64 `json:"shadow_rejected"`
-		FailOpen       uint64 `json:"fail_open"`
-		// Bounded rules: requests decided by a group's overflow limit
-		// (cumulative) and the largest estimate of identities sharing one
-		// since the previous report.
-		Overflowed         uint64 `json:"overflowed"`
-		OverflowIdentities uint64 `json:"overflow_identities"`
-	} `json:"rules"`
-	Buckets []struct {
-		Rule       string  `json:"rule"`
-		Identity   string  `json:"identity"`
-		Tokens     float64 `json:"tokens"`
-		Burst      float64 `json:"burst"`
-		LastRefill float64 `json:"last_refill"`
-		Rejects    uint64  `json:"rejects"`
-		Algorithm  string  `json:"algorithm"` // windows only
-	} `json:"buckets"`
-	ReportsDropped uint64 `json:"reports_dropped"`
-}
+// report is the telemetry report body, decoded strictly (shared with the
+// scenarios that check reports under both hosts).
+type report = scenario.TelemetryReport
 
 func startTelemetry(t *testing.T, config string, vms int) *fixture {
 	t.Helper()

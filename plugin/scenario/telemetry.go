@@ -25,9 +25,10 @@ func init() {
 	)
 }
 
-// telemetryReport is a report body (docs/filter.md, Telemetry; the admin's
+// TelemetryReport is the plugin's telemetry report body, for tests under
+// any host (docs/filter.md, Telemetry; the admin's
 // POST /api/v1/telemetry). Decoded strictly: an unknown field fails.
-type telemetryReport struct {
+type TelemetryReport struct {
 	V          int          `json:"v"`
 	Node       string       `json:"node"`
 	VM         string       `json:"vm"`
@@ -36,7 +37,7 @@ type telemetryReport struct {
 	SentAtMS   int64        `json:"sent_at_ms"`
 	IntervalMS int64        `json:"interval_ms"`
 	ConfigHash string       `json:"config_hash"`
-	Rules      []ruleCounts `json:"rules"`
+	Rules      []RuleCounts `json:"rules"`
 	Buckets    []struct {
 		Rule       string  `json:"rule"`
 		Identity   string  `json:"identity"`
@@ -50,8 +51,8 @@ type telemetryReport struct {
 	Fleet          json.RawMessage `json:"fleet"`
 }
 
-// ruleCounts are one rule's cumulative counters in a report.
-type ruleCounts struct {
+// RuleCounts are one rule's cumulative counters in a report.
+type RuleCounts struct {
 	Rule           string `json:"rule"`
 	Allowed        uint64 `json:"allowed"`
 	Rejected       uint64 `json:"rejected"`
@@ -66,14 +67,14 @@ type ruleCounts struct {
 
 // decodeReport checks a report call's request line and headers and decodes
 // its body.
-func decodeReport(t testing.TB, c Call, cluster, path, token string) *telemetryReport {
+func decodeReport(t testing.TB, c Call, cluster, path, token string) *TelemetryReport {
 	t.Helper()
 	if c.Cluster != cluster {
 		t.Errorf("report to cluster %q, want %q", c.Cluster, cluster)
 	}
 	wantHeaders(t, fmt.Sprintf("report of VM %d", c.VM), c.Headers, ":method", "POST", ":path", path,
 		":authority", "sluice-admin", "authorization", "Bearer "+token, "content-type", "application/json")
-	r := &telemetryReport{}
+	r := &TelemetryReport{}
 	dec := json.NewDecoder(bytes.NewReader(c.Body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(r); err != nil {
@@ -115,8 +116,8 @@ func failCall(t testing.TB, h Host, c Call) {
 
 // sumCounts adds the per-rule counters of reports (overflow_identities:
 // the largest).
-func sumCounts(rs []*telemetryReport) map[string]ruleCounts {
-	sum := map[string]ruleCounts{}
+func sumCounts(rs []*TelemetryReport) map[string]RuleCounts {
+	sum := map[string]RuleCounts{}
 	for _, r := range rs {
 		for _, x := range r.Rules {
 			s := sum[x.Rule]
@@ -135,7 +136,7 @@ func sumCounts(rs []*telemetryReport) map[string]ruleCounts {
 
 // wantCounts checks summed report counters against the expected traffic
 // and against the plugin's metrics.
-func wantCounts(t testing.TB, h Host, got map[string]ruleCounts, want ...ruleCounts) {
+func wantCounts(t testing.TB, h Host, got map[string]RuleCounts, want ...RuleCounts) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Errorf("reports name rules %v, want %d rules", got, len(want))
@@ -145,7 +146,7 @@ func wantCounts(t testing.TB, h Host, got map[string]ruleCounts, want ...ruleCou
 			t.Errorf("rule %s: reports sum to %+v, want %+v", w.Rule, got[w.Rule], w)
 		}
 		p := "sluice.rule." + w.Rule + "."
-		m := ruleCounts{Rule: w.Rule, Allowed: metric(h, p+"allowed"), Rejected: metric(h, p+"rejected"),
+		m := RuleCounts{Rule: w.Rule, Allowed: metric(h, p+"allowed"), Rejected: metric(h, p+"rejected"),
 			ShadowRejected: metric(h, p+"shadow_rejected"), FailOpen: metric(h, p+"fail_open"), Overflowed: metric(h, p+"overflowed")}
 		if m != w {
 			t.Errorf("rule %s: metrics say %+v, want %+v", w.Rule, m, w)
@@ -192,7 +193,7 @@ func telemetryReportsMatchTraffic(t *testing.T, start Starter) {
 	if len(calls) != 2 {
 		t.Fatalf("%d reports at the interval, want one per VM", len(calls))
 	}
-	var reports []*telemetryReport
+	var reports []*TelemetryReport
 	vmIDs := map[string]bool{}
 	for vm, c := range calls {
 		r := decodeReport(t, c, "sluice_admin", "/api/v1/telemetry", "tel-s3cret")
@@ -221,9 +222,9 @@ func telemetryReportsMatchTraffic(t *testing.T, start Starter) {
 		reports = append(reports, r)
 	}
 	wantCounts(t, h, sumCounts(reports),
-		ruleCounts{Rule: "apikey", Allowed: 6, Rejected: 3},
-		ruleCounts{Rule: "user", Allowed: 6},
-		ruleCounts{Rule: "perip", Allowed: 4, ShadowRejected: 2})
+		RuleCounts{Rule: "apikey", Allowed: 6, Rejected: 3},
+		RuleCounts{Rule: "user", Allowed: 6},
+		RuleCounts{Rule: "perip", Allowed: 4, ShadowRejected: 2})
 	rejects := uint64(0)
 	masked := "header:x-api-key=sk_l…#" + fnv64Hex(keyA)[8:]
 	for _, r := range reports {
@@ -262,9 +263,9 @@ func telemetryReportsMatchTraffic(t *testing.T, start Starter) {
 	}
 	// Cumulative: the failed report lost no counts.
 	wantCounts(t, h, sumCounts(reports),
-		ruleCounts{Rule: "apikey", Allowed: 7, Rejected: 3},
-		ruleCounts{Rule: "user", Allowed: 7},
-		ruleCounts{Rule: "perip", Allowed: 5, ShadowRejected: 2}) // a second refilled one token
+		RuleCounts{Rule: "apikey", Allowed: 7, Rejected: 3},
+		RuleCounts{Rule: "user", Allowed: 7},
+		RuleCounts{Rule: "perip", Allowed: 5, ShadowRejected: 2}) // a second refilled one token
 	wantMetrics(t, h, map[string]uint64{"sluice.telemetry.dropped": 1, "sluice.telemetry.sent": 4})
 	if n := logsContaining(h, "tel-s3cret"); n != 0 {
 		t.Errorf("the token appears in %d log lines", n)
@@ -292,7 +293,7 @@ func telemetryTokenFromEnv(t *testing.T, start Starter) {
 		t.Fatalf("%d reports, want 1", len(calls))
 	}
 	r := decodeReport(t, calls[0], "admin", "/ingest/v9", "tel-from-env_0123")
-	wantCounts(t, h, sumCounts([]*telemetryReport{r}), ruleCounts{Rule: "r", Allowed: 2, Rejected: 1})
+	wantCounts(t, h, sumCounts([]*TelemetryReport{r}), RuleCounts{Rule: "r", Allowed: 2, Rejected: 1})
 	respond(t, h, calls[0], "200")
 	if n := metric(h, "sluice.telemetry.dropped"); n != 0 {
 		t.Errorf("sluice.telemetry.dropped = %d after a 200", n)
