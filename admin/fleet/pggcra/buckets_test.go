@@ -2,6 +2,7 @@ package pggcra_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -286,7 +287,16 @@ func TestCleanEveryRunsInTheBackground(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); b.CleanEvery(ctx, 20*time.Millisecond, func(err error) { t.Error(err) }) }()
+	// A pass that runs out of its time budget on a loaded machine is retried
+	// by the next one; any other error fails the test.
+	report := func(err error) {
+		if errors.Is(err, context.DeadlineExceeded) {
+			t.Logf("a cleanup pass timed out (retried): %v", err)
+			return
+		}
+		t.Error(err)
+	}
+	go func() { defer close(done); b.CleanEvery(ctx, 20*time.Millisecond, report) }()
 	deadline := time.Now().Add(5 * time.Second)
 	for rowCount(t, b) != 0 {
 		if time.Now().After(deadline) {
