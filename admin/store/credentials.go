@@ -69,14 +69,16 @@ type Session struct {
 	IDHash    []byte
 	CSRFToken string
 	Author    string
+	User      string // the account logged in; "" for the admin token
+	Role      string // the account's role now (read with the session); "" for the admin token
 	Created   time.Time
 	Expires   time.Time
 }
 
 // CreateSession stores a session.
 func (s *Store) CreateSession(ctx context.Context, sess Session) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO sessions (id_hash, csrf_token, author, created_at, expires_at)
-		VALUES (?, ?, ?, ?, ?)`, sess.IDHash, sess.CSRFToken, sess.Author, formatTime(sess.Created), formatTime(sess.Expires))
+	_, err := s.db.ExecContext(ctx, `INSERT INTO sessions (id_hash, csrf_token, author, user_name, created_at, expires_at)
+		VALUES (?, ?, ?, ?, ?, ?)`, sess.IDHash, sess.CSRFToken, sess.Author, sess.User, formatTime(sess.Created), formatTime(sess.Expires))
 	if err != nil {
 		return fmt.Errorf("creating a session: %w", describe(err))
 	}
@@ -84,13 +86,15 @@ func (s *Store) CreateSession(ctx context.Context, sess Session) error {
 }
 
 // Session returns the session with the given ID hash if it has not expired
-// at now, else ErrNotFound.
+// at now and its user (if any) still exists, else ErrNotFound. Role is the
+// user's role at this moment, so a change of role applies at once.
 func (s *Store) Session(ctx context.Context, idHash []byte, now time.Time) (Session, error) {
 	var sess Session
 	var created, expires string
-	err := s.db.QueryRowContext(ctx, `SELECT id_hash, csrf_token, author, created_at, expires_at
-		FROM sessions WHERE id_hash = ? AND expires_at > ?`, idHash, formatTime(now)).
-		Scan(&sess.IDHash, &sess.CSRFToken, &sess.Author, &created, &expires)
+	err := s.db.QueryRowContext(ctx, `SELECT s.id_hash, s.csrf_token, s.author, s.user_name, COALESCE(u.role, ''), s.created_at, s.expires_at
+		FROM sessions s LEFT JOIN users u ON u.name = s.user_name
+		WHERE s.id_hash = ? AND s.expires_at > ? AND (s.user_name = '' OR u.name IS NOT NULL)`, idHash, formatTime(now)).
+		Scan(&sess.IDHash, &sess.CSRFToken, &sess.Author, &sess.User, &sess.Role, &created, &expires)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Session{}, ErrNotFound
 	}

@@ -48,6 +48,56 @@ CREATE INDEX sessions_by_expiry ON sessions(expires_at);
 	`
 ALTER TABLE admin_credentials ADD COLUMN hint TEXT NOT NULL DEFAULT '';
 `,
+	// 3: accounts (users with a role and a bcrypt password hash), their API
+	// tokens (SHA-256 hex of the token, never the token), the session's
+	// user, and the append-only audit log. Plain SQL that PostgreSQL also
+	// runs, but for STRICT and the two triggers (see docs/design/accounts.md).
+	`
+CREATE TABLE users (
+	name          TEXT NOT NULL PRIMARY KEY,
+	role          TEXT NOT NULL CHECK (role IN ('viewer', 'editor', 'admin')),
+	password_hash TEXT NOT NULL,
+	created_at    TEXT NOT NULL
+) STRICT;
+
+CREATE TABLE api_tokens (
+	id           TEXT NOT NULL PRIMARY KEY,
+	user_name    TEXT NOT NULL REFERENCES users(name) ON DELETE CASCADE,
+	label        TEXT NOT NULL,
+	hash         TEXT NOT NULL UNIQUE,
+	hint         TEXT NOT NULL,
+	created_at   TEXT NOT NULL,
+	last_used_at TEXT,
+	revoked_at   TEXT
+) STRICT;
+
+CREATE INDEX api_tokens_by_user ON api_tokens(user_name);
+
+-- '' is a login with the admin token (the bootstrap admin).
+ALTER TABLE sessions ADD COLUMN user_name TEXT NOT NULL DEFAULT '';
+
+CREATE TABLE audit_log (
+	id           INTEGER NOT NULL PRIMARY KEY,
+	at           TEXT    NOT NULL,
+	actor        TEXT    NOT NULL,
+	action       TEXT    NOT NULL,
+	remote       TEXT    NOT NULL,
+	target       TEXT    NOT NULL,
+	detail       TEXT    NOT NULL,
+	version      INTEGER NOT NULL DEFAULT 0,
+	from_version INTEGER NOT NULL DEFAULT 0
+) STRICT;
+
+CREATE INDEX audit_log_by_time ON audit_log(at);
+
+-- Append-only: never changed; deleted only by retention, never an entry
+-- younger than a day.
+CREATE TRIGGER audit_log_no_update BEFORE UPDATE ON audit_log
+BEGIN SELECT RAISE(ABORT, 'audit entries are append-only'); END;
+CREATE TRIGGER audit_log_no_recent_delete BEFORE DELETE ON audit_log
+WHEN OLD.at > strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 day')
+BEGIN SELECT RAISE(ABORT, 'audit entries younger than a day cannot be deleted'); END;
+`,
 }
 
 // SchemaVersion is the schema version this binary writes.
