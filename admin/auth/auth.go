@@ -1,6 +1,8 @@
-// Package auth holds the admin's credentials: one admin token (given on the
-// command line or generated at first start and stored only as a hash) and
-// the browser sessions created by logging in with it.
+// Package auth holds the admin's credentials: the admin token (given on the
+// command line or generated at first start and stored only as a hash; it
+// acts as the first admin), the accounts with their roles, passwords
+// (bcrypt) and API tokens (SHA-256), the browser sessions, and the
+// throttling of failed logins and bad bearer tokens.
 //
 // The token is a bearer secret for the API and the password of the login
 // page. A generated token has 256 random bits; a token given with -token
@@ -18,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 
@@ -49,6 +52,7 @@ type Store interface {
 	Session(ctx context.Context, idHash []byte, now time.Time) (store.Session, error)
 	DeleteSession(ctx context.Context, idHash []byte) error
 	DeleteExpiredSessions(ctx context.Context, now time.Time) (int64, error)
+	AccountStore
 }
 
 // Manager checks the admin token and manages sessions. It is safe for
@@ -58,6 +62,10 @@ type Manager struct {
 	hash []byte // SHA-256 of the admin token
 	now  func() time.Time
 	ttl  time.Duration
+	cost int // bcrypt cost of new password hashes
+
+	dummyOnce sync.Once
+	dummy     []byte
 }
 
 // Setup returns a Manager for the admin token:
@@ -67,7 +75,7 @@ type Manager struct {
 //   - else a new random token, stored hashed and returned as generated so
 //     the caller prints it once. It cannot be shown again.
 func Setup(ctx context.Context, st Store, token string) (m *Manager, generated string, err error) {
-	m = &Manager{st: st, now: time.Now, ttl: SessionTTL}
+	m = &Manager{st: st, now: time.Now, ttl: SessionTTL, cost: PasswordCost}
 	if token != "" {
 		if err := CheckTokenStrength(token); err != nil {
 			return nil, "", err
@@ -158,6 +166,16 @@ func (m *Manager) CheckToken(token string) bool {
 type Session struct {
 	Author string
 	CSRF   string // the synchronizer token every form of this session carries
+	User   string // the account; "" for a login with the admin token
+	Role   Role
+}
+
+// Principal returns who acts through the session.
+func (s Session) Principal() Principal {
+	if s.User == "" {
+		return Principal{Name: s.Author, Role: RoleAdmin, AdminToken: true}
+	}
+	return Principal{Name: s.User, Role: s.Role}
 }
 
 // Login checks the token and opens a session for author. It returns the
@@ -170,15 +188,19 @@ func (m *Manager) Login(ctx context.Context, token, author string) (string, Sess
 	if author == "" {
 		author = "admin"
 	}
+	return m.openSession(ctx, author, "", RoleAdmin)
+}
+
+func (m *Manager) openSession(ctx context.Context, author, user string, role Role) (string, Session, error) {
 	id := RandomToken()
 	now := m.now()
-	sess := store.Session{IDHash: hashToken(id), CSRFToken: RandomToken(), Author: author, Created: now, Expires: now.Add(m.ttl)}
+	sess := store.Session{IDHash: hashToken(id), CSRFToken: RandomToken(), Author: author, User: user, Created: now, Expires: now.Add(m.ttl)}
 	if err := m.st.CreateSession(ctx, sess); err != nil {
 		return "", Session{}, err
 	}
 	// Opportunistic cleanup; a failure here does not matter.
 	m.st.DeleteExpiredSessions(ctx, now)
-	return id, Session{Author: author, CSRF: sess.CSRFToken}, nil
+	return id, Session{Author: author, CSRF: sess.CSRFToken, User: user, Role: role}, nil
 }
 
 // Session returns the session with the given ID, or ErrNoSession.
@@ -193,7 +215,13 @@ func (m *Manager) Session(ctx context.Context, id string) (Session, error) {
 	if err != nil {
 		return Session{}, err
 	}
-	return Session{Author: s.Author, CSRF: s.CSRFToken}, nil
+	sess := Session{Author: s.Author, CSRF: s.CSRFToken, User: s.User, Role: RoleAdmin}
+	if s.User != "" {
+		if sess.Role, err = ParseRole(s.Role); err != nil {
+			return Session{}, err
+		}
+	}
+	return sess, nil
 }
 
 // Logout ends a session.
