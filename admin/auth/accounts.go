@@ -166,7 +166,9 @@ func (m *Manager) UpdateUser(ctx context.Context, name string, role Role, passwo
 }
 
 // DeleteUser removes an account, its tokens and its sessions.
-func (m *Manager) DeleteUser(ctx context.Context, name string) error { return m.st.DeleteUser(ctx, name) }
+func (m *Manager) DeleteUser(ctx context.Context, name string) error {
+	return m.st.DeleteUser(ctx, name)
+}
 
 // Users lists the accounts.
 func (m *Manager) Users(ctx context.Context) ([]store.User, error) { return m.st.Users(ctx) }
