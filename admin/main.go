@@ -34,6 +34,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -85,6 +86,9 @@ type options struct {
 
 	PostgresURL     string
 	PostgresTimeout time.Duration
+
+	AuditRetention time.Duration
+	TrustedProxies []netip.Prefix
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -122,7 +126,11 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return nil
 	})
 	postgresTimeout := o.postgresFlags(fs)
+	accountFlags := o.accountFlags(fs)
 	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if err := accountFlags(); err != nil {
 		return o, err
 	}
 	if err := o.parseFleet(redisTimeout); err != nil {
@@ -345,9 +353,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	throttle := auth.NewThrottle(auth.DefaultThrottle)
+	if err := throttle.Register(metrics.Registry()); err != nil {
+		return fmt.Errorf("auth metrics: %w", err)
+	}
+	pruneCtx, endPrune := context.WithCancel(ctx)
+	defer endPrune() // before the store closes
+	go pruneAudit(pruneCtx, st, o.AuditRetention, logger)
 	hcfg := httpapi.Config{
 		Policies: svc, Auth: authn, Nodes: nodes, Istio: o.Istio, Logger: logger, SecureCookies: o.SecureCookies,
-		Telemetry: telCfg,
+		Telemetry: telCfg, Audit: st, Throttle: throttle, TrustedProxies: o.TrustedProxies,
 	}
 	if fleetSrv != nil {
 		hcfg.Fleet = fleetSrv

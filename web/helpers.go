@@ -1,7 +1,13 @@
 package web
 
-import "strconv"
+import (
+	"net/url"
+	"strconv"
+)
 
 func itoa(n int) string         { return strconv.Itoa(n) }
 func i64(n int64) string        { return strconv.FormatInt(n, 10) }
 func versionURL(n int64) string { return "/history/" + i64(n) }
+
+// userURL is the users page's form target for one user (the name escaped).
+func userURL(name string) string { return "/users/" + url.PathEscape(name) }

@@ -6,9 +6,10 @@ package web
 
 // Nav is the page header: which page is active and the logged-in user.
 type Nav struct {
-	Active string // "dashboard", "policy", "history", "nodes", "telemetry", "istio"; "" on the login page
+	Active string // "dashboard", "policy", "history", "nodes", "telemetry", "istio", "audit", "users"; "" on the login page
 	Author string // the logged-in user's name
 	CSRF   string // the session's CSRF token, for the logout form
+	Role   string // the logged-in user's role: "viewer", "editor" or "admin"
 }
 
 // Flash is a one-line notice at the top of a page.
@@ -20,7 +21,8 @@ type Flash struct {
 // LoginPage is the login form.
 type LoginPage struct {
 	Error string // why the last attempt failed
-	Name  string // the name typed last time
+	Name  string // the author name typed last time (admin token logins)
+	User  string // the user name typed last time
 	Next  string // where to go after logging in (a local path)
 	CSRF  string // login CSRF token (double-submit cookie)
 }

@@ -14,8 +14,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-rl/sluice/admin/auth"
 	"github.com/sluice-rl/sluice/admin/istio"
 	"github.com/sluice-rl/sluice/admin/policies"
+	"github.com/sluice-rl/sluice/admin/store"
 	"github.com/sluice-rl/sluice/shared/policy"
 )
 
@@ -28,27 +30,54 @@ type apiErr struct {
 
 func (e *apiErr) Error() string { return e.msg }
 
-// api wraps a JSON handler: bearer authentication first, then errors
-// mapped to statuses with a JSON body {"error": "..."}.
+// api wraps a JSON handler: the address's throttle, bearer
+// authentication (the admin token or an API token), the role the route
+// needs, then errors mapped to statuses with a JSON body {"error": "..."}.
 func (s *server) api(h func(http.ResponseWriter, *http.Request) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tok, ok := bearer(r)
-		if !ok || !s.Auth.CheckToken(tok) {
-			msg := "authentication required: send the admin token as \"Authorization: Bearer <token>\""
+		addr := s.clientAddr(r)
+		if ok {
+			if d := s.Throttle.Check(addr, ""); d.Refuse {
+				writeThrottled(w, d)
+				return
+			}
+		}
+		p, err := s.Auth.Authenticate(r.Context(), tok)
+		if err != nil && !errors.Is(err, auth.ErrBadToken) {
+			s.writeAPIError(w, r, err)
+			return
+		}
+		if err != nil {
+			msg := "authentication required: send the admin token or an API token as \"Authorization: Bearer <token>\""
 			challenge := `Bearer realm="sluice-admin"`
 			if ok {
-				msg = "the bearer token is not the admin token"
+				msg = "the bearer token is neither the admin token nor an API token in force"
 				challenge += `, error="invalid_token"`
+				s.failed(r, "bearer", addr, "", auth.Principal{Name: "(bad bearer token)"})
 			}
 			w.Header().Set("WWW-Authenticate", challenge)
 			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": msg})
 			return
 		}
-		if err := h(w, r); err != nil {
+		if need := requiredRole(r.Method, r.URL.Path); !p.Role.Allows(need) {
+			writeJSON(w, http.StatusForbidden, map[string]string{"error": forbiddenMessage(p, need)})
+			return
+		}
+		if err := h(w, withPrincipal(r, p)); err != nil {
 			s.writeAPIError(w, r, err)
 		}
 	})
 }
+
+// writeThrottled answers a refused attempt: 429 with Retry-After.
+func writeThrottled(w http.ResponseWriter, d auth.Decision) {
+	w.Header().Set("Retry-After", strconv.Itoa(retrySeconds(d)))
+	writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": fmt.Sprintf(
+		"too many failed attempts from your address; try again in %d s", retrySeconds(d))})
+}
+
+func retrySeconds(d auth.Decision) int { return max(1, int((d.RetryAfter+time.Second-1)/time.Second)) }
 
 func bearer(r *http.Request) (string, bool) {
 	h := r.Header.Get("Authorization")
@@ -342,14 +371,11 @@ func (s *server) apiSave(w http.ResponseWriter, r *http.Request) error {
 	if len(b.Policy) == 0 || string(b.Policy) == "null" {
 		return &policies.InputError{Field: "policy", Message: "required: the configuration, a JSON object"}
 	}
-	author := b.Author
-	if author == "" {
-		author = "api"
-	}
-	v, err := s.Policies.Save(r.Context(), policies.SaveRequest{Base: *b.BaseVersion, JSON: b.Policy, Author: author, Message: b.Message})
+	v, err := s.Policies.Save(r.Context(), policies.SaveRequest{Base: *b.BaseVersion, JSON: b.Policy, Author: apiAuthor(r, b.Author), Message: b.Message})
 	if err != nil {
 		return err
 	}
+	s.record(r, store.AuditEntry{Action: ActionSave, Version: v.Number, FromVersion: *b.BaseVersion, Detail: b.Message})
 	w.Header().Set("Location", "/api/v1/policy/versions/"+strconv.FormatInt(v.Number, 10))
 	writeJSON(w, http.StatusCreated, toJSON(v, true))
 	return nil
@@ -388,14 +414,11 @@ func (s *server) apiRollback(w http.ResponseWriter, r *http.Request) error {
 	if b.BaseVersion == nil {
 		return &policies.InputError{Field: "base_version", Message: "required: the current version you are rolling back from"}
 	}
-	author := b.Author
-	if author == "" {
-		author = "api"
-	}
-	v, err := s.Policies.Rollback(r.Context(), policies.RollbackRequest{To: *b.To, Base: *b.BaseVersion, Author: author})
+	v, err := s.Policies.Rollback(r.Context(), policies.RollbackRequest{To: *b.To, Base: *b.BaseVersion, Author: apiAuthor(r, b.Author)})
 	if err != nil {
 		return err
 	}
+	s.record(r, store.AuditEntry{Action: ActionRollback, Version: v.Number, FromVersion: *b.To, Detail: fmt.Sprintf("restores v%d over v%d", *b.To, *b.BaseVersion)})
 	w.Header().Set("Location", "/api/v1/policy/versions/"+strconv.FormatInt(v.Number, 10))
 	writeJSON(w, http.StatusCreated, toJSON(v, true))
 	return nil

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluice-rl/sluice/admin/auth"
 	"github.com/sluice-rl/sluice/admin/policies"
+	"github.com/sluice-rl/sluice/admin/store"
 	"github.com/sluice-rl/sluice/shared/policy"
 	"github.com/sluice-rl/sluice/web"
 )
@@ -65,6 +66,12 @@ func (s *server) page(h func(http.ResponseWriter, *http.Request, auth.Session) e
 				return
 			}
 		}
+		p := sess.Principal()
+		if need := requiredRole(r.Method, r.URL.Path); !p.Role.Allows(need) {
+			s.renderError(w, r, nav(sess, ""), http.StatusForbidden, "Not allowed", "You are logged in as "+p.Name+": "+forbiddenMessage(p, need)+".")
+			return
+		}
+		r = withPrincipal(r, p)
 		if err := h(w, r, sess); err != nil {
 			s.pageError(w, r, sess, err)
 		}
@@ -88,7 +95,7 @@ func (s *server) pageError(w http.ResponseWriter, r *http.Request, sess auth.Ses
 }
 
 func nav(sess auth.Session, active string) web.Nav {
-	return web.Nav{Active: active, Author: sess.Author, CSRF: sess.CSRF}
+	return web.Nav{Active: active, Author: sess.Author, CSRF: sess.CSRF, Role: string(sess.Role)}
 }
 
 // localPath returns next if it is a path on this site, else "/": the
@@ -140,7 +147,7 @@ func (s *server) loginSubmit(w http.ResponseWriter, r *http.Request) {
 		s.showLogin(w, r, http.StatusBadRequest, web.LoginPage{Error: "The form could not be read: " + err.Error()})
 		return
 	}
-	p := web.LoginPage{Name: r.PostForm.Get("name"), Next: localPath(r.PostForm.Get("next"))}
+	p := web.LoginPage{Name: r.PostForm.Get("name"), User: r.PostForm.Get("user"), Next: localPath(r.PostForm.Get("next"))}
 	c, err := r.Cookie(loginCookie)
 	if err != nil || !auth.Equal(c.Value, r.PostForm.Get("csrf")) {
 		p.Error = "The login form expired or came from another site. Try again (cookies must be enabled)."
@@ -153,10 +160,38 @@ func (s *server) loginSubmit(w http.ResponseWriter, r *http.Request) {
 		s.showLogin(w, r, http.StatusBadRequest, p)
 		return
 	}
-	id, _, err := s.Auth.Login(r.Context(), r.PostForm.Get("token"), name)
-	if errors.Is(err, auth.ErrBadToken) {
-		s.log.Warn("failed login", "remote", r.RemoteAddr)
-		p.Error = "Wrong token."
+	user, token := strings.TrimSpace(p.User), r.PostForm.Get("token")
+	if user != "" && auth.CheckUserName(user) != nil {
+		user = "(invalid name)" // counted and recorded, never looked up
+	}
+	// Throttle: a password login counts against (address, user), a token
+	// login against the address.
+	addr, method, account, who := s.clientAddr(r), "password", user, user
+	if token != "" || user == "" {
+		method, account, who = "token", "", "(admin token)"
+	}
+	d := s.Throttle.Check(addr, account)
+	if d.Refuse {
+		w.Header().Set("Retry-After", strconv.Itoa(retrySeconds(d)))
+		p.Error = fmt.Sprintf("Too many failed attempts from your address. Try again in %d seconds.", retrySeconds(d))
+		s.showLogin(w, r, http.StatusTooManyRequests, p)
+		return
+	}
+	s.Sleep(r.Context(), d.Delay)
+	var id string
+	var sess auth.Session
+	if method == "token" {
+		id, sess, err = s.Auth.Login(r.Context(), token, name)
+	} else {
+		id, sess, err = s.Auth.LoginPassword(r.Context(), user, r.PostForm.Get("password"))
+	}
+	if errors.Is(err, auth.ErrBadToken) || errors.Is(err, auth.ErrBadCredentials) {
+		s.log.Warn("failed login", "remote", addr, "user", user)
+		s.failed(r, method, addr, account, auth.Principal{Name: who})
+		p.Error = "Wrong user name or password."
+		if method == "token" {
+			p.Error = "Wrong token."
+		}
 		s.showLogin(w, r, http.StatusUnauthorized, p)
 		return
 	}
@@ -165,6 +200,8 @@ func (s *server) loginSubmit(w http.ResponseWriter, r *http.Request) {
 		s.renderError(w, r, web.Nav{}, http.StatusInternalServerError, "Internal error", "Logging in failed; see the admin's log.")
 		return
 	}
+	s.Throttle.Succeed(addr, account)
+	s.record(r, store.AuditEntry{Action: ActionLogin, Actor: sess.Principal().Name, Remote: addr, Detail: "by " + method})
 	secure := s.secureCookie(r)
 	http.SetCookie(w, &http.Cookie{
 		Name: sessionCookie, Value: id, Path: "/", MaxAge: int(auth.SessionTTL.Seconds()),
@@ -192,6 +229,7 @@ func (s *server) logout(w http.ResponseWriter, r *http.Request, sess auth.Sessio
 			return err
 		}
 	}
+	s.record(r, store.AuditEntry{Action: ActionLogout})
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.secureCookie(r)})
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
 	return nil
@@ -266,6 +304,7 @@ func (s *server) editorSubmit(w http.ResponseWriter, r *http.Request, sess auth.
 	)
 	switch {
 	case err == nil:
+		s.record(r, store.AuditEntry{Action: ActionSave, Version: v.Number, FromVersion: base, Detail: msg})
 		http.Redirect(w, r, "/?saved="+strconv.FormatInt(v.Number, 10), http.StatusSeeOther)
 	case errors.As(err, &ve):
 		p.Problems, p.Listing = annotate([]byte(draft), ve.Errors)
@@ -418,6 +457,7 @@ func (s *server) rollbackSubmit(w http.ResponseWriter, r *http.Request, sess aut
 	)
 	switch {
 	case err == nil:
+		s.record(r, store.AuditEntry{Action: ActionRollback, Version: v.Number, FromVersion: to, Detail: fmt.Sprintf("restores v%d over v%d", to, base)})
 		http.Redirect(w, r, fmt.Sprintf("/history?restored=%d&from=%d", v.Number, to), http.StatusSeeOther)
 		return nil
 	case errors.As(err, &ce):

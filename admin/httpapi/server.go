@@ -5,7 +5,9 @@
 // Handlers are thin: they decode the request, call the policy service
 // (the Policies interface) and encode the answer. Every route but /login,
 // /healthz and /static requires authentication, reads included: the policy
-// is operational data an anonymous visitor has no business reading.
+// is operational data an anonymous visitor has no business reading. Every
+// authenticated route also checks the caller's role (requiredRole), and
+// every change is written to the audit log.
 package httpapi
 
 import (
@@ -14,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +26,7 @@ import (
 	"github.com/sluice-rl/sluice/admin/auth"
 	"github.com/sluice-rl/sluice/admin/istio"
 	"github.com/sluice-rl/sluice/admin/policies"
+	"github.com/sluice-rl/sluice/admin/store"
 	"github.com/sluice-rl/sluice/web"
 )
 
@@ -37,13 +41,32 @@ type Policies interface {
 	LastPublish() policies.PublishStatus
 }
 
-// Auth checks the admin token and manages sessions (admin/auth.Manager
-// implements it).
+// Auth checks credentials and manages sessions, accounts and API tokens
+// (admin/auth.Manager implements it).
 type Auth interface {
-	CheckToken(token string) bool
+	Authenticate(ctx context.Context, bearer string) (auth.Principal, error)
 	Login(ctx context.Context, token, author string) (string, auth.Session, error)
+	LoginPassword(ctx context.Context, user, password string) (string, auth.Session, error)
 	Session(ctx context.Context, id string) (auth.Session, error)
 	Logout(ctx context.Context, id string) error
+	Accounts
+}
+
+// Accounts manages users and API tokens (admin/auth.Manager implements it).
+type Accounts interface {
+	Users(ctx context.Context) ([]store.User, error)
+	CreateUser(ctx context.Context, name string, role auth.Role, password string) error
+	UpdateUser(ctx context.Context, name string, role auth.Role, password string) error
+	DeleteUser(ctx context.Context, name string) error
+	Tokens(ctx context.Context) ([]store.APIToken, error)
+	CreateToken(ctx context.Context, user, label string) (string, store.APIToken, error)
+	RevokeToken(ctx context.Context, id string) (store.APIToken, error)
+}
+
+// AuditLog is the append-only audit log (admin/store.Store implements it).
+type AuditLog interface {
+	AppendAudit(ctx context.Context, e store.AuditEntry) error
+	ListAudit(ctx context.Context, f store.AuditFilter) ([]store.AuditEntry, error)
 }
 
 // Config wires the handler.
@@ -69,6 +92,18 @@ type Config struct {
 	// Fleet adds the "Global rules" section to the dashboard (nil: fleet
 	// mode is off).
 	Fleet Fleet
+
+	// Audit records every change, login and lockout (nil: not recorded).
+	Audit AuditLog
+	// Throttle slows and refuses failed logins and bad bearer tokens (nil:
+	// a new one with auth.DefaultThrottle).
+	Throttle *auth.Throttle
+	// TrustedProxies are the proxies whose X-Forwarded-For names the client
+	// (for throttling and the audit log); empty: the peer is the client.
+	TrustedProxies []netip.Prefix
+	// Sleep waits before answering a delayed login (default: a timer; tests
+	// replace it).
+	Sleep func(ctx context.Context, d time.Duration)
 }
 
 // DefaultMaxBody is the default request body limit: 1 MiB.
@@ -102,6 +137,12 @@ func New(cfg Config) (http.Handler, error) {
 	if t := cfg.Telemetry; t != nil && (t.State == nil || t.Tokens == nil) {
 		return nil, errors.New("httpapi: Telemetry needs State and Tokens")
 	}
+	if cfg.Throttle == nil {
+		cfg.Throttle = auth.NewThrottle(auth.DefaultThrottle)
+	}
+	if cfg.Sleep == nil {
+		cfg.Sleep = sleep
+	}
 	cfg.Policies = maskingPolicies{cfg.Policies} // no handler sees a secret
 	s := &server{Config: cfg, log: cfg.Logger.With("component", "http"), cop: http.NewCrossOriginProtection()}
 	mux := http.NewServeMux()
@@ -121,6 +162,7 @@ func New(cfg Config) (http.Handler, error) {
 	if s.Telemetry != nil {
 		s.registerTelemetry(mux)
 	}
+	s.registerAccounts(mux)
 	mux.Handle("/api/", s.api(func(w http.ResponseWriter, r *http.Request) error {
 		return &apiErr{status: http.StatusNotFound, msg: "no such endpoint: " + r.Method + " " + r.URL.Path + " (see docs/admin.md)"}
 	}))

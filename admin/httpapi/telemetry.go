@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/admin/policies"
+	"github.com/sluice-rl/sluice/admin/store"
 	"github.com/sluice-rl/sluice/admin/telemetry"
 )
 
@@ -275,6 +276,7 @@ func (s *server) apiTelemetryRotate(w http.ResponseWriter, r *http.Request) erro
 		return err
 	}
 	s.log.Info("rotated the telemetry token", "grace", grace)
+	s.record(r, store.AuditEntry{Action: ActionTelemetryRotate, Detail: "grace " + grace.String()})
 	info := s.Telemetry.Tokens.Info()
 	writeJSON(w, http.StatusOK, map[string]any{"token": tok, "hint": info.Hint, "previous_valid_until": info.PreviousValidUntil})
 	return nil

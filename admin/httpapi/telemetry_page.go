@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/admin/auth"
+	"github.com/sluice-rl/sluice/admin/store"
 	"github.com/sluice-rl/sluice/admin/telemetry"
 	"github.com/sluice-rl/sluice/web"
 )
@@ -41,6 +42,7 @@ func (s *server) telemetryRotateSubmit(w http.ResponseWriter, r *http.Request, s
 		return err
 	}
 	s.log.Info("rotated the telemetry token", "by", sess.Author, "grace", grace)
+	s.record(r, store.AuditEntry{Action: ActionTelemetryRotate, Detail: "grace " + grace.String()})
 	p := s.telemetryView(r, sess, tok)
 	text := "Rotated. The previous token no longer works: push the new one now."
 	if grace > 0 {

@@ -1,0 +1,309 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/sluice-rl/sluice/admin/auth"
+	"github.com/sluice-rl/sluice/admin/policies"
+	"github.com/sluice-rl/sluice/admin/store"
+	"github.com/sluice-rl/sluice/web"
+)
+
+// registerAccounts adds the users, API tokens and audit routes. Users and
+// tokens are for admins (requiredRole); the audit log is for everyone.
+func (s *server) registerAccounts(mux *http.ServeMux) {
+	mux.Handle("GET /api/v1/users", s.api(s.apiUsers))
+	mux.Handle("POST /api/v1/users", s.api(s.apiCreateUser))
+	mux.Handle("PATCH /api/v1/users/{name}", s.api(s.apiUpdateUser))
+	mux.Handle("DELETE /api/v1/users/{name}", s.api(s.apiDeleteUser))
+	mux.Handle("GET /api/v1/tokens", s.api(s.apiTokens))
+	mux.Handle("POST /api/v1/tokens", s.api(s.apiCreateToken))
+	mux.Handle("DELETE /api/v1/tokens/{id}", s.api(s.apiRevokeToken))
+	mux.Handle("GET /api/v1/audit", s.api(s.apiAudit))
+
+	mux.Handle("GET /users", s.page(s.usersPage))
+	mux.Handle("POST /users", s.page(s.createUserSubmit))
+	mux.Handle("POST /users/{name}", s.page(s.updateUserSubmit))
+	mux.Handle("POST /users/{name}/delete", s.page(s.deleteUserSubmit))
+	mux.Handle("POST /tokens", s.page(s.createTokenSubmit))
+	mux.Handle("POST /tokens/{id}/revoke", s.page(s.revokeTokenSubmit))
+	mux.Handle("GET /audit", s.page(s.auditPage))
+}
+
+// accountErr turns the accounts' errors into the handlers' input and
+// not-found errors.
+func accountErr(err error, what string) error {
+	var fe *auth.FieldError
+	switch {
+	case errors.As(err, &fe):
+		return &policies.InputError{Field: fe.Field, Message: fe.Message}
+	case errors.Is(err, store.ErrNotFound):
+		return &apiErr{status: http.StatusNotFound, msg: "there is no " + what}
+	}
+	return err
+}
+
+type userJSON struct {
+	Name    string    `json:"name"`
+	Role    string    `json:"role"`
+	Created time.Time `json:"created"`
+}
+
+func (s *server) apiUsers(w http.ResponseWriter, r *http.Request) error {
+	us, err := s.Auth.Users(r.Context())
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Users []userJSON `json:"users"`
+	}{Users: []userJSON{}}
+	for _, u := range us {
+		out.Users = append(out.Users, userJSON{Name: u.Name, Role: u.Role, Created: u.Created.UTC()})
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *server) apiCreateUser(w http.ResponseWriter, r *http.Request) error {
+	var b struct{ Name, Role, Password string }
+	if err := s.decodeJSON(w, r, &b, []string{"name", "role", "password"}); err != nil {
+		return err
+	}
+	if err := s.Auth.CreateUser(r.Context(), b.Name, auth.Role(b.Role), b.Password); err != nil {
+		return accountErr(err, "user "+b.Name)
+	}
+	s.record(r, store.AuditEntry{Action: ActionUserCreate, Target: b.Name, Detail: "role " + b.Role})
+	writeJSON(w, http.StatusCreated, userJSON{Name: b.Name, Role: b.Role, Created: time.Now().UTC()})
+	return nil
+}
+
+func (s *server) apiUpdateUser(w http.ResponseWriter, r *http.Request) error {
+	var b struct{ Role, Password string }
+	if err := s.decodeJSON(w, r, &b, []string{"role", "password"}); err != nil {
+		return err
+	}
+	name := r.PathValue("name")
+	if err := s.updateUser(r, name, b.Role, b.Password); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"name": name, "role": b.Role})
+	return nil
+}
+
+func (s *server) updateUser(r *http.Request, name, role, password string) error {
+	if err := s.Auth.UpdateUser(r.Context(), name, auth.Role(role), password); err != nil {
+		return accountErr(err, "user "+name)
+	}
+	detail := "role " + role
+	if password != "" {
+		detail += ", new password"
+	}
+	s.record(r, store.AuditEntry{Action: ActionUserUpdate, Target: name, Detail: detail})
+	return nil
+}
+
+func (s *server) deleteUser(r *http.Request, name string) error {
+	if err := s.Auth.DeleteUser(r.Context(), name); err != nil {
+		return accountErr(err, "user "+name)
+	}
+	s.record(r, store.AuditEntry{Action: ActionUserDelete, Target: name})
+	return nil
+}
+
+func (s *server) apiDeleteUser(w http.ResponseWriter, r *http.Request) error {
+	if err := s.deleteUser(r, r.PathValue("name")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+type tokenJSON struct {
+	ID       string     `json:"id"`
+	User     string     `json:"user"`
+	Label    string     `json:"label"`
+	Hint     string     `json:"hint"`
+	Created  time.Time  `json:"created"`
+	LastUsed *time.Time `json:"last_used"`
+	Revoked  *time.Time `json:"revoked,omitempty"`
+	Token    string     `json:"token,omitempty"` // only in the answer that creates it
+}
+
+func optTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func tokenToJSON(t store.APIToken) tokenJSON {
+	return tokenJSON{ID: t.ID, User: t.User, Label: t.Label, Hint: t.Hint, Created: t.Created.UTC(), LastUsed: optTime(t.LastUsed), Revoked: optTime(t.Revoked)}
+}
+
+func (s *server) apiTokens(w http.ResponseWriter, r *http.Request) error {
+	ts, err := s.Auth.Tokens(r.Context())
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Tokens []tokenJSON `json:"tokens"`
+	}{Tokens: []tokenJSON{}}
+	for _, t := range ts {
+		out.Tokens = append(out.Tokens, tokenToJSON(t))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *server) createToken(r *http.Request, user, label string) (string, store.APIToken, error) {
+	tok, t, err := s.Auth.CreateToken(r.Context(), user, label)
+	if err != nil {
+		return "", t, accountErr(err, "user "+user)
+	}
+	s.record(r, store.AuditEntry{Action: ActionTokenCreate, Target: t.ID, Detail: fmt.Sprintf("for %s (%s), %s…", user, label, t.Hint)})
+	return tok, t, nil
+}
+
+func (s *server) apiCreateToken(w http.ResponseWriter, r *http.Request) error {
+	var b struct{ User, Label string }
+	if err := s.decodeJSON(w, r, &b, []string{"user", "label"}); err != nil {
+		return err
+	}
+	tok, t, err := s.createToken(r, b.User, b.Label)
+	if err != nil {
+		return err
+	}
+	j := tokenToJSON(t)
+	j.Token = tok
+	writeJSON(w, http.StatusCreated, j)
+	return nil
+}
+
+func (s *server) revokeToken(r *http.Request, id string) error {
+	t, err := s.Auth.RevokeToken(r.Context(), id)
+	if err != nil {
+		return accountErr(err, "token "+id+" in force")
+	}
+	s.record(r, store.AuditEntry{Action: ActionTokenRevoke, Target: id, Detail: fmt.Sprintf("of %s (%s), %s…", t.User, t.Label, t.Hint)})
+	return nil
+}
+
+func (s *server) apiRevokeToken(w http.ResponseWriter, r *http.Request) error {
+	if err := s.revokeToken(r, r.PathValue("id")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// Pages.
+
+func (s *server) usersView(r *http.Request, sess auth.Session) (web.UsersPage, error) {
+	p := web.UsersPage{Nav: nav(sess, "users")}
+	for _, ro := range auth.Roles {
+		p.Roles = append(p.Roles, string(ro))
+	}
+	us, err := s.Auth.Users(r.Context())
+	if err != nil {
+		return p, err
+	}
+	for _, u := range us {
+		p.Users = append(p.Users, web.UserView{Name: u.Name, Role: u.Role, Created: timeText(u.Created)})
+	}
+	ts, err := s.Auth.Tokens(r.Context())
+	if err != nil {
+		return p, err
+	}
+	for _, t := range ts {
+		v := web.TokenView{ID: t.ID, User: t.User, Label: t.Label, Hint: t.Hint + "…", Created: timeText(t.Created),
+			LastUsed: timeText(t.LastUsed), Revoked: timeText(t.Revoked)}
+		if v.LastUsed == "" {
+			v.LastUsed = "never"
+		}
+		p.Tokens = append(p.Tokens, v)
+	}
+	return p, nil
+}
+
+// usersSubmit runs a users-page form's action, then shows the page again
+// with the outcome (rendered, not redirected, so a new token never sits
+// in a URL or the history).
+func (s *server) usersSubmit(w http.ResponseWriter, r *http.Request, sess auth.Session, act func() (string, string, error)) error {
+	ok, newToken, err := act()
+	status := http.StatusOK
+	var flash web.Flash
+	var ie *policies.InputError
+	var ae *apiErr
+	switch {
+	case err == nil:
+		flash = web.Flash{Kind: "ok", Text: ok}
+	case errors.As(err, &ie):
+		status, flash = http.StatusBadRequest, web.Flash{Kind: "error", Text: "Not done: " + ie.Error()}
+	case errors.As(err, &ae):
+		status, flash = ae.status, web.Flash{Kind: "error", Text: "Not done: " + ae.msg}
+	default:
+		return err
+	}
+	p, err := s.usersView(r, sess)
+	if err != nil {
+		return err
+	}
+	p.Flashes, p.NewToken = []web.Flash{flash}, newToken
+	s.render(w, r, status, web.Users(p))
+	return nil
+}
+
+func (s *server) usersPage(w http.ResponseWriter, r *http.Request, sess auth.Session) error {
+	p, err := s.usersView(r, sess)
+	if err != nil {
+		return err
+	}
+	s.render(w, r, http.StatusOK, web.Users(p))
+	return nil
+}
+
+func (s *server) createUserSubmit(w http.ResponseWriter, r *http.Request, sess auth.Session) error {
+	f := r.PostForm
+	return s.usersSubmit(w, r, sess, func() (string, string, error) {
+		if err := s.Auth.CreateUser(r.Context(), f.Get("name"), auth.Role(f.Get("role")), f.Get("password")); err != nil {
+			return "", "", accountErr(err, "user")
+		}
+		s.record(r, store.AuditEntry{Action: ActionUserCreate, Target: f.Get("name"), Detail: "role " + f.Get("role")})
+		return "Created " + f.Get("name") + ".", "", nil
+	})
+}
+
+func (s *server) updateUserSubmit(w http.ResponseWriter, r *http.Request, sess auth.Session) error {
+	name := r.PathValue("name")
+	return s.usersSubmit(w, r, sess, func() (string, string, error) {
+		return "Updated " + name + ".", "", s.updateUser(r, name, r.PostForm.Get("role"), r.PostForm.Get("password"))
+	})
+}
+
+func (s *server) deleteUserSubmit(w http.ResponseWriter, r *http.Request, sess auth.Session) error {
+	name := r.PathValue("name")
+	return s.usersSubmit(w, r, sess, func() (string, string, error) {
+		return "Deleted " + name + " with their tokens and sessions.", "", s.deleteUser(r, name)
+	})
+}
+
+func (s *server) createTokenSubmit(w http.ResponseWriter, r *http.Request, sess auth.Session) error {
+	return s.usersSubmit(w, r, sess, func() (string, string, error) {
+		tok, t, err := s.createToken(r, r.PostForm.Get("user"), r.PostForm.Get("label"))
+		if err != nil {
+			return "", "", err
+		}
+		return "Created token " + t.ID + " for " + t.User + ". Copy it now: it is stored hashed and will not be shown again.", tok, nil
+	})
+}
+
+func (s *server) revokeTokenSubmit(w http.ResponseWriter, r *http.Request, sess auth.Session) error {
+	id := r.PathValue("id")
+	return s.usersSubmit(w, r, sess, func() (string, string, error) {
+		return "Revoked token " + id + "; it no longer works.", "", s.revokeToken(r, id)
+	})
+}
