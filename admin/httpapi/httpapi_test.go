@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/bcrypt"
+
 	"github.com/sluice-rl/sluice/admin/auth"
 	"github.com/sluice-rl/sluice/admin/istio"
 	"github.com/sluice-rl/sluice/admin/policies"
@@ -53,8 +55,9 @@ func newEnv(t *testing.T, mod func(*Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	am.SetPasswordCost(bcrypt.MinCost)
 	cfg := Config{
-		Policies: svc, Auth: am, MaxBodyBytes: 64 << 10,
+		Policies: svc, Auth: am, MaxBodyBytes: 64 << 10, Audit: st,
 		Nodes: fakeNodes{
 			{ID: "envoy-b", Cluster: "edge", Connected: true, LastSeen: time.Unix(1700000000, 0), AckedVersion: "1"},
 			{ID: "envoy-a", Cluster: "edge", Connected: false, AckedVersion: "0", NackedVersion: "1", NackError: "rules[0].name: <bad>"},
