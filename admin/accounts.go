@@ -34,6 +34,9 @@ func (o *options) accountFlags(fs *flag.FlagSet) func() error {
 }
 
 func parseRetention(v string) (time.Duration, error) {
+	if v == "" {
+		return DefaultAuditRetention, nil
+	}
 	var d time.Duration
 	var err error
 	if days, ok := strings.CutSuffix(v, "d"); ok {
