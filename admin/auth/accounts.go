@@ -236,8 +236,10 @@ func (m *Manager) Authenticate(ctx context.Context, token string) (Principal, er
 	if err != nil {
 		return Principal{}, err
 	}
-	if err := m.st.TouchAPIToken(ctx, t.ID, m.now(), TokenUseEvery); err != nil {
-		return Principal{}, err
+	if now := m.now(); now.Sub(t.LastUsed) >= TokenUseEvery {
+		if err := m.st.TouchAPIToken(ctx, t.ID, now, TokenUseEvery); err != nil {
+			return Principal{}, err
+		}
 	}
 	return Principal{Name: t.User, Role: role, TokenID: t.ID}, nil
 }

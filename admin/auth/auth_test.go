@@ -10,7 +10,9 @@ import (
 	"github.com/sluice-rl/sluice/admin/store"
 )
 
-func openStore(t *testing.T) *store.Store {
+func openStore(t *testing.T) *store.Store { return openStoreB(t) }
+
+func openStoreB(t testing.TB) *store.Store {
 	t.Helper()
 	st, err := store.Open(context.Background(), t.TempDir())
 	if err != nil {
