@@ -42,14 +42,7 @@ func addUser(t *testing.T, e *env, name string, role auth.Role) string {
 // loginAs logs in through the form with a user name and password.
 func loginAs(t *testing.T, e *env, user string) *http.Client {
 	t.Helper()
-	jar, _ := cookiejar.New(nil)
-	c := noRedirect(jar)
-	page := get(t, c, e.srv.URL+"/login")
-	resp, body := post(t, c, e.srv.URL+"/login", url.Values{"csrf": {csrfOf(t, page)}, "user": {user}, "password": {testPassword}, "next": {"/history"}})
-	if resp.StatusCode != http.StatusSeeOther {
-		t.Fatalf("login as %s: %d\n%s", user, resp.StatusCode, body)
-	}
-	return c
+	return loginWith(t, e, url.Values{"user": {user}, "password": {testPassword}})
 }
 
 // routePatterns reads every route pattern this package registers

@@ -136,11 +136,7 @@ type auditJSON struct {
 
 // apiAudit is GET /api/v1/audit: entries newest first, next_before to page.
 func (s *server) apiAudit(w http.ResponseWriter, r *http.Request) error {
-	f, err := auditFilter(r)
-	if err != nil {
-		return err
-	}
-	es, err := s.listAudit(r, f)
+	f, es, err := s.listAudit(r)
 	if err != nil {
 		return err
 	}
@@ -169,14 +165,17 @@ func diffBase(e store.AuditEntry) int64 {
 	return e.Version - 1
 }
 
-func (s *server) listAudit(r *http.Request, f store.AuditFilter) ([]store.AuditEntry, error) {
-	if s.Audit == nil {
-		return nil, nil
+// listAudit reads the request's filters and the entries they select.
+func (s *server) listAudit(r *http.Request) (store.AuditFilter, []store.AuditEntry, error) {
+	f, err := auditFilter(r)
+	if err != nil || s.Audit == nil {
+		return f, nil, err
 	}
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	return s.Audit.ListAudit(r.Context(), f)
+	es, err := s.Audit.ListAudit(r.Context(), f)
+	return f, es, err
 }
 
 func nextBefore(es []store.AuditEntry, f store.AuditFilter) int64 {
@@ -192,11 +191,7 @@ func nextBefore(es []store.AuditEntry, f store.AuditFilter) int64 {
 
 // auditPage is GET /audit: the filters as a form, the entries, paging.
 func (s *server) auditPage(w http.ResponseWriter, r *http.Request, sess auth.Session) error {
-	f, err := auditFilter(r)
-	if err != nil {
-		return err
-	}
-	es, err := s.listAudit(r, f)
+	f, es, err := s.listAudit(r)
 	if err != nil {
 		return err
 	}

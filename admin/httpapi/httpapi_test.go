@@ -437,13 +437,23 @@ func post(t *testing.T, c *http.Client, u string, form url.Values) (*http.Respon
 	return resp, string(b)
 }
 
-// login logs in through the form and returns a client holding the session.
+// login logs in with the admin token through the form and returns a
+// client holding the session.
 func login(t *testing.T, e *env, name string) *http.Client {
+	t.Helper()
+	return loginWith(t, e, url.Values{"token": {testToken}, "name": {name}})
+}
+
+// loginWith posts the login form with the given fields and returns a
+// client holding the session.
+func loginWith(t *testing.T, e *env, form url.Values) *http.Client {
 	t.Helper()
 	jar, _ := cookiejar.New(nil)
 	c := noRedirect(jar)
 	page := get(t, c, e.srv.URL+"/login?next=/history")
-	resp, body := post(t, c, e.srv.URL+"/login", url.Values{"csrf": {csrfOf(t, page)}, "token": {testToken}, "name": {name}, "next": {"/history"}})
+	form.Set("csrf", csrfOf(t, page))
+	form.Set("next", "/history")
+	resp, body := post(t, c, e.srv.URL+"/login", form)
 	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/history" {
 		t.Fatalf("login: %d %s\n%s", resp.StatusCode, resp.Header.Get("Location"), body)
 	}
