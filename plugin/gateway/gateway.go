@@ -126,7 +126,7 @@ func Start(ctx context.Context, opts Options, logger *slog.Logger) (*Gateway, er
 		VMs:          opts.VMs,
 		VMID:         "sluice",
 		RootID:       "sluice",
-		LogWriter:    logWriter{logger},
+		LogFunc:      pluginLog(logger),
 		NodeID:       nodeID, // property node.id, e.g. in telemetry reports
 		Clusters:     callouts.Names(),
 		HTTPCalls:    callouts,
@@ -422,10 +422,24 @@ func (gw *Gateway) reloadIfChanged(ctx context.Context) {
 	gw.log.Info("configuration reloaded; bucket state kept", "path", gw.opts.ConfigPath)
 }
 
-// logWriter forwards guest log lines to the gateway's logger.
-type logWriter struct{ log *slog.Logger }
+// pluginLog forwards guest log lines to the gateway's logger at their own
+// level: a plugin warning is a WARN line, as in Envoy's log.
+func pluginLog(log *slog.Logger) func(wasmhost.LogEntry) {
+	return func(e wasmhost.LogEntry) {
+		log.Log(context.Background(), slogLevel(e.Level), strings.TrimRight(e.Message, "\n"), "from", "plugin", "vm", e.VM)
+	}
+}
 
-func (l logWriter) Write(p []byte) (int, error) {
-	l.log.Info("plugin", "msg", strings.TrimRight(string(p), "\n"))
-	return len(p), nil
+// slogLevel maps a proxy-wasm log level onto slog's (trace is debug,
+// critical is error).
+func slogLevel(l wasmhost.LogLevel) slog.Level {
+	switch {
+	case l <= wasmhost.LogLevelDebug:
+		return slog.LevelDebug
+	case l == wasmhost.LogLevelInfo:
+		return slog.LevelInfo
+	case l == wasmhost.LogLevelWarn:
+		return slog.LevelWarn
+	}
+	return slog.LevelError
 }
