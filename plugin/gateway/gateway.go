@@ -140,6 +140,7 @@ func Start(ctx context.Context, opts Options, logger *slog.Logger) (*Gateway, er
 	}
 	host.StartTicker(runCtx)
 	gw.cur.Store(&hostRef{host: host, env: gw.hostCfg.Env})
+	gw.warnMissingClusters(config)
 
 	gw.listener, err = net.Listen("tcp", opts.Listen)
 	if err != nil {
@@ -175,6 +176,13 @@ func Start(ctx context.Context, opts Options, logger *slog.Logger) (*Gateway, er
 		logger.Info("gateway ready", "listen", gw.URL(), "upstream", gw.upstream.String(), "vms", opts.VMs, "config", opts.ConfigPath)
 	}
 	return gw, nil
+}
+
+// config returns the plugin configuration in force.
+func (gw *Gateway) config() []byte {
+	gw.configMu.Lock()
+	defer gw.configMu.Unlock()
+	return append([]byte(nil), gw.configSum...)
 }
 
 // URL is the gateway's base URL.
@@ -420,6 +428,7 @@ func (gw *Gateway) reloadIfChanged(ctx context.Context) {
 	}
 	gw.configSum = data
 	gw.log.Info("configuration reloaded; bucket state kept", "path", gw.opts.ConfigPath)
+	gw.warnMissingClusters(data)
 }
 
 // pluginLog forwards guest log lines to the gateway's logger at their own
