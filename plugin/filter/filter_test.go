@@ -77,7 +77,7 @@ func TestSeedTieredExample(t *testing.T) {
 	}
 }
 
-// The issue's configuration: two policies, both apply.
+// Two policies, both apply.
 const issueConfig = `{
   "mode": "enforce",
   "policies": [
