@@ -500,8 +500,9 @@ func redisName(o redisgcra.ClientOptions) string {
 	return "redis " + addrs
 }
 
-// xdsNodes adapts the xDS server's node list to httpapi.NodeLister (the
-// conversion is a no-op once xds.NodeStatus is httpapi.NodeStatus).
+// xdsNodes adapts the xDS server's node list to httpapi.NodeLister: the two
+// NodeStatus types have the same fields, so each converts directly (xds
+// does not import the HTTP API).
 type xdsNodes struct{ s *xds.Server }
 
 func (a xdsNodes) Nodes() []httpapi.NodeStatus {

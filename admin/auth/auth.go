@@ -13,22 +13,19 @@ package auth
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/base64"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"time"
-	"unicode"
 
+	"github.com/sluice-rl/sluice/admin/secret"
 	"github.com/sluice-rl/sluice/admin/store"
 )
 
 // MinTokenLen is the shortest admin token accepted from -token.
-const MinTokenLen = 16
+const MinTokenLen = secret.MinLen
 
 // SessionTTL is how long a login lasts.
 const SessionTTL = 12 * time.Hour
@@ -122,17 +119,7 @@ func CheckTokenStrength(token string) error { return CheckSecretStrength("admin 
 // CheckSecretStrength refuses a secret (named what in the error, e.g.
 // "telemetry token") shorter than MinTokenLen or with spaces or control
 // characters. Every token the admin accepts from a flag goes through it.
-func CheckSecretStrength(what, token string) error {
-	if len(token) < MinTokenLen {
-		return fmt.Errorf("the %s is %d characters long; use at least %d (or leave it empty to have one generated)", what, len(token), MinTokenLen)
-	}
-	for _, r := range token {
-		if !unicode.IsPrint(r) || unicode.IsSpace(r) {
-			return fmt.Errorf("the %s contains spaces or control characters; use printable characters only", what)
-		}
-	}
-	return nil
-}
+func CheckSecretStrength(what, token string) error { return secret.CheckStrength(what, token) }
 
 // GenerateToken returns a new random token: TokenPrefix and 43 base64url
 // characters (256 bits).
@@ -140,11 +127,7 @@ func GenerateToken() string { return TokenPrefix + RandomToken() }
 
 // RandomToken returns 256 random bits as 43 base64url characters: session
 // ids, CSRF tokens, and the random part of every generated token.
-func RandomToken() string {
-	var b [32]byte
-	rand.Read(b[:]) // never returns an error (Go >= 1.24 aborts the process instead)
-	return base64.RawURLEncoding.EncodeToString(b[:])
-}
+func RandomToken() string { return secret.Random() }
 
 func hashToken(s string) []byte {
 	h := sha256.Sum256([]byte(s))

@@ -51,6 +51,9 @@ type Expect struct {
 	// (the telemetry token's), so that its push keeps the same vm_config.
 	// Literal key_values are refused: a secret does not belong in a file.
 	HostEnvKeys []string
+	// HTTP2Clusters are clusters a plugin configuration names for gRPC calls
+	// (fleet.cluster): each must exist and speak HTTP/2.
+	HTTP2Clusters []string
 }
 
 const (
@@ -251,6 +254,16 @@ func Check(b *bootstrap.Bootstrap, exp Expect) error {
 		if strings.HasSuffix(ref.Path, "envoy_grpc.cluster_name") && !speaksHTTP2(c) {
 			add("%s: cluster %q carries gRPC but is not configured for HTTP/2 (set %s explicit_http_config.http2_protocol_options)",
 				strings.TrimPrefix(ref.Path, "."), ref.Cluster, httpOptsKey)
+		}
+	}
+
+	for _, name := range exp.HTTP2Clusters {
+		switch c := clusters[name]; {
+		case c == nil:
+			add("static_resources.clusters: no cluster %q, which the policy's fleet.cluster names", name)
+		case !speaksHTTP2(c):
+			add("static_resources.clusters: cluster %q carries the rate limit service's gRPC but is not configured for HTTP/2 (set %s explicit_http_config.http2_protocol_options)",
+				name, httpOptsKey)
 		}
 	}
 

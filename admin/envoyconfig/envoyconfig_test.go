@@ -16,9 +16,11 @@ import (
 	"github.com/sluice-rl/sluice/shared/policy"
 )
 
-func readEnvoyYAML(t *testing.T) string {
+func readEnvoyYAML(t *testing.T) string { return readRootFile(t, "envoy.yaml") }
+
+func readRootFile(t *testing.T, name string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(wasmtest.ModuleRoot(t), "envoy.yaml"))
+	b, err := os.ReadFile(filepath.Join(wasmtest.ModuleRoot(t), name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,6 +73,36 @@ func makeBuildWasmPath(t *testing.T) string {
 func TestEnvoyYAMLIsValid(t *testing.T) {
 	if err := Validate([]byte(readEnvoyYAML(t)), sluiceExpect(t)); err != nil {
 		t.Fatalf("envoy.yaml:\n%v", err)
+	}
+}
+
+// TestEnvoyFleetYAMLIsValid: the fleet variant passes the same checks and
+// has the HTTP/2 cluster that docs/fleet.md's policy names in fleet.cluster.
+func TestEnvoyFleetYAMLIsValid(t *testing.T) {
+	guide := readRootFile(t, "docs/fleet.md")
+	m := regexp.MustCompile(`"fleet":\s*\{"cluster":\s*"([^"]+)"`).FindStringSubmatch(guide)
+	if m == nil {
+		t.Fatal("docs/fleet.md shows no policy with a fleet.cluster")
+	}
+	exp := sluiceExpect(t)
+	exp.HTTP2Clusters = []string{m[1]}
+	if err := Validate([]byte(readRootFile(t, "envoy-fleet.yaml")), exp); err != nil {
+		t.Fatalf("envoy-fleet.yaml:\n%v", err)
+	}
+	// HTTP/1 on that cluster (the last one in the file), or no such
+	// cluster, is refused.
+	y := readRootFile(t, "envoy-fleet.yaml")
+	i := strings.LastIndex(y, "http2_protocol_options: {}")
+	if i < strings.Index(y, "- name: "+m[1]) {
+		t.Fatalf("the cluster %s is not the last HTTP/2 cluster in envoy-fleet.yaml: update the test", m[1])
+	}
+	http1 := y[:i] + "http_protocol_options: {}" + y[i+len("http2_protocol_options: {}"):]
+	if err := Validate([]byte(http1), exp); err == nil || !strings.Contains(err.Error(), "not configured for HTTP/2") {
+		t.Errorf("the fleet cluster on HTTP/1: %v, want an error about HTTP/2", err)
+	}
+	exp.HTTP2Clusters = []string{"sluice_rls_missing"}
+	if err := Validate([]byte(readRootFile(t, "envoy-fleet.yaml")), exp); err == nil || !strings.Contains(err.Error(), "sluice_rls_missing") {
+		t.Errorf("a missing fleet cluster: %v, want an error naming it", err)
 	}
 }
 

@@ -17,6 +17,11 @@ import (
 	"github.com/sluice-rl/sluice/shared/policy"
 )
 
+// Limit is a global rule's rate and burst (the GCRA parameters of the
+// Redis backend, which the PostgreSQL backend shares). Packages above
+// fleet name it through here rather than importing a backend.
+type Limit = redisgcra.Limit
+
 // Rules looks up the limit of a global rule by name in the current policy.
 type Rules interface {
 	GlobalLimit(rule string) (redisgcra.Limit, bool)

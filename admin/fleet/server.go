@@ -67,7 +67,23 @@ type Server struct {
 
 	healthMu sync.Mutex
 	health   Health
+	outage   backendOutage
 }
+
+// backendOutage is what the log needs of a run of backend failures: the first
+// failure is a WARN line, the next ones are summed up in at most one line
+// per FailureLogInterval, and the first success after them is an INFO
+// line. A Redis outage under load is thousands of failed calls a second.
+type backendOutage struct {
+	since    time.Time // first failure of the run; zero while the backend answers
+	failures int       // failed calls (and health checks) in the run
+	lastLog  time.Time
+	unlogged int // failures since lastLog
+}
+
+// FailureLogInterval is the shortest time between two log lines about one
+// backend outage.
+const FailureLogInterval = 10 * time.Second
 
 // Health is the backend's health as this admin sees it.
 type Health struct {
@@ -296,7 +312,6 @@ func (s *Server) run(ctx context.Context, ops []redisgcra.Op) ([]redisgcra.Outco
 			kind = "timeout"
 		}
 		s.metrics.redisErrors.WithLabelValues(kind).Inc()
-		s.log.Warn("fleet backend failed", "ops", len(ops), "err", err)
 		return nil, err
 	}
 	return outs, nil
@@ -315,10 +330,43 @@ func (s *Server) noteBackend(start time.Time, err error) {
 	h.Checked, h.Up = now, err == nil
 	if err == nil {
 		h.LastOK, h.Latency = now, now.Sub(start)
+		s.noteRecovery(now)
 		return
 	}
 	h.LastError, h.ErrorAt = err.Error(), now
 	h.Errors++
+	s.noteFailure(now, err)
+}
+
+// noteFailure logs a backend failure, rate-limited (see backendOutage). The
+// caller holds healthMu.
+func (s *Server) noteFailure(now time.Time, err error) {
+	o := &s.outage
+	o.failures++
+	if o.since.IsZero() {
+		o.since, o.lastLog, o.unlogged = now, now, 0
+		s.log.Warn("fleet backend failed; the rate limit service answers UNAVAILABLE and the plugins apply on_backend_down until it answers again",
+			"backend", s.backendName, "err", err)
+		return
+	}
+	o.unlogged++
+	if now.Sub(o.lastLog) < FailureLogInterval {
+		return
+	}
+	s.log.Warn("fleet backend still failing", "backend", s.backendName, "down_for", now.Sub(o.since).Round(time.Second).String(),
+		"failures_since_last_line", o.unlogged, "err", err)
+	o.lastLog, o.unlogged = now, 0
+}
+
+// noteRecovery logs the end of an outage. The caller holds healthMu.
+func (s *Server) noteRecovery(now time.Time) {
+	o := &s.outage
+	if o.since.IsZero() {
+		return
+	}
+	s.log.Info("fleet backend recovered", "backend", s.backendName, "down_for", now.Sub(o.since).Round(time.Millisecond).String(),
+		"failures", o.failures)
+	*o = backendOutage{}
 }
 
 // Health returns the backend's health.

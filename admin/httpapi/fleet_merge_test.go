@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/admin/fleet"
-	"github.com/sluice-rl/sluice/admin/fleet/redisgcra"
 	"github.com/sluice-rl/sluice/admin/policies"
 	"github.com/sluice-rl/sluice/admin/telemetry"
 )
@@ -80,7 +79,7 @@ func rlsOverview(now time.Time) *fleet.Overview {
 		Backend: "redis 127.0.0.1:6379",
 		Health:  fleet.Health{Up: true, Checked: now, Latency: 400 * time.Microsecond},
 		Nodes:   2,
-		Rules: []fleet.RuleOverview{{Name: "api-global", Limit: redisgcra.Limit{Rate: 10, Burst: 20}, Known: true,
+		Rules: []fleet.RuleOverview{{Name: "api-global", Limit: fleet.Limit{Rate: 10, Burst: 20}, Known: true,
 			Usage: []fleet.RuleUsage{{Domain: "sluice", Rule: "api-global", GrantedPerSecond: 9.5,
 				Nodes: []fleet.NodeUsage{
 					{Node: "edge-1", LastLease: 25, Granted: 95, LastSeen: now},

@@ -5,7 +5,6 @@ import (
 	"sync"
 
 	"github.com/sluice-rl/sluice/admin/fleet"
-	"github.com/sluice-rl/sluice/admin/fleet/redisgcra"
 	"github.com/sluice-rl/sluice/shared/policy"
 )
 
@@ -13,7 +12,7 @@ import (
 // version: its global rules and limits, and what its plugins do with the
 // backend down.
 type fleetPolicyInfo struct {
-	limits map[string]redisgcra.Limit
+	limits map[string]fleet.Limit
 	names  []string // in policy order
 	mode   string   // on_backend_down; "" without a fleet block
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/admin/fleet"
-	"github.com/sluice-rl/sluice/admin/fleet/redisgcra"
 	"github.com/sluice-rl/sluice/admin/telemetry"
 )
 
@@ -21,14 +20,14 @@ func TestDashboardGlobalRules(t *testing.T) {
 		Health:  fleet.Health{Up: false, Checked: now, LastError: "dial tcp: <refused>", ErrorAt: now, Errors: 3},
 		Nodes:   2,
 		Rules: []fleet.RuleOverview{
-			{Name: "api-global", Limit: redisgcra.Limit{Rate: 10, Burst: 20}, Known: true, Usage: []fleet.RuleUsage{{
+			{Name: "api-global", Limit: fleet.Limit{Rate: 10, Burst: 20}, Known: true, Usage: []fleet.RuleUsage{{
 				Domain: "sluice", Rule: "api-global", GrantedPerSecond: 12.5, DeniedPerSecond: 0.5, ReturnedPerSecond: 1,
 				Nodes: []fleet.NodeUsage{
 					{Node: "envoy-1", LastLease: 25, Granted: 100, Returned: 10, LastSeen: now},
 					{Node: "<script>x</script>\x07", LastLease: 5, Granted: 25, LastSeen: now},
 				},
 			}}},
-			{Name: "idle-global", Limit: redisgcra.Limit{Rate: 0.5, Burst: 3}, Known: true},
+			{Name: "idle-global", Limit: fleet.Limit{Rate: 0.5, Burst: 3}, Known: true},
 		},
 	}
 	e := newEnv(t, func(c *Config) {

@@ -174,9 +174,9 @@ func (s *Service) Start(ctx context.Context) (Version, error) {
 	cur, err := s.store.Current(ctx)
 	if errors.Is(err, store.ErrNotFound) {
 		initial, what := []byte(DefaultConfig), "the built-in default configuration"
-		message := "initial default policy (shadow mode: reports, never rejects)"
+		message, logged := "initial default policy (shadow mode: reports, never rejects)", "created the default policy (shadow mode)"
 		if s.initial != nil {
-			initial, what, message = s.initial, "the initial policy", "initial policy"
+			initial, what, message, logged = s.initial, "the initial policy", "initial policy", "stored the initial policy"
 		}
 		cfg, perr := policy.Parse(initial)
 		if perr != nil {
@@ -191,7 +191,7 @@ func (s *Service) Start(ctx context.Context) (Version, error) {
 			cur, err = s.store.Current(ctx)
 		}
 		if err == nil {
-			s.log.Info("created the default policy", "version", cur.Number)
+			s.log.Info(logged, "version", cur.Number)
 		}
 	}
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"strings"
 	"sync"
@@ -438,5 +439,37 @@ func TestSaveWindowedPolicy(t *testing.T) {
 	}
 	if !strings.Contains(string(v.JSON), `"period_seconds":3600`) || fmt.Sprint(pub.numbers()) != "[1 2]" {
 		t.Errorf("stored %s, published %v", v.JSON, pub.numbers())
+	}
+}
+
+// TestStartLogSaysWhichPolicyItStored: the first start logs "stored the
+// initial policy" for -initial-policy and "created the default policy"
+// only when it stored the built-in default.
+func TestStartLogSaysWhichPolicyItStored(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, initial, want, not string
+	}{
+		{"initial policy given", perIP, "stored the initial policy", "default"},
+		{"no initial policy", "", "created the default policy", "initial policy"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, err := store.Open(ctx, t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			var out strings.Builder
+			s := New(st, nil, slog.New(slog.NewTextHandler(&out, nil)))
+			if tc.initial != "" {
+				s.SetInitialConfig([]byte(tc.initial))
+			}
+			if _, err := s.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if log := out.String(); !strings.Contains(log, tc.want) || strings.Contains(log, tc.not) {
+				t.Fatalf("log %q, want %q and no %q", log, tc.want, tc.not)
+			}
+		})
 	}
 }

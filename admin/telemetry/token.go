@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluice-rl/sluice/admin/auth"
+	"github.com/sluice-rl/sluice/admin/secret"
 	"github.com/sluice-rl/sluice/admin/store"
 )
 
@@ -17,8 +17,8 @@ import (
 // reports. It is not the admin token: it only lets its holder post
 // reports, and it sits in every Envoy's plugin configuration.
 const (
-	TokenPrefix    = "sluice_tel_"    // starts every generated telemetry token
-	MinTokenLen    = auth.MinTokenLen // shortest token accepted from -telemetry-token
+	TokenPrefix    = "sluice_tel_" // starts every generated telemetry token
+	MinTokenLen    = secret.MinLen // shortest token accepted from -telemetry-token
 	DefaultGrace   = 10 * time.Minute
 	MaxGrace       = 24 * time.Hour
 	tokenHintChars = 4
@@ -108,12 +108,12 @@ func SetupTokens(ctx context.Context, st TokenStore, token string) (t *Tokens, g
 // CheckTokenStrength refuses telemetry tokens too short or unprintable to
 // be secrets (the same rules as the admin token).
 func CheckTokenStrength(token string) error {
-	return auth.CheckSecretStrength("telemetry token", token)
+	return secret.CheckStrength("telemetry token", token)
 }
 
 // GenerateToken returns a new random token: TokenPrefix and 43 base64url
 // characters (256 bits).
-func GenerateToken() string { return TokenPrefix + auth.RandomToken() }
+func GenerateToken() string { return TokenPrefix + secret.Random() }
 
 // hint is the prefix and the first characters of the secret part.
 func hint(tok string) string {

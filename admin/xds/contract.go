@@ -1,20 +1,27 @@
 package xds
 
 import (
-	"github.com/sluice-rl/sluice/admin/httpapi"
+	"time"
+
 	"github.com/sluice-rl/sluice/admin/policies"
 )
 
-// The contract types (coord contracts section C) are declared where they
-// are used; the xDS server implements both interfaces.
+// The types the xDS server shares with the rest of the admin are declared
+// where they are used (policies) or here (NodeStatus, which the HTTP API
+// converts to its own identical type): xds imports no HTTP package.
 type (
 	// Version is a policy version that became current.
 	Version = policies.Version
-	// NodeStatus is what the admin knows about one xDS client.
-	NodeStatus = httpapi.NodeStatus
 )
 
-var (
-	_ policies.Publisher = (*Server)(nil)
-	_ httpapi.NodeLister = (*Server)(nil)
-)
+// NodeStatus is what the admin knows about one xDS client.
+type NodeStatus struct {
+	ID, Cluster   string
+	Connected     bool
+	LastSeen      time.Time
+	AckedVersion  string // the policy version number (as string) the node has ACKed, "" if none
+	NackedVersion string // last NACK, if any
+	NackError     string // its error_detail.message
+}
+
+var _ policies.Publisher = (*Server)(nil)

@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluice-rl/sluice/internal/poll"
 )
 
 const (
@@ -203,18 +205,6 @@ func nodeStatus(t *testing.T, s *Server, id string) NodeStatus {
 	return NodeStatus{}
 }
 
-// eventually polls cond: the server records a request after it was sent.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestPublishReachesClientAndACKIsRecorded(t *testing.T) {
 	s, addr := newTestServer(t)
 	publish(t, s, 1, policyA)
@@ -228,13 +218,13 @@ func TestPublishReachesClientAndACKIsRecorded(t *testing.T) {
 	if got := pluginConfig(t, resp); got != policyA {
 		t.Errorf("plugin configuration %q, want the policy JSON %q", got, policyA)
 	}
-	eventually(t, "the node to be tracked", func() bool { return len(s.Nodes()) == 1 })
+	poll.Until(t, "the node to be tracked", func() bool { return len(s.Nodes()) == 1 })
 	if n := nodeStatus(t, s, "envoy-1"); !n.Connected || n.Cluster != "test-cluster" || n.AckedVersion != "" || n.LastSeen.IsZero() {
 		t.Errorf("before the ACK: %+v, want connected, cluster test-cluster, nothing ACKed", n)
 	}
 
 	c.send("1", resp.GetNonce(), "")
-	eventually(t, "the ACK to be recorded", func() bool { return nodeStatus(t, s, "envoy-1").AckedVersion == "1" })
+	poll.Until(t, "the ACK to be recorded", func() bool { return nodeStatus(t, s, "envoy-1").AckedVersion == "1" })
 	if n := nodeStatus(t, s, "envoy-1"); n.NackedVersion != "" || n.NackError != "" {
 		t.Errorf("after an ACK: %+v, want no NACK", n)
 	}
@@ -270,7 +260,7 @@ func TestNewPublishIsPushedToConnectedNode(t *testing.T) {
 		t.Error("the push reused the previous nonce")
 	}
 	c.send("2", second.GetNonce(), "")
-	eventually(t, "ACK of version 2", func() bool { return nodeStatus(t, s, "envoy-1").AckedVersion == "2" })
+	poll.Until(t, "ACK of version 2", func() bool { return nodeStatus(t, s, "envoy-1").AckedVersion == "2" })
 }
 
 func TestNACKIsRecordedAndNotResent(t *testing.T) {
@@ -285,7 +275,7 @@ func TestNACKIsRecordedAndNotResent(t *testing.T) {
 	r2 := c.recv()
 	const why = "failed to load in-VM configuration: rules: at least one rule is required"
 	c.send("1", r2.GetNonce(), why) // NACK: still running version 1
-	eventually(t, "the NACK to be recorded", func() bool { return nodeStatus(t, s, "envoy-1").NackedVersion == "2" })
+	poll.Until(t, "the NACK to be recorded", func() bool { return nodeStatus(t, s, "envoy-1").NackedVersion == "2" })
 	n := nodeStatus(t, s, "envoy-1")
 	if n.NackError != why || n.AckedVersion != "1" || !n.Connected {
 		t.Errorf("after the NACK: %+v, want NACK of 2 with the error detail, ACKed still 1", n)
@@ -301,7 +291,7 @@ func TestNACKIsRecordedAndNotResent(t *testing.T) {
 		t.Fatalf("after the fix: version %q, want 3", r3.GetVersionInfo())
 	}
 	c.send("3", r3.GetNonce(), "")
-	eventually(t, "ACK of 3", func() bool { return nodeStatus(t, s, "envoy-1").AckedVersion == "3" })
+	poll.Until(t, "ACK of 3", func() bool { return nodeStatus(t, s, "envoy-1").AckedVersion == "3" })
 	if n := nodeStatus(t, s, "envoy-1"); n.NackedVersion != "" || n.NackError != "" {
 		t.Errorf("after ACKing a newer version: %+v, want the NACK cleared", n)
 	}
@@ -321,7 +311,7 @@ func TestNACKOfAnOlderVersionGetsTheCurrentOne(t *testing.T) {
 	if pluginConfig(t, r2) != policyA {
 		t.Error("version 2 does not carry policy A")
 	}
-	eventually(t, "NACK of 1", func() bool { return nodeStatus(t, s, "envoy-1").NackedVersion == "1" })
+	poll.Until(t, "NACK of 1", func() bool { return nodeStatus(t, s, "envoy-1").NackedVersion == "1" })
 }
 
 func TestNodesAreTrackedSeparately(t *testing.T) {
@@ -334,7 +324,7 @@ func TestNodesAreTrackedSeparately(t *testing.T) {
 	ra, rb := a.recv(), b.recv()
 	a.send("4", ra.GetNonce(), "")
 	b.send("", rb.GetNonce(), "node-b cannot load the module")
-	eventually(t, "both answers", func() bool {
+	poll.Until(t, "both answers", func() bool {
 		return nodeStatus(t, s, "node-a").AckedVersion == "4" && nodeStatus(t, s, "node-b").NackedVersion == "4"
 	})
 	if na := nodeStatus(t, s, "node-a"); na.NackedVersion != "" || na.NackError != "" {
@@ -349,7 +339,7 @@ func TestNodesAreTrackedSeparately(t *testing.T) {
 
 	// node-b hangs up: it is remembered, disconnected; node-a is not affected.
 	b.cancel()
-	eventually(t, "node-b to be disconnected", func() bool { return !nodeStatus(t, s, "node-b").Connected })
+	poll.Until(t, "node-b to be disconnected", func() bool { return !nodeStatus(t, s, "node-b").Connected })
 	if !nodeStatus(t, s, "node-a").Connected {
 		t.Error("node-a shows disconnected")
 	}
@@ -362,7 +352,7 @@ func TestReconnectingNodeReportsTheVersionItRuns(t *testing.T) {
 	// First request of a new stream: version_info is what the node applied
 	// before (for example from before an admin restart).
 	c.send("9", "", "")
-	eventually(t, "the node", func() bool { return len(s.Nodes()) == 1 })
+	poll.Until(t, "the node", func() bool { return len(s.Nodes()) == 1 })
 	if n := nodeStatus(t, s, "envoy-1"); n.AckedVersion != "9" {
 		t.Errorf("AckedVersion %q, want 9 from the reconnect's version_info", n.AckedVersion)
 	}
@@ -445,7 +435,7 @@ func TestServeStopsWhenContextEnds(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Error("the client's stream did not end")
 	}
-	eventually(t, "the node to show disconnected", func() bool { return !nodeStatus(t, s, "envoy-1").Connected })
+	poll.Until(t, "the node to show disconnected", func() bool { return !nodeStatus(t, s, "envoy-1").Connected })
 }
 
 func TestTrackerForgetsOldestDisconnectedNodes(t *testing.T) {
@@ -498,7 +488,7 @@ func TestDeltaADSIsServedAndTracked(t *testing.T) {
 	if err := stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: TypeURL, ResponseNonce: resp.GetNonce()}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the delta ACK", func() bool { return nodeStatus(t, s, "delta-envoy").AckedVersion == "3" })
+	poll.Until(t, "the delta ACK", func() bool { return nodeStatus(t, s, "delta-envoy").AckedVersion == "3" })
 
 	publish(t, s, 4, policyB)
 	resp, err = stream.Recv()
@@ -509,7 +499,7 @@ func TestDeltaADSIsServedAndTracked(t *testing.T) {
 		ErrorDetail: &status.Status{Code: 3, Message: "no"}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the delta NACK", func() bool { return nodeStatus(t, s, "delta-envoy").NackedVersion == "4" })
+	poll.Until(t, "the delta NACK", func() bool { return nodeStatus(t, s, "delta-envoy").NackedVersion == "4" })
 	if n := nodeStatus(t, s, "delta-envoy"); n.NackError != "no" || n.AckedVersion != "3" {
 		t.Errorf("after the delta NACK: %+v", n)
 	}

@@ -85,7 +85,7 @@ func appendIP(dst []byte, n int) []byte {
 
 // BenchmarkBoundedMemory: ns per request with one client address and with
 // one million distinct ones, per storage setup, each against the empty
-// plugin in the same run (x-floor). The target compares the two
+// plugin in the same run (x-floor). The target compares the two
 // lines of one setup: keys=1000000 within 1.2x of keys=1.
 func BenchmarkBoundedMemory(b *testing.B) {
 	for _, c := range boundedConfigs {

@@ -76,7 +76,7 @@ func ruleKeys(t testing.TB, sd *wasmhost.SharedData, rule string, maxKeys int) (
 	return keys, identities
 }
 
-// The acceptance test: 1,000,000 distinct ip:address identities
+// The bound at scale: 1,000,000 distinct ip:address identities
 // through the compiled .wasm; the rule never has more than max_keys keys
 // (it has max_keys/4, each holding up to four identities: never more than
 // max_keys identities).

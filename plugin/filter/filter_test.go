@@ -77,7 +77,7 @@ func TestSeedTieredExample(t *testing.T) {
 	}
 }
 
-// The issue's configuration: two policies, both apply.
+// Two policies, both apply.
 const issueConfig = `{
   "mode": "enforce",
   "policies": [
@@ -125,7 +125,7 @@ func TestStackingNoPartialConsumption(t *testing.T) {
 	  {"name": "users", "rules": [{"name": "per-user", "limit_keys": ["header:x-user"], "algorithm": "token_bucket",
 	    "algorithm_config": {"rps": 0.001, "burst": 5}}]},
 	  {"name": "ips", "rules": [{"name": "per-ip", "limit_keys": ["ip:address"], "algorithm": "token_bucket",
-	    "algorithm_config": {"rps": 0.001, "burst": 3}}]}
+	    "algorithm_config": {"rps": 0.0005, "burst": 3}}]}
 	]}`
 	f := start(t, cfg, 1)
 	if got := f.admitted(6, "x-user", "u1", "@ip", "10.1.1.1:1"); got != 3 {
@@ -141,10 +141,15 @@ func TestStackingNoPartialConsumption(t *testing.T) {
 	if tok := f.tokens("per-ip", "10.1.1.2"); !near(tok, 1) {
 		t.Fatalf("per-ip tokens = %v, want 1", tok)
 	}
-	// Both rules refuse: Retry-After covers the longer wait.
+	// Both rules refuse: per-user needs 1000 s for a token, per-ip 2000 s;
+	// Retry-After covers the longer wait (plus at most 50% jitter, so
+	// per-user's wait alone could not exceed 1500).
 	res := f.do("x-user", "u1", "@ip", "10.1.1.1:1")
 	if !res.Rejected {
 		t.Fatal("not rejected")
+	}
+	if ra := mustAtoi(t, mustHeader(t, res.Local.Headers, "retry-after")); ra < 2000 || ra > 3000 {
+		t.Fatalf("Retry-After %d, want per-ip's 2000 s wait plus at most 50%% jitter", ra)
 	}
 }
 
@@ -335,6 +340,9 @@ func TestHeaderCostAndDefaultCost(t *testing.T) {
 	res := f.do("x-api-key", "k", "x-request-weight", "1")
 	if !res.Rejected {
 		t.Fatal("cost above the remaining tokens admitted")
+	}
+	if ra := mustHeader(t, res.Local.Headers, "retry-after"); ra != "1" {
+		t.Fatalf("Retry-After %s, want 1 (0.5 tokens missing at 10 per second, rounded up)", ra)
 	}
 	// Query cost (percent-decoded) and default cost 1.
 	f.do("x-tenant", "t", ":path", "/x?cost=%33")

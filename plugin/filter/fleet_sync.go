@@ -32,6 +32,7 @@ type fleetState struct {
 	vmID         string
 	node         string
 	healthy      bool // the backend answered the last call (as seen by this VM)
+	failed       int  // calls failed in a row (for the recovery line)
 	reportedSize int  // x-sluice-fleet-size from the backend, 0 if never sent
 	fallbackUsed bool
 	pending      map[string]*pendingFetch
@@ -466,6 +467,7 @@ func (p *pluginContext) backendFailed(batch *syncBatch, why string) {
 		}
 	}
 	p.vm.fleet.setHealth(false, 0)
+	p.vm.fleet.failed++
 	p.vm.logLimited(logFleet, "sluice: fleet: rate limit service call failed ("+why+"); leases are spent until they expire, then on_backend_down applies")
 }
 
@@ -486,6 +488,10 @@ func (p *pluginContext) onRLSResponse(batch *syncBatch, nh, nb, nt int) {
 	if err != "" {
 		p.backendFailed(batch, err)
 	} else {
+		if fs.failed > 0 {
+			proxywasm.LogInfo("sluice: fleet: rate limit service answering again after " + itoa(int64(fs.failed)) + " failed calls; global limits are enforced from new leases")
+			fs.failed = 0
+		}
 		fs.setHealth(true, size)
 		for i := range batch.items {
 			p.applyStatus(&batch.items[i], &fs.resp.Statuses[i], now)
@@ -512,19 +518,21 @@ func (p *pluginContext) finishBatch(batch *syncBatch, now int64) {
 // absent) and an error text ("" when fine).
 func (p *pluginContext) readRLSResponse(nh, nb, nt, want int) (int, string) {
 	if nh == 0 {
-		return 0, "no response"
+		return 0, "no response: the call timed out or the cluster could not reach the service (a gRPC rate limit service needs an HTTP/2 cluster)"
 	}
 	hs, err := proxywasm.GetHttpCallResponseHeaders()
 	if err != nil {
 		return 0, "response headers: " + err.Error()
 	}
-	status, grpcStatus, size := "", "", 0
+	status, grpcStatus, grpcMessage, size := "", "", "", 0
 	for _, h := range hs {
 		switch h[0] {
 		case ":status":
 			status = h[1]
 		case "grpc-status":
 			grpcStatus = h[1]
+		case "grpc-message":
+			grpcMessage = h[1]
 		case "x-sluice-fleet-size":
 			if n, err := strconv.Atoi(h[1]); err == nil && n > 0 && n <= 100000 {
 				size = n
@@ -534,8 +542,11 @@ func (p *pluginContext) readRLSResponse(nh, nb, nt, want int) (int, string) {
 	if nt > 0 {
 		if ts, err := proxywasm.GetHttpCallResponseTrailers(); err == nil {
 			for _, t := range ts {
-				if t[0] == "grpc-status" {
+				switch t[0] {
+				case "grpc-status":
 					grpcStatus = t[1]
+				case "grpc-message":
+					grpcMessage = t[1]
 				}
 			}
 		}
@@ -546,7 +557,7 @@ func (p *pluginContext) readRLSResponse(nh, nb, nt, want int) (int, string) {
 	case grpcStatus == "":
 		return 0, "no grpc-status"
 	case grpcStatus != "0":
-		return 0, "grpc-status " + limitText(grpcStatus)
+		return 0, grpcStatusText(grpcStatus, grpcMessage)
 	case nb > rls.MaxMessage+5:
 		return 0, "response too large"
 	}
@@ -566,6 +577,24 @@ func (p *pluginContext) readRLSResponse(nh, nb, nt, want int) (int, string) {
 		return 0, "expected " + strconv.Itoa(want) + " descriptor statuses, got " + strconv.Itoa(len(fs.resp.Statuses))
 	}
 	return size, ""
+}
+
+// grpcCodes names the gRPC status codes, by number.
+var grpcCodes = [...]string{"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+	"NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+	"ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"}
+
+// grpcStatusText describes a failed gRPC status: "gRPC UNAVAILABLE (14):
+// <grpc-message>", the code's number alone if it has no name.
+func grpcStatusText(code, message string) string {
+	text := "gRPC status " + limitText(code)
+	if n, err := strconv.Atoi(code); err == nil && n >= 0 && n < len(grpcCodes) {
+		text = "gRPC " + grpcCodes[n] + " (" + code + ")"
+	}
+	if message != "" {
+		text += ": " + limitText(message)
+	}
+	return text
 }
 
 func limitText(s string) string {

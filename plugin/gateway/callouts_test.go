@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,7 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/plugin/wasmhost"
-	"github.com/sluice-rl/sluice/plugin/wasmhost/wasmtest"
+	"github.com/sluice-rl/sluice/plugin/wasmhost/netcall/netcalltest"
 )
 
 func TestParseClusters(t *testing.T) {
@@ -45,60 +43,6 @@ const telemetryPluginConfig = `{"telemetry": {"cluster": "admin", "token": "tok-
   "rules": [{"name": "per-ip", "limit_keys": ["ip:address"], "algorithm": "token_bucket",
   "algorithm_config": {"rps": 0.001, "burst": 3}}]}`
 
-// callHost runs the plugin with the Callouts handler for the given clusters;
-// every call is also sent on the returned channel (to wait for delivery).
-func callHost(t *testing.T, config string, vms int, clusters map[string]string) (*wasmhost.Host, *wasmhost.ManualClock, chan *wasmhost.HTTPCall) {
-	t.Helper()
-	specs := []string{}
-	for n, u := range clusters {
-		specs = append(specs, n+"="+u)
-	}
-	cl, err := parseClusters(specs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	co := NewCallouts(ctx, cl, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	calls := make(chan *wasmhost.HTTPCall, 64)
-	clock := wasmhost.NewManualClock(time.Now().Truncate(time.Second))
-	h, err := wasmhost.New(context.Background(), wasmhost.Config{
-		Wasm: wasmtest.Build(t, "./plugin"), PluginConfig: []byte(config), VMs: vms, Clock: clock,
-		NodeID: "gw-1", Clusters: co.Names(),
-		HTTPCalls: wasmhost.HTTPCallHandlerFunc(func(c *wasmhost.HTTPCall) {
-			co.HandleHTTPCall(c)
-			calls <- c
-		}),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = h.Close(context.Background()) })
-	return h, clock, calls
-}
-
-// tickAndWait advances the clock, ticks, and waits until n calls were
-// answered and delivered to the plugin.
-func tickAndWait(t *testing.T, h *wasmhost.Host, clock *wasmhost.ManualClock, calls chan *wasmhost.HTTPCall, n int) {
-	t.Helper()
-	clock.Advance(time.Second)
-	if err := h.Tick(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for i := 0; i < n; i++ {
-		select {
-		case c := <-calls:
-			if err := c.Wait(ctx); err != nil {
-				t.Fatal(err)
-			}
-		case <-ctx.Done():
-			t.Fatalf("only %d of %d calls", i, n)
-		}
-	}
-}
-
 type seenReport struct {
 	Node           string `json:"node"`
 	Seq            int    `json:"seq"`
@@ -129,7 +73,7 @@ func TestCalloutsDeliverReports(t *testing.T) {
 		w.WriteHeader(status)
 	}))
 	defer srv.Close()
-	h, clock, calls := callHost(t, telemetryPluginConfig, 2, map[string]string{"admin": srv.URL})
+	h, clock, calls := netcalltest.Host(t, telemetryPluginConfig, 2, map[string]string{"admin": srv.URL})
 	for i := 0; i < 5; i++ {
 		if _, err := h.VM(i%2).HTTP(context.Background(), &wasmhost.Request{
 			Headers:    []wasmhost.Header{{":path", "/"}},
@@ -138,11 +82,11 @@ func TestCalloutsDeliverReports(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tickAndWait(t, h, clock, calls, 2) // answered 500: dropped
+	netcalltest.TickAndWait(t, h, clock, calls, 2) // answered 500: dropped
 	mu.Lock()
 	status = http.StatusNoContent
 	mu.Unlock()
-	tickAndWait(t, h, clock, calls, 2)
+	netcalltest.TickAndWait(t, h, clock, calls, 2)
 	mu.Lock()
 	defer mu.Unlock()
 	if len(got) != 4 {
@@ -177,9 +121,9 @@ func TestCalloutsFailures(t *testing.T) {
 	dead.Close()
 	for name, url := range map[string]string{"slow": slow.URL, "dead": deadURL} {
 		t.Run(name, func(t *testing.T) {
-			h, clock, calls := callHost(t, telemetryPluginConfig, 1, map[string]string{"admin": url})
+			h, clock, calls := netcalltest.Host(t, telemetryPluginConfig, 1, map[string]string{"admin": url})
 			start := time.Now()
-			tickAndWait(t, h, clock, calls, 1)
+			netcalltest.TickAndWait(t, h, clock, calls, 1)
 			if d := time.Since(start); d > 3*time.Second {
 				t.Fatalf("took %v (timeout 300ms)", d)
 			}
@@ -190,7 +134,7 @@ func TestCalloutsFailures(t *testing.T) {
 	}
 	// Unknown to the handler (the host lists no such cluster: the dispatch
 	// itself fails, as in Envoy).
-	h, clock, _ := callHost(t, strings.Replace(telemetryPluginConfig, `"admin"`, `"other"`, 1), 1, map[string]string{"admin": slow.URL})
+	h, clock, _ := netcalltest.Host(t, strings.Replace(telemetryPluginConfig, `"admin"`, `"other"`, 1), 1, map[string]string{"admin": slow.URL})
 	clock.Advance(time.Second)
 	if err := h.Tick(context.Background()); err != nil {
 		t.Fatal(err)

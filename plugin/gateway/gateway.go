@@ -126,7 +126,7 @@ func Start(ctx context.Context, opts Options, logger *slog.Logger) (*Gateway, er
 		VMs:          opts.VMs,
 		VMID:         "sluice",
 		RootID:       "sluice",
-		LogWriter:    logWriter{logger},
+		LogFunc:      pluginLog(logger),
 		NodeID:       nodeID, // property node.id, e.g. in telemetry reports
 		Clusters:     callouts.Names(),
 		HTTPCalls:    callouts,
@@ -140,6 +140,7 @@ func Start(ctx context.Context, opts Options, logger *slog.Logger) (*Gateway, er
 	}
 	host.StartTicker(runCtx)
 	gw.cur.Store(&hostRef{host: host, env: gw.hostCfg.Env})
+	gw.warnMissingClusters(config)
 
 	gw.listener, err = net.Listen("tcp", opts.Listen)
 	if err != nil {
@@ -175,6 +176,13 @@ func Start(ctx context.Context, opts Options, logger *slog.Logger) (*Gateway, er
 		logger.Info("gateway ready", "listen", gw.URL(), "upstream", gw.upstream.String(), "vms", opts.VMs, "config", opts.ConfigPath)
 	}
 	return gw, nil
+}
+
+// config returns the plugin configuration in force.
+func (gw *Gateway) config() []byte {
+	gw.configMu.Lock()
+	defer gw.configMu.Unlock()
+	return append([]byte(nil), gw.configSum...)
 }
 
 // URL is the gateway's base URL.
@@ -420,12 +428,27 @@ func (gw *Gateway) reloadIfChanged(ctx context.Context) {
 	}
 	gw.configSum = data
 	gw.log.Info("configuration reloaded; bucket state kept", "path", gw.opts.ConfigPath)
+	gw.warnMissingClusters(data)
 }
 
-// logWriter forwards guest log lines to the gateway's logger.
-type logWriter struct{ log *slog.Logger }
+// pluginLog forwards guest log lines to the gateway's logger at their own
+// level: a plugin warning is a WARN line, as in Envoy's log.
+func pluginLog(log *slog.Logger) func(wasmhost.LogEntry) {
+	return func(e wasmhost.LogEntry) {
+		log.Log(context.Background(), slogLevel(e.Level), strings.TrimRight(e.Message, "\n"), "from", "plugin", "vm", e.VM)
+	}
+}
 
-func (l logWriter) Write(p []byte) (int, error) {
-	l.log.Info("plugin", "msg", strings.TrimRight(string(p), "\n"))
-	return len(p), nil
+// slogLevel maps a proxy-wasm log level onto slog's (trace is debug,
+// critical is error).
+func slogLevel(l wasmhost.LogLevel) slog.Level {
+	switch {
+	case l <= wasmhost.LogLevelDebug:
+		return slog.LevelDebug
+	case l == wasmhost.LogLevelInfo:
+		return slog.LevelInfo
+	case l == wasmhost.LogLevelWarn:
+		return slog.LevelWarn
+	}
+	return slog.LevelError
 }

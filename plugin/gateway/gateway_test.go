@@ -11,10 +11,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sluice-rl/sluice/internal/poll"
+	"github.com/sluice-rl/sluice/plugin/wasmhost"
 	"github.com/sluice-rl/sluice/plugin/wasmhost/wasmtest"
 )
 
@@ -44,7 +47,25 @@ func newUpstream(t *testing.T) *upstream {
 	return u
 }
 
-func startGateway(t *testing.T, upstreamURL, config string) (*Gateway, string) {
+// logBuffer collects the gateway's log for a test to read.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func startGateway(t *testing.T, upstreamURL, config string) (*Gateway, string, *logBuffer) {
 	t.Helper()
 	dir := t.TempDir()
 	wasmPath := filepath.Join(dir, "ratelimit.wasm")
@@ -55,6 +76,7 @@ func startGateway(t *testing.T, upstreamURL, config string) (*Gateway, string) {
 	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	logs := &logBuffer{}
 	gw, err := Start(context.Background(), Options{
 		Listen:         "127.0.0.1:0",
 		Upstream:       upstreamURL,
@@ -62,7 +84,7 @@ func startGateway(t *testing.T, upstreamURL, config string) (*Gateway, string) {
 		WasmPath:       wasmPath,
 		VMs:            2,
 		ReloadInterval: 20 * time.Millisecond,
-	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +95,7 @@ func startGateway(t *testing.T, upstreamURL, config string) (*Gateway, string) {
 			t.Errorf("close: %v", err)
 		}
 	})
-	return gw, configPath
+	return gw, configPath, logs
 }
 
 func get(t *testing.T, url string) (*http.Response, string) {
@@ -102,7 +124,7 @@ func getWith(t *testing.T, url string, headers ...string) (*http.Response, strin
 
 func TestGatewayProxiesThenRejectsWith429(t *testing.T) {
 	up := newUpstream(t)
-	gw, _ := startGateway(t, up.srv.URL, enforceConfig)
+	gw, _, _ := startGateway(t, up.srv.URL, enforceConfig)
 
 	for i := 0; i < 3; i++ {
 		resp, body := get(t, gw.URL()+"/x?i="+strconv.Itoa(i))
@@ -131,7 +153,7 @@ func TestGatewayProxiesThenRejectsWith429(t *testing.T) {
 
 func TestGatewayReloadKeepsBuckets(t *testing.T) {
 	up := newUpstream(t)
-	gw, configPath := startGateway(t, up.srv.URL, enforceConfig)
+	gw, configPath, logs := startGateway(t, up.srv.URL, enforceConfig)
 	for i := 0; i < 3; i++ {
 		get(t, gw.URL())
 	}
@@ -142,7 +164,7 @@ func TestGatewayReloadKeepsBuckets(t *testing.T) {
 	// Shadow mode lets the request through and marks it upstream: proof the
 	// new configuration is in force.
 	writeConfig(t, configPath, shadowConfig)
-	waitFor(t, "shadow config to apply", func() bool {
+	poll.Until(t, "shadow config to apply", func() bool {
 		resp, _ := get(t, gw.URL())
 		return resp.StatusCode == 200
 	})
@@ -152,7 +174,7 @@ func TestGatewayReloadKeepsBuckets(t *testing.T) {
 
 	// Back to enforce: the bucket is still empty (not reset to a full burst).
 	writeConfig(t, configPath, enforceConfig)
-	waitFor(t, "enforce config to apply", func() bool {
+	poll.Until(t, "enforce config to apply", func() bool {
 		resp, _ := get(t, gw.URL())
 		return resp.StatusCode == 429
 	})
@@ -162,9 +184,15 @@ func TestGatewayReloadKeepsBuckets(t *testing.T) {
 		}
 	}
 
-	// A configuration the plugin rejects leaves the old one in force.
+	// A configuration the plugin rejects is seen, refused with the
+	// plugin's reason, and leaves the old one in force.
 	writeConfig(t, configPath, `{"rules": [{"name": "per-ip", "algorithm": "nope"}]}`)
-	time.Sleep(200 * time.Millisecond)
+	poll.Until(t, "the gateway to log the refused configuration", func() bool {
+		return strings.Contains(logs.String(), "plugin rejected the new configuration")
+	})
+	if !strings.Contains(logs.String(), "nope") {
+		t.Errorf("the refusal does not name the bad algorithm:\n%s", logs.String())
+	}
 	if resp, _ := get(t, gw.URL()); resp.StatusCode != 429 {
 		t.Fatalf("after a rejected config: status %d, want the old config's 429", resp.StatusCode)
 	}
@@ -206,14 +234,25 @@ func writeConfig(t *testing.T, path, config string) {
 	}
 }
 
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if ok() {
-			return
-		}
-		time.Sleep(30 * time.Millisecond)
+func TestPluginLogLinesKeepTheirLevel(t *testing.T) {
+	var out logBuffer
+	f := pluginLog(slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	for _, e := range []wasmhost.LogEntry{
+		{VM: 0, Level: wasmhost.LogLevelTrace, Message: "t"},
+		{VM: 0, Level: wasmhost.LogLevelInfo, Message: "i"},
+		{VM: 1, Level: wasmhost.LogLevelWarn, Message: "w\n"},
+		{VM: 1, Level: wasmhost.LogLevelCritical, Message: "c"},
+	} {
+		f(e)
 	}
-	t.Fatalf("timed out waiting for %s", what)
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	want := []string{"level=DEBUG msg=t from=plugin vm=0", "level=INFO msg=i from=plugin vm=0", "level=WARN msg=w from=plugin vm=1", "level=ERROR msg=c from=plugin vm=1"}
+	if len(lines) != len(want) {
+		t.Fatalf("log:\n%s", out.String())
+	}
+	for i, w := range want {
+		if !strings.HasSuffix(lines[i], w) {
+			t.Errorf("line %d %q, want it to end with %q", i, lines[i], w)
+		}
+	}
 }

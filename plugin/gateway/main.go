@@ -18,6 +18,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -42,12 +43,17 @@ func run(args []string) error {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	return serve(ctx, opts, logger, os.Stdout)
+}
 
+// serve runs the gateway until ctx ends: it prints where it runs (and, for
+// the demo policy, what to try) to out, and sends the demo traffic.
+func serve(ctx context.Context, opts Options, logger *slog.Logger, out io.Writer) error {
 	gw, err := Start(ctx, opts, logger)
 	if err != nil {
 		return err
 	}
-	printTryIt(os.Stdout, gw)
+	printTryIt(out, gw, gw.config())
 	go demoTraffic(ctx, gw.URL(), opts.DemoTraffic)
 	<-ctx.Done()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -247,6 +247,7 @@ func (gw *Gateway) applyConfig(ctx context.Context, config []byte, pushed map[st
 			return err
 		}
 		gw.configSum = append([]byte(nil), config...)
+		gw.warnMissingClusters(config)
 		return nil
 	}
 	if bytes.Equal(config, gw.configSum) {
@@ -256,6 +257,7 @@ func (gw *Gateway) applyConfig(ctx context.Context, config []byte, pushed map[st
 		return err
 	}
 	gw.configSum = append([]byte(nil), config...)
+	gw.warnMissingClusters(config)
 	return nil
 }
 

@@ -19,7 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/sluice-rl/sluice/admin/xds"
+	"github.com/sluice-rl/sluice/internal/poll"
 	"github.com/sluice-rl/sluice/plugin/wasmhost/wasmtest"
 )
 
@@ -33,68 +33,6 @@ const enforce503Config = `{"reject_status": 503, "rules": [{"name": "per-ip", "l
 
 const invalidConfig = `{"rules": [{"name": "per-ip", "limit_keys": ["ip:address"], "algorithm": "leaky_nope",
   "algorithm_config": {"rps": 1, "burst": 1}}]}`
-
-// admin runs an admin xDS server (the real one) on addr until stop.
-type admin struct {
-	srv  *xds.Server
-	stop func()
-}
-
-func startAdmin(t *testing.T, addr string) *admin { return startAdminWith(t, addr, xds.Options{}) }
-
-func startAdminWith(t *testing.T, addr string, opts xds.Options) *admin {
-	t.Helper()
-	var lis net.Listener
-	var err error
-	for i := 0; i < 50; i++ { // the previous admin's port may take a moment to free
-		if lis, err = net.Listen("tcp", addr); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := xds.NewServer(slog.New(slog.DiscardHandler), opts)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	a := &admin{srv: srv}
-	stopped := false
-	a.stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("admin Serve: %v", err)
-		}
-	}
-	t.Cleanup(a.stop)
-	return a
-}
-
-func (a *admin) publish(t *testing.T, n int64, config string) {
-	t.Helper()
-	if err := a.srv.Publish(context.Background(), xds.Version{Number: n, JSON: []byte(config)}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (a *admin) node(id string) xds.NodeStatus {
-	for _, n := range a.srv.Nodes() {
-		if n.ID == id {
-			return n
-		}
-	}
-	return xds.NodeStatus{}
-}
-
-func (a *admin) waitAcked(t *testing.T, node, version string) {
-	t.Helper()
-	waitFor(t, "node "+node+" to ACK version "+version, func() bool { return a.node(node).AckedVersion == version })
-}
 
 // freeAddr returns a loopback address nobody listens on (for now).
 func freeAddr(t *testing.T) string {
@@ -206,7 +144,7 @@ func TestXDSPolicyUpdatesFollowTheAdmin(t *testing.T) {
 
 	// An invalid policy: NACKed with the plugin's error, C stays in force.
 	adm.publish(t, 4, invalidConfig)
-	waitFor(t, "the NACK of version 4", func() bool { return adm.node("gw-test").NackedVersion == "4" })
+	poll.Until(t, "the NACK of version 4", func() bool { return adm.node("gw-test").NackedVersion == "4" })
 	n := adm.node("gw-test")
 	if n.AckedVersion != "3" || !strings.Contains(n.NackError, "leaky_nope") {
 		t.Errorf("after the invalid policy: %+v, want ACKed 3 and a NACK error naming the bad algorithm", n)
@@ -228,7 +166,7 @@ func TestXDSPolicyUpdatesFollowTheAdmin(t *testing.T) {
 	// A new admin process on the same address: the gateway reconnects,
 	// reports the version it runs, and takes the new policy, buckets intact.
 	adm2 := startAdmin(t, addr)
-	waitFor(t, "the gateway to reconnect", func() bool { return adm2.node("gw-test").Connected })
+	poll.Until(t, "the gateway to reconnect", func() bool { return adm2.node("gw-test").Connected })
 	if got := adm2.node("gw-test").AckedVersion; got != "3" {
 		t.Errorf("after reconnecting the gateway reports version %q, want 3 (what it runs)", got)
 	}
@@ -236,15 +174,6 @@ func TestXDSPolicyUpdatesFollowTheAdmin(t *testing.T) {
 	adm2.waitAcked(t, "gw-test", "5")
 	if got := statusOf(t, gw); got != 429 {
 		t.Fatalf("policy 5 after the admin restart: status %d, want 429 (bucket still empty)", got)
-	}
-}
-
-func TestXDSResourceNameMatchesTheAdmin(t *testing.T) {
-	if defaultXDSResource != xds.DefaultResourceName {
-		t.Errorf("gateway subscribes to %q, admin serves %q", defaultXDSResource, xds.DefaultResourceName)
-	}
-	if ecdsTypeURL != xds.TypeURL {
-		t.Errorf("gateway type URL %q, admin %q", ecdsTypeURL, xds.TypeURL)
 	}
 }
 

@@ -28,6 +28,7 @@ func init() {
 	for _, mode := range []string{"deny", "allow", "local_share"} {
 		register(Case{Name: "FleetLeasesAndBackendDown_" + mode, Run: func(t *testing.T, start Starter) { fleetLeases(t, start, mode) }})
 	}
+	register(Case{Name: "FleetFailedCallNamesTheGRPCStatus", Run: fleetGRPCStatusLogged})
 }
 
 func fleetConfig(onDown string) string {
@@ -239,6 +240,9 @@ func fleetLeases(t *testing.T, start Starter, onDown string) {
 	if metric(h, "sluice.rule.g.backend_errors") == 0 {
 		t.Error("the failed call is not counted in backend_errors")
 	}
+	if logsContaining(h, "rate limit service call failed (no response: ") != 1 {
+		t.Errorf("the failed call is not logged once with its cause: %q", h.Logs())
+	}
 	first := settled(t, "waiter of the failed ask", res)
 	downAdmitted := admitted(t, h, 59, acme)
 	if !first.Rejected {
@@ -281,6 +285,9 @@ func fleetLeases(t *testing.T, start Starter, onDown string) {
 	// requests lease again instead of falling back.
 	step(t, h, 100*time.Millisecond)
 	probed := grantAll(t, h, node)
+	if logsContaining(h, "rate limit service answering again after") != 1 {
+		t.Errorf("the recovery is not logged once: %q", h.Logs())
+	}
 	grantedBefore := metric(h, "sluice.rule.g.global_granted")
 	fallback = metric(h, "sluice.rule.g.fallback_local")
 	for i := 0; i < 3; i++ {
@@ -303,4 +310,26 @@ func fleetLeases(t *testing.T, start Starter, onDown string) {
 		lease, betaLease, probed, metric(h, "sluice.rule.g.global_granted"), metric(h, "sluice.rule.g.global_fetches"),
 		metric(h, "sluice.rule.g.backend_errors"), metric(h, "sluice.rule.g.fallback_local"))
 	noRecoveredPanics(t, h)
+}
+
+// fleetGRPCStatusLogged: a rate limit service answering with a gRPC error
+// is logged with the status's name and message, not only its number.
+func fleetGRPCStatusLogged(t *testing.T, start Starter) {
+	const node = "node-a"
+	h := mustStart(t, start, Options{NodeID: node, Config: []byte(fleetConfig("allow"))})
+	res := do(t, h, req("x-tenant", "acme"))
+	if !res.Paused {
+		t.Fatal("not paused for a lease")
+	}
+	c := onlyCall(t, h, "first lease")
+	hs := []Header{{":status", "200"}, {"content-type", "application/grpc"}, {"grpc-status", "14"}, {"grpc-message", "no healthy upstream"}}
+	if err := h.Respond(c.ID, hs, nil); err != nil {
+		t.Fatal(err)
+	}
+	if final := settled(t, "the waiter", res); final.Rejected {
+		t.Fatal("rejected with on_backend_down allow")
+	}
+	if logsContaining(h, `call failed (gRPC UNAVAILABLE (14): "no healthy upstream")`) != 1 {
+		t.Errorf("logs %q, want the failure named UNAVAILABLE with its message", h.Logs())
+	}
 }

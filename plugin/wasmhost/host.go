@@ -58,6 +58,9 @@ type Config struct {
 	Canary bool
 	// LogWriterLevel is the least level echoed to LogWriter (default Trace).
 	LogWriterLevel LogLevel
+	// LogFunc, when non-nil, receives every guest log line with its level
+	// (the development gateway maps the levels onto its own logger).
+	LogFunc func(LogEntry)
 	// MaxLogs bounds the captured logs (oldest dropped); default 100000.
 	MaxLogs int
 }

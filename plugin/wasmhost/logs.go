@@ -66,9 +66,14 @@ func (s *logStore) sinceVM(seq, vm int) []LogEntry {
 	return out
 }
 
-// log records a guest log line and echoes it to Config.LogWriter.
+// log records a guest log line and echoes it to Config.LogFunc and
+// Config.LogWriter.
 func (h *Host) log(vm int, level LogLevel, msg string) {
-	h.logs.add(LogEntry{VM: vm, Level: level, Message: msg})
+	e := LogEntry{VM: vm, Level: level, Message: msg}
+	h.logs.add(e)
+	if f := h.cfg.LogFunc; f != nil {
+		f(e)
+	}
 	if w := h.cfg.LogWriter; w != nil && level >= h.cfg.LogWriterLevel {
 		fmt.Fprintf(w, "[wasm vm %d %s] %s\n", vm, level, msg)
 	}

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-rl/sluice/admin/store"
 	"github.com/sluice-rl/sluice/admin/telemetry"
 	"github.com/sluice-rl/sluice/plugin/wasmhost"
+	"github.com/sluice-rl/sluice/plugin/wasmhost/netcall/netcalltest"
 )
 
 const (
@@ -70,7 +71,7 @@ func adminServer(t *testing.T) (*httptest.Server, *telemetry.State) {
 func TestTelemetryEndToEnd(t *testing.T) {
 	srv, state := adminServer(t)
 	const vms = 3
-	h, clock, calls := callHost(t, e2eConfig, vms, map[string]string{"sluice_admin": srv.URL})
+	h, clock, calls := netcalltest.Host(t, e2eConfig, vms, map[string]string{"sluice_admin": srv.URL})
 
 	keys := []string{"sk_live_aaaaaaaaaaaa1", "sk_live_bbbbbbbbbbbb2"}
 	rejected := map[string]int{}
@@ -90,8 +91,8 @@ func TestTelemetryEndToEnd(t *testing.T) {
 	if rejected[keys[0]] != 4 || rejected[keys[1]] != 4 {
 		t.Fatalf("rejected %v, want 4 per key", rejected)
 	}
-	tickAndWait(t, h, clock, calls, vms)
-	tickAndWait(t, h, clock, calls, vms) // a second report per VM: deltas of zero
+	netcalltest.TickAndWait(t, h, clock, calls, vms)
+	netcalltest.TickAndWait(t, h, clock, calls, vms) // a second report per VM: deltas of zero
 
 	if v, _ := h.Metric("sluice.telemetry.dropped"); v != 0 {
 		t.Fatalf("%d reports dropped", v)
@@ -149,7 +150,7 @@ func TestTelemetryAdminDown(t *testing.T) {
 	down.Close()
 	for name, url := range map[string]string{"unauthorized": srv.URL, "down": downURL} {
 		t.Run(name, func(t *testing.T) {
-			h, clock, calls := callHost(t, cfg, 2, map[string]string{"sluice_admin": url})
+			h, clock, calls := netcalltest.Host(t, cfg, 2, map[string]string{"sluice_admin": url})
 			allowed := 0
 			for round := 0; round < 3; round++ {
 				for i := 0; i < 4; i++ {
@@ -164,7 +165,7 @@ func TestTelemetryAdminDown(t *testing.T) {
 						allowed++
 					}
 				}
-				tickAndWait(t, h, clock, calls, 2)
+				netcalltest.TickAndWait(t, h, clock, calls, 2)
 			}
 			if allowed != 3 {
 				t.Errorf("allowed %d, want 3 (the burst)", allowed)

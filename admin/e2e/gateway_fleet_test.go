@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-rl/sluice/admin/telemetry"
 	"github.com/sluice-rl/sluice/plugin/wasmhost"
+	"github.com/sluice-rl/sluice/plugin/wasmhost/netcall/netcalltest"
 )
 
 // grantAllRLS answers every descriptor OK.
@@ -45,7 +46,7 @@ func TestFleetThroughGateway(t *testing.T) {
 	  "rules": [{"name": "g", "scope": "global", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
 	    "algorithm_config": {"tokens_per_second": 100, "burst": 100}}]}`
 	const vms = 2
-	h, clock, calls := callHost(t, config, vms, map[string]string{"sluice_admin": srv.URL, "rls": "h2c://" + ln.Addr().String()})
+	h, clock, calls := netcalltest.Host(t, config, vms, map[string]string{"sluice_admin": srv.URL, "rls": "h2c://" + ln.Addr().String()})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
