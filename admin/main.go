@@ -41,6 +41,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dustin/go-humanize"
+
 	"github.com/sluice-rl/sluice/admin/auth"
 	"github.com/sluice-rl/sluice/admin/fleet"
 	"github.com/sluice-rl/sluice/admin/fleet/redisgcra"
@@ -76,6 +78,7 @@ type options struct {
 
 	TelemetryToken    string
 	TelemetryTokenEnv string
+	TelemetryMaxBytes int64
 	MetricsListen     string
 
 	RLSListen    string
@@ -121,10 +124,20 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		redisTimeout = v
 		return nil
 	})
+	telemetryMax := env("SLUICE_TELEMETRY_MAX_BYTES", "64MiB")
+	fs.Func("telemetry-max-bytes", "memory budget of the telemetry state (nodes, VMs, rules, series; bucket states apart), e.g. 64MiB, 1GiB; past it new nodes, VMs and rules are refused (default 64MiB) (SLUICE_TELEMETRY_MAX_BYTES)", func(v string) error {
+		telemetryMax = v
+		return nil
+	})
 	postgresTimeout := o.postgresFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
+	maxBytes, err := parseTelemetryMax(telemetryMax)
+	if err != nil {
+		return o, err
+	}
+	o.TelemetryMaxBytes = maxBytes
 	if err := o.parseFleet(redisTimeout); err != nil {
 		return o, err
 	}
@@ -171,6 +184,19 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-wasm-path: %w", err)
 	}
 	return o, nil
+}
+
+// parseTelemetryMax reads -telemetry-max-bytes: a size with an optional
+// unit (64MiB, 500MB, 1GiB), at least 1 MiB.
+func parseTelemetryMax(v string) (int64, error) {
+	n, err := humanize.ParseBytes(v)
+	if err != nil {
+		return 0, fmt.Errorf("-telemetry-max-bytes: %q is not a size (e.g. 64MiB, 1GiB)", v)
+	}
+	if n < 1<<20 || n > 1<<40 {
+		return 0, fmt.Errorf("-telemetry-max-bytes: %s is out of range; give 1MiB to 1TiB", v)
+	}
+	return int64(n), nil
 }
 
 // parseFleet checks the fleet-mode flags: the RLS and Redis go together.
@@ -306,7 +332,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err := versions.Load(ctx); err != nil {
 		return fmt.Errorf("indexing policy versions: %w", err)
 	}
-	telState := telemetry.NewState(telemetry.Options{Versions: versions})
+	telState := telemetry.NewState(telemetry.Options{Versions: versions, MaxBytes: o.TelemetryMaxBytes, Logger: logger})
 	metrics := telemetry.NewMetrics(telState)
 	if fleetSrv != nil {
 		if err := fleetSrv.Metrics().Register(metrics.Registry(), fleetSrv); err != nil {

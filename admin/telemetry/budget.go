@@ -167,6 +167,9 @@ func (s *State) dropRule(ra *ruleAgg) {
 // refuse counts a refused item and logs it, at most once a minute.
 func (s *State) refuse(what int, now time.Time) {
 	s.refused[what]++
+	if now.Unix() != s.lastRefused.Unix() {
+		s.gen++ // the dashboard's notice changes (at most once a second)
+	}
 	s.lastRefused = now
 	if s.opts.Logger == nil || (!s.lastRefusalLog.IsZero() && now.Sub(s.lastRefusalLog) < refusalLogEvery && !now.Before(s.lastRefusalLog)) {
 		return
