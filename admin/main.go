@@ -65,6 +65,7 @@ type options struct {
 	Listen        string
 	XDSListen     string
 	DataDir       string
+	Database      string
 	Token         string
 	NewToken      bool
 	WasmPath      string
@@ -97,6 +98,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.Listen, "listen", env("SLUICE_ADMIN_LISTEN", "127.0.0.1:9000"), "HTTP address of the dashboard and API (SLUICE_ADMIN_LISTEN)")
 	fs.StringVar(&o.XDSListen, "xds-listen", env("SLUICE_XDS_LISTEN", "127.0.0.1:18000"), `gRPC address of the xDS (ADS + ECDS) server; "off" disables it (SLUICE_XDS_LISTEN)`)
 	fs.StringVar(&o.DataDir, "data-dir", env("SLUICE_DATA_DIR", "./data"), "directory of the SQLite database (SLUICE_DATA_DIR)")
+	fs.StringVar(&o.Database, "database", env("SLUICE_DATABASE", ""), "PostgreSQL URL (postgres://user@host/db) for replicated admins sharing one database; empty: SQLite in -data-dir. The password is best given in PGPASSWORD or ~/.pgpass (SLUICE_DATABASE)")
 	fs.StringVar(&o.Token, "token", env("SLUICE_ADMIN_TOKEN", ""), "admin token, at least 16 characters; empty: use the stored one, or generate one at first start and print it once (SLUICE_ADMIN_TOKEN)")
 	fs.BoolVar(&o.NewToken, "new-token", false, "replace the stored admin token with a new one, end every session, print the token and exit")
 	fs.StringVar(&o.WasmPath, "wasm-path", env("SLUICE_WASM_PATH", "bin/ratelimit.wasm"), "the plugin file as Envoy sees it, pushed in the ECDS config; made absolute (SLUICE_WASM_PATH)")
@@ -146,6 +148,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q (flags only; see -h)", fs.Arg(0))
+	}
+	if o.Database != "" && !store.IsPostgresURL(o.Database) {
+		return o, errors.New("-database: give a postgres:// URL, or nothing for SQLite in -data-dir")
 	}
 	if (o.TLSCert == "") != (o.TLSKey == "") {
 		return o, errors.New("-tls-cert and -tls-key go together")
@@ -260,7 +265,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	st, err := store.Open(ctx, o.DataDir)
+	st, err := store.OpenDatabase(ctx, o.Database, o.DataDir)
 	if err != nil {
 		return err
 	}
@@ -281,7 +286,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if generated != "" {
 		fmt.Fprintf(stdout, "Generated the admin token. It is stored hashed in %s and will NOT be shown again:\n\n    %s\n\n"+
 			"Log in with it on the dashboard, or send it as \"Authorization: Bearer <token>\" to the API.\n"+
-			"Lost it? Run ratelimit-admin -new-token -data-dir %s\n\n", st.Path(), generated, o.DataDir)
+			"Lost it? Run ratelimit-admin -new-token with the same -database or -data-dir\n\n", st.Path(), generated)
 	}
 
 	// xDS: the one place where the admin meets admin/xds.
@@ -371,6 +376,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Other admin processes on the same database (replicas, or a shared
+	// data directory) may save too: push their versions as well.
+	go svc.Follow(ctx, policies.FollowEvery)
 	hcfg := httpapi.Config{
 		Policies: svc, Auth: authn, Nodes: nodes, Istio: o.Istio, Logger: logger, SecureCookies: o.SecureCookies,
 		Telemetry: telCfg,

@@ -38,6 +38,7 @@ func TestParseOptions(t *testing.T) {
 		{[]string{"extra"}, "unexpected argument"},
 		{[]string{"-nope"}, "not defined"},
 		{[]string{"-telemetry-max-bytes", "lots"}, "-telemetry-max-bytes"},
+		{[]string{"-database", "mysql://db"}, "-database"},
 		{[]string{"-telemetry-max-bytes", "10KiB"}, "-telemetry-max-bytes"},
 	} {
 		if _, err := parseOptions(c.args, io.Discard); err == nil || !strings.Contains(err.Error(), c.want) {
