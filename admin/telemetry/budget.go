@@ -60,9 +60,11 @@ func (r Refusals) Total() uint64 { return satSum(r[:]...) }
 // kindLists holds each kind of item in order of last report.
 type kindLists struct {
 	nodes, vms, series, rules list.List
+	fleet                     list.List // nodes with a fleet view, by the view's report
 }
 
 func (k *kindLists) init() {
+	k.fleet.Init()
 	k.nodes.Init()
 	k.vms.Init()
 	k.series.Init()
