@@ -586,6 +586,9 @@ func TestDashboardNoticesRefusalsAtTheTelemetryBounds(t *testing.T) {
 	if strings.Contains(page, "envoy-2") {
 		t.Error("the refused node is shown")
 	}
+	if tp := get(t, c, te.srv.URL+"/telemetry"); !strings.Contains(tp, "of 64 MiB (-telemetry-max-bytes); refused: 1 nodes, 0 VMs, 0 rules of VMs") {
+		t.Errorf("the Telemetry page lacks the memory and refusals:\n%s", tp)
+	}
 	_, metrics := te.call(t, "GET", "/metrics", testToken, "", "")
 	for _, want := range []string{`sluice_telemetry_reports_total{result="refused"} 1`, `sluice_telemetry_refused_total{what="node"} 1`} {
 		if !strings.Contains(fmt.Sprint(metrics["_raw"]), want) {

@@ -74,6 +74,9 @@ func rebind(pg bool, q string) string {
 		case c == '?' && !quoted:
 			n++
 			b.WriteString("$" + strconv.Itoa(n))
+			if i+1 < len(q) && q[i+1] >= '0' && q[i+1] <= '9' {
+				b.WriteByte(' ') // "?0" is not "$10"
+			}
 			continue
 		}
 		b.WriteByte(c)

@@ -176,3 +176,42 @@ func TestRebindOutsideQuotes(t *testing.T) {
 		t.Error("SQLite queries must be left alone")
 	}
 }
+
+// FuzzRebind: every unquoted "?" becomes the next "$n", nothing else
+// changes but a space after it before a digit, and SQLite queries are left
+// alone.
+func FuzzRebind(f *testing.F) {
+	for _, q := range []string{"SELECT ?", `INSERT INTO t VALUES (?, '?', ?)`, "'", "??", "$1 ?", ""} {
+		f.Add(q)
+	}
+	f.Fuzz(func(t *testing.T, q string) {
+		if rebind(false, q) != q {
+			t.Fatal("a SQLite query was changed")
+		}
+		got := rebind(true, q)
+		// Undo: each "$n" in order back to "?" gives q again.
+		var b strings.Builder
+		n, quoted := 0, false
+		for i := 0; i < len(got); i++ {
+			c := got[i]
+			if c == '\'' {
+				quoted = !quoted
+			}
+			if c == '$' && !quoted {
+				want := "$" + strconv.Itoa(n+1)
+				end := i + len(want)
+				if strings.HasPrefix(got[i:], want) && (end == len(got) || got[end] < '0' || got[end] > '9') {
+					n++
+					b.WriteByte('?')
+					i = end - 1
+					continue
+				}
+			}
+			b.WriteByte(c)
+		}
+		// (rebind adds a space where a digit follows a "?": "?0" is "$1 0")
+		if noSpace := func(s string) string { return strings.ReplaceAll(s, " ", "") }; noSpace(b.String()) != noSpace(q) && !strings.Contains(q, "$") {
+			t.Fatalf("rebind(%q) = %q", q, got)
+		}
+	})
+}
