@@ -6,6 +6,7 @@ import (
 	"math"
 	"runtime"
 	"slices"
+	"strings"
 	"strconv"
 	"sync"
 	"testing"
@@ -198,5 +199,65 @@ func BenchmarkIngestNeverSeenRules(b *testing.B) {
 		if s.Ingest(r, now) != Accepted {
 			b.Fatal("a known VM's report was not accepted")
 		}
+	}
+}
+
+// Past MaxBytes, a new item takes the place of items idle for IdleAfter
+// (of any kind), never of items that report; the estimate never passes
+// the budget.
+func TestByteBudgetForgetsIdleItemsOnly(t *testing.T) {
+	s := NewState(Options{History: time.Minute, MaxBytes: 36 << 10})
+	start := t0.UnixMilli()
+	now := t0.Add(time.Second)
+	rules := func(prefix string) []RuleCounters {
+		var rs []RuleCounters
+		for i := range 4 {
+			rs = append(rs, rc(prefix+strconv.Itoa(i), 1, 0, 0, 0))
+		}
+		return rs
+	}
+	// Each node: 4 rules and 4 series of about 2 KB each: 36 KiB holds two.
+	for i := range 3 {
+		s.Ingest(rep("n"+strconv.Itoa(i), "vm", start, 1, rules("n"+strconv.Itoa(i)+"-")...), now)
+	}
+	st := s.Stats()
+	if st.Series != 8 || st.Rules != 8 || st.Refused[RefusedRule] != 4 || st.UsedBytes > st.MaxBytes {
+		t.Fatalf("the third node's rules should not fit: %+v", st)
+	}
+	// n0 keeps reporting; n1 goes idle. After IdleAfter, n2's rules take
+	// n1's place (its rules and series), not n0's.
+	now = now.Add(IdleAfter)
+	s.Ingest(rep("n0", "vm", start, 2, rules("n0-")...), now)
+	s.Ingest(rep("n2", "vm", start, 2, rules("n2-")...), now)
+	ov := s.Overview(now.Add(time.Second), OverviewOptions{})
+	var names []string
+	for _, r := range ov.Rules {
+		names = append(names, r.Name)
+	}
+	if got := strings.Join(names, ","); got != "n0-0,n0-1,n0-2,n0-3,n2-0,n2-1,n2-2,n2-3" {
+		t.Errorf("rules %s, want n0's (reporting) and n2's (in n1's place)", got)
+	}
+	if st := s.Stats(); st.UsedBytes > st.MaxBytes {
+		t.Errorf("estimated %d bytes, beyond the budget %d", st.UsedBytes, st.MaxBytes)
+	}
+}
+
+func TestRefusalsAreLoggedAtMostOnceAMinute(t *testing.T) {
+	var logs strings.Builder
+	s := NewState(Options{MaxNodes: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	start := t0.UnixMilli()
+	now := t0.Add(time.Second)
+	s.Ingest(rep("edge", "vm", start, 1), now)
+	for i := range 5 {
+		s.Ingest(rep("probe-"+strconv.Itoa(i), "vm", start, 1), now.Add(time.Duration(i)*time.Second))
+	}
+	if n := strings.Count(logs.String(), "telemetry bounds reached"); n != 1 {
+		t.Fatalf("%d log lines for 5 refusals within a minute, want 1:\n%s", n, logs.String())
+	}
+	s.Ingest(rep("edge", "vm", start, 2), now.Add(time.Minute))
+	s.Ingest(rep("probe-late", "vm", start, 1), now.Add(time.Minute))
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "refused_nodes=1") || !strings.Contains(lines[1], "refused_nodes=5") {
+		t.Errorf("want a first line for the first refusal, a second a minute later counting the 5 since:\n%s", logs.String())
 	}
 }
