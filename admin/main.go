@@ -42,6 +42,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dustin/go-humanize"
+
 	"github.com/sluice-rl/sluice/admin/auth"
 	"github.com/sluice-rl/sluice/admin/fleet"
 	"github.com/sluice-rl/sluice/admin/fleet/redisgcra"
@@ -64,6 +66,7 @@ type options struct {
 	Listen        string
 	XDSListen     string
 	DataDir       string
+	Database      string
 	Token         string
 	NewToken      bool
 	WasmPath      string
@@ -77,6 +80,7 @@ type options struct {
 
 	TelemetryToken    string
 	TelemetryTokenEnv string
+	TelemetryMaxBytes int64
 	MetricsListen     string
 
 	RLSListen    string
@@ -98,6 +102,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.Listen, "listen", env("SLUICE_ADMIN_LISTEN", "127.0.0.1:9000"), "HTTP address of the dashboard and API (SLUICE_ADMIN_LISTEN)")
 	fs.StringVar(&o.XDSListen, "xds-listen", env("SLUICE_XDS_LISTEN", "127.0.0.1:18000"), `gRPC address of the xDS (ADS + ECDS) server; "off" disables it (SLUICE_XDS_LISTEN)`)
 	fs.StringVar(&o.DataDir, "data-dir", env("SLUICE_DATA_DIR", "./data"), "directory of the SQLite database (SLUICE_DATA_DIR)")
+	fs.StringVar(&o.Database, "database", env("SLUICE_DATABASE", ""), "PostgreSQL URL (postgres://user@host/db) for replicated admins sharing one database; empty: SQLite in -data-dir. The password is best given in PGPASSWORD or ~/.pgpass (SLUICE_DATABASE)")
 	fs.StringVar(&o.Token, "token", env("SLUICE_ADMIN_TOKEN", ""), "admin token, at least 16 characters; empty: use the stored one, or generate one at first start and print it once (SLUICE_ADMIN_TOKEN)")
 	fs.BoolVar(&o.NewToken, "new-token", false, "replace the stored admin token with a new one, end every session, print the token and exit")
 	fs.StringVar(&o.WasmPath, "wasm-path", env("SLUICE_WASM_PATH", "bin/ratelimit.wasm"), "the plugin file as Envoy sees it, pushed in the ECDS config; made absolute (SLUICE_WASM_PATH)")
@@ -125,6 +130,11 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		redisTimeout = v
 		return nil
 	})
+	telemetryMax := env("SLUICE_TELEMETRY_MAX_BYTES", "64MiB")
+	fs.Func("telemetry-max-bytes", "memory budget of the telemetry state (nodes, VMs, rules, series; bucket states apart), e.g. 64MiB, 1GiB; past it new nodes, VMs and rules are refused (default 64MiB) (SLUICE_TELEMETRY_MAX_BYTES)", func(v string) error {
+		telemetryMax = v
+		return nil
+	})
 	postgresTimeout := o.postgresFlags(fs)
 	accountFlags := o.accountFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -133,6 +143,11 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	if err := accountFlags(); err != nil {
 		return o, err
 	}
+	maxBytes, err := parseTelemetryMax(telemetryMax)
+	if err != nil {
+		return o, err
+	}
+	o.TelemetryMaxBytes = maxBytes
 	if err := o.parseFleet(redisTimeout); err != nil {
 		return o, err
 	}
@@ -141,6 +156,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q (flags only; see -h)", fs.Arg(0))
+	}
+	if o.Database != "" && !store.IsPostgresURL(o.Database) {
+		return o, errors.New("-database: give a postgres:// URL, or nothing for SQLite in -data-dir")
 	}
 	if (o.TLSCert == "") != (o.TLSKey == "") {
 		return o, errors.New("-tls-cert and -tls-key go together")
@@ -179,6 +197,19 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-wasm-path: %w", err)
 	}
 	return o, nil
+}
+
+// parseTelemetryMax reads -telemetry-max-bytes: a size with an optional
+// unit (64MiB, 500MB, 1GiB), at least 1 MiB.
+func parseTelemetryMax(v string) (int64, error) {
+	n, err := humanize.ParseBytes(v)
+	if err != nil {
+		return 0, fmt.Errorf("-telemetry-max-bytes: %q is not a size (e.g. 64MiB, 1GiB)", v)
+	}
+	if n < 1<<20 || n > 1<<40 {
+		return 0, fmt.Errorf("-telemetry-max-bytes: %s is out of range; give 1MiB to 1TiB", v)
+	}
+	return int64(n), nil
 }
 
 // parseFleet checks the fleet-mode flags: the RLS and Redis go together.
@@ -242,7 +273,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	st, err := store.Open(ctx, o.DataDir)
+	st, err := store.OpenDatabase(ctx, o.Database, o.DataDir)
 	if err != nil {
 		return err
 	}
@@ -263,7 +294,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if generated != "" {
 		fmt.Fprintf(stdout, "Generated the admin token. It is stored hashed in %s and will NOT be shown again:\n\n    %s\n\n"+
 			"Log in with it on the dashboard, or send it as \"Authorization: Bearer <token>\" to the API.\n"+
-			"Lost it? Run ratelimit-admin -new-token -data-dir %s\n\n", st.Path(), generated, o.DataDir)
+			"Lost it? Run ratelimit-admin -new-token with the same -database or -data-dir\n\n", st.Path(), generated)
 	}
 
 	// xDS: the one place where the admin meets admin/xds.
@@ -314,7 +345,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err := versions.Load(ctx); err != nil {
 		return fmt.Errorf("indexing policy versions: %w", err)
 	}
-	telState := telemetry.NewState(telemetry.Options{Versions: versions})
+	telState := telemetry.NewState(telemetry.Options{Versions: versions, MaxBytes: o.TelemetryMaxBytes, Logger: logger})
 	metrics := telemetry.NewMetrics(telState)
 	if fleetSrv != nil {
 		if err := fleetSrv.Metrics().Register(metrics.Registry(), fleetSrv); err != nil {
@@ -360,6 +391,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	pruneCtx, endPrune := context.WithCancel(ctx)
 	defer endPrune() // before the store closes
 	go pruneAudit(pruneCtx, st, o.AuditRetention, logger)
+	// Other admin processes on the same database (replicas, or a shared
+	// data directory) may save too: push their versions as well.
+	go svc.Follow(ctx, policies.FollowEvery)
 	hcfg := httpapi.Config{
 		Policies: svc, Auth: authn, Nodes: nodes, Istio: o.Istio, Logger: logger, SecureCookies: o.SecureCookies,
 		Telemetry: telCfg, Audit: st, Throttle: throttle, TrustedProxies: o.TrustedProxies,

@@ -15,8 +15,11 @@ func TestParseOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.Listen != ":9999" || o.Istio.Selector["istio"] != "ingressgateway" || !filepath.IsAbs(o.WasmPath) {
+	if o.Listen != ":9999" || o.Istio.Selector["istio"] != "ingressgateway" || !filepath.IsAbs(o.WasmPath) || o.TelemetryMaxBytes != 64<<20 {
 		t.Errorf("options %+v", o)
+	}
+	if o, _ := parseOptions([]string{"-telemetry-max-bytes", "1GiB"}, io.Discard); o.TelemetryMaxBytes != 1<<30 {
+		t.Errorf("-telemetry-max-bytes 1GiB: %d", o.TelemetryMaxBytes)
 	}
 	t.Setenv("SLUICE_DATA_DIR", "/var/lib/sluice")
 	if o, _ := parseOptions(nil, io.Discard); o.DataDir != "/var/lib/sluice" {
@@ -34,6 +37,9 @@ func TestParseOptions(t *testing.T) {
 		{[]string{"-wasm-path", ""}, "-wasm-path"},
 		{[]string{"extra"}, "unexpected argument"},
 		{[]string{"-nope"}, "not defined"},
+		{[]string{"-telemetry-max-bytes", "lots"}, "-telemetry-max-bytes"},
+		{[]string{"-database", "mysql://db"}, "-database"},
+		{[]string{"-telemetry-max-bytes", "10KiB"}, "-telemetry-max-bytes"},
 	} {
 		if _, err := parseOptions(c.args, io.Discard); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v, want an error mentioning %q", c.args, err, c.want)

@@ -35,9 +35,12 @@ type DashboardLive struct {
 	Keys        []KeyRow      // the hottest keys
 	KeysTotal   int           // bucket states held
 	Nodes       []NodeRow
-	Current     int64         // the current policy version
-	Footer      string        // sizes and counters of the telemetry state
-	Fleet       *FleetSection // nil: fleet mode (-rls-listen) is off
+	Current     int64  // the current policy version
+	Footer      string // sizes and counters of the telemetry state
+	// BoundsNotice, when not empty, says that the telemetry state refused
+	// new nodes, VMs or rules recently (its bounds are full).
+	BoundsNotice string
+	Fleet        *FleetSection // nil: fleet mode (-rls-listen) is off
 }
 
 // Stat is one number with its rate: "allowed 1,234 (12.5/s)".

@@ -14,6 +14,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/dustin/go-humanize"
+
 	"github.com/sluice-rl/sluice/admin/auth"
 	"github.com/sluice-rl/sluice/admin/telemetry"
 	"github.com/sluice-rl/sluice/shared/policy"
@@ -134,11 +136,21 @@ func (s *server) dashboardView(r *http.Request, sess auth.Session) (web.Dashboar
 		})
 	}
 	st := ov.Stats
+	if !st.LastRefused.IsZero() && now.Sub(st.LastRefused) < boundsNoticeFor {
+		l.BoundsNotice = fmt.Sprintf("Telemetry is at its bounds: %s new nodes, %s VMs and %s rules of VMs refused since the admin started, the last %s ago. "+
+			"What was reporting keeps updating. If this is real traffic, raise -telemetry-max-bytes (%s of %s used).",
+			count(st.Refused[telemetry.RefusedNode]), count(st.Refused[telemetry.RefusedVM]), count(st.Refused[telemetry.RefusedRule]),
+			ago(now.Sub(st.LastRefused)), humanize.IBytes(uint64(st.UsedBytes)), humanize.IBytes(uint64(st.MaxBytes)))
+	}
 	l.Footer = fmt.Sprintf("%s · %s · %s tracked (%s evicted) · reports: %s accepted, %s duplicate, %s refused",
 		pluralCount(st.Nodes, "node"), pluralCount(st.VMs, "VM"), pluralCount(st.Buckets, "bucket"), count(st.BucketsEvicted),
 		count(st.Accepted), count(st.Duplicates), count(st.Rejected))
 	return p, nil
 }
+
+// boundsNoticeFor is how long the dashboard shows that the telemetry
+// bounds refused something.
+const boundsNoticeFor = 5 * time.Minute
 
 // ruleOverflow is a rule card's overflow line: nil when no overflow limit
 // decided a request in the window and no identities share one.

@@ -152,10 +152,12 @@ func (s *server) telemetryIngest(w http.ResponseWriter, r *http.Request) {
 		})
 		return
 	}
-	res := s.Telemetry.State.Ingest(rep, s.now())
-	if res == telemetry.Duplicate {
+	switch s.Telemetry.State.Ingest(rep, s.now()) {
+	case telemetry.Duplicate:
 		s.countReport(telemetry.ResultDuplicate)
-	} else {
+	case telemetry.Refused:
+		s.countReport(telemetry.ResultRefused)
+	default:
 		s.countReport(telemetry.ResultAccepted)
 	}
 	if s.Telemetry.Metrics != nil {

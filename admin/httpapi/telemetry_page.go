@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dustin/go-humanize"
+
 	"github.com/sluice-rl/sluice/admin/auth"
 	"github.com/sluice-rl/sluice/admin/store"
 	"github.com/sluice-rl/sluice/admin/telemetry"
@@ -91,6 +93,9 @@ func (s *server) telemetryView(r *http.Request, sess auth.Session, newToken stri
 		{Label: "VMs", Value: count(st.VMs)},
 		{Label: "Bucket states", Value: fmt.Sprintf("%s of at most %s (%s evicted)", count(st.Buckets), count(o.MaxBuckets), count(st.BucketsEvicted))},
 		{Label: "History", Value: o.History.String() + ", one point per second"},
+		{Label: "Memory (nodes, VMs, rules, series)", Value: fmt.Sprintf("%s of %s (-telemetry-max-bytes); refused: %s nodes, %s VMs, %s rules of VMs",
+			humanize.IBytes(uint64(st.UsedBytes)), humanize.IBytes(uint64(st.MaxBytes)),
+			count(st.Refused[telemetry.RefusedNode]), count(st.Refused[telemetry.RefusedVM]), count(st.Refused[telemetry.RefusedRule]))},
 	}
 	if u := s.Telemetry.MetricsURL; u != "" {
 		if strings.HasPrefix(u, "/") {

@@ -179,11 +179,12 @@ func TestTelemetryIngestStatuses(t *testing.T) {
 	te.clock.Add(time.Second)
 
 	want := `
-# HELP sluice_telemetry_reports_total Telemetry reports received by the admin, by result: accepted, duplicate (seq already seen), invalid (400), unauthorized (401), too_large (413), unsupported (415 media type).
+# HELP sluice_telemetry_reports_total Telemetry reports received by the admin, by result: accepted, duplicate (seq already seen), invalid (400), unauthorized (401), too_large (413), unsupported (415 media type), refused (a new node or VM beyond the telemetry bounds).
 # TYPE sluice_telemetry_reports_total counter
 sluice_telemetry_reports_total{result="accepted"} 3
 sluice_telemetry_reports_total{result="duplicate"} 1
 sluice_telemetry_reports_total{result="invalid"} 2
+sluice_telemetry_reports_total{result="refused"} 0
 sluice_telemetry_reports_total{result="too_large"} 2
 sluice_telemetry_reports_total{result="unauthorized"} 3
 sluice_telemetry_reports_total{result="unsupported"} 3
@@ -557,5 +558,46 @@ func TestDashboardOverflow(t *testing.T) {
 	perIP = ruleCard(t, get(t, c, te.srv.URL+"/dashboard?fragment=1"), "per-ip")
 	if strings.Contains(perIP, "overflow-hint") || strings.Contains(perIP, "identities") || !strings.Contains(perIP, `decided by an overflow limit (120 in the window)`) {
 		t.Errorf("per-ip without identities sharing a limit:\n%s", perIP)
+	}
+}
+
+func TestDashboardNoticesRefusalsAtTheTelemetryBounds(t *testing.T) {
+	var st *telemetry.State
+	te := newTelEnv(t, func(tel *Telemetry) {
+		st = telemetry.NewState(telemetry.Options{MaxNodes: 1, Now: tel.Now})
+		m := telemetry.NewMetrics(st)
+		tel.State, tel.Metrics, tel.MetricsHandler = st, m, m.Handler()
+	})
+	c := login(t, te.env, "ops")
+	if r, body := te.send(t, telToken, "application/json", report("envoy-1", "a1", 1, 5, 0)); r.StatusCode != 204 {
+		t.Fatalf("first node: %d %v", r.StatusCode, body)
+	}
+	if page := get(t, c, te.srv.URL+"/dashboard?fragment=1"); strings.Contains(page, "bounds-notice") {
+		t.Errorf("a notice before anything was refused:\n%s", page)
+	}
+	// A second node does not fit: refused, answered 204 like a duplicate.
+	if r, body := te.send(t, telToken, "application/json", report("envoy-2", "b1", 1, 5, 0)); r.StatusCode != 204 {
+		t.Fatalf("refused node: %d %v", r.StatusCode, body)
+	}
+	page := get(t, c, te.srv.URL+"/dashboard?fragment=1")
+	if !strings.Contains(page, `class="flash flash-warn bounds-notice"`) || !strings.Contains(page, "1 new nodes, 0 VMs and 0 rules of VMs refused") {
+		t.Errorf("no notice of the refused node:\n%s", page)
+	}
+	if strings.Contains(page, "envoy-2") {
+		t.Error("the refused node is shown")
+	}
+	if tp := get(t, c, te.srv.URL+"/telemetry"); !strings.Contains(tp, "of 64 MiB (-telemetry-max-bytes); refused: 1 nodes, 0 VMs, 0 rules of VMs") {
+		t.Errorf("the Telemetry page lacks the memory and refusals:\n%s", tp)
+	}
+	_, metrics := te.call(t, "GET", "/metrics", testToken, "", "")
+	for _, want := range []string{`sluice_telemetry_reports_total{result="refused"} 1`, `sluice_telemetry_refused_total{what="node"} 1`} {
+		if !strings.Contains(fmt.Sprint(metrics["_raw"]), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	// The notice goes five minutes after the last refusal.
+	te.clock.Add(boundsNoticeFor + time.Second)
+	if page := get(t, c, te.srv.URL+"/dashboard?fragment=1"); strings.Contains(page, "bounds-notice") {
+		t.Errorf("the notice outlived its five minutes")
 	}
 }

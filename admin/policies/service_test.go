@@ -473,3 +473,37 @@ func TestStartLogSaysWhichPolicyItStored(t *testing.T) {
 		})
 	}
 }
+
+// Two admin processes on one database: a save on one is published by the
+// other at its next Sync, once.
+func TestSyncPublishesVersionsSavedByAnotherAdmin(t *testing.T) {
+	ctx := context.Background()
+	a, pubA, st := newService(t)
+	pubB := &recorder{}
+	b := New(st, pubB, nil)
+	if _, err := b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := b.Sync(ctx); ok || err != nil {
+		t.Errorf("Sync with nothing new: %v, %v", ok, err)
+	}
+	v, err := a.Save(ctx, SaveRequest{Base: 1, JSON: []byte(perIP), Author: "ops"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := b.Sync(ctx); !ok || err != nil {
+		t.Fatalf("Sync after the other's save: %v, %v", ok, err)
+	}
+	if ok, _ := b.Sync(ctx); ok {
+		t.Error("the same version published twice")
+	}
+	if got := pubB.numbers(); !reflect.DeepEqual(got, []int64{1, v.Number}) {
+		t.Errorf("b published %v, want [1 %d]", got, v.Number)
+	}
+	if got := pubA.numbers(); !reflect.DeepEqual(got, []int64{1, v.Number}) {
+		t.Errorf("a published %v", got)
+	}
+	if b.LastPublish().Version != v.Number {
+		t.Errorf("b's last publish: %+v", b.LastPublish())
+	}
+}

@@ -74,7 +74,7 @@ func (s *Store) Users(ctx context.Context) ([]User, error) {
 // password hash. A new password ends the user's sessions. ErrNotFound if
 // there is no such user.
 func (s *Store) UpdateUser(ctx context.Context, name, role, passwordHash string) error {
-	return s.inTx(ctx, "updating user "+name, func(tx *sql.Tx) error {
+	return s.inTx(ctx, "updating user "+name, func(tx *sqlTx) error {
 		q, args := "UPDATE users SET role = ? WHERE name = ?", []any{role, name}
 		if passwordHash != "" {
 			q, args = "UPDATE users SET role = ?, password_hash = ? WHERE name = ?", []any{role, passwordHash, name}
@@ -95,7 +95,7 @@ func (s *Store) UpdateUser(ctx context.Context, name, role, passwordHash string)
 
 // DeleteUser removes a user with its tokens and sessions, or returns ErrNotFound.
 func (s *Store) DeleteUser(ctx context.Context, name string) error {
-	return s.inTx(ctx, "deleting user "+name, func(tx *sql.Tx) error {
+	return s.inTx(ctx, "deleting user "+name, func(tx *sqlTx) error {
 		if _, err := tx.ExecContext(ctx, "DELETE FROM api_tokens WHERE user_name = ?", name); err != nil {
 			return err
 		}
@@ -113,7 +113,7 @@ func (s *Store) DeleteUser(ctx context.Context, name string) error {
 	})
 }
 
-func (s *Store) inTx(ctx context.Context, what string, f func(*sql.Tx) error) error {
+func (s *Store) inTx(ctx context.Context, what string, f func(*sqlTx) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, describe(err))
@@ -148,7 +148,7 @@ type APIToken struct {
 // CreateAPIToken stores a token for an existing user (ErrNotFound if the
 // user does not exist).
 func (s *Store) CreateAPIToken(ctx context.Context, t APIToken) error {
-	return s.inTx(ctx, "creating a token for "+t.User, func(tx *sql.Tx) error {
+	return s.inTx(ctx, "creating a token for "+t.User, func(tx *sqlTx) error {
 		var one int
 		if err := tx.QueryRowContext(ctx, "SELECT 1 FROM users WHERE name = ?", t.User).Scan(&one); errors.Is(err, sql.ErrNoRows) {
 			return ErrNotFound

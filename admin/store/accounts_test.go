@@ -6,11 +6,29 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/admin/fleet/fleettest"
 )
 
+// onBothDatabases runs check on a fresh SQLite store and on a fresh
+// PostgreSQL one: the two backends behave the same.
+func onBothDatabases(t *testing.T, check func(*testing.T, *Store)) {
+	t.Run("sqlite", func(t *testing.T) {
+		s, _ := openTemp(t)
+		check(t, s)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		pg := fleettest.StartPostgres(t, fleettest.PostgresOptions{})
+		check(t, openPostgres(t, pg.URL))
+	})
+}
+
 func TestUsersTokensAndSessionsFollowTheAccount(t *testing.T) {
+	onBothDatabases(t, usersTokensAndSessionsFollowTheAccount)
+}
+
+func usersTokensAndSessionsFollowTheAccount(t *testing.T, s *Store) {
 	ctx := context.Background()
-	s, _ := openTemp(t)
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	if err := s.CreateUser(ctx, User{Name: "ann", Role: "editor", PasswordHash: "h1", Created: now}); err != nil {
 		t.Fatal(err)
@@ -96,8 +114,11 @@ func TestUsersTokensAndSessionsFollowTheAccount(t *testing.T) {
 }
 
 func TestAuditLogFiltersAndIsAppendOnly(t *testing.T) {
+	onBothDatabases(t, auditLogFiltersAndIsAppendOnly)
+}
+
+func auditLogFiltersAndIsAppendOnly(t *testing.T, s *Store) {
 	ctx := context.Background()
-	s, _ := openTemp(t)
 	now := time.Now().UTC()
 	old := now.Add(-400 * 24 * time.Hour)
 	entries := []AuditEntry{

@@ -13,8 +13,8 @@ import (
 )
 
 // crashChildEnv makes the test binary act as the crash test's child: it
-// appends versions to the store in the named directory forever, printing
-// "ack N" after each Append returns.
+// appends versions to the store in the named directory (or PostgreSQL
+// URL) forever, printing "ack N" after each Append returns.
 const crashChildEnv = "SLUICE_STORE_CRASH_CHILD_DIR"
 
 func TestMain(m *testing.M) {
@@ -30,9 +30,17 @@ func crashPayload(n int64) []byte {
 	return fmt.Appendf(nil, `{"n":%d,"pad":%q}`, n, pad)
 }
 
-func crashChild(dir string) int {
+// openWhere opens the SQLite store in a directory or the PostgreSQL one at a URL.
+func openWhere(ctx context.Context, where string) (*Store, error) {
+	if IsPostgresURL(where) {
+		return OpenPostgres(ctx, where)
+	}
+	return Open(ctx, where)
+}
+
+func crashChild(where string) int {
 	ctx := context.Background()
-	s, err := Open(ctx, dir)
+	s, err := openWhere(ctx, where)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 2
@@ -66,11 +74,16 @@ func TestKillMidWrite(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns child processes")
 	}
+	killMidWrite(t, t.TempDir())
+}
+
+// killMidWrite runs the crash test on the store at where (a directory or
+// a PostgreSQL URL).
+func killMidWrite(t *testing.T, dir string) {
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
 	var lastAck int64
 	for round, acksBeforeKill := range []int{15, 40, 7, 25} {
 		cmd := exec.Command(exe, "-test.run=^$")
@@ -113,7 +126,7 @@ func TestKillMidWrite(t *testing.T) {
 			t.Fatalf("round %d: child stopped after %d acks: %s", round, acks, stderr.String())
 		}
 
-		s, err := Open(context.Background(), dir)
+		s, err := openWhere(context.Background(), dir)
 		if err != nil {
 			t.Fatalf("round %d: reopening after SIGKILL: %v", round, err)
 		}

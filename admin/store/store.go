@@ -24,7 +24,7 @@ import (
 	"strings"
 	"time"
 
-	"modernc.org/sqlite"
+	_ "modernc.org/sqlite" // the "sqlite" driver
 )
 
 // FileName is the database file inside the data directory.
@@ -38,8 +38,8 @@ var ErrNotFound = errors.New("not found")
 
 // Store is the admin database. It is safe for concurrent use.
 type Store struct {
-	db   *sql.DB
-	path string
+	db   *sqlDB
+	path string // the SQLite file, or the PostgreSQL URL without its password
 }
 
 // Open opens (creating if needed) the database in dir and applies any
@@ -67,7 +67,7 @@ func Open(ctx context.Context, dir string) (*Store, error) {
 	}
 	db.SetMaxOpenConns(8)
 	db.SetConnMaxIdleTime(time.Minute)
-	s := &Store{db: db, path: path}
+	s := &Store{db: &sqlDB{DB: db}, path: path}
 	if err := s.init(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("store: %s: %w", path, err)
@@ -76,6 +76,9 @@ func Open(ctx context.Context, dir string) (*Store, error) {
 }
 
 func (s *Store) init(ctx context.Context) error {
+	if s.db.pg {
+		return migratePostgres(ctx, s.db)
+	}
 	var mode string
 	if err := s.db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
 		return fmt.Errorf("reading journal mode: %w", describe(err))
@@ -83,10 +86,10 @@ func (s *Store) init(ctx context.Context) error {
 	if !strings.EqualFold(mode, "wal") {
 		return fmt.Errorf("the database is in journal mode %q, not WAL (is the data directory on a file system without shared memory support?)", mode)
 	}
-	return migrate(ctx, s.db)
+	return migrate(ctx, s.db.DB)
 }
 
-// Path is the database file.
+// Path is the database file (for PostgreSQL, its URL without the password).
 func (s *Store) Path() string { return s.path }
 
 // Close closes the database.
@@ -95,6 +98,9 @@ func (s *Store) Close() error { return s.db.Close() }
 // IntegrityCheck runs SQLite's integrity_check and returns an error listing
 // the problems, if any.
 func (s *Store) IntegrityCheck(ctx context.Context) error {
+	if s.db.pg {
+		return nil // PostgreSQL checks its pages itself
+	}
 	rows, err := s.db.QueryContext(ctx, "PRAGMA integrity_check")
 	if err != nil {
 		return describe(err)
@@ -125,14 +131,6 @@ const (
 	codeBusy       = 5
 	codeConstraint = 19
 )
-
-func primaryCode(err error) int {
-	var se *sqlite.Error
-	if errors.As(err, &se) {
-		return se.Code() & 0xff
-	}
-	return 0
-}
 
 // describe adds advice to the errors an operator can act on.
 func describe(err error) error {

@@ -363,7 +363,7 @@ func TestBusyErrorIsDescribed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fast.Close()
-	s.db = fast
+	s.db = &sqlDB{DB: fast}
 	defer func() { s.db = old }()
 	_, err = s.Append(shortCtx, 0, NewVersion{JSON: cfg(1)})
 	if err == nil || !strings.Contains(err.Error(), "stayed locked") {

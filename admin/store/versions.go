@@ -62,6 +62,13 @@ func (s *Store) Append(ctx context.Context, base int64, v NewVersion) (Version, 
 		return Version{}, fmt.Errorf("saving version %d: %w", base+1, describe(err))
 	}
 	defer tx.Rollback()
+	if s.db.pg {
+		// SQLite's BEGIN IMMEDIATE: one writer of versions at a time, readers
+		// unaffected; the current version read next is the latest committed.
+		if _, err := tx.ExecContext(ctx, "LOCK TABLE policy_versions IN SHARE ROW EXCLUSIVE MODE"); err != nil {
+			return Version{}, fmt.Errorf("saving version %d: %w", base+1, err)
+		}
+	}
 	current, err := currentNumber(ctx, tx)
 	if err != nil {
 		return Version{}, err
@@ -74,7 +81,7 @@ func (s *Store) Append(ctx context.Context, base int64, v NewVersion) (Version, 
 		VALUES (?, ?, ?, ?, ?, ?, ?)`,
 		out.Number, nullable(base), string(v.JSON), v.Author, v.Message, formatTime(out.Created), nullable(v.RollbackOf))
 	if err != nil {
-		if primaryCode(err) == codeConstraint {
+		if isConstraint(err) {
 			// The number was taken after all, or the JSON/rollback target
 			// was refused by a CHECK or foreign key.
 			if cur, cerr := s.CurrentNumber(ctx); cerr == nil && cur != base {

@@ -142,7 +142,7 @@ func (b *buckets) put(rb *Bucket, node string, now time.Time, evicted *uint64) {
 	}
 	e.seen = now
 	if rb.Rejects > 0 {
-		e.total += rb.Rejects
+		e.total = satAdd(e.total, rb.Rejects)
 		slot := now.Unix() / rejectSlot
 		r := &e.recent[int(((slot%rejectSlots)+rejectSlots)%rejectSlots)]
 		if r.slot != slot {
@@ -209,8 +209,8 @@ func (g *group) view(now time.Time) KeyView {
 	for _, e := range g.entries[1:] {
 		ev := e.view(now)
 		v.Nodes++
-		v.Recent += ev.Recent
-		v.Total += ev.Total
+		v.Recent = satAdd(v.Recent, ev.Recent)
+		v.Total = satAdd(v.Total, ev.Total)
 		if ev.Seen.After(v.Seen) {
 			v.Seen = ev.Seen
 		}

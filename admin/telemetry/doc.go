@@ -17,8 +17,10 @@
 // (they share it), with their rejects summed; at most MaxBuckets are kept,
 // the least recently reported evicted first.
 //
-// Everything is bounded (nodes, VMs per node, rules, series, buckets) and
-// guarded by one mutex: ingesting a report costs a few microseconds plus
+// Everything is bounded (nodes, VMs per node, rules, series, buckets, and
+// the estimated bytes of all but the buckets: Options.MaxBytes, budget.go);
+// past a bound a new item is refused unless an idle one can go, so what
+// reports keeps updating. Everything is guarded by one mutex: ingesting a report costs a few microseconds plus
 // about a hundred nanoseconds per bucket, so one core ingests thousands of
 // reports a second (docs/benchmarks.md).
 //

@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"container/list"
 	"slices"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ type nodeFleet struct {
 	backendHealthy bool
 	fleetSize      int64
 	rules          []FleetRule
+	el             *list.Element // in State.lists.fleet, in order of report
 }
 
 // NodeFleet is one node's fleet mode as its plugin last reported it.
@@ -44,30 +46,27 @@ func (s *State) setFleet(n *node, f *Fleet, now time.Time) {
 	for s.nfleet+len(rules) > s.opts.MaxFleetRules && s.evictFleet() {
 	}
 	n.fleet = &nodeFleet{at: now, backendHealthy: f.BackendHealthy, fleetSize: f.FleetSize, rules: slices.Clone(rules)}
+	n.fleet.el = s.lists.fleet.PushBack(n)
 	s.nfleet += len(rules)
 }
 
 // dropFleet forgets a node's fleet view.
 func (s *State) dropFleet(n *node) {
 	if n.fleet != nil {
+		s.lists.fleet.Remove(n.fleet.el)
 		s.nfleet -= len(n.fleet.rules)
 		n.fleet = nil
 	}
 }
 
-// evictFleet forgets the least recently reported fleet view; false when
-// there is none.
+// evictFleet forgets the least recently reported fleet view (the front of
+// their list); false when there is none.
 func (s *State) evictFleet() bool {
-	var oldest *node
-	for _, n := range s.nodes {
-		if n.fleet != nil && (oldest == nil || n.fleet.at.Before(oldest.fleet.at)) {
-			oldest = n
-		}
-	}
-	if oldest == nil {
+	f := s.lists.fleet.Front()
+	if f == nil {
 		return false
 	}
-	s.dropFleet(oldest)
+	s.dropFleet(f.Value.(*node))
 	return true
 }
 

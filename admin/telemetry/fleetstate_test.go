@@ -87,7 +87,7 @@ func TestFleetViewBound(t *testing.T) {
 	// Node eviction takes the view's count with it.
 	s2 := NewState(Options{MaxNodes: 1})
 	s2.Ingest(fleetRep("n1", "vm", 1, true, FleetRule{Rule: "a"}), t0)
-	s2.Ingest(fleetRep("n2", "vm", 1, true, FleetRule{Rule: "a"}, FleetRule{Rule: "b"}), t0)
+	s2.Ingest(fleetRep("n2", "vm", 1, true, FleetRule{Rule: "a"}, FleetRule{Rule: "b"}), t0.Add(IdleAfter))
 	if s2.nfleet != 2 {
 		t.Errorf("nfleet = %d after evicting n1, want 2", s2.nfleet)
 	}

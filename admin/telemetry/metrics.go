@@ -18,9 +18,10 @@ const (
 	ResultUnauthorized = "unauthorized" // 401
 	ResultTooLarge     = "too_large"    // 413
 	ResultBadMedia     = "unsupported"  // 415
+	ResultRefused      = "refused"      // a new node or VM beyond the bounds; nothing applied (204)
 )
 
-var resultLabels = []string{ResultAccepted, ResultDuplicate, ResultInvalid, ResultUnauthorized, ResultTooLarge, ResultBadMedia}
+var resultLabels = []string{ResultAccepted, ResultDuplicate, ResultInvalid, ResultUnauthorized, ResultTooLarge, ResultBadMedia, ResultRefused}
 
 // Metrics is the admin's Prometheus registry: the telemetry (requests per
 // rule, node and decision; node health), the ingestion itself, and the Go
@@ -39,7 +40,7 @@ func NewMetrics(s *State) *Metrics {
 		reg: prometheus.NewRegistry(),
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_telemetry_reports_total",
-			Help: "Telemetry reports received by the admin, by result: accepted, duplicate (seq already seen), invalid (400), unauthorized (401), too_large (413), unsupported (415 media type).",
+			Help: "Telemetry reports received by the admin, by result: accepted, duplicate (seq already seen), invalid (400), unauthorized (401), too_large (413), unsupported (415 media type), refused (a new node or VM beyond the telemetry bounds).",
 		}, []string{"result"}),
 		ingest: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "sluice_telemetry_ingest_seconds",
@@ -93,6 +94,12 @@ var (
 		"Bucket states forgotten to stay within the bound.", nil, nil)
 	descNodes = prometheus.NewDesc("sluice_telemetry_nodes",
 		"Nodes the admin holds (reported within the node TTL).", nil, nil)
+	descRefused = prometheus.NewDesc("sluice_telemetry_refused_total",
+		"New nodes, VMs and (VM, rule) pairs refused because the telemetry state was full of items that report (the bounds and -telemetry-max-bytes).", []string{"what"}, nil)
+	descStateBytes = prometheus.NewDesc("sluice_telemetry_state_bytes",
+		"Estimated memory of the telemetry state's nodes, VMs, baselines, series and rules (bucket states apart).", nil, nil)
+	descStateMaxBytes = prometheus.NewDesc("sluice_telemetry_state_max_bytes",
+		"The budget of sluice_telemetry_state_bytes (-telemetry-max-bytes).", nil, nil)
 )
 
 // stateCollector exports the State at scrape time: its series live and
@@ -100,7 +107,7 @@ var (
 type stateCollector struct{ s *State }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRequests, descOverflowed, descOverflowIdentities, descLastReport, descDropped, descVMs, descNodeConfig, descBuckets, descEvicted, descNodes} {
+	for _, d := range []*prometheus.Desc{descRequests, descOverflowed, descOverflowIdentities, descLastReport, descDropped, descVMs, descNodeConfig, descBuckets, descEvicted, descNodes, descRefused, descStateBytes, descStateMaxBytes} {
 		ch <- d
 	}
 	describeFleet(ch)
@@ -147,6 +154,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		})
 	}
 	buckets, evicted := s.buckets.len(), s.evicted
+	refused, used := s.refused, s.used
 	fleet := s.fleetViews(now)
 	s.mu.Unlock()
 
@@ -166,5 +174,10 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descBuckets, prometheus.GaugeValue, float64(buckets))
 	ch <- prometheus.MustNewConstMetric(descEvicted, prometheus.CounterValue, float64(evicted))
 	ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(len(nodes)))
+	for what, n := range refused {
+		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(n), refusedNames[what])
+	}
+	ch <- prometheus.MustNewConstMetric(descStateBytes, prometheus.GaugeValue, float64(used))
+	ch <- prometheus.MustNewConstMetric(descStateMaxBytes, prometheus.GaugeValue, float64(s.opts.MaxBytes))
 	collectFleet(ch, fleet)
 }

@@ -49,11 +49,12 @@ sluice_requests_total{decision="allowed",node="edge-b",rule="free"} 1
 sluice_requests_total{decision="rejected",node="edge-b",rule="free"} 0
 sluice_requests_total{decision="shadow_rejected",node="edge-b",rule="free"} 0
 sluice_requests_total{decision="fail_open",node="edge-b",rule="free"} 0
-# HELP sluice_telemetry_reports_total Telemetry reports received by the admin, by result: accepted, duplicate (seq already seen), invalid (400), unauthorized (401), too_large (413), unsupported (415 media type).
+# HELP sluice_telemetry_reports_total Telemetry reports received by the admin, by result: accepted, duplicate (seq already seen), invalid (400), unauthorized (401), too_large (413), unsupported (415 media type), refused (a new node or VM beyond the telemetry bounds).
 # TYPE sluice_telemetry_reports_total counter
 sluice_telemetry_reports_total{result="accepted"} 2
 sluice_telemetry_reports_total{result="duplicate"} 0
 sluice_telemetry_reports_total{result="invalid"} 1
+sluice_telemetry_reports_total{result="refused"} 0
 sluice_telemetry_reports_total{result="too_large"} 0
 sluice_telemetry_reports_total{result="unauthorized"} 1
 sluice_telemetry_reports_total{result="unsupported"} 0

@@ -230,6 +230,7 @@ func (s *State) statsLocked() Stats {
 		Accepted: s.accepted, Duplicates: s.dups, Rejected: s.rejected,
 		Nodes: len(s.nodes), Rules: len(s.rules), Series: s.nseries,
 		Buckets: s.buckets.len(), BucketsEvicted: s.evicted,
+		UsedBytes: s.used, MaxBytes: s.opts.MaxBytes, Refused: s.refused, LastRefused: s.lastRefused,
 	}
 	for _, n := range s.nodes {
 		st.VMs += len(n.vms)

@@ -30,8 +30,8 @@ func (d Decision) String() string {
 // Counts are request counts per decision, indexed by Decision.
 type Counts [NumDecisions]uint64
 
-// Sum returns the total over every decision.
-func (c Counts) Sum() uint64 { return c[0] + c[1] + c[2] + c[3] }
+// Sum returns the total over every decision, at most 2^64-1.
+func (c Counts) Sum() uint64 { return satSum(c[:]...) }
 
 // MarshalJSON writes the counts as an object keyed by decision names.
 func (c Counts) MarshalJSON() ([]byte, error) {
@@ -40,9 +40,10 @@ func (c Counts) MarshalJSON() ([]byte, error) {
 	})
 }
 
+// add adds d, each count stopping at 2^64-1 rather than wrapping.
 func (c *Counts) add(d Counts) {
 	for i := range c {
-		c[i] += d[i]
+		c[i] = satAdd(c[i], d[i])
 	}
 }
 
@@ -94,11 +95,7 @@ func (r *ring) add(sec int64, d *Counts) {
 		*s = slot{sec: sec}
 	}
 	for i, v := range d {
-		sum := uint64(s.c[i]) + v
-		if sum > math.MaxUint32 {
-			sum = math.MaxUint32
-		}
-		s.c[i] = uint32(sum)
+		s.c[i] = uint32(min(satAdd(uint64(s.c[i]), v), math.MaxUint32))
 	}
 }
 

@@ -1,6 +1,8 @@
 package telemetry
 
 import (
+	"container/list"
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -9,9 +11,17 @@ import (
 type Options struct {
 	// History is how far back the per-second rings reach (default 15 min).
 	History time.Duration
-	// MaxNodes, MaxVMsPerNode, MaxRules, MaxSeries and MaxBuckets bound
-	// what is remembered; past a bound the least recently reported item is
-	// forgotten. Series are (rule, node) rings.
+	// MaxBytes bounds the estimated memory of the nodes, VMs, (VM, rule)
+	// baselines, series and rules held (default 64 MiB; budget.go). The
+	// bucket states and fleet views have their own bounds below.
+	MaxBytes int64
+	// MaxNodes, MaxVMsPerNode, MaxRules and MaxSeries bound what is
+	// remembered. Past a bound (or MaxBytes) a new item takes the place of
+	// the least recently reported one if that one has been idle for
+	// IdleAfter, and is refused otherwise: what reports keeps updating.
+	// Series are (rule, node) rings. Past MaxBuckets the least recently
+	// reported bucket state is forgotten (bucket states come and go with
+	// traffic).
 	MaxNodes      int // default 1000
 	MaxVMsPerNode int // default 256
 	MaxRules      int // default 1000
@@ -32,6 +42,9 @@ type Options struct {
 	FreshVM time.Duration
 	// Versions maps configuration hashes to policy versions (optional).
 	Versions VersionLookup
+	// Logger receives a warning, at most once a minute, while new items
+	// are refused (optional).
+	Logger *slog.Logger
 	// Now is the clock of the Prometheus collector, the one reader that is
 	// not handed the time (default time.Now).
 	Now func() time.Time
@@ -46,6 +59,7 @@ type VersionLookup interface {
 // Defaults.
 const (
 	DefaultHistory    = 15 * time.Minute
+	DefaultMaxBytes   = 64 << 20
 	DefaultMaxNodes   = 1000
 	DefaultMaxVMs     = 256
 	DefaultMaxRules   = 1000
@@ -70,6 +84,9 @@ func (o *Options) fill() {
 		if *v <= 0 {
 			*v = d
 		}
+	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = DefaultMaxBytes
 	}
 	defd(&o.History, DefaultHistory)
 	if o.History < time.Minute {
@@ -97,11 +114,17 @@ const (
 	// Duplicate: the VM already sent a report with this seq or a later one
 	// (a retry, or reordered delivery); nothing was applied.
 	Duplicate
+	// Refused: the report's node or VM is new and the state is full of
+	// items that report (the bounds, MaxBytes); nothing was applied.
+	Refused
 )
 
 func (r Result) String() string {
-	if r == Duplicate {
+	switch r {
+	case Duplicate:
 		return "duplicate"
+	case Refused:
+		return "refused"
 	}
 	return "accepted"
 }
@@ -125,12 +148,21 @@ type State struct {
 	rejected  uint64 // invalid reports (RecordRejected)
 	evicted   uint64 // buckets evicted by the MaxBuckets bound
 
+	used           int64     // estimated bytes held (budget.go)
+	lists          kindLists // nodes, VMs, series, rules in order of last report
+	refused        Refusals
+	lastRefused    time.Time // the last refusal
+	lastRefusalLog time.Time
+	loggedRefused  Refusals // refused as of the last log line
+
 	cache  overviewCache
 	search searchCache
 }
 
 type node struct {
 	id         string
+	el         *list.Element // in State.lists.nodes
+	cost       int64         // its own bytes (its VMs and series are charged apart)
 	first      time.Time
 	last       time.Time
 	intervalMS int64
@@ -145,6 +177,11 @@ type node struct {
 }
 
 type vmState struct {
+	id          string
+	node        *node
+	el          *list.Element // in State.lists.vms
+	cost        int64         // bytes, its baselines included
+	refused     bool          // a rule of it was refused: a rule it has no baseline for only sets one
 	startMS     int64
 	seq         uint64
 	last        time.Time
@@ -158,6 +195,7 @@ type vmRule struct {
 	c          Counts // cumulative
 	overflowed uint64 // cumulative
 	identities uint64 // overflow_identities: a gauge
+	mark       uint64 // the report that carried it last (State.accepted then)
 }
 
 // restarted tells whether a cumulative counter went down since prev: the
@@ -173,6 +211,10 @@ func (v *vmRule) restarted(prev *vmRule) bool {
 
 // series is one rule on one node.
 type series struct {
+	node       *node
+	rule       string
+	el         *list.Element // in State.lists.series
+	cost       int64
 	ring       *ring
 	total      Counts // since the admin first saw it
 	overflowed uint64 // requests decided by an overflow limit, since the admin first saw it
@@ -181,6 +223,9 @@ type series struct {
 
 // ruleAgg is one rule, every node merged.
 type ruleAgg struct {
+	name  string
+	el    *list.Element // in State.lists.rules
+	cost  int64
 	ring  *ring
 	total Counts
 	// ovf counts the requests decided by an overflow limit per second, in
@@ -202,6 +247,7 @@ func NewState(opts Options) *State {
 		rules:   map[string]*ruleAgg{},
 	}
 	s.buckets.init(opts.MaxBuckets)
+	s.lists.init()
 	return s
 }
 
@@ -209,7 +255,9 @@ func NewState(opts Options) *State {
 func (s *State) Options() Options { return s.opts }
 
 // Ingest applies a validated report received at now: per-rule deltas from
-// the cumulative counters, bucket states, node health.
+// the cumulative counters, bucket states, node health. A report of a new
+// node or VM that the bounds refuse changes nothing but the refusal counts
+// (Refused); a new rule of a known VM that they refuse is skipped.
 func (s *State) Ingest(r *Report, now time.Time) Result {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -217,64 +265,93 @@ func (s *State) Ingest(r *Report, now time.Time) Result {
 
 	n := s.nodes[r.Node]
 	if n == nil {
-		if len(s.nodes) >= s.opts.MaxNodes {
-			s.evictNode()
+		if n = s.newNode(r.Node, now); n == nil {
+			s.refuse(RefusedNode, now)
+			return Refused
 		}
-		n = &node{id: r.Node, first: now, vms: map[string]*vmState{}, series: map[string]*series{}}
-		s.nodes[r.Node] = n
 	}
-	n.last = now
-	n.intervalMS = r.IntervalMS
-	n.configHash = r.ConfigHash
-
 	vm := n.vms[r.VM]
 	fresh := false // count the first counters in full
 	switch {
 	case vm == nil:
-		if len(n.vms) >= s.opts.MaxVMsPerNode {
-			evictVM(n)
+		if vm = s.newVM(n, r.VM, now); vm == nil {
+			s.refuse(RefusedVM, now)
+			return Refused
 		}
-		vm = &vmState{counters: make(map[string]vmRule, len(r.Rules))}
-		n.vms[r.VM] = vm
 		age := time.Duration(r.SentAtMS-r.VMStartMS) * time.Millisecond
 		fresh = age <= s.opts.FreshVM
 	case vm.startMS != r.VMStartMS: // the VM restarted: its counters restarted at zero
+		s.used -= costVMRule * int64(len(vm.counters))
+		vm.cost -= costVMRule * int64(len(vm.counters))
 		clear(vm.counters)
 		vm.dropped = 0
+		vm.refused = false
 		fresh = true
 	case r.Seq <= vm.seq:
-		vm.last = now
+		s.touchNode(n, now)
+		s.touchVM(vm, now)
 		n.duplicates++
 		s.dups++
 		return Duplicate
 	default:
-		fresh = true // known VM: a rule it has no baseline for is new, from zero
+		fresh = !vm.refused // known VM: a rule it has no baseline for is new, from zero
 	}
-	vm.startMS, vm.seq, vm.last = r.VMStartMS, r.Seq, now
+	s.touchNode(n, now)
+	s.touchVM(vm, now)
+	n.intervalMS = r.IntervalMS
+	n.configHash = r.ConfigHash
+	vm.startMS, vm.seq = r.VMStartMS, r.Seq
 	n.received++
 	s.accepted++
 	s.gen++
+	mark := s.accepted
 
 	// Reports dropped by the plugin: always counted in full (they are what
 	// the admin did not see), restarts from zero.
 	if r.ReportsDropped >= vm.dropped {
-		n.dropped += r.ReportsDropped - vm.dropped
+		n.dropped = satAdd(n.dropped, r.ReportsDropped-vm.dropped)
 	} else {
-		n.dropped += r.ReportsDropped
+		n.dropped = satAdd(n.dropped, r.ReportsDropped)
 	}
 	vm.dropped = r.ReportsDropped
 
 	sec := now.Unix()
 	vm.overflowing = false
+	kept := 0 // baselines this report updated
 	for i := range r.Rules {
 		rc := &r.Rules[i]
 		cur := vmRule{
 			c:          Counts{rc.Allowed, rc.Rejected, rc.ShadowRejected, rc.FailOpen},
-			overflowed: rc.Overflowed, identities: rc.OverflowIdentities,
+			overflowed: rc.Overflowed, identities: rc.OverflowIdentities, mark: mark,
 		}
 		prev, known := vm.counters[rc.Rule]
-		vm.counters[rc.Rule] = cur
+		if !known && !s.charge(costVMRule, now) {
+			vm.refused = true
+			s.refuse(RefusedRule, now)
+			continue
+		}
+		ra, se := s.seriesOf(n, rc.Rule, now)
+		if !known {
+			vm.cost += costVMRule
+			if ra == nil || se == nil {
+				// No place for its counts: neither for its baseline.
+				s.used -= costVMRule
+				vm.cost -= costVMRule
+				vm.refused = true
+				s.refuse(RefusedRule, now)
+				continue
+			}
+		}
+		name := rc.Rule
+		if ra != nil {
+			name = ra.name // one string per rule name, whatever the VMs
+		}
+		vm.counters[name] = cur
+		kept++
 		vm.overflowing = vm.overflowing || cur.identities > 0
+		if ra == nil || se == nil {
+			continue // its counts are lost this time; the baseline moved on
+		}
 		var d Counts
 		var overflowed uint64
 		switch {
@@ -288,12 +365,14 @@ func (s *State) Ingest(r *Report, now time.Time) Result {
 			}
 			overflowed = cur.overflowed - prev.overflowed
 		}
-		s.addDelta(n, rc.Rule, sec, now, &d, overflowed)
+		s.addDelta(ra, se, sec, now, &d, overflowed)
 	}
-	if len(vm.counters) > len(r.Rules) { // rules gone from the configuration
-		for name := range vm.counters {
-			if !hasRule(r.Rules, name) {
+	if len(vm.counters) > kept { // rules gone from the configuration
+		for name, vr := range vm.counters {
+			if vr.mark != mark {
 				delete(vm.counters, name)
+				vm.cost -= costVMRule
+				s.used -= costVMRule
 			}
 		}
 	}
@@ -305,44 +384,135 @@ func (s *State) Ingest(r *Report, now time.Time) Result {
 	return Accepted
 }
 
-func hasRule(rs []RuleCounters, name string) bool {
-	for i := range rs {
-		if rs[i].Rule == name {
-			return true
+// newNode adds a node within the bounds; nil when they refuse it.
+func (s *State) newNode(id string, now time.Time) *node {
+	if len(s.nodes) >= s.opts.MaxNodes {
+		if f := s.lists.nodes.Front(); !idle(f, now) {
+			return nil
+		} else {
+			s.forget(f)
 		}
 	}
-	return false
+	cost := costNode + int64(len(id))
+	if !s.charge(cost, now) {
+		return nil
+	}
+	n := &node{id: id, cost: cost, first: now, last: now, vms: map[string]*vmState{}, series: map[string]*series{}}
+	n.el = s.lists.nodes.PushBack(n)
+	s.nodes[id] = n
+	return n
+}
+
+// newVM adds a VM to n within the bounds; nil when they refuse it.
+func (s *State) newVM(n *node, id string, now time.Time) *vmState {
+	if len(n.vms) >= s.opts.MaxVMsPerNode {
+		// A node's VMs are few (MaxVMsPerNode): look for its oldest.
+		var oldest *vmState
+		for _, vm := range n.vms {
+			if oldest == nil || vm.last.Before(oldest.last) {
+				oldest = vm
+			}
+		}
+		if !idle(oldest.el, now) {
+			return nil
+		}
+		s.forget(oldest.el)
+	}
+	cost := costVM + int64(len(id))
+	if !s.charge(cost, now) {
+		return nil
+	}
+	vm := &vmState{id: id, node: n, cost: cost, last: now, counters: map[string]vmRule{}}
+	vm.el = s.lists.vms.PushBack(vm)
+	n.vms[id] = vm
+	return vm
+}
+
+// seriesOf returns the rule's aggregate and n's series of it, creating
+// them within the bounds (nil for what they refuse), and marks both as
+// reported at now.
+func (s *State) seriesOf(n *node, rule string, now time.Time) (*ruleAgg, *series) {
+	ra := s.rules[rule]
+	if ra == nil {
+		ra = s.newRule(rule, now)
+	} else {
+		ra.last = now
+		s.lists.rules.MoveToBack(ra.el)
+	}
+	if ra == nil {
+		return nil, nil
+	}
+	se := n.series[ra.name]
+	if se == nil {
+		return ra, s.newSeries(n, ra.name, now)
+	}
+	se.last = now
+	s.lists.series.MoveToBack(se.el)
+	return ra, se
+}
+
+func (s *State) newRule(name string, now time.Time) *ruleAgg {
+	if len(s.rules) >= s.opts.MaxRules {
+		if f := s.lists.rules.Front(); !idle(f, now) {
+			return nil
+		} else {
+			s.forget(f)
+		}
+	}
+	cost := costRule + int64(len(name)) + ringCost(s.seconds)
+	if !s.charge(cost, now) {
+		return nil
+	}
+	ra := &ruleAgg{name: name, cost: cost, ring: newRing(s.seconds), first: now, last: now}
+	ra.el = s.lists.rules.PushBack(ra)
+	s.rules[name] = ra
+	return ra
+}
+
+func (s *State) newSeries(n *node, rule string, now time.Time) *series {
+	if s.nseries >= s.opts.MaxSeries {
+		if f := s.lists.series.Front(); !idle(f, now) {
+			return nil
+		} else {
+			s.forget(f)
+		}
+	}
+	cost := costSeries + ringCost(s.seconds)
+	if !s.charge(cost, now) {
+		return nil
+	}
+	se := &series{node: n, rule: rule, cost: cost, ring: newRing(s.seconds), last: now}
+	se.el = s.lists.series.PushBack(se)
+	n.series[rule] = se
+	s.nseries++
+	return se
+}
+
+func (s *State) touchNode(n *node, now time.Time) {
+	n.last = now
+	s.lists.nodes.MoveToBack(n.el)
+}
+
+func (s *State) touchVM(vm *vmState, now time.Time) {
+	vm.last = now
+	s.lists.vms.MoveToBack(vm.el)
 }
 
 // addDelta adds d (possibly zero: the rule is alive) and the requests
 // decided by an overflow limit to the rule's rings.
-func (s *State) addDelta(n *node, rule string, sec int64, now time.Time, d *Counts, overflowed uint64) {
-	ra := s.rules[rule]
-	if ra == nil {
-		if len(s.rules) >= s.opts.MaxRules {
-			s.evictRule()
-		}
-		ra = &ruleAgg{ring: newRing(s.seconds), first: now}
-		s.rules[rule] = ra
-	}
-	ra.last = now
-	se := n.series[rule]
-	if se == nil {
-		if s.nseries >= s.opts.MaxSeries {
-			s.evictSeries()
-		}
-		se = &series{ring: newRing(s.seconds)}
-		n.series[rule] = se
-		s.nseries++
-	}
-	se.last = now
+func (s *State) addDelta(ra *ruleAgg, se *series, sec int64, now time.Time, d *Counts, overflowed uint64) {
 	if overflowed > 0 {
 		if ra.ovf == nil {
-			ra.ovf = newRing(s.seconds)
+			if cost := ringCost(s.seconds); s.charge(cost, now) {
+				ra.ovf = newRing(s.seconds)
+				ra.cost += cost
+			}
 		}
-		ra.ovf.add(sec, &Counts{overflowed})
-		ra.ovfTotal += overflowed
-		se.overflowed += overflowed
+		if ra.ovf != nil {
+			ra.ovf.add(sec, &Counts{overflowed})
+		}
+		ra.ovfTotal = satAdd(ra.ovfTotal, overflowed)
+		se.overflowed = satAdd(se.overflowed, overflowed)
 	}
 	if d.Sum() == 0 {
 		return
@@ -415,92 +585,21 @@ func (s *State) sweep(now time.Time) {
 	nodeCut := now.Add(-s.opts.NodeTTL)
 	histCut := now.Add(-s.opts.History)
 	changed := false
-	for id, n := range s.nodes {
-		if n.last.Before(nodeCut) {
-			s.nseries -= len(n.series)
-			s.dropFleet(n)
-			delete(s.nodes, id)
-			changed = true
-			continue
-		}
-		for vid, vm := range n.vms {
-			if vm.last.Before(nodeCut) {
-				delete(n.vms, vid)
-				changed = true
-			}
-		}
-		for rule, se := range n.series {
-			if se.last.Before(histCut) {
-				delete(n.series, rule)
-				s.nseries--
-				changed = true
-			}
-		}
-	}
-	for name, ra := range s.rules {
-		if ra.last.Before(histCut) {
-			delete(s.rules, name)
+	expire := func(l *list.List, cut time.Time) {
+		for f := l.Front(); f != nil && lastOf(f).Before(cut); f = l.Front() {
+			s.forget(f)
 			changed = true
 		}
 	}
+	expire(&s.lists.nodes, nodeCut)
+	expire(&s.lists.vms, nodeCut)
+	expire(&s.lists.series, histCut)
+	expire(&s.lists.rules, histCut)
 	if s.buckets.expire(histCut) > 0 {
 		changed = true
 	}
 	if changed {
 		s.gen++
-	}
-}
-
-func (s *State) evictNode() {
-	var oldest *node
-	for _, n := range s.nodes {
-		if oldest == nil || n.last.Before(oldest.last) {
-			oldest = n
-		}
-	}
-	if oldest != nil {
-		s.nseries -= len(oldest.series)
-		s.dropFleet(oldest)
-		delete(s.nodes, oldest.id)
-	}
-}
-
-func evictVM(n *node) {
-	var oldestID string
-	var oldest time.Time
-	for id, vm := range n.vms {
-		if oldestID == "" || vm.last.Before(oldest) {
-			oldestID, oldest = id, vm.last
-		}
-	}
-	delete(n.vms, oldestID)
-}
-
-func (s *State) evictRule() {
-	var name string
-	var oldest time.Time
-	for k, ra := range s.rules {
-		if name == "" || ra.last.Before(oldest) {
-			name, oldest = k, ra.last
-		}
-	}
-	delete(s.rules, name)
-}
-
-func (s *State) evictSeries() {
-	var on *node
-	var rule string
-	var oldest time.Time
-	for _, n := range s.nodes {
-		for k, se := range n.series {
-			if on == nil || se.last.Before(oldest) {
-				on, rule, oldest = n, k, se.last
-			}
-		}
-	}
-	if on != nil {
-		delete(on.series, rule)
-		s.nseries--
 	}
 }
 
@@ -515,6 +614,14 @@ type Stats struct {
 	Series         int    `json:"series"` // (rule, node) pairs
 	Buckets        int    `json:"buckets"`
 	BucketsEvicted uint64 `json:"buckets_evicted"`
+	// UsedBytes is the estimated memory held by the nodes, VMs, baselines,
+	// series and rules, within MaxBytes.
+	UsedBytes int64 `json:"used_bytes"`
+	MaxBytes  int64 `json:"max_bytes"`
+	// Refused counts the new nodes, VMs and (VM, rule) pairs the bounds
+	// refused; LastRefused is the last time (zero: never).
+	Refused     Refusals  `json:"refused"`
+	LastRefused time.Time `json:"last_refused"`
 }
 
 // Stats returns the counters and sizes.

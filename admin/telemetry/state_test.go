@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sluice-rl/sluice/admin/policies"
 )
 
@@ -207,8 +208,8 @@ func TestRingBoundsAndWindow(t *testing.T) {
 	}
 }
 
-func TestBoundsAndExpiry(t *testing.T) {
-	s := NewState(Options{MaxBuckets: 100, MaxNodes: 3, MaxVMsPerNode: 2, MaxSeries: 4, NodeTTL: time.Minute, History: time.Minute})
+func TestBoundsRefuseNewItemsWhileKnownOnesKeepUpdating(t *testing.T) {
+	s := NewState(Options{MaxBuckets: 100, MaxNodes: 3, MaxVMsPerNode: 2, MaxSeries: 4, NodeTTL: 2 * time.Minute, History: 2 * time.Minute})
 	start := t0.UnixMilli()
 	now := t0
 	for i := range 5 {
@@ -217,37 +218,67 @@ func TestBoundsAndExpiry(t *testing.T) {
 		for j := range 40 {
 			r.Buckets = append(r.Buckets, Bucket{Rule: "a", Identity: fmt.Sprintf("k%d-%d", i, j), Tokens: 1, Burst: 2, LastRefill: 1})
 		}
-		s.Ingest(r, now)
-	}
-	st := s.Stats()
-	if st.Nodes != 3 || st.Series > 4 || st.Buckets != 100 || st.BucketsEvicted != 100 {
-		t.Errorf("bounds: %+v", st)
-	}
-	// The oldest were evicted: node-0, node-1, and the first buckets.
-	ov := s.Overview(now, OverviewOptions{TopN: 1000})
-	for _, n := range ov.Nodes {
-		if n.ID == "node-0" || n.ID == "node-1" {
-			t.Errorf("%s should have been evicted", n.ID)
+		want := Accepted
+		if i >= 3 {
+			want = Refused
+		}
+		if got := s.Ingest(r, now); got != want {
+			t.Errorf("node-%d: %v, want %v", i, got, want)
 		}
 	}
-	if _, n := s.Search(now, "k0-", 10); n != 0 {
-		t.Errorf("node-0's buckets survived: %d", n)
+	// node-3 and node-4 are refused, node-2's two series do not fit
+	// (node-0 and node-1 hold the four); bucket states still evict.
+	st := s.Stats()
+	if st.Nodes != 3 || st.Series != 4 || st.Buckets != 100 || st.BucketsEvicted != 20 || st.Refused != (Refusals{2, 0, 2}) || !st.LastRefused.Equal(now) {
+		t.Errorf("bounds: %+v", st)
 	}
-	if _, n := s.Search(now, "k4-", 100); n != 40 {
-		t.Errorf("node-4's buckets: %d", n)
+	if _, n := s.Search(now, "k3-", 10); n != 0 {
+		t.Errorf("a refused node's buckets were kept: %d", n)
+	}
+	expected := `
+# HELP sluice_telemetry_refused_total New nodes, VMs and (VM, rule) pairs refused because the telemetry state was full of items that report (the bounds and -telemetry-max-bytes).
+# TYPE sluice_telemetry_refused_total counter
+sluice_telemetry_refused_total{what="node"} 2
+sluice_telemetry_refused_total{what="rule"} 2
+sluice_telemetry_refused_total{what="vm"} 0
+`
+	if err := testutil.GatherAndCompare(NewMetrics(s).Registry(), strings.NewReader(expected), "sluice_telemetry_refused_total"); err != nil {
+		t.Error(err)
+	}
+	// Known nodes keep updating.
+	now = now.Add(time.Second)
+	s.Ingest(rep("node-0", "vm", start, 2, rc("a", 6, 0, 0, 0), rc("b", 1, 0, 0, 0)), now)
+	if a := ruleView(t, s.Overview(now.Add(time.Second), OverviewOptions{}), "a"); a.Total[Allowed] != 1+1+5 {
+		t.Errorf("rule a's total %d, want 7 (node-0 and node-1's first reports, then node-0's 5 more)", a.Total[Allowed])
 	}
 	// VMs per node.
-	for v := range 3 {
-		s.Ingest(rep("node-4", "vm-"+strconv.Itoa(v), start, 1), now.Add(time.Duration(v)*time.Millisecond))
-	}
-	if st := s.Stats(); st.VMs != 2+1+1 {
-		t.Errorf("VMs %d, want node-4 capped at 2", st.VMs)
+	s.Ingest(rep("node-0", "vm-1", start, 1), now)
+	if got := s.Ingest(rep("node-0", "vm-2", start, 1), now); got != Refused {
+		t.Errorf("a third VM of node-0: %v, want refused", got)
 	}
 
-	// Expiry: after the node TTL and the history, everything is gone.
-	later := now.Add(61 * time.Second)
+	// Once idle for IdleAfter, the least recently reported node makes room.
+	now = now.Add(IdleAfter)
+	s.Ingest(rep("node-0", "vm", start, 3, rc("a", 6, 0, 0, 0), rc("b", 1, 0, 0, 0)), now)
+	if got := s.Ingest(rep("node-3", "vm", start, 2, rc("a", 1, 0, 0, 0), rc("b", 1, 0, 0, 0)), now); got != Accepted {
+		t.Errorf("node-3 after node-1 went idle: %v", got)
+	}
+	var ids []string
+	for _, n := range s.Overview(now, OverviewOptions{}).Nodes {
+		ids = append(ids, n.ID)
+	}
+	if strings.Join(ids, ",") != "node-0,node-2,node-3" {
+		t.Errorf("nodes %v, want node-1 (the idlest) replaced by node-3", ids)
+	}
+	if st := s.Stats(); st.Series != 4 || st.VMs != 4 {
+		t.Errorf("node-3 should hold node-1's series: %+v", st)
+	}
+
+	// Expiry: after the node TTL and the history, everything is gone and
+	// the budget is whole again.
+	later := now.Add(2*time.Minute + time.Second)
 	s.Sweep(later)
-	if st := s.Stats(); st.Nodes != 0 || st.VMs != 0 || st.Series != 0 || st.Buckets != 0 || st.Rules != 0 {
+	if st := s.Stats(); st.Nodes != 0 || st.VMs != 0 || st.Series != 0 || st.Buckets != 0 || st.Rules != 0 || st.UsedBytes != 0 {
 		t.Errorf("after expiry: %+v", st)
 	}
 	if ov := s.Overview(later, OverviewOptions{}); len(ov.Nodes) != 0 || len(ov.Rules) != 0 || len(ov.TopKeys) != 0 {
