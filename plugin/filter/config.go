@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluice-rl/sluice/shared/limiter"
 	"github.com/sluice-rl/sluice/shared/policy"
+	"github.com/sluice-rl/sluice/shared/request"
 	"github.com/sluice-rl/sluice/shared/state"
 )
 
@@ -81,15 +82,14 @@ type compiledRule struct {
 	fleet *ruleFleet // "scope": "global" (fleet.go); nil for a local rule
 
 	// Telemetry (telemetry.go).
-	tc            *ruleTally // the VM's cumulative counters for this rule name
-	clearIdentity bool       // "telemetry_identity": "clear"
-	keyNames      []string   // limit_keys as written, e.g. "header:x-api-key"
+	tc            *ruleTally         // the VM's cumulative counters for this rule name
+	clearIdentity bool               // "telemetry_identity": "clear"
+	srcKeys       []policy.KeySource // limit_keys, for displayIdentity
 }
 
 type compiledMatch struct {
-	src    sourceRef
-	value  string
-	prefix bool
+	src sourceRef
+	request.Match
 }
 
 // compile prepares a parsed configuration. Metrics are defined through vm
@@ -148,16 +148,12 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 	}
 	cr.groupPrefix = cr.keyPrefix + "#"
 	cr.groups, cr.ways = state.Groups(cr.maxKeys), state.GroupWays(cr.maxKeys)
+	cr.srcKeys = r.Keys
 	for _, k := range r.Keys {
 		cr.keys = append(cr.keys, cc.ref(k))
-		cr.keyNames = append(cr.keyNames, k.String())
 	}
 	for _, m := range r.Match {
-		v := m.Value
-		if m.Source.Kind == policy.SourceHost {
-			v = strings.ToLower(v) // the request's host is lower-cased too
-		}
-		cr.match = append(cr.match, compiledMatch{src: cc.ref(m.Source), value: v, prefix: m.Prefix})
+		cr.match = append(cr.match, compiledMatch{src: cc.ref(m.Source), Match: request.CompileMatch(m)})
 	}
 	costSrc, fixedCost, defaultCost := r.CostConfig()
 	cr.costKind = costSrc.Kind
@@ -226,11 +222,7 @@ func (r *compiledRule) matches(rs *requestSources) bool {
 		if !ok {
 			return false
 		}
-		if m.prefix {
-			if !strings.HasPrefix(v, m.value) {
-				return false
-			}
-		} else if v != m.value {
+		if !m.Holds(v) {
 			return false
 		}
 	}
