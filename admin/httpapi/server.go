@@ -110,6 +110,7 @@ func New(cfg Config) (http.Handler, error) {
 	mux.Handle("GET /api/v1/policy", s.api(s.apiCurrent))
 	mux.Handle("POST /api/v1/policy", s.api(s.apiSave))
 	mux.Handle("POST /api/v1/policy/validate", s.api(s.apiValidate))
+	mux.Handle("POST /api/v1/policy/simulate", s.api(s.apiSimulate))
 	mux.Handle("GET /api/v1/policy/versions", s.api(s.apiList))
 	mux.Handle("GET /api/v1/policy/versions/{n}", s.api(s.apiGet))
 	mux.Handle("GET /api/v1/policy/diff", s.api(s.apiDiff))

@@ -1,8 +1,6 @@
 package filter
 
 import (
-	"math"
-	"strconv"
 	"strings"
 
 	"github.com/sluice-rl/sluice/shared/limiter"
@@ -155,7 +153,7 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 	for _, m := range r.Match {
 		cr.match = append(cr.match, compiledMatch{src: cc.ref(m.Source), Match: request.CompileMatch(m)})
 	}
-	costSrc, fixedCost, defaultCost := r.CostConfig()
+	costSrc, fixedCost, defaultCost := request.RuleCost(r)
 	cr.costKind = costSrc.Kind
 	switch costSrc.Kind {
 	case policy.CostHeader:
@@ -163,28 +161,14 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 	case policy.CostQuery:
 		cr.costSrc = cc.ref(policy.KeySource{Kind: policy.SourceQuery, Name: costSrc.Name})
 	}
-	cr.fixedCost = positiveOr(fixedCost, 1)
-	cr.defaultCost = positiveOr(defaultCost, 1)
-	cr.rlPrefix = `"` + r.Name + `";r=`
+	cr.fixedCost, cr.defaultCost = fixedCost, defaultCost
+	f := request.RuleFields(r)
+	cr.limitHdr, cr.policyHdr, cr.reason, cr.rlPrefix = f.Limit, f.Policy, f.Reason, f.RatePrefix
 	cr.bodyPre = `{"error":"rate_limited","rule":"` + r.Name + `","retry_after":`
-	if r.Window != nil {
-		cr.compileWindow(r)
+	cr.tb, cr.win = request.RuleLimiter(r)
+	if cr.win != nil {
 		return cr
 	}
-
-	tb := r.TokenBucket
-	if tb == nil { // Parse guarantees it for token_bucket
-		tb = &policy.TokenBucket{TokensPerSecond: 1, Burst: 1, FixedCost: 1, DefaultCost: 1}
-	}
-	cr.tb = limiter.TokenBucket{Rate: tb.TokensPerSecond, Burst: tb.Burst, MaxDelay: float64(tb.MaxDelayMS) / 1000}
-
-	burst := wholeTokens(tb.Burst)
-	cr.limitHdr = strconv.FormatInt(burst, 10)
-	window := int64(1)
-	if tb.TokensPerSecond > 0 {
-		window = ceilSeconds(tb.Burst / tb.TokensPerSecond)
-	}
-	cr.policyHdr = `"` + r.Name + `";q=` + cr.limitHdr + ";w=" + strconv.FormatInt(window, 10)
 	cc.compileRuleFleet(cr, r, vm) // fleet.go
 	return cr
 }
@@ -245,32 +229,8 @@ func (r *compiledRule) cost(rs *requestSources) float64 {
 	return r.defaultCost
 }
 
-func positiveOr(v, def float64) float64 {
-	if v > 0 && !math.IsInf(v, 0) {
-		return v
-	}
-	return def
-}
+// wholeTokens floors a token count for a header (request.WholeTokens).
+func wholeTokens(v float64) int64 { return request.WholeTokens(v) }
 
-// wholeTokens floors a token count for a header (never negative, bounded).
-func wholeTokens(v float64) int64 {
-	if !(v > 0) {
-		return 0
-	}
-	if v > 1e15 {
-		return 1e15
-	}
-	return int64(v)
-}
-
-// ceilSeconds rounds a duration in seconds up to whole seconds (never
-// negative, bounded like limiter's durations).
-func ceilSeconds(v float64) int64 {
-	if !(v > 0) {
-		return 0
-	}
-	if v > math.MaxInt32 {
-		return math.MaxInt32
-	}
-	return int64(math.Ceil(v))
-}
+// ceilSeconds rounds a duration up to whole seconds (request.CeilSeconds).
+func ceilSeconds(v float64) int64 { return request.CeilSeconds(v) }
