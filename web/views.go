@@ -86,6 +86,8 @@ type EditorPage struct {
 	Problems    []Problem     // the last save was refused: why
 	Listing     []ListingLine // the refused draft, line by line, problems inline
 	Conflict    *Conflict     // the last save was based on a stale version
+	Sim         SimForm       // the simulator's fields
+	SimResult   *SimView      // the last simulation (nil: none)
 }
 
 // Conflict explains a refused save whose base version was stale.

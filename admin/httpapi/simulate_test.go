@@ -1,9 +1,12 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -184,4 +187,38 @@ func FuzzSimRequestBuild(f *testing.F) {
 			t.Fatalf("accepted %+v", req)
 		}
 	})
+}
+
+func TestSimulatorFormRunsTheUnsavedDraft(t *testing.T) {
+	e := newEnv(t, nil)
+	c := login(t, e, "alice")
+	tok := csrfOf(t, get(t, c, e.srv.URL+"/"))
+	form := url.Values{"csrf": {tok}, "base_version": {"1"}, "policy": {tiersPolicy}, "sim_against": {"draft"},
+		"sim_path": {"/v1/items"}, "sim_headers": {"x-plan: premium\nx-api-key: abcdefghijk"}, "sim_client": {"10.0.0.1"}}
+	resp, body := post(t, c, e.srv.URL+"/simulate", form)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if !strings.Contains(body, "Allowed by the draft") || !regexp.MustCompile(`(?s)<tr class="applies" data-rule="premium">.*?abcd…#`).MatchString(body) {
+		t.Errorf("the premium tier does not apply with a masked identity:\n%s", body)
+	}
+	if strings.Contains(body, "abcdefghijk</code>") || !strings.Contains(body, "ratelimit: &#34;premium&#34;;r=19;t=1") {
+		t.Errorf("identity not masked, or RateLimit field missing")
+	}
+	if cur, _ := e.svc.Current(context.Background()); cur.Number != 1 {
+		t.Errorf("simulating saved v%d", cur.Number)
+	}
+	if !strings.Contains(body, "x-api-key: abcdefghijk") {
+		t.Error("the simulator's fields are not kept")
+	}
+
+	form.Set("sim_client", "not-an-address")
+	resp, body = post(t, c, e.srv.URL+"/simulate", form)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "request.client_address") {
+		t.Errorf("a bad address: %d", resp.StatusCode)
+	}
+	form.Set("csrf", "wrong")
+	if resp, _ := post(t, c, e.srv.URL+"/simulate", form); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("without the CSRF token: %d", resp.StatusCode)
+	}
 }
