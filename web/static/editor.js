@@ -14,10 +14,18 @@ document.addEventListener("DOMContentLoaded", () => {
       json.hidden = id !== "json-view";
       buttons.forEach((b) => b.setAttribute("aria-selected", String(b.dataset.tab === id)));
     };
-    buttons.forEach((b) => b.addEventListener("click", () => show(b.dataset.tab)));
+    buttons.forEach((b) => b.addEventListener("click", () => {
+      show(b.dataset.tab);
+      try { sessionStorage.setItem("sluice-policy-view", b.dataset.tab); } catch (e) { /* storage off */ }
+    }));
     tabs.hidden = false;
-    // Problems are listed against lines of the JSON: show that view then.
-    show(document.getElementById("problems") || rules.querySelector(".flash-warn") ? "json-view" : "rules-view");
+    // Problems are listed against lines of the JSON: show that view then;
+    // else the view last chosen in this tab, else the rules.
+    let view = "rules-view";
+    try { view = sessionStorage.getItem("sluice-policy-view") || view; } catch (e) { /* storage off */ }
+    if (document.getElementById("problems") || rules.querySelector(".flash-warn")) view = "json-view";
+    if (document.getElementById("rule-form")) view = "rules-view";
+    show(view);
   }
 
   const alg = document.getElementById("rf_algorithm");
