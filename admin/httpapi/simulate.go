@@ -364,7 +364,7 @@ func (s *server) apiSimulate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	now := time.Now()
+	now := s.now()
 	res := simulate.Run(sp.cfg, req, simulate.Options{Now: float64(now.UnixNano()) / 1e9, Lookup: s.telemetryLookup(now)})
 	writeJSON(w, http.StatusOK, simJSON(sp.label, res))
 	return nil

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/sluice-rl/sluice/admin/auth"
 	"github.com/sluice-rl/sluice/admin/policies"
@@ -113,7 +112,7 @@ func (s *server) simulateForm(r *http.Request, f web.SimForm, draft []byte) (sim
 		out, _ := fail("", "internal error; see the admin's log")
 		return out, http.StatusInternalServerError
 	}
-	now := time.Now()
+	now := s.now()
 	res := simulate.Run(sp.cfg, sreq, simulate.Options{Now: float64(now.UnixNano()) / 1e9, Lookup: s.telemetryLookup(now)})
 	return simFormResult{SimView: simView(sp.label, res)}, http.StatusOK
 }

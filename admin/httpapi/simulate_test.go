@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/sluice-rl/sluice/admin/telemetry"
 )
 
 const tiersPolicy = `{"policies":[{"name":"tiers","rules":[
@@ -220,5 +222,25 @@ func TestSimulatorFormRunsTheUnsavedDraft(t *testing.T) {
 	form.Set("csrf", "wrong")
 	if resp, _ := post(t, c, e.srv.URL+"/simulate", form); resp.StatusCode != http.StatusForbidden {
 		t.Errorf("without the CSRF token: %d", resp.StatusCode)
+	}
+}
+
+func TestSimulateStartsFromTheBucketTelemetryReported(t *testing.T) {
+	te := newTelEnv(t, nil)
+	body := func() map[string]any {
+		_, m := simulateCall(t, te.env, `{"policy":`+perIP+`,"request":{"client_address":"10.9.8.7:1234"}}`)
+		return rulesOf(t, m, 0)[0]
+	}
+	if r := body(); r["state_known"] == true || r["level"] != 10.0 {
+		t.Fatalf("before any report: %v", r)
+	}
+	now := float64(te.clock.Now().Unix())
+	b := telemetry.Bucket{Rule: "per-ip", Identity: "ip:address=10.9.8.7", Tokens: 2, Burst: 10, LastRefill: now}
+	if resp, m := te.send(t, telToken, "application/json", report("envoy-1", "a1", 1, 5, 0, b)); resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("report: %d %v", resp.StatusCode, m)
+	}
+	r := body()
+	if r["state_known"] != true || r["level"] != 2.0 || r["decision"].(map[string]any)["remaining"] != 1.0 {
+		t.Fatalf("after a report of 2 tokens: %v", r)
 	}
 }
