@@ -88,6 +88,12 @@ type EditorPage struct {
 	Problems    []Problem     // the last save was refused: why
 	Listing     []ListingLine // the refused draft, line by line, problems inline
 	Conflict    *Conflict     // the last save was based on a stale version
+	Sim         SimForm       // the simulator's fields
+	SimResult   *SimView      // the last simulation (nil: none)
+	Rules       RulesView     // the draft's rules in words (structured view)
+	// DefaultOp is what Enter in a field does: "" simulates; with the rule
+	// form open, "apply:<ref>" applies it. Saving always takes a click.
+	DefaultOp string
 }
 
 // Conflict explains a refused save whose base version was stale.

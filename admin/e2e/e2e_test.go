@@ -89,7 +89,9 @@ func TestBrowserEditSaveRollback(t *testing.T) {
 	run, eval := b.run, b.eval
 
 	// Log in.
-	run("log in", append(loginSteps(adminURL+"/", "e2e-user"), chromedp.WaitVisible(chromedp.ID("policy")))...)
+	run("log in", append(loginSteps(adminURL+"/", "e2e-user"),
+		chromedp.Click(chromedp.CSS(`.view-tabs button[data-tab="json-view"]`)), // the policy page opens on its Rules tab
+		chromedp.WaitVisible(chromedp.ID("policy")))...)
 	if got := eval(`document.querySelector(".who").textContent`); got != "e2e-user" {
 		t.Errorf("logged in as %q", got)
 	}

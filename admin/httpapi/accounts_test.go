@@ -135,6 +135,9 @@ func TestViewerIsForbiddenEveryChangingRoute(t *testing.T) {
 	if resp, _ := e.call(t, "POST", "/api/v1/policy/validate", viewerTok, "application/json", `{"policy":`+perIP+`}`); resp.StatusCode != 200 {
 		t.Errorf("viewer validate: %d", resp.StatusCode)
 	}
+	if resp, body := e.call(t, "POST", "/api/v1/policy/simulate", viewerTok, "application/json", `{"request":{"method":"GET","path":"/"}}`); resp.StatusCode != 200 {
+		t.Errorf("viewer simulate: %d %s", resp.StatusCode, body)
+	}
 	get(t, viewer, e.srv.URL+"/audit")
 }
 

@@ -270,6 +270,7 @@ func (s *server) editorPage(w http.ResponseWriter, r *http.Request, sess auth.Se
 	p := web.EditorPage{
 		Nav: nav(sess, "policy"), Flashes: flashFromQuery(r.URL.Query()),
 		Current: versionInfo(cur, cur.Number), BaseVersion: cur.Number, Draft: draft, Rows: rows(draft),
+		Rules: rulesView(draft, nil),
 	}
 	if ps := s.Policies.LastPublish(); ps.Err != nil {
 		p.Flashes = append(p.Flashes, web.Flash{Kind: "error", Text: fmt.Sprintf("Publishing v%d failed: %v", ps.Version, ps.Err)})
@@ -287,7 +288,7 @@ func (s *server) editorSubmit(w http.ResponseWriter, r *http.Request, sess auth.
 	}
 	p := web.EditorPage{
 		Nav: nav(sess, "policy"), Current: versionInfo(cur, cur.Number), BaseVersion: cur.Number,
-		Draft: draft, Message: msg, Rows: rows(draft),
+		Draft: draft, Message: msg, Rows: rows(draft), Rules: rulesView(draft, nil),
 	}
 	base, err := parseVersion(r.PostForm.Get("base_version"), "base_version")
 	if err != nil {

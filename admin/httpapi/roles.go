@@ -21,6 +21,8 @@ var adminPaths = []string{
 // readOnlyPosts are POST routes that change nothing, open to viewers.
 var readOnlyPosts = map[string]bool{
 	"/api/v1/policy/validate": true,
+	"/api/v1/policy/simulate": true, // evaluates a request; stores nothing
+	"/simulate":               true,
 	"/logout":                 true,
 }
 

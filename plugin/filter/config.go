@@ -1,12 +1,11 @@
 package filter
 
 import (
-	"math"
-	"strconv"
 	"strings"
 
 	"github.com/sluice-rl/sluice/shared/limiter"
 	"github.com/sluice-rl/sluice/shared/policy"
+	"github.com/sluice-rl/sluice/shared/request"
 	"github.com/sluice-rl/sluice/shared/state"
 )
 
@@ -81,15 +80,14 @@ type compiledRule struct {
 	fleet *ruleFleet // "scope": "global" (fleet.go); nil for a local rule
 
 	// Telemetry (telemetry.go).
-	tc            *ruleTally // the VM's cumulative counters for this rule name
-	clearIdentity bool       // "telemetry_identity": "clear"
-	keyNames      []string   // limit_keys as written, e.g. "header:x-api-key"
+	tc            *ruleTally         // the VM's cumulative counters for this rule name
+	clearIdentity bool               // "telemetry_identity": "clear"
+	srcKeys       []policy.KeySource // limit_keys, for displayIdentity
 }
 
 type compiledMatch struct {
-	src    sourceRef
-	value  string
-	prefix bool
+	src sourceRef
+	request.Match
 }
 
 // compile prepares a parsed configuration. Metrics are defined through vm
@@ -148,18 +146,14 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 	}
 	cr.groupPrefix = cr.keyPrefix + "#"
 	cr.groups, cr.ways = state.Groups(cr.maxKeys), state.GroupWays(cr.maxKeys)
+	cr.srcKeys = r.Keys
 	for _, k := range r.Keys {
 		cr.keys = append(cr.keys, cc.ref(k))
-		cr.keyNames = append(cr.keyNames, k.String())
 	}
 	for _, m := range r.Match {
-		v := m.Value
-		if m.Source.Kind == policy.SourceHost {
-			v = strings.ToLower(v) // the request's host is lower-cased too
-		}
-		cr.match = append(cr.match, compiledMatch{src: cc.ref(m.Source), value: v, prefix: m.Prefix})
+		cr.match = append(cr.match, compiledMatch{src: cc.ref(m.Source), Match: request.CompileMatch(m)})
 	}
-	costSrc, fixedCost, defaultCost := r.CostConfig()
+	costSrc, fixedCost, defaultCost := request.RuleCost(r)
 	cr.costKind = costSrc.Kind
 	switch costSrc.Kind {
 	case policy.CostHeader:
@@ -167,28 +161,14 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 	case policy.CostQuery:
 		cr.costSrc = cc.ref(policy.KeySource{Kind: policy.SourceQuery, Name: costSrc.Name})
 	}
-	cr.fixedCost = positiveOr(fixedCost, 1)
-	cr.defaultCost = positiveOr(defaultCost, 1)
-	cr.rlPrefix = `"` + r.Name + `";r=`
+	cr.fixedCost, cr.defaultCost = fixedCost, defaultCost
+	f := request.RuleFields(r)
+	cr.limitHdr, cr.policyHdr, cr.reason, cr.rlPrefix = f.Limit, f.Policy, f.Reason, f.RatePrefix
 	cr.bodyPre = `{"error":"rate_limited","rule":"` + r.Name + `","retry_after":`
-	if r.Window != nil {
-		cr.compileWindow(r)
+	cr.tb, cr.win = request.RuleLimiter(r)
+	if cr.win != nil {
 		return cr
 	}
-
-	tb := r.TokenBucket
-	if tb == nil { // Parse guarantees it for token_bucket
-		tb = &policy.TokenBucket{TokensPerSecond: 1, Burst: 1, FixedCost: 1, DefaultCost: 1}
-	}
-	cr.tb = limiter.TokenBucket{Rate: tb.TokensPerSecond, Burst: tb.Burst, MaxDelay: float64(tb.MaxDelayMS) / 1000}
-
-	burst := wholeTokens(tb.Burst)
-	cr.limitHdr = strconv.FormatInt(burst, 10)
-	window := int64(1)
-	if tb.TokensPerSecond > 0 {
-		window = ceilSeconds(tb.Burst / tb.TokensPerSecond)
-	}
-	cr.policyHdr = `"` + r.Name + `";q=` + cr.limitHdr + ";w=" + strconv.FormatInt(window, 10)
 	cc.compileRuleFleet(cr, r, vm) // fleet.go
 	return cr
 }
@@ -226,11 +206,7 @@ func (r *compiledRule) matches(rs *requestSources) bool {
 		if !ok {
 			return false
 		}
-		if m.prefix {
-			if !strings.HasPrefix(v, m.value) {
-				return false
-			}
-		} else if v != m.value {
+		if !m.Holds(v) {
 			return false
 		}
 	}
@@ -253,32 +229,8 @@ func (r *compiledRule) cost(rs *requestSources) float64 {
 	return r.defaultCost
 }
 
-func positiveOr(v, def float64) float64 {
-	if v > 0 && !math.IsInf(v, 0) {
-		return v
-	}
-	return def
-}
+// wholeTokens floors a token count for a header (request.WholeTokens).
+func wholeTokens(v float64) int64 { return request.WholeTokens(v) }
 
-// wholeTokens floors a token count for a header (never negative, bounded).
-func wholeTokens(v float64) int64 {
-	if !(v > 0) {
-		return 0
-	}
-	if v > 1e15 {
-		return 1e15
-	}
-	return int64(v)
-}
-
-// ceilSeconds rounds a duration in seconds up to whole seconds (never
-// negative, bounded like limiter's durations).
-func ceilSeconds(v float64) int64 {
-	if !(v > 0) {
-		return 0
-	}
-	if v > math.MaxInt32 {
-		return math.MaxInt32
-	}
-	return int64(math.Ceil(v))
-}
+// ceilSeconds rounds a duration up to whole seconds (request.CeilSeconds).
+func ceilSeconds(v float64) int64 { return request.CeilSeconds(v) }

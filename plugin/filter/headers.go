@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"unsafe"
 
-	"github.com/sluice-rl/sluice/shared/limiter"
+	"github.com/sluice-rl/sluice/shared/request"
 )
 
 // Response header fields (names lower-case, as Envoy stores them).
@@ -45,14 +45,7 @@ const (
 // decision wait (seconds until its cost is available). identity is the
 // composite key: it seeds Retry-After's jitter.
 func (p *pluginContext) sendReject(r *compiledRule, wait float64, identity string) error {
-	t := ceilSeconds(wait)
-	if t < 1 {
-		t = 1 // rejected: some wait is needed even if it rounds to 0
-	}
-	retry := int64(limiter.RetryAfter(wait, identity))
-	if retry < t {
-		retry = t // never earlier than t (RetryAfter already guarantees it)
-	}
+	retry, t := request.RejectTimes(wait, identity)
 	b := p.hdrBuf[:0]
 	b = appendInt(b, retry)
 	retryEnd := len(b)

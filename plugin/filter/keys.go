@@ -3,10 +3,9 @@ package filter
 import (
 	"math"
 	"strconv"
-	"strings"
 
 	"github.com/sluice-rl/sluice/shared/policy"
-	"github.com/sluice-rl/sluice/shared/state"
+	"github.com/sluice-rl/sluice/shared/request"
 )
 
 // This file reads the request attributes rules are keyed and matched on.
@@ -19,17 +18,11 @@ import (
 
 // Limits on untrusted input.
 const (
-	// maxComposite is the longest composite key stored verbatim. Longer keys
-	// (a 10k-character header, say) are replaced by a hash; see
-	// appendComposite. It is state.MaxIdentity, so the composite is also
-	// the identity stored in bounded slot values, unchanged.
-	maxComposite = state.MaxIdentity
-	// hashedPrefix is how many bytes of a long composite key are kept, for
-	// readability, after its hash (state.AppendIdentity).
-	hashedPrefix = 64
-	// maxJWT bounds the bearer token we are willing to decode. Real tokens
-	// are a few hundred bytes to a few KiB.
-	maxJWT = 16 << 10
+	// maxComposite is the longest composite key stored verbatim
+	// (request.AppendComposite).
+	maxComposite = request.MaxComposite
+	// maxJWT bounds the bearer token decoded (request.ParseJWT).
+	maxJWT = request.MaxJWT
 )
 
 // sourceRef is a compiled policy.KeySource: the kind plus an index into the
@@ -70,7 +63,7 @@ type requestSources struct {
 
 	gen      uint32 // this request's generation, from 1 (see cachedValue)
 	jwtState uint8
-	jwt      jwtClaims
+	jwt      request.Claims
 
 	// vals holds the header values read this request and prop the client
 	// address property: the cached values are views of them, valid until
@@ -100,8 +93,7 @@ func (rs *requestSources) reset(cfg *compiledConfig) {
 		rs.vals = nil
 	}
 	rs.jwtState = unknown
-	rs.jwt.payload = ""
-	rs.jwt.members = rs.jwt.members[:0] // views of buffers the filter owns
+	rs.jwt.Reset()
 }
 
 func resetCache(c []cachedValue, n int) []cachedValue {
@@ -128,7 +120,7 @@ func (rs *requestSources) get(s sourceRef) (string, bool) {
 		c = &rs.queries[s.idx]
 		if rs.unread(c) {
 			p, _ := rs.get(sourceRef{kind: sourceRawPath})
-			c.set(queryParam(p, rs.cfg.queryNames[s.idx]))
+			c.set(request.QueryParam(p, rs.cfg.queryNames[s.idx]))
 		}
 	case policy.SourceJWT:
 		c = &rs.claims[s.idx]
@@ -139,7 +131,7 @@ func (rs *requestSources) get(s sourceRef) (string, bool) {
 		c = &rs.path
 		if rs.unread(c) {
 			p, _ := rs.get(sourceRef{kind: sourceRawPath})
-			c.set(pathOnly(p), true)
+			c.set(request.PathOnly(p), true)
 		}
 	case policy.SourceMethod:
 		c = &rs.method
@@ -150,7 +142,7 @@ func (rs *requestSources) get(s sourceRef) (string, bool) {
 		c = &rs.host
 		if rs.unread(c) {
 			h, ok := rs.header(":authority")
-			c.set(lowerASCII(h), ok)
+			c.set(request.LowerASCII(h), ok)
 		}
 	case policy.SourceIP:
 		c = &rs.ip
@@ -206,7 +198,7 @@ const sourceAddressPath = "source\x00address"
 func (rs *requestSources) clientIP() (string, bool) {
 	if hops := rs.cfg.trustedHops; hops > 0 {
 		if xff, ok := rs.header("x-forwarded-for"); ok {
-			if ip, ok := xffClient(xff, hops); ok {
+			if ip, ok := request.XFFClient(xff, hops); ok {
 				return ip, true
 			}
 		}
@@ -216,188 +208,22 @@ func (rs *requestSources) clientIP() (string, bool) {
 	if !ok || len(b) == 0 {
 		return "", false
 	}
-	return stripPort(bytesView(b)), true
+	return request.StripPort(bytesView(b)), true
 }
 
 // claim returns a claim of the bearer token's payload as a string (see
-// jwtClaims.claim). The token is decoded once per request.
+// request.Claims.Claim). The token is decoded once per request.
 func (rs *requestSources) claim(name string) (string, bool) {
 	if rs.jwtState == unknown {
 		rs.jwtState = missing
-		if authz, ok := rs.header("authorization"); ok && parseJWT(authz, &rs.jwt) {
+		if authz, ok := rs.header("authorization"); ok && request.ParseJWT(authz, &rs.jwt) {
 			rs.jwtState = present
 		}
 	}
 	if rs.jwtState != present {
 		return "", false
 	}
-	return rs.jwt.claim(name)
-}
-
-// ---------------------------------------------------------------------------
-// Pure parsing helpers (unit-tested natively).
-
-// stripPort removes the port from an address as Envoy formats
-// source.address: "10.0.0.1:5555" -> "10.0.0.1", "[::1]:5555" -> "::1".
-// A bracketed IPv6 address loses its brackets. An address with several colons
-// and no brackets (a bare IPv6 address) or no colon is returned unchanged.
-func stripPort(addr string) string {
-	addr = strings.TrimSpace(addr)
-	if strings.HasPrefix(addr, "[") {
-		if end := strings.IndexByte(addr, ']'); end > 0 {
-			return addr[1:end]
-		}
-		return addr
-	}
-	if i := strings.IndexByte(addr, ':'); i >= 0 && strings.IndexByte(addr[i+1:], ':') < 0 {
-		return addr[:i]
-	}
-	return addr
-}
-
-// xffClient returns the hops-th entry from the right of an X-Forwarded-For
-// value (hops >= 1: 1 is the rightmost entry, the one appended by the proxy
-// closest to Envoy), port stripped. It reports false when the header has
-// fewer than hops entries or that entry is empty.
-func xffClient(xff string, hops int) (string, bool) {
-	if hops < 1 {
-		return "", false
-	}
-	end := len(xff)
-	for n := 1; ; n++ {
-		start := strings.LastIndexByte(xff[:end], ',') + 1 // 0 when no comma left
-		if n == hops {
-			e := stripPort(xff[start:end])
-			return e, e != ""
-		}
-		if start == 0 {
-			return "", false // fewer than hops entries
-		}
-		end = start - 1
-	}
-}
-
-// pathOnly returns the :path without its query string or fragment.
-func pathOnly(p string) string {
-	if i := strings.IndexAny(p, "?#"); i >= 0 {
-		return p[:i]
-	}
-	return p
-}
-
-// queryParam returns the percent-decoded value of the first query parameter
-// of the :path p whose percent-decoded name is name ("+" decodes to a space,
-// as in HTML forms). A parameter without "=" has an empty value. Invalid
-// percent escapes are kept literally.
-func queryParam(p, name string) (string, bool) {
-	q := p
-	if i := strings.IndexByte(q, '?'); i >= 0 {
-		q = q[i+1:]
-	} else {
-		return "", false
-	}
-	if i := strings.IndexByte(q, '#'); i >= 0 {
-		q = q[:i]
-	}
-	for q != "" {
-		var pair string
-		pair, q, _ = strings.Cut(q, "&")
-		k, v, _ := strings.Cut(pair, "=")
-		if unescapeQuery(k) == name {
-			return unescapeQuery(v), true
-		}
-	}
-	return "", false
-}
-
-// unescapeQuery decodes %XX escapes and '+' (space). It allocates only when
-// there is something to decode.
-func unescapeQuery(s string) string {
-	if strings.IndexByte(s, '%') < 0 && strings.IndexByte(s, '+') < 0 {
-		return s
-	}
-	b := make([]byte, 0, len(s))
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '+':
-			b = append(b, ' ')
-		case c == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]):
-			b = append(b, unhex(s[i+1])<<4|unhex(s[i+2]))
-			i += 2
-		default:
-			b = append(b, c)
-		}
-	}
-	return string(b)
-}
-
-func isHex(c byte) bool {
-	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
-}
-
-func unhex(c byte) byte {
-	switch {
-	case c >= '0' && c <= '9':
-		return c - '0'
-	case c >= 'a' && c <= 'f':
-		return c - 'a' + 10
-	default:
-		return c - 'A' + 10
-	}
-}
-
-// lowerASCII lower-cases ASCII letters, allocating only if there are any
-// upper-case ones (the :authority is almost always lower-case already).
-func lowerASCII(s string) string {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c >= 'A' && c <= 'Z' {
-			b := []byte(s)
-			for j := i; j < len(b); j++ {
-				if c := b[j]; c >= 'A' && c <= 'Z' {
-					b[j] = c + ('a' - 'A')
-				}
-			}
-			return string(b)
-		}
-	}
-	return s
-}
-
-// appendComposite appends the composite key made of the given components to
-// dst. Components are joined with '|'; inside a component the characters
-// '\', '|' and '#' are escaped with a backslash, so ["a|b"] and ["a", "b"]
-// give different keys and a composite never contains an unescaped '#'.
-//
-// A composite longer than maxComposite bytes is replaced by
-// "#<16 hex digits of FNV-1a 64 of the full composite>#<its first hashedPrefix
-// bytes>": a 10 KiB header costs the same shared-data memory as a short one.
-// The leading '#' cannot start a verbatim composite, so hashed and verbatim
-// keys never collide. FNV is not collision resistant against an adversary who
-// knows the other key, but bucket keys are never shown to clients, so an
-// attacker would need the victim's (long) key to collide with it, and with
-// that key they could share the bucket anyway.
-//
-// scratch is a reusable buffer; the (possibly grown) buffer is returned so
-// the caller can keep it.
-func appendComposite(dst, scratch []byte, comps []string) (out, scratchOut []byte) {
-	s := scratch[:0]
-	for i, c := range comps {
-		if i > 0 {
-			s = append(s, '|')
-		}
-		for j := 0; j < len(c); j++ {
-			switch b := c[j]; b {
-			case '\\', '|', '#':
-				s = append(s, '\\', b)
-			default:
-				s = append(s, b)
-			}
-		}
-	}
-	// state.AppendIdentity keeps up to maxComposite bytes verbatim and
-	// hashes longer ones; bytesView is safe: s is not modified before it
-	// returns and nothing retains the view.
-	return state.AppendIdentity(dst, bytesView(s)), s
+	return rs.jwt.Claim(name)
 }
 
 // appendInt is strconv.AppendInt for the common int64 case.

@@ -33,6 +33,7 @@ import (
 
 	"github.com/sluice-rl/sluice/shared/limiter"
 	"github.com/sluice-rl/sluice/shared/policy"
+	"github.com/sluice-rl/sluice/shared/request"
 	"github.com/sluice-rl/sluice/shared/state"
 )
 
@@ -462,7 +463,7 @@ func (p *pluginContext) selectRules() []application {
 			}
 			a := &apps[len(apps)-1]
 			kb := append(a.keyBuf[:0], r.keyPrefix...)
-			kb, p.compBuf = appendComposite(kb, p.compBuf, comps)
+			kb, p.compBuf = request.AppendComposite(kb, p.compBuf, comps)
 			*a = application{rule: r, keyBuf: kb, slotBuf: a.slotBuf, vals: a.vals, ws: a.ws}
 			if r.win != nil && a.ws == nil {
 				a.ws = new(windowScratch)

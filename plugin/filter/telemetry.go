@@ -10,7 +10,7 @@ import (
 
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
 
-	"github.com/sluice-rl/sluice/shared/policy"
+	"github.com/sluice-rl/sluice/shared/request"
 )
 
 // Telemetry (docs/filter.md "Telemetry", contract D): when the configuration
@@ -351,104 +351,14 @@ func (p *pluginContext) buildReport(now float64) []byte {
 	return b
 }
 
-// displayIdentity renders a bucket's identity for operators: its key
-// components as "<source>=<value>" joined with "|". Unless the rule says
-// "telemetry_identity": "clear", the values of header:, jwt: and query:
-// sources are masked (maskValue): they often are credentials (API keys,
-// subjects, tokens in query strings). ip:address, path, method and host are
-// shown as is: they are what operators search for and are not secrets.
-// A composite too long to be stored verbatim (keys.go) is shown as its hash
-// only when the rule has a masked source.
+// displayIdentity renders a bucket's identity for operators
+// (request.DisplayIdentity: sensitive components masked unless the rule
+// says "telemetry_identity": "clear").
 func displayIdentity(r *compiledRule, id string) string {
 	if r == nil {
-		return maskValue(id)
+		return request.MaskValue(id)
 	}
-	masked := false
-	if !r.clearIdentity {
-		for _, k := range r.keys {
-			if sensitive(k.kind) {
-				masked = true
-			}
-		}
-	}
-	if strings.HasPrefix(id, "#") { // hashed composite: "#<hex>#<prefix>"
-		if masked {
-			if j := strings.IndexByte(id[1:], '#'); j > 0 {
-				return "hashed:" + id[1:1+j]
-			}
-			return maskValue(id)
-		}
-		return id
-	}
-	comps := splitComposite(id)
-	if len(comps) != len(r.keys) {
-		if masked {
-			return maskValue(id)
-		}
-		return id
-	}
-	var sb strings.Builder
-	for i, c := range comps {
-		if i > 0 {
-			sb.WriteByte('|')
-		}
-		sb.WriteString(r.keyNames[i])
-		sb.WriteByte('=')
-		if masked && sensitive(r.keys[i].kind) {
-			sb.WriteString(maskValue(c))
-		} else {
-			sb.WriteString(c)
-		}
-	}
-	return sb.String()
-}
-
-func sensitive(k policy.SourceKind) bool {
-	return k == policy.SourceHeader || k == policy.SourceJWT || k == policy.SourceQuery
-}
-
-// splitComposite undoes appendComposite's joining and escaping.
-func splitComposite(s string) []string {
-	var out []string
-	var cur []byte
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '\\' && i+1 < len(s):
-			i++
-			cur = append(cur, s[i])
-		case c == '|':
-			out = append(out, string(cur))
-			cur = cur[:0]
-		default:
-			cur = append(cur, c)
-		}
-	}
-	return append(out, string(cur))
-}
-
-// maskValue shows a secret as its first 4 characters (none when the value
-// has fewer than 9), "…", and "#" with 8 hex digits of its FNV-1a 64 hash:
-// enough to tell keys apart and to search for a known key, not enough to
-// use one.
-func maskValue(v string) string {
-	const hex = "0123456789abcdef"
-	h := fnv64(v)
-	var sb strings.Builder
-	if utf8.RuneCountInString(v) > 8 {
-		n := 0
-		for i := range v {
-			if n == 4 {
-				sb.WriteString(v[:i])
-				break
-			}
-			n++
-		}
-	}
-	sb.WriteString("…#")
-	for i := 7; i >= 0; i-- {
-		sb.WriteByte(hex[(h>>(4*uint(i)))&0xf])
-	}
-	return sb.String()
+	return request.DisplayIdentity(r.srcKeys, r.clearIdentity, id)
 }
 
 // fnv64 is FNV-1a 64.

@@ -1,9 +1,6 @@
 package filter
 
 import (
-	"strconv"
-
-	"github.com/sluice-rl/sluice/shared/limiter"
 	"github.com/sluice-rl/sluice/shared/policy"
 	"github.com/sluice-rl/sluice/shared/state"
 )
@@ -31,25 +28,6 @@ func keyPrefix(algorithm string) string {
 		return state.PrefixRollingWindow
 	}
 	return state.PrefixTokenBucket
-}
-
-// compileWindow sets a windowed rule's algorithm and precomputed headers:
-// RateLimit-Limit and q are the limit, w the window length (draft-10: the
-// policy's quota and window).
-func (cr *compiledRule) compileWindow(r *policy.Rule) {
-	w := r.Window
-	win := float64(w.WindowSeconds)
-	switch r.Algorithm {
-	case policy.AlgorithmFixedWindow:
-		cr.win = limiter.FixedWindow{Limit: w.Limit, Window: win}
-	case policy.AlgorithmSlidingWindow:
-		cr.win = limiter.SlidingWindow{Limit: w.Limit, Window: win}
-	default:
-		cr.win = limiter.RollingWindow{Limit: w.Limit, Period: float64(w.PeriodSeconds), Periods: w.Periods(), MaxPerPeriod: w.MaxPerPeriod}
-	}
-	cr.reason = r.Algorithm + "_exceeded"
-	cr.limitHdr = strconv.FormatInt(wholeTokens(w.Limit), 10)
-	cr.policyHdr = `"` + r.Name + `";q=` + cr.limitHdr + ";w=" + strconv.FormatInt(int64(w.WindowSeconds), 10)
 }
 
 // take decides a's request at now from the state read (phase 1, and again

@@ -1,4 +1,4 @@
-package filter
+package request
 
 import (
 	"encoding/base64"
@@ -22,8 +22,8 @@ import (
 // maxJSONDepth bounds nesting inside claim values.
 const maxJSONDepth = 64
 
-// jwtClaims is the scanned payload of one token.
-type jwtClaims struct {
+// Claims is the scanned payload of one token.
+type Claims struct {
 	payload string   // the decoded payload: a view of buf
 	members []member // top-level members in document order
 	// buf holds the decoded payload, reused from request to request: the
@@ -37,20 +37,20 @@ type member struct {
 	val        string // raw value text
 }
 
-// parseJWT decodes the payload of the bearer token in an Authorization
+// ParseJWT decodes the payload of the bearer token in an Authorization
 // header value ("Bearer <header>.<payload>.<signature>", scheme
 // case-insensitive) and scans its top-level object into c (reusing c's
 // slice). Anything malformed (other scheme, not three segments, bad
-// base64url, not a JSON object, invalid JSON, a token over maxJWT bytes)
+// base64url, not a JSON object, invalid JSON, a token over MaxJWT bytes)
 // reports false.
-func parseJWT(authz string, c *jwtClaims) bool {
+func ParseJWT(authz string, c *Claims) bool {
 	c.payload, c.members = "", c.members[:0]
 	authz = strings.TrimSpace(authz)
 	if len(authz) < 7 || !strings.EqualFold(authz[:7], "bearer ") {
 		return false
 	}
 	tok := strings.TrimSpace(authz[7:])
-	if len(tok) > maxJWT {
+	if len(tok) > MaxJWT {
 		return false
 	}
 	// Exactly three segments. One pass of IndexByte (assembly in wasm),
@@ -84,12 +84,12 @@ func parseJWT(authz string, c *jwtClaims) bool {
 	return true
 }
 
-// claim returns a claim rendered as a key or match value: a string claim is
+// Claim returns a claim rendered as a key or match value: a string claim is
 // its decoded text; numbers and booleans are their JSON text ("42",
 // "true"); objects and arrays are their raw JSON text; null or an absent
 // claim is missing. With duplicate keys the last one wins (as with
 // encoding/json).
-func (c *jwtClaims) claim(name string) (string, bool) {
+func (c *Claims) Claim(name string) (string, bool) {
 	for i := len(c.members) - 1; i >= 0; i-- {
 		m := &c.members[i]
 		k := m.key
@@ -113,7 +113,7 @@ func (c *jwtClaims) claim(name string) (string, bool) {
 
 // scanObject scans c.payload, which must be exactly one JSON object
 // (surrounding whitespace allowed), recording its members.
-func scanObject(c *jwtClaims) bool {
+func scanObject(c *Claims) bool {
 	s := c.payload
 	i := skipWS(s, 0)
 	if i >= len(s) || s[i] != '{' {
@@ -352,4 +352,11 @@ func hex4(s string) rune {
 		r = r<<4 | rune(unhex(s[i]))
 	}
 	return r
+}
+
+// Reset forgets the last token's claims (they are views of buffers the
+// Claims owns) and keeps the buffers for the next one.
+func (c *Claims) Reset() {
+	c.payload = ""
+	c.members = c.members[:0]
 }

@@ -1,0 +1,94 @@
+package e2e
+
+import (
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/sluice-rl/sluice/plugin/wasmhost/wasmtest"
+)
+
+// The tiers the structured editor and the simulator are driven on.
+const tiersPolicy = `{"policies":[{"name":"tiers","rules":[
+ {"name":"premium","match":{"header:x-plan":"premium"},"limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":10,"burst":20}},
+ {"name":"free","limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":1,"burst":5}},
+ {"name":"anonymous","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":1,"burst":3}}]}]}`
+
+// TestBrowserRaiseATierAndSimulate raises the premium tier's rate in the
+// structured editor without touching the JSON (edit, type, apply, save),
+// then simulates a premium request against the saved policy.
+func TestBrowserRaiseATierAndSimulate(t *testing.T) {
+	chromium := chromiumPath(t)
+	root, bin := wasmtest.ModuleRoot(t), t.TempDir()
+	buildAdmin(t, root, filepath.Join(bin, "ratelimit-admin"))
+	admin := start(t, "admin", root, filepath.Join(bin, "ratelimit-admin"),
+		[]string{"-listen", "127.0.0.1:0", "-xds-listen", "127.0.0.1:0", "-data-dir", t.TempDir()},
+		[]string{"SLUICE_ADMIN_TOKEN=" + token},
+		regexp.MustCompile(`dashboard (http://\S+)/\s+xDS (\S+)`))
+	adminURL := admin[1]
+	resp := apiDo(t, "POST", adminURL+"/api/v1/policy", token, []byte(`{"base_version":1,"message":"tiers","policy":`+tiersPolicy+`}`))
+	resp.Body.Close()
+	if resp.StatusCode != 201 {
+		t.Fatalf("saving the tiers: %d", resp.StatusCode)
+	}
+
+	b := openBrowser(t, chromium, "structured-editor")
+	run, eval := b.run, b.eval
+	run("log in", append(loginSteps(adminURL+"/", "e2e-editor"), chromedp.WaitVisible(chromedp.CSS(`table.rule-list tr[data-rule="premium"]`)))...)
+	if row := eval(`document.querySelector('tr[data-rule="premium"]').textContent`); !strings.Contains(row, "10/s, burst 20, per header:x-api-key") ||
+		!strings.Contains(row, "header:x-plan is premium") {
+		t.Errorf("the premium tier in words: %q", row)
+	}
+	b.screenshotOf("#rules-view", "01-rules", "admin-rules.png")
+
+	// Four actions: Edit, type the new rate, Apply, Save.
+	started := time.Now()
+	run("edit the premium tier", chromedp.Click(chromedp.CSS(`tr[data-rule="premium"] button.edit-rule`)), chromedp.WaitVisible(chromedp.ID("rf_rate")))
+	if got := eval(`document.getElementById("rf_rate").value`); got != "10" {
+		t.Errorf("the rate field shows %q", got)
+	}
+	run("raise the rate", chromedp.SetValue(chromedp.ID("rf_rate"), "50"), chromedp.SetValue(chromedp.ID("rf_burst"), "5"),
+		chromedp.Click(chromedp.ID("apply-rule")), chromedp.WaitVisible(chromedp.ID("rf-err-burst")))
+	if msg := eval(`document.getElementById("rf-err-burst").textContent`); !strings.Contains(msg, "5 is below tokens_per_second 50") {
+		t.Errorf("the burst's error from the filter's parser: %q", msg)
+	}
+	b.screenshotOf("#rule-form", "02-rule-form-error", "admin-rule-form.png")
+	run("fix the burst and apply", chromedp.SetValue(chromedp.ID("rf_burst"), "100"), chromedp.Click(chromedp.ID("apply-rule")),
+		chromedp.WaitVisible(chromedp.CSS(".flash-ok")))
+	if row := eval(`document.querySelector('tr[data-rule="premium"]').textContent`); !strings.Contains(row, "50/s, burst 100") {
+		t.Errorf("after applying: %q", row)
+	}
+	run("save", chromedp.Click(chromedp.ID("save")), chromedp.WaitVisible(chromedp.CSS(".flash-ok")))
+	if got := eval(`document.querySelector(".flash-ok").textContent`); !strings.Contains(got, "Saved v3") {
+		t.Errorf("after saving: %q", got)
+	}
+	t.Logf("raised the premium tier in %v", time.Since(started).Round(time.Millisecond))
+	if p := string(policyJSON(t, adminURL)); !strings.Contains(p, `"tokens_per_second":50`) || !strings.Contains(p, `"burst":100`) {
+		t.Errorf("saved policy: %s", p)
+	}
+
+	// Simulate a premium request against the saved version.
+	run("simulate",
+		chromedp.SetValue(chromedp.ID("sim_against"), "current"),
+		chromedp.SetValue(chromedp.ID("sim_path"), "/v1/items"),
+		chromedp.SetValue(chromedp.ID("sim_headers"), "x-plan: premium\nx-api-key: key-0123456789"),
+		chromedp.SetValue(chromedp.ID("sim_client"), "203.0.113.7:51234"),
+		chromedp.Click(chromedp.ID("simulate")),
+		chromedp.WaitVisible(chromedp.ID("sim-verdict")),
+	)
+	if v := eval(`document.getElementById("sim-verdict").textContent`); !strings.Contains(v, "Allowed by the current policy (v3)") {
+		t.Errorf("verdict %q", v)
+	}
+	row := eval(`document.querySelector('#sim-result tr.applies[data-rule="premium"]').textContent`)
+	if !strings.Contains(row, "key-…#") || strings.Contains(row, "key-0123456789") || !strings.Contains(row, "allowed, 99 left") {
+		t.Errorf("the premium row: %q", row)
+	}
+	if h := eval(`document.getElementById("sim-headers").textContent`); !strings.Contains(h, `ratelimit: "premium";r=99;t=1`) {
+		t.Errorf("headers %q", h)
+	}
+	b.screenshotOf("#simulator", "03-simulator", "admin-simulator.png")
+}

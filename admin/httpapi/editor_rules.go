@@ -1,0 +1,242 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/sluice-rl/sluice/admin/auth"
+	"github.com/sluice-rl/sluice/admin/policyedit"
+	"github.com/sluice-rl/sluice/shared/policy"
+	"github.com/sluice-rl/sluice/web"
+)
+
+// The structured editor (docs/admin.md "Structured editor"): the draft's
+// rules listed in words, with buttons that edit the draft (POST
+// /policy/rules) and a rule form. Nothing is saved until Save, which goes
+// through the usual save (base version, 409 when stale).
+
+// rulesView lists the draft's rules; editing, when set, opens the rule form.
+func rulesView(draft string, editing *web.RuleFormView) web.RulesView {
+	v := web.RulesView{Editing: editing}
+	d, err := policyedit.ParseDoc([]byte(draft))
+	if err != nil {
+		v.Error = err.Error()
+		return v
+	}
+	root, _ := policyedit.ParseObject([]byte(draft))
+	mode := root.String("mode")
+	for p := 0; p < d.Policies(); p++ {
+		rp := web.RulesPolicy{Index: p, Name: d.PolicyName(p)}
+		rs, err := d.Rules(p)
+		if err != nil {
+			v.Error = err.Error()
+			continue
+		}
+		for i := range rs {
+			o, err := d.Rule(policyedit.Ref{Policy: p, Rule: i})
+			if err != nil {
+				v.Error = err.Error()
+				continue
+			}
+			s := policyedit.Summarize(o, mode)
+			rp.Rules = append(rp.Rules, web.RuleRow{
+				Ref: strconv.Itoa(p) + ":" + strconv.Itoa(i), Name: s.Name, Matches: s.Matches, Keys: s.Keys,
+				Limit: s.Limit, Algorithm: s.Algorithm, Mode: s.Mode, Extra: s.Extra, First: i == 0, Last: i == len(rs)-1,
+			})
+		}
+		v.Policies = append(v.Policies, rp)
+	}
+	return v
+}
+
+// formView fills the rule form from a form model.
+func formView(d *policyedit.Doc, ref policyedit.Ref, f policyedit.Form, errs []policyedit.FieldError) *web.RuleFormView {
+	v := &web.RuleFormView{
+		Ref: strconv.Itoa(ref.Policy) + ":" + strconv.Itoa(ref.Rule), Path: d.RulePath(ref),
+		Name: f.Name, Mode: f.Mode, Algorithm: f.Algorithm, Rate: f.Rate, Burst: f.Burst,
+		Limit: f.Limit, Window: f.Window, Period: f.Period, Kept: f.Kept, Errors: map[string]string{},
+	}
+	for _, k := range f.Keys {
+		kind, name, _ := strings.Cut(k, ":")
+		if k == "ip:address" {
+			kind, name = k, ""
+		}
+		v.Keys = append(v.Keys, web.LimitKeyRow{Kind: kind, Name: name})
+	}
+	for len(v.Keys) < 3 {
+		v.Keys = append(v.Keys, web.LimitKeyRow{})
+	}
+	for _, m := range f.Match {
+		v.Match = append(v.Match, web.MatchCondRow{Source: m.Source, Value: m.Value})
+	}
+	for len(v.Match) < len(f.Match)+2 {
+		v.Match = append(v.Match, web.MatchCondRow{})
+	}
+	for _, e := range errs {
+		if prev, ok := v.Errors[e.Field]; ok {
+			v.Errors[e.Field] = prev + "; " + e.Message
+		} else {
+			v.Errors[e.Field] = e.Message
+		}
+	}
+	return v
+}
+
+// formFromPost reads the rule form's fields.
+func formFromPost(f url.Values) policyedit.Form {
+	out := policyedit.Form{
+		Name: f.Get("rf_name"), Mode: f.Get("rf_mode"), Algorithm: f.Get("rf_algorithm"),
+		Rate: f.Get("rf_rate"), Burst: f.Get("rf_burst"), Limit: f.Get("rf_limit"), Window: f.Get("rf_window"), Period: f.Get("rf_period"),
+	}
+	for i := 0; i < 16; i++ {
+		kind := f.Get("rf_key_kind" + strconv.Itoa(i))
+		name := strings.TrimSpace(f.Get("rf_key_name" + strconv.Itoa(i)))
+		switch {
+		case kind == "":
+		case kind == "header" || kind == "query" || kind == "jwt":
+			out.Keys = append(out.Keys, kind+":"+name)
+		default:
+			out.Keys = append(out.Keys, kind)
+		}
+		src, val := f.Get("rf_match_src"+strconv.Itoa(i)), f.Get("rf_match_val"+strconv.Itoa(i))
+		if src != "" || val != "" {
+			out.Match = append(out.Match, policyedit.MatchRow{Source: src, Value: val})
+		}
+	}
+	return out
+}
+
+func parseRef(s string) (policyedit.Ref, error) {
+	ps, rs, ok := strings.Cut(s, ":")
+	p, err1 := strconv.Atoi(ps)
+	r, err2 := strconv.Atoi(rs)
+	if !ok || err1 != nil || err2 != nil || p < 0 || r < 0 {
+		return policyedit.Ref{}, fmt.Errorf("%q is not a rule reference", s)
+	}
+	return policyedit.Ref{Policy: p, Rule: r}, nil
+}
+
+// rulesSubmit is POST /policy/rules: one action of the structured editor
+// on the submitted draft; the page comes back with the new draft, unsaved.
+func (s *server) rulesSubmit(w http.ResponseWriter, r *http.Request, sess auth.Session) error {
+	f := r.PostForm
+	draft := strings.ReplaceAll(f.Get("policy"), "\r\n", "\n")
+	cur, err := s.Policies.Current(r.Context())
+	if err != nil {
+		return err
+	}
+	p := web.EditorPage{
+		Nav: nav(sess, "policy"), Current: versionInfo(cur, cur.Number), BaseVersion: cur.Number,
+		Message: f.Get("message"),
+		Sim: web.SimForm{
+			Against: f.Get("sim_against"), Version: f.Get("sim_version"), Method: f.Get("sim_method"), Path: f.Get("sim_path"),
+			Host: f.Get("sim_host"), Headers: f.Get("sim_headers"), Client: f.Get("sim_client"), JWT: f.Get("sim_jwt"),
+		},
+	}
+	if base, err := parseVersion(f.Get("base_version"), "base_version"); err == nil {
+		p.BaseVersion = base
+	}
+	status, editing, flash, err := applyRuleOp(&draft, f)
+	p.Draft, p.Rows = draft, rows(draft)
+	p.Rules = rulesView(draft, editing)
+	if editing != nil {
+		p.DefaultOp = "apply:" + editing.Ref
+	}
+	switch {
+	case err != nil:
+		p.Flashes = append(p.Flashes, web.Flash{Kind: "error", Text: err.Error()})
+	case flash != "":
+		p.Flashes = append(p.Flashes, web.Flash{Kind: "ok", Text: flash + " Not saved yet: Save stores the draft and pushes it."})
+	}
+	s.render(w, r, status, web.Editor(p))
+	return nil
+}
+
+// applyRuleOp runs the action named by the form's "op" on *draft.
+func applyRuleOp(draft *string, f url.Values) (status int, editing *web.RuleFormView, flash string, err error) {
+	op, arg, _ := strings.Cut(f.Get("op"), ":")
+	if op == "cancel" {
+		return http.StatusOK, nil, "", nil
+	}
+	d, err := policyedit.ParseDoc([]byte(*draft))
+	if err != nil {
+		return http.StatusBadRequest, nil, "", fmt.Errorf("the draft is not a policy the structured view can edit (%v); use the JSON view", err)
+	}
+	if op == "add" {
+		pi, perr := strconv.Atoi(arg)
+		if perr != nil {
+			return http.StatusBadRequest, nil, "", errors.New("no such policy")
+		}
+		ref, err := d.NewRule(pi)
+		if err != nil {
+			return http.StatusBadRequest, nil, "", err
+		}
+		*draft = string(d.JSON())
+		o, _ := d.Rule(ref)
+		return http.StatusOK, formView(d, ref, policyedit.FormOf(o), nil), "", nil
+	}
+	ref, err := parseRef(arg)
+	if err != nil {
+		return http.StatusBadRequest, nil, "", err
+	}
+	o, err := d.Rule(ref)
+	if err != nil {
+		return http.StatusBadRequest, nil, "", err
+	}
+	name := strconv.Quote(o.String("name"))
+	switch op {
+	case "edit":
+		return http.StatusOK, formView(d, ref, policyedit.FormOf(o), nil), "", nil
+	case "up", "down":
+		delta := -1
+		if op == "down" {
+			delta = 1
+		}
+		if err := d.Move(ref, delta); err != nil {
+			return http.StatusBadRequest, nil, "", err
+		}
+		flash = "Moved rule " + name + " " + op + "."
+	case "duplicate":
+		if _, err := d.Duplicate(ref); err != nil {
+			return http.StatusBadRequest, nil, "", err
+		}
+		flash = "Duplicated rule " + name + "."
+	case "delete":
+		if err := d.Delete(ref); err != nil {
+			return http.StatusBadRequest, nil, "", err
+		}
+		flash = "Deleted rule " + name + "."
+	case "apply":
+		form := formFromPost(f)
+		n, errs := form.Apply(o)
+		if len(errs) == 0 {
+			if err := d.SetRule(ref, n); err != nil {
+				return http.StatusBadRequest, nil, "", err
+			}
+			// The filter's own parser judges the rule; its errors go next
+			// to their fields.
+			if _, perr := policy.Parse(d.JSON()); perr != nil {
+				var pes policy.Errors
+				if errors.As(perr, &pes) {
+					for _, pe := range pes {
+						if fe, ok := policyedit.Locate(pe, d.RulePath(ref)); ok {
+							errs = append(errs, fe)
+						}
+					}
+				}
+			}
+		}
+		if len(errs) > 0 {
+			return http.StatusUnprocessableEntity, formView(d, ref, form, errs), "", nil // the draft stays as it was
+		}
+		flash = "Updated rule " + strconv.Quote(n.String("name")) + "."
+	default:
+		return http.StatusBadRequest, nil, "", fmt.Errorf("unknown action %q", op)
+	}
+	*draft = string(d.JSON())
+	return http.StatusOK, nil, flash, nil
+}

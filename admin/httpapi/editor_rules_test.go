@@ -1,0 +1,97 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+var draftRe = regexp.MustCompile(`(?s)<textarea id="policy" name="policy"[^>]*>(.*?)</textarea>`)
+
+func draftOf(t *testing.T, body string) string {
+	t.Helper()
+	m := draftRe.FindStringSubmatch(body)
+	if m == nil {
+		t.Fatal("no draft on the page")
+	}
+	r := strings.NewReplacer("&#34;", `"`, "&amp;", "&", "&lt;", "<", "&gt;", ">", "&#39;", "'")
+	return r.Replace(m[1])
+}
+
+func TestStructuredEditorRaisesATierAndSaves(t *testing.T) {
+	e := newEnv(t, nil)
+	c := login(t, e, "alice")
+	// Start from the tiers policy, saved through the JSON form.
+	tok := csrfOf(t, get(t, c, e.srv.URL+"/"))
+	if resp, _ := post(t, c, e.srv.URL+"/policy", url.Values{"csrf": {tok}, "base_version": {"1"}, "policy": {tiersPolicy}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("save: %d", resp.StatusCode)
+	}
+	home := get(t, c, e.srv.URL+"/")
+	if !strings.Contains(home, "10/s, burst 20, per header:x-api-key") || !strings.Contains(home, "header:x-plan is premium") {
+		t.Fatalf("the list does not describe the premium tier in words")
+	}
+	form := url.Values{"csrf": {tok}, "base_version": {"2"}, "policy": {draftOf(t, home)}, "op": {"edit:0:0"}}
+	resp, body := post(t, c, e.srv.URL+"/policy/rules", form)
+	if resp.StatusCode != 200 || !strings.Contains(body, `id="rf_rate" name="rf_rate" value="10"`) {
+		t.Fatalf("edit: %d, no rate field with 10", resp.StatusCode)
+	}
+	// An invalid burst: the filter's parser's error next to the burst field, the draft unchanged.
+	apply := url.Values{"csrf": {tok}, "base_version": {"2"}, "policy": {draftOf(t, body)}, "op": {"apply:0:0"},
+		"rf_name": {"premium"}, "rf_algorithm": {"token_bucket"}, "rf_rate": {"50"}, "rf_burst": {"20"},
+		"rf_key_kind0": {"header"}, "rf_key_name0": {"x-api-key"}, "rf_match_src0": {"header:x-plan"}, "rf_match_val0": {"premium"}}
+	resp, body = post(t, c, e.srv.URL+"/policy/rules", apply)
+	if resp.StatusCode != http.StatusUnprocessableEntity || !regexp.MustCompile(`id="rf-err-burst"[^>]*>[^<]*below`).MatchString(body) {
+		t.Fatalf("an invalid burst: %d, error not next to the burst field", resp.StatusCode)
+	}
+	if strings.Contains(draftOf(t, body), `"tokens_per_second": 50`) {
+		t.Error("a refused rule changed the draft")
+	}
+	apply.Set("rf_burst", "100")
+	resp, body = post(t, c, e.srv.URL+"/policy/rules", apply)
+	if resp.StatusCode != 200 || !strings.Contains(body, "50/s, burst 100") {
+		t.Fatalf("apply: %d", resp.StatusCode)
+	}
+	if cur, _ := e.svc.Current(context.Background()); cur.Number != 2 {
+		t.Fatalf("applying saved v%d", cur.Number)
+	}
+	resp, _ = post(t, c, e.srv.URL+"/policy", url.Values{"csrf": {tok}, "base_version": {"2"}, "policy": {draftOf(t, body)}, "message": {"premium to 50/s"}})
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("save: %d", resp.StatusCode)
+	}
+	cur, _ := e.svc.Current(context.Background())
+	if cur.Number != 3 || !strings.Contains(string(cur.JSON), `"tokens_per_second":50`) {
+		t.Fatalf("saved v%d: %s", cur.Number, cur.JSON)
+	}
+}
+
+func TestStructuredEditorReordersDuplicatesDeletes(t *testing.T) {
+	e := newEnv(t, nil)
+	c := login(t, e, "alice")
+	tok := csrfOf(t, get(t, c, e.srv.URL+"/"))
+	do := func(draft, op string) string {
+		resp, body := post(t, c, e.srv.URL+"/policy/rules", url.Values{"csrf": {tok}, "base_version": {"1"}, "policy": {draft}, "op": {op}})
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d", op, resp.StatusCode)
+		}
+		return draftOf(t, body)
+	}
+	d := do(tiersPolicy, "down:0:0")
+	if strings.Index(d, `"free"`) > strings.Index(d, `"premium"`) {
+		t.Errorf("premium did not move below free:\n%s", d)
+	}
+	d = do(d, "duplicate:0:0")
+	if !strings.Contains(d, `"free-copy"`) {
+		t.Errorf("no copy:\n%s", d)
+	}
+	d = do(d, "delete:0:1")
+	if strings.Contains(d, `"free-copy"`) {
+		t.Errorf("the copy was not deleted:\n%s", d)
+	}
+	resp, _ := post(t, c, e.srv.URL+"/policy/rules", url.Values{"csrf": {tok}, "base_version": {"1"}, "policy": {d}, "op": {"delete:7:0"}})
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("a rule that does not exist: %d", resp.StatusCode)
+	}
+}

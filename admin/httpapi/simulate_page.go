@@ -1,0 +1,159 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/sluice-rl/sluice/admin/auth"
+	"github.com/sluice-rl/sluice/admin/policies"
+	"github.com/sluice-rl/sluice/shared/policy"
+	"github.com/sluice-rl/sluice/shared/simulate"
+	"github.com/sluice-rl/sluice/web"
+)
+
+// simulateSubmit is POST /simulate: the policy page's form (the draft and
+// the simulator's fields) simulated, the page shown again with the draft
+// kept and the outcome below it.
+func (s *server) simulateSubmit(w http.ResponseWriter, r *http.Request, sess auth.Session) error {
+	f := r.PostForm
+	draft := strings.ReplaceAll(f.Get("policy"), "\r\n", "\n")
+	cur, err := s.Policies.Current(r.Context())
+	if err != nil {
+		return err
+	}
+	p := web.EditorPage{
+		Nav: nav(sess, "policy"), Current: versionInfo(cur, cur.Number), BaseVersion: cur.Number,
+		Draft: draft, Message: f.Get("message"), Rows: rows(draft), Rules: rulesView(draft, nil),
+		Sim: web.SimForm{
+			Against: f.Get("sim_against"), Version: strings.TrimSpace(f.Get("sim_version")), Method: f.Get("sim_method"),
+			Path: f.Get("sim_path"), Host: f.Get("sim_host"), Headers: f.Get("sim_headers"), Client: f.Get("sim_client"), JWT: f.Get("sim_jwt"),
+		},
+	}
+	if base, err := parseVersion(f.Get("base_version"), "base_version"); err == nil {
+		p.BaseVersion = base
+	}
+	view, status := s.simulateForm(r, p.Sim, []byte(draft))
+	if len(view.problems) > 0 {
+		p.Problems, p.Listing = annotate([]byte(draft), view.problems)
+	}
+	p.SimResult = &view.SimView
+	s.render(w, r, status, web.Editor(p))
+	return nil
+}
+
+type simFormResult struct {
+	web.SimView
+	problems policy.Errors // the draft is invalid
+}
+
+func (s *server) simulateForm(r *http.Request, f web.SimForm, draft []byte) (simFormResult, int) {
+	fail := func(field, msg string) (simFormResult, int) {
+		return simFormResult{SimView: web.SimView{Field: field, Error: msg}}, http.StatusBadRequest
+	}
+	req := simRequest{Method: f.Method, Path: f.Path, Host: f.Host, ClientAddress: f.Client, Headers: map[string]string{}}
+	for i, line := range strings.Split(strings.ReplaceAll(f.Headers, "\r\n", "\n"), "\n") {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		name, value, ok := strings.Cut(line, ":")
+		if !ok {
+			return fail("request.headers", fmt.Sprintf("line %d is not \"name: value\"", i+1))
+		}
+		req.Headers[strings.TrimSpace(name)] = strings.TrimSpace(value)
+	}
+	if jwt := strings.TrimSpace(f.JWT); strings.HasPrefix(jwt, "{") {
+		req.Claims = json.RawMessage(jwt)
+	} else {
+		req.JWT = jwt
+	}
+	sreq, err := req.build()
+	var ie *policies.InputError
+	if errors.As(err, &ie) {
+		return fail(ie.Field, ie.Message)
+	} else if err != nil {
+		return fail("", err.Error())
+	}
+	var version *int64
+	switch f.Against {
+	case "current":
+		draft = nil
+	case "version":
+		n, err := strconv.ParseInt(f.Version, 10, 64)
+		if err != nil || n < 0 {
+			return fail("version", fmt.Sprintf("%q is not a version number", f.Version))
+		}
+		draft, version = nil, &n
+	default:
+		if strings.TrimSpace(string(draft)) == "" {
+			return fail("policy", "the draft is empty")
+		}
+	}
+	sp, err := s.loadSimPolicy(r.Context(), draft, version)
+	var ve *policies.ValidationError
+	var nfe *policies.NotFoundError
+	switch {
+	case errors.As(err, &ve):
+		out, _ := fail("policy", "the policy is invalid; the filter would refuse it (see the problems above)")
+		if version == nil && draft != nil {
+			out.problems = ve.Errors
+		}
+		return out, http.StatusUnprocessableEntity
+	case errors.As(err, &nfe):
+		out, _ := fail("version", nfe.Error())
+		return out, http.StatusNotFound
+	case errors.As(err, &ie):
+		return fail(ie.Field, ie.Message)
+	case err != nil:
+		s.log.Error("simulation failed", "err", err)
+		out, _ := fail("", "internal error; see the admin's log")
+		return out, http.StatusInternalServerError
+	}
+	now := s.now()
+	res := simulate.Run(sp.cfg, sreq, simulate.Options{Now: float64(now.UnixNano()) / 1e9, Lookup: s.telemetryLookup(now)})
+	return simFormResult{SimView: simView(sp.label, res)}, http.StatusOK
+}
+
+// simView renders a simulation's outcome for people.
+func simView(label string, res simulate.Result) web.SimView {
+	v := web.SimView{Policy: label, Allowed: res.Status == 0, Status: res.Status, Rule: res.Rule,
+		Headers: res.Headers, Upstream: res.Upstream, Body: res.Body, DelayMS: res.DelayMS}
+	for _, p := range res.Policies {
+		pv := web.SimPolicyView{Name: p.Name}
+		for _, r := range p.Rules {
+			rv := web.SimRuleView{Name: r.Name, Applies: r.Applies, Why: r.Why, Mode: string(r.Mode), Identity: r.Identity}
+			if r.Applies {
+				unit := "tokens"
+				if r.Algorithm != policy.AlgorithmTokenBucket {
+					unit = "left in the window"
+				}
+				rv.Cost = num(r.Cost)
+				if r.Known {
+					rv.State = num(r.Level) + " " + unit + " (from telemetry)"
+				} else {
+					rv.State = num(r.Level) + " " + unit + " (new: telemetry has not reported it)"
+				}
+				d := r.Decision
+				switch {
+				case d.Allowed && d.Delay > 0:
+					rv.Decision = fmt.Sprintf("allowed after %s s, %s left", num(d.Delay), num(d.Remaining))
+				case d.Allowed:
+					rv.Decision = "allowed, " + num(d.Remaining) + " left"
+				case r.Mode == policy.ModeShadow:
+					rv.Decision, rv.Rejects = "would reject (shadow: let through), retry in "+num(d.Wait)+" s", true
+				default:
+					rv.Decision, rv.Rejects = "rejects, retry in "+num(d.Wait)+" s", true
+				}
+				if r.Global {
+					rv.Decision += " (global rule: decided as one local bucket of its limit)"
+				}
+			}
+			pv.Rules = append(pv.Rules, rv)
+		}
+		v.Policies = append(v.Policies, pv)
+	}
+	return v
+}

@@ -1,0 +1,246 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/sluice-rl/sluice/admin/telemetry"
+)
+
+const tiersPolicy = `{"policies":[{"name":"tiers","rules":[
+ {"name":"premium","match":{"header:x-plan":"premium"},"limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":10,"burst":20}},
+ {"name":"free","limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":1,"burst":1}},
+ {"name":"anonymous","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":1,"burst":3}}]},
+ {"name":"users","rules":[{"name":"per-user","limit_keys":["jwt:sub"],"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":1,"burst":2}}]}]}`
+
+func simulateCall(t *testing.T, e *env, body string) (*http.Response, map[string]any) {
+	t.Helper()
+	return e.apiJSON(t, "POST", "/api/v1/policy/simulate", body)
+}
+
+func rulesOf(t *testing.T, m map[string]any, policyIndex int) []map[string]any {
+	t.Helper()
+	ps, _ := m["policies"].([]any)
+	if len(ps) <= policyIndex {
+		t.Fatalf("no policy %d in %v", policyIndex, m)
+	}
+	var out []map[string]any
+	for _, r := range ps[policyIndex].(map[string]any)["rules"].([]any) {
+		out = append(out, r.(map[string]any))
+	}
+	return out
+}
+
+func TestSimulateDraftPicksTheTierAndExplainsTheOthers(t *testing.T) {
+	e := newEnv(t, nil)
+	body := fmt.Sprintf(`{"policy":%s,"request":{"path":"/v1/items","headers":{"X-Api-Key":"secret-key-12345","x-plan":"free"},"claims":{"sub":"alice"}}}`, tiersPolicy)
+	resp, m := simulateCall(t, e, body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %v", resp.StatusCode, m)
+	}
+	if m["policy"] != "the draft" {
+		t.Errorf("policy = %v, want the draft", m["policy"])
+	}
+	rules := rulesOf(t, m, 0)
+	if rules[0]["applies"] != false || !strings.Contains(rules[0]["why_not"].(string), "header:x-plan") {
+		t.Errorf("premium: %v", rules[0])
+	}
+	if strings.Contains(rules[0]["why_not"].(string), "free") {
+		t.Errorf("the why repeats a header's value: %v", rules[0]["why_not"])
+	}
+	free := rules[1]
+	if free["applies"] != true || free["cost"] != 1.0 || free["level"] != 1.0 {
+		t.Errorf("free: %v", free)
+	}
+	id := free["identity"].(string)
+	if !strings.HasPrefix(id, "header:x-api-key=secr…#") || strings.Contains(id, "secret-key-12345") {
+		t.Errorf("identity %q is not masked as on the dashboard", id)
+	}
+	if !strings.Contains(rules[2]["why_not"].(string), `"free"`) {
+		t.Errorf("anonymous: %v", rules[2])
+	}
+	user := rulesOf(t, m, 1)[0]
+	if uid, _ := user["identity"].(string); !strings.HasPrefix(uid, "jwt:sub=…#") || len(uid) != len("jwt:sub=…#")+8 {
+		t.Errorf("per-user identity %q, want the claim masked (a short value shows only its hash)", uid)
+	}
+	d := m["decision"].(map[string]any)
+	if d["allowed"] != true || d["rule"] != "free" {
+		t.Fatalf("decision %v", d)
+	}
+	if !hasField(d["headers"], "ratelimit", `"free";r=0;t=1`) {
+		t.Errorf("headers %v, want the free tier's RateLimit field", d["headers"])
+	}
+}
+
+func hasField(v any, name, value string) bool {
+	hs, _ := v.([]any)
+	for _, h := range hs {
+		kv := h.([]any)
+		if kv[0] == name && kv[1] == value {
+			return true
+		}
+	}
+	return false
+}
+
+func TestSimulateRejectsWithTheFiltersResponse(t *testing.T) {
+	e := newEnv(t, nil)
+	// A fresh bucket holds its burst: a request costing more is refused.
+	pol := `{"rules":[{"name":"tiny","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":1,"burst":2,"cost_source":"header:x-cost"}}]}`
+	resp, m := simulateCall(t, e, `{"policy":`+pol+`,"request":{"client_address":"10.1.2.3:4000","headers":{"x-cost":"3"}}}`)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %v", resp.StatusCode, m)
+	}
+	d := m["decision"].(map[string]any)
+	if d["allowed"] != false || d["status"] != 429.0 || d["rule"] != "tiny" {
+		t.Fatalf("decision %v", d)
+	}
+	if !hasField(d["headers"], "x-ratelimit-reason", "token_bucket_exceeded") || !strings.Contains(d["body"].(string), `"rule":"tiny"`) {
+		t.Errorf("rejection %v", d)
+	}
+	if id := rulesOf(t, m, 0)[0]["identity"]; id != "ip:address=10.1.2.3" {
+		t.Errorf("identity %v, want the address without its port", id)
+	}
+}
+
+func TestSimulateCurrentAndStoredVersions(t *testing.T) {
+	e := newEnv(t, nil)
+	resp, m := e.apiJSON(t, "POST", "/api/v1/policy", `{"base_version":1,"policy":`+perIP+`}`)
+	if resp.StatusCode != 201 {
+		t.Fatalf("save: %d %v", resp.StatusCode, m)
+	}
+	_, m = simulateCall(t, e, `{"request":{}}`)
+	if m["policy"] != "the current policy (v2)" || rulesOf(t, m, 0)[0]["name"] != "per-ip" {
+		t.Errorf("current: %v", m)
+	}
+	_, m = simulateCall(t, e, `{"version":1,"request":{}}`)
+	if m["policy"] != "v1" {
+		t.Errorf("version 1: %v", m["policy"])
+	}
+	resp, m = simulateCall(t, e, `{"version":9,"request":{}}`)
+	if resp.StatusCode != 404 {
+		t.Errorf("a missing version: %d %v", resp.StatusCode, m)
+	}
+}
+
+func TestSimulateRefusesBadInputNamingTheField(t *testing.T) {
+	e := newEnv(t, nil)
+	huge := strings.Repeat("a", 9000)
+	many := map[string]string{}
+	for i := 0; i < 8; i++ {
+		many[fmt.Sprintf("x-h%d", i)] = strings.Repeat("b", 8000)
+	}
+	manyJSON, _ := json.Marshal(many)
+	for _, c := range []struct{ body, field string }{
+		{`{"request":{"jwt":"not-a-token"}}`, "request.jwt"},
+		{`{"request":{"jwt":"a.%%%.c"}}`, "request.jwt"},
+		{`{"request":{"jwt":"a.b.c","claims":{"sub":"x"}}}`, "request.jwt"},
+		{`{"request":{"claims":[1,2]}}`, "request.claims"},
+		{`{"request":{"client_address":"10.0.0.999"}}`, "request.client_address"},
+		{`{"request":{"client_address":"example.com:80"}}`, "request.client_address"},
+		{`{"request":{"headers":{"x-big":"` + huge + `"}}}`, "request.headers.x-big"},
+		{`{"request":{"headers":` + string(manyJSON) + `}}`, "request.headers"},
+		{`{"request":{"headers":{"bad name":"v"}}}`, "request.headers.bad name"},
+		{`{"request":{"path":"no-slash"}}`, "request.path"},
+		{`{"request":{"method":"GE T"}}`, "request.method"},
+		{`{"policy":{},"version":1,"request":{}}`, "version"},
+		{`{"policy":{}}`, "request"},
+	} {
+		resp, m := simulateCall(t, e, c.body)
+		if resp.StatusCode != 400 || m["field"] != c.field {
+			t.Errorf("%.80s: %d %v, want 400 naming %s", c.body, resp.StatusCode, m, c.field)
+		}
+	}
+}
+
+func TestSimulateRefusesAnInvalidDraftLikeASave(t *testing.T) {
+	e := newEnv(t, nil)
+	resp, m := simulateCall(t, e, `{"policy":{"rules":[{"name":"x","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":10,"burst":5}}]},"request":{}}`)
+	if resp.StatusCode != 422 {
+		t.Fatalf("status %d: %v", resp.StatusCode, m)
+	}
+	es, _ := m["errors"].([]any)
+	if len(es) == 0 || !strings.Contains(fmt.Sprint(es), "burst") {
+		t.Errorf("errors %v", m)
+	}
+}
+
+func FuzzSimRequestBuild(f *testing.F) {
+	f.Add("GET", "/a?b=c", "example.com", "x-api-key", "v", "10.0.0.1:80", "a.eyJzdWIiOiJ4In0.c", "k", "v")
+	f.Add("", "", "", "", "", "", "", "", "")
+	f.Add("P\x00", "/\n", "a b", "bad name", "\r", "[::1]:99999", "...", "", "")
+	f.Fuzz(func(t *testing.T, method, path, host, hname, hval, addr, jwt, qk, qv string) {
+		b := simRequest{Method: method, Path: path, Host: host, Headers: map[string]string{hname: hval},
+			ClientAddress: addr, JWT: jwt, Query: map[string]string{qk: qv}}
+		req, err := b.build()
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "request.") {
+				t.Fatalf("error %q does not name a request field", err)
+			}
+			return
+		}
+		if req.Path == "" || req.Path[0] != '/' || req.Method == "" || req.ClientAddress == "" {
+			t.Fatalf("accepted %+v", req)
+		}
+	})
+}
+
+func TestSimulatorFormRunsTheUnsavedDraft(t *testing.T) {
+	e := newEnv(t, nil)
+	c := login(t, e, "alice")
+	tok := csrfOf(t, get(t, c, e.srv.URL+"/"))
+	form := url.Values{"csrf": {tok}, "base_version": {"1"}, "policy": {tiersPolicy}, "sim_against": {"draft"},
+		"sim_path": {"/v1/items"}, "sim_headers": {"x-plan: premium\nx-api-key: abcdefghijk"}, "sim_client": {"10.0.0.1"}}
+	resp, body := post(t, c, e.srv.URL+"/simulate", form)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if !strings.Contains(body, "Allowed by the draft") || !regexp.MustCompile(`(?s)<tr class="applies" data-rule="premium">.*?abcd…#`).MatchString(body) {
+		t.Errorf("the premium tier does not apply with a masked identity:\n%s", body)
+	}
+	if strings.Contains(body, "abcdefghijk</code>") || !strings.Contains(body, "ratelimit: &#34;premium&#34;;r=19;t=1") {
+		t.Errorf("identity not masked, or RateLimit field missing")
+	}
+	if cur, _ := e.svc.Current(context.Background()); cur.Number != 1 {
+		t.Errorf("simulating saved v%d", cur.Number)
+	}
+	if !strings.Contains(body, "x-api-key: abcdefghijk") {
+		t.Error("the simulator's fields are not kept")
+	}
+
+	form.Set("sim_client", "not-an-address")
+	resp, body = post(t, c, e.srv.URL+"/simulate", form)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "request.client_address") {
+		t.Errorf("a bad address: %d", resp.StatusCode)
+	}
+	form.Set("csrf", "wrong")
+	if resp, _ := post(t, c, e.srv.URL+"/simulate", form); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("without the CSRF token: %d", resp.StatusCode)
+	}
+}
+
+func TestSimulateStartsFromTheBucketTelemetryReported(t *testing.T) {
+	te := newTelEnv(t, nil)
+	body := func() map[string]any {
+		_, m := simulateCall(t, te.env, `{"policy":`+perIP+`,"request":{"client_address":"10.9.8.7:1234"}}`)
+		return rulesOf(t, m, 0)[0]
+	}
+	if r := body(); r["state_known"] == true || r["level"] != 10.0 {
+		t.Fatalf("before any report: %v", r)
+	}
+	now := float64(te.clock.Now().Unix())
+	b := telemetry.Bucket{Rule: "per-ip", Identity: "ip:address=10.9.8.7", Tokens: 2, Burst: 10, LastRefill: now}
+	if resp, m := te.send(t, telToken, "application/json", report("envoy-1", "a1", 1, 5, 0, b)); resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("report: %d %v", resp.StatusCode, m)
+	}
+	r := body()
+	if r["state_known"] != true || r["level"] != 2.0 || r["decision"].(map[string]any)["remaining"] != 1.0 {
+		t.Fatalf("after a report of 2 tokens: %v", r)
+	}
+}

@@ -1,0 +1,185 @@
+package policyedit
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/sluice-rl/sluice/shared/policy"
+)
+
+const doc = `{"mode":"enforce","future_option":{"a":[1,2]},"policies":[{"name":"tiers","rules":[
+ {"name":"premium","match":{"header:x-plan":"premium","path":{"regex":"^/v[0-9]+/"}},"limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"rps":10,"burst":20,"cost_source":"header:x-cost"},"max_keys":100,"new_field":true},
+ {"name":"free","limit_keys":["ip:address"],"algorithm":"fixed_window","algorithm_config":{"limit":100,"window_seconds":60}}]}]}`
+
+func compact(t *testing.T, raw []byte) string {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatalf("%v: %s", err, raw)
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func TestUntouchedDocumentRoundTripsExactly(t *testing.T) {
+	d, err := ParseDoc([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := compact(t, d.JSON()), compact(t, []byte(doc)); got != want {
+		t.Fatalf("round trip changed the document:\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestSummaryInWords(t *testing.T) {
+	d, _ := ParseDoc([]byte(doc))
+	o, _ := d.Rule(Ref{0, 0})
+	s := Summarize(o, "enforce")
+	if s.Limit != "10/s, burst 20" || s.Keys != "per header:x-api-key" || s.Mode != "enforce (default)" {
+		t.Errorf("%+v", s)
+	}
+	if !strings.Contains(s.Matches, "header:x-plan is premium") || !strings.Contains(s.Matches, `path {"regex":"^/v[0-9]+/"}`) {
+		t.Errorf("matches %q", s.Matches)
+	}
+	if s.Extra != "max_keys, new_field" {
+		t.Errorf("extra %q", s.Extra)
+	}
+	o, _ = d.Rule(Ref{0, 1})
+	if s := Summarize(o, ""); s.Limit != "100 per 60 s" {
+		t.Errorf("window %q", s.Limit)
+	}
+}
+
+func TestFormEditKeepsWhatItDoesNotEdit(t *testing.T) {
+	d, _ := ParseDoc([]byte(doc))
+	ref := Ref{0, 0}
+	o, _ := d.Rule(ref)
+	f := FormOf(o)
+	if f.Rate != "10" || f.Burst != "20" || len(f.Match) != 1 || len(f.Kept) != 1 {
+		t.Fatalf("form %+v", f)
+	}
+	f.Rate = "25"
+	n, errs := f.Apply(o)
+	if errs != nil {
+		t.Fatal(errs)
+	}
+	if err := d.SetRule(ref, n); err != nil {
+		t.Fatal(err)
+	}
+	out := compact(t, d.JSON())
+	for _, want := range []string{`"tokens_per_second":25`, `"cost_source":"header:x-cost"`, `"max_keys":100`, `"new_field":true`,
+		`"path":{"regex":"^/v[0-9]+/"}`, `"future_option":{"a":[1,2]}`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("%s lost from %s", want, out)
+		}
+	}
+	if strings.Contains(out, `"rps"`) {
+		t.Errorf("the rate's alias stayed next to the new rate: %s", out)
+	}
+	f.Burst = "lots"
+	if _, errs := f.Apply(o); len(errs) != 1 || errs[0].Field != "burst" {
+		t.Errorf("a non-number: %v", errs)
+	}
+}
+
+func TestReorderDuplicateDelete(t *testing.T) {
+	d, _ := ParseDoc([]byte(doc))
+	names := func() []string {
+		rs, _ := d.Rules(0)
+		var out []string
+		for _, r := range rs {
+			o, _ := ParseObject(r)
+			out = append(out, o.String("name"))
+		}
+		return out
+	}
+	if err := d.Move(Ref{0, 1}, -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Move(Ref{0, 0}, -1); err == nil {
+		t.Error("the first rule moved up")
+	}
+	if _, err := d.Duplicate(Ref{0, 0}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Duplicate(Ref{0, 0}); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(); !reflect.DeepEqual(got, []string{"free", "free-copy2", "free-copy", "premium"}) {
+		t.Fatalf("names %v", got)
+	}
+	if err := d.Delete(Ref{0, 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.NewRule(0); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(); !reflect.DeepEqual(got, []string{"free", "free-copy2", "premium", "new-rule"}) {
+		t.Fatalf("names %v", got)
+	}
+}
+
+func TestShorthandRules(t *testing.T) {
+	d, err := ParseDoc([]byte(`{"rules":[{"name":"a","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Policies() != 1 || d.PolicyName(0) != "default" || d.RulePath(Ref{0, 0}) != "rules[0]" {
+		t.Fatalf("%d %q %q", d.Policies(), d.PolicyName(0), d.RulePath(Ref{0, 0}))
+	}
+	if _, err := d.Duplicate(Ref{0, 0}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := policy.Parse(d.JSON()); err != nil {
+		t.Fatalf("the duplicate is invalid: %v", err)
+	}
+}
+
+func TestLocatePutsParserErrorsOnFields(t *testing.T) {
+	for _, c := range []struct{ path, field string }{
+		{"policies[0].rules[1].algorithm_config.burst", "burst"},
+		{"policies[0].rules[1].algorithm_config.rps", "rate"},
+		{"policies[0].rules[1].limit_keys[0]", "keys"},
+		{`policies[0].rules[1].match["header:x"]`, "match"},
+		{"policies[0].rules[1].name", "name"},
+		{"policies[0].rules[1]", ""},
+	} {
+		fe, ok := Locate(policy.FieldError{Path: c.path, Message: "m"}, "policies[0].rules[1]")
+		if !ok || fe.Field != c.field {
+			t.Errorf("%s: %+v %v, want %q", c.path, fe, ok, c.field)
+		}
+	}
+	if _, ok := Locate(policy.FieldError{Path: "policies[0].rules[10].name"}, "policies[0].rules[1]"); ok {
+		t.Error("rules[10] taken for rules[1]")
+	}
+}
+
+func FuzzParseDoc(f *testing.F) {
+	f.Add([]byte(doc))
+	f.Add([]byte(`{"rules":[]}`))
+	f.Add([]byte(`{"policies":[1]}`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		d, err := ParseDoc(raw)
+		if err != nil {
+			return
+		}
+		for p := 0; p < d.Policies(); p++ {
+			rs, err := d.Rules(p)
+			if err != nil {
+				continue
+			}
+			for i := range rs {
+				if o, err := d.Rule(Ref{p, i}); err == nil {
+					n, _ := FormOf(o).Apply(o)
+					_ = d.SetRule(Ref{p, i}, n)
+					_ = Summarize(n, "")
+				}
+			}
+		}
+		if !json.Valid(d.JSON()) {
+			t.Fatalf("invalid JSON out of %q", raw)
+		}
+	})
+}

@@ -1,0 +1,299 @@
+package policyedit
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+
+	"github.com/sluice-rl/sluice/shared/policy"
+)
+
+// Summary is a rule in words, for the list.
+type Summary struct {
+	Name      string
+	Matches   string // "header:x-plan is premium, path starts with /api" or "every request"
+	Keys      string // "per header:x-api-key"
+	Limit     string // "10/s, burst 20"
+	Algorithm string
+	Mode      string // "enforce", "shadow", or "enforce (policy default)"
+	Extra     string // members the form does not edit, by name
+}
+
+// formFields are the rule members the form edits; the others are kept.
+var formFields = map[string]bool{"name": true, "mode": true, "limit_keys": true, "match": true, "algorithm": true, "algorithm_config": true}
+
+// Summarize describes a rule. defaultMode is the document's mode.
+func Summarize(o Object, defaultMode string) Summary {
+	s := Summary{Name: o.String("name"), Algorithm: o.String("algorithm")}
+	s.Mode = o.String("mode")
+	if s.Mode == "" {
+		if defaultMode == "" {
+			defaultMode = string(policy.ModeEnforce)
+		}
+		s.Mode = defaultMode + " (default)"
+	}
+	var keys []string
+	if v, ok := o.Get("limit_keys"); ok {
+		json.Unmarshal(v, &keys)
+	}
+	s.Keys = "per " + strings.Join(keys, " + ")
+	if len(keys) == 0 {
+		s.Keys = "no limit keys"
+	}
+	s.Matches = "every request"
+	if v, ok := o.Get("match"); ok {
+		if m, err := ParseObject(v); err == nil && len(m) > 0 {
+			var parts []string
+			for _, c := range m {
+				parts = append(parts, describeMatch(c))
+			}
+			s.Matches = strings.Join(parts, ", ")
+		}
+	}
+	cfg := Object{}
+	if v, ok := o.Get("algorithm_config"); ok {
+		cfg, _ = ParseObject(v)
+	}
+	s.Limit = describeLimit(s.Algorithm, cfg)
+	var extra []string
+	for _, m := range o {
+		if !formFields[m.Key] {
+			extra = append(extra, m.Key)
+		}
+	}
+	s.Extra = strings.Join(extra, ", ")
+	return s
+}
+
+func describeMatch(c Member) string {
+	var v string
+	if json.Unmarshal(c.Value, &v) != nil {
+		return c.Key + " " + string(c.Value) // an operator the editor has no words for
+	}
+	if c.Key == "path_prefix" {
+		return "path starts with " + v
+	}
+	return c.Key + " is " + v
+}
+
+func numText(cfg Object, keys ...string) string {
+	for _, k := range keys {
+		if v, ok := cfg.Get(k); ok {
+			return strings.TrimSpace(string(v))
+		}
+	}
+	return "?"
+}
+
+func describeLimit(alg string, cfg Object) string {
+	switch alg {
+	case policy.AlgorithmTokenBucket:
+		s := numText(cfg, "tokens_per_second", "rps") + "/s, burst " + numText(cfg, "burst")
+		if _, ok := cfg.Get("max_delay_ms"); ok {
+			s += ", delays up to " + numText(cfg, "max_delay_ms") + " ms"
+		}
+		return s
+	case policy.AlgorithmFixedWindow, policy.AlgorithmSlidingWindow:
+		return numText(cfg, "limit") + " per " + numText(cfg, "window_seconds") + " s"
+	case policy.AlgorithmRollingWindow:
+		s := numText(cfg, "limit") + " per " + numText(cfg, "window_seconds") + " s in periods of " + numText(cfg, "period_seconds") + " s"
+		if _, ok := cfg.Get("max_per_period"); ok {
+			s += ", at most " + numText(cfg, "max_per_period") + " a period"
+		}
+		return s
+	}
+	return "unknown algorithm"
+}
+
+// MatchRow is one editable match condition: a source ("header:x-plan",
+// "path_prefix", "method", ...) and the value it must have.
+type MatchRow struct {
+	Source, Value string
+}
+
+// Form is the rule form's fields, as text.
+type Form struct {
+	Name      string
+	Mode      string // "" (the document's), "enforce", "shadow"
+	Algorithm string
+	Rate      string // token_bucket tokens_per_second
+	Burst     string
+	Limit     string // windows
+	Window    string
+	Period    string // rolling_window period_seconds
+	Keys      []string
+	Match     []MatchRow
+	// Kept lists the match conditions the form cannot edit (operators it
+	// has no fields for): they stay as they are.
+	Kept []string
+}
+
+// FormOf fills the form from a rule.
+func FormOf(o Object) Form {
+	f := Form{Name: o.String("name"), Mode: o.String("mode"), Algorithm: o.String("algorithm")}
+	if v, ok := o.Get("limit_keys"); ok {
+		json.Unmarshal(v, &f.Keys)
+	}
+	if v, ok := o.Get("match"); ok {
+		m, _ := ParseObject(v)
+		for _, c := range m {
+			var s string
+			if json.Unmarshal(c.Value, &s) == nil {
+				f.Match = append(f.Match, MatchRow{Source: c.Key, Value: s})
+			} else {
+				f.Kept = append(f.Kept, describeMatch(c))
+			}
+		}
+	}
+	cfg := Object{}
+	if v, ok := o.Get("algorithm_config"); ok {
+		cfg, _ = ParseObject(v)
+	}
+	get := func(keys ...string) string {
+		if s := numText(cfg, keys...); s != "?" {
+			return s
+		}
+		return ""
+	}
+	f.Rate, f.Burst = get("tokens_per_second", "rps"), get("burst")
+	f.Limit, f.Window, f.Period = get("limit"), get("window_seconds"), get("period_seconds")
+	return f
+}
+
+// FieldError is a problem with one of the form's fields.
+type FieldError struct {
+	Field   string // "name", "rate", "burst", "limit", "window", "period", "keys", "match", "algorithm", "mode", "" (the rule)
+	Message string
+}
+
+// Apply writes the form into the rule o, keeping every member and
+// algorithm_config field the form does not edit. A number that is not one
+// is reported against its field; everything else is left to the filter's
+// parser (see Locate).
+func (f Form) Apply(o Object) (Object, []FieldError) {
+	out := append(Object(nil), o...)
+	var errs []FieldError
+	out.Set("name", strings.TrimSpace(f.Name))
+	switch f.Mode {
+	case "":
+		out.Delete("mode")
+	default:
+		out.Set("mode", f.Mode)
+	}
+	var keys []string
+	for _, k := range f.Keys {
+		if k = strings.TrimSpace(k); k != "" {
+			keys = append(keys, k)
+		}
+	}
+	if keys == nil {
+		keys = []string{}
+	}
+	out.Set("limit_keys", keys)
+
+	// Match: the editable conditions from the form, then the kept ones.
+	match := Object{}
+	for _, r := range f.Match {
+		src := strings.TrimSpace(r.Source)
+		if src == "" && r.Value == "" {
+			continue
+		}
+		if src == "" {
+			errs = append(errs, FieldError{"match", "a condition has a value but no source"})
+			continue
+		}
+		match = append(match, Member{Key: src, Value: mustJSON(r.Value)})
+	}
+	if v, ok := o.Get("match"); ok {
+		old, _ := ParseObject(v)
+		for _, c := range old {
+			var s string
+			if json.Unmarshal(c.Value, &s) != nil {
+				match = append(match, c)
+			}
+		}
+	}
+	if len(match) > 0 {
+		out.Set("match", match)
+	} else {
+		out.Delete("match")
+	}
+
+	cfg := Object{}
+	if v, ok := o.Get("algorithm_config"); ok && o.String("algorithm") == f.Algorithm {
+		cfg, _ = ParseObject(v) // same algorithm: keep its other settings
+	}
+	num := func(field, key, text string, aliases ...string) {
+		text = strings.TrimSpace(text)
+		if text == "" {
+			cfg.Delete(key)
+			return
+		}
+		if _, err := strconv.ParseFloat(text, 64); err != nil || !json.Valid([]byte(text)) {
+			errs = append(errs, FieldError{field, strconv.Quote(text) + " is not a number"})
+			return
+		}
+		for _, a := range aliases {
+			cfg.Delete(a)
+		}
+		cfg.Set(key, json.RawMessage(text))
+	}
+	out.Set("algorithm", f.Algorithm)
+	switch f.Algorithm {
+	case policy.AlgorithmTokenBucket:
+		num("rate", "tokens_per_second", f.Rate, "rps")
+		num("burst", "burst", f.Burst)
+	case policy.AlgorithmFixedWindow, policy.AlgorithmSlidingWindow, policy.AlgorithmRollingWindow:
+		num("limit", "limit", f.Limit)
+		num("window", "window_seconds", f.Window)
+		if f.Algorithm == policy.AlgorithmRollingWindow {
+			num("period", "period_seconds", f.Period)
+		}
+	}
+	out.Set("algorithm_config", cfg)
+	return out, errs
+}
+
+func mustJSON(s string) json.RawMessage {
+	b, _ := json.Marshal(s)
+	return b
+}
+
+// Locate maps an error of the filter's parser to a form field when it is
+// about the rule at rulePath ("" and false when it is about something
+// else).
+func Locate(e policy.FieldError, rulePath string) (FieldError, bool) {
+	p := e.Path
+	if p != rulePath && !strings.HasPrefix(p, rulePath+".") && !strings.HasPrefix(p, rulePath+"[") {
+		return FieldError{}, false
+	}
+	rest := strings.TrimPrefix(strings.TrimPrefix(p, rulePath), ".")
+	field := ""
+	switch {
+	case rest == "name":
+		field = "name"
+	case rest == "mode":
+		field = "mode"
+	case rest == "algorithm":
+		field = "algorithm"
+	case strings.HasPrefix(rest, "limit_keys"):
+		field = "keys"
+	case strings.HasPrefix(rest, "match"):
+		field = "match"
+	case rest == "algorithm_config.tokens_per_second" || rest == "algorithm_config.rps":
+		field = "rate"
+	case rest == "algorithm_config.burst":
+		field = "burst"
+	case rest == "algorithm_config.limit":
+		field = "limit"
+	case rest == "algorithm_config.window_seconds":
+		field = "window"
+	case rest == "algorithm_config.period_seconds":
+		field = "period"
+	}
+	msg := e.Message
+	if field == "" && rest != "" {
+		msg = rest + ": " + msg
+	}
+	return FieldError{Field: field, Message: msg}, true
+}

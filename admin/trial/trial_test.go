@@ -1,0 +1,188 @@
+package trial
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/admin/policies"
+	"github.com/sluice-rl/sluice/shared/policy"
+)
+
+const current = `{"policies":[{"name":"tiers","rules":[
+ {"name":"premium","limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":10,"burst":20}}]}]}`
+
+const draft = `{"policies":[{"name":"tiers","rules":[
+ {"name":"premium","mode":"enforce","limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":5,"burst":10}}]}]}`
+
+func TestMergeAddsTheDraftInShadowUnderTrialNames(t *testing.T) {
+	merged, pairs, err := Merge([]byte(current), []byte(draft))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := policy.Parse(merged)
+	if err != nil {
+		t.Fatalf("the merged configuration is invalid: %v", err)
+	}
+	if len(cfg.Policies) != 2 || cfg.Policies[1].Name != "trial-tiers" {
+		t.Fatalf("policies %+v", cfg.Policies)
+	}
+	enforced, tried := cfg.RuleByName("premium"), cfg.RuleByName("trial-premium")
+	if enforced == nil || enforced.Mode != policy.ModeEnforce || enforced.TokenBucket.TokensPerSecond != 10 {
+		t.Errorf("the enforced rule changed: %+v", enforced)
+	}
+	if tried == nil || tried.Mode != policy.ModeShadow || tried.TokenBucket.TokensPerSecond != 5 {
+		t.Errorf("the trial rule: %+v", tried)
+	}
+	if len(pairs) != 1 || pairs[0] != (Pair{"premium", "trial-premium"}) {
+		t.Errorf("pairs %v", pairs)
+	}
+}
+
+func TestMergeRefusesLikeASave(t *testing.T) {
+	bad := strings.Replace(draft, `"burst":10`, `"burst":1`, 1)
+	_, _, err := Merge([]byte(current), []byte(bad))
+	var ve *policies.ValidationError
+	if !errors.As(err, &ve) || !strings.Contains(ve.Errors.Error(), "policies[0].rules[0].algorithm_config.burst") {
+		t.Fatalf("an invalid draft: %v", err)
+	}
+	long := strings.Replace(draft, `"name":"premium"`, `"name":"`+strings.Repeat("p", 60)+`"`, 1)
+	if _, _, err := Merge([]byte(current), []byte(long)); !errors.As(err, &ve) || !strings.Contains(err.Error(), "too long to try") {
+		t.Errorf("a name too long for its trial name: %v", err)
+	}
+	taken := strings.Replace(current, `"name":"premium"`, `"name":"trial-premium"`, 1)
+	if _, _, err := Merge([]byte(taken), []byte(draft)); err == nil || !strings.Contains(err.Error(), "kept for trials") {
+		t.Errorf("a current rule using the prefix: %v", err)
+	}
+}
+
+type fakePolicies struct {
+	mu    sync.Mutex
+	cur   policies.Version
+	saved []policies.SaveRequest
+}
+
+func (f *fakePolicies) Current(context.Context) (policies.Version, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cur, nil
+}
+
+func (f *fakePolicies) Save(_ context.Context, r policies.SaveRequest) (policies.Version, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if r.Base != f.cur.Number {
+		return policies.Version{}, &policies.ConflictError{Base: r.Base, Current: f.cur.Number}
+	}
+	f.saved = append(f.saved, r)
+	f.cur = policies.Version{Number: f.cur.Number + 1, JSON: r.JSON}
+	return f.cur, nil
+}
+
+type fakePusher struct {
+	mu     sync.Mutex
+	pushed [][]byte
+	ended  chan struct{}
+}
+
+func (p *fakePusher) PushTrial(_ context.Context, _ int64, cfg []byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pushed = append(p.pushed, cfg)
+	return nil
+}
+
+func (p *fakePusher) EndTrial(context.Context) error {
+	p.ended <- struct{}{}
+	return nil
+}
+
+func newService() (*Service, *fakePolicies, *fakePusher) {
+	pol := &fakePolicies{cur: policies.Version{Number: 4, JSON: []byte(current)}}
+	push := &fakePusher{ended: make(chan struct{}, 4)}
+	return NewService(pol, push, nil), pol, push
+}
+
+func TestOneTrialAtATimeAndItExpires(t *testing.T) {
+	s, _, push := newService()
+	ctx := context.Background()
+	tr, err := s.Start(ctx, []byte(draft), 50*time.Millisecond, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.Base != 4 || len(push.pushed) != 1 {
+		t.Fatalf("trial %+v, pushes %d", tr, len(push.pushed))
+	}
+	_, err = s.Start(ctx, []byte(draft), 0, "bob")
+	var re *RunningError
+	if !errors.As(err, &re) || re.Running.ID != tr.ID || !strings.Contains(err.Error(), "trial 1 by alice") {
+		t.Fatalf("a second trial: %v", err)
+	}
+	select {
+	case <-push.ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the trial did not expire")
+	}
+	if _, ok := s.Running(); ok {
+		t.Error("still running after expiry")
+	}
+	if _, err := s.Start(ctx, []byte(draft), time.Minute, "bob"); err != nil {
+		t.Errorf("a trial after the first expired: %v", err)
+	}
+	if err := s.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Stop(ctx); !errors.Is(err, ErrNoTrial) {
+		t.Errorf("stopping twice: %v", err)
+	}
+}
+
+func TestPromoteSavesTheDraftOnItsBase(t *testing.T) {
+	s, pol, _ := newService()
+	ctx := context.Background()
+	if _, err := s.Start(ctx, []byte(draft), time.Minute, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	v, err := s.Promote(ctx, "alice", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Number != 5 || len(pol.saved) != 1 || string(pol.saved[0].JSON) != draft || pol.saved[0].Message != "promoted from trial 1" {
+		t.Fatalf("saved %+v as v%d", pol.saved, v.Number)
+	}
+	if _, ok := s.Running(); ok {
+		t.Error("still running after promotion")
+	}
+	// Someone saved during a trial: promotion is refused like a stale save.
+	if _, err := s.Start(ctx, []byte(draft), time.Minute, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	pol.Save(ctx, policies.SaveRequest{Base: 5, JSON: []byte(current)})
+	var ce *policies.ConflictError
+	if _, err := s.Promote(ctx, "alice", "m"); !errors.As(err, &ce) {
+		t.Fatalf("a stale promotion: %v", err)
+	}
+	if _, ok := s.Running(); !ok {
+		t.Error("a refused promotion ended the trial")
+	}
+	s.Stop(ctx)
+}
+
+func TestStartRefusesAnInvalidDraftAndDuration(t *testing.T) {
+	s, _, push := newService()
+	ctx := context.Background()
+	var ve *policies.ValidationError
+	if _, err := s.Start(ctx, []byte(`{"rules":[]}x`), 0, "a"); !errors.As(err, &ve) {
+		t.Errorf("an invalid draft: %v", err)
+	}
+	var ie *policies.InputError
+	if _, err := s.Start(ctx, []byte(draft), 25*time.Hour, "a"); !errors.As(err, &ie) || ie.Field != "duration" {
+		t.Errorf("too long: %v", err)
+	}
+	if len(push.pushed) != 0 {
+		t.Errorf("a refused trial was pushed")
+	}
+}

@@ -1,0 +1,191 @@
+package filter_test
+
+import (
+	"encoding/base64"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/plugin/wasmhost"
+	"github.com/sluice-rl/sluice/shared/policy"
+	"github.com/sluice-rl/sluice/shared/simulate"
+)
+
+// simulatorPolicy has tiers keyed on an API key, a per-address fallback,
+// a JWT-keyed rule with a cost header, a shadow window and an enforced
+// sliding window, so the simulator and the filter are compared on every
+// path of a decision: no rule, first match, key missing, allowed with
+// fields, enforce rejection, shadow rejection.
+const simulatorPolicy = `{
+  "xff_trusted_hops": 1,
+  "policies": [
+    {"name": "tiers", "rules": [
+      {"name": "premium", "match": {"header:x-plan": "premium"}, "limit_keys": ["header:x-api-key"],
+       "algorithm": "token_bucket", "algorithm_config": {"tokens_per_second": 2, "burst": 4}},
+      {"name": "free", "limit_keys": ["header:x-api-key"],
+       "algorithm": "token_bucket", "algorithm_config": {"tokens_per_second": 0.5, "burst": 2}},
+      {"name": "anonymous", "limit_keys": ["ip:address"],
+       "algorithm": "token_bucket", "algorithm_config": {"tokens_per_second": 1, "burst": 3}}
+    ]},
+    {"name": "reports", "rules": [
+      {"name": "report-users", "match": {"path_prefix": "/reports"}, "limit_keys": ["jwt:sub"],
+       "algorithm": "token_bucket", "algorithm_config": {"tokens_per_second": 1, "burst": 5, "cost_source": "header:x-cost"}}
+    ]},
+    {"name": "search", "rules": [
+      {"name": "search-shadow", "mode": "shadow", "match": {"path_prefix": "/search"}, "limit_keys": ["ip:address"],
+       "algorithm": "fixed_window", "algorithm_config": {"limit": 1, "window_seconds": 30}},
+      {"name": "export", "match": {"method": "POST"}, "limit_keys": ["query:account"],
+       "algorithm": "sliding_window", "algorithm_config": {"limit": 3, "window_seconds": 20}}
+    ]}
+  ]
+}`
+
+func unsignedJWT(claims string) string {
+	enc := base64.RawURLEncoding.EncodeToString
+	return "Bearer " + enc([]byte(`{"alg":"none"}`)) + "." + enc([]byte(claims)) + ".sig"
+}
+
+// randomRequest draws one request from a small population, so identities
+// repeat and buckets run dry.
+func randomRequest(rng *rand.Rand) simulate.Request {
+	r := simulate.Request{Method: "GET", Path: "/", Host: "api.example.com", Headers: map[string]string{}, ClientAddress: "10.0.0.1:5555"}
+	r.ClientAddress = fmt.Sprintf("10.0.0.%d:%d", 1+rng.IntN(3), 1000+rng.IntN(9))
+	if rng.IntN(2) == 0 {
+		r.Headers["x-forwarded-for"] = fmt.Sprintf("192.0.2.%d", 1+rng.IntN(3))
+	}
+	switch rng.IntN(4) {
+	case 0:
+		r.Headers["x-api-key"] = fmt.Sprintf("key-%d", rng.IntN(3))
+		r.Headers["x-plan"] = "premium"
+	case 1:
+		r.Headers["x-api-key"] = fmt.Sprintf("key-%d", rng.IntN(3))
+	}
+	switch rng.IntN(5) {
+	case 0:
+		r.Path = "/reports/daily"
+		r.Headers["authorization"] = unsignedJWT(fmt.Sprintf(`{"sub":"user-%d"}`, rng.IntN(2)))
+		if rng.IntN(2) == 0 {
+			r.Headers["x-cost"] = fmt.Sprint(1 + rng.IntN(3))
+		}
+	case 1:
+		r.Path = "/search?q=x"
+	case 2:
+		r.Method = "POST"
+		r.Path = fmt.Sprintf("/export?account=acct-%d", rng.IntN(2))
+	}
+	return r
+}
+
+func toWasmRequest(r simulate.Request) *wasmhost.Request {
+	w := &wasmhost.Request{Properties: wasmhost.Properties{"source.address": []byte(r.ClientAddress)}}
+	w.Headers = append(w.Headers, wasmhost.Header{":method", r.Method}, wasmhost.Header{":path", r.Path}, wasmhost.Header{":authority", r.Host})
+	names := make([]string, 0, len(r.Headers))
+	for n := range r.Headers {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		w.Headers = append(w.Headers, wasmhost.Header{n, r.Headers[n]})
+	}
+	return w
+}
+
+// rateLimitFields are the response fields the filter sets on an allowed
+// response.
+var rateLimitFields = []string{"ratelimit", "ratelimit-policy", "ratelimit-limit", "ratelimit-remaining", "ratelimit-reset"}
+
+func pick(hs []wasmhost.Header, names []string) [][2]string {
+	var out [][2]string
+	for _, n := range names {
+		if v, ok := header(hs, n); ok {
+			out = append(out, [2]string{n, v})
+		}
+	}
+	return out
+}
+
+func sortedFields(fs [][2]string) [][2]string {
+	out := slices.Clone(fs)
+	slices.SortFunc(out, func(a, b [2]string) int { return strings.Compare(a[0], b[0]) })
+	return out
+}
+
+// TestSimulatorDecidesLikeTheCompiledFilter sends the same sequence of
+// requests through the compiled filter and through the simulator, the
+// simulator carrying its own state from request to request, and requires
+// the same status, rule, response fields, body and shadow marking each time.
+func TestSimulatorDecidesLikeTheCompiledFilter(t *testing.T) {
+	f := start(t, simulatorPolicy, 1)
+	cfg, err := policy.Parse([]byte(simulatorPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type key struct{ rule, identity string }
+	states := map[key]simulate.State{}
+	lookup := func(r *policy.Rule, id string) (simulate.State, bool) {
+		s, ok := states[key{r.Name, id}]
+		return s, ok
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	rejected, shadowed, allowed := 0, 0, 0
+	for i := 0; i < 400; i++ {
+		f.clock.Advance(time.Duration(rng.IntN(700)) * time.Millisecond)
+		req := randomRequest(rng)
+		now := float64(f.clock.Now().UnixNano()) / 1e9
+		sim := simulate.Run(cfg, req, simulate.Options{Now: now, Lookup: lookup})
+		got := f.doOn(0, toWasmRequest(req))
+		where := fmt.Sprintf("request %d (%s %s %v)", i, req.Method, req.Path, req.Headers)
+
+		if got.Rejected != (sim.Status != 0) {
+			t.Fatalf("%s: filter rejected=%v, simulator status %d (rule %q)", where, got.Rejected, sim.Status, sim.Rule)
+		}
+		if got.Rejected {
+			rejected++
+			if got.Local.Status != sim.Status || string(got.Local.Body) != sim.Body {
+				t.Fatalf("%s: filter %d %s, simulator %d %s", where, got.Local.Status, got.Local.Body, sim.Status, sim.Body)
+			}
+			var local [][2]string
+			for _, h := range got.Local.Headers {
+				local = append(local, [2]string{h[0], h[1]})
+			}
+			if !slices.Equal(local, sim.Headers) {
+				t.Fatalf("%s: rejection headers\nfilter    %v\nsimulator %v", where, local, sim.Headers)
+			}
+		} else {
+			allowed++
+			if fields := pick(got.ResponseHeaders, rateLimitFields); !slices.Equal(fields, sortedByNames(sim.Headers, rateLimitFields)) {
+				t.Fatalf("%s: response fields\nfilter    %v\nsimulator %v", where, fields, sim.Headers)
+			}
+			up := pick(got.UpstreamHeaders, []string{"x-sluice-shadow"})
+			if !slices.Equal(sortedFields(up), sortedFields(sim.Upstream)) {
+				t.Fatalf("%s: upstream shadow header: filter %v, simulator %v", where, up, sim.Upstream)
+			}
+			if len(up) > 0 {
+				shadowed++
+			}
+		}
+		for _, s := range sim.Stores() {
+			states[key{s.Rule, s.Identity}] = s.State
+		}
+	}
+	if rejected < 20 || allowed < 20 || shadowed < 5 {
+		t.Fatalf("the sequence exercised too little: %d rejected, %d allowed, %d shadow-marked", rejected, allowed, shadowed)
+	}
+}
+
+// sortedByNames orders fields as names lists them (the order pick reads
+// the filter's response in).
+func sortedByNames(fs [][2]string, names []string) [][2]string {
+	var out [][2]string
+	for _, n := range names {
+		for _, f := range fs {
+			if f[0] == n {
+				out = append(out, f)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,115 @@
+package request
+
+import (
+	"math"
+	"strconv"
+
+	"github.com/sluice-rl/sluice/shared/limiter"
+	"github.com/sluice-rl/sluice/shared/policy"
+)
+
+// Fields are a rule's response header values that do not depend on the
+// request (docs/filter.md "Response headers"): the filter computes them
+// once per configuration, the simulator per simulated request.
+type Fields struct {
+	Limit      string // RateLimit-Limit: the burst, or a window's limit (whole tokens)
+	Policy     string // RateLimit-Policy: "<rule>";q=<limit>;w=<seconds>
+	Reason     string // X-RateLimit-Reason: "<algorithm>_exceeded"
+	RatePrefix string // the start of the RateLimit field: "<rule>";r=
+}
+
+// RuleFields returns the response header values of a parsed rule.
+func RuleFields(r *policy.Rule) Fields {
+	f := Fields{Reason: r.Algorithm + "_exceeded", RatePrefix: `"` + r.Name + `";r=`}
+	if r.Window != nil {
+		f.Limit = strconv.FormatInt(WholeTokens(r.Window.Limit), 10)
+		f.Policy = `"` + r.Name + `";q=` + f.Limit + ";w=" + strconv.FormatInt(int64(r.Window.WindowSeconds), 10)
+		return f
+	}
+	tb := r.TokenBucket
+	if tb == nil { // Parse guarantees it for token_bucket
+		tb = &policy.TokenBucket{TokensPerSecond: 1, Burst: 1}
+	}
+	f.Reason = policy.AlgorithmTokenBucket + "_exceeded"
+	f.Limit = strconv.FormatInt(WholeTokens(tb.Burst), 10)
+	window := int64(1)
+	if tb.TokensPerSecond > 0 {
+		window = CeilSeconds(tb.Burst / tb.TokensPerSecond)
+	}
+	f.Policy = `"` + r.Name + `";q=` + f.Limit + ";w=" + strconv.FormatInt(window, 10)
+	return f
+}
+
+// RejectTimes returns, for a request rejected with decision wait (seconds
+// until its cost is available), the RateLimit field's t (whole seconds,
+// at least 1) and Retry-After (t plus the identity's jitter, never less
+// than t).
+func RejectTimes(wait float64, identity string) (retryAfter, t int64) {
+	t = CeilSeconds(wait)
+	if t < 1 {
+		t = 1 // rejected: some wait is needed even if it rounds to 0
+	}
+	retryAfter = int64(limiter.RetryAfter(wait, identity))
+	if retryAfter < t {
+		retryAfter = t // never earlier than t (RetryAfter already guarantees it)
+	}
+	return retryAfter, t
+}
+
+// WholeTokens floors a token count for a header (never negative, bounded).
+func WholeTokens(v float64) int64 {
+	if !(v > 0) {
+		return 0
+	}
+	if v > 1e15 {
+		return 1e15
+	}
+	return int64(v)
+}
+
+// CeilSeconds rounds a duration in seconds up to whole seconds (never
+// negative, bounded like limiter's durations).
+func CeilSeconds(v float64) int64 {
+	if !(v > 0) {
+		return 0
+	}
+	if v > math.MaxInt32 {
+		return math.MaxInt32
+	}
+	return int64(math.Ceil(v))
+}
+
+// RuleLimiter returns a parsed rule's algorithm: a token bucket (win nil)
+// or a window.
+func RuleLimiter(r *policy.Rule) (tb limiter.TokenBucket, win limiter.Window) {
+	if w := r.Window; w != nil {
+		period := float64(w.WindowSeconds)
+		switch r.Algorithm {
+		case policy.AlgorithmFixedWindow:
+			return tb, limiter.FixedWindow{Limit: w.Limit, Window: period}
+		case policy.AlgorithmSlidingWindow:
+			return tb, limiter.SlidingWindow{Limit: w.Limit, Window: period}
+		}
+		return tb, limiter.RollingWindow{Limit: w.Limit, Period: float64(w.PeriodSeconds), Periods: w.Periods(), MaxPerPeriod: w.MaxPerPeriod}
+	}
+	b := r.TokenBucket
+	if b == nil { // Parse guarantees it for token_bucket
+		b = &policy.TokenBucket{TokensPerSecond: 1, Burst: 1}
+	}
+	return limiter.TokenBucket{Rate: b.TokensPerSecond, Burst: b.Burst, MaxDelay: float64(b.MaxDelayMS) / 1000}, nil
+}
+
+// RuleCost returns where a rule's request cost comes from, its fixed cost
+// and its default cost (used when the header or query value is absent or
+// not a valid cost), both positive and finite (1 otherwise).
+func RuleCost(r *policy.Rule) (src policy.CostSource, fixed, def float64) {
+	src, fixed, def = r.CostConfig()
+	return src, positiveOr(fixed, 1), positiveOr(def, 1)
+}
+
+func positiveOr(v, def float64) float64 {
+	if v > 0 && !math.IsInf(v, 0) {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,338 @@
+// Package simulate answers "what would the filter do with this request?"
+// without a proxy: which rule of each policy applies and why the others do
+// not, the identity and cost each applying rule uses, each rule's decision
+// from a given bucket state, and the response the filter would send.
+//
+// It runs the filter's own pure code: request attributes, match
+// conditions, composite keys and masked identities from shared/request,
+// the algorithms from shared/limiter, the header values from
+// request.RuleFields and request.RejectTimes. What it does itself is the
+// filter's control flow over them (plugin/filter: selectRules and decide),
+// which a test checks against the compiled filter request by request.
+//
+// It does not model what needs a proxy: shared-data failures (fail open),
+// CAS races, a global rule's lease pool (a global rule is decided as a
+// local bucket of its limit, and says so), and a delayed request's hold.
+package simulate
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/sluice-rl/sluice/shared/limiter"
+	"github.com/sluice-rl/sluice/shared/policy"
+	"github.com/sluice-rl/sluice/shared/request"
+	"github.com/sluice-rl/sluice/shared/state"
+)
+
+// Request is the simulated request, as the filter sees it.
+type Request struct {
+	Method string
+	// Path is the :path, with its query string.
+	Path string
+	// Host is the :authority.
+	Host string
+	// Headers are the request headers by lower-case name (one value each).
+	// A bearer token for jwt: sources goes in "authorization".
+	Headers map[string]string
+	// ClientAddress is the downstream peer's address (Envoy's
+	// source.address, with or without a port).
+	ClientAddress string
+}
+
+// State is a rule's stored state for one identity: Bucket for a token
+// bucket, Window for a windowed rule.
+type State struct {
+	Bucket state.Bucket
+	Window state.Window
+}
+
+// Lookup returns the state of rule r for the identity (as shown to
+// operators, request.DisplayIdentity), and whether it is known. An unknown
+// state is a new one: a full bucket, an empty window.
+type Lookup func(r *policy.Rule, identity string) (State, bool)
+
+// Options are the simulation's inputs besides the request.
+type Options struct {
+	Now    float64 // unix seconds
+	Lookup Lookup  // nil: every state is new
+}
+
+// Result is the simulated outcome of one request.
+type Result struct {
+	Policies []PolicyResult
+	// Status is the response status: 0 when the request goes upstream,
+	// the configuration's reject_status when the filter rejects it.
+	Status int
+	// Rule is the rule that decided a rejection, or whose RateLimit fields
+	// an allowed response carries ("" for neither).
+	Rule string
+	// Headers are the response header fields the filter sets, lower-case,
+	// in the order the filter sets them.
+	Headers [][2]string
+	// Body is the rejection's body ("" when allowed).
+	Body string
+	// Upstream are the header fields the filter sets on the request sent
+	// upstream (the shadow header).
+	Upstream [][2]string
+	// DelayMS is the time an allowed request would be held (max_delay_ms).
+	DelayMS int64
+}
+
+// PolicyResult is one policy: its rules in order.
+type PolicyResult struct {
+	Name  string
+	Rules []RuleResult
+	// Applied is the index in Rules of the rule that applies, -1 for none.
+	Applied int
+}
+
+// RuleResult is one rule of a policy for the request.
+type RuleResult struct {
+	Name      string
+	Mode      policy.Mode
+	Algorithm string
+	// Applies: the rule's match holds and its limit keys are present,
+	// and no earlier rule of the policy applies.
+	Applies bool
+	// Why is, for a rule that does not apply, the reason in words.
+	Why string
+	// Identity is the applying rule's identity as the dashboard shows it
+	// (sensitive components masked).
+	Identity string
+	// Cost is the request's cost for the rule.
+	Cost float64
+	// Known reports whether Lookup knew the identity's state; Level is
+	// the tokens (or quota) available before the request.
+	Known bool
+	Level float64
+	// Decision is the rule's decision.
+	Decision limiter.Decision
+	// Next is the state the filter would store when the request is
+	// admitted (unchanged when it is rejected).
+	Next State
+	// Global: a fleet rule, decided here as a local bucket of its limit.
+	Global bool
+
+	rule     *policy.Rule
+	fields   request.Fields
+	composed string // the composite key (Retry-After's jitter seed)
+}
+
+// Run simulates req against cfg.
+func Run(cfg *policy.Config, req Request, opt Options) Result {
+	src := newSources(cfg, req)
+	res := Result{}
+	var apps []*RuleResult
+	for pi := range cfg.Policies {
+		p := &cfg.Policies[pi]
+		pr := PolicyResult{Name: p.Name, Applied: -1, Rules: make([]RuleResult, len(p.Rules))}
+		for i := range p.Rules {
+			r := &p.Rules[i]
+			rr := &pr.Rules[i]
+			*rr = RuleResult{Name: r.Name, Mode: r.Mode, Algorithm: r.Algorithm, Global: r.Global, rule: r}
+			if pr.Applied >= 0 {
+				rr.Why = "not evaluated: rule " + strconv.Quote(p.Rules[pr.Applied].Name) + " before it applies (first match wins)"
+				continue
+			}
+			if why := src.mismatch(r); why != "" {
+				rr.Why = why
+				continue
+			}
+			comps := make([]string, 0, len(r.Keys))
+			for _, k := range r.Keys {
+				v, ok := src.get(k)
+				if !ok {
+					rr.Why = "its match holds but limit key " + k.String() + " is missing (the next rule is tried)"
+					break
+				}
+				comps = append(comps, v)
+			}
+			if rr.Why != "" {
+				continue
+			}
+			composite, _ := request.AppendComposite(nil, nil, comps)
+			rr.composed = string(composite)
+			rr.Identity = request.DisplayIdentity(r.Keys, r.ClearIdentity, rr.composed)
+			rr.Applies = true
+			pr.Applied = i
+			rr.decide(src, opt)
+			apps = append(apps, rr)
+		}
+		res.Policies = append(res.Policies, pr)
+	}
+	res.finish(cfg, apps)
+	return res
+}
+
+// decide runs the rule's algorithm for the request.
+func (rr *RuleResult) decide(src *sources, opt Options) {
+	r := rr.rule
+	rr.fields = request.RuleFields(r)
+	costSrc, fixed, def := request.RuleCost(r)
+	rr.Cost = fixed
+	if costSrc.Kind != policy.CostFixed {
+		rr.Cost = def
+		kind := policy.SourceHeader
+		if costSrc.Kind == policy.CostQuery {
+			kind = policy.SourceQuery
+		}
+		if v, ok := src.get(policy.KeySource{Kind: kind, Name: costSrc.Name}); ok {
+			if c, ok := limiter.ParseCost(v); ok {
+				rr.Cost = c
+			}
+		}
+	}
+	var st State
+	if opt.Lookup != nil {
+		st, rr.Known = opt.Lookup(r, rr.Identity)
+	}
+	tb, win := request.RuleLimiter(r)
+	if win != nil {
+		w := st.Window
+		probe := w
+		rr.Level = win.Take(&probe, rr.Known, opt.Now, 0).Remaining // a copy: nothing taken
+		rr.Decision = win.Take(&w, rr.Known, opt.Now, rr.Cost)
+		rr.Next = State{Window: w}
+		if !rr.Decision.Allowed {
+			rr.Next = st
+		}
+		return
+	}
+	if rr.Known {
+		rr.Level = tb.Level(st.Bucket, opt.Now)
+	} else {
+		rr.Level = tb.Burst
+	}
+	next, dec := tb.Take(st.Bucket, rr.Known, opt.Now, rr.Cost)
+	rr.Decision = dec
+	rr.Next = State{Bucket: next}
+	if !dec.Allowed {
+		rr.Next = st
+	}
+}
+
+// finish decides the request from its applying rules, as the filter does:
+// any enforce rule refusing rejects it (the one with the longest wait
+// answers); otherwise the enforce rule with the fewest tokens left gives
+// the RateLimit fields, and shadow rules refusing mark the upstream request.
+func (res *Result) finish(cfg *policy.Config, apps []*RuleResult) {
+	var reject, best *RuleResult
+	var shadow []string
+	for _, a := range apps {
+		if a.Decision.Allowed {
+			continue
+		}
+		if a.Mode == policy.ModeShadow {
+			shadow = append(shadow, a.Name)
+			continue
+		}
+		if reject == nil || a.Decision.Wait > reject.Decision.Wait {
+			reject = a
+		}
+	}
+	if reject != nil {
+		res.reject(cfg, reject)
+		return
+	}
+	for _, a := range apps {
+		if a.Mode == policy.ModeShadow {
+			continue
+		}
+		if best == nil || a.Decision.Remaining < best.Decision.Remaining {
+			best = a
+		}
+		if d := a.Decision.Delay; d > 0 {
+			res.DelayMS = max(res.DelayMS, int64(d*1000+0.999999))
+		}
+	}
+	if anyShadow(cfg) {
+		name := cfg.ShadowHeader
+		if name == "" {
+			name = policy.DefaultShadowHeader
+		}
+		if len(shadow) > 0 {
+			res.Upstream = append(res.Upstream, [2]string{strings.ToLower(name), strings.Join(shadow, ",")})
+		}
+	}
+	if best == nil || !cfg.ResponseHeaders {
+		return
+	}
+	res.Rule = best.Name
+	remaining := strconv.FormatInt(request.WholeTokens(best.Decision.Remaining), 10)
+	reset := strconv.FormatInt(request.CeilSeconds(best.Decision.Reset), 10)
+	f := best.fields
+	res.Headers = append(res.Headers,
+		[2]string{"ratelimit", f.RatePrefix + remaining + ";t=" + reset},
+		[2]string{"ratelimit-policy", f.Policy})
+	if cfg.LegacyHeaders {
+		res.Headers = append(res.Headers,
+			[2]string{"ratelimit-limit", f.Limit},
+			[2]string{"ratelimit-remaining", remaining},
+			[2]string{"ratelimit-reset", reset})
+	}
+}
+
+func (res *Result) reject(cfg *policy.Config, a *RuleResult) {
+	res.Status = cfg.RejectStatus
+	if res.Status < 400 || res.Status > 599 {
+		res.Status = policy.DefaultRejectStatus
+	}
+	res.Rule = a.Name
+	retry, t := request.RejectTimes(a.Decision.Wait, a.composed)
+	rs, ts := strconv.FormatInt(retry, 10), strconv.FormatInt(t, 10)
+	f := a.fields
+	res.Headers = [][2]string{
+		{"retry-after", rs},
+		{"ratelimit", f.RatePrefix + "0;t=" + ts},
+		{"ratelimit-policy", f.Policy},
+		{"x-ratelimit-reason", f.Reason},
+		{"content-type", "application/json"},
+	}
+	if cfg.LegacyHeaders {
+		res.Headers = append(res.Headers,
+			[2]string{"ratelimit-limit", f.Limit},
+			[2]string{"ratelimit-remaining", "0"},
+			[2]string{"ratelimit-reset", ts})
+	}
+	res.Body = `{"error":"rate_limited","rule":"` + a.Name + `","retry_after":` + rs + `}`
+}
+
+func anyShadow(cfg *policy.Config) bool {
+	for _, p := range cfg.Policies {
+		for _, r := range p.Rules {
+			if r.Mode == policy.ModeShadow {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Store is one state the filter writes for an admitted request.
+type Store struct {
+	Rule     string
+	Identity string // as shown to operators
+	State    State
+}
+
+// Stores returns the states the filter would write for the request: every
+// admitting rule's, or none when the request is rejected (a rejected
+// request consumes from no rule). Feeding them back through Lookup
+// simulates a sequence of requests.
+func (res *Result) Stores() []Store {
+	if res.Status != 0 {
+		return nil
+	}
+	var out []Store
+	for _, p := range res.Policies {
+		if p.Applied < 0 {
+			continue
+		}
+		r := &p.Rules[p.Applied]
+		if r.Decision.Allowed {
+			out = append(out, Store{Rule: r.Name, Identity: r.Identity, State: r.Next})
+		}
+	}
+	return out
+}

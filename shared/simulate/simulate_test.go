@@ -1,0 +1,125 @@
+package simulate
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/sluice-rl/sluice/shared/policy"
+	"github.com/sluice-rl/sluice/shared/state"
+)
+
+// The comparison with the compiled filter, request by request, is
+// plugin/filter's TestSimulatorDecidesLikeTheCompiledFilter. These pin
+// the explanations, which the filter does not give.
+
+const tiers = `{"xff_trusted_hops": 1, "policies":[
+ {"name":"tiers","rules":[
+  {"name":"premium","match":{"header:x-plan":"premium","path_prefix":"/api"},"limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":10,"burst":20}},
+  {"name":"keyed","limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":1,"burst":5,"cost_source":"query:n"}},
+  {"name":"anonymous","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":1,"burst":3}}]},
+ {"name":"watch","rules":[
+  {"name":"watch-all","mode":"shadow","limit_keys":["ip:address"],"algorithm":"fixed_window","algorithm_config":{"limit":1,"window_seconds":60}}]}]}`
+
+func mustParse(t *testing.T, doc string) *policy.Config {
+	t.Helper()
+	cfg, err := policy.Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func TestFirstMatchingRuleAppliesAndTheOthersSayWhy(t *testing.T) {
+	cfg := mustParse(t, tiers)
+	res := Run(cfg, Request{Method: "GET", Path: "/web?n=3", Host: "a", ClientAddress: "10.0.0.1:99",
+		Headers: map[string]string{"x-plan": "premium", "x-api-key": "k-1"}}, Options{Now: 1000})
+	p := res.Policies[0]
+	if p.Applied != 1 {
+		t.Fatalf("applied %d, want the keyed tier: %+v", p.Applied, p.Rules)
+	}
+	if why := p.Rules[0].Why; !strings.Contains(why, "path") || !strings.Contains(why, `"/web"`) {
+		t.Errorf("premium's reason %q should name the path that failed", why)
+	}
+	if why := p.Rules[2].Why; !strings.Contains(why, `"keyed"`) {
+		t.Errorf("anonymous's reason %q should name the rule that applied", why)
+	}
+	if r := p.Rules[1]; r.Cost != 3 || r.Level != 5 || r.Decision.Remaining != 2 || r.Known {
+		t.Errorf("keyed: cost %v level %v remaining %v known %v", r.Cost, r.Level, r.Decision.Remaining, r.Known)
+	}
+	if res.Status != 0 || res.Rule != "keyed" {
+		t.Errorf("status %d rule %q", res.Status, res.Rule)
+	}
+}
+
+func TestMissingKeyFallsThroughToTheNextRule(t *testing.T) {
+	cfg := mustParse(t, tiers)
+	res := Run(cfg, Request{Method: "GET", Path: "/", Headers: map[string]string{"x-forwarded-for": "203.0.113.9, 10.0.0.2"}, ClientAddress: "10.0.0.1"}, Options{Now: 1})
+	p := res.Policies[0]
+	if p.Applied != 2 || !strings.Contains(p.Rules[1].Why, "header:x-api-key is missing") {
+		t.Fatalf("applied %d, keyed's reason %q", p.Applied, p.Rules[1].Why)
+	}
+	if id := p.Rules[2].Identity; id != "ip:address=10.0.0.2" {
+		t.Errorf("identity %q, want the first trusted X-Forwarded-For hop", id)
+	}
+}
+
+func TestKnownStateDecidesAndARejectionStoresNothing(t *testing.T) {
+	cfg := mustParse(t, tiers)
+	empty := func(r *policy.Rule, id string) (State, bool) {
+		if r.Name == "anonymous" && id == "ip:address=10.0.0.1" {
+			return State{Bucket: state.Bucket{Tokens: 0.25, LastRefill: 100}}, true
+		}
+		return State{}, false
+	}
+	res := Run(cfg, Request{Method: "GET", Path: "/", ClientAddress: "10.0.0.1"}, Options{Now: 100.5, Lookup: empty})
+	a := res.Policies[0].Rules[2]
+	if !a.Known || a.Level != 0.75 || a.Decision.Allowed {
+		t.Fatalf("anonymous: known %v level %v allowed %v", a.Known, a.Level, a.Decision.Allowed)
+	}
+	if res.Status != 429 || res.Rule != "anonymous" || !strings.Contains(res.Body, `"rule":"anonymous"`) {
+		t.Errorf("status %d rule %q body %s", res.Status, res.Rule, res.Body)
+	}
+	if s := res.Stores(); s != nil {
+		t.Errorf("a rejected request stores %v", s)
+	}
+}
+
+func TestShadowRefusalMarksTheUpstreamRequest(t *testing.T) {
+	cfg := mustParse(t, tiers)
+	used := func(r *policy.Rule, id string) (State, bool) {
+		if r.Name == "watch-all" {
+			w := state.Window{Start: 960, N: 1}
+			w.Counts[0] = 1
+			return State{Window: w}, true
+		}
+		return State{}, false
+	}
+	res := Run(cfg, Request{Method: "GET", Path: "/", ClientAddress: "10.0.0.1"}, Options{Now: 1000, Lookup: used})
+	if res.Status != 0 || len(res.Upstream) != 1 || res.Upstream[0] != [2]string{"x-sluice-shadow", "watch-all"} {
+		t.Fatalf("status %d upstream %v", res.Status, res.Upstream)
+	}
+	stores := res.Stores()
+	if len(stores) != 1 || stores[0].Rule != "anonymous" {
+		t.Errorf("stores %v, want only the admitting enforce rule", stores)
+	}
+}
+
+func FuzzRun(f *testing.F) {
+	f.Add("/api?n=2", "premium", "k", "Bearer a.eyJzdWIiOiJ4In0.c", "10.0.0.1:1")
+	f.Add("", "", "", "", "")
+	f.Add("/x?n=1e309", "premium", strings.Repeat("|#\\", 200), "bearer ...", "[::1]:80")
+	cfg, err := policy.Parse([]byte(tiers))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, path, plan, key, authz, addr string) {
+		res := Run(cfg, Request{Method: "GET", Path: path, ClientAddress: addr,
+			Headers: map[string]string{"x-plan": plan, "x-api-key": key, "authorization": authz}}, Options{Now: 5})
+		if len(res.Policies) != 2 {
+			t.Fatalf("%d policies", len(res.Policies))
+		}
+		if (res.Status != 0) != (res.Body != "") {
+			t.Fatalf("status %d with body %q", res.Status, res.Body)
+		}
+	})
+}

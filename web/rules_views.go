@@ -1,0 +1,60 @@
+package web
+
+// RulesView is the structured view of the draft: its policies and rules
+// in words.
+type RulesView struct {
+	Error    string // the draft cannot be listed (not JSON): the JSON view still works
+	Policies []RulesPolicy
+	Editing  *RuleFormView // the rule form, when a rule is being edited
+}
+
+// RulesPolicy is one policy of the draft.
+type RulesPolicy struct {
+	Index int
+	Name  string
+	Rules []RuleRow
+}
+
+// RuleRow is one rule in words.
+type RuleRow struct {
+	Ref       string // "<policy>:<rule>", the value of its buttons
+	Name      string
+	Matches   string
+	Keys      string
+	Limit     string
+	Algorithm string
+	Mode      string
+	Extra     string // members the form keeps without editing them
+	First     bool
+	Last      bool
+}
+
+// RuleFormView is the rule form.
+type RuleFormView struct {
+	Ref       string
+	Path      string // the rule's JSON path
+	Name      string
+	Mode      string
+	Algorithm string
+	Rate      string
+	Burst     string
+	Limit     string
+	Window    string
+	Period    string
+	Keys      []LimitKeyRow
+	Match     []MatchCondRow
+	Kept      []string          // match conditions kept as they are
+	Errors    map[string]string // by field: name, mode, algorithm, rate, burst, limit, window, period, keys, match, ""
+}
+
+// LimitKeyRow is one limit key: a source kind and, for header/query/jwt, a name.
+type LimitKeyRow struct{ Kind, Name string }
+
+// MatchCondRow is one match condition.
+type MatchCondRow struct{ Source, Value string }
+
+// KeyKinds are the key sources offered by the picker.
+var KeyKinds = []string{"ip:address", "header", "query", "jwt", "path", "method", "host"}
+
+// Algorithms offered by the rule form.
+var Algorithms = []string{"token_bucket", "fixed_window", "sliding_window", "rolling_window"}

@@ -1,0 +1,54 @@
+package web
+
+// SimForm is the simulator's form on the policy page, as last submitted.
+type SimForm struct {
+	Against string // "draft", "current" or "version"
+	Version string // with Against "version"
+	Method  string
+	Path    string // with its query string
+	Host    string
+	Headers string // "name: value" per line
+	Client  string // client address
+	JWT     string // a bearer token, or a JSON object of claims
+}
+
+// SimView is a simulation's outcome.
+type SimView struct {
+	Error    string // the request or policy was refused: why (with Field)
+	Field    string
+	Policy   string // what ran: "the draft", "v3", ...
+	Allowed  bool
+	Status   int
+	Rule     string
+	Headers  [][2]string
+	Upstream [][2]string
+	Body     string
+	DelayMS  int64
+	Policies []SimPolicyView
+}
+
+// SimPolicyView is one policy's rules for the simulated request.
+type SimPolicyView struct {
+	Name  string
+	Rules []SimRuleView
+}
+
+// SimRuleView is one rule for the simulated request.
+type SimRuleView struct {
+	Name     string
+	Applies  bool
+	Why      string
+	Mode     string
+	Identity string
+	Cost     string
+	State    string // "10.0 of 20 tokens (from telemetry)" or "new bucket: 20 tokens"
+	Decision string // "allowed, 9 left" / "would reject: retry in 3 s"
+	Rejects  bool
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
