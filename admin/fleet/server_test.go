@@ -411,3 +411,43 @@ func testBackendDown(t *testing.T, b Backend, m *Metrics, what string, o outage)
 		t.Errorf("health after recovery = %+v", h)
 	}
 }
+
+// slowTakes delays every call that takes tokens (not returns) by delay
+// before running it on the backend.
+type slowTakes struct {
+	Backend
+	delay time.Duration
+}
+
+func (s slowTakes) Run(ctx context.Context, ops []redisgcra.Op) ([]redisgcra.Outcome, error) {
+	if len(ops) > 0 && !ops[0].Return {
+		time.Sleep(s.delay)
+	}
+	return s.Backend.Run(ctx, ops)
+}
+
+// A caller that gives up (its deadline passes) while the backend call runs
+// gets no answer; the tokens the call took go back to the bucket, so the
+// whole burst is still there for the next caller, and the call is counted
+// as abandoned.
+func TestRLSGivesBackTheGrantOfACallerThatGaveUp(t *testing.T) {
+	b := slowTakes{Backend: redisBackend(t, fleettest.StartRedis(t).Addr), delay: 300 * time.Millisecond}
+	rules := &StaticRules{Limits: map[string]redisgcra.Limit{"api": {Rate: 0.001, Burst: 10}}}
+	m := NewMetrics()
+	s := startRLS(t, Options{Backend: b, Rules: rules, Metrics: m, Timeout: 5 * time.Second})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := s.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "sluice", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("api", "A", 10, false)}})
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("the caller's call ended with %v, want its deadline", err)
+	}
+	abandoned := m.requests.WithLabelValues(RequestAbandoned)
+	for deadline := time.Now().Add(10 * time.Second); testutil.ToFloat64(abandoned) < 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the abandoned call was never counted")
+		}
+	}
+	resp := s.mustCall(t, "n1", desc("api", "A", 10, false))
+	checkStatus(t, "the whole burst after the abandoned call", resp.Statuses[0], rlsv3.RateLimitResponse_OK, 0)
+}
