@@ -17,6 +17,7 @@ const (
 	RequestOverLimit   = "over_limit"  // at least one descriptor over its limit
 	RequestInvalid     = "invalid"     // INVALID_ARGUMENT: empty domain, malformed descriptor, ...
 	RequestUnavailable = "unavailable" // UNAVAILABLE: the backend failed or timed out
+	RequestAbandoned   = "abandoned"   // the caller gave up (its timeout) before the answer: grants given back
 )
 
 // Descriptor results, the values of sluice_fleet_rls_descriptors_total's label.
@@ -56,7 +57,7 @@ func NewMetricsFor(backend string) *Metrics {
 	m := &Metrics{backend: backend,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_fleet_rls_requests_total",
-			Help: "ShouldRateLimit calls by result: ok, over_limit, invalid (INVALID_ARGUMENT), unavailable (" + what + " failed or timed out: UNAVAILABLE).",
+			Help: "ShouldRateLimit calls by result: ok, over_limit, invalid (INVALID_ARGUMENT), unavailable (" + what + " failed or timed out: UNAVAILABLE), abandoned (the caller gave up before the answer; its grants were given back).",
 		}, []string{"result"}),
 		descriptors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_fleet_rls_descriptors_total",

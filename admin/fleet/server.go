@@ -187,10 +187,23 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	_ = grpc.SetHeader(ctx, metadata.Pairs(FleetHeader, strconv.Itoa(size)))
 
 	plan := s.plan(req.Domain, items)
-	outs, err := s.run(ctx, plan.ops)
+	// A caller giving up (its timeout) must not abort the backend call
+	// half way: its ops would then have an unknown effect, and tokens taken
+	// by a script that ran would be granted to nobody. The call runs to its
+	// end within the admin's own budget instead, and what it granted is
+	// given back below.
+	outs, err := s.run(context.WithoutCancel(ctx), plan.ops)
 	if err != nil {
 		s.metrics.requests.WithLabelValues(RequestUnavailable).Inc()
 		return nil, status.Error(codes.Unavailable, "sluice fleet backend: "+err.Error())
+	}
+	if ctx.Err() != nil {
+		// The caller is gone: it counts the call as failed and never
+		// spends the grant (Envoy drops a late answer), so the tokens go
+		// back to their buckets instead of being lost until they refill.
+		s.giveBack(ctx, items, plan, outs)
+		s.metrics.requests.WithLabelValues(RequestAbandoned).Inc()
+		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 	resp := s.answer(req.Domain, node, now, items, plan, outs)
 	result := RequestOK
@@ -315,6 +328,27 @@ func (s *Server) run(ctx context.Context, ops []redisgcra.Op) ([]redisgcra.Outco
 		return nil, err
 	}
 	return outs, nil
+}
+
+// giveBack returns the tokens a call granted to a caller that gave up
+// before the answer. A failure leaves them taken (an under-admission, as
+// before the fix; never an over-admission), and is logged.
+func (s *Server) giveBack(ctx context.Context, items []item, p plan, outs []redisgcra.Outcome) {
+	var ops []redisgcra.Op
+	for i, it := range items {
+		j := p.opOf[i]
+		if j < 0 || it.ret || !outs[j].Allowed || it.hits == 0 {
+			continue
+		}
+		l := p.limits[i].limit
+		ops = append(ops, redisgcra.Op{Key: p.ops[j].Key, Tau: p.ops[j].Tau, Return: true, Amount: l.Credit(it.hits)})
+	}
+	if len(ops) == 0 {
+		return
+	}
+	if _, err := s.run(context.WithoutCancel(ctx), ops); err != nil {
+		s.log.Warn("fleet: cannot give back the grant of a caller that gave up", "ops", len(ops), "err", err)
+	}
 }
 
 func isTimeout(err error) bool {

@@ -411,3 +411,27 @@ func testBackendDown(t *testing.T, b Backend, m *Metrics, what string, o outage)
 		t.Errorf("health after recovery = %+v", h)
 	}
 }
+
+// A caller that has given up (its context is done: in gRPC, its deadline
+// passed or it reset the stream) gets no answer, but its backend call still
+// runs to its end rather than being cut off with an unknown effect, and the
+// tokens it took go back to the bucket: the whole burst is still there for
+// the next caller, and the call is counted as abandoned.
+func TestRLSGivesBackTheGrantOfACallerThatGaveUp(t *testing.T) {
+	rules := &StaticRules{Limits: map[string]redisgcra.Limit{"api": {Rate: 0.001, Burst: 10}}}
+	m := NewMetrics()
+	s := startRLS(t, Options{Backend: redisBackend(t, fleettest.StartRedis(t).Addr), Rules: rules, Metrics: m, Timeout: 5 * time.Second})
+
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := s.srv.ShouldRateLimit(gone, &rlsv3.RateLimitRequest{Domain: "sluice",
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("api", "A", 10, false)}})
+	if status.Code(err) != codes.Canceled {
+		t.Fatalf("the call of a caller that gave up ended with %v, want Canceled (the backend call run, not cut off)", err)
+	}
+	if n := testutil.ToFloat64(m.requests.WithLabelValues(RequestAbandoned)); n != 1 {
+		t.Errorf("abandoned calls = %v, want 1", n)
+	}
+	resp := s.mustCall(t, "n1", desc("api", "A", 10, false))
+	checkStatus(t, "the whole burst after the abandoned call", resp.Statuses[0], rlsv3.RateLimitResponse_OK, 0)
+}

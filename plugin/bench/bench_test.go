@@ -24,9 +24,10 @@ const limits = `{"rules": [
 var limitsWithTelemetry = strings.Replace(limits, `{"rules": [`,
 	`{"telemetry": {"cluster": "sluice_admin", "token": "bench-telemetry-token"}, "rules": [`, 1)
 
-// limitsDraftHeaders is limits sending only the draft-10 RateLimit and
-// RateLimit-Policy fields ("legacy_headers": false).
-var limitsDraftHeaders = strings.Replace(limits, `{"rules": [`, `{"legacy_headers": false, "rules": [`, 1)
+// limitsLegacyHeaders is limits also sending the older RateLimit-Limit,
+// -Remaining and -Reset fields ("legacy_headers": true; the default sends
+// only the draft-10 pair).
+var limitsLegacyHeaders = strings.Replace(limits, `{"rules": [`, `{"legacy_headers": true, "rules": [`, 1)
 
 var yes, no = true, false
 
@@ -51,7 +52,7 @@ func BenchmarkStreams(b *testing.B) {
 	}{
 		{"vms=1/allowed", Case{Config: limits, Request: same(Headers("x-api-key", "k1")), Rejected: &no}},
 		{"vms=1/rejected", Case{Config: limits, Request: same(Headers("x-deny", "k1")), Rejected: &yes}},
-		{"vms=1/allowed-draft-headers", Case{Config: limitsDraftHeaders, Request: same(Headers("x-api-key", "k1")), Rejected: &no}},
+		{"vms=1/allowed-legacy-headers", Case{Config: limitsLegacyHeaders, Request: same(Headers("x-api-key", "k1")), Rejected: &no}},
 		{"vms=1/allowed-telemetry", Case{Config: limitsWithTelemetry, Request: same(Headers("x-api-key", "k1")), Rejected: &no}},
 		{"vms=1/rejected-telemetry", Case{Config: limitsWithTelemetry, Request: same(Headers("x-deny", "k1")), Rejected: &yes}},
 		{"vms=1/no-rule-applies", Case{Config: limits, Request: same(Headers()), Rejected: &no}},

@@ -126,13 +126,13 @@ func BenchmarkEnvoyHostStream(b *testing.B) {
 
 // BenchmarkEnvoyHostProbe: variants of the allowed request that isolate
 // parts of its cost (each against the empty plugin, like the cases above):
-// without the response fields, without the legacy ones, and a request no
+// without the response fields, with the older (opt-in) ones too, and a request no
 // rule applies to (one header read, nothing else).
 func BenchmarkEnvoyHostProbe(b *testing.B) {
 	with := func(field string) string { return `{` + field + `, ` + benchConfig[1:] }
 	benchStreams(b, []streamCase{
 		{"no-response-headers", with(`"response_headers": false`), hdr("x-api-key", "k"), false},
-		{"no-legacy-headers", with(`"legacy_headers": false`), hdr("x-api-key", "k"), false},
+		{"legacy-headers", with(`"legacy_headers": true`), hdr("x-api-key", "k"), false},
 		{"no-rule-applies", benchConfig, hdr("x-other", "k"), false},
 	})
 }

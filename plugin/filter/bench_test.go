@@ -33,7 +33,7 @@ type streamCase struct {
 func streamCases() []streamCase {
 	empty := func(tb testing.TB) []byte { return wasmtest.Build(tb, "./plugin/wasmhost/testdata/empty") }
 	noHeaders := strings.Replace(benchConfig, "{", `{"response_headers": false, `, 1)
-	draftHeaders := strings.Replace(benchConfig, "{", `{"legacy_headers": false, `, 1)
+	legacyHeaders := strings.Replace(benchConfig, "{", `{"legacy_headers": true, `, 1)
 	// The Fairvisor token bucket's tiered example with a rate no benchmark can exhaust (its
 	// enterprise tier, 1000/s, would start rejecting within a round).
 	seedTieredNeverEmpty := strings.Replace(seedTiered, `"rps": 1000, "burst": 2000`, `"rps": 1e9, "burst": 1e9`, 1)
@@ -43,7 +43,7 @@ func streamCases() []streamCase {
 		{name: "empty", wasm: empty, req: rq("x-api-key", "k")},
 		{name: "allowed", wasm: pluginWasm, config: benchConfig, req: rq("x-api-key", "k")},
 		{name: "allowed-noheaders", wasm: pluginWasm, config: noHeaders, req: rq("x-api-key", "k")},
-		{name: "allowed-draft-headers", wasm: pluginWasm, config: draftHeaders, req: rq("x-api-key", "k")},
+		{name: "allowed-legacy-headers", wasm: pluginWasm, config: legacyHeaders, req: rq("x-api-key", "k")},
 		{name: "no-rule-applies", wasm: pluginWasm, config: benchConfig, req: rq("x-other", "k")},
 		{name: "seed-tiered-jwt", wasm: pluginWasm, config: seedTieredNeverEmpty,
 			req: rq("x-api-key", "k", "authorization", bearer(`{"sub":"user-1234","plan":"enterprise","iat":1700000000,"exp":1900000000}`))},

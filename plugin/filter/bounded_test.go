@@ -188,7 +188,7 @@ func TestBoundedActiveClientKeepsExactState(t *testing.T) {
 	}
 	// The client continues from its exact state: 6 - 1 = 5 remaining.
 	res := f.doOn(0, ipRequest(client))
-	if got, _ := header(res.ResponseHeaders, "ratelimit-remaining"); res.Rejected || got != "5" {
+	if got, _ := remainingField(res.ResponseHeaders); res.Rejected || got != "5" {
 		t.Fatalf("client's next request: rejected=%v remaining=%q, want 5", res.Rejected, got)
 	}
 	if logsContaining(f.h, wasmhost.LogLevelWarn, "identities share one overflow limit") == 0 {
@@ -270,7 +270,7 @@ func TestBoundedSlotReuseAndOverflow(t *testing.T) {
 	// All four active: B is decided by the overflow bucket (full: 9 left),
 	// every way keeps its owner and state.
 	res := f.do("@ip", ipOf(b)+":1")
-	if got, _ := header(res.ResponseHeaders, "ratelimit-remaining"); res.Rejected || got != "9" {
+	if got, _ := remainingField(res.ResponseHeaders); res.Rejected || got != "9" {
 		t.Fatalf("B: rejected=%v remaining=%q, want 9 from the overflow bucket", res.Rejected, got)
 	}
 	checkWays(t, f, "per-ip", 0, []int{a, c, d, e}, []float64{9, 5, 7, 8})
@@ -326,7 +326,7 @@ func TestBoundedSlotReuseAndOverflow(t *testing.T) {
 	// A comes back and finds no bucket and every way active: the overflow
 	// bucket, never used, is full.
 	res = f2.do("@ip", ipOf(a)+":1")
-	if got, _ := header(res.ResponseHeaders, "ratelimit-remaining"); got != "9" {
+	if got, _ := remainingField(res.ResponseHeaders); got != "9" {
 		t.Errorf("A after losing its idle way: remaining %q, want 9", got)
 	}
 }
@@ -358,7 +358,7 @@ func TestBoundedClaimCopiesOverflow(t *testing.T) {
 	// not a full bucket.
 	f.clock.Advance(time.Second)
 	res := f.do("@ip", ipOf(x)+":1")
-	if got, _ := header(res.ResponseHeaders, "ratelimit-remaining"); res.Rejected || got != "0" {
+	if got, _ := remainingField(res.ResponseHeaders); res.Rejected || got != "0" {
 		t.Fatalf("X claiming C's way: rejected=%v remaining=%q, want 0 (a copy of the overflow bucket)", res.Rejected, got)
 	}
 	if s := wayValue(t, f, "per-ip", 0, 0); string(s.Identity) != ipOf(x) {
@@ -610,7 +610,7 @@ func TestSlotFromEarlierVersion(t *testing.T) {
 			key := state.SlotKey("slots", groupOf("key:3", policy.DefaultMaxKeys))
 			f.h.SharedData().Set(key, old, 0)
 			res := f.do("x-b", "key:3")
-			if got, _ := header(res.ResponseHeaders, "ratelimit-remaining"); got != "3" {
+			if got, _ := remainingField(res.ResponseHeaders); got != "3" {
 				t.Fatalf("remaining %q, want 3 (the old slot's 4 tokens, minus 1)", got)
 			}
 			v, _, _ := f.h.SharedData().Get(key)

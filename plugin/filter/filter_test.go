@@ -623,7 +623,7 @@ func testFailsOpen(t *testing.T, maxKeys string) {
 }
 
 func TestAllowedResponseHeaders(t *testing.T) {
-	const cfg = `{"policies": [
+	const cfg = `{"legacy_headers": true, "policies": [
 	  {"name": "p1", "rules": [{"name": "api", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
 	    "algorithm_config": {"rps": 10, "burst": 20}}]},
 	  {"name": "p2", "rules": [{"name": "ip", "limit_keys": ["ip:address"], "algorithm": "token_bucket",
@@ -675,10 +675,16 @@ func TestAllowedResponseHeaders(t *testing.T) {
 	}
 }
 
-// "legacy_headers": false sends only the draft-10 fields, on allowed and
-// rejected responses alike.
-func TestLegacyHeadersOff(t *testing.T) {
-	f := start(t, `{"legacy_headers": false, "rules": [{"name": "api", "limit_keys": ["header:x-api-key"],
+// Without "legacy_headers" (or with false) only the draft-10 fields are
+// sent, on allowed and rejected responses alike.
+func TestLegacyHeadersOffByDefault(t *testing.T) {
+	for _, opt := range []string{``, `"legacy_headers": false, `} {
+		t.Run("option="+opt, func(t *testing.T) { legacyHeadersOff(t, opt) })
+	}
+}
+
+func legacyHeadersOff(t *testing.T, opt string) {
+	f := start(t, `{`+opt+`"rules": [{"name": "api", "limit_keys": ["header:x-api-key"],
 	  "algorithm": "token_bucket", "algorithm_config": {"rps": 0.1, "burst": 2}}]}`, 1)
 	legacy := []string{"ratelimit-limit", "ratelimit-remaining", "ratelimit-reset"}
 	check := func(res *wasmhost.Result, kv ...string) {
@@ -708,7 +714,7 @@ func TestLegacyHeadersOff(t *testing.T) {
 }
 
 func TestRejectedResponse(t *testing.T) {
-	const cfg = `{"reject_status": 503, "rules": [{"name": "slow", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
+	const cfg = `{"legacy_headers": true, "reject_status": 503, "rules": [{"name": "slow", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
 	  "algorithm_config": {"rps": 0.1, "burst": 2}}]}`
 	f := start(t, cfg, 1)
 	f.admitted(2, "x-api-key", "client-7")
@@ -771,7 +777,7 @@ func TestRejectedResponse(t *testing.T) {
 // Retry-After (and RateLimit-Reset) seconds later is admitted, for many rates,
 // bursts and costs.
 func TestRetryAfterNeverEarly(t *testing.T) {
-	const cfg = `{"policies": [
+	const cfg = `{"legacy_headers": true, "policies": [
 	  {"name": "a", "rules": [{"name": "r1", "limit_keys": ["header:x-k"], "match": {"header:x-rule": "1"}, "algorithm": "token_bucket",
 	    "algorithm_config": {"rps": 0.3, "burst": 1, "cost_source": "header:x-cost"}},
 	   {"name": "r2", "limit_keys": ["header:x-k"], "match": {"header:x-rule": "2"}, "algorithm": "token_bucket",
@@ -1078,7 +1084,7 @@ func TestMetricsDefinedAtConfigure(t *testing.T) {
 
 // Extreme (but valid) configurations give sane header values.
 func TestExtremeConfigValues(t *testing.T) {
-	cfg := fmt.Sprintf(`{"rules": [
+	cfg := fmt.Sprintf(`{"legacy_headers": true, "rules": [
 	  {"name": "huge", "limit_keys": ["header:x-a"], "algorithm": "token_bucket", "algorithm_config": {"rps": 1e9, "burst": %g}},
 	  {"name": "tiny", "limit_keys": ["header:x-b"], "algorithm": "token_bucket", "algorithm_config": {"rps": 1e-9, "burst": 0.5}}
 	]}`, policy.MaxBurst)

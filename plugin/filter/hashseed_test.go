@@ -81,7 +81,7 @@ func TestHashSeedPerDeployment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := header(res.ResponseHeaders, "ratelimit-remaining"); got != "8" {
+	if got, _ := remainingField(res.ResponseHeaders); got != "8" {
 		t.Errorf("after reconfiguration: remaining %q, want 8 (the bucket of before, 9, minus 1)", got)
 	}
 }

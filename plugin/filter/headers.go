@@ -9,11 +9,10 @@ import (
 
 // Response header fields (names lower-case, as Envoy stores them).
 //
-// Both generations of the IETF RateLimit fields are sent, like the Fairvisor token bucket:
-// the older RateLimit-Limit / -Remaining / -Reset (drafts <= 06, still read
-// by many clients; "legacy_headers": false leaves them out, three host calls
-// fewer per allowed request) and draft-ietf-httpapi-ratelimit-headers-10's
-// structured fields:
+// draft-ietf-httpapi-ratelimit-headers-10's structured fields are sent, and
+// with "legacy_headers": true also the older RateLimit-Limit / -Remaining /
+// -Reset (drafts <= 06; opt-in because each is a host call more on every
+// allowed response, like the Fairvisor token bucket's pair of generations):
 //
 //	RateLimit:        "<rule>";r=<remaining>;t=<seconds>
 //	RateLimit-Policy: "<rule>";q=<burst>;w=<ceil(burst/rate)>

@@ -289,3 +289,19 @@ func logsContaining(h *wasmhost.Host, level wasmhost.LogLevel, sub string) int {
 }
 
 func near(a, b float64) bool { return a-b < 1e-6 && b-a < 1e-6 }
+
+// remainingField returns r, the whole tokens left, from the draft-10
+// RateLimit field ("<rule>";r=<remaining>;t=<seconds>); ok is false when the
+// field or its r parameter is absent.
+func remainingField(hs []wasmhost.Header) (string, bool) {
+	v, ok := header(hs, "ratelimit")
+	if !ok {
+		return "", false
+	}
+	_, r, ok := strings.Cut(v, ";r=")
+	if !ok {
+		return "", false
+	}
+	r, _, _ = strings.Cut(r, ";")
+	return r, true
+}

@@ -19,7 +19,7 @@ import (
 var aligned = time.Unix((t0.Unix()/86400+1)*86400, 0)
 
 func windowRule(name, alg, cfg string) string {
-	return `{"rules": [{"name": "` + name + `", "limit_keys": ["header:x-api-key"], "algorithm": "` + alg +
+	return `{"legacy_headers": true, "rules": [{"name": "` + name + `", "limit_keys": ["header:x-api-key"], "algorithm": "` + alg +
 		`", "algorithm_config": ` + cfg + `}]}`
 }
 
@@ -249,7 +249,7 @@ func TestWindowStorageFormats(t *testing.T) {
 	f.h.SharedData().Set(slot, []byte(string(state.AppendHex16(nil, testFP("id:2")))+fmt.Sprintf(":%d:3,1:id:2", int64(start)+120)), 0)
 	if res := f.do("x-b", "id:2"); res.Rejected {
 		t.Fatal("id:2 rejected with 4 of 5 used")
-	} else if got, _ := header(res.ResponseHeaders, "ratelimit-remaining"); got != "0" {
+	} else if got, _ := remainingField(res.ResponseHeaders); got != "0" {
 		t.Errorf("after the text value's 4 uses: remaining %q, want 0", got)
 	}
 	// Rule a becomes a token bucket: its identities start full under tb:.
@@ -396,7 +396,7 @@ func TestWindowGroupWays(t *testing.T) {
 	}
 	// The others kept their exact windows: ids[3] has 4 left.
 	res := f.doOn(0, ipRequest(ids[3]))
-	if got, _ := header(res.ResponseHeaders, "ratelimit-remaining"); got != "3" {
+	if got, _ := remainingField(res.ResponseHeaders); got != "3" {
 		t.Fatalf("ids[3] after the overflow decisions: remaining %q, want 3", got)
 	}
 	// 31 s later ids[0]'s one use has left its window (its way is free),

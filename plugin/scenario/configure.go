@@ -142,7 +142,7 @@ func reconfigureKeepsBucketState(t *testing.T, start Starter) {
 	if res.Rejected {
 		t.Fatal("the kept bucket refused its fourth request")
 	}
-	wantHeaders(t, "after the update", res.ResponseHeaders, "ratelimit-limit", "50", "ratelimit-remaining", "1")
+	wantHeaders(t, "after the update", res.ResponseHeaders, "ratelimit", `"keep";r=1;t=49000`, "ratelimit-policy", `"keep";q=50;w=50000`)
 	if ok := admittedAcross(t, h, 2, 4, req("x-api-key", "k")); ok != 1 {
 		t.Fatalf("after the update %d more admitted on two VMs, want 1 (5 - 3 - 1 left)", ok)
 	}

@@ -16,7 +16,7 @@ func init() {
 }
 
 func costFromHeaderQueryAndDefault(t *testing.T, start Starter) {
-	h := startConfig(t, start, `{"rules": [
+	h := startConfig(t, start, `{"legacy_headers": true, "rules": [
 	  {"name": "weighted", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
 	   "algorithm_config": {"tokens_per_second": 10, "burst": 20, "cost_source": "header:x-request-weight", "default_cost": 2}},
 	  {"name": "q", "limit_keys": ["header:x-tenant"], "algorithm": "token_bucket",

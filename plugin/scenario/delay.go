@@ -23,7 +23,7 @@ func init() {
 // delayConfig: burst 10, 10 tokens/s, max delay 500 ms: of a burst of
 // simultaneous requests 10 pass, 5 are held 100, 200, ... 500 ms, and the
 // rest are rejected (the 16th would wait 600 ms).
-const delayConfig = `{"rules": [{"name": "smooth", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
+const delayConfig = `{"legacy_headers": true, "rules": [{"name": "smooth", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
   "algorithm_config": {"tokens_per_second": 10, "burst": 10, "max_delay_ms": 500}}]}`
 
 // burst sends n requests at one instant and sorts them.

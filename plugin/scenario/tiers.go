@@ -15,7 +15,7 @@ func init() {
 }
 
 func tiersFirstMatchingRule(t *testing.T, start Starter) {
-	h := startConfig(t, start, `{"rules": [
+	h := startConfig(t, start, `{"legacy_headers": true, "rules": [
 	  {"name": "enterprise", "limit_keys": ["header:x-api-key"], "match": {"jwt:plan": "enterprise"},
 	   "algorithm": "token_bucket", "algorithm_config": {"rps": 1000, "burst": 2000}},
 	  {"name": "gold", "limit_keys": ["header:x-api-key"], "match": {"header:x-tier": "gold"},

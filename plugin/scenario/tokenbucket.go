@@ -40,7 +40,7 @@ func tokenBucketAdmitsBurstThenRejects(t *testing.T, start Starter) {
 	if !res.Rejected || res.Status != 429 {
 		t.Fatalf("4th request: rejected %v status %d, want 429", res.Rejected, res.Status)
 	}
-	for _, name := range []string{"retry-after", "ratelimit", "ratelimit-policy", "ratelimit-remaining"} {
+	for _, name := range []string{"retry-after", "ratelimit", "ratelimit-policy"} {
 		if header(res.ResponseHeaders, name) == "" {
 			t.Errorf("429 lacks %s: %v", name, res.ResponseHeaders)
 		}
@@ -58,7 +58,7 @@ func tokenBucketAdmitsBurstThenRejects(t *testing.T, start Starter) {
 // Retry-After, no reason. An upstream's own field of the same name is
 // replaced, not duplicated.
 func tokenBucketAllowedResponseFields(t *testing.T, start Starter) {
-	h := startConfig(t, start, `{"policies": [
+	h := startConfig(t, start, `{"legacy_headers": true, "policies": [
 	  {"name": "p1", "rules": [{"name": "api", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
 	    "algorithm_config": {"rps": 10, "burst": 20}}]},
 	  {"name": "p2", "rules": [{"name": "ip", "limit_keys": ["ip:address"], "algorithm": "token_bucket",
@@ -97,7 +97,7 @@ func tokenBucketAllowedResponseFields(t *testing.T, start Starter) {
 // jitter), the legacy and draft-10 fields, the reason and a JSON body; it
 // never reaches upstream and consumes nothing.
 func tokenBucketRejectionFields(t *testing.T, start Starter) {
-	h := startConfig(t, start, `{"reject_status": 503, "rules": [{"name": "slow", "limit_keys": ["header:x-api-key"],
+	h := startConfig(t, start, `{"legacy_headers": true, "reject_status": 503, "rules": [{"name": "slow", "limit_keys": ["header:x-api-key"],
 	  "algorithm": "token_bucket", "algorithm_config": {"rps": 0.1, "burst": 2}}]}`)
 	r := req("x-api-key", "client-7")
 	if got := admitted(t, h, 2, r); got != 2 {
@@ -147,7 +147,7 @@ func tokenBucketRejectionFields(t *testing.T, start Starter) {
 // and one at Reset seconds is admitted.
 func tokenBucketRetryAfterNeverEarly(t *testing.T, start Starter) {
 	// One rule per case, chosen by x-rule (the first matching rule applies).
-	h := startConfig(t, start, `{"rules": [
+	h := startConfig(t, start, `{"legacy_headers": true, "rules": [
 	  {"name": "r0", "match": {"header:x-rule": "0"}, "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
 	   "algorithm_config": {"rps": 0.1, "burst": 2}},
 	  {"name": "r1", "match": {"header:x-rule": "1"}, "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",

@@ -32,7 +32,7 @@ func windowRejected(t *testing.T, what string, res Response, rule, alg string, l
 		"x-ratelimit-reason", alg+"_exceeded",
 		"ratelimit-policy", fmt.Sprintf(`"%s";q=%d;w=%d`, rule, limit, window),
 		"ratelimit", fmt.Sprintf(`"%s";r=0;t=%d`, rule, wantT),
-		"ratelimit-limit", fmt.Sprint(limit), "ratelimit-remaining", "0", "ratelimit-reset", fmt.Sprint(wantT))
+		"ratelimit-limit", "-", "ratelimit-remaining", "-", "ratelimit-reset", "-")
 	if ra := atoi(t, "retry-after", header(res.ResponseHeaders, "retry-after")); ra < wantT || ra > wantT+wantT/2 {
 		t.Errorf("%s: retry-after %d outside [t, 1.5 t] for t = %d", what, ra, wantT)
 	}
@@ -47,8 +47,7 @@ func windowAllowed(t *testing.T, what string, res Response, rule string, limit, 
 	wantHeaders(t, what, res.ResponseHeaders,
 		"ratelimit-policy", fmt.Sprintf(`"%s";q=%d;w=%d`, rule, limit, window),
 		"ratelimit", fmt.Sprintf(`"%s";r=%d;t=%d`, rule, remaining, wantT),
-		"ratelimit-limit", fmt.Sprint(limit), "ratelimit-remaining", fmt.Sprint(remaining),
-		"ratelimit-reset", fmt.Sprint(wantT), "retry-after", "-", "x-ratelimit-reason", "-")
+		"ratelimit-limit", "-", "retry-after", "-", "x-ratelimit-reason", "-")
 }
 
 // fixedWindowBoundaries: 10 per aligned minute. 10 pass at :59 (the 11th is

@@ -60,7 +60,6 @@ func (p *parser) config(root *jvalue) *Config {
 		Mode:            ModeEnforce,
 		RejectStatus:    DefaultRejectStatus,
 		ResponseHeaders: true,
-		LegacyHeaders:   true,
 		ShadowHeader:    DefaultShadowHeader,
 	}
 	if root.kind != jObject {

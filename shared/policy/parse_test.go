@@ -316,7 +316,7 @@ func TestFieldErrorString(t *testing.T) {
 
 func TestParseDefaults(t *testing.T) {
 	c := mustParse(t, rules(baseRule))
-	if c.Mode != ModeEnforce || c.RejectStatus != 429 || !c.ResponseHeaders || !c.LegacyHeaders || c.ShadowHeader != "x-sluice-shadow" || c.TrustedHops != 0 {
+	if c.Mode != ModeEnforce || c.RejectStatus != 429 || !c.ResponseHeaders || c.LegacyHeaders || c.ShadowHeader != "x-sluice-shadow" || c.TrustedHops != 0 {
 		t.Errorf("defaults = %+v", c)
 	}
 	r := c.Policies[0].Rules[0]
@@ -329,13 +329,13 @@ func TestParseDefaults(t *testing.T) {
 }
 
 func TestParseOptions(t *testing.T) {
-	c := mustParse(t, `{"mode":"shadow","reject_status":503,"response_headers":false,"legacy_headers":false,"shadow_header":"X-Would-Limit",
+	c := mustParse(t, `{"mode":"shadow","reject_status":503,"response_headers":false,"legacy_headers":true,"shadow_header":"X-Would-Limit",
 		"xff_trusted_hops":2,"rules":[`+baseRule+`,
 		{"name":"strict","mode":"enforce","limit_keys":["header:X-Api-Key","query:key","jwt:sub","path","method","host","ip:address"],
 		 "match":{"path_prefix":"/api/","method":"POST","header:X-Tier":"gold","path":"/api/v1","jwt:plan":"pro","host":"a.example"},
 		 "algorithm":"token_bucket","algorithm_config":{"tokens_per_second":2.5,"burst":2.5,"cost_source":"header:X-Weight","fixed_cost":2.5,"default_cost":0.5}},
 		{"name":"q.v_1-2","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1,"cost_source":"query:w"}}]}`)
-	if c.Mode != ModeShadow || c.RejectStatus != 503 || c.ResponseHeaders || c.LegacyHeaders || c.ShadowHeader != "x-would-limit" || c.TrustedHops != 2 {
+	if c.Mode != ModeShadow || c.RejectStatus != 503 || c.ResponseHeaders || !c.LegacyHeaders || c.ShadowHeader != "x-would-limit" || c.TrustedHops != 2 {
 		t.Errorf("options = %+v", c)
 	}
 	if r := c.RuleByName("r"); r.Mode != ModeShadow {
@@ -390,7 +390,7 @@ func TestMarshalJSONGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const want = `{"mode":"enforce","reject_status":429,"response_headers":true,"legacy_headers":true,"shadow_header":"x-sluice-shadow","xff_trusted_hops":0,` +
+	const want = `{"mode":"enforce","reject_status":429,"response_headers":true,"legacy_headers":false,"shadow_header":"x-sluice-shadow","xff_trusted_hops":0,` +
 		`"policies":[{"name":"default","rules":[` +
 		`{"name":"enterprise","limit_keys":["header:x-api-key"],"match":{"jwt:plan":"enterprise"},"algorithm":"token_bucket",` +
 		`"algorithm_config":{"tokens_per_second":1000,"burst":2000,"cost_source":"fixed","fixed_cost":1,"default_cost":1},"mode":"enforce","max_keys":65536},` +

@@ -56,7 +56,7 @@ type Config struct {
 	Mode            Mode       // "mode", default enforce
 	RejectStatus    int        // "reject_status", default 429, 400..599
 	ResponseHeaders bool       // "response_headers", default true
-	LegacyHeaders   bool       // "legacy_headers", default true: also RateLimit-Limit/-Remaining/-Reset
+	LegacyHeaders   bool       // "legacy_headers", default false; true: also RateLimit-Limit/-Remaining/-Reset
 	ShadowHeader    string     // "shadow_header", default "x-sluice-shadow"
 	TrustedHops     int        // "xff_trusted_hops", default 0 (X-Forwarded-For ignored; use source.address)
 	Policies        []Policy   // top-level "rules" shorthand becomes one policy named "default"
