@@ -80,6 +80,13 @@ type compiledRule struct {
 
 	fleet *ruleFleet // "scope": "global" (fleet.go); nil for a local rule
 
+	// Actions and overrides (actions.go).
+	action     ruleAction
+	denyStatus uint32
+	denyBody   []byte                   // {"error":"denied","rule":"<rule>"}
+	overrides  map[string]*compiledRule // identity -> this rule with its override's limits
+	overridden bool                     // this is such an override of a rule
+
 	// Telemetry (telemetry.go).
 	tc            *ruleTally // the VM's cumulative counters for this rule name
 	clearIdentity bool       // "telemetry_identity": "clear"
@@ -87,9 +94,8 @@ type compiledRule struct {
 }
 
 type compiledMatch struct {
-	src    sourceRef
-	value  string
-	prefix bool
+	src  sourceRef
+	cond *policy.Condition // regexes compiled once, by Parse
 }
 
 // compile prepares a parsed configuration. Metrics are defined through vm
@@ -152,12 +158,9 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 		cr.keys = append(cr.keys, cc.ref(k))
 		cr.keyNames = append(cr.keyNames, k.String())
 	}
-	for _, m := range r.Match {
-		v := m.Value
-		if m.Source.Kind == policy.SourceHost {
-			v = strings.ToLower(v) // the request's host is lower-cased too
-		}
-		cr.match = append(cr.match, compiledMatch{src: cc.ref(m.Source), value: v, prefix: m.Prefix})
+	for i := range r.Match {
+		m := &r.Match[i] // Parse lower-cases host values, as the request's host is
+		cr.match = append(cr.match, compiledMatch{src: cc.ref(m.Source), cond: &m.Cond})
 	}
 	costSrc, fixedCost, defaultCost := r.CostConfig()
 	cr.costKind = costSrc.Kind
@@ -171,12 +174,22 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 	cr.defaultCost = positiveOr(defaultCost, 1)
 	cr.rlPrefix = `"` + r.Name + `";r=`
 	cr.bodyPre = `{"error":"rate_limited","rule":"` + r.Name + `","retry_after":`
+	cr.compileAction(r, vm) // actions.go
 	if r.Window != nil {
 		cr.compileWindow(r)
+		cr.compileOverrides(r, vm)
 		return cr
 	}
 
-	tb := r.TokenBucket
+	cr.compileTokenBucket(r.Name, r.TokenBucket)
+	cc.compileRuleFleet(cr, r, vm) // fleet.go
+	cr.compileOverrides(r, vm)     // actions.go
+	return cr
+}
+
+// compileTokenBucket sets a token bucket rule's algorithm and precomputed
+// headers.
+func (cr *compiledRule) compileTokenBucket(name string, tb *policy.TokenBucket) {
 	if tb == nil { // Parse guarantees it for token_bucket
 		tb = &policy.TokenBucket{TokensPerSecond: 1, Burst: 1, FixedCost: 1, DefaultCost: 1}
 	}
@@ -188,9 +201,7 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 	if tb.TokensPerSecond > 0 {
 		window = ceilSeconds(tb.Burst / tb.TokensPerSecond)
 	}
-	cr.policyHdr = `"` + r.Name + `";q=` + cr.limitHdr + ";w=" + strconv.FormatInt(window, 10)
-	cc.compileRuleFleet(cr, r, vm) // fleet.go
-	return cr
+	cr.policyHdr = `"` + name + `";q=` + cr.limitHdr + ";w=" + strconv.FormatInt(window, 10)
 }
 
 // ref resolves a key source to a cache slot, assigning one index per
@@ -217,20 +228,14 @@ func indexOf(names *[]string, n string) int {
 	return len(*names) - 1
 }
 
-// matches reports whether every matcher of the rule holds. A missing value
-// never matches.
+// matches reports whether every condition of the rule holds
+// (policy.Condition.Holds: a missing value satisfies only "present": false
+// and negations).
 func (r *compiledRule) matches(rs *requestSources) bool {
 	for i := range r.match {
 		m := &r.match[i]
 		v, ok := rs.get(m.src)
-		if !ok {
-			return false
-		}
-		if m.prefix {
-			if !strings.HasPrefix(v, m.value) {
-				return false
-			}
-		} else if v != m.value {
+		if !m.cond.Holds(v, ok) {
 			return false
 		}
 	}

@@ -103,65 +103,85 @@ func (p *parser) overrides(path string, v *jvalue, r *Rule, cfg *jvalue) []Overr
 	case cfg == nil || (r.TokenBucket == nil && r.Window == nil):
 		return nil // the rule's algorithm_config is missing or invalid: reported already
 	}
-	allowed := tokenBucketOverrideFields
-	switch r.Algorithm {
-	case AlgorithmFixedWindow, AlgorithmSlidingWindow:
-		allowed = windowOverrideFields
-	case AlgorithmRollingWindow:
-		allowed = rollingOverrideFields
-	}
+	allowed := overrideFieldsFor(r.Algorithm)
 	out := make([]Override, 0, len(v.arr))
 	seen := make(map[string]int, len(v.arr))
 	for i, ov := range v.arr {
-		opath := index(path, i)
-		if ov.kind != jObject {
-			p.errorf(opath, `must be an object such as {"key": "customer-42", "algorithm_config": {...}}, got `, ov.kind.String())
-			continue
-		}
-		before := len(p.errs)
-		f := p.object(opath, ov, overrideFields)
-		o := Override{}
-		kpath := join(opath, "key")
-		switch kv := f["key"]; {
-		case kv == nil:
-			p.errorf(kpath, "missing; give the identity as the rule builds it from its limit_keys (values joined with |)")
-		case kv.kind != jString:
-			p.errorf(kpath, "must be a string (the identity as the rule builds it from its limit_keys), got ", kv.kind.String())
-		default:
-			if msg := checkOverrideKey(kv.s, len(r.Keys)); msg != "" {
-				p.errorf(kpath, msg)
-			} else if j, dup := seen[kv.s]; dup {
-				p.errorf(kpath, "duplicate key ", quoteShort(kv.s), " (also at ", index(path, j), "); give each identity once")
-			} else {
-				seen[kv.s] = i
-				o.Key = kv.s
+		if o, ok := fastOverride(ov, r, len(r.Keys)); ok {
+			if _, dup := seen[o.Key]; !dup {
+				seen[o.Key] = i
+				out = append(out, o)
+				continue
 			}
 		}
-		cpath := join(opath, "algorithm_config")
-		cv := f["algorithm_config"]
-		switch {
-		case cv == nil:
-			p.errorf(cpath, "missing; give the identity's limits, e.g. {", strings.Join(allowed, ", "), "}")
-		case cv.kind != jObject:
-			p.errorf(cpath, "must be an object with some of: ", strings.Join(allowed, ", "), "; got ", cv.kind.String())
-		case len(cv.obj) == 0:
-			p.errorf(cpath, "is empty; set at least one of: ", strings.Join(allowed, ", "))
-		default:
-			if p.object(cpath, cv, allowed); len(p.errs) != before {
-				continue // a bad key or an unknown field: reported
-			}
-			merged := mergeConfig(cfg, cv)
-			if r.Window != nil {
-				o.Window = p.window(cpath, merged, r.Algorithm)
-			} else {
-				o.TokenBucket = p.tokenBucket(cpath, merged)
-			}
-		}
-		if len(p.errs) == before {
+		// Something is wrong with this entry: the full checks say what.
+		if o, ok := p.override(path, i, ov, r, cfg, allowed, seen); ok {
 			out = append(out, o)
 		}
 	}
 	return out
+}
+
+// override checks one entry of "overrides" fully, reporting every problem
+// with its path; seen maps the keys so far to their index.
+func (p *parser) override(path string, i int, ov *jvalue, r *Rule, cfg *jvalue, allowed []string, seen map[string]int) (Override, bool) {
+	opath := index(path, i)
+	if ov.kind != jObject {
+		p.errorf(opath, `must be an object such as {"key": "customer-42", "algorithm_config": {...}}, got `, ov.kind.String())
+		return Override{}, false
+	}
+	before := len(p.errs)
+	f := p.object(opath, ov, overrideFields)
+	o := Override{}
+	kpath := join(opath, "key")
+	switch kv := f["key"]; {
+	case kv == nil:
+		p.errorf(kpath, "missing; give the identity as the rule builds it from its limit_keys (values joined with |)")
+	case kv.kind != jString:
+		p.errorf(kpath, "must be a string (the identity as the rule builds it from its limit_keys), got ", kv.kind.String())
+	default:
+		if msg := checkOverrideKey(kv.s, len(r.Keys)); msg != "" {
+			p.errorf(kpath, msg)
+		} else if j, dup := seen[kv.s]; dup {
+			p.errorf(kpath, "duplicate key ", quoteShort(kv.s), " (also at ", index(path, j), "); give each identity once")
+		} else {
+			seen[kv.s] = i
+			o.Key = kv.s
+		}
+	}
+	cpath := join(opath, "algorithm_config")
+	cv := f["algorithm_config"]
+	switch {
+	case cv == nil:
+		p.errorf(cpath, "missing; give the identity's limits, e.g. {", strings.Join(allowed, ", "), "}")
+	case cv.kind != jObject:
+		p.errorf(cpath, "must be an object with some of: ", strings.Join(allowed, ", "), "; got ", cv.kind.String())
+	case len(cv.obj) == 0:
+		p.errorf(cpath, "is empty; set at least one of: ", strings.Join(allowed, ", "))
+	default:
+		if p.object(cpath, cv, allowed); len(p.errs) != before {
+			return o, false // a bad key or an unknown field: reported
+		}
+		merged := mergeConfig(cfg, cv)
+		if r.Window != nil {
+			o.Window = p.window(cpath, merged, r.Algorithm)
+		} else {
+			o.TokenBucket = p.tokenBucket(cpath, merged)
+		}
+	}
+	return o, len(p.errs) == before
+}
+
+// overrideFieldsFor returns the fields an override's algorithm_config may
+// set for the algorithm.
+func overrideFieldsFor(alg string) []string {
+	switch alg {
+	case AlgorithmFixedWindow, AlgorithmSlidingWindow:
+		return windowOverrideFields
+	case AlgorithmRollingWindow:
+		return rollingOverrideFields
+	}
+	return tokenBucketOverrideFields
 }
 
 // mergeConfig returns the rule's algorithm_config with the override's fields
@@ -220,4 +240,90 @@ func checkOverrideKey(k string, n int) string {
 			" limit_keys; give one value per limit key, in order (escape a | inside a value as \\|)"
 	}
 	return ""
+}
+
+// fastOverride reads a well-formed override without building paths or
+// field maps (a contract table has thousands); ok is false for anything
+// unusual, which the full checks of overrides then report.
+func fastOverride(v *jvalue, r *Rule, nkeys int) (Override, bool) {
+	var o Override
+	var cfg *jvalue
+	if v.kind != jObject || len(v.obj) != 2 {
+		return o, false
+	}
+	for _, m := range v.obj {
+		switch {
+		case m.key == "key" && m.val.kind == jString && o.Key == "":
+			o.Key = m.val.s
+		case m.key == "algorithm_config" && m.val.kind == jObject && cfg == nil:
+			cfg = m.val
+		default:
+			return o, false
+		}
+	}
+	if cfg == nil || len(cfg.obj) == 0 || checkOverrideKey(o.Key, nkeys) != "" {
+		return o, false
+	}
+	nums := [5]float64{-1, -1, -1, -1, -1} // tokens_per_second, rps, burst, limit, max_per_period
+	for _, m := range cfg.obj {
+		i := -1
+		switch m.key {
+		case "tokens_per_second":
+			i = 0
+		case "rps":
+			i = 1
+		case "burst":
+			i = 2
+		case "limit":
+			i = 3
+		case "max_per_period":
+			i = 4
+		}
+		if i < 0 || nums[i] >= 0 || m.val.kind != jNumber {
+			return o, false
+		}
+		x, err := strconv.ParseFloat(m.val.s, 64)
+		if err != nil || !(x > 0) || x > MaxBurst {
+			return o, false
+		}
+		nums[i] = x
+	}
+	if tb := r.TokenBucket; tb != nil {
+		if nums[3] >= 0 || nums[4] >= 0 || (nums[0] >= 0 && nums[1] >= 0) {
+			return o, false
+		}
+		t := *tb
+		if nums[0] >= 0 {
+			t.TokensPerSecond = nums[0]
+		} else if nums[1] >= 0 {
+			t.TokensPerSecond = nums[1]
+		}
+		if nums[2] >= 0 {
+			t.Burst = nums[2]
+		}
+		if t.Burst < t.TokensPerSecond || t.FixedCost > t.Burst || t.DefaultCost > t.Burst {
+			return o, false
+		}
+		o.TokenBucket = &t
+		return o, true
+	}
+	w := *r.Window
+	if nums[0] >= 0 || nums[1] >= 0 || nums[2] >= 0 || (nums[4] >= 0 && r.Algorithm != AlgorithmRollingWindow) {
+		return o, false
+	}
+	if nums[3] >= 0 {
+		w.Limit = nums[3]
+	}
+	if nums[4] >= 0 {
+		w.MaxPerPeriod = nums[4]
+	}
+	capacity := w.Limit
+	if w.MaxPerPeriod > 0 {
+		capacity = w.MaxPerPeriod
+	}
+	if w.MaxPerPeriod > w.Limit || w.FixedCost > capacity || w.DefaultCost > capacity {
+		return o, false
+	}
+	o.Window = &w
+	return o, true
 }

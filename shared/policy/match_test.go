@@ -3,6 +3,7 @@ package policy
 import (
 	"encoding/json"
 	"net/netip"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -256,4 +257,67 @@ func FuzzParseAddress(f *testing.F) {
 			t.Fatalf("%q read as %v, %v; netip reads %v", v, a, ok, want)
 		}
 	})
+}
+
+// FuzzFastOverrideAgreesWithTheFullChecks: the fast reading of an override
+// accepts only what the full checks accept, with the same result.
+func FuzzFastOverrideAgreesWithTheFullChecks(f *testing.F) {
+	f.Add("token_bucket", "acme", "burst", "30", "rps", "5")
+	f.Add("token_bucket", "a|b", "tokens_per_second", "25", "burst", "20")
+	f.Add("rolling_window", "k", "limit", "50", "max_per_period", "60")
+	f.Add("fixed_window", "k", "limit", "1e13", "max_per_period", "1")
+	f.Add("sliding_window", "k\\#", "limit", "0.5", "limit", "2")
+	f.Fuzz(func(t *testing.T, alg, key, f1, v1, f2, v2 string) {
+		ruleCfg := `{"rps":5,"burst":10,"fixed_cost":2}`
+		switch alg {
+		case "fixed_window", "sliding_window":
+			ruleCfg = `{"limit":10,"window_seconds":60,"fixed_cost":2}`
+		case "rolling_window":
+			ruleCfg = `{"limit":100,"window_seconds":60,"period_seconds":10,"max_per_period":20}`
+		default:
+			alg = "token_bucket"
+		}
+		k, _ := json.Marshal(key)
+		n1, _ := json.Marshal(f1)
+		n2, _ := json.Marshal(f2)
+		entry := `{"key":` + string(k) + `,"algorithm_config":{` + string(n1) + `:` + v1 + `,` + string(n2) + `:` + v2 + `}}`
+		root, jerr := decodeJSON([]byte(ruleWith(`"name":"r","limit_keys":["path"],"algorithm":"` + alg + `","algorithm_config":` + ruleCfg)))
+		ov, oerr := decodeJSON([]byte(entry))
+		if jerr != nil || oerr != nil {
+			return
+		}
+		p := &parser{rulePaths: map[string]string{}, policyPaths: map[string]string{}}
+		cfg := p.config(root)
+		if len(p.errs) > 0 {
+			t.Fatal(p.errs)
+		}
+		r := &cfg.Policies[0].Rules[0]
+		ruleJSON := root.obj[0].val.arr[0].obj[3].val
+		full, fullOK := p.override("overrides", 0, ov, r, ruleJSON, overrideFieldsFor(alg), map[string]int{})
+		fast, fastOK := fastOverride(ov, r, 1)
+		if fastOK && (!fullOK || !reflect.DeepEqual(fast, full)) {
+			t.Fatalf("%s: fast %+v %+v, full %v %+v %+v (%v)", entry, fast.TokenBucket, fast.Window, fullOK, full.TokenBucket, full.Window, p.errs)
+		}
+	})
+}
+
+// BenchmarkParseTenThousandOverrides: a contract table is parsed on every
+// worker VM at each configuration push.
+func BenchmarkParseTenThousandOverrides(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString("[")
+	for i := range 10000 {
+		if i > 0 {
+			sb.WriteString(",")
+		}
+		sb.WriteString(`{"key":"customer-` + strconv.Itoa(i) + `","algorithm_config":{"burst":` + strconv.Itoa(10+i%7) + `}}`)
+	}
+	sb.WriteString("]")
+	in := []byte(overrideRule(`["header:x-api-key"]`, sb.String()))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Parse(in); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
