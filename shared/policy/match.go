@@ -55,7 +55,13 @@ type Condition struct {
 	CIDRs   []netip.Prefix // cidr, masked (10.1.2.3/8 becomes 10.0.0.0/8)
 	Present bool           // present
 	Not     *Condition     // not
+
+	dfa *asciiDFA  // regex: its automaton for ASCII values (regexdfa.go), nil if none
+	v4  []v4Prefix // cidr: the IPv4 blocks, for the common dotted-quad value
 }
+
+// v4Prefix is an IPv4 block as masked integers.
+type v4Prefix struct{ net, mask uint32 }
 
 // Matcher is one entry of a rule's "match": the condition on a source's
 // value. PathPrefix marks the "path_prefix" shorthand (Source is path and
@@ -93,10 +99,23 @@ func (c *Condition) Holds(v string, ok bool) bool {
 	case MatchSuffix:
 		return strings.HasSuffix(v, c.Value)
 	case MatchRegex:
+		if c.dfa != nil {
+			if m, ok := c.dfa.match(v); ok {
+				return m
+			}
+		}
 		return c.Regex != nil && c.Regex.MatchString(v)
 	case MatchIn:
 		return slices.Contains(c.Values, v)
 	case MatchCIDR:
+		if ip, ok := parseDottedQuad(v); ok {
+			for _, p := range c.v4 {
+				if ip&p.mask == p.net {
+					return true
+				}
+			}
+			return false
+		}
 		a, ok := ParseAddress(v)
 		if !ok {
 			return false
@@ -147,6 +166,43 @@ func ParseAddress(v string) (netip.Addr, bool) {
 		return netip.Addr{}, false
 	}
 	return a.Unmap(), true
+}
+
+// parseDottedQuad reads "a.b.c.d" with an optional ":port" (decimal, no
+// leading zeros beyond a lone 0, as netip reads them); anything else is
+// left to ParseAddress.
+func parseDottedQuad(v string) (uint32, bool) {
+	if len(v) > len("255.255.255.255:65535") {
+		return 0, false
+	}
+	var ip uint32
+	part, digits, dots := uint32(0), 0, 0
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case c >= '0' && c <= '9':
+			if digits > 0 && part == 0 { // a leading zero
+				return 0, false
+			}
+			part = part*10 + uint32(c-'0')
+			digits++
+			if part > 255 {
+				return 0, false
+			}
+		case c == '.' && digits > 0 && dots < 3:
+			ip, part, digits = ip<<8|part, 0, 0
+			dots++
+		case c == ':' && digits > 0 && dots == 3:
+			for j := i + 1; j < len(v); j++ {
+				if v[j] < '0' || v[j] > '9' {
+					return 0, false
+				}
+			}
+			return ip<<8 | part, i+1 < len(v)
+		default:
+			return 0, false
+		}
+	}
+	return ip<<8 | part, digits > 0 && dots == 3
 }
 
 // match parses a rule's "match" object.
@@ -318,7 +374,7 @@ func (p *parser) regex(path string, v *jvalue, c *Condition) bool {
 		p.errorf(path, quoteShort(v.s), " is not a valid RE2 regular expression: ", strings.TrimPrefix(err.Error(), "error parsing regexp: "))
 		return false
 	}
-	c.Value, c.Regex = v.s, re
+	c.Value, c.Regex, c.dfa = v.s, re, buildDFA(v.s)
 	return true
 }
 
@@ -383,6 +439,14 @@ func (p *parser) cidrs(path string, v *jvalue, src KeySource, c *Condition) bool
 			continue
 		}
 		c.CIDRs = append(c.CIDRs, pfx)
+		if pfx.Addr().Is4() {
+			a := pfx.Addr().As4()
+			mask := ^uint32(0) << (32 - pfx.Bits())
+			if pfx.Bits() == 0 {
+				mask = 0
+			}
+			c.v4 = append(c.v4, v4Prefix{net: uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3]), mask: mask})
+		}
 	}
 	return len(p.errs) == before
 }

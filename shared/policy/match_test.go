@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/netip"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -320,4 +321,56 @@ func BenchmarkParseTenThousandOverrides(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// FuzzRegexAutomatonAgreesWithRegexp: on ASCII values the automaton built
+// at configuration time answers exactly as regexp does.
+func FuzzRegexAutomatonAgreesWithRegexp(f *testing.F) {
+	for _, c := range [][2]string{
+		{"^/users/[0-9]+$", "/users/42"}, {"[0-9]", "/v1/x"}, {"(?i)badbot", "Mozilla BADBOT/1"},
+		{"^a|b$", "xab"}, {"^$", ""}, {"a*", "bbb"}, {"^/api/.*\\.json$", "/api/x/y.json"},
+		{"(foo|bar)+baz", "foobarbaz"}, {"\\bword\\b", "a word"}, {"(?m)^x$", "a\nx"}, {"[^/]+$", "/a/b"},
+		{"x{2,5}y", "xxxxxxy"}, {"^\\x{17F}$", "s"}, {"(?i)k", "\u212a"},
+	} {
+		f.Add(c[0], c[1])
+	}
+	f.Fuzz(func(t *testing.T, pattern, v string) {
+		re, err := regexp.Compile(pattern)
+		if err != nil {
+			return
+		}
+		d := buildDFA(pattern)
+		if d == nil {
+			return
+		}
+		got, ok := d.match(v)
+		ascii := true
+		for i := 0; i < len(v); i++ {
+			ascii = ascii && v[i] < 0x80
+		}
+		if !ok && ascii { // a non-ASCII value may still be answered by a match before its first non-ASCII byte
+			t.Fatalf("%q on %q: no answer for an ASCII value", pattern, v)
+		}
+		if ok && got != re.MatchString(v) {
+			t.Fatalf("%q on %q: automaton %v, regexp %v", pattern, v, got, !got)
+		}
+	})
+}
+
+// FuzzDottedQuadAgreesWithParseAddress: the IPv4 fast path reads what
+// ParseAddress reads.
+func FuzzDottedQuadAgreesWithParseAddress(f *testing.F) {
+	for _, s := range []string{"10.0.0.1", "10.0.0.1:443", "255.255.255.255", "01.2.3.4", "1.2.3", "1.2.3.4.5", "256.1.1.1", "1.2.3.4:", "0.0.0.0:x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		ip, ok := parseDottedQuad(v)
+		if !ok {
+			return
+		}
+		a, aok := ParseAddress(v)
+		if !aok || !a.Is4() || a.As4() != [4]byte{byte(ip >> 24), byte(ip >> 16), byte(ip >> 8), byte(ip)} {
+			t.Fatalf("%q: fast path %08x, ParseAddress %v %v", v, ip, a, aok)
+		}
+	})
 }
