@@ -158,6 +158,7 @@ type vmRule struct {
 	c          Counts // cumulative
 	overflowed uint64 // cumulative
 	identities uint64 // overflow_identities: a gauge
+	acts       Actions
 }
 
 // restarted tells whether a cumulative counter went down since prev: the
@@ -168,7 +169,8 @@ func (v *vmRule) restarted(prev *vmRule) bool {
 			return true
 		}
 	}
-	return v.overflowed < prev.overflowed
+	return v.overflowed < prev.overflowed || v.acts.Exempted < prev.acts.Exempted ||
+		v.acts.Denied < prev.acts.Denied || v.acts.Overridden < prev.acts.Overridden
 }
 
 // series is one rule on one node.
@@ -181,6 +183,7 @@ type series struct {
 
 // ruleAgg is one rule, every node merged.
 type ruleAgg struct {
+	acts  Actions // exempted, denied, overridden since the admin first saw the rule
 	ring  *ring
 	total Counts
 	// ovf counts the requests decided by an overflow limit per second, in
@@ -271,24 +274,30 @@ func (s *State) Ingest(r *Report, now time.Time) Result {
 		cur := vmRule{
 			c:          Counts{rc.Allowed, rc.Rejected, rc.ShadowRejected, rc.FailOpen},
 			overflowed: rc.Overflowed, identities: rc.OverflowIdentities,
+			acts: Actions{Exempted: rc.Exempted, Denied: rc.Denied, Overridden: rc.Overridden},
 		}
 		prev, known := vm.counters[rc.Rule]
 		vm.counters[rc.Rule] = cur
 		vm.overflowing = vm.overflowing || cur.identities > 0
 		var d Counts
 		var overflowed uint64
+		var acts Actions
 		switch {
 		case !known && !fresh:
 			// baseline only
 		case !known || cur.restarted(&prev):
-			d, overflowed = cur.c, cur.overflowed // new, or its counters restarted: from zero
+			d, overflowed, acts = cur.c, cur.overflowed, cur.acts // new, or its counters restarted: from zero
 		default:
 			for k := range d {
 				d[k] = cur.c[k] - prev.c[k]
 			}
 			overflowed = cur.overflowed - prev.overflowed
+			acts = Actions{cur.acts.Exempted - prev.acts.Exempted, cur.acts.Denied - prev.acts.Denied, cur.acts.Overridden - prev.acts.Overridden}
 		}
 		s.addDelta(n, rc.Rule, sec, now, &d, overflowed)
+		if ra := s.rules[rc.Rule]; ra != nil {
+			ra.acts.add(acts)
+		}
 	}
 	if len(vm.counters) > len(r.Rules) { // rules gone from the configuration
 		for name := range vm.counters {
