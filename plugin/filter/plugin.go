@@ -306,7 +306,7 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 		case !r.shadow:
 			return p.deny(h, r)
 		}
-		p.shadowDeny(r)
+		p.shadowDeny(r, !h.fleetFetched) // counted once, not again when a fleet lease resumes the request
 		shadowDenied = true
 	}
 	if len(apps) == 0 {
