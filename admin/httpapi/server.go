@@ -106,8 +106,9 @@ type Config struct {
 	Sleep func(ctx context.Context, d time.Duration)
 }
 
-// DefaultMaxBody is the default request body limit: 1 MiB.
-const DefaultMaxBody = 1 << 20
+// DefaultMaxBody is the default request body limit: 4 MiB, room for a
+// configuration of policies.MaxConfigBytes sent as JSON or a form.
+const DefaultMaxBody = 4 << 20
 
 // Cookie names.
 const (
@@ -152,6 +153,7 @@ func New(cfg Config) (http.Handler, error) {
 	mux.Handle("POST /api/v1/policy", s.api(s.apiSave))
 	mux.Handle("POST /api/v1/policy/validate", s.api(s.apiValidate))
 	mux.Handle("POST /api/v1/policy/simulate", s.api(s.apiSimulate))
+	mux.Handle("POST /api/v1/policy/overrides", s.api(s.apiOverrides))
 	mux.Handle("GET /api/v1/policy/versions", s.api(s.apiList))
 	mux.Handle("GET /api/v1/policy/versions/{n}", s.api(s.apiGet))
 	mux.Handle("GET /api/v1/policy/diff", s.api(s.apiDiff))

@@ -79,6 +79,13 @@ type compiledRule struct {
 
 	fleet *ruleFleet // "scope": "global" (fleet.go); nil for a local rule
 
+	// Actions and overrides (actions.go).
+	action     ruleAction
+	denyStatus uint32
+	denyBody   []byte                   // {"error":"denied","rule":"<rule>"}
+	overrides  map[string]*compiledRule // identity -> this rule with its override's limits
+	overridden bool                     // this is such an override of a rule
+
 	// Telemetry (telemetry.go).
 	tc            *ruleTally         // the VM's cumulative counters for this rule name
 	clearIdentity bool               // "telemetry_identity": "clear"
@@ -150,8 +157,8 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 	for _, k := range r.Keys {
 		cr.keys = append(cr.keys, cc.ref(k))
 	}
-	for _, m := range r.Match {
-		cr.match = append(cr.match, compiledMatch{src: cc.ref(m.Source), Match: request.CompileMatch(m)})
+	for i := range r.Match {
+		cr.match = append(cr.match, compiledMatch{src: cc.ref(r.Match[i].Source), Match: request.CompileMatch(&r.Match[i])})
 	}
 	costSrc, fixedCost, defaultCost := request.RuleCost(r)
 	cr.costKind = costSrc.Kind
@@ -162,15 +169,22 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 		cr.costSrc = cc.ref(policy.KeySource{Kind: policy.SourceQuery, Name: costSrc.Name})
 	}
 	cr.fixedCost, cr.defaultCost = fixedCost, defaultCost
+	cr.compileLimits(r)
+	cr.bodyPre = `{"error":"rate_limited","rule":"` + r.Name + `","retry_after":`
+	cr.compileAction(r, vm) // actions.go
+	if cr.win == nil {
+		cc.compileRuleFleet(cr, r, vm) // fleet.go
+	}
+	cr.compileOverrides(r, vm) // actions.go
+	return cr
+}
+
+// compileLimits sets the rule's algorithm and its precomputed header values
+// from r: the rule itself, or a copy of it carrying an override's limits.
+func (cr *compiledRule) compileLimits(r *policy.Rule) {
+	cr.tb, cr.win = request.RuleLimiter(r)
 	f := request.RuleFields(r)
 	cr.limitHdr, cr.policyHdr, cr.reason, cr.rlPrefix = f.Limit, f.Policy, f.Reason, f.RatePrefix
-	cr.bodyPre = `{"error":"rate_limited","rule":"` + r.Name + `","retry_after":`
-	cr.tb, cr.win = request.RuleLimiter(r)
-	if cr.win != nil {
-		return cr
-	}
-	cc.compileRuleFleet(cr, r, vm) // fleet.go
-	return cr
 }
 
 // ref resolves a key source to a cache slot, assigning one index per
@@ -197,16 +211,14 @@ func indexOf(names *[]string, n string) int {
 	return len(*names) - 1
 }
 
-// matches reports whether every matcher of the rule holds. A missing value
-// never matches.
+// matches reports whether every condition of the rule holds
+// (policy.Condition.Holds: a missing value satisfies only "present": false
+// and negations).
 func (r *compiledRule) matches(rs *requestSources) bool {
 	for i := range r.match {
 		m := &r.match[i]
 		v, ok := rs.get(m.src)
-		if !ok {
-			return false
-		}
-		if !m.Holds(v) {
+		if !m.Holds(v, ok) {
 			return false
 		}
 	}

@@ -77,6 +77,7 @@ type pluginContext struct {
 	// Per-request scratch, reused: a VM runs one callback at a time.
 	rs      requestSources
 	apps    []application
+	act     *compiledRule // the exempt or deny rule selectRules found (actions.go), else nil
 	comps   []string
 	compBuf []byte
 	valBuf  []byte
@@ -298,8 +299,19 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 	p.rs.reset(cfg)
 	p.shadow = p.shadow[:0]
 	apps := p.selectRules()
+	shadowDenied := false
+	if r := p.act; r != nil { // actions.go
+		switch {
+		case r.action == actExempt:
+			return p.exempt(r)
+		case !r.shadow:
+			return p.deny(h, r)
+		}
+		p.shadowDeny(r, !h.fleetFetched) // counted once, not again when a fleet lease resumes the request
+		shadowDenied = true
+	}
 	if len(apps) == 0 {
-		p.markShadow(false)
+		p.markShadow(shadowDenied)
 		p.stripDelayHeader()
 		return types.ActionContinue
 	}
@@ -332,7 +344,7 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 	// reported rule is the one with the longest wait, so Retry-After covers
 	// every refusing rule.
 	reject := -1
-	anyShadow := false
+	anyShadow := shadowDenied
 	for i := range apps {
 		a := &apps[i]
 		if a.failed || a.dec.Allowed {
@@ -433,8 +445,14 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 // limit keys are all present, and builds its bucket key. A rule that matches
 // but lacks a key value is skipped (counted in key_missing) and the next rule
 // of the policy is tried, so "per API key, else per IP" is two rules.
+//
+// An exempt or deny rule (actions.go) selected this way is left in p.act:
+// the first exempt rule ends the selection (it exempts the request from
+// every rule), else the first deny rule is kept.
 func (p *pluginContext) selectRules() []application {
 	apps := p.apps[:0]
+	p.act = nil
+policies:
 	for _, rules := range p.cfg.policies {
 		for _, r := range rules {
 			if !r.matches(&p.rs) {
@@ -455,6 +473,17 @@ func (p *pluginContext) selectRules() []application {
 				r.m.keyMissing.inc()
 				continue
 			}
+			if r.action != actLimit {
+				if r.action == actExempt {
+					p.act = r
+					apps = apps[:0]
+					break policies
+				}
+				if p.act == nil {
+					p.act = r
+				}
+				break
+			}
 			// Reuse the slot's key buffer from earlier requests.
 			if len(apps) < cap(apps) {
 				apps = apps[:len(apps)+1]
@@ -470,6 +499,9 @@ func (p *pluginContext) selectRules() []application {
 			}
 			a.key = bytesView(kb)
 			a.identity = a.key[len(r.keyPrefix):]
+			if r.overrides != nil { // actions.go: this identity's own limits
+				a.rule = r.override(a.identity)
+			}
 			if r.maxKeys > 0 {
 				if !p.vm.seedOK && !p.vm.loadHashSeed() { // hashseed.go
 					a.noSeed = true

@@ -50,8 +50,8 @@ func checkInvariants(t *testing.T, c *Config) {
 			if r.MaxKeys < 0 || r.MaxKeys > MaxMaxKeys {
 				t.Errorf("rule %q max_keys %d", r.Name, r.MaxKeys)
 			}
-			if len(r.Keys) == 0 {
-				t.Errorf("rule %q has no keys", r.Name)
+			if len(r.Keys) == 0 && r.Action == ActionLimit {
+				t.Errorf("limit rule %q has no keys", r.Name)
 			}
 			for _, k := range r.Keys {
 				if k2, ok := ParseSource(k.String()); !ok || k2 != k {
@@ -62,9 +62,15 @@ func checkInvariants(t *testing.T, c *Config) {
 				t.Errorf("rule %q match not sorted: %+v", r.Name, r.Match)
 			}
 			for _, m := range r.Match {
-				if m.Value == "" || (m.Prefix && m.Source.Kind != SourcePath) || m.Source.String() == "invalid" {
+				if (m.Cond.Op <= MatchSuffix && m.Cond.Value == "") || (m.PathPrefix && m.Source.Kind != SourcePath) || m.Source.String() == "invalid" {
 					t.Errorf("rule %q bad matcher %+v", r.Name, m)
 				}
+			}
+			if r.Action != ActionLimit {
+				if r.Algorithm != "" || r.TokenBucket != nil || r.Window != nil || len(r.Overrides) > 0 {
+					t.Errorf("rule %q: an %s rule with an algorithm", r.Name, r.Action)
+				}
+				continue
 			}
 			if isWindowAlgorithm(r.Algorithm) {
 				checkWindowInvariants(t, &r)

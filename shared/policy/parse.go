@@ -45,7 +45,7 @@ func (p *parser) errorf(path string, parts ...string) {
 var (
 	configFields      = []string{"mode", "policies", "rules", "reject_status", "response_headers", "legacy_headers", "shadow_header", "xff_trusted_hops", "telemetry", "fleet"}
 	policyFields      = []string{"name", "rules"}
-	ruleFields        = []string{"name", "limit_keys", "match", "algorithm", "algorithm_config", "mode", "max_keys", "telemetry_identity", "scope"}
+	ruleFields        = []string{"name", "limit_keys", "match", "algorithm", "algorithm_config", "mode", "max_keys", "telemetry_identity", "scope", "action", "deny_status", "overrides"}
 	telemetryFields   = []string{"cluster", "authority", "path", "interval_ms", "token", "token_env", "top_n", "timeout_ms"}
 	tokenBucketFields = []string{"tokens_per_second", "rps", "burst", "cost_source", "fixed_cost", "default_cost", "max_delay_ms"}
 	algorithms        = []string{AlgorithmTokenBucket, AlgorithmFixedWindow, AlgorithmSlidingWindow, AlgorithmRollingWindow}
@@ -216,7 +216,12 @@ func (p *parser) rule(path string, v *jvalue, policy string, mode Mode) (Rule, b
 		}
 	}
 
-	r.Keys = p.limitKeys(join(path, "limit_keys"), f["limit_keys"])
+	if r.Action, r.DenyStatus = p.action(path, f); r.Action == "" { // actions.go
+		return r, false // which fields apply depends on the action
+	}
+	if r.Action == ActionLimit || f["limit_keys"] != nil {
+		r.Keys = p.limitKeys(join(path, "limit_keys"), f["limit_keys"])
+	}
 	if mv := f["match"]; mv != nil {
 		r.Match = p.match(join(path, "match"), mv)
 	}
@@ -247,6 +252,10 @@ func (p *parser) rule(path string, v *jvalue, policy string, mode Mode) (Rule, b
 		}
 	}
 
+	if r.Action != ActionLimit { // exempt or deny (actions.go)
+		p.actionRule(path, f, &r)
+		return r, len(p.errs) == before
+	}
 	if sv := f["scope"]; sv != nil { // fleet.go
 		r.Global = p.scope(join(path, "scope"), sv)
 	}
@@ -277,6 +286,10 @@ func (p *parser) rule(path string, v *jvalue, policy string, mode Mode) (Rule, b
 		p.errorf(algPath, "unknown algorithm ", quoteShort(av.s), "; use one of: ", quoteList(algorithms))
 	}
 	p.checkScopeAlgorithm(path, &r) // fleet.go
+
+	if ov := f["overrides"]; ov != nil { // actions.go
+		r.Overrides = p.overrides(join(path, "overrides"), ov, &r, cv)
+	}
 	return r, len(p.errs) == before
 }
 
@@ -314,70 +327,6 @@ func (p *parser) limitKeys(path string, v *jvalue) []KeySource {
 		keys = append(keys, k)
 	}
 	return keys
-}
-
-func (p *parser) match(path string, v *jvalue) []Matcher {
-	if v.kind != jObject {
-		p.errorf(path, `must be an object mapping sources to values, e.g. {"jwt:plan": "enterprise", "path_prefix": "/api/"}, got `, v.kind.String())
-		return nil
-	}
-	var out []Matcher
-	seenKeys := map[string]bool{}
-	seen := map[Matcher]string{}
-	for _, m := range v.obj {
-		mpath := join(path, m.key)
-		if seenKeys[m.key] {
-			p.errorf(mpath, "duplicate field ", quoteShort(m.key), "; each field may appear only once")
-			continue
-		}
-		seenKeys[m.key] = true
-		var mt Matcher
-		if m.key == "path_prefix" {
-			mt = Matcher{Source: KeySource{Kind: SourcePath}, Prefix: true}
-		} else {
-			k, msg := parseSource(m.key)
-			if msg != "" {
-				p.errorf(mpath, msg, `; "path_prefix" is also accepted in match`)
-				continue
-			}
-			mt.Source = k
-		}
-		if m.val.kind != jString {
-			p.errorf(mpath, "must be a string (the exact value to match), got ", m.val.kind.String())
-			continue
-		}
-		if m.val.s == "" {
-			p.errorf(mpath, "is empty; give the value to match")
-			continue
-		}
-		mt.Value = m.val.s
-		key := mt
-		key.Value = ""
-		if prev, dup := seen[key]; dup {
-			p.errorf(mpath, "matches the same source as ", prev, " (header names are case-insensitive); keep one")
-			continue
-		}
-		seen[key] = mpath
-		out = append(out, mt)
-	}
-	sortMatchers(out)
-	return out
-}
-
-// sortMatchers orders matchers by source name, exact before prefix.
-func sortMatchers(ms []Matcher) {
-	slices.SortStableFunc(ms, func(a, b Matcher) int {
-		if c := strings.Compare(a.Source.String(), b.Source.String()); c != 0 {
-			return c
-		}
-		switch {
-		case a.Prefix == b.Prefix:
-			return 0
-		case a.Prefix:
-			return 1
-		}
-		return -1
-	})
 }
 
 func (p *parser) tokenBucket(path string, v *jvalue) *TokenBucket {

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -350,18 +351,18 @@ func TestParseOptions(t *testing.T) {
 		t.Errorf("keys = %+v\nwant %+v", s.Keys, wantKeys)
 	}
 	wantMatch := []Matcher{
-		{Source: KeySource{SourceHeader, "x-tier"}, Value: "gold"},
-		{Source: KeySource{SourceHost, ""}, Value: "a.example"},
-		{Source: KeySource{SourceJWT, "plan"}, Value: "pro"},
-		{Source: KeySource{SourceMethod, ""}, Value: "POST"},
-		{Source: KeySource{SourcePath, ""}, Value: "/api/v1"},
-		{Source: KeySource{SourcePath, ""}, Value: "/api/", Prefix: true},
+		{Source: KeySource{SourceHeader, "x-tier"}, Cond: Condition{Value: "gold"}},
+		{Source: KeySource{SourceHost, ""}, Cond: Condition{Value: "a.example"}},
+		{Source: KeySource{SourceJWT, "plan"}, Cond: Condition{Value: "pro"}},
+		{Source: KeySource{SourceMethod, ""}, Cond: Condition{Value: "POST"}},
+		{Source: KeySource{SourcePath, ""}, Cond: Condition{Value: "/api/v1"}},
+		{Source: KeySource{SourcePath, ""}, Cond: Condition{Op: MatchPrefix, Value: "/api/"}, PathPrefix: true},
 	}
 	if len(s.Match) != len(wantMatch) {
 		t.Fatalf("match = %+v", s.Match)
 	}
 	for i := range wantMatch {
-		if s.Match[i] != wantMatch[i] {
+		if !reflect.DeepEqual(s.Match[i], wantMatch[i]) {
 			t.Errorf("match[%d] = %+v, want %+v", i, s.Match[i], wantMatch[i])
 		}
 	}

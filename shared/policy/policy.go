@@ -128,6 +128,14 @@ type Rule struct {
 	// Global is "scope": "global" (default "local"): the rule's limit holds
 	// across every Envoy process connected to the fleet backend (fleet.go).
 	Global bool
+	// Action is "action" (actions.go): ActionLimit (the default),
+	// ActionExempt or ActionDeny. Exempt and deny rules have no algorithm.
+	Action string
+	// DenyStatus is "deny_status" of a deny rule (default 403), else 0.
+	DenyStatus int
+	// Overrides is "overrides" of a limit rule (actions.go): per-identity
+	// limits, keys unique, in the order written.
+	Overrides []Override
 }
 
 // SourceKind is where a key or match value is read from.
@@ -169,14 +177,6 @@ func (k KeySource) String() string {
 		return "host"
 	}
 	return "invalid"
-}
-
-// Matcher is one condition of a rule's "match": the source's value must equal
-// Value, or start with it when Prefix is set ("path_prefix").
-type Matcher struct {
-	Source KeySource
-	Value  string
-	Prefix bool
 }
 
 // TokenBucket is the token_bucket algorithm_config (the Fairvisor token bucket design).

@@ -101,9 +101,16 @@ func schemaProperties() map[string]obj {
 			"limit_keys": obj{"type": "array", "minItems": 1, "uniqueItems": true, "items": obj{"$ref": "#/$defs/keySource"},
 				"description": "What is limited: each distinct combination of these values gets its own bucket."},
 			"match": obj{"type": "object", "propertyNames": obj{"pattern": matchKeyPattern},
-				"additionalProperties": obj{"type": "string", "minLength": 1},
-				"description":          "Conditions that must all hold for the rule to apply: a key source equals the value, or path_prefix."},
-			"algorithm": obj{"type": "string", "enum": algorithms, "description": "The limiting algorithm."},
+				"properties":           obj{"path_prefix": obj{"type": "string", "minLength": 1, "description": "The request path starts with this string."}},
+				"additionalProperties": obj{"$ref": "#/$defs/condition"},
+				"description":          "Conditions that must all hold for the rule to apply, one per key source: the exact value, or an object with one operator."},
+			"algorithm": obj{"type": "string", "enum": algorithms, "description": "The limiting algorithm (limit rules only)."},
+			"action": obj{"type": "string", "enum": actions, "default": ActionLimit,
+				"description": "limit: the algorithm limits matching requests; exempt: a matching request is limited by no rule of any policy; deny: a matching request is rejected at once with deny_status."},
+			"deny_status": obj{"type": "integer", "minimum": 200, "maximum": 599, "default": DefaultDenyStatus,
+				"description": "HTTP status of a deny rule's rejection (deny rules only)."},
+			"overrides": obj{"type": "array", "items": obj{"$ref": "#/$defs/override"},
+				"description": "Per-identity limits of a limit rule: the identity key (limit_keys values joined by |) gets these limits instead of the rule's; unique keys, looked up in a hash table."},
 			"algorithm_config": obj{"type": "object",
 				"description": "The algorithm's parameters: tokenBucket, window (fixed_window, sliding_window) or rollingWindow, chosen by algorithm."},
 			"mode": withDesc(modeSchema, "This rule's mode; overrides the top-level mode.", nil),
@@ -128,6 +135,43 @@ func schemaProperties() map[string]obj {
 		},
 		"window":        windowProperties(false, cost),
 		"rollingWindow": windowProperties(true, cost),
+		"override": {
+			"key": obj{"type": "string", "minLength": 1, "description": "The identity as the rule builds it: its limit_keys values in order, joined by |, with \\, | and # inside a value escaped by a backslash."},
+			"algorithm_config": obj{"type": "object", "minProperties": 1, "additionalProperties": false,
+				"properties": obj{
+					"tokens_per_second": rate("token_bucket: the identity's refill rate."),
+					"rps":               rate("token_bucket: alias of tokens_per_second."),
+					"burst":             obj{"type": "number", "exclusiveMinimum": 0, "maximum": MaxBurst, "description": "token_bucket: the identity's bucket capacity."},
+					"limit":             obj{"type": "number", "exclusiveMinimum": 0, "maximum": MaxBurst, "description": "Windows: the identity's limit per window."},
+					"max_per_period":    obj{"type": "number", "exclusiveMinimum": 0, "maximum": MaxBurst, "description": "rolling_window: the identity's cap per period."},
+				},
+				"description": "The limits that differ from the rule's; the rest (costs, window lengths) is the rule's."},
+		},
+	}
+}
+
+// conditionSchema describes one condition of a match: the exact value, or
+// an object with one operator (match.go).
+func conditionSchema() obj {
+	str := obj{"type": "string", "minLength": 1}
+	list := func(desc string) obj {
+		return obj{"type": "array", "minItems": 1, "uniqueItems": true, "items": str, "description": desc}
+	}
+	return obj{
+		"oneOf": []obj{
+			{"type": "string", "minLength": 1, "description": "The value equals this string exactly."},
+			{"type": "object", "additionalProperties": false, "minProperties": 1, "maxProperties": 1,
+				"properties": obj{
+					"exact":   withDesc(str, "The value equals this string.", nil),
+					"prefix":  withDesc(str, "The value starts with this string.", nil),
+					"suffix":  withDesc(str, "The value ends with this string.", nil),
+					"regex":   withDesc(str, "An RE2 regular expression matching the value (anywhere unless anchored with ^ and $).", nil),
+					"in":      list("The value is one of these strings."),
+					"cidr":    list(`The value is an IP address in one of these blocks, e.g. "10.0.0.0/8", "2001:db8::/32".`),
+					"present": obj{"type": "boolean", "description": "true: the value is present and non-empty; false: it is absent or empty."},
+					"not":     obj{"$ref": "#/$defs/condition", "description": "The condition does not hold."},
+				}},
+		},
 	}
 }
 
@@ -163,16 +207,25 @@ func schemaDoc() obj {
 	top["description"] = "The proxy-wasm plugin configuration of the Sluice rate limiter (docs/configuration.md). " +
 		"Checked here: structure, types, ranges and names. Checked only by the filter's parser: burst >= rate, " +
 		"costs <= burst (or limit, max_per_period), period_seconds dividing window_seconds into at most 60 periods, " +
-		"max_per_period <= limit, unique rule and policy names."
+		"max_per_period <= limit, unique rule and policy names, regular expressions and CIDR blocks, override keys " +
+		"(one value per limit key, unique) and the limits an override's algorithm_config may set for the rule's algorithm."
 	top["$defs"] = obj{
 		"policy": closed("policy", []string{"name", "rules"}, nil),
-		"rule": closed("rule", []string{"name", "limit_keys", "algorithm", "algorithm_config"}, obj{
+		"rule": closed("rule", []string{"name"}, obj{
 			"oneOf": []obj{
-				algorithmAlternative("tokenBucket", AlgorithmTokenBucket),
-				algorithmAlternative("window", AlgorithmFixedWindow, AlgorithmSlidingWindow),
-				algorithmAlternative("rollingWindow", AlgorithmRollingWindow),
+				{"properties": obj{"action": obj{"enum": []string{ActionLimit}}, "deny_status": never},
+					"required": []string{"limit_keys", "algorithm", "algorithm_config"},
+					"oneOf": []obj{
+						algorithmAlternative("tokenBucket", AlgorithmTokenBucket),
+						algorithmAlternative("window", AlgorithmFixedWindow, AlgorithmSlidingWindow),
+						algorithmAlternative("rollingWindow", AlgorithmRollingWindow),
+					}},
+				actionAlternative(ActionExempt),
+				actionAlternative(ActionDeny),
 			},
 		}),
+		"condition": conditionSchema(),
+		"override":  closed("override", []string{"key", "algorithm_config"}, nil),
 		"telemetry": closed("telemetry", []string{"cluster"}, obj{
 			"oneOf": []obj{{"required": []string{"token"}}, {"required": []string{"token_env"}}},
 		}),
@@ -201,6 +254,7 @@ func schemaObjects() map[string][]string {
 		"rollingWindow": rollingWindowFields,
 		"telemetry":     telemetryFields,
 		"fleet":         fleetFields,
+		"override":      overrideFields,
 	}
 }
 
@@ -224,6 +278,22 @@ func fleetSchema() obj {
 			"description": "After leases expire with the backend unreachable: local_share enforces rate/N and burst/N per process, allow admits, deny rejects."},
 		"fleet_size": ms(0, MaxFleetSize, 0, "N for local_share; 0 uses the fleet size the backend last reported (x-sluice-fleet-size), else 1."),
 	}
+}
+
+// never is a schema no value satisfies: the property must be absent.
+var never = obj{"not": obj{}}
+
+// actionAlternative is the shape of an exempt or deny rule: no algorithm
+// and nothing that configures one (deny_status for deny only).
+func actionAlternative(action string) obj {
+	props := obj{"action": obj{"enum": []string{action}}}
+	for _, f := range []string{"algorithm", "algorithm_config", "max_keys", "scope", "overrides"} {
+		props[f] = never
+	}
+	if action != ActionDeny {
+		props["deny_status"] = never
+	}
+	return obj{"required": []string{"action"}, "properties": props}
 }
 
 // algorithmAlternative ties algorithm names to the $defs entry describing
