@@ -43,10 +43,10 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/admin/auth"
+	"github.com/sluice-rl/sluice/admin/envoygateway"
 	"github.com/sluice-rl/sluice/admin/fleet"
 	"github.com/sluice-rl/sluice/admin/fleet/redisgcra"
 	"github.com/sluice-rl/sluice/admin/gitops"
-	"github.com/sluice-rl/sluice/admin/envoygateway"
 	"github.com/sluice-rl/sluice/admin/httpapi"
 	"github.com/sluice-rl/sluice/admin/istio"
 	"github.com/sluice-rl/sluice/admin/policies"

@@ -55,7 +55,7 @@ type Config struct {
 	Istio    istio.Options // how the WasmPlugin is rendered
 	// EnvoyGateway: how the EnvoyExtensionPolicy is rendered.
 	EnvoyGateway envoygateway.Options
-	Logger   *slog.Logger
+	Logger       *slog.Logger
 
 	// SecureCookies marks cookies Secure even on plain-HTTP requests: set it
 	// when a TLS-terminating proxy sits in front of the admin. Requests that
