@@ -146,3 +146,33 @@ func TestALiteralTelemetryTokenIsMaskedWithANote(t *testing.T) {
 		t.Errorf("the secret leaked or the note is missing:\n%s", y)
 	}
 }
+
+// FuzzRender: any policy bytes and target give a manifest or an error,
+// never a panic, and a manifest is valid JSON naming the target.
+func FuzzRender(f *testing.F) {
+	f.Add([]byte(testPolicy), "Gateway/eg", "")
+	f.Add([]byte(`{"telemetry": {"token": "s3cr3t-s3cr3t-s3cr3t"}}`), "HTTPRoute/a.b", "https://x/y.wasm")
+	f.Add([]byte("[]"), "Gateway/", "ftp://")
+	f.Add([]byte("{"), "/", "")
+	f.Fuzz(func(t *testing.T, cfg []byte, target, httpURL string) {
+		o := Options{Target: target}
+		if httpURL != "" {
+			o.HTTPURL, o.SHA256 = httpURL, strings.Repeat("0", 64)
+		}
+		m, err := Render(cfg, 1, o)
+		if err != nil {
+			return
+		}
+		j := m.JSON()
+		if !json.Valid(j) {
+			t.Fatalf("invalid JSON: %s", j)
+		}
+		_, name, _ := ParseTarget(target)
+		if !strings.Contains(string(j), `"name": "`+name+`"`) {
+			t.Fatalf("the target %q is missing: %s", target, j)
+		}
+		if _, err := m.YAML(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

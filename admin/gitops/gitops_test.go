@@ -172,3 +172,21 @@ func TestURLAndTokenComeFromTheEnvironment(t *testing.T) {
 		t.Errorf("exit %d, %q %q", code, out.String(), errb.String())
 	}
 }
+
+// FuzzArgs: any arguments give an exit code and never a panic; without a
+// reachable admin nothing but parsing and file errors can happen.
+func FuzzArgs(f *testing.F) {
+	f.Add("apply policy.json -m msg -base 3")
+	f.Add("diff - -url http://127.0.0.1:1")
+	f.Add("export -o")
+	f.Add("validate -timeout x")
+	f.Fuzz(func(t *testing.T, line string) {
+		args := strings.Fields(line)
+		args = append(args, "-url", "http://127.0.0.1:1", "-token", "fuzz-token-0123456789", "-timeout", "50ms")
+		var out, errb bytes.Buffer
+		code := Main(args, strings.NewReader("{}"), &out, &errb)
+		if code < ExitOK || code > ExitError {
+			t.Fatalf("exit %d", code)
+		}
+	})
+}
