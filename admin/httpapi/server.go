@@ -24,6 +24,7 @@ import (
 	"github.com/a-h/templ"
 
 	"github.com/sluice-rl/sluice/admin/auth"
+	"github.com/sluice-rl/sluice/admin/envoygateway"
 	"github.com/sluice-rl/sluice/admin/istio"
 	"github.com/sluice-rl/sluice/admin/policies"
 	"github.com/sluice-rl/sluice/admin/store"
@@ -75,7 +76,9 @@ type Config struct {
 	Auth     Auth
 	Nodes    NodeLister    // nil: no xDS server in this process
 	Istio    istio.Options // how the WasmPlugin is rendered
-	Logger   *slog.Logger
+	// EnvoyGateway: how the EnvoyExtensionPolicy is rendered.
+	EnvoyGateway envoygateway.Options
+	Logger       *slog.Logger
 
 	// SecureCookies marks cookies Secure even on plain-HTTP requests: set it
 	// when a TLS-terminating proxy sits in front of the admin. Requests that
@@ -162,6 +165,7 @@ func New(cfg Config) (http.Handler, error) {
 	mux.Handle("GET /api/v1/policy/schema", s.api(s.apiSchema))
 	mux.Handle("GET /api/v1/istio/wasmplugin", s.api(s.apiIstio))
 	mux.Handle("GET /api/v1/nodes", s.api(s.apiNodes))
+	s.registerEnvoyGateway(mux)
 	if s.Telemetry != nil {
 		s.registerTelemetry(mux)
 	}
