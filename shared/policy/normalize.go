@@ -68,7 +68,12 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 					FixedCost:       tb.FixedCost,
 					DefaultCost:     tb.DefaultCost,
 					MaxDelayMS:      tb.MaxDelayMS,
+					MaxDebt:         tb.MaxDebt,
 				}
+			}
+			if q := r.Quota; q != nil {
+				nr.Config = &normQuota{Limit: q.Limit, Period: q.Period, TimeZone: q.TimeZone, CostSource: q.Cost.String(),
+					FixedCost: q.FixedCost, DefaultCost: q.DefaultCost, MaxDebt: q.MaxDebt}
 			}
 			if w := r.Window; w != nil {
 				nr.Config = normalizeWindow(r.Algorithm, w)
@@ -127,7 +132,7 @@ type normRule struct {
 	LimitKeys []string          `json:"limit_keys"`
 	Match     map[string]string `json:"match,omitempty"` // encoding/json sorts map keys
 	Algorithm string            `json:"algorithm"`
-	Config    any               `json:"algorithm_config,omitempty"` // *normTokenBucket or *normWindow
+	Config    any               `json:"algorithm_config,omitempty"` // *normTokenBucket, *normWindow or *normQuota
 	Mode      Mode              `json:"mode"`
 	MaxKeys   int               `json:"max_keys"`
 	// Written only when "clear": the default ("masked") is left out so that
@@ -146,6 +151,18 @@ type normTokenBucket struct {
 	// Written only when set, so that configurations without delays
 	// normalize as before.
 	MaxDelayMS int `json:"max_delay_ms,omitempty"`
+	// Written only with a response cost source.
+	MaxDebt float64 `json:"max_debt,omitempty"`
+}
+
+type normQuota struct {
+	Limit       float64 `json:"limit"`
+	Period      string  `json:"period"`
+	TimeZone    string  `json:"time_zone"`
+	CostSource  string  `json:"cost_source"`
+	FixedCost   float64 `json:"fixed_cost"`
+	DefaultCost float64 `json:"default_cost"`
+	MaxDebt     float64 `json:"max_debt,omitempty"`
 }
 
 type normWindow struct {

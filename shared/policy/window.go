@@ -163,16 +163,7 @@ func (p *parser) rollingPeriod(path string, f map[string]*jvalue, w *Window, win
 // token_bucket does; a cost may not exceed what one window (or period)
 // admits.
 func (p *parser) windowCosts(path string, f map[string]*jvalue, w *Window, limitOK bool, capacity float64) {
-	if cv := f["cost_source"]; cv != nil {
-		cpath := join(path, "cost_source")
-		if cv.kind != jString {
-			p.errorf(cpath, `must be a string: "fixed", "header:<name>" or "query:<name>"; got `, cv.kind.String())
-		} else if cs, msg := parseCostSource(cv.s); msg != "" {
-			p.errorf(cpath, msg)
-		} else {
-			w.Cost = cs
-		}
-	}
+	p.costSource(path, f, &w.Cost, false) // quota.go
 	capName := "limit"
 	if w.MaxPerPeriod > 0 {
 		capName = "max_per_period"
@@ -231,6 +222,8 @@ func (r *Rule) CostConfig() (CostSource, float64, float64) {
 		return r.TokenBucket.Cost, r.TokenBucket.FixedCost, r.TokenBucket.DefaultCost
 	case r.Window != nil:
 		return r.Window.Cost, r.Window.FixedCost, r.Window.DefaultCost
+	case r.Quota != nil:
+		return r.Quota.Cost, r.Quota.FixedCost, r.Quota.DefaultCost
 	}
 	return CostSource{}, 1, 1
 }
@@ -240,5 +233,5 @@ func Algorithms() []string { return append([]string(nil), algorithms...) }
 
 // IsAlgorithm reports whether name is an algorithm the parser accepts.
 func IsAlgorithm(name string) bool {
-	return name == AlgorithmTokenBucket || isWindowAlgorithm(name)
+	return name == AlgorithmTokenBucket || isWindowAlgorithm(name) || name == AlgorithmQuota
 }
