@@ -34,6 +34,7 @@ type compiledConfig struct {
 	trustedHops     int
 	anyShadow       bool // some rule is in shadow mode
 	anyDelay        bool // some rule has max_delay_ms (delay.go)
+	anyRespCost     bool // some rule's cost comes from the response (charge.go)
 
 	telemetry *policy.Telemetry // nil: no reports (telemetry.go)
 	hash      string            // config_hash of the configuration bytes
@@ -52,9 +53,21 @@ type compiledRule struct {
 	// win is the rule's windowed algorithm (window.go), nil for
 	// token_bucket: its state is a state.Window under keyPrefix "fw:",
 	// "sw:" or "rw:" instead of a state.Bucket under "tb:".
-	win       limiter.Window
-	algorithm string // policy.Algorithm*, for telemetry
-	reason    string // X-RateLimit-Reason: "<algorithm>_exceeded"
+	win limiter.Window
+	// quota is the rule's calendar quota (window.go), also in win; its
+	// zero value for other algorithms.
+	quota limiter.Quota
+	// exactRetry: Retry-After is the wait itself, without jitter (quotas).
+	exactRetry bool
+	// Response-charged rules (charge.go): the cost comes from the response
+	// header (or trailer, respTrailer) respName, charged down to -maxDebt.
+	respCost    bool
+	respTrailer bool
+	respName    string
+	maxDebt     float64
+	cm          chargeMetrics
+	algorithm   string // policy.Algorithm*, for telemetry
+	reason      string // X-RateLimit-Reason: "<algorithm>_exceeded"
 
 	costKind    policy.CostKind
 	costSrc     sourceRef // for header/query costs
@@ -121,6 +134,7 @@ func compile(c *policy.Config, vm *vmContext) *compiledConfig {
 			cc.byName[r.name] = r
 			cc.anyShadow = cc.anyShadow || r.shadow
 			cc.anyDelay = cc.anyDelay || r.tb.MaxDelay > 0
+			cc.anyRespCost = cc.anyRespCost || r.respCost
 		}
 		cc.policies = append(cc.policies, rules)
 	}
@@ -175,12 +189,18 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 		cr.compileWindow(r)
 		return cr
 	}
+	if r.Quota != nil {
+		cr.compileQuota(r)
+		cr.compileCharge(costSrc, r.Quota.MaxDebt, vm) // charge.go
+		return cr
+	}
 
 	tb := r.TokenBucket
 	if tb == nil { // Parse guarantees it for token_bucket
 		tb = &policy.TokenBucket{TokensPerSecond: 1, Burst: 1, FixedCost: 1, DefaultCost: 1}
 	}
 	cr.tb = limiter.TokenBucket{Rate: tb.TokensPerSecond, Burst: tb.Burst, MaxDelay: float64(tb.MaxDelayMS) / 1000}
+	cr.compileCharge(costSrc, tb.MaxDebt, vm) // charge.go
 
 	burst := wholeTokens(tb.Burst)
 	cr.limitHdr = strconv.FormatInt(burst, 10)
@@ -242,8 +262,11 @@ func (r *compiledRule) matches(rs *requestSources) bool {
 // default cost when that value is absent, not a number, not positive, NaN,
 // infinite or absurdly large.
 func (r *compiledRule) cost(rs *requestSources) float64 {
-	if r.costKind == policy.CostFixed {
+	switch r.costKind {
+	case policy.CostFixed:
 		return r.fixedCost
+	case policy.CostResponseHeader, policy.CostResponseTrailer:
+		return 0 // charged from the response (charge.go)
 	}
 	if v, ok := rs.get(r.costSrc); ok {
 		if c, ok := limiter.ParseCost(v); ok {

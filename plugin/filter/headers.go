@@ -50,7 +50,7 @@ func (p *pluginContext) sendReject(r *compiledRule, wait float64, identity strin
 		t = 1 // rejected: some wait is needed even if it rounds to 0
 	}
 	retry := int64(limiter.RetryAfter(wait, identity))
-	if retry < t {
+	if retry < t || r.exactRetry {
 		retry = t // never earlier than t (RetryAfter already guarantees it)
 	}
 	b := p.hdrBuf[:0]

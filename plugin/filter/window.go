@@ -29,6 +29,8 @@ func keyPrefix(algorithm string) string {
 		return state.PrefixSlidingWindow
 	case policy.AlgorithmRollingWindow:
 		return state.PrefixRollingWindow
+	case policy.AlgorithmQuota:
+		return state.PrefixQuota
 	}
 	return state.PrefixTokenBucket
 }
@@ -52,13 +54,34 @@ func (cr *compiledRule) compileWindow(r *policy.Rule) {
 	cr.policyHdr = `"` + r.Name + `";q=` + cr.limitHdr + ";w=" + strconv.FormatInt(int64(w.WindowSeconds), 10)
 }
 
+// quotaPeriods maps the configuration's period names to the limiter's.
+var quotaPeriods = map[string]limiter.Period{
+	policy.PeriodHour: limiter.PeriodHour, policy.PeriodDay: limiter.PeriodDay,
+	policy.PeriodWeek: limiter.PeriodWeek, policy.PeriodMonth: limiter.PeriodMonth,
+}
+
+// compileQuota sets a quota rule's algorithm (a window of one count per
+// calendar period, with its own bounds cache: this VM runs one callback at
+// a time) and headers: q is the limit, w the period's nominal length.
+// Retry-After is the time to the reset, without jitter: a jitter of up to
+// half a month would say nothing useful.
+func (cr *compiledRule) compileQuota(r *policy.Rule) {
+	q := r.Quota
+	cr.quota = limiter.NewQuota(q.Limit, quotaPeriods[q.Period], q.Location)
+	cr.win = cr.quota
+	cr.exactRetry = true
+	cr.reason = "quota_exceeded"
+	cr.limitHdr = strconv.FormatInt(wholeTokens(q.Limit), 10)
+	cr.policyHdr = `"` + r.Name + `";q=` + cr.limitHdr + ";w=" + strconv.FormatInt(int64(cr.quota.PeriodSeconds()), 10)
+}
+
 // take decides a's request at now from the state read (phase 1, and again
 // after a CAS mismatch): into a.next for a token bucket, a.ws.next for a
 // window. Small enough to inline, so the token bucket's path is a branch
 // and its Take.
 func (a *application) take(now float64) {
 	a.now = now
-	if a.rule.win == nil {
+	if a.rule.win == nil && !a.rule.respCost {
 		a.next, a.dec = a.rule.tb.Take(a.read.b, a.read.exists, now, a.cost)
 		return
 	}
@@ -66,6 +89,10 @@ func (a *application) take(now float64) {
 }
 
 func (a *application) takeWindow(now float64) {
+	if a.rule.respCost {
+		a.takeAdmit(now) // charge.go
+		return
+	}
 	a.ws.next = a.ws.read
 	a.dec = a.rule.win.Take(&a.ws.next, a.read.exists, now, a.cost)
 }

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"math"
+	"strconv"
 
 	"github.com/sluice-rl/sluice/shared/state"
 )
@@ -54,4 +55,34 @@ func (tb TokenBucket) Charge(s state.Bucket, exists bool, now, cost, maxDebt flo
 	}
 	next.Tokens = t
 	return next, clamped
+}
+
+// ParseReportedCost parses a cost a response reports (a response header or
+// trailer): a decimal number >= 0 (strconv.ParseFloat syntax, surrounding
+// spaces and tabs trimmed; 0 is a valid report: nothing used). A number
+// above MaxCost, or too large for a float64, reads as MaxCost (Charge then
+// clamps it at the debt limit). It returns false for an empty value,
+// garbage, "inf", "nan", hexadecimal and negative numbers: the caller
+// charges the rule's default cost instead.
+func ParseReportedCost(v string) (float64, bool) {
+	v = trimSpace(v)
+	if v == "" || len(v) > 64 {
+		return 0, false
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if !(c >= '0' && c <= '9' || c == '.' || c == '-' || c == '+' || c == 'e' || c == 'E') {
+			return 0, false
+		}
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	switch {
+	case math.IsInf(f, 1):
+		return MaxCost, true
+	case err != nil || !(f >= 0):
+		return 0, false
+	case f > MaxCost:
+		return MaxCost, true
+	}
+	return f, true
 }

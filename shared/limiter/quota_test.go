@@ -247,3 +247,32 @@ func TestTokenBucketAdmitAndCharge(t *testing.T) {
 		t.Fatalf("an empty bucket admitted: %+v", d)
 	}
 }
+
+// TestParseReportedCost: what a response may report, and what falls back
+// to the default cost.
+func TestParseReportedCost(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want float64
+		ok   bool
+	}{
+		{"1234", 1234, true},
+		{" 0 ", 0, true},
+		{"2.5", 2.5, true},
+		{"1e12", MaxCost, true},
+		{"1e400", MaxCost, true},
+		{"-5", 0, false},
+		{"-0.0001", 0, false},
+		{"", 0, false},
+		{"ten", 0, false},
+		{"inf", 0, false},
+		{"NaN", 0, false},
+		{"0x10", 0, false},
+		{"12 tokens", 0, false},
+	} {
+		got, ok := ParseReportedCost(c.in)
+		if got != c.want || ok != c.ok {
+			t.Errorf("ParseReportedCost(%q) = %v, %v; want %v, %v", c.in, got, ok, c.want, c.ok)
+		}
+	}
+}
