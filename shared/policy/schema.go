@@ -142,7 +142,7 @@ func schemaProperties() map[string]obj {
 				"description": "The most requests (or cost) admitted per calendar period."},
 			"period": obj{"type": "string", "enum": quotaPeriods,
 				"description": "The calendar period: hour, day, week (starting Monday 00:00, ISO 8601) or month, in time_zone; the use resets at its start."},
-			"time_zone": obj{"type": "string", "minLength": 1, "maxLength": 64, "default": "UTC", "examples": []string{"Europe/Berlin", "America/New_York"},
+			"time_zone": obj{"type": "string", "pattern": `^[A-Za-z0-9_+/-]{1,64}$`, "default": "UTC", "examples": []string{"Europe/Berlin", "America/New_York"},
 				"description": "IANA time zone of the calendar (daylight-saving changes included)."},
 			"cost_source":  responseCost("limit"),
 			"fixed_cost":   cost("Cost of every request when cost_source is fixed; <= limit."),
