@@ -351,6 +351,21 @@ func (s *Stream) responseHeaders(endOfStream bool) (StreamResult, error) {
 	return r, nil
 }
 
+// ResponseTrailers delivers the upstream's response trailers
+// (proxy_on_response_trailers), after ResponseHeaders delivered the headers
+// without end of stream. The plugin may read them, not change them.
+func (s *Stream) ResponseTrailers(h []Header) error {
+	vm := s.vm
+	if err := vm.enter(context.Background()); err != nil {
+		return err
+	}
+	defer vm.leave()
+	if s.state != stResponse || s.local != nil || s.hasTrailers {
+		return fmt.Errorf("wasmhost: stream %d: trailers need delivered response headers, no local reply and no trailers yet", s.id)
+	}
+	return s.responseTrailers(h)
+}
+
 // responseTrailers delivers the response trailers
 // (proxy_on_response_trailers, end of stream).
 func (s *Stream) responseTrailers(t []Header) error {
