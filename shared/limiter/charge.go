@@ -65,15 +65,9 @@ func (tb TokenBucket) Charge(s state.Bucket, exists bool, now, cost, maxDebt flo
 // garbage, "inf", "nan", hexadecimal and negative numbers: the caller
 // charges the rule's default cost instead.
 func ParseReportedCost(v string) (float64, bool) {
-	v = trimSpace(v)
-	if v == "" || len(v) > 64 {
+	v, ok := costText(v)
+	if !ok {
 		return 0, false
-	}
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if !(c >= '0' && c <= '9' || c == '.' || c == '-' || c == '+' || c == 'e' || c == 'E') {
-			return 0, false
-		}
 	}
 	f, err := strconv.ParseFloat(v, 64)
 	switch {

@@ -146,35 +146,30 @@ const maxUnix = 253402300799
 
 // Take implements Window; see Quota.
 func (q Quota) Take(w *state.Window, exists bool, now, cost float64) Decision {
-	cost = validCost(cost)
-	_, end := q.rotate(w, exists, &now)
-	limit := max(q.Limit, 0)
-	avail := limit - w.Counts[0]
-	var d Decision
-	if avail+costEpsilon >= cost {
-		w.Counts[0] += cost
-		avail -= cost
-		d.Allowed = true
-	} else {
-		d.Wait = max(finite(end-now), minWait)
-	}
-	d.Remaining = max(avail, 0)
-	if w.Counts[0] > 0 {
-		d.Reset = finite(end - now)
-	}
-	return d
+	return q.decide(w, exists, now, validCost(cost), false)
 }
 
 // Admit is the request phase of a rule charged from the response
-// (ChargeQuota): the request is admitted while the period's use is below
+// (Charge): the request is admitted while the period's use is below
 // Limit, and nothing is counted yet. w is rotated to now like Take.
 func (q Quota) Admit(w *state.Window, exists bool, now float64) Decision {
+	return q.decide(w, exists, now, 0, true)
+}
+
+// decide rotates w to now and admits cost when it fits (admit: when
+// something is left, counting nothing).
+func (q Quota) decide(w *state.Window, exists bool, now, cost float64, admit bool) Decision {
 	_, end := q.rotate(w, exists, &now)
 	avail := max(q.Limit, 0) - w.Counts[0]
 	var d Decision
-	if avail > costEpsilon {
+	switch {
+	case admit && avail > costEpsilon:
 		d.Allowed = true
-	} else {
+	case !admit && avail+costEpsilon >= cost:
+		w.Counts[0] += cost
+		avail -= cost
+		d.Allowed = true
+	default:
 		d.Wait = max(finite(end-now), minWait)
 	}
 	d.Remaining = max(avail, 0)

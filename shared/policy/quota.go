@@ -56,20 +56,8 @@ func (p *parser) quota(path string, v *jvalue) *Quota {
 	f := p.object(path, v, quotaFields)
 	q := &Quota{FixedCost: 1, DefaultCost: 1, TimeZone: "UTC", Location: time.UTC}
 
-	lpath := join(path, "limit")
-	limitOK := false
-	if lv := f["limit"]; lv == nil {
-		p.errorf(lpath, "missing; set the most requests (or cost) admitted per period, a number > 0")
-	} else if x, text, ok := p.number(lpath, lv); ok {
-		switch {
-		case x <= 0:
-			p.errorf(lpath, text, " is not positive; limit is the most requests (or cost) per period and must be > 0")
-		case x > MaxBurst:
-			p.errorf(lpath, text, " is too large; limit must be <= 1e12")
-		default:
-			q.Limit, limitOK = x, true
-		}
-	}
+	var limitOK bool
+	q.Limit, limitOK = p.limit(path, f, "period")
 
 	ppath := join(path, "period")
 	switch pv := f["period"]; {

@@ -79,20 +79,8 @@ func (p *parser) window(path string, v *jvalue, alg string) *Window {
 	f := p.object(path, v, fields)
 	w := &Window{FixedCost: 1, DefaultCost: 1}
 
-	lpath := join(path, "limit")
-	limitOK := false
-	if lv := f["limit"]; lv == nil {
-		p.errorf(lpath, "missing; set the most requests (or cost) admitted per window, a number > 0")
-	} else if x, text, ok := p.number(lpath, lv); ok {
-		switch {
-		case x <= 0:
-			p.errorf(lpath, text, " is not positive; limit is the most requests (or cost) per window and must be > 0")
-		case x > MaxBurst:
-			p.errorf(lpath, text, " is too large; limit must be <= 1e12")
-		default:
-			w.Limit, limitOK = x, true
-		}
-	}
+	var limitOK bool
+	w.Limit, limitOK = p.limit(path, f, "window")
 
 	wpath := join(path, "window_seconds")
 	windowOK := false
@@ -127,6 +115,28 @@ func (p *parser) window(path string, v *jvalue, alg string) *Window {
 		return nil
 	}
 	return w
+}
+
+// limit reads the "limit" of a window or quota (per names the unit: "window",
+// "period"): a number > 0 and <= MaxBurst.
+func (p *parser) limit(path string, f map[string]*jvalue, per string) (float64, bool) {
+	lpath := join(path, "limit")
+	lv := f["limit"]
+	if lv == nil {
+		p.errorf(lpath, "missing; set the most requests (or cost) admitted per ", per, ", a number > 0")
+		return 0, false
+	}
+	x, text, ok := p.number(lpath, lv)
+	switch {
+	case !ok:
+	case x <= 0:
+		p.errorf(lpath, text, " is not positive; limit is the most requests (or cost) per ", per, " and must be > 0")
+	case x > MaxBurst:
+		p.errorf(lpath, text, " is too large; limit must be <= 1e12")
+	default:
+		return x, true
+	}
+	return 0, false
 }
 
 // rollingPeriod reads rolling_window's period_seconds: it must divide
