@@ -276,3 +276,30 @@ func TestParseReportedCost(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkQuotaVsFixedWindow decides one identity's requests 1 ms apart
+// with a monthly Berlin quota (bounds cached) and with a fixed window: the
+// algorithms alone, without the filter around them. Without the cache
+// ("uncached") every request computes the calendar bounds.
+func BenchmarkQuotaVsFixedWindow(b *testing.B) {
+	now := at(b, time.UTC, "2026-10-20 12:00:00")
+	for _, c := range []struct {
+		name string
+		l    Window
+	}{
+		{"fixed_window", FixedWindow{Limit: 1e12, Window: 3600}},
+		{"quota", NewQuota(1e12, PeriodMonth, mustZone(b, "Europe/Berlin"))},
+		{"quota-uncached", Quota{Limit: 1e12, Period: PeriodMonth, Location: mustZone(b, "Europe/Berlin")}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var w state.Window
+			exists := false
+			for i := 0; i < b.N; i++ {
+				if d := c.l.Take(&w, exists, now+float64(i)/1000, 1); !d.Allowed {
+					b.Fatal("refused")
+				}
+				exists = true
+			}
+		})
+	}
+}
