@@ -166,8 +166,8 @@ func (p *pluginContext) charge(h *httpContext, c *pendingCharge, cost float64) {
 	}
 	a.key = bytesView(a.keyBuf)
 	a.identity = a.key[len(r.keyPrefix):]
-	a.fp, a.group, a.cost = c.fp, c.group, cost
 	now := nowSeconds()
+	a.fp, a.group, a.cost, a.now = c.fp, c.group, cost, now
 	for attempt := 1; ; attempt++ {
 		corrupt, err := p.load(a, now)
 		if corrupt {
