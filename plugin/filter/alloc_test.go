@@ -73,6 +73,27 @@ func TestRequestPathLeavesTheCollectorIdle(t *testing.T) {
 	for i := range fresh {
 		fresh[i] = rq("@ip", "10."+strconv.Itoa(i>>16)+"."+strconv.Itoa(i>>8&255)+"."+strconv.Itoa(i&255)+":443")
 	}
+	// Responses reporting their cost in a header or a trailer (charged in
+	// the response phase), or not at all (default_cost).
+	charged := make([]*wasmhost.Request, 50)
+	for i := range charged {
+		r := *keys[i]
+		switch i % 3 {
+		case 0:
+			r.ResponseHeaders = []wasmhost.Header{{":status", "200"}, {"x-tokens-used", strconv.Itoa(i)}}
+		case 1:
+			r.ResponseTrailers = []wasmhost.Header{{"x-tokens-used", strconv.Itoa(i)}}
+		}
+		charged[i] = &r
+	}
+	const quotaRule = `{"rules": [
+	  {"name": "monthly", "limit_keys": ["header:x-api-key"], "algorithm": "quota",
+	   "algorithm_config": {"limit": 1e12, "period": "month", "time_zone": "Europe/Berlin"}}]}`
+	const chargedRules = `{"policies": [
+	  {"name": "a", "rules": [{"name": "tokens", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
+	   "algorithm_config": {"rps": 1e9, "burst": 1e12, "cost_source": "response_header:x-tokens-used"}}]},
+	  {"name": "b", "rules": [{"name": "daily", "limit_keys": ["header:x-api-key"], "algorithm": "quota",
+	   "algorithm_config": {"limit": 1e12, "period": "day", "cost_source": "response_trailer:x-tokens-used"}}]}]}`
 	slots := func(rate string) string {
 		return `{"rules": [{"name": "per-ip", "max_keys": 64, "limit_keys": ["ip:address"], "algorithm": "token_bucket",
 		  "algorithm_config": {"rps": ` + rate + `, "burst": 1e9}}]}`
@@ -113,6 +134,8 @@ func TestRequestPathLeavesTheCollectorIdle(t *testing.T) {
 		{"client address", ipRule, ips, false},
 		{"exact storage", exactRule, keys, false},
 		{"sliding window", windowRule, keys, false},
+		{"calendar quota", quotaRule, keys, false},
+		{"costs charged from the response", chargedRules, charged, false},
 		{"rejected", `{"rules": [{"name": "deny", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket", "algorithm_config": {"rps": 1e-9, "burst": 0.5}}]}`, keys, true},
 		{"jwt", `{"rules": [{"name": "plan", "limit_keys": ["jwt:sub"], "match": {"jwt:plan": "pro"}, "algorithm": "token_bucket", "algorithm_config": {"rps": 1e9, "burst": 1e9}}]}`, jwts, false},
 		{"new identities, idle slots reused", slots("1e9"), fresh, false},

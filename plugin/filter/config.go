@@ -33,6 +33,7 @@ type compiledConfig struct {
 	trustedHops     int
 	anyShadow       bool // some rule is in shadow mode
 	anyDelay        bool // some rule has max_delay_ms (delay.go)
+	anyRespCost     bool // some rule's cost comes from the response (charge.go)
 
 	telemetry *policy.Telemetry // nil: no reports (telemetry.go)
 	hash      string            // config_hash of the configuration bytes
@@ -51,9 +52,21 @@ type compiledRule struct {
 	// win is the rule's windowed algorithm (window.go), nil for
 	// token_bucket: its state is a state.Window under keyPrefix "fw:",
 	// "sw:" or "rw:" instead of a state.Bucket under "tb:".
-	win       limiter.Window
-	algorithm string // policy.Algorithm*, for telemetry
-	reason    string // X-RateLimit-Reason: "<algorithm>_exceeded"
+	win limiter.Window
+	// quota is the rule's calendar quota (window.go), also in win; its
+	// zero value for other algorithms.
+	quota limiter.Quota
+	// exactRetry: Retry-After is the wait itself, without jitter (quotas).
+	exactRetry bool
+	// Response-charged rules (charge.go): the cost comes from the response
+	// header (or trailer, respTrailer) respName, charged down to -maxDebt.
+	respCost    bool
+	respTrailer bool
+	respName    string
+	maxDebt     float64
+	cm          chargeMetrics
+	algorithm   string // policy.Algorithm*, for telemetry
+	reason      string // X-RateLimit-Reason: "<algorithm>_exceeded"
 
 	costKind    policy.CostKind
 	costSrc     sourceRef // for header/query costs
@@ -126,6 +139,7 @@ func compile(c *policy.Config, vm *vmContext) *compiledConfig {
 			cc.byName[r.name] = r
 			cc.anyShadow = cc.anyShadow || r.shadow
 			cc.anyDelay = cc.anyDelay || r.tb.MaxDelay > 0
+			cc.anyRespCost = cc.anyRespCost || r.respCost
 		}
 		cc.policies = append(cc.policies, rules)
 	}
@@ -175,6 +189,12 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 	if cr.win == nil {
 		cc.compileRuleFleet(cr, r, vm) // fleet.go
 	}
+	switch {
+	case r.Quota != nil:
+		cr.compileCharge(costSrc, r.Quota.MaxDebt, vm) // charge.go
+	case r.Window == nil && r.TokenBucket != nil:
+		cr.compileCharge(costSrc, r.TokenBucket.MaxDebt, vm) // charge.go
+	}
 	cr.compileOverrides(r, vm) // actions.go
 	return cr
 }
@@ -183,8 +203,12 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 // from r: the rule itself, or a copy of it carrying an override's limits.
 func (cr *compiledRule) compileLimits(r *policy.Rule) {
 	cr.tb, cr.win = request.RuleLimiter(r)
+	if q, ok := cr.win.(limiter.Quota); ok {
+		cr.quota = q // its bounds cache is this VM's: one callback at a time
+	}
 	f := request.RuleFields(r)
 	cr.limitHdr, cr.policyHdr, cr.reason, cr.rlPrefix = f.Limit, f.Policy, f.Reason, f.RatePrefix
+	cr.exactRetry = f.ExactRetry
 }
 
 // ref resolves a key source to a cache slot, assigning one index per
@@ -230,8 +254,11 @@ func (r *compiledRule) matches(rs *requestSources) bool {
 // default cost when that value is absent, not a number, not positive, NaN,
 // infinite or absurdly large.
 func (r *compiledRule) cost(rs *requestSources) float64 {
-	if r.costKind == policy.CostFixed {
+	switch r.costKind {
+	case policy.CostFixed:
 		return r.fixedCost
+	case policy.CostResponseHeader, policy.CostResponseTrailer:
+		return 0 // charged from the response (charge.go)
 	}
 	if v, ok := rs.get(r.costSrc); ok {
 		if c, ok := limiter.ParseCost(v); ok {

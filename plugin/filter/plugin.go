@@ -85,6 +85,8 @@ type pluginContext struct {
 	hdrBuf  []byte
 	shadow  []byte
 	free    []*httpContext // recycled HTTP contexts
+	// chargeApp is the scratch of a response-phase charge (charge.go).
+	chargeApp application
 }
 
 // OnPluginStart is proxy_on_configure: parse and validate the plugin
@@ -156,7 +158,7 @@ func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
 	if n := len(p.free); n > 0 {
 		h := p.free[n-1]
 		p.free = p.free[:n-1]
-		*h = httpContext{p: p, id: contextID}
+		*h = httpContext{p: p, id: contextID, charges: h.charges[:0], chargeKeys: h.chargeKeys[:0]}
 		return h
 	}
 	return &httpContext{p: p, id: contextID}
@@ -173,9 +175,13 @@ func (h *httpContext) OnHttpStreamDone() {
 	if h.hold.held { // reset while held (delay.go): leave the queue, refund
 		h.p.cancelHold(h)
 	}
-	h.p.vm.fleetForget(h) // fleet.go: no longer waits for a lease
+	h.p.vm.fleetForget(h)   // fleet.go: no longer waits for a lease
+	if len(h.charges) > 0 { // charge.go: the response never reported these
+		h.chargeRemaining()
+	}
 	if p := h.p; len(p.free) < maxFreeContexts {
-		*h = httpContext{p: p}
+		clear(h.charges) // do not retain rules of an old configuration
+		*h = httpContext{p: p, charges: h.charges[:0], chargeKeys: h.chargeKeys[:0]}
 		p.free = append(p.free, h)
 	}
 }
@@ -193,6 +199,11 @@ type httpContext struct {
 	fleetWaits   int  // asks in flight this request waits for
 	fleetFetched bool // it waited once: decide again without fetching
 	fleetDone    bool // the stream ended while waiting
+
+	// Response-charged rules that admitted the request (charge.go), and
+	// their bucket keys; both kept when the context is recycled.
+	charges    []pendingCharge
+	chargeKeys []byte
 }
 
 func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
@@ -213,6 +224,9 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 }
 
 func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
+	if len(h.charges) > 0 && !h.local {
+		h.chargeResponse(false) // charge.go: costs in response headers
+	}
 	// Envoy runs this callback for our own local reply too: its headers are
 	// already final, leave them alone. (These checks cannot panic; the
 	// recover is paid only when there is work.)
@@ -220,6 +234,15 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 		return types.ActionContinue
 	}
 	h.setResponseHeaders()
+	return types.ActionContinue
+}
+
+// OnHttpResponseTrailers charges the costs reported in response trailers
+// (charge.go).
+func (h *httpContext) OnHttpResponseTrailers(int) types.Action {
+	if len(h.charges) > 0 && !h.local {
+		h.chargeResponse(true)
+	}
 	return types.ActionContinue
 }
 
@@ -433,6 +456,9 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 			resetF:    best.dec.Reset,
 		}
 	}
+	if cfg.anyRespCost {
+		h.addCharges(apps) // charge.go
+	}
 	p.markShadow(anyShadow)
 	if wait > 0 {
 		return p.hold(h, apps, wait)
@@ -536,6 +562,9 @@ func (p *pluginContext) commit(a *application, now float64) commitResult {
 	if a.rule.fleet != nil {
 		return p.fleetCommit(a, now) // fleet.go
 	}
+	if a.rule.respCost {
+		return commitOK // admitted, nothing taken: the response is charged (charge.go)
+	}
 	for attempt := 1; ; attempt++ {
 		err := p.store(a)
 		if err == nil {
@@ -589,6 +618,9 @@ func (p *pluginContext) refundCommitted(apps []application) {
 			continue
 		}
 		a.committed = false
+		if a.rule.respCost {
+			continue // admitted without taking anything (charge.go)
+		}
 		if !p.refund(a) {
 			p.vm.globals().refundFailed.inc()
 			p.vm.logLimited(logRefund, "sluice: rule "+a.rule.name+": could not refund a rejected request's tokens")

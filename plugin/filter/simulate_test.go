@@ -17,7 +17,8 @@ import (
 // simulatorPolicy has exempt and deny rules (one in shadow mode) matched
 // by regex, CIDR, "in" and suffix conditions, tiers keyed on an API key
 // (one key with an override), a per-address fallback, a JWT-keyed rule
-// with a cost header, a shadow window and an enforced sliding window, so
+// with a cost header, a daily calendar quota, a shadow window and an
+// enforced sliding window, so
 // the simulator and the filter are compared on every path of a decision:
 // no rule, first match, key missing, exempt, deny, shadow deny, override,
 // allowed with fields, enforce rejection, shadow rejection.
@@ -42,6 +43,10 @@ const simulatorPolicy = `{
     {"name": "reports", "rules": [
       {"name": "report-users", "match": {"path_prefix": "/reports"}, "limit_keys": ["jwt:sub"],
        "algorithm": "token_bucket", "algorithm_config": {"tokens_per_second": 1, "burst": 5, "cost_source": "header:x-cost"}}
+    ]},
+    {"name": "daily", "rules": [
+      {"name": "reports-quota", "match": {"path_prefix": "/reports"}, "limit_keys": ["jwt:sub"],
+       "algorithm": "quota", "algorithm_config": {"limit": 8, "period": "day", "time_zone": "Europe/Berlin"}}
     ]},
     {"name": "search", "rules": [
       {"name": "search-shadow", "mode": "shadow", "match": {"path_prefix": "/search"}, "limit_keys": ["ip:address"],
@@ -147,7 +152,7 @@ func TestSimulatorDecidesLikeTheCompiledFilter(t *testing.T) {
 		return s, ok
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	rejected, shadowed, allowed, denied := 0, 0, 0, 0
+	rejected, shadowed, allowed, denied, quota := 0, 0, 0, 0, 0
 	for i := 0; i < 400; i++ {
 		f.clock.Advance(time.Duration(rng.IntN(700)) * time.Millisecond)
 		req := randomRequest(rng)
@@ -163,6 +168,9 @@ func TestSimulatorDecidesLikeTheCompiledFilter(t *testing.T) {
 			rejected++
 			if got.Local.Status == 451 {
 				denied++
+			}
+			if sim.Rule == "reports-quota" {
+				quota++
 			}
 			if got.Local.Status != sim.Status || string(got.Local.Body) != sim.Body {
 				t.Fatalf("%s: filter %d %s, simulator %d %s", where, got.Local.Status, got.Local.Body, sim.Status, sim.Body)
@@ -191,8 +199,8 @@ func TestSimulatorDecidesLikeTheCompiledFilter(t *testing.T) {
 			states[key{s.Rule, s.Identity}] = s.State
 		}
 	}
-	if rejected < 20 || allowed < 20 || shadowed < 5 || denied < 3 {
-		t.Fatalf("the sequence exercised too little: %d rejected (%d denied), %d allowed, %d shadow-marked", rejected, denied, allowed, shadowed)
+	if rejected < 20 || allowed < 20 || shadowed < 5 || denied < 3 || quota < 3 {
+		t.Fatalf("the sequence exercised too little: %d rejected (%d denied, %d by the quota), %d allowed, %d shadow-marked", rejected, denied, quota, allowed, shadowed)
 	}
 }
 

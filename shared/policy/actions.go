@@ -100,6 +100,9 @@ func (p *parser) overrides(path string, v *jvalue, r *Rule, cfg *jvalue) []Overr
 	case r.Global:
 		p.errorf(path, `cannot be used with "scope": "global" (the rate limit service keeps one limit per global rule)`)
 		return nil
+	case r.Quota != nil:
+		p.errorf(path, `cannot be used with a "quota" rule; give the identities with a quota of their own a quota rule of their own before this one (match on their key with {"in": [...]})`)
+		return nil
 	case cfg == nil || (r.TokenBucket == nil && r.Window == nil):
 		return nil // the rule's algorithm_config is missing or invalid: reported already
 	}

@@ -75,7 +75,12 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 					FixedCost:       tb.FixedCost,
 					DefaultCost:     tb.DefaultCost,
 					MaxDelayMS:      tb.MaxDelayMS,
+					MaxDebt:         debtOf(tb.Cost, tb.MaxDebt),
 				}
+			}
+			if q := r.Quota; q != nil {
+				nr.Config = &normQuota{Limit: q.Limit, Period: q.Period, TimeZone: q.TimeZone, CostSource: q.Cost.String(),
+					FixedCost: q.FixedCost, DefaultCost: q.DefaultCost, MaxDebt: debtOf(q.Cost, q.MaxDebt)}
 			}
 			if w := r.Window; w != nil {
 				nr.Config = normalizeWindow(r.Algorithm, w)
@@ -137,7 +142,7 @@ type normRule struct {
 	LimitKeys  []string       `json:"limit_keys,omitempty"`
 	Match      map[string]any `json:"match,omitempty"` // encoding/json sorts map keys
 	Algorithm  string         `json:"algorithm,omitempty"`
-	Config     any            `json:"algorithm_config,omitempty"` // *normTokenBucket or *normWindow
+	Config     any            `json:"algorithm_config,omitempty"` // *normTokenBucket, *normWindow or *normQuota
 	Mode       Mode           `json:"mode"`
 	MaxKeys    *int           `json:"max_keys,omitempty"` // limit rules only
 	Overrides  []normOverride `json:"overrides,omitempty"`
@@ -157,6 +162,27 @@ type normTokenBucket struct {
 	// Written only when set, so that configurations without delays
 	// normalize as before.
 	MaxDelayMS int `json:"max_delay_ms,omitempty"`
+	// Written only with a response cost source.
+	MaxDebt *float64 `json:"max_debt,omitempty"`
+}
+
+type normQuota struct {
+	Limit       float64  `json:"limit"`
+	Period      string   `json:"period"`
+	TimeZone    string   `json:"time_zone"`
+	CostSource  string   `json:"cost_source"`
+	FixedCost   float64  `json:"fixed_cost"`
+	DefaultCost float64  `json:"default_cost"`
+	MaxDebt     *float64 `json:"max_debt,omitempty"` // with a response cost source only
+}
+
+// debtOf is max_debt as normalized: written (even 0) exactly when the cost
+// comes from the response.
+func debtOf(cs CostSource, debt float64) *float64 {
+	if !cs.FromResponse() {
+		return nil
+	}
+	return &debt
 }
 
 type normWindow struct {

@@ -47,8 +47,8 @@ var (
 	policyFields      = []string{"name", "rules"}
 	ruleFields        = []string{"name", "limit_keys", "match", "algorithm", "algorithm_config", "mode", "max_keys", "telemetry_identity", "scope", "action", "deny_status", "overrides"}
 	telemetryFields   = []string{"cluster", "authority", "path", "interval_ms", "token", "token_env", "top_n", "timeout_ms"}
-	tokenBucketFields = []string{"tokens_per_second", "rps", "burst", "cost_source", "fixed_cost", "default_cost", "max_delay_ms"}
-	algorithms        = []string{AlgorithmTokenBucket, AlgorithmFixedWindow, AlgorithmSlidingWindow, AlgorithmRollingWindow}
+	tokenBucketFields = []string{"tokens_per_second", "rps", "burst", "cost_source", "fixed_cost", "default_cost", "max_delay_ms", "max_debt"}
+	algorithms        = []string{AlgorithmTokenBucket, AlgorithmFixedWindow, AlgorithmSlidingWindow, AlgorithmRollingWindow, AlgorithmQuota}
 )
 
 // MaxCost bounds fixed_cost and default_cost (and, in the filter, a cost read
@@ -282,6 +282,13 @@ func (p *parser) rule(path string, v *jvalue, policy string, mode Mode) (Rule, b
 		} else {
 			r.Window = p.window(cfgPath, cv, av.s)
 		}
+	case av.s == AlgorithmQuota: // quota.go
+		r.Algorithm = AlgorithmQuota
+		if cv == nil {
+			p.errorf(cfgPath, "missing; quota needs at least ", quotaExample)
+		} else {
+			r.Quota = p.quota(cfgPath, cv)
+		}
 	default:
 		p.errorf(algPath, "unknown algorithm ", quoteShort(av.s), "; use one of: ", quoteList(algorithms))
 	}
@@ -373,23 +380,18 @@ func (p *parser) tokenBucket(path string, v *jvalue) *TokenBucket {
 		}
 	}
 
-	if cv := f["cost_source"]; cv != nil {
-		cpath := join(path, "cost_source")
-		if cv.kind != jString {
-			p.errorf(cpath, `must be a string: "fixed", "header:<name>" or "query:<name>"; got `, cv.kind.String())
-		} else if cs, msg := parseCostSource(cv.s); msg != "" {
-			p.errorf(cpath, msg)
-		} else {
-			tb.Cost = cs
-		}
-	}
+	p.costSource(path, f, &tb.Cost, true) // quota.go
 	p.costFields(path, f, &tb.FixedCost, &tb.DefaultCost, costCap{
 		ok: burstOK, max: tb.Burst, name: "burst", unit: " tokens", holds: "the bucket holds"})
+	tb.MaxDebt = p.maxDebt(path, f, tb.Cost, burstOK, tb.Burst, "bucket")
 	if dv := f["max_delay_ms"]; dv != nil {
 		if ms, ok := p.integer(join(path, "max_delay_ms"), dv, 0, MaxDelayMS, "an integer from 0 (no delay, the default) to "+
 			strconv.Itoa(MaxDelayMS)+": the longest a request may be held waiting for its tokens, in milliseconds"); ok {
 			tb.MaxDelayMS = ms
 		}
+	}
+	if tb.MaxDelayMS > 0 && tb.Cost.FromResponse() {
+		p.errorf(join(path, "max_delay_ms"), "delayed admission needs the cost before the request proceeds; it cannot be combined with a response cost_source")
 	}
 	if len(p.errs) != before {
 		return nil
@@ -626,7 +628,18 @@ func parseCostSource(s string) (CostSource, string) {
 	case msg != "" && (strings.HasPrefix(s, "header:") || strings.HasPrefix(s, "query:")):
 		return CostSource{}, msg
 	}
-	return CostSource{}, quoteShort(s) + ` is not a cost source; use "fixed", "header:<name>" or "query:<name>"`
+	for _, rk := range []struct {
+		prefix string
+		kind   CostKind
+	}{{"response_header:", CostResponseHeader}, {"response_trailer:", CostResponseTrailer}} {
+		if name, ok := strings.CutPrefix(s, rk.prefix); ok {
+			if m := checkHeaderName(name); m != "" {
+				return CostSource{}, quoteShort(s) + " has an invalid header name: " + m
+			}
+			return CostSource{Kind: rk.kind, Name: strings.ToLower(name)}, ""
+		}
+	}
+	return CostSource{}, quoteShort(s) + ` is not a cost source; use "fixed", "header:<name>", "query:<name>", "response_header:<name>" or "response_trailer:<name>"`
 }
 
 // Path helpers.

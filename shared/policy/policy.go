@@ -113,6 +113,7 @@ type Rule struct {
 	Algorithm   string       // one of the Algorithm* names
 	TokenBucket *TokenBucket // set when Algorithm == "token_bucket"
 	Window      *Window      // set when Algorithm is fixed_window, sliding_window or rolling_window
+	Quota       *Quota       // set when Algorithm is "quota" (quota.go)
 	Mode        Mode         // effective mode (rule's, else config's)
 	// MaxKeys is "max_keys": the most identities whose buckets (or windows)
 	// The rule keeps at once, four to a shared-data key (so at most
@@ -191,6 +192,10 @@ type TokenBucket struct {
 	// many milliseconds for its tokens reserves them and is paused until
 	// then instead of being rejected. 0 (the default) turns it off.
 	MaxDelayMS int
+	// MaxDebt is "max_debt" with a response cost source: how far below
+	// empty a response's cost may take the bucket (default Burst). 0
+	// otherwise.
+	MaxDebt float64
 }
 
 // CostKind is where a request's cost comes from.
@@ -200,7 +205,18 @@ const (
 	CostFixed  CostKind = iota // every request costs FixedCost
 	CostHeader                 // the value of header Name, else DefaultCost
 	CostQuery                  // the value of query parameter Name, else DefaultCost
+	// CostResponseHeader and CostResponseTrailer: the cost is read from
+	// the response (header or trailer Name) and charged when it arrives;
+	// the request is admitted while the bucket or quota has something left,
+	// and a response that reports none is charged DefaultCost.
+	CostResponseHeader
+	CostResponseTrailer
 )
+
+// FromResponse reports whether the cost is read from the response.
+func (c CostSource) FromResponse() bool {
+	return c.Kind == CostResponseHeader || c.Kind == CostResponseTrailer
+}
 
 // CostSource is a parsed "cost_source".
 type CostSource struct {
@@ -215,6 +231,10 @@ func (c CostSource) String() string {
 		return "header:" + c.Name
 	case CostQuery:
 		return "query:" + c.Name
+	case CostResponseHeader:
+		return "response_header:" + c.Name
+	case CostResponseTrailer:
+		return "response_trailer:" + c.Name
 	}
 	return "fixed"
 }

@@ -42,6 +42,9 @@ const (
 	keySourcePattern = `^(ip:address|path|method|host|header:` + headerNameRe + `|query:` + queryNameRe + `|jwt:` + claimNameRe + `)$`
 	matchKeyPattern  = `^(path_prefix|ip:address|path|method|host|header:` + headerNameRe + `|query:` + queryNameRe + `|jwt:` + claimNameRe + `)$`
 	costPattern      = `^(fixed|header:` + headerNameRe + `|query:` + queryNameRe + `)$`
+	// responseCostPattern: token_bucket and quota also read a cost from
+	// the response (quota.go).
+	responseCostPattern = `^(fixed|header:` + headerNameRe + `|query:` + queryNameRe + `|response_header:` + headerNameRe + `|response_trailer:` + headerNameRe + `)$`
 )
 
 // schemaProperties lists, per object of the configuration, the properties
@@ -54,6 +57,14 @@ func schemaProperties() map[string]obj {
 	}
 	cost := func(desc string) obj {
 		return obj{"type": "number", "exclusiveMinimum": 0, "maximum": MaxCost, "default": 1, "description": desc}
+	}
+	responseCost := func(capacity string) obj {
+		return obj{"type": "string", "pattern": responseCostPattern, "default": "fixed",
+			"description": `Where a request's cost comes from: "fixed", "header:<name>", "query:<name>", or the response: "response_header:<name>", "response_trailer:<name>" (admitted while the ` + capacity + ` is not used up, charged when the response arrives).`}
+	}
+	maxDebt := func(capacity string) obj {
+		return obj{"type": "number", "minimum": 0, "maximum": MaxBurst,
+			"description": "With a response cost_source only: how far beyond the " + capacity + " a reported cost may go (default the " + capacity + "); later requests are refused until it is paid back."}
 	}
 	return map[string]obj{
 		"config": {
@@ -112,7 +123,7 @@ func schemaProperties() map[string]obj {
 			"overrides": obj{"type": "array", "items": obj{"$ref": "#/$defs/override"},
 				"description": "Per-identity limits of a limit rule: the identity key (limit_keys values joined by |) gets these limits instead of the rule's; unique keys, looked up in a hash table."},
 			"algorithm_config": obj{"type": "object",
-				"description": "The algorithm's parameters: tokenBucket, window (fixed_window, sliding_window) or rollingWindow, chosen by algorithm."},
+				"description": "The algorithm's parameters: tokenBucket, window (fixed_window, sliding_window), rollingWindow or quota, chosen by algorithm."},
 			"mode": withDesc(modeSchema, "This rule's mode; overrides the top-level mode.", nil),
 			"max_keys": obj{"type": "integer", "minimum": 0, "maximum": MaxMaxKeys, "default": DefaultMaxKeys,
 				"description": "The most identities (distinct limit-key values) whose buckets the rule keeps at once, four to a shared-data key; 0 for one key per identity, without bound."},
@@ -126,12 +137,24 @@ func schemaProperties() map[string]obj {
 			"rps":               rate("Alias of tokens_per_second."),
 			"burst": obj{"type": "number", "exclusiveMinimum": 0, "maximum": MaxBurst,
 				"description": "Bucket capacity; must be >= tokens_per_second."},
-			"cost_source": obj{"type": "string", "pattern": costPattern, "default": "fixed",
-				"description": `Where a request's cost comes from: "fixed", "header:<name>" or "query:<name>".`},
+			"cost_source":  responseCost("burst"),
 			"fixed_cost":   cost("Cost of every request when cost_source is fixed; <= burst."),
 			"default_cost": cost("Cost when the cost header or query value is absent or unusable; <= burst."),
 			"max_delay_ms": obj{"type": "integer", "minimum": 0, "maximum": MaxDelayMS, "default": 0,
 				"description": "Delayed admission: a request that would wait at most this many milliseconds for its tokens reserves them and is held until then instead of rejected; 0 = off."},
+			"max_debt": maxDebt("burst"),
+		},
+		"quota": {
+			"limit": obj{"type": "number", "exclusiveMinimum": 0, "maximum": MaxBurst,
+				"description": "The most requests (or cost) admitted per calendar period."},
+			"period": obj{"type": "string", "enum": quotaPeriods,
+				"description": "The calendar period: hour, day, week (starting Monday 00:00, ISO 8601) or month, in time_zone; the use resets at its start."},
+			"time_zone": obj{"type": "string", "pattern": `^[A-Za-z0-9_+/-]{1,64}$`, "default": "UTC", "examples": []string{"Europe/Berlin", "America/New_York"},
+				"description": "IANA time zone of the calendar (daylight-saving changes included)."},
+			"cost_source":  responseCost("limit"),
+			"fixed_cost":   cost("Cost of every request when cost_source is fixed; <= limit."),
+			"default_cost": cost("Cost when the cost value is absent or unusable (or the response reports none); <= limit."),
+			"max_debt":     maxDebt("limit"),
 		},
 		"window":        windowProperties(false, cost),
 		"rollingWindow": windowProperties(true, cost),
@@ -219,6 +242,7 @@ func schemaDoc() obj {
 						algorithmAlternative("tokenBucket", AlgorithmTokenBucket),
 						algorithmAlternative("window", AlgorithmFixedWindow, AlgorithmSlidingWindow),
 						algorithmAlternative("rollingWindow", AlgorithmRollingWindow),
+						algorithmAlternative("quota", AlgorithmQuota),
 					}},
 				actionAlternative(ActionExempt),
 				actionAlternative(ActionDeny),
@@ -235,6 +259,7 @@ func schemaDoc() obj {
 		}),
 		"window":        closed("window", []string{"limit", "window_seconds"}, nil),
 		"rollingWindow": closed("rollingWindow", []string{"limit", "window_seconds", "period_seconds"}, nil),
+		"quota":         closed("quota", []string{"limit", "period"}, nil),
 		"keySource": obj{"type": "string", "pattern": keySourcePattern,
 			"description": `"ip:address", "header:<name>", "query:<name>", "jwt:<claim>", "path", "method" or "host".`,
 			"examples":    []string{"ip:address", "header:x-api-key", "jwt:sub", "query:api_key", "path", "method", "host"}},
@@ -252,6 +277,7 @@ func schemaObjects() map[string][]string {
 		"tokenBucket":   tokenBucketFields,
 		"window":        windowFields,
 		"rollingWindow": rollingWindowFields,
+		"quota":         quotaFields,
 		"telemetry":     telemetryFields,
 		"fleet":         fleetFields,
 		"override":      overrideFields,

@@ -120,6 +120,12 @@ type RuleResult struct {
 	// Overridden: the identity has an entry in the rule's overrides, whose
 	// limits decided instead of the rule's.
 	Overridden bool
+	// ChargedLater: the rule's cost comes from the response
+	// (response_header: or response_trailer:). The request is admitted while
+	// the bucket (or quota) is not in debt and nothing is taken now; the
+	// filter charges the reported cost when the response arrives, so Cost
+	// is only the default_cost charged when the response reports none.
+	ChargedLater bool
 
 	rule     *policy.Rule
 	fields   request.Fields
@@ -235,6 +241,7 @@ func (rr *RuleResult) decide(src *sources, opt Options) {
 	rr.fields = request.RuleFields(r)
 	costSrc, fixed, def := request.RuleCost(r)
 	rr.Cost = fixed
+	rr.ChargedLater = costSrc.FromResponse()
 	if costSrc.Kind != policy.CostFixed {
 		rr.Cost = def
 		kind := policy.SourceHeader
@@ -256,6 +263,11 @@ func (rr *RuleResult) decide(src *sources, opt Options) {
 		w := st.Window
 		probe := w
 		rr.Level = win.Take(&probe, rr.Known, opt.Now, 0).Remaining // a copy: nothing taken
+		if q, ok := win.(limiter.Quota); ok && rr.ChargedLater {
+			rr.Decision = q.Admit(&w, rr.Known, opt.Now)
+			rr.Next = st // the charge comes with the response
+			return
+		}
 		rr.Decision = win.Take(&w, rr.Known, opt.Now, rr.Cost)
 		rr.Next = State{Window: w}
 		if !rr.Decision.Allowed {
@@ -267,6 +279,11 @@ func (rr *RuleResult) decide(src *sources, opt Options) {
 		rr.Level = tb.Level(st.Bucket, opt.Now)
 	} else {
 		rr.Level = tb.Burst
+	}
+	if rr.ChargedLater {
+		_, rr.Decision = tb.Admit(st.Bucket, rr.Known, opt.Now)
+		rr.Next = st // the charge comes with the response
+		return
 	}
 	next, dec := tb.Take(st.Bucket, rr.Known, opt.Now, rr.Cost)
 	rr.Decision = dec
@@ -347,6 +364,9 @@ func (res *Result) reject(cfg *policy.Config, a *RuleResult) {
 	}
 	res.Rule = a.Name
 	retry, t := request.RejectTimes(a.Decision.Wait, a.composed)
+	if a.fields.ExactRetry {
+		retry = t // a quota: the time to the reset, without jitter
+	}
 	rs, ts := strconv.FormatInt(retry, 10), strconv.FormatInt(t, 10)
 	f := a.fields
 	res.Headers = [][2]string{
