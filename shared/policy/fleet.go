@@ -166,18 +166,47 @@ func (p *parser) scope(path string, v *jvalue) bool {
 	return false
 }
 
-// checkScopeAlgorithm: global rules support token_bucket only for now, and
-// not delayed admission: a held request would have to wait for a lease and
-// for its turn, and the fleet's error bound does not cover reservations.
+// checkScopeAlgorithm: global rules support token_bucket, fixed_window and
+// quota. Not sliding_window nor rolling_window (their estimate spans two or
+// more windows, which the rate limit service does not count), not delayed
+// admission (a held request would wait for a lease and for its turn), and
+// not costs read from the response (they are known after the lease was
+// spent). Global windows and quotas count whole requests: limit >= 1.
 func (p *parser) checkScopeAlgorithm(path string, r *Rule) {
-	if r.Global && r.Algorithm != "" && r.Algorithm != AlgorithmTokenBucket {
-		p.errorf(join(path, "scope"), `"global" supports only the token_bucket algorithm, not `, quoteShort(r.Algorithm))
+	if !r.Global {
+		return
 	}
-	if r.Global && r.TokenBucket != nil && r.TokenBucket.Cost.FromResponse() {
-		p.errorf(join(join(path, "algorithm_config"), "cost_source"), `a cost read from the response is not supported on a "global" rule; use a request cost source or make the rule "local"`)
+	cfgPath := join(path, "algorithm_config")
+	switch r.Algorithm {
+	case "", AlgorithmTokenBucket, AlgorithmFixedWindow, AlgorithmQuota:
+	default:
+		p.errorf(join(path, "scope"), `"global" supports the token_bucket, fixed_window and quota algorithms, not `, quoteShort(r.Algorithm),
+			`; use fixed_window, or make the rule "local"`)
 	}
-	if r.Global && r.TokenBucket != nil && r.TokenBucket.MaxDelayMS > 0 {
-		p.errorf(join(join(path, "algorithm_config"), "max_delay_ms"), `delayed admission is not supported on a "global" rule; remove max_delay_ms or make the rule "local"`)
+	var cost CostSource
+	switch {
+	case r.TokenBucket != nil:
+		cost = r.TokenBucket.Cost
+		if r.TokenBucket.MaxDelayMS > 0 {
+			p.errorf(join(cfgPath, "max_delay_ms"), `delayed admission is not supported on a "global" rule; remove max_delay_ms or make the rule "local"`)
+		}
+	case r.Window != nil:
+		cost = r.Window.Cost
+		p.checkGlobalCount(join(cfgPath, "limit"), r.Window.Limit)
+	case r.Quota != nil:
+		cost = r.Quota.Cost
+		p.checkGlobalCount(join(cfgPath, "limit"), r.Quota.Limit)
+	}
+	if cost.FromResponse() {
+		p.errorf(join(cfgPath, "cost_source"), `a cost read from the response is not supported on a "global" rule; use a request cost source or make the rule "local"`)
+	}
+}
+
+// checkGlobalCount: the rate limit service counts a global window in whole
+// requests, so its limit must allow at least one.
+func (p *parser) checkGlobalCount(path string, limit float64) {
+	if limit < 1 {
+		p.errorf(path, strconv.FormatFloat(limit, 'g', -1, 64), ` is below 1; a "global" window counts whole requests across the fleet, so its limit must be at least 1`)
 	}
 }
 

@@ -9,6 +9,26 @@ import (
 const globalRule = `{"name":"g","limit_keys":["header:x-k"],"algorithm":"token_bucket","scope":"global",
   "algorithm_config":{"tokens_per_second":10,"burst":20}}`
 
+func globalWindow(algorithm, config string) string {
+	return `{"name":"w","limit_keys":["header:x-k"],"scope":"global","algorithm":"` + algorithm + `","algorithm_config":` + config + `}`
+}
+
+func TestGlobalFixedWindowAndQuotaAreAccepted(t *testing.T) {
+	doc := `{"fleet":{"cluster":"rls"},"rules":[` + globalWindow("fixed_window", `{"limit":100,"window_seconds":60}`) + `,` +
+		strings.Replace(globalWindow("quota", `{"limit":1000,"period":"month","time_zone":"Europe/Paris"}`), `"w"`, `"q"`, 1) + `]}`
+	c, err := Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := c.Policies[0].Rules
+	if !rs[0].Global || rs[0].Window == nil || rs[0].Window.Limit != 100 {
+		t.Errorf("fixed window rule: %+v", rs[0])
+	}
+	if !rs[1].Global || rs[1].Quota == nil || rs[1].Quota.TimeZone != "Europe/Paris" {
+		t.Errorf("quota rule: %+v", rs[1])
+	}
+}
+
 func TestFleetDefaults(t *testing.T) {
 	c, err := Parse([]byte(`{"fleet":{"cluster":"rls"},"rules":[` + globalRule + `]}`))
 	if err != nil {
@@ -62,6 +82,14 @@ func TestFleetErrors(t *testing.T) {
 		{`{"fleet":{"cluster":"x","lease":1},"rules":[` + local + `]}`, "fleet.lease", "unknown"},
 		{`{"fleet":{"cluster":"x"},"rules":[` + strings.Replace(globalRule, `"burst":20`, `"burst":20,"max_delay_ms":100`, 1) + `]}`,
 			"rules[0].algorithm_config.max_delay_ms", "not supported"},
+		{`{"fleet":{"cluster":"x"},"rules":[` + globalWindow("sliding_window", `{"limit":10,"window_seconds":60}`) + `]}`,
+			"rules[0].scope", `not "sliding_window"`},
+		{`{"fleet":{"cluster":"x"},"rules":[` + globalWindow("rolling_window", `{"limit":10,"window_seconds":60,"period_seconds":10}`) + `]}`,
+			"rules[0].scope", `not "rolling_window"`},
+		{`{"fleet":{"cluster":"x"},"rules":[` + globalWindow("fixed_window", `{"limit":0.5,"window_seconds":60}`) + `]}`,
+			"rules[0].algorithm_config.limit", "below 1"},
+		{`{"fleet":{"cluster":"x"},"rules":[` + globalWindow("quota", `{"limit":100,"period":"day","cost_source":"response_header:x-cost"}`) + `]}`,
+			"rules[0].algorithm_config.cost_source", "not supported"},
 	}
 	for _, c := range cases {
 		_, err := Parse([]byte(c.doc))
