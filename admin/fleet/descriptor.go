@@ -14,9 +14,10 @@ import (
 
 // The descriptor entries of the protocol (docs/fleet.md).
 const (
-	KeyRule     = "sluice_rule" // the rule's name in the policy
-	KeyID       = "sluice_id"   // the identity (opaque, chosen by the plugin)
-	KeyOp       = "sluice_op"   // optional; "return" gives tokens back
+	KeyRule     = "sluice_rule"   // the rule's name in the policy
+	KeyID       = "sluice_id"     // the identity (opaque, chosen by the plugin)
+	KeyOp       = "sluice_op"     // optional; "return" gives tokens back
+	KeyWindow   = "sluice_window" // optional, with sluice_op=return: the start (unix ms) of the window a return belongs to
 	OpReturn    = "return"
 	NodeHeader  = "x-sluice-node"       // request metadata: the caller's node id
 	FleetHeader = "x-sluice-fleet-size" // response metadata: distinct nodes seen in the last 30 s
@@ -39,6 +40,10 @@ type item struct {
 	ret      bool   // give tokens back (sluice_op=return, or is_negative_hits)
 	hits     uint64 // tokens asked for or returned
 	override *override
+	// window is sluice_window: the start (unix ms) of the window whose
+	// leased requests a return gives back (hasWindow).
+	window    int64
+	hasWindow bool
 }
 
 // override is a descriptor's own limit (RateLimitOverride).
@@ -100,15 +105,20 @@ func parseDescriptor(i int, d *ratelimitv3.RateLimitDescriptor, reqHits uint32) 
 				err = fmt.Errorf("%s %q: the only operation is %q", KeyOp, clip(e.Value), OpReturn)
 			}
 			hasOp, it.ret = true, true
+		case KeyWindow:
+			err = parseWindowEntry(&it, e.Value)
 		}
 		if err != nil {
 			return it, fmt.Errorf("%s: %w", epath, err)
 		}
 	}
-	if it.sluice || hasID || hasOp {
+	if it.sluice || hasID || hasOp || it.hasWindow {
 		if err := checkSluiceShape(d); err != nil {
 			return it, fmt.Errorf("%s.entries: %w", path, err)
 		}
+	}
+	if it.hasWindow && !hasOp {
+		return it, fmt.Errorf("%s.entries: %s without %s=%s (only a return names its window)", path, KeyWindow, KeyOp, OpReturn)
 	}
 	it.ret = it.ret || d.IsNegativeHits
 	it.hits = uint64(reqHits)
@@ -126,6 +136,21 @@ func parseDescriptor(i int, d *ratelimitv3.RateLimitDescriptor, reqHits uint32) 
 		it.override = o
 	}
 	return it, nil
+}
+
+// maxWindowStart bounds sluice_window (unix ms): the year 9999.
+const maxWindowStart = 253402300799999
+
+func parseWindowEntry(it *item, v string) error {
+	if it.hasWindow {
+		return fmt.Errorf("%s appears twice", KeyWindow)
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 || n > maxWindowStart {
+		return fmt.Errorf("%s %q: want the window's start in unix milliseconds, 0 to %d", KeyWindow, clip(v), int64(maxWindowStart))
+	}
+	it.window, it.hasWindow = n, true
+	return nil
 }
 
 func setOnce(dst *string, seen *bool, v string, maxLen int) error {
@@ -147,9 +172,9 @@ func setOnce(dst *string, seen *bool, v string, maxLen int) error {
 func checkSluiceShape(d *ratelimitv3.RateLimitDescriptor) error {
 	for _, e := range d.Entries {
 		switch e.Key {
-		case KeyRule, KeyID, KeyOp:
+		case KeyRule, KeyID, KeyOp, KeyWindow:
 		default:
-			return fmt.Errorf("unknown key %q in a sluice descriptor (want %s, %s and optionally %s)", clip(e.Key), KeyRule, KeyID, KeyOp)
+			return fmt.Errorf("unknown key %q in a sluice descriptor (want %s, %s and optionally %s and %s)", clip(e.Key), KeyRule, KeyID, KeyOp, KeyWindow)
 		}
 	}
 	for _, k := range []string{KeyRule, KeyID} {

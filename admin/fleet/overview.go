@@ -31,7 +31,7 @@ func (s *Server) Overview() Overview {
 	byName := map[string]int{}
 	if rl, ok := s.rules.(RuleLister); ok {
 		for _, name := range rl.Names() {
-			l, known := s.rules.GlobalLimit(name)
+			l, known := s.globalLimit(name)
 			byName[name] = len(o.Rules)
 			o.Rules = append(o.Rules, RuleOverview{Name: name, Limit: l, Known: known})
 		}
@@ -39,7 +39,7 @@ func (s *Server) Overview() Overview {
 	for _, u := range s.Usage() {
 		i, ok := byName[u.Rule]
 		if !ok {
-			l, known := s.rules.GlobalLimit(u.Rule)
+			l, known := s.globalLimit(u.Rule)
 			i = len(o.Rules)
 			byName[u.Rule] = i
 			o.Rules = append(o.Rules, RuleOverview{Name: u.Rule, Limit: l, Known: known})
@@ -47,4 +47,22 @@ func (s *Server) Overview() Overview {
 		o.Rules[i].Usage = append(o.Rules[i].Usage, u)
 	}
 	return o
+}
+
+// globalLimit is a rule's limit for the dashboard: a token bucket's, or a
+// window's as a rate (its limit per window, burst the whole limit).
+func (s *Server) globalLimit(rule string) (redisgcra.Limit, bool) {
+	if l, ok := s.rules.GlobalLimit(rule); ok {
+		return l, true
+	}
+	if wr, ok := s.rules.(WindowRules); ok {
+		if w, ok := wr.GlobalWindow(rule); ok {
+			seconds := float64(w.Seconds)
+			if seconds == 0 {
+				seconds = w.Quota.PeriodSeconds()
+			}
+			return redisgcra.Limit{Rate: float64(w.Limit) / seconds, Burst: float64(w.Limit)}, true
+		}
+	}
+	return redisgcra.Limit{}, false
 }

@@ -27,6 +27,13 @@ type Rules interface {
 	GlobalLimit(rule string) (redisgcra.Limit, bool)
 }
 
+// WindowRules is implemented by Rules that also hold global fixed windows
+// and quotas (PolicyRules, StaticRules): the server counts them in window
+// counters (Window).
+type WindowRules interface {
+	GlobalWindow(rule string) (Window, bool)
+}
+
 // PolicyRules follows the admin's current policy: it sits in the chain of
 // policies.Publisher and keeps the global token-bucket rules of the last
 // published version.
@@ -37,7 +44,19 @@ type PolicyRules struct {
 type ruleSet struct {
 	version int64
 	limits  map[string]redisgcra.Limit
+	windows map[string]Window
 	names   []string // in policy order, for the dashboard
+}
+
+// GlobalWindow returns the global fixed window or quota named rule in the
+// current policy.
+func (p *PolicyRules) GlobalWindow(rule string) (Window, bool) {
+	s := p.cur.Load()
+	if s == nil {
+		return Window{}, false
+	}
+	w, ok := s.windows[rule]
+	return w, ok
 }
 
 // GlobalLimit returns the rate and burst of the global token-bucket rule
@@ -70,7 +89,7 @@ func (p *PolicyRules) Version() int64 {
 // Set replaces the rules with those of a policy JSON document.
 func (p *PolicyRules) Set(version int64, doc []byte) {
 	limits, names := GlobalRules(doc)
-	p.cur.Store(&ruleSet{version: version, limits: limits, names: names})
+	p.cur.Store(&ruleSet{version: version, limits: limits, windows: GlobalWindows(doc), names: names})
 }
 
 // Publisher returns a policies.Publisher that records each version and
@@ -119,10 +138,40 @@ func GlobalRules(doc []byte) (map[string]redisgcra.Limit, []string) {
 	return limits, names
 }
 
+// GlobalWindows returns the global fixed_window and quota rules of a
+// policy document by name (none for a document the parser refuses).
+func GlobalWindows(doc []byte) map[string]Window {
+	windows := map[string]Window{}
+	cfg, err := policy.Parse(doc)
+	if err != nil || cfg == nil {
+		return windows
+	}
+	for _, p := range cfg.Policies {
+		for _, r := range p.Rules {
+			if !r.Global {
+				continue
+			}
+			if w, ok := windowOf(r); ok {
+				windows[r.Name] = w
+			}
+		}
+	}
+	return windows
+}
+
 // StaticRules is a fixed rule table (tests, benchmarks).
 type StaticRules struct {
-	mu     sync.RWMutex
-	Limits map[string]redisgcra.Limit
+	mu      sync.RWMutex
+	Limits  map[string]redisgcra.Limit
+	Windows map[string]Window
+}
+
+// GlobalWindow implements WindowRules.
+func (s *StaticRules) GlobalWindow(rule string) (Window, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	w, ok := s.Windows[rule]
+	return w, ok
 }
 
 // GlobalLimit implements Rules.

@@ -186,7 +186,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	// the fleet size even while Redis is down.
 	_ = grpc.SetHeader(ctx, metadata.Pairs(FleetHeader, strconv.Itoa(size)))
 
-	plan := s.plan(req.Domain, items)
+	plan := s.plan(req.Domain, items, now)
 	// A caller giving up (its timeout) must not abort the backend call
 	// half way: its ops would then have an unknown effect, and tokens taken
 	// by a script that ran would be granted to nobody. The call runs to its
@@ -261,6 +261,10 @@ type limitOf struct {
 	unit   typev3.RateLimitUnit
 	per    uint32 // override's requests_per_unit and unit, echoed in current_limit
 	mult   uint32
+	// A counted (window) limit: the window and the bounds of the one
+	// the op counts in (the current one, or the one a return names).
+	win        Window
+	start, end time.Time
 }
 
 type limitKind int
@@ -269,13 +273,26 @@ const (
 	unlimited limitKind = iota // no rule, no override: OK without a limit
 	limited                    // a bucket in Redis
 	denyAll                    // override with requests_per_unit 0
+	counted                    // a global fixed window or quota: a counter in Redis
 )
 
-func (s *Server) plan(domain string, items []item) plan {
+func (s *Server) plan(domain string, items []item, now time.Time) plan {
 	p := plan{limits: make([]limitOf, len(items)), opOf: make([]int, len(items))}
 	for i, it := range items {
 		l := s.limitFor(it)
 		p.limits[i], p.opOf[i] = l, -1
+		if l.kind == counted {
+			p.limits[i].start, p.limits[i].end = l.win.Bounds(now)
+			if it.ret && it.hasWindow {
+				// A return goes to the window it was leased in: a past
+				// window's counter has expired (the return does nothing), so
+				// it never frees room in a later window.
+				p.limits[i].start = time.UnixMilli(it.window)
+			}
+			p.opOf[i] = len(p.ops)
+			p.ops = append(p.ops, counterOp(domain, it, p.limits[i]))
+			continue
+		}
 		if l.kind != limited {
 			continue
 		}
@@ -291,9 +308,21 @@ func (s *Server) plan(domain string, items []item) plan {
 	return p
 }
 
+// counterOp is the Redis op of a descriptor of a counted limit.
+func counterOp(domain string, it item, l limitOf) redisgcra.Op {
+	return redisgcra.Op{Key: redisgcra.WindowKey(domain, it.rule, it.id, l.start.UnixMilli()), Counter: true,
+		Amount: int64(min(it.hits, math.MaxInt32)), Limit: l.win.Limit, Return: it.ret,
+		ExpireAtMS: l.end.Add(windowKeyGrace).UnixMilli()}
+}
+
 func (s *Server) limitFor(it item) limitOf {
 	if !it.sluice {
 		return limitOf{kind: unlimited}
+	}
+	if wr, ok := s.rules.(WindowRules); ok {
+		if w, ok := wr.GlobalWindow(it.rule); ok {
+			return limitOf{win: w, kind: counted, global: true}
+		}
 	}
 	if l, ok := s.rules.GlobalLimit(it.rule); ok {
 		return limitOf{limit: l, kind: limited, global: true}
@@ -338,6 +367,12 @@ func (s *Server) giveBack(ctx context.Context, items []item, p plan, outs []redi
 	for i, it := range items {
 		j := p.opOf[i]
 		if j < 0 || it.ret || !outs[j].Allowed || it.hits == 0 {
+			continue
+		}
+		if p.limits[i].kind == counted {
+			op := p.ops[j]
+			op.Return = true
+			ops = append(ops, op)
 			continue
 		}
 		l := p.limits[i].limit
@@ -429,6 +464,14 @@ func (s *Server) answer(domain, node string, now time.Time, items []item, p plan
 			if !it.ret && it.hits > 0 {
 				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			}
+		case counted:
+			o := outs[p.opOf[i]]
+			st.CurrentLimit = windowLimit(it.rule, l.win)
+			st.LimitRemaining = uint32(min(max(l.win.Limit-o.Count, 0), math.MaxUint32))
+			st.DurationUntilReset = durationpb.New(max(l.end.Sub(now), 0))
+			if !o.Allowed {
+				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			}
 		case limited:
 			o := outs[p.opOf[i]]
 			if l.global {
@@ -501,6 +544,23 @@ func currentLimit(name string, l redisgcra.Limit) *rlsv3.RateLimitResponse_RateL
 	per := math.Round(l.Rate * u.sec)
 	return &rlsv3.RateLimitResponse_RateLimit{Name: name, Unit: u.unit,
 		RequestsPerUnit: uint32(min(max(per, 1), math.MaxUint32))}
+}
+
+// windowLimit is a counted limit's current_limit: the limit per window
+// when the window is one unit (a second, minute, hour or day), else the
+// limit as a rate per the shortest unit that holds one request.
+func windowLimit(name string, w Window) *rlsv3.RateLimitResponse_RateLimit {
+	units := map[int64]rlsv3.RateLimitResponse_RateLimit_Unit{1: rlsv3.RateLimitResponse_RateLimit_SECOND,
+		60: rlsv3.RateLimitResponse_RateLimit_MINUTE, 3600: rlsv3.RateLimitResponse_RateLimit_HOUR,
+		86400: rlsv3.RateLimitResponse_RateLimit_DAY}
+	seconds := w.Seconds
+	if seconds == 0 {
+		seconds = int64(w.Quota.PeriodSeconds())
+	}
+	if u, ok := units[seconds]; ok {
+		return &rlsv3.RateLimitResponse_RateLimit{Name: name, Unit: u, RequestsPerUnit: uint32(min(w.Limit, math.MaxUint32))}
+	}
+	return currentLimit(name, redisgcra.Limit{Rate: float64(w.Limit) / float64(seconds)})
 }
 
 func overrideLimit(name string, l limitOf) *rlsv3.RateLimitResponse_RateLimit {

@@ -228,9 +228,18 @@ const callSQL = `SELECT allowed, backlog, now_us FROM ` + functionTake + `($1, $
 // unused, an under-admission, never an over-admission. A call is sent
 // again only when it certainly did not run: a serialization failure or a
 // deadlock (rolled back), or a connection that failed before sending.
+// ErrNoWindows is the answer to a window counter op: global fixed windows
+// and quotas need the Redis backend.
+var ErrNoWindows = errors.New(`global fixed_window and quota rules need the Redis backend (-redis-addrs); PostgreSQL keeps token buckets only: make those rules "local" or use Redis`)
+
 func (b *Buckets) Run(ctx context.Context, ops []redisgcra.Op) ([]redisgcra.Outcome, error) {
 	if len(ops) == 0 {
 		return nil, nil
+	}
+	for _, op := range ops {
+		if op.Counter {
+			return nil, ErrNoWindows
+		}
 	}
 	keys := make([]string, len(ops))
 	amounts := make([]int64, len(ops))

@@ -16,19 +16,37 @@ var scriptSource string
 
 var script = redis.NewScript(scriptSource)
 
-// Op is one bucket operation of a batch.
+//go:embed window.lua
+var windowSource string
+
+var windowScript = redis.NewScript(windowSource)
+
+// Op is one bucket (or window counter) operation of a batch.
 type Op struct {
-	Key    string // the bucket's Redis key (see Key)
-	Amount int64  // microseconds: Limit.Cost of the tokens taken, or Limit.Credit of those returned
+	Key    string // the bucket's Redis key (see Key; WindowKey for a counter)
+	Amount int64  // microseconds: Limit.Cost of the tokens taken, or Limit.Credit of those returned; whole requests for a counter
 	Tau    int64  // Limit.Tau
 	Return bool   // give Amount back instead of taking it
+	// Counter makes the op a window counter's (window.lua): at most
+	// Limit requests per window, the key expiring at ExpireAtMS (unix ms).
+	Counter    bool
+	Limit      int64
+	ExpireAtMS int64
 }
 
 // Outcome is the result of one Op.
 type Outcome struct {
 	Allowed bool  // the tokens were taken (always true for a return)
-	Backlog int64 // TAT - now after the op, microseconds: the time until the bucket is full again
+	Backlog int64 // TAT - now after the op, microseconds: the time until the bucket is full again (0 for a counter)
 	Now     int64 // Redis TIME when the op ran, microseconds since the epoch
+	Count   int64 // a counter's requests in its window after the op
+}
+
+// WindowKey is the Redis key of one window counter: the bucket's Key (its
+// hash tag, so a Cluster keeps every window of one identity on one shard)
+// followed by the window's start in unix milliseconds.
+func WindowKey(domain, rule, id string, startMS int64) string {
+	return Key(domain, rule, id) + ":" + strconv.FormatInt(startMS, 10)
 }
 
 // Key is the Redis key of one bucket: "sluice:{<domain>:<rule>:<id>}". The
@@ -89,7 +107,7 @@ func (b *Buckets) Run(ctx context.Context, ops []Op) ([]Outcome, error) {
 	}
 	out := make([]Outcome, len(ops))
 	for i, cmd := range cmds {
-		if out[i], err = decode(cmd); err != nil {
+		if out[i], err = decode(cmd, ops[i].Counter); err != nil {
 			return nil, fmt.Errorf("bucket %q: %w", ops[i].Key, err)
 		}
 	}
@@ -100,11 +118,14 @@ func (b *Buckets) pipeline(ctx context.Context, ops []Op, eval bool) ([]*redis.C
 	pipe := b.c.Pipeline()
 	cmds := make([]*redis.Cmd, len(ops))
 	for i, op := range ops {
-		keys, args := []string{op.Key}, []any{op.Amount, op.Tau, mode(op.Return)}
+		sc, keys, args := script, []string{op.Key}, []any{op.Amount, op.Tau, mode(op.Return)}
+		if op.Counter {
+			sc, args = windowScript, []any{op.Amount, op.Limit, op.ExpireAtMS, mode(op.Return)}
+		}
 		if eval {
-			cmds[i] = script.Eval(ctx, pipe, keys, args...)
+			cmds[i] = sc.Eval(ctx, pipe, keys, args...)
 		} else {
-			cmds[i] = script.EvalSha(ctx, pipe, keys, args...)
+			cmds[i] = sc.EvalSha(ctx, pipe, keys, args...)
 		}
 	}
 	_, err := pipe.Exec(ctx)
@@ -158,13 +179,16 @@ func notRun(err error) bool {
 	return false
 }
 
-func decode(cmd *redis.Cmd) (Outcome, error) {
+func decode(cmd *redis.Cmd, counter bool) (Outcome, error) {
 	vals, err := cmd.Int64Slice()
 	if err != nil {
 		return Outcome{}, err
 	}
 	if len(vals) != 3 {
 		return Outcome{}, fmt.Errorf("script answered %d values, want 3", len(vals))
+	}
+	if counter {
+		return Outcome{Allowed: vals[0] == 1, Count: vals[1], Now: vals[2]}, nil
 	}
 	return Outcome{Allowed: vals[0] == 1, Backlog: vals[1], Now: vals[2]}, nil
 }
