@@ -185,10 +185,8 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 	cr.fixedCost, cr.defaultCost = fixedCost, defaultCost
 	cr.compileLimits(r)
 	cr.bodyPre = `{"error":"rate_limited","rule":"` + r.Name + `","retry_after":`
-	cr.compileAction(r, vm) // actions.go
-	if cr.win == nil {
-		cc.compileRuleFleet(cr, r, vm) // fleet.go
-	}
+	cr.compileAction(r, vm)        // actions.go
+	cc.compileRuleFleet(cr, r, vm) // fleet.go
 	switch {
 	case r.Quota != nil:
 		cr.compileCharge(costSrc, r.Quota.MaxDebt, vm) // charge.go

@@ -35,6 +35,16 @@ type ruleFleet struct {
 	slotPrefix  string   // "fl:<rule>:#"
 	exactPrefix string   // "fl:<rule>:="
 	m           fleetMetrics
+	// tb is the lease's shape: the token bucket's own rate and burst, or
+	// for a global fixed window or quota (windowed) its limit as the burst
+	// (the most one lease may ask) and limit/period as the rate (the first
+	// ask's size and the local share's refill while the backend is down).
+	tb limiter.TokenBucket
+	// windowed: leases count in the rate limit service's current window
+	// (fleet_window.go): they lapse at its end and returns name it.
+	windowed bool
+	periodMS int64         // a fixed window's length; 0 for a quota (its calendar period)
+	quota    limiter.Quota // a quota's period and zone
 }
 
 // fleetMetrics are the per-rule fleet counters.
@@ -76,7 +86,9 @@ func (cc *compiledConfig) compileRuleFleet(cr *compiledRule, r *policy.Rule, vm 
 		slotPrefix:  "fl:" + r.Name + ":#",
 		exactPrefix: "fl:" + r.Name + ":=",
 		m:           vm.fleetMetrics(r.Name),
+		tb:          cr.tb,
 	}
+	cr.fleet.compileWindow(cr) // fleet_window.go
 }
 
 // fleetApp is a global rule's part of an application (one request).
@@ -132,8 +144,11 @@ func (p *pluginContext) fleetLoad(a *application, now float64, noFetch bool) {
 	a.dec.Allowed = a.fl.v == vSpend || a.fl.v == vAllowDown || a.fl.v == vShare || a.fl.v == vFetch
 	a.dec.Reset = 0
 	a.next = state.Bucket{Tokens: float64(a.fl.next.tokens) / micro, LastRefill: now}
-	if a.rule.tb.Rate > 0 && a.dec.Allowed {
-		a.dec.Reset = max(0, (a.rule.tb.Burst-a.dec.Remaining)/a.rule.tb.Rate)
+	if tb := a.rule.fleet.tb; tb.Rate > 0 && a.dec.Allowed {
+		a.dec.Reset = max(0, (tb.Burst-a.dec.Remaining)/tb.Rate)
+		if a.rule.fleet.windowed && a.fl.v == vSpend {
+			a.dec.Reset = max(0, float64(a.fl.next.stamp)/1000-now) // the window's end
+		}
 	}
 }
 
@@ -147,7 +162,7 @@ func (p *pluginContext) poolEnv(a *application, now float64, noFetch bool) poolE
 		healthy:  fs.healthy,
 		noFetch:  noFetch,
 		down:     a.rule.fleet.fc.src.OnBackendDown,
-		share:    limiter.TokenBucket{Rate: a.rule.tb.Rate / n, Burst: a.rule.tb.Burst / n},
+		share:    limiter.TokenBucket{Rate: a.rule.fleet.tb.Rate / n, Burst: a.rule.fleet.tb.Burst / n},
 		syncMS:   a.rule.fleet.fc.syncMS,
 		leaseTTL: a.rule.fleet.fc.ttlMS,
 		prev:     a.fl.prev,

@@ -86,6 +86,7 @@ type batchItem struct {
 	op          fleetOp
 	amount      int64 // whole tokens asked or returned
 	spentAtSend int64
+	window      int64 // a windowed return: the start (unix ms) of the window it was leased in
 }
 
 // syncBatch is one call: its descriptors in order.
@@ -93,6 +94,7 @@ type syncBatch struct {
 	items       []batchItem
 	pending     []string // request path: the asks this call answers
 	requestPath bool
+	sentMS      int64 // when the call went out (windowed leases end relative to it)
 }
 
 func (b *syncBatch) add(r *compiledRule, ref poolRef, op fleetOp, amount, spent int64) {
@@ -169,11 +171,11 @@ func (p *pluginContext) askFor(r *compiledRule, pl pool, nowMS int64) int64 {
 		secs := max(float64(nowMS-pl.lastSync), float64(fc.syncMS)) / 1000
 		ask = float64(pl.spent) / micro / secs * 3 * float64(fc.syncMS) / 1000
 	} else { // a new pool: this process's share of one sync interval
-		ask = r.tb.Rate * float64(fc.syncMS) / 1000 / float64(p.vm.fleet.fleetSize(fc))
+		ask = r.fleet.tb.Rate * float64(fc.syncMS) / 1000 / float64(p.vm.fleet.fleetSize(fc))
 	}
 	n := int64(math.Ceil(ask))
 	n = max(n, fc.leaseMin)
-	n = min(n, fc.leaseMax, int64(r.tb.Burst))
+	n = min(n, fc.leaseMax, int64(r.fleet.tb.Burst))
 	return max(n, 1)
 }
 
@@ -262,7 +264,8 @@ func (p *pluginContext) syncAction(a *application, e *hotPool, idle bool, now in
 	lease := a.fl.exists && pl.mode == modeLease && pl.stamp > now
 	if idle {
 		if lease && pl.tokens >= micro {
-			it := batchItem{rule: a.rule, ref: e.ref, op: opReturn, amount: pl.tokens / micro}
+			it := batchItem{rule: a.rule, ref: e.ref, op: opReturn, amount: pl.tokens / micro,
+				window: a.rule.fleet.windowStart(pl.stamp)}
 			return syncCandidate{item: it, urgency: 1e18}, true // returns go last
 		}
 		return syncCandidate{}, false
@@ -278,12 +281,14 @@ func (p *pluginContext) syncAction(a *application, e *hotPool, idle bool, now in
 	if lease {
 		have = pl.tokens / micro
 	}
-	expiring := lease && pl.stamp-now < 2*fc.syncMS
+	// A lease about to expire is renewed, except a window's: its end is
+	// the window's, and a renewal would lapse with it.
+	expiring := lease && pl.stamp-now < 2*fc.syncMS && !a.rule.fleet.windowed
 	if lease && !expiring && have*2 >= target {
 		return syncCandidate{}, false
 	}
 	ask := max(target-have, fc.leaseMin, 1)
-	ask = min(ask, int64(a.rule.tb.Burst))
+	ask = min(ask, int64(a.rule.fleet.tb.Burst))
 	it := batchItem{rule: a.rule, ref: e.ref, op: opFetch, amount: ask, spentAtSend: pl.spent}
 	return syncCandidate{item: it, urgency: float64(have) / float64(max(target, 1))}, true
 }
@@ -430,13 +435,17 @@ func (p *pluginContext) dispatch(batch *syncBatch) bool {
 		d.Entries = []rls.Entry{{Key: "sluice_rule", Value: it.rule.name}, {Key: "sluice_id", Value: string(it.ref.id[:])}}
 		if it.op == opReturn {
 			d.Entries = append(d.Entries, rls.Entry{Key: "sluice_op", Value: "return"})
+			if it.rule.fleet.windowed {
+				d.Entries = append(d.Entries, rls.Entry{Key: "sluice_window", Value: strconv.FormatInt(it.window, 10)})
+			}
 		}
 		d.HasHitsAddend, d.HitsAddend = true, uint64(it.amount)
-		if rate := it.rule.tb.Rate; rate >= 1 && rate == math.Trunc(rate) && rate <= math.MaxUint32 {
+		if rate := it.rule.tb.Rate; !it.rule.fleet.windowed && rate >= 1 && rate == math.Trunc(rate) && rate <= math.MaxUint32 {
 			d.Limit = &rls.Override{RequestsPerUnit: uint32(rate), Unit: rls.UnitSecond}
 		}
 	}
 	body := rls.AppendFrame(nil, &req)
+	batch.sentMS = fs.nowMS()
 	headers := [][2]string{
 		{":method", "POST"},
 		{":path", rls.MethodPath},
@@ -494,7 +503,7 @@ func (p *pluginContext) onRLSResponse(batch *syncBatch, nh, nb, nt int) {
 		}
 		fs.setHealth(true, size)
 		for i := range batch.items {
-			p.applyStatus(&batch.items[i], &fs.resp.Statuses[i], now)
+			p.applyStatus(&batch.items[i], &fs.resp.Statuses[i], now, batch.sentMS)
 		}
 	}
 	p.finishBatch(batch, now)
@@ -605,7 +614,7 @@ func limitText(s string) string {
 }
 
 // applyStatus applies one descriptor's answer to its pool.
-func (p *pluginContext) applyStatus(it *batchItem, st *rls.Status, now int64) {
+func (p *pluginContext) applyStatus(it *batchItem, st *rls.Status, now, sentMS int64) {
 	m := &it.rule.fleet.m
 	if it.op == opReturn {
 		m.returned.add(uint64(it.amount))
@@ -617,12 +626,13 @@ func (p *pluginContext) applyStatus(it *batchItem, st *rls.Status, now int64) {
 		if e != nil {
 			e.hint = 0
 		}
+		until := it.rule.fleet.leaseUntil(st, now, sentMS)
 		p.updatePool(it, now, func(pl *pool) {
-			if pl.mode != modeLease || pl.stamp <= now {
+			if pl.mode != modeLease || pl.stamp <= now || it.rule.fleet.otherWindow(pl.stamp, until) {
 				*pl = pool{mode: modeLease, spent: pl.spent}
 			}
 			pl.tokens += it.amount * micro
-			pl.stamp = now + it.rule.fleet.fc.ttlMS
+			pl.stamp = until
 			pl.denyUntil = 0
 		})
 		return
@@ -632,12 +642,16 @@ func (p *pluginContext) applyStatus(it *batchItem, st *rls.Status, now int64) {
 		e.hint = int64(st.LimitRemaining) + 1
 	}
 	wait := min(max(st.ResetMillis(), 10), it.rule.fleet.fc.syncMS)
+	until := it.rule.fleet.leaseUntil(st, now, sentMS)
+	if it.rule.fleet.windowed {
+		wait = until - now // the window is spent: only its end frees room
+	}
 	if st.LimitRemaining > 0 {
 		wait = 0 // tokens remain: the next ask, sized by the hint, may succeed
 	}
 	p.updatePool(it, now, func(pl *pool) {
-		if pl.mode != modeLease || pl.stamp <= now {
-			*pl = pool{mode: modeLease, stamp: now + it.rule.fleet.fc.ttlMS, spent: pl.spent}
+		if pl.mode != modeLease || pl.stamp <= now || it.rule.fleet.otherWindow(pl.stamp, until) {
+			*pl = pool{mode: modeLease, stamp: until, spent: pl.spent}
 		}
 		pl.denyUntil = now + wait
 	})
