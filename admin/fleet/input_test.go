@@ -182,7 +182,10 @@ func FuzzShouldRateLimit(f *testing.F) {
 		Entries: entries(KeyRule, "a", KeyID, "x"), Limit: &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_YEAR,
 			UnitMultiplier: wrapperspb.UInt32(1 << 31)}}}})
 	seed(&rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: entries("generic_key", "v")}}})
-	s := NewServer(Options{Backend: &fakeBackend{}, Rules: &StaticRules{Limits: map[string]redisgcra.Limit{"api": {Rate: 2, Burst: 5}}}})
+	seed(&rlsv3.RateLimitRequest{Domain: "sluice", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("win", "x", 2, false),
+		windowReturn("win", "x", 1, 1772366460000)}})
+	s := NewServer(Options{Backend: &fakeBackend{}, Rules: &StaticRules{Limits: map[string]redisgcra.Limit{"api": {Rate: 2, Burst: 5}},
+		Windows: map[string]Window{"win": {Limit: 10, Seconds: 60}}}})
 	f.Fuzz(func(t *testing.T, wire []byte) {
 		var req rlsv3.RateLimitRequest
 		if proto.Unmarshal(wire, &req) != nil {

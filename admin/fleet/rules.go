@@ -9,6 +9,9 @@ package fleet
 
 import (
 	"context"
+	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -39,6 +42,10 @@ type WindowRules interface {
 // published version.
 type PolicyRules struct {
 	cur atomic.Pointer[ruleSet]
+	// WindowsUnsupported, when set (the PostgreSQL backend), is logged as
+	// an error naming every global fixed_window or quota rule of each
+	// version set: their calls answer UNAVAILABLE.
+	WindowsUnsupported *slog.Logger
 }
 
 type ruleSet struct {
@@ -89,7 +96,12 @@ func (p *PolicyRules) Version() int64 {
 // Set replaces the rules with those of a policy JSON document.
 func (p *PolicyRules) Set(version int64, doc []byte) {
 	limits, names := GlobalRules(doc)
-	p.cur.Store(&ruleSet{version: version, limits: limits, windows: GlobalWindows(doc), names: names})
+	windows := GlobalWindows(doc)
+	p.cur.Store(&ruleSet{version: version, limits: limits, windows: windows, names: names})
+	if p.WindowsUnsupported != nil && len(windows) > 0 {
+		p.WindowsUnsupported.Error("the fleet backend is PostgreSQL, which keeps token buckets only: the rate limit service answers UNAVAILABLE to every call carrying these global fixed_window or quota rules, and the plugins apply on_backend_down; use Redis (-redis-addrs) or make them \"local\"",
+			"version", version, "rules", slices.Sorted(maps.Keys(windows)))
+	}
 }
 
 // Publisher returns a policies.Publisher that records each version and

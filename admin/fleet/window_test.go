@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -212,3 +213,25 @@ func (f failingBackend) Run(context.Context, []redisgcra.Op) ([]redisgcra.Outcom
 }
 
 func (f failingBackend) Ping(context.Context) error { return nil }
+
+func TestPolicyRulesOnPostgresLogTheGlobalWindowsByName(t *testing.T) {
+	var logged strings.Builder
+	rules := &PolicyRules{WindowsUnsupported: slog.New(slog.NewTextHandler(&logged, nil))}
+	rules.Set(3, []byte(`{"fleet":{"cluster":"rls"},"rules":[
+	  {"name":"tb","scope":"global","limit_keys":["header:x-k"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1}},
+	  {"name":"daily","scope":"global","limit_keys":["header:x-k"],"algorithm":"quota","algorithm_config":{"limit":100,"period":"day"}},
+	  {"name":"minute","scope":"global","limit_keys":["header:x-k"],"algorithm":"fixed_window","algorithm_config":{"limit":10,"window_seconds":60}}]}`))
+	if _, ok := rules.GlobalWindow("minute"); !ok {
+		t.Fatal("the fixed window is not among the global windows")
+	}
+	if out := logged.String(); !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "rules=\"[daily minute]\"") ||
+		!strings.Contains(out, "version=3") || !strings.Contains(out, "Redis") {
+		t.Errorf("log %q, want an error naming version 3, the rules daily and minute, and Redis", out)
+	}
+	logged.Reset()
+	rules.Set(4, []byte(`{"fleet":{"cluster":"rls"},"rules":[
+	  {"name":"tb","scope":"global","limit_keys":["header:x-k"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1}}]}`))
+	if logged.Len() != 0 {
+		t.Errorf("a policy of token buckets only logged %q", logged.String())
+	}
+}
