@@ -23,6 +23,30 @@ func BenchmarkRun(b *testing.B) {
 	defer c.Close()
 	buckets := redisgcra.New(c)
 	limit := redisgcra.Limit{Rate: 1e9, Burst: 1e9}
+	runOps(b, buckets, func(w int64, i int) redisgcra.Op {
+		return redisgcra.Op{Key: redisgcra.Key("sluice", "api", fmt.Sprintf("w%d-%d", w, i)), Amount: limit.Cost(1), Tau: limit.Tau()}
+	})
+}
+
+// BenchmarkRunWindows is BenchmarkRun with window counters (global fixed
+// windows and quotas) instead of GCRA buckets.
+func BenchmarkRunWindows(b *testing.B) {
+	r := fleettest.StartRedis(b)
+	c, err := redisgcra.NewClient(redisgcra.ClientOptions{Addrs: []string{r.Addr}, Timeout: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	end := time.Now().Add(time.Hour).UnixMilli()
+	runOps(b, redisgcra.New(c), func(w int64, i int) redisgcra.Op {
+		return redisgcra.Op{Key: redisgcra.WindowKey("sluice", "api", fmt.Sprintf("w%d-%d", w, i), 0), Counter: true,
+			Amount: 1, Limit: 1 << 50, ExpireAtMS: end}
+	})
+}
+
+// runOps runs batches of 1 and 32 ops (op(worker, i)) from 4 goroutines
+// per CPU and reports calls and ops per second.
+func runOps(b *testing.B, buckets *redisgcra.Buckets, op func(w int64, i int) redisgcra.Op) {
 	for _, n := range []int{1, 32} {
 		b.Run(fmt.Sprintf("ops=%d", n), func(b *testing.B) {
 			var worker atomic.Int64
@@ -33,7 +57,7 @@ func BenchmarkRun(b *testing.B) {
 				w := worker.Add(1)
 				ops := make([]redisgcra.Op, n)
 				for i := range ops {
-					ops[i] = redisgcra.Op{Key: redisgcra.Key("sluice", "api", fmt.Sprintf("w%d-%d", w, i)), Amount: limit.Cost(1), Tau: limit.Tau()}
+					ops[i] = op(w, i)
 				}
 				for pb.Next() {
 					if _, err := buckets.Run(context.Background(), ops); err != nil {
