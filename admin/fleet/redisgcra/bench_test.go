@@ -15,13 +15,7 @@ import (
 // pipelined batch of 1 or 32 script calls on a real redis-server, from 4
 // goroutines per CPU (compare with fleet's BenchmarkShouldRateLimit).
 func BenchmarkRun(b *testing.B) {
-	r := fleettest.StartRedis(b)
-	c, err := redisgcra.NewClient(redisgcra.ClientOptions{Addrs: []string{r.Addr}, Timeout: time.Second})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	buckets := redisgcra.New(c)
+	buckets := benchBuckets(b)
 	limit := redisgcra.Limit{Rate: 1e9, Burst: 1e9}
 	runOps(b, buckets, func(w int64, i int) redisgcra.Op {
 		return redisgcra.Op{Key: redisgcra.Key("sluice", "api", fmt.Sprintf("w%d-%d", w, i)), Amount: limit.Cost(1), Tau: limit.Tau()}
@@ -31,14 +25,8 @@ func BenchmarkRun(b *testing.B) {
 // BenchmarkRunWindows is BenchmarkRun with window counters (global fixed
 // windows and quotas) instead of GCRA buckets.
 func BenchmarkRunWindows(b *testing.B) {
-	r := fleettest.StartRedis(b)
-	c, err := redisgcra.NewClient(redisgcra.ClientOptions{Addrs: []string{r.Addr}, Timeout: time.Second})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
 	end := time.Now().Add(time.Hour).UnixMilli()
-	runOps(b, redisgcra.New(c), func(w int64, i int) redisgcra.Op {
+	runOps(b, benchBuckets(b), func(w int64, i int) redisgcra.Op {
 		return redisgcra.Op{Key: redisgcra.WindowKey("sluice", "api", fmt.Sprintf("w%d-%d", w, i), 0), Counter: true,
 			Amount: 1, Limit: 1 << 50, ExpireAtMS: end}
 	})
@@ -71,4 +59,15 @@ func runOps(b *testing.B, buckets *redisgcra.Buckets, op func(w int64, i int) re
 			b.ReportMetric(float64(b.N*n)/secs, "ops/s")
 		})
 	}
+}
+
+// benchBuckets is Buckets on a redis-server of the benchmark's own.
+func benchBuckets(b *testing.B) *redisgcra.Buckets {
+	r := fleettest.StartRedis(b)
+	c, err := redisgcra.NewClient(redisgcra.ClientOptions{Addrs: []string{r.Addr}, Timeout: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	return redisgcra.New(c)
 }
