@@ -96,7 +96,8 @@ func (p *PolicyRules) Version() int64 {
 // Set replaces the rules with those of a policy JSON document.
 func (p *PolicyRules) Set(version int64, doc []byte) {
 	limits, names := GlobalRules(doc)
-	windows := GlobalWindows(doc)
+	windows, windowNames := GlobalWindows(doc)
+	names = append(names, windowNames...)
 	p.cur.Store(&ruleSet{version: version, limits: limits, windows: windows, names: names})
 	if p.WindowsUnsupported != nil && len(windows) > 0 {
 		p.WindowsUnsupported.Error("the fleet backend is PostgreSQL, which keeps token buckets only: the rate limit service answers UNAVAILABLE to every call carrying these global fixed_window or quota rules, and the plugins apply on_backend_down; use Redis (-redis-addrs) or make them \"local\"",
@@ -151,13 +152,15 @@ func GlobalRules(doc []byte) (map[string]redisgcra.Limit, []string) {
 }
 
 // GlobalWindows returns the global fixed_window and quota rules of a
-// policy document by name (none for a document the parser refuses).
-func GlobalWindows(doc []byte) map[string]Window {
+// policy document by name, and their names in policy order (none for a
+// document the parser refuses).
+func GlobalWindows(doc []byte) (map[string]Window, []string) {
 	windows := map[string]Window{}
 	cfg, err := policy.Parse(doc)
 	if err != nil || cfg == nil {
-		return windows
+		return windows, nil
 	}
+	var names []string
 	for _, p := range cfg.Policies {
 		for _, r := range p.Rules {
 			if !r.Global {
@@ -165,10 +168,11 @@ func GlobalWindows(doc []byte) map[string]Window {
 			}
 			if w, ok := windowOf(r); ok {
 				windows[r.Name] = w
+				names = append(names, r.Name)
 			}
 		}
 	}
-	return windows
+	return windows, names
 }
 
 // StaticRules is a fixed rule table (tests, benchmarks).

@@ -224,6 +224,13 @@ func TestPolicyRulesOnPostgresLogTheGlobalWindowsByName(t *testing.T) {
 	if _, ok := rules.GlobalWindow("minute"); !ok {
 		t.Fatal("the fixed window is not among the global windows")
 	}
+	if got := strings.Join(rules.Names(), ","); got != "tb,daily,minute" {
+		t.Errorf("Names() = %s, want tb,daily,minute (the dashboard lists the windows too)", got)
+	}
+	o := NewServer(Options{Backend: &fakeBackend{}, Rules: rules}).Overview()
+	if len(o.Rules) != 3 || !o.Rules[2].Known || o.Rules[2].Limit.Burst != 10 || o.Rules[2].Limit.Rate != 10.0/60 {
+		t.Errorf("dashboard rules %+v, want minute known with its 10 per 60 s", o.Rules)
+	}
 	if out := logged.String(); !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "rules=\"[daily minute]\"") ||
 		!strings.Contains(out, "version=3") || !strings.Contains(out, "Redis") {
 		t.Errorf("log %q, want an error naming version 3, the rules daily and minute, and Redis", out)
