@@ -275,6 +275,12 @@ func (s *server) editorPage(w http.ResponseWriter, r *http.Request, sess auth.Se
 	if ps := s.Policies.LastPublish(); ps.Err != nil {
 		p.Flashes = append(p.Flashes, web.Flash{Kind: "error", Text: fmt.Sprintf("Publishing v%d failed: %v", ps.Version, ps.Err)})
 	}
+	if s.Trials != nil {
+		if t, ok := s.Trials.Running(); ok {
+			p.Flashes = append(p.Flashes, web.Flash{Kind: "warn", Text: fmt.Sprintf(
+				"Trial %d by %s runs its draft in shadow until %s (see the Trial page); a save now is pushed with the trial's rules.", t.ID, t.Author, timeText(t.Ends))})
+		}
+	}
 	s.render(w, r, http.StatusOK, web.Editor(p))
 	return nil
 }

@@ -182,6 +182,14 @@ func NewService(pol Policies, push Pusher, now func() time.Time) *Service {
 	return &Service{pol: pol, push: push, now: now}
 }
 
+// SetPolicies sets the policy service, for a Service created before it
+// (the policy service publishes through Publisher). Call it before serving.
+func (s *Service) SetPolicies(pol Policies) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pol = pol
+}
+
 // Start pushes the current policy plus the draft's rules in shadow for d
 // (DefaultDuration when 0). It refuses while another trial runs
 // (*RunningError), an invalid draft (*policies.ValidationError), and a
