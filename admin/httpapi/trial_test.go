@@ -8,10 +8,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sluice-rl/sluice/admin/auth"
 	"github.com/sluice-rl/sluice/admin/policies"
 	"github.com/sluice-rl/sluice/admin/store"
+	"github.com/sluice-rl/sluice/admin/telemetry"
 	"github.com/sluice-rl/sluice/admin/trial"
 	"github.com/sluice-rl/sluice/internal/poll"
 	"github.com/sluice-rl/sluice/shared/policy"
@@ -245,5 +247,46 @@ func TestTrialPageStartsFromTheEditorAndEnds(t *testing.T) {
 	}
 	if !strings.Contains(get(t, c, e.srv.URL+"/trial"), `id="no-trial"`) {
 		t.Error("the page still shows a trial after the end")
+	}
+}
+
+func TestTrialComparisonShowsRatesAndIdentitiesOnlyTheDraftRejects(t *testing.T) {
+	now := time.Unix(1763770000, 0)
+	st := telemetry.NewState(telemetry.Options{Now: func() time.Time { return now }})
+	ingest := func(seq uint64, n uint64) {
+		r := &telemetry.Report{V: 1, Node: "envoy-1", VM: "a", VMStartMS: 1763770000000, Seq: seq, SentAtMS: now.UnixMilli(), IntervalMS: 1000,
+			Rules: []telemetry.RuleCounters{
+				{Rule: "per-ip", Allowed: 10 * n},
+				{Rule: "trial-per-ip", Allowed: 6 * n, ShadowRejected: 4 * n},
+			},
+			Buckets: []telemetry.Bucket{
+				{Rule: "trial-per-ip", Identity: "10.0.0.1", Burst: 2, Rejects: 4 * n},
+				{Rule: "trial-per-ip", Identity: "10.0.0.2", Burst: 2, Rejects: 3 * n},
+				{Rule: "per-ip", Identity: "10.0.0.2", Burst: 10, Rejects: n},
+				{Rule: "trial-per-ip", Identity: "10.0.0.3", Tokens: 2, Burst: 2},
+			}}
+		if res := st.Ingest(r, now); res != telemetry.Accepted {
+			t.Fatalf("ingest: %+v", res)
+		}
+	}
+	ingest(1, 1)
+	now = now.Add(time.Second)
+	ingest(2, 2)
+	s := &server{Config: Config{Telemetry: &Telemetry{State: st, Now: func() time.Time { return now }}}}
+	cmp := s.compareTrial(trial.Trial{Pairs: []trial.Pair{{Draft: "per-ip", Trial: "trial-per-ip"}}})
+	if !cmp.Telemetry || len(cmp.Rules) != 1 {
+		t.Fatalf("comparison %+v", cmp)
+	}
+	r := cmp.Rules[0]
+	if r.Current == nil || r.Draft == nil || r.Current[telemetry.Allowed] <= 0 || r.Draft[telemetry.ShadowRejected] <= 0 || r.Current[telemetry.Rejected] != 0 {
+		t.Errorf("rates: current %v, draft %v; want the current allowing and the draft would-rejecting", r.Current, r.Draft)
+	}
+	if len(cmp.Identities) != 1 || cmp.Identities[0].Identity != "10.0.0.1" || cmp.Identities[0].Rule != "per-ip" {
+		t.Errorf("identities %+v, want 10.0.0.1 only (10.0.0.2 is rejected by the current rule too, 10.0.0.3 never)", cmp.Identities)
+	}
+
+	off := (&server{}).compareTrial(trial.Trial{Pairs: []trial.Pair{{Draft: "per-ip", Trial: "trial-per-ip"}}})
+	if off.Telemetry || len(off.Rules) != 1 || off.Rules[0].Current != nil {
+		t.Errorf("without telemetry: %+v, want the rules without rates", off)
 	}
 }
