@@ -350,7 +350,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		svcPub     = versions.Publisher(pub)
 	)
 	if xdsServer != nil {
-		trials = trial.NewService(nil, xdsServer, nil) // its policy service is created next
+		trials = trial.NewService(nil, indexedTrials{xdsServer, versions}, nil) // its policy service is created next
 		svcPub = trials.Publisher(svcPub)
 		trialsHTTP = trials
 	}
@@ -549,6 +549,20 @@ func redisName(o redisgcra.ClientOptions) string {
 		return "redis cluster " + addrs
 	}
 	return "redis " + addrs
+}
+
+// indexedTrials pushes a trial's configuration over xDS and indexes its
+// hash as the trial's base version, so the dashboard shows nodes running a
+// trial on that version (their enforcement is that version's; the Nodes
+// page shows the trial's own xDS version, <n>+trial<k>).
+type indexedTrials struct {
+	*xds.Server
+	versions *telemetry.VersionIndex
+}
+
+func (p indexedTrials) PushTrial(ctx context.Context, base int64, config []byte) error {
+	p.versions.Add(base, config)
+	return p.Server.PushTrial(ctx, base, config)
 }
 
 // xdsNodes adapts the xDS server's node list to httpapi.NodeLister: the two

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/url"
 	"strings"
@@ -289,4 +290,23 @@ func TestTrialComparisonShowsRatesAndIdentitiesOnlyTheDraftRejects(t *testing.T)
 	if off.Telemetry || len(off.Rules) != 1 || off.Rules[0].Current != nil {
 		t.Errorf("without telemetry: %+v, want the rules without rates", off)
 	}
+}
+
+func FuzzParseTrialDuration(f *testing.F) {
+	for _, s := range []string{"", "15m", "1s", "24h", "24h0m1s", "999ms", "-5m", "forever", "1e9h", " 2m "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, err := parseTrialDuration(s)
+		if err != nil {
+			var ie *policies.InputError
+			if !errors.As(err, &ie) || ie.Field != "duration" {
+				t.Fatalf("%q: %v is not an error naming the duration field", s, err)
+			}
+			return
+		}
+		if d < MinTrialDuration || d > trial.MaxDuration {
+			t.Fatalf("%q: accepted %v, out of range", s, d)
+		}
+	})
 }
