@@ -285,6 +285,15 @@ func (s *server) editorPage(w http.ResponseWriter, r *http.Request, sess auth.Se
 	return nil
 }
 
+// draftPage is the policy page showing a submitted draft over the current
+// version cur (the next save based on it).
+func draftPage(sess auth.Session, cur policies.Version, draft, message string) web.EditorPage {
+	return web.EditorPage{
+		Nav: nav(sess, "policy"), Current: versionInfo(cur, cur.Number), BaseVersion: cur.Number,
+		Draft: draft, Message: message, Rows: rows(draft), Rules: rulesView(draft, nil),
+	}
+}
+
 func (s *server) editorSubmit(w http.ResponseWriter, r *http.Request, sess auth.Session) error {
 	draft := strings.ReplaceAll(r.PostForm.Get("policy"), "\r\n", "\n")
 	msg := r.PostForm.Get("message")
@@ -292,10 +301,7 @@ func (s *server) editorSubmit(w http.ResponseWriter, r *http.Request, sess auth.
 	if err != nil {
 		return err
 	}
-	p := web.EditorPage{
-		Nav: nav(sess, "policy"), Current: versionInfo(cur, cur.Number), BaseVersion: cur.Number,
-		Draft: draft, Message: msg, Rows: rows(draft), Rules: rulesView(draft, nil),
-	}
+	p := draftPage(sess, cur, draft, msg)
 	base, err := parseVersion(r.PostForm.Get("base_version"), "base_version")
 	if err != nil {
 		p.Flashes = []web.Flash{{Kind: "error", Text: "Not saved: " + err.Error()}}

@@ -294,10 +294,8 @@ func (s *server) trialStartSubmit(w http.ResponseWriter, r *http.Request, sess a
 	if err != nil {
 		return err
 	}
-	p := web.EditorPage{
-		Nav: nav(sess, "policy"), Current: versionInfo(cur, cur.Number), BaseVersion: cur.Number,
-		Draft: draft, Message: f.Get("message"), Rows: rows(draft), Rules: rulesView(draft, nil), TrialDuration: f.Get("trial_duration"),
-	}
+	p := draftPage(sess, cur, draft, f.Get("message"))
+	p.TrialDuration = f.Get("trial_duration")
 	refuse := func(status int, text string) error {
 		p.Flashes = []web.Flash{{Kind: "error", Text: "Trial not started: " + text}}
 		s.render(w, r, status, web.Editor(p))
