@@ -21,7 +21,7 @@ import (
 
 // Trials runs shadow trials of drafts (admin/trial.Service implements it).
 type Trials interface {
-	Start(ctx context.Context, draft []byte, d time.Duration, author string) (trial.Trial, error)
+	StartOn(ctx context.Context, base int64, draft []byte, d time.Duration, author string) (trial.Trial, error)
 	Running() (trial.Trial, bool)
 	Stop(ctx context.Context) error
 	Promote(ctx context.Context, author, message string) (policies.Version, error)
@@ -62,7 +62,7 @@ var errNoTrial = &apiErr{status: http.StatusConflict, msg: trial.ErrNoTrial.Erro
 
 // startTrial restores masked secrets from the current version (the draft
 // came from a masked page or API answer) and starts the trial.
-func (s *server) startTrial(ctx context.Context, draft []byte, d time.Duration, author string) (trial.Trial, error) {
+func (s *server) startTrial(ctx context.Context, base int64, draft []byte, d time.Duration, author string) (trial.Trial, error) {
 	if policy.HasMaskedSecret(draft) {
 		cur, err := s.Policies.(maskingPolicies).Policies.Current(ctx)
 		if err != nil {
@@ -76,7 +76,7 @@ func (s *server) startTrial(ctx context.Context, draft []byte, d time.Duration, 
 		}
 		draft = restored
 	}
-	return s.Trials.Start(ctx, draft, d, author)
+	return s.Trials.StartOn(ctx, base, draft, d, author)
 }
 
 // trialError maps a refused start (another trial runs) to 409.
@@ -96,12 +96,16 @@ func (s *server) apiTrialStart(w http.ResponseWriter, r *http.Request) error {
 		return errNoTrials
 	}
 	var b struct {
-		Policy   json.RawMessage `json:"policy"`
-		Duration string          `json:"duration"`
-		Author   string          `json:"author"`
+		Policy      json.RawMessage `json:"policy"`
+		BaseVersion int64           `json:"base_version"`
+		Duration    string          `json:"duration"`
+		Author      string          `json:"author"`
 	}
-	if err := s.decodeJSON(w, r, &b, []string{"policy", "duration", "author"}); err != nil {
+	if err := s.decodeJSON(w, r, &b, []string{"policy", "base_version", "duration", "author"}); err != nil {
 		return err
+	}
+	if b.BaseVersion < 0 {
+		return &policies.InputError{Field: "base_version", Message: "not a version number"}
 	}
 	if len(b.Policy) == 0 || string(b.Policy) == "null" {
 		return &policies.InputError{Field: "policy", Message: "required: the draft configuration, a JSON object"}
@@ -110,7 +114,7 @@ func (s *server) apiTrialStart(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	t, err := s.startTrial(r.Context(), b.Policy, d, apiAuthor(r, b.Author))
+	t, err := s.startTrial(r.Context(), b.BaseVersion, b.Policy, d, apiAuthor(r, b.Author))
 	if err != nil {
 		return trialError(err)
 	}
@@ -308,10 +312,15 @@ func (s *server) trialStartSubmit(w http.ResponseWriter, r *http.Request, sess a
 	if err != nil {
 		return refuse(http.StatusBadRequest, err.Error())
 	}
-	t, err := s.startTrial(r.Context(), []byte(draft), d, sess.Author)
+	base, err := parseVersion(f.Get("base_version"), "base_version")
+	if err != nil {
+		return refuse(http.StatusBadRequest, err.Error())
+	}
+	t, err := s.startTrial(r.Context(), base, []byte(draft), d, sess.Author)
 	var (
 		ve *policies.ValidationError
 		re *trial.RunningError
+		ce *policies.ConflictError
 	)
 	switch {
 	case err == nil:
@@ -323,6 +332,8 @@ func (s *server) trialStartSubmit(w http.ResponseWriter, r *http.Request, sess a
 		return refuse(http.StatusUnprocessableEntity, "the draft is invalid; nothing was pushed.")
 	case errors.As(err, &re):
 		return refuse(http.StatusConflict, re.Error()+".")
+	case errors.As(err, &ce):
+		return refuse(http.StatusConflict, ce.Error()+": your draft was written on an older version. Reload the policy page and edit the current one.")
 	}
 	return err
 }

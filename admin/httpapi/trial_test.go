@@ -205,6 +205,26 @@ func TestTrialPromoteAfterASaveIsStale(t *testing.T) {
 	}
 }
 
+func TestTrialOfADraftOnAStaleVersionIsRefused(t *testing.T) {
+	e := newTrialEnv(t)
+	if resp, m := e.apiJSON(t, "POST", "/api/v1/policy", `{"base_version":1,"policy":`+perIP+`}`); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("save: %d %v", resp.StatusCode, m)
+	}
+	resp, m := e.apiJSON(t, "POST", "/api/v1/trial", `{"base_version":1,"policy":`+trialDraft+`}`)
+	if resp.StatusCode != http.StatusConflict || m["current_version"] != 2.0 {
+		t.Errorf("a draft written on v1 while v2 is current: %d %v", resp.StatusCode, m)
+	}
+	c := login(t, e.env, "alice")
+	csrf := csrfOf(t, get(t, c, e.srv.URL+"/"))
+	resp, body := post(t, c, e.srv.URL+"/trial", url.Values{"csrf": {csrf}, "policy": {trialDraft}, "base_version": {"1"}})
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(body, "written on an older version") {
+		t.Errorf("from the editor: %d", resp.StatusCode)
+	}
+	if _, ok := e.trials.Running(); ok {
+		t.Error("a trial on a stale version runs")
+	}
+}
+
 func TestTrialViewerIsForbidden(t *testing.T) {
 	e := newTrialEnv(t)
 	viewer := addUser(t, e.env, "vera", auth.RoleViewer)
@@ -225,7 +245,7 @@ func TestTrialPageStartsFromTheEditorAndEnds(t *testing.T) {
 	e := newTrialEnv(t)
 	c := login(t, e.env, "alice")
 	csrf := csrfOf(t, get(t, c, e.srv.URL+"/"))
-	resp, body := post(t, c, e.srv.URL+"/trial", url.Values{"csrf": {csrf}, "policy": {trialDraft}, "trial_duration": {"5m"}})
+	resp, body := post(t, c, e.srv.URL+"/trial", url.Values{"csrf": {csrf}, "policy": {trialDraft}, "base_version": {"1"}, "trial_duration": {"5m"}})
 	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/trial?started=1" {
 		t.Fatalf("Try in shadow: %d %s\n%s", resp.StatusCode, resp.Header.Get("Location"), body)
 	}
@@ -235,7 +255,7 @@ func TestTrialPageStartsFromTheEditorAndEnds(t *testing.T) {
 			t.Errorf("the trial page lacks %q", want)
 		}
 	}
-	resp, body = post(t, c, e.srv.URL+"/trial", url.Values{"csrf": {csrf}, "policy": {trialDraft}})
+	resp, body = post(t, c, e.srv.URL+"/trial", url.Values{"csrf": {csrf}, "policy": {trialDraft}, "base_version": {"1"}})
 	if resp.StatusCode != http.StatusConflict || !strings.Contains(body, "trial 1 by alice is running") {
 		t.Errorf("a second trial from the editor: %d", resp.StatusCode)
 	}

@@ -195,6 +195,14 @@ func (s *Service) SetPolicies(pol Policies) {
 // (*RunningError), an invalid draft (*policies.ValidationError), and a
 // duration over MaxDuration (*policies.InputError).
 func (s *Service) Start(ctx context.Context, draft []byte, d time.Duration, author string) (Trial, error) {
+	return s.StartOn(ctx, 0, draft, d, author)
+}
+
+// StartOn is Start for a draft written on version base: when base is not
+// the current version (someone saved since), it is refused with a
+// *policies.ConflictError, as a save would be, since promoting the draft
+// later would undo that change. base 0 takes the current version.
+func (s *Service) StartOn(ctx context.Context, base int64, draft []byte, d time.Duration, author string) (Trial, error) {
 	if d == 0 {
 		d = DefaultDuration
 	}
@@ -209,6 +217,9 @@ func (s *Service) Start(ctx context.Context, draft []byte, d time.Duration, auth
 	cur, err := s.pol.Current(ctx)
 	if err != nil {
 		return Trial{}, err
+	}
+	if base != 0 && base != cur.Number {
+		return Trial{}, &policies.ConflictError{Base: base, Current: cur.Number}
 	}
 	merged, pairs, err := Merge(cur.JSON, draft)
 	if err != nil {

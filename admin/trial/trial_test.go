@@ -215,3 +215,19 @@ func TestAVersionSavedDuringATrialIsPushedWithTheTrialRules(t *testing.T) {
 		t.Errorf("trial over v%d based on v%d, want over 5 based on 4", tr.Over, tr.Base)
 	}
 }
+
+func TestStartOnAStaleBaseIsRefusedLikeASave(t *testing.T) {
+	s, _, push := newService()
+	var ce *policies.ConflictError
+	if _, err := s.StartOn(context.Background(), 3, []byte(draft), time.Minute, "alice"); !errors.As(err, &ce) || ce.Current != 4 {
+		t.Fatalf("a draft written on v3 while v4 is current: %v", err)
+	}
+	if len(push.pushed) != 0 {
+		t.Error("a refused trial was pushed")
+	}
+	tr, err := s.StartOn(context.Background(), 4, []byte(draft), time.Minute, "alice")
+	if err != nil || tr.Base != 4 {
+		t.Fatalf("on the current version: %+v %v", tr, err)
+	}
+	s.Stop(context.Background())
+}
