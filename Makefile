@@ -13,7 +13,7 @@ COUNT     ?= 6
 BENCHTIME ?= 1s
 FUZZTIME  ?= 20s
 
-.PHONY: help build wasm native generate test lint fmt vet generated markers run bench fuzz clean envoyhost envoy-host-test
+.PHONY: images push help build wasm native generate test lint fmt vet generated markers run bench fuzz clean envoyhost envoy-host-test
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -34,7 +34,24 @@ $(FLOOR_OUT): $(GO_FILES) go.mod go.sum
 native: ## build the native binaries into bin/
 	@mkdir -p $(BIN)
 	$(GO) build -trimpath -o $(BIN)/ratelimit-gateway ./plugin/gateway
-	$(GO) build -trimpath -o $(BIN)/ratelimit-admin ./admin
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/ratelimit-admin ./admin
+
+# OCI images without a container engine (admin/images): the filter as a Wasm
+# image (compat and oci variants) and the admin and gateway for linux/amd64
+# and linux/arm64, as OCI layouts in bin/images/. Reproducible: the creation
+# time is the commit's. `make push REGISTRY=host:port[/prefix]` pushes them.
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+CREATED  ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+SOURCE   ?= https://github.com/sluice-rl/sluice
+LICENCE  ?= Apache-2.0
+TAGS     ?= latest
+images: wasm ## build the OCI images into bin/images/ (no Docker needed)
+	$(GO) run ./admin/images/sluice-images build -out $(BIN)/images -wasm $(WASM_OUT) \
+	  -version $(VERSION) -created $(CREATED) -source $(SOURCE) -licence $(LICENCE)
+
+push: ## push bin/images/ to REGISTRY=host:port[/prefix] (tags: the version and TAGS)
+	@[ -n "$(REGISTRY)" ] || { echo "make push: set REGISTRY=host:port[/prefix]"; exit 2; }
+	$(GO) run ./admin/images/sluice-images push -in $(BIN)/images -registry $(REGISTRY) -tag $(TAGS)
 
 generate: ## regenerate the templ components' _templ.go files (commit them)
 	$(GO) generate ./web

@@ -9,6 +9,7 @@
 //	ratelimit-admin -data-dir ./data -new-token      # replace the admin token, print it, exit
 //	ratelimit-admin -metrics-listen 10.0.0.5:9090    # Prometheus on an internal port, no token
 //	ratelimit-admin -rls-listen 10.0.0.5:18081 -redis-addrs 10.0.0.7:6379   # fleet mode (global rules)
+//	ratelimit-admin policy validate|diff|apply|export ...   # GitOps client of a running admin (docs/kubernetes.md)
 //	SLUICE_POSTGRES_URL=postgres://sluice@10.0.0.8/sluice ratelimit-admin -rls-listen 10.0.0.5:18081
 //
 // With -rls-listen the admin also serves Envoy's rate limit service API
@@ -45,8 +46,10 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"github.com/sluice-rl/sluice/admin/auth"
+	"github.com/sluice-rl/sluice/admin/envoygateway"
 	"github.com/sluice-rl/sluice/admin/fleet"
 	"github.com/sluice-rl/sluice/admin/fleet/redisgcra"
+	"github.com/sluice-rl/sluice/admin/gitops"
 	"github.com/sluice-rl/sluice/admin/httpapi"
 	"github.com/sluice-rl/sluice/admin/istio"
 	"github.com/sluice-rl/sluice/admin/policies"
@@ -57,6 +60,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "policy" {
+		os.Exit(gitops.Main(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	}
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "ratelimit-admin:", err)
 		os.Exit(1)
@@ -75,6 +81,7 @@ type options struct {
 	TLSKey        string
 	SecureCookies bool
 	Istio         istio.Options
+	EnvoyGateway  envoygateway.Options
 	IstioSelector string
 	LogLevel      string
 	InitialPolicy string
@@ -114,6 +121,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.Istio.SHA256, "istio-sha256", env("SLUICE_ISTIO_SHA256", ""), "optional SHA-256 of the module for the WasmPlugin (SLUICE_ISTIO_SHA256)")
 	fs.StringVar(&o.Istio.Name, "istio-name", env("SLUICE_ISTIO_NAME", istio.DefaultName), "metadata.name of the WasmPlugin (SLUICE_ISTIO_NAME)")
 	fs.StringVar(&o.Istio.Namespace, "istio-namespace", env("SLUICE_ISTIO_NAMESPACE", istio.DefaultNamespace), "metadata.namespace of the WasmPlugin; the root namespace applies mesh-wide (SLUICE_ISTIO_NAMESPACE)")
+	egFlags(fs, &o.EnvoyGateway)
 	fs.StringVar(&o.IstioSelector, "istio-selector", env("SLUICE_ISTIO_SELECTOR", ""), "workload labels for the WasmPlugin, e.g. istio=ingressgateway (SLUICE_ISTIO_SELECTOR)")
 	fs.StringVar(&o.InitialPolicy, "initial-policy", env("SLUICE_INITIAL_POLICY", ""), "policy file stored as version 1 when the database is empty (default: a shadow-mode per-IP limit) (SLUICE_INITIAL_POLICY)")
 	fs.StringVar(&o.LogLevel, "log-level", env("SLUICE_LOG_LEVEL", "info"), "debug, info, warn or error (SLUICE_LOG_LEVEL)")
@@ -182,6 +190,10 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.TelemetryTokenEnv != "off" {
 		o.Istio.TokenEnv = o.TelemetryTokenEnv
+		o.EnvoyGateway.TokenEnv = o.TelemetryTokenEnv
+	}
+	if _, err := envoygateway.Render([]byte("{}"), 0, o.EnvoyGateway); err != nil {
+		return o, fmt.Errorf("-eg-* flags: %w", err)
 	}
 	sel, err := istio.ParseSelector(o.IstioSelector)
 	if err != nil {
@@ -412,7 +424,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	// data directory) may save too: push their versions as well.
 	go svc.Follow(ctx, policies.FollowEvery)
 	hcfg := httpapi.Config{
-		Policies: svc, Auth: authn, Nodes: nodes, Istio: o.Istio, Logger: logger, SecureCookies: o.SecureCookies,
+		Policies: svc, Auth: authn, Nodes: nodes, Istio: o.Istio, EnvoyGateway: o.EnvoyGateway, Logger: logger, SecureCookies: o.SecureCookies,
 		Telemetry: telCfg, Audit: st, Throttle: throttle, TrustedProxies: o.TrustedProxies, Trials: trialsHTTP,
 	}
 	if fleetSrv != nil {

@@ -59,6 +59,7 @@ type RuleCard struct {
 	Stats    []Stat
 	Chart    Chart
 	Overflow *RuleOverflow // nil: no overflow limit decided a request in the window, and none is shared now
+	Actions  string        // requests exempted, denied or decided by an override: "" for none
 }
 
 // RuleOverflow is what the rule's overflow limits decided: requests whose

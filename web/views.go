@@ -150,6 +150,16 @@ type NodesPage struct {
 	PublishError string
 }
 
+// EnvoyGatewayPage shows the EnvoyExtensionPolicy manifest.
+type EnvoyGatewayPage struct {
+	Nav      Nav
+	Format   string // "yaml" or "json"
+	Target   string // Gateway/<name> or HTTPRoute/<name>
+	Manifest string
+	Version  int64
+	Error    string
+}
+
 // IstioPage shows the WasmPlugin manifest.
 type IstioPage struct {
 	Nav      Nav

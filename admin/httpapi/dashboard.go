@@ -113,6 +113,7 @@ func (s *server) dashboardView(r *http.Request, sess auth.Session) (web.Dashboar
 		}
 		card.Chart = web.NewChart(series, ov.Window)
 		card.Overflow = ruleOverflow(rv.Overflow)
+		card.Actions = ruleActions(rv.Actions)
 		l.Rules = append(l.Rules, card)
 	}
 	l.Fleet = s.fleetSection(r.Context(), now, l.Current, ov.Fleet)
@@ -163,6 +164,24 @@ func ruleOverflow(o telemetry.Overflow) *web.RuleOverflow {
 		ro.Identities = count(o.Identities)
 	}
 	return ro
+}
+
+// ruleActions is a rule card's line of what its action or overrides
+// decided ("" when nothing): e.g. "1,204 decided by an override".
+func ruleActions(a telemetry.Actions) string {
+	var parts []string
+	for _, x := range []struct {
+		n    uint64
+		what string
+	}{{a.Exempted, "exempted"}, {a.Denied, "denied"}, {a.Overridden, "decided by an override"}} {
+		if x.n > 0 {
+			parts = append(parts, count(x.n)+" "+x.what)
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return strings.Join(parts, " · ") + " (since the admin started)"
 }
 
 func dashURL(path, window, q string, fragment bool) string {

@@ -108,6 +108,7 @@ var apiRoutes = []struct{ method, path string }{
 	{"POST", "/api/v1/policy"},
 	{"POST", "/api/v1/policy/validate"},
 	{"POST", "/api/v1/policy/simulate"},
+	{"POST", "/api/v1/policy/overrides"},
 	{"GET", "/api/v1/policy/versions"},
 	{"GET", "/api/v1/policy/versions/1"},
 	{"GET", "/api/v1/policy/diff?from=0&to=1"},

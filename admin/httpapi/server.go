@@ -24,6 +24,7 @@ import (
 	"github.com/a-h/templ"
 
 	"github.com/sluice-rl/sluice/admin/auth"
+	"github.com/sluice-rl/sluice/admin/envoygateway"
 	"github.com/sluice-rl/sluice/admin/istio"
 	"github.com/sluice-rl/sluice/admin/policies"
 	"github.com/sluice-rl/sluice/admin/store"
@@ -75,7 +76,9 @@ type Config struct {
 	Auth     Auth
 	Nodes    NodeLister    // nil: no xDS server in this process
 	Istio    istio.Options // how the WasmPlugin is rendered
-	Logger   *slog.Logger
+	// EnvoyGateway: how the EnvoyExtensionPolicy is rendered.
+	EnvoyGateway envoygateway.Options
+	Logger       *slog.Logger
 
 	// SecureCookies marks cookies Secure even on plain-HTTP requests: set it
 	// when a TLS-terminating proxy sits in front of the admin. Requests that
@@ -109,8 +112,9 @@ type Config struct {
 	Sleep func(ctx context.Context, d time.Duration)
 }
 
-// DefaultMaxBody is the default request body limit: 1 MiB.
-const DefaultMaxBody = 1 << 20
+// DefaultMaxBody is the default request body limit: 4 MiB, room for a
+// configuration of policies.MaxConfigBytes sent as JSON or a form.
+const DefaultMaxBody = 4 << 20
 
 // Cookie names.
 const (
@@ -155,6 +159,7 @@ func New(cfg Config) (http.Handler, error) {
 	mux.Handle("POST /api/v1/policy", s.api(s.apiSave))
 	mux.Handle("POST /api/v1/policy/validate", s.api(s.apiValidate))
 	mux.Handle("POST /api/v1/policy/simulate", s.api(s.apiSimulate))
+	mux.Handle("POST /api/v1/policy/overrides", s.api(s.apiOverrides))
 	mux.Handle("GET /api/v1/policy/versions", s.api(s.apiList))
 	mux.Handle("GET /api/v1/policy/versions/{n}", s.api(s.apiGet))
 	mux.Handle("GET /api/v1/policy/diff", s.api(s.apiDiff))
@@ -163,6 +168,7 @@ func New(cfg Config) (http.Handler, error) {
 	mux.Handle("GET /api/v1/policy/schema", s.api(s.apiSchema))
 	mux.Handle("GET /api/v1/istio/wasmplugin", s.api(s.apiIstio))
 	mux.Handle("GET /api/v1/nodes", s.api(s.apiNodes))
+	s.registerEnvoyGateway(mux)
 	if s.Telemetry != nil {
 		s.registerTelemetry(mux)
 	}

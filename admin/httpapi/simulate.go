@@ -289,7 +289,8 @@ type simPolicyJSON struct {
 type simRuleJSON struct {
 	Name      string  `json:"name"`
 	Mode      string  `json:"mode"`
-	Algorithm string  `json:"algorithm"`
+	Algorithm string  `json:"algorithm,omitempty"`
+	Action    string  `json:"action"`
 	Applies   bool    `json:"applies"`
 	Why       string  `json:"why_not,omitempty"`
 	Identity  string  `json:"identity,omitempty"`
@@ -300,6 +301,10 @@ type simRuleJSON struct {
 	Level      *float64      `json:"level,omitempty"`
 	Decision   *simRuleDecis `json:"decision,omitempty"`
 	Global     bool          `json:"global,omitempty"`
+	// Overridden: one of the rule's overrides gave this identity its
+	// limits; ChargedLater: the cost comes from the response.
+	Overridden   bool `json:"overridden,omitempty"`
+	ChargedLater bool `json:"charged_later,omitempty"`
 }
 
 type simRuleDecis struct {
@@ -324,8 +329,9 @@ func simJSON(label string, res simulate.Result) simResultJSON {
 			pj.Applied = p.Rules[p.Applied].Name
 		}
 		for _, r := range p.Rules {
-			rj := simRuleJSON{Name: r.Name, Mode: string(r.Mode), Algorithm: r.Algorithm, Applies: r.Applies, Why: r.Why, Global: r.Global}
-			if r.Applies {
+			rj := simRuleJSON{Name: r.Name, Mode: string(r.Mode), Algorithm: r.Algorithm, Action: r.Action, Applies: r.Applies, Why: r.Why, Global: r.Global,
+				Overridden: r.Overridden, ChargedLater: r.ChargedLater}
+			if r.Applies && r.Action == policy.ActionLimit {
 				level := r.Level
 				rj.Identity, rj.Cost, rj.StateKnown, rj.Level = r.Identity, r.Cost, r.Known, &level
 				d := r.Decision

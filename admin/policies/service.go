@@ -104,9 +104,14 @@ func (e *InputError) Error() string { return e.Field + ": " + e.Message }
 
 // Limits.
 const (
-	MaxConfigBytes = 512 << 10 // a configuration larger than this is refused
-	MaxAuthorLen   = 100       // characters
-	MaxMessageLen  = 1000      // characters
+	// MaxConfigBytes bounds a configuration: 3 MiB, room for about 30,000
+	// overrides. The ECDS push carries it in one gRPC message, which Envoy
+	// and grpc-go clients (the dev gateway) accept up to 4 MiB by default;
+	// an Istio WasmPlugin is a Kubernetes object, which etcd keeps under
+	// 1.5 MiB.
+	MaxConfigBytes = 3 << 20
+	MaxAuthorLen   = 100  // characters
+	MaxMessageLen  = 1000 // characters
 	DefaultPage    = 50
 	MaxPage        = 500
 )

@@ -56,6 +56,23 @@ type RuleView struct {
 	// limit (each also counted in its decision), and how many identities
 	// share one.
 	Overflow Overflow `json:"overflow"`
+	// Actions: requests let through by the rule as an exempt rule,
+	// rejected as a deny rule, or decided by one of its overrides, since
+	// the admin first saw the rule.
+	Actions Actions `json:"actions"`
+}
+
+// Actions counts what a rule's action and overrides decided.
+type Actions struct {
+	Exempted   uint64 `json:"exempted"`
+	Denied     uint64 `json:"denied"`
+	Overridden uint64 `json:"overridden"`
+}
+
+func (a *Actions) add(d Actions) {
+	a.Exempted = satAdd(a.Exempted, d.Exempted)
+	a.Denied = satAdd(a.Denied, d.Denied)
+	a.Overridden = satAdd(a.Overridden, d.Overridden)
 }
 
 // Overflow is what a rule's overflow limits decided: requests whose
@@ -161,6 +178,7 @@ func (s *State) overview(now time.Time, opts OverviewOptions) *Overview {
 	for name, ra := range s.rules {
 		rv := RuleView{Name: name, First: ra.first.Unix(), Total: ra.total, Points: make([]Counts, points), Nodes: ruleNodes[name]}
 		rv.Overflow = Overflow{Total: ra.ovfTotal, Identities: identities[name]}
+		rv.Actions = ra.acts
 		if ra.ovf != nil {
 			rv.Overflow.Window = ra.ovf.sum(start, end)[0]
 			rv.Overflow.Rate = float64(ra.ovf.sum(rateFrom, end)[0]) / rateDiv

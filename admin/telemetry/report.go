@@ -71,6 +71,13 @@ type RuleCounters struct {
 	// previous report (0 to MaxOverflowIdentities; 0: none). A gauge, not
 	// cumulative. Optional (0).
 	OverflowIdentities uint64 `json:"overflow_identities,omitempty"`
+	// Exempted, Denied and Overridden count the requests an exempt rule
+	// let through, a deny rule rejected, and the rule decided with an
+	// override's limits (also counted as allowed, rejected, ...).
+	// Optional (0).
+	Exempted   uint64 `json:"exempted,omitempty"`
+	Denied     uint64 `json:"denied,omitempty"`
+	Overridden uint64 `json:"overridden,omitempty"`
 }
 
 // Bucket is the state of one bucket as a VM last saw it. Rejects are the
@@ -357,6 +364,9 @@ const (
 	rFailOpen
 	rOverflowed    // optional
 	rOverflowIdent // optional
+	rExempted      // optional
+	rDenied        // optional
+	rOverridden    // optional
 )
 
 var ruleFields = []struct {
@@ -366,9 +376,10 @@ var ruleFields = []struct {
 }{
 	{"rule", rRule, true}, {"allowed", rAllowed, true}, {"rejected", rRejected, true}, {"shadow_rejected", rShadow, true},
 	{"fail_open", rFailOpen, true}, {"overflowed", rOverflowed, false}, {"overflow_identities", rOverflowIdent, false},
+	{"exempted", rExempted, false}, {"denied", rDenied, false}, {"overridden", rOverridden, false},
 }
 
-const ruleFieldList = "rule, allowed, rejected, shadow_rejected, fail_open and optionally overflowed, overflow_identities"
+const ruleFieldList = "rule, allowed, rejected, shadow_rejected, fail_open and optionally overflowed, overflow_identities, exempted, denied, overridden"
 
 func (p *parser) rule(l loc) RuleCounters {
 	var rc RuleCounters
@@ -419,6 +430,12 @@ func (p *parser) rule(l loc) RuleCounters {
 			rc.Overflowed, _ = p.uint64(fl)
 		case rOverflowIdent:
 			rc.OverflowIdentities, _ = p.uintUpTo(fl, MaxOverflowIdentities, " (2^32)")
+		case rExempted:
+			rc.Exempted, _ = p.uint64(fl)
+		case rDenied:
+			rc.Denied, _ = p.uint64(fl)
+		case rOverridden:
+			rc.Overridden, _ = p.uint64(fl)
 		}
 	})
 	for _, f := range ruleFields {

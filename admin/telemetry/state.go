@@ -196,6 +196,7 @@ type vmRule struct {
 	overflowed uint64 // cumulative
 	identities uint64 // overflow_identities: a gauge
 	mark       uint64 // the report that carried it last (State.accepted then)
+	acts       Actions
 }
 
 // restarted tells whether a cumulative counter went down since prev: the
@@ -206,7 +207,8 @@ func (v *vmRule) restarted(prev *vmRule) bool {
 			return true
 		}
 	}
-	return v.overflowed < prev.overflowed
+	return v.overflowed < prev.overflowed || v.acts.Exempted < prev.acts.Exempted ||
+		v.acts.Denied < prev.acts.Denied || v.acts.Overridden < prev.acts.Overridden
 }
 
 // series is one rule on one node.
@@ -226,6 +228,7 @@ type ruleAgg struct {
 	name  string
 	el    *list.Element // in State.lists.rules
 	cost  int64
+	acts  Actions // exempted, denied, overridden since the admin first saw the rule
 	ring  *ring
 	total Counts
 	// ovf counts the requests decided by an overflow limit per second, in
@@ -323,6 +326,7 @@ func (s *State) Ingest(r *Report, now time.Time) Result {
 		cur := vmRule{
 			c:          Counts{rc.Allowed, rc.Rejected, rc.ShadowRejected, rc.FailOpen},
 			overflowed: rc.Overflowed, identities: rc.OverflowIdentities, mark: mark,
+			acts: Actions{Exempted: rc.Exempted, Denied: rc.Denied, Overridden: rc.Overridden},
 		}
 		prev, known := vm.counters[rc.Rule]
 		if !known && !s.charge(costVMRule, now) {
@@ -354,18 +358,21 @@ func (s *State) Ingest(r *Report, now time.Time) Result {
 		}
 		var d Counts
 		var overflowed uint64
+		var acts Actions
 		switch {
 		case !known && !fresh:
 			// baseline only
 		case !known || cur.restarted(&prev):
-			d, overflowed = cur.c, cur.overflowed // new, or its counters restarted: from zero
+			d, overflowed, acts = cur.c, cur.overflowed, cur.acts // new, or its counters restarted: from zero
 		default:
 			for k := range d {
 				d[k] = cur.c[k] - prev.c[k]
 			}
 			overflowed = cur.overflowed - prev.overflowed
+			acts = Actions{cur.acts.Exempted - prev.acts.Exempted, cur.acts.Denied - prev.acts.Denied, cur.acts.Overridden - prev.acts.Overridden}
 		}
 		s.addDelta(ra, se, sec, now, &d, overflowed)
+		ra.acts.add(acts)
 	}
 	if len(vm.counters) > kept { // rules gone from the configuration
 		for name, vr := range vm.counters {

@@ -13,6 +13,8 @@
 //	floor-ns/op  the same for the empty plugin
 //	x-floor      ns/op / floor-ns/op
 //	p50-ns, p99-ns, p99.9-ns   plugin stream latency percentiles
+//	x-floor-p50  the plugin's median stream time / the floor's (robust to
+//	             pauses caused by other processes, which skew the means)
 //
 // B/op and allocs/op count both hosts (the host side of a stream allocates
 // the same for both).
@@ -98,6 +100,9 @@ func Run(b *testing.B, c Case) {
 	b.ReportMetric(pct(lat, 0.999), "p99.9-ns")
 	// The floor's own tail shows how much of the plugin's is the machine.
 	slices.Sort(floorLat)
+	if f50 := pct(floorLat, 0.50); f50 > 0 { // the median ratio: robust to another process's pauses
+		b.ReportMetric(pct(lat, 0.50)/f50, "x-floor-p50")
+	}
 	b.ReportMetric(pct(floorLat, 0.99), "floor-p99-ns")
 	b.ReportMetric(pct(floorLat, 0.999), "floor-p99.9-ns")
 	if c.After != nil {

@@ -220,7 +220,8 @@ func start(bin string, mode Mode, opts scenario.Options) (*Host, error) {
 func (h *Host) Name() string { return "envoyhost-" + string(h.mode) }
 
 // requestLine encodes a request: headers (pseudo-headers defaulted),
-// properties, upstream response headers (default :status 200).
+// properties, upstream response headers (default :status 200), response
+// trailers and whether the stream is reset after the request.
 func requestLine(l *line, r scenario.Request) {
 	hs := make([]scenario.Header, 0, len(r.Headers)+4)
 	for _, d := range [...]scenario.Header{{":method", "GET"}, {":path", "/"}, {":authority", "localhost"}, {":scheme", "http"}} {
@@ -248,6 +249,12 @@ func requestLine(l *line, r scenario.Request) {
 		resp = []scenario.Header{{":status", "200"}}
 	}
 	l.headers(resp)
+	l.headers(r.ResponseTrailers)
+	reset := int64(0)
+	if r.ResetAfterRequest {
+		reset = 1
+	}
+	l.num(reset)
 }
 
 func (h *Host) checkVM(vm int) error {

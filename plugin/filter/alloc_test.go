@@ -73,25 +73,75 @@ func TestRequestPathLeavesTheCollectorIdle(t *testing.T) {
 	for i := range fresh {
 		fresh[i] = rq("@ip", "10."+strconv.Itoa(i>>16)+"."+strconv.Itoa(i>>8&255)+"."+strconv.Itoa(i&255)+":443")
 	}
+	// Responses reporting their cost in a header or a trailer (charged in
+	// the response phase), or not at all (default_cost).
+	charged := make([]*wasmhost.Request, 50)
+	for i := range charged {
+		r := *keys[i]
+		switch i % 3 {
+		case 0:
+			r.ResponseHeaders = []wasmhost.Header{{":status", "200"}, {"x-tokens-used", strconv.Itoa(i)}}
+		case 1:
+			r.ResponseTrailers = []wasmhost.Header{{"x-tokens-used", strconv.Itoa(i)}}
+		}
+		charged[i] = &r
+	}
+	const quotaRule = `{"rules": [
+	  {"name": "monthly", "limit_keys": ["header:x-api-key"], "algorithm": "quota",
+	   "algorithm_config": {"limit": 1e12, "period": "month", "time_zone": "Europe/Berlin"}}]}`
+	const chargedRules = `{"policies": [
+	  {"name": "a", "rules": [{"name": "tokens", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
+	   "algorithm_config": {"rps": 1e9, "burst": 1e12, "cost_source": "response_header:x-tokens-used"}}]},
+	  {"name": "b", "rules": [{"name": "daily", "limit_keys": ["header:x-api-key"], "algorithm": "quota",
+	   "algorithm_config": {"limit": 1e12, "period": "day", "cost_source": "response_trailer:x-tokens-used"}}]}]}`
 	slots := func(rate string) string {
 		return `{"rules": [{"name": "per-ip", "max_keys": 64, "limit_keys": ["ip:address"], "algorithm": "token_bucket",
 		  "algorithm_config": {"rps": ` + rate + `, "burst": 1e9}}]}`
 	}
+	// Regex, CIDR, in and negated conditions on every request; exempt
+	// and deny rules; a rule with overrides, hit and missed (100 of them:
+	// the lookup is one hash table whatever their number, and configuring
+	// 10,000 under this test's memory limit collects on every allocation).
+	const conditionsRule = `{"rules": [
+	  {"name": "health", "action": "exempt", "match": {"path": {"in": ["/healthz", "/readyz"]}}},
+	  {"name": "blocked", "action": "deny", "match": {"header:user-agent": {"regex": "(?i)badbot"}}},
+	  {"name": "per-key", "limit_keys": ["header:x-api-key"],
+	   "match": {"path": {"regex": "^/[a-z]*$"}, "ip:address": {"cidr": ["10.0.0.0/8", "2001:db8::/32"]}, "header:x-debug": {"not": {"present": true}}},
+	   "algorithm": "token_bucket", "algorithm_config": {"rps": 1e6, "burst": 1e9}}]}`
+	var ovs strings.Builder
+	for i := range 100 {
+		ovs.WriteString(`,{"key": "client-` + strconv.Itoa(i*2) + `", "algorithm_config": {"burst": ` + strconv.Itoa(1e8+i%5) + `}}`)
+	}
+	overridesRule := `{"rules": [{"name": "per-key", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
+	  "algorithm_config": {"rps": 1e6, "burst": 1e9}, "overrides": [` + ovs.String()[1:] + `]}]}`
+	health := make([]*wasmhost.Request, 50)
+	denied := make([]*wasmhost.Request, 50)
+	for i := range health {
+		health[i] = rq(":path", "/healthz", "x-api-key", "client-"+strconv.Itoa(i))
+		denied[i] = rq("user-agent", "BadBot/"+strconv.Itoa(i))
+	}
 	cases := []struct {
-		name   string
-		config string
-		reqs   []*wasmhost.Request
+		name     string
+		config   string
+		reqs     []*wasmhost.Request
+		rejected bool
 	}{
-		{"header key", headerRule, keys},
-		{"client address", ipRule, ips},
-		{"exact storage", exactRule, keys},
-		{"sliding window", windowRule, keys},
-		{"rejected", `{"rules": [{"name": "deny", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket", "algorithm_config": {"rps": 1e-9, "burst": 0.5}}]}`, keys},
-		{"jwt", `{"rules": [{"name": "plan", "limit_keys": ["jwt:sub"], "match": {"jwt:plan": "pro"}, "algorithm": "token_bucket", "algorithm_config": {"rps": 1e9, "burst": 1e9}}]}`, jwts},
-		{"new identities, idle slots reused", slots("1e9"), fresh},
-		{"new identities, overflowing", slots("1e-3"), fresh},
-		{"telemetry on", strings.Replace(headerRule, "{", `{"telemetry": {"cluster": "sluice_admin", "token": "t"}, `, 1), keys},
-		{"shadow", `{"mode": "shadow", "rules": [{"name": "deny", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket", "algorithm_config": {"rps": 1e-9, "burst": 0.5}}]}`, keys},
+		{"regex, cidr, in and not conditions", conditionsRule, keys, false},
+		{"exempt", conditionsRule, health, false},
+		{"deny", conditionsRule, denied, true},
+		{"overrides, half of the keys listed", overridesRule, keys, false},
+		{"header key", headerRule, keys, false},
+		{"client address", ipRule, ips, false},
+		{"exact storage", exactRule, keys, false},
+		{"sliding window", windowRule, keys, false},
+		{"calendar quota", quotaRule, keys, false},
+		{"costs charged from the response", chargedRules, charged, false},
+		{"rejected", `{"rules": [{"name": "deny", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket", "algorithm_config": {"rps": 1e-9, "burst": 0.5}}]}`, keys, true},
+		{"jwt", `{"rules": [{"name": "plan", "limit_keys": ["jwt:sub"], "match": {"jwt:plan": "pro"}, "algorithm": "token_bucket", "algorithm_config": {"rps": 1e9, "burst": 1e9}}]}`, jwts, false},
+		{"new identities, idle slots reused", slots("1e9"), fresh, false},
+		{"new identities, overflowing", slots("1e-3"), fresh, false},
+		{"telemetry on", strings.Replace(headerRule, "{", `{"telemetry": {"cluster": "sluice_admin", "token": "t"}, `, 1), keys, false},
+		{"shadow", `{"mode": "shadow", "rules": [{"name": "deny", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket", "algorithm_config": {"rps": 1e-9, "burst": 0.5}}]}`, keys, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -110,7 +160,7 @@ func TestRequestPathLeavesTheCollectorIdle(t *testing.T) {
 			send := func(n int) {
 				for i := 0; i < n; i++ {
 					res, err := h.VM(0).HTTP(context.Background(), c.reqs[i%len(c.reqs)])
-					if err != nil || (res.Rejected != (c.name == "rejected")) {
+					if err != nil || res.Rejected != c.rejected {
 						t.Fatalf("request %d: err %v, rejected %v", i, err, res.Rejected)
 					}
 				}
@@ -120,6 +170,18 @@ func TestRequestPathLeavesTheCollectorIdle(t *testing.T) {
 			send(3000)
 			if ran := stderr.count("MB goal") - before; ran != 0 {
 				t.Errorf("the guest's collector ran %d times in 3,000 requests: the request path allocates", ran)
+			}
+			for name, want := range map[string]uint64{
+				"regex, cidr, in and not conditions": 3500, "exempt": 3500, "deny": 3500, "overrides, half of the keys listed": 1750,
+			} {
+				metric := map[string]string{"exempt": "sluice.rule.health.exempted", "deny": "sluice.rule.blocked.denied",
+					"overrides, half of the keys listed": "sluice.rule.per-key.overridden"}[name]
+				if metric == "" {
+					metric = "sluice.rule.per-key.allowed"
+				}
+				if n, _ := h.Metric(metric); name == c.name && n != want {
+					t.Errorf("%s = %d, want %d: the case does not exercise what it names", metric, n, want)
+				}
 			}
 			if n, _ := h.Metric("sluice.rule.per-ip.overflowed"); strings.Contains(c.name, "overflowing") && n < 3000 {
 				t.Errorf("overflowed %d times, want every request of the 3,000 to overflow", n)

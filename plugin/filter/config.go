@@ -33,6 +33,7 @@ type compiledConfig struct {
 	trustedHops     int
 	anyShadow       bool // some rule is in shadow mode
 	anyDelay        bool // some rule has max_delay_ms (delay.go)
+	anyRespCost     bool // some rule's cost comes from the response (charge.go)
 
 	telemetry *policy.Telemetry // nil: no reports (telemetry.go)
 	hash      string            // config_hash of the configuration bytes
@@ -51,9 +52,21 @@ type compiledRule struct {
 	// win is the rule's windowed algorithm (window.go), nil for
 	// token_bucket: its state is a state.Window under keyPrefix "fw:",
 	// "sw:" or "rw:" instead of a state.Bucket under "tb:".
-	win       limiter.Window
-	algorithm string // policy.Algorithm*, for telemetry
-	reason    string // X-RateLimit-Reason: "<algorithm>_exceeded"
+	win limiter.Window
+	// quota is the rule's calendar quota (window.go), also in win; its
+	// zero value for other algorithms.
+	quota limiter.Quota
+	// exactRetry: Retry-After is the wait itself, without jitter (quotas).
+	exactRetry bool
+	// Response-charged rules (charge.go): the cost comes from the response
+	// header (or trailer, respTrailer) respName, charged down to -maxDebt.
+	respCost    bool
+	respTrailer bool
+	respName    string
+	maxDebt     float64
+	cm          chargeMetrics
+	algorithm   string // policy.Algorithm*, for telemetry
+	reason      string // X-RateLimit-Reason: "<algorithm>_exceeded"
 
 	costKind    policy.CostKind
 	costSrc     sourceRef // for header/query costs
@@ -78,6 +91,13 @@ type compiledRule struct {
 	m ruleMetrics
 
 	fleet *ruleFleet // "scope": "global" (fleet.go); nil for a local rule
+
+	// Actions and overrides (actions.go).
+	action     ruleAction
+	denyStatus uint32
+	denyBody   []byte                   // {"error":"denied","rule":"<rule>"}
+	overrides  map[string]*compiledRule // identity -> this rule with its override's limits
+	overridden bool                     // this is such an override of a rule
 
 	// Telemetry (telemetry.go).
 	tc            *ruleTally         // the VM's cumulative counters for this rule name
@@ -119,6 +139,7 @@ func compile(c *policy.Config, vm *vmContext) *compiledConfig {
 			cc.byName[r.name] = r
 			cc.anyShadow = cc.anyShadow || r.shadow
 			cc.anyDelay = cc.anyDelay || r.tb.MaxDelay > 0
+			cc.anyRespCost = cc.anyRespCost || r.respCost
 		}
 		cc.policies = append(cc.policies, rules)
 	}
@@ -150,8 +171,8 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 	for _, k := range r.Keys {
 		cr.keys = append(cr.keys, cc.ref(k))
 	}
-	for _, m := range r.Match {
-		cr.match = append(cr.match, compiledMatch{src: cc.ref(m.Source), Match: request.CompileMatch(m)})
+	for i := range r.Match {
+		cr.match = append(cr.match, compiledMatch{src: cc.ref(r.Match[i].Source), Match: request.CompileMatch(&r.Match[i])})
 	}
 	costSrc, fixedCost, defaultCost := request.RuleCost(r)
 	cr.costKind = costSrc.Kind
@@ -162,15 +183,32 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 		cr.costSrc = cc.ref(policy.KeySource{Kind: policy.SourceQuery, Name: costSrc.Name})
 	}
 	cr.fixedCost, cr.defaultCost = fixedCost, defaultCost
+	cr.compileLimits(r)
+	cr.bodyPre = `{"error":"rate_limited","rule":"` + r.Name + `","retry_after":`
+	cr.compileAction(r, vm) // actions.go
+	if cr.win == nil {
+		cc.compileRuleFleet(cr, r, vm) // fleet.go
+	}
+	switch {
+	case r.Quota != nil:
+		cr.compileCharge(costSrc, r.Quota.MaxDebt, vm) // charge.go
+	case r.Window == nil && r.TokenBucket != nil:
+		cr.compileCharge(costSrc, r.TokenBucket.MaxDebt, vm) // charge.go
+	}
+	cr.compileOverrides(r, vm) // actions.go
+	return cr
+}
+
+// compileLimits sets the rule's algorithm and its precomputed header values
+// from r: the rule itself, or a copy of it carrying an override's limits.
+func (cr *compiledRule) compileLimits(r *policy.Rule) {
+	cr.tb, cr.win = request.RuleLimiter(r)
+	if q, ok := cr.win.(limiter.Quota); ok {
+		cr.quota = q // its bounds cache is this VM's: one callback at a time
+	}
 	f := request.RuleFields(r)
 	cr.limitHdr, cr.policyHdr, cr.reason, cr.rlPrefix = f.Limit, f.Policy, f.Reason, f.RatePrefix
-	cr.bodyPre = `{"error":"rate_limited","rule":"` + r.Name + `","retry_after":`
-	cr.tb, cr.win = request.RuleLimiter(r)
-	if cr.win != nil {
-		return cr
-	}
-	cc.compileRuleFleet(cr, r, vm) // fleet.go
-	return cr
+	cr.exactRetry = f.ExactRetry
 }
 
 // ref resolves a key source to a cache slot, assigning one index per
@@ -197,16 +235,14 @@ func indexOf(names *[]string, n string) int {
 	return len(*names) - 1
 }
 
-// matches reports whether every matcher of the rule holds. A missing value
-// never matches.
+// matches reports whether every condition of the rule holds
+// (policy.Condition.Holds: a missing value satisfies only "present": false
+// and negations).
 func (r *compiledRule) matches(rs *requestSources) bool {
 	for i := range r.match {
 		m := &r.match[i]
 		v, ok := rs.get(m.src)
-		if !ok {
-			return false
-		}
-		if !m.Holds(v) {
+		if !m.Holds(v, ok) {
 			return false
 		}
 	}
@@ -218,8 +254,11 @@ func (r *compiledRule) matches(rs *requestSources) bool {
 // default cost when that value is absent, not a number, not positive, NaN,
 // infinite or absurdly large.
 func (r *compiledRule) cost(rs *requestSources) float64 {
-	if r.costKind == policy.CostFixed {
+	switch r.costKind {
+	case policy.CostFixed:
 		return r.fixedCost
+	case policy.CostResponseHeader, policy.CostResponseTrailer:
+		return 0 // charged from the response (charge.go)
 	}
 	if v, ok := rs.get(r.costSrc); ok {
 		if c, ok := limiter.ParseCost(v); ok {

@@ -45,6 +45,9 @@ const (
 // composite key: it seeds Retry-After's jitter.
 func (p *pluginContext) sendReject(r *compiledRule, wait float64, identity string) error {
 	retry, t := request.RejectTimes(wait, identity)
+	if r.exactRetry {
+		retry = t // a quota: the time to the reset, without jitter
+	}
 	b := p.hdrBuf[:0]
 	b = appendInt(b, retry)
 	retryEnd := len(b)

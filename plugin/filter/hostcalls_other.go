@@ -23,6 +23,20 @@ func getRequestHeader(name string, buf []byte) (string, []byte, bool) {
 	return bytesView(buf[start:]), buf, true
 }
 
+func getResponseValue(trailer bool, name string, buf []byte) (string, []byte, bool) {
+	get := proxywasm.GetHttpResponseHeader
+	if trailer {
+		get = proxywasm.GetHttpResponseTrailer
+	}
+	v, err := get(name)
+	if err != nil {
+		return "", buf, false
+	}
+	start := len(buf)
+	buf = append(buf, v...)
+	return bytesView(buf[start:]), buf, true
+}
+
 func getSharedData(key string, dst []byte) ([]byte, uint32, uint32) {
 	v, cas, err := proxywasm.GetSharedData(key)
 	return append(dst[:0], v...), cas, statusOf(err)

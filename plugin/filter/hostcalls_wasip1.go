@@ -108,8 +108,24 @@ func strPtr(s string) unsafe.Pointer {
 // the caller overwrites that part of buf (appending more never moves it: a
 // reallocation leaves the old array to the views into it).
 func getRequestHeader(name string, buf []byte) (v string, grown []byte, ok bool) {
+	return getHeaderValue(mapTypeRequestHeaders, name, buf)
+}
+
+// mapTypeResponseTrailers is proxy-wasm's response trailer map.
+const mapTypeResponseTrailers = 3
+
+// getResponseValue is getRequestHeader for the response headers (trailer
+// false) or trailers (trailer true).
+func getResponseValue(trailer bool, name string, buf []byte) (string, []byte, bool) {
+	if trailer {
+		return getHeaderValue(mapTypeResponseTrailers, name, buf)
+	}
+	return getHeaderValue(mapTypeResponseHeaders, name, buf)
+}
+
+func getHeaderValue(mapType uint32, name string, buf []byte) (v string, grown []byte, ok bool) {
 	scratch.armed = true
-	st := rawGetHeaderMapValue(mapTypeRequestHeaders, strPtr(name), uint32(len(name)),
+	st := rawGetHeaderMapValue(mapType, strPtr(name), uint32(len(name)),
 		unsafe.Pointer(&hostRet.data), unsafe.Pointer(&hostRet.size))
 	start := len(buf)
 	buf = takeInto(buf)

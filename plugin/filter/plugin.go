@@ -77,6 +77,7 @@ type pluginContext struct {
 	// Per-request scratch, reused: a VM runs one callback at a time.
 	rs      requestSources
 	apps    []application
+	act     *compiledRule // the exempt or deny rule selectRules found (actions.go), else nil
 	comps   []string
 	compBuf []byte
 	valBuf  []byte
@@ -84,6 +85,8 @@ type pluginContext struct {
 	hdrBuf  []byte
 	shadow  []byte
 	free    []*httpContext // recycled HTTP contexts
+	// chargeApp is the scratch of a response-phase charge (charge.go).
+	chargeApp application
 }
 
 // OnPluginStart is proxy_on_configure: parse and validate the plugin
@@ -155,7 +158,7 @@ func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
 	if n := len(p.free); n > 0 {
 		h := p.free[n-1]
 		p.free = p.free[:n-1]
-		*h = httpContext{p: p, id: contextID}
+		*h = httpContext{p: p, id: contextID, charges: h.charges[:0], chargeKeys: h.chargeKeys[:0]}
 		return h
 	}
 	return &httpContext{p: p, id: contextID}
@@ -172,9 +175,13 @@ func (h *httpContext) OnHttpStreamDone() {
 	if h.hold.held { // reset while held (delay.go): leave the queue, refund
 		h.p.cancelHold(h)
 	}
-	h.p.vm.fleetForget(h) // fleet.go: no longer waits for a lease
+	h.p.vm.fleetForget(h)   // fleet.go: no longer waits for a lease
+	if len(h.charges) > 0 { // charge.go: the response never reported these
+		h.chargeRemaining()
+	}
 	if p := h.p; len(p.free) < maxFreeContexts {
-		*h = httpContext{p: p}
+		clear(h.charges) // do not retain rules of an old configuration
+		*h = httpContext{p: p, charges: h.charges[:0], chargeKeys: h.chargeKeys[:0]}
 		p.free = append(p.free, h)
 	}
 }
@@ -192,6 +199,11 @@ type httpContext struct {
 	fleetWaits   int  // asks in flight this request waits for
 	fleetFetched bool // it waited once: decide again without fetching
 	fleetDone    bool // the stream ended while waiting
+
+	// Response-charged rules that admitted the request (charge.go), and
+	// their bucket keys; both kept when the context is recycled.
+	charges    []pendingCharge
+	chargeKeys []byte
 }
 
 func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
@@ -212,6 +224,9 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 }
 
 func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
+	if len(h.charges) > 0 && !h.local {
+		h.chargeResponse(false) // charge.go: costs in response headers
+	}
 	// Envoy runs this callback for our own local reply too: its headers are
 	// already final, leave them alone. (These checks cannot panic; the
 	// recover is paid only when there is work.)
@@ -219,6 +234,15 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 		return types.ActionContinue
 	}
 	h.setResponseHeaders()
+	return types.ActionContinue
+}
+
+// OnHttpResponseTrailers charges the costs reported in response trailers
+// (charge.go).
+func (h *httpContext) OnHttpResponseTrailers(int) types.Action {
+	if len(h.charges) > 0 && !h.local {
+		h.chargeResponse(true)
+	}
 	return types.ActionContinue
 }
 
@@ -298,8 +322,19 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 	p.rs.reset(cfg)
 	p.shadow = p.shadow[:0]
 	apps := p.selectRules()
+	shadowDenied := false
+	if r := p.act; r != nil { // actions.go
+		switch {
+		case r.action == actExempt:
+			return p.exempt(r)
+		case !r.shadow:
+			return p.deny(h, r)
+		}
+		p.shadowDeny(r, !h.fleetFetched) // counted once, not again when a fleet lease resumes the request
+		shadowDenied = true
+	}
 	if len(apps) == 0 {
-		p.markShadow(false)
+		p.markShadow(shadowDenied)
 		p.stripDelayHeader()
 		return types.ActionContinue
 	}
@@ -332,7 +367,7 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 	// reported rule is the one with the longest wait, so Retry-After covers
 	// every refusing rule.
 	reject := -1
-	anyShadow := false
+	anyShadow := shadowDenied
 	for i := range apps {
 		a := &apps[i]
 		if a.failed || a.dec.Allowed {
@@ -421,6 +456,9 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 			resetF:    best.dec.Reset,
 		}
 	}
+	if cfg.anyRespCost {
+		h.addCharges(apps) // charge.go
+	}
 	p.markShadow(anyShadow)
 	if wait > 0 {
 		return p.hold(h, apps, wait)
@@ -433,8 +471,14 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 // limit keys are all present, and builds its bucket key. A rule that matches
 // but lacks a key value is skipped (counted in key_missing) and the next rule
 // of the policy is tried, so "per API key, else per IP" is two rules.
+//
+// An exempt or deny rule (actions.go) selected this way is left in p.act:
+// the first exempt rule ends the selection (it exempts the request from
+// every rule), else the first deny rule is kept.
 func (p *pluginContext) selectRules() []application {
 	apps := p.apps[:0]
+	p.act = nil
+policies:
 	for _, rules := range p.cfg.policies {
 		for _, r := range rules {
 			if !r.matches(&p.rs) {
@@ -455,6 +499,17 @@ func (p *pluginContext) selectRules() []application {
 				r.m.keyMissing.inc()
 				continue
 			}
+			if r.action != actLimit {
+				if r.action == actExempt {
+					p.act = r
+					apps = apps[:0]
+					break policies
+				}
+				if p.act == nil {
+					p.act = r
+				}
+				break
+			}
 			// Reuse the slot's key buffer from earlier requests.
 			if len(apps) < cap(apps) {
 				apps = apps[:len(apps)+1]
@@ -470,6 +525,9 @@ func (p *pluginContext) selectRules() []application {
 			}
 			a.key = bytesView(kb)
 			a.identity = a.key[len(r.keyPrefix):]
+			if r.overrides != nil { // actions.go: this identity's own limits
+				a.rule = r.override(a.identity)
+			}
 			if r.maxKeys > 0 {
 				if !p.vm.seedOK && !p.vm.loadHashSeed() { // hashseed.go
 					a.noSeed = true
@@ -503,6 +561,9 @@ const (
 func (p *pluginContext) commit(a *application, now float64) commitResult {
 	if a.rule.fleet != nil {
 		return p.fleetCommit(a, now) // fleet.go
+	}
+	if a.rule.respCost {
+		return commitOK // admitted, nothing taken: the response is charged (charge.go)
 	}
 	for attempt := 1; ; attempt++ {
 		err := p.store(a)
@@ -557,6 +618,9 @@ func (p *pluginContext) refundCommitted(apps []application) {
 			continue
 		}
 		a.committed = false
+		if a.rule.respCost {
+			continue // admitted without taking anything (charge.go)
+		}
 		if !p.refund(a) {
 			p.vm.globals().refundFailed.inc()
 			p.vm.logLimited(logRefund, "sluice: rule "+a.rule.name+": could not refund a rejected request's tokens")

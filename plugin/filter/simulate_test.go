@@ -14,25 +14,39 @@ import (
 	"github.com/sluice-rl/sluice/shared/simulate"
 )
 
-// simulatorPolicy has tiers keyed on an API key, a per-address fallback,
-// a JWT-keyed rule with a cost header, a shadow window and an enforced
-// sliding window, so the simulator and the filter are compared on every
-// path of a decision: no rule, first match, key missing, allowed with
-// fields, enforce rejection, shadow rejection.
+// simulatorPolicy has exempt and deny rules (one in shadow mode) matched
+// by regex, CIDR, "in" and suffix conditions, tiers keyed on an API key
+// (one key with an override), a per-address fallback, a JWT-keyed rule
+// with a cost header, a daily calendar quota, a shadow window and an
+// enforced sliding window, so
+// the simulator and the filter are compared on every path of a decision:
+// no rule, first match, key missing, exempt, deny, shadow deny, override,
+// allowed with fields, enforce rejection, shadow rejection.
 const simulatorPolicy = `{
   "xff_trusted_hops": 1,
   "policies": [
+    {"name": "gate", "rules": [
+      {"name": "health", "action": "exempt", "match": {"path": {"regex": "^/healthz?$"}}},
+      {"name": "office", "action": "exempt", "match": {"ip:address": {"cidr": ["10.0.0.3/32"]}, "method": {"not": "POST"}}},
+      {"name": "blocked", "action": "deny", "deny_status": 451, "match": {"header:x-api-key": {"in": ["key-2"]}, "method": "DELETE"}},
+      {"name": "bots", "action": "deny", "mode": "shadow", "match": {"header:user-agent": {"suffix": "bot"}}}
+    ]},
     {"name": "tiers", "rules": [
-      {"name": "premium", "match": {"header:x-plan": "premium"}, "limit_keys": ["header:x-api-key"],
+      {"name": "premium", "match": {"header:x-plan": {"in": ["premium", "gold"]}}, "limit_keys": ["header:x-api-key"],
        "algorithm": "token_bucket", "algorithm_config": {"tokens_per_second": 2, "burst": 4}},
       {"name": "free", "limit_keys": ["header:x-api-key"],
-       "algorithm": "token_bucket", "algorithm_config": {"tokens_per_second": 0.5, "burst": 2}},
+       "algorithm": "token_bucket", "algorithm_config": {"tokens_per_second": 0.5, "burst": 2},
+       "overrides": [{"key": "key-1", "algorithm_config": {"tokens_per_second": 1, "burst": 3}}]},
       {"name": "anonymous", "limit_keys": ["ip:address"],
        "algorithm": "token_bucket", "algorithm_config": {"tokens_per_second": 1, "burst": 3}}
     ]},
     {"name": "reports", "rules": [
       {"name": "report-users", "match": {"path_prefix": "/reports"}, "limit_keys": ["jwt:sub"],
        "algorithm": "token_bucket", "algorithm_config": {"tokens_per_second": 1, "burst": 5, "cost_source": "header:x-cost"}}
+    ]},
+    {"name": "daily", "rules": [
+      {"name": "reports-quota", "match": {"path_prefix": "/reports"}, "limit_keys": ["jwt:sub"],
+       "algorithm": "quota", "algorithm_config": {"limit": 8, "period": "day", "time_zone": "Europe/Berlin"}}
     ]},
     {"name": "search", "rules": [
       {"name": "search-shadow", "mode": "shadow", "match": {"path_prefix": "/search"}, "limit_keys": ["ip:address"],
@@ -63,7 +77,15 @@ func randomRequest(rng *rand.Rand) simulate.Request {
 	case 1:
 		r.Headers["x-api-key"] = fmt.Sprintf("key-%d", rng.IntN(3))
 	}
-	switch rng.IntN(5) {
+	if rng.IntN(6) == 0 {
+		r.Headers["user-agent"] = "crawlbot"
+	}
+	switch rng.IntN(7) {
+	case 5:
+		r.Path = "/healthz"
+	case 6:
+		r.Method = "DELETE"
+		r.Path = "/items/1"
 	case 0:
 		r.Path = "/reports/daily"
 		r.Headers["authorization"] = unsignedJWT(fmt.Sprintf(`{"sub":"user-%d"}`, rng.IntN(2)))
@@ -130,7 +152,7 @@ func TestSimulatorDecidesLikeTheCompiledFilter(t *testing.T) {
 		return s, ok
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	rejected, shadowed, allowed := 0, 0, 0
+	rejected, shadowed, allowed, denied, quota := 0, 0, 0, 0, 0
 	for i := 0; i < 400; i++ {
 		f.clock.Advance(time.Duration(rng.IntN(700)) * time.Millisecond)
 		req := randomRequest(rng)
@@ -144,6 +166,12 @@ func TestSimulatorDecidesLikeTheCompiledFilter(t *testing.T) {
 		}
 		if got.Rejected {
 			rejected++
+			if got.Local.Status == 451 {
+				denied++
+			}
+			if sim.Rule == "reports-quota" {
+				quota++
+			}
 			if got.Local.Status != sim.Status || string(got.Local.Body) != sim.Body {
 				t.Fatalf("%s: filter %d %s, simulator %d %s", where, got.Local.Status, got.Local.Body, sim.Status, sim.Body)
 			}
@@ -171,8 +199,8 @@ func TestSimulatorDecidesLikeTheCompiledFilter(t *testing.T) {
 			states[key{s.Rule, s.Identity}] = s.State
 		}
 	}
-	if rejected < 20 || allowed < 20 || shadowed < 5 {
-		t.Fatalf("the sequence exercised too little: %d rejected, %d allowed, %d shadow-marked", rejected, allowed, shadowed)
+	if rejected < 20 || allowed < 20 || shadowed < 5 || denied < 3 || quota < 3 {
+		t.Fatalf("the sequence exercised too little: %d rejected (%d denied, %d by the quota), %d allowed, %d shadow-marked", rejected, denied, quota, allowed, shadowed)
 	}
 }
 

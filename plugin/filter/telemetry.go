@@ -35,6 +35,9 @@ type ruleTally struct {
 	// overflowIdentities is the largest estimate of identities sharing one
 	// seen since the previous report (reset when a report is built).
 	overflowed, overflowIdentities uint64
+	// exempted, denied and overridden count requests an exempt rule let
+	// through, a deny rule rejected, an override decided (actions.go).
+	exempted, denied, overridden uint64
 }
 
 // tally returns the VM's counters for rule name.
@@ -289,6 +292,7 @@ func (p *pluginContext) buildReport(now float64) []byte {
 		b = append(b, `,"overflow_identities":`...)
 		b = strconv.AppendUint(b, c.overflowIdentities, 10)
 		c.overflowIdentities = 0 // a maximum per report
+		b = appendActionCounts(b, c)
 		b = append(b, '}')
 	}
 	b = append(b, `],"buckets":[`...)

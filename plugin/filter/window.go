@@ -26,6 +26,8 @@ func keyPrefix(algorithm string) string {
 		return state.PrefixSlidingWindow
 	case policy.AlgorithmRollingWindow:
 		return state.PrefixRollingWindow
+	case policy.AlgorithmQuota:
+		return state.PrefixQuota
 	}
 	return state.PrefixTokenBucket
 }
@@ -36,7 +38,7 @@ func keyPrefix(algorithm string) string {
 // and its Take.
 func (a *application) take(now float64) {
 	a.now = now
-	if a.rule.win == nil {
+	if a.rule.win == nil && !a.rule.respCost {
 		a.next, a.dec = a.rule.tb.Take(a.read.b, a.read.exists, now, a.cost)
 		return
 	}
@@ -44,6 +46,10 @@ func (a *application) take(now float64) {
 }
 
 func (a *application) takeWindow(now float64) {
+	if a.rule.respCost {
+		a.takeAdmit(now) // charge.go
+		return
+	}
 	a.ws.next = a.ws.read
 	a.dec = a.rule.win.Take(&a.ws.next, a.read.exists, now, a.cost)
 }

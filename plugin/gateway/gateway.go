@@ -278,8 +278,19 @@ func (gw *Gateway) forward(w http.ResponseWriter, r *http.Request, stream *wasmh
 		return
 	}
 	status := writeHeaders(w, res.Headers, resp.StatusCode)
+	for name := range resp.Trailer { // the trailers the upstream announced
+		w.Header().Add("Trailer", name)
+	}
 	w.WriteHeader(status)
 	io.Copy(w, resp.Body)
+	if len(resp.Trailer) > 0 { // their values are known once the body is read
+		if err := stream.ResponseTrailers(headerList(resp.Trailer, nil)); err != nil {
+			gw.log.Error("plugin error on response trailers", "err", err)
+		}
+		for name, values := range resp.Trailer {
+			w.Header()[name] = values
+		}
+	}
 }
 
 // writeLocal answers with the plugin's local reply. As in Envoy, the reply
@@ -322,8 +333,12 @@ func requestHeaders(r *http.Request) []wasmhost.Header {
 }
 
 func responseHeaders(status int, header http.Header) []wasmhost.Header {
-	h := make([]wasmhost.Header, 0, 1+len(header))
-	h = append(h, wasmhost.Header{":status", strconv.Itoa(status)})
+	return headerList(header, []wasmhost.Header{{":status", strconv.Itoa(status)}})
+}
+
+// headerList appends header to h as a proxy-wasm header map (names lower-case,
+// one entry per value).
+func headerList(header http.Header, h []wasmhost.Header) []wasmhost.Header {
 	for name, values := range header {
 		lower := strings.ToLower(name)
 		for _, v := range values {

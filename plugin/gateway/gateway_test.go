@@ -256,3 +256,49 @@ func TestPluginLogLinesKeepTheirLevel(t *testing.T) {
 		}
 	}
 }
+
+// TestGatewayChargesCostsReportedByTheUpstream: a token bucket charged from
+// the upstream's x-tokens-used header and a daily quota charged from its
+// trailer go into debt after the responses and then refuse with 429.
+func TestGatewayChargesCostsReportedByTheUpstream(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Tenant") != "" {
+			w.Header().Set("Trailer", "X-Tokens-Used")
+			io.WriteString(w, "streamed answer")
+			w.Header().Set("X-Tokens-Used", "700")
+			return
+		}
+		w.Header().Set("X-Tokens-Used", "60")
+		io.WriteString(w, "answer")
+	}))
+	t.Cleanup(up.Close)
+	gw, _, _ := startGateway(t, up.URL, `{"policies": [
+	  {"name": "a", "rules": [{"name": "tokens", "limit_keys": ["header:x-user"], "algorithm": "token_bucket",
+	    "algorithm_config": {"rps": 0.001, "burst": 100, "cost_source": "response_header:x-tokens-used"}}]},
+	  {"name": "b", "rules": [{"name": "daily", "limit_keys": ["header:x-tenant"], "algorithm": "quota",
+	    "algorithm_config": {"limit": 1000, "period": "day", "time_zone": "Europe/Berlin", "cost_source": "response_trailer:x-tokens-used"}}]}]}`)
+
+	for i, want := range []string{"40", "0"} { // 100 - 60, then 40 - 60 = -20
+		resp, body := getWith(t, gw.URL()+"/chat", "X-User", "u1")
+		if resp.StatusCode != 200 || body != "answer" {
+			t.Fatalf("request %d: %d %q", i, resp.StatusCode, body)
+		}
+		if got := resp.Header.Get("RateLimit"); !strings.Contains(got, ";r="+want+";") {
+			t.Errorf("request %d: RateLimit %q after the charge, want r=%s", i, got, want)
+		}
+	}
+	if resp, _ := getWith(t, gw.URL()+"/chat", "X-User", "u1"); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("in debt: status %d, want 429", resp.StatusCode)
+	}
+
+	for i := 0; i < 2; i++ { // 700, then 1400 (debt 400 of the default 1000)
+		resp, body := getWith(t, gw.URL()+"/stream", "X-Tenant", "t1")
+		if resp.StatusCode != 200 || body != "streamed answer" || resp.Trailer.Get("X-Tokens-Used") != "700" {
+			t.Fatalf("trailer request %d: %d %q, trailer %q", i, resp.StatusCode, body, resp.Trailer.Get("X-Tokens-Used"))
+		}
+	}
+	resp, _ := getWith(t, gw.URL()+"/stream", "X-Tenant", "t1")
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("X-RateLimit-Reason") != "quota_exceeded" {
+		t.Fatalf("over the daily quota: status %d reason %q", resp.StatusCode, resp.Header.Get("X-RateLimit-Reason"))
+	}
+}

@@ -24,6 +24,13 @@ type Request struct {
 	Properties map[string][]byte
 	// ResponseHeaders is what the upstream answers (default :status 200).
 	ResponseHeaders []Header
+	// ResponseTrailers, when not empty, end the upstream's response: the
+	// headers go to on_response_headers without end of stream, then these
+	// to on_response_trailers.
+	ResponseTrailers []Header
+	// ResetAfterRequest resets the stream after its request went upstream,
+	// before any response (on_log and on_done run; Status is 0).
+	ResetAfterRequest bool
 }
 
 // Response is the outcome of a request.

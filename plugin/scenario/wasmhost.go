@@ -100,9 +100,11 @@ func (w *wazeroHost) HTTP(vm int, r Request) (Response, error) {
 		return Response{}, fmt.Errorf("wasmhost: no VM %d", vm)
 	}
 	res, err := v.HTTP(context.Background(), &wasmhost.Request{
-		Headers:         r.Headers,
-		Properties:      wasmhost.Properties(r.Properties),
-		ResponseHeaders: r.ResponseHeaders,
+		Headers:           r.Headers,
+		Properties:        wasmhost.Properties(r.Properties),
+		ResponseHeaders:   r.ResponseHeaders,
+		ResponseTrailers:  r.ResponseTrailers,
+		ResetAfterRequest: r.ResetAfterRequest,
 	})
 	if err != nil {
 		return Response{}, err

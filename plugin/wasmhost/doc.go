@@ -93,11 +93,13 @@
 //     caller through Host.PendingCalls (package netcall is an HTTPCalls
 //     that answers over the network: http, https and h2c clusters, with
 //     response trailers, e.g. a gRPC rate limit service).
-//   - No bodies or trailers: streams carry headers only (VM.HTTP passes
-//     end_of_stream true, except to on_response_headers for a local reply
-//     with a body), body buffers are absent (NotFound), on_*_body and
-//     on_*_trailers are never called. A response-phase Pause is reported
-//     but not otherwise modelled.
+//   - No bodies, and no trailers but the response's: streams carry
+//     headers only (VM.HTTP passes end_of_stream true, except to
+//     on_response_headers for a local reply with a body, or when
+//     Request.ResponseTrailers follow, delivered to on_response_trailers
+//     and readable, not writable, there), body buffers are absent
+//     (NotFound), on_*_body and on_request_trailers are never called. A
+//     response-phase Pause is reported but not otherwise modelled.
 //   - No L4 (TCP) filters, no gRPC calls or streams, no WASI filesystem or
 //     sockets (stdout and stderr are captured; stderr is echoed to
 //     Config.LogWriter).

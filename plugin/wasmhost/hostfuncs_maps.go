@@ -33,6 +33,12 @@ func (vm *VM) headerMap(t uint32, write bool) (*[]Header, Status) {
 			s.resp, s.respShared = cloneHeaders(s.resp), false
 		}
 		return &s.resp, StatusOK
+	case mapResponseTrailers:
+		s := vm.cur.stream
+		if s == nil || !s.hasTrailers || write {
+			return nil, StatusBadArgument // read-only here: the filter only reads them
+		}
+		return &s.trailers, StatusOK
 	case mapHTTPCallRespHeaders, mapHTTPCallRespTrailers:
 		r := vm.cur.callResp
 		if r == nil {

@@ -28,6 +28,15 @@ type Request struct {
 	Properties Properties
 	// ResponseHeaders is what the upstream answers (default [[":status","200"]]).
 	ResponseHeaders []Header
+	// ResponseTrailers, when not empty, follow the response headers: the
+	// headers are delivered with end_of_stream false, then
+	// proxy_on_response_trailers runs with these trailers.
+	ResponseTrailers []Header
+	// ResetAfterRequest: the stream is reset after the request headers
+	// went upstream and before any response (a downstream disconnect or an
+	// upstream reset): on_log, on_done and on_delete run without a
+	// response. Status is 0.
+	ResetAfterRequest bool
 }
 
 // Result is the outcome of VM.HTTP.
@@ -100,6 +109,8 @@ type Stream struct {
 	hasReq       bool
 	resp         []Header
 	hasResp      bool
+	trailers     []Header // response trailers (hasTrailers: delivered)
+	hasTrailers  bool
 	local        *LocalResponse
 	localPending bool
 	localInResp  bool // the pending local reply was sent during the response phase
@@ -205,11 +216,20 @@ func (vm *VM) http(req *Request, res *Result) error {
 		res.Paused, res.Stream = true, s
 		return nil
 	}
+	if s.local == nil && req.ResetAfterRequest {
+		res.UpstreamHeaders = s.req
+		return s.finish(true) // the stream is not reused
+	}
 	if s.local == nil {
 		res.UpstreamHeaders = s.req
 		s.resp = appendHeaders(respBuf, req.ResponseHeaders, true)
-		if _, err := s.responseHeaders(true); err != nil {
+		if _, err := s.responseHeaders(len(req.ResponseTrailers) == 0); err != nil {
 			return err
+		}
+		if len(req.ResponseTrailers) > 0 && s.local == nil {
+			if err := s.responseTrailers(req.ResponseTrailers); err != nil {
+				return err
+			}
 		}
 	}
 	s.fillResult(res)
@@ -329,6 +349,33 @@ func (s *Stream) responseHeaders(endOfStream bool) (StreamResult, error) {
 		r.ResponseHeaders = s.resp
 	}
 	return r, nil
+}
+
+// ResponseTrailers delivers the upstream's response trailers
+// (proxy_on_response_trailers), after ResponseHeaders delivered the headers
+// without end of stream. The plugin may read them, not change them.
+func (s *Stream) ResponseTrailers(h []Header) error {
+	vm := s.vm
+	if err := vm.enter(context.Background()); err != nil {
+		return err
+	}
+	defer vm.leave()
+	if s.state != stResponse || s.local != nil || s.hasTrailers {
+		return fmt.Errorf("wasmhost: stream %d: trailers need delivered response headers, no local reply and no trailers yet", s.id)
+	}
+	return s.responseTrailers(h)
+}
+
+// responseTrailers delivers the response trailers
+// (proxy_on_response_trailers, end of stream).
+func (s *Stream) responseTrailers(t []Header) error {
+	vm := s.vm
+	s.trailers, s.hasTrailers = copyHeaders(t, false), true
+	if vm.fn.responseTrailers == nil {
+		return nil
+	}
+	vm.stack[0], vm.stack[1], vm.stack[2] = uint64(s.id), uint64(len(s.trailers)), 1
+	return vm.callStream(s, vm.fn.responseTrailers, "proxy_on_response_trailers", 3)
 }
 
 // applyDeferred applies, after a callback returned, what the guest asked

@@ -3,6 +3,7 @@ package limiter
 import (
 	"math"
 	"testing"
+	"time"
 
 	"github.com/sluice-rl/sluice/shared/state"
 )
@@ -134,6 +135,56 @@ func FuzzLevel(f *testing.F) {
 		want, _ := tb.Take(s, true, now, 0)
 		if got := tb.Level(s, now); got != want.Tokens && !(math.IsNaN(got) && math.IsNaN(want.Tokens)) {
 			t.Fatalf("Level(%+v, %v) with rate %v burst %v = %v, Take's level %v", s, now, rate, burst, got, want.Tokens)
+		}
+	})
+}
+
+// FuzzParseReportedCost: an accepted reported cost is finite, >= 0 and
+// <= MaxCost; a refused one is 0.
+func FuzzParseReportedCost(f *testing.F) {
+	for _, s := range []string{"1", " 0 ", "2.5", "1e400", "-1", "NaN", "inf", "0x10", "", "12 tokens"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		c, ok := ParseReportedCost(v)
+		if ok && !(c >= 0 && c <= MaxCost) {
+			t.Fatalf("ParseReportedCost(%q) = %v", v, c)
+		}
+		if !ok && c != 0 {
+			t.Fatalf("ParseReportedCost(%q) = %v, false", v, c)
+		}
+	})
+}
+
+// FuzzQuota: for any state, time, cost and debt, a quota's decisions and
+// charges keep the state valid (one finite count >= 0, a start that is a
+// period start at or before now unless the clock went back), admit only
+// within the limit, charge at most limit + maxDebt, and name a finite,
+// positive wait on a refusal.
+func FuzzQuota(f *testing.F) {
+	f.Add(uint8(4), 1e9, 3.0, 5.0, 10.0, 2.0, 1.0)
+	f.Add(uint8(2), 0.0, 0.0, 1e300, math.Inf(1), 5.0, math.NaN())
+	f.Add(uint8(1), -5.0, math.NaN(), 1.5e9, -1.0, 1.0, 0.0)
+	f.Add(uint8(3), 1.8e9, 100.0, 1.7e9, 1e12, 1e12, 1e12)
+	zones := []*time.Location{time.UTC, mustZone(f, "Europe/Berlin"), mustZone(f, "America/New_York"), mustZone(f, "Asia/Kolkata")}
+	f.Fuzz(func(t *testing.T, p uint8, start, used, now, cost, limit, debt float64) {
+		q := NewQuota(limit, Period(p%4+1), zones[int(p/4)%len(zones)])
+		w := state.Window{Start: start, N: 1, Counts: [state.MaxCounts]float64{used}}
+		d := q.Take(&w, true, now, cost)
+		if w.N != 1 || !(w.Counts[0] >= 0) || math.IsInf(w.Counts[0], 0) || !(w.Start >= 0) || math.IsInf(w.Start, 0) {
+			t.Fatalf("state after Take: %+v", w)
+		}
+		if d.Allowed && limit > 0 && w.Counts[0] > limit+costEpsilon && cost > 0 {
+			t.Fatalf("admitted to %v over limit %v", w.Counts[0], limit)
+		}
+		if !d.Allowed && !(d.Wait > 0 && d.Wait <= maxSeconds) {
+			t.Fatalf("refused with wait %v", d.Wait)
+		}
+		before := w.Counts[0]
+		q.Charge(&w, true, now, cost, debt)
+		ceiling := max(limit, 0) + max(validCost(debt), 0)
+		if w.Counts[0] > max(ceiling, before) || !(w.Counts[0] >= 0) {
+			t.Fatalf("charged to %v, ceiling %v", w.Counts[0], ceiling)
 		}
 	})
 }

@@ -294,23 +294,33 @@ const MaxCost = 1e9
 // an empty value, garbage, NaN, Inf, zero, negatives and absurdly large
 // numbers; the caller then uses the rule's default cost.
 func ParseCost(v string) (float64, bool) {
-	v = trimSpace(v)
-	if v == "" || len(v) > 64 {
+	v, ok := costText(v)
+	if !ok {
 		return 0, false
-	}
-	// Reject spellings strconv accepts but a cost header should not carry:
-	// "inf", "nan", "0x10", "1_000".
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if !(c >= '0' && c <= '9' || c == '.' || c == '-' || c == '+' || c == 'e' || c == 'E') {
-			return 0, false
-		}
 	}
 	f, err := strconv.ParseFloat(v, 64)
 	if err != nil || !(f > 0) || f > MaxCost {
 		return 0, false
 	}
 	return f, true
+}
+
+// costText trims spaces and tabs around a cost value and reports whether
+// what is left is a plain decimal number's spelling: at most 64 bytes of
+// digits, '.', signs and exponents. It refuses spellings strconv accepts
+// but a cost should not carry: "inf", "nan", "0x10", "1_000".
+func costText(v string) (string, bool) {
+	v = trimSpace(v)
+	if v == "" || len(v) > 64 {
+		return "", false
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if !(c >= '0' && c <= '9' || c == '.' || c == '-' || c == '+' || c == 'e' || c == 'E') {
+			return "", false
+		}
+	}
+	return v, true
 }
 
 func trimSpace(s string) string {

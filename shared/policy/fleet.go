@@ -173,6 +173,9 @@ func (p *parser) checkScopeAlgorithm(path string, r *Rule) {
 	if r.Global && r.Algorithm != "" && r.Algorithm != AlgorithmTokenBucket {
 		p.errorf(join(path, "scope"), `"global" supports only the token_bucket algorithm, not `, quoteShort(r.Algorithm))
 	}
+	if r.Global && r.TokenBucket != nil && r.TokenBucket.Cost.FromResponse() {
+		p.errorf(join(join(path, "algorithm_config"), "cost_source"), `a cost read from the response is not supported on a "global" rule; use a request cost source or make the rule "local"`)
+	}
 	if r.Global && r.TokenBucket != nil && r.TokenBucket.MaxDelayMS > 0 {
 		p.errorf(join(join(path, "algorithm_config"), "max_delay_ms"), `delayed admission is not supported on a "global" rule; remove max_delay_ms or make the rule "local"`)
 	}

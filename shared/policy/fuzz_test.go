@@ -22,8 +22,19 @@ func FuzzParse(f *testing.F) {
 		withTB(`{"tokens_per_second":10,"burst":5}`),
 		withAlg("rolling_window", `{"limit":10000,"window_seconds":86400,"period_seconds":3600,"max_per_period":1000,"cost_source":"header:x-c"}`),
 		withAlg("fixed_window", `{"limit":10,"window_seconds":60}`),
+		withAlg("quota", `{"limit":10000,"period":"month","time_zone":"Europe/Berlin"}`),
+		withAlg("quota", `{"limit":1e6,"period":"week","cost_source":"response_trailer:x-cost","max_debt":0}`),
+		withTB(`{"rps":50,"burst":1e5,"cost_source":"response_header:x-tokens-used","default_cost":500,"max_debt":2e4}`),
 		withAlg("sliding_window", `{"limit":10,"window_seconds":60,"fixed_cost":11}`),
 		withKeys(`["header:X","header:x","query:q","jwt:sub","path","method","host"]`),
+		withMatch(`{"path":{"regex":"^/users/[0-9]+$"},"ip:address":{"cidr":["10.0.0.0/8","2001:db8::/32"]},"jwt:plan":{"in":["gold","platinum"]}}`),
+		withMatch(`{"header:x-debug":{"present":false},"host":{"not":{"suffix":".internal"}},"method":{"exact":"GET"},"query:v":{"prefix":"2"}}`),
+		withMatch(`{"path":{"regex":"(["},"ip:address":{"cidr":["10.0.0.0/33","::ffff:1.2.3.4/100"]},"jwt:plan":{"in":[]},"path_prefix":{"x":1}}`),
+		rules(`{"name":"h","action":"exempt","match":{"path":"/healthz"}}`, `{"name":"d","action":"deny","deny_status":451,"limit_keys":["path"]}`, baseRule),
+		rules(`{"name":"x","action":"exempt","algorithm":"token_bucket","deny_status":1}`),
+		ruleWith(`"name":"p","limit_keys":["header:k","method"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10},` +
+			`"overrides":[{"key":"a\\|b|GET","algorithm_config":{"burst":20}},{"key":"c|POST","algorithm_config":{"rps":1,"burst":2}},{"key":"c|","algorithm_config":{"limit":1}}]}`),
+		withAlg("rolling_window", `{"limit":100,"window_seconds":60,"period_seconds":10},"overrides":[{"key":"1.2.3.4","algorithm_config":{"limit":50,"max_per_period":10}}]`),
 		`{"rules":[1,]}`, `[]`, `null`, `{"policies":[],"rules":[]}`, "",
 	} {
 		f.Add([]byte(s))

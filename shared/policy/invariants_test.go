@@ -50,8 +50,8 @@ func checkInvariants(t *testing.T, c *Config) {
 			if r.MaxKeys < 0 || r.MaxKeys > MaxMaxKeys {
 				t.Errorf("rule %q max_keys %d", r.Name, r.MaxKeys)
 			}
-			if len(r.Keys) == 0 {
-				t.Errorf("rule %q has no keys", r.Name)
+			if len(r.Keys) == 0 && r.Action == ActionLimit {
+				t.Errorf("limit rule %q has no keys", r.Name)
 			}
 			for _, k := range r.Keys {
 				if k2, ok := ParseSource(k.String()); !ok || k2 != k {
@@ -62,12 +62,22 @@ func checkInvariants(t *testing.T, c *Config) {
 				t.Errorf("rule %q match not sorted: %+v", r.Name, r.Match)
 			}
 			for _, m := range r.Match {
-				if m.Value == "" || (m.Prefix && m.Source.Kind != SourcePath) || m.Source.String() == "invalid" {
+				if (m.Cond.Op <= MatchSuffix && m.Cond.Value == "") || (m.PathPrefix && m.Source.Kind != SourcePath) || m.Source.String() == "invalid" {
 					t.Errorf("rule %q bad matcher %+v", r.Name, m)
 				}
 			}
+			if r.Action != ActionLimit {
+				if r.Algorithm != "" || r.TokenBucket != nil || r.Window != nil || len(r.Overrides) > 0 {
+					t.Errorf("rule %q: an %s rule with an algorithm", r.Name, r.Action)
+				}
+				continue
+			}
 			if isWindowAlgorithm(r.Algorithm) {
 				checkWindowInvariants(t, &r)
+				continue
+			}
+			if r.Algorithm == AlgorithmQuota {
+				checkQuotaInvariants(t, &r)
 				continue
 			}
 			if r.Algorithm != AlgorithmTokenBucket || r.TokenBucket == nil {
@@ -83,12 +93,16 @@ func checkInvariants(t *testing.T, c *Config) {
 					t.Errorf("rule %q cost %v", r.Name, cost)
 				}
 			}
+			if !tb.Cost.FromResponse() && tb.MaxDebt != 0 || tb.MaxDebt < 0 || tb.MaxDebt > MaxBurst ||
+				tb.Cost.FromResponse() && (tb.MaxDelayMS > 0 || r.Global) {
+				t.Errorf("rule %q response cost %v with max_debt %v, max_delay_ms %d, global %v", r.Name, tb.Cost, tb.MaxDebt, tb.MaxDelayMS, r.Global)
+			}
 			switch tb.Cost.Kind {
 			case CostFixed:
 				if tb.Cost.Name != "" {
 					t.Errorf("rule %q fixed cost with name %q", r.Name, tb.Cost.Name)
 				}
-			case CostHeader, CostQuery:
+			case CostHeader, CostQuery, CostResponseHeader, CostResponseTrailer:
 				if tb.Cost.Name == "" {
 					t.Errorf("rule %q cost source without name", r.Name)
 				}
@@ -143,3 +157,23 @@ func checkWindowInvariants(t *testing.T, r *Rule) {
 	}
 }
 func finitePos(x float64) bool { return x > 0 && !math.IsInf(x, 0) && !math.IsNaN(x) }
+
+// checkQuotaInvariants: a quota's config is in range (quota.go).
+func checkQuotaInvariants(t *testing.T, r *Rule) {
+	t.Helper()
+	q := r.Quota
+	switch {
+	case q == nil || r.TokenBucket != nil || r.Window != nil:
+		t.Errorf("rule %q: quota %v, bucket %v, window %v", r.Name, q, r.TokenBucket, r.Window)
+	case !finitePos(q.Limit) || q.Limit > MaxBurst:
+		t.Errorf("rule %q limit %v", r.Name, q.Limit)
+	case !isQuotaPeriod(q.Period) || q.Location == nil || q.Location.String() != q.TimeZone:
+		t.Errorf("rule %q period %q zone %q (%v)", r.Name, q.Period, q.TimeZone, q.Location)
+	case !finitePos(q.FixedCost) || q.FixedCost > q.Limit || !finitePos(q.DefaultCost) || q.DefaultCost > q.Limit:
+		t.Errorf("rule %q costs %v %v", r.Name, q.FixedCost, q.DefaultCost)
+	case q.MaxDebt < 0 || q.MaxDebt > MaxBurst || !q.Cost.FromResponse() && q.MaxDebt != 0:
+		t.Errorf("rule %q max_debt %v with cost %v", r.Name, q.MaxDebt, q.Cost)
+	case r.Global:
+		t.Errorf("rule %q: a global quota", r.Name)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // This file turns the raw bytes into a small ordered JSON tree. Decoding
@@ -67,80 +68,166 @@ func decodeJSON(data []byte) (*jvalue, *FieldError) {
 	// Validate the whole input first: the scanner behind Unmarshal reports
 	// absolute offsets (the Decoder's token stream does not) and rejects
 	// trailing data.
-	var raw json.RawMessage
-	if err := json.Unmarshal(data, &raw); err != nil {
-		return nil, syntaxError(data, err)
+	if !json.Valid(data) {
+		var raw json.RawMessage
+		return nil, syntaxError(data, json.Unmarshal(data, &raw))
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	v, err := readValue(dec, 0)
+	r := &reader{data: data, src: string(data)}
+	v, err := r.value(0)
 	if err != nil {
 		if errors.Is(err, errTooDeep) {
-			return nil, &FieldError{Message: "invalid configuration at " + location(data, int(dec.InputOffset())) +
+			return nil, &FieldError{Message: "invalid configuration at " + location(data, r.pos) +
 				": nested more than " + strconv.Itoa(maxDepth) + " levels deep"}
 		}
-		return nil, syntaxError(data, err) // unreachable: the input was validated
+		return nil, &FieldError{Message: "invalid JSON at " + location(data, r.pos) + ": " + err.Error()} // unreachable: the input was validated
 	}
 	return v, nil
 }
 
-func readValue(dec *json.Decoder, depth int) (*jvalue, error) {
+// reader builds the tree from input json.Unmarshal has validated, so it
+// only has to recognize well-formed JSON: one pass, no token interfaces.
+// (A configuration with 10,000 overrides is parsed on every worker VM.)
+type reader struct {
+	data []byte
+	src  string // data as one string: plain strings and numbers are views of it
+	pos  int
+	slab []jvalue // values are allocated in blocks
+}
+
+func (r *reader) alloc(v jvalue) *jvalue {
+	if len(r.slab) == 0 {
+		r.slab = make([]jvalue, 256)
+	}
+	p := &r.slab[0]
+	r.slab = r.slab[1:]
+	*p = v
+	return p
+}
+
+var errMalformed = errors.New("malformed JSON")
+
+func (r *reader) space() {
+	for r.pos < len(r.data) {
+		switch r.data[r.pos] {
+		case ' ', '\t', '\n', '\r':
+			r.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (r *reader) value(depth int) (*jvalue, error) {
 	if depth > maxDepth {
 		return nil, errTooDeep
 	}
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
+	r.space()
+	if r.pos >= len(r.data) {
+		return nil, errMalformed
 	}
-	switch t := tok.(type) {
-	case json.Delim:
-		switch t {
-		case '{':
-			v := &jvalue{kind: jObject}
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return nil, err
-				}
-				key, ok := kt.(string)
-				if !ok { // unreachable: the decoder only yields strings as keys
-					return nil, errors.New("object key is not a string")
-				}
-				val, err := readValue(dec, depth+1)
-				if err != nil {
-					return nil, err
-				}
-				v.obj = append(v.obj, jmember{key: key, val: val})
+	switch c := r.data[r.pos]; {
+	case c == '{':
+		r.pos++
+		v := r.alloc(jvalue{kind: jObject})
+		for {
+			r.space()
+			if r.pos < len(r.data) && r.data[r.pos] == '}' {
+				r.pos++
+				return v, nil
 			}
-			if _, err := dec.Token(); err != nil { // '}'
+			if r.pos < len(r.data) && r.data[r.pos] == ',' {
+				r.pos++
+				r.space()
+			}
+			key, err := r.str()
+			if err != nil {
 				return nil, err
 			}
-			return v, nil
-		case '[':
-			v := &jvalue{kind: jArray}
-			for dec.More() {
-				val, err := readValue(dec, depth+1)
-				if err != nil {
-					return nil, err
-				}
-				v.arr = append(v.arr, val)
+			r.space()
+			if r.pos >= len(r.data) || r.data[r.pos] != ':' {
+				return nil, errMalformed
 			}
-			if _, err := dec.Token(); err != nil { // ']'
+			r.pos++
+			val, err := r.value(depth + 1)
+			if err != nil {
 				return nil, err
 			}
-			return v, nil
+			v.obj = append(v.obj, jmember{key: key, val: val})
 		}
-		return nil, errors.New("unexpected " + strconv.QuoteRune(rune(t)))
-	case string:
-		return &jvalue{kind: jString, s: t}, nil
-	case json.Number:
-		return &jvalue{kind: jNumber, s: string(t)}, nil
-	case bool:
-		return &jvalue{kind: jBool, b: t}, nil
-	case nil:
-		return &jvalue{kind: jNull}, nil
+	case c == '[':
+		r.pos++
+		v := r.alloc(jvalue{kind: jArray})
+		for {
+			r.space()
+			if r.pos < len(r.data) && r.data[r.pos] == ']' {
+				r.pos++
+				return v, nil
+			}
+			if r.pos < len(r.data) && r.data[r.pos] == ',' {
+				r.pos++
+			}
+			val, err := r.value(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			v.arr = append(v.arr, val)
+		}
+	case c == '"':
+		s, err := r.str()
+		return r.alloc(jvalue{kind: jString, s: s}), err
+	case c == 't' || c == 'f' || c == 'n':
+		word := "null"
+		switch c {
+		case 't':
+			word = "true"
+		case 'f':
+			word = "false"
+		}
+		if !bytes.HasPrefix(r.data[r.pos:], []byte(word)) {
+			return nil, errMalformed
+		}
+		r.pos += len(word)
+		if c == 'n' {
+			return r.alloc(jvalue{kind: jNull}), nil
+		}
+		return r.alloc(jvalue{kind: jBool, b: c == 't'}), nil
+	default: // a number
+		start := r.pos
+		for r.pos < len(r.data) && strings.IndexByte("+-.0123456789eE", r.data[r.pos]) >= 0 {
+			r.pos++
+		}
+		if r.pos == start {
+			return nil, errMalformed
+		}
+		return r.alloc(jvalue{kind: jNumber, s: r.src[start:r.pos]}), nil
 	}
-	return nil, errors.New("unexpected JSON token")
+}
+
+// str reads a string; escapes and invalid UTF-8 (replaced by U+FFFD) are
+// left to encoding/json, as the token stream did.
+func (r *reader) str() (string, error) {
+	if r.pos >= len(r.data) || r.data[r.pos] != '"' {
+		return "", errMalformed
+	}
+	start, escaped := r.pos, false
+	for r.pos++; r.pos < len(r.data); r.pos++ {
+		switch r.data[r.pos] {
+		case '\\':
+			escaped = true
+			r.pos++
+		case '"':
+			r.pos++
+			if raw := r.data[start+1 : r.pos-1]; !escaped && utf8.Valid(raw) {
+				return r.src[start+1 : r.pos-1], nil
+			}
+			var s string
+			if err := json.Unmarshal(r.data[start:r.pos], &s); err != nil {
+				return "", err
+			}
+			return s, nil
+		}
+	}
+	return "", errMalformed
 }
 
 func syntaxError(data []byte, err error) *FieldError {

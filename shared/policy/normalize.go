@@ -39,7 +39,14 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 				LimitKeys: make([]string, len(r.Keys)),
 				Algorithm: r.Algorithm,
 				Mode:      r.Mode,
-				MaxKeys:   r.MaxKeys,
+			}
+			if r.Action == ActionExempt || r.Action == ActionDeny { // actions.go
+				nr.Action, nr.DenyStatus = r.Action, r.DenyStatus
+				if len(r.Keys) == 0 {
+					nr.LimitKeys = nil
+				}
+			} else {
+				nr.MaxKeys = &r.MaxKeys
 			}
 			if r.Global {
 				nr.Scope = ScopeGlobal
@@ -51,13 +58,13 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 				nr.LimitKeys[k] = key.String()
 			}
 			if len(r.Match) > 0 {
-				nr.Match = make(map[string]string, len(r.Match))
+				nr.Match = make(map[string]any, len(r.Match))
 				for _, m := range r.Match {
-					name := m.Source.String()
-					if m.Prefix {
-						name = "path_prefix"
+					if m.PathPrefix {
+						nr.Match["path_prefix"] = m.Cond.Value
+					} else {
+						nr.Match[m.Source.String()] = conditionJSON(&m.Cond)
 					}
-					nr.Match[name] = m.Value
 				}
 			}
 			if tb := r.TokenBucket; tb != nil {
@@ -68,11 +75,17 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 					FixedCost:       tb.FixedCost,
 					DefaultCost:     tb.DefaultCost,
 					MaxDelayMS:      tb.MaxDelayMS,
+					MaxDebt:         debtOf(tb.Cost, tb.MaxDebt),
 				}
+			}
+			if q := r.Quota; q != nil {
+				nr.Config = &normQuota{Limit: q.Limit, Period: q.Period, TimeZone: q.TimeZone, CostSource: q.Cost.String(),
+					FixedCost: q.FixedCost, DefaultCost: q.DefaultCost, MaxDebt: debtOf(q.Cost, q.MaxDebt)}
 			}
 			if w := r.Window; w != nil {
 				nr.Config = normalizeWindow(r.Algorithm, w)
 			}
+			nr.Overrides = normalizeOverrides(r.Overrides)
 			np.Rules[j] = nr
 		}
 		out.Policies[i] = np
@@ -123,13 +136,16 @@ type normPolicy struct {
 }
 
 type normRule struct {
-	Name      string            `json:"name"`
-	LimitKeys []string          `json:"limit_keys"`
-	Match     map[string]string `json:"match,omitempty"` // encoding/json sorts map keys
-	Algorithm string            `json:"algorithm"`
-	Config    any               `json:"algorithm_config,omitempty"` // *normTokenBucket or *normWindow
-	Mode      Mode              `json:"mode"`
-	MaxKeys   int               `json:"max_keys"`
+	Name       string         `json:"name"`
+	Action     string         `json:"action,omitempty"`      // written for exempt and deny only
+	DenyStatus int            `json:"deny_status,omitempty"` // deny only
+	LimitKeys  []string       `json:"limit_keys,omitempty"`
+	Match      map[string]any `json:"match,omitempty"` // encoding/json sorts map keys
+	Algorithm  string         `json:"algorithm,omitempty"`
+	Config     any            `json:"algorithm_config,omitempty"` // *normTokenBucket, *normWindow or *normQuota
+	Mode       Mode           `json:"mode"`
+	MaxKeys    *int           `json:"max_keys,omitempty"` // limit rules only
+	Overrides  []normOverride `json:"overrides,omitempty"`
 	// Written only when "clear": the default ("masked") is left out so that
 	// configurations without telemetry normalize as before.
 	TelemetryIdentity string `json:"telemetry_identity,omitempty"`
@@ -146,6 +162,27 @@ type normTokenBucket struct {
 	// Written only when set, so that configurations without delays
 	// normalize as before.
 	MaxDelayMS int `json:"max_delay_ms,omitempty"`
+	// Written only with a response cost source.
+	MaxDebt *float64 `json:"max_debt,omitempty"`
+}
+
+type normQuota struct {
+	Limit       float64  `json:"limit"`
+	Period      string   `json:"period"`
+	TimeZone    string   `json:"time_zone"`
+	CostSource  string   `json:"cost_source"`
+	FixedCost   float64  `json:"fixed_cost"`
+	DefaultCost float64  `json:"default_cost"`
+	MaxDebt     *float64 `json:"max_debt,omitempty"` // with a response cost source only
+}
+
+// debtOf is max_debt as normalized: written (even 0) exactly when the cost
+// comes from the response.
+func debtOf(cs CostSource, debt float64) *float64 {
+	if !cs.FromResponse() {
+		return nil
+	}
+	return &debt
 }
 
 type normWindow struct {
@@ -170,4 +207,37 @@ func normalizeWindow(alg string, w *Window) *normWindow {
 		nw.PeriodSeconds, nw.MaxPerPeriod = w.PeriodSeconds, w.MaxPerPeriod
 	}
 	return nw
+}
+
+// normOverride is an override with only the limits it can set.
+type normOverride struct {
+	Key    string `json:"key"`
+	Config any    `json:"algorithm_config"`
+}
+
+type normOverrideTB struct {
+	TokensPerSecond float64 `json:"tokens_per_second"`
+	Burst           float64 `json:"burst"`
+}
+
+type normOverrideWindow struct {
+	Limit        float64 `json:"limit"`
+	MaxPerPeriod float64 `json:"max_per_period,omitempty"`
+}
+
+func normalizeOverrides(os []Override) []normOverride {
+	if len(os) == 0 {
+		return nil
+	}
+	out := make([]normOverride, len(os))
+	for i, o := range os {
+		out[i].Key = o.Key
+		switch {
+		case o.TokenBucket != nil:
+			out[i].Config = normOverrideTB{TokensPerSecond: o.TokenBucket.TokensPerSecond, Burst: o.TokenBucket.Burst}
+		case o.Window != nil:
+			out[i].Config = normOverrideWindow{Limit: o.Window.Limit, MaxPerPeriod: o.Window.MaxPerPeriod}
+		}
+	}
+	return out
 }

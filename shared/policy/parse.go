@@ -45,10 +45,10 @@ func (p *parser) errorf(path string, parts ...string) {
 var (
 	configFields      = []string{"mode", "policies", "rules", "reject_status", "response_headers", "legacy_headers", "shadow_header", "xff_trusted_hops", "telemetry", "fleet"}
 	policyFields      = []string{"name", "rules"}
-	ruleFields        = []string{"name", "limit_keys", "match", "algorithm", "algorithm_config", "mode", "max_keys", "telemetry_identity", "scope"}
+	ruleFields        = []string{"name", "limit_keys", "match", "algorithm", "algorithm_config", "mode", "max_keys", "telemetry_identity", "scope", "action", "deny_status", "overrides"}
 	telemetryFields   = []string{"cluster", "authority", "path", "interval_ms", "token", "token_env", "top_n", "timeout_ms"}
-	tokenBucketFields = []string{"tokens_per_second", "rps", "burst", "cost_source", "fixed_cost", "default_cost", "max_delay_ms"}
-	algorithms        = []string{AlgorithmTokenBucket, AlgorithmFixedWindow, AlgorithmSlidingWindow, AlgorithmRollingWindow}
+	tokenBucketFields = []string{"tokens_per_second", "rps", "burst", "cost_source", "fixed_cost", "default_cost", "max_delay_ms", "max_debt"}
+	algorithms        = []string{AlgorithmTokenBucket, AlgorithmFixedWindow, AlgorithmSlidingWindow, AlgorithmRollingWindow, AlgorithmQuota}
 )
 
 // MaxCost bounds fixed_cost and default_cost (and, in the filter, a cost read
@@ -216,7 +216,12 @@ func (p *parser) rule(path string, v *jvalue, policy string, mode Mode) (Rule, b
 		}
 	}
 
-	r.Keys = p.limitKeys(join(path, "limit_keys"), f["limit_keys"])
+	if r.Action, r.DenyStatus = p.action(path, f); r.Action == "" { // actions.go
+		return r, false // which fields apply depends on the action
+	}
+	if r.Action == ActionLimit || f["limit_keys"] != nil {
+		r.Keys = p.limitKeys(join(path, "limit_keys"), f["limit_keys"])
+	}
 	if mv := f["match"]; mv != nil {
 		r.Match = p.match(join(path, "match"), mv)
 	}
@@ -247,6 +252,10 @@ func (p *parser) rule(path string, v *jvalue, policy string, mode Mode) (Rule, b
 		}
 	}
 
+	if r.Action != ActionLimit { // exempt or deny (actions.go)
+		p.actionRule(path, f, &r)
+		return r, len(p.errs) == before
+	}
 	if sv := f["scope"]; sv != nil { // fleet.go
 		r.Global = p.scope(join(path, "scope"), sv)
 	}
@@ -273,10 +282,21 @@ func (p *parser) rule(path string, v *jvalue, policy string, mode Mode) (Rule, b
 		} else {
 			r.Window = p.window(cfgPath, cv, av.s)
 		}
+	case av.s == AlgorithmQuota: // quota.go
+		r.Algorithm = AlgorithmQuota
+		if cv == nil {
+			p.errorf(cfgPath, "missing; quota needs at least ", quotaExample)
+		} else {
+			r.Quota = p.quota(cfgPath, cv)
+		}
 	default:
 		p.errorf(algPath, "unknown algorithm ", quoteShort(av.s), "; use one of: ", quoteList(algorithms))
 	}
 	p.checkScopeAlgorithm(path, &r) // fleet.go
+
+	if ov := f["overrides"]; ov != nil { // actions.go
+		r.Overrides = p.overrides(join(path, "overrides"), ov, &r, cv)
+	}
 	return r, len(p.errs) == before
 }
 
@@ -314,70 +334,6 @@ func (p *parser) limitKeys(path string, v *jvalue) []KeySource {
 		keys = append(keys, k)
 	}
 	return keys
-}
-
-func (p *parser) match(path string, v *jvalue) []Matcher {
-	if v.kind != jObject {
-		p.errorf(path, `must be an object mapping sources to values, e.g. {"jwt:plan": "enterprise", "path_prefix": "/api/"}, got `, v.kind.String())
-		return nil
-	}
-	var out []Matcher
-	seenKeys := map[string]bool{}
-	seen := map[Matcher]string{}
-	for _, m := range v.obj {
-		mpath := join(path, m.key)
-		if seenKeys[m.key] {
-			p.errorf(mpath, "duplicate field ", quoteShort(m.key), "; each field may appear only once")
-			continue
-		}
-		seenKeys[m.key] = true
-		var mt Matcher
-		if m.key == "path_prefix" {
-			mt = Matcher{Source: KeySource{Kind: SourcePath}, Prefix: true}
-		} else {
-			k, msg := parseSource(m.key)
-			if msg != "" {
-				p.errorf(mpath, msg, `; "path_prefix" is also accepted in match`)
-				continue
-			}
-			mt.Source = k
-		}
-		if m.val.kind != jString {
-			p.errorf(mpath, "must be a string (the exact value to match), got ", m.val.kind.String())
-			continue
-		}
-		if m.val.s == "" {
-			p.errorf(mpath, "is empty; give the value to match")
-			continue
-		}
-		mt.Value = m.val.s
-		key := mt
-		key.Value = ""
-		if prev, dup := seen[key]; dup {
-			p.errorf(mpath, "matches the same source as ", prev, " (header names are case-insensitive); keep one")
-			continue
-		}
-		seen[key] = mpath
-		out = append(out, mt)
-	}
-	sortMatchers(out)
-	return out
-}
-
-// sortMatchers orders matchers by source name, exact before prefix.
-func sortMatchers(ms []Matcher) {
-	slices.SortStableFunc(ms, func(a, b Matcher) int {
-		if c := strings.Compare(a.Source.String(), b.Source.String()); c != 0 {
-			return c
-		}
-		switch {
-		case a.Prefix == b.Prefix:
-			return 0
-		case a.Prefix:
-			return 1
-		}
-		return -1
-	})
 }
 
 func (p *parser) tokenBucket(path string, v *jvalue) *TokenBucket {
@@ -424,23 +380,18 @@ func (p *parser) tokenBucket(path string, v *jvalue) *TokenBucket {
 		}
 	}
 
-	if cv := f["cost_source"]; cv != nil {
-		cpath := join(path, "cost_source")
-		if cv.kind != jString {
-			p.errorf(cpath, `must be a string: "fixed", "header:<name>" or "query:<name>"; got `, cv.kind.String())
-		} else if cs, msg := parseCostSource(cv.s); msg != "" {
-			p.errorf(cpath, msg)
-		} else {
-			tb.Cost = cs
-		}
-	}
+	p.costSource(path, f, &tb.Cost, true) // quota.go
 	p.costFields(path, f, &tb.FixedCost, &tb.DefaultCost, costCap{
 		ok: burstOK, max: tb.Burst, name: "burst", unit: " tokens", holds: "the bucket holds"})
+	tb.MaxDebt = p.maxDebt(path, f, tb.Cost, burstOK, tb.Burst, "bucket")
 	if dv := f["max_delay_ms"]; dv != nil {
 		if ms, ok := p.integer(join(path, "max_delay_ms"), dv, 0, MaxDelayMS, "an integer from 0 (no delay, the default) to "+
 			strconv.Itoa(MaxDelayMS)+": the longest a request may be held waiting for its tokens, in milliseconds"); ok {
 			tb.MaxDelayMS = ms
 		}
+	}
+	if tb.MaxDelayMS > 0 && tb.Cost.FromResponse() {
+		p.errorf(join(path, "max_delay_ms"), "delayed admission needs the cost before the request proceeds; it cannot be combined with a response cost_source")
 	}
 	if len(p.errs) != before {
 		return nil
@@ -677,7 +628,18 @@ func parseCostSource(s string) (CostSource, string) {
 	case msg != "" && (strings.HasPrefix(s, "header:") || strings.HasPrefix(s, "query:")):
 		return CostSource{}, msg
 	}
-	return CostSource{}, quoteShort(s) + ` is not a cost source; use "fixed", "header:<name>" or "query:<name>"`
+	for _, rk := range []struct {
+		prefix string
+		kind   CostKind
+	}{{"response_header:", CostResponseHeader}, {"response_trailer:", CostResponseTrailer}} {
+		if name, ok := strings.CutPrefix(s, rk.prefix); ok {
+			if m := checkHeaderName(name); m != "" {
+				return CostSource{}, quoteShort(s) + " has an invalid header name: " + m
+			}
+			return CostSource{Kind: rk.kind, Name: strings.ToLower(name)}, ""
+		}
+	}
+	return CostSource{}, quoteShort(s) + ` is not a cost source; use "fixed", "header:<name>", "query:<name>", "response_header:<name>" or "response_trailer:<name>"`
 }
 
 // Path helpers.

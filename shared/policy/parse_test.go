@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -194,7 +195,7 @@ func TestParseErrors(t *testing.T) {
 		{"burst bool", withTB(`{"rps":5,"burst":true}`), tb + "burst", []string{"must be a number", "got a boolean"}, 0},
 
 		// token_bucket: costs.
-		{"cost_source unknown", withTB(`{"rps":5,"burst":10,"cost_source":"cookie:w"}`), tb + "cost_source", []string{`"cookie:w" is not a cost source`, `"fixed", "header:<name>" or "query:<name>"`}, 0},
+		{"cost_source unknown", withTB(`{"rps":5,"burst":10,"cost_source":"cookie:w"}`), tb + "cost_source", []string{`"cookie:w" is not a cost source`, `"fixed", "header:<name>", "query:<name>", "response_header:<name>" or "response_trailer:<name>"`}, 0},
 		{"cost_source jwt", withTB(`{"rps":5,"burst":10,"cost_source":"jwt:w"}`), tb + "cost_source", []string{"is not a cost source"}, 0},
 		{"cost_source header empty", withTB(`{"rps":5,"burst":10,"cost_source":"header:"}`), tb + "cost_source", []string{"invalid header name"}, 0},
 		{"cost_source query bad", withTB(`{"rps":5,"burst":10,"cost_source":"query:a&b"}`), tb + "cost_source", []string{"containing '&'"}, 0},
@@ -350,18 +351,18 @@ func TestParseOptions(t *testing.T) {
 		t.Errorf("keys = %+v\nwant %+v", s.Keys, wantKeys)
 	}
 	wantMatch := []Matcher{
-		{Source: KeySource{SourceHeader, "x-tier"}, Value: "gold"},
-		{Source: KeySource{SourceHost, ""}, Value: "a.example"},
-		{Source: KeySource{SourceJWT, "plan"}, Value: "pro"},
-		{Source: KeySource{SourceMethod, ""}, Value: "POST"},
-		{Source: KeySource{SourcePath, ""}, Value: "/api/v1"},
-		{Source: KeySource{SourcePath, ""}, Value: "/api/", Prefix: true},
+		{Source: KeySource{SourceHeader, "x-tier"}, Cond: Condition{Value: "gold"}},
+		{Source: KeySource{SourceHost, ""}, Cond: Condition{Value: "a.example"}},
+		{Source: KeySource{SourceJWT, "plan"}, Cond: Condition{Value: "pro"}},
+		{Source: KeySource{SourceMethod, ""}, Cond: Condition{Value: "POST"}},
+		{Source: KeySource{SourcePath, ""}, Cond: Condition{Value: "/api/v1"}},
+		{Source: KeySource{SourcePath, ""}, Cond: Condition{Op: MatchPrefix, Value: "/api/"}, PathPrefix: true},
 	}
 	if len(s.Match) != len(wantMatch) {
 		t.Fatalf("match = %+v", s.Match)
 	}
 	for i := range wantMatch {
-		if s.Match[i] != wantMatch[i] {
+		if !reflect.DeepEqual(s.Match[i], wantMatch[i]) {
 			t.Errorf("match[%d] = %+v, want %+v", i, s.Match[i], wantMatch[i])
 		}
 	}

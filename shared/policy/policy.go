@@ -113,6 +113,7 @@ type Rule struct {
 	Algorithm   string       // one of the Algorithm* names
 	TokenBucket *TokenBucket // set when Algorithm == "token_bucket"
 	Window      *Window      // set when Algorithm is fixed_window, sliding_window or rolling_window
+	Quota       *Quota       // set when Algorithm is "quota" (quota.go)
 	Mode        Mode         // effective mode (rule's, else config's)
 	// MaxKeys is "max_keys": the most identities whose buckets (or windows)
 	// The rule keeps at once, four to a shared-data key (so at most
@@ -128,6 +129,14 @@ type Rule struct {
 	// Global is "scope": "global" (default "local"): the rule's limit holds
 	// across every Envoy process connected to the fleet backend (fleet.go).
 	Global bool
+	// Action is "action" (actions.go): ActionLimit (the default),
+	// ActionExempt or ActionDeny. Exempt and deny rules have no algorithm.
+	Action string
+	// DenyStatus is "deny_status" of a deny rule (default 403), else 0.
+	DenyStatus int
+	// Overrides is "overrides" of a limit rule (actions.go): per-identity
+	// limits, keys unique, in the order written.
+	Overrides []Override
 }
 
 // SourceKind is where a key or match value is read from.
@@ -171,14 +180,6 @@ func (k KeySource) String() string {
 	return "invalid"
 }
 
-// Matcher is one condition of a rule's "match": the source's value must equal
-// Value, or start with it when Prefix is set ("path_prefix").
-type Matcher struct {
-	Source KeySource
-	Value  string
-	Prefix bool
-}
-
 // TokenBucket is the token_bucket algorithm_config (the Fairvisor token bucket design).
 type TokenBucket struct {
 	TokensPerSecond float64 // from tokens_per_second or alias rps
@@ -191,6 +192,10 @@ type TokenBucket struct {
 	// many milliseconds for its tokens reserves them and is paused until
 	// then instead of being rejected. 0 (the default) turns it off.
 	MaxDelayMS int
+	// MaxDebt is "max_debt" with a response cost source: how far below
+	// empty a response's cost may take the bucket (default Burst). 0
+	// otherwise.
+	MaxDebt float64
 }
 
 // CostKind is where a request's cost comes from.
@@ -200,7 +205,18 @@ const (
 	CostFixed  CostKind = iota // every request costs FixedCost
 	CostHeader                 // the value of header Name, else DefaultCost
 	CostQuery                  // the value of query parameter Name, else DefaultCost
+	// CostResponseHeader and CostResponseTrailer: the cost is read from
+	// the response (header or trailer Name) and charged when it arrives;
+	// the request is admitted while the bucket or quota has something left,
+	// and a response that reports none is charged DefaultCost.
+	CostResponseHeader
+	CostResponseTrailer
 )
+
+// FromResponse reports whether the cost is read from the response.
+func (c CostSource) FromResponse() bool {
+	return c.Kind == CostResponseHeader || c.Kind == CostResponseTrailer
+}
 
 // CostSource is a parsed "cost_source".
 type CostSource struct {
@@ -215,6 +231,10 @@ func (c CostSource) String() string {
 		return "header:" + c.Name
 	case CostQuery:
 		return "query:" + c.Name
+	case CostResponseHeader:
+		return "response_header:" + c.Name
+	case CostResponseTrailer:
+		return "response_trailer:" + c.Name
 	}
 	return "fixed"
 }

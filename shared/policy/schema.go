@@ -42,6 +42,9 @@ const (
 	keySourcePattern = `^(ip:address|path|method|host|header:` + headerNameRe + `|query:` + queryNameRe + `|jwt:` + claimNameRe + `)$`
 	matchKeyPattern  = `^(path_prefix|ip:address|path|method|host|header:` + headerNameRe + `|query:` + queryNameRe + `|jwt:` + claimNameRe + `)$`
 	costPattern      = `^(fixed|header:` + headerNameRe + `|query:` + queryNameRe + `)$`
+	// responseCostPattern: token_bucket and quota also read a cost from
+	// the response (quota.go).
+	responseCostPattern = `^(fixed|header:` + headerNameRe + `|query:` + queryNameRe + `|response_header:` + headerNameRe + `|response_trailer:` + headerNameRe + `)$`
 )
 
 // schemaProperties lists, per object of the configuration, the properties
@@ -54,6 +57,14 @@ func schemaProperties() map[string]obj {
 	}
 	cost := func(desc string) obj {
 		return obj{"type": "number", "exclusiveMinimum": 0, "maximum": MaxCost, "default": 1, "description": desc}
+	}
+	responseCost := func(capacity string) obj {
+		return obj{"type": "string", "pattern": responseCostPattern, "default": "fixed",
+			"description": `Where a request's cost comes from: "fixed", "header:<name>", "query:<name>", or the response: "response_header:<name>", "response_trailer:<name>" (admitted while the ` + capacity + ` is not used up, charged when the response arrives).`}
+	}
+	maxDebt := func(capacity string) obj {
+		return obj{"type": "number", "minimum": 0, "maximum": MaxBurst,
+			"description": "With a response cost_source only: how far beyond the " + capacity + " a reported cost may go (default the " + capacity + "); later requests are refused until it is paid back."}
 	}
 	return map[string]obj{
 		"config": {
@@ -101,11 +112,18 @@ func schemaProperties() map[string]obj {
 			"limit_keys": obj{"type": "array", "minItems": 1, "uniqueItems": true, "items": obj{"$ref": "#/$defs/keySource"},
 				"description": "What is limited: each distinct combination of these values gets its own bucket."},
 			"match": obj{"type": "object", "propertyNames": obj{"pattern": matchKeyPattern},
-				"additionalProperties": obj{"type": "string", "minLength": 1},
-				"description":          "Conditions that must all hold for the rule to apply: a key source equals the value, or path_prefix."},
-			"algorithm": obj{"type": "string", "enum": algorithms, "description": "The limiting algorithm."},
+				"properties":           obj{"path_prefix": obj{"type": "string", "minLength": 1, "description": "The request path starts with this string."}},
+				"additionalProperties": obj{"$ref": "#/$defs/condition"},
+				"description":          "Conditions that must all hold for the rule to apply, one per key source: the exact value, or an object with one operator."},
+			"algorithm": obj{"type": "string", "enum": algorithms, "description": "The limiting algorithm (limit rules only)."},
+			"action": obj{"type": "string", "enum": actions, "default": ActionLimit,
+				"description": "limit: the algorithm limits matching requests; exempt: a matching request is limited by no rule of any policy; deny: a matching request is rejected at once with deny_status."},
+			"deny_status": obj{"type": "integer", "minimum": 200, "maximum": 599, "default": DefaultDenyStatus,
+				"description": "HTTP status of a deny rule's rejection (deny rules only)."},
+			"overrides": obj{"type": "array", "items": obj{"$ref": "#/$defs/override"},
+				"description": "Per-identity limits of a limit rule: the identity key (limit_keys values joined by |) gets these limits instead of the rule's; unique keys, looked up in a hash table."},
 			"algorithm_config": obj{"type": "object",
-				"description": "The algorithm's parameters: tokenBucket, window (fixed_window, sliding_window) or rollingWindow, chosen by algorithm."},
+				"description": "The algorithm's parameters: tokenBucket, window (fixed_window, sliding_window), rollingWindow or quota, chosen by algorithm."},
 			"mode": withDesc(modeSchema, "This rule's mode; overrides the top-level mode.", nil),
 			"max_keys": obj{"type": "integer", "minimum": 0, "maximum": MaxMaxKeys, "default": DefaultMaxKeys,
 				"description": "The most identities (distinct limit-key values) whose buckets the rule keeps at once, four to a shared-data key; 0 for one key per identity, without bound."},
@@ -119,15 +137,64 @@ func schemaProperties() map[string]obj {
 			"rps":               rate("Alias of tokens_per_second."),
 			"burst": obj{"type": "number", "exclusiveMinimum": 0, "maximum": MaxBurst,
 				"description": "Bucket capacity; must be >= tokens_per_second."},
-			"cost_source": obj{"type": "string", "pattern": costPattern, "default": "fixed",
-				"description": `Where a request's cost comes from: "fixed", "header:<name>" or "query:<name>".`},
+			"cost_source":  responseCost("burst"),
 			"fixed_cost":   cost("Cost of every request when cost_source is fixed; <= burst."),
 			"default_cost": cost("Cost when the cost header or query value is absent or unusable; <= burst."),
 			"max_delay_ms": obj{"type": "integer", "minimum": 0, "maximum": MaxDelayMS, "default": 0,
 				"description": "Delayed admission: a request that would wait at most this many milliseconds for its tokens reserves them and is held until then instead of rejected; 0 = off."},
+			"max_debt": maxDebt("burst"),
+		},
+		"quota": {
+			"limit": obj{"type": "number", "exclusiveMinimum": 0, "maximum": MaxBurst,
+				"description": "The most requests (or cost) admitted per calendar period."},
+			"period": obj{"type": "string", "enum": quotaPeriods,
+				"description": "The calendar period: hour, day, week (starting Monday 00:00, ISO 8601) or month, in time_zone; the use resets at its start."},
+			"time_zone": obj{"type": "string", "pattern": `^[A-Za-z0-9_+/-]{1,64}$`, "default": "UTC", "examples": []string{"Europe/Berlin", "America/New_York"},
+				"description": "IANA time zone of the calendar (daylight-saving changes included)."},
+			"cost_source":  responseCost("limit"),
+			"fixed_cost":   cost("Cost of every request when cost_source is fixed; <= limit."),
+			"default_cost": cost("Cost when the cost value is absent or unusable (or the response reports none); <= limit."),
+			"max_debt":     maxDebt("limit"),
 		},
 		"window":        windowProperties(false, cost),
 		"rollingWindow": windowProperties(true, cost),
+		"override": {
+			"key": obj{"type": "string", "minLength": 1, "description": "The identity as the rule builds it: its limit_keys values in order, joined by |, with \\, | and # inside a value escaped by a backslash."},
+			"algorithm_config": obj{"type": "object", "minProperties": 1, "additionalProperties": false,
+				"properties": obj{
+					"tokens_per_second": rate("token_bucket: the identity's refill rate."),
+					"rps":               rate("token_bucket: alias of tokens_per_second."),
+					"burst":             obj{"type": "number", "exclusiveMinimum": 0, "maximum": MaxBurst, "description": "token_bucket: the identity's bucket capacity."},
+					"limit":             obj{"type": "number", "exclusiveMinimum": 0, "maximum": MaxBurst, "description": "Windows: the identity's limit per window."},
+					"max_per_period":    obj{"type": "number", "exclusiveMinimum": 0, "maximum": MaxBurst, "description": "rolling_window: the identity's cap per period."},
+				},
+				"description": "The limits that differ from the rule's; the rest (costs, window lengths) is the rule's."},
+		},
+	}
+}
+
+// conditionSchema describes one condition of a match: the exact value, or
+// an object with one operator (match.go).
+func conditionSchema() obj {
+	str := obj{"type": "string", "minLength": 1}
+	list := func(desc string) obj {
+		return obj{"type": "array", "minItems": 1, "uniqueItems": true, "items": str, "description": desc}
+	}
+	return obj{
+		"oneOf": []obj{
+			{"type": "string", "minLength": 1, "description": "The value equals this string exactly."},
+			{"type": "object", "additionalProperties": false, "minProperties": 1, "maxProperties": 1,
+				"properties": obj{
+					"exact":   withDesc(str, "The value equals this string.", nil),
+					"prefix":  withDesc(str, "The value starts with this string.", nil),
+					"suffix":  withDesc(str, "The value ends with this string.", nil),
+					"regex":   withDesc(str, "An RE2 regular expression matching the value (anywhere unless anchored with ^ and $).", nil),
+					"in":      list("The value is one of these strings."),
+					"cidr":    list(`The value is an IP address in one of these blocks, e.g. "10.0.0.0/8", "2001:db8::/32".`),
+					"present": obj{"type": "boolean", "description": "true: the value is present and non-empty; false: it is absent or empty."},
+					"not":     obj{"$ref": "#/$defs/condition", "description": "The condition does not hold."},
+				}},
+		},
 	}
 }
 
@@ -163,16 +230,26 @@ func schemaDoc() obj {
 	top["description"] = "The proxy-wasm plugin configuration of the Sluice rate limiter (docs/configuration.md). " +
 		"Checked here: structure, types, ranges and names. Checked only by the filter's parser: burst >= rate, " +
 		"costs <= burst (or limit, max_per_period), period_seconds dividing window_seconds into at most 60 periods, " +
-		"max_per_period <= limit, unique rule and policy names."
+		"max_per_period <= limit, unique rule and policy names, regular expressions and CIDR blocks, override keys " +
+		"(one value per limit key, unique) and the limits an override's algorithm_config may set for the rule's algorithm."
 	top["$defs"] = obj{
 		"policy": closed("policy", []string{"name", "rules"}, nil),
-		"rule": closed("rule", []string{"name", "limit_keys", "algorithm", "algorithm_config"}, obj{
+		"rule": closed("rule", []string{"name"}, obj{
 			"oneOf": []obj{
-				algorithmAlternative("tokenBucket", AlgorithmTokenBucket),
-				algorithmAlternative("window", AlgorithmFixedWindow, AlgorithmSlidingWindow),
-				algorithmAlternative("rollingWindow", AlgorithmRollingWindow),
+				{"properties": obj{"action": obj{"enum": []string{ActionLimit}}, "deny_status": never},
+					"required": []string{"limit_keys", "algorithm", "algorithm_config"},
+					"oneOf": []obj{
+						algorithmAlternative("tokenBucket", AlgorithmTokenBucket),
+						algorithmAlternative("window", AlgorithmFixedWindow, AlgorithmSlidingWindow),
+						algorithmAlternative("rollingWindow", AlgorithmRollingWindow),
+						algorithmAlternative("quota", AlgorithmQuota),
+					}},
+				actionAlternative(ActionExempt),
+				actionAlternative(ActionDeny),
 			},
 		}),
+		"condition": conditionSchema(),
+		"override":  closed("override", []string{"key", "algorithm_config"}, nil),
 		"telemetry": closed("telemetry", []string{"cluster"}, obj{
 			"oneOf": []obj{{"required": []string{"token"}}, {"required": []string{"token_env"}}},
 		}),
@@ -182,6 +259,7 @@ func schemaDoc() obj {
 		}),
 		"window":        closed("window", []string{"limit", "window_seconds"}, nil),
 		"rollingWindow": closed("rollingWindow", []string{"limit", "window_seconds", "period_seconds"}, nil),
+		"quota":         closed("quota", []string{"limit", "period"}, nil),
 		"keySource": obj{"type": "string", "pattern": keySourcePattern,
 			"description": `"ip:address", "header:<name>", "query:<name>", "jwt:<claim>", "path", "method" or "host".`,
 			"examples":    []string{"ip:address", "header:x-api-key", "jwt:sub", "query:api_key", "path", "method", "host"}},
@@ -199,8 +277,10 @@ func schemaObjects() map[string][]string {
 		"tokenBucket":   tokenBucketFields,
 		"window":        windowFields,
 		"rollingWindow": rollingWindowFields,
+		"quota":         quotaFields,
 		"telemetry":     telemetryFields,
 		"fleet":         fleetFields,
+		"override":      overrideFields,
 	}
 }
 
@@ -224,6 +304,22 @@ func fleetSchema() obj {
 			"description": "After leases expire with the backend unreachable: local_share enforces rate/N and burst/N per process, allow admits, deny rejects."},
 		"fleet_size": ms(0, MaxFleetSize, 0, "N for local_share; 0 uses the fleet size the backend last reported (x-sluice-fleet-size), else 1."),
 	}
+}
+
+// never is a schema no value satisfies: the property must be absent.
+var never = obj{"not": obj{}}
+
+// actionAlternative is the shape of an exempt or deny rule: no algorithm
+// and nothing that configures one (deny_status for deny only).
+func actionAlternative(action string) obj {
+	props := obj{"action": obj{"enum": []string{action}}}
+	for _, f := range []string{"algorithm", "algorithm_config", "max_keys", "scope", "overrides"} {
+		props[f] = never
+	}
+	if action != ActionDeny {
+		props["deny_status"] = never
+	}
+	return obj{"required": []string{"action"}, "properties": props}
 }
 
 // algorithmAlternative ties algorithm names to the $defs entry describing

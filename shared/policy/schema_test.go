@@ -118,6 +118,10 @@ func TestSchemaAcceptsWhatParseAccepts(t *testing.T) {
 		`{"rules":[{"name":"a.b-c_D","limit_keys":["ip:address","header:x","query:q","jwt:sub","path","method","host"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1},"mode":"shadow"}]}`,
 		`{"telemetry":{"cluster":"c","token_env":"_` + strings.Repeat("X", MaxEnvNameLen-1) + `"},"rules":[{"name":"r","limit_keys":["path"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1}}]}`,
 		`{"telemetry":{"cluster":"c","token":"t"},"rules":[{"name":"r","limit_keys":["path"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1}}]}`,
+		withMatch(`{"path":{"regex":"^/u/[0-9]+$"},"ip:address":{"cidr":["10.0.0.0/8"]},"jwt:plan":{"in":["a","b"]},"header:x":{"present":false},"host":{"not":{"suffix":".x"}},"method":{"exact":"GET"},"query:q":{"prefix":"1"}}`),
+		rules(`{"name":"h","action":"exempt","match":{"path":"/healthz"}}`, `{"name":"d","action":"deny","deny_status":451,"limit_keys":["path"]}`, baseRule),
+		overrideRule(`["path"]`, `[{"key":"/a","algorithm_config":{"burst":30}},{"key":"/b","algorithm_config":{"rps":1,"burst":2}}]`),
+		withAlg("rolling_window", `{"limit":100,"window_seconds":60,"period_seconds":10},"overrides":[{"key":"1.2.3.4","algorithm_config":{"limit":50,"max_per_period":10}}]`),
 	} {
 		if _, err := Parse([]byte(in)); err != nil {
 			t.Fatalf("test input does not parse: %v\n%s", err, in)
@@ -160,6 +164,20 @@ func TestSchemaRefusesInvalid(t *testing.T) {
 		withMatch(`{"jwt:plan":1}`),
 		withMatch(`{"cookie:x":"1"}`),
 		withMatch(`{"path":""}`),
+		withMatch(`{"path":{"prefix":"/a","suffix":"b"}}`),
+		withMatch(`{"path":{"prefx":"/a"}}`),
+		withMatch(`{"path":{}}`),
+		withMatch(`{"jwt:plan":{"in":[]}}`),
+		withMatch(`{"header:x":{"present":"yes"}}`),
+		withMatch(`{"path_prefix":{"prefix":"/a"}}`),
+		ruleWith(`"name":"x","action":"exempt","algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1}`),
+		ruleWith(`"name":"x","action":"exempt","deny_status":403`),
+		ruleWith(`"name":"x","action":"block"`),
+		ruleWith(`"name":"x","action":"limit"`),
+		ruleWith(`"name":"x","action":"deny","deny_status":700`),
+		overrideRule(`["path"]`, `[{"key":"a","algorithm_config":{}}]`),
+		overrideRule(`["path"]`, `[{"key":"a","algorithm_config":{"cost_source":"fixed"}}]`),
+		overrideRule(`["path"]`, `[{"algorithm_config":{"burst":30}}]`),
 		`{"rules":[{"name":"r","limit_keys":["Header:x"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1}}]}`,
 		`{"rules":[{"name":"r","limit_keys":[],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1}}]}`,
 		`{"rules":[{"name":"r","limit_keys":["path","path"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1}}]}`,
@@ -205,6 +223,7 @@ var knownKeywords = map[string]bool{
 	"$ref": true, "type": true, "enum": true, "properties": true, "additionalProperties": true, "required": true,
 	"oneOf": true, "propertyNames": true, "pattern": true, "minLength": true, "minimum": true, "maximum": true,
 	"exclusiveMinimum": true, "minItems": true, "uniqueItems": true, "items": true,
+	"minProperties": true, "maxProperties": true, "not": true,
 }
 
 func (v *validator) check(s map[string]any, inst any, path string) []string {
@@ -321,6 +340,17 @@ func (v *validator) check(s map[string]any, inst any, path string) []string {
 				errs = append(errs, v.check(pn, k, path+"."+k)...)
 			}
 		}
+	}
+	if o, ok := inst.(map[string]any); ok {
+		if m, ok := s["minProperties"].(float64); ok && float64(len(o)) < m {
+			fail("fewer than %v properties", m)
+		}
+		if m, ok := s["maxProperties"].(float64); ok && float64(len(o)) > m {
+			fail("more than %v properties", m)
+		}
+	}
+	if not, ok := s["not"].(map[string]any); ok && len(v.check(not, inst, path)) == 0 {
+		fail("matches a schema it must not match")
 	}
 	if one, ok := s["oneOf"].([]any); ok {
 		matched := 0

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -117,7 +118,7 @@ func TestFairvisorTiered(t *testing.T) {
 	if want := []KeySource{{Kind: SourceHeader, Name: "x-api-key"}}; !equalKeys(ent.Keys, want) {
 		t.Errorf("enterprise keys = %v, want %v", ent.Keys, want)
 	}
-	if len(ent.Match) != 1 || ent.Match[0] != (Matcher{Source: KeySource{Kind: SourceJWT, Name: "plan"}, Value: "enterprise"}) {
+	if len(ent.Match) != 1 || !reflect.DeepEqual(ent.Match[0], Matcher{Source: KeySource{Kind: SourceJWT, Name: "plan"}, Cond: Condition{Value: "enterprise"}}) {
 		t.Errorf("enterprise match = %+v", ent.Match)
 	}
 	if *ent.TokenBucket != (TokenBucket{TokensPerSecond: 1000, Burst: 2000, FixedCost: 1, DefaultCost: 1}) {

@@ -79,20 +79,8 @@ func (p *parser) window(path string, v *jvalue, alg string) *Window {
 	f := p.object(path, v, fields)
 	w := &Window{FixedCost: 1, DefaultCost: 1}
 
-	lpath := join(path, "limit")
-	limitOK := false
-	if lv := f["limit"]; lv == nil {
-		p.errorf(lpath, "missing; set the most requests (or cost) admitted per window, a number > 0")
-	} else if x, text, ok := p.number(lpath, lv); ok {
-		switch {
-		case x <= 0:
-			p.errorf(lpath, text, " is not positive; limit is the most requests (or cost) per window and must be > 0")
-		case x > MaxBurst:
-			p.errorf(lpath, text, " is too large; limit must be <= 1e12")
-		default:
-			w.Limit, limitOK = x, true
-		}
-	}
+	var limitOK bool
+	w.Limit, limitOK = p.limit(path, f, "window")
 
 	wpath := join(path, "window_seconds")
 	windowOK := false
@@ -129,6 +117,28 @@ func (p *parser) window(path string, v *jvalue, alg string) *Window {
 	return w
 }
 
+// limit reads the "limit" of a window or quota (per names the unit: "window",
+// "period"): a number > 0 and <= MaxBurst.
+func (p *parser) limit(path string, f map[string]*jvalue, per string) (float64, bool) {
+	lpath := join(path, "limit")
+	lv := f["limit"]
+	if lv == nil {
+		p.errorf(lpath, "missing; set the most requests (or cost) admitted per ", per, ", a number > 0")
+		return 0, false
+	}
+	x, text, ok := p.number(lpath, lv)
+	switch {
+	case !ok:
+	case x <= 0:
+		p.errorf(lpath, text, " is not positive; limit is the most requests (or cost) per ", per, " and must be > 0")
+	case x > MaxBurst:
+		p.errorf(lpath, text, " is too large; limit must be <= 1e12")
+	default:
+		return x, true
+	}
+	return 0, false
+}
+
 // rollingPeriod reads rolling_window's period_seconds: it must divide
 // window_seconds into at most MaxPeriods sub-periods.
 func (p *parser) rollingPeriod(path string, f map[string]*jvalue, w *Window, windowOK bool) {
@@ -163,16 +173,7 @@ func (p *parser) rollingPeriod(path string, f map[string]*jvalue, w *Window, win
 // token_bucket does; a cost may not exceed what one window (or period)
 // admits.
 func (p *parser) windowCosts(path string, f map[string]*jvalue, w *Window, limitOK bool, capacity float64) {
-	if cv := f["cost_source"]; cv != nil {
-		cpath := join(path, "cost_source")
-		if cv.kind != jString {
-			p.errorf(cpath, `must be a string: "fixed", "header:<name>" or "query:<name>"; got `, cv.kind.String())
-		} else if cs, msg := parseCostSource(cv.s); msg != "" {
-			p.errorf(cpath, msg)
-		} else {
-			w.Cost = cs
-		}
-	}
+	p.costSource(path, f, &w.Cost, false) // quota.go
 	capName := "limit"
 	if w.MaxPerPeriod > 0 {
 		capName = "max_per_period"
@@ -231,6 +232,8 @@ func (r *Rule) CostConfig() (CostSource, float64, float64) {
 		return r.TokenBucket.Cost, r.TokenBucket.FixedCost, r.TokenBucket.DefaultCost
 	case r.Window != nil:
 		return r.Window.Cost, r.Window.FixedCost, r.Window.DefaultCost
+	case r.Quota != nil:
+		return r.Quota.Cost, r.Quota.FixedCost, r.Quota.DefaultCost
 	}
 	return CostSource{}, 1, 1
 }
@@ -240,5 +243,5 @@ func Algorithms() []string { return append([]string(nil), algorithms...) }
 
 // IsAlgorithm reports whether name is an algorithm the parser accepts.
 func IsAlgorithm(name string) bool {
-	return name == AlgorithmTokenBucket || isWindowAlgorithm(name)
+	return name == AlgorithmTokenBucket || isWindowAlgorithm(name) || name == AlgorithmQuota
 }

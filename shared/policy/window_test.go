@@ -47,21 +47,26 @@ func TestParseWindowErrors(t *testing.T) {
 		{"cost zero", sw(`{"limit":10,"window_seconds":60,"default_cost":0}`), c + "default_cost", []string{"not positive"}},
 		{"bad cost source", fw(`{"limit":10,"window_seconds":60,"cost_source":"cookie:x"}`), c + "cost_source", []string{"not a cost source"}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := Parse([]byte(tc.in))
-			var es Errors
-			if !errors.As(err, &es) || len(es) != 1 {
-				t.Fatalf("want exactly one error, got %v", err)
-			}
-			if es[0].Path != tc.path {
-				t.Errorf("path %q, want %q (%s)", es[0].Path, tc.path, es[0].Message)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(es[0].Message, w) {
-					t.Errorf("message %q lacks %q", es[0].Message, w)
-				}
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { wantOneError(t, tc.in, tc.path, tc.want...) })
+	}
+}
+
+// wantOneError checks that Parse refuses in with exactly one error, at
+// path, whose message contains every string of want.
+func wantOneError(t *testing.T, in, path string, want ...string) {
+	t.Helper()
+	_, err := Parse([]byte(in))
+	var es Errors
+	if !errors.As(err, &es) || len(es) != 1 {
+		t.Fatalf("want exactly one error, got %v", err)
+	}
+	if es[0].Path != path {
+		t.Errorf("path %q, want %q (%s)", es[0].Path, path, es[0].Message)
+	}
+	for _, w := range want {
+		if !strings.Contains(es[0].Message, w) {
+			t.Errorf("message %q lacks %q", es[0].Message, w)
+		}
 	}
 }
 

@@ -16,11 +16,22 @@ type Fields struct {
 	Policy     string // RateLimit-Policy: "<rule>";q=<limit>;w=<seconds>
 	Reason     string // X-RateLimit-Reason: "<algorithm>_exceeded"
 	RatePrefix string // the start of the RateLimit field: "<rule>";r=
+	// ExactRetry: Retry-After is the wait itself, without jitter (a
+	// quota's reset: a jitter of up to half a month would say nothing).
+	ExactRetry bool
 }
 
 // RuleFields returns the response header values of a parsed rule.
 func RuleFields(r *policy.Rule) Fields {
 	f := Fields{Reason: r.Algorithm + "_exceeded", RatePrefix: `"` + r.Name + `";r=`}
+	if q := r.Quota; q != nil {
+		// q is the limit, w the period's nominal length.
+		f.Reason, f.ExactRetry = "quota_exceeded", true
+		f.Limit = strconv.FormatInt(WholeTokens(q.Limit), 10)
+		period := int64(quotaOf(q).PeriodSeconds())
+		f.Policy = `"` + r.Name + `";q=` + f.Limit + ";w=" + strconv.FormatInt(period, 10)
+		return f
+	}
 	if r.Window != nil {
 		f.Limit = strconv.FormatInt(WholeTokens(r.Window.Limit), 10)
 		f.Policy = `"` + r.Name + `";q=` + f.Limit + ";w=" + strconv.FormatInt(int64(r.Window.WindowSeconds), 10)
@@ -82,6 +93,9 @@ func CeilSeconds(v float64) int64 {
 // RuleLimiter returns a parsed rule's algorithm: a token bucket (win nil)
 // or a window.
 func RuleLimiter(r *policy.Rule) (tb limiter.TokenBucket, win limiter.Window) {
+	if r.Quota != nil {
+		return tb, quotaOf(r.Quota)
+	}
 	if w := r.Window; w != nil {
 		period := float64(w.WindowSeconds)
 		switch r.Algorithm {
@@ -112,4 +126,16 @@ func positiveOr(v, def float64) float64 {
 		return v
 	}
 	return def
+}
+
+// quotaPeriods maps the configuration's period names to the limiter's.
+var quotaPeriods = map[string]limiter.Period{
+	policy.PeriodHour: limiter.PeriodHour, policy.PeriodDay: limiter.PeriodDay,
+	policy.PeriodWeek: limiter.PeriodWeek, policy.PeriodMonth: limiter.PeriodMonth,
+}
+
+// quotaOf is a quota rule's calendar quota, with a bounds cache of its own
+// (limiter.NewQuota): one per compiled rule, used by one caller at a time.
+func quotaOf(q *policy.Quota) limiter.Quota {
+	return limiter.NewQuota(q.Limit, quotaPeriods[q.Period], q.Location)
 }

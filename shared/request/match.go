@@ -1,33 +1,25 @@
 package request
 
 import (
-	"strings"
-
 	"github.com/sluice-rl/sluice/shared/policy"
 )
 
 // Match is one condition of a rule's "match", prepared for testing request
 // values: the filter tests each request with it, and so does the simulator.
+// The condition's regexes were compiled once by policy.Parse, and host
+// operands lower-cased there, as the request's host is when read.
 type Match struct {
-	Value  string
-	Prefix bool
+	cond *policy.Condition
 }
 
-// CompileMatch prepares a parsed matcher. A host is compared lower-cased,
-// as the request's host is lower-cased when read.
-func CompileMatch(m policy.Matcher) Match {
-	v := m.Value
-	if m.Source.Kind == policy.SourceHost {
-		v = strings.ToLower(v)
-	}
-	return Match{Value: v, Prefix: m.Prefix}
+// CompileMatch prepares a parsed matcher. m must outlive the Match (it is
+// part of the parsed configuration).
+func CompileMatch(m *policy.Matcher) Match {
+	return Match{cond: &m.Cond}
 }
 
-// Holds reports whether the request's value v (present and not empty)
-// satisfies the condition.
-func (m Match) Holds(v string) bool {
-	if m.Prefix {
-		return strings.HasPrefix(v, m.Value)
-	}
-	return v == m.Value
+// Holds reports whether the request's value v (ok: the value is present
+// and not empty) satisfies the condition.
+func (m Match) Holds(v string, ok bool) bool {
+	return m.cond.Holds(v, ok)
 }

@@ -113,6 +113,19 @@ type RuleResult struct {
 	Next State
 	// Global: a fleet rule, decided here as a local bucket of its limit.
 	Global bool
+	// Action is the rule's action: policy.ActionLimit, ActionExempt (an
+	// applying exempt rule lets the request through unlimited by any rule)
+	// or ActionDeny (rejected at once with deny_status).
+	Action string
+	// Overridden: the identity has an entry in the rule's overrides, whose
+	// limits decided instead of the rule's.
+	Overridden bool
+	// ChargedLater: the rule's cost comes from the response
+	// (response_header: or response_trailer:). The request is admitted while
+	// the bucket (or quota) is not in debt and nothing is taken now; the
+	// filter charges the reported cost when the response arrives, so Cost
+	// is only the default_cost charged when the response reports none.
+	ChargedLater bool
 
 	rule     *policy.Rule
 	fields   request.Fields
@@ -124,13 +137,21 @@ func Run(cfg *policy.Config, req Request, opt Options) Result {
 	src := newSources(cfg, req)
 	res := Result{}
 	var apps []*RuleResult
+	var act *RuleResult // the first applying exempt rule, else the first deny rule
 	for pi := range cfg.Policies {
 		p := &cfg.Policies[pi]
 		pr := PolicyResult{Name: p.Name, Applied: -1, Rules: make([]RuleResult, len(p.Rules))}
 		for i := range p.Rules {
 			r := &p.Rules[i]
 			rr := &pr.Rules[i]
-			*rr = RuleResult{Name: r.Name, Mode: r.Mode, Algorithm: r.Algorithm, Global: r.Global, rule: r}
+			*rr = RuleResult{Name: r.Name, Mode: r.Mode, Algorithm: r.Algorithm, Global: r.Global, Action: r.Action, rule: r}
+			if rr.Action == "" {
+				rr.Action = policy.ActionLimit
+			}
+			if act != nil && act.Action == policy.ActionExempt {
+				rr.Why = "not evaluated: exempt rule " + strconv.Quote(act.Name) + " applies"
+				continue
+			}
 			if pr.Applied >= 0 {
 				rr.Why = "not evaluated: rule " + strconv.Quote(p.Rules[pr.Applied].Name) + " before it applies (first match wins)"
 				continue
@@ -156,21 +177,71 @@ func Run(cfg *policy.Config, req Request, opt Options) Result {
 			rr.Identity = request.DisplayIdentity(r.Keys, r.ClearIdentity, rr.composed)
 			rr.Applies = true
 			pr.Applied = i
+			if rr.Action != policy.ActionLimit {
+				if act == nil || rr.Action == policy.ActionExempt {
+					act = rr
+				}
+				continue
+			}
 			rr.decide(src, opt)
 			apps = append(apps, rr)
 		}
 		res.Policies = append(res.Policies, pr)
 	}
-	res.finish(cfg, apps)
+	if act != nil && act.Action == policy.ActionExempt {
+		return res // through, limited by no rule
+	}
+	if act != nil && act.Mode != policy.ModeShadow {
+		res.deny(act)
+		return res
+	}
+	res.finish(cfg, act, apps)
 	return res
+}
+
+// deny is the filter's answer for an applying deny rule in enforce mode.
+func (res *Result) deny(a *RuleResult) {
+	res.Status = a.rule.DenyStatus
+	if res.Status < 200 || res.Status > 599 {
+		res.Status = policy.DefaultDenyStatus
+	}
+	res.Rule = a.Name
+	res.Headers = [][2]string{{"x-ratelimit-reason", "denied"}, {"content-type", "application/json"}}
+	res.Body = `{"error":"denied","rule":"` + a.Name + `"}`
+}
+
+// limitsFor returns the rule deciding identity: r, or a copy of r with the
+// limits of the identity's override (matched as the filter matches it: the
+// key as the rule builds the identity).
+func limitsFor(r *policy.Rule, identity string) (*policy.Rule, bool) {
+	for i := range r.Overrides {
+		o := &r.Overrides[i]
+		if string(state.AppendIdentity(nil, o.Key)) != identity {
+			continue
+		}
+		wr := *r
+		if o.Window != nil {
+			wr.Window = o.Window
+		} else if o.TokenBucket != nil {
+			wr.TokenBucket = o.TokenBucket
+		} else {
+			continue
+		}
+		return &wr, true
+	}
+	return r, false
 }
 
 // decide runs the rule's algorithm for the request.
 func (rr *RuleResult) decide(src *sources, opt Options) {
 	r := rr.rule
+	if !r.Global { // the filter keeps no overrides for a global rule
+		r, rr.Overridden = limitsFor(r, rr.composed)
+	}
 	rr.fields = request.RuleFields(r)
 	costSrc, fixed, def := request.RuleCost(r)
 	rr.Cost = fixed
+	rr.ChargedLater = costSrc.FromResponse()
 	if costSrc.Kind != policy.CostFixed {
 		rr.Cost = def
 		kind := policy.SourceHeader
@@ -192,6 +263,11 @@ func (rr *RuleResult) decide(src *sources, opt Options) {
 		w := st.Window
 		probe := w
 		rr.Level = win.Take(&probe, rr.Known, opt.Now, 0).Remaining // a copy: nothing taken
+		if q, ok := win.(limiter.Quota); ok && rr.ChargedLater {
+			rr.Decision = q.Admit(&w, rr.Known, opt.Now)
+			rr.Next = st // the charge comes with the response
+			return
+		}
 		rr.Decision = win.Take(&w, rr.Known, opt.Now, rr.Cost)
 		rr.Next = State{Window: w}
 		if !rr.Decision.Allowed {
@@ -203,6 +279,11 @@ func (rr *RuleResult) decide(src *sources, opt Options) {
 		rr.Level = tb.Level(st.Bucket, opt.Now)
 	} else {
 		rr.Level = tb.Burst
+	}
+	if rr.ChargedLater {
+		_, rr.Decision = tb.Admit(st.Bucket, rr.Known, opt.Now)
+		rr.Next = st // the charge comes with the response
+		return
 	}
 	next, dec := tb.Take(st.Bucket, rr.Known, opt.Now, rr.Cost)
 	rr.Decision = dec
@@ -216,9 +297,12 @@ func (rr *RuleResult) decide(src *sources, opt Options) {
 // any enforce rule refusing rejects it (the one with the longest wait
 // answers); otherwise the enforce rule with the fewest tokens left gives
 // the RateLimit fields, and shadow rules refusing mark the upstream request.
-func (res *Result) finish(cfg *policy.Config, apps []*RuleResult) {
+func (res *Result) finish(cfg *policy.Config, shadowDeny *RuleResult, apps []*RuleResult) {
 	var reject, best *RuleResult
 	var shadow []string
+	if shadowDeny != nil { // a deny rule in shadow mode only marks the request
+		shadow = append(shadow, shadowDeny.Name)
+	}
 	for _, a := range apps {
 		if a.Decision.Allowed {
 			continue
@@ -280,6 +364,9 @@ func (res *Result) reject(cfg *policy.Config, a *RuleResult) {
 	}
 	res.Rule = a.Name
 	retry, t := request.RejectTimes(a.Decision.Wait, a.composed)
+	if a.fields.ExactRetry {
+		retry = t // a quota: the time to the reset, without jitter
+	}
 	rs, ts := strconv.FormatInt(retry, 10), strconv.FormatInt(t, 10)
 	f := a.fields
 	res.Headers = [][2]string{

@@ -123,3 +123,47 @@ func FuzzRun(f *testing.F) {
 		}
 	})
 }
+
+const gated = `{"policies":[
+ {"name":"gate","rules":[
+  {"name":"health","action":"exempt","match":{"path":{"in":["/healthz"]}}},
+  {"name":"blocked","action":"deny","deny_status":451,"match":{"header:x-api-key":{"prefix":"bad-"}}}]},
+ {"name":"plans","rules":[
+  {"name":"keyed","limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":1,"burst":2},
+   "overrides":[{"key":"gold-1","algorithm_config":{"tokens_per_second":10,"burst":50}}]}]}]}`
+
+func TestExemptDenyAndOverridesDecideAsTheFilterDoes(t *testing.T) {
+	cfg := mustParse(t, gated)
+	run := func(path, key string) Result {
+		return Run(cfg, Request{Method: "GET", Path: path, Host: "a", ClientAddress: "10.0.0.1:1",
+			Headers: map[string]string{"x-api-key": key}}, Options{Now: 1000})
+	}
+	ex := run("/healthz", "bad-1")
+	if ex.Status != 0 || len(ex.Headers) != 0 || ex.Policies[0].Rules[0].Action != policy.ActionExempt {
+		t.Errorf("exempt: status %d headers %v rules %+v", ex.Status, ex.Headers, ex.Policies[0].Rules)
+	}
+	if why := ex.Policies[1].Rules[0].Why; !strings.Contains(why, `exempt rule "health"`) {
+		t.Errorf("a rule after an exemption says %q", why)
+	}
+	deny := run("/x", "bad-1")
+	if deny.Status != 451 || deny.Rule != "blocked" || deny.Body != `{"error":"denied","rule":"blocked"}` {
+		t.Errorf("deny: %d %q %s", deny.Status, deny.Rule, deny.Body)
+	}
+	gold, plain := run("/x", "gold-1"), run("/x", "silver-1")
+	g, p := gold.Policies[1].Rules[0], plain.Policies[1].Rules[0]
+	if !g.Overridden || g.Level != 50 || p.Overridden || p.Level != 2 {
+		t.Errorf("override: gold %v level %v, plain %v level %v", g.Overridden, g.Level, p.Overridden, p.Level)
+	}
+	if !strings.Contains(fieldOf(gold.Headers, "ratelimit-policy"), "q=50") {
+		t.Errorf("the override's limits should name the RateLimit policy: %v", gold.Headers)
+	}
+}
+
+func fieldOf(hs [][2]string, name string) string {
+	for _, h := range hs {
+		if h[0] == name {
+			return h[1]
+		}
+	}
+	return ""
+}

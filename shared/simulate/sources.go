@@ -76,23 +76,22 @@ func (s *sources) raw(k policy.KeySource) (string, bool) {
 // The values of sources that may carry secrets (headers, query
 // parameters, claims) are not repeated.
 func (s *sources) mismatch(r *policy.Rule) string {
-	for _, m := range r.Match {
+	for i := range r.Match {
+		m := &r.Match[i]
 		v, ok := s.get(m.Source)
-		want := "equal to " + strconv.Quote(m.Value)
-		if m.Prefix {
-			want = "starting with " + strconv.Quote(m.Value)
+		if request.CompileMatch(m).Holds(v, ok) {
+			continue
 		}
+		want := "match " + m.Source.String() + " wants " + m.Cond.String()
 		if !ok {
-			return "match " + m.Source.String() + " wants a value " + want + "; the request has none"
+			return want + "; the request has no value"
 		}
-		if !request.CompileMatch(m).Holds(v) {
-			shown := strconv.Quote(v)
-			switch m.Source.Kind {
-			case policy.SourceHeader, policy.SourceQuery, policy.SourceJWT:
-				shown = "another value"
-			}
-			return "match " + m.Source.String() + " wants a value " + want + "; the request has " + shown
+		shown := strconv.Quote(v)
+		switch m.Source.Kind {
+		case policy.SourceHeader, policy.SourceQuery, policy.SourceJWT:
+			shown = "another value"
 		}
+		return want + "; the request has " + shown
 	}
 	return ""
 }

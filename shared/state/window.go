@@ -297,6 +297,9 @@ const (
 	PrefixFixedWindow   = "fw:"
 	PrefixSlidingWindow = "sw:"
 	PrefixRollingWindow = "rw:"
+	// PrefixQuota is the calendar quota's: a window of one count whose
+	// start is the start of the calendar period.
+	PrefixQuota = "qt:"
 )
 
 // WindowKey returns the exact key of a window state: "{prefix}{rule}:{composite}".

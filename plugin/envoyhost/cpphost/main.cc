@@ -250,6 +250,10 @@ std::atomic<uint64_t> next_stream_id{1};
 struct StreamState {
   uint64_t id = 0;
   Headers req, resp, upstream_resp;
+  // Response trailers from upstream (delivered after the headers when not
+  // empty; has_trailers once delivered), and a reset after the request.
+  Headers upstream_trailers;
+  bool has_trailers = false, reset_after_request = false;
   bool has_resp = false, in_log = false;
   std::map<std::string, std::string> props; // per-request properties by dotted path
   int64_t created_ns = 0;
@@ -330,6 +334,9 @@ public:
       return stream ? &stream->req : nullptr;
     case WasmHeaderMapType::ResponseHeaders:
       return stream && stream->has_resp ? &stream->resp : nullptr;
+    case WasmHeaderMapType::ResponseTrailers:
+      // Read-only here: the filter only reads them.
+      return stream && stream->has_trailers && !write ? &stream->upstream_trailers : nullptr;
     case WasmHeaderMapType::HttpCallResponseHeaders:
       if (auto *r = callRoot()) return const_cast<Headers *>(r->call_headers);
       return nullptr;
@@ -783,11 +790,17 @@ struct Worker {
     s->has_resp = true;
     for (auto &kv : s->resp)
       if (kv.first == ":status") s->status = atoi(kv.second.c_str());
+    bool trailers = !s->upstream_trailers.empty();
     {
       Timed t(prof, kResponseHeaders);
-      ctx->onResponseHeaders(s->resp.size(), true);
+      ctx->onResponseHeaders(s->resp.size(), !trailers);
     }
     check("proxy_on_response_headers");
+    if (trailers && !s->local_sent) {
+      s->has_trailers = true;
+      ctx->onResponseTrailers(s->upstream_trailers.size());
+      check("proxy_on_response_trailers");
+    }
   }
 
   Response result(StreamState *s) {
@@ -818,7 +831,12 @@ struct Worker {
     }
     check("proxy_on_request_headers");
     if (!s->rejected) {
-      if (st == FilterHeadersStatus::Continue || s->continued) {
+      if ((st == FilterHeadersStatus::Continue || s->continued) && s->reset_after_request) {
+        // Reset after the request went upstream, before any response.
+        s->forwarded = true;
+        s->upstream_headers = s->req;
+        s->status = 0;
+      } else if (st == FilterHeadersStatus::Continue || s->continued) {
         forward(ctx);
       } else {
         Response r;
@@ -1181,6 +1199,8 @@ std::unique_ptr<StreamState> readStream(Args &a) {
   s->req = a.headers();
   for (auto &kv : a.headers()) s->props[kv.first] = kv.second;
   s->upstream_resp = a.headers();
+  s->upstream_trailers = a.headers();
+  s->reset_after_request = a.num() == 1;
   return s;
 }
 

@@ -1,0 +1,340 @@
+// Package gitops is `ratelimit-admin policy`: a client of a running
+// admin's API for CI pipelines that keep the policy in Git.
+//
+//	ratelimit-admin policy export   [-o FILE]            current policy as JSON
+//	ratelimit-admin policy validate FILE                 the filter's own validation, errors with JSON paths
+//	ratelimit-admin policy diff     FILE                 unified diff against the current version
+//	ratelimit-admin policy apply    FILE -m MESSAGE [-base N]
+//
+// The admin's URL and token come from -url and -token, or SLUICE_ADMIN_URL
+// and SLUICE_ADMIN_TOKEN. Exit codes: 0 ok (valid, no changes, applied),
+// 1 changes found or the policy is invalid, 2 any other error (the admin
+// unreachable, a refused token, a stale base version).
+package gitops
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-rl/sluice/admin/policies"
+)
+
+// Exit codes.
+const (
+	ExitOK      = 0
+	ExitChanges = 1 // diff found changes, or the policy is invalid
+	ExitError   = 2
+)
+
+// DefaultURL is the admin's address when neither -url nor SLUICE_ADMIN_URL is set.
+const DefaultURL = "http://127.0.0.1:9000"
+
+const usage = `usage: ratelimit-admin policy COMMAND [flags] [FILE]
+
+Commands (FILE is a policy JSON file, "-" for standard input):
+  export   [-o FILE]                 write the current policy (stdout by default)
+  validate FILE                      validate with the filter's parser; exit 1 if invalid
+  diff     FILE                      show the change against the current version; exit 1 if any
+  apply    FILE -m MESSAGE [-base N] save FILE as a new version based on N (default: the current one);
+                                     a stale base is refused (exit 2)
+
+Flags of every command:
+  -url URL      the admin (SLUICE_ADMIN_URL, default ` + DefaultURL + `)
+  -token TOKEN  the admin token (SLUICE_ADMIN_TOKEN)
+  -timeout D    per request (default 30s)
+
+Exit codes: 0 ok, 1 changes or invalid, 2 error.
+`
+
+// Main runs one command and returns its exit code.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	code, err := run(args, stdin, stdout, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "ratelimit-admin policy:", err)
+	}
+	return code
+}
+
+type client struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "help" || args[0] == "--help" {
+		fmt.Fprint(stderr, usage)
+		if len(args) == 0 {
+			return ExitError, nil
+		}
+		return ExitOK, nil
+	}
+	cmd := args[0]
+	fs := flag.NewFlagSet("ratelimit-admin policy "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	adminURL := fs.String("url", envOr("SLUICE_ADMIN_URL", DefaultURL), "the admin's URL")
+	token := fs.String("token", os.Getenv("SLUICE_ADMIN_TOKEN"), "the admin token")
+	timeout := fs.Duration("timeout", 30*time.Second, "per request")
+	out := fs.String("o", "", "export: write to this file")
+	message := fs.String("m", "", "apply: the version's message")
+	author := fs.String("author", envOr("SLUICE_AUTHOR", "gitops"), "apply: the version's author")
+	base := fs.Int64("base", 0, "apply: the version FILE is based on (default: the current one)")
+	// Flags may come before or after FILE (apply FILE -m "message").
+	var positional []string
+	rest := args[1:]
+	for {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return ExitOK, nil
+			}
+			return ExitError, err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		positional = append(positional, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	u, err := url.Parse(*adminURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return ExitError, fmt.Errorf("-url: %q is not an http:// or https:// URL of the admin", *adminURL)
+	}
+	if *token == "" {
+		return ExitError, errors.New("-token: empty; give the admin token with -token or SLUICE_ADMIN_TOKEN")
+	}
+	c := &client{base: strings.TrimSuffix(u.String(), "/"), token: *token, http: &http.Client{Timeout: *timeout}}
+	ctx := context.Background()
+
+	needFile := func() ([]byte, error) {
+		if len(positional) != 1 {
+			return nil, fmt.Errorf("%s: give one policy file (or - for standard input)", cmd)
+		}
+		name := positional[0]
+		var b []byte
+		var err error
+		if name == "-" {
+			b, err = io.ReadAll(io.LimitReader(stdin, policies.MaxConfigBytes+1))
+		} else {
+			b, err = os.ReadFile(name)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading the policy: %w", err)
+		}
+		return b, nil
+	}
+
+	switch cmd {
+	case "export":
+		if len(positional) != 0 {
+			return ExitError, fmt.Errorf("export: unexpected argument %q (use -o FILE)", positional[0])
+		}
+		cur, err := c.current(ctx)
+		if err != nil {
+			return ExitError, err
+		}
+		text := policies.Pretty(cur.Policy)
+		if *out == "" {
+			io.WriteString(stdout, text)
+		} else if err := os.WriteFile(*out, []byte(text), 0o644); err != nil {
+			return ExitError, fmt.Errorf("-o: %w", err)
+		}
+		fmt.Fprintf(stderr, "exported v%d\n", cur.Version)
+		return ExitOK, nil
+	case "validate":
+		doc, err := needFile()
+		if err != nil {
+			return ExitError, err
+		}
+		_, code, err := c.validate(ctx, doc, stdout)
+		if err != nil || code != ExitOK {
+			return code, err
+		}
+		fmt.Fprintf(stdout, "%s: valid\n", positional[0])
+		return ExitOK, nil
+	case "diff", "apply":
+		doc, err := needFile()
+		if err != nil {
+			return ExitError, err
+		}
+		if cmd == "apply" && strings.TrimSpace(*message) == "" {
+			return ExitError, errors.New("apply: -m MESSAGE is required (it is recorded with the version)")
+		}
+		norm, code, err := c.validate(ctx, doc, stdout)
+		if err != nil || code != ExitOK {
+			return code, err
+		}
+		cur, err := c.current(ctx)
+		if err != nil {
+			return ExitError, err
+		}
+		hunks := policies.LineDiff(policies.Pretty(cur.Policy), policies.Pretty(norm))
+		if len(hunks) == 0 {
+			fmt.Fprintf(stdout, "no changes against the current version v%d\n", cur.Version)
+			return ExitOK, nil
+		}
+		if cmd == "diff" {
+			io.WriteString(stdout, policies.Unified(fmt.Sprintf("v%d", cur.Version), positional[0], hunks))
+			fmt.Fprintf(stdout, "current version: %d\n", cur.Version)
+			return ExitChanges, nil
+		}
+		b := *base
+		if b == 0 {
+			b = cur.Version
+		}
+		v, code, err := c.save(ctx, doc, b, *message, *author, stdout)
+		if err != nil || code != ExitOK {
+			return code, err
+		}
+		fmt.Fprintf(stdout, "applied: v%d (based on v%d)\n", v, b)
+		return ExitOK, nil
+	}
+	fmt.Fprint(stderr, usage)
+	return ExitError, fmt.Errorf("unknown command %q", cmd)
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+type currentJSON struct {
+	Version int64           `json:"version"`
+	Policy  json.RawMessage `json:"policy"`
+}
+
+// do sends one request and decodes a JSON answer into out; it returns the
+// status and the error message of a non-2xx answer.
+func (c *client) do(ctx context.Context, method, path string, body any, out any) (int, map[string]any, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, nil, fmt.Errorf("the admin at %s: %w", c.base, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return resp.StatusCode, nil, fmt.Errorf("the admin at %s: reading the answer: %w", c.base, err)
+	}
+	if resp.StatusCode/100 == 2 {
+		if out != nil {
+			if err := json.Unmarshal(raw, out); err != nil {
+				return resp.StatusCode, nil, fmt.Errorf("the admin at %s answered %s %s with something not JSON: %w", c.base, method, path, err)
+			}
+		}
+		return resp.StatusCode, nil, nil
+	}
+	var e map[string]any
+	if json.Unmarshal(raw, &e) != nil {
+		e = map[string]any{"error": strings.TrimSpace(string(raw))}
+	}
+	if resp.StatusCode == http.StatusUnauthorized {
+		return resp.StatusCode, e, fmt.Errorf("the admin at %s refused the token (401): %v", c.base, e["error"])
+	}
+	return resp.StatusCode, e, nil
+}
+
+func (c *client) current(ctx context.Context) (currentJSON, error) {
+	var cur currentJSON
+	status, e, err := c.do(ctx, "GET", "/api/v1/policy", nil, &cur)
+	if err != nil {
+		return cur, err
+	}
+	if e != nil {
+		return cur, fmt.Errorf("GET /api/v1/policy: %d: %v", status, e["error"])
+	}
+	return cur, nil
+}
+
+// validate returns the normalized policy, or prints the problems (exit 1).
+func (c *client) validate(ctx context.Context, doc []byte, stdout io.Writer) (json.RawMessage, int, error) {
+	if !json.Valid(doc) {
+		fmt.Fprintln(stdout, "invalid: the file is not valid JSON")
+		return nil, ExitChanges, nil
+	}
+	var ok struct {
+		Normalized json.RawMessage `json:"normalized"`
+	}
+	status, e, err := c.do(ctx, "POST", "/api/v1/policy/validate", map[string]json.RawMessage{"policy": doc}, &ok)
+	switch {
+	case err != nil:
+		return nil, ExitError, err
+	case e == nil:
+		return ok.Normalized, ExitOK, nil
+	case status == http.StatusUnprocessableEntity || status == http.StatusBadRequest:
+		printProblems(stdout, e)
+		return nil, ExitChanges, nil
+	}
+	return nil, ExitError, fmt.Errorf("POST /api/v1/policy/validate: %d: %v", status, e["error"])
+}
+
+func (c *client) save(ctx context.Context, doc []byte, base int64, message, author string, stdout io.Writer) (int64, int, error) {
+	var v currentJSON
+	body := map[string]any{"base_version": base, "policy": json.RawMessage(doc), "message": message, "author": author}
+	status, e, err := c.do(ctx, "POST", "/api/v1/policy", body, &v)
+	switch {
+	case err != nil:
+		return 0, ExitError, err
+	case e == nil:
+		return v.Version, ExitOK, nil
+	case status == http.StatusConflict:
+		return 0, ExitError, fmt.Errorf("refused (409): the base version v%d is stale; the current version is v%v. Run diff again and apply on top of it",
+			base, num(e["current_version"]))
+	case status == http.StatusUnprocessableEntity:
+		printProblems(stdout, e)
+		return 0, ExitChanges, nil
+	}
+	return 0, ExitError, fmt.Errorf("POST /api/v1/policy: %d: %v", status, e["error"])
+}
+
+func num(v any) string {
+	if f, ok := v.(float64); ok {
+		return strconv.FormatInt(int64(f), 10)
+	}
+	return fmt.Sprint(v)
+}
+
+func printProblems(w io.Writer, e map[string]any) {
+	fmt.Fprintf(w, "invalid: %v\n", e["error"])
+	errs, _ := e["errors"].([]any)
+	for _, x := range errs {
+		m, _ := x.(map[string]any)
+		path, _ := m["path"].(string)
+		if path == "" {
+			path = "(policy)"
+		}
+		fmt.Fprintf(w, "  %s: %v\n", path, m["message"])
+	}
+	if f, ok := e["field"].(string); ok && f != "" {
+		fmt.Fprintf(w, "  %s\n", f)
+	}
+}

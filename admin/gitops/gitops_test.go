@@ -1,0 +1,192 @@
+package gitops
+
+import (
+	"bytes"
+	"context"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/sluice-rl/sluice/admin/auth"
+	"github.com/sluice-rl/sluice/admin/httpapi"
+	"github.com/sluice-rl/sluice/admin/policies"
+	"github.com/sluice-rl/sluice/admin/store"
+)
+
+const testToken = "gitops-test-token-0123456789"
+
+const (
+	perIP = `{"rules":[{"name":"per-ip","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}}]}`
+	tiers = `{"rules":[{"name":"free","limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"rps":10,"burst":20}}]}`
+	bad   = `{"rules":[{"name":"free","limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"rps":10,"burst":5}}]}`
+)
+
+type admin struct {
+	url string
+	svc *policies.Service
+}
+
+// startAdmin runs the admin's real HTTP API in process on a fresh store.
+func startAdmin(t *testing.T) *admin {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	svc := policies.New(st, nil, nil)
+	svc.SetInitialConfig([]byte(perIP))
+	if _, err := svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	am, _, err := auth.Setup(ctx, st, testToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := httpapi.New(httpapi.Config{Policies: svc, Auth: am})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return &admin{url: srv.URL, svc: svc}
+}
+
+func writeFile(t *testing.T, content string) string {
+	p := filepath.Join(t.TempDir(), "policy.json")
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (a *admin) run(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	full := append([]string{args[0], "-url", a.url, "-token", testToken}, args[1:]...)
+	code := Main(full, strings.NewReader(""), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestValidateExitsZeroForAValidPolicyAndOneWithFieldPaths(t *testing.T) {
+	a := startAdmin(t)
+	if code, out, errs := a.run(t, "validate", writeFile(t, tiers)); code != ExitOK || !strings.Contains(out, "valid") {
+		t.Errorf("valid policy: exit %d, %q %q", code, out, errs)
+	}
+	code, out, _ := a.run(t, "validate", writeFile(t, bad))
+	if code != ExitChanges || !strings.Contains(out, "rules[0].algorithm_config.burst") {
+		t.Errorf("invalid policy: exit %d, output %q; want 1 and the field path", code, out)
+	}
+	if code, out, _ := a.run(t, "validate", writeFile(t, "{not json")); code != ExitChanges || !strings.Contains(out, "not valid JSON") {
+		t.Errorf("not JSON: exit %d, %q", code, out)
+	}
+}
+
+func TestDiffShowsTheChangeAndExitsOneOnlyWhenThereIsOne(t *testing.T) {
+	a := startAdmin(t)
+	code, out, _ := a.run(t, "diff", writeFile(t, tiers))
+	if code != ExitChanges || !strings.Contains(out, "--- v1") || !regexp.MustCompile(`(?m)^\+\s+"name": "free",$`).MatchString(out) || !regexp.MustCompile(`(?m)^-\s+"name": "per-ip",$`).MatchString(out) || !strings.Contains(out, "current version: 1") {
+		t.Errorf("changed policy: exit %d, output:\n%s", code, out)
+	}
+	// The same policy, written differently (spacing, key order), is no change.
+	same := `{"rules": [{"algorithm_config": {"burst": 10, "rps": 5}, "algorithm": "token_bucket", "limit_keys": ["ip:address"], "name": "per-ip"}]}`
+	if code, out, _ := a.run(t, "diff", writeFile(t, same)); code != ExitOK || !strings.Contains(out, "no changes") {
+		t.Errorf("same policy: exit %d, %q", code, out)
+	}
+}
+
+func TestApplySavesANewVersionWithTheMessageAndExportReadsItBack(t *testing.T) {
+	a := startAdmin(t)
+	code, out, errs := a.run(t, "apply", writeFile(t, tiers), "-m", "free tier from git", "-author", "ci")
+	if code != ExitOK || !strings.Contains(out, "applied: v2 (based on v1)") {
+		t.Fatalf("apply: exit %d, %q %q", code, out, errs)
+	}
+	cur, err := a.svc.Current(context.Background())
+	if err != nil || cur.Number != 2 || cur.Message != "free tier from git" || cur.Author != "ci" {
+		t.Fatalf("current %+v %v: want v2 with the message and author", cur, err)
+	}
+	// Applying it again changes nothing.
+	if code, out, _ := a.run(t, "apply", writeFile(t, tiers), "-m", "again"); code != ExitOK || !strings.Contains(out, "no changes") {
+		t.Errorf("re-apply: exit %d, %q", code, out)
+	}
+	dst := filepath.Join(t.TempDir(), "exported.json")
+	if code, _, errs := a.run(t, "export", "-o", dst); code != ExitOK || !strings.Contains(errs, "exported v2") {
+		t.Fatalf("export: exit %d %q", code, errs)
+	}
+	if code, out, _ := a.run(t, "diff", dst); code != ExitOK {
+		t.Errorf("the exported policy differs from the current one: exit %d\n%s", code, out)
+	}
+}
+
+func TestApplyRefusesAStaleBaseWithTheConflict(t *testing.T) {
+	a := startAdmin(t)
+	if code, _, _ := a.run(t, "apply", writeFile(t, tiers), "-m", "first"); code != ExitOK {
+		t.Fatal("first apply failed")
+	}
+	// A pipeline that diffed against v1 applies after someone else saved v2.
+	other := strings.Replace(tiers, `"rps":10`, `"rps":11`, 1)
+	var out, errb bytes.Buffer
+	code := Main([]string{"apply", "-url", a.url, "-token", testToken, "-base", "1", "-m", "late", writeFile(t, other)}, nil, &out, &errb)
+	if code != ExitError || !strings.Contains(errb.String(), "409") || !strings.Contains(errb.String(), "current version is v2") {
+		t.Errorf("stale base: exit %d, %q", code, errb.String())
+	}
+	if cur, _ := a.svc.Current(context.Background()); cur.Number != 2 {
+		t.Errorf("a stale apply saved v%d", cur.Number)
+	}
+}
+
+func TestErrorsExitTwoNamingTheInput(t *testing.T) {
+	a := startAdmin(t)
+	f := writeFile(t, tiers)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"validate", "-url", "http://127.0.0.1:1", "-token", testToken, f}, "the admin at http://127.0.0.1:1"},
+		{[]string{"validate", "-url", a.url, "-token", "wrong-token-wrong-token", f}, "refused the token (401)"},
+		{[]string{"validate", "-url", a.url, "-token", ""}, "-token: empty"},
+		{[]string{"validate", "-url", "ftp://x", "-token", testToken, f}, "-url:"},
+		{[]string{"validate", "-url", a.url, "-token", testToken, filepath.Join(t.TempDir(), "missing.json")}, "reading the policy"},
+		{[]string{"apply", "-url", a.url, "-token", testToken, f}, "-m MESSAGE is required"},
+		{[]string{"frobnicate", "-url", a.url, "-token", testToken}, `unknown command "frobnicate"`},
+	} {
+		t.Setenv("SLUICE_ADMIN_TOKEN", "")
+		var out, errb bytes.Buffer
+		code := Main(tc.args, strings.NewReader(""), &out, &errb)
+		if code != ExitError || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("%v: exit %d, %q; want 2 naming %q", tc.args, code, errb.String(), tc.want)
+		}
+	}
+}
+
+func TestURLAndTokenComeFromTheEnvironment(t *testing.T) {
+	a := startAdmin(t)
+	t.Setenv("SLUICE_ADMIN_URL", a.url)
+	t.Setenv("SLUICE_ADMIN_TOKEN", testToken)
+	var out, errb bytes.Buffer
+	if code := Main([]string{"validate", "-"}, strings.NewReader(tiers), &out, &errb); code != ExitOK {
+		t.Errorf("exit %d, %q %q", code, out.String(), errb.String())
+	}
+}
+
+// FuzzArgs: any arguments give an exit code and never a panic; without a
+// reachable admin nothing but parsing and file errors can happen.
+func FuzzArgs(f *testing.F) {
+	f.Add("apply policy.json -m msg -base 3")
+	f.Add("diff - -url http://127.0.0.1:1")
+	f.Add("export -o")
+	f.Add("validate -timeout x")
+	f.Fuzz(func(t *testing.T, line string) {
+		args := strings.Fields(line)
+		args = append(args, "-url", "http://127.0.0.1:1", "-token", "fuzz-token-0123456789", "-timeout", "50ms")
+		var out, errb bytes.Buffer
+		code := Main(args, strings.NewReader("{}"), &out, &errb)
+		if code < ExitOK || code > ExitError {
+			t.Fatalf("exit %d", code)
+		}
+	})
+}

@@ -1,0 +1,100 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"github.com/sluice-rl/sluice/shared/policy"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/sluice-rl/sluice/admin/telemetry"
+)
+
+// TestDashboardShowsWhatActionsAndOverridesDecided: a rule card carries a
+// line with the requests exempted, denied or decided by an override; a
+// rule without any has none.
+func TestDashboardShowsWhatActionsAndOverridesDecided(t *testing.T) {
+	te := newTelEnv(t, nil)
+	r := telemetry.Report{
+		V: 1, Node: "envoy-1", VM: "a1", VMStartMS: 1763770000000, Seq: 1, SentAtMS: 1763770001000,
+		IntervalMS: 1000, Buckets: []telemetry.Bucket{},
+		Rules: []telemetry.RuleCounters{
+			{Rule: "plans", Allowed: 2000, Overridden: 1204},
+			{Rule: "health", Exempted: 31},
+			{Rule: "blocked", Denied: 7},
+			{Rule: "calm", Allowed: 3},
+		},
+	}
+	b, _ := json.Marshal(r)
+	if res, body := te.send(t, telToken, "application/json", string(b)); res.StatusCode != 204 {
+		t.Fatalf("report: %d %v", res.StatusCode, body)
+	}
+	page := get(t, login(t, te.env, "ops"), te.srv.URL+"/dashboard?fragment=1")
+	for rule, want := range map[string]string{
+		"plans":   `<p class="rule-actions muted" data-actions>1,204 decided by an override (since the admin started)</p>`,
+		"health":  `>31 exempted (since`,
+		"blocked": `>7 denied (since`,
+	} {
+		if card := ruleCard(t, page, rule); !strings.Contains(card, want) {
+			t.Errorf("%s lacks %s:\n%s", rule, want, card)
+		}
+	}
+	if calm := ruleCard(t, page, "calm"); strings.Contains(calm, "rule-actions") {
+		t.Errorf("calm: no actions line:\n%s", calm)
+	}
+}
+
+// TestAPIOverridesMergesACSVIntoARule: the CSV lands in the named rule of
+// the current version (or of a draft sent along), validated; the answer
+// saves as is; bad CSV and invalid results are refused with where.
+func TestAPIOverridesMergesACSVIntoARule(t *testing.T) {
+	e := newEnv(t, nil)
+	if resp, body := e.apiJSON(t, "POST", "/api/v1/policy", `{"base_version":1,"policy":`+perIP+`}`); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("save: %d %v", resp.StatusCode, body)
+	}
+	csvBody := func(csv string) string { b, _ := json.Marshal(csv); return string(b) }
+
+	resp, ans := e.apiJSON(t, "POST", "/api/v1/policy/overrides",
+		`{"rule":"per-ip","csv":`+csvBody("key,tokens_per_second,burst\n10.0.0.1,50,100\n10.0.0.2,,20\n")+`}`)
+	if resp.StatusCode != 200 || ans["base_version"] != 2.0 || ans["added"] != 2.0 || ans["replaced"] != 0.0 || ans["total"] != 2.0 {
+		t.Fatalf("merge: %d %v", resp.StatusCode, ans)
+	}
+	merged, _ := json.Marshal(ans["policy"])
+	cfg, err := policy.Parse(merged)
+	if err != nil {
+		t.Fatalf("the merged policy does not parse: %v\n%s", err, merged)
+	}
+	ov := cfg.RuleByName("per-ip").Overrides
+	if len(ov) != 2 || ov[0].Key != "10.0.0.1" || ov[0].TokenBucket.Burst != 100 || ov[1].TokenBucket.TokensPerSecond != 5 || ov[1].TokenBucket.Burst != 20 {
+		t.Errorf("overrides %+v", ov)
+	}
+
+	// Merging into that answer again: one replaced, one added.
+	resp, ans = e.apiJSON(t, "POST", "/api/v1/policy/overrides",
+		`{"rule":"per-ip","policy":`+string(merged)+`,"csv":`+csvBody("key,burst\n10.0.0.2,30\n10.0.0.3,40\n")+`}`)
+	if resp.StatusCode != 200 || ans["added"] != 1.0 || ans["replaced"] != 1.0 || ans["total"] != 3.0 || ans["base_version"] != nil {
+		t.Fatalf("second merge: %d %v", resp.StatusCode, ans)
+	}
+	merged, _ = json.Marshal(ans["policy"])
+	if resp, body := e.apiJSON(t, "POST", "/api/v1/policy", `{"base_version":2,"policy":`+string(merged)+`}`); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("saving the answer: %d %v", resp.StatusCode, body)
+	}
+
+	for _, c := range []struct {
+		body   string
+		status int
+		want   string
+	}{
+		{`{"rule":"nope","csv":` + csvBody("key,burst\na,1\n") + `}`, 400, `no rule named \"nope\"`},
+		{`{"rule":"per-ip","csv":` + csvBody("key,cost\na,1\n") + `}`, 400, `line 1: unknown column \"cost\"`},
+		{`{"rule":"per-ip","csv":` + csvBody("key,burst\na,1\na,2\n") + `}`, 400, `line 3: key \"a\" is also on line 2`},
+		{`{"rule":"per-ip","csv":` + csvBody("key,burst\na,ten\n") + `}`, 400, `line 2: burst: \"ten\" is not a number`},
+		{`{"rule":"per-ip","csv":` + csvBody("key,burst\n10.0.0.9,2\n") + `}`, 422, `rules[0].overrides[3].algorithm_config.burst`},
+		{`{"rule":"per-ip"}`, 400, `csv: required`},
+	} {
+		resp, body := e.apiJSON(t, "POST", "/api/v1/policy/overrides", c.body)
+		if b, _ := json.Marshal(body); resp.StatusCode != c.status || !strings.Contains(string(b), c.want) {
+			t.Errorf("%s: %d %s, want %d with %s", c.body, resp.StatusCode, b, c.status, c.want)
+		}
+	}
+}

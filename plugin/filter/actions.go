@@ -1,0 +1,169 @@
+package filter
+
+import (
+	"strconv"
+
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/sluice-rl/sluice/shared/policy"
+	"github.com/sluice-rl/sluice/shared/state"
+)
+
+// This file holds the rule actions and per-identity overrides:
+//
+//   - An exempt rule that applies (first match of its policy, limit keys, if
+//     any, present) exempts the request from every rule of every policy,
+//     deny rules included; counted in sluice.rule.<rule>.exempted.
+//   - A deny rule that applies rejects the request at once with its
+//     deny_status and X-RateLimit-Reason: denied, touching no bucket;
+//     counted in sluice.rule.<rule>.denied. In shadow mode it only marks the
+//     request (the shadow header) and counts shadow_rejected.
+//   - An override gives one identity of a limit rule its own limits: the
+//     identity is looked up in a hash table (no scan, whatever the number
+//     of overrides) and the request is decided by a copy of the rule with
+//     those limits. The copy keeps the rule's name and so its bucket key:
+//     the identity's state carries over when its override changes (a
+//     token bucket's level is cut down to a lowered burst by Take).
+//     Counted in sluice.rule.<rule>.overridden.
+
+type ruleAction uint8
+
+const (
+	actLimit ruleAction = iota
+	actExempt
+	actDeny
+)
+
+const reasonDenied = "denied"
+
+// compileAction sets the rule's action, its deny reply and the counters
+// only exempt and deny rules need.
+func (cr *compiledRule) compileAction(r *policy.Rule, vm *vmContext) {
+	p := "sluice.rule." + r.Name + "."
+	switch r.Action {
+	case policy.ActionExempt:
+		cr.action = actExempt
+		cr.m.exempted = vm.counter(p + "exempted")
+	case policy.ActionDeny:
+		cr.action = actDeny
+		cr.denyStatus = uint32(r.DenyStatus)
+		if cr.denyStatus < 200 || cr.denyStatus > 599 {
+			cr.denyStatus = policy.DefaultDenyStatus
+		}
+		cr.denyBody = []byte(`{"error":"denied","rule":"` + r.Name + `"}`)
+		cr.m.denied = vm.counter(p + "denied")
+	}
+}
+
+// overrideLimits identifies an override's limits, so identities with the
+// same limits (a plan) share one compiled rule.
+type overrideLimits struct {
+	rate, burst, limit, perPeriod float64
+}
+
+// compileOverrides builds the rule's override table: each distinct set of
+// limits becomes one copy of the rule, each identity points to its copy.
+func (cr *compiledRule) compileOverrides(r *policy.Rule, vm *vmContext) {
+	if len(r.Overrides) == 0 || cr.fleet != nil {
+		return
+	}
+	cr.m.overridden = vm.counter("sluice.rule." + r.Name + ".overridden")
+	cr.overrides = make(map[string]*compiledRule, len(r.Overrides))
+	shared := map[overrideLimits]*compiledRule{}
+	var id []byte
+	for i := range r.Overrides {
+		o := &r.Overrides[i]
+		var k overrideLimits
+		switch {
+		case o.TokenBucket != nil:
+			k = overrideLimits{rate: o.TokenBucket.TokensPerSecond, burst: o.TokenBucket.Burst}
+		case o.Window != nil:
+			k = overrideLimits{limit: o.Window.Limit, perPeriod: o.Window.MaxPerPeriod}
+		default:
+			continue
+		}
+		ov := shared[k]
+		if ov == nil {
+			ov = new(compiledRule)
+			*ov = *cr
+			ov.overrides, ov.overridden = nil, true
+			wr := *r // the rule with the override's limits
+			if o.Window != nil {
+				wr.Window = o.Window
+			} else {
+				wr.TokenBucket = o.TokenBucket
+			}
+			ov.compileLimits(&wr)
+			shared[k] = ov
+		}
+		// The identity exactly as the request path builds it (a long key
+		// is hashed the same way).
+		id = state.AppendIdentity(id[:0], o.Key)
+		cr.overrides[string(id)] = ov
+	}
+}
+
+// override returns the rule deciding identity: its override, or r.
+func (r *compiledRule) override(identity string) *compiledRule {
+	if ov := r.overrides[identity]; ov != nil {
+		r.m.overridden.inc()
+		r.tc.overridden++
+		return ov
+	}
+	return r
+}
+
+// exempt lets a request exempted by rule r through, unlimited.
+func (p *pluginContext) exempt(r *compiledRule) types.Action {
+	r.m.exempted.inc()
+	r.tc.exempted++
+	p.markShadow(false)
+	p.stripDelayHeader()
+	return types.ActionContinue
+}
+
+// deny rejects a request at once for deny rule r (enforce mode).
+func (p *pluginContext) deny(h *httpContext, r *compiledRule) types.Action {
+	r.m.denied.inc()
+	r.tc.denied++
+	p.shadow = p.shadow[:0]
+	h.local = true
+	headers := [][2]string{
+		{hdrReason, reasonDenied},
+		{hdrContentType, contentTypeJSON},
+	}
+	if err := sendLocalResponse(r.denyStatus, headers, r.denyBody); err != nil {
+		h.local = false
+		p.vm.logLimited(logFailOpen, "sluice: cannot send the denial: "+err.Error())
+		return types.ActionContinue
+	}
+	return types.ActionPause
+}
+
+// shadowDeny records that shadow deny rule r would have rejected the
+// request: the shadow header names it, the other rules still apply.
+func (p *pluginContext) shadowDeny(r *compiledRule, count bool) {
+	if count {
+		r.m.shadowRejected.inc()
+		r.tc.shadowRejected++
+	}
+	if len(p.shadow) > 0 {
+		p.shadow = append(p.shadow, ',')
+	}
+	p.shadow = append(p.shadow, r.name...)
+}
+
+// appendActionCounts appends a telemetry report's optional per-rule counts
+// of exempted, denied and overridden requests, each only when non-zero.
+func appendActionCounts(b []byte, c *ruleTally) []byte {
+	for _, f := range [...]struct {
+		name string
+		n    uint64
+	}{{`,"exempted":`, c.exempted}, {`,"denied":`, c.denied}, {`,"overridden":`, c.overridden}} {
+		if f.n > 0 {
+			b = append(b, f.name...)
+			b = strconv.AppendUint(b, f.n, 10)
+		}
+	}
+	return b
+}

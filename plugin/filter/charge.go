@@ -1,0 +1,243 @@
+package filter
+
+import (
+	"errors"
+
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/sluice-rl/sluice/shared/limiter"
+	"github.com/sluice-rl/sluice/shared/policy"
+)
+
+// Costs reported by the response ("cost_source": "response_header:<name>"
+// or "response_trailer:<name>", token_bucket and quota).
+//
+// Request phase: the rule admits the request while its bucket (quota) has
+// something left (limiter's Admit); nothing is written, nothing is taken.
+// The request remembers the rule and its identity (pendingCharge, in the
+// HTTP context, whose buffers are recycled with it).
+//
+// Response phase: the cost is read from the response header (in
+// on_response_headers) or trailer (on_response_trailers) and charged with
+// the store's protocol (store.go): read, limiter's Charge, CAS write,
+// re-read on mismatch, at most maxChargeAttempts times. A charge never
+// rejects; it may put the bucket in debt down to -max_debt (a quota's use
+// up to limit + max_debt), and later requests are refused until it is paid
+// back. In bounded mode the identity's bucket may have been reused since
+// the request (it was full): the charge then claims a way, or lands on the
+// group's overflow bucket, exactly as a new request would.
+//
+// A response that reports no usable cost (absent, not a number, negative)
+// is charged default_cost; so is a stream that ends without the value (a
+// reset, a response without the trailer), in on_log, the stream's last
+// callback. A cost too large for the debt limit is clamped to it. A charge
+// that cannot be written (a shared-data error, retries exhausted) is
+// dropped: the filter fails open, as everywhere. Each case has a counter
+// (chargeMetrics).
+
+// maxChargeAttempts bounds the writes of one charge. A charge is off the
+// request path and never decides anything, so it gives up sooner than a
+// request's commit (maxAttempts): a dropped charge only under-counts.
+const maxChargeAttempts = 32
+
+// pendingCharge is an admitted request's charge still waiting for its cost.
+type pendingCharge struct {
+	rule       *compiledRule
+	fp         uint64
+	group      int
+	start, end int  // the bucket key in httpContext.chargeKeys
+	done       bool // charged
+}
+
+// chargeMetrics are a response-charged rule's counters (docs/filter.md).
+type chargeMetrics struct {
+	charged counter // charges written
+	dflt    counter // charged default_cost: no usable cost reported, or the stream ended first
+	invalid counter // the reported value was not a cost (counted in dflt too)
+	clamped counter // the charge hit the debt limit
+	failed  counter // the charge could not be written (fail open)
+}
+
+func (vm *vmContext) chargeMetrics(rule string) chargeMetrics {
+	p := "sluice.rule." + rule + ".response_cost_"
+	return chargeMetrics{
+		charged: vm.counter(p + "charged"),
+		dflt:    vm.counter(p + "default"),
+		invalid: vm.counter(p + "invalid"),
+		clamped: vm.counter(p + "clamped"),
+		failed:  vm.counter(p + "failed"),
+	}
+}
+
+// compileCharge sets a response-charged rule's fields.
+func (cr *compiledRule) compileCharge(cs policy.CostSource, maxDebt float64, vm *vmContext) {
+	if !cs.FromResponse() {
+		return
+	}
+	cr.respCost = true
+	cr.respTrailer = cs.Kind == policy.CostResponseTrailer
+	cr.respName = cs.Name
+	cr.maxDebt = maxDebt
+	cr.cm = vm.chargeMetrics(cr.name)
+}
+
+// takeAdmit is take for a response-charged rule: admit while something is
+// left, consume nothing.
+func (a *application) takeAdmit(now float64) {
+	if a.rule.win == nil {
+		a.next, a.dec = a.rule.tb.Admit(a.read.b, a.read.exists, now)
+		return
+	}
+	a.ws.next = a.ws.read
+	a.dec = a.rule.quota.Admit(&a.ws.next, a.read.exists, now)
+}
+
+// addCharges records the response-charged rules that admitted h's request.
+func (h *httpContext) addCharges(apps []application) {
+	for i := range apps {
+		a := &apps[i]
+		if !a.committed || !a.rule.respCost {
+			continue
+		}
+		start := len(h.chargeKeys)
+		h.chargeKeys = append(h.chargeKeys, a.key...)
+		h.charges = append(h.charges, pendingCharge{rule: a.rule, fp: a.fp, group: a.group, start: start, end: len(h.chargeKeys)})
+	}
+}
+
+// chargeResponse charges the pending charges whose cost the response
+// carries in this phase: headers (trailer false) or trailers (true).
+func (h *httpContext) chargeResponse(trailer bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			h.p.vm.recovered("the response-cost charge", r)
+		}
+	}()
+	for i := range h.charges {
+		c := &h.charges[i]
+		if c.done || c.rule.respTrailer != trailer {
+			continue
+		}
+		v, buf, ok := getResponseValue(trailer, c.rule.respName, h.p.hdrBuf[:0])
+		h.p.hdrBuf = buf
+		cost := 0.0
+		if ok {
+			cost, ok = limiter.ParseReportedCost(v)
+			if !ok {
+				c.rule.cm.invalid.inc()
+			}
+		}
+		if !ok { // absent or unusable: default_cost
+			c.rule.cm.dflt.inc()
+			cost = c.rule.defaultCost
+		}
+		h.p.charge(h, c, cost)
+	}
+}
+
+// chargeRemaining charges default_cost for the charges the response never
+// reported: the stream ended (reset, or no trailer). Called from on_log.
+func (h *httpContext) chargeRemaining() {
+	defer func() {
+		if r := recover(); r != nil {
+			h.p.vm.recovered("the response-cost charge", r)
+		}
+	}()
+	for i := range h.charges {
+		c := &h.charges[i]
+		if c.done {
+			continue
+		}
+		c.rule.cm.dflt.inc()
+		h.p.charge(h, c, c.rule.defaultCost)
+	}
+}
+
+// charge writes one charge of cost with CAS (see the file comment). When
+// the rule is the one whose RateLimit fields the response carries, they are
+// updated to the state after the charge.
+func (p *pluginContext) charge(h *httpContext, c *pendingCharge, cost float64) {
+	c.done = true
+	a := &p.chargeApp
+	r := c.rule
+	*a = application{rule: r, keyBuf: append(a.keyBuf[:0], h.chargeKeys[c.start:c.end]...), slotBuf: a.slotBuf, vals: a.vals, ws: a.ws}
+	if r.win != nil && a.ws == nil {
+		a.ws = new(windowScratch)
+	}
+	a.key = bytesView(a.keyBuf)
+	a.identity = a.key[len(r.keyPrefix):]
+	now := nowSeconds()
+	a.fp, a.group, a.cost, a.now = c.fp, c.group, cost, now
+	for attempt := 1; ; attempt++ {
+		corrupt, err := p.load(a, now)
+		if corrupt {
+			p.logCorrupt(a)
+		}
+		if err != nil {
+			p.chargeFailed(a, err)
+			return
+		}
+		clamped := a.chargeState(now)
+		err = p.store(a)
+		if err == nil {
+			if clamped {
+				r.cm.clamped.inc()
+			}
+			r.cm.charged.inc()
+			if a.read.claim == claimOverflow {
+				p.countOverflow(a)
+			}
+			if h.allowed.rule == r {
+				h.allowed.remaining, h.allowed.resetF = a.chargedLevel(now)
+				h.allowed.reset = ceilSeconds(h.allowed.resetF)
+			}
+			return
+		}
+		if !errors.Is(err, types.ErrorStatusCasMismatch) {
+			p.chargeFailed(a, err)
+			return
+		}
+		r.m.casRetries.inc()
+		if attempt >= maxChargeAttempts {
+			p.chargeFailed(a, errRetriesExhausted)
+			return
+		}
+	}
+}
+
+// chargeState applies a's cost to the state read into a.next or
+// a.ws.next; it reports whether the charge was clamped at the debt limit.
+func (a *application) chargeState(now float64) bool {
+	r := a.rule
+	if r.win == nil {
+		var clamped bool
+		a.next, clamped = r.tb.Charge(a.read.b, a.read.exists, now, a.cost, r.maxDebt)
+		return clamped
+	}
+	a.ws.next = a.ws.read
+	return r.quota.Charge(&a.ws.next, a.read.exists, now, a.cost, r.maxDebt)
+}
+
+// chargedLevel returns what is left after a charge (whole tokens, never
+// negative) and the seconds until the bucket is full (the quota resets).
+func (a *application) chargedLevel(now float64) (int64, float64) {
+	r := a.rule
+	if r.win == nil {
+		tokens := a.next.Tokens
+		return wholeTokens(tokens), max((r.tb.Burst-tokens)/r.tb.Rate, 0)
+	}
+	used := a.ws.next.Counts[0]
+	reset := 0.0
+	if used > 0 {
+		_, end := r.quota.Bounds(a.ws.next.Start)
+		reset = max(end-now, 0)
+	}
+	return wholeTokens(r.quota.Limit - used), reset
+}
+
+// chargeFailed drops a charge that could not be written: fail open,
+// counted and logged (rate-limited).
+func (p *pluginContext) chargeFailed(a *application, err error) {
+	a.rule.cm.failed.inc()
+	p.vm.logLimited(logFailOpen, "sluice: rule "+a.rule.name+": could not charge a response's cost ("+err.Error()+"); failing open")
+}

@@ -1,0 +1,332 @@
+package policy
+
+import (
+	"strconv"
+	"strings"
+)
+
+// This file parses a rule's "action" (limit, exempt, deny) with deny_status,
+// and a limit rule's per-identity "overrides".
+
+// Rule actions.
+const (
+	ActionLimit  = "limit"  // the default: the rule's algorithm limits the request
+	ActionExempt = "exempt" // a matching request is limited by no rule of any policy
+	ActionDeny   = "deny"   // a matching request is rejected at once with deny_status
+)
+
+// Defaults and bounds of actions and overrides.
+const (
+	DefaultDenyStatus = 403
+	// MaxOverrides bounds a rule's overrides. The filter looks an identity
+	// up in a hash table, so their number does not slow requests; the
+	// configuration's size is what limits it (docs/configuration.md).
+	MaxOverrides = 100000
+	// MaxOverrideKey bounds an override's key in bytes.
+	MaxOverrideKey = 1024
+)
+
+var (
+	actions        = []string{ActionLimit, ActionExempt, ActionDeny}
+	overrideFields = []string{"key", "algorithm_config"}
+	// What an override's algorithm_config may set: the limits, never what
+	// shapes the state (window lengths) or the cost.
+	tokenBucketOverrideFields = []string{"tokens_per_second", "rps", "burst"}
+	windowOverrideFields      = []string{"limit"}
+	rollingOverrideFields     = []string{"limit", "max_per_period"}
+)
+
+// Override is one entry of a rule's "overrides": the identity Key (the
+// composite key as the rule builds it from its limit_keys) gets these
+// limits instead of the rule's. TokenBucket or Window (after the rule's
+// algorithm) is the rule's algorithm_config with the override's fields
+// applied, complete and validated.
+type Override struct {
+	Key         string
+	TokenBucket *TokenBucket
+	Window      *Window
+}
+
+// action reads "action" and "deny_status".
+func (p *parser) action(path string, f map[string]*jvalue) (string, int) {
+	act, status := ActionLimit, 0
+	if av := f["action"]; av != nil {
+		apath := join(path, "action")
+		switch {
+		case av.kind == jString && (av.s == ActionLimit || av.s == ActionExempt || av.s == ActionDeny):
+			act = av.s
+		case av.kind == jString:
+			p.errorf(apath, "unknown action ", quoteShort(av.s), "; use one of: ", quoteList(actions))
+			return "", 0
+		default:
+			p.errorf(apath, "must be a string, one of: ", quoteList(actions), "; got ", av.kind.String())
+			return "", 0
+		}
+	}
+	if dv := f["deny_status"]; dv != nil {
+		dpath := join(path, "deny_status")
+		if act != ActionDeny {
+			p.errorf(dpath, `applies only to rules with "action": "deny"; remove it`)
+		} else if n, ok := p.integer(dpath, dv, 200, 599, "an HTTP status code from 200 to 599 (default 403)"); ok {
+			status = n
+		}
+	} else if act == ActionDeny {
+		status = DefaultDenyStatus
+	}
+	return act, status
+}
+
+// actionRule checks an exempt or deny rule: it limits nothing, so it takes
+// none of a limit rule's fields.
+func (p *parser) actionRule(path string, f map[string]*jvalue, r *Rule) {
+	for _, name := range []string{"algorithm", "algorithm_config", "max_keys", "scope", "overrides"} {
+		if f[name] != nil {
+			p.errorf(join(path, name), "does not apply to an ", strconv.Quote(r.Action), ` rule, which limits nothing; remove it (or use "action": "limit")`)
+		}
+	}
+	r.MaxKeys = 0
+}
+
+// overrides parses a limit rule's "overrides"; cfg is the rule's
+// algorithm_config, already parsed into r.
+func (p *parser) overrides(path string, v *jvalue, r *Rule, cfg *jvalue) []Override {
+	switch {
+	case v.kind != jArray:
+		p.errorf(path, `must be an array such as [{"key": "customer-42", "algorithm_config": {"tokens_per_second": 50, "burst": 100}}], got `, v.kind.String())
+		return nil
+	case len(v.arr) > MaxOverrides:
+		p.errorf(path, "has ", strconv.Itoa(len(v.arr)), " entries; at most ", strconv.Itoa(MaxOverrides), " are allowed per rule")
+		return nil
+	case r.Global:
+		p.errorf(path, `cannot be used with "scope": "global" (the rate limit service keeps one limit per global rule)`)
+		return nil
+	case r.Quota != nil:
+		p.errorf(path, `cannot be used with a "quota" rule; give the identities with a quota of their own a quota rule of their own before this one (match on their key with {"in": [...]})`)
+		return nil
+	case cfg == nil || (r.TokenBucket == nil && r.Window == nil):
+		return nil // the rule's algorithm_config is missing or invalid: reported already
+	}
+	allowed := overrideFieldsFor(r.Algorithm)
+	out := make([]Override, 0, len(v.arr))
+	seen := make(map[string]int, len(v.arr))
+	for i, ov := range v.arr {
+		if o, ok := fastOverride(ov, r, len(r.Keys)); ok {
+			if _, dup := seen[o.Key]; !dup {
+				seen[o.Key] = i
+				out = append(out, o)
+				continue
+			}
+		}
+		// Something is wrong with this entry: the full checks say what.
+		if o, ok := p.override(path, i, ov, r, cfg, allowed, seen); ok {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// override checks one entry of "overrides" fully, reporting every problem
+// with its path; seen maps the keys so far to their index.
+func (p *parser) override(path string, i int, ov *jvalue, r *Rule, cfg *jvalue, allowed []string, seen map[string]int) (Override, bool) {
+	opath := index(path, i)
+	if ov.kind != jObject {
+		p.errorf(opath, `must be an object such as {"key": "customer-42", "algorithm_config": {...}}, got `, ov.kind.String())
+		return Override{}, false
+	}
+	before := len(p.errs)
+	f := p.object(opath, ov, overrideFields)
+	o := Override{}
+	kpath := join(opath, "key")
+	switch kv := f["key"]; {
+	case kv == nil:
+		p.errorf(kpath, "missing; give the identity as the rule builds it from its limit_keys (values joined with |)")
+	case kv.kind != jString:
+		p.errorf(kpath, "must be a string (the identity as the rule builds it from its limit_keys), got ", kv.kind.String())
+	default:
+		if msg := checkOverrideKey(kv.s, len(r.Keys)); msg != "" {
+			p.errorf(kpath, msg)
+		} else if j, dup := seen[kv.s]; dup {
+			p.errorf(kpath, "duplicate key ", quoteShort(kv.s), " (also at ", index(path, j), "); give each identity once")
+		} else {
+			seen[kv.s] = i
+			o.Key = kv.s
+		}
+	}
+	cpath := join(opath, "algorithm_config")
+	cv := f["algorithm_config"]
+	switch {
+	case cv == nil:
+		p.errorf(cpath, "missing; give the identity's limits, e.g. {", strings.Join(allowed, ", "), "}")
+	case cv.kind != jObject:
+		p.errorf(cpath, "must be an object with some of: ", strings.Join(allowed, ", "), "; got ", cv.kind.String())
+	case len(cv.obj) == 0:
+		p.errorf(cpath, "is empty; set at least one of: ", strings.Join(allowed, ", "))
+	default:
+		if p.object(cpath, cv, allowed); len(p.errs) != before {
+			return o, false // a bad key or an unknown field: reported
+		}
+		merged := mergeConfig(cfg, cv)
+		if r.Window != nil {
+			o.Window = p.window(cpath, merged, r.Algorithm)
+		} else {
+			o.TokenBucket = p.tokenBucket(cpath, merged)
+		}
+	}
+	return o, len(p.errs) == before
+}
+
+// overrideFieldsFor returns the fields an override's algorithm_config may
+// set for the algorithm.
+func overrideFieldsFor(alg string) []string {
+	switch alg {
+	case AlgorithmFixedWindow, AlgorithmSlidingWindow:
+		return windowOverrideFields
+	case AlgorithmRollingWindow:
+		return rollingOverrideFields
+	}
+	return tokenBucketOverrideFields
+}
+
+// mergeConfig returns the rule's algorithm_config with the override's fields
+// replacing its own (tokens_per_second and its alias rps replace each other).
+func mergeConfig(rule, ov *jvalue) *jvalue {
+	set := make(map[string]bool, len(ov.obj)+1)
+	for _, m := range ov.obj {
+		set[m.key] = true
+		if m.key == "rps" || m.key == "tokens_per_second" {
+			set["rps"], set["tokens_per_second"] = true, true
+		}
+	}
+	out := &jvalue{kind: jObject, obj: make([]jmember, 0, len(rule.obj)+len(ov.obj))}
+	for _, m := range rule.obj {
+		if !set[m.key] {
+			out.obj = append(out.obj, m)
+		}
+	}
+	out.obj = append(out.obj, ov.obj...)
+	return out
+}
+
+// checkOverrideKey checks an override key against a rule with n limit keys:
+// n non-empty values joined by "|", with "\", "|" and "#" inside a value
+// escaped by a backslash, as the filter builds the identity.
+func checkOverrideKey(k string, n int) string {
+	switch {
+	case k == "":
+		return "is empty; give the identity as the rule builds it from its limit_keys"
+	case len(k) > MaxOverrideKey:
+		return "is " + strconv.Itoa(len(k)) + " bytes long; an override key may have at most " + strconv.Itoa(MaxOverrideKey)
+	}
+	parts, start := 1, 0
+	for i := 0; i < len(k); i++ {
+		switch k[i] {
+		case '\\':
+			if i+1 == len(k) || (k[i+1] != '\\' && k[i+1] != '|' && k[i+1] != '#') {
+				return quoteShort(k) + ` has a "\" that escapes nothing; inside a value write \\, \| and \# for \, | and #`
+			}
+			i++
+		case '#':
+			return quoteShort(k) + ` contains an unescaped "#"; write \# for a # inside a value`
+		case '|':
+			if i == start {
+				return quoteShort(k) + " has an empty value; every limit key must have a value"
+			}
+			parts++
+			start = i + 1
+		}
+	}
+	switch {
+	case start == len(k):
+		return quoteShort(k) + " has an empty value; every limit key must have a value"
+	case parts != n:
+		return quoteShort(k) + " has " + strconv.Itoa(parts) + " values joined by |, but the rule has " + strconv.Itoa(n) +
+			" limit_keys; give one value per limit key, in order (escape a | inside a value as \\|)"
+	}
+	return ""
+}
+
+// fastOverride reads a well-formed override without building paths or
+// field maps (a contract table has thousands); ok is false for anything
+// unusual, which the full checks of overrides then report.
+func fastOverride(v *jvalue, r *Rule, nkeys int) (Override, bool) {
+	var o Override
+	var cfg *jvalue
+	if v.kind != jObject || len(v.obj) != 2 {
+		return o, false
+	}
+	for _, m := range v.obj {
+		switch {
+		case m.key == "key" && m.val.kind == jString && o.Key == "":
+			o.Key = m.val.s
+		case m.key == "algorithm_config" && m.val.kind == jObject && cfg == nil:
+			cfg = m.val
+		default:
+			return o, false
+		}
+	}
+	if cfg == nil || len(cfg.obj) == 0 || checkOverrideKey(o.Key, nkeys) != "" {
+		return o, false
+	}
+	nums := [5]float64{-1, -1, -1, -1, -1} // tokens_per_second, rps, burst, limit, max_per_period
+	for _, m := range cfg.obj {
+		i := -1
+		switch m.key {
+		case "tokens_per_second":
+			i = 0
+		case "rps":
+			i = 1
+		case "burst":
+			i = 2
+		case "limit":
+			i = 3
+		case "max_per_period":
+			i = 4
+		}
+		if i < 0 || nums[i] >= 0 || m.val.kind != jNumber {
+			return o, false
+		}
+		x, err := strconv.ParseFloat(m.val.s, 64)
+		if err != nil || !(x > 0) || x > MaxBurst {
+			return o, false
+		}
+		nums[i] = x
+	}
+	if tb := r.TokenBucket; tb != nil {
+		if nums[3] >= 0 || nums[4] >= 0 || (nums[0] >= 0 && nums[1] >= 0) {
+			return o, false
+		}
+		t := *tb
+		if nums[0] >= 0 {
+			t.TokensPerSecond = nums[0]
+		} else if nums[1] >= 0 {
+			t.TokensPerSecond = nums[1]
+		}
+		if nums[2] >= 0 {
+			t.Burst = nums[2]
+		}
+		if t.Burst < t.TokensPerSecond || t.FixedCost > t.Burst || t.DefaultCost > t.Burst {
+			return o, false
+		}
+		o.TokenBucket = &t
+		return o, true
+	}
+	w := *r.Window
+	if nums[0] >= 0 || nums[1] >= 0 || nums[2] >= 0 || (nums[4] >= 0 && r.Algorithm != AlgorithmRollingWindow) {
+		return o, false
+	}
+	if nums[3] >= 0 {
+		w.Limit = nums[3]
+	}
+	if nums[4] >= 0 {
+		w.MaxPerPeriod = nums[4]
+	}
+	capacity := w.Limit
+	if w.MaxPerPeriod > 0 {
+		capacity = w.MaxPerPeriod
+	}
+	if w.MaxPerPeriod > w.Limit || w.FixedCost > capacity || w.DefaultCost > capacity {
+		return o, false
+	}
+	o.Window = &w
+	return o, true
+}
