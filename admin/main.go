@@ -55,6 +55,7 @@ import (
 	"github.com/sluice-rl/sluice/admin/policies"
 	"github.com/sluice-rl/sluice/admin/store"
 	"github.com/sluice-rl/sluice/admin/telemetry"
+	"github.com/sluice-rl/sluice/admin/trial"
 	"github.com/sluice-rl/sluice/admin/xds"
 )
 
@@ -355,7 +356,23 @@ func run(args []string, stdout, stderr io.Writer) error {
 	// Telemetry: the version index learns every published version, so a
 	// node's config_hash names its policy version.
 	versions := telemetry.NewVersionIndex(nil, logger)
-	svc := policies.New(st, versions.Publisher(pub), logger)
+	// Trials: the xDS server pushes the current version plus a trial's
+	// shadow rules without storing a version; a version saved during a
+	// trial is pushed with the trial's rules again (trials.Publisher).
+	var (
+		trials     *trial.Service
+		trialsHTTP httpapi.Trials
+		svcPub     = versions.Publisher(pub)
+	)
+	if xdsServer != nil {
+		trials = trial.NewService(nil, indexedTrials{xdsServer, versions}, nil) // its policy service is created next
+		svcPub = trials.Publisher(svcPub)
+		trialsHTTP = trials
+	}
+	svc := policies.New(st, svcPub, logger)
+	if trials != nil {
+		trials.SetPolicies(svc)
+	}
 	versions.SetSource(svc)
 	if err := versions.Load(ctx); err != nil {
 		return fmt.Errorf("indexing policy versions: %w", err)
@@ -411,7 +428,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	go svc.Follow(ctx, policies.FollowEvery)
 	hcfg := httpapi.Config{
 		Policies: svc, Auth: authn, Nodes: nodes, Istio: o.Istio, EnvoyGateway: o.EnvoyGateway, Logger: logger, SecureCookies: o.SecureCookies,
-		Telemetry: telCfg, Audit: st, Throttle: throttle, TrustedProxies: o.TrustedProxies,
+		Telemetry: telCfg, Audit: st, Throttle: throttle, TrustedProxies: o.TrustedProxies, Trials: trialsHTTP,
 	}
 	if fleetSrv != nil {
 		hcfg.Fleet = fleetSrv
@@ -547,6 +564,20 @@ func redisName(o redisgcra.ClientOptions) string {
 		return "redis cluster " + addrs
 	}
 	return "redis " + addrs
+}
+
+// indexedTrials pushes a trial's configuration over xDS and indexes its
+// hash as the trial's base version, so the dashboard shows nodes running a
+// trial on that version (their enforcement is that version's; the Nodes
+// page shows the trial's own xDS version, <n>+trial<k>).
+type indexedTrials struct {
+	*xds.Server
+	versions *telemetry.VersionIndex
+}
+
+func (p indexedTrials) PushTrial(ctx context.Context, base int64, config []byte) error {
+	p.versions.Add(base, config)
+	return p.Server.PushTrial(ctx, base, config)
 }
 
 // xdsNodes adapts the xDS server's node list to httpapi.NodeLister: the two

@@ -6,7 +6,7 @@ package web
 
 // Nav is the page header: which page is active and the logged-in user.
 type Nav struct {
-	Active string // "dashboard", "policy", "history", "nodes", "telemetry", "istio", "audit", "users"; "" on the login page
+	Active string // "dashboard", "policy", "history", "nodes", "telemetry", "istio", "trial", "audit", "users"; "" on the login page
 	Author string // the logged-in user's name
 	CSRF   string // the session's CSRF token, for the logout form
 	Role   string // the logged-in user's role: "viewer", "editor" or "admin"
@@ -91,6 +91,9 @@ type EditorPage struct {
 	Sim         SimForm       // the simulator's fields
 	SimResult   *SimView      // the last simulation (nil: none)
 	Rules       RulesView     // the draft's rules in words (structured view)
+	// TrialDuration is the "Try in shadow" duration typed last ("" shows
+	// the default).
+	TrialDuration string
 	// DefaultOp is what Enter in a field does: "" simulates; with the rule
 	// form open, "apply:<ref>" applies it. Saving always takes a click.
 	DefaultOp string
@@ -172,4 +175,41 @@ type ErrorPage struct {
 	Status  int
 	Title   string
 	Message string
+}
+
+// TrialPage shows the running shadow trial, if any.
+type TrialPage struct {
+	Nav       Nav
+	Flashes   []Flash
+	Available bool       // false: the admin runs without xDS, so without trials
+	Trial     *TrialView // nil: none running
+}
+
+// TrialView is a running trial with its rates beside the current policy's.
+type TrialView struct {
+	ID            int64
+	Author        string
+	Base, Over    int64 // the version it started on; the one it is pushed over now
+	Started, Ends string
+	EndsISO       string
+	Left          string
+	Telemetry     bool // false: no telemetry, so no rates
+	Rules         []TrialRuleView
+	Identities    []TrialIdentity
+}
+
+// TrialRuleView is one draft rule beside the current rule of the same name
+// (rates per second, "—" when no node reports the rule).
+type TrialRuleView struct {
+	Rule, Trial                        string
+	CurAllowed, CurRejected, CurShadow string
+	DraftAllowed, DraftRejecting       string
+}
+
+// TrialIdentity is an identity the draft would reject that the current
+// policy admits.
+type TrialIdentity struct {
+	Rule, Identity string
+	Rejects        uint64
+	Nodes          int
 }

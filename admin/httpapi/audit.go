@@ -21,6 +21,8 @@ const (
 	ActionSave            = "policy.save"
 	ActionRollback        = "policy.rollback"
 	ActionTrialStart      = "trial.start"
+	ActionTrialEnd        = "trial.end"
+	ActionTrialPromote    = "trial.promote"
 	ActionUserCreate      = "user.create"
 	ActionUserUpdate      = "user.update"
 	ActionUserDelete      = "user.delete"

@@ -275,8 +275,23 @@ func (s *server) editorPage(w http.ResponseWriter, r *http.Request, sess auth.Se
 	if ps := s.Policies.LastPublish(); ps.Err != nil {
 		p.Flashes = append(p.Flashes, web.Flash{Kind: "error", Text: fmt.Sprintf("Publishing v%d failed: %v", ps.Version, ps.Err)})
 	}
+	if s.Trials != nil {
+		if t, ok := s.Trials.Running(); ok {
+			p.Flashes = append(p.Flashes, web.Flash{Kind: "warn", Text: fmt.Sprintf(
+				"Trial %d by %s runs its draft in shadow until %s (see the Trial page); a save now is pushed with the trial's rules.", t.ID, t.Author, timeText(t.Ends))})
+		}
+	}
 	s.render(w, r, http.StatusOK, web.Editor(p))
 	return nil
+}
+
+// draftPage is the policy page showing a submitted draft over the current
+// version cur (the next save based on it).
+func draftPage(sess auth.Session, cur policies.Version, draft, message string) web.EditorPage {
+	return web.EditorPage{
+		Nav: nav(sess, "policy"), Current: versionInfo(cur, cur.Number), BaseVersion: cur.Number,
+		Draft: draft, Message: message, Rows: rows(draft), Rules: rulesView(draft, nil),
+	}
 }
 
 func (s *server) editorSubmit(w http.ResponseWriter, r *http.Request, sess auth.Session) error {
@@ -286,10 +301,7 @@ func (s *server) editorSubmit(w http.ResponseWriter, r *http.Request, sess auth.
 	if err != nil {
 		return err
 	}
-	p := web.EditorPage{
-		Nav: nav(sess, "policy"), Current: versionInfo(cur, cur.Number), BaseVersion: cur.Number,
-		Draft: draft, Message: msg, Rows: rows(draft), Rules: rulesView(draft, nil),
-	}
+	p := draftPage(sess, cur, draft, msg)
 	base, err := parseVersion(r.PostForm.Get("base_version"), "base_version")
 	if err != nil {
 		p.Flashes = []web.Flash{{Kind: "error", Text: "Not saved: " + err.Error()}}

@@ -96,6 +96,9 @@ type Config struct {
 	// mode is off).
 	Fleet Fleet
 
+	// Trials runs shadow trials of drafts (nil: no xDS server, no trials).
+	Trials Trials
+
 	// Audit records every change, login and lockout (nil: not recorded).
 	Audit AuditLog
 	// Throttle slows and refuses failed logins and bad bearer tokens (nil:
@@ -170,6 +173,7 @@ func New(cfg Config) (http.Handler, error) {
 		s.registerTelemetry(mux)
 	}
 	s.registerAccounts(mux)
+	s.registerTrial(mux)
 	mux.Handle("/api/", s.api(func(w http.ResponseWriter, r *http.Request) error {
 		return &apiErr{status: http.StatusNotFound, msg: "no such endpoint: " + r.Method + " " + r.URL.Path + " (see docs/admin.md)"}
 	}))

@@ -25,13 +25,10 @@ func (s *server) simulateSubmit(w http.ResponseWriter, r *http.Request, sess aut
 	if err != nil {
 		return err
 	}
-	p := web.EditorPage{
-		Nav: nav(sess, "policy"), Current: versionInfo(cur, cur.Number), BaseVersion: cur.Number,
-		Draft: draft, Message: f.Get("message"), Rows: rows(draft), Rules: rulesView(draft, nil),
-		Sim: web.SimForm{
-			Against: f.Get("sim_against"), Version: strings.TrimSpace(f.Get("sim_version")), Method: f.Get("sim_method"),
-			Path: f.Get("sim_path"), Host: f.Get("sim_host"), Headers: f.Get("sim_headers"), Client: f.Get("sim_client"), JWT: f.Get("sim_jwt"),
-		},
+	p := draftPage(sess, cur, draft, f.Get("message"))
+	p.Sim = web.SimForm{
+		Against: f.Get("sim_against"), Version: strings.TrimSpace(f.Get("sim_version")), Method: f.Get("sim_method"),
+		Path: f.Get("sim_path"), Host: f.Get("sim_host"), Headers: f.Get("sim_headers"), Client: f.Get("sim_client"), JWT: f.Get("sim_jwt"),
 	}
 	if base, err := parseVersion(f.Get("base_version"), "base_version"); err == nil {
 		p.BaseVersion = base

@@ -3,10 +3,8 @@
 // names of their own, so they count what they would reject on live traffic
 // with buckets of their own and never change enforcement.
 //
-// Not wired yet: the admin does not serve trials. Pushing a trial needs
-// admin/xds to publish a configuration that is not a stored version (a
-// revision of the current version's number); Service takes that as its
-// Pusher.
+// admin/xds pushes a trial's configuration (Pusher) without storing a
+// version; Service.Publisher follows the versions saved during a trial.
 package trial
 
 import (
@@ -131,7 +129,8 @@ func trialName(path, name string, errs *policy.Errors) string {
 type Trial struct {
 	ID      int64
 	Author  string
-	Base    int64  // the current version when it started
+	Base    int64  // the current version when it started (promotion saves on it)
+	Over    int64  // the version the trial rules are pushed over now (Base, or a version saved since)
 	Draft   []byte // the draft as given
 	Config  []byte // what was pushed (Merge)
 	Pairs   []Pair
@@ -183,11 +182,27 @@ func NewService(pol Policies, push Pusher, now func() time.Time) *Service {
 	return &Service{pol: pol, push: push, now: now}
 }
 
+// SetPolicies sets the policy service, for a Service created before it
+// (the policy service publishes through Publisher). Call it before serving.
+func (s *Service) SetPolicies(pol Policies) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pol = pol
+}
+
 // Start pushes the current policy plus the draft's rules in shadow for d
 // (DefaultDuration when 0). It refuses while another trial runs
 // (*RunningError), an invalid draft (*policies.ValidationError), and a
 // duration over MaxDuration (*policies.InputError).
 func (s *Service) Start(ctx context.Context, draft []byte, d time.Duration, author string) (Trial, error) {
+	return s.StartOn(ctx, 0, draft, d, author)
+}
+
+// StartOn is Start for a draft written on version base: when base is not
+// the current version (someone saved since), it is refused with a
+// *policies.ConflictError, as a save would be, since promoting the draft
+// later would undo that change. base 0 takes the current version.
+func (s *Service) StartOn(ctx context.Context, base int64, draft []byte, d time.Duration, author string) (Trial, error) {
 	if d == 0 {
 		d = DefaultDuration
 	}
@@ -203,6 +218,9 @@ func (s *Service) Start(ctx context.Context, draft []byte, d time.Duration, auth
 	if err != nil {
 		return Trial{}, err
 	}
+	if base != 0 && base != cur.Number {
+		return Trial{}, &policies.ConflictError{Base: base, Current: cur.Number}
+	}
 	merged, pairs, err := Merge(cur.JSON, draft)
 	if err != nil {
 		return Trial{}, err
@@ -212,7 +230,7 @@ func (s *Service) Start(ctx context.Context, draft []byte, d time.Duration, auth
 	}
 	s.lastID++
 	now := s.now()
-	t := &Trial{ID: s.lastID, Author: author, Base: cur.Number, Draft: append([]byte(nil), draft...), Config: merged,
+	t := &Trial{ID: s.lastID, Author: author, Base: cur.Number, Over: cur.Number, Draft: append([]byte(nil), draft...), Config: merged,
 		Pairs: pairs, Started: now, Ends: now.Add(d)}
 	s.running = t
 	id := t.ID
@@ -261,27 +279,77 @@ func (s *Service) Stop(ctx context.Context) error {
 
 // Promote saves the trial's draft as a normal version based on the
 // version the trial started from (a *policies.ConflictError when someone
-// saved since) and ends the trial.
+// saved since) and ends the trial. The save's own publication replaces the
+// trial's configuration, so the trial is forgotten before saving (the
+// lock is not held during the save, whose publication reaches Publisher)
+// and restored if the save fails.
 func (s *Service) Promote(ctx context.Context, author, message string) (policies.Version, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.running == nil {
+	t := s.running
+	if t == nil {
+		s.mu.Unlock()
 		return policies.Version{}, ErrNoTrial
 	}
-	t := s.running
+	s.running = nil
+	s.mu.Unlock()
 	if message == "" {
 		message = fmt.Sprintf("promoted from trial %d", t.ID)
 	}
 	v, err := s.pol.Save(ctx, policies.SaveRequest{Base: t.Base, JSON: t.Draft, Author: author, Message: message})
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if err != nil {
+		if s.running == nil && s.now().Before(t.Ends) {
+			s.running = t // its timer still runs and ends it on time
+		} else if s.running == nil {
+			s.endLocked(ctx)
+		}
 		return v, err
 	}
-	// The saved version's own push replaces the trial's configuration;
-	// ending the trial only forgets it.
-	s.running = nil
-	if s.timer != nil {
+	if s.running == nil && s.timer != nil {
 		s.timer.Stop()
 		s.timer = nil
 	}
 	return v, nil
+}
+
+// Publisher wraps next (the publisher of every new current version) so
+// that a version saved during a trial is published and then pushed again
+// with the trial's rules, merged anew: the trial goes on over the new
+// current policy. Promotion still saves on the trial's base, so it then
+// answers 409. A new version the draft can no longer be merged with (it
+// took a "trial-" name) ends the trial.
+func (s *Service) Publisher(next policies.Publisher) policies.Publisher {
+	return followingPublisher{s: s, next: next}
+}
+
+type followingPublisher struct {
+	s    *Service
+	next policies.Publisher
+}
+
+func (p followingPublisher) Publish(ctx context.Context, v policies.Version) error {
+	if p.next != nil {
+		if err := p.next.Publish(ctx, v); err != nil {
+			return err
+		}
+	}
+	s := p.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.running
+	if t == nil || v.Number <= t.Over {
+		return nil
+	}
+	merged, pairs, err := Merge(v.JSON, t.Draft)
+	if err != nil {
+		s.endLocked(ctx)
+		return nil
+	}
+	if err := s.push.PushTrial(ctx, v.Number, merged); err != nil {
+		s.endLocked(ctx)
+		return fmt.Errorf("pushing the trial over version %d: %w", v.Number, err)
+	}
+	t.Over, t.Config, t.Pairs = v.Number, merged, pairs
+	return nil
 }

@@ -186,3 +186,48 @@ func TestStartRefusesAnInvalidDraftAndDuration(t *testing.T) {
 		t.Errorf("a refused trial was pushed")
 	}
 }
+
+func TestAVersionSavedDuringATrialIsPushedWithTheTrialRules(t *testing.T) {
+	s, _, push := newService()
+	ctx := context.Background()
+	if _, err := s.Start(ctx, []byte(draft), time.Minute, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop(ctx)
+	next := strings.Replace(current, `"burst":20`, `"burst":30`, 1)
+	if err := s.Publisher(nil).Publish(ctx, policies.Version{Number: 5, JSON: []byte(next)}); err != nil {
+		t.Fatal(err)
+	}
+	if len(push.pushed) != 2 {
+		t.Fatalf("%d trial pushes, want the start and the re-push", len(push.pushed))
+	}
+	cfg, err := policy.Parse(push.pushed[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := cfg.RuleByName("premium"); r == nil || r.TokenBucket.Burst != 30 {
+		t.Errorf("the re-push does not carry the new version: %+v", r)
+	}
+	if r := cfg.RuleByName("trial-premium"); r == nil || r.Mode != policy.ModeShadow {
+		t.Errorf("the re-push lost the trial rule: %+v", r)
+	}
+	if tr, _ := s.Running(); tr.Over != 5 || tr.Base != 4 {
+		t.Errorf("trial over v%d based on v%d, want over 5 based on 4", tr.Over, tr.Base)
+	}
+}
+
+func TestStartOnAStaleBaseIsRefusedLikeASave(t *testing.T) {
+	s, _, push := newService()
+	var ce *policies.ConflictError
+	if _, err := s.StartOn(context.Background(), 3, []byte(draft), time.Minute, "alice"); !errors.As(err, &ce) || ce.Current != 4 {
+		t.Fatalf("a draft written on v3 while v4 is current: %v", err)
+	}
+	if len(push.pushed) != 0 {
+		t.Error("a refused trial was pushed")
+	}
+	tr, err := s.StartOn(context.Background(), 4, []byte(draft), time.Minute, "alice")
+	if err != nil || tr.Base != 4 {
+		t.Fatalf("on the current version: %+v %v", tr, err)
+	}
+	s.Stop(context.Background())
+}

@@ -128,6 +128,8 @@ type Server struct {
 	mu        sync.Mutex // serializes Publish
 	published int64      // version number in the snapshot, 0 = none yet
 	json      []byte     // its plugin configuration
+	trialRev  int64      // trial configurations pushed so far (names their versions)
+	trial     bool       // the snapshot holds a trial configuration, not json
 }
 
 // NewServer returns a Server with no policy published yet: nodes that
@@ -184,21 +186,71 @@ func (s *Server) Publish(ctx context.Context, v Version) error {
 	case v.Number == s.published:
 		return fmt.Errorf("xds: publish: version %d is already published with a different configuration", v.Number)
 	}
-	version := strconv.FormatInt(v.Number, 10)
-	res, err := Resource(s.opts.ResourceName, s.opts.WasmPath, s.opts.VMEnv, v.JSON)
+	if err := s.setSnapshot(ctx, strconv.FormatInt(v.Number, 10), v.JSON); err != nil {
+		return fmt.Errorf("xds: publish version %d: %w", v.Number, err)
+	}
+	s.published, s.trial = v.Number, false
+	s.json = append([]byte(nil), v.JSON...)
+	s.log.Info("published", "version", v.Number, "resource", s.opts.ResourceName, "author", v.Author)
+	return nil
+}
+
+func (s *Server) setSnapshot(ctx context.Context, version string, config []byte) error {
+	res, err := Resource(s.opts.ResourceName, s.opts.WasmPath, s.opts.VMEnv, config)
 	if err != nil {
 		return err
 	}
 	snap, err := cache.NewSnapshot(version, map[resource.Type][]types.Resource{TypeURL: {res}})
 	if err != nil {
-		return fmt.Errorf("xds: publish: %w", err)
+		return err
 	}
-	if err := s.cache.SetSnapshot(ctx, groupKey, snap); err != nil {
-		return fmt.Errorf("xds: publish version %d: %w", v.Number, err)
+	return s.cache.SetSnapshot(ctx, groupKey, snap)
+}
+
+// TrialVersion is the resource version of the n-th trial configuration
+// pushed over policy version base: "<base>+trial<n>". Nodes ACK it, and
+// the Nodes page shows it, so a node running a trial is recognisable.
+func TrialVersion(base, n int64) string {
+	return strconv.FormatInt(base, 10) + "+trial" + strconv.FormatInt(n, 10)
+}
+
+// PushTrial publishes config, a configuration that is not a stored
+// version (the current version base plus a trial's shadow rules), in place
+// of version base's, under TrialVersion. base must be the version
+// published: a trial is always pushed over the current policy. The next
+// Publish of a new version, or EndTrial, replaces it.
+func (s *Server) PushTrial(ctx context.Context, base int64, config []byte) error {
+	if len(config) == 0 {
+		return errors.New("xds: trial: empty configuration")
 	}
-	s.published = v.Number
-	s.json = append([]byte(nil), v.JSON...)
-	s.log.Info("published", "version", v.Number, "resource", s.opts.ResourceName, "author", v.Author)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if base != s.published {
+		return fmt.Errorf("xds: trial over version %d, but version %d is published", base, s.published)
+	}
+	s.trialRev++
+	version := TrialVersion(base, s.trialRev)
+	if err := s.setSnapshot(ctx, version, config); err != nil {
+		return fmt.Errorf("xds: trial %s: %w", version, err)
+	}
+	s.trial = true
+	s.log.Info("published a trial", "version", version)
+	return nil
+}
+
+// EndTrial publishes the current version again, without the trial's
+// rules. It does nothing when no trial configuration is published.
+func (s *Server) EndTrial(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.trial {
+		return nil
+	}
+	if err := s.setSnapshot(ctx, strconv.FormatInt(s.published, 10), s.json); err != nil {
+		return fmt.Errorf("xds: ending the trial over version %d: %w", s.published, err)
+	}
+	s.trial = false
+	s.log.Info("trial ended; published the current version again", "version", s.published)
 	return nil
 }
 

@@ -17,7 +17,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluice-rl/sluice/admin/trial"
 	"github.com/sluice-rl/sluice/internal/poll"
+	"github.com/sluice-rl/sluice/shared/policy"
 )
 
 const (
@@ -502,5 +504,72 @@ func TestDeltaADSIsServedAndTracked(t *testing.T) {
 	poll.Until(t, "the delta NACK", func() bool { return nodeStatus(t, s, "delta-envoy").NackedVersion == "4" })
 	if n := nodeStatus(t, s, "delta-envoy"); n.NackError != "no" || n.AckedVersion != "3" {
 		t.Errorf("after the delta NACK: %+v", n)
+	}
+}
+
+func TestTrialIsPushedInShadowAndEndingRestoresTheVersion(t *testing.T) {
+	s, addr := newTestServer(t)
+	publish(t, s, 4, policyA)
+	c := newADSClient(t, addr, "envoy-1")
+	c.send("", "", "")
+	first := c.recv()
+	c.send("4", first.GetNonce(), "")
+
+	draft := `{"rules": [{"name": "per-ip", "limit_keys": ["ip:address"], "algorithm": "token_bucket", "algorithm_config": {"rps": 1, "burst": 1}}]}`
+	merged, _, err := trial.Merge([]byte(policyA), []byte(draft))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PushTrial(context.Background(), 3, merged); err == nil {
+		t.Error("a trial over a version that is not the published one was accepted")
+	}
+	if err := s.PushTrial(context.Background(), 4, merged); err != nil {
+		t.Fatal(err)
+	}
+	pushed := c.recv()
+	if pushed.GetVersionInfo() != "4+trial1" {
+		t.Errorf("trial version %q, want 4+trial1", pushed.GetVersionInfo())
+	}
+	cfg, err := policy.Parse([]byte(pluginConfig(t, pushed)))
+	if err != nil {
+		t.Fatalf("the pushed trial configuration is invalid: %v", err)
+	}
+	enforced, tried := cfg.RuleByName("per-ip"), cfg.RuleByName("trial-per-ip")
+	if enforced == nil || enforced.Mode != policy.ModeEnforce || enforced.TokenBucket.Burst != 3 {
+		t.Errorf("the enforced rule changed in the trial: %+v", enforced)
+	}
+	if tried == nil || tried.Mode != policy.ModeShadow || tried.TokenBucket.Burst != 1 {
+		t.Errorf("the trial rule: %+v, want burst 1 in shadow", tried)
+	}
+	if s.Published() != 4 {
+		t.Errorf("Published() = %d during a trial, want the stored version 4", s.Published())
+	}
+	c.send(pushed.GetVersionInfo(), pushed.GetNonce(), "")
+
+	if err := s.EndTrial(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	back := c.recv()
+	if back.GetVersionInfo() != "4" || pluginConfig(t, back) != policyA {
+		t.Errorf("after the trial: version %q, want 4 with policy A again", back.GetVersionInfo())
+	}
+	c.send("4", back.GetNonce(), "")
+	if err := s.EndTrial(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c.expectNothing(100 * time.Millisecond) // no trial: nothing to end
+}
+
+func TestPublishDuringATrialReplacesTheTrial(t *testing.T) {
+	s, addr := newTestServer(t)
+	publish(t, s, 1, policyA)
+	if err := s.PushTrial(context.Background(), 1, []byte(policyC)); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, s, 2, policyB)
+	c := newADSClient(t, addr, "envoy-1")
+	c.send("", "", "")
+	if resp := c.recv(); resp.GetVersionInfo() != "2" || pluginConfig(t, resp) != policyB {
+		t.Errorf("got %q, want version 2 without the trial", resp.GetVersionInfo())
 	}
 }
