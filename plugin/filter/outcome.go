@@ -3,7 +3,6 @@ package filter
 import (
 	"strconv"
 
-	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 	"github.com/sluice-rl/sluice/shared/state"
 )
@@ -92,10 +91,10 @@ func (p *pluginContext) markShadow(would bool) {
 		return
 	}
 	if would && len(names) > 0 {
-		_ = proxywasm.ReplaceHttpRequestHeader(p.cfg.shadowHeader, bytesView(names))
+		_ = replaceRequestHeader(p.cfg.shadowHeader, bytesView(names))
 		return
 	}
-	_ = proxywasm.RemoveHttpRequestHeader(p.cfg.shadowHeader)
+	_ = removeRequestHeader(p.cfg.shadowHeader)
 }
 
 // reject sends the 429 for rule a.

@@ -28,7 +28,6 @@ import (
 	"errors"
 	"strconv"
 
-	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/sluice-rl/sluice/shared/policy"
@@ -99,9 +98,9 @@ func (p *pluginContext) OnPluginStart(int) (ok types.OnPluginStartStatus) {
 			ok = types.OnPluginStartStatusFailed
 		}
 	}()
-	data, err := proxywasm.GetPluginConfiguration()
+	data, err := getPluginConfiguration()
 	if err != nil && !errors.Is(err, types.ErrorStatusNotFound) {
-		proxywasm.LogError("sluice: cannot read the plugin configuration: " + err.Error())
+		logError("sluice: cannot read the plugin configuration: " + err.Error())
 		p.vm.globals().configRejected.inc()
 		return types.OnPluginStartStatusFailed
 	}
@@ -130,7 +129,7 @@ func (p *pluginContext) OnPluginStart(int) (ok types.OnPluginStartStatus) {
 		p.startTelemetry()
 	}
 	p.settleTick() // tick.go: the period this configuration needs
-	proxywasm.LogInfo("sluice: configuration loaded: " + strconv.Itoa(len(p.cfg.policies)) +
+	logInfo("sluice: configuration loaded: " + strconv.Itoa(len(p.cfg.policies)) +
 		" policies, " + strconv.Itoa(len(p.cfg.rules)) + " rules")
 	return types.OnPluginStartStatusOK
 }
@@ -140,12 +139,12 @@ func logConfigErrors(err error) {
 	switch {
 	case errors.As(err, &fes) && len(fes) > 0:
 		for _, fe := range fes {
-			proxywasm.LogError("sluice: invalid configuration: " + fe.Error())
+			logError("sluice: invalid configuration: " + fe.Error())
 		}
 	case err != nil:
-		proxywasm.LogError("sluice: invalid configuration: " + err.Error())
+		logError("sluice: invalid configuration: " + err.Error())
 	default:
-		proxywasm.LogError("sluice: invalid configuration")
+		logError("sluice: invalid configuration")
 	}
 }
 

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
-
 	"github.com/sluice-rl/sluice/shared/request"
 )
 
@@ -211,7 +209,7 @@ func (p *pluginContext) report() {
 		{"content-type", "application/json"},
 		{"authorization", "Bearer " + t.Token},
 	}
-	if _, err := proxywasm.DispatchHttpCall(t.Cluster, headers, body, nil, uint32(t.TimeoutMS), p.onReportResponse); err != nil {
+	if err := dispatchHTTPCall(t.Cluster, headers, body, uint32(t.TimeoutMS), p.onReportResponse); err != nil {
 		p.reportDropped()
 		p.vm.logLimited(logTelemetry, "sluice: telemetry: cannot dispatch the report to cluster "+t.Cluster+": "+err.Error())
 		return
@@ -235,7 +233,7 @@ func (p *pluginContext) onReportResponse(numHeaders, _, _ int) {
 	p.vm.tel.inflight = false
 	status := ""
 	if numHeaders > 0 {
-		if hs, err := proxywasm.GetHttpCallResponseHeaders(); err == nil {
+		if hs, err := httpCallResponseHeaders(); err == nil {
 			for _, h := range hs {
 				if h[0] == ":status" {
 					status = h[1]
