@@ -2,6 +2,7 @@ package filter
 
 import (
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
+
 	"github.com/sluice-rl/sluice/shared/limiter"
 	"github.com/sluice-rl/sluice/shared/request"
 	"github.com/sluice-rl/sluice/shared/state"
@@ -9,14 +10,16 @@ import (
 
 // application is one applying rule in one request.
 type application struct {
-	rule    *compiledRule
-	keyBuf  []byte // "tb:<rule>:<composite>", reused across requests
-	slotBuf []byte // "tb:<rule>:#<group>" (bounded mode) or a pool key, reused across requests
+	rule *compiledRule
+	appBuffers
 	// slotKeyOf is 1 + the group whose key slotBuf holds (0: none), so a
 	// request builds its group key once (groupKey).
 	slotKeyOf int
-	key       string // view of keyBuf: the exact key (max_keys 0)
-	identity  string // view of the composite part: the identity
+	// key and identity are views of keyBuf (bytesView): the exact key
+	// (max_keys 0) and its composite part, the identity. They change with
+	// the slot's next request: copy them to keep them longer.
+	key      string
+	identity string
 
 	// Bounded mode: the identity's fingerprint, its group (local rules) or
 	// its pool's candidate slots (global rules, fleet.go), and the ways of
@@ -29,18 +32,10 @@ type application struct {
 	nways int
 	ovf   []byte // the group's overflow record as read (aliasing vals[0]; empty: none)
 
-	fl fleetApp // global rules (fleet.go)
-	// vals holds the values read from shared data: the group or exact key
-	// in the first, a global rule's pool candidates in each, reused across
-	// requests so reads allocate nothing.
-	vals [state.Candidates][]byte
-	cost float64
-	read bucketRead
-	next state.Bucket
-	// ws holds a windowed rule's states (window.go); kept across requests
-	// like keyBuf, nil until the slot serves a windowed rule, so token
-	// buckets do not carry (or clear) window-sized state.
-	ws        *windowScratch
+	fl        fleetApp // global rules (fleet.go)
+	cost      float64
+	read      bucketRead
+	next      state.Bucket
 	dec       limiter.Decision
 	now       float64 // the time dec was taken at
 	failed    bool    // storage failed: the rule is skipped (fail open)
@@ -51,6 +46,22 @@ type application struct {
 	// noSeed: the deployment's hash key could not be read, so a bounded
 	// rule cannot place the identity: it fails open (hashseed.go).
 	noSeed bool
+}
+
+// appBuffers are an application slot's buffers, kept across requests when
+// the slot is reused (p.apps), so that building keys and reading shared
+// data allocate nothing once they have grown. The rest of an application
+// is reset for every request (selectRules).
+type appBuffers struct {
+	keyBuf  []byte // "tb:<rule>:<composite>"
+	slotBuf []byte // "tb:<rule>:#<group>" (bounded mode) or a pool key
+	// vals holds the values read from shared data: the group or exact key
+	// in the first, a global rule's pool candidates in each.
+	vals [state.Candidates][]byte
+	// ws holds a windowed rule's states (window.go), nil until the slot
+	// serves a windowed rule, so token buckets do not carry (or clear)
+	// window-sized state.
+	ws *windowScratch
 }
 
 // decide runs the rate limit for one request; see the package comment.
@@ -256,7 +267,8 @@ policies:
 			a := &apps[len(apps)-1]
 			kb := append(a.keyBuf[:0], r.keyPrefix...)
 			kb, p.compBuf = request.AppendComposite(kb, p.compBuf, comps)
-			*a = application{rule: r, keyBuf: kb, slotBuf: a.slotBuf, vals: a.vals, ws: a.ws}
+			*a = application{rule: r, appBuffers: a.appBuffers}
+			a.keyBuf = kb
 			if r.win != nil && a.ws == nil {
 				a.ws = new(windowScratch)
 			}

@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
+
 	"github.com/sluice-rl/sluice/shared/state"
 )
 

@@ -71,7 +71,16 @@ type pluginContext struct {
 	hq  holdQueue       // delay.go: held streams
 	tk  tickSchedule    // tick.go: on_tick's clients and period
 
-	// Per-request scratch, reused: a VM runs one callback at a time.
+	free []*httpContext // recycled HTTP contexts
+
+	requestScratch
+}
+
+// requestScratch is a root context's per-request scratch, reused from one
+// request to the next (a VM runs one callback at a time, so one set
+// serves every stream): what a request leaves here is overwritten by the
+// next and must not be kept beyond the callback that wrote it.
+type requestScratch struct {
 	rs      requestSources
 	apps    []application
 	act     *compiledRule // the exempt or deny rule selectRules found (actions.go), else nil
@@ -81,7 +90,6 @@ type pluginContext struct {
 	recBuf  []byte // a group's new record (store.go)
 	hdrBuf  []byte
 	shadow  []byte
-	free    []*httpContext // recycled HTTP contexts
 	// chargeApp is the scratch of a response-phase charge (charge.go).
 	chargeApp application
 }
