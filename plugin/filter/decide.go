@@ -22,15 +22,13 @@ type application struct {
 	identity string
 
 	// Bounded mode: the identity's fingerprint, its group (local rules) or
-	// its pool's candidate slots (global rules, fleet.go), and the ways of
-	// the group as last read (aliasing vals[0]; store.go).
+	// its pool's candidate slots (global rules, fleet.go), and the group as
+	// last read (aliasing vals[0]; store.go).
 	fp    uint64
 	group int
 	cand  [state.Candidates]int
 	ncand int
-	ways  [state.Ways][]byte
-	nways int
-	ovf   []byte // the group's overflow record as read (aliasing vals[0]; empty: none)
+	grp   state.Group
 
 	fl        fleetApp // global rules (fleet.go)
 	cost      float64

@@ -148,8 +148,8 @@ func (p *pluginContext) hold(h *httpContext, apps []application, wait float64) t
 			a.identity = a.key[len(a.rule.keyPrefix):]
 			a.keyBuf, a.slotBuf, a.slotKeyOf = nil, nil, 0
 			clear(a.vals[:]) // the live application reuses these arrays
-			clear(a.ways[:])
-			a.nways, a.read = 0, bucketRead{} // refund reads the group again
+			a.grp.Reset()
+			a.read = bucketRead{} // refund reads the group again
 			hs.reserved = append(hs.reserved, a)
 		}
 	}
