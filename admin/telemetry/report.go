@@ -96,33 +96,13 @@ type Bucket struct {
 }
 
 // FieldError is one problem of a report, at a JSON path such as
-// "rules[1].allowed" ("" for the whole body).
-type FieldError struct {
-	Path    string `json:"path"`
-	Message string `json:"message"`
-}
-
-func (e FieldError) Error() string {
-	if e.Path == "" {
-		return e.Message
-	}
-	return e.Path + ": " + e.Message
-}
+// "rules[1].allowed" ("" for the whole body): the configuration's field
+// error (the same type, so both render and marshal alike).
+type FieldError = policy.FieldError
 
 // Errors is every problem found in a report, in document order (at most
 // MaxErrors, then one line saying how many more there were).
-type Errors []FieldError
-
-func (es Errors) Error() string {
-	var b strings.Builder
-	for i, e := range es {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		b.WriteString(e.Error())
-	}
-	return b.String()
-}
+type Errors = policy.Errors
 
 // Decode parses and validates a report. It returns the report, or every
 // problem found as Errors (nil report): a report is used whole or not at

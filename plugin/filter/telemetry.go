@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluice-rl/sluice/shared/request"
+	"github.com/sluice-rl/sluice/shared/state"
 )
 
 // Telemetry (docs/filter.md "Telemetry", contract D): when the configuration
@@ -363,20 +364,10 @@ func displayIdentity(r *compiledRule, id string) string {
 	return request.DisplayIdentity(r.srcKeys, r.clearIdentity, id)
 }
 
-// fnv64 is FNV-1a 64.
-func fnv64(s string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= 1099511628211
-	}
-	return h
-}
-
 // configHash is the contract's config_hash: FNV-1a 64 of the plugin
 // configuration bytes, 16 hex digits.
 func configHash(data []byte) string {
-	s := strconv.FormatUint(fnv64(bytesView(data)), 16)
+	s := strconv.FormatUint(state.FNV1a64(bytesView(data)), 16)
 	return strings.Repeat("0", 16-len(s)) + s
 }
 
