@@ -103,8 +103,10 @@ import (
 //     way that just became free continues from what it left.
 //   - An update of our own bucket patches it where it lies in the group as
 //     read; a claim splices its record into it, an overflow decision its
-//     overflow record (state.PatchSlotBucket, state.ReplaceWay,
-//     state.ReplaceOverflow).
+//     overflow record (state.PatchSlotBucket, state.Group's WithWay and
+//     WithOverflow). The lookup, the claim and the writes are state.Group's,
+//     shared with windowed rules (store_window.go); each algorithm passes
+//     how its records decode and when its state is idle.
 //
 // The bound (docs/filter.md "Bounded memory" has it in full). Write L(X)
 // for the level of identity X's own bucket while it holds a way, and of its
