@@ -138,3 +138,69 @@ func TestGroupReadRejectsAndResets(t *testing.T) {
 		t.Errorf("Reset left %d ways, value %x", g.Len(), g.Value())
 	}
 }
+
+// FuzzGroup: whatever value was read, the table never panics, Find and
+// Claim stay in range, and its writes hold the group ReplaceWay and
+// ReplaceOverflow give (in place, a way's length keeps the encoding it was
+// read with, so the group is compared, not the bytes).
+func FuzzGroup(f *testing.F) {
+	a := EncodeSlot(nil, 1, Bucket{Tokens: 1, LastRefill: 1}, "alice")
+	b := EncodeSlot(nil, 2, Bucket{Tokens: 2, LastRefill: 1}, "bob")
+	ovf := EncodeOverflow(nil, 1, Bucket{Tokens: 5, LastRefill: 1})
+	f.Add(AppendGroupOverflow(nil, ovf, [][]byte{a, b}, 2, nil), a, uint8(1))
+	f.Add(AppendGroup(nil, [][]byte{a, nil, b}, 3, nil), b, uint8(3))
+	f.Add([]byte{GroupFormat, 0xff}, a, uint8(0))
+	f.Add([]byte("0000000000000001:1:2:legacy"), ovf, uint8(0))
+	f.Fuzz(func(t *testing.T, v, rec []byte, at uint8) {
+		var g Group
+		ok := g.Read(bytes.Clone(v))
+		if !ok && g.Len() != 0 {
+			t.Fatalf("a rejected value reads as %d ways", g.Len())
+		}
+		decode := func(r []byte) (uint64, []byte, bool) {
+			s, err := DecodeSlot(r)
+			return s.Fingerprint, s.Identity, err == nil
+		}
+		if w := g.Find(1, "alice", decode); w < -1 || w >= g.Len() {
+			t.Fatalf("Find = %d of %d ways", w, g.Len())
+		}
+		idle := func(r []byte) (bool, bool) { _, err := DecodeSlot(r); return err == nil, false }
+		if w, isNew, _ := g.Claim(Ways, idle); w < -1 || w > g.Len() || isNew != (w == g.Len()) {
+			t.Fatalf("Claim = way %d new %v of %d ways", w, isNew, g.Len())
+		}
+		if len(rec) == 0 {
+			return
+		}
+		way := int(at) % (g.Len() + 1)
+		if g.Len() == Ways {
+			way = int(at) % Ways
+		}
+		want := ReplaceWay(nil, g.Value(), way, rec)
+		var buf []byte
+		if got := g.WithWay(&buf, way, rec); !sameGroup(got, want) {
+			t.Fatalf("WithWay(%d) = %x, want %x", way, got, want)
+		}
+		g.Read(bytes.Clone(v))
+		want = ReplaceOverflow(nil, g.Value(), rec)
+		if got := g.WithOverflow(&buf, rec); !sameGroup(got, want) {
+			t.Fatalf("WithOverflow = %x, want %x", got, want)
+		}
+	})
+}
+
+// sameGroup reports whether two values read as the same ways and overflow
+// record.
+func sameGroup(x, y []byte) bool {
+	var wx, wy [Ways][]byte
+	nx, ox, ex := SplitGroupOverflow(x, &wx)
+	ny, oy, ey := SplitGroupOverflow(y, &wy)
+	if (ex != nil) != (ey != nil) || nx != ny || !bytes.Equal(ox, oy) || IsGroup(x) != IsGroup(y) {
+		return false
+	}
+	for i := 0; i < nx; i++ {
+		if !bytes.Equal(wx[i], wy[i]) {
+			return false
+		}
+	}
+	return true
+}
