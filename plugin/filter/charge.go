@@ -160,7 +160,8 @@ func (p *pluginContext) charge(h *httpContext, c *pendingCharge, cost float64) {
 	c.done = true
 	a := &p.chargeApp
 	r := c.rule
-	*a = application{rule: r, keyBuf: append(a.keyBuf[:0], h.chargeKeys[c.start:c.end]...), slotBuf: a.slotBuf, vals: a.vals, ws: a.ws}
+	*a = application{rule: r, appBuffers: a.appBuffers}
+	a.keyBuf = append(a.keyBuf[:0], h.chargeKeys[c.start:c.end]...)
 	if r.win != nil && a.ws == nil {
 		a.ws = new(windowScratch)
 	}

@@ -4,7 +4,6 @@ import (
 	"math"
 	"slices"
 
-	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 )
 
@@ -149,8 +148,8 @@ func (p *pluginContext) hold(h *httpContext, apps []application, wait float64) t
 			a.identity = a.key[len(a.rule.keyPrefix):]
 			a.keyBuf, a.slotBuf, a.slotKeyOf = nil, nil, 0
 			clear(a.vals[:]) // the live application reuses these arrays
-			clear(a.ways[:])
-			a.nways, a.read = 0, bucketRead{} // refund reads the group again
+			a.grp.Reset()
+			a.read = bucketRead{} // refund reads the group again
 			hs.reserved = append(hs.reserved, a)
 		}
 	}
@@ -208,7 +207,7 @@ func (p *pluginContext) resumeDue() {
 	}
 	clear(p.hq.due)
 	// Later host calls of this tick belong to the root context again.
-	_ = proxywasm.SetEffectiveContext(p.id)
+	_ = setEffectiveContext(p.id)
 }
 
 // resume sends one held stream upstream.
@@ -222,7 +221,7 @@ func (p *pluginContext) resume(h *httpContext, now int64) {
 	hs.held = false
 	clear(hs.reserved)
 	hs.reserved = hs.reserved[:0]
-	if err := proxywasm.SetEffectiveContext(h.id); err != nil {
+	if err := setEffectiveContext(h.id); err != nil {
 		return // the stream is gone (it would have left the queue on_log)
 	}
 	held := now - hs.since
@@ -231,8 +230,8 @@ func (p *pluginContext) resume(h *httpContext, now int64) {
 		h.allowed.reset = ceilSeconds(hs.resetAt - float64(held)/1e9)
 	}
 	p.hdrBuf = appendInt(p.hdrBuf[:0], hs.delayMS)
-	_ = proxywasm.ReplaceHttpRequestHeader(hdrDelayUpstream, bytesView(p.hdrBuf))
-	if err := proxywasm.ResumeHttpRequest(); err != nil {
+	_ = replaceRequestHeader(hdrDelayUpstream, bytesView(p.hdrBuf))
+	if err := resumeRequest(); err != nil {
 		p.vm.logLimited(logFailOpen, "sluice: cannot resume a delayed request: "+err.Error())
 	}
 }
@@ -280,7 +279,7 @@ func (h *httpContext) OnHttpRequestTrailers(int) types.Action {
 // is not held, when some rule can delay (so upstream can trust it).
 func (p *pluginContext) stripDelayHeader() {
 	if p.cfg.anyDelay {
-		_ = proxywasm.RemoveHttpRequestHeader(hdrDelayUpstream)
+		_ = removeRequestHeader(hdrDelayUpstream)
 	}
 }
 

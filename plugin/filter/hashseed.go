@@ -4,7 +4,6 @@ import (
 	"crypto/rand"
 	"errors"
 
-	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/sluice-rl/sluice/shared/state"
@@ -100,7 +99,7 @@ func (vm *vmContext) readOrCreateSeed() (state.HashKey, error) {
 		err := writeKey(hashSeedKey, seed[:], st == statusOK, cas)
 		if err == nil {
 			k, _ := state.HashKeyFrom(seed[:])
-			proxywasm.LogInfo("sluice: created this deployment's hash seed")
+			logInfo("sluice: created this deployment's hash seed")
 			return k, nil
 		}
 		if !errors.Is(err, types.ErrorStatusCasMismatch) {

@@ -113,9 +113,17 @@ func (p *pluginContext) setAllowedHeaders(h allowedHeaders) {
 	}
 }
 
-// bytesView returns b as a string without copying. The result is only ever
-// passed to host calls, which copy it into the host before returning; b is
-// not modified until then.
+// bytesView returns b as a string without copying, so that the request
+// path builds keys and header values in reused buffers without allocating.
+// The string is valid only while b's bytes are unchanged: it dies when the
+// buffer is next written (for the views held by an application, a.key and
+// a.identity, when selectRules or charge reuses the slot). Its uses are
+// limited to what ends within that time: host calls (they copy their
+// arguments into the host), comparisons, map lookups, and appending it to
+// another buffer. Anything kept beyond the request takes a copy first:
+// held requests (delay.go, string(a.keyBuf)), telemetry's top identities
+// (telemetry.go, strings.Clone), pending response charges (charge.go,
+// appended to h.chargeKeys).
 func bytesView(b []byte) string {
 	if len(b) == 0 {
 		return ""

@@ -1,9 +1,5 @@
 package filter
 
-import (
-	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
-)
-
 // Metrics are proxy-wasm counters (Envoy stats; Envoy shows custom wasm
 // metrics under the "wasmcustom." prefix). Per rule:
 //
@@ -137,14 +133,14 @@ type metricKey struct {
 func defineMetric(name string, isGauge bool) (c counter) {
 	defer func() {
 		if r := recover(); r != nil { // the SDK panics when the host refuses
-			proxywasm.LogWarn("sluice: cannot define metric " + name)
+			logWarn("sluice: cannot define metric " + name)
 			c = counter{}
 		}
 	}()
 	if isGauge {
-		return counter{id: uint32(proxywasm.DefineGaugeMetric(name)), ok: true}
+		return counter{id: defineGauge(name), ok: true}
 	}
-	return counter{id: uint32(proxywasm.DefineCounterMetric(name)), ok: true}
+	return counter{id: defineCounter(name), ok: true}
 }
 
 // set records v, ignoring host errors.
@@ -228,9 +224,9 @@ func (vm *vmContext) emit(k logKind, msg string, suppressed int) {
 		msg += " (" + itoa(int64(suppressed)) + " similar messages suppressed)"
 	}
 	if k == logShadow {
-		proxywasm.LogInfo(msg)
+		logInfo(msg)
 	} else {
-		proxywasm.LogWarn(msg)
+		logWarn(msg)
 	}
 }
 

@@ -103,8 +103,10 @@ import (
 //     way that just became free continues from what it left.
 //   - An update of our own bucket patches it where it lies in the group as
 //     read; a claim splices its record into it, an overflow decision its
-//     overflow record (state.PatchSlotBucket, state.ReplaceWay,
-//     state.ReplaceOverflow).
+//     overflow record (state.PatchSlotBucket, state.Group's WithWay and
+//     WithOverflow). The lookup, the claim and the writes are state.Group's,
+//     shared with windowed rules (store_window.go); each algorithm passes
+//     how its records decode and when its state is idle.
 //
 // The bound (docs/filter.md "Bounded memory" has it in full). Write L(X)
 // for the level of identity X's own bucket while it holds a way, and of its
@@ -209,7 +211,7 @@ type bucketRead struct {
 	cas    uint32 // the cas to write with when stored
 
 	// Bounded mode only: the way holding our bucket, or the one to claim
-	// (a.ways holds the group as read; -1 for an overflow decision).
+	// (a.grp holds the group as read; -1 for an overflow decision).
 	way   int
 	claim claimKind
 	// sharers is the overflow record's sketch of the identities sharing it,
@@ -285,24 +287,18 @@ func (a *application) readKey(key string) (v []byte, r bucketRead, err error) {
 	return nil, bucketRead{}, statusError(st)
 }
 
-// readGroup reads a's group into a.ways (aliasing a.vals[0], valid until
+// readGroup reads a's group into a.grp (aliasing a.vals[0], valid until
 // the next read) and returns how the group must be written back: stored
 // (with cas) or created. A missing group reads as one with no ways, and so
 // does a group value that does not parse (corrupt true: the write replaces
 // it whole); a value of an earlier version reads as one way (SplitGroup).
-// a.ovf is the group's overflow record (empty when it has none).
 func (a *application) readGroup() (r bucketRead, corrupt bool, err error) {
 	v, r, err := a.readKey(a.groupKey())
-	a.nways, a.ovf = 0, nil
 	if err != nil || !r.stored {
+		a.grp.Reset()
 		return r, false, err
 	}
-	n, ovf, gerr := state.SplitGroupOverflow(v, &a.ways)
-	if gerr != nil { // replaced whole by the write: an empty group as read
-		n, corrupt, a.vals[0] = 0, true, v[:0]
-	}
-	a.nways, a.ovf = n, ovf
-	return r, corrupt, nil
+	return r, !a.grp.Read(v), nil // corrupt: replaced whole by the write
 }
 
 // probe finds a's bucket in its group, or plans a claim (see the file
@@ -312,70 +308,54 @@ func (p *pluginContext) probe(a *application, now float64) (corrupt bool, err er
 	if err != nil {
 		return corrupt, err
 	}
-	for i := 0; i < a.nways; i++ {
-		if a.otherIdentity(a.ways[i]) {
-			continue
-		}
-		if s, derr := state.DecodeSlot(a.ways[i]); derr == nil && s.Fingerprint == a.fp && string(s.Identity) == a.identity {
-			r.b, r.exists, r.way = s.Bucket, true, i
-			a.read = r
-			return corrupt, nil
-		}
+	var s state.Slot
+	if i := a.grp.Find(a.fp, a.identity, func(rec []byte) (uint64, []byte, bool) {
+		var derr error
+		s, derr = state.DecodeSlot(rec)
+		return s.Fingerprint, s.Identity, derr == nil
+	}); i >= 0 {
+		r.b, r.exists, r.way = s.Bucket, true, i
+		a.read = r
+		return corrupt, nil
 	}
 	// Not found: a claimed way's bucket and an overflow decision both start
 	// from the overflow bucket (none: a full bucket).
-	sharers, ob, oerr := state.DecodeOverflow(a.ovf)
+	ovf := a.grp.Overflow()
+	sharers, ob, oerr := state.DecodeOverflow(ovf)
 	r.b, r.exists = ob, oerr == nil
-	corrupt = corrupt || (oerr != nil && len(a.ovf) > 0)
+	corrupt = corrupt || (oerr != nil && len(ovf) > 0)
 	idle := !r.exists || a.rule.tb.Level(ob, now) >= a.rule.tb.Burst
-	if !a.claimNewWay(&r) && !a.claimFree(&r, now, &corrupt) {
+	// A way whose bucket has refilled to full may be reused without loss.
+	tb := &a.rule.tb
+	if !a.claim(&r, &corrupt, func(rec []byte) (decoded, idle bool) {
+		s, derr := state.DecodeSlot(rec)
+		return derr == nil, derr == nil && tb.Level(s.Bucket, now) >= tb.Burst
+	}) {
 		if idle {
 			sharers = 0 // the overflow bucket was idle: a new set of sharers
 		}
 		r.way, r.claim, r.sharers = -1, claimOverflow, sharers|state.SharerBit(a.fp)
 	} else {
-		r.dropOverflow = idle && len(a.ovf) > 0
+		r.dropOverflow = idle && len(ovf) > 0
 	}
 	a.read = r
 	return corrupt, nil
 }
 
-// claimFree plans, for a new identity in a group without room, the first
-// way that is free, undecodable or holds a full bucket (lossless reuse). It
-// reports false when every way holds an active bucket.
-func (a *application) claimFree(r *bucketRead, now float64, corrupt *bool) bool {
-	for i := 0; i < a.nways; i++ {
-		s, derr := state.DecodeSlot(a.ways[i])
-		if derr != nil {
-			*corrupt = *corrupt || len(a.ways[i]) > 0
-		}
-		if derr != nil || a.rule.tb.Level(s.Bucket, now) >= a.rule.tb.Burst {
-			r.way, r.claim = i, claimReuse
-			return true
-		}
-	}
-	return false
-}
-
-// otherIdentity reports whether a way certainly holds no record of a's
-// identity: it is empty, or a binary record whose fingerprint differs
-// (read without decoding the record). Anything else must be decoded.
-func (a *application) otherIdentity(way []byte) bool {
-	fp, ok := state.RecordFingerprint(way)
-	return len(way) == 0 || ok && fp != a.fp
-}
-
-// claimNewWay plans, for a new identity, a way its group does not have yet,
-// if it has room: the group fills up before any bucket is taken over, so
-// its memory reaches its bound early and stays there (a full bucket could
-// be reused without loss, but a group that grows only when its buckets are
-// busy keeps growing for as long as the proxy runs).
-func (a *application) claimNewWay(r *bucketRead) bool {
-	if a.nways >= a.rule.ways {
+// claim plans, for a new identity, the way of a's group it takes
+// (state.Group.Claim: a way the group does not have yet while it has room,
+// else the first free one, idle deciding by the rule's level). It reports
+// false when every way holds an active state of another identity.
+func (a *application) claim(r *bucketRead, corrupt *bool, idle func(rec []byte) (decoded, idle bool)) bool {
+	way, isNew, bad := a.grp.Claim(a.rule.ways, idle)
+	*corrupt = *corrupt || bad
+	if way < 0 {
 		return false
 	}
-	r.way, r.claim = a.nways, claimNew
-	a.read = *r
+	r.way, r.claim = way, claimReuse
+	if isNew {
+		r.claim = claimNew
+	}
 	return true
 }
 
@@ -406,42 +386,31 @@ func (p *pluginContext) store(a *application) error {
 	if a.rule.win != nil {
 		p.recBuf = state.EncodeWindowSlot(p.recBuf[:0], a.fp, &a.ws.next, a.identity)
 	} else {
-		if r.claim == claimNone && r.exists && state.PatchSlotBucket(a.ways[r.way], a.next) {
+		if r.claim == claimNone && r.exists && state.PatchSlotBucket(a.grp.Way(r.way), a.next) {
 			// Our record, updated where it lies in the group as read
-			// (a.ways aliases a.vals[0]): the common case, no re-encoding.
-			return writeKey(a.groupKey(), a.vals[0], true, r.cas)
+			// (its ways alias the value): the common case, no re-encoding.
+			return writeKey(a.groupKey(), a.grp.Value(), true, r.cas)
 		}
 		p.recBuf = state.EncodeSlot(p.recBuf[:0], a.fp, a.next, a.identity)
 	}
 	if r.dropOverflow {
-		p.valBuf = state.AppendGroupOverflow(p.valBuf[:0], nil, a.ways[:a.nways], r.way, p.recBuf)
-		return writeKey(a.groupKey(), p.valBuf, r.stored, r.cas)
+		return writeKey(a.groupKey(), a.grp.WithoutOverflow(&p.valBuf, r.way, p.recBuf), r.stored, r.cas)
 	}
 	return p.writeWay(a, r.way, r.stored, r.cas)
 }
 
-// writeWay writes a's group as read (a.vals[0], split into a.ways) with
-// way replaced by the record in p.recBuf: in place when the record keeps
-// its length (a window's update, mostly), else spliced into a new value.
+// writeWay writes a's group as read with way replaced by the record in
+// p.recBuf: in place when the record keeps its length (a window's update,
+// mostly), else spliced into p.valBuf (state.Group.WithWay).
 func (p *pluginContext) writeWay(a *application, way int, stored bool, cas uint32) error {
-	if way < a.nways && len(a.ways[way]) == len(p.recBuf) && len(p.recBuf) > 0 && state.IsGroup(a.vals[0]) {
-		copy(a.ways[way], p.recBuf) // a.ways aliases a.vals[0]
-		return writeKey(a.groupKey(), a.vals[0], stored, cas)
-	}
-	p.valBuf = state.ReplaceWay(p.valBuf[:0], a.vals[0], way, p.recBuf)
-	return writeKey(a.groupKey(), p.valBuf, stored, cas)
+	return writeKey(a.groupKey(), a.grp.WithWay(&p.valBuf, way, p.recBuf), stored, cas)
 }
 
 // writeOverflow writes a's group as read with its overflow record replaced
 // by the one in p.recBuf: in place when the group has one of that length
-// (a token bucket's, always once written), else spliced into a new value.
+// (a token bucket's, always once written), else spliced into p.valBuf.
 func (p *pluginContext) writeOverflow(a *application, stored bool, cas uint32) error {
-	if len(a.ovf) == len(p.recBuf) && len(p.recBuf) > 0 && len(a.vals[0]) > 0 && a.vals[0][0] == state.GroupFormat {
-		copy(a.ovf, p.recBuf) // a.ovf aliases a.vals[0]
-		return writeKey(a.groupKey(), a.vals[0], stored, cas)
-	}
-	p.valBuf = state.ReplaceOverflow(p.valBuf[:0], a.vals[0], p.recBuf)
-	return writeKey(a.groupKey(), p.valBuf, stored, cas)
+	return writeKey(a.groupKey(), a.grp.WithOverflow(&p.valBuf, p.recBuf), stored, cas)
 }
 
 // writeKey stores value under key: a conditional update with cas when the
@@ -539,13 +508,12 @@ func (p *pluginContext) findOwnWay(a *application) (r bucketRead, way int, s sta
 	if err != nil || corrupt || !r.stored || r.cas == 0 {
 		return r, -1, s, false
 	}
-	for i := 0; i < a.nways; i++ {
-		s, derr := state.DecodeSlot(a.ways[i])
-		if derr == nil && s.Fingerprint == a.fp && string(s.Identity) == a.identity {
-			return r, i, s, true
-		}
-	}
-	return r, -1, s, true
+	way = a.grp.Find(a.fp, a.identity, func(rec []byte) (uint64, []byte, bool) {
+		var derr error
+		s, derr = state.DecodeSlot(rec)
+		return s.Fingerprint, s.Identity, derr == nil
+	})
+	return r, way, s, true
 }
 
 // refundOverflow gives a's cost back to its group's overflow bucket or
@@ -559,13 +527,13 @@ func (p *pluginContext) refundOverflow(a *application) bool {
 		}
 		if a.rule.win != nil {
 			w := &a.ws.read // scratch: the request's decision is done
-			sharers, derr := state.DecodeWindowOverflow(a.ovf, w)
+			sharers, derr := state.DecodeWindowOverflow(a.grp.Overflow(), w)
 			if derr != nil || !limiter.RefundWindow(w, a.ws.next.Start, a.rule.win.PeriodSeconds(), a.cost) {
 				return true // gone, or the period has left it
 			}
 			p.recBuf = state.EncodeWindowOverflow(p.recBuf[:0], sharers, w)
 		} else {
-			sharers, b, derr := state.DecodeOverflow(a.ovf)
+			sharers, b, derr := state.DecodeOverflow(a.grp.Overflow())
 			if derr != nil {
 				return true
 			}

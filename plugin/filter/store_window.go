@@ -42,35 +42,27 @@ func (p *pluginContext) probeWindow(a *application, now float64) (corrupt bool, 
 		return corrupt, err
 	}
 	w := &a.ws.read
-	for i := 0; i < a.nways; i++ {
-		if a.otherIdentity(a.ways[i]) {
-			continue
-		}
-		if fp, id, derr := state.DecodeWindowSlot(a.ways[i], w); derr == nil && fp == a.fp && string(id) == a.identity {
-			r.exists, r.way = true, i
-			a.read = r
-			return corrupt, nil
-		}
+	if i := a.grp.Find(a.fp, a.identity, func(rec []byte) (uint64, []byte, bool) {
+		fp, id, derr := state.DecodeWindowSlot(rec, w)
+		return fp, id, derr == nil
+	}); i >= 0 {
+		r.exists, r.way = true, i
+		a.read = r
+		return corrupt, nil
 	}
-	overflow := false
-	if !a.claimNewWay(&r) {
-		overflow = true
-		for i := 0; i < a.nways; i++ { // w is scratch until the overflow state is read
-			_, _, derr := state.DecodeWindowSlot(a.ways[i], w)
-			if derr != nil {
-				corrupt = corrupt || len(a.ways[i]) > 0
-			}
-			if derr != nil || windowIdle(a.rule.win, w, now) {
-				r.way, r.claim, overflow = i, claimReuse, false
-				break
-			}
-		}
-	}
+	// A window with no use left in it may be reused like a full bucket (w
+	// is scratch until the overflow state is read).
+	l := a.rule.win
+	overflow := !a.claim(&r, &corrupt, func(rec []byte) (decoded, idle bool) {
+		_, _, derr := state.DecodeWindowSlot(rec, w)
+		return derr == nil, derr == nil && windowIdle(l, w, now)
+	})
 	// A claimed way's window and an overflow decision both start from the
 	// overflow window (none: a fresh window).
-	sharers, oerr := state.DecodeWindowOverflow(a.ovf, w)
+	ovf := a.grp.Overflow()
+	sharers, oerr := state.DecodeWindowOverflow(ovf, w)
 	r.exists = oerr == nil
-	corrupt = corrupt || (oerr != nil && len(a.ovf) > 0)
+	corrupt = corrupt || (oerr != nil && len(ovf) > 0)
 	idle := !r.exists || windowIdle(a.rule.win, w, now)
 	if overflow {
 		if idle {
@@ -78,7 +70,7 @@ func (p *pluginContext) probeWindow(a *application, now float64) (corrupt bool, 
 		}
 		r.way, r.claim, r.sharers = -1, claimOverflow, sharers|state.SharerBit(a.fp)
 	} else {
-		r.dropOverflow = idle && len(a.ovf) > 0
+		r.dropOverflow = idle && len(ovf) > 0
 	}
 	a.read = r
 	return corrupt, nil
@@ -138,11 +130,9 @@ func (p *pluginContext) findOwnWindow(a *application, w *state.Window) (r bucket
 	if err != nil || corrupt || !r.stored || r.cas == 0 {
 		return r, -1, false
 	}
-	for i := 0; i < a.nways; i++ {
-		fp, id, derr := state.DecodeWindowSlot(a.ways[i], w)
-		if derr == nil && fp == a.fp && string(id) == a.identity {
-			return r, i, true
-		}
-	}
-	return r, -1, true
+	way = a.grp.Find(a.fp, a.identity, func(rec []byte) (uint64, []byte, bool) {
+		fp, id, derr := state.DecodeWindowSlot(rec, w)
+		return fp, id, derr == nil
+	})
+	return r, way, true
 }

@@ -8,9 +8,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
-
 	"github.com/sluice-rl/sluice/shared/request"
+	"github.com/sluice-rl/sluice/shared/state"
 )
 
 // Telemetry (docs/filter.md "Telemetry", contract D): when the configuration
@@ -211,7 +210,7 @@ func (p *pluginContext) report() {
 		{"content-type", "application/json"},
 		{"authorization", "Bearer " + t.Token},
 	}
-	if _, err := proxywasm.DispatchHttpCall(t.Cluster, headers, body, nil, uint32(t.TimeoutMS), p.onReportResponse); err != nil {
+	if err := dispatchHTTPCall(t.Cluster, headers, body, uint32(t.TimeoutMS), p.onReportResponse); err != nil {
 		p.reportDropped()
 		p.vm.logLimited(logTelemetry, "sluice: telemetry: cannot dispatch the report to cluster "+t.Cluster+": "+err.Error())
 		return
@@ -235,7 +234,7 @@ func (p *pluginContext) onReportResponse(numHeaders, _, _ int) {
 	p.vm.tel.inflight = false
 	status := ""
 	if numHeaders > 0 {
-		if hs, err := proxywasm.GetHttpCallResponseHeaders(); err == nil {
+		if hs, err := httpCallResponseHeaders(); err == nil {
 			for _, h := range hs {
 				if h[0] == ":status" {
 					status = h[1]
@@ -365,20 +364,10 @@ func displayIdentity(r *compiledRule, id string) string {
 	return request.DisplayIdentity(r.srcKeys, r.clearIdentity, id)
 }
 
-// fnv64 is FNV-1a 64.
-func fnv64(s string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= 1099511628211
-	}
-	return h
-}
-
 // configHash is the contract's config_hash: FNV-1a 64 of the plugin
 // configuration bytes, 16 hex digits.
 func configHash(data []byte) string {
-	s := strconv.FormatUint(fnv64(bytesView(data)), 16)
+	s := strconv.FormatUint(state.FNV1a64(bytesView(data)), 16)
 	return strings.Repeat("0", 16-len(s)) + s
 }
 

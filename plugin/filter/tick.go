@@ -1,7 +1,5 @@
 package filter
 
-import "github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
-
 // on_tick has three clients: telemetry reports (every telemetry.interval_ms,
 // telemetry.go), fleet syncs (every fleet.sync_interval_ms, fleet_sync.go)
 // and held requests (a fast holdTickMS tick while any is held, delay.go).
@@ -95,7 +93,7 @@ func (p *pluginContext) setTickPeriod(ms uint32) error {
 	if ms == p.tk.period {
 		return nil
 	}
-	if err := proxywasm.SetTickPeriodMilliSeconds(ms); err != nil {
+	if err := setTickPeriod(ms); err != nil {
 		return err
 	}
 	p.tk.period = ms

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 )
 
@@ -170,92 +169,6 @@ func (vm *VM) newStream(props Properties) (*Stream, error) {
 
 // ID returns the stream's context id.
 func (s *Stream) ID() uint32 { return s.id }
-
-// HTTP runs a full stream on the VM, the way Envoy's filter chain would for
-// a request without body: context create, on_request_headers, then (unless
-// the plugin replied locally or paused) on_response_headers with
-// req.ResponseHeaders, then on_log, on_done, on_delete. A local reply sent
-// during the request headers goes downstream through on_response_headers,
-// so the plugin sees its own reply there, as in Envoy; Result reports the
-// final headers. If the request stays paused, Result.Paused is set and
-// Result.Stream must be continued (Complete) or Reset by the caller.
-func (vm *VM) HTTP(ctx context.Context, req *Request) (*Result, error) {
-	res := new(Result)
-	if err := vm.HTTPInto(ctx, req, res); err != nil {
-		return nil, err
-	}
-	return res, nil
-}
-
-// HTTPInto is HTTP writing into res, whose header slices it reuses: a
-// caller running many requests (a benchmark, a load generator) can keep one
-// Result and avoid most allocations. The previous contents of res,
-// including its header slices, are overwritten.
-func (vm *VM) HTTPInto(ctx context.Context, req *Request, res *Result) error {
-	if err := vm.enter(ctx); err != nil {
-		return err
-	}
-	err := vm.http(req, res)
-	vm.leave()
-	return err
-}
-
-func (vm *VM) http(req *Request, res *Result) error {
-	reqBuf, respBuf := res.UpstreamHeaders[:0], res.ResponseHeaders[:0]
-	*res = Result{}
-	s, err := vm.newStream(req.Properties)
-	if err != nil {
-		return err
-	}
-	s.req = requestHeaders(reqBuf, req.Headers)
-	if _, err := s.requestHeaders(true); err != nil {
-		return err
-	}
-	if s.paused {
-		s.req = cloneHeaders(s.req) // do not keep the caller's buffer
-		res.Paused, res.Stream = true, s
-		return nil
-	}
-	if s.local == nil && req.ResetAfterRequest {
-		res.UpstreamHeaders = s.req
-		return s.finish(true) // the stream is not reused
-	}
-	if s.local == nil {
-		res.UpstreamHeaders = s.req
-		s.resp = appendHeaders(respBuf, req.ResponseHeaders, true)
-		if _, err := s.responseHeaders(len(req.ResponseTrailers) == 0); err != nil {
-			return err
-		}
-		if len(req.ResponseTrailers) > 0 && s.local == nil {
-			if err := s.responseTrailers(req.ResponseTrailers); err != nil {
-				return err
-			}
-		}
-	}
-	s.fillResult(res)
-	if err := s.finish(false); err != nil {
-		return err
-	}
-	// The stream never left this call: reuse it for the next one.
-	vm.spare = s
-	return nil
-}
-
-// fillResult reports the local reply or the upstream response. vm.sem held.
-func (s *Stream) fillResult(res *Result) {
-	if s.local != nil {
-		res.Rejected = true
-		res.Local = s.local
-		res.Status = s.local.Status
-		res.ResponseHeaders = s.localFinal
-		return
-	}
-	if res.UpstreamHeaders == nil {
-		res.UpstreamHeaders = s.upstream
-	}
-	res.ResponseHeaders = s.resp
-	res.Status = statusOf(s.resp)
-}
 
 // RequestHeaders delivers the request headers (proxy_on_request_headers).
 // A local reply sent during the callback is then sent downstream through
@@ -594,94 +507,6 @@ func (s *Stream) finish(reset bool) error {
 		return vm.retireRoot(s.root)
 	}
 	return nil
-}
-
-// requestHeaders appends h to dst[:0] (lower-casing names), with missing
-// pseudo-headers filled in first.
-func requestHeaders(dst []Header, h []Header) []Header {
-	var has [4]bool
-	for _, kv := range h {
-		switch lower(kv[0]) {
-		case ":method":
-			has[0] = true
-		case ":path":
-			has[1] = true
-		case ":authority":
-			has[2] = true
-		case ":scheme":
-			has[3] = true
-		}
-	}
-	defaults := [4]Header{{":method", "GET"}, {":path", "/"}, {":authority", "localhost"}, {":scheme", "http"}}
-	if cap(dst) < len(h)+4 {
-		dst = make([]Header, 0, len(h)+4)
-	}
-	out := dst[:0]
-	for i := range has {
-		if !has[i] {
-			out = append(out, defaults[i]) // pseudo-headers go first, as on the wire
-		}
-	}
-	for _, kv := range h {
-		out = append(out, Header{lower(kv[0]), kv[1]})
-	}
-	return out
-}
-
-var defaultResponse = []Header{{":status", "200"}}
-
-// copyHeaders copies h with lower-case names (defaulting an empty response
-// to :status 200 when resp).
-func copyHeaders(h []Header, resp bool) []Header { return appendHeaders(nil, h, resp) }
-
-// appendHeaders is copyHeaders into dst[:0].
-func appendHeaders(dst []Header, h []Header, resp bool) []Header {
-	if len(h) == 0 && resp {
-		h = defaultResponse
-	}
-	if cap(dst) < len(h) {
-		dst = make([]Header, 0, len(h))
-	}
-	out := dst[:0]
-	for _, kv := range h {
-		out = append(out, Header{lower(kv[0]), kv[1]})
-	}
-	return out
-}
-
-func cloneHeaders(h []Header) []Header {
-	if h == nil {
-		return nil
-	}
-	return append([]Header(nil), h...)
-}
-
-func statusOf(h []Header) int {
-	for _, kv := range h {
-		if kv[0] == ":status" {
-			n, err := strconv.Atoi(kv[1])
-			if err == nil {
-				return n
-			}
-			return 0
-		}
-	}
-	return 0
-}
-
-func lower(s string) string {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; 'A' <= c && c <= 'Z' {
-			b := []byte(s)
-			for j := i; j < len(b); j++ {
-				if c := b[j]; 'A' <= c && c <= 'Z' {
-					b[j] = c + 'a' - 'A'
-				}
-			}
-			return string(b)
-		}
-	}
-	return s
 }
 
 func b2u(b bool) uint64 {

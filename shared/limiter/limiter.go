@@ -262,27 +262,13 @@ func RetryAfter(wait float64, identity string) int {
 	span := base / 2 // jitter in [0, span], i.e. at most 50%
 	var j int64
 	if span > 0 {
-		j = int64(fnv1a(identity) % uint64(span+1))
+		j = int64(state.FNV1a64(identity) % uint64(span+1))
 	}
 	r := base + j
 	if r > maxSeconds {
 		r = maxSeconds
 	}
 	return int(r)
-}
-
-// fnv1a is the 64-bit FNV-1a hash, inlined to avoid hash/fnv's allocation.
-func fnv1a(s string) uint64 {
-	const (
-		offset64 = 14695981039346656037
-		prime64  = 1099511628211
-	)
-	h := uint64(offset64)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= prime64
-	}
-	return h
 }
 
 // MaxCost is the largest cost ParseCost accepts.

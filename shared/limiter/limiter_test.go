@@ -268,16 +268,6 @@ func TestRetryAfterJitterSpread(t *testing.T) {
 	}
 }
 
-func TestFNV1a(t *testing.T) {
-	// Reference values of 64-bit FNV-1a.
-	if h := fnv1a(""); h != 0xcbf29ce484222325 {
-		t.Errorf("fnv1a(\"\") = %#x", h)
-	}
-	if h := fnv1a("a"); h != 0xaf63dc4c8601ec8c {
-		t.Errorf("fnv1a(a) = %#x", h)
-	}
-}
-
 func TestParseCost(t *testing.T) {
 	good := map[string]float64{
 		"1": 1, "5": 5, " 2.5\t": 2.5, "0.001": 0.001, "1e3": 1000, "1E9": 1e9, "+7": 7, "007": 7,

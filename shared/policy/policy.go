@@ -242,8 +242,8 @@ func (c CostSource) String() string {
 // FieldError is one configuration problem at a JSON path such as
 // "policies[0].rules[1].algorithm_config.burst" ("" for the whole document).
 type FieldError struct {
-	Path    string
-	Message string
+	Path    string `json:"path"`
+	Message string `json:"message"`
 }
 
 // Error returns "<path>: <message>".

@@ -5,6 +5,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluice-rl/sluice/shared/policy"
+	"github.com/sluice-rl/sluice/shared/state"
 )
 
 // DisplayIdentity renders a bucket's identity for operators: its key
@@ -85,7 +86,7 @@ func SplitComposite(s string) []string {
 // use one.
 func MaskValue(v string) string {
 	const hex = "0123456789abcdef"
-	h := fnv64(v)
+	h := state.FNV1a64(v)
 	var sb strings.Builder
 	if utf8.RuneCountInString(v) > 8 {
 		n := 0
@@ -102,14 +103,4 @@ func MaskValue(v string) string {
 		sb.WriteByte(hex[(h>>(4*uint(i)))&0xf])
 	}
 	return sb.String()
-}
-
-// fnv64 is FNV-1a 64.
-func fnv64(s string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= 1099511628211
-	}
-	return h
 }

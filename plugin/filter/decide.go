@@ -1,0 +1,296 @@
+package filter
+
+import (
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/sluice-rl/sluice/shared/limiter"
+	"github.com/sluice-rl/sluice/shared/request"
+	"github.com/sluice-rl/sluice/shared/state"
+)
+
+// application is one applying rule in one request.
+type application struct {
+	rule *compiledRule
+	appBuffers
+	// slotKeyOf is 1 + the group whose key slotBuf holds (0: none), so a
+	// request builds its group key once (groupKey).
+	slotKeyOf int
+	// key and identity are views of keyBuf (bytesView): the exact key
+	// (max_keys 0) and its composite part, the identity. They change with
+	// the slot's next request: copy them to keep them longer.
+	key      string
+	identity string
+
+	// Bounded mode: the identity's fingerprint, its group (local rules) or
+	// its pool's candidate slots (global rules, fleet.go), and the group as
+	// last read (aliasing vals[0]; store.go).
+	fp    uint64
+	group int
+	cand  [state.Candidates]int
+	ncand int
+	grp   state.Group
+
+	fl        fleetApp // global rules (fleet.go)
+	cost      float64
+	read      bucketRead
+	next      state.Bucket
+	dec       limiter.Decision
+	now       float64 // the time dec was taken at
+	failed    bool    // storage failed: the rule is skipped (fail open)
+	committed bool
+	// overflowed: the committed decision was on the group's overflow
+	// bucket (a refund goes back there).
+	overflowed bool
+	// noSeed: the deployment's hash key could not be read, so a bounded
+	// rule cannot place the identity: it fails open (hashseed.go).
+	noSeed bool
+}
+
+// appBuffers are an application slot's buffers, kept across requests when
+// the slot is reused (p.apps), so that building keys and reading shared
+// data allocate nothing once they have grown. The rest of an application
+// is reset for every request (selectRules).
+type appBuffers struct {
+	keyBuf  []byte // "tb:<rule>:<composite>"
+	slotBuf []byte // "tb:<rule>:#<group>" (bounded mode) or a pool key
+	// vals holds the values read from shared data: the group or exact key
+	// in the first, a global rule's pool candidates in each.
+	vals [state.Candidates][]byte
+	// ws holds a windowed rule's states (window.go), nil until the slot
+	// serves a windowed rule, so token buckets do not carry (or clear)
+	// window-sized state.
+	ws *windowScratch
+}
+
+// decide runs the rate limit for one request; see the package comment.
+func (p *pluginContext) decide(h *httpContext) types.Action {
+	cfg := p.cfg
+	p.rs.reset(cfg)
+	p.shadow = p.shadow[:0]
+	apps := p.selectRules()
+	shadowDenied := false
+	if r := p.act; r != nil { // actions.go
+		switch {
+		case r.action == actExempt:
+			return p.exempt(r)
+		case !r.shadow:
+			return p.deny(h, r)
+		}
+		p.shadowDeny(r, !h.fleetFetched) // counted once, not again when a fleet lease resumes the request
+		shadowDenied = true
+	}
+	if len(apps) == 0 {
+		p.markShadow(shadowDenied)
+		p.stripDelayHeader()
+		return types.ActionContinue
+	}
+	now := nowSeconds()
+
+	// Phase 1: read and decide every applying rule, write nothing.
+	for i := range apps {
+		a := &apps[i]
+		a.cost = a.rule.cost(&p.rs)
+		if a.noSeed {
+			p.failOpen(a, errNoHashSeed)
+			continue
+		}
+		if a.rule.fleet != nil { // fleet.go: spend from the lease pool
+			p.fleetLoad(a, now, h.fleetFetched)
+			continue
+		}
+		corrupt, err := p.load(a, now)
+		if corrupt {
+			p.logCorrupt(a)
+		}
+		if err != nil {
+			p.failOpen(a, err)
+			continue
+		}
+		a.take(now)
+	}
+
+	// Any enforce rule refusing rejects the request, before any write. The
+	// reported rule is the one with the longest wait, so Retry-After covers
+	// every refusing rule.
+	reject := -1
+	anyShadow := shadowDenied
+	for i := range apps {
+		a := &apps[i]
+		if a.failed || a.dec.Allowed {
+			continue
+		}
+		if a.rule.fleet != nil {
+			p.fleetRejectCounts(a)
+		}
+		if a.rule.shadow {
+			p.shadowReject(a)
+			anyShadow = true
+			continue
+		}
+		p.countRejected(a)
+		if reject < 0 || a.dec.Wait > apps[reject].dec.Wait {
+			reject = i
+		}
+	}
+	if reject >= 0 {
+		return p.reject(h, &apps[reject])
+	}
+	if p.cfg.fleet != nil { // fleet.go: pause for leases
+		switch p.fetchIfNeeded(h, apps) {
+		case fetchPaused:
+			return types.ActionPause
+		case fetchRedo:
+			return p.decide(h)
+		}
+	}
+
+	// Phase 2: commit every admitting rule with CAS.
+	for i := range apps {
+		a := &apps[i]
+		if a.failed || !a.dec.Allowed {
+			continue
+		}
+		switch p.commit(a, now) {
+		case commitOK:
+			a.committed = true
+		case commitFailed:
+			// counted and logged by commit; the rule is skipped
+		case commitRefused:
+			if a.rule.shadow {
+				p.shadowReject(a)
+				anyShadow = true
+				continue
+			}
+			p.countRejected(a)
+			p.refundCommitted(apps[:i])
+			return p.reject(h, a)
+		}
+	}
+
+	// Delayed admission (delay.go): the request must wait for its
+	// reservations, unless this VM holds too many requests already.
+	wait := 0.0
+	if cfg.anyDelay {
+		wait = heldFor(apps)
+		if wait > 0 && !p.canHold() {
+			return p.rejectQueueFull(h, apps, wait)
+		}
+		countDelays(apps)
+	}
+
+	// Allowed.
+	var best *application
+	for i := range apps {
+		a := &apps[i]
+		if !a.committed {
+			continue
+		}
+		a.rule.m.allowed.inc()
+		a.rule.tc.allowed++
+		if p.cfg.telemetry != nil {
+			p.vm.tel.hot.touch(a, false)
+		}
+		if !a.rule.shadow && (best == nil || a.dec.Remaining < best.dec.Remaining) {
+			best = a
+		}
+	}
+	if best != nil {
+		h.allowed = allowedHeaders{
+			rule:      best.rule,
+			remaining: wholeTokens(best.dec.Remaining),
+			reset:     ceilSeconds(best.dec.Reset),
+			resetF:    best.dec.Reset,
+		}
+	}
+	if cfg.anyRespCost {
+		h.addCharges(apps) // charge.go
+	}
+	p.markShadow(anyShadow)
+	if wait > 0 {
+		return p.hold(h, apps, wait)
+	}
+	p.stripDelayHeader()
+	return types.ActionContinue
+}
+
+// selectRules picks, per policy, the first rule whose match holds and whose
+// limit keys are all present, and builds its bucket key. A rule that matches
+// but lacks a key value is skipped (counted in key_missing) and the next rule
+// of the policy is tried, so "per API key, else per IP" is two rules.
+//
+// An exempt or deny rule (actions.go) selected this way is left in p.act:
+// the first exempt rule ends the selection (it exempts the request from
+// every rule), else the first deny rule is kept.
+func (p *pluginContext) selectRules() []application {
+	apps := p.apps[:0]
+	p.act = nil
+policies:
+	for _, rules := range p.cfg.policies {
+		for _, r := range rules {
+			if !r.matches(&p.rs) {
+				continue
+			}
+			comps := p.comps[:0]
+			ok := true
+			for _, k := range r.keys {
+				v, present := p.rs.get(k)
+				if !present {
+					ok = false
+					break
+				}
+				comps = append(comps, v)
+			}
+			p.comps = comps
+			if !ok {
+				r.m.keyMissing.inc()
+				continue
+			}
+			if r.action != actLimit {
+				if r.action == actExempt {
+					p.act = r
+					apps = apps[:0]
+					break policies
+				}
+				if p.act == nil {
+					p.act = r
+				}
+				break
+			}
+			// Reuse the slot's key buffer from earlier requests.
+			if len(apps) < cap(apps) {
+				apps = apps[:len(apps)+1]
+			} else {
+				apps = append(apps, application{})
+			}
+			a := &apps[len(apps)-1]
+			kb := append(a.keyBuf[:0], r.keyPrefix...)
+			kb, p.compBuf = request.AppendComposite(kb, p.compBuf, comps)
+			*a = application{rule: r, appBuffers: a.appBuffers}
+			a.keyBuf = kb
+			if r.win != nil && a.ws == nil {
+				a.ws = new(windowScratch)
+			}
+			a.key = bytesView(kb)
+			a.identity = a.key[len(r.keyPrefix):]
+			if r.overrides != nil { // actions.go: this identity's own limits
+				a.rule = r.override(a.identity)
+			}
+			if r.maxKeys > 0 {
+				if !p.vm.seedOK && !p.vm.loadHashSeed() { // hashseed.go
+					a.noSeed = true
+					break
+				}
+				a.fp = state.KeyedFingerprint(p.vm.hashKey, a.identity)
+				if r.fleet != nil {
+					a.cand, a.ncand = candidatesFor(a.fp, r.maxKeys)
+				} else {
+					a.group = state.GroupOf(a.fp, r.groups)
+				}
+			}
+			break
+		}
+	}
+	clear(p.comps[:cap(p.comps)]) // do not retain header strings
+	p.apps = apps
+	return apps
+}

@@ -1,0 +1,122 @@
+package policy
+
+import (
+	"strconv"
+	"strings"
+)
+
+const sourceForms = `"ip:address", "header:<name>", "query:<name>", "jwt:<claim>", "path", "method" or "host"`
+
+// maxSourceName bounds header, query and claim names.
+const maxSourceName = 256
+
+// ParseSource parses a key source in configuration syntax ("ip:address",
+// "header:X-Api-Key", "path", ...). Header names are lower-cased.
+func ParseSource(s string) (KeySource, bool) {
+	k, msg := parseSource(s)
+	return k, msg == ""
+}
+
+// parseSource returns the source or a message saying what is wrong.
+func parseSource(s string) (KeySource, string) {
+	kind, name, hasColon := strings.Cut(s, ":")
+	bad := func(why string) (KeySource, string) {
+		return KeySource{}, quoteShort(s) + " " + why
+	}
+	switch kind {
+	case "path", "method", "host":
+		if hasColon {
+			return bad("takes no argument; write " + strconv.Quote(kind))
+		}
+		return KeySource{Kind: map[string]SourceKind{"path": SourcePath, "method": SourceMethod, "host": SourceHost}[kind]}, ""
+	case "ip":
+		if name != "address" {
+			return bad(`is not a valid IP source; write "ip:address" (the client address)`)
+		}
+		return KeySource{Kind: SourceIP}, ""
+	case "header":
+		if !hasColon {
+			return bad(`needs a header name, e.g. "header:x-api-key"`)
+		}
+		if msg := checkHeaderName(name); msg != "" {
+			return bad("has an invalid header name: " + msg)
+		}
+		return KeySource{Kind: SourceHeader, Name: strings.ToLower(name)}, ""
+	case "query", "jwt":
+		what := "query parameter"
+		if kind == "jwt" {
+			what = "claim"
+		}
+		switch {
+		case !hasColon || name == "":
+			return bad("needs a " + what + " name, e.g. \"" + kind + ":" + map[string]string{"query": "api_key", "jwt": "sub"}[kind] + "\"")
+		case len(name) > maxSourceName:
+			return bad("has a " + what + " name longer than 256 bytes")
+		}
+		for i := 0; i < len(name); i++ {
+			if c := name[i]; c < 0x21 || c == 0x7f || kind == "query" && (c == '&' || c == '=' || c == '#') {
+				return bad("has a " + what + " name containing " + quoteByte(name, i) + "; remove it")
+			}
+		}
+		if kind == "query" {
+			return KeySource{Kind: SourceQuery, Name: name}, ""
+		}
+		return KeySource{Kind: SourceJWT, Name: name}, ""
+	}
+	switch strings.ToLower(kind) {
+	case "path", "method", "host", "ip", "header", "query", "jwt":
+		return bad("is not a known source: source kinds are lower-case, e.g. " + quoteShort(strings.ToLower(kind)+s[len(kind):]))
+	}
+	return bad("is not a known source; use " + sourceForms)
+}
+
+// checkHeaderName returns "" if s is a valid HTTP header name (an RFC 9110
+// token), else what is wrong.
+func checkHeaderName(s string) string {
+	switch {
+	case s == "":
+		return "the name is empty"
+	case len(s) > maxSourceName:
+		return "the name is longer than 256 bytes"
+	case s[0] == ':':
+		return "pseudo-headers such as " + quoteShort(s) + ` cannot be used; use the "path", "method" or "host" sources`
+	}
+	for i := 0; i < len(s); i++ {
+		if !isTokenChar(s[i]) {
+			return quoteShort(s) + " contains " + quoteByte(s, i) + "; header names use letters, digits and !#$%&'*+-.^_`|~"
+		}
+	}
+	return ""
+}
+
+func isTokenChar(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+		strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+func parseCostSource(s string) (CostSource, string) {
+	if s == "fixed" {
+		return CostSource{Kind: CostFixed}, ""
+	}
+	k, msg := parseSource(s)
+	switch {
+	case msg == "" && k.Kind == SourceHeader:
+		return CostSource{Kind: CostHeader, Name: k.Name}, ""
+	case msg == "" && k.Kind == SourceQuery:
+		return CostSource{Kind: CostQuery, Name: k.Name}, ""
+	case msg != "" && (strings.HasPrefix(s, "header:") || strings.HasPrefix(s, "query:")):
+		return CostSource{}, msg
+	}
+	for _, rk := range []struct {
+		prefix string
+		kind   CostKind
+	}{{"response_header:", CostResponseHeader}, {"response_trailer:", CostResponseTrailer}} {
+		if name, ok := strings.CutPrefix(s, rk.prefix); ok {
+			if m := checkHeaderName(name); m != "" {
+				return CostSource{}, quoteShort(s) + " has an invalid header name: " + m
+			}
+			return CostSource{Kind: rk.kind, Name: strings.ToLower(name)}, ""
+		}
+	}
+	return CostSource{}, quoteShort(s) + ` is not a cost source; use "fixed", "header:<name>", "query:<name>", "response_header:<name>" or "response_trailer:<name>"`
+}
