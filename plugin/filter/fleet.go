@@ -3,7 +3,6 @@ package filter
 import (
 	"errors"
 
-	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/sluice-rl/sluice/shared/limiter"
@@ -426,15 +425,15 @@ func (h *httpContext) resumeAfterFetch() {
 	defer func() {
 		if r := recover(); r != nil {
 			h.p.vm.recovered("fleet resume", r)
-			_ = proxywasm.ResumeHttpRequest()
+			_ = resumeRequest()
 		}
 	}()
-	if err := proxywasm.SetEffectiveContext(h.id); err != nil {
+	if err := setEffectiveContext(h.id); err != nil {
 		return // the stream is gone
 	}
 	h.fleetFetched = true
 	if h.p.cfg == nil || h.p.decide(h) == types.ActionContinue {
-		_ = proxywasm.ResumeHttpRequest()
+		_ = resumeRequest()
 	}
 }
 

@@ -42,3 +42,9 @@ func dispatchHTTPCall(cluster string, headers [][2]string, body []byte, timeoutM
 }
 
 func httpCallResponseHeaders() ([][2]string, error) { return proxywasm.GetHttpCallResponseHeaders() }
+
+func httpCallResponseTrailers() ([][2]string, error) { return proxywasm.GetHttpCallResponseTrailers() }
+
+func httpCallResponseBody(start, size int) ([]byte, error) {
+	return proxywasm.GetHttpCallResponseBody(start, size)
+}
