@@ -11,3 +11,6 @@ func versionURL(n int64) string { return "/history/" + i64(n) }
 
 // userURL is the users page's form target for one user (the name escaped).
 func userURL(name string) string { return "/users/" + url.PathEscape(name) }
+
+// oidcLoginURL starts an OIDC login that returns to next (a local path).
+func oidcLoginURL(next string) string { return "/login/oidc?next=" + url.QueryEscape(next) }

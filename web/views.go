@@ -25,6 +25,9 @@ type LoginPage struct {
 	User  string // the user name typed last time
 	Next  string // where to go after logging in (a local path)
 	CSRF  string // login CSRF token (double-submit cookie)
+	// OIDCName is the identity provider's name for the "Log in with"
+	// button ("": OIDC login is off).
+	OIDCName string
 }
 
 // VersionInfo describes one policy version.

@@ -57,8 +57,13 @@ func (s *server) record(r *http.Request, e store.AuditEntry) {
 // bearer token: those are counted, and their lockouts recorded), and
 // records every lockout the failure started.
 func (s *server) failed(r *http.Request, method, addr, account string, who auth.Principal) {
+	s.failedWhy(r, method, "by "+method, addr, account, who)
+}
+
+// failedWhy is failed with the audit entry's detail (why it failed).
+func (s *server) failedWhy(r *http.Request, method, detail, addr, account string, who auth.Principal) {
 	if method != "bearer" {
-		s.record(r, store.AuditEntry{Action: ActionLoginFailed, Actor: who.Name, Remote: addr, Target: account, Detail: "by " + method})
+		s.record(r, store.AuditEntry{Action: ActionLoginFailed, Actor: who.Name, Remote: addr, Target: account, Detail: detail})
 	}
 	for _, scope := range s.Throttle.Fail(method, addr, account) {
 		target := addr

@@ -130,6 +130,9 @@ func (s *server) loginPage(w http.ResponseWriter, r *http.Request) {
 // another site cannot know it.
 func (s *server) showLogin(w http.ResponseWriter, r *http.Request, status int, p web.LoginPage) {
 	p.CSRF = auth.RandomToken()
+	if s.OIDC != nil {
+		p.OIDCName = s.OIDC.Name
+	}
 	http.SetCookie(w, &http.Cookie{
 		Name: loginCookie, Value: p.CSRF, Path: "/login", MaxAge: 3600,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.secureCookie(r),
@@ -201,14 +204,20 @@ func (s *server) loginSubmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.Throttle.Succeed(addr, account)
-	s.record(r, store.AuditEntry{Action: ActionLogin, Actor: sess.Principal().Name, Remote: addr, Detail: "by " + method})
+	s.loggedIn(w, r, id, sess, addr, "by "+method, p.Next)
+}
+
+// loggedIn records a login, sets the session cookie, clears the login
+// form's cookie and sends the browser to next.
+func (s *server) loggedIn(w http.ResponseWriter, r *http.Request, id string, sess auth.Session, addr, detail, next string) {
+	s.record(r, store.AuditEntry{Action: ActionLogin, Actor: sess.Principal().Name, Remote: addr, Detail: detail})
 	secure := s.secureCookie(r)
 	http.SetCookie(w, &http.Cookie{
 		Name: sessionCookie, Value: id, Path: "/", MaxAge: int(auth.SessionTTL.Seconds()),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: secure,
 	})
 	http.SetCookie(w, &http.Cookie{Name: loginCookie, Value: "", Path: "/login", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: secure})
-	http.Redirect(w, r, p.Next, http.StatusSeeOther)
+	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
 func printable(s string) bool {

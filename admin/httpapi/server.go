@@ -107,6 +107,8 @@ type Config struct {
 	// TrustedProxies are the proxies whose X-Forwarded-For names the client
 	// (for throttling and the audit log); empty: the peer is the client.
 	TrustedProxies []netip.Prefix
+	// OIDC adds "Log in with <provider>" (nil: off).
+	OIDC *OIDC
 	// Sleep waits before answering a delayed login (default: a timer; tests
 	// replace it).
 	Sleep func(ctx context.Context, d time.Duration)
@@ -150,6 +152,20 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.Sleep == nil {
 		cfg.Sleep = sleep
 	}
+	if o := cfg.OIDC; o != nil {
+		if o.Verifier == nil || o.OAuth2.ClientID == "" {
+			return nil, errors.New("httpapi: OIDC needs Verifier and OAuth2.ClientID")
+		}
+		if o.Login == nil {
+			l, ok := cfg.Auth.(ExternalLogin)
+			if !ok {
+				return nil, errors.New("httpapi: OIDC needs Login (Auth does not implement ExternalLogin)")
+			}
+			c := *o
+			c.Login = l
+			cfg.OIDC = &c
+		}
+	}
 	cfg.Policies = maskingPolicies{cfg.Policies} // no handler sees a secret
 	s := &server{Config: cfg, log: cfg.Logger.With("component", "http"), cop: http.NewCrossOriginProtection()}
 	mux := http.NewServeMux()
@@ -181,6 +197,9 @@ func New(cfg Config) (http.Handler, error) {
 	// Pages, session cookie.
 	mux.HandleFunc("GET /login", s.loginPage)
 	mux.HandleFunc("POST /login", s.loginSubmit)
+	if s.OIDC != nil {
+		s.registerOIDC(mux)
+	}
 	mux.Handle("POST /logout", s.page(s.logout))
 	s.registerDashboard(mux)
 	mux.Handle("GET /{$}", s.page(s.editorPage))
