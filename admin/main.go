@@ -101,6 +101,8 @@ type options struct {
 
 	AuditRetention time.Duration
 	TrustedProxies []netip.Prefix
+
+	OIDC oidcOptions
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -146,10 +148,14 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	})
 	postgresTimeout := o.postgresFlags(fs)
 	accountFlags := o.accountFlags(fs)
+	oidcFlags := o.oidcFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if err := accountFlags(); err != nil {
+		return o, err
+	}
+	if err := oidcFlags(); err != nil {
 		return o, err
 	}
 	maxBytes, err := parseTelemetryMax(telemetryMax)
@@ -432,6 +438,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	if fleetSrv != nil {
 		hcfg.Fleet = fleetSrv
+	}
+	if hcfg.OIDC, err = o.OIDC.build(ctx); err != nil {
+		return err
+	} else if hcfg.OIDC != nil {
+		logger.Info("OIDC login on", "issuer", o.OIDC.Issuer, "create_users", o.OIDC.CreateUsers)
 	}
 	handler, err := httpapi.New(hcfg)
 	if err != nil {
