@@ -263,9 +263,11 @@ func TestOIDCLoginRefusesBadTokens(t *testing.T) {
 		setup func(p *fakeProvider)
 		want  string // in the audit entry's detail
 	}{
-		{"signed with an unpublished key", func(p *fakeProvider) { p.key = otherKey }, "ID token"},
+		{"signed with an unpublished key", func(p *fakeProvider) { p.key = otherKey }, "signature"},
 		{"expired", func(p *fakeProvider) { p.exp = -time.Minute }, "expired"},
 		{"for another client", func(p *fakeProvider) { p.claims["aud"] = "someone-else" }, "audience"},
+		{"with another flow's nonce", func(p *fakeProvider) { p.claims["nonce"] = "another-flow" }, "wrong nonce"},
+		{"from another issuer", func(p *fakeProvider) { p.claims["iss"] = "https://evil.example.com" }, "different provider"},
 		{"without a user name", func(p *fakeProvider) { delete(p.claims, "preferred_username") }, `no "preferred_username" claim`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -355,4 +357,51 @@ func TestOIDCCallbackWithAWrongStateIsRefused(t *testing.T) {
 	if resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("right state: %d", resp.StatusCode)
 	}
+}
+
+func TestOIDCIsOffWithoutConfiguration(t *testing.T) {
+	e := newEnv(t, nil)
+	c := noRedirect(nil)
+	if page := get(t, c, e.srv.URL+"/login"); strings.Contains(page, "/login/oidc") || strings.Contains(page, "Log in with") {
+		t.Fatalf("an OIDC button without OIDC:\n%s", page)
+	}
+	for _, path := range []string{"/login/oidc", "/login/oidc/callback?code=c&state=s"} {
+		resp, err := c.Get(e.srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusFound || resp.StatusCode == http.StatusSeeOther {
+			t.Fatalf("%s answered %d without OIDC", path, resp.StatusCode)
+		}
+	}
+}
+
+// FuzzOIDCFlowCookie: any cookie value is read without a panic, and a
+// flow read from it always returns to a local path.
+func FuzzOIDCFlowCookie(f *testing.F) {
+	good, _ := json.Marshal(oidcFlow{State: "s", Nonce: "n", Verifier: "v", Next: "/history"})
+	for _, seed := range []string{
+		base64.RawURLEncoding.EncodeToString(good),
+		base64.RawURLEncoding.EncodeToString([]byte(`{"s":"s","n":"n","v":"v","x":"//evil.example.com"}`)),
+		base64.RawURLEncoding.EncodeToString([]byte(`{"s":"s","n":"","v":"v"}`)),
+		base64.RawURLEncoding.EncodeToString([]byte(`[1,2]`)),
+		"!!!", "",
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		r := httptest.NewRequest("GET", "/login/oidc/callback", nil)
+		r.Header.Set("Cookie", oidcCookie+"="+v)
+		fl, err := readFlow(r)
+		if err != nil {
+			return
+		}
+		if fl.State == "" || fl.Nonce == "" || fl.Verifier == "" {
+			t.Fatalf("an incomplete flow was accepted: %+v", fl)
+		}
+		if localPath(fl.Next) != fl.Next || !strings.HasPrefix(fl.Next, "/") || strings.HasPrefix(fl.Next, "//") {
+			t.Fatalf("next %q is not a local path", fl.Next)
+		}
+	})
 }
