@@ -1,7 +1,6 @@
 package filter_test
 
 import (
-	"encoding/json"
 	"slices"
 	"sort"
 	"strconv"
@@ -46,35 +45,6 @@ func sameAsShared(t testing.TB, r report, body []byte) {
 			t.Fatalf("buckets[%d]: shared decoder %+v, test decoder %+v", i, sb, b)
 		}
 	}
-}
-
-// fieldPaths adds the field paths of a JSON body to out, in
-// telfmt.KnownFields' notation ("rules[].allowed").
-func fieldPaths(t testing.TB, body []byte, out map[string]bool) {
-	t.Helper()
-	var doc any
-	if err := json.Unmarshal(body, &doc); err != nil {
-		t.Fatal(err)
-	}
-	var walk func(prefix string, v any)
-	walk = func(prefix string, v any) {
-		switch v := v.(type) {
-		case map[string]any:
-			for k, x := range v {
-				p := k
-				if prefix != "" {
-					p = prefix + "." + k
-				}
-				out[p] = true
-				walk(p, x)
-			}
-		case []any:
-			for _, x := range v {
-				walk(prefix+"[]", x)
-			}
-		}
-	}
-	walk("", doc)
 }
 
 // actionsTelemetryConfig has a rule of each kind whose counters a report
@@ -175,10 +145,17 @@ func TestTelemetryDecoderFieldsAreTheEncoders(t *testing.T) {
 		t.Fatal("no report")
 	}
 	written := map[string]bool{}
-	fieldPaths(t, calls[0].Body, written)
 	fleet := fleetTelemetryReport(t)
 	sharedDecode(t, fleet)
-	fieldPaths(t, fleet, written)
+	for _, body := range [][]byte{calls[0].Body, fleet} {
+		paths, err := telfmt.FieldPaths(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range paths {
+			written[p] = true
+		}
+	}
 	var got []string
 	for p := range written {
 		got = append(got, p)

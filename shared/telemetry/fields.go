@@ -1,5 +1,10 @@
 package telemetry
 
+import (
+	"encoding/json"
+	"sort"
+)
+
 // The report's field names (docs/telemetry.md). The plugin's encoder
 // writes these names and Decode accepts exactly these, so the two sides
 // cannot drift apart.
@@ -77,4 +82,40 @@ func KnownFields() []string {
 		out = append(out, FieldFleet+"."+FleetFieldRules+"[]."+f.name)
 	}
 	return out
+}
+
+// FieldPaths lists the field paths of a JSON document in KnownFields'
+// notation, sorted: what a report body holds, to compare with
+// KnownFields.
+func FieldPaths(body []byte) ([]string, error) {
+	var doc any
+	if err := json.Unmarshal(body, &doc); err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var walk func(prefix string, v any)
+	walk = func(prefix string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, x := range v {
+				p := k
+				if prefix != "" {
+					p = prefix + "." + k
+				}
+				seen[p] = true
+				walk(p, x)
+			}
+		case []any:
+			for _, x := range v {
+				walk(prefix+"[]", x)
+			}
+		}
+	}
+	walk("", doc)
+	out := make([]string, 0, len(seen))
+	for p := range seen {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out, nil
 }
