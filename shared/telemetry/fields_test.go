@@ -39,3 +39,35 @@ func TestKnownFieldsAreTheDecodersFields(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownFieldMessagesListTheKnownFields: the message for an unknown
+// field lists exactly the fields KnownFields has at that level.
+func TestUnknownFieldMessagesListTheKnownFields(t *testing.T) {
+	for _, tc := range []struct{ prefix, body string }{
+		{"", strings.Replace(validJSON, `"v": 1`, `"v": 1, "extra": 1`, 1)},
+		{"rules[].", strings.Replace(validJSON, `"fail_open": 0}`, `"fail_open": 0, "extra": 1}`, 1)},
+		{"buckets[].", strings.Replace(validJSON, `"rejects": 12}`, `"rejects": 12, "extra": 1}`, 1)},
+	} {
+		_, err := Decode([]byte(tc.body))
+		es, ok := err.(Errors)
+		if !ok || len(es) != 1 {
+			t.Fatalf("%q: %v", tc.prefix, err)
+		}
+		_, list, _ := strings.Cut(es[0].Message, "the fields are ")
+		var listed []string
+		for _, part := range strings.Split(strings.ReplaceAll(list, " and optionally ", ", "), ", ") {
+			listed = append(listed, tc.prefix+part)
+		}
+		var want []string
+		for _, p := range KnownFields() {
+			if rest, ok := strings.CutPrefix(p, tc.prefix); ok && !strings.ContainsAny(rest, ".[") {
+				want = append(want, p)
+			}
+		}
+		sort.Strings(listed)
+		sort.Strings(want)
+		if !slices.Equal(listed, want) {
+			t.Errorf("%q: the message lists %v, KnownFields %v", tc.prefix, listed, want)
+		}
+	}
+}

@@ -212,7 +212,9 @@ var reportFields = []struct {
 	{FieldReportsDropped, fDropped, false}, {FieldFleet, fFleet, false},
 }
 
-const reportFieldList = "v, node, vm, vm_start_ms, seq, sent_at_ms, interval_ms, config_hash, rules, buckets, reports_dropped, fleet"
+// The field lists of the error messages, from the tables above.
+var reportFieldList = fieldList(FieldV, FieldNode, FieldVM, FieldVMStartMS, FieldSeq, FieldSentAtMS, FieldIntervalMS,
+	FieldConfigHash, FieldRules, FieldBuckets, FieldReportsDropped, FieldFleet)
 
 func (p *parser) report() *Report {
 	r := &Report{IntervalMS: DefaultIntervalMS, Rules: []RuleCounters{}, Buckets: []Bucket{}}
@@ -359,7 +361,13 @@ var ruleFields = []struct {
 	{RuleFieldExempted, rExempted, false}, {RuleFieldDenied, rDenied, false}, {RuleFieldOverridden, rOverridden, false},
 }
 
-const ruleFieldList = "rule, allowed, rejected, shadow_rejected, fail_open and optionally overflowed, overflow_identities, exempted, denied, overridden"
+var ruleFieldList = fieldList(RuleFieldRule, RuleFieldAllowed, RuleFieldRejected, RuleFieldShadowRejected, RuleFieldFailOpen) +
+	" and optionally " + fieldList(RuleFieldOverflowed, RuleFieldOverflowIdentities, RuleFieldExempted, RuleFieldDenied, RuleFieldOverridden)
+
+// bucketRequired lists a bucket's required fields.
+var bucketRequired = fieldList(BucketFieldRule, BucketFieldIdentity, BucketFieldTokens, BucketFieldBurst, BucketFieldLastRefill, BucketFieldRejects)
+
+func fieldList(names ...string) string { return strings.Join(names, ", ") }
 
 func (p *parser) rule(l loc) RuleCounters {
 	var rc RuleCounters
@@ -447,7 +455,7 @@ var bucketFields = []struct {
 func (p *parser) bucket(l loc) Bucket {
 	var b Bucket
 	if c := p.peek(); c != '{' {
-		p.errorf(l, "must be an object {rule, identity, tokens, burst, last_refill, rejects}, got ", kindName(c))
+		p.errorf(l, "must be an object {", bucketRequired, "}, got ", kindName(c))
 		p.skip()
 		return b
 	}
@@ -466,7 +474,7 @@ func (p *parser) bucket(l loc) Bucket {
 		fl := l.with(name)
 		switch {
 		case bit == 0:
-			p.errorf(fl, "unknown field; the fields are rule, identity, tokens, burst, last_refill, rejects and optionally algorithm")
+			p.errorf(fl, "unknown field; the fields are ", bucketRequired, " and optionally ", BucketFieldAlgorithm)
 			p.skip()
 			return
 		case seen&bit != 0:
