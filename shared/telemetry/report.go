@@ -212,9 +212,11 @@ var reportFields = []struct {
 	{FieldReportsDropped, fDropped, false}, {FieldFleet, fFleet, false},
 }
 
-// The field lists of the error messages, from the tables above.
-var reportFieldList = fieldList(FieldV, FieldNode, FieldVM, FieldVMStartMS, FieldSeq, FieldSentAtMS, FieldIntervalMS,
-	FieldConfigHash, FieldRules, FieldBuckets, FieldReportsDropped, FieldFleet)
+// The field lists of the error messages, from the shared names (constants:
+// nothing to build when the package starts, in the plugin either).
+const reportFieldList = FieldV + ", " + FieldNode + ", " + FieldVM + ", " + FieldVMStartMS + ", " + FieldSeq + ", " +
+	FieldSentAtMS + ", " + FieldIntervalMS + ", " + FieldConfigHash + ", " + FieldRules + ", " + FieldBuckets + ", " +
+	FieldReportsDropped + ", " + FieldFleet
 
 func (p *parser) report() *Report {
 	r := &Report{IntervalMS: DefaultIntervalMS, Rules: []RuleCounters{}, Buckets: []Bucket{}}
@@ -361,13 +363,13 @@ var ruleFields = []struct {
 	{RuleFieldExempted, rExempted, false}, {RuleFieldDenied, rDenied, false}, {RuleFieldOverridden, rOverridden, false},
 }
 
-var ruleFieldList = fieldList(RuleFieldRule, RuleFieldAllowed, RuleFieldRejected, RuleFieldShadowRejected, RuleFieldFailOpen) +
-	" and optionally " + fieldList(RuleFieldOverflowed, RuleFieldOverflowIdentities, RuleFieldExempted, RuleFieldDenied, RuleFieldOverridden)
+const ruleFieldList = RuleFieldRule + ", " + RuleFieldAllowed + ", " + RuleFieldRejected + ", " + RuleFieldShadowRejected + ", " +
+	RuleFieldFailOpen + " and optionally " + RuleFieldOverflowed + ", " + RuleFieldOverflowIdentities + ", " +
+	RuleFieldExempted + ", " + RuleFieldDenied + ", " + RuleFieldOverridden
 
 // bucketRequired lists a bucket's required fields.
-var bucketRequired = fieldList(BucketFieldRule, BucketFieldIdentity, BucketFieldTokens, BucketFieldBurst, BucketFieldLastRefill, BucketFieldRejects)
-
-func fieldList(names ...string) string { return strings.Join(names, ", ") }
+const bucketRequired = BucketFieldRule + ", " + BucketFieldIdentity + ", " + BucketFieldTokens + ", " + BucketFieldBurst + ", " +
+	BucketFieldLastRefill + ", " + BucketFieldRejects
 
 func (p *parser) rule(l loc) RuleCounters {
 	var rc RuleCounters
