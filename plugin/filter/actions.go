@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluice-rl/sluice/shared/policy"
 	"github.com/sluice-rl/sluice/shared/state"
+	telfmt "github.com/sluice-rl/sluice/shared/telemetry"
 )
 
 // This file holds the rule actions and per-identity overrides:
@@ -159,7 +160,11 @@ func appendActionCounts(b []byte, c *ruleTally) []byte {
 	for _, f := range [...]struct {
 		name string
 		n    uint64
-	}{{`,"exempted":`, c.exempted}, {`,"denied":`, c.denied}, {`,"overridden":`, c.overridden}} {
+	}{
+		{`,"` + telfmt.RuleFieldExempted + `":`, c.exempted},
+		{`,"` + telfmt.RuleFieldDenied + `":`, c.denied},
+		{`,"` + telfmt.RuleFieldOverridden + `":`, c.overridden},
+	} {
 		if f.n > 0 {
 			b = append(b, f.name...)
 			b = strconv.AppendUint(b, f.n, 10)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluice-rl/sluice/shared/rls"
 	"github.com/sluice-rl/sluice/shared/state"
+	telfmt "github.com/sluice-rl/sluice/shared/telemetry"
 )
 
 // Fleet mode, the RLS side: one ShouldRateLimit call (gRPC over an HTTP/2
@@ -397,11 +398,11 @@ func parseLock(v []byte) (until int64, holder string, released int64) {
 func (p *pluginContext) appendFleetReport(b []byte) []byte {
 	fs := &p.vm.fleet
 	p.fleetStats(fs.nowMS())
-	b = append(b, `,"fleet":{"backend_healthy":`...)
+	b = append(b, `,"`+telfmt.FieldFleet+`":{"`+telfmt.FleetFieldBackendHealthy+`":`...)
 	b = strconv.AppendBool(b, fs.healthy)
-	b = append(b, `,"fleet_size":`...)
+	b = append(b, `,"`+telfmt.FleetFieldSize+`":`...)
 	b = strconv.AppendInt(b, int64(fs.fleetSize(p.cfg.fleet)), 10)
-	b = append(b, `,"rules":[`...)
+	b = append(b, `,"`+telfmt.FleetFieldRules+`":[`...)
 	first := true
 	for _, r := range p.cfg.rules {
 		if r.fleet == nil {
@@ -415,13 +416,13 @@ func (p *pluginContext) appendFleetReport(b []byte) []byte {
 		if st == nil {
 			st = &fleetRuleStats{}
 		}
-		b = append(b, `{"rule":`...)
+		b = append(b, `{"`+telfmt.FleetRuleFieldRule+`":`...)
 		b = appendJSONString(b, r.name)
-		b = append(b, `,"lease_tokens":`...)
+		b = append(b, `,"`+telfmt.FleetRuleFieldLeaseTokens+`":`...)
 		b = appendJSONFloat(b, st.leaseTokens)
-		b = append(b, `,"pools":`...)
+		b = append(b, `,"`+telfmt.FleetRuleFieldPools+`":`...)
 		b = strconv.AppendInt(b, int64(st.pools), 10)
-		b = append(b, `,"fallback_active":`...)
+		b = append(b, `,"`+telfmt.FleetRuleFieldFallbackActive+`":`...)
 		b = strconv.AppendBool(b, !fs.healthy || st.sharing > 0)
 		b = append(b, '}')
 	}

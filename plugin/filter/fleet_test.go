@@ -398,11 +398,10 @@ func TestFleetReturnsIdleLeases(t *testing.T) {
 	fh.CheckNoTraps()
 }
 
-// TestFleetTelemetry: reports carry the fleet object (per global rule:
-// lease tokens, pools, fallback state, the process's view), and telemetry
-// still reports at its own interval though on_tick runs at the sync
-// interval.
-func TestFleetTelemetry(t *testing.T) {
+// fleetTelemetryReport runs a fleet-mode filter with telemetry for 1.2 s
+// of traffic and returns its last report.
+func fleetTelemetryReport(t *testing.T) []byte {
+	t.Helper()
 	clock := wasmhost.NewManualClock(t0)
 	fake := &fakeRLS{clock: clock, rate: 100, burst: 100, fleetSize: "2",
 		buckets: map[string]*fakeBucket{}, nodes: map[string]bool{}}
@@ -421,6 +420,16 @@ func TestFleetTelemetry(t *testing.T) {
 	if n < 1 || n > 4 { // 1.2 s, two VMs, one report per VM per second
 		t.Fatalf("%d reports in 1.2 s", n)
 	}
+	return last
+}
+
+// TestFleetTelemetry: reports carry the fleet object (per global rule:
+// lease tokens, pools, fallback state, the process's view), and telemetry
+// still reports at its own interval though on_tick runs at the sync
+// interval.
+func TestFleetTelemetry(t *testing.T) {
+	last := fleetTelemetryReport(t)
+	sharedDecode(t, last)
 	var rep struct {
 		Fleet *struct {
 			Healthy   bool `json:"backend_healthy"`

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-rl/sluice/shared/request"
 	"github.com/sluice-rl/sluice/shared/state"
+	telfmt "github.com/sluice-rl/sluice/shared/telemetry"
 )
 
 // Telemetry (docs/filter.md "Telemetry", contract D): when the configuration
@@ -252,49 +253,58 @@ func (p *pluginContext) onReportResponse(numHeaders, _, _ int) {
 	}
 }
 
+// formatVersion is telfmt.FormatVersion as text; the two constants below
+// stop the build if the shared format's version moves without it.
+const formatVersion = "1"
+
+const (
+	_ uint = telfmt.FormatVersion - 1
+	_ uint = 1 - telfmt.FormatVersion
+)
+
 // buildReport renders the report (contract D) into the reused buffer.
 func (p *pluginContext) buildReport(now float64) []byte {
 	t, ts := p.cfg.telemetry, &p.vm.tel
 	b := ts.body[:0]
-	b = append(b, `{"v":1,"node":`...)
+	b = append(b, `{"`+telfmt.FieldV+`":`+formatVersion+`,"`+telfmt.FieldNode+`":`...)
 	b = appendJSONString(b, ts.node)
-	b = append(b, `,"vm":`...)
+	b = append(b, `,"`+telfmt.FieldVM+`":`...)
 	b = appendJSONString(b, ts.vmID)
-	b = append(b, `,"vm_start_ms":`...)
+	b = append(b, `,"`+telfmt.FieldVMStartMS+`":`...)
 	b = strconv.AppendInt(b, ts.vmStartMS, 10)
-	b = append(b, `,"seq":`...)
+	b = append(b, `,"`+telfmt.FieldSeq+`":`...)
 	b = strconv.AppendUint(b, ts.seq, 10)
-	b = append(b, `,"sent_at_ms":`...)
+	b = append(b, `,"`+telfmt.FieldSentAtMS+`":`...)
 	b = strconv.AppendInt(b, int64(now*1000), 10)
-	b = append(b, `,"interval_ms":`...)
+	b = append(b, `,"`+telfmt.FieldIntervalMS+`":`...)
 	b = strconv.AppendInt(b, int64(t.IntervalMS), 10)
-	b = append(b, `,"config_hash":"`...)
+	b = append(b, `,"`+telfmt.FieldConfigHash+`":"`...)
 	b = append(b, p.cfg.hash...)
-	b = append(b, `","rules":[`...)
+	b = append(b, `","`+telfmt.FieldRules+`":[`...)
 	for i, r := range p.cfg.rules {
 		if i > 0 {
 			b = append(b, ',')
 		}
 		c := r.tc
-		b = append(b, `{"rule":`...)
+		b = append(b, `{"`+telfmt.RuleFieldRule+`":`...)
 		b = appendJSONString(b, c.name)
-		b = append(b, `,"allowed":`...)
+		b = append(b, `,"`+telfmt.RuleFieldAllowed+`":`...)
 		b = strconv.AppendUint(b, c.allowed, 10)
-		b = append(b, `,"rejected":`...)
+		b = append(b, `,"`+telfmt.RuleFieldRejected+`":`...)
 		b = strconv.AppendUint(b, c.rejected, 10)
-		b = append(b, `,"shadow_rejected":`...)
+		b = append(b, `,"`+telfmt.RuleFieldShadowRejected+`":`...)
 		b = strconv.AppendUint(b, c.shadowRejected, 10)
-		b = append(b, `,"fail_open":`...)
+		b = append(b, `,"`+telfmt.RuleFieldFailOpen+`":`...)
 		b = strconv.AppendUint(b, c.failOpen, 10)
-		b = append(b, `,"overflowed":`...)
+		b = append(b, `,"`+telfmt.RuleFieldOverflowed+`":`...)
 		b = strconv.AppendUint(b, c.overflowed, 10)
-		b = append(b, `,"overflow_identities":`...)
+		b = append(b, `,"`+telfmt.RuleFieldOverflowIdentities+`":`...)
 		b = strconv.AppendUint(b, c.overflowIdentities, 10)
 		c.overflowIdentities = 0 // a maximum per report
 		b = appendActionCounts(b, c)
 		b = append(b, '}')
 	}
-	b = append(b, `],"buckets":[`...)
+	b = append(b, `],"`+telfmt.FieldBuckets+`":[`...)
 	top := ts.sorted[:0]
 	for i := range ts.hot.entries {
 		top = append(top, &ts.hot.entries[i])
@@ -320,31 +330,31 @@ func (p *pluginContext) buildReport(now float64) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, `{"rule":`...)
+		b = append(b, `{"`+telfmt.BucketFieldRule+`":`...)
 		b = appendJSONString(b, e.key.t.name)
-		b = append(b, `,"identity":`...)
+		b = append(b, `,"`+telfmt.BucketFieldIdentity+`":`...)
 		b = appendJSONString(b, displayIdentity(e.rule, e.key.id))
-		b = append(b, `,"tokens":`...)
+		b = append(b, `,"`+telfmt.BucketFieldTokens+`":`...)
 		// A bucket in debt (delayed admission's reservations) shows 0: the
 		// report carries tokens available, within [0, burst] (contract D).
 		b = appendJSONFloat(b, max(e.tokens, 0))
-		b = append(b, `,"burst":`...)
+		b = append(b, `,"`+telfmt.BucketFieldBurst+`":`...)
 		b = appendJSONFloat(b, e.burst)
-		b = append(b, `,"last_refill":`...)
+		b = append(b, `,"`+telfmt.BucketFieldLastRefill+`":`...)
 		b = appendJSONFloat(b, e.lastRefill)
-		b = append(b, `,"rejects":`...)
+		b = append(b, `,"`+telfmt.BucketFieldRejects+`":`...)
 		b = strconv.AppendUint(b, e.rejects, 10)
 		if e.rule != nil && e.rule.win != nil {
 			// Only windows say their algorithm: token-bucket entries stay
 			// as contract D specifies them.
-			b = append(b, `,"algorithm":`...)
+			b = append(b, `,"`+telfmt.BucketFieldAlgorithm+`":`...)
 			b = appendJSONString(b, e.rule.algorithm)
 		}
 		b = append(b, '}')
 	}
 	clear(top)
 	ts.sorted = top[:0]
-	b = append(b, `],"reports_dropped":`...)
+	b = append(b, `],"`+telfmt.FieldReportsDropped+`":`...)
 	b = strconv.AppendUint(b, ts.dropped, 10)
 	if p.cfg.hasGlobalRules() {
 		b = p.appendFleetReport(b) // fleet_sync.go

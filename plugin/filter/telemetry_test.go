@@ -86,6 +86,7 @@ func decodeReport(t *testing.T, c *wasmhost.HTTPCall) report {
 	if err := dec.Decode(&r); err != nil {
 		t.Fatalf("report body %s: %v", c.Body, err)
 	}
+	sameAsShared(t, r, c.Body)
 	return r
 }
 

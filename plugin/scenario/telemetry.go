@@ -16,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	telfmt "github.com/sluice-rl/sluice/shared/telemetry"
 )
 
 func init() {
@@ -79,6 +81,10 @@ func decodeReport(t testing.TB, c Call, cluster, path, token string) *TelemetryR
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(r); err != nil {
 		t.Fatalf("report body %s: %v", c.Body, err)
+	}
+	// The admin's decoder (shared/telemetry) accepts what this host carried.
+	if _, err := telfmt.Decode(c.Body); err != nil {
+		t.Fatalf("the admin's decoder refuses the report body %s: %v", c.Body, err)
 	}
 	return r
 }

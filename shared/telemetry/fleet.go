@@ -31,7 +31,7 @@ const (
 var fleetFields = []struct {
 	name string
 	bit  int
-}{{"backend_healthy", flHealthy}, {"fleet_size", flSize}, {"rules", flRules}}
+}{{FleetFieldBackendHealthy, flHealthy}, {FleetFieldSize, flSize}, {FleetFieldRules, flRules}}
 
 const (
 	frRule = 1 << iota
@@ -43,7 +43,7 @@ const (
 var fleetRuleFields = []struct {
 	name string
 	bit  int
-}{{"rule", frRule}, {"lease_tokens", frLease}, {"pools", frPools}, {"fallback_active", frFallback}}
+}{{FleetRuleFieldRule, frRule}, {FleetRuleFieldLeaseTokens, frLease}, {FleetRuleFieldPools, frPools}, {FleetRuleFieldFallbackActive, frFallback}}
 
 // fleet parses the "fleet" object; every field is required.
 func (p *parser) fleet(l loc) *Fleet {
