@@ -175,7 +175,7 @@ func Render(config []byte, version int64, opts Options) (*istio.Manifest, error)
 	p := extensionPolicy{
 		APIVersion: APIVersion,
 		Kind:       Kind,
-		Metadata: metadata{
+		Metadata: istio.ObjectMeta{
 			Name:        opts.Name,
 			Namespace:   opts.Namespace,
 			Labels:      map[string]string{"app.kubernetes.io/managed-by": "sluice-admin", "app.kubernetes.io/name": "sluice"},
@@ -194,17 +194,10 @@ func Render(config []byte, version int64, opts Options) (*istio.Manifest, error)
 }
 
 type extensionPolicy struct {
-	APIVersion string   `json:"apiVersion"`
-	Kind       string   `json:"kind"`
-	Metadata   metadata `json:"metadata"`
-	Spec       spec     `json:"spec"`
-}
-
-type metadata struct {
-	Name        string            `json:"name"`
-	Namespace   string            `json:"namespace"`
-	Labels      map[string]string `json:"labels"`
-	Annotations map[string]string `json:"annotations"`
+	APIVersion string           `json:"apiVersion"`
+	Kind       string           `json:"kind"`
+	Metadata   istio.ObjectMeta `json:"metadata"`
+	Spec       spec             `json:"spec"`
 }
 
 type spec struct {

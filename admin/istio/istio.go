@@ -191,7 +191,7 @@ func Render(config []byte, version int64, opts Options) (*Manifest, error) {
 	m := wasmPlugin{
 		APIVersion: "extensions.istio.io/v1alpha1",
 		Kind:       "WasmPlugin",
-		Metadata: metadata{
+		Metadata: ObjectMeta{
 			Name:        opts.Name,
 			Namespace:   opts.Namespace,
 			Labels:      map[string]string{"app.kubernetes.io/managed-by": "sluice-admin", "app.kubernetes.io/name": "sluice"},
@@ -290,13 +290,15 @@ var yaml11Words = map[string]bool{
 }
 
 type wasmPlugin struct {
-	APIVersion string   `json:"apiVersion"`
-	Kind       string   `json:"kind"`
-	Metadata   metadata `json:"metadata"`
-	Spec       spec     `json:"spec"`
+	APIVersion string     `json:"apiVersion"`
+	Kind       string     `json:"kind"`
+	Metadata   ObjectMeta `json:"metadata"`
+	Spec       spec       `json:"spec"`
 }
 
-type metadata struct {
+// ObjectMeta is the part of a Kubernetes object's metadata the exported
+// manifests set (the Envoy Gateway export uses it too).
+type ObjectMeta struct {
 	Name        string            `json:"name"`
 	Namespace   string            `json:"namespace"`
 	Labels      map[string]string `json:"labels"`

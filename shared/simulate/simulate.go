@@ -214,9 +214,11 @@ func (res *Result) deny(a *RuleResult) {
 // limits of the identity's override (matched as the filter matches it: the
 // key as the rule builds the identity).
 func limitsFor(r *policy.Rule, identity string) (*policy.Rule, bool) {
+	var id []byte
 	for i := range r.Overrides {
 		o := &r.Overrides[i]
-		if string(state.AppendIdentity(nil, o.Key)) != identity {
+		id = state.AppendIdentity(id[:0], o.Key)
+		if string(id) != identity {
 			continue
 		}
 		wr := *r
