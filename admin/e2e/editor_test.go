@@ -62,6 +62,9 @@ func TestBrowserRaiseATierAndSimulate(t *testing.T) {
 	if row := eval(`document.querySelector('tr[data-rule="premium"]').textContent`); !strings.Contains(row, "50/s, burst 100") {
 		t.Errorf("after applying: %q", row)
 	}
+	// The apply step's notice is still on the page: remove it, so the
+	// wait below sees the notice of the page the save answers with.
+	eval(`document.querySelectorAll(".flash-ok").forEach(e => e.remove()); ""`)
 	run("save", chromedp.Click(chromedp.ID("save")), chromedp.WaitVisible(chromedp.CSS(".flash-ok")))
 	if got := eval(`document.querySelector(".flash-ok").textContent`); !strings.Contains(got, "Saved v3") {
 		t.Errorf("after saving: %q", got)
