@@ -166,23 +166,16 @@ func (p *parser) scope(path string, v *jvalue) bool {
 	return false
 }
 
-// checkScopeAlgorithm: global rules support token_bucket, fixed_window and
-// quota. Not sliding_window nor rolling_window (their estimate spans two or
-// more windows, which the rate limit service does not count), not delayed
-// admission (a held request would wait for a lease and for its turn), and
-// not costs read from the response (they are known after the lease was
-// spent). Global windows and quotas count whole requests: limit >= 1.
+// checkScopeAlgorithm: global rules support every algorithm. Not delayed
+// admission (a held request would wait for a lease and for its turn), nor
+// costs read from the response (they are known after the lease was
+// spent). Global windows and quotas count whole requests: limit >= 1 (and
+// a rolling window's max_per_period, when set).
 func (p *parser) checkScopeAlgorithm(path string, r *Rule) {
 	if !r.Global {
 		return
 	}
 	cfgPath := join(path, "algorithm_config")
-	switch r.Algorithm {
-	case "", AlgorithmTokenBucket, AlgorithmFixedWindow, AlgorithmQuota:
-	default:
-		p.errorf(join(path, "scope"), `"global" supports the token_bucket, fixed_window and quota algorithms, not `, quoteShort(r.Algorithm),
-			`; use fixed_window, or make the rule "local"`)
-	}
 	var cost CostSource
 	switch {
 	case r.TokenBucket != nil:
@@ -193,6 +186,9 @@ func (p *parser) checkScopeAlgorithm(path string, r *Rule) {
 	case r.Window != nil:
 		cost = r.Window.Cost
 		p.checkGlobalCount(join(cfgPath, "limit"), r.Window.Limit)
+		if r.Window.MaxPerPeriod > 0 {
+			p.checkGlobalCount(join(cfgPath, "max_per_period"), r.Window.MaxPerPeriod)
+		}
 	case r.Quota != nil:
 		cost = r.Quota.Cost
 		p.checkGlobalCount(join(cfgPath, "limit"), r.Quota.Limit)

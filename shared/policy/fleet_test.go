@@ -29,6 +29,22 @@ func TestGlobalFixedWindowAndQuotaAreAccepted(t *testing.T) {
 	}
 }
 
+func TestGlobalSlidingAndRollingWindowsAreAccepted(t *testing.T) {
+	doc := `{"fleet":{"cluster":"rls"},"rules":[` + globalWindow("sliding_window", `{"limit":100,"window_seconds":60}`) + `,` +
+		strings.Replace(globalWindow("rolling_window", `{"limit":1000,"window_seconds":86400,"period_seconds":3600,"max_per_period":100}`), `"w"`, `"r"`, 1) + `]}`
+	c, err := Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := c.Policies[0].Rules
+	if !rs[0].Global || rs[0].Algorithm != AlgorithmSlidingWindow || rs[0].Window == nil || rs[0].Window.Limit != 100 {
+		t.Errorf("sliding window rule: %+v", rs[0])
+	}
+	if !rs[1].Global || rs[1].Window == nil || rs[1].Window.Periods() != 24 || rs[1].Window.MaxPerPeriod != 100 {
+		t.Errorf("rolling window rule: %+v", rs[1])
+	}
+}
+
 func TestFleetDefaults(t *testing.T) {
 	c, err := Parse([]byte(`{"fleet":{"cluster":"rls"},"rules":[` + globalRule + `]}`))
 	if err != nil {
@@ -82,10 +98,10 @@ func TestFleetErrors(t *testing.T) {
 		{`{"fleet":{"cluster":"x","lease":1},"rules":[` + local + `]}`, "fleet.lease", "unknown"},
 		{`{"fleet":{"cluster":"x"},"rules":[` + strings.Replace(globalRule, `"burst":20`, `"burst":20,"max_delay_ms":100`, 1) + `]}`,
 			"rules[0].algorithm_config.max_delay_ms", "not supported"},
-		{`{"fleet":{"cluster":"x"},"rules":[` + globalWindow("sliding_window", `{"limit":10,"window_seconds":60}`) + `]}`,
-			"rules[0].scope", `not "sliding_window"`},
-		{`{"fleet":{"cluster":"x"},"rules":[` + globalWindow("rolling_window", `{"limit":10,"window_seconds":60,"period_seconds":10}`) + `]}`,
-			"rules[0].scope", `not "rolling_window"`},
+		{`{"fleet":{"cluster":"x"},"rules":[` + globalWindow("sliding_window", `{"limit":0.5,"window_seconds":60}`) + `]}`,
+			"rules[0].algorithm_config.limit", "below 1"},
+		{`{"fleet":{"cluster":"x"},"rules":[` + globalWindow("rolling_window", `{"limit":10,"window_seconds":60,"period_seconds":10,"max_per_period":0.5}`) + `]}`,
+			"rules[0].algorithm_config.max_per_period", "below 1"},
 		{`{"fleet":{"cluster":"x"},"rules":[` + globalWindow("fixed_window", `{"limit":0.5,"window_seconds":60}`) + `]}`,
 			"rules[0].algorithm_config.limit", "below 1"},
 		{`{"fleet":{"cluster":"x"},"rules":[` + globalWindow("quota", `{"limit":100,"period":"day","cost_source":"response_header:x-cost"}`) + `]}`,

@@ -130,7 +130,7 @@ func schemaProperties() map[string]obj {
 			"telemetry_identity": obj{"type": "string", "enum": []string{IdentityMasked, IdentityClear}, "default": IdentityMasked,
 				"description": "How telemetry shows this rule's header: and jwt: key values: masked (default) or clear."},
 			"scope": obj{"type": "string", "enum": []string{ScopeLocal, ScopeGlobal}, "default": ScopeLocal,
-				"description": "local: the limit holds per Envoy process; global: across every process sharing the fleet backend (needs fleet; token_bucket, fixed_window or quota)."},
+				"description": "local: the limit holds per Envoy process; global: across every process sharing the fleet backend (needs fleet)."},
 		},
 		"tokenBucket": {
 			"tokens_per_second": rate("Steady refill rate (tokens per second). Exactly one of tokens_per_second and rps."),
