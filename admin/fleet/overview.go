@@ -57,11 +57,7 @@ func (s *Server) globalLimit(rule string) (redisgcra.Limit, bool) {
 	}
 	if wr, ok := s.rules.(WindowRules); ok {
 		if w, ok := wr.GlobalWindow(rule); ok {
-			seconds := float64(w.Seconds)
-			if seconds == 0 {
-				seconds = w.Quota.PeriodSeconds()
-			}
-			return redisgcra.Limit{Rate: float64(w.Limit) / seconds, Burst: float64(w.Limit)}, true
+			return redisgcra.Limit{Rate: float64(w.Limit) / float64(w.length()), Burst: float64(w.Limit)}, true
 		}
 	}
 	return redisgcra.Limit{}, false

@@ -151,7 +151,7 @@ func GlobalRules(doc []byte) (map[string]redisgcra.Limit, []string) {
 	return limits, names
 }
 
-// GlobalWindows returns the global fixed_window and quota rules of a
+// GlobalWindows returns the global window and quota rules of a
 // policy document by name, and their names in policy order (none for a
 // document the parser refuses).
 func GlobalWindows(doc []byte) (map[string]Window, []string) {

@@ -283,14 +283,8 @@ func (s *Server) plan(domain string, items []item, now time.Time) plan {
 		p.limits[i], p.opOf[i] = l, -1
 		if l.kind == counted {
 			p.limits[i].start, p.limits[i].end = l.win.Bounds(now)
-			if it.ret && it.hasWindow {
-				// A return goes to the window it was leased in: a past
-				// window's counter has expired (the return does nothing), so
-				// it never frees room in a later window.
-				p.limits[i].start = time.UnixMilli(it.window)
-			}
 			p.opOf[i] = len(p.ops)
-			p.ops = append(p.ops, counterOp(domain, it, p.limits[i]))
+			p.ops = append(p.ops, counterOp(domain, it, p.limits[i], now))
 			continue
 		}
 		if l.kind != limited {
@@ -308,11 +302,32 @@ func (s *Server) plan(domain string, items []item, now time.Time) plan {
 	return p
 }
 
-// counterOp is the Redis op of a descriptor of a counted limit.
-func counterOp(domain string, it item, l limitOf) redisgcra.Op {
-	return redisgcra.Op{Key: redisgcra.WindowKey(domain, it.rule, it.id, l.start.UnixMilli()), Counter: true,
-		Amount: int64(min(it.hits, math.MaxInt32)), Limit: l.win.Limit, Return: it.ret,
-		ExpireAtMS: l.end.Add(windowKeyGrace).UnixMilli()}
+// counterOp is the Redis op of a descriptor of a counted limit, l's
+// bounds the current (sub-)window's. A return goes to the (sub-)window it
+// was leased in when it names one: a past window's counter has expired or
+// left the sum (the return does nothing), so it never frees room in a
+// later window.
+func counterOp(domain string, it item, l limitOf, now time.Time) redisgcra.Op {
+	start := l.start
+	if it.ret && it.hasWindow {
+		start = time.UnixMilli(it.window)
+	}
+	w := l.win
+	op := redisgcra.Op{Counter: true, Amount: int64(min(it.hits, math.MaxInt32)), Limit: w.Limit, Return: it.ret,
+		ExpireAtMS: w.keyEnd(l.end).UnixMilli()}
+	switch {
+	case w.rolling():
+		period := time.Duration(w.Seconds) * time.Second
+		op.Key, op.Rolling, op.MaxPerPeriod = redisgcra.RollingKey(domain, it.rule, it.id), true, w.MaxPerPeriod
+		op.FieldMS, op.OldestMS = start.UnixMilli(), l.start.Add(-time.Duration(w.Periods-1)*period).UnixMilli()
+		return op
+	case w.Sliding && !it.ret:
+		length := time.Duration(w.Seconds) * time.Second
+		op.PrevKey = redisgcra.WindowKey(domain, it.rule, it.id, start.Add(-length).UnixMilli())
+		op.NowMS, op.StartMS, op.LengthMS = now.UnixMilli(), start.UnixMilli(), length.Milliseconds()
+	}
+	op.Key = redisgcra.WindowKey(domain, it.rule, it.id, start.UnixMilli())
+	return op
 }
 
 func (s *Server) limitFor(it item) limitOf {
@@ -553,10 +568,7 @@ func windowLimit(name string, w Window) *rlsv3.RateLimitResponse_RateLimit {
 	units := map[int64]rlsv3.RateLimitResponse_RateLimit_Unit{1: rlsv3.RateLimitResponse_RateLimit_SECOND,
 		60: rlsv3.RateLimitResponse_RateLimit_MINUTE, 3600: rlsv3.RateLimitResponse_RateLimit_HOUR,
 		86400: rlsv3.RateLimitResponse_RateLimit_DAY}
-	seconds := w.Seconds
-	if seconds == 0 {
-		seconds = int64(w.Quota.PeriodSeconds())
-	}
+	seconds := w.length()
 	if u, ok := units[seconds]; ok {
 		return &rlsv3.RateLimitResponse_RateLimit{Name: name, Unit: u, RequestsPerUnit: uint32(min(w.Limit, math.MaxUint32))}
 	}

@@ -8,15 +8,28 @@ import (
 	"github.com/sluice-rl/sluice/shared/policy"
 )
 
-// Window is a global fixed window or quota as the rate limit service counts
-// it: at most Limit whole requests leased per window, in one counter per
-// window whose key expires at the window's end. Bounds are computed on the
-// admin's clock: fixed windows aligned on the Unix epoch (as the plugin's
-// local ones), quotas the calendar periods of their zone.
+// Window is a global fixed, sliding or rolling window or quota as the rate
+// limit service counts it, in whole requests leased:
+//
+//   - fixed window, quota: at most Limit per window, in one counter per
+//     window whose key expires at the window's end;
+//   - sliding window (Sliding): the estimate prev × (1 − f) + cur of two
+//     windows' counters at most Limit, each counter kept one window longer;
+//   - rolling window (Periods > 1): at most Limit in the last Periods
+//     sub-periods of Seconds (and MaxPerPeriod in one, when set), in one
+//     hash per identity with a field per sub-period.
+//
+// Bounds are computed on the admin's clock: windows and sub-periods
+// aligned on the Unix epoch (as the plugin's local ones), quotas the
+// calendar periods of their zone. A lease is counted in the current
+// (sub-)window and ends with it (docs/design/fleet-windows.md).
 type Window struct {
-	Limit   int64         // whole requests per window, >= 1
-	Seconds int64         // a fixed window's length; 0 for a quota
-	Quota   limiter.Quota // a quota's period and zone (when Seconds is 0)
+	Limit        int64         // whole requests per window, >= 1
+	Seconds      int64         // a fixed or sliding window's length, a rolling window's sub-period; 0 for a quota
+	Quota        limiter.Quota // a quota's period and zone (when Seconds is 0)
+	Sliding      bool          // a sliding window
+	Periods      int64         // a rolling window's sub-periods (> 1); 0 or 1 otherwise
+	MaxPerPeriod int64         // a rolling window's cap per sub-period, 0 for none
 }
 
 // windowKeyGrace keeps a counter a little past its window's end, so that a
@@ -36,6 +49,32 @@ func (w Window) Bounds(now time.Time) (start, end time.Time) {
 	return time.Unix(int64(s), 0), time.Unix(int64(e), 0)
 }
 
+// rolling reports whether w is a rolling window of several sub-periods.
+func (w Window) rolling() bool { return w.Periods > 1 }
+
+// length is the seconds the limit holds over: the window (all its
+// sub-periods); a quota's nominal period.
+func (w Window) length() int64 {
+	if w.Seconds == 0 {
+		return int64(w.Quota.PeriodSeconds())
+	}
+	return w.Seconds * max(w.Periods, 1)
+}
+
+// keyEnd is when the state counted in the (sub-)window ending at end is
+// no longer read: at its end for a fixed window or quota, one window later
+// for a sliding window (it is the next window's prev), when it leaves the
+// last of Periods sub-periods for a rolling window.
+func (w Window) keyEnd(end time.Time) time.Time {
+	switch {
+	case w.Sliding:
+		end = end.Add(time.Duration(w.Seconds) * time.Second)
+	case w.rolling():
+		end = end.Add(time.Duration(w.Seconds*(w.Periods-1)) * time.Second)
+	}
+	return end.Add(windowKeyGrace)
+}
+
 // valid reports whether w can count anything.
 func (w Window) valid() bool {
 	return w.Limit >= 1 && (w.Seconds > 0 || w.Quota.Period != 0)
@@ -46,12 +85,22 @@ var quotaPeriods = map[string]limiter.Period{
 	policy.PeriodWeek: limiter.PeriodWeek, policy.PeriodMonth: limiter.PeriodMonth,
 }
 
-// windowOf returns the Window of a global fixed_window or quota rule.
+// windowOf returns the Window of a global fixed, sliding or rolling window
+// or quota rule.
 func windowOf(r policy.Rule) (Window, bool) {
 	var w Window
 	switch {
-	case r.Window != nil && r.Algorithm == policy.AlgorithmFixedWindow:
-		w = Window{Limit: int64(math.Floor(r.Window.Limit)), Seconds: int64(r.Window.WindowSeconds)}
+	case r.Window != nil:
+		w = Window{Limit: int64(math.Floor(r.Window.Limit)), Seconds: int64(r.Window.WindowSeconds),
+			Sliding: r.Algorithm == policy.AlgorithmSlidingWindow}
+		if r.Algorithm == policy.AlgorithmRollingWindow {
+			w.MaxPerPeriod = int64(math.Floor(r.Window.MaxPerPeriod))
+			if n := int64(r.Window.Periods()); n > 1 {
+				w.Seconds, w.Periods = int64(r.Window.PeriodSeconds), n
+			} else if w.MaxPerPeriod > 0 { // one period: a fixed window of the tighter limit
+				w.Limit, w.MaxPerPeriod = min(w.Limit, w.MaxPerPeriod), 0
+			}
+		}
 	case r.Quota != nil:
 		// No bounds cache (limiter.NewQuota): the server's calls run
 		// concurrently, and PeriodBounds is cheap next to a Redis call.

@@ -21,6 +21,16 @@ var windowSource string
 
 var windowScript = redis.NewScript(windowSource)
 
+//go:embed sliding.lua
+var slidingSource string
+
+var slidingScript = redis.NewScript(slidingSource)
+
+//go:embed rolling.lua
+var rollingSource string
+
+var rollingScript = redis.NewScript(rollingSource)
+
 // Op is one bucket (or window counter) operation of a batch.
 type Op struct {
 	Key    string // the bucket's Redis key (see Key; WindowKey for a counter)
@@ -32,6 +42,20 @@ type Op struct {
 	Counter    bool
 	Limit      int64
 	ExpireAtMS int64
+	// PrevKey makes a counter's take a sliding window's (sliding.lua):
+	// granted only if Prev's count × (1 − f) + Key's count + Amount <=
+	// Limit, f = (NowMS − StartMS) / LengthMS, the fraction of the window
+	// [StartMS, StartMS+LengthMS) elapsed on the admin's clock. A sliding
+	// window's return is a plain counter op on the window leased in.
+	PrevKey                  string
+	NowMS, StartMS, LengthMS int64
+	// Rolling makes a counter op a rolling window's (rolling.lua): Key is
+	// the identity's hash (RollingKey), FieldMS the start of the
+	// sub-period counted in (or returned to), OldestMS the start of the
+	// oldest sub-period still in the window; MaxPerPeriod caps one
+	// sub-period (0: no cap).
+	Rolling                         bool
+	FieldMS, OldestMS, MaxPerPeriod int64
 }
 
 // Outcome is the result of one Op.
@@ -39,7 +63,11 @@ type Outcome struct {
 	Allowed bool  // the tokens were taken (always true for a return)
 	Backlog int64 // TAT - now after the op, microseconds: the time until the bucket is full again (0 for a counter)
 	Now     int64 // Redis TIME when the op ran, microseconds since the epoch
-	Count   int64 // a counter's requests in its window after the op
+	// Count is a counter's use after the op: its requests in the window
+	// (a fixed window, a quota), or the limit minus the whole requests
+	// that still fit (a sliding window's estimate rounded up; a rolling
+	// window's sum, or its sub-period's count when the cap is tighter).
+	Count int64
 }
 
 // WindowKey is the Redis key of one window counter: the bucket's Key (its
@@ -47,6 +75,12 @@ type Outcome struct {
 // followed by the window's start in unix milliseconds.
 func WindowKey(domain, rule, id string, startMS int64) string {
 	return Key(domain, rule, id) + ":" + strconv.FormatInt(startMS, 10)
+}
+
+// RollingKey is the Redis key of one rolling window's hash of sub-period
+// counts: the bucket's Key (its hash tag) followed by ":rolling".
+func RollingKey(domain, rule, id string) string {
+	return Key(domain, rule, id) + ":rolling"
 }
 
 // Key is the Redis key of one bucket: "sluice:{<domain>:<rule>:<id>}". The
@@ -118,10 +152,7 @@ func (b *Buckets) pipeline(ctx context.Context, ops []Op, eval bool) ([]*redis.C
 	pipe := b.c.Pipeline()
 	cmds := make([]*redis.Cmd, len(ops))
 	for i, op := range ops {
-		sc, keys, args := script, []string{op.Key}, []any{op.Amount, op.Tau, mode(op.Return)}
-		if op.Counter {
-			sc, args = windowScript, []any{op.Amount, op.Limit, op.ExpireAtMS, mode(op.Return)}
-		}
+		sc, keys, args := opScript(op)
 		if eval {
 			cmds[i] = sc.Eval(ctx, pipe, keys, args...)
 		} else {
@@ -151,6 +182,21 @@ func (b *Buckets) retryNotRun(ctx context.Context, ops []Op, cmds []*redis.Cmd) 
 		cmds[i] = redone[j]
 	}
 	return cmds, nil
+}
+
+// opScript returns the script of op, its keys and arguments.
+func opScript(op Op) (*redis.Script, []string, []any) {
+	switch {
+	case !op.Counter:
+		return script, []string{op.Key}, []any{op.Amount, op.Tau, mode(op.Return)}
+	case op.Rolling:
+		return rollingScript, []string{op.Key}, []any{op.Amount, op.Limit, op.MaxPerPeriod, op.FieldMS, op.OldestMS,
+			op.ExpireAtMS, mode(op.Return)}
+	case op.PrevKey != "" && !op.Return:
+		return slidingScript, []string{op.Key, op.PrevKey}, []any{op.Amount, op.Limit, op.ExpireAtMS,
+			op.NowMS, op.StartMS, max(op.LengthMS, 1)}
+	}
+	return windowScript, []string{op.Key}, []any{op.Amount, op.Limit, op.ExpireAtMS, mode(op.Return)}
 }
 
 func mode(ret bool) string {
