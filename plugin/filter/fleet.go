@@ -42,7 +42,8 @@ type ruleFleet struct {
 	// windowed: leases count in the rate limit service's current window
 	// (fleet_window.go): they lapse at its end and returns name it.
 	windowed bool
-	periodMS int64         // a fixed window's length; 0 for a quota (its calendar period)
+	sliding  bool          // a sliding window: room comes back within a window (refusedWait)
+	periodMS int64         // a lease's (sub-)window: a fixed or sliding window's length, a rolling window's sub-period; 0 for a quota
 	quota    limiter.Quota // a quota's period and zone
 }
 

@@ -265,7 +265,7 @@ func (p *pluginContext) applyStatus(it *batchItem, st *rls.Status, now, sentMS i
 	wait := min(max(st.ResetMillis(), 10), it.rule.fleet.fc.syncMS)
 	until := it.rule.fleet.leaseUntil(st, now, sentMS)
 	if it.rule.fleet.windowed {
-		wait = until - now // the window is spent: only its end frees room
+		wait = it.rule.fleet.refusedWait(now, until) // the window is spent: only its end frees room (or a sliding window's decay)
 	}
 	if st.LimitRemaining > 0 {
 		wait = 0 // tokens remain: the next ask, sized by the hint, may succeed

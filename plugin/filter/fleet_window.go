@@ -7,12 +7,15 @@ import (
 	"github.com/sluice-rl/sluice/shared/rls"
 )
 
-// Fleet mode for global fixed windows and quotas. The rate limit service
-// counts each window's leases in one counter (admin/fleet: at most the
-// limit per window, all or nothing); the plugin spends them from the same
-// lease pools as a token bucket's, with three differences:
+// Fleet mode for global windows and quotas. The rate limit service counts
+// each (sub-)window's leases (admin/fleet, all or nothing: one counter per
+// window for a fixed window or quota; the current and previous windows'
+// estimate for a sliding window; the sum of the last sub-periods for a
+// rolling window); the plugin spends them from the same lease pools as a
+// token bucket's, with three differences:
 //
-//   - a lease is valid until the window's end, which the answer gives as
+//   - a lease is valid until the end of the window it was counted in (a
+//     rolling window's sub-period), which the answer gives as
 //     duration_until_reset: the pool's stamp is the call's send time plus
 //     that, never later than the end (the admin measured it after the send);
 //   - unused counts lapse at the window's end: a grant for another window
@@ -21,21 +24,43 @@ import (
 //     in unix ms, found from the pool's stamp), so the service never frees
 //     room in a later window with counts of an earlier one.
 
-// compileWindow sets the lease shape of a global fixed window or quota
-// (cr.win set): the limit in whole requests is the burst, limit/period the
-// rate. A token bucket keeps its own (set by compileRuleFleet).
+// compileWindow sets the lease shape of a global window or quota (cr.win
+// set): the most one (sub-)window admits, in whole requests, is the burst,
+// the limit over the window's length the rate. A token bucket keeps its
+// own (set by compileRuleFleet). periodMS is what a lease is counted in: a
+// fixed or sliding window, a rolling window's sub-period.
 func (rf *ruleFleet) compileWindow(cr *compiledRule) {
 	if cr.win == nil {
 		return
 	}
-	limit := math.Floor(cr.win.Capacity())
+	burst := math.Floor(cr.win.Capacity())
 	period := cr.win.PeriodSeconds()
 	rf.windowed = true
-	rf.tb = limiter.TokenBucket{Rate: limit / period, Burst: limit}
-	if _, quota := cr.win.(limiter.Quota); !quota {
+	rf.tb = limiter.TokenBucket{Rate: burst / period, Burst: burst}
+	switch w := cr.win.(type) {
+	case limiter.Quota:
+	case limiter.RollingWindow:
+		rf.tb.Rate = math.Floor(w.Limit) / (period * float64(max(w.Periods, 1)))
+		rf.periodMS = int64(period * 1000)
+	case limiter.SlidingWindow:
+		rf.sliding = true
+		rf.periodMS = int64(period * 1000)
+	default:
 		rf.periodMS = int64(period * 1000)
 	}
 	rf.quota = cr.quota
+}
+
+// refusedWait is how long a refusal answered now holds when the service
+// has no whole request left, until is the (sub-)window's end: room comes
+// back only then, except in a sliding window, whose estimate falls as the
+// previous window's weight decays, so that the pool asks again after a
+// sync interval.
+func (rf *ruleFleet) refusedWait(now, until int64) int64 {
+	if rf.sliding {
+		return min(until-now, rf.fc.syncMS)
+	}
+	return until - now
 }
 
 // leaseUntil is when a grant (or refusal) answered now, for a call sent at

@@ -1,6 +1,6 @@
 package scenario
 
-// Fleet mode for global fixed windows and quotas: the rule leases counts of
+// Fleet mode for global windows and quotas: the rule leases counts of
 // the rate limit service's current window (answered here as the admin
 // does, with duration_until_reset the time to the window's end). Checked:
 // the ask carries no rate override; a lease pays exactly its counts until
@@ -9,7 +9,9 @@ package scenario
 // window's end (Retry-After the window's remainder, no call meanwhile); an
 // idle pool returns its counts naming the window they were leased in
 // (sluice_window, its start in unix ms): a fixed window's on the epoch, a
-// quota's calendar period in its zone.
+// quota's calendar period in its zone. A sliding window's refusal holds one
+// sync interval only (its estimate falls within the window); a rolling
+// window's lease ends, and its return is named, by its sub-period.
 
 import (
 	"strconv"
@@ -24,6 +26,8 @@ import (
 func init() {
 	register(Case{Name: "FleetGlobalFixedWindow", Run: fleetFixedWindow})
 	register(Case{Name: "FleetGlobalQuotaReturnsNameTheirPeriod", Run: fleetQuota})
+	register(Case{Name: "FleetGlobalSlidingWindowAsksAgainWithinItsWindow", Run: fleetSlidingWindow})
+	register(Case{Name: "FleetGlobalRollingWindowLeasesEndWithTheirSubPeriod", Run: fleetRollingWindow})
 }
 
 func fleetWindowConfig(algorithm, config string) string {
@@ -172,6 +176,93 @@ func fleetQuota(t *testing.T, start Starter) {
 	answerRLS(t, h, c, "2", windowStatus(rlsv3.RateLimitResponse_OK, 90, 28*24*time.Hour))
 	if settled(t, "February", res).Rejected {
 		t.Fatal("rejected with February's lease granted")
+	}
+	noRecoveredPanics(t, h)
+}
+
+// refuseWindow sends one request of acme with its pool spent, answers the
+// ask with a refusal (nothing left, reset after reset) and returns the
+// rejection's Retry-After in seconds.
+func refuseWindow(t *testing.T, h Host, reset time.Duration) int {
+	t.Helper()
+	res := do(t, h, req("x-tenant", "acme"))
+	c := onlyCall(t, h, "the ask of a spent pool")
+	windowAsk(t, rlsCall(t, c, "node-a"))
+	answerRLS(t, h, c, "2", windowStatus(rlsv3.RateLimitResponse_OVER_LIMIT, 0, reset))
+	final := settled(t, "refused ask", res)
+	if !final.Rejected {
+		t.Fatal("admitted after the window's refusal")
+	}
+	ra, _ := strconv.Atoi(header(final.ResponseHeaders, "retry-after"))
+	return ra
+}
+
+func fleetSlidingWindow(t *testing.T, start Starter) {
+	// 30 s into the minute [12:00, 12:01).
+	t0 := time.Date(2026, 3, 1, 12, 0, 30, 0, time.UTC)
+	h := mustStart(t, start, Options{NodeID: "node-a", Start: t0,
+		Config: []byte(fleetWindowConfig("sliding_window", `{"limit": 10, "window_seconds": 60}`))})
+	acme := req("x-tenant", "acme")
+
+	lease := leaseWindow(t, h, "acme", 30*time.Second)
+	if got := admitted(t, h, int(lease)-1, acme); got != int(lease)-1 || len(pending(t, h)) != 0 {
+		t.Fatalf("%d of the %d leased counts admitted, %d calls", got+1, lease, len(pending(t, h)))
+	}
+	// The service refuses now, but the previous window's weight decays: the
+	// refusal holds one sync interval (100 ms), not the window's 30 s.
+	if ra := refuseWindow(t, h, 30*time.Second); ra < 1 || ra > 2 {
+		t.Errorf("Retry-After %d, want about the sync interval (1 s, rounded up), not the window's remaining 30 s", ra)
+	}
+	if res := do(t, h, acme); !res.Rejected || res.Paused || len(pending(t, h)) != 0 {
+		t.Fatalf("within the sync interval: rejected %v paused %v, %d calls; want a rejection without a call", res.Rejected, res.Paused, len(pending(t, h)))
+	}
+	h.Advance(200 * time.Millisecond)
+	lease = leaseWindow(t, h, "acme", 29*time.Second+800*time.Millisecond)
+
+	// The rest goes back when the pool is idle, naming the window 12:00.
+	d := idleReturn(t, h)
+	wantStart := strconv.FormatInt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).UnixMilli(), 10)
+	if got := entry(d, "sluice_window"); got != wantStart || d.GetHitsAddend().GetValue() != lease-1 {
+		t.Errorf("return of %d naming window %q, want %d naming %s", d.GetHitsAddend().GetValue(), got, lease-1, wantStart)
+	}
+	wantMetrics(t, h, map[string]uint64{"sluice.rule.w.global_returned": lease - 1, "sluice.rule.w.global_denied": 1})
+	noRecoveredPanics(t, h)
+}
+
+func fleetRollingWindow(t *testing.T, start Starter) {
+	// 5 s into the sub-period [12:00:00, 12:00:10) of a minute in six.
+	t0 := time.Date(2026, 3, 1, 12, 0, 5, 0, time.UTC)
+	h := mustStart(t, start, Options{NodeID: "node-a", Start: t0,
+		Config: []byte(fleetWindowConfig("rolling_window", `{"limit": 10, "window_seconds": 60, "period_seconds": 10}`))})
+	acme := req("x-tenant", "acme")
+
+	lease := leaseWindow(t, h, "acme", 5*time.Second)
+	if got := admitted(t, h, int(lease)-1, acme); got != int(lease)-1 || len(pending(t, h)) != 0 {
+		t.Fatalf("%d of the %d leased counts admitted, %d calls", got+1, lease, len(pending(t, h)))
+	}
+	// Nothing left in the window: the refusal holds to the sub-period's end,
+	// when a sub-period leaves the sum.
+	if ra := refuseWindow(t, h, 5*time.Second); ra < 5 || ra > 8 {
+		t.Errorf("Retry-After %d, want the sub-period's remaining 5 s (+ up to 50%% jitter)", ra)
+	}
+	step(t, h, 2*time.Second)
+	if res := do(t, h, acme); !res.Rejected || res.Paused {
+		t.Fatalf("2 s later in the spent sub-period: rejected %v paused %v", res.Rejected, res.Paused)
+	}
+	step(t, h, 3*time.Second)
+	for _, c := range pending(t, h) {
+		if r := rlsCall(t, c, "node-a"); len(r.Descriptors) > 0 && !isReturn(r.Descriptors[0]) {
+			t.Fatalf("asked %v in a spent sub-period", r.Descriptors)
+		}
+		answerRLS(t, h, c, "2", windowStatus(rlsv3.RateLimitResponse_OK, 0, 5*time.Second))
+	}
+
+	// The next sub-period asks again; its lease's return names 12:00:10.
+	lease = leaseWindow(t, h, "acme", 10*time.Second)
+	d := idleReturn(t, h)
+	wantStart := strconv.FormatInt(time.Date(2026, 3, 1, 12, 0, 10, 0, time.UTC).UnixMilli(), 10)
+	if got := entry(d, "sluice_window"); got != wantStart || d.GetHitsAddend().GetValue() != lease-1 {
+		t.Errorf("return of %d naming sub-period %q, want %d naming %s", d.GetHitsAddend().GetValue(), got, lease-1, wantStart)
 	}
 	noRecoveredPanics(t, h)
 }
