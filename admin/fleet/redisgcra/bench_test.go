@@ -3,6 +3,7 @@ package redisgcra_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -30,6 +31,47 @@ func BenchmarkRunWindows(b *testing.B) {
 		return redisgcra.Op{Key: redisgcra.WindowKey("sluice", "api", fmt.Sprintf("w%d-%d", w, i), 0), Counter: true,
 			Amount: 1, Limit: 1 << 50, ExpireAtMS: end}
 	})
+}
+
+// BenchmarkRunSlidingWindows is BenchmarkRunWindows with global sliding
+// windows: two counters read per take.
+func BenchmarkRunSlidingWindows(b *testing.B) {
+	now := time.Now()
+	start := now.Truncate(time.Hour)
+	end := start.Add(2 * time.Hour).UnixMilli()
+	runOps(b, benchBuckets(b), func(w int64, i int) redisgcra.Op {
+		id := fmt.Sprintf("w%d-%d", w, i)
+		return redisgcra.Op{Key: redisgcra.WindowKey("sluice", "api", id, start.UnixMilli()), Counter: true,
+			PrevKey: redisgcra.WindowKey("sluice", "api", id, start.Add(-time.Hour).UnixMilli()),
+			Amount:  1, Limit: 1 << 50, ExpireAtMS: end, NowMS: now.UnixMilli(), StartMS: start.UnixMilli(), LengthMS: time.Hour.Milliseconds()}
+	})
+}
+
+// BenchmarkRunRollingWindows is BenchmarkRunWindows with global rolling
+// windows of 60 sub-periods (the most), every one holding a count: the
+// script reads and sums 60 fields per take.
+func BenchmarkRunRollingWindows(b *testing.B) {
+	buckets := benchBuckets(b)
+	const periods = 60
+	cur := time.Now().Truncate(time.Minute)
+	oldest := cur.Add(-(periods - 1) * time.Minute)
+	end := cur.Add(periods * time.Minute).UnixMilli()
+	op := func(w int64, i int, at time.Time) redisgcra.Op {
+		return redisgcra.Op{Key: redisgcra.RollingKey("sluice", "api", fmt.Sprintf("w%d-%d", w, i)), Counter: true, Rolling: true,
+			Amount: 1, Limit: 1 << 50, FieldMS: at.UnixMilli(), OldestMS: oldest.UnixMilli(), ExpireAtMS: end}
+	}
+	var fill []redisgcra.Op // every sub-period of every identity the workers use
+	for w := int64(1); w <= int64(4*runtime.GOMAXPROCS(0)); w++ {
+		for i := range 32 {
+			for p := range periods {
+				fill = append(fill, op(w, i, oldest.Add(time.Duration(p)*time.Minute)))
+			}
+		}
+	}
+	if _, err := buckets.Run(context.Background(), fill); err != nil {
+		b.Fatal(err)
+	}
+	runOps(b, buckets, func(w int64, i int) redisgcra.Op { return op(w, i, cur) })
 }
 
 // runOps runs batches of 1 and 32 ops (op(worker, i)) from 4 goroutines
