@@ -17,7 +17,7 @@ const (
 	KeyRule     = "sluice_rule"   // the rule's name in the policy
 	KeyID       = "sluice_id"     // the identity (opaque, chosen by the plugin)
 	KeyOp       = "sluice_op"     // optional; "return" gives tokens back
-	KeyWindow   = "sluice_window" // optional, with sluice_op=return: the start (unix ms) of the window a return belongs to
+	KeyWindow   = "sluice_window" // optional, with sluice_op=return: the start (unix ms) of the window (a rolling window's sub-period) a return belongs to
 	OpReturn    = "return"
 	NodeHeader  = "x-sluice-node"       // request metadata: the caller's node id
 	FleetHeader = "x-sluice-fleet-size" // response metadata: distinct nodes seen in the last 30 s

@@ -1,0 +1,77 @@
+package redisgcra_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/admin/fleet/fleettest"
+	"github.com/sluice-rl/sluice/admin/fleet/redisgcra"
+)
+
+// A sliding window's take reads two keys in one script, which a Redis
+// Cluster allows only within one slot: the window keys of an identity share
+// its hash tag. Batches over identities on several shards: sliding takes
+// against a previous window of 4 halfway through the window, and rolling
+// takes against a cap per sub-period, answer as on one server.
+func TestSlidingAndRollingWindowsRunOnACluster(t *testing.T) {
+	addrs := fleettest.StartCluster(t)
+	b, c := newBuckets(t, redisgcra.ClientOptions{Addrs: addrs})
+	ctx := context.Background()
+	start := time.Now().Truncate(time.Hour).Add(time.Hour) // a future window: nothing expires
+	prevStart, end := start.Add(-time.Hour), start.Add(2*time.Hour)
+	var prevs, takes, rolls []redisgcra.Op
+	for i := range 6 {
+		id := fmt.Sprint("id-", i)
+		cur, prev := redisgcra.WindowKey("sluice", "s", id, start.UnixMilli()), redisgcra.WindowKey("sluice", "s", id, prevStart.UnixMilli())
+		prevs = append(prevs, redisgcra.Op{Key: prev, Counter: true, Amount: 4, Limit: 10, ExpireAtMS: end.UnixMilli()})
+		takes = append(takes, redisgcra.Op{Key: cur, PrevKey: prev, Counter: true, Amount: 4, Limit: 10, ExpireAtMS: end.UnixMilli(),
+			NowMS: start.Add(30 * time.Minute).UnixMilli(), StartMS: start.UnixMilli(), LengthMS: time.Hour.Milliseconds()})
+		rolls = append(rolls, redisgcra.Op{Key: redisgcra.RollingKey("sluice", "r", id), Counter: true, Rolling: true, Amount: 4,
+			Limit: 10, MaxPerPeriod: 6, FieldMS: start.UnixMilli(), OldestMS: prevStart.UnixMilli(), ExpireAtMS: end.UnixMilli()})
+	}
+	run := func(ops []redisgcra.Op) []redisgcra.Outcome {
+		t.Helper()
+		out, err := b.Run(ctx, ops)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	shards := map[int64]bool{}
+	for _, op := range takes {
+		slot, err := c.ClusterKeySlot(ctx, op.Key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		shards[slot/5462] = true // three masters of 16384/3 slots each
+	}
+	if len(shards) < 2 {
+		t.Fatalf("the identities all fall on one shard: %v", shards)
+	}
+	run(prevs)
+	// Estimate 4 × 0.5 = 2: a take of 4 fits (6), a second one does too
+	// (10), a third does not.
+	for round, want := range []struct {
+		allowed bool
+		used    int64
+	}{{true, 6}, {true, 10}, {false, 10}} {
+		for i, o := range run(takes) {
+			if o.Allowed != want.allowed || o.Count != want.used {
+				t.Fatalf("sliding take %d of identity %d: allowed %v used %d, want %v %d", round+1, i, o.Allowed, o.Count, want.allowed, want.used)
+			}
+		}
+	}
+	// 4 of the sub-period's cap of 6: 2 left; a second take of 4 is refused.
+	for round, want := range []struct {
+		allowed bool
+		used    int64
+	}{{true, 8}, {false, 8}} {
+		for i, o := range run(rolls) {
+			if o.Allowed != want.allowed || o.Count != want.used {
+				t.Fatalf("rolling take %d of identity %d: allowed %v used %d, want %v %d", round+1, i, o.Allowed, o.Count, want.allowed, want.used)
+			}
+		}
+	}
+}
