@@ -37,16 +37,14 @@ func (rf *ruleFleet) compileWindow(cr *compiledRule) {
 	period := cr.win.PeriodSeconds()
 	rf.windowed = true
 	rf.tb = limiter.TokenBucket{Rate: burst / period, Burst: burst}
-	switch w := cr.win.(type) {
-	case limiter.Quota:
-	case limiter.RollingWindow:
-		rf.tb.Rate = math.Floor(w.Limit) / (period * float64(max(w.Periods, 1)))
+	if _, quota := cr.win.(limiter.Quota); !quota {
 		rf.periodMS = int64(period * 1000)
+	}
+	switch w := cr.win.(type) {
+	case limiter.RollingWindow: // the limit holds over all its sub-periods
+		rf.tb.Rate = math.Floor(w.Limit) / (period * float64(max(w.Periods, 1)))
 	case limiter.SlidingWindow:
 		rf.sliding = true
-		rf.periodMS = int64(period * 1000)
-	default:
-		rf.periodMS = int64(period * 1000)
 	}
 	rf.quota = cr.quota
 }

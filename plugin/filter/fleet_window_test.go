@@ -61,3 +61,32 @@ func TestWindowStartAndOtherWindow(t *testing.T) {
 		t.Error("a month's grants: one window told apart, or two windows taken as one")
 	}
 }
+
+func TestSlidingAndRollingWindowsLeaseShape(t *testing.T) {
+	fc := &compiledFleet{syncMS: 100}
+	shape := func(w limiter.Window) *ruleFleet {
+		rf := &ruleFleet{fc: fc}
+		rf.compileWindow(&compiledRule{win: w})
+		return rf
+	}
+	// 100 per hour in 60 s sub-periods, at most 10 in one.
+	roll := shape(limiter.RollingWindow{Limit: 100, Period: 60, Periods: 60, MaxPerPeriod: 10})
+	if roll.periodMS != 60000 || roll.tb.Burst != 10 || roll.tb.Rate != 100.0/3600 || roll.sliding {
+		t.Errorf("rolling: period %d ms, burst %v, rate %v, sliding %v; want the 60 s sub-period, the cap 10, 100 per hour",
+			roll.periodMS, roll.tb.Burst, roll.tb.Rate, roll.sliding)
+	}
+	if got := roll.refusedWait(1000, 31000); got != 30000 {
+		t.Errorf("a rolling window's refusal holds %d ms, want to the sub-period's end (30000)", got)
+	}
+	slide := shape(limiter.SlidingWindow{Limit: 50.5, Window: 10})
+	if slide.periodMS != 10000 || slide.tb.Burst != 50 || slide.tb.Rate != 5 || !slide.sliding {
+		t.Errorf("sliding: period %d ms, burst %v, rate %v, sliding %v; want the 10 s window, 50 whole requests, 5/s",
+			slide.periodMS, slide.tb.Burst, slide.tb.Rate, slide.sliding)
+	}
+	if got := slide.refusedWait(1000, 31000); got != 100 {
+		t.Errorf("a sliding window's refusal holds %d ms, want one sync interval (100): its estimate falls within the window", got)
+	}
+	if got := slide.refusedWait(1000, 1040); got != 40 {
+		t.Errorf("a sliding window's refusal 40 ms before the window's end holds %d ms, want 40", got)
+	}
+}
