@@ -184,8 +184,6 @@ func TestOverrideErrorsNameTheirPath(t *testing.T) {
 			"rules[0].overrides[0].algorithm_config.window_seconds", "allowed fields here: limit"},
 		{`{"fleet":{"cluster":"rls"},"rules":[{"name":"g","scope":"global","limit_keys":["path"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1},"overrides":[{"key":"a","algorithm_config":{"burst":3}}]}]}`,
 			"rules[0].overrides", `cannot be used with "scope": "global"`},
-		{withAlg("quota", `{"limit":10,"period":"day"},"overrides":[{"key":"a","algorithm_config":{"limit":20}}]`),
-			"rules[0].overrides", `cannot be used with a "quota" rule`},
 	} {
 		wantError(t, c.in, c.path, c.msg)
 	}
