@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -210,6 +211,12 @@ func (p *parser) sharedQuotaFields(path string, cv *jvalue) {
 	if len(kept) != len(cv.obj) {
 		cv.obj = kept
 	}
+}
+
+// OverrideFields returns the fields an override's algorithm_config may set
+// on a rule of the algorithm (the admin's CSV import names its columns).
+func OverrideFields(algorithm string) []string {
+	return slices.Clone(overrideFieldsFor(algorithm))
 }
 
 // overrideFieldsFor returns the fields an override's algorithm_config may
