@@ -166,7 +166,7 @@ func (p *parser) override(path string, i int, ov *jvalue, r *Rule, cfg *jvalue, 
 		p.errorf(cpath, "is empty; set at least one of: ", strings.Join(allowed, ", "))
 	default:
 		if r.Quota != nil {
-			p.sharedQuotaFields(cpath, cv)
+			cv = p.sharedQuotaFields(cpath, cv)
 		}
 		if p.object(cpath, cv, allowed); len(p.errs) != before {
 			return o, false // a bad key or an unknown field: reported
@@ -193,10 +193,10 @@ func (p *parser) override(path string, i int, ov *jvalue, r *Rule, cfg *jvalue, 
 // identity of the rule shares: the period and time zone define the
 // period's bounds, which are the rule's (its fleet windows and its
 // RateLimit-Policy), and the costs are the rule's as for every algorithm.
-// Fields it reports are dropped from cv so the generic check does not
-// report them twice.
-func (p *parser) sharedQuotaFields(path string, cv *jvalue) {
-	kept := cv.obj[:0:0]
+// It returns cv without the fields it reported (a copy; cv is left as it
+// is), so the generic check does not report them twice.
+func (p *parser) sharedQuotaFields(path string, cv *jvalue) *jvalue {
+	kept := make([]jmember, 0, len(cv.obj))
 	for _, m := range cv.obj {
 		switch m.key {
 		case "period", "time_zone":
@@ -208,9 +208,10 @@ func (p *parser) sharedQuotaFields(path string, cv *jvalue) {
 			kept = append(kept, m)
 		}
 	}
-	if len(kept) != len(cv.obj) {
-		cv.obj = kept
+	if len(kept) == len(cv.obj) {
+		return cv
 	}
+	return &jvalue{kind: jObject, obj: kept}
 }
 
 // OverrideFields returns the fields an override's algorithm_config may set
