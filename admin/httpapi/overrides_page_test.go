@@ -168,11 +168,26 @@ func TestImportFormIsForEditorsWithTheirCSRFToken(t *testing.T) {
 	if strings.Contains(page, "overrides-form") {
 		t.Error("a viewer is shown the import form")
 	}
+	if own := get(t, viewer, e.srv.URL+"/policy/overrides"); strings.Contains(own, `id="ov-rule"`) || !strings.Contains(own, "it needs the editor role") {
+		t.Errorf("the import page for a viewer:\n%s", own)
+	}
 	fields.Set("csrf", csrfOf(t, page))
 	if resp, body := postImport(t, viewer, e, fields, ""); resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "editor role") {
 		t.Errorf("viewer: %d\n%s", resp.StatusCode, body)
 	}
 	if n, _ := currentOverrides(t, e); n != 2 {
 		t.Errorf("a refused import saved v%d", n)
+	}
+}
+
+func TestImportFormRefusesAnUploadOverTheBodyLimit(t *testing.T) {
+	e, c, csrf := importEnv(t)
+	big := "key,burst\n" + strings.Repeat("10.0.0.1,40\n", 8000) // about 96 kB; the test admin takes 64 KiB
+	resp, body := postImport(t, c, e, url.Values{"csrf": {csrf}, "base_version": {"2"}, "rule": {"per-ip"}, "op": {"save"}}, big)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(body, "the limit is 65536 bytes") {
+		t.Errorf("too large: %d\n%s", resp.StatusCode, body)
+	}
+	if n, _ := currentOverrides(t, e); n != 2 {
+		t.Errorf("saved v%d", n)
 	}
 }
