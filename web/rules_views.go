@@ -25,6 +25,7 @@ type RuleRow struct {
 	Algorithm string
 	Mode      string
 	Extra     string // members the form keeps without editing them
+	Overrides int    // entries of its "overrides"
 	First     bool
 	Last      bool
 }

@@ -100,6 +100,9 @@ type EditorPage struct {
 	// DefaultOp is what Enter in a field does: "" simulates; with the rule
 	// form open, "apply:<ref>" applies it. Saving always takes a click.
 	DefaultOp string
+	// Import is the form that imports a CSV of overrides (nil: not shown,
+	// e.g. to a viewer).
+	Import *OverridesForm
 }
 
 // Conflict explains a refused save whose base version was stale.

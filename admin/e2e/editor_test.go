@@ -1,15 +1,11 @@
 package e2e
 
 import (
-	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
-
-	"github.com/sluice-rl/sluice/plugin/wasmhost/wasmtest"
 )
 
 // The tiers the structured editor and the simulator are driven on.
@@ -23,18 +19,7 @@ const tiersPolicy = `{"policies":[{"name":"tiers","rules":[
 // then simulates a premium request against the saved policy.
 func TestBrowserRaiseATierAndSimulate(t *testing.T) {
 	chromium := chromiumPath(t)
-	root, bin := wasmtest.ModuleRoot(t), t.TempDir()
-	buildAdmin(t, root, filepath.Join(bin, "ratelimit-admin"))
-	admin := start(t, "admin", root, filepath.Join(bin, "ratelimit-admin"),
-		[]string{"-listen", "127.0.0.1:0", "-xds-listen", "127.0.0.1:0", "-data-dir", t.TempDir()},
-		[]string{"SLUICE_ADMIN_TOKEN=" + token},
-		regexp.MustCompile(`dashboard (http://\S+)/\s+xDS (\S+)`))
-	adminURL := admin[1]
-	resp := apiDo(t, "POST", adminURL+"/api/v1/policy", token, []byte(`{"base_version":1,"message":"tiers","policy":`+tiersPolicy+`}`))
-	resp.Body.Close()
-	if resp.StatusCode != 201 {
-		t.Fatalf("saving the tiers: %d", resp.StatusCode)
-	}
+	adminURL := startAdminWith(t, tiersPolicy, "tiers") // overrides_test.go
 
 	b := openBrowser(t, chromium, "structured-editor")
 	run, eval := b.run, b.eval

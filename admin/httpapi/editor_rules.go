@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -46,11 +47,26 @@ func rulesView(draft string, editing *web.RuleFormView) web.RulesView {
 			rp.Rules = append(rp.Rules, web.RuleRow{
 				Ref: strconv.Itoa(p) + ":" + strconv.Itoa(i), Name: s.Name, Matches: s.Matches, Keys: s.Keys,
 				Limit: s.Limit, Algorithm: s.Algorithm, Mode: s.Mode, Extra: s.Extra, First: i == 0, Last: i == len(rs)-1,
+				Overrides: countOverrides(o),
 			})
 		}
 		v.Policies = append(v.Policies, rp)
 	}
 	return v
+}
+
+// countOverrides is the number of entries of a rule's "overrides" (0 when
+// it has none or they are not a list).
+func countOverrides(o policyedit.Object) int {
+	raw, ok := o.Get("overrides")
+	if !ok {
+		return 0
+	}
+	var list []json.RawMessage
+	if json.Unmarshal(raw, &list) != nil {
+		return 0
+	}
+	return len(list)
 }
 
 // formView fills the rule form from a form model.

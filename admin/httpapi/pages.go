@@ -52,7 +52,7 @@ func (s *server) page(h func(http.ResponseWriter, *http.Request, auth.Session) e
 		}
 		if r.Method == http.MethodPost {
 			s.limitBody(w, r)
-			if err := r.ParseForm(); err != nil {
+			if err := s.parsePostForm(r); err != nil {
 				if isTooLarge(err) {
 					s.renderError(w, r, nav(sess, ""), http.StatusRequestEntityTooLarge, "Too large", s.tooLargeMessage()+".")
 				} else {
@@ -76,6 +76,16 @@ func (s *server) page(h func(http.ResponseWriter, *http.Request, auth.Session) e
 			s.pageError(w, r, sess, err)
 		}
 	})
+}
+
+// parsePostForm reads a form, urlencoded or (a file upload) multipart,
+// into r.PostForm; the body is already bounded by limitBody, so a
+// multipart form is read into memory whole.
+func (s *server) parsePostForm(r *http.Request) error {
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "multipart/form-data" {
+		return r.ParseMultipartForm(s.MaxBodyBytes)
+	}
+	return r.ParseForm()
 }
 
 // pageError renders the error page for errors the handler did not render
@@ -280,6 +290,9 @@ func (s *server) editorPage(w http.ResponseWriter, r *http.Request, sess auth.Se
 		Nav: nav(sess, "policy"), Flashes: flashFromQuery(r.URL.Query()),
 		Current: versionInfo(cur, cur.Number), BaseVersion: cur.Number, Draft: draft, Rows: rows(draft),
 		Rules: rulesView(draft, nil),
+	}
+	if canEdit(sess) {
+		p.Import = importForm(sess, cur) // overrides_page.go
 	}
 	if ps := s.Policies.LastPublish(); ps.Err != nil {
 		p.Flashes = append(p.Flashes, web.Flash{Kind: "error", Text: fmt.Sprintf("Publishing v%d failed: %v", ps.Version, ps.Err)})

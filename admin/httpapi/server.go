@@ -206,6 +206,8 @@ func New(cfg Config) (http.Handler, error) {
 	mux.Handle("POST /policy", s.page(s.editorSubmit))
 	mux.Handle("POST /simulate", s.page(s.simulateSubmit))
 	mux.Handle("POST /policy/rules", s.page(s.rulesSubmit))
+	mux.Handle("GET /policy/overrides", s.page(s.overridesPage))
+	mux.Handle("POST /policy/overrides", s.page(s.overridesSubmit))
 	mux.Handle("GET /history", s.page(s.historyPage))
 	mux.Handle("GET /history/{n}", s.page(s.versionPage))
 	mux.Handle("POST /rollback", s.page(s.rollbackSubmit))

@@ -24,7 +24,9 @@ import (
 //     of overrides) and the request is decided by a copy of the rule with
 //     those limits. The copy keeps the rule's name and so its bucket key:
 //     the identity's state carries over when its override changes (a
-//     token bucket's level is cut down to a lowered burst by Take).
+//     token bucket's level is cut down to a lowered burst by Take; a
+//     quota keeps the period's count, so a lowered limit rejects until the
+//     reset).
 //     Counted in sluice.rule.<rule>.overridden.
 
 type ruleAction uint8
@@ -80,6 +82,8 @@ func (cr *compiledRule) compileOverrides(r *policy.Rule, vm *vmContext) {
 			k = overrideLimits{rate: o.TokenBucket.TokensPerSecond, burst: o.TokenBucket.Burst}
 		case o.Window != nil:
 			k = overrideLimits{limit: o.Window.Limit, perPeriod: o.Window.MaxPerPeriod}
+		case o.Quota != nil: // only the limit differs: period, zone and costs are the rule's
+			k = overrideLimits{limit: o.Quota.Limit}
 		default:
 			continue
 		}
@@ -89,9 +93,12 @@ func (cr *compiledRule) compileOverrides(r *policy.Rule, vm *vmContext) {
 			*ov = *cr
 			ov.overrides, ov.overridden = nil, true
 			wr := *r // the rule with the override's limits
-			if o.Window != nil {
+			switch {
+			case o.Quota != nil:
+				wr.Quota = o.Quota
+			case o.Window != nil:
 				wr.Window = o.Window
-			} else {
+			default:
 				wr.TokenBucket = o.TokenBucket
 			}
 			ov.compileLimits(&wr)

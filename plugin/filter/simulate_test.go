@@ -46,7 +46,8 @@ const simulatorPolicy = `{
     ]},
     {"name": "daily", "rules": [
       {"name": "reports-quota", "match": {"path_prefix": "/reports"}, "limit_keys": ["jwt:sub"],
-       "algorithm": "quota", "algorithm_config": {"limit": 8, "period": "day", "time_zone": "Europe/Berlin"}}
+       "algorithm": "quota", "algorithm_config": {"limit": 8, "period": "day", "time_zone": "Europe/Berlin"},
+       "overrides": [{"key": "user-1", "algorithm_config": {"limit": 13}}]}
     ]},
     {"name": "search", "rules": [
       {"name": "search-shadow", "mode": "shadow", "match": {"path_prefix": "/search"}, "limit_keys": ["ip:address"],
@@ -153,6 +154,7 @@ func TestSimulatorDecidesLikeTheCompiledFilter(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	rejected, shadowed, allowed, denied, quota := 0, 0, 0, 0, 0
+	quotaOverridden := 0 // requests user-1's own quota decided
 	for i := 0; i < 400; i++ {
 		f.clock.Advance(time.Duration(rng.IntN(700)) * time.Millisecond)
 		req := randomRequest(rng)
@@ -198,9 +200,17 @@ func TestSimulatorDecidesLikeTheCompiledFilter(t *testing.T) {
 		for _, s := range sim.Stores() {
 			states[key{s.Rule, s.Identity}] = s.State
 		}
+		for _, pr := range sim.Policies {
+			for _, rr := range pr.Rules {
+				if rr.Name == "reports-quota" && rr.Applies && rr.Overridden {
+					quotaOverridden++
+				}
+			}
+		}
 	}
-	if rejected < 20 || allowed < 20 || shadowed < 5 || denied < 3 || quota < 3 {
-		t.Fatalf("the sequence exercised too little: %d rejected (%d denied, %d by the quota), %d allowed, %d shadow-marked", rejected, denied, quota, allowed, shadowed)
+	if rejected < 20 || allowed < 20 || shadowed < 5 || denied < 3 || quota < 3 || quotaOverridden < 10 {
+		t.Fatalf("the sequence exercised too little: %d rejected (%d denied, %d by the quota), %d allowed, %d shadow-marked, %d decided by a quota override",
+			rejected, denied, quota, allowed, shadowed, quotaOverridden)
 	}
 }
 

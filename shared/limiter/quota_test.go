@@ -303,3 +303,36 @@ func BenchmarkQuotaVsFixedWindow(b *testing.B) {
 		})
 	}
 }
+
+// TestQuotaLimitChangeKeepsThePeriodsCount is what an override change
+// does to an identity: the state (the period's use) is kept, the new limit
+// applies to it. A lowered limit below the use rejects until the reset; a
+// raised one admits the difference.
+func TestQuotaLimitChangeKeepsThePeriodsCount(t *testing.T) {
+	berlin := mustZone(t, "Europe/Berlin")
+	now := at(t, berlin, "2026-05-20 10:00:00")
+	reset := at(t, berlin, "2026-06-01 00:00:00")
+	var w state.Window
+	big := NewQuota(100, PeriodMonth, berlin)
+	for i := 0; i < 40; i++ {
+		if d := big.Take(&w, i > 0, now, 1); !d.Allowed {
+			t.Fatalf("request %d under the limit of 100: %+v", i, d)
+		}
+	}
+	lowered := NewQuota(30, PeriodMonth, berlin)
+	d := lowered.Take(&w, true, now+60, 1)
+	if d.Allowed || d.Remaining != 0 || d.Wait != reset-(now+60) || w.Counts[0] != 40 {
+		t.Fatalf("limit lowered to 30 after a use of 40: %+v (use %v), want refused until the reset", d, w.Counts[0])
+	}
+	if d := lowered.Take(&w, true, reset, 1); !d.Allowed || d.Remaining != 29 {
+		t.Fatalf("at the reset: %+v, want allowed with 29 left", d)
+	}
+	w = state.Window{}
+	for i := 0; i < 40; i++ {
+		lowered.Take(&w, i > 0, now, 1) // 30 admitted, 10 refused
+	}
+	raised := NewQuota(35, PeriodMonth, berlin)
+	if d := raised.Take(&w, true, now, 5); !d.Allowed || d.Remaining != 0 || w.Counts[0] != 35 {
+		t.Fatalf("limit raised to 35 after a use of 30: %+v (use %v), want the 5 admitted", d, w.Counts[0])
+	}
+}

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -34,17 +35,21 @@ var (
 	tokenBucketOverrideFields = []string{"tokens_per_second", "rps", "burst"}
 	windowOverrideFields      = []string{"limit"}
 	rollingOverrideFields     = []string{"limit", "max_per_period"}
+	// A quota's identities share its calendar period and time zone (one
+	// period boundary per rule): only the limit differs per identity.
+	quotaOverrideFields = []string{"limit"}
 )
 
 // Override is one entry of a rule's "overrides": the identity Key (the
 // composite key as the rule builds it from its limit_keys) gets these
-// limits instead of the rule's. TokenBucket or Window (after the rule's
-// algorithm) is the rule's algorithm_config with the override's fields
-// applied, complete and validated.
+// limits instead of the rule's. TokenBucket, Window or Quota (after the
+// rule's algorithm) is the rule's algorithm_config with the override's
+// fields applied, complete and validated.
 type Override struct {
 	Key         string
 	TokenBucket *TokenBucket
 	Window      *Window
+	Quota       *Quota
 }
 
 // action reads "action" and "deny_status".
@@ -98,12 +103,10 @@ func (p *parser) overrides(path string, v *jvalue, r *Rule, cfg *jvalue) []Overr
 		p.errorf(path, "has ", strconv.Itoa(len(v.arr)), " entries; at most ", strconv.Itoa(MaxOverrides), " are allowed per rule")
 		return nil
 	case r.Global:
-		p.errorf(path, `cannot be used with "scope": "global" (the rate limit service keeps one limit per global rule)`)
+		p.errorf(path, `cannot be used with "scope": "global" (the rate limit service keeps one limit per global rule); `+
+			`give the identities with limits of their own a global rule of their own before this one (match on their key with {"in": [...]})`)
 		return nil
-	case r.Quota != nil:
-		p.errorf(path, `cannot be used with a "quota" rule; give the identities with a quota of their own a quota rule of their own before this one (match on their key with {"in": [...]})`)
-		return nil
-	case cfg == nil || (r.TokenBucket == nil && r.Window == nil):
+	case cfg == nil || (r.TokenBucket == nil && r.Window == nil && r.Quota == nil):
 		return nil // the rule's algorithm_config is missing or invalid: reported already
 	}
 	allowed := overrideFieldsFor(r.Algorithm)
@@ -162,17 +165,59 @@ func (p *parser) override(path string, i int, ov *jvalue, r *Rule, cfg *jvalue, 
 	case len(cv.obj) == 0:
 		p.errorf(cpath, "is empty; set at least one of: ", strings.Join(allowed, ", "))
 	default:
+		if r.Quota != nil {
+			cv = p.sharedQuotaFields(cpath, cv)
+		}
 		if p.object(cpath, cv, allowed); len(p.errs) != before {
 			return o, false // a bad key or an unknown field: reported
 		}
 		merged := mergeConfig(cfg, cv)
-		if r.Window != nil {
+		switch {
+		case r.Quota != nil:
+			if o.Quota = p.quota(cpath, merged); o.Quota != nil {
+				// The rule's max_debt, even its default (the rule's limit):
+				// the costs are the rule's, and the normalized form, which
+				// writes the default out, must parse back the same.
+				o.Quota.MaxDebt = r.Quota.MaxDebt
+			}
+		case r.Window != nil:
 			o.Window = p.window(cpath, merged, r.Algorithm)
-		} else {
+		default:
 			o.TokenBucket = p.tokenBucket(cpath, merged)
 		}
 	}
 	return o, len(p.errs) == before
+}
+
+// sharedQuotaFields refuses, with a reason, the quota fields every
+// identity of the rule shares: the period and time zone define the
+// period's bounds, which are the rule's (its fleet windows and its
+// RateLimit-Policy), and the costs are the rule's as for every algorithm.
+// It returns cv without the fields it reported (a copy; cv is left as it
+// is), so the generic check does not report them twice.
+func (p *parser) sharedQuotaFields(path string, cv *jvalue) *jvalue {
+	kept := make([]jmember, 0, len(cv.obj))
+	for _, m := range cv.obj {
+		switch m.key {
+		case "period", "time_zone":
+			p.errorf(join(path, m.key), "cannot be overridden: every identity of a quota rule shares its period and time zone; "+
+				`only "limit" may differ per identity (give identities with another period a quota rule of their own before this one)`)
+		case "cost_source", "fixed_cost", "default_cost", "max_debt":
+			p.errorf(join(path, m.key), `cannot be overridden: the rule's costs apply to every identity; only "limit" may differ per identity`)
+		default:
+			kept = append(kept, m)
+		}
+	}
+	if len(kept) == len(cv.obj) {
+		return cv
+	}
+	return &jvalue{kind: jObject, obj: kept}
+}
+
+// OverrideFields returns the fields an override's algorithm_config may set
+// on a rule of the algorithm (the admin's CSV import names its columns).
+func OverrideFields(algorithm string) []string {
+	return slices.Clone(overrideFieldsFor(algorithm))
 }
 
 // overrideFieldsFor returns the fields an override's algorithm_config may
@@ -183,6 +228,8 @@ func overrideFieldsFor(alg string) []string {
 		return windowOverrideFields
 	case AlgorithmRollingWindow:
 		return rollingOverrideFields
+	case AlgorithmQuota:
+		return quotaOverrideFields
 	}
 	return tokenBucketOverrideFields
 }
@@ -309,6 +356,21 @@ func fastOverride(v *jvalue, r *Rule, nkeys int) (Override, bool) {
 		}
 		o.TokenBucket = &t
 		return o, true
+	}
+	if q := r.Quota; q != nil {
+		if nums[3] < 0 || nums[0] >= 0 || nums[1] >= 0 || nums[2] >= 0 || nums[4] >= 0 {
+			return o, false
+		}
+		c := *q // the rule's period, zone, costs and max_debt
+		c.Limit = nums[3]
+		if c.FixedCost > c.Limit || c.DefaultCost > c.Limit {
+			return o, false
+		}
+		o.Quota = &c
+		return o, true
+	}
+	if r.Window == nil {
+		return o, false
 	}
 	w := *r.Window
 	if nums[0] >= 0 || nums[1] >= 0 || nums[2] >= 0 || (nums[4] >= 0 && r.Algorithm != AlgorithmRollingWindow) {

@@ -35,6 +35,8 @@ func FuzzParse(f *testing.F) {
 		ruleWith(`"name":"p","limit_keys":["header:k","method"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10},` +
 			`"overrides":[{"key":"a\\|b|GET","algorithm_config":{"burst":20}},{"key":"c|POST","algorithm_config":{"rps":1,"burst":2}},{"key":"c|","algorithm_config":{"limit":1}}]}`),
 		withAlg("rolling_window", `{"limit":100,"window_seconds":60,"period_seconds":10},"overrides":[{"key":"1.2.3.4","algorithm_config":{"limit":50,"max_per_period":10}}]`),
+		withAlg("quota", `{"limit":1000,"period":"month","time_zone":"Europe/Berlin"},"overrides":[{"key":"1.2.3.4","algorithm_config":{"limit":5000}},{"key":"5.6.7.8","algorithm_config":{"period":"day"}}]`),
+		withAlg("quota", `{"limit":1e4,"period":"day","cost_source":"response_header:x-cost"},"overrides":[{"key":"1.2.3.4","algorithm_config":{"limit":10}}]`),
 		`{"rules":[1,]}`, `[]`, `null`, `{"policies":[],"rules":[]}`, "",
 	} {
 		f.Add([]byte(s))

@@ -184,8 +184,6 @@ func TestOverrideErrorsNameTheirPath(t *testing.T) {
 			"rules[0].overrides[0].algorithm_config.window_seconds", "allowed fields here: limit"},
 		{`{"fleet":{"cluster":"rls"},"rules":[{"name":"g","scope":"global","limit_keys":["path"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1},"overrides":[{"key":"a","algorithm_config":{"burst":3}}]}]}`,
 			"rules[0].overrides", `cannot be used with "scope": "global"`},
-		{withAlg("quota", `{"limit":10,"period":"day"},"overrides":[{"key":"a","algorithm_config":{"limit":20}}]`),
-			"rules[0].overrides", `cannot be used with a "quota" rule`},
 	} {
 		wantError(t, c.in, c.path, c.msg)
 	}
@@ -270,6 +268,8 @@ func FuzzFastOverrideAgreesWithTheFullChecks(f *testing.F) {
 	f.Add("rolling_window", "k", "limit", "50", "max_per_period", "60")
 	f.Add("fixed_window", "k", "limit", "1e13", "max_per_period", "1")
 	f.Add("sliding_window", "k\\#", "limit", "0.5", "limit", "2")
+	f.Add("quota", "k", "limit", "50", "period", `"month"`)
+	f.Add("quota", "k", "limit", "1", "burst", "3")
 	f.Fuzz(func(t *testing.T, alg, key, f1, v1, f2, v2 string) {
 		ruleCfg := `{"rps":5,"burst":10,"fixed_cost":2}`
 		switch alg {
@@ -277,6 +277,8 @@ func FuzzFastOverrideAgreesWithTheFullChecks(f *testing.F) {
 			ruleCfg = `{"limit":10,"window_seconds":60,"fixed_cost":2}`
 		case "rolling_window":
 			ruleCfg = `{"limit":100,"window_seconds":60,"period_seconds":10,"max_per_period":20}`
+		case "quota":
+			ruleCfg = `{"limit":100,"period":"day","fixed_cost":2}`
 		default:
 			alg = "token_bucket"
 		}
@@ -299,7 +301,8 @@ func FuzzFastOverrideAgreesWithTheFullChecks(f *testing.F) {
 		full, fullOK := p.override("overrides", 0, ov, r, ruleJSON, overrideFieldsFor(alg), map[string]int{})
 		fast, fastOK := fastOverride(ov, r, 1)
 		if fastOK && (!fullOK || !reflect.DeepEqual(fast, full)) {
-			t.Fatalf("%s: fast %+v %+v, full %v %+v %+v (%v)", entry, fast.TokenBucket, fast.Window, fullOK, full.TokenBucket, full.Window, p.errs)
+			t.Fatalf("%s: fast %+v %+v %+v, full %v %+v %+v %+v (%v)", entry, fast.TokenBucket, fast.Window, fast.Quota,
+				fullOK, full.TokenBucket, full.Window, full.Quota, p.errs)
 		}
 	})
 }

@@ -237,6 +237,8 @@ func normalizeOverrides(os []Override) []normOverride {
 			out[i].Config = normOverrideTB{TokensPerSecond: o.TokenBucket.TokensPerSecond, Burst: o.TokenBucket.Burst}
 		case o.Window != nil:
 			out[i].Config = normOverrideWindow{Limit: o.Window.Limit, MaxPerPeriod: o.Window.MaxPerPeriod}
+		case o.Quota != nil:
+			out[i].Config = normOverrideWindow{Limit: o.Quota.Limit}
 		}
 	}
 	return out

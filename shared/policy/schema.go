@@ -165,7 +165,7 @@ func schemaProperties() map[string]obj {
 					"tokens_per_second": rate("token_bucket: the identity's refill rate."),
 					"rps":               rate("token_bucket: alias of tokens_per_second."),
 					"burst":             obj{"type": "number", "exclusiveMinimum": 0, "maximum": MaxBurst, "description": "token_bucket: the identity's bucket capacity."},
-					"limit":             obj{"type": "number", "exclusiveMinimum": 0, "maximum": MaxBurst, "description": "Windows: the identity's limit per window."},
+					"limit":             obj{"type": "number", "exclusiveMinimum": 0, "maximum": MaxBurst, "description": "Windows and quota: the identity's limit per window or calendar period (a quota's period and time_zone are the rule's, shared by every identity)."},
 					"max_per_period":    obj{"type": "number", "exclusiveMinimum": 0, "maximum": MaxBurst, "description": "rolling_window: the identity's cap per period."},
 				},
 				"description": "The limits that differ from the rule's; the rest (costs, window lengths) is the rule's."},

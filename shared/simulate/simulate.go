@@ -222,7 +222,9 @@ func limitsFor(r *policy.Rule, identity string) (*policy.Rule, bool) {
 			continue
 		}
 		wr := *r
-		if o.Window != nil {
+		if o.Quota != nil {
+			wr.Quota = o.Quota
+		} else if o.Window != nil {
 			wr.Window = o.Window
 		} else if o.TokenBucket != nil {
 			wr.TokenBucket = o.TokenBucket

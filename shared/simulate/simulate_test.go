@@ -3,6 +3,7 @@ package simulate
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-rl/sluice/shared/policy"
 	"github.com/sluice-rl/sluice/shared/state"
@@ -166,4 +167,34 @@ func fieldOf(hs [][2]string, name string) string {
 		}
 	}
 	return ""
+}
+
+func TestQuotaOverrideGivesItsIdentityItsOwnLimitInTheRulesPeriod(t *testing.T) {
+	cfg := mustParse(t, `{"rules":[{"name":"monthly","limit_keys":["header:x-api-key"],"algorithm":"quota",
+  "algorithm_config":{"limit":3,"period":"month","time_zone":"Europe/Berlin"},
+  "overrides":[{"key":"big","algorithm_config":{"limit":500}}]}]}`)
+	now := float64(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC).Unix())
+	run := func(key string) RuleResult {
+		res := Run(cfg, Request{Method: "GET", Path: "/", Host: "a", ClientAddress: "10.0.0.1:1",
+			Headers: map[string]string{"x-api-key": key}}, Options{Now: now})
+		return res.Policies[0].Rules[0]
+	}
+	big, small := run("big"), run("small")
+	if !big.Overridden || big.Level != 500 || small.Overridden || small.Level != 3 {
+		t.Errorf("big: overridden %v level %v; small: overridden %v level %v", big.Overridden, big.Level, small.Overridden, small.Level)
+	}
+	// Both reset at the rule's period end: 1 April 00:00 in Berlin.
+	reset := float64(time.Date(2026, 4, 1, 0, 0, 0, 0, mustZone(t, "Europe/Berlin")).Unix()) - now
+	if big.Decision.Reset != reset || small.Decision.Reset != reset {
+		t.Errorf("resets %v and %v, want %v", big.Decision.Reset, small.Decision.Reset, reset)
+	}
+}
+
+func mustZone(t *testing.T, name string) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loc
 }
