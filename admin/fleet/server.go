@@ -312,7 +312,7 @@ func (s *Server) plan(domain string, items []item, now time.Time) plan {
 func counterOp(domain string, it item, l limitOf) redisgcra.Op {
 	return redisgcra.Op{Key: redisgcra.WindowKey(domain, it.rule, it.id, l.start.UnixMilli()), Counter: true,
 		Amount: int64(min(it.hits, math.MaxInt32)), Limit: l.win.Limit, Return: it.ret,
-		ExpireAtMS: l.end.Add(windowKeyGrace).UnixMilli()}
+		ExpireAtMS: l.end.Add(windowKeyGrace).UnixMilli(), StartMS: l.start.UnixMilli()}
 }
 
 func (s *Server) limitFor(it item) limitOf {

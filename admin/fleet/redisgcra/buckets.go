@@ -32,6 +32,7 @@ type Op struct {
 	Counter    bool
 	Limit      int64
 	ExpireAtMS int64
+	StartMS    int64 // a counter's window start, unix ms (in Key: WindowKey)
 }
 
 // Outcome is the result of one Op.
