@@ -1,13 +1,10 @@
 package e2e
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/admin/fleet"
 	"github.com/sluice-rl/sluice/admin/fleet/fleettest"
-	"github.com/sluice-rl/sluice/admin/fleet/pggcra"
 	"github.com/sluice-rl/sluice/plugin/wasmhost/fleethosts"
 )
 
@@ -27,16 +24,9 @@ func TestFleetAdmissionAgainstRedis(t *testing.T) {
 // TestFleetAdmissionAgainstPostgres: the same with the buckets in a real
 // PostgreSQL server, the admin's default budget and session settings.
 func TestFleetAdmissionAgainstPostgres(t *testing.T) {
-	pg := fleettest.StartPostgres(t, fleettest.PostgresOptions{})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	b, err := pggcra.Open(ctx, pggcra.Options{URL: pg.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
 	policy := fleetPolicy("deny")
-	checkFleetAdmission(t, startAdminRLSOn(t, b, fleet.BackendPostgres, "postgres", policy), policy)
+	rls, _ := startAdminRLSPostgres(t, policy)
+	checkFleetAdmission(t, rls, policy)
 }
 
 // ungrantedBound is how much of burst + rate x T the global bucket may
