@@ -59,8 +59,15 @@ const (
 // maxAttempts bounds the tries of one call. The function cannot fail with
 // 40001 or 40P01 at READ COMMITTED, which the admin's sessions use; the
 // retries are for a session whose level was changed behind its back (a
-// pooler between the admin and the database).
-const maxAttempts = 8
+// pooler between the admin and the database). There, a hot window row
+// (one statement per op, no lock taken first) fails a call once per
+// concurrent update: the bound is high, and the call's budget (its
+// context) ends the retries first.
+const maxAttempts = 16
+
+// maxBackoff bounds the random pause before a retry after a serialization
+// failure or a deadlock.
+const maxBackoff = 8 * time.Millisecond
 
 // Buckets runs bucket operations on PostgreSQL.
 type Buckets struct {
@@ -268,8 +275,14 @@ func (b *Buckets) Run(ctx context.Context, ops []redisgcra.Op) ([]redisgcra.Outc
 			}
 		case RetrySerialization, RetryDeadlock:
 			// Callers that lost a race on one row would otherwise meet
-			// again at once: a random pause, growing, at most a few ms.
-			time.Sleep(rand.N(time.Duration(attempt) * time.Millisecond))
+			// again at once: a random pause, doubling, at most maxBackoff.
+			pause := time.NewTimer(rand.N(min(time.Millisecond<<attempt, maxBackoff)))
+			select {
+			case <-ctx.Done():
+				pause.Stop()
+				return nil, classify(ctx, err)
+			case <-pause.C:
+			}
 		}
 		b.retries.WithLabelValues(reason).Inc()
 	}
