@@ -25,15 +25,7 @@ import (
 //	go test ./admin/fleet -run '^$' -bench Backends -benchtime 5s
 func BenchmarkBackends(b *testing.B) {
 	limit := redisgcra.Limit{Rate: 1e9, Burst: 1e9}
-	pg := fleettest.StartPostgres(b, fleettest.PostgresOptions{Durable: true})
-	backends := []struct {
-		name    string
-		backend Backend
-	}{
-		{"redis", redisBackend(b, fleettest.StartRedis(b).Addr)},
-		{"postgres", postgresBackend(b, pg.URL)},
-		{"postgres-sync", postgresBackend(b, pg.URL+"&synchronous_commit=on")},
-	}
+	backends := benchBackends(b, true)
 	shapes := []struct{ keys, descriptors int }{{1, 1}, {100_000, 1}, {100_000, 32}}
 	for _, be := range backends {
 		for _, shape := range shapes {
@@ -55,14 +47,7 @@ func BenchmarkBackends(b *testing.B) {
 //
 //	go test ./admin/fleet -run '^$' -bench BackendWindows -benchtime 3s
 func BenchmarkBackendWindows(b *testing.B) {
-	pg := fleettest.StartPostgres(b, fleettest.PostgresOptions{Durable: true})
-	backends := []struct {
-		name    string
-		backend Backend
-	}{
-		{"redis", redisBackend(b, fleettest.StartRedis(b).Addr)},
-		{"postgres", postgresBackend(b, pg.URL)},
-	}
+	backends := benchBackends(b, false)
 	w := Window{Limit: 1 << 50, Seconds: 3600}
 	start, end := w.Bounds(time.Now())
 	for _, be := range backends {
@@ -75,6 +60,26 @@ func BenchmarkBackendWindows(b *testing.B) {
 			})
 		}
 	}
+}
+
+type benchBackend struct {
+	name    string
+	backend Backend
+}
+
+// benchBackends starts a redis-server and a durable PostgreSQL server, and
+// returns a backend on each (and with withSync one more on PostgreSQL with
+// synchronous_commit=on).
+func benchBackends(b *testing.B, withSync bool) []benchBackend {
+	pg := fleettest.StartPostgres(b, fleettest.PostgresOptions{Durable: true})
+	out := []benchBackend{
+		{"redis", redisBackend(b, fleettest.StartRedis(b).Addr)},
+		{"postgres", postgresBackend(b, pg.URL)},
+	}
+	if withSync {
+		out = append(out, benchBackend{"postgres-sync", postgresBackend(b, pg.URL+"&synchronous_commit=on")})
+	}
+	return out
 }
 
 // benchCalls runs b.N calls of n ops each from 4 goroutines per CPU, the
