@@ -253,3 +253,36 @@ func TestCleanDeletesEndedWindowsOnly(t *testing.T) {
 		t.Fatalf("the live window after the cleanup: %+v %v, want its count 4", outs, err)
 	}
 }
+
+// A database of the first schema version (token buckets only) is upgraded
+// by the next admin's start: its buckets kept, the window table added.
+func TestSchemaUpgradeAddsWindowsAndKeepsBuckets(t *testing.T) {
+	pg := fleettest.StartPostgres(t, fleettest.PostgresOptions{})
+	old := open(t, pg.URL)
+	ctx := context.Background()
+	limit := redisgcra.Limit{Rate: 0.001, Burst: 10}
+	bucket := redisgcra.Key("sluice", "tb", "A")
+	if _, err := old.Run(ctx, []redisgcra.Op{{Key: bucket, Amount: limit.Cost(4), Tau: limit.Tau()}}); err != nil {
+		t.Fatal(err)
+	}
+	// Back to version 1, as an admin of that version left it.
+	if _, err := old.Pool().Exec(ctx, `DROP TABLE sluice_fleet_windows; DROP FUNCTION sluice_fleet_window; DELETE FROM sluice_fleet_schema WHERE version = 2`); err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+	b := open(t, pg.URL)
+	var versions int
+	if err := b.Pool().QueryRow(ctx, `SELECT count(*) FROM sluice_fleet_schema`).Scan(&versions); err != nil || versions != 2 {
+		t.Fatalf("%d schema versions recorded (%v), want 2", versions, err)
+	}
+	outs, err := b.Run(ctx, []redisgcra.Op{{Key: bucket, Tau: limit.Tau()}, windowOp("A", 0, 3, 5, false)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if limit.Remaining(outs[0].Backlog) != 6 || !outs[1].Allowed || outs[1].Count != 3 {
+		t.Errorf("after the upgrade: %+v, want the bucket's 6 tokens kept and a window lease of 3", outs)
+	}
+	if n := b.Retries(pggcra.RetrySchema); n != 0 {
+		t.Errorf("%g schema retries: the upgrade should happen at start", n)
+	}
+}
