@@ -338,9 +338,6 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		defer fb.close()
 		rules := &fleet.PolicyRules{}
-		if fb.kind == fleet.BackendPostgres {
-			rules.WindowsUnsupported = logger.With("component", "rls")
-		}
 		pub = rules.Publisher(pub)
 		fleetSrv = fleet.NewServer(fleet.Options{Backend: fb.backend, Rules: rules, Timeout: fb.timeout,
 			Metrics: fleet.NewMetricsFor(fb.kind), Logger: logger.With("component", "rls"), BackendName: fb.name})

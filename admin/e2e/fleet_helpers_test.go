@@ -13,6 +13,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluice-rl/sluice/admin/fleet"
+	"github.com/sluice-rl/sluice/admin/fleet/fleettest"
+	"github.com/sluice-rl/sluice/admin/fleet/pggcra"
 	"github.com/sluice-rl/sluice/admin/fleet/redisgcra"
 	"github.com/sluice-rl/sluice/plugin/wasmhost/fleethosts"
 )
@@ -61,6 +63,36 @@ func startAdminRLS(t *testing.T, redisAddr, policy string) *adminRLS {
 	}
 	t.Cleanup(func() { c.Close() })
 	return startAdminRLSOn(t, redisgcra.New(c), fleet.BackendRedis, "redis "+redisAddr, policy)
+}
+
+// startAdminRLSPostgres serves the admin's RLS for the global rules of
+// policy on a PostgreSQL server of its own, with the admin's default budget
+// and session settings; stop stops the server.
+func startAdminRLSPostgres(t *testing.T, policy string) (rls *adminRLS, stop func()) {
+	t.Helper()
+	pg := fleettest.StartPostgres(t, fleettest.PostgresOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := pggcra.Open(ctx, pggcra.Options{URL: pg.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	return startAdminRLSOn(t, b, fleet.BackendPostgres, "postgres", policy), pg.Stop
+}
+
+// fleetBackends are the backends the fleet tests run against: each starts
+// the admin's RLS for policy on a new server of its own, and returns a
+// function that kills that server.
+var fleetBackends = []struct {
+	name  string
+	start func(t *testing.T, policy string) (rls *adminRLS, kill func())
+}{
+	{"redis", func(t *testing.T, policy string) (*adminRLS, func()) {
+		r := fleettest.StartRedis(t)
+		return startAdminRLS(t, r.Addr, policy), r.Kill
+	}},
+	{"postgres", startAdminRLSPostgres},
 }
 
 // startAdminRLSOn is startAdminRLS on any backend of kind kind.

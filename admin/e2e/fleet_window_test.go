@@ -5,13 +5,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/admin/fleet/fleettest"
 	"github.com/sluice-rl/sluice/plugin/wasmhost/fleethosts"
 )
 
 // Global fixed windows and quotas end to end: three Envoy-like processes of
 // two VMs each run the compiled plugin against the admin's rate limit
-// service on a real Redis, on the real clock.
+// service on a real Redis and on a real PostgreSQL, on the real clock.
 
 // fleetWindowPolicy: rule "g", a global fixed window of limit per second
 // (or a quota of limit per period) per x-tenant.
@@ -60,10 +59,17 @@ func windowLoad(f *fleethosts.Fleet, tenant string, d time.Duration) []admission
 // window the requests surely admitted in it (called and answered inside
 // it) are at most the limit; each full window admits most of it.
 func TestFleetWindowNeverAdmitsMoreThanTheLimitPerWindow(t *testing.T) {
+	for _, be := range fleetBackends {
+		t.Run(be.name, func(t *testing.T) {
+			policy := fleetWindowPolicy("fixed_window", `{"limit":50,"window_seconds":1}`, "deny")
+			rls, _ := be.start(t, policy)
+			checkFleetWindow(t, rls, policy)
+		})
+	}
+}
+
+func checkFleetWindow(t *testing.T, rls *adminRLS, policy string) {
 	const limit = 50
-	r := fleettest.StartRedis(t)
-	policy := fleetWindowPolicy("fixed_window", `{"limit":50,"window_seconds":1}`, "deny")
-	rls := startAdminRLS(t, r.Addr, policy)
 	f := fleethosts.Start(t, fleethosts.Options{Config: policy, RLS: rls.url, Hosts: 3})
 	f.StartTickers()
 	adm := windowLoad(f, "acme", 3500*time.Millisecond)
@@ -99,13 +105,20 @@ func TestFleetWindowNeverAdmitsMoreThanTheLimitPerWindow(t *testing.T) {
 // pools give their unused counts back to the same period, so the counter
 // equals what was admitted and a later burst gets the rest.
 func TestFleetQuotaUnusedLeasesGoBack(t *testing.T) {
-	const limit = 100
 	if now := time.Now().UTC(); now.Hour() == 23 && now.Minute() == 59 {
 		t.Skip("too close to the end of the day (UTC) for a daily quota")
 	}
-	r := fleettest.StartRedis(t)
-	policy := fleetWindowPolicy("quota", `{"limit":100,"period":"day"}`, "deny")
-	rls := startAdminRLS(t, r.Addr, policy)
+	for _, be := range fleetBackends {
+		t.Run(be.name, func(t *testing.T) {
+			policy := fleetWindowPolicy("quota", `{"limit":100,"period":"day"}`, "deny")
+			rls, _ := be.start(t, policy)
+			checkFleetQuota(t, rls, policy)
+		})
+	}
+}
+
+func checkFleetQuota(t *testing.T, rls *adminRLS, policy string) {
+	const limit = 100
 	f := fleethosts.Start(t, fleethosts.Options{Config: policy, RLS: rls.url, Hosts: 3})
 	f.StartTickers()
 	first := len(windowLoad(f, "acme", 300*time.Millisecond))
@@ -127,45 +140,48 @@ func TestFleetQuotaUnusedLeasesGoBack(t *testing.T) {
 	}
 }
 
-// TestFleetWindowRedisKilled: with Redis killed, the plugin spends what it
-// holds, then on_backend_down decides: deny admits nothing once the
-// window's leases have lapsed, local_share at most limit/N plus its refill
-// per process.
-func TestFleetWindowRedisKilled(t *testing.T) {
-	for _, mode := range []string{"deny", "local_share"} {
-		t.Run(mode, func(t *testing.T) {
-			r := fleettest.StartRedis(t)
-			policy := fleetWindowPolicy("fixed_window", `{"limit":60,"window_seconds":1}`, mode)
-			rls := startAdminRLS(t, r.Addr, policy)
-			f := fleethosts.Start(t, fleethosts.Options{Config: policy, RLS: rls.url, Hosts: 3})
-			f.StartTickers()
-			windowLoad(f, "acme", 400*time.Millisecond)
-			r.Kill()
-			windowLoad(f, "acme", 1200*time.Millisecond) // the window's leases lapse
-			start := time.Now()
-			down := windowLoad(f, "acme", time.Second)
-			T := time.Since(start).Seconds()
-			f.Wait()
-			f.CheckNoTraps()
-			errs, fallback := f.Metric("sluice.rule.g.backend_errors"), f.Metric("sluice.rule.g.fallback_local")
-			t.Logf("Redis down: admitted %d in %.2fs; backend_errors %d, fallback_local %d", len(down), T, errs, fallback)
-			if errs == 0 || fallback == 0 {
-				t.Errorf("backend_errors %d, fallback_local %d; want both counted", errs, fallback)
-			}
-			switch mode {
-			case "deny":
-				if len(down) != 0 {
-					t.Errorf("on_backend_down deny admitted %d", len(down))
-				}
-			case "local_share":
-				// Three processes, each a bucket of 60/3 refilled at 60/3 per second.
-				if bound := 3 * (20 + 20*T); float64(len(down)) > bound+3 {
-					t.Errorf("local share admitted %d, over 3 x (limit/3 + limit/3 x T) = %.1f", len(down), bound)
-				}
-				if len(down) == 0 {
-					t.Error("local share admitted nothing: traffic stopped")
-				}
-			}
-		})
+// TestFleetWindowBackendKilled: with the backend (Redis or PostgreSQL)
+// killed, the plugin spends what it holds, then on_backend_down decides:
+// deny admits nothing once the window's leases have lapsed, local_share at
+// most limit/N plus its refill per process.
+func TestFleetWindowBackendKilled(t *testing.T) {
+	for _, be := range fleetBackends {
+		for _, mode := range []string{"deny", "local_share"} {
+			t.Run(be.name+"/"+mode, func(t *testing.T) { checkFleetWindowKilled(t, be.start, mode) })
+		}
+	}
+}
+
+func checkFleetWindowKilled(t *testing.T, startRLS func(*testing.T, string) (*adminRLS, func()), mode string) {
+	policy := fleetWindowPolicy("fixed_window", `{"limit":60,"window_seconds":1}`, mode)
+	rls, kill := startRLS(t, policy)
+	f := fleethosts.Start(t, fleethosts.Options{Config: policy, RLS: rls.url, Hosts: 3})
+	f.StartTickers()
+	windowLoad(f, "acme", 400*time.Millisecond)
+	kill()
+	windowLoad(f, "acme", 1200*time.Millisecond) // the window's leases lapse
+	start := time.Now()
+	down := windowLoad(f, "acme", time.Second)
+	T := time.Since(start).Seconds()
+	f.Wait()
+	f.CheckNoTraps()
+	errs, fallback := f.Metric("sluice.rule.g.backend_errors"), f.Metric("sluice.rule.g.fallback_local")
+	t.Logf("backend down: admitted %d in %.2fs; backend_errors %d, fallback_local %d", len(down), T, errs, fallback)
+	if errs == 0 || fallback == 0 {
+		t.Errorf("backend_errors %d, fallback_local %d; want both counted", errs, fallback)
+	}
+	switch mode {
+	case "deny":
+		if len(down) != 0 {
+			t.Errorf("on_backend_down deny admitted %d", len(down))
+		}
+	case "local_share":
+		// Three processes, each a bucket of 60/3 refilled at 60/3 per second.
+		if bound := 3 * (20 + 20*T); float64(len(down)) > bound+3 {
+			t.Errorf("local share admitted %d, over 3 x (limit/3 + limit/3 x T) = %.1f", len(down), bound)
+		}
+		if len(down) == 0 {
+			t.Error("local share admitted nothing: traffic stopped")
+		}
 	}
 }

@@ -25,56 +25,98 @@ import (
 //	go test ./admin/fleet -run '^$' -bench Backends -benchtime 5s
 func BenchmarkBackends(b *testing.B) {
 	limit := redisgcra.Limit{Rate: 1e9, Burst: 1e9}
-	pg := fleettest.StartPostgres(b, fleettest.PostgresOptions{Durable: true})
-	backends := []struct {
-		name    string
-		backend Backend
-	}{
-		{"redis", redisBackend(b, fleettest.StartRedis(b).Addr)},
-		{"postgres", postgresBackend(b, pg.URL)},
-		{"postgres-sync", postgresBackend(b, pg.URL+"&synchronous_commit=on")},
-	}
+	backends := benchBackends(b, true)
 	shapes := []struct{ keys, descriptors int }{{1, 1}, {100_000, 1}, {100_000, 32}}
 	for _, be := range backends {
 		for _, shape := range shapes {
 			keys, n := shape.keys, shape.descriptors
 			b.Run(fmt.Sprintf("backend=%s/keys=%d/descriptors=%d", be.name, keys, n), func(b *testing.B) {
-				backend := be.backend
-				var next atomic.Int64
-				var mu sync.Mutex
-				var lat []time.Duration
-				b.SetParallelism(4)
-				b.ResetTimer()
-				start := time.Now()
-				b.RunParallel(func(pb *testing.PB) {
-					own := make([]time.Duration, 0, 1024)
-					for pb.Next() {
-						ops := make([]redisgcra.Op, n)
-						first := next.Add(int64(n)) - int64(n)
-						for i := range ops {
-							key := redisgcra.Key("bench", "api", fmt.Sprint((first+int64(i))%int64(keys)))
-							ops[i] = redisgcra.Op{Key: key, Amount: limit.Cost(1), Tau: limit.Tau()}
-						}
-						t0 := time.Now()
-						if _, err := backend.Run(context.Background(), ops); err != nil {
-							b.Error(err)
-							return
-						}
-						own = append(own, time.Since(t0))
-					}
-					mu.Lock()
-					lat = append(lat, own...)
-					mu.Unlock()
+				benchCalls(b, be.backend, n, func(k int64) redisgcra.Op {
+					key := redisgcra.Key("bench", "api", fmt.Sprint(k%int64(keys)))
+					return redisgcra.Op{Key: key, Amount: limit.Cost(1), Tau: limit.Tau()}
 				})
-				secs := time.Since(start).Seconds()
-				b.StopTimer()
-				slices.Sort(lat)
-				if len(lat) > 0 {
-					b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
-				}
-				b.ReportMetric(float64(b.N)/secs, "calls/s")
-				b.ReportMetric(float64(b.N*n)/secs, "descriptors/s")
 			})
 		}
 	}
+}
+
+// BenchmarkBackendWindows compares the two backends on global fixed window
+// counters, as BenchmarkBackends does on buckets: one request leased per
+// call (never refused: a limit no run reaches), in the current hour-long
+// window, on one hot counter and spread over 100,000 identities.
+//
+//	go test ./admin/fleet -run '^$' -bench BackendWindows -benchtime 3s
+func BenchmarkBackendWindows(b *testing.B) {
+	backends := benchBackends(b, false)
+	w := Window{Limit: 1 << 50, Seconds: 3600}
+	start, end := w.Bounds(time.Now())
+	for _, be := range backends {
+		for _, keys := range []int64{1, 100_000} {
+			b.Run(fmt.Sprintf("backend=%s/keys=%d", be.name, keys), func(b *testing.B) {
+				benchCalls(b, be.backend, 1, func(k int64) redisgcra.Op {
+					it := item{rule: "win", id: fmt.Sprint(k % keys), hits: 1}
+					return counterOp("bench", it, limitOf{win: w, start: start, end: end}, start)
+				})
+			})
+		}
+	}
+}
+
+type benchBackend struct {
+	name    string
+	backend Backend
+}
+
+// benchBackends starts a redis-server and a durable PostgreSQL server, and
+// returns a backend on each (and with withSync one more on PostgreSQL with
+// synchronous_commit=on).
+func benchBackends(b *testing.B, withSync bool) []benchBackend {
+	pg := fleettest.StartPostgres(b, fleettest.PostgresOptions{Durable: true})
+	out := []benchBackend{
+		{"redis", redisBackend(b, fleettest.StartRedis(b).Addr)},
+		{"postgres", postgresBackend(b, pg.URL)},
+	}
+	if withSync {
+		out = append(out, benchBackend{"postgres-sync", postgresBackend(b, pg.URL+"&synchronous_commit=on")})
+	}
+	return out
+}
+
+// benchCalls runs b.N calls of n ops each from 4 goroutines per CPU, the
+// k-th op of the run being op(k), and reports calls/s, descriptors/s and
+// the 99th percentile latency of a call.
+func benchCalls(b *testing.B, backend Backend, n int, op func(k int64) redisgcra.Op) {
+	var next atomic.Int64
+	var mu sync.Mutex
+	var lat []time.Duration
+	b.SetParallelism(4)
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		own := make([]time.Duration, 0, 1024)
+		for pb.Next() {
+			ops := make([]redisgcra.Op, n)
+			first := next.Add(int64(n)) - int64(n)
+			for i := range ops {
+				ops[i] = op(first + int64(i))
+			}
+			t0 := time.Now()
+			if _, err := backend.Run(context.Background(), ops); err != nil {
+				b.Error(err)
+				return
+			}
+			own = append(own, time.Since(t0))
+		}
+		mu.Lock()
+		lat = append(lat, own...)
+		mu.Unlock()
+	})
+	secs := time.Since(start).Seconds()
+	b.StopTimer()
+	slices.Sort(lat)
+	if len(lat) > 0 {
+		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	}
+	b.ReportMetric(float64(b.N)/secs, "calls/s")
+	b.ReportMetric(float64(b.N*n)/secs, "descriptors/s")
 }

@@ -9,9 +9,6 @@ package fleet
 
 import (
 	"context"
-	"log/slog"
-	"maps"
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -42,10 +39,6 @@ type WindowRules interface {
 // published version.
 type PolicyRules struct {
 	cur atomic.Pointer[ruleSet]
-	// WindowsUnsupported, when set (the PostgreSQL backend), is logged as
-	// an error naming every global fixed_window or quota rule of each
-	// version set: their calls answer UNAVAILABLE.
-	WindowsUnsupported *slog.Logger
 }
 
 type ruleSet struct {
@@ -99,10 +92,6 @@ func (p *PolicyRules) Set(version int64, doc []byte) {
 	windows, windowNames := GlobalWindows(doc)
 	names = append(names, windowNames...)
 	p.cur.Store(&ruleSet{version: version, limits: limits, windows: windows, names: names})
-	if p.WindowsUnsupported != nil && len(windows) > 0 {
-		p.WindowsUnsupported.Error("the fleet backend is PostgreSQL, which keeps token buckets only: the rate limit service answers UNAVAILABLE to every call carrying these global fixed_window or quota rules, and the plugins apply on_backend_down; use Redis (-redis-addrs) or make them \"local\"",
-			"version", version, "rules", slices.Sorted(maps.Keys(windows)))
-	}
 }
 
 // Publisher returns a policies.Publisher that records each version and

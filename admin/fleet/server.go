@@ -23,8 +23,9 @@ import (
 	"github.com/sluice-rl/sluice/admin/fleet/redisgcra"
 )
 
-// Backend runs bucket operations: redisgcra.Buckets (Redis) or
-// pggcra.Buckets (PostgreSQL), the same GCRA on the backend's clock. Run
+// Backend runs bucket and window counter operations: redisgcra.Buckets
+// (Redis) or pggcra.Buckets (PostgreSQL), the same GCRA on the backend's
+// clock and the same counters (docs/design/fleet-windows.md). Run
 // applies a call's ops in order, in one round trip, and returns their
 // outcomes; on an error none (the ops may or may not have been applied).
 // An Op's Key names the bucket (redisgcra.Key).
@@ -273,7 +274,7 @@ const (
 	unlimited limitKind = iota // no rule, no override: OK without a limit
 	limited                    // a bucket in Redis
 	denyAll                    // override with requests_per_unit 0
-	counted                    // a global fixed window or quota: a counter in Redis
+	counted                    // a global fixed window or quota: a counter in the backend
 )
 
 func (s *Server) plan(domain string, items []item, now time.Time) plan {
@@ -324,9 +325,9 @@ func counterOp(domain string, it item, l limitOf, now time.Time) redisgcra.Op {
 	case w.Sliding && !it.ret:
 		length := time.Duration(w.Seconds) * time.Second
 		op.PrevKey = redisgcra.WindowKey(domain, it.rule, it.id, start.Add(-length).UnixMilli())
-		op.NowMS, op.StartMS, op.LengthMS = now.UnixMilli(), start.UnixMilli(), length.Milliseconds()
+		op.NowMS, op.LengthMS = now.UnixMilli(), length.Milliseconds()
 	}
-	op.Key = redisgcra.WindowKey(domain, it.rule, it.id, start.UnixMilli())
+	op.Key, op.StartMS = redisgcra.WindowKey(domain, it.rule, it.id, start.UnixMilli()), start.UnixMilli()
 	return op
 }
 

@@ -356,11 +356,15 @@ func callUntilOK(t *testing.T, s *rls, req *rlsv3.RateLimitRequest) error {
 // (connections closed, then refused), start it again on the same address.
 type outage struct{ hang, stop, start func() }
 
+// The calls carry a bucket and a global fixed window: both are answered
+// again once the backend is back.
 func testBackendDown(t *testing.T, b Backend, m *Metrics, what string, o outage) {
-	rules := &StaticRules{Limits: map[string]redisgcra.Limit{"api": {Rate: 1000, Burst: 1000}}}
+	rules := &StaticRules{Limits: map[string]redisgcra.Limit{"api": {Rate: 1000, Burst: 1000}},
+		Windows: map[string]Window{"win": {Limit: 1_000_000, Seconds: 3600}}}
 	const budget = 100 * time.Millisecond
 	s := startRLS(t, Options{Backend: b, Rules: rules, Metrics: m, Timeout: budget})
-	req := &rlsv3.RateLimitRequest{Domain: "sluice", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("api", "A", 1, false)}}
+	req := &rlsv3.RateLimitRequest{Domain: "sluice", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		desc("api", "A", 1, false), desc("win", "A", 1, false)}}
 	// Up first (a cold connection on a loaded machine may miss the budget).
 	if err := callUntilOK(t, s, req); err != nil {
 		t.Fatal(err)

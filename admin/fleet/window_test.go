@@ -1,9 +1,6 @@
 package fleet
 
 import (
-	"context"
-	"errors"
-	"log/slog"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -14,12 +11,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
-	"github.com/sluice-rl/sluice/admin/fleet/fleettest"
-	"github.com/sluice-rl/sluice/admin/fleet/pggcra"
-	"github.com/sluice-rl/sluice/admin/fleet/redisgcra"
 	"github.com/sluice-rl/sluice/shared/limiter"
 )
 
@@ -49,10 +41,13 @@ func windowReturn(rule, id string, hits int64, startMS int64) *ratelimitv3.RateL
 }
 
 func TestGlobalWindowLeasesAreAllOrNothingAndReturnsStayInTheirWindow(t *testing.T) {
+	forEachBackend(t, testGlobalWindowLeases)
+}
+
+func testGlobalWindowLeases(t *testing.T, b Backend) {
 	clock := newWindowClock()
 	rules := &StaticRules{Windows: map[string]Window{"win": {Limit: 10, Seconds: 3600}}}
-	s := startRLS(t, Options{Backend: redisBackend(t, fleettest.StartRedis(t).Addr), Rules: rules,
-		Timeout: time.Second, Now: clock.now})
+	s := startRLS(t, Options{Backend: b, Rules: rules, Timeout: time.Second, Now: clock.now})
 	OK, OVER := rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT
 
 	resp := s.mustCall(t, "n1", desc("win", "A", 6, false))
@@ -82,6 +77,10 @@ func TestGlobalWindowLeasesAreAllOrNothingAndReturnsStayInTheirWindow(t *testing
 }
 
 func TestGlobalQuotaCountsInTheCalendarPeriodOfItsZone(t *testing.T) {
+	forEachBackend(t, testGlobalQuota)
+}
+
+func testGlobalQuota(t *testing.T, b Backend) {
 	loc, err := time.LoadLocation("America/New_York")
 	if err != nil {
 		t.Fatal(err)
@@ -90,8 +89,7 @@ func TestGlobalQuotaCountsInTheCalendarPeriodOfItsZone(t *testing.T) {
 	now := time.Now()
 	start, end := limiter.PeriodBounds(limiter.PeriodDay, loc, float64(now.Unix()))
 	rules := &StaticRules{Windows: map[string]Window{"daily": {Limit: 5, Quota: q}}}
-	s := startRLS(t, Options{Backend: redisBackend(t, fleettest.StartRedis(t).Addr), Rules: rules,
-		Timeout: time.Second, Now: func() time.Time { return now }})
+	s := startRLS(t, Options{Backend: b, Rules: rules, Timeout: time.Second, Now: func() time.Time { return now }})
 	st := s.mustCall(t, "n1", desc("daily", "A", 5, false)).Statuses[0]
 	checkStatus(t, "lease the day's 5", st, rlsv3.RateLimitResponse_OK, 0)
 	want := time.Unix(int64(end), 0).Sub(now)
@@ -112,11 +110,14 @@ func TestGlobalQuotaCountsInTheCalendarPeriodOfItsZone(t *testing.T) {
 // every host has asked until refused with nothing left, it is exactly the
 // limit (all-or-nothing grants sized by limit_remaining lose nothing).
 func TestGlobalWindowHostsTogetherNeverLeaseMoreThanTheLimit(t *testing.T) {
+	forEachBackend(t, testGlobalWindowHostsTogether)
+}
+
+func testGlobalWindowHostsTogether(t *testing.T, b Backend) {
 	clock := newWindowClock()
 	const limit, hosts = 200, 8
 	rules := &StaticRules{Windows: map[string]Window{"win": {Limit: limit, Seconds: 3600}}}
-	s := startRLS(t, Options{Backend: redisBackend(t, fleettest.StartRedis(t).Addr), Rules: rules,
-		Timeout: time.Second, Now: clock.now})
+	s := startRLS(t, Options{Backend: b, Rules: rules, Timeout: time.Second, Now: clock.now})
 	for round := 0; round < 3; round++ {
 		var held atomic.Int64
 		start := clock.start()
@@ -160,19 +161,6 @@ func TestGlobalWindowHostsTogetherNeverLeaseMoreThanTheLimit(t *testing.T) {
 	}
 }
 
-func TestGlobalWindowOnPostgresAnswersUnavailableNamingRedis(t *testing.T) {
-	_, err := (&pggcra.Buckets{}).Run(context.Background(), []redisgcra.Op{{Key: "k", Counter: true, Amount: 1, Limit: 1}})
-	if !errors.Is(err, pggcra.ErrNoWindows) {
-		t.Fatalf("Run of a counter op = %v, want ErrNoWindows", err)
-	}
-	s := startRLS(t, Options{Backend: failingBackend{pggcra.ErrNoWindows},
-		Rules: &StaticRules{Windows: map[string]Window{"win": {Limit: 10, Seconds: 60}}}, Timeout: time.Second})
-	_, _, err = s.call(t, "n1", &rlsv3.RateLimitRequest{Domain: "sluice", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("win", "A", 1, false)}})
-	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "Redis") {
-		t.Fatalf("err = %v, want UNAVAILABLE naming Redis", err)
-	}
-}
-
 func TestWindowEntryErrorsNameTheField(t *testing.T) {
 	for _, c := range []struct {
 		d    *ratelimitv3.RateLimitDescriptor
@@ -205,18 +193,8 @@ func (r *rls) one(t *testing.T, d *ratelimitv3.RateLimitDescriptor) (*rlsv3.Rate
 	return resp.Statuses[0], nil
 }
 
-// failingBackend fails every call with err.
-type failingBackend struct{ err error }
-
-func (f failingBackend) Run(context.Context, []redisgcra.Op) ([]redisgcra.Outcome, error) {
-	return nil, f.err
-}
-
-func (f failingBackend) Ping(context.Context) error { return nil }
-
-func TestPolicyRulesOnPostgresLogTheGlobalWindowsByName(t *testing.T) {
-	var logged strings.Builder
-	rules := &PolicyRules{WindowsUnsupported: slog.New(slog.NewTextHandler(&logged, nil))}
+func TestPolicyRulesListTheGlobalWindows(t *testing.T) {
+	rules := &PolicyRules{}
 	rules.Set(3, []byte(`{"fleet":{"cluster":"rls"},"rules":[
 	  {"name":"tb","scope":"global","limit_keys":["header:x-k"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1}},
 	  {"name":"daily","scope":"global","limit_keys":["header:x-k"],"algorithm":"quota","algorithm_config":{"limit":100,"period":"day"}},
@@ -230,15 +208,5 @@ func TestPolicyRulesOnPostgresLogTheGlobalWindowsByName(t *testing.T) {
 	o := NewServer(Options{Backend: &fakeBackend{}, Rules: rules}).Overview()
 	if len(o.Rules) != 3 || !o.Rules[2].Known || o.Rules[2].Limit.Burst != 10 || o.Rules[2].Limit.Rate != 10.0/60 {
 		t.Errorf("dashboard rules %+v, want minute known with its 10 per 60 s", o.Rules)
-	}
-	if out := logged.String(); !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "rules=\"[daily minute]\"") ||
-		!strings.Contains(out, "version=3") || !strings.Contains(out, "Redis") {
-		t.Errorf("log %q, want an error naming version 3, the rules daily and minute, and Redis", out)
-	}
-	logged.Reset()
-	rules.Set(4, []byte(`{"fleet":{"cluster":"rls"},"rules":[
-	  {"name":"tb","scope":"global","limit_keys":["header:x-k"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1}}]}`))
-	if logged.Len() != 0 {
-		t.Errorf("a policy of token buckets only logged %q", logged.String())
 	}
 }

@@ -8,12 +8,19 @@
 // writes the changed TATs back, in one statement: no update is ever lost,
 // and concurrent calls on a key queue on its row lock instead of failing.
 // Rows of full buckets are deleted off the request path by Clean.
+//
+// Global fixed windows and quotas are counters, one row per identity and
+// window (windows.go), with the semantics of the Redis backend's
+// window.lua: all-or-nothing leases up to the limit, returns that only
+// decrement their own window's row, rows deleted by Clean once their
+// window has ended.
 package pggcra
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"strings"
 	"time"
@@ -52,8 +59,15 @@ const (
 // maxAttempts bounds the tries of one call. The function cannot fail with
 // 40001 or 40P01 at READ COMMITTED, which the admin's sessions use; the
 // retries are for a session whose level was changed behind its back (a
-// pooler between the admin and the database).
-const maxAttempts = 8
+// pooler between the admin and the database). There, a hot window row
+// (one statement per op, no lock taken first) fails a call once per
+// concurrent update: the bound is high, and the call's budget (its
+// context) ends the retries first.
+const maxAttempts = 16
+
+// maxBackoff bounds the random pause before a retry after a serialization
+// failure or a deadlock.
+const maxBackoff = 8 * time.Millisecond
 
 // Buckets runs bucket operations on PostgreSQL.
 type Buckets struct {
@@ -136,9 +150,9 @@ func Config(o Options) (*pgxpool.Config, error) {
 	return cfg, nil
 }
 
-// warmUp prepares the call, compiles the function and plans its
+// warmUp prepares the calls, compiles the functions and plans their
 // statements in the session of c now, not in a call's budget: a query (0
-// tokens) of a bucket no real one is named, rolled back. Before the schema
+// tokens) of a bucket and of a window no real one is named, rolled back. Before the schema
 // exists, not yet.
 func warmUp(ctx context.Context, c *pgx.Conn) error {
 	tx, err := c.Begin(ctx)
@@ -146,16 +160,25 @@ func warmUp(ctx context.Context, c *pgx.Conn) error {
 		return err
 	}
 	defer tx.Rollback(ctx)
-	rows, err := tx.Query(ctx, callSQL, []string{""}, []int64{0}, []int64{0}, []bool{false})
-	if err == nil {
-		rows.Close()
-		err = rows.Err()
-	}
-	if retryReason(err) == RetrySchema {
-		return nil
-	}
-	if err != nil {
-		return err
+	zero := []int64{0}
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{callSQL, []any{[]string{""}, zero, zero, []bool{false}}},
+		{windowSQL, []any{[]string{""}, zero, zero, zero, zero, []bool{false}}},
+	} {
+		rows, err := tx.Query(ctx, q.sql, q.args...)
+		if err == nil {
+			rows.Close()
+			err = rows.Err()
+		}
+		if retryReason(err) == RetrySchema {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
 	}
 	return tx.Rollback(ctx)
 }
@@ -186,7 +209,7 @@ func newBuckets(pool *pgxpool.Pool) *Buckets {
 		}, []string{"reason"}),
 		cleaned: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_fleet_postgres_cleaned_total",
-			Help: "Rows of full buckets deleted by the periodic cleanup.",
+			Help: "Rows of full buckets and of ended windows deleted by the periodic cleanup.",
 		}),
 	}
 	for _, r := range []string{RetrySerialization, RetryDeadlock, RetryNotSent, RetrySchema} {
@@ -222,34 +245,30 @@ func (b *Buckets) Retries(reason string) float64 {
 
 const callSQL = `SELECT allowed, backlog, now_us FROM ` + functionTake + `($1, $2, $3, $4)`
 
+// ErrSlidingAndRollingWindows answers a call carrying a global sliding or
+// rolling window: their counters are kept in Redis only.
+var ErrSlidingAndRollingWindows = errors.New("global sliding and rolling windows need Redis (-redis-addrs): PostgreSQL keeps token buckets, fixed windows and quotas")
+
 // Run applies ops in one round trip, in order, and returns their outcomes.
+// Bucket ops and window counter ops (Op.Counter) go to their own function;
+// a call with both sends the two in one batch, one implicit transaction.
 // On an error no outcome is returned; the call may have been applied (a
 // timeout, a connection lost after the call was sent): tokens taken and
 // unused, an under-admission, never an over-admission. A call is sent
 // again only when it certainly did not run: a serialization failure or a
 // deadlock (rolled back), or a connection that failed before sending.
-// ErrNoWindows is the answer to a window counter op: global fixed windows
-// and quotas need the Redis backend.
-var ErrNoWindows = errors.New(`global fixed_window and quota rules need the Redis backend (-redis-addrs); PostgreSQL keeps token buckets only: make those rules "local" or use Redis`)
-
 func (b *Buckets) Run(ctx context.Context, ops []redisgcra.Op) ([]redisgcra.Outcome, error) {
 	if len(ops) == 0 {
 		return nil, nil
 	}
 	for _, op := range ops {
-		if op.Counter {
-			return nil, ErrNoWindows
+		if op.Rolling || op.PrevKey != "" {
+			return nil, ErrSlidingAndRollingWindows
 		}
 	}
-	keys := make([]string, len(ops))
-	amounts := make([]int64, len(ops))
-	taus := make([]int64, len(ops))
-	rets := make([]bool, len(ops))
-	for i, op := range ops {
-		keys[i], amounts[i], taus[i], rets[i] = op.Key, op.Amount, op.Tau, op.Return
-	}
+	c := newCall(ops)
 	for attempt := 1; ; attempt++ {
-		out, err := b.call(ctx, keys, amounts, taus, rets)
+		out, err := b.send(ctx, c)
 		if err == nil {
 			return out, nil
 		}
@@ -257,37 +276,115 @@ func (b *Buckets) Run(ctx context.Context, ops []redisgcra.Op) ([]redisgcra.Outc
 		if reason == "" || attempt >= maxAttempts || ctx.Err() != nil {
 			return nil, classify(ctx, err)
 		}
-		if reason == RetrySchema {
+		switch reason {
+		case RetrySchema:
 			// A database restored without them, or dropped by hand.
 			if err := migrate(ctx, b.pool); err != nil {
 				return nil, classify(ctx, err)
+			}
+		case RetrySerialization, RetryDeadlock:
+			// Callers that lost a race on one row would otherwise meet
+			// again at once: a random pause, doubling, at most maxBackoff.
+			pause := time.NewTimer(rand.N(min(time.Millisecond<<attempt, maxBackoff)))
+			select {
+			case <-ctx.Done():
+				pause.Stop()
+				return nil, classify(ctx, err)
+			case <-pause.C:
 			}
 		}
 		b.retries.WithLabelValues(reason).Inc()
 	}
 }
 
-func (b *Buckets) call(ctx context.Context, keys []string, amounts, taus []int64, rets []bool) ([]redisgcra.Outcome, error) {
-	rows, err := b.pool.Query(ctx, callSQL, keys, amounts, taus, rets)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]redisgcra.Outcome, 0, len(keys))
-	for rows.Next() {
-		var o redisgcra.Outcome
-		if err := rows.Scan(&o.Allowed, &o.Backlog, &o.Now); err != nil {
-			rows.Close()
-			return nil, err
+// call is a Run's ops as the two functions take them.
+type call struct {
+	n       int
+	buckets bucketArgs
+	windows windowArgs
+}
+
+type bucketArgs struct {
+	at      []int // the op's index in the call
+	keys    []string
+	amounts []int64
+	taus    []int64
+	rets    []bool
+}
+
+func newCall(ops []redisgcra.Op) call {
+	c := call{n: len(ops)}
+	for i, op := range ops {
+		if op.Counter {
+			continue
 		}
-		out = append(out, o)
+		a := &c.buckets
+		a.at = append(a.at, i)
+		a.keys, a.amounts, a.taus, a.rets = append(a.keys, op.Key), append(a.amounts, op.Amount), append(a.taus, op.Tau), append(a.rets, op.Return)
+	}
+	c.windows = newWindowArgs(ops)
+	return c
+}
+
+// send makes one attempt of c.
+func (b *Buckets) send(ctx context.Context, c call) ([]redisgcra.Outcome, error) {
+	out := make([]redisgcra.Outcome, c.n)
+	bk, wn := &c.buckets, &c.windows
+	switch {
+	case len(wn.at) == 0:
+		rows, err := b.pool.Query(ctx, callSQL, bk.keys, bk.amounts, bk.taus, bk.rets)
+		return out, bk.read(rows, err, out)
+	case len(bk.at) == 0:
+		rows, err := b.pool.Query(ctx, windowSQL, wn.args()...)
+		return out, wn.read(rows, err, out)
+	}
+	batch := &pgx.Batch{}
+	batch.Queue(callSQL, bk.keys, bk.amounts, bk.taus, bk.rets)
+	batch.Queue(windowSQL, wn.args()...)
+	br := b.pool.SendBatch(ctx, batch)
+	rows, err := br.Query()
+	err = bk.read(rows, err, out)
+	if err == nil {
+		rows, err = br.Query()
+		err = wn.read(rows, err, out)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return out, err
+}
+
+// read scans the bucket function's rows into out.
+func (a *bucketArgs) read(rows pgx.Rows, err error, out []redisgcra.Outcome) error {
+	return readRows(rows, err, functionTake, a.at, func(o *redisgcra.Outcome) []any {
+		return []any{&o.Allowed, &o.Backlog, &o.Now}
+	}, out)
+}
+
+// readRows scans one function's rows: the k-th into out[at[k]].
+func readRows(rows pgx.Rows, err error, function string, at []int, dest func(*redisgcra.Outcome) []any, out []redisgcra.Outcome) error {
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	k := 0
+	for rows.Next() {
+		if k >= len(at) {
+			k++
+			continue
+		}
+		if err := rows.Scan(dest(&out[at[k]])...); err != nil {
+			return err
+		}
+		k++
 	}
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return err
 	}
-	if len(out) != len(keys) {
-		return nil, fmt.Errorf("%s answered %d rows for %d ops", functionTake, len(out), len(keys))
+	if k != len(at) {
+		return fmt.Errorf("%s answered %d rows for %d ops", function, k, len(at))
 	}
-	return out, nil
+	return nil
 }
 
 func retryReason(err error) string {
@@ -327,31 +424,44 @@ func (b *Buckets) Ping(ctx context.Context) error { return classify(ctx, b.pool.
 // CleanBatch is the most rows one cleanup statement deletes.
 const CleanBatch = 1000
 
-const cleanSQL = `DELETE FROM ` + tableBuckets + ` WHERE ctid = ANY (ARRAY(
-	SELECT ctid FROM ` + tableBuckets + `
-	WHERE tat <= (SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+// cleanSQL deletes up to $1 idle rows of one table: full buckets (tat not
+// after now) or windows past their expiry, on the database's clock.
+func cleanSQL(table, idle string) string {
+	return `DELETE FROM ` + table + ` WHERE ctid = ANY (ARRAY(
+	SELECT ctid FROM ` + table + `
+	WHERE ` + idle + `
 	LIMIT $1
 	FOR UPDATE SKIP LOCKED))`
+}
 
-// Clean deletes the rows of full buckets (tat not after now), in
-// statements of at most CleanBatch rows (short transactions, short locks),
-// until a statement finds fewer. A deleted row is a full bucket, as a
-// missing one is; rows locked by a call are skipped, left for the next
-// time. It returns the rows deleted.
+var cleanSQLs = []string{
+	cleanSQL(tableBuckets, `tat <= (SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)`),
+	cleanSQL(tableWindows, `expires_ms < (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint)`),
+}
+
+// Clean deletes the rows of full buckets (tat not after now) and of
+// windows past their expiry (their end and a grace), in statements of at
+// most CleanBatch rows (short transactions, short locks), until a
+// statement finds fewer. A deleted bucket is a full one, as a missing one
+// is; a deleted window is never counted in again. Rows locked by a call
+// are skipped, left for the next time. It returns the rows deleted.
 func (b *Buckets) Clean(ctx context.Context) (int64, error) {
 	var total int64
-	for {
-		tag, err := b.pool.Exec(ctx, cleanSQL, CleanBatch)
-		if err != nil {
-			return total, err
-		}
-		n := tag.RowsAffected()
-		total += n
-		b.cleaned.Add(float64(n))
-		if n < CleanBatch {
-			return total, nil
+	for _, q := range cleanSQLs {
+		for {
+			tag, err := b.pool.Exec(ctx, q, CleanBatch)
+			if err != nil {
+				return total, err
+			}
+			n := tag.RowsAffected()
+			total += n
+			b.cleaned.Add(float64(n))
+			if n < CleanBatch {
+				break
+			}
 		}
 	}
+	return total, nil
 }
 
 // CleanEvery runs Clean every interval until ctx ends, logging failures

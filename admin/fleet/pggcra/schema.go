@@ -11,11 +11,20 @@ import (
 // Table and function names. They live in the connection's search_path
 // (public unless the connection string says otherwise).
 const (
-	tableBuckets  = "sluice_fleet_buckets"
-	tableSchema   = "sluice_fleet_schema"
-	functionTake  = "sluice_fleet_gcra"
-	schemaVersion = 1
+	tableBuckets   = "sluice_fleet_buckets"
+	tableWindows   = "sluice_fleet_windows"
+	tableSchema    = "sluice_fleet_schema"
+	functionTake   = "sluice_fleet_gcra"
+	functionWindow = "sluice_fleet_window"
+	schemaVersion  = 2
 )
+
+// schemaObjects are the tables and functions the latest schema version
+// has: when one is missing, every migration runs again.
+var schemaObjects = []struct{ table, function string }{
+	{tableBuckets, functionTake + "(text[], bigint[], bigint[], boolean[])"},
+	{tableWindows, functionWindow + "(text[], bigint[], bigint[], bigint[], bigint[], boolean[])"},
+}
 
 // migrations[i] brings the schema from version i to i+1. Each runs in one
 // transaction with the version's row, and may run again over its own
@@ -129,6 +138,81 @@ BEGIN
 END
 $fn$;
 `,
+	// 2: window counters (global fixed windows and quotas).
+	`
+CREATE TABLE IF NOT EXISTS sluice_fleet_windows (
+	-- The identity's name (the Redis backend's bucket key for the same
+	-- domain, rule and id) and the start of one of its windows, unix ms
+	-- on the admin's clock. A sliding or rolling window would keep one row
+	-- per window or sub-period under the same key, read together.
+	key text COLLATE "C" NOT NULL,
+	start_ms bigint NOT NULL,
+	-- When the row is no longer read, unix ms: the window's end plus a
+	-- grace for clocks. Clean deletes the rows past it.
+	expires_ms bigint NOT NULL,
+	-- Requests leased in the window, 0 to its limit.
+	n bigint NOT NULL,
+	PRIMARY KEY (key, start_ms)
+-- Updates change n only, which no index holds: HOT updates in place.
+) WITH (fillfactor = 50);
+CREATE INDEX IF NOT EXISTS sluice_fleet_windows_expires ON sluice_fleet_windows (expires_ms);
+
+-- One ShouldRateLimit call's window ops, in the order given (the admin
+-- sends them sorted by key and start, so that concurrent calls lock rows
+-- in one order and never deadlock). Each op is one statement on one row,
+-- exactly the Redis backend's window.lua:
+--   take: all or nothing, the row created on the first lease of a
+--         window, and never past p_limits[i] (the condition is evaluated
+--         on the row locked, at READ COMMITTED on its latest version: no
+--         update is lost; at REPEATABLE READ or SERIALIZABLE a concurrent
+--         update is a serialization failure, sent again by the admin);
+--   return: decrements the window's row, never below 0 and never
+--         creating it (a window cleaned away takes no returns);
+--   a take of 0 is a query.
+-- Returns each op's outcome: allowed, the window's count after it, and
+-- the database's clock in microseconds.
+CREATE OR REPLACE FUNCTION sluice_fleet_window(p_keys text[], p_starts bigint[], p_expires bigint[],
+	p_amounts bigint[], p_limits bigint[], p_returns boolean[])
+RETURNS TABLE (allowed boolean, counted bigint, now_us bigint)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+	v_n bigint;
+	i int;
+BEGIN
+	IF coalesce(cardinality(p_keys), 0) = 0 THEN
+		RETURN; -- nothing to do (a connection's warm-up)
+	END IF;
+	now_us := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+	FOR i IN 1 .. cardinality(p_keys) LOOP
+		v_n := NULL;
+		allowed := true;
+		IF p_returns[i] THEN
+			UPDATE sluice_fleet_windows AS w SET n = greatest(w.n - p_amounts[i], 0)
+			WHERE w.key = p_keys[i] AND w.start_ms = p_starts[i]
+			RETURNING w.n INTO v_n;
+		ELSIF p_amounts[i] > 0 THEN
+			INSERT INTO sluice_fleet_windows AS w (key, start_ms, expires_ms, n)
+			SELECT p_keys[i], p_starts[i], p_expires[i], p_amounts[i] WHERE p_amounts[i] <= p_limits[i]
+			ON CONFLICT (key, start_ms) DO UPDATE SET n = w.n + excluded.n
+			WHERE w.n + excluded.n <= p_limits[i]
+			RETURNING w.n INTO v_n;
+			IF v_n IS NULL THEN
+				-- Refused: the count as it stands (its row, if any, is
+				-- locked by the INSERT above until the call ends).
+				allowed := false;
+				SELECT w.n INTO v_n FROM sluice_fleet_windows AS w
+				WHERE w.key = p_keys[i] AND w.start_ms = p_starts[i];
+			END IF;
+		ELSE
+			SELECT w.n INTO v_n FROM sluice_fleet_windows AS w
+			WHERE w.key = p_keys[i] AND w.start_ms = p_starts[i];
+		END IF;
+		counted := coalesce(v_n, 0);
+		RETURN NEXT;
+	END LOOP;
+END
+$fn$;
+`,
 }
 
 // migrate creates or upgrades the schema. Replicas starting together take
@@ -159,13 +243,15 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	if have > schemaVersion {
 		return fmt.Errorf("the database's fleet schema is version %d, newer than this admin's %d: run the newer admin", have, schemaVersion)
 	}
-	var complete bool
-	if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL AND to_regprocedure($2) IS NOT NULL`,
-		tableBuckets, functionTake+"(text[], bigint[], bigint[], boolean[])").Scan(&complete); err != nil {
-		return err
-	}
-	if !complete {
-		have = 0
+	for _, o := range schemaObjects {
+		var complete bool
+		if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL AND to_regprocedure($2) IS NOT NULL`,
+			o.table, o.function).Scan(&complete); err != nil {
+			return err
+		}
+		if !complete {
+			have = 0
+		}
 	}
 	for v := have; v < schemaVersion; v++ {
 		if _, err := tx.Exec(ctx, migrations[v]); err != nil {

@@ -42,13 +42,16 @@ type Op struct {
 	Counter    bool
 	Limit      int64
 	ExpireAtMS int64
+	// StartMS is a fixed or sliding window counter's window start, unix
+	// ms (in Key: WindowKey).
+	StartMS int64
 	// PrevKey makes a counter's take a sliding window's (sliding.lua):
 	// granted only if Prev's count × (1 − f) + Key's count + Amount <=
 	// Limit, f = (NowMS − StartMS) / LengthMS, the fraction of the window
 	// [StartMS, StartMS+LengthMS) elapsed on the admin's clock. A sliding
 	// window's return is a plain counter op on the window leased in.
-	PrevKey                  string
-	NowMS, StartMS, LengthMS int64
+	PrevKey         string
+	NowMS, LengthMS int64
 	// Rolling makes a counter op a rolling window's (rolling.lua): Key is
 	// the identity's hash (RollingKey), FieldMS the start of the
 	// sub-period counted in (or returned to), OldestMS the start of the

@@ -1,0 +1,7 @@
+package pggcra
+
+import "github.com/jackc/pgx/v5/pgxpool"
+
+// NewOnPool returns Buckets over a pool of the test's own configuration
+// (its session settings not overridden by Config's).
+func NewOnPool(pool *pgxpool.Pool) *Buckets { return newBuckets(pool) }

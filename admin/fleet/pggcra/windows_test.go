@@ -1,0 +1,288 @@
+package pggcra_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluice-rl/sluice/admin/fleet/fleettest"
+	"github.com/sluice-rl/sluice/admin/fleet/pggcra"
+	"github.com/sluice-rl/sluice/admin/fleet/redisgcra"
+)
+
+// windowOp is a counter op of the window starting at start (unix ms) of
+// identity id, as the admin's server makes it.
+func windowOp(id string, start, amount, limit int64, ret bool) redisgcra.Op {
+	return redisgcra.Op{Key: redisgcra.WindowKey("sluice", "win", id, start), StartMS: start, Counter: true,
+		Amount: amount, Limit: limit, Return: ret, ExpireAtMS: start + 3_600_000}
+}
+
+// openAt opens Buckets whose sessions really run at level: the admin's
+// Config forces READ COMMITTED, this pool (a pooler's, say) does not.
+func openAt(t *testing.T, url, level string) *pggcra.Buckets {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 16
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, `SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL `+level)
+		return err
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	var got string
+	if err := pool.QueryRow(context.Background(), `SHOW transaction_isolation`).Scan(&got); err != nil || got != level {
+		t.Fatalf("the pool runs at %q (%v), want %q: the test would not test that level", got, err, level)
+	}
+	return pggcra.NewOnPool(pool)
+}
+
+func windowRows(t *testing.T, b *pggcra.Buckets) int {
+	t.Helper()
+	var n int
+	if err := b.Pool().QueryRow(context.Background(), `SELECT count(*) FROM sluice_fleet_windows`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// 64 callers leasing 1 to 3 from one window at once, half of them giving
+// one of a grant of 2 or 3 back at once, each asking for less once refused with room left: no call
+// fails, no retry is needed, and each window ends holding exactly its
+// limit, as the callers' own tally says.
+func TestWindowExactUnderConcurrencyAtEveryIsolationLevel(t *testing.T) {
+	pg := fleettest.StartPostgres(t, fleettest.PostgresOptions{})
+	const limit, callers = 500, 64
+	open(t, pg.URL) // the schema
+	for _, level := range []string{"read committed", "serializable"} {
+		t.Run(strings.ReplaceAll(level, " ", "_"), func(t *testing.T) {
+			b := openAt(t, pg.URL, level)
+			start := time.Now().Truncate(time.Hour).UnixMilli()
+			for w := range int64(2) { // two windows of one identity, one after the other
+				start := start + w*3_600_000
+				var held, calls atomic.Int64
+				var wg sync.WaitGroup
+				for g := range callers {
+					wg.Go(func() {
+						rng := rand.New(rand.NewPCG(uint64(g), uint64(w)))
+						ask := int64(1 + rng.IntN(3))
+						for {
+							calls.Add(1)
+							outs, err := b.Run(context.Background(), []redisgcra.Op{windowOp(level, start, ask, limit, false)})
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							if o := outs[0]; !o.Allowed {
+								if o.Count >= limit {
+									return
+								}
+								ask = min(ask, limit-o.Count)
+								continue
+							}
+							held.Add(ask)
+							if g%2 == 0 && ask > 1 { // keeps some: every caller ends refused at the limit
+								if _, err := b.Run(context.Background(), []redisgcra.Op{windowOp(level, start, 1, limit, true)}); err != nil {
+									t.Error(err)
+									return
+								}
+								held.Add(-1)
+							}
+						}
+					})
+				}
+				wg.Wait()
+				outs, err := b.Run(context.Background(), []redisgcra.Op{windowOp(level, start, 0, limit, false)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("window %d: %d calls", w, calls.Load())
+				if held.Load() != limit || outs[0].Count != limit {
+					t.Errorf("window %d: the callers hold %d, the counter says %d; want exactly the limit %d", w, held.Load(), outs[0].Count, limit)
+				}
+			}
+			ser, dead := b.Retries(pggcra.RetrySerialization), b.Retries(pggcra.RetryDeadlock)
+			t.Logf("retries: %g serialization, %g deadlock", ser, dead)
+			// Under READ COMMITTED nothing is retried; under SERIALIZABLE the
+			// lost races are, unseen by the callers, and counted.
+			if wantRetries := level == "serializable"; (ser > 0) != wantRetries || dead != 0 {
+				t.Errorf("retries %g serialization, %g deadlock; want serialization retries only at serializable", ser, dead)
+			}
+		})
+	}
+}
+
+// Takes are all or nothing; a return decrements only its own window's
+// row, never below zero, and never creates one.
+func TestWindowTakesAndReturnsAsTheRedisScript(t *testing.T) {
+	b := open(t, fleettest.StartPostgres(t, fleettest.PostgresOptions{}).URL)
+	ctx := context.Background()
+	const w0, w1 = 1_000_000, 1_060_000
+	for _, c := range []struct {
+		name    string
+		op      redisgcra.Op
+		allowed bool
+		count   int64
+	}{
+		{"a return to a window never leased creates nothing", windowOp("A", w0, 5, 10, true), true, 0},
+		{"a take of more than the limit", windowOp("A", w0, 11, 10, false), false, 0},
+		{"a take of 6", windowOp("A", w0, 6, 10, false), true, 6},
+		{"a take of 5 with 4 left", windowOp("A", w0, 5, 10, false), false, 6},
+		{"a query", windowOp("A", w0, 0, 10, false), true, 6},
+		{"the next window is its own", windowOp("A", w1, 10, 10, false), true, 10},
+		{"another identity is its own", windowOp("B", w0, 10, 10, false), true, 10},
+		{"a return of 2", windowOp("A", w0, 2, 10, true), true, 4},
+		{"a return of more than leased stops at zero", windowOp("A", w0, 50, 10, true), true, 0},
+		{"the next window kept its count", windowOp("A", w1, 0, 10, false), true, 10},
+	} {
+		outs, err := b.Run(ctx, []redisgcra.Op{c.op})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if o := outs[0]; o.Allowed != c.allowed || o.Count != c.count || o.Now == 0 {
+			t.Errorf("%s: %+v, want allowed %v, count %d and the database's clock", c.name, o, c.allowed, c.count)
+		}
+	}
+	if n := windowRows(t, b); n != 3 {
+		t.Errorf("%d window rows, want 3 (A's two windows, B's one; the returns created none)", n)
+	}
+}
+
+// A call of buckets and windows together runs both, in one transaction,
+// and answers each op in its own place; the same window twice in a call
+// counts both, in order.
+func TestCallsMixingBucketsAndWindows(t *testing.T) {
+	b := open(t, fleettest.StartPostgres(t, fleettest.PostgresOptions{}).URL)
+	limit := redisgcra.Limit{Rate: 0.001, Burst: 10}
+	bucket := redisgcra.Op{Key: redisgcra.Key("sluice", "tb", "A"), Amount: limit.Cost(4), Tau: limit.Tau()}
+	ops := []redisgcra.Op{windowOp("Z", 0, 3, 5, false), bucket, windowOp("A", 0, 1, 5, false), windowOp("Z", 0, 3, 5, false), bucket}
+	outs, err := b.Run(context.Background(), ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		allowed bool
+		count   int64
+		tokens  uint64
+	}{{true, 3, 0}, {true, 0, 6}, {true, 1, 0}, {false, 3, 0}, {true, 0, 2}}
+	for i, o := range outs {
+		w := want[i]
+		if o.Allowed != w.allowed || o.Count != w.count || (!ops[i].Counter && limit.Remaining(o.Backlog) != w.tokens) {
+			t.Errorf("op %d: %+v (%d tokens left), want allowed %v, count %d, %d tokens left", i, o, limit.Remaining(o.Backlog), w.allowed, w.count, w.tokens)
+		}
+	}
+}
+
+// Calls of several windows in opposite orders lock their rows in one
+// order: no deadlock, no retry.
+func TestMultiWindowCallsDoNotDeadlock(t *testing.T) {
+	b := open(t, fleettest.StartPostgres(t, fleettest.PostgresOptions{}).URL)
+	ids := []string{"a", "b", "c", "d"}
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			for range 50 {
+				ops := make([]redisgcra.Op, len(ids))
+				for i, id := range ids {
+					if g%2 == 1 {
+						id = ids[len(ids)-1-i]
+					}
+					ops[i] = windowOp(id, 0, 1, 1_000_000, false)
+				}
+				if _, err := b.Run(context.Background(), ops); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	outs, err := b.Run(context.Background(), []redisgcra.Op{windowOp("a", 0, 0, 1, false), windowOp("d", 0, 0, 1, false)})
+	if err != nil || outs[0].Count != 16*50 || outs[1].Count != 16*50 {
+		t.Fatalf("counts %+v %v, want %d each", outs, err, 16*50)
+	}
+	if n := b.Retries(pggcra.RetryDeadlock); n != 0 {
+		t.Errorf("%g deadlock retries", n)
+	}
+}
+
+// Clean deletes the rows of windows past their expiry, in batches, and
+// keeps the current ones: the table holds the active windows only.
+func TestCleanDeletesEndedWindowsOnly(t *testing.T) {
+	b := open(t, fleettest.StartPostgres(t, fleettest.PostgresOptions{}).URL)
+	ctx := context.Background()
+	now := time.Now().UnixMilli()
+	const ended = pggcra.CleanBatch + 200
+	var ops []redisgcra.Op
+	for i := range ended {
+		op := windowOp(fmt.Sprint(i), now-120_000, 1, 10, false)
+		op.ExpireAtMS = now - 1000
+		ops = append(ops, op)
+	}
+	ops = append(ops, windowOp("live", now-1000, 4, 10, false))
+	for start := 0; start < len(ops); start += 250 {
+		if _, err := b.Run(ctx, ops[start:min(start+250, len(ops))]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := windowRows(t, b); n != ended+1 {
+		t.Fatalf("%d rows, want %d", n, ended+1)
+	}
+	n, err := b.Clean(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != ended || windowRows(t, b) != 1 {
+		t.Fatalf("cleaned %d, %d rows left; want the %d ended windows gone and the live one kept", n, windowRows(t, b), ended)
+	}
+	outs, err := b.Run(ctx, []redisgcra.Op{windowOp("live", now-1000, 0, 10, false)})
+	if err != nil || outs[0].Count != 4 {
+		t.Fatalf("the live window after the cleanup: %+v %v, want its count 4", outs, err)
+	}
+}
+
+// A database of the first schema version (token buckets only) is upgraded
+// by the next admin's start: its buckets kept, the window table added.
+func TestSchemaUpgradeAddsWindowsAndKeepsBuckets(t *testing.T) {
+	pg := fleettest.StartPostgres(t, fleettest.PostgresOptions{})
+	old := open(t, pg.URL)
+	ctx := context.Background()
+	limit := redisgcra.Limit{Rate: 0.001, Burst: 10}
+	bucket := redisgcra.Key("sluice", "tb", "A")
+	if _, err := old.Run(ctx, []redisgcra.Op{{Key: bucket, Amount: limit.Cost(4), Tau: limit.Tau()}}); err != nil {
+		t.Fatal(err)
+	}
+	// Back to version 1, as an admin of that version left it.
+	if _, err := old.Pool().Exec(ctx, `DROP TABLE sluice_fleet_windows; DROP FUNCTION sluice_fleet_window; DELETE FROM sluice_fleet_schema WHERE version = 2`); err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+	b := open(t, pg.URL)
+	var versions int
+	if err := b.Pool().QueryRow(ctx, `SELECT count(*) FROM sluice_fleet_schema`).Scan(&versions); err != nil || versions != 2 {
+		t.Fatalf("%d schema versions recorded (%v), want 2", versions, err)
+	}
+	outs, err := b.Run(ctx, []redisgcra.Op{{Key: bucket, Tau: limit.Tau()}, windowOp("A", 0, 3, 5, false)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if limit.Remaining(outs[0].Backlog) != 6 || !outs[1].Allowed || outs[1].Count != 3 {
+		t.Errorf("after the upgrade: %+v, want the bucket's 6 tokens kept and a window lease of 3", outs)
+	}
+	if n := b.Retries(pggcra.RetrySchema); n != 0 {
+		t.Errorf("%g schema retries: the upgrade should happen at start", n)
+	}
+}
