@@ -413,7 +413,7 @@ func (p *pluginContext) fetchForRequest(h *httpContext, apps []application) bool
 		if batch == nil {
 			batch = &syncBatch{requestPath: true}
 		}
-		pk := poolRef{rule: a.rule.name, id: a.fl.id, fp: a.fp, group: a.group}
+		pk := poolRef{rule: a.rule.name, id: a.fl.id, fp: a.fp}
 		ask := max(p.askFor(a.rule, a.fl.pool, int64(fs.nowMS())), int64(a.cost+0.999999))
 		batch.add(a.rule, pk, opFetch, ask, a.fl.pool.Spent)
 		a.rule.fleet.m.fetches.inc()

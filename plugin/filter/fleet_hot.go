@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"slices"
 	"strconv"
-
-	"github.com/sluice-rl/sluice/shared/state"
 )
 
 // Fleet mode: the process's hot keys. Each VM knows the pools it spent
@@ -139,8 +137,7 @@ func mergeHotList(m map[hotKeyFleet]*hotPool, list []byte, cfg *compiledConfig) 
 			e.lastSeenMS = max(e.lastSeenMS, seen)
 			continue
 		}
-		m[k] = &hotPool{ref: poolRef{rule: r.name, id: k.id, fp: fp, group: state.GroupOf(fp, r.groups)},
-			lastSeenMS: seen, hint: hint, live: true}
+		m[k] = &hotPool{ref: poolRef{rule: r.name, id: k.id, fp: fp}, lastSeenMS: seen, hint: hint, live: true}
 	}
 }
 

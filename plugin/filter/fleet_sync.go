@@ -49,12 +49,12 @@ type hotKeyFleet struct {
 	id   [idLen]byte
 }
 
-// poolRef locates a pool: its rule, sluice_id, fingerprint and group.
+// poolRef locates a pool: its rule, sluice_id and (keyed) fingerprint,
+// which picks its group.
 type poolRef struct {
-	rule  string
-	id    [idLen]byte
-	fp    uint64
-	group int
+	rule string
+	id   [idLen]byte
+	fp   uint64
 }
 
 type hotPool struct {
@@ -150,7 +150,7 @@ func (fs *fleetState) touchPool(a *application, nowMS int64) {
 		return // the request path still fetches for it when its pool is empty
 	}
 	e := &hotPool{
-		ref:        poolRef{rule: a.rule.name, id: a.fl.id, fp: a.fp, group: a.group},
+		ref:        poolRef{rule: a.rule.name, id: a.fl.id, fp: a.fp},
 		lastSeenMS: nowMS,
 		live:       true,
 	}
@@ -316,9 +316,10 @@ func (p *pluginContext) poolApp(it batchItem) application {
 }
 
 // refApp is an application of rule r to the pool ref locates, for the
-// sync path's reads and writes.
+// sync path's reads and writes: its group in r's table as it is now (a
+// configuration update may have resized it).
 func refApp(r *compiledRule, ref poolRef) application {
-	a := application{rule: r, fp: ref.fp, group: ref.group}
+	a := application{rule: r, fp: ref.fp, group: state.GroupOf(ref.fp, r.groups)}
 	a.fl.id = ref.id
 	return a
 }
