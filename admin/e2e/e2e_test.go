@@ -29,6 +29,7 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
+	"github.com/sluice-rl/sluice/internal/poll"
 	"github.com/sluice-rl/sluice/plugin/wasmhost/wasmtest"
 )
 
@@ -352,8 +353,7 @@ func hit(t *testing.T, base string, n int) string {
 // waitAcked waits until the gateway has ACKed policy version v.
 func waitAcked(t *testing.T, adminURL, v string) {
 	t.Helper()
-	var last string
-	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+	poll.Watch(t, 15*time.Second, 100*time.Millisecond, "the gateway to ACK v"+v, func() (bool, string) {
 		req, _ := http.NewRequest("GET", adminURL+"/api/v1/nodes", nil)
 		req.Header.Set("Authorization", "Bearer "+token)
 		resp, err := http.DefaultClient.Do(req)
@@ -362,17 +362,15 @@ func waitAcked(t *testing.T, adminURL, v string) {
 		}
 		raw, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		last = string(raw)
 		var body struct {
 			Nodes []map[string]any `json:"nodes"`
 		}
 		json.Unmarshal(raw, &body)
-		nodes := body.Nodes
-		for _, n := range nodes {
+		for _, n := range body.Nodes {
 			if n["id"] == "e2e-gateway" && n["acked_version"] == v {
-				return
+				return true, ""
 			}
 		}
-	}
-	t.Fatalf("the gateway did not ACK v%s in time; nodes: %s", v, last)
+		return false, "nodes " + string(raw)
+	})
 }

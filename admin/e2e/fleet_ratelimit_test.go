@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice/admin/fleet/fleettest"
+	"github.com/sluice-rl/sluice/internal/poll"
 	"github.com/sluice-rl/sluice/plugin/wasmhost/fleethosts"
 )
 
@@ -83,14 +85,13 @@ func TestFleetEnvoyRatelimitInterop(t *testing.T) {
 // loaded its configuration and grants (it may answer errors at first).
 func waitRatelimitReady(t *testing.T, f *fleethosts.Fleet) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for f.Metric("sluice.rule.g.global_granted") == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("envoyproxy/ratelimit granted nothing within 10 s (backend errors %d)", f.Metric("sluice.rule.g.backend_errors"))
+	poll.Watch(t, 10*time.Second, 50*time.Millisecond, "envoyproxy/ratelimit to grant a lease", func() (bool, string) {
+		if f.Metric("sluice.rule.g.global_granted") > 0 {
+			return true, ""
 		}
 		f.Request(0, 0, "warm-up")
-		time.Sleep(50 * time.Millisecond)
-	}
+		return false, fmt.Sprintf("nothing granted, %d backend errors", f.Metric("sluice.rule.g.backend_errors"))
+	})
 }
 
 // reportedFleetSize is fleet.fleet_size of the latest telemetry report.

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -38,7 +39,10 @@ var grantAll = wasmhost.HTTPCallHandlerFunc(func(c *wasmhost.HTTPCall) {
 })
 
 // BenchmarkFleet: a global rule whose pool has tokens against the same
-// rule local, each as a ratio to the empty floor, in one run.
+// rule local, each as a ratio to the empty floor, in one run. With
+// SLUICE_BENCH_FLOOR_WASM (another build of the filter, say the one
+// before a change) it also runs "global-over-floor-wasm": the global rule
+// in this build against that one, interleaved (x-floor: this over that).
 func BenchmarkFleet(b *testing.B) {
 	cases := []struct {
 		name string
@@ -64,4 +68,14 @@ func BenchmarkFleet(b *testing.B) {
 		Run(b, Case{Wasm: pluginWasm(b), Config: fleetLimits, Floor: pluginWasm(b), FloorConfig: limits,
 			Request: same(Headers("x-api-key", "k1")), Rejected: &no, HTTPCalls: grantAll})
 	})
+	if path := os.Getenv("SLUICE_BENCH_FLOOR_WASM"); path != "" {
+		b.Run("global-over-floor-wasm", func(b *testing.B) {
+			other, err := os.ReadFile(path)
+			if err != nil {
+				b.Fatalf("SLUICE_BENCH_FLOOR_WASM: %v", err)
+			}
+			Run(b, Case{Wasm: pluginWasm(b), Config: fleetLimits, Floor: other, FloorConfig: fleetLimits,
+				Request: same(Headers("x-api-key", "k1")), Rejected: &no, HTTPCalls: grantAll})
+		})
+	}
 }

@@ -21,13 +21,11 @@ type application struct {
 	key      string
 	identity string
 
-	// Bounded mode: the identity's fingerprint, its group (local rules) or
-	// its pool's candidate slots (global rules, fleet.go), and the group as
-	// last read (aliasing vals[0]; store.go).
+	// Bounded mode: the identity's fingerprint, its group (of buckets or
+	// windows, or of a global rule's pools: fleet.go), and the group as
+	// last read (aliasing val; store.go).
 	fp    uint64
 	group int
-	cand  [state.Candidates]int
-	ncand int
 	grp   state.Group
 
 	fl        fleetApp // global rules (fleet.go)
@@ -53,9 +51,9 @@ type application struct {
 type appBuffers struct {
 	keyBuf  []byte // "tb:<rule>:<composite>"
 	slotBuf []byte // "tb:<rule>:#<group>" (bounded mode) or a pool key
-	// vals holds the values read from shared data: the group or exact key
-	// in the first, a global rule's pool candidates in each.
-	vals [state.Candidates][]byte
+	// val holds the value last read from shared data: the group or the
+	// exact key.
+	val []byte
 	// ws holds a windowed rule's states (window.go), nil until the slot
 	// serves a windowed rule, so token buckets do not carry (or clear)
 	// window-sized state.
@@ -281,11 +279,7 @@ policies:
 					break
 				}
 				a.fp = state.KeyedFingerprint(p.vm.hashKey, a.identity)
-				if r.fleet != nil {
-					a.cand, a.ncand = candidatesFor(a.fp, r.maxKeys)
-				} else {
-					a.group = state.GroupOf(a.fp, r.groups)
-				}
+				a.group = state.GroupOf(a.fp, r.groups)
 			}
 			break
 		}

@@ -147,7 +147,7 @@ func (p *pluginContext) hold(h *httpContext, apps []application, wait float64) t
 			a.key = string(a.keyBuf) // a copy: keyBuf is reused by the next request
 			a.identity = a.key[len(a.rule.keyPrefix):]
 			a.keyBuf, a.slotBuf, a.slotKeyOf = nil, nil, 0
-			clear(a.vals[:]) // the live application reuses these arrays
+			a.val = nil // the live application reuses its array
 			a.grp.Reset()
 			a.read = bucketRead{} // refund reads the group again
 			hs.reserved = append(hs.reserved, a)

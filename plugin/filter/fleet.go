@@ -2,6 +2,7 @@ package filter
 
 import (
 	"errors"
+	"math"
 
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 
@@ -12,7 +13,11 @@ import (
 
 // Fleet mode, the request path (docs/filter.md "Fleet mode"). A global rule
 // spends from its identity's lease pool in shared data (fleet_pool.go): one
-// get and one CAS set, like a local bucket. A pool that cannot pay while the
+// get and one CAS set, like a local bucket. Pools live in the rule's table
+// of groups like buckets (state.Group, "fl:{rule}:#{group}": the identity's
+// group holds its pool in any of its ways, found by fingerprint and
+// sluice_id), so a claim is one CAS on one key and an identity never holds
+// two pools; with max_keys 0 a pool has its own key "fl:{rule}:={id}". A pool that cannot pay while the
 // backend is healthy pauses the request and asks the RLS (fetchForRequest);
 // one ask per key per VM is in flight, later requests for the same key wait
 // for it. With the backend down, an exhausted or expired pool falls back per
@@ -31,7 +36,6 @@ type compiledFleet struct {
 type ruleFleet struct {
 	fc          *compiledFleet
 	lastHot     *hotPool // the pool this rule touched last (a cache of the VM's table)
-	slotPrefix  string   // "fl:<rule>:#"
 	exactPrefix string   // "fl:<rule>:="
 	m           fleetMetrics
 	// tb is the lease's shape: the token bucket's own rate and burst, or
@@ -81,9 +85,9 @@ func (cc *compiledConfig) compileRuleFleet(cr *compiledRule, r *policy.Rule, vm 
 	if !r.Global || cc.fleet == nil {
 		return
 	}
+	cr.groupPrefix = "fl:" + r.Name + ":#" // the pools' groups
 	cr.fleet = &ruleFleet{
 		fc:          cc.fleet,
-		slotPrefix:  "fl:" + r.Name + ":#",
 		exactPrefix: "fl:" + r.Name + ":=",
 		m:           vm.fleetMetrics(r.Name),
 		tb:          cr.tb,
@@ -94,36 +98,27 @@ func (cc *compiledConfig) compileRuleFleet(cr *compiledRule, r *policy.Rule, vm 
 // fleetApp is a global rule's part of an application (one request).
 type fleetApp struct {
 	id      [idLen]byte
-	pool    pool
-	exists  bool   // our pool was read
-	stored  bool   // the key exists: write with cas
-	cas     uint32 // cas of the read
-	slot    int    // candidate index of the pool (or of the slot to claim)
-	evict   bool   // the claim replaces a live pool of another identity
-	prev    pool   // the claim replaces a local-share bucket (hasPrev): its state
+	pool    state.Pool
+	exists  bool       // our pool was read
+	stored  bool       // the key exists: write with cas
+	cas     uint32     // cas of the read
+	way     int        // the way of a's group (a.grp) holding the pool, or to claim (bounded mode)
+	evict   bool       // the claim replaces a live pool of another identity
+	prev    state.Pool // the claim replaces a local-share bucket (hasPrev): its state
 	hasPrev bool
 	v       verdict
-	next    pool
+	next    state.Pool
 }
 
-// poolKey is the shared-data key of candidate i of a's pool.
-func (a *application) poolKey(i int) string {
-	rf := a.rule.fleet
-	a.slotKeyOf = 0 // slotBuf is about to hold a pool key
-	if a.rule.maxKeys == 0 {
-		a.slotBuf = append(append(a.slotBuf[:0], rf.exactPrefix...), a.fl.id[:]...)
-	} else {
-		a.slotBuf = appendInt(append(a.slotBuf[:0], rf.slotPrefix...), int64(a.cand[i]))
+// poolKey is the shared-data key of a's pool: its group's key, or with
+// max_keys 0 its own, "fl:{rule}:={sluice_id}".
+func (a *application) poolKey() string {
+	if a.rule.maxKeys > 0 {
+		return a.groupKey()
 	}
+	a.slotKeyOf = 0 // slotBuf is about to hold an exact pool key
+	a.slotBuf = append(append(a.slotBuf[:0], a.rule.fleet.exactPrefix...), a.fl.id[:]...)
 	return bytesView(a.slotBuf)
-}
-
-// poolCandidates is how many keys a's pool may live in.
-func (a *application) poolCandidates() int {
-	if a.rule.maxKeys == 0 {
-		return 1
-	}
-	return a.ncand
 }
 
 // fleetLoad is phase 1 for a global rule: read the pool and decide (no
@@ -143,11 +138,11 @@ func (p *pluginContext) fleetLoad(a *application, now float64, noFetch bool) {
 	a.fl.next, a.fl.v, a.dec.Remaining, a.dec.Wait = decidePool(a.fl.pool, a.fl.exists, a.cost, &env)
 	a.dec.Allowed = a.fl.v == vSpend || a.fl.v == vAllowDown || a.fl.v == vShare || a.fl.v == vFetch
 	a.dec.Reset = 0
-	a.next = state.Bucket{Tokens: float64(a.fl.next.tokens) / micro, LastRefill: now}
+	a.next = state.Bucket{Tokens: float64(a.fl.next.Tokens) / micro, LastRefill: now}
 	if tb := a.rule.fleet.tb; tb.Rate > 0 && a.dec.Allowed {
 		a.dec.Reset = max(0, (tb.Burst-a.dec.Remaining)/tb.Rate)
 		if a.rule.fleet.windowed && a.fl.v == vSpend {
-			a.dec.Reset = max(0, float64(a.fl.next.stamp)/1000-now) // the window's end
+			a.dec.Reset = max(0, float64(a.fl.next.Stamp)/1000-now) // the window's end
 		}
 	}
 }
@@ -170,52 +165,91 @@ func (p *pluginContext) poolEnv(a *application, now float64, noFetch bool) poolE
 	}
 }
 
-// readPool finds a's pool among its candidates, or the slot a new pool
-// would take: the first missing, undecodable or stale one, else (evicting)
-// the first. When the slot taken holds a local-share bucket (stale or
-// evicted), its state is kept in a.fl.prev: the new pool's share continues
-// it (sharePool), so claims never mint a fresh burst. A duplicate pool of
-// one identity (two VMs claiming different candidates at once) holds only
-// tokens the RLS granted, so it can cost under-admission, never
-// over-admission (except in the local-share fallback, by at most one
-// share's burst).
+// readPool finds a's pool in its group (one get), or the way a new pool
+// would take (state.Group.Claim: a way the group does not have yet while
+// it has room, else the first undecodable or stale one), else the way of
+// the live pool that holds the fewest tokens, evicted (state.Group.Evict).
+// When the way taken holds a local-share bucket (stale or evicted), its
+// state is kept in a.fl.prev: the new pool's share continues it
+// (sharePool), so claims never mint a fresh burst. A claim is a CAS on the
+// group as read, so two VMs that claim for one identity at once cannot
+// both win: the loser re-reads and finds the winner's pool.
 func (p *pluginContext) readPool(a *application, now float64) error {
-	a.fl.exists, a.fl.stored, a.fl.cas, a.fl.slot, a.fl.evict = false, false, 0, -1, false
-	a.fl.hasPrev = false
-	nowMS := int64(now * 1000)
-	for i := 0; i < a.poolCandidates(); i++ {
-		v, cas, st := a.readValue(0, a.poolKey(i))
-		if st == statusNotFound {
-			if a.fl.slot < 0 {
-				a.fl.slot = i
-			}
-			break
-		}
-		if st != statusOK {
-			return statusError(st)
-		}
-		id, pl, ok := decodePool(v)
-		if ok && string(id) == string(a.fl.id[:]) {
-			a.fl.pool, a.fl.exists, a.fl.stored, a.fl.cas, a.fl.slot = pl, true, true, cas, i
-			return nil
-		}
-		if a.fl.slot < 0 && (!ok || stalePool(pl, nowMS, a.rule.fleet.fc.ttlMS)) {
-			a.fl.slot, a.fl.stored, a.fl.cas = i, true, cas
-			a.fl.prev, a.fl.hasPrev = pl, ok && pl.mode == modeShare
+	a.fl.exists, a.fl.way, a.fl.evict, a.fl.hasPrev = false, -1, false, false
+	a.fl.pool, a.fl.prev = state.Pool{}, state.Pool{}
+	pl, way, r, err := a.findPool()
+	a.fl.stored, a.fl.cas = r.stored, r.cas
+	if err != nil || way >= 0 || a.rule.maxKeys == 0 {
+		a.fl.pool, a.fl.exists, a.fl.way = pl, way >= 0, way
+		return err
+	}
+	nowMS, ttlMS := int64(now*1000), a.rule.fleet.fc.ttlMS
+	way, _, _ = a.grp.Claim(a.rule.ways, func(rec []byte) (decoded, idle bool) {
+		s, err := state.DecodePool(rec)
+		return err == nil, err == nil && stalePool(s.Pool, nowMS, ttlMS)
+	})
+	if way < 0 { // every way is a live pool of another identity
+		way, a.fl.evict = a.grp.Evict(poolRank), true
+	}
+	a.fl.way = way
+	if way < a.grp.Len() {
+		if s, err := state.DecodePool(a.grp.Way(way)); err == nil && s.Pool.Mode == state.PoolShare {
+			a.fl.prev, a.fl.hasPrev = s.Pool, true
 		}
 	}
-	if a.fl.slot < 0 { // every candidate is a live pool of another identity
-		a.fl.slot, a.fl.evict = 0, true
-		v, cas, st := a.readValue(0, a.poolKey(0))
-		if st != statusOK {
-			return statusError(st)
-		}
-		a.fl.stored, a.fl.cas = true, cas
-		_, pl, ok := decodePool(v)
-		a.fl.prev, a.fl.hasPrev = pl, ok && pl.mode == modeShare
-	}
-	a.fl.pool = pool{}
 	return nil
+}
+
+// findPool reads a's pool: the group (into a.grp) and the way holding the
+// pool, or its exact key (way 0); way -1 when there is none. r says how to
+// write the key back (stored, cas).
+func (a *application) findPool() (pl state.Pool, way int, r bucketRead, err error) {
+	var s state.PoolSlot
+	decode := func(rec []byte) (uint64, []byte, bool) {
+		var derr error
+		s, derr = state.DecodePool(rec)
+		return s.Fingerprint, s.Identity, derr == nil
+	}
+	if a.rule.maxKeys == 0 {
+		v, r, err := a.readKey(a.poolKey())
+		if err != nil || !r.stored {
+			return pl, -1, r, err
+		}
+		if _, id, ok := decode(v); ok && string(id) == string(a.fl.id[:]) {
+			return s.Pool, 0, r, nil
+		}
+		return pl, -1, r, nil
+	}
+	r, _, err = a.readGroup() // a group that does not parse reads as empty: the write replaces it
+	if err != nil {
+		return pl, -1, r, err
+	}
+	if way = a.grp.Find(a.fp, bytesView(a.fl.id[:]), decode); way >= 0 {
+		pl = s.Pool
+	}
+	return pl, way, r, nil
+}
+
+// putPool writes pool pl of a in way (bounded mode: into a's group as
+// read, in place since pools of one rule have one length) or at its exact
+// key, with the cas of the read (or as a creation).
+func (p *pluginContext) putPool(a *application, way int, pl state.Pool, stored bool, cas uint32) error {
+	p.recBuf = state.EncodePool(p.recBuf[:0], a.fp, pl, a.fl.id[:])
+	if a.rule.maxKeys == 0 {
+		return writeKey(a.poolKey(), p.recBuf, stored, cas)
+	}
+	return p.writeWay(a, way, stored, cas)
+}
+
+// poolRank orders the live pools a claim may evict: the one holding the
+// fewest tokens goes (a lease's tokens are lost with it; a fallback
+// bucket's level passes on to the claim).
+func poolRank(rec []byte) int64 {
+	s, err := state.DecodePool(rec)
+	if err != nil {
+		return math.MinInt64
+	}
+	return s.Pool.Tokens
 }
 
 // stalePool: a pool whose lease expired, or a fallback bucket untouched for
@@ -223,11 +257,11 @@ func (p *pluginContext) readPool(a *application, now float64) error {
 // lease_ttl_ms ago). Reusing its slot loses no leased token that can still
 // be spent; a fallback bucket's share is not necessarily full again after a
 // TTL (burst/rate may exceed it), so readPool passes it on to the claim.
-func stalePool(p pool, nowMS, ttlMS int64) bool {
-	if p.mode == modeLease {
-		return p.stamp <= nowMS
+func stalePool(p state.Pool, nowMS, ttlMS int64) bool {
+	if p.Mode == state.PoolLease {
+		return p.Stamp <= nowMS
 	}
-	return nowMS-p.stamp > ttlMS
+	return nowMS-p.Stamp > ttlMS
 }
 
 // fleetCommit is phase 2 for a global rule: write the pool with CAS; on a
@@ -266,8 +300,7 @@ func (p *pluginContext) writePool(a *application) error {
 	if a.fl.evict {
 		a.rule.fleet.m.evicted.inc()
 	}
-	p.valBuf = encodePool(p.valBuf[:0], a.fl.id[:], a.fl.next)
-	return writeKey(a.poolKey(a.fl.slot), p.valBuf, a.fl.stored, a.fl.cas)
+	return p.putPool(a, a.fl.way, a.fl.next, a.fl.stored, a.fl.cas)
 }
 
 func (p *pluginContext) countFleetDecision(a *application) {
@@ -283,20 +316,18 @@ func (p *pluginContext) fleetRefund(a *application) bool {
 	if a.fl.v != vSpend && a.fl.v != vShare {
 		return true
 	}
-	costU := a.fl.next.spent - a.fl.pool.spent
+	costU := a.fl.next.Spent - a.fl.pool.Spent
 	for attempt := 0; attempt < maxAttempts; attempt++ {
-		v, cas, st := a.readValue(0, a.poolKey(a.fl.slot))
-		if st != statusOK {
+		pl, way, r, err := a.findPool()
+		if err != nil {
 			return false
 		}
-		id, pl, ok := decodePool(v)
-		if !ok || string(id) != string(a.fl.id[:]) || pl.mode != a.fl.next.mode {
+		if way < 0 || pl.Mode != a.fl.next.Mode {
 			return true // the pool is gone or changed mode: nothing to give back to
 		}
-		pl.tokens += costU
-		pl.spent = max(0, pl.spent-costU)
-		p.valBuf = encodePool(p.valBuf[:0], a.fl.id[:], pl)
-		err := setSharedData(a.poolKey(a.fl.slot), p.valBuf, cas)
+		pl.Tokens += costU
+		pl.Spent = max(0, pl.Spent-costU)
+		err = p.putPool(a, way, pl, true, r.cas)
 		if err == nil {
 			return true
 		}
@@ -383,9 +414,9 @@ func (p *pluginContext) fetchForRequest(h *httpContext, apps []application) bool
 		if batch == nil {
 			batch = &syncBatch{requestPath: true}
 		}
-		pk := poolRef{rule: a.rule.name, id: a.fl.id, fp: a.fp, cand: a.cand, ncand: a.ncand}
+		pk := poolRef{rule: a.rule.name, id: a.fl.id, fp: a.fp}
 		ask := max(p.askFor(a.rule, a.fl.pool, int64(fs.nowMS())), int64(a.cost+0.999999))
-		batch.add(a.rule, pk, opFetch, ask, a.fl.pool.spent)
+		batch.add(a.rule, pk, opFetch, ask, a.fl.pool.Spent)
 		a.rule.fleet.m.fetches.inc()
 		fs.pending[key] = &pendingFetch{waiters: []*httpContext{h}}
 		batch.pending = append(batch.pending, key)

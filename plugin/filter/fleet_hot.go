@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"slices"
 	"strconv"
-
-	"github.com/sluice-rl/sluice/shared/state"
 )
 
 // Fleet mode: the process's hot keys. Each VM knows the pools it spent
@@ -139,22 +137,8 @@ func mergeHotList(m map[hotKeyFleet]*hotPool, list []byte, cfg *compiledConfig) 
 			e.lastSeenMS = max(e.lastSeenMS, seen)
 			continue
 		}
-		e := &hotPool{ref: poolRef{rule: r.name, id: k.id, fp: fp}, lastSeenMS: seen, hint: hint, live: true}
-		e.ref.cand, e.ref.ncand = candidatesFor(fp, r.maxKeys)
-		m[k] = e
+		m[k] = &hotPool{ref: poolRef{rule: r.name, id: k.id, fp: fp}, lastSeenMS: seen, hint: hint, live: true}
 	}
-}
-
-// candidatesFor is a pool's candidate slots, as selectRules computes them.
-func candidatesFor(fp uint64, maxKeys int) ([state.Candidates]int, int) {
-	if maxKeys <= 0 {
-		return [state.Candidates]int{}, 0
-	}
-	n := state.Candidates
-	if maxKeys == 1 {
-		n = 1
-	}
-	return state.CandidateSlots(fp, maxKeys), n
 }
 
 // pruneHot drops from this VM's table the keys unused for a lease TTL.

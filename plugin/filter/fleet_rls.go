@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/sluice-rl/sluice/shared/rls"
+	"github.com/sluice-rl/sluice/shared/state"
 )
 
 // ---- Health ----
@@ -248,13 +249,13 @@ func (p *pluginContext) applyStatus(it *batchItem, st *rls.Status, now, sentMS i
 			e.hint = 0
 		}
 		until := it.rule.fleet.leaseUntil(st, now, sentMS)
-		p.updatePool(it, now, func(pl *pool) {
-			if pl.mode != modeLease || pl.stamp <= now || it.rule.fleet.otherWindow(pl.stamp, until) {
-				*pl = pool{mode: modeLease, spent: pl.spent}
+		p.updatePool(it, now, func(pl *state.Pool) {
+			if pl.Mode != state.PoolLease || pl.Stamp <= now || it.rule.fleet.otherWindow(pl.Stamp, until) {
+				*pl = state.Pool{Mode: state.PoolLease, Spent: pl.Spent}
 			}
-			pl.tokens += it.amount * micro
-			pl.stamp = until
-			pl.denyUntil = 0
+			pl.Tokens += it.amount * micro
+			pl.Stamp = until
+			pl.DenyUntil = 0
 		})
 		return
 	}
@@ -270,17 +271,17 @@ func (p *pluginContext) applyStatus(it *batchItem, st *rls.Status, now, sentMS i
 	if st.LimitRemaining > 0 {
 		wait = 0 // tokens remain: the next ask, sized by the hint, may succeed
 	}
-	p.updatePool(it, now, func(pl *pool) {
-		if pl.mode != modeLease || pl.stamp <= now || it.rule.fleet.otherWindow(pl.stamp, until) {
-			*pl = pool{mode: modeLease, stamp: until, spent: pl.spent}
+	p.updatePool(it, now, func(pl *state.Pool) {
+		if pl.Mode != state.PoolLease || pl.Stamp <= now || it.rule.fleet.otherWindow(pl.Stamp, until) {
+			*pl = state.Pool{Mode: state.PoolLease, Stamp: until, Spent: pl.Spent}
 		}
-		pl.denyUntil = now + wait
+		pl.DenyUntil = now + wait
 	})
 }
 
 // updatePool applies fn to the pool of it (creating it if needed) with
 // CAS, and records the sync (spent since the ask is kept as demand).
-func (p *pluginContext) updatePool(it *batchItem, now int64, fn func(*pool)) {
+func (p *pluginContext) updatePool(it *batchItem, now int64, fn func(*state.Pool)) {
 	a := p.poolApp(*it)
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		if err := p.readPool(&a, float64(now)/1000); err != nil {
@@ -288,13 +289,12 @@ func (p *pluginContext) updatePool(it *batchItem, now int64, fn func(*pool)) {
 		}
 		pl := a.fl.pool
 		fn(&pl)
-		pl.spent = max(0, pl.spent-it.spentAtSend)
-		pl.lastSync = now
+		pl.Spent = max(0, pl.Spent-it.spentAtSend)
+		pl.LastSync = now
 		if a.fl.stored && a.fl.cas == 0 {
 			return
 		}
-		p.valBuf = encodePool(p.valBuf[:0], a.fl.id[:], pl)
-		if writeKey(a.poolKey(a.fl.slot), p.valBuf, a.fl.stored, a.fl.cas) == nil {
+		if p.putPool(&a, a.fl.way, pl, a.fl.stored, a.fl.cas) == nil {
 			return
 		}
 	}

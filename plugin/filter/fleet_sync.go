@@ -49,13 +49,12 @@ type hotKeyFleet struct {
 	id   [idLen]byte
 }
 
-// poolRef locates a pool: its rule, sluice_id and candidate slots.
+// poolRef locates a pool: its rule, sluice_id and (keyed) fingerprint,
+// which picks its group.
 type poolRef struct {
-	rule  string
-	id    [idLen]byte
-	fp    uint64
-	cand  [state.Candidates]int
-	ncand int
+	rule string
+	id   [idLen]byte
+	fp   uint64
 }
 
 type hotPool struct {
@@ -133,7 +132,7 @@ func (p *pluginContext) startFleet() {
 	p.vm.fleet.start()
 }
 
-// touchPool records on the request path that this VM spends from a pool,
+// touchPool records on the request path that this VM spends from a state.Pool,
 // so its syncs refill it. A new key allocates once.
 func (fs *fleetState) touchPool(a *application, nowMS int64) {
 	rf := a.rule.fleet
@@ -151,7 +150,7 @@ func (fs *fleetState) touchPool(a *application, nowMS int64) {
 		return // the request path still fetches for it when its pool is empty
 	}
 	e := &hotPool{
-		ref:        poolRef{rule: a.rule.name, id: a.fl.id, fp: a.fp, cand: a.cand, ncand: a.ncand},
+		ref:        poolRef{rule: a.rule.name, id: a.fl.id, fp: a.fp},
 		lastSeenMS: nowMS,
 		live:       true,
 	}
@@ -163,12 +162,12 @@ func (fs *fleetState) touchPool(a *application, nowMS int64) {
 // since its last sync, as a rate, times three sync intervals (so one ask
 // covers the wait for this VM's next turn at the lock), within
 // [lease_min, lease_max] and at most the burst (a GCRA never grants more).
-func (p *pluginContext) askFor(r *compiledRule, pl pool, nowMS int64) int64 {
+func (p *pluginContext) askFor(r *compiledRule, pl state.Pool, nowMS int64) int64 {
 	fc := r.fleet.fc
 	var ask float64
-	if pl.lastSync > 0 && nowMS > pl.lastSync {
-		secs := max(float64(nowMS-pl.lastSync), float64(fc.syncMS)) / 1000
-		ask = float64(pl.spent) / micro / secs * 3 * float64(fc.syncMS) / 1000
+	if pl.LastSync > 0 && nowMS > pl.LastSync {
+		secs := max(float64(nowMS-pl.LastSync), float64(fc.syncMS)) / 1000
+		ask = float64(pl.Spent) / micro / secs * 3 * float64(fc.syncMS) / 1000
 	} else { // a new pool: this process's share of one sync interval
 		ask = r.fleet.tb.Rate * float64(fc.syncMS) / 1000 / float64(p.vm.fleet.fleetSize(fc))
 	}
@@ -227,8 +226,7 @@ func (p *pluginContext) buildSync(now int64, hot map[hotKeyFleet]*hotPool) *sync
 		if r == nil || r.fleet == nil {
 			continue
 		}
-		a := application{rule: r, fp: e.ref.fp, cand: e.ref.cand, ncand: e.ref.ncand}
-		a.fl.id = e.ref.id
+		a := refApp(r, e.ref)
 		if err := p.readPool(&a, float64(now)/1000); err != nil {
 			continue
 		}
@@ -260,16 +258,16 @@ func (p *pluginContext) buildSync(now int64, hot map[hotKeyFleet]*hotPool) *sync
 func (p *pluginContext) syncAction(a *application, e *hotPool, idle bool, now int64) (syncCandidate, bool) {
 	fc := a.rule.fleet.fc
 	pl := a.fl.pool
-	lease := a.fl.exists && pl.mode == modeLease && pl.stamp > now
+	lease := a.fl.exists && pl.Mode == state.PoolLease && pl.Stamp > now
 	if idle {
-		if lease && pl.tokens >= micro {
-			it := batchItem{rule: a.rule, ref: e.ref, op: opReturn, amount: pl.tokens / micro,
-				window: a.rule.fleet.windowStart(pl.stamp)}
+		if lease && pl.Tokens >= micro {
+			it := batchItem{rule: a.rule, ref: e.ref, op: opReturn, amount: pl.Tokens / micro,
+				window: a.rule.fleet.windowStart(pl.Stamp)}
 			return syncCandidate{item: it, urgency: 1e18}, true // returns go last
 		}
 		return syncCandidate{}, false
 	}
-	if lease && pl.denyUntil > now {
+	if lease && pl.DenyUntil > now {
 		return syncCandidate{}, false // refused lately: the refusal's wait is not over
 	}
 	target := p.askFor(a.rule, pl, now)
@@ -278,17 +276,17 @@ func (p *pluginContext) syncAction(a *application, e *hotPool, idle bool, now in
 	}
 	have := int64(0)
 	if lease {
-		have = pl.tokens / micro
+		have = pl.Tokens / micro
 	}
 	// A lease about to expire is renewed, except a window's: its end is
 	// the window's, and a renewal would lapse with it.
-	expiring := lease && pl.stamp-now < 2*fc.syncMS && !a.rule.fleet.windowed
+	expiring := lease && pl.Stamp-now < 2*fc.syncMS && !a.rule.fleet.windowed
 	if lease && !expiring && have*2 >= target {
 		return syncCandidate{}, false
 	}
 	ask := max(target-have, fc.leaseMin, 1)
 	ask = min(ask, int64(a.rule.fleet.tb.Burst))
-	it := batchItem{rule: a.rule, ref: e.ref, op: opFetch, amount: ask, spentAtSend: pl.spent}
+	it := batchItem{rule: a.rule, ref: e.ref, op: opFetch, amount: ask, spentAtSend: pl.Spent}
 	return syncCandidate{item: it, urgency: float64(have) / float64(max(target, 1))}, true
 }
 
@@ -301,13 +299,12 @@ func (p *pluginContext) takeForReturn(it batchItem, now int64) bool {
 			return false
 		}
 		pl := a.fl.pool
-		if pl.mode != modeLease || pl.tokens < it.amount*micro {
+		if pl.Mode != state.PoolLease || pl.Tokens < it.amount*micro {
 			return false
 		}
-		pl.tokens -= it.amount * micro
-		pl.lastSync = now
-		p.valBuf = encodePool(p.valBuf[:0], a.fl.id[:], pl)
-		if setSharedData(a.poolKey(a.fl.slot), p.valBuf, a.fl.cas) == nil {
+		pl.Tokens -= it.amount * micro
+		pl.LastSync = now
+		if p.putPool(&a, a.fl.way, pl, true, a.fl.cas) == nil {
 			return true
 		}
 	}
@@ -315,12 +312,19 @@ func (p *pluginContext) takeForReturn(it batchItem, now int64) bool {
 }
 
 func (p *pluginContext) poolApp(it batchItem) application {
-	a := application{rule: it.rule, fp: it.ref.fp, cand: it.ref.cand, ncand: it.ref.ncand}
-	a.fl.id = it.ref.id
+	return refApp(it.rule, it.ref)
+}
+
+// refApp is an application of rule r to the pool ref locates, for the
+// sync path's reads and writes: its group in r's table as it is now (a
+// configuration update may have resized it).
+func refApp(r *compiledRule, ref poolRef) application {
+	a := application{rule: r, fp: ref.fp, group: state.GroupOf(ref.fp, r.groups)}
+	a.fl.id = ref.id
 	return a
 }
 
-func (p *pluginContext) statPool(rule string, pl pool, exists bool, now int64) {
+func (p *pluginContext) statPool(rule string, pl state.Pool, exists bool, now int64) {
 	fs := &p.vm.fleet
 	st := fs.stats[rule]
 	if st == nil {
@@ -331,10 +335,10 @@ func (p *pluginContext) statPool(rule string, pl pool, exists bool, now int64) {
 		return
 	}
 	st.pools++
-	if pl.mode == modeShare {
+	if pl.Mode == state.PoolShare {
 		st.sharing++
-	} else if pl.stamp > now {
-		st.leaseTokens += float64(pl.tokens) / micro
+	} else if pl.Stamp > now {
+		st.leaseTokens += float64(pl.Tokens) / micro
 	}
 }
 
@@ -446,8 +450,7 @@ func (p *pluginContext) fleetStats(now int64) {
 		if n++; n > maxReportPools {
 			break
 		}
-		a := application{rule: r, fp: e.ref.fp, cand: e.ref.cand, ncand: e.ref.ncand}
-		a.fl.id = e.ref.id
+		a := refApp(r, e.ref)
 		if p.readPool(&a, float64(now)/1000) == nil {
 			p.statPool(r.name, a.fl.pool, a.fl.exists, now)
 		}

@@ -18,7 +18,7 @@ package filter
 //	                                   identities sharing the overflow limit of the group at the
 //	                                   most recent overflow decision
 //	sluice.rule.<rule>.global_evicted  fleet mode, bounded: a new identity's lease pool replaced the
-//	                                   live pool of another identity (both of its candidate slots held one)
+//	                                   live pool of another identity (every way of its group held one)
 //	sluice.rule.<rule>.delayed         max_delay_ms: the rule reserved tokens for a request that
 //	                                   was held (also counted in allowed)
 //	sluice.rule.<rule>.delay_ms        the sum of those reservations' delays, in ms (rounded up)

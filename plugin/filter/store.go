@@ -248,12 +248,12 @@ func (p *pluginContext) load(a *application, now float64) (corrupt bool, err err
 	return p.probe(a, now)
 }
 
-// readValue reads key into a's i-th value buffer (reused across requests,
-// so reads allocate nothing) and returns the value, valid until the next
-// read into that buffer.
-func (a *application) readValue(i int, key string) (v []byte, cas, st uint32) {
-	v, cas, st = getSharedData(key, a.vals[i])
-	a.vals[i] = v
+// readValue reads key into a's value buffer (reused across requests, so
+// reads allocate nothing) and returns the value, valid until the next
+// read.
+func (a *application) readValue(key string) (v []byte, cas, st uint32) {
+	v, cas, st = getSharedData(key, a.val)
+	a.val = v
 	return
 }
 
@@ -273,11 +273,11 @@ func (a *application) readBucket() (r bucketRead, corrupt bool, err error) {
 	return r, false, nil
 }
 
-// readKey reads key into a's first value buffer: the value and, when the
+// readKey reads key into a's value buffer: the value and, when the
 // key exists, a read to be written back with its cas (stored). NOT_FOUND is
 // not an error: it gives a read that creates the key.
 func (a *application) readKey(key string) (v []byte, r bucketRead, err error) {
-	v, cas, st := a.readValue(0, key)
+	v, cas, st := a.readValue(key)
 	switch st {
 	case statusOK:
 		return v, bucketRead{stored: true, cas: cas}, nil
@@ -287,7 +287,7 @@ func (a *application) readKey(key string) (v []byte, r bucketRead, err error) {
 	return nil, bucketRead{}, statusError(st)
 }
 
-// readGroup reads a's group into a.grp (aliasing a.vals[0], valid until
+// readGroup reads a's group into a.grp (aliasing a.val, valid until
 // the next read) and returns how the group must be written back: stored
 // (with cas) or created. A missing group reads as one with no ways, and so
 // does a group value that does not parse (corrupt true: the write replaces

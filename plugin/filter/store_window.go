@@ -93,7 +93,7 @@ func (p *pluginContext) refundWindow(a *application) bool {
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		var err error
 		if a.rule.maxKeys == 0 {
-			v, cas, st := a.readValue(0, a.key)
+			v, cas, st := a.readValue(a.key)
 			if st != statusOK || state.DecodeWindow(v, w) != nil {
 				return false
 			}

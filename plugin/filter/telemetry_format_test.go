@@ -21,32 +21,6 @@ func sharedDecode(t testing.TB, body []byte) *telfmt.Report {
 	return r
 }
 
-// sameAsShared fails unless the shared decoder reads body to the values r
-// (the tests' own strict decoding) holds.
-func sameAsShared(t testing.TB, r report, body []byte) {
-	t.Helper()
-	s := sharedDecode(t, body)
-	if s.V != r.V || s.Node != r.Node || s.VM != r.VM || s.VMStartMS != r.VMStartMS || s.Seq != r.Seq ||
-		s.SentAtMS != r.SentAtMS || s.IntervalMS != r.IntervalMS || s.ConfigHash != r.ConfigHash ||
-		s.ReportsDropped != r.ReportsDropped || len(s.Rules) != len(r.Rules) || len(s.Buckets) != len(r.Buckets) {
-		t.Fatalf("shared decoder %+v\ntest decoder %+v", s, r)
-	}
-	for i, rc := range r.Rules {
-		sc := s.Rules[i]
-		if sc.Rule != rc.Rule || sc.Allowed != rc.Allowed || sc.Rejected != rc.Rejected || sc.ShadowRejected != rc.ShadowRejected ||
-			sc.FailOpen != rc.FailOpen || sc.Overflowed != rc.Overflowed || sc.OverflowIdentities != rc.OverflowIdentities {
-			t.Fatalf("rules[%d]: shared decoder %+v, test decoder %+v", i, sc, rc)
-		}
-	}
-	for i, b := range r.Buckets {
-		sb := s.Buckets[i]
-		if sb.Rule != b.Rule || sb.Identity != b.Identity || sb.Tokens != b.Tokens || sb.Burst != b.Burst ||
-			sb.LastRefill != b.LastRefill || sb.Rejects != b.Rejects || sb.Algorithm != b.Algorithm {
-			t.Fatalf("buckets[%d]: shared decoder %+v, test decoder %+v", i, sb, b)
-		}
-	}
-}
-
 // actionsTelemetryConfig has a rule of each kind whose counters a report
 // carries: exempt, deny, overrides, a window and a bounded rule.
 const actionsTelemetryConfig = `{"telemetry": {"cluster": "sluice_admin", "token": "t", "interval_ms": 1000, "top_n": 50},

@@ -2,15 +2,14 @@ package filter_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/plugin/scenario"
 	"github.com/sluice-rl/sluice/plugin/wasmhost"
+	telfmt "github.com/sluice-rl/sluice/shared/telemetry"
 )
 
 // telemetryConfig: "apikey" enforces 3 requests per API key (masked in
@@ -27,9 +26,9 @@ const telemetryConfig = `{
   ]
 }`
 
-// report is the telemetry report body, decoded strictly (shared with the
-// scenarios that check reports under both hosts).
-type report = scenario.TelemetryReport
+// report is the telemetry report body as the admin's strict decoder
+// (shared/telemetry) reads it.
+type report = telfmt.Report
 
 func startTelemetry(t *testing.T, config string, vms int) *fixture {
 	t.Helper()
@@ -80,14 +79,7 @@ func (f *fixture) tick(d time.Duration) map[int]*wasmhost.HTTPCall {
 
 func decodeReport(t *testing.T, c *wasmhost.HTTPCall) report {
 	t.Helper()
-	var r report
-	dec := json.NewDecoder(strings.NewReader(string(c.Body)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r); err != nil {
-		t.Fatalf("report body %s: %v", c.Body, err)
-	}
-	sameAsShared(t, r, c.Body)
-	return r
+	return *sharedDecode(t, c.Body)
 }
 
 func answer(t *testing.T, c *wasmhost.HTTPCall, status string) {

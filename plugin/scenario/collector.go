@@ -18,6 +18,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	telfmt "github.com/sluice-rl/sluice/shared/telemetry"
 )
 
 func init() {
@@ -104,7 +106,7 @@ func collectorUnderLoad(t *testing.T, start Starter) {
 		if r.ConfigHash != fnv64Hex(config) {
 			t.Errorf("chunk %d: report of configuration %s, want %s", chunk, r.ConfigHash, fnv64Hex(config))
 		}
-		got := sumCounts([]*TelemetryReport{r})["k"]
+		got := sumCounts([]*telfmt.Report{r})["k"]
 		if got.Allowed != allowed || got.Rejected != rejected {
 			t.Fatalf("chunk %d: report counts %+v, want %d allowed, %d rejected", chunk, got, allowed, rejected)
 		}

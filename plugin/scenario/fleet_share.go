@@ -1,9 +1,9 @@
 package scenario
 
 // Fleet mode, backend down, local share: pools of more identities than
-// slots replace each other (max_keys 2: every identity's candidate pair is
-// the same two slots). A claim that replaces a fallback bucket continues
-// its level and time, so the two slots admit together at most
+// ways replace each other (max_keys 2: one group of two ways, every
+// identity's). A claim that replaces a fallback bucket continues its level
+// and time, so the two ways admit together at most
 // 2 x (share_burst + share_rate x T): evictions mint no bursts.
 
 import (
@@ -36,8 +36,8 @@ func fleetEvictionsShareOneLevel(t *testing.T, start Starter) {
 		}
 		return !res.Rejected
 	}
-	// Each identity offers more than the burst: whatever slots the
-	// identities' pairs put first, both slots' shares are used up.
+	// Each identity offers more than the burst: whatever ways the
+	// identities take first, both ways' shares are used up.
 	const ids, each = 6, 25
 	round := func(reverse bool) (n int) {
 		for k := range ids {
@@ -53,7 +53,7 @@ func fleetEvictionsShareOneLevel(t *testing.T, start Starter) {
 		}
 		return n
 	}
-	// At one instant: each slot's share starts full once (20) and the
+	// At one instant: each way's share starts full once (20) and the
 	// first identity there spends it; the others' claims find it empty.
 	first := round(false)
 	// 1.05 s later (less than the lease TTL: every pool is live), in the
@@ -64,7 +64,7 @@ func fleetEvictionsShareOneLevel(t *testing.T, start Starter) {
 	evicted := metric(h, "sluice.rule.g.global_evicted")
 	t.Logf("admitted %d then %d of %d each; %d evictions", first, second, ids*each, evicted)
 	if first != 40 || second != 20 {
-		t.Fatalf("admitted %d at t0 and %d at t0+1.05s; want 2 slots x burst 20 = 40, then 2 x 10 refilled = 20 "+
+		t.Fatalf("admitted %d at t0 and %d at t0+1.05s; want 2 ways x burst 20 = 40, then 2 x 10 refilled = 20 "+
 			"(total 60 = 2 x floor(share_burst + share_rate x T), T = 1.05 s)", first, second)
 	}
 	if evicted == 0 {

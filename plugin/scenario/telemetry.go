@@ -10,8 +10,6 @@ package scenario
 // token is never logged.
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -27,63 +25,18 @@ func init() {
 	)
 }
 
-// TelemetryReport is the plugin's telemetry report body, for tests under
-// any host (docs/filter.md, Telemetry; the admin's
-// POST /api/v1/telemetry). Decoded strictly: an unknown field fails.
-type TelemetryReport struct {
-	V          int          `json:"v"`
-	Node       string       `json:"node"`
-	VM         string       `json:"vm"`
-	VMStartMS  int64        `json:"vm_start_ms"`
-	Seq        uint64       `json:"seq"`
-	SentAtMS   int64        `json:"sent_at_ms"`
-	IntervalMS int64        `json:"interval_ms"`
-	ConfigHash string       `json:"config_hash"`
-	Rules      []RuleCounts `json:"rules"`
-	Buckets    []struct {
-		Rule       string  `json:"rule"`
-		Identity   string  `json:"identity"`
-		Tokens     float64 `json:"tokens"`
-		Burst      float64 `json:"burst"`
-		LastRefill float64 `json:"last_refill"`
-		Rejects    uint64  `json:"rejects"`
-		Algorithm  string  `json:"algorithm"`
-	} `json:"buckets"`
-	ReportsDropped uint64          `json:"reports_dropped"`
-	Fleet          json.RawMessage `json:"fleet"`
-}
-
-// RuleCounts are one rule's cumulative counters in a report.
-type RuleCounts struct {
-	Rule           string `json:"rule"`
-	Allowed        uint64 `json:"allowed"`
-	Rejected       uint64 `json:"rejected"`
-	ShadowRejected uint64 `json:"shadow_rejected"`
-	FailOpen       uint64 `json:"fail_open"`
-	// Bounded rules: requests decided by a group's overflow limit
-	// (cumulative), and the largest estimate of identities sharing one
-	// since the VM's previous report.
-	Overflowed         uint64 `json:"overflowed"`
-	OverflowIdentities uint64 `json:"overflow_identities"`
-}
-
 // decodeReport checks a report call's request line and headers and decodes
-// its body.
-func decodeReport(t testing.TB, c Call, cluster, path, token string) *TelemetryReport {
+// its body with the admin's strict decoder (shared/telemetry: an unknown or
+// missing field fails).
+func decodeReport(t testing.TB, c Call, cluster, path, token string) *telfmt.Report {
 	t.Helper()
 	if c.Cluster != cluster {
 		t.Errorf("report to cluster %q, want %q", c.Cluster, cluster)
 	}
 	wantHeaders(t, fmt.Sprintf("report of VM %d", c.VM), c.Headers, ":method", "POST", ":path", path,
 		":authority", "sluice-admin", "authorization", "Bearer "+token, "content-type", "application/json")
-	r := &TelemetryReport{}
-	dec := json.NewDecoder(bytes.NewReader(c.Body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(r); err != nil {
-		t.Fatalf("report body %s: %v", c.Body, err)
-	}
-	// The admin's decoder (shared/telemetry) accepts what this host carried.
-	if _, err := telfmt.Decode(c.Body); err != nil {
+	r, err := telfmt.Decode(c.Body)
+	if err != nil {
 		t.Fatalf("the admin's decoder refuses the report body %s: %v", c.Body, err)
 	}
 	return r
@@ -122,8 +75,8 @@ func failCall(t testing.TB, h Host, c Call) {
 
 // sumCounts adds the per-rule counters of reports (overflow_identities:
 // the largest).
-func sumCounts(rs []*TelemetryReport) map[string]RuleCounts {
-	sum := map[string]RuleCounts{}
+func sumCounts(rs []*telfmt.Report) map[string]telfmt.RuleCounters {
+	sum := map[string]telfmt.RuleCounters{}
 	for _, r := range rs {
 		for _, x := range r.Rules {
 			s := sum[x.Rule]
@@ -134,6 +87,9 @@ func sumCounts(rs []*TelemetryReport) map[string]RuleCounts {
 			s.FailOpen += x.FailOpen
 			s.Overflowed += x.Overflowed
 			s.OverflowIdentities = max(s.OverflowIdentities, x.OverflowIdentities)
+			s.Exempted += x.Exempted
+			s.Denied += x.Denied
+			s.Overridden += x.Overridden
 			sum[x.Rule] = s
 		}
 	}
@@ -142,7 +98,7 @@ func sumCounts(rs []*TelemetryReport) map[string]RuleCounts {
 
 // wantCounts checks summed report counters against the expected traffic
 // and against the plugin's metrics.
-func wantCounts(t testing.TB, h Host, got map[string]RuleCounts, want ...RuleCounts) {
+func wantCounts(t testing.TB, h Host, got map[string]telfmt.RuleCounters, want ...telfmt.RuleCounters) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Errorf("reports name rules %v, want %d rules", got, len(want))
@@ -152,7 +108,7 @@ func wantCounts(t testing.TB, h Host, got map[string]RuleCounts, want ...RuleCou
 			t.Errorf("rule %s: reports sum to %+v, want %+v", w.Rule, got[w.Rule], w)
 		}
 		p := "sluice.rule." + w.Rule + "."
-		m := RuleCounts{Rule: w.Rule, Allowed: metric(h, p+"allowed"), Rejected: metric(h, p+"rejected"),
+		m := telfmt.RuleCounters{Rule: w.Rule, Allowed: metric(h, p+"allowed"), Rejected: metric(h, p+"rejected"),
 			ShadowRejected: metric(h, p+"shadow_rejected"), FailOpen: metric(h, p+"fail_open"), Overflowed: metric(h, p+"overflowed")}
 		if m != w {
 			t.Errorf("rule %s: metrics say %+v, want %+v", w.Rule, m, w)
@@ -199,7 +155,7 @@ func telemetryReportsMatchTraffic(t *testing.T, start Starter) {
 	if len(calls) != 2 {
 		t.Fatalf("%d reports at the interval, want one per VM", len(calls))
 	}
-	var reports []*TelemetryReport
+	var reports []*telfmt.Report
 	vmIDs := map[string]bool{}
 	for vm, c := range calls {
 		r := decodeReport(t, c, "sluice_admin", "/api/v1/telemetry", "tel-s3cret")
@@ -228,9 +184,9 @@ func telemetryReportsMatchTraffic(t *testing.T, start Starter) {
 		reports = append(reports, r)
 	}
 	wantCounts(t, h, sumCounts(reports),
-		RuleCounts{Rule: "apikey", Allowed: 6, Rejected: 3},
-		RuleCounts{Rule: "user", Allowed: 6},
-		RuleCounts{Rule: "perip", Allowed: 4, ShadowRejected: 2})
+		telfmt.RuleCounters{Rule: "apikey", Allowed: 6, Rejected: 3},
+		telfmt.RuleCounters{Rule: "user", Allowed: 6},
+		telfmt.RuleCounters{Rule: "perip", Allowed: 4, ShadowRejected: 2})
 	rejects := uint64(0)
 	masked := "header:x-api-key=sk_l…#" + fnv64Hex(keyA)[8:]
 	for _, r := range reports {
@@ -269,9 +225,9 @@ func telemetryReportsMatchTraffic(t *testing.T, start Starter) {
 	}
 	// Cumulative: the failed report lost no counts.
 	wantCounts(t, h, sumCounts(reports),
-		RuleCounts{Rule: "apikey", Allowed: 7, Rejected: 3},
-		RuleCounts{Rule: "user", Allowed: 7},
-		RuleCounts{Rule: "perip", Allowed: 5, ShadowRejected: 2}) // a second refilled one token
+		telfmt.RuleCounters{Rule: "apikey", Allowed: 7, Rejected: 3},
+		telfmt.RuleCounters{Rule: "user", Allowed: 7},
+		telfmt.RuleCounters{Rule: "perip", Allowed: 5, ShadowRejected: 2}) // a second refilled one token
 	wantMetrics(t, h, map[string]uint64{"sluice.telemetry.dropped": 1, "sluice.telemetry.sent": 4})
 	if n := logsContaining(h, "tel-s3cret"); n != 0 {
 		t.Errorf("the token appears in %d log lines", n)
@@ -299,7 +255,7 @@ func telemetryTokenFromEnv(t *testing.T, start Starter) {
 		t.Fatalf("%d reports, want 1", len(calls))
 	}
 	r := decodeReport(t, calls[0], "admin", "/ingest/v9", "tel-from-env_0123")
-	wantCounts(t, h, sumCounts([]*TelemetryReport{r}), RuleCounts{Rule: "r", Allowed: 2, Rejected: 1})
+	wantCounts(t, h, sumCounts([]*telfmt.Report{r}), telfmt.RuleCounters{Rule: "r", Allowed: 2, Rejected: 1})
 	respond(t, h, calls[0], "200")
 	if n := metric(h, "sluice.telemetry.dropped"); n != 0 {
 		t.Errorf("sluice.telemetry.dropped = %d after a 200", n)

@@ -15,7 +15,8 @@ import (
 //	earlier:  GroupFormatV1 (0x04) | way | way | ...           (no overflow record)
 //	overflow: uvarint length | overflow record (length 0: none)
 //	way:      uvarint length | record            (length 0: a free way)
-//	record:   a slot value (EncodeSlot) or a window slot value (EncodeWindowSlot)
+//	record:   a slot value (EncodeSlot), a window slot value (EncodeWindowSlot)
+//	          or a fleet pool (EncodePool, pool.go)
 //	overflow record: EncodeOverflow or EncodeWindowOverflow (overflow.go)
 //
 // An identity with fingerprint fp lives only in group GroupOf(fp, N), in any
@@ -51,7 +52,7 @@ import (
 // GroupFormatV1 of one without (written while a group's overflow record is
 // empty, and by earlier versions). They differ from every record format
 // (SlotFormat, SlotFormatV1, WindowFormat, WindowSlotFormatV1,
-// WindowSlotFormat, OverflowFormat, WindowOverflowFormat) and from the
+// WindowSlotFormat, OverflowFormat, WindowOverflowFormat, PoolFormat) and from the
 // first byte of every text record (a hex digit).
 const (
 	GroupFormatV1 = 0x04
@@ -248,9 +249,9 @@ func ReplaceOverflow(dst, v, rec []byte) []byte {
 	return append(dst, v[start:]...)
 }
 
-// RecordFingerprint returns the fingerprint of a binary slot or window
-// record (any of their formats, current or earlier: all keep it in bytes
-// 1-8), without decoding the rest; ok is false for anything else (a text
+// RecordFingerprint returns the fingerprint of a binary slot, window or
+// pool record (any of their formats, current or earlier: all keep it in
+// bytes 1-8), without decoding the rest; ok is false for anything else (a text
 // record of an earlier version, an empty way), which only a full decode
 // can tell. It lets a lookup skip the records of other identities.
 func RecordFingerprint(rec []byte) (fp uint64, ok bool) {
@@ -258,7 +259,7 @@ func RecordFingerprint(rec []byte) (fp uint64, ok bool) {
 		return 0, false
 	}
 	switch rec[0] {
-	case SlotFormat, SlotFormatV1, WindowSlotFormat, WindowSlotFormatV1:
+	case SlotFormat, SlotFormatV1, WindowSlotFormat, WindowSlotFormatV1, PoolFormat:
 		return binary.LittleEndian.Uint64(rec[1:]), true
 	}
 	return 0, false

@@ -147,7 +147,7 @@ func TestGroupFormatDistinct(t *testing.T) {
 	for name, f := range map[string]int{
 		"GroupFormat": GroupFormat, "GroupFormatV1": GroupFormatV1, "OverflowFormat": OverflowFormat, "WindowOverflowFormat": WindowOverflowFormat,
 		"SlotFormat": SlotFormat, "SlotFormatV1": SlotFormatV1, "WindowFormat": WindowFormat,
-		"WindowSlotFormat": WindowSlotFormat, "WindowSlotFormatV1": WindowSlotFormatV1,
+		"WindowSlotFormat": WindowSlotFormat, "WindowSlotFormatV1": WindowSlotFormatV1, "PoolFormat": PoolFormat,
 	} {
 		if other, ok := seen[f]; ok {
 			t.Errorf("%s and %s are both %#x", name, other, f)
@@ -375,6 +375,7 @@ func TestRecordFingerprint(t *testing.T) {
 		EncodeSlot(nil, 42, Bucket{Tokens: 1, LastRefill: 2}, "a"),
 		appendSlotV1(nil, 42, Bucket{Tokens: 1, LastRefill: 2}, 5, "a"),
 		EncodeWindowSlot(nil, 42, w, "a"),
+		EncodePool(nil, 42, Pool{Mode: PoolLease}, []byte("a")),
 	} {
 		if fp, ok := RecordFingerprint(rec); !ok || fp != 42 {
 			t.Errorf("RecordFingerprint(%x) = %d, %v; want 42", rec, fp, ok)

@@ -71,15 +71,6 @@ const (
 	slotHeaderV1 = 33
 )
 
-// Candidates is the number of candidate slots per identity (d) in the fleet
-// pools' slot keys, "fl:{rule}:#{slot}" (see CandidateSlots). Buckets and
-// windows no longer use candidate slots: they live in groups (group.go).
-// Two is enough for pools: with two choices a new identity finds a reusable
-// slot unless both of its candidates hold live pools (probability about a^2
-// at a fraction a of live slots), and every extra candidate costs one more
-// shared-data get on each miss.
-const Candidates = 2
-
 // MaxIdentity bounds the identity stored in a slot record. The filter's
 // composite keys already respect it (longer ones are hashed, AppendIdentity).
 const MaxIdentity = 256
@@ -144,30 +135,6 @@ func FNV1a64(s string) uint64 {
 		h *= prime64
 	}
 	return h
-}
-
-// CandidateSlots returns the slots an identity with fingerprint fp may occupy
-// in a fleet pool table of maxKeys slots, in probe order: one index from
-// each 32-bit half of the fingerprint (Lemire's multiply-shift range
-// reduction, no division). The two differ whenever maxKeys > 1. maxKeys <= 0
-// gives {0, 0}; values above 2^32 are treated as 2^32.
-func CandidateSlots(fp uint64, maxKeys int) [Candidates]int {
-	if maxKeys <= 0 {
-		return [Candidates]int{}
-	}
-	n := uint64(maxKeys)
-	if n > 1<<32 {
-		n = 1 << 32
-	}
-	a := (uint64(uint32(fp)) * n) >> 32
-	b := ((fp >> 32) * n) >> 32
-	if a == b && n > 1 {
-		b = a + 1
-		if b == n {
-			b = 0
-		}
-	}
-	return [Candidates]int{int(a), int(b)}
 }
 
 // AppendSlotKey appends the shared-data key of a token-bucket group (the

@@ -248,45 +248,6 @@ func TestFNVAndFingerprint(t *testing.T) {
 	}
 }
 
-func TestCandidateSlots(t *testing.T) {
-	for _, n := range []int{1, 2, 3, 7, 1000, 65536, 1 << 22} {
-		counts := map[int]int{}
-		for i := 0; i < 20000; i++ {
-			fp := Fingerprint("id-" + strconv.Itoa(i))
-			c := CandidateSlots(fp, n)
-			for _, s := range c {
-				if s < 0 || s >= n {
-					t.Fatalf("n=%d: slot %d out of range", n, s)
-				}
-			}
-			if n > 1 && c[0] == c[1] {
-				t.Fatalf("n=%d: equal candidates %v", n, c)
-			}
-			if n == 1 && c != [Candidates]int{0, 0} {
-				t.Fatalf("n=1: %v", c)
-			}
-			if c != CandidateSlots(fp, n) {
-				t.Fatal("not deterministic")
-			}
-			counts[c[0]]++
-		}
-		// Spread: with 7 slots every slot gets roughly 1/7 as first choice.
-		if n == 7 {
-			for s := 0; s < 7; s++ {
-				if counts[s] < 20000/7*8/10 || counts[s] > 20000/7*12/10 {
-					t.Errorf("n=7: slot %d is first choice %d times of 20000", s, counts[s])
-				}
-			}
-		}
-	}
-	if c := CandidateSlots(123, 0); c != [Candidates]int{} {
-		t.Errorf("n=0: %v", c)
-	}
-	if c := CandidateSlots(math.MaxUint64, math.MaxInt); c[0] < 0 || c[1] < 0 {
-		t.Errorf("huge n: %v", c)
-	}
-}
-
 // Group keys: "tb:{rule}:#{group}", parsed back by ParseKey.
 func TestSlotKeys(t *testing.T) {
 	if k := SlotKey("global-rps", 4711); k != "tb:global-rps:#4711" {

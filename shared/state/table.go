@@ -3,8 +3,9 @@ package state
 // Group is one group of a bounded table (the format in group.go) as read
 // for one request: its ways and overflow record alias the value read, so
 // finding, claiming and updating a record copy nothing before the write.
-// Token buckets and windows share it; what differs per algorithm (how a
-// record decodes, when its state is idle) is passed to Find and Claim.
+// Token buckets, windows and fleet pools share it; what differs per
+// algorithm (how a record decodes, when its state is idle, which pool to
+// evict) is passed to Find, Claim and Evict.
 //
 // The zero Group is an empty group (a key that does not exist yet).
 type Group struct {
@@ -95,6 +96,24 @@ func (g *Group) Claim(ways int, idle func(rec []byte) (decoded, idle bool)) (way
 		}
 	}
 	return -1, false, corrupt
+}
+
+// Evict returns the way a new identity takes, in a table that evicts
+// rather than overflowing, when Claim found none free: the one whose
+// record rank ranks lowest (the first of equals), so the table loses what
+// it values least; -1 for a group with no ways. Fleet pools evict (a
+// pool holds only what the service granted, so losing one under-admits,
+// never over-admits); buckets and windows never do (their overflow record
+// decides instead).
+func (g *Group) Evict(rank func(rec []byte) int64) int {
+	way := -1
+	var low int64
+	for i := 0; i < g.n; i++ {
+		if r := rank(g.ways[i]); way < 0 || r < low {
+			way, low = i, r
+		}
+	}
+	return way
 }
 
 // WithWay returns the group value with way at replaced by rec (at ==

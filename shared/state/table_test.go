@@ -77,6 +77,42 @@ func TestGroupClaimFillsThenReusesIdleWays(t *testing.T) {
 	}
 }
 
+// Evict takes the way whose record ranks lowest, the first of equals, and
+// none in a group without ways.
+func TestGroupEvictTakesTheLowestRank(t *testing.T) {
+	pool := func(tokens int64) []byte {
+		return EncodePool(nil, uint64(tokens), Pool{Mode: PoolLease, Tokens: tokens}, []byte("id"))
+	}
+	tokens := func(rec []byte) int64 {
+		s, err := DecodePool(rec)
+		if err != nil {
+			t.Fatalf("rank of an undecodable record %x", rec)
+		}
+		return s.Pool.Tokens
+	}
+	for _, c := range []struct {
+		levels []int64
+		want   int
+	}{
+		{[]int64{5, 3, 9, 4}, 1},
+		{[]int64{2, 7, 2, 2}, 0},
+		{[]int64{8, 8, 8, 1}, 3},
+		{[]int64{6}, 0},
+	} {
+		var recs [][]byte
+		for _, l := range c.levels {
+			recs = append(recs, pool(l))
+		}
+		if got := groupOf(t, nil, recs...).Evict(tokens); got != c.want {
+			t.Errorf("levels %v: Evict = way %d, want %d", c.levels, got, c.want)
+		}
+	}
+	var empty Group
+	if got := empty.Evict(tokens); got != -1 {
+		t.Errorf("a group without ways: Evict = %d, want -1", got)
+	}
+}
+
 // WithWay and WithOverflow write in place when the record keeps its
 // length, and splice otherwise; both give the value ReplaceWay and
 // ReplaceOverflow give.
