@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluice-rl/sluice/plugin/wasmhost"
+	"github.com/sluice-rl/sluice/shared/policy"
 )
 
 // TestResponseChargeRetriesCASThenFailsOpenCounted: a charge re-reads and
@@ -106,5 +107,35 @@ func TestResponseChargeAfterItsPlaceWasTaken(t *testing.T) {
 	// without a way, is refused there.
 	if res := f.do("x-api-key", "late"); !res.Rejected {
 		t.Fatal("the late identity was admitted by an overflow bucket in debt")
+	}
+}
+
+// TestOverriddenIdentityIsChargedDownToTheRulesMaxDebt: an override that
+// raises the burst of a response-charged rule whose max_debt is left at its
+// default keeps the rule's max_debt (the rule's burst), as the policy
+// parses it: a reported cost beyond it is clamped there.
+func TestOverriddenIdentityIsChargedDownToTheRulesMaxDebt(t *testing.T) {
+	const cfg = `{"rules": [{"name": "llm", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
+	  "algorithm_config": {"rps": 0.000001, "burst": 10, "cost_source": "response_header:x-tokens-used"},
+	  "overrides": [{"key": "big", "algorithm_config": {"burst": 400}}]}]}`
+	parsed, err := policy.Parse([]byte(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	debt := parsed.Policies[0].Rules[0].Overrides[0].TokenBucket.MaxDebt
+	f := start(t, cfg, 1)
+	r := rq("x-api-key", "big")
+	r.ResponseHeaders = []wasmhost.Header{{":status", "200"}, {"x-tokens-used", "1000"}}
+	if res := f.doOn(0, r); res.Rejected {
+		t.Fatal("the overridden identity's first request was rejected")
+	}
+	if got := f.tokens("llm", "big"); math.Abs(got-(-debt)) > 1e-3 || debt != 10 {
+		t.Errorf("bucket holds %v tokens after a cost of 1000 on burst 400, want -%v (the rule's max_debt, parsed as %v)", got, 10, debt)
+	}
+	if got := f.metric("sluice.rule.llm.response_cost_clamped"); got != 1 {
+		t.Errorf("response_cost_clamped = %d, want 1", got)
+	}
+	if got := f.metric("sluice.rule.llm.overridden"); got == 0 {
+		t.Error("the override did not decide the request")
 	}
 }

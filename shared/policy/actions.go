@@ -174,19 +174,30 @@ func (p *parser) override(path string, i int, ov *jvalue, r *Rule, cfg *jvalue, 
 		merged := mergeConfig(cfg, cv)
 		switch {
 		case r.Quota != nil:
-			if o.Quota = p.quota(cpath, merged); o.Quota != nil {
-				// The rule's max_debt, even its default (the rule's limit):
-				// the costs are the rule's, and the normalized form, which
-				// writes the default out, must parse back the same.
-				o.Quota.MaxDebt = r.Quota.MaxDebt
-			}
+			o.Quota = p.quota(cpath, merged)
 		case r.Window != nil:
 			o.Window = p.window(cpath, merged, r.Algorithm)
 		default:
 			o.TokenBucket = p.tokenBucket(cpath, merged)
 		}
+		keepRuleDebt(&o, r)
 	}
 	return o, len(p.errs) == before
+}
+
+// keepRuleDebt gives an override the rule's max_debt, even when the rule
+// leaves it at its default (the rule's burst or limit, not the override's):
+// max_debt belongs to the costs, which are the rule's; the normalized form
+// writes the rule's default out, so an override must read it back the same
+// after a save; and the fast path (a copy of the rule's limits) and the
+// filter's charge (the rule's) use it too.
+func keepRuleDebt(o *Override, r *Rule) {
+	switch {
+	case o.Quota != nil && r.Quota != nil:
+		o.Quota.MaxDebt = r.Quota.MaxDebt
+	case o.TokenBucket != nil && r.TokenBucket != nil:
+		o.TokenBucket.MaxDebt = r.TokenBucket.MaxDebt
+	}
 }
 
 // sharedQuotaFields refuses, with a reason, the quota fields every
@@ -342,7 +353,7 @@ func fastOverride(v *jvalue, r *Rule, nkeys int) (Override, bool) {
 		if nums[3] >= 0 || nums[4] >= 0 || (nums[0] >= 0 && nums[1] >= 0) {
 			return o, false
 		}
-		t := *tb
+		t := *tb // the rule's costs, max_delay_ms and max_debt (keepRuleDebt)
 		if nums[0] >= 0 {
 			t.TokensPerSecond = nums[0]
 		} else if nums[1] >= 0 {

@@ -260,28 +260,51 @@ func FuzzParseAddress(f *testing.F) {
 	})
 }
 
+// overrideFuzzRules are the rule configurations the override fuzz target
+// reads its entries against, per algorithm; the fuzzer picks one by index.
+// Token bucket and quota rules include a cost read from the response with
+// max_debt left at its default and given explicitly.
+var overrideFuzzRules = map[string][]string{
+	"token_bucket": {
+		`{"rps":5,"burst":10,"fixed_cost":2}`,
+		`{"rps":5,"burst":10,"cost_source":"response_header:x-cost","default_cost":3}`,
+		`{"rps":5,"burst":10,"cost_source":"response_trailer:x-cost","max_debt":7}`,
+		`{"rps":5,"burst":10,"cost_source":"response_header:x-cost","max_debt":0}`,
+	},
+	"fixed_window":   {`{"limit":10,"window_seconds":60,"fixed_cost":2}`},
+	"sliding_window": {`{"limit":10,"window_seconds":60,"fixed_cost":2}`},
+	"rolling_window": {`{"limit":100,"window_seconds":60,"period_seconds":10,"max_per_period":20}`},
+	"quota": {
+		`{"limit":100,"period":"day","fixed_cost":2}`,
+		`{"limit":100,"period":"day","cost_source":"response_header:x-cost","default_cost":3}`,
+		`{"limit":100,"period":"week","cost_source":"response_trailer:x-cost","max_debt":7}`,
+	},
+}
+
 // FuzzFastOverrideAgreesWithTheFullChecks: the fast reading of an override
 // accepts only what the full checks accept, with the same result.
 func FuzzFastOverrideAgreesWithTheFullChecks(f *testing.F) {
-	f.Add("token_bucket", "acme", "burst", "30", "rps", "5")
-	f.Add("token_bucket", "a|b", "tokens_per_second", "25", "burst", "20")
-	f.Add("rolling_window", "k", "limit", "50", "max_per_period", "60")
-	f.Add("fixed_window", "k", "limit", "1e13", "max_per_period", "1")
-	f.Add("sliding_window", "k\\#", "limit", "0.5", "limit", "2")
-	f.Add("quota", "k", "limit", "50", "period", `"month"`)
-	f.Add("quota", "k", "limit", "1", "burst", "3")
-	f.Fuzz(func(t *testing.T, alg, key, f1, v1, f2, v2 string) {
-		ruleCfg := `{"rps":5,"burst":10,"fixed_cost":2}`
-		switch alg {
-		case "fixed_window", "sliding_window":
-			ruleCfg = `{"limit":10,"window_seconds":60,"fixed_cost":2}`
-		case "rolling_window":
-			ruleCfg = `{"limit":100,"window_seconds":60,"period_seconds":10,"max_per_period":20}`
-		case "quota":
-			ruleCfg = `{"limit":100,"period":"day","fixed_cost":2}`
-		default:
-			alg = "token_bucket"
+	f.Add("token_bucket", uint8(0), "acme", "burst", "30", "rps", "5")
+	f.Add("token_bucket", uint8(0), "a|b", "tokens_per_second", "25", "burst", "20")
+	f.Add("token_bucket", uint8(1), "acme", "burst", "30", "rps", "5")
+	f.Add("token_bucket", uint8(1), "acme", "tokens_per_second", "2", "burst", "4")
+	f.Add("token_bucket", uint8(2), "acme", "burst", "30", "rps", "5")
+	f.Add("token_bucket", uint8(3), "acme", "burst", "300", "rps", "5")
+	f.Add("token_bucket", uint8(1), "acme", "burst", "30", "max_debt", "5")
+	f.Add("rolling_window", uint8(0), "k", "limit", "50", "max_per_period", "60")
+	f.Add("fixed_window", uint8(0), "k", "limit", "1e13", "max_per_period", "1")
+	f.Add("sliding_window", uint8(0), "k\\#", "limit", "0.5", "limit", "2")
+	f.Add("quota", uint8(0), "k", "limit", "50", "period", `"month"`)
+	f.Add("quota", uint8(0), "k", "limit", "1", "burst", "3")
+	f.Add("quota", uint8(1), "k", "limit", "50", "limit", "60")
+	f.Add("quota", uint8(1), "k", "limit", "5000", "max_debt", "1")
+	f.Add("quota", uint8(2), "k", "limit", "50", "period", `"day"`)
+	f.Fuzz(func(t *testing.T, alg string, variant uint8, key, f1, v1, f2, v2 string) {
+		cfgs, ok := overrideFuzzRules[alg]
+		if !ok {
+			alg, cfgs = "token_bucket", overrideFuzzRules["token_bucket"]
 		}
+		ruleCfg := cfgs[int(variant)%len(cfgs)]
 		k, _ := json.Marshal(key)
 		n1, _ := json.Marshal(f1)
 		n2, _ := json.Marshal(f2)
@@ -301,10 +324,58 @@ func FuzzFastOverrideAgreesWithTheFullChecks(f *testing.F) {
 		full, fullOK := p.override("overrides", 0, ov, r, ruleJSON, overrideFieldsFor(alg), map[string]int{})
 		fast, fastOK := fastOverride(ov, r, 1)
 		if fastOK && (!fullOK || !reflect.DeepEqual(fast, full)) {
-			t.Fatalf("%s: fast %+v %+v %+v, full %v %+v %+v %+v (%v)", entry, fast.TokenBucket, fast.Window, fast.Quota,
+			t.Fatalf("%s on %s: fast %+v %+v %+v, full %v %+v %+v %+v (%v)", entry, ruleCfg, fast.TokenBucket, fast.Window, fast.Quota,
 				fullOK, full.TokenBucket, full.Window, full.Quota, p.errs)
 		}
 	})
+}
+
+// An override that changes the burst of a rule charged from the response
+// keeps the rule's max_debt, also when the rule leaves it at its default
+// (the rule's burst): on the fast path, in the full checks, and after the
+// normalized form is parsed back.
+func TestTokenBucketOverrideKeepsTheRulesMaxDebt(t *testing.T) {
+	for _, tc := range []struct {
+		rule string
+		debt float64
+	}{
+		{`{"tokens_per_second":5,"burst":10,"cost_source":"response_header:x-cost"}`, 10},
+		{`{"tokens_per_second":5,"burst":10,"cost_source":"response_trailer:x-cost","max_debt":7}`, 7},
+		{`{"tokens_per_second":5,"burst":10,"cost_source":"response_header:x-cost","max_debt":0}`, 0},
+	} {
+		for _, ov := range []string{`{"burst":30}`, `{"tokens_per_second":2,"burst":4}`} {
+			entry := `{"key":"1.2.3.4","algorithm_config":` + ov + `}`
+			in := withAlg("token_bucket", tc.rule+`,"overrides":[`+entry+`]`)
+			cfg, err := Parse([]byte(in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := &cfg.Policies[0].Rules[0]
+			if got := r.Overrides[0].TokenBucket; got.MaxDebt != tc.debt || got.Burst == r.TokenBucket.Burst {
+				t.Errorf("%s with %s: parsed burst %v max_debt %v, want the rule's max_debt %v", tc.rule, ov, got.Burst, got.MaxDebt, tc.debt)
+			}
+
+			rcfg, _ := decodeJSON([]byte(tc.rule))
+			v, _ := decodeJSON([]byte(entry))
+			p := &parser{}
+			full, ok := p.override("overrides", 0, v, r, rcfg, tokenBucketOverrideFields, map[string]int{})
+			if !ok || full.TokenBucket == nil || full.TokenBucket.MaxDebt != tc.debt {
+				t.Errorf("%s with %s: full checks %v (%v) give %+v, want max_debt %v", tc.rule, ov, ok, p.errs, full.TokenBucket, tc.debt)
+			}
+
+			norm, err := json.Marshal(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			back, err := Parse(norm)
+			if err != nil {
+				t.Fatalf("%s: normalized form %s: %v", tc.rule, norm, err)
+			}
+			if got := back.Policies[0].Rules[0].Overrides[0].TokenBucket; !reflect.DeepEqual(got, r.Overrides[0].TokenBucket) {
+				t.Errorf("%s with %s: parsed back as %+v, want %+v", tc.rule, ov, got, r.Overrides[0].TokenBucket)
+			}
+		}
+	}
 }
 
 // BenchmarkParseTenThousandOverrides: a contract table is parsed on every
