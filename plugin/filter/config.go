@@ -31,7 +31,7 @@ type compiledConfig struct {
 	legacyHeaders   bool // also RateLimit-Limit, -Remaining, -Reset (headers.go)
 	shadowHeader    string
 	trustedHops     int
-	anyShadow       bool // some rule is in shadow mode
+	anyShadow       bool // some shadow rule marks the upstream request (compiledRule.mark)
 	anyDelay        bool // some rule has max_delay_ms (delay.go)
 	anyRespCost     bool // some rule's cost comes from the response (charge.go)
 
@@ -46,9 +46,13 @@ type compiledConfig struct {
 type compiledRule struct {
 	name   string
 	shadow bool
-	keys   []sourceRef
-	match  []compiledMatch
-	tb     limiter.TokenBucket
+	// mark: a shadow rule that names itself in the shadow header when it
+	// would have refused ("shadow_mark", default true); false for enforce
+	// rules and for shadow rules that only count.
+	mark  bool
+	keys  []sourceRef
+	match []compiledMatch
+	tb    limiter.TokenBucket
 	// win is the rule's windowed algorithm (window.go), nil for
 	// token_bucket: its state is a state.Window under keyPrefix "fw:",
 	// "sw:" or "rw:" instead of a state.Bucket under "tb:".
@@ -137,7 +141,7 @@ func compile(c *policy.Config, vm *vmContext) *compiledConfig {
 			rules = append(rules, r)
 			cc.rules = append(cc.rules, r)
 			cc.byName[r.name] = r
-			cc.anyShadow = cc.anyShadow || r.shadow
+			cc.anyShadow = cc.anyShadow || r.mark
 			cc.anyDelay = cc.anyDelay || r.tb.MaxDelay > 0
 			cc.anyRespCost = cc.anyRespCost || r.respCost
 		}
@@ -150,6 +154,7 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 	cr := &compiledRule{
 		name:      r.Name,
 		shadow:    r.Mode == policy.ModeShadow,
+		mark:      r.Mode == policy.ModeShadow && !r.Unmarked,
 		keyPrefix: keyPrefix(r.Algorithm) + r.Name + ":",
 		algorithm: r.Algorithm,
 		reason:    reasonTokenBucket,

@@ -17,11 +17,13 @@ import (
 // simulatorPolicy has exempt and deny rules (one in shadow mode) matched
 // by regex, CIDR, "in" and suffix conditions, tiers keyed on an API key
 // (one key with an override), a per-address fallback, a JWT-keyed rule
-// with a cost header, a daily calendar quota, a shadow window and an
-// enforced sliding window, so
+// with a cost header, a daily calendar quota, a shadow window, a shadow
+// window that does not mark ("shadow_mark": false) and an enforced sliding
+// window, so
 // the simulator and the filter are compared on every path of a decision:
 // no rule, first match, key missing, exempt, deny, shadow deny, override,
-// allowed with fields, enforce rejection, shadow rejection.
+// allowed with fields, enforce rejection, shadow rejection with and without
+// marking.
 const simulatorPolicy = `{
   "xff_trusted_hops": 1,
   "policies": [
@@ -53,6 +55,10 @@ const simulatorPolicy = `{
        "algorithm": "fixed_window", "algorithm_config": {"limit": 1, "window_seconds": 30}},
       {"name": "export", "match": {"method": "POST"}, "limit_keys": ["query:account"],
        "algorithm": "sliding_window", "algorithm_config": {"limit": 3, "window_seconds": 20}}
+    ]},
+    {"name": "search-next", "rules": [
+      {"name": "search-quiet", "mode": "shadow", "shadow_mark": false, "match": {"path_prefix": "/search"}, "limit_keys": ["ip:address"],
+       "algorithm": "fixed_window", "algorithm_config": {"limit": 1, "window_seconds": 60}}
     ]}
   ]
 }`
@@ -79,6 +85,9 @@ func randomRequest(rng *rand.Rand) simulate.Request {
 	}
 	if rng.IntN(6) == 0 {
 		r.Headers["user-agent"] = "crawlbot"
+	}
+	if rng.IntN(8) == 0 { // forged: the filter replaces or removes it
+		r.Headers["x-sluice-shadow"] = "forged"
 	}
 	switch rng.IntN(7) {
 	case 5:
@@ -152,7 +161,7 @@ func TestSimulatorDecidesLikeTheCompiledFilter(t *testing.T) {
 		return s, ok
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	rejected, shadowed, allowed, denied, quota := 0, 0, 0, 0, 0
+	rejected, shadowed, allowed, denied, quota, quietRefused := 0, 0, 0, 0, 0, 0
 	for i := 0; i < 400; i++ {
 		f.clock.Advance(time.Duration(rng.IntN(700)) * time.Millisecond)
 		req := randomRequest(rng)
@@ -195,13 +204,29 @@ func TestSimulatorDecidesLikeTheCompiledFilter(t *testing.T) {
 				shadowed++
 			}
 		}
+		if quiet := simRule(sim, "search-quiet"); quiet != nil && quiet.Applies && !quiet.Decision.Allowed {
+			quietRefused++
+		}
 		for _, s := range sim.Stores() {
 			states[key{s.Rule, s.Identity}] = s.State
 		}
 	}
-	if rejected < 20 || allowed < 20 || shadowed < 5 || denied < 3 || quota < 3 {
-		t.Fatalf("the sequence exercised too little: %d rejected (%d denied, %d by the quota), %d allowed, %d shadow-marked", rejected, denied, quota, allowed, shadowed)
+	if rejected < 20 || allowed < 20 || shadowed < 5 || denied < 3 || quota < 3 || quietRefused < 5 {
+		t.Fatalf("the sequence exercised too little: %d rejected (%d denied, %d by the quota), %d allowed, %d shadow-marked, %d refused by the unmarked shadow rule",
+			rejected, denied, quota, allowed, shadowed, quietRefused)
 	}
+}
+
+// simRule returns the simulator's result for the named rule, or nil.
+func simRule(res simulate.Result, name string) *simulate.RuleResult {
+	for i := range res.Policies {
+		for j := range res.Policies[i].Rules {
+			if rr := &res.Policies[i].Rules[j]; rr.Name == name {
+				return rr
+			}
+		}
+	}
+	return nil
 }
 
 // sortedByNames orders fields as names lists them (the order pick reads

@@ -35,6 +35,7 @@ func FuzzParse(f *testing.F) {
 		ruleWith(`"name":"p","limit_keys":["header:k","method"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10},` +
 			`"overrides":[{"key":"a\\|b|GET","algorithm_config":{"burst":20}},{"key":"c|POST","algorithm_config":{"rps":1,"burst":2}},{"key":"c|","algorithm_config":{"limit":1}}]}`),
 		withAlg("rolling_window", `{"limit":100,"window_seconds":60,"period_seconds":10},"overrides":[{"key":"1.2.3.4","algorithm_config":{"limit":50,"max_per_period":10}}]`),
+		rules(`{"name":"t","mode":"shadow","shadow_mark":false,"limit_keys":["path"],"algorithm":"fixed_window","algorithm_config":{"limit":1,"window_seconds":1}}`, `{"name":"u","shadow_mark":"no","action":"exempt"}`),
 		`{"rules":[1,]}`, `[]`, `null`, `{"policies":[],"rules":[]}`, "",
 	} {
 		f.Add([]byte(s))
