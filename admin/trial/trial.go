@@ -45,7 +45,8 @@ type Pair struct {
 // Merge returns the configuration pushed during a trial: current (the
 // current version's configuration) with, after its own policies, each
 // policy of draft renamed Name(policy) and its rules renamed Name(rule) in
-// shadow mode. An invalid draft is refused like a save (a
+// shadow mode without marking ("shadow_mark": false: the trial changes
+// nothing upstream sees, not even the shadow header). An invalid draft is refused like a save (a
 // *policies.ValidationError with the parser's errors); so is a draft whose
 // trial names would be too long or collide, or with a global rule (a
 // trial's leases would spend the fleet's real limits).
@@ -98,6 +99,7 @@ func Merge(current, draft []byte) ([]byte, []Pair, error) {
 			tn := trialName(rpath+".name", name, &errs)
 			r.Set("name", tn)
 			r.Set("mode", policy.ModeShadow)
+			r.Set("shadow_mark", false) // a trial leaves the upstream request as it is
 			rules[j], _ = r.MarshalJSON()
 			pairs = append(pairs, Pair{Draft: name, Trial: tn})
 		}
