@@ -16,15 +16,16 @@ const trialBase = `{"policies": [{"name": "limits", "rules": [
 
 // withTrial is trialBase plus what the admin adds during a shadow trial
 // (admin/trial.Merge): a policy "trial-tiers" of n rules "trial-tier<i>" in
-// shadow mode whose match (on the field matchOn) never holds for the
-// benchmark's request, so each costs its match check only.
+// shadow mode without marking ("shadow_mark": false) whose match (on the
+// field matchOn) never holds for the benchmark's request, so each costs its
+// match check only.
 func withTrial(n int, matchOn string) string {
 	if n == 0 {
 		return fmt.Sprintf(trialBase, "")
 	}
 	rules := make([]string, n)
 	for i := range rules {
-		rules[i] = fmt.Sprintf(`{"name": "trial-tier%d", "mode": "shadow", "match": {"%s": "tier%d"},
+		rules[i] = fmt.Sprintf(`{"name": "trial-tier%d", "mode": "shadow", "shadow_mark": false, "match": {"%s": "tier%d"},
    "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket", "algorithm_config": {"rps": 1, "burst": 1}}`, i, matchOn, i)
 	}
 	return fmt.Sprintf(trialBase, `, {"name": "trial-tiers", "rules": [`+strings.Join(rules, ",")+`]}`)
@@ -37,6 +38,9 @@ func withTrial(n int, matchOn string) string {
 // interleaved run, so its x-floor is the trial's own factor. The trial
 // rules match on a header the current policy does not read (x-plan: one
 // more header read per request) or on one it reads already (x-api-key).
+// "marked" is a trial rule that marks the upstream request, as shadow
+// rules do by default (one more host call per request: the shadow header
+// is removed).
 func BenchmarkTrial(b *testing.B) {
 	req := same(Headers("x-api-key", "k1"))
 	for _, n := range []int{0, 1, 4} {
@@ -52,4 +56,8 @@ func BenchmarkTrial(b *testing.B) {
 			})
 		}
 	}
+	b.Run("vs-no-trial/match=x-plan/marked/trial-rules=1", func(b *testing.B) {
+		marked := strings.Replace(withTrial(1, "header:x-plan"), `"shadow_mark": false, `, "", 1)
+		Run(b, Case{Wasm: pluginWasm(b), Floor: pluginWasm(b), Config: marked, FloorConfig: withTrial(0, ""), Request: req, Rejected: &no})
+	})
 }
