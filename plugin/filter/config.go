@@ -52,7 +52,13 @@ type compiledRule struct {
 	mark  bool
 	keys  []sourceRef
 	match []compiledMatch
-	tb    limiter.TokenBucket
+	// oneHeader is 1 + the header cache index when match is one exact
+	// condition on a header (its value oneValue, never ""), else 0:
+	// selectRules then decides a rule whose header is read already without
+	// calling matches.
+	oneHeader int
+	oneValue  string
+	tb        limiter.TokenBucket
 	// win is the rule's windowed algorithm (window.go), nil for
 	// token_bucket: its state is a state.Window under keyPrefix "fw:",
 	// "sw:" or "rw:" instead of a state.Bucket under "tb:".
@@ -185,6 +191,9 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 		cond := &r.Match[i].Cond
 		cr.match = append(cr.match, compiledMatch{src: cc.ref(r.Match[i].Source), Match: request.CompileMatch(&r.Match[i]),
 			exact: cond.Op == policy.MatchExact, value: cond.Value})
+	}
+	if len(cr.match) == 1 && cr.match[0].exact && cr.match[0].src.kind == policy.SourceHeader && cr.match[0].value != "" {
+		cr.oneHeader, cr.oneValue = cr.match[0].src.idx+1, cr.match[0].value
 	}
 	costSrc, fixedCost, defaultCost := request.RuleCost(r)
 	cr.costKind = costSrc.Kind

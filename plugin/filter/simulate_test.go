@@ -18,8 +18,9 @@ import (
 // by regex, CIDR, "in" and suffix conditions, tiers keyed on an API key
 // (one key with an override), a per-address fallback, a JWT-keyed rule
 // with a cost header, a daily calendar quota, a shadow window, a shadow
-// window that does not mark ("shadow_mark": false) and an enforced sliding
-// window, so
+// window that does not mark ("shadow_mark": false), a shadow window with an
+// exact condition on a header earlier policies read already, and an
+// enforced sliding window, so
 // the simulator and the filter are compared on every path of a decision:
 // no rule, first match, key missing, exempt, deny, shadow deny, override,
 // allowed with fields, enforce rejection, shadow rejection with and without
@@ -55,6 +56,10 @@ const simulatorPolicy = `{
        "algorithm": "fixed_window", "algorithm_config": {"limit": 1, "window_seconds": 30}},
       {"name": "export", "match": {"method": "POST"}, "limit_keys": ["query:account"],
        "algorithm": "sliding_window", "algorithm_config": {"limit": 3, "window_seconds": 20}}
+    ]},
+    {"name": "key-watch", "rules": [
+      {"name": "key-0-watch", "mode": "shadow", "match": {"header:x-api-key": "key-0"}, "limit_keys": ["header:x-api-key"],
+       "algorithm": "fixed_window", "algorithm_config": {"limit": 1, "window_seconds": 30}}
     ]},
     {"name": "search-next", "rules": [
       {"name": "search-quiet", "mode": "shadow", "shadow_mark": false, "match": {"path_prefix": "/search"}, "limit_keys": ["ip:address"],
@@ -161,7 +166,7 @@ func TestSimulatorDecidesLikeTheCompiledFilter(t *testing.T) {
 		return s, ok
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	rejected, shadowed, allowed, denied, quota, quietRefused := 0, 0, 0, 0, 0, 0
+	rejected, shadowed, allowed, denied, quota, quietRefused, keyWatched := 0, 0, 0, 0, 0, 0, 0
 	for i := 0; i < 400; i++ {
 		f.clock.Advance(time.Duration(rng.IntN(700)) * time.Millisecond)
 		req := randomRequest(rng)
@@ -207,13 +212,16 @@ func TestSimulatorDecidesLikeTheCompiledFilter(t *testing.T) {
 		if quiet := simRule(sim, "search-quiet"); quiet != nil && quiet.Applies && !quiet.Decision.Allowed {
 			quietRefused++
 		}
+		if watch := simRule(sim, "key-0-watch"); watch != nil && watch.Applies {
+			keyWatched++
+		}
 		for _, s := range sim.Stores() {
 			states[key{s.Rule, s.Identity}] = s.State
 		}
 	}
-	if rejected < 20 || allowed < 20 || shadowed < 5 || denied < 3 || quota < 3 || quietRefused < 5 {
-		t.Fatalf("the sequence exercised too little: %d rejected (%d denied, %d by the quota), %d allowed, %d shadow-marked, %d refused by the unmarked shadow rule",
-			rejected, denied, quota, allowed, shadowed, quietRefused)
+	if rejected < 20 || allowed < 20 || shadowed < 5 || denied < 3 || quota < 3 || quietRefused < 5 || keyWatched < 20 {
+		t.Fatalf("the sequence exercised too little: %d rejected (%d denied, %d by the quota), %d allowed, %d shadow-marked, %d refused by the unmarked shadow rule, %d applying the exact key condition",
+			rejected, denied, quota, allowed, shadowed, quietRefused, keyWatched)
 	}
 }
 
