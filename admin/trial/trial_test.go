@@ -56,6 +56,10 @@ func TestMergeRefusesLikeASave(t *testing.T) {
 	if _, _, err := Merge([]byte(current), []byte(long)); !errors.As(err, &ve) || !strings.Contains(err.Error(), "too long to try") {
 		t.Errorf("a name too long for its trial name: %v", err)
 	}
+	exempt := strings.Replace(draft, `{"name":"premium"`, `{"name":"health","action":"exempt","match":{"path":"/healthz"}},{"name":"premium"`, 1)
+	if _, _, err := Merge([]byte(current), []byte(exempt)); !errors.As(err, &ve) || !strings.Contains(err.Error(), "policies[0].rules[0].action: an exempt rule cannot be tried") {
+		t.Errorf("a draft with an exempt rule (it would exempt live requests from the enforced rules): %v", err)
+	}
 	taken := strings.Replace(current, `"name":"premium"`, `"name":"trial-premium"`, 1)
 	if _, _, err := Merge([]byte(taken), []byte(draft)); err == nil || !strings.Contains(err.Error(), "kept for trials") {
 		t.Errorf("a current rule using the prefix: %v", err)
