@@ -52,6 +52,24 @@ func TestSummaryInWords(t *testing.T) {
 	}
 }
 
+func TestSummarySaysAShadowRuleDoesNotMark(t *testing.T) {
+	o, err := ParseObject([]byte(`{"name":"quiet","mode":"shadow","shadow_mark":false,"limit_keys":["ip:address"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := Summarize(o, ""); s.Mode != "shadow, not marked upstream" || s.Extra != "shadow_mark" {
+		t.Errorf("mode %q, extra %q", s.Mode, s.Extra)
+	}
+	o, _ = ParseObject([]byte(`{"name":"loud","shadow_mark":false,"limit_keys":["ip:address"]}`))
+	if s := Summarize(o, "enforce"); s.Mode != "enforce (default)" {
+		t.Errorf("an enforced rule's mode %q: shadow_mark has no effect there", s.Mode)
+	}
+	o, _ = ParseObject([]byte(`{"name":"loud","limit_keys":["ip:address"]}`))
+	if s := Summarize(o, "shadow"); s.Mode != "shadow (default)" {
+		t.Errorf("a marking shadow rule's mode %q", s.Mode)
+	}
+}
+
 func TestFormEditKeepsWhatItDoesNotEdit(t *testing.T) {
 	d, _ := ParseDoc([]byte(doc))
 	ref := Ref{0, 0}

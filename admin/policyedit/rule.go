@@ -15,7 +15,7 @@ type Summary struct {
 	Keys      string // "per header:x-api-key"
 	Limit     string // "10/s, burst 20"
 	Algorithm string
-	Mode      string // "enforce", "shadow", or "enforce (policy default)"
+	Mode      string // "enforce", "shadow", or "enforce (policy default)"; ", not marked upstream" with "shadow_mark": false
 	Extra     string // members the form does not edit, by name
 }
 
@@ -31,6 +31,12 @@ func Summarize(o Object, defaultMode string) Summary {
 			defaultMode = string(policy.ModeEnforce)
 		}
 		s.Mode = defaultMode + " (default)"
+	}
+	if strings.HasPrefix(s.Mode, string(policy.ModeShadow)) {
+		var mark bool
+		if v, ok := o.Get("shadow_mark"); ok && json.Unmarshal(v, &mark) == nil && !mark {
+			s.Mode += ", not marked upstream"
+		}
 	}
 	var keys []string
 	if v, ok := o.Get("limit_keys"); ok {

@@ -45,10 +45,12 @@ type Pair struct {
 // Merge returns the configuration pushed during a trial: current (the
 // current version's configuration) with, after its own policies, each
 // policy of draft renamed Name(policy) and its rules renamed Name(rule) in
-// shadow mode. An invalid draft is refused like a save (a
-// *policies.ValidationError with the parser's errors); so is a draft whose
-// trial names would be too long or collide, or with a global rule (a
-// trial's leases would spend the fleet's real limits).
+// shadow mode without marking ("shadow_mark": false: the trial changes
+// nothing upstream sees, not even the shadow header). An invalid draft is
+// refused like a save (a *policies.ValidationError with the parser's
+// errors); so is a draft whose trial names would be too long or collide,
+// with a global rule (a trial's leases would spend the fleet's real
+// limits) or with an exempt rule (exempt rules apply in shadow mode too).
 func Merge(current, draft []byte) ([]byte, []Pair, error) {
 	normDraft, err := policies.Validate(draft)
 	if err != nil {
@@ -94,10 +96,15 @@ func Merge(current, draft []byte) ([]byte, []Pair, error) {
 			if r.String("scope") == "global" {
 				errs = append(errs, policy.FieldError{Path: rpath + ".scope", Message: "a global rule cannot be tried in shadow: its leases would spend the fleet's real limit; try it as a local rule"})
 			}
+			if r.String("action") == policy.ActionExempt {
+				errs = append(errs, policy.FieldError{Path: rpath + ".action", Message: "an exempt rule cannot be tried in shadow: " +
+					"exempt rules apply in either mode, so it would exempt live requests from the enforced rules; try the draft without it"})
+			}
 			name := r.String("name")
 			tn := trialName(rpath+".name", name, &errs)
 			r.Set("name", tn)
 			r.Set("mode", policy.ModeShadow)
+			r.Set("shadow_mark", false) // a trial leaves the upstream request as it is
 			rules[j], _ = r.MarshalJSON()
 			pairs = append(pairs, Pair{Draft: name, Trial: tn})
 		}

@@ -34,8 +34,11 @@ func TestMergeAddsTheDraftInShadowUnderTrialNames(t *testing.T) {
 	if enforced == nil || enforced.Mode != policy.ModeEnforce || enforced.TokenBucket.TokensPerSecond != 10 {
 		t.Errorf("the enforced rule changed: %+v", enforced)
 	}
-	if tried == nil || tried.Mode != policy.ModeShadow || tried.TokenBucket.TokensPerSecond != 5 {
-		t.Errorf("the trial rule: %+v", tried)
+	if tried == nil || tried.Mode != policy.ModeShadow || !tried.Unmarked || tried.TokenBucket.TokensPerSecond != 5 {
+		t.Errorf("the trial rule should be an unmarked shadow rule with the draft's limits: %+v", tried)
+	}
+	if enforced != nil && enforced.Unmarked {
+		t.Errorf("the enforced rule became unmarked: %+v", enforced)
 	}
 	if len(pairs) != 1 || pairs[0] != (Pair{"premium", "trial-premium"}) {
 		t.Errorf("pairs %v", pairs)
@@ -52,6 +55,10 @@ func TestMergeRefusesLikeASave(t *testing.T) {
 	long := strings.Replace(draft, `"name":"premium"`, `"name":"`+strings.Repeat("p", 60)+`"`, 1)
 	if _, _, err := Merge([]byte(current), []byte(long)); !errors.As(err, &ve) || !strings.Contains(err.Error(), "too long to try") {
 		t.Errorf("a name too long for its trial name: %v", err)
+	}
+	exempt := strings.Replace(draft, `{"name":"premium"`, `{"name":"health","action":"exempt","match":{"path":"/healthz"}},{"name":"premium"`, 1)
+	if _, _, err := Merge([]byte(current), []byte(exempt)); !errors.As(err, &ve) || !strings.Contains(err.Error(), "policies[0].rules[0].action: an exempt rule cannot be tried") {
+		t.Errorf("a draft with an exempt rule (it would exempt live requests from the enforced rules): %v", err)
 	}
 	taken := strings.Replace(current, `"name":"premium"`, `"name":"trial-premium"`, 1)
 	if _, _, err := Merge([]byte(taken), []byte(draft)); err == nil || !strings.Contains(err.Error(), "kept for trials") {
@@ -230,4 +237,34 @@ func TestStartOnAStaleBaseIsRefusedLikeASave(t *testing.T) {
 		t.Fatalf("on the current version: %+v %v", tr, err)
 	}
 	s.Stop(context.Background())
+}
+
+func TestTheTrialsPushedConfigurationCountsWithoutMarkingUpstream(t *testing.T) {
+	s, _, push := newService()
+	ctx := context.Background()
+	if _, err := s.Start(ctx, []byte(draft), time.Minute, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop(ctx)
+	push.mu.Lock()
+	pushed := push.pushed
+	push.mu.Unlock()
+	if len(pushed) != 1 {
+		t.Fatalf("%d pushes, want 1", len(pushed))
+	}
+	cfg, err := policy.Parse(pushed[0])
+	if err != nil {
+		t.Fatalf("the pushed configuration is invalid: %v", err)
+	}
+	for _, p := range cfg.Policies {
+		for _, r := range p.Rules {
+			trial := strings.HasPrefix(r.Name, Prefix)
+			if trial != r.Unmarked || (trial && r.Mode != policy.ModeShadow) {
+				t.Errorf("rule %q: mode %s, unmarked %v; want trial rules (and only they) in shadow without marking", r.Name, r.Mode, r.Unmarked)
+			}
+		}
+	}
+	if !strings.Contains(string(pushed[0]), `"shadow_mark":false`) {
+		t.Errorf("the pushed configuration does not say shadow_mark false: %s", pushed[0])
+	}
 }

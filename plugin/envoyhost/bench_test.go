@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sluice-rl/sluice/plugin/bench"
 	"github.com/sluice-rl/sluice/plugin/envoyhost"
 	"github.com/sluice-rl/sluice/plugin/scenario"
 )
@@ -115,12 +116,15 @@ type streamCase struct {
 	config string
 	req    scenario.Request
 	reject bool
+	// baseConfig, when set, runs the filter with this configuration as
+	// the base (see benchStreams): x-base is then config against it.
+	baseConfig string
 }
 
 func BenchmarkEnvoyHostStream(b *testing.B) {
 	benchStreams(b, []streamCase{
-		{"allowed", benchConfig, hdr("x-api-key", "k"), false},
-		{"rejected", benchConfig, hdr("x-deny", "k"), true},
+		{"allowed", benchConfig, hdr("x-api-key", "k"), false, ""},
+		{"rejected", benchConfig, hdr("x-deny", "k"), true, ""},
 	})
 }
 
@@ -131,9 +135,9 @@ func BenchmarkEnvoyHostStream(b *testing.B) {
 func BenchmarkEnvoyHostProbe(b *testing.B) {
 	with := func(field string) string { return `{` + field + `, ` + benchConfig[1:] }
 	benchStreams(b, []streamCase{
-		{"no-response-headers", with(`"response_headers": false`), hdr("x-api-key", "k"), false},
-		{"legacy-headers", with(`"legacy_headers": true`), hdr("x-api-key", "k"), false},
-		{"no-rule-applies", benchConfig, hdr("x-other", "k"), false},
+		{"no-response-headers", with(`"response_headers": false`), hdr("x-api-key", "k"), false, ""},
+		{"legacy-headers", with(`"legacy_headers": true`), hdr("x-api-key", "k"), false, ""},
+		{"no-rule-applies", benchConfig, hdr("x-other", "k"), false, ""},
 	})
 }
 
@@ -141,7 +145,8 @@ func BenchmarkEnvoyHostProbe(b *testing.B) {
 // SLUICE_ENVOYHOST_BASE_WASM names another build of the filter (say, the
 // one before a change) run with the same configuration in the same
 // interleaved loop: base-ns/op is its stream and x-base the plugin's
-// stream against it.
+// stream against it. A case's baseConfig runs this filter with that
+// configuration as the base instead.
 func benchStreams(b *testing.B, cases []streamCase) {
 	basePath := os.Getenv("SLUICE_ENVOYHOST_BASE_WASM")
 	for _, mode := range envoyhost.Modes {
@@ -150,7 +155,10 @@ func benchStreams(b *testing.B, cases []streamCase) {
 				p := benchHostFor(b, mode, plugin(b), c.config)
 				e := benchHostFor(b, mode, module(b, "./plugin/wasmhost/testdata/empty"), "")
 				var base *benchHost
-				if basePath != "" {
+				switch {
+				case c.baseConfig != "":
+					base = benchHostFor(b, mode, plugin(b), c.baseConfig)
+				case basePath != "":
 					base = benchHostFor(b, mode, basePath, c.config)
 				}
 				var pns, ens, bns int64
@@ -182,6 +190,19 @@ func benchStreams(b *testing.B, cases []streamCase) {
 			})
 		}
 	}
+}
+
+// BenchmarkEnvoyHostTrial: a shadow trial as the admin pushes it, one or
+// four rules that do not match the request (bench.TrialConfig, matching on
+// a header the current policy does not read), against the empty plugin and
+// (x-base) against the same configuration without the trial, interleaved.
+func BenchmarkEnvoyHostTrial(b *testing.B) {
+	req := hdr("x-api-key", "k")
+	benchStreams(b, []streamCase{
+		{name: "no-trial", config: bench.TrialConfig(0, ""), req: req},
+		{name: "trial-rules=1", config: bench.TrialConfig(1, "header:x-plan"), req: req, baseConfig: bench.TrialConfig(0, "")},
+		{name: "trial-rules=4", config: bench.TrialConfig(4, "header:x-plan"), req: req, baseConfig: bench.TrialConfig(0, "")},
+	})
 }
 
 // reportCPU reports the same on the VM threads' CPU time: cpu-ns/op,

@@ -149,16 +149,14 @@ func (p *pluginContext) deny(h *httpContext, r *compiledRule) types.Action {
 }
 
 // shadowDeny records that shadow deny rule r would have rejected the
-// request: the shadow header names it, the other rules still apply.
+// request: the shadow header names it (unless it does not mark), the other
+// rules still apply.
 func (p *pluginContext) shadowDeny(r *compiledRule, count bool) {
 	if count {
 		r.m.shadowRejected.inc()
 		r.tc.shadowRejected++
 	}
-	if len(p.shadow) > 0 {
-		p.shadow = append(p.shadow, ',')
-	}
-	p.shadow = append(p.shadow, r.name...)
+	p.appendShadow(r)
 }
 
 // appendActionCounts appends a telemetry report's optional per-rule counts

@@ -142,6 +142,11 @@ func TestRequestPathLeavesTheCollectorIdle(t *testing.T) {
 		{"new identities, overflowing", slots("1e-3"), fresh, false},
 		{"telemetry on", strings.Replace(headerRule, "{", `{"telemetry": {"cluster": "sluice_admin", "token": "t"}, `, 1), keys, false},
 		{"shadow", `{"mode": "shadow", "rules": [{"name": "deny", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket", "algorithm_config": {"rps": 1e-9, "burst": 0.5}}]}`, keys, false},
+		{"shadow trial, unmarked", `{"policies": [{"name": "current", "rules": [
+		  {"name": "per-key", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket", "algorithm_config": {"rps": 1e6, "burst": 1e9}}]},
+		 {"name": "trial", "rules": [
+		  {"name": "trial-gold", "mode": "shadow", "shadow_mark": false, "match": {"header:x-plan": "gold"}, "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket", "algorithm_config": {"rps": 1, "burst": 1}},
+		  {"name": "trial-deny", "mode": "shadow", "shadow_mark": false, "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket", "algorithm_config": {"rps": 1e-9, "burst": 0.5}}]}]}`, keys, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -31,7 +31,7 @@ type compiledConfig struct {
 	legacyHeaders   bool // also RateLimit-Limit, -Remaining, -Reset (headers.go)
 	shadowHeader    string
 	trustedHops     int
-	anyShadow       bool // some rule is in shadow mode
+	anyShadow       bool // some shadow rule marks the upstream request (compiledRule.mark)
 	anyDelay        bool // some rule has max_delay_ms (delay.go)
 	anyRespCost     bool // some rule's cost comes from the response (charge.go)
 
@@ -46,9 +46,19 @@ type compiledConfig struct {
 type compiledRule struct {
 	name   string
 	shadow bool
-	keys   []sourceRef
-	match  []compiledMatch
-	tb     limiter.TokenBucket
+	// mark: a shadow rule that names itself in the shadow header when it
+	// would have refused ("shadow_mark", default true); false for enforce
+	// rules and for shadow rules that only count.
+	mark  bool
+	keys  []sourceRef
+	match []compiledMatch
+	// oneHeader is 1 + the header cache index when match is one exact
+	// condition on a header (its value oneValue, never ""), else 0:
+	// selectRules then decides a rule whose header is read already without
+	// calling matches.
+	oneHeader int
+	oneValue  string
+	tb        limiter.TokenBucket
 	// win is the rule's windowed algorithm (window.go), nil for
 	// token_bucket: its state is a state.Window under keyPrefix "fw:",
 	// "sw:" or "rw:" instead of a state.Bucket under "tb:".
@@ -108,6 +118,11 @@ type compiledRule struct {
 type compiledMatch struct {
 	src sourceRef
 	request.Match
+	// exact is set for an "exact" condition (the commonest, and what a
+	// trial's tier rules use): matches compares value itself instead of
+	// calling Holds, which saves a call per rule and request in wasm.
+	exact bool
+	value string
 }
 
 // compile prepares a parsed configuration. Metrics are defined through vm
@@ -137,7 +152,7 @@ func compile(c *policy.Config, vm *vmContext) *compiledConfig {
 			rules = append(rules, r)
 			cc.rules = append(cc.rules, r)
 			cc.byName[r.name] = r
-			cc.anyShadow = cc.anyShadow || r.shadow
+			cc.anyShadow = cc.anyShadow || r.mark
 			cc.anyDelay = cc.anyDelay || r.tb.MaxDelay > 0
 			cc.anyRespCost = cc.anyRespCost || r.respCost
 		}
@@ -150,6 +165,7 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 	cr := &compiledRule{
 		name:      r.Name,
 		shadow:    r.Mode == policy.ModeShadow,
+		mark:      r.Mode == policy.ModeShadow && !r.Unmarked,
 		keyPrefix: keyPrefix(r.Algorithm) + r.Name + ":",
 		algorithm: r.Algorithm,
 		reason:    reasonTokenBucket,
@@ -172,7 +188,12 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 		cr.keys = append(cr.keys, cc.ref(k))
 	}
 	for i := range r.Match {
-		cr.match = append(cr.match, compiledMatch{src: cc.ref(r.Match[i].Source), Match: request.CompileMatch(&r.Match[i])})
+		cond := &r.Match[i].Cond
+		cr.match = append(cr.match, compiledMatch{src: cc.ref(r.Match[i].Source), Match: request.CompileMatch(&r.Match[i]),
+			exact: cond.Op == policy.MatchExact, value: cond.Value})
+	}
+	if len(cr.match) == 1 && cr.match[0].exact && cr.match[0].src.kind == policy.SourceHeader && cr.match[0].value != "" {
+		cr.oneHeader, cr.oneValue = cr.match[0].src.idx+1, cr.match[0].value
 	}
 	costSrc, fixedCost, defaultCost := request.RuleCost(r)
 	cr.costKind = costSrc.Kind
@@ -236,10 +257,27 @@ func indexOf(names *[]string, n string) int {
 // matches reports whether every condition of the rule holds
 // (policy.Condition.Holds: a missing value satisfies only "present": false
 // and negations).
+//
+// A header already read for this request is taken from the cache here, and
+// an exact condition compared here: a rule that does not apply (say, each
+// rule of a shadow trial) then costs no call at all, where every Go call
+// costs in wasm.
 func (r *compiledRule) matches(rs *requestSources) bool {
 	for i := range r.match {
 		m := &r.match[i]
-		v, ok := rs.get(m.src)
+		var v string
+		var ok bool
+		if c := rs.cachedHeader(m.src); c != nil {
+			v, ok = c.v, c.state == present
+		} else {
+			v, ok = rs.get(m.src)
+		}
+		if m.exact {
+			if !ok || v != m.value {
+				return false
+			}
+			continue
+		}
 		if !m.Holds(v, ok) {
 			return false
 		}

@@ -225,7 +225,15 @@ func (p *pluginContext) selectRules() []application {
 policies:
 	for _, rules := range p.cfg.policies {
 		for _, r := range rules {
-			if !r.matches(&p.rs) {
+			// One exact condition on a header read already (the
+			// commonest rule that does not apply, such as each rule of a
+			// shadow trial) is decided here, without a call: every Go
+			// call costs in wasm. A missing value is "", oneValue never is.
+			if i := r.oneHeader - 1; i >= 0 && p.rs.headers[i].gen == p.rs.gen {
+				if p.rs.headers[i].v != r.oneValue {
+					continue
+				}
+			} else if !r.matches(&p.rs) {
 				continue
 			}
 			comps := p.comps[:0]

@@ -160,6 +160,18 @@ func (rs *requestSources) get(s sourceRef) (string, bool) {
 	return c.v, c.state == present
 }
 
+// cachedHeader returns s's cached value when s is a header already read
+// for this request, else nil (then get reads it). Small enough to inline.
+func (rs *requestSources) cachedHeader(s sourceRef) *cachedValue {
+	if s.kind != policy.SourceHeader {
+		return nil
+	}
+	if c := &rs.headers[s.idx]; c.gen == rs.gen {
+		return c
+	}
+	return nil
+}
+
 // sourceRawPath is an internal kind: the :path pseudo-header with its query.
 const sourceRawPath policy.SourceKind = -1
 

@@ -67,10 +67,7 @@ func (p *pluginContext) shadowReject(a *application) {
 	if p.cfg.telemetry != nil {
 		p.vm.tel.hot.touch(a, true)
 	}
-	if len(p.shadow) > 0 {
-		p.shadow = append(p.shadow, ',')
-	}
-	p.shadow = append(p.shadow, a.rule.name...)
+	p.appendShadow(a.rule)
 	// The line is built only when the limiter lets it out: a shadow rule
 	// refusing every request must not allocate on every request.
 	if ok, suppressed := p.vm.logs.allow(logShadow); ok {
@@ -79,10 +76,23 @@ func (p *pluginContext) shadowReject(a *application) {
 	}
 }
 
+// appendShadow adds shadow rule r to the names markShadow sets, unless the
+// rule only counts ("shadow_mark": false).
+func (p *pluginContext) appendShadow(r *compiledRule) {
+	if !r.mark {
+		return
+	}
+	if len(p.shadow) > 0 {
+		p.shadow = append(p.shadow, ',')
+	}
+	p.shadow = append(p.shadow, r.name...)
+}
+
 // markShadow sets the shadow header on the upstream request to the names of
-// the shadow rules that would have rejected it. When the configuration has
-// shadow rules, a client-sent header of that name is removed otherwise, so
-// upstream can trust it.
+// the marking shadow rules that would have rejected it. When the
+// configuration has marking shadow rules, a client-sent header of that name
+// is removed otherwise, so upstream can trust it; without any (no shadow
+// rules, or only "shadow_mark": false ones) the header is not touched.
 func (p *pluginContext) markShadow(would bool) {
 	// No defer to empty the list (a defer costs on every request in wasm):
 	// it is emptied first, its bytes stay intact for the host call.

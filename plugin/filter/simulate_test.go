@@ -17,11 +17,14 @@ import (
 // simulatorPolicy has exempt and deny rules (one in shadow mode) matched
 // by regex, CIDR, "in" and suffix conditions, tiers keyed on an API key
 // (one key with an override), a per-address fallback, a JWT-keyed rule
-// with a cost header, a daily calendar quota, a shadow window and an
+// with a cost header, a daily calendar quota, a shadow window, a shadow
+// window that does not mark ("shadow_mark": false), a shadow window with an
+// exact condition on a header earlier policies read already, and an
 // enforced sliding window, so
 // the simulator and the filter are compared on every path of a decision:
 // no rule, first match, key missing, exempt, deny, shadow deny, override,
-// allowed with fields, enforce rejection, shadow rejection.
+// allowed with fields, enforce rejection, shadow rejection with and without
+// marking.
 const simulatorPolicy = `{
   "xff_trusted_hops": 1,
   "policies": [
@@ -54,6 +57,14 @@ const simulatorPolicy = `{
        "algorithm": "fixed_window", "algorithm_config": {"limit": 1, "window_seconds": 30}},
       {"name": "export", "match": {"method": "POST"}, "limit_keys": ["query:account"],
        "algorithm": "sliding_window", "algorithm_config": {"limit": 3, "window_seconds": 20}}
+    ]},
+    {"name": "key-watch", "rules": [
+      {"name": "key-0-watch", "mode": "shadow", "match": {"header:x-api-key": "key-0"}, "limit_keys": ["header:x-api-key"],
+       "algorithm": "fixed_window", "algorithm_config": {"limit": 1, "window_seconds": 30}}
+    ]},
+    {"name": "search-next", "rules": [
+      {"name": "search-quiet", "mode": "shadow", "shadow_mark": false, "match": {"path_prefix": "/search"}, "limit_keys": ["ip:address"],
+       "algorithm": "fixed_window", "algorithm_config": {"limit": 1, "window_seconds": 60}}
     ]}
   ]
 }`
@@ -80,6 +91,9 @@ func randomRequest(rng *rand.Rand) simulate.Request {
 	}
 	if rng.IntN(6) == 0 {
 		r.Headers["user-agent"] = "crawlbot"
+	}
+	if rng.IntN(8) == 0 { // forged: the filter replaces or removes it
+		r.Headers["x-sluice-shadow"] = "forged"
 	}
 	switch rng.IntN(7) {
 	case 5:
@@ -153,7 +167,7 @@ func TestSimulatorDecidesLikeTheCompiledFilter(t *testing.T) {
 		return s, ok
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	rejected, shadowed, allowed, denied, quota := 0, 0, 0, 0, 0
+	rejected, shadowed, allowed, denied, quota, quietRefused, keyWatched := 0, 0, 0, 0, 0, 0, 0
 	quotaOverridden := 0 // requests user-1's own quota decided
 	for i := 0; i < 400; i++ {
 		f.clock.Advance(time.Duration(rng.IntN(700)) * time.Millisecond)
@@ -197,6 +211,12 @@ func TestSimulatorDecidesLikeTheCompiledFilter(t *testing.T) {
 				shadowed++
 			}
 		}
+		if quiet := simRule(sim, "search-quiet"); quiet != nil && quiet.Applies && !quiet.Decision.Allowed {
+			quietRefused++
+		}
+		if watch := simRule(sim, "key-0-watch"); watch != nil && watch.Applies {
+			keyWatched++
+		}
 		for _, s := range sim.Stores() {
 			states[key{s.Rule, s.Identity}] = s.State
 		}
@@ -208,10 +228,22 @@ func TestSimulatorDecidesLikeTheCompiledFilter(t *testing.T) {
 			}
 		}
 	}
-	if rejected < 20 || allowed < 20 || shadowed < 5 || denied < 3 || quota < 3 || quotaOverridden < 10 {
-		t.Fatalf("the sequence exercised too little: %d rejected (%d denied, %d by the quota), %d allowed, %d shadow-marked, %d decided by a quota override",
-			rejected, denied, quota, allowed, shadowed, quotaOverridden)
+	if rejected < 20 || allowed < 20 || shadowed < 5 || denied < 3 || quota < 3 || quotaOverridden < 10 || quietRefused < 5 || keyWatched < 20 {
+		t.Fatalf("the sequence exercised too little: %d rejected (%d denied, %d by the quota), %d allowed, %d shadow-marked, %d decided by a quota override, %d refused by the unmarked shadow rule, %d applying the exact key condition",
+			rejected, denied, quota, allowed, shadowed, quotaOverridden, quietRefused, keyWatched)
 	}
+}
+
+// simRule returns the simulator's result for the named rule, or nil.
+func simRule(res simulate.Result, name string) *simulate.RuleResult {
+	for i := range res.Policies {
+		for j := range res.Policies[i].Rules {
+			if rr := &res.Policies[i].Rules[j]; rr.Name == name {
+				return rr
+			}
+		}
+	}
+	return nil
 }
 
 // sortedByNames orders fields as names lists them (the order pick reads

@@ -37,6 +37,7 @@ func FuzzParse(f *testing.F) {
 		withAlg("rolling_window", `{"limit":100,"window_seconds":60,"period_seconds":10},"overrides":[{"key":"1.2.3.4","algorithm_config":{"limit":50,"max_per_period":10}}]`),
 		withAlg("quota", `{"limit":1000,"period":"month","time_zone":"Europe/Berlin"},"overrides":[{"key":"1.2.3.4","algorithm_config":{"limit":5000}},{"key":"5.6.7.8","algorithm_config":{"period":"day"}}]`),
 		withAlg("quota", `{"limit":1e4,"period":"day","cost_source":"response_header:x-cost"},"overrides":[{"key":"1.2.3.4","algorithm_config":{"limit":10}}]`),
+		rules(`{"name":"t","mode":"shadow","shadow_mark":false,"limit_keys":["path"],"algorithm":"fixed_window","algorithm_config":{"limit":1,"window_seconds":1}}`, `{"name":"u","shadow_mark":"no","action":"exempt"}`),
 		`{"rules":[1,]}`, `[]`, `null`, `{"policies":[],"rules":[]}`, "",
 	} {
 		f.Add([]byte(s))

@@ -54,6 +54,10 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 			if r.ClearIdentity {
 				nr.TelemetryIdentity = IdentityClear
 			}
+			if r.Unmarked {
+				mark := false
+				nr.ShadowMark = &mark
+			}
 			for k, key := range r.Keys {
 				nr.LimitKeys[k] = key.String()
 			}
@@ -151,6 +155,8 @@ type normRule struct {
 	TelemetryIdentity string `json:"telemetry_identity,omitempty"`
 	// Written only when "global", for the same reason.
 	Scope string `json:"scope,omitempty"`
+	// Written only when false, for the same reason.
+	ShadowMark *bool `json:"shadow_mark,omitempty"`
 }
 
 type normTokenBucket struct {

@@ -45,7 +45,7 @@ func (p *parser) errorf(path string, parts ...string) {
 var (
 	configFields      = []string{"mode", "policies", "rules", "reject_status", "response_headers", "legacy_headers", "shadow_header", "xff_trusted_hops", "telemetry", "fleet"}
 	policyFields      = []string{"name", "rules"}
-	ruleFields        = []string{"name", "limit_keys", "match", "algorithm", "algorithm_config", "mode", "max_keys", "telemetry_identity", "scope", "action", "deny_status", "overrides"}
+	ruleFields        = []string{"name", "limit_keys", "match", "algorithm", "algorithm_config", "mode", "max_keys", "telemetry_identity", "scope", "action", "deny_status", "overrides", "shadow_mark"}
 	telemetryFields   = []string{"cluster", "authority", "path", "interval_ms", "token", "token_env", "top_n", "timeout_ms"}
 	tokenBucketFields = []string{"tokens_per_second", "rps", "burst", "cost_source", "fixed_cost", "default_cost", "max_delay_ms", "max_debt"}
 	algorithms        = []string{AlgorithmTokenBucket, AlgorithmFixedWindow, AlgorithmSlidingWindow, AlgorithmRollingWindow, AlgorithmQuota}
@@ -228,6 +228,13 @@ func (p *parser) rule(path string, v *jvalue, policy string, mode Mode) (Rule, b
 	if mv := f["mode"]; mv != nil {
 		if m, ok := p.mode(join(path, "mode"), mv); ok {
 			r.Mode = m
+		}
+	}
+	if mv := f["shadow_mark"]; mv != nil {
+		if mv.kind != jBool {
+			p.errorf(join(path, "shadow_mark"), "must be true (the default: a shadow refusal names the rule in shadow_header) or false (count only; the upstream request is left as sent), got ", mv.kind.String())
+		} else {
+			r.Unmarked = !mv.b
 		}
 	}
 	if mv := f["max_keys"]; mv != nil {

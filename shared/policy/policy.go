@@ -13,7 +13,7 @@ type Mode string
 
 const (
 	ModeEnforce Mode = "enforce" // reject requests over the limit
-	ModeShadow  Mode = "shadow"  // never reject; count, log and mark the upstream request
+	ModeShadow  Mode = "shadow"  // never reject; count, log and mark the upstream request (unless "shadow_mark": false)
 )
 
 // Defaults of the top-level options.
@@ -115,6 +115,11 @@ type Rule struct {
 	Window      *Window      // set when Algorithm is fixed_window, sliding_window or rolling_window
 	Quota       *Quota       // set when Algorithm is "quota" (quota.go)
 	Mode        Mode         // effective mode (rule's, else config's)
+	// Unmarked is "shadow_mark": false: in shadow mode the rule counts and
+	// logs what it would have refused but never names itself in the shadow
+	// header, nor makes the filter touch that header. No effect in enforce
+	// mode. The zero value marks, as shadow rules always did.
+	Unmarked bool
 	// MaxKeys is "max_keys": the most identities whose buckets (or windows)
 	// The rule keeps at once, four to a shared-data key (so at most
 	// MaxKeys/4 keys, rounded up), 1 to MaxMaxKeys; Parse fills in DefaultMaxKeys when

@@ -125,6 +125,8 @@ func schemaProperties() map[string]obj {
 			"algorithm_config": obj{"type": "object",
 				"description": "The algorithm's parameters: tokenBucket, window (fixed_window, sliding_window), rollingWindow or quota, chosen by algorithm."},
 			"mode": withDesc(modeSchema, "This rule's mode; overrides the top-level mode.", nil),
+			"shadow_mark": obj{"type": "boolean", "default": true,
+				"description": "Shadow mode only: true names the rule in shadow_header when it would have refused; false only counts and logs, and leaves the upstream request as the client sent it."},
 			"max_keys": obj{"type": "integer", "minimum": 0, "maximum": MaxMaxKeys, "default": DefaultMaxKeys,
 				"description": "The most identities (distinct limit-key values) whose buckets the rule keeps at once, four to a shared-data key; 0 for one key per identity, without bound."},
 			"telemetry_identity": obj{"type": "string", "enum": []string{IdentityMasked, IdentityClear}, "default": IdentityMasked,

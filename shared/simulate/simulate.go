@@ -300,11 +300,12 @@ func (rr *RuleResult) decide(src *sources, opt Options) {
 // finish decides the request from its applying rules, as the filter does:
 // any enforce rule refusing rejects it (the one with the longest wait
 // answers); otherwise the enforce rule with the fewest tokens left gives
-// the RateLimit fields, and shadow rules refusing mark the upstream request.
+// the RateLimit fields, and shadow rules refusing mark the upstream request
+// (those with "shadow_mark": false only count).
 func (res *Result) finish(cfg *policy.Config, shadowDeny *RuleResult, apps []*RuleResult) {
 	var reject, best *RuleResult
 	var shadow []string
-	if shadowDeny != nil { // a deny rule in shadow mode only marks the request
+	if shadowDeny != nil && shadowDeny.marks() { // a deny rule in shadow mode only marks the request
 		shadow = append(shadow, shadowDeny.Name)
 	}
 	for _, a := range apps {
@@ -312,7 +313,9 @@ func (res *Result) finish(cfg *policy.Config, shadowDeny *RuleResult, apps []*Ru
 			continue
 		}
 		if a.Mode == policy.ModeShadow {
-			shadow = append(shadow, a.Name)
+			if a.marks() {
+				shadow = append(shadow, a.Name)
+			}
 			continue
 		}
 		if reject == nil || a.Decision.Wait > reject.Decision.Wait {
@@ -389,10 +392,16 @@ func (res *Result) reject(cfg *policy.Config, a *RuleResult) {
 	res.Body = `{"error":"rate_limited","rule":"` + a.Name + `","retry_after":` + rs + `}`
 }
 
+// marks reports whether the rule, in shadow mode, names itself in the
+// shadow header when it would have refused ("shadow_mark").
+func (rr *RuleResult) marks() bool { return rr.rule == nil || !rr.rule.Unmarked }
+
+// anyShadow reports whether some shadow rule marks the upstream request:
+// only then does the filter set (or remove) the shadow header.
 func anyShadow(cfg *policy.Config) bool {
 	for _, p := range cfg.Policies {
 		for _, r := range p.Rules {
-			if r.Mode == policy.ModeShadow {
+			if r.Mode == policy.ModeShadow && !r.Unmarked {
 				return true
 			}
 		}

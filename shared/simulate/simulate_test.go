@@ -85,16 +85,20 @@ func TestKnownStateDecidesAndARejectionStoresNothing(t *testing.T) {
 	}
 }
 
+// watchAllUsed is a Lookup in which tiers' shadow rule watch-all has
+// spent its window.
+func watchAllUsed(r *policy.Rule, id string) (State, bool) {
+	if r.Name == "watch-all" {
+		w := state.Window{Start: 960, N: 1}
+		w.Counts[0] = 1
+		return State{Window: w}, true
+	}
+	return State{}, false
+}
+
 func TestShadowRefusalMarksTheUpstreamRequest(t *testing.T) {
 	cfg := mustParse(t, tiers)
-	used := func(r *policy.Rule, id string) (State, bool) {
-		if r.Name == "watch-all" {
-			w := state.Window{Start: 960, N: 1}
-			w.Counts[0] = 1
-			return State{Window: w}, true
-		}
-		return State{}, false
-	}
+	used := watchAllUsed
 	res := Run(cfg, Request{Method: "GET", Path: "/", ClientAddress: "10.0.0.1"}, Options{Now: 1000, Lookup: used})
 	if res.Status != 0 || len(res.Upstream) != 1 || res.Upstream[0] != [2]string{"x-sluice-shadow", "watch-all"} {
 		t.Fatalf("status %d upstream %v", res.Status, res.Upstream)
@@ -102,6 +106,28 @@ func TestShadowRefusalMarksTheUpstreamRequest(t *testing.T) {
 	stores := res.Stores()
 	if len(stores) != 1 || stores[0].Rule != "anonymous" {
 		t.Errorf("stores %v, want only the admitting enforce rule", stores)
+	}
+}
+
+func TestShadowRuleWithoutMarkRefusesButLeavesTheUpstreamRequest(t *testing.T) {
+	cfg := mustParse(t, strings.Replace(tiers, `"name":"watch-all","mode":"shadow"`, `"name":"watch-all","mode":"shadow","shadow_mark":false`, 1))
+	if r := cfg.RuleByName("watch-all"); r == nil || !r.Unmarked {
+		t.Fatal("the test policy's watch-all rule is not unmarked")
+	}
+	res := Run(cfg, Request{Method: "GET", Path: "/", ClientAddress: "10.0.0.1"}, Options{Now: 1000, Lookup: watchAllUsed})
+	if res.Status != 0 || len(res.Upstream) != 0 {
+		t.Fatalf("status %d upstream %v, want allowed with the upstream request untouched", res.Status, res.Upstream)
+	}
+	var watch *RuleResult
+	for i := range res.Policies {
+		for j := range res.Policies[i].Rules {
+			if rr := &res.Policies[i].Rules[j]; rr.Name == "watch-all" {
+				watch = rr
+			}
+		}
+	}
+	if watch == nil || !watch.Applies || watch.Decision.Allowed {
+		t.Fatalf("watch-all %+v, want applying and refusing", watch)
 	}
 }
 
