@@ -328,3 +328,47 @@ func BenchmarkEnvoyHostCallbacks(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkEnvoyHostCallCost prices each kind of host call an allowed
+// request makes: the hostcost module (testdata/hostcost) making an
+// operation four times per stream, against the empty plugin in the same
+// interleaved loop. op-cpu-ns is one operation's CPU time (the difference
+// to the empty plugin, over four); "none" is the module doing nothing (its
+// difference is noise). "allowed-calls" makes once each the host calls of
+// the filter's allowed request (BenchmarkEnvoyHostStream), with no other
+// work: the filter's time beyond it is its own Go code.
+func BenchmarkEnvoyHostCallCost(b *testing.B) {
+	type costCase struct {
+		name, config string
+		reps         int // operations per stream
+	}
+	cases := []costCase{{"none", "", 4}}
+	for _, o := range []string{"absent", "header", "clock", "get", "set", "metric", "response"} {
+		cases = append(cases, costCase{o, strings.Repeat(o+" ", 4), 4})
+	}
+	cases = append(cases, costCase{"allowed-calls", "header clock get set metric response response", 1})
+	for _, mode := range envoyhost.Modes {
+		for _, c := range cases {
+			b.Run(string(mode)+"/"+c.name, func(b *testing.B) {
+				p := benchHostFor(b, mode, module(b, "./plugin/envoyhost/testdata/hostcost"), c.config)
+				e := benchHostFor(b, mode, module(b, "./plugin/wasmhost/testdata/empty"), "")
+				req := hdr("x-api-key", "k")
+				var pns, ens int64
+				p.cpuSince()
+				e.cpuSince()
+				b.ResetTimer()
+				for done := 0; done < b.N; done += chunk {
+					n := min(chunk, b.N-done)
+					pns += p.run(b, n, req, false)
+					ens += e.run(b, n, req, false)
+				}
+				report(b, pns, ens)
+				pcpu, ecpu := p.cpuSince(), e.cpuSince()
+				reportCPU(b, pcpu, ecpu)
+				if pcpu > 0 && ecpu > 0 {
+					b.ReportMetric(float64(pcpu-ecpu)/float64(b.N)/float64(c.reps), "op-cpu-ns")
+				}
+			})
+		}
+	}
+}
