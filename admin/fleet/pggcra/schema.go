@@ -242,19 +242,20 @@ DROP FUNCTION IF EXISTS sluice_fleet_window(text[], bigint[], bigint[], bigint[]
 --         left the window, takes no returns);
 --   a take of 0 is a query.
 -- Why a sliding or rolling take is exact with the other rows read
--- unlocked: every take of an identity's sliding or rolling window first
--- takes a transaction-scoped advisory lock of the identity, so they run
--- one after the other, and at READ COMMITTED each statement after the
--- lock reads what the previous holder committed. What else may change
--- those rows meanwhile are returns, which only ever decrease a count: a
--- stale read can only refuse, never grant too much. The other rows are
--- past (sub-)windows, which take no leases on agreeing clocks; the lock
--- keeps the sum exact even when the admins' clocks disagree across a
--- boundary (one admin leasing in a sub-period another already sums as
--- past). At REPEATABLE READ or SERIALIZABLE the snapshot predates the
--- wait: a concurrent update of the row, or (SERIALIZABLE) a read of rows
--- another call wrote, fails with a serialization error that the admin
--- sends again.
+-- unlocked: the row of the current (sub-)window is locked by the upsert,
+-- whose condition is evaluated on its latest version; the other rows read
+-- (the previous window, the older sub-periods) are past windows, which
+-- take no leases and only ever decrease (returns): a stale read can only
+-- refuse, never grant too much. Admins whose clocks disagree across a
+-- boundary break that (one leasing in a sub-period another already sums
+-- as past), so at READ COMMITTED every take of an identity's sliding or
+-- rolling window first takes a transaction-scoped advisory lock of the
+-- identity: they run one after the other, each statement after the lock
+-- reading what the previous holder committed. At REPEATABLE READ or
+-- SERIALIZABLE the snapshot predates any wait, so the lock is not taken
+-- (it would only queue the calls that then fail): a concurrent update of
+-- the row, or (SERIALIZABLE) a read of a row another call wrote, fails
+-- with a serialization error that the admin sends again.
 -- Returns each op's outcome: allowed, its use after it (the window's
 -- count; for sliding and rolling windows the limit minus the whole
 -- requests that still fit, as the Redis scripts answer) and the
@@ -270,6 +271,7 @@ DECLARE
 	v_cap bigint;   -- rolling: the sub-period's cap, or the limit
 	v_f float8;
 	v_fits float8;
+	v_lock boolean := current_setting('transaction_isolation') = 'read committed';
 	i int;
 BEGIN
 	IF coalesce(cardinality(p_keys), 0) = 0 THEN
@@ -279,7 +281,7 @@ BEGIN
 	FOR i IN 1 .. cardinality(p_keys) LOOP
 		v_n := NULL;
 		allowed := true;
-		IF p_kinds[i] <> 0 AND p_amounts[i] > 0 AND NOT p_returns[i] THEN
+		IF v_lock AND p_kinds[i] <> 0 AND p_amounts[i] > 0 AND NOT p_returns[i] THEN
 			-- A take of a sliding or rolling window: one at a time per
 			-- identity (see above). The two-key lock space is not the
 			-- one-key space of the schema's migration lock.

@@ -79,9 +79,12 @@ func windowRows(t *testing.T, b *pggcra.Buckets) int {
 }
 
 // 64 callers leasing 1 to 3 from one window at once, half of them giving
-// one of a grant of 2 or 3 back at once, each asking for less once refused with room left: no call
-// fails, no retry is needed, and each window ends holding exactly its
-// limit, as the callers' own tally says.
+// one of a grant of 2 or 3 back at once, each asking for less once refused
+// with room left: no call fails, no retry is needed, and each window ends
+// holding exactly what its limit leaves room for, as the callers' own
+// tally says: two fixed windows of one identity one after the other, a
+// sliding window whose previous window's count weighs 100, a rolling
+// window whose older sub-period holds 100 and whose cap leaves 350.
 func TestWindowExactUnderConcurrencyAtEveryIsolationLevel(t *testing.T) {
 	pg := fleettest.StartPostgres(t, fleettest.PostgresOptions{})
 	const limit, callers = 500, 64
@@ -89,18 +92,47 @@ func TestWindowExactUnderConcurrencyAtEveryIsolationLevel(t *testing.T) {
 	for _, level := range []string{"read committed", "serializable"} {
 		t.Run(strings.ReplaceAll(level, " ", "_"), func(t *testing.T) {
 			b := openAt(t, pg.URL, level)
+			ctx := context.Background()
 			start := time.Now().Truncate(time.Hour).UnixMilli()
-			for w := range int64(2) { // two windows of one identity, one after the other
-				start := start + w*3_600_000
+			const hour = 3_600_000
+			id := level
+			fixed := func(start int64) func(int64, bool) redisgcra.Op {
+				return func(n int64, ret bool) redisgcra.Op { return windowOp(id, start, n, limit, ret) }
+			}
+			sliding := func(n int64, ret bool) redisgcra.Op {
+				if ret {
+					return windowOp(id+"/s", start, n, limit, true)
+				}
+				return slidingOp(id+"/s", start, hour, start+hour/2, n, limit)
+			}
+			rolling := func(n int64, ret bool) redisgcra.Op {
+				return rollingOp(id+"/r", start, start-hour, n, limit, 350, ret)
+			}
+			// The sliding window's previous window: 200 × (1 − 1/2).
+			// The rolling window's older sub-period: 100.
+			if _, err := b.Run(ctx, []redisgcra.Op{windowOp(id+"/s", start-hour, 200, limit, false),
+				rollingOp(id+"/r", start-hour, start-hour, 100, limit, 0, false)}); err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range []struct {
+				name string
+				op   func(amount int64, ret bool) redisgcra.Op
+				want int64 // the most the callers can hold
+			}{
+				{"fixed window", fixed(start), limit},
+				{"the next fixed window", fixed(start + hour), limit},
+				{"sliding window", sliding, limit - 100},
+				{"rolling window", rolling, 350},
+			} {
 				var held, calls atomic.Int64
 				var wg sync.WaitGroup
 				for g := range callers {
 					wg.Go(func() {
-						rng := rand.New(rand.NewPCG(uint64(g), uint64(w)))
+						rng := rand.New(rand.NewPCG(uint64(g), uint64(len(w.name))))
 						ask := int64(1 + rng.IntN(3))
 						for {
 							calls.Add(1)
-							outs, err := b.Run(context.Background(), []redisgcra.Op{windowOp(level, start, ask, limit, false)})
+							outs, err := b.Run(ctx, []redisgcra.Op{w.op(ask, false)})
 							if err != nil {
 								t.Error(err)
 								return
@@ -114,7 +146,7 @@ func TestWindowExactUnderConcurrencyAtEveryIsolationLevel(t *testing.T) {
 							}
 							held.Add(ask)
 							if g%2 == 0 && ask > 1 { // keeps some: every caller ends refused at the limit
-								if _, err := b.Run(context.Background(), []redisgcra.Op{windowOp(level, start, 1, limit, true)}); err != nil {
+								if _, err := b.Run(ctx, []redisgcra.Op{w.op(1, true)}); err != nil {
 									t.Error(err)
 									return
 								}
@@ -124,13 +156,13 @@ func TestWindowExactUnderConcurrencyAtEveryIsolationLevel(t *testing.T) {
 					})
 				}
 				wg.Wait()
-				outs, err := b.Run(context.Background(), []redisgcra.Op{windowOp(level, start, 0, limit, false)})
+				outs, err := b.Run(ctx, []redisgcra.Op{w.op(0, false)})
 				if err != nil {
 					t.Fatal(err)
 				}
-				t.Logf("window %d: %d calls", w, calls.Load())
-				if held.Load() != limit || outs[0].Count != limit {
-					t.Errorf("window %d: the callers hold %d, the counter says %d; want exactly the limit %d", w, held.Load(), outs[0].Count, limit)
+				t.Logf("%s: %d calls", w.name, calls.Load())
+				if held.Load() != w.want || outs[0].Count != limit {
+					t.Errorf("%s: the callers hold %d, the window's use is %d; want exactly %d held, the use at the limit %d", w.name, held.Load(), outs[0].Count, w.want, limit)
 				}
 			}
 			ser, dead := b.Retries(pggcra.RetrySerialization), b.Retries(pggcra.RetryDeadlock)
