@@ -402,3 +402,45 @@ func TestSchemaUpgradeReplacesTheWindowFunctionAndKeepsWindows(t *testing.T) {
 		t.Errorf("%g schema retries: the upgrade should happen at start", n)
 	}
 }
+
+// Admins whose clocks disagree across a boundary: 64 callers leasing from
+// one rolling window at once, half of them (the clock behind) in the
+// earlier sub-period, half in the next, each half's window holding both.
+// The two sub-periods' rows still sum to exactly the limit: neither half's
+// take ever reads the other's row stale.
+func TestRollingWindowExactWhenAdminClocksStraddleABoundary(t *testing.T) {
+	b := open(t, fleettest.StartPostgres(t, fleettest.PostgresOptions{}).URL)
+	ctx := context.Background()
+	const limit, callers, minute = 300, 64, 60_000
+	start := time.Now().Truncate(time.Hour).UnixMilli()
+	take := func(behind bool) redisgcra.Op {
+		if behind {
+			return rollingOp("skew", start-minute, start-2*minute, 1, limit, 0, false)
+		}
+		return rollingOp("skew", start, start-minute, 1, limit, 0, false)
+	}
+	var wg sync.WaitGroup
+	for g := range callers {
+		wg.Go(func() {
+			for {
+				outs, err := b.Run(ctx, []redisgcra.Op{take(g%2 == 1)})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !outs[0].Allowed {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var sum, rows int64
+	if err := b.Pool().QueryRow(ctx, `SELECT coalesce(sum(n), 0), count(*) FROM sluice_fleet_windows WHERE key = $1`,
+		redisgcra.RollingKey("sluice", "win", "skew")).Scan(&sum, &rows); err != nil {
+		t.Fatal(err)
+	}
+	if sum != limit || rows != 2 {
+		t.Errorf("the two sub-periods hold %d in %d rows after the race, want exactly the limit %d in 2", sum, rows, limit)
+	}
+}
