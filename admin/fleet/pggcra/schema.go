@@ -283,9 +283,11 @@ BEGIN
 		allowed := true;
 		IF v_lock AND p_kinds[i] <> 0 AND p_amounts[i] > 0 AND NOT p_returns[i] THEN
 			-- A take of a sliding or rolling window: one at a time per
-			-- identity (see above). The two-key lock space is not the
-			-- one-key space of the schema's migration lock.
-			PERFORM pg_advisory_xact_lock(1936487523, hashtext(p_keys[i]));
+			-- identity (see above). A 64-bit hash: two identities that
+			-- share a lock wait for each other, and calls taking locks of
+			-- other identities in between could deadlock (40P01, sent
+			-- again), once in 2^64.
+			PERFORM pg_advisory_xact_lock(hashtextextended(p_keys[i], 1936487523));
 		END IF;
 
 		IF p_kinds[i] = 1 THEN
