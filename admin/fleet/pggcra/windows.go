@@ -28,8 +28,9 @@ const (
 	kindRolling int16 = 2
 )
 
-// windowArgs are a call's window ops, sorted by key and window (in their
-// order within one window): concurrent calls lock their rows in one order.
+// windowArgs are a call's window ops, sorted by identity and (sub-)window
+// start (in their order within one window): concurrent calls take their
+// identity locks and row locks in one order.
 type windowArgs struct {
 	at      []int // the op's index in the call
 	keys    []string
