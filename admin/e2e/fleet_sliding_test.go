@@ -5,26 +5,26 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/admin/fleet/fleettest"
 	"github.com/sluice-rl/sluice/plugin/wasmhost/fleethosts"
 )
 
 // Global sliding and rolling windows end to end: three Envoy-like processes
 // of two VMs each run the compiled plugin against the admin's rate limit
-// service on a real Redis, on the real clock, under four times the limit.
+// service on a real Redis (the rolling window on a real PostgreSQL too), on
+// the real clock, under four times the limit.
 // The checks read the admitted requests' timestamps. A request was spent
 // between its call and its answer (admission.before, after); only those
 // whose both ends fall in one (sub-)window are counted, and a window's
 // requests count up to time t only once answered by t, so the use the
 // checks see never exceeds the true use: a breach they find is real.
 
-// runWindowFleet runs rule "g" with algorithm and config under load for d
-// and returns the admissions, sorted by their answers.
-func runWindowFleet(t *testing.T, algorithm, config string, d time.Duration) []admission {
+// runWindowFleet runs rule "g" with algorithm and config under load for d,
+// the admin's RLS started by start, and returns the admissions, sorted by
+// their answers.
+func runWindowFleet(t *testing.T, start func(t *testing.T, policy string) (*adminRLS, func()), algorithm, config string, d time.Duration) []admission {
 	t.Helper()
-	r := fleettest.StartRedis(t)
 	policy := fleetWindowPolicy(algorithm, config, "deny")
-	rls := startAdminRLS(t, r.Addr, policy)
+	rls, _ := start(t, policy)
 	f := fleethosts.Start(t, fleethosts.Options{Config: policy, RLS: rls.url, Hosts: 3})
 	f.StartTickers()
 	adm := windowLoad(f, "acme", d)
@@ -36,6 +36,17 @@ func runWindowFleet(t *testing.T, algorithm, config string, d time.Duration) []a
 	t.Logf("admitted %d; backend errors %d", len(adm), f.Metric("sluice.rule.g.backend_errors"))
 	sort.Slice(adm, func(i, j int) bool { return adm[i].after.Before(adm[j].after) })
 	return adm
+}
+
+// fleetBackendNamed is the start function of the fleetBackends entry name.
+func fleetBackendNamed(t *testing.T, name string) func(t *testing.T, policy string) (*adminRLS, func()) {
+	for _, be := range fleetBackends {
+		if be.name == name {
+			return be.start
+		}
+	}
+	t.Fatalf("no fleet backend %q", name)
+	return nil
 }
 
 // periodOf returns the index of the aligned period of length p holding
@@ -53,7 +64,7 @@ func periodOf(a admission, p time.Duration) (int64, bool) {
 func TestFleetSlidingWindowEstimateNeverPassesTheLimit(t *testing.T) {
 	const limit = 50
 	const win = time.Second
-	adm := runWindowFleet(t, "sliding_window", `{"limit":50,"window_seconds":1}`, 3500*time.Millisecond)
+	adm := runWindowFleet(t, fleetBackendNamed(t, "redis"), "sliding_window", `{"limit":50,"window_seconds":1}`, 3500*time.Millisecond)
 	perWindow := map[int64]int{}
 	type counted struct {
 		k     int64
@@ -89,11 +100,17 @@ func TestFleetSlidingWindowEstimateNeverPassesTheLimit(t *testing.T) {
 // TestFleetRollingWindowSumNeverPassesTheLimit: a global rolling window of
 // 60 per 2 s in 1 s sub-periods, at most 40 in one, for 4.5 s. Every two
 // consecutive sub-periods admit at most 60, each at most 40, and the fleet
-// admits most of it.
+// admits most of it. On each backend.
 func TestFleetRollingWindowSumNeverPassesTheLimit(t *testing.T) {
+	for _, be := range fleetBackends {
+		t.Run(be.name, func(t *testing.T) { checkFleetRollingWindow(t, be.start) })
+	}
+}
+
+func checkFleetRollingWindow(t *testing.T, start func(t *testing.T, policy string) (*adminRLS, func())) {
 	const limit, perPeriod, periods = 60, 40, 2
 	const period = time.Second
-	adm := runWindowFleet(t, "rolling_window", `{"limit":60,"window_seconds":2,"period_seconds":1,"max_per_period":40}`,
+	adm := runWindowFleet(t, start, "rolling_window", `{"limit":60,"window_seconds":2,"period_seconds":1,"max_per_period":40}`,
 		4500*time.Millisecond)
 	count := map[int64]int{}
 	for _, a := range adm {

@@ -40,24 +40,47 @@ func BenchmarkBackends(b *testing.B) {
 	}
 }
 
-// BenchmarkBackendWindows compares the two backends on global fixed window
+// BenchmarkBackendWindows compares the two backends on global window
 // counters, as BenchmarkBackends does on buckets: one request leased per
-// call (never refused: a limit no run reaches), in the current hour-long
-// window, on one hot counter and spread over 100,000 identities.
+// call (never refused: a limit no run reaches), on one hot identity and
+// spread over 100,000, in a fixed window of an hour, a sliding window of an
+// hour (its previous window's count read too) and a rolling window of 60
+// one-minute sub-periods (the hot identity's 59 past ones leased in
+// first, so that every take sums 60).
 //
 //	go test ./admin/fleet -run '^$' -bench BackendWindows -benchtime 3s
 func BenchmarkBackendWindows(b *testing.B) {
 	backends := benchBackends(b, false)
-	w := Window{Limit: 1 << 50, Seconds: 3600}
-	start, end := w.Bounds(time.Now())
-	for _, be := range backends {
-		for _, keys := range []int64{1, 100_000} {
-			b.Run(fmt.Sprintf("backend=%s/keys=%d", be.name, keys), func(b *testing.B) {
-				benchCalls(b, be.backend, 1, func(k int64) redisgcra.Op {
-					it := item{rule: "win", id: fmt.Sprint(k % keys), hits: 1}
-					return counterOp("bench", it, limitOf{win: w, start: start, end: end}, start)
+	now := time.Now()
+	for _, kind := range []struct {
+		name string
+		w    Window
+	}{
+		{"fixed", Window{Limit: 1 << 50, Seconds: 3600}},
+		{"sliding", Window{Limit: 1 << 50, Seconds: 3600, Sliding: true}},
+		{"rolling", Window{Limit: 1 << 50, Seconds: 60, Periods: 60}},
+	} {
+		w := kind.w
+		start, end := w.Bounds(now)
+		op := func(id string, start, end time.Time) redisgcra.Op {
+			return counterOp("bench", item{rule: kind.name, id: id, hits: 1}, limitOf{win: w, start: start, end: end}, now)
+		}
+		for _, be := range backends {
+			if w.rolling() {
+				past := make([]redisgcra.Op, w.Periods-1)
+				for k := range past { // oldest first: a Redis take sets the hash's expiry
+					back := time.Duration(len(past)-k) * time.Duration(w.Seconds) * time.Second
+					past[k] = op("0", start.Add(-back), end.Add(-back))
+				}
+				if _, err := be.backend.Run(context.Background(), past); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for _, keys := range []int64{1, 100_000} {
+				b.Run(fmt.Sprintf("window=%s/backend=%s/keys=%d", kind.name, be.name, keys), func(b *testing.B) {
+					benchCalls(b, be.backend, 1, func(k int64) redisgcra.Op { return op(fmt.Sprint(k%keys), start, end) })
 				})
-			})
+			}
 		}
 	}
 }

@@ -2,11 +2,13 @@ package fleet
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rl/sluice/admin/fleet/fleettest"
@@ -33,10 +35,13 @@ func (c *offsetClock) ms(d time.Duration) int64 {
 }
 
 func TestGlobalSlidingWindowLeasesAgainstTheEstimateAcrossTheBoundary(t *testing.T) {
+	forEachBackend(t, testGlobalSlidingWindow)
+}
+
+func testGlobalSlidingWindow(t *testing.T, b Backend) {
 	clock := newOffsetClock()
 	rules := &StaticRules{Windows: map[string]Window{"slide": {Limit: 10, Seconds: 3600, Sliding: true}}}
-	s := startRLS(t, Options{Backend: redisBackend(t, fleettest.StartRedis(t).Addr), Rules: rules,
-		Timeout: time.Second, Now: clock.now})
+	s := startRLS(t, Options{Backend: b, Rules: rules, Timeout: time.Second, Now: clock.now})
 	OK, OVER := rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT
 
 	clock.set(20 * time.Minute)
@@ -76,13 +81,52 @@ func TestGlobalSlidingWindowLeasesAgainstTheEstimateAcrossTheBoundary(t *testing
 }
 
 func TestGlobalRollingWindowSumsItsSubPeriodsAndDropsThoseThatLeft(t *testing.T) {
+	key := redisgcra.RollingKey("sluice", "roll", "A")
+	t.Run("redis", func(t *testing.T) {
+		srv := fleettest.StartRedis(t)
+		clock := testGlobalRollingWindow(t, redisBackend(t, srv.Addr))
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+		defer c.Close()
+		fields, err := c.HKeys(context.Background(), key).Result()
+		if err != nil || len(fields) != 1 {
+			t.Errorf("fields %v (%v), want only the fifth quarter's: the others left the window and were deleted", fields, err)
+		}
+		exp, err := c.PExpireTime(context.Background(), key).Result()
+		if want := clock.base.Add(8*quarter + windowKeyGrace); err != nil || !time.UnixMilli(int64(exp/time.Millisecond)).Equal(want) {
+			t.Errorf("expiry %v (%v), want when the fifth quarter leaves the window, %v", exp, err, want)
+		}
+	})
+	t.Run("postgres", func(t *testing.T) {
+		b := postgresBackend(t, fleettest.StartPostgres(t, fleettest.PostgresOptions{}).URL)
+		clock := testGlobalRollingWindow(t, b)
+		// One row per sub-period leased in (quarters 1, 2 and 5), each
+		// kept (then deleted by Clean) until it leaves the window.
+		rows, err := b.Pool().Query(context.Background(), `SELECT ARRAY[start_ms, expires_ms] FROM sluice_fleet_windows WHERE key = $1 ORDER BY start_ms`, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := pgx.CollectRows(rows, pgx.RowTo[[2]int64])
+		var want [][2]int64
+		for _, q := range []time.Duration{0, 1, 4} {
+			want = append(want, [2]int64{clock.ms(q * quarter), clock.base.Add((q+4)*quarter + windowKeyGrace).UnixMilli()})
+		}
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("rows (start, expiry) %v (%v), want %v", got, err, want)
+		}
+	})
+}
+
+// quarter is the rolling window test's sub-period.
+const quarter = 15 * time.Minute
+
+// testGlobalRollingWindow leases and returns in a rolling window of four
+// quarters of an hour over b, and returns the admin's clock it ran on.
+func testGlobalRollingWindow(t *testing.T, b Backend) *offsetClock {
 	clock := newOffsetClock()
-	srv := fleettest.StartRedis(t)
 	// 10 per hour in four quarters, at most 6 in one.
 	rules := &StaticRules{Windows: map[string]Window{"roll": {Limit: 10, Seconds: 900, Periods: 4, MaxPerPeriod: 6}}}
-	s := startRLS(t, Options{Backend: redisBackend(t, srv.Addr), Rules: rules, Timeout: time.Second, Now: clock.now})
+	s := startRLS(t, Options{Backend: b, Rules: rules, Timeout: time.Second, Now: clock.now})
 	OK, OVER := rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT
-	quarter := 15 * time.Minute
 
 	clock.set(5 * time.Minute)
 	st := s.mustCall(t, "n1", desc("roll", "A", 6, false)).Statuses[0]
@@ -111,17 +155,7 @@ func TestGlobalRollingWindowSumsItsSubPeriodsAndDropsThoseThatLeft(t *testing.T)
 	clock.set(5*quarter + time.Minute)
 	checkStatus(t, "the second quarter left too", s.mustCall(t, "n1", desc("roll", "A", 0, false)).Statuses[0], OK, 4)
 
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer c.Close()
-	key := redisgcra.RollingKey("sluice", "roll", "A")
-	fields, err := c.HKeys(context.Background(), key).Result()
-	if err != nil || len(fields) != 1 {
-		t.Errorf("fields %v (%v), want only the fifth quarter's: the others left the window and were deleted", fields, err)
-	}
-	exp, err := c.PExpireTime(context.Background(), key).Result()
-	if want := clock.base.Add(8*quarter + windowKeyGrace); err != nil || !time.UnixMilli(int64(exp/time.Millisecond)).Equal(want) {
-		t.Errorf("expiry %v (%v), want when the fifth quarter leaves the window, %v", exp, err, want)
-	}
+	return clock
 }
 
 func TestGlobalSlidingAndRollingRulesBecomeWindows(t *testing.T) {

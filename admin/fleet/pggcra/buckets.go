@@ -9,11 +9,12 @@
 // and concurrent calls on a key queue on its row lock instead of failing.
 // Rows of full buckets are deleted off the request path by Clean.
 //
-// Global fixed windows and quotas are counters, one row per identity and
-// window (windows.go), with the semantics of the Redis backend's
-// window.lua: all-or-nothing leases up to the limit, returns that only
-// decrement their own window's row, rows deleted by Clean once their
-// window has ended.
+// Global fixed, sliding and rolling windows and quotas are counters, one
+// row per identity and window or sub-period (windows.go), with the
+// semantics of the Redis backend's window.lua, sliding.lua and
+// rolling.lua: all-or-nothing leases up to the limit, returns that only
+// decrement their own (sub-)window's row, rows deleted by Clean once no
+// window reads them.
 package pggcra
 
 import (
@@ -166,7 +167,7 @@ func warmUp(ctx context.Context, c *pgx.Conn) error {
 		args []any
 	}{
 		{callSQL, []any{[]string{""}, zero, zero, []bool{false}}},
-		{windowSQL, []any{[]string{""}, zero, zero, zero, zero, []bool{false}}},
+		{windowSQL, windowWarmUp()},
 	} {
 		rows, err := tx.Query(ctx, q.sql, q.args...)
 		if err == nil {
@@ -245,10 +246,6 @@ func (b *Buckets) Retries(reason string) float64 {
 
 const callSQL = `SELECT allowed, backlog, now_us FROM ` + functionTake + `($1, $2, $3, $4)`
 
-// ErrSlidingAndRollingWindows answers a call carrying a global sliding or
-// rolling window: their counters are kept in Redis only.
-var ErrSlidingAndRollingWindows = errors.New("global sliding and rolling windows need Redis (-redis-addrs): PostgreSQL keeps token buckets, fixed windows and quotas")
-
 // Run applies ops in one round trip, in order, and returns their outcomes.
 // Bucket ops and window counter ops (Op.Counter) go to their own function;
 // a call with both sends the two in one batch, one implicit transaction.
@@ -260,11 +257,6 @@ var ErrSlidingAndRollingWindows = errors.New("global sliding and rolling windows
 func (b *Buckets) Run(ctx context.Context, ops []redisgcra.Op) ([]redisgcra.Outcome, error) {
 	if len(ops) == 0 {
 		return nil, nil
-	}
-	for _, op := range ops {
-		if op.Rolling || op.PrevKey != "" {
-			return nil, ErrSlidingAndRollingWindows
-		}
 	}
 	c := newCall(ops)
 	for attempt := 1; ; attempt++ {

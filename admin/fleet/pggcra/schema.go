@@ -16,14 +16,14 @@ const (
 	tableSchema    = "sluice_fleet_schema"
 	functionTake   = "sluice_fleet_gcra"
 	functionWindow = "sluice_fleet_window"
-	schemaVersion  = 2
+	schemaVersion  = 3
 )
 
 // schemaObjects are the tables and functions the latest schema version
 // has: when one is missing, every migration runs again.
 var schemaObjects = []struct{ table, function string }{
 	{tableBuckets, functionTake + "(text[], bigint[], bigint[], boolean[])"},
-	{tableWindows, functionWindow + "(text[], bigint[], bigint[], bigint[], bigint[], boolean[])"},
+	{tableWindows, functionWindow + "(text[], bigint[], bigint[], bigint[], bigint[], boolean[], smallint[], bigint[], bigint[], bigint[], bigint[])"},
 }
 
 // migrations[i] brings the schema from version i to i+1. Each runs in one
@@ -208,6 +208,154 @@ BEGIN
 			WHERE w.key = p_keys[i] AND w.start_ms = p_starts[i];
 		END IF;
 		counted := coalesce(v_n, 0);
+		RETURN NEXT;
+	END LOOP;
+END
+$fn$;
+`,
+	// 3: sliding and rolling windows, in the window function (new
+	// arguments: the old signature is dropped).
+	`
+DROP FUNCTION IF EXISTS sluice_fleet_window(text[], bigint[], bigint[], bigint[], bigint[], boolean[]);
+
+-- One ShouldRateLimit call's window ops, in the order given (the admin
+-- sends them sorted by identity and start, so that concurrent calls lock
+-- rows in one order and never deadlock). p_kinds[i] is the op's window:
+--   0, a fixed window or quota (the Redis backend's window.lua): one row,
+--      (p_keys[i], p_starts[i]);
+--   1, a sliding window's take (sliding.lua): the current window's row
+--      (p_keys[i], p_starts[i]) and the previous one's, starting
+--      p_lengths[i] earlier, estimated as prev * (1 - f) + cur with
+--      f = (p_nows[i] - p_starts[i]) / p_lengths[i] on the admin's clock;
+--      its returns are kind 0, to the window leased in;
+--   2, a rolling window (rolling.lua): one row per sub-period,
+--      (p_keys[i], sub-period start p_starts[i]), summed over the rows
+--      starting at p_oldests[i] or later, one sub-period capped at
+--      p_caps[i] (0: no cap).
+-- Each op is one upsert of one row, its condition evaluated on the row
+-- locked (at READ COMMITTED on its latest version):
+--   take: all or nothing, the row created on the first lease of a
+--         (sub-)window with expires_ms p_expires[i], and never past
+--         p_limits[i] (nor the cap);
+--   return: decrements its own (sub-)window's row, never below 0 and
+--         never creating it (a window cleaned away, or a sub-period that
+--         left the window, takes no returns);
+--   a take of 0 is a query.
+-- Why a sliding or rolling take is exact with the other rows read
+-- unlocked: the row of the current (sub-)window is locked by the upsert,
+-- whose condition is evaluated on its latest version; the other rows read
+-- (the previous window, the older sub-periods) are past windows, which
+-- take no leases and only ever decrease (returns): a stale read can only
+-- refuse, never grant too much. Admins whose clocks disagree across a
+-- boundary break that (one leasing in a sub-period another already sums
+-- as past), so at READ COMMITTED every take of an identity's sliding or
+-- rolling window first takes a transaction-scoped advisory lock of the
+-- identity: they run one after the other, each statement after the lock
+-- reading what the previous holder committed. At REPEATABLE READ or
+-- SERIALIZABLE the snapshot predates any wait, so the lock is not taken
+-- (it would only queue the calls that then fail): a concurrent update of
+-- the row, or (SERIALIZABLE) a read of a row another call wrote, fails
+-- with a serialization error that the admin sends again.
+-- Returns each op's outcome: allowed, its use after it (the window's
+-- count; for sliding and rolling windows the limit minus the whole
+-- requests that still fit, as the Redis scripts answer) and the
+-- database's clock in microseconds.
+CREATE OR REPLACE FUNCTION sluice_fleet_window(p_keys text[], p_starts bigint[], p_expires bigint[],
+	p_amounts bigint[], p_limits bigint[], p_returns boolean[],
+	p_kinds smallint[], p_nows bigint[], p_lengths bigint[], p_oldests bigint[], p_caps bigint[])
+RETURNS TABLE (allowed boolean, counted bigint, now_us bigint)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+	v_n bigint;
+	v_base float8;  -- sliding: prev * (1 - f); rolling: the other sub-periods' sum
+	v_cap bigint;   -- rolling: the sub-period's cap, or the limit
+	v_f float8;
+	v_fits float8;
+	v_lock boolean := current_setting('transaction_isolation') = 'read committed';
+	i int;
+BEGIN
+	IF coalesce(cardinality(p_keys), 0) = 0 THEN
+		RETURN; -- nothing to do (a connection's warm-up)
+	END IF;
+	now_us := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+	FOR i IN 1 .. cardinality(p_keys) LOOP
+		v_n := NULL;
+		allowed := true;
+		IF v_lock AND p_kinds[i] <> 0 AND p_amounts[i] > 0 AND NOT p_returns[i] THEN
+			-- A take of a sliding or rolling window: one at a time per
+			-- identity (see above). A 64-bit hash: two identities that
+			-- share a lock wait for each other, and calls taking locks of
+			-- other identities in between could deadlock (40P01, sent
+			-- again), once in 2^64.
+			PERFORM pg_advisory_xact_lock(hashtextextended(p_keys[i], 1936487523));
+		END IF;
+
+		IF p_kinds[i] = 1 THEN
+			-- Sliding: the previous window's count, weighted.
+			SELECT w.n INTO v_n FROM sluice_fleet_windows AS w
+			WHERE w.key = p_keys[i] AND w.start_ms = p_starts[i] - p_lengths[i];
+			v_f := (p_nows[i] - p_starts[i])::float8 / greatest(p_lengths[i], 1)::float8;
+			v_f := least(greatest(v_f, 0), 1);
+			v_base := coalesce(v_n, 0)::float8 * (1 - v_f);
+			v_n := NULL;
+			v_cap := p_limits[i];
+			IF p_amounts[i] > 0 THEN
+				-- The epsilon absorbs float rounding of prev * (1 - f) only.
+				INSERT INTO sluice_fleet_windows AS w (key, start_ms, expires_ms, n)
+				SELECT p_keys[i], p_starts[i], p_expires[i], p_amounts[i]
+				WHERE v_base + p_amounts[i] <= p_limits[i] + 1e-9
+				ON CONFLICT (key, start_ms) DO UPDATE SET n = w.n + excluded.n
+				WHERE v_base + w.n + excluded.n <= p_limits[i] + 1e-9
+				RETURNING w.n INTO v_n;
+			END IF;
+		ELSIF p_kinds[i] = 2 THEN
+			-- Rolling: the other sub-periods still in the window.
+			SELECT coalesce(sum(w.n) FILTER (WHERE w.start_ms <> p_starts[i]), 0)
+			INTO v_base FROM sluice_fleet_windows AS w
+			WHERE w.key = p_keys[i] AND w.start_ms >= p_oldests[i];
+			v_cap := CASE WHEN p_caps[i] > 0 THEN least(p_caps[i], p_limits[i]) ELSE p_limits[i] END;
+			IF p_returns[i] THEN
+				UPDATE sluice_fleet_windows AS w SET n = greatest(w.n - p_amounts[i], 0)
+				WHERE w.key = p_keys[i] AND w.start_ms = p_starts[i] AND w.start_ms >= p_oldests[i]
+				RETURNING w.n INTO v_n;
+			ELSIF p_amounts[i] > 0 THEN
+				INSERT INTO sluice_fleet_windows AS w (key, start_ms, expires_ms, n)
+				SELECT p_keys[i], p_starts[i], p_expires[i], p_amounts[i]
+				WHERE v_base + p_amounts[i] <= p_limits[i] AND (p_caps[i] <= 0 OR p_amounts[i] <= p_caps[i])
+				ON CONFLICT (key, start_ms) DO UPDATE SET n = w.n + excluded.n
+				WHERE v_base + w.n + excluded.n <= p_limits[i] AND (p_caps[i] <= 0 OR w.n + excluded.n <= p_caps[i])
+				RETURNING w.n INTO v_n;
+			END IF;
+		ELSIF p_returns[i] THEN
+			UPDATE sluice_fleet_windows AS w SET n = greatest(w.n - p_amounts[i], 0)
+			WHERE w.key = p_keys[i] AND w.start_ms = p_starts[i]
+			RETURNING w.n INTO v_n;
+		ELSIF p_amounts[i] > 0 THEN
+			INSERT INTO sluice_fleet_windows AS w (key, start_ms, expires_ms, n)
+			SELECT p_keys[i], p_starts[i], p_expires[i], p_amounts[i] WHERE p_amounts[i] <= p_limits[i]
+			ON CONFLICT (key, start_ms) DO UPDATE SET n = w.n + excluded.n
+			WHERE w.n + excluded.n <= p_limits[i]
+			RETURNING w.n INTO v_n;
+		END IF;
+
+		IF v_n IS NULL THEN
+			-- A refused take (its row, if any, is locked by the INSERT
+			-- above until the call ends), a query, or a return that found
+			-- no row: the count as it stands.
+			allowed := p_returns[i] OR p_amounts[i] <= 0;
+			SELECT w.n INTO v_n FROM sluice_fleet_windows AS w
+			WHERE w.key = p_keys[i] AND w.start_ms = p_starts[i]
+				AND (p_kinds[i] <> 2 OR w.start_ms >= p_oldests[i]);
+			v_n := coalesce(v_n, 0);
+		END IF;
+		IF p_kinds[i] = 0 THEN
+			counted := v_n;
+		ELSE
+			-- The limit minus the whole requests that still fit.
+			v_fits := least(p_limits[i] - (v_base + v_n), v_cap - v_n);
+			v_fits := greatest(floor(v_fits + 1e-9), 0);
+			counted := p_limits[i] - v_fits::bigint;
+		END IF;
 		RETURN NEXT;
 	END LOOP;
 END

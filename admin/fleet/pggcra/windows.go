@@ -13,12 +13,24 @@ import (
 
 // A window counter op (redisgcra.Op with Counter) is a row of
 // sluice_fleet_windows: (Key, Start) with its count, created by the first
-// lease of the window and deleted by Clean once ExpireAtMS has passed.
+// lease of the window and deleted by Clean once ExpireAtMS has passed. A
+// sliding window's take reads two rows of its identity (the current
+// window's and the previous one's); a rolling window keeps one row per
+// sub-period under its identity (RollingKey), keyed by the sub-period's
+// start.
 
-const windowSQL = `SELECT allowed, counted, now_us FROM ` + functionWindow + `($1, $2, $3, $4, $5, $6)`
+const windowSQL = `SELECT allowed, counted, now_us FROM ` + functionWindow + `($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
 
-// windowArgs are a call's window ops, sorted by key and window (in their
-// order within one window): concurrent calls lock their rows in one order.
+// The window function's kinds of op.
+const (
+	kindFixed   int16 = 0 // a fixed window or quota, and a sliding window's return
+	kindSliding int16 = 1 // a sliding window's take
+	kindRolling int16 = 2
+)
+
+// windowArgs are a call's window ops, sorted by identity and (sub-)window
+// start (in their order within one window): concurrent calls take their
+// identity locks and row locks in one order.
 type windowArgs struct {
 	at      []int // the op's index in the call
 	keys    []string
@@ -27,6 +39,11 @@ type windowArgs struct {
 	amounts []int64
 	limits  []int64
 	rets    []bool
+	kinds   []int16
+	nows    []int64 // sliding: the admin's now, unix ms
+	lengths []int64 // sliding: the window's length, ms
+	oldests []int64 // rolling: the oldest sub-period's start, unix ms
+	caps    []int64 // rolling: the most one sub-period admits, 0 for no cap
 }
 
 func newWindowArgs(ops []redisgcra.Op) windowArgs {
@@ -37,24 +54,61 @@ func newWindowArgs(ops []redisgcra.Op) windowArgs {
 		}
 	}
 	slices.SortStableFunc(a.at, func(i, j int) int {
-		return cmp.Or(cmp.Compare(ops[i].Key, ops[j].Key), cmp.Compare(ops[i].StartMS, ops[j].StartMS))
+		return cmp.Or(cmp.Compare(identity(ops[i]), identity(ops[j])), cmp.Compare(start(ops[i]), start(ops[j])))
 	})
 	for _, i := range a.at {
 		op := ops[i]
-		a.keys, a.starts, a.expires = append(a.keys, identity(op)), append(a.starts, op.StartMS), append(a.expires, op.ExpireAtMS)
+		kind := kindFixed
+		switch {
+		case op.Rolling:
+			kind = kindRolling
+		case op.PrevKey != "" && !op.Return:
+			kind = kindSliding
+		}
+		a.keys, a.starts, a.expires = append(a.keys, identity(op)), append(a.starts, start(op)), append(a.expires, op.ExpireAtMS)
 		a.amounts, a.limits, a.rets = append(a.amounts, op.Amount), append(a.limits, op.Limit), append(a.rets, op.Return)
+		a.kinds, a.nows, a.lengths = append(a.kinds, kind), append(a.nows, op.NowMS), append(a.lengths, op.LengthMS)
+		a.oldests, a.caps = append(a.oldests, op.OldestMS), append(a.caps, op.MaxPerPeriod)
 	}
 	return a
 }
 
 // identity is the row's key of a counter op: its Key without the window
-// start that redisgcra.WindowKey appends (the start is a column of its own).
+// start that redisgcra.WindowKey appends (the start is a column of its
+// own); a rolling window's Key (redisgcra.RollingKey) as it is. A sliding
+// window's previous window (PrevKey) is a row of the same identity.
 func identity(op redisgcra.Op) string {
+	if op.Rolling {
+		return op.Key
+	}
 	return strings.TrimSuffix(op.Key, ":"+strconv.FormatInt(op.StartMS, 10))
 }
 
+// start is the start of the row's (sub-)window: a rolling window's
+// sub-period (FieldMS), another window's StartMS.
+func start(op redisgcra.Op) int64 {
+	if op.Rolling {
+		return op.FieldMS
+	}
+	return op.StartMS
+}
+
+// windowWarmUp are the window function's arguments of a query of each
+// kind of window (a take of 0) of an identity no real one is named.
+func windowWarmUp() []any {
+	q := windowArgs{}
+	for _, k := range []int16{kindFixed, kindSliding, kindRolling} {
+		q.keys, q.kinds, q.rets = append(q.keys, ""), append(q.kinds, k), append(q.rets, false)
+		for _, col := range []*[]int64{&q.starts, &q.expires, &q.amounts, &q.limits, &q.nows, &q.oldests, &q.caps} {
+			*col = append(*col, 0)
+		}
+		q.lengths = append(q.lengths, 1)
+	}
+	return q.args()
+}
+
 func (a *windowArgs) args() []any {
-	return []any{a.keys, a.starts, a.expires, a.amounts, a.limits, a.rets}
+	return []any{a.keys, a.starts, a.expires, a.amounts, a.limits, a.rets, a.kinds, a.nows, a.lengths, a.oldests, a.caps}
 }
 
 // read scans the window function's rows into out.

@@ -25,6 +25,25 @@ func windowOp(id string, start, amount, limit int64, ret bool) redisgcra.Op {
 		Amount: amount, Limit: limit, Return: ret, ExpireAtMS: start + 3_600_000}
 }
 
+// slidingOp is a sliding window's take (a return is a windowOp) of the
+// window of length ms starting at start, at the admin's now, as the
+// admin's server makes it.
+func slidingOp(id string, start, length, now, amount, limit int64) redisgcra.Op {
+	op := windowOp(id, start, amount, limit, false)
+	op.PrevKey = redisgcra.WindowKey("sluice", "win", id, start-length)
+	op.NowMS, op.LengthMS, op.ExpireAtMS = now, length, start+2*length+1000
+	return op
+}
+
+// rollingOp is a rolling window's op counted in (or returned to) the
+// sub-period starting at field, the window's oldest sub-period starting at
+// oldest, one sub-period capped at maxPer (0: no cap).
+func rollingOp(id string, field, oldest, amount, limit, maxPer int64, ret bool) redisgcra.Op {
+	return redisgcra.Op{Key: redisgcra.RollingKey("sluice", "win", id), Counter: true, Rolling: true,
+		FieldMS: field, OldestMS: oldest, MaxPerPeriod: maxPer, Amount: amount, Limit: limit, Return: ret,
+		ExpireAtMS: field + 3_600_000}
+}
+
 // openAt opens Buckets whose sessions really run at level: the admin's
 // Config forces READ COMMITTED, this pool (a pooler's, say) does not.
 func openAt(t *testing.T, url, level string) *pggcra.Buckets {
@@ -60,9 +79,12 @@ func windowRows(t *testing.T, b *pggcra.Buckets) int {
 }
 
 // 64 callers leasing 1 to 3 from one window at once, half of them giving
-// one of a grant of 2 or 3 back at once, each asking for less once refused with room left: no call
-// fails, no retry is needed, and each window ends holding exactly its
-// limit, as the callers' own tally says.
+// one of a grant of 2 or 3 back at once, each asking for less once refused
+// with room left: no call fails, no retry is needed, and each window ends
+// holding exactly what its limit leaves room for, as the callers' own
+// tally says: two fixed windows of one identity one after the other, a
+// sliding window whose previous window's count weighs 100, a rolling
+// window whose older sub-period holds 100 and whose cap leaves 350.
 func TestWindowExactUnderConcurrencyAtEveryIsolationLevel(t *testing.T) {
 	pg := fleettest.StartPostgres(t, fleettest.PostgresOptions{})
 	const limit, callers = 500, 64
@@ -70,18 +92,47 @@ func TestWindowExactUnderConcurrencyAtEveryIsolationLevel(t *testing.T) {
 	for _, level := range []string{"read committed", "serializable"} {
 		t.Run(strings.ReplaceAll(level, " ", "_"), func(t *testing.T) {
 			b := openAt(t, pg.URL, level)
+			ctx := context.Background()
 			start := time.Now().Truncate(time.Hour).UnixMilli()
-			for w := range int64(2) { // two windows of one identity, one after the other
-				start := start + w*3_600_000
+			const hour = 3_600_000
+			id := level
+			fixed := func(start int64) func(int64, bool) redisgcra.Op {
+				return func(n int64, ret bool) redisgcra.Op { return windowOp(id, start, n, limit, ret) }
+			}
+			sliding := func(n int64, ret bool) redisgcra.Op {
+				if ret {
+					return windowOp(id+"/s", start, n, limit, true)
+				}
+				return slidingOp(id+"/s", start, hour, start+hour/2, n, limit)
+			}
+			rolling := func(n int64, ret bool) redisgcra.Op {
+				return rollingOp(id+"/r", start, start-hour, n, limit, 350, ret)
+			}
+			// The sliding window's previous window: 200 × (1 − 1/2).
+			// The rolling window's older sub-period: 100.
+			if _, err := b.Run(ctx, []redisgcra.Op{windowOp(id+"/s", start-hour, 200, limit, false),
+				rollingOp(id+"/r", start-hour, start-hour, 100, limit, 0, false)}); err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range []struct {
+				name string
+				op   func(amount int64, ret bool) redisgcra.Op
+				want int64 // the most the callers can hold
+			}{
+				{"fixed window", fixed(start), limit},
+				{"the next fixed window", fixed(start + hour), limit},
+				{"sliding window", sliding, limit - 100},
+				{"rolling window", rolling, 350},
+			} {
 				var held, calls atomic.Int64
 				var wg sync.WaitGroup
 				for g := range callers {
 					wg.Go(func() {
-						rng := rand.New(rand.NewPCG(uint64(g), uint64(w)))
+						rng := rand.New(rand.NewPCG(uint64(g), uint64(len(w.name))))
 						ask := int64(1 + rng.IntN(3))
 						for {
 							calls.Add(1)
-							outs, err := b.Run(context.Background(), []redisgcra.Op{windowOp(level, start, ask, limit, false)})
+							outs, err := b.Run(ctx, []redisgcra.Op{w.op(ask, false)})
 							if err != nil {
 								t.Error(err)
 								return
@@ -95,7 +146,7 @@ func TestWindowExactUnderConcurrencyAtEveryIsolationLevel(t *testing.T) {
 							}
 							held.Add(ask)
 							if g%2 == 0 && ask > 1 { // keeps some: every caller ends refused at the limit
-								if _, err := b.Run(context.Background(), []redisgcra.Op{windowOp(level, start, 1, limit, true)}); err != nil {
+								if _, err := b.Run(ctx, []redisgcra.Op{w.op(1, true)}); err != nil {
 									t.Error(err)
 									return
 								}
@@ -105,13 +156,13 @@ func TestWindowExactUnderConcurrencyAtEveryIsolationLevel(t *testing.T) {
 					})
 				}
 				wg.Wait()
-				outs, err := b.Run(context.Background(), []redisgcra.Op{windowOp(level, start, 0, limit, false)})
+				outs, err := b.Run(ctx, []redisgcra.Op{w.op(0, false)})
 				if err != nil {
 					t.Fatal(err)
 				}
-				t.Logf("window %d: %d calls", w, calls.Load())
-				if held.Load() != limit || outs[0].Count != limit {
-					t.Errorf("window %d: the callers hold %d, the counter says %d; want exactly the limit %d", w, held.Load(), outs[0].Count, limit)
+				t.Logf("%s: %d calls", w.name, calls.Load())
+				if held.Load() != w.want || outs[0].Count != limit {
+					t.Errorf("%s: the callers hold %d, the window's use is %d; want exactly %d held, the use at the limit %d", w.name, held.Load(), outs[0].Count, w.want, limit)
 				}
 			}
 			ser, dead := b.Retries(pggcra.RetrySerialization), b.Retries(pggcra.RetryDeadlock)
@@ -147,6 +198,34 @@ func TestWindowTakesAndReturnsAsTheRedisScript(t *testing.T) {
 		{"a return of 2", windowOp("A", w0, 2, 10, true), true, 4},
 		{"a return of more than leased stops at zero", windowOp("A", w0, 50, 10, true), true, 0},
 		{"the next window kept its count", windowOp("A", w1, 0, 10, false), true, 10},
+
+		// Sliding (sliding.lua): prev × (1 − f) + cur + n <= limit, f the
+		// fraction of the window elapsed; Count is the limit minus what
+		// still fits. S's previous window w0 holds 8.
+		{"sliding: the previous window's lease", windowOp("S", w0, 8, 10, false), true, 8},
+		{"sliding: at f = 1/4 the estimate is 6", slidingOp("S", w1, 60_000, w1+15_000, 0, 10), true, 6},
+		{"sliding: a take of 5 with 4 left", slidingOp("S", w1, 60_000, w1+15_000, 5, 10), false, 6},
+		{"sliding: a take of 4", slidingOp("S", w1, 60_000, w1+15_000, 4, 10), true, 10},
+		{"sliding: at f = 0.55, 3.6 + 4: 2 fit", slidingOp("S", w1, 60_000, w1+33_000, 0, 10), true, 8},
+		{"sliding: a take of 3 past 10", slidingOp("S", w1, 60_000, w1+33_000, 3, 10), false, 8},
+		{"sliding: a take of 2 to 9.6", slidingOp("S", w1, 60_000, w1+33_000, 2, 10), true, 10},
+		{"sliding: a return goes to the window leased in", windowOp("S", w0, 3, 10, true), true, 5},
+		{"sliding: the current window kept its 6", slidingOp("S", w1, 60_000, w1+33_000, 0, 10), true, 9},
+		{"sliding: with no previous window, the window's count", slidingOp("T", w1, 60_000, w1, 7, 10), true, 7},
+
+		// Rolling (rolling.lua): the sum of the sub-periods starting at
+		// the oldest or later, and one sub-period's cap.
+		{"rolling: a take of 4 in sub-period 0", rollingOp("R", 0, -2000, 4, 10, 0, false), true, 4},
+		{"rolling: a take of 5 in sub-period 1", rollingOp("R", 1000, -1000, 5, 10, 0, false), true, 9},
+		{"rolling: a take of 2 past the sum", rollingOp("R", 2000, 0, 2, 10, 0, false), false, 9},
+		{"rolling: sub-period 0 left the window", rollingOp("R", 3000, 1000, 2, 10, 0, false), true, 7},
+		{"rolling: no return to a sub-period that left", rollingOp("R", 0, 1000, 4, 10, 0, true), true, 7},
+		{"rolling: a return to its own sub-period", rollingOp("R", 1000, 1000, 3, 10, 0, true), true, 4},
+		{"rolling: a return of more than counted stops at zero", rollingOp("R", 1000, 1000, 9, 10, 0, true), true, 2},
+		{"rolling: a return to a sub-period never leased creates nothing", rollingOp("R", 4000, 2000, 1, 10, 0, true), true, 2},
+		{"rolling: the cap refuses a take the sum admits", rollingOp("R", 3000, 1000, 3, 10, 4, false), false, 8},
+		{"rolling: a take up to the cap", rollingOp("R", 3000, 1000, 2, 10, 4, false), true, 10},
+		{"rolling: a query reports the cap", rollingOp("R", 3000, 1000, 0, 10, 4, false), true, 10},
 	} {
 		outs, err := b.Run(ctx, []redisgcra.Op{c.op})
 		if err != nil {
@@ -156,8 +235,8 @@ func TestWindowTakesAndReturnsAsTheRedisScript(t *testing.T) {
 			t.Errorf("%s: %+v, want allowed %v, count %d and the database's clock", c.name, o, c.allowed, c.count)
 		}
 	}
-	if n := windowRows(t, b); n != 3 {
-		t.Errorf("%d window rows, want 3 (A's two windows, B's one; the returns created none)", n)
+	if n := windowRows(t, b); n != 9 {
+		t.Errorf("%d window rows, want 9 (A's two windows, B's one, S's two, T's one, R's three sub-periods; the returns created none)", n)
 	}
 }
 
@@ -266,14 +345,14 @@ func TestSchemaUpgradeAddsWindowsAndKeepsBuckets(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Back to version 1, as an admin of that version left it.
-	if _, err := old.Pool().Exec(ctx, `DROP TABLE sluice_fleet_windows; DROP FUNCTION sluice_fleet_window; DELETE FROM sluice_fleet_schema WHERE version = 2`); err != nil {
+	if _, err := old.Pool().Exec(ctx, `DROP TABLE sluice_fleet_windows; DROP FUNCTION sluice_fleet_window; DELETE FROM sluice_fleet_schema WHERE version >= 2`); err != nil {
 		t.Fatal(err)
 	}
 	old.Close()
 	b := open(t, pg.URL)
 	var versions int
-	if err := b.Pool().QueryRow(ctx, `SELECT count(*) FROM sluice_fleet_schema`).Scan(&versions); err != nil || versions != 2 {
-		t.Fatalf("%d schema versions recorded (%v), want 2", versions, err)
+	if err := b.Pool().QueryRow(ctx, `SELECT count(*) FROM sluice_fleet_schema`).Scan(&versions); err != nil || versions != pggcra.SchemaVersion {
+		t.Fatalf("%d schema versions recorded (%v), want %d", versions, err, pggcra.SchemaVersion)
 	}
 	outs, err := b.Run(ctx, []redisgcra.Op{{Key: bucket, Tau: limit.Tau()}, windowOp("A", 0, 3, 5, false)})
 	if err != nil {
@@ -284,5 +363,84 @@ func TestSchemaUpgradeAddsWindowsAndKeepsBuckets(t *testing.T) {
 	}
 	if n := b.Retries(pggcra.RetrySchema); n != 0 {
 		t.Errorf("%g schema retries: the upgrade should happen at start", n)
+	}
+}
+
+// A database of schema version 2 (fixed windows only, the window function
+// of six arguments) is upgraded by the next admin's start: the old
+// function replaced, its windows' counts kept, sliding and rolling windows
+// counted.
+func TestSchemaUpgradeReplacesTheWindowFunctionAndKeepsWindows(t *testing.T) {
+	pg := fleettest.StartPostgres(t, fleettest.PostgresOptions{})
+	old := open(t, pg.URL)
+	ctx := context.Background()
+	if _, err := old.Run(ctx, []redisgcra.Op{windowOp("A", 0, 3, 5, false)}); err != nil {
+		t.Fatal(err)
+	}
+	// Back to version 2, as an admin of that version left it.
+	if _, err := old.Pool().Exec(ctx, `DROP FUNCTION sluice_fleet_window; DELETE FROM sluice_fleet_schema WHERE version >= 3`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Pool().Exec(ctx, pggcra.MigrationSQL(2)); err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+	b := open(t, pg.URL)
+	var functions int
+	if err := b.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_proc WHERE proname = 'sluice_fleet_window'`).Scan(&functions); err != nil || functions != 1 {
+		t.Fatalf("%d window functions (%v), want the new one only", functions, err)
+	}
+	outs, err := b.Run(ctx, []redisgcra.Op{windowOp("A", 0, 0, 5, false), slidingOp("A", 60_000, 60_000, 90_000, 2, 5),
+		rollingOp("A", 0, 0, 5, 5, 0, false)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if outs[0].Count != 3 || !outs[1].Allowed || outs[1].Count != 4 || !outs[2].Allowed || outs[2].Count != 5 {
+		t.Errorf("after the upgrade: %+v, want the window's 3 kept, a sliding take over 1.5 + 2 and a rolling take of 5", outs)
+	}
+	if n := b.Retries(pggcra.RetrySchema); n != 0 {
+		t.Errorf("%g schema retries: the upgrade should happen at start", n)
+	}
+}
+
+// Admins whose clocks disagree across a boundary: 64 callers leasing from
+// one rolling window at once, half of them (the clock behind) in the
+// earlier sub-period, half in the next, each half's window holding both.
+// The two sub-periods' rows still sum to exactly the limit: neither half's
+// take ever reads the other's row stale.
+func TestRollingWindowExactWhenAdminClocksStraddleABoundary(t *testing.T) {
+	b := open(t, fleettest.StartPostgres(t, fleettest.PostgresOptions{}).URL)
+	ctx := context.Background()
+	const limit, callers, minute = 300, 64, 60_000
+	start := time.Now().Truncate(time.Hour).UnixMilli()
+	take := func(behind bool) redisgcra.Op {
+		if behind {
+			return rollingOp("skew", start-minute, start-2*minute, 1, limit, 0, false)
+		}
+		return rollingOp("skew", start, start-minute, 1, limit, 0, false)
+	}
+	var wg sync.WaitGroup
+	for g := range callers {
+		wg.Go(func() {
+			for {
+				outs, err := b.Run(ctx, []redisgcra.Op{take(g%2 == 1)})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !outs[0].Allowed {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var sum, rows int64
+	if err := b.Pool().QueryRow(ctx, `SELECT coalesce(sum(n), 0), count(*) FROM sluice_fleet_windows WHERE key = $1`,
+		redisgcra.RollingKey("sluice", "win", "skew")).Scan(&sum, &rows); err != nil {
+		t.Fatal(err)
+	}
+	if sum != limit || rows != 2 {
+		t.Errorf("the two sub-periods hold %d in %d rows after the race, want exactly the limit %d in 2", sum, rows, limit)
 	}
 }
