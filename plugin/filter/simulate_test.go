@@ -219,18 +219,18 @@ func TestSimulatorDecidesLikeTheCompiledFilter(t *testing.T) {
 				shadowed++
 			}
 		}
-		if quiet := simRule(sim, "search-quiet"); quiet != nil && quiet.Applies && !quiet.Decision.Allowed {
+		if quiet := sim.RuleNamed("search-quiet"); quiet != nil && quiet.Applies && !quiet.Decision.Allowed {
 			quietRefused++
 		}
-		if watch := simRule(sim, "key-0-watch"); watch != nil && watch.Applies {
+		if watch := sim.RuleNamed("key-0-watch"); watch != nil && watch.Applies {
 			keyWatched++
 		}
-		if ex := simRule(sim, "key-1-trial-exempt"); ex != nil && ex.Applies {
+		if ex := sim.RuleNamed("key-1-trial-exempt"); ex != nil && ex.Applies {
 			if got.Rejected {
 				trialExemptRejected++
 			}
 			for _, name := range []string{"bots", "search-shadow", "search-quiet"} {
-				if rr := simRule(sim, name); rr != nil && strings.HasPrefix(rr.Why, "exempted:") {
+				if rr := sim.RuleNamed(name); rr != nil && strings.HasPrefix(rr.Why, "exempted:") {
 					trialExemptedShadow++
 					break
 				}
@@ -252,18 +252,6 @@ func TestSimulatorDecidesLikeTheCompiledFilter(t *testing.T) {
 		t.Fatalf("the sequence exercised too little: %d rejected (%d denied, %d by the quota), %d allowed, %d shadow-marked, %d decided by a quota override, %d refused by the unmarked shadow rule, %d applying the exact key condition, %d rejected and %d exempted from a shadow rule under the shadow exempt rule",
 			rejected, denied, quota, allowed, shadowed, quotaOverridden, quietRefused, keyWatched, trialExemptRejected, trialExemptedShadow)
 	}
-}
-
-// simRule returns the simulator's result for the named rule, or nil.
-func simRule(res simulate.Result, name string) *simulate.RuleResult {
-	for i := range res.Policies {
-		for j := range res.Policies[i].Rules {
-			if rr := &res.Policies[i].Rules[j]; rr.Name == name {
-				return rr
-			}
-		}
-	}
-	return nil
 }
 
 // sortedByNames orders fields as names lists them (the order pick reads

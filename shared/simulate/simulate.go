@@ -240,6 +240,18 @@ func (res *Result) exemptShadow(ex *RuleResult) {
 	}
 }
 
+// RuleNamed returns the result of the rule named name, or nil.
+func (res *Result) RuleNamed(name string) *RuleResult {
+	for i := range res.Policies {
+		for j := range res.Policies[i].Rules {
+			if rr := &res.Policies[i].Rules[j]; rr.Name == name {
+				return rr
+			}
+		}
+	}
+	return nil
+}
+
 // deny is the filter's answer for an applying deny rule in enforce mode.
 func (res *Result) deny(a *RuleResult) {
 	res.Status = a.rule.DenyStatus
