@@ -4,7 +4,9 @@ package scenario
 // beside the current policy) exempts its requests from shadow rules only:
 // the shadow rules of every policy, before or after it, neither decide nor
 // count them, while the enforced rules limit them as if the exempt rule
-// were not there. It is counted like an exempt rule.
+// were not there. It is counted like an exempt rule. Likewise a shadow
+// deny rule only marks: an enforced deny rule of a later policy still
+// denies the request it matches too.
 
 import (
 	"testing"
@@ -12,6 +14,7 @@ import (
 
 func init() {
 	register(Case{Name: "ShadowExemptRuleExemptsFromShadowRulesOnly", Run: shadowExempt})
+	register(Case{Name: "ShadowDenyRuleLeavesALaterEnforcedDenyRuleDenying", Run: shadowDenyBeforeDeny})
 }
 
 // shadowExemptConfig: an enforced per-address bucket of 2, a marking shadow
@@ -67,4 +70,24 @@ func shadowExempt(t *testing.T, start Starter) {
 		"sluice.rule.trial-ip.allowed": 1, "sluice.rule.trial-ip.shadow_rejected": 1,
 	})
 	noRecoveredPanics(t, h)
+}
+
+func shadowDenyBeforeDeny(t *testing.T, start Starter) {
+	h := startConfig(t, start, `{"policies": [
+	  {"name": "trial-gate", "rules": [
+	    {"name": "trial-scrapers", "mode": "shadow", "action": "deny", "match": {"header:user-agent": {"regex": "(?i)scrapy"}}}]},
+	  {"name": "gate", "rules": [
+	    {"name": "blocked", "action": "deny", "deny_status": 403, "match": {"header:x-api-key": "leaked"}}]}]}`)
+	res := do(t, h, req("user-agent", "Scrapy/2.11", "x-api-key", "leaked"))
+	if !res.Rejected || res.Status != 403 {
+		t.Fatalf("matched by both deny rules: rejected %v status %d, want the enforced rule's 403", res.Rejected, res.Status)
+	}
+	wantHeaders(t, "denied", res.ResponseHeaders, "x-ratelimit-reason", "denied")
+	// Matched by the shadow rule alone: through, marked.
+	res = do(t, h, req("user-agent", "Scrapy/2.11", "x-api-key", "fine"))
+	if res.Rejected {
+		t.Fatal("a shadow deny rule rejected a request")
+	}
+	wantHeaders(t, "shadow deny", res.UpstreamHeaders, "x-sluice-shadow", "trial-scrapers")
+	wantMetrics(t, h, map[string]uint64{"sluice.rule.blocked.denied": 1, "sluice.rule.trial-scrapers.shadow_rejected": 1})
 }
