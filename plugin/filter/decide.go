@@ -67,7 +67,7 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 	p.shadow = p.shadow[:0]
 	apps := p.selectRules()
 	shadowDenied := false
-	if r := p.shadowEx; r != nil && !h.fleetFetched { // actions.go; counted once, as a shadow deny
+	if r := p.shadowEx; r != nil && !h.fleetFetched { // actions.go; not counted again when a fleet lease resumes the request
 		r.m.exempted.inc()
 		r.tc.exempted++
 	}
