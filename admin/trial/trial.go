@@ -49,8 +49,10 @@ type Pair struct {
 // nothing upstream sees, not even the shadow header). An invalid draft is
 // refused like a save (a *policies.ValidationError with the parser's
 // errors); so is a draft whose trial names would be too long or collide,
-// with a global rule (a trial's leases would spend the fleet's real
-// limits) or with an exempt rule (exempt rules apply in shadow mode too).
+// or with a global rule (a trial's leases would spend the fleet's real
+// limits). A draft's exempt rules are tried like its other rules: in shadow
+// mode an exempt rule exempts requests from shadow rules only, so the draft
+// is evaluated with its own exemptions and enforcement does not change.
 func Merge(current, draft []byte) ([]byte, []Pair, error) {
 	normDraft, err := policies.Validate(draft)
 	if err != nil {
@@ -95,10 +97,6 @@ func Merge(current, draft []byte) ([]byte, []Pair, error) {
 			rpath := ppath + ".rules[" + strconv.Itoa(j) + "]"
 			if r.String("scope") == "global" {
 				errs = append(errs, policy.FieldError{Path: rpath + ".scope", Message: "a global rule cannot be tried in shadow: its leases would spend the fleet's real limit; try it as a local rule"})
-			}
-			if r.String("action") == policy.ActionExempt {
-				errs = append(errs, policy.FieldError{Path: rpath + ".action", Message: "an exempt rule cannot be tried in shadow: " +
-					"exempt rules apply in either mode, so it would exempt live requests from the enforced rules; try the draft without it"})
 			}
 			name := r.String("name")
 			tn := trialName(rpath+".name", name, &errs)

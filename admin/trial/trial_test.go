@@ -3,6 +3,7 @@ package trial
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/sluice-rl/sluice/admin/policies"
 	"github.com/sluice-rl/sluice/shared/policy"
+	"github.com/sluice-rl/sluice/shared/simulate"
 )
 
 const current = `{"policies":[{"name":"tiers","rules":[
@@ -55,10 +57,6 @@ func TestMergeRefusesLikeASave(t *testing.T) {
 	long := strings.Replace(draft, `"name":"premium"`, `"name":"`+strings.Repeat("p", 60)+`"`, 1)
 	if _, _, err := Merge([]byte(current), []byte(long)); !errors.As(err, &ve) || !strings.Contains(err.Error(), "too long to try") {
 		t.Errorf("a name too long for its trial name: %v", err)
-	}
-	exempt := strings.Replace(draft, `{"name":"premium"`, `{"name":"health","action":"exempt","match":{"path":"/healthz"}},{"name":"premium"`, 1)
-	if _, _, err := Merge([]byte(current), []byte(exempt)); !errors.As(err, &ve) || !strings.Contains(err.Error(), "policies[0].rules[0].action: an exempt rule cannot be tried") {
-		t.Errorf("a draft with an exempt rule (it would exempt live requests from the enforced rules): %v", err)
 	}
 	taken := strings.Replace(current, `"name":"premium"`, `"name":"trial-premium"`, 1)
 	if _, _, err := Merge([]byte(taken), []byte(draft)); err == nil || !strings.Contains(err.Error(), "kept for trials") {
@@ -266,5 +264,75 @@ func TestTheTrialsPushedConfigurationCountsWithoutMarkingUpstream(t *testing.T) 
 	}
 	if !strings.Contains(string(pushed[0]), `"shadow_mark":false`) {
 		t.Errorf("the pushed configuration does not say shadow_mark false: %s", pushed[0])
+	}
+}
+
+// TestADraftWithAnExemptRuleIsTriedWithoutChangingEnforcement tries a draft
+// exempting health checks: the merged configuration answers every request
+// as the current one alone does (the enforced bucket still rejects health
+// checks), while the draft's exemption (a policy of its own) keeps the
+// draft's limit rule off them.
+func TestADraftWithAnExemptRuleIsTriedWithoutChangingEnforcement(t *testing.T) {
+	exempt := strings.Replace(draft, `{"policies":[`, `{"policies":[{"name":"gate","rules":[{"name":"health","action":"exempt","match":{"path":"/healthz"}}]},`, 1)
+	merged, pairs, err := Merge([]byte(current), []byte(exempt))
+	if err != nil {
+		t.Fatalf("a draft with an exempt rule is refused: %v", err)
+	}
+	if len(pairs) != 2 || pairs[0] != (Pair{"health", "trial-health"}) {
+		t.Errorf("pairs %v", pairs)
+	}
+	cur, err := policy.Parse([]byte(current))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tried, err := policy.Parse(merged)
+	if err != nil {
+		t.Fatalf("the merged configuration is invalid: %v", err)
+	}
+	if r := tried.RuleByName("trial-health"); r == nil || r.Mode != policy.ModeShadow || r.Action != policy.ActionExempt {
+		t.Fatalf("the draft's exempt rule should be tried in shadow: %+v", r)
+	}
+	curRun, triedRun := simulation(cur), simulation(tried)
+	rejected, exempted := 0, 0
+	for i := range 30 {
+		r := simulate.Request{Method: "GET", Path: "/healthz", Host: "api", Headers: map[string]string{"x-api-key": "k"}, ClientAddress: "10.0.0.1:5000"}
+		if i%3 == 2 {
+			r.Path = "/orders"
+		}
+		want, got := curRun(r), triedRun(r)
+		if got.Status != want.Status || got.Rule != want.Rule || !slices.Equal(got.Headers, want.Headers) {
+			t.Fatalf("request %d (%s): tried %d %q %v, current alone %d %q %v: the trial changed enforcement",
+				i, r.Path, got.Status, got.Rule, got.Headers, want.Status, want.Rule, want.Headers)
+		}
+		if got.Status != 0 {
+			rejected++
+		}
+		if tp := got.RuleNamed("trial-premium"); tp != nil && r.Path == "/healthz" {
+			if tp.Applies || !strings.HasPrefix(tp.Why, "exempted: shadow exempt rule \"trial-health\"") {
+				t.Fatalf("request %d: the draft's premium rule applies to a health check (%q)", i, tp.Why)
+			}
+			exempted++
+		}
+	}
+	if rejected == 0 || exempted != 20 {
+		t.Errorf("%d rejected, %d health checks exempted from the draft's rule; want the enforced bucket to reject and 20 exempted", rejected, exempted)
+	}
+}
+
+// simulation returns a function simulating one request after another
+// against cfg at a fixed time, each seeing the states the earlier ones left.
+func simulation(cfg *policy.Config) func(simulate.Request) simulate.Result {
+	type key struct{ rule, identity string }
+	states := map[key]simulate.State{}
+	lookup := func(r *policy.Rule, id string) (simulate.State, bool) {
+		s, ok := states[key{r.Name, id}]
+		return s, ok
+	}
+	return func(r simulate.Request) simulate.Result {
+		res := simulate.Run(cfg, r, simulate.Options{Now: 1e9, Lookup: lookup})
+		for _, s := range res.Stores() {
+			states[key{s.Rule, s.Identity}] = s.State
+		}
+		return res
 	}
 }

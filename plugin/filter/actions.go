@@ -14,7 +14,11 @@ import (
 //
 //   - An exempt rule that applies (first match of its policy, limit keys, if
 //     any, present) exempts the request from every rule of every policy,
-//     deny rules included; counted in sluice.rule.<rule>.exempted.
+//     deny rules included; counted in sluice.rule.<rule>.exempted. In
+//     shadow mode it exempts the request from shadow rules only (limit,
+//     deny and exempt rules of every policy, before or after it), never
+//     from enforced ones, so a draft tried in shadow keeps its own
+//     exemptions without changing enforcement; counted the same way.
 //   - A deny rule that applies rejects the request at once with its
 //     deny_status and X-RateLimit-Reason: denied, touching no bucket;
 //     counted in sluice.rule.<rule>.denied. In shadow mode it only marks the
@@ -128,6 +132,23 @@ func (p *pluginContext) exempt(r *compiledRule) types.Action {
 	p.markShadow(false)
 	p.stripDelayHeader()
 	return types.ActionContinue
+}
+
+// dropShadow removes the shadow rules from the applying rules, keeping the
+// order of the others. Slots are swapped, not copied, so every slot keeps
+// its own buffers.
+func dropShadow(apps []application) []application {
+	n := 0
+	for i := range apps {
+		if apps[i].rule.shadow {
+			continue
+		}
+		if i != n {
+			apps[n], apps[i] = apps[i], apps[n]
+		}
+		n++
+	}
+	return apps[:n]
 }
 
 // deny rejects a request at once for deny rule r (enforce mode).

@@ -147,6 +147,13 @@ func TestRequestPathLeavesTheCollectorIdle(t *testing.T) {
 		 {"name": "trial", "rules": [
 		  {"name": "trial-gold", "mode": "shadow", "shadow_mark": false, "match": {"header:x-plan": "gold"}, "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket", "algorithm_config": {"rps": 1, "burst": 1}},
 		  {"name": "trial-deny", "mode": "shadow", "shadow_mark": false, "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket", "algorithm_config": {"rps": 1e-9, "burst": 0.5}}]}]}`, keys, false},
+		{"shadow trial with an exempt rule", `{"policies": [{"name": "current", "rules": [
+		  {"name": "per-key", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket", "algorithm_config": {"rps": 1e6, "burst": 1e9}}]},
+		 {"name": "trial", "rules": [
+		  {"name": "trial-deny", "mode": "shadow", "shadow_mark": false, "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket", "algorithm_config": {"rps": 1e-9, "burst": 0.5}}]},
+		 {"name": "trial-gate", "rules": [{"name": "trial-exempt", "mode": "shadow", "action": "exempt"}]},
+		 {"name": "trial-after", "rules": [
+		  {"name": "trial-deny-after", "mode": "shadow", "shadow_mark": false, "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket", "algorithm_config": {"rps": 1e-9, "burst": 0.5}}]}]}`, keys, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -178,9 +185,11 @@ func TestRequestPathLeavesTheCollectorIdle(t *testing.T) {
 			}
 			for name, want := range map[string]uint64{
 				"regex, cidr, in and not conditions": 3500, "exempt": 3500, "deny": 3500, "overrides, half of the keys listed": 1750,
+				"shadow trial with an exempt rule": 3500,
 			} {
 				metric := map[string]string{"exempt": "sluice.rule.health.exempted", "deny": "sluice.rule.blocked.denied",
-					"overrides, half of the keys listed": "sluice.rule.per-key.overridden"}[name]
+					"overrides, half of the keys listed": "sluice.rule.per-key.overridden",
+					"shadow trial with an exempt rule":   "sluice.rule.trial-exempt.exempted"}[name]
 				if metric == "" {
 					metric = "sluice.rule.per-key.allowed"
 				}

@@ -67,6 +67,10 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 	p.shadow = p.shadow[:0]
 	apps := p.selectRules()
 	shadowDenied := false
+	if r := p.shadowEx; r != nil && !h.fleetFetched { // actions.go; not counted again when a fleet lease resumes the request
+		r.m.exempted.inc()
+		r.tc.exempted++
+	}
 	if r := p.act; r != nil { // actions.go
 		switch {
 		case r.action == actExempt:
@@ -217,11 +221,14 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 // of the policy is tried, so "per API key, else per IP" is two rules.
 //
 // An exempt or deny rule (actions.go) selected this way is left in p.act:
-// the first exempt rule ends the selection (it exempts the request from
-// every rule), else the first deny rule is kept.
+// the first enforced exempt rule ends the selection (it exempts the request
+// from every rule), else the first enforced deny rule is kept, else the
+// first shadow deny rule. The first shadow exempt rule is left in
+// p.shadowEx: it exempts the request from shadow rules only, so the shadow
+// rules selected before it are dropped and those after it are skipped.
 func (p *pluginContext) selectRules() []application {
 	apps := p.apps[:0]
-	p.act = nil
+	p.act, p.shadowEx = nil, nil
 policies:
 	for _, rules := range p.cfg.policies {
 		for _, r := range rules {
@@ -251,13 +258,22 @@ policies:
 				r.m.keyMissing.inc()
 				continue
 			}
+			if r.shadow && p.shadowEx != nil {
+				break // exempted by the shadow exempt rule
+			}
 			if r.action != actLimit {
-				if r.action == actExempt {
+				switch {
+				case r.action == actExempt && !r.shadow:
 					p.act = r
 					apps = apps[:0]
 					break policies
-				}
-				if p.act == nil {
+				case r.action == actExempt:
+					p.shadowEx = r
+					apps = dropShadow(apps)
+					if p.act != nil && p.act.shadow {
+						p.act = nil
+					}
+				case p.act == nil || p.act.shadow && !r.shadow:
 					p.act = r
 				}
 				break

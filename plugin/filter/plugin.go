@@ -92,6 +92,9 @@ type requestScratch struct {
 	shadow  []byte
 	// chargeApp is the scratch of a response-phase charge (charge.go).
 	chargeApp application
+	// shadowEx is the first applying exempt rule in shadow mode, else nil:
+	// it exempts the request from shadow rules only (actions.go).
+	shadowEx *compiledRule
 }
 
 // OnPluginStart is proxy_on_configure: parse and validate the plugin

@@ -19,12 +19,14 @@ import (
 // (one key with an override), a per-address fallback, a JWT-keyed rule
 // with a cost header, a daily calendar quota, a shadow window, a shadow
 // window that does not mark ("shadow_mark": false), a shadow window with an
-// exact condition on a header earlier policies read already, and an
-// enforced sliding window, so
+// exact condition on a header earlier policies read already, an enforced
+// sliding window, and a shadow exempt rule between the shadow rules (it
+// exempts key-1's requests from the shadow rules before and after it, not
+// from the enforced ones), so
 // the simulator and the filter are compared on every path of a decision:
 // no rule, first match, key missing, exempt, deny, shadow deny, override,
 // allowed with fields, enforce rejection, shadow rejection with and without
-// marking.
+// marking, shadow exemption.
 const simulatorPolicy = `{
   "xff_trusted_hops": 1,
   "policies": [
@@ -57,6 +59,9 @@ const simulatorPolicy = `{
        "algorithm": "fixed_window", "algorithm_config": {"limit": 1, "window_seconds": 30}},
       {"name": "export", "match": {"method": "POST"}, "limit_keys": ["query:account"],
        "algorithm": "sliding_window", "algorithm_config": {"limit": 3, "window_seconds": 20}}
+    ]},
+    {"name": "trial-gate", "rules": [
+      {"name": "key-1-trial-exempt", "mode": "shadow", "action": "exempt", "match": {"header:x-api-key": "key-1"}}
     ]},
     {"name": "key-watch", "rules": [
       {"name": "key-0-watch", "mode": "shadow", "match": {"header:x-api-key": "key-0"}, "limit_keys": ["header:x-api-key"],
@@ -169,6 +174,9 @@ func TestSimulatorDecidesLikeTheCompiledFilter(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	rejected, shadowed, allowed, denied, quota, quietRefused, keyWatched := 0, 0, 0, 0, 0, 0, 0
 	quotaOverridden := 0 // requests user-1's own quota decided
+	// Requests the shadow exempt rule applied to: rejected by an enforced
+	// rule, and with a marking shadow rule exempted.
+	trialExemptRejected, trialExemptedShadow := 0, 0
 	for i := 0; i < 400; i++ {
 		f.clock.Advance(time.Duration(rng.IntN(700)) * time.Millisecond)
 		req := randomRequest(rng)
@@ -211,11 +219,22 @@ func TestSimulatorDecidesLikeTheCompiledFilter(t *testing.T) {
 				shadowed++
 			}
 		}
-		if quiet := simRule(sim, "search-quiet"); quiet != nil && quiet.Applies && !quiet.Decision.Allowed {
+		if quiet := sim.RuleNamed("search-quiet"); quiet != nil && quiet.Applies && !quiet.Decision.Allowed {
 			quietRefused++
 		}
-		if watch := simRule(sim, "key-0-watch"); watch != nil && watch.Applies {
+		if watch := sim.RuleNamed("key-0-watch"); watch != nil && watch.Applies {
 			keyWatched++
+		}
+		if ex := sim.RuleNamed("key-1-trial-exempt"); ex != nil && ex.Applies {
+			if got.Rejected {
+				trialExemptRejected++
+			}
+			for _, name := range []string{"bots", "search-shadow", "search-quiet"} {
+				if rr := sim.RuleNamed(name); rr != nil && strings.HasPrefix(rr.Why, "exempted:") {
+					trialExemptedShadow++
+					break
+				}
+			}
 		}
 		for _, s := range sim.Stores() {
 			states[key{s.Rule, s.Identity}] = s.State
@@ -228,22 +247,11 @@ func TestSimulatorDecidesLikeTheCompiledFilter(t *testing.T) {
 			}
 		}
 	}
-	if rejected < 20 || allowed < 20 || shadowed < 5 || denied < 3 || quota < 3 || quotaOverridden < 10 || quietRefused < 5 || keyWatched < 20 {
-		t.Fatalf("the sequence exercised too little: %d rejected (%d denied, %d by the quota), %d allowed, %d shadow-marked, %d decided by a quota override, %d refused by the unmarked shadow rule, %d applying the exact key condition",
-			rejected, denied, quota, allowed, shadowed, quotaOverridden, quietRefused, keyWatched)
+	if rejected < 20 || allowed < 20 || shadowed < 5 || denied < 3 || quota < 3 || quotaOverridden < 10 || quietRefused < 5 || keyWatched < 20 ||
+		trialExemptRejected < 3 || trialExemptedShadow < 5 {
+		t.Fatalf("the sequence exercised too little: %d rejected (%d denied, %d by the quota), %d allowed, %d shadow-marked, %d decided by a quota override, %d refused by the unmarked shadow rule, %d applying the exact key condition, %d rejected and %d exempted from a shadow rule under the shadow exempt rule",
+			rejected, denied, quota, allowed, shadowed, quotaOverridden, quietRefused, keyWatched, trialExemptRejected, trialExemptedShadow)
 	}
-}
-
-// simRule returns the simulator's result for the named rule, or nil.
-func simRule(res simulate.Result, name string) *simulate.RuleResult {
-	for i := range res.Policies {
-		for j := range res.Policies[i].Rules {
-			if rr := &res.Policies[i].Rules[j]; rr.Name == name {
-				return rr
-			}
-		}
-	}
-	return nil
 }
 
 // sortedByNames orders fields as names lists them (the order pick reads

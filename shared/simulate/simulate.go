@@ -16,6 +16,7 @@
 package simulate
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -93,7 +94,8 @@ type RuleResult struct {
 	Mode      policy.Mode
 	Algorithm string
 	// Applies: the rule's match holds and its limit keys are present,
-	// and no earlier rule of the policy applies.
+	// and no earlier rule of the policy applies. A shadow rule exempted by
+	// an applying shadow exempt rule does not apply (Why says so).
 	Applies bool
 	// Why is, for a rule that does not apply, the reason in words.
 	Why string
@@ -114,7 +116,8 @@ type RuleResult struct {
 	// Global: a fleet rule, decided here as a local bucket of its limit.
 	Global bool
 	// Action is the rule's action: policy.ActionLimit, ActionExempt (an
-	// applying exempt rule lets the request through unlimited by any rule)
+	// applying exempt rule lets the request through unlimited by any rule;
+	// in shadow mode, unlimited by any shadow rule)
 	// or ActionDeny (rejected at once with deny_status).
 	Action string
 	// Overridden: the identity has an entry in the rule's overrides, whose
@@ -136,8 +139,8 @@ type RuleResult struct {
 func Run(cfg *policy.Config, req Request, opt Options) Result {
 	src := newSources(cfg, req)
 	res := Result{}
-	var apps []*RuleResult
-	var act *RuleResult // the first applying exempt rule, else the first deny rule
+	var apps, denies []*RuleResult
+	var exempt, shadowEx *RuleResult // the first applying exempt rule in each mode
 	for pi := range cfg.Policies {
 		p := &cfg.Policies[pi]
 		pr := PolicyResult{Name: p.Name, Applied: -1, Rules: make([]RuleResult, len(p.Rules))}
@@ -148,8 +151,8 @@ func Run(cfg *policy.Config, req Request, opt Options) Result {
 			if rr.Action == "" {
 				rr.Action = policy.ActionLimit
 			}
-			if act != nil && act.Action == policy.ActionExempt {
-				rr.Why = "not evaluated: exempt rule " + strconv.Quote(act.Name) + " applies"
+			if exempt != nil {
+				rr.Why = "not evaluated: exempt rule " + strconv.Quote(exempt.Name) + " applies"
 				continue
 			}
 			if pr.Applied >= 0 {
@@ -177,19 +180,38 @@ func Run(cfg *policy.Config, req Request, opt Options) Result {
 			rr.Identity = request.DisplayIdentity(r.Keys, r.ClearIdentity, rr.composed)
 			rr.Applies = true
 			pr.Applied = i
-			if rr.Action != policy.ActionLimit {
-				if act == nil || rr.Action == policy.ActionExempt {
-					act = rr
-				}
-				continue
+			switch {
+			case rr.Mode == policy.ModeShadow && shadowEx != nil:
+				// exempted below
+			case rr.Action == policy.ActionExempt && rr.Mode == policy.ModeShadow:
+				shadowEx = rr
+			case rr.Action == policy.ActionExempt:
+				exempt = rr
+			case rr.Action == policy.ActionDeny:
+				denies = append(denies, rr)
+			default:
+				apps = append(apps, rr)
 			}
-			rr.decide(src, opt)
-			apps = append(apps, rr)
 		}
 		res.Policies = append(res.Policies, pr)
 	}
-	if act != nil && act.Action == policy.ActionExempt {
+	if shadowEx != nil {
+		res.exemptShadow(shadowEx)
+		apps = slices.DeleteFunc(apps, func(rr *RuleResult) bool { return !rr.Applies })
+		denies = slices.DeleteFunc(denies, func(rr *RuleResult) bool { return !rr.Applies })
+	}
+	for _, a := range apps {
+		a.decide(src, opt)
+	}
+	if exempt != nil {
 		return res // through, limited by no rule
+	}
+	// The first enforced deny rule decides, else the first shadow one marks.
+	var act *RuleResult
+	for _, d := range denies {
+		if act == nil || act.Mode == policy.ModeShadow && d.Mode != policy.ModeShadow {
+			act = d
+		}
 	}
 	if act != nil && act.Mode != policy.ModeShadow {
 		res.deny(act)
@@ -197,6 +219,37 @@ func Run(cfg *policy.Config, req Request, opt Options) Result {
 	}
 	res.finish(cfg, act, apps)
 	return res
+}
+
+// exemptShadow exempts the request from every shadow rule that applies,
+// in any policy, except ex itself: an exempt rule in shadow mode exempts
+// from shadow rules only. An exempted rule does not apply and says why.
+func (res *Result) exemptShadow(ex *RuleResult) {
+	for pi := range res.Policies {
+		p := &res.Policies[pi]
+		if p.Applied < 0 {
+			continue
+		}
+		rr := &p.Rules[p.Applied]
+		if rr == ex || rr.Mode != policy.ModeShadow {
+			continue
+		}
+		rr.Applies = false
+		rr.Why = "exempted: shadow exempt rule " + strconv.Quote(ex.Name) + " applies (it exempts the request from shadow rules only)"
+		p.Applied = -1
+	}
+}
+
+// RuleNamed returns the result of the rule named name, or nil.
+func (res *Result) RuleNamed(name string) *RuleResult {
+	for i := range res.Policies {
+		for j := range res.Policies[i].Rules {
+			if rr := &res.Policies[i].Rules[j]; rr.Name == name {
+				return rr
+			}
+		}
+	}
+	return nil
 }
 
 // deny is the filter's answer for an applying deny rule in enforce mode.

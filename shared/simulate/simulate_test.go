@@ -186,6 +186,44 @@ func TestExemptDenyAndOverridesDecideAsTheFilterDoes(t *testing.T) {
 	}
 }
 
+// TestShadowExemptAndDenyRulesLeaveEnforcementAlone: a shadow exempt rule
+// exempts from the shadow rules of every policy and says so, never from an
+// enforced rule; a shadow deny rule does not hide a later enforced one.
+func TestShadowExemptAndDenyRulesLeaveEnforcementAlone(t *testing.T) {
+	cfg := mustParse(t, `{"policies":[
+ {"name":"watch","rules":[{"name":"watch-ip","mode":"shadow","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":1,"burst":1}}]},
+ {"name":"bots","rules":[{"name":"bots","mode":"shadow","action":"deny","match":{"header:user-agent":"bot"}}]},
+ {"name":"gate","rules":[{"name":"health","mode":"shadow","action":"exempt","match":{"path":"/healthz"}}]},
+ {"name":"block","rules":[{"name":"blocked","action":"deny","deny_status":403,"match":{"header:x-api-key":"bad"}}]},
+ {"name":"tiers","rules":[{"name":"per-key","limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":1,"burst":1}}]},
+ {"name":"trial","rules":[{"name":"trial-ip","mode":"shadow","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":1,"burst":1}}]}]}`)
+	run := func(path, key string) Result {
+		return Run(cfg, Request{Method: "GET", Path: path, Host: "a", ClientAddress: "10.0.0.1:1",
+			Headers: map[string]string{"x-api-key": key, "user-agent": "bot"}}, Options{Now: 1000})
+	}
+	health := run("/healthz", "k")
+	if health.Status != 0 || health.Rule != "per-key" || !health.RuleNamed("health").Applies || !health.RuleNamed("per-key").Applies {
+		t.Errorf("the enforced rule should decide a shadow-exempted request: %d %q", health.Status, health.Rule)
+	}
+	for _, name := range []string{"watch-ip", "bots", "trial-ip"} {
+		if rr := health.RuleNamed(name); rr.Applies || !strings.HasPrefix(rr.Why, `exempted: shadow exempt rule "health"`) {
+			t.Errorf("%s, before or after the shadow exempt rule: applies %v, why %q", name, rr.Applies, rr.Why)
+		}
+	}
+	if len(health.Upstream) != 0 {
+		t.Errorf("a shadow-exempted request is marked: %v", health.Upstream)
+	}
+	if other := run("/x", "k"); other.Upstream == nil || other.RuleNamed("watch-ip").Why != "" {
+		t.Errorf("off the exemption, the shadow deny rule should mark: %v, watch-ip %q", other.Upstream, other.RuleNamed("watch-ip").Why)
+	}
+	if deny := run("/x", "bad"); deny.Status != 403 || deny.Rule != "blocked" {
+		t.Errorf("an enforced deny rule after a shadow one: %d %q, want 403 by blocked", deny.Status, deny.Rule)
+	}
+	if deny := run("/healthz", "bad"); deny.Status != 403 {
+		t.Errorf("an enforced deny rule under a shadow exemption: %d, want 403", deny.Status)
+	}
+}
+
 func fieldOf(hs [][2]string, name string) string {
 	for _, h := range hs {
 		if h[0] == name {
