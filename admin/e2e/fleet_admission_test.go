@@ -77,47 +77,68 @@ func checkFleetAdmission(t *testing.T, rls *adminRLS, policy string) {
 	f.Wait()
 	f.CheckNoTraps()
 
+	errs := f.Metric("sluice.rule.g.backend_errors")
+	metric := func(name string, labels ...string) float64 { return rls.metric(t, name, labels...) }
+	granted := checkAdmissionBounds(t, admissionRun{res: res, hosts: 3, metric: metric, kind: rls.kind, pluginErrors: float64(errs)})
+	t.Logf("plugin: backend errors %d, request-path asks %d; admin's last backend error %q",
+		errs, f.Metric("sluice.rule.g.global_fetches"), rls.srv.Health().LastError)
+	if g := f.Metric("sluice.rule.g.global_granted"); errs == 0 && float64(g) != granted {
+		t.Errorf("the plugin counted %d tokens granted, the admin %.0f", g, granted)
+	}
+}
+
+// admissionRun is what one admission run of rule "g" measured.
+type admissionRun struct {
+	res          loadResult
+	hosts        int                                         // processes, each holding at most lease_max in its pool
+	metric       func(name string, labels ...string) float64 // the admin's metrics after the run
+	kind         string                                      // of backend
+	pluginErrors float64                                     // calls the plugins saw fail
+}
+
+// checkAdmissionBounds checks r's admitted total against burst + rate x T
+// (never over, at most maxUnderShare under beyond what failed calls
+// explain) and each part of the under-admission against its own bound; it
+// returns the tokens the admin granted.
+func checkAdmissionBounds(t *testing.T, r admissionRun) (granted float64) {
+	t.Helper()
+	res, metric := r.res, r.metric
 	T := res.elapsed.Seconds()
 	bound := fleetBurst + fleetRate*T
-	granted := rls.metric(t, "sluice_fleet_tokens_total", "rule", "g", "decision", "granted")
-	returned := rls.metric(t, "sluice_fleet_tokens_total", "rule", "g", "decision", "returned")
+	granted = metric("sluice_fleet_tokens_total", "rule", "g", "decision", "granted")
+	returned := metric("sluice_fleet_tokens_total", "rule", "g", "decision", "returned")
 	outstanding := granted - returned - float64(res.admitted)
-	errs := f.Metric("sluice.rule.g.backend_errors")
+	maxLeased := float64(r.hosts) * fleetLeaseMax
+	adminErrs := metric("sluice_fleet_"+r.kind+"_errors_total", "kind", "timeout") +
+		metric("sluice_fleet_"+r.kind+"_errors_total", "kind", "error")
 	t.Logf("admitted %d of %d offered in %.2fs (per host %v); bound burst + rate x T = %.1f: over by %.1f, under by %.1f (%.1f%%)",
 		res.admitted, res.offered, T, res.perHost, bound, float64(res.admitted)-bound, bound-float64(res.admitted),
 		100*(bound-float64(res.admitted))/bound)
-	t.Logf("the backend granted %.0f, returned %.0f: %.0f tokens outstanding in leases (bound 3 x lease_max = %.0f); plugin: backend errors %d, request-path asks %d",
-		granted, returned, outstanding, 3*fleetLeaseMax, errs, f.Metric("sluice.rule.g.global_fetches"))
-
-	t.Logf("admin: backend errors %.0f timeouts, %.0f others (last: %q)", rls.metric(t, "sluice_fleet_"+rls.kind+"_errors_total", "kind", "timeout"),
-		rls.metric(t, "sluice_fleet_"+rls.kind+"_errors_total", "kind", "error"), rls.srv.Health().LastError)
+	t.Logf("the backend granted %.0f, returned %.0f: %.0f tokens outstanding in leases (bound %d x lease_max = %.0f); calls failed: %.0f seen by the plugins, %.0f backend errors in the admin",
+		granted, returned, outstanding, r.hosts, maxLeased, r.pluginErrors, adminErrs)
 	if float64(res.admitted) > bound {
 		t.Errorf("over-admission: admitted %d > burst + rate x T = %.1f", res.admitted, bound)
 	}
 	if outstanding < 0 {
 		t.Errorf("admitted %d > granted %.0f - returned %.0f: a token was spent twice or never granted", res.admitted, granted, returned)
 	}
-	if outstanding > 3*fleetLeaseMax {
-		t.Errorf("%.0f granted tokens never spent: more than the leases outstanding (3 x lease_max)", outstanding)
+	if outstanding > maxLeased {
+		t.Errorf("%.0f granted tokens never spent: more than the leases outstanding (%d x lease_max)", outstanding, r.hosts)
 	}
-	adminErrs := rls.metric(t, "sluice_fleet_"+rls.kind+"_errors_total", "kind", "timeout") +
-		rls.metric(t, "sluice_fleet_"+rls.kind+"_errors_total", "kind", "error")
 	headroom := bound - (granted - returned)
-	maxHeadroom := ungrantedBound(float64(errs), adminErrs)
-	t.Logf("under-admission %.1f = %.1f left in the global bucket (bound %.1f) + %.0f outstanding in leases (bound %.0f); %.0f calls abandoned by the plugin, their grants given back",
-		bound-float64(res.admitted), headroom, maxHeadroom, outstanding, 3*fleetLeaseMax, rls.metric(t, "sluice_fleet_rls_requests_total", "result", "abandoned"))
+	maxHeadroom := ungrantedBound(r.pluginErrors, adminErrs)
+	t.Logf("under-admission %.1f = %.1f left in the global bucket (bound %.1f) + %.0f outstanding in leases (bound %.0f); %.0f calls abandoned by the plugins, their grants given back",
+		bound-float64(res.admitted), headroom, maxHeadroom, outstanding, maxLeased, metric("sluice_fleet_rls_requests_total", "result", "abandoned"))
 	if headroom > maxHeadroom {
 		t.Errorf("%.1f tokens of burst + rate x T never granted: more than the bound %.1f", headroom, maxHeadroom)
 	}
-	under, allowed := bound-float64(res.admitted), maxUnderShare*bound+failuresBound(float64(errs), adminErrs)
+	under, allowed := bound-float64(res.admitted), maxUnderShare*bound+failuresBound(r.pluginErrors, adminErrs)
 	if under > allowed {
-		t.Errorf("under-admission %.1f of %.1f (%.2f%%): more than %g%% of the bound plus %.1f for %d failed calls (plugin) and %.0f (admin)",
-			under, bound, 100*under/bound, 100*maxUnderShare, failuresBound(float64(errs), adminErrs), errs, adminErrs)
+		t.Errorf("under-admission %.1f of %.1f (%.2f%%): more than %g%% of the bound plus %.1f for %.0f failed calls (plugins) and %.0f (admin)",
+			under, bound, 100*under/bound, 100*maxUnderShare, failuresBound(r.pluginErrors, adminErrs), r.pluginErrors, adminErrs)
 	}
-	if g := f.Metric("sluice.rule.g.global_granted"); errs == 0 && float64(g) != granted {
-		t.Errorf("the plugin counted %d tokens granted, the admin %.0f", g, granted)
+	if n := metric("sluice_fleet_nodes"); n != float64(r.hosts) {
+		t.Errorf("sluice_fleet_nodes %v, want the %d hosts", n, r.hosts)
 	}
-	if n := rls.metric(t, "sluice_fleet_nodes"); n != 3 {
-		t.Errorf("sluice_fleet_nodes %v, want the 3 hosts", n)
-	}
+	return granted
 }

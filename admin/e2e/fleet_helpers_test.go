@@ -130,6 +130,12 @@ func (a *adminRLS) metric(t *testing.T, name string, labels ...string) float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return sample(families, name, labels...)
+}
+
+// sample is the value of the counter or gauge name with exactly these label
+// values (name=value pairs) in families; 0 if absent.
+func sample(families []*dto.MetricFamily, name string, labels ...string) float64 {
 	for _, f := range families {
 		if f.GetName() != name {
 			continue
@@ -174,12 +180,20 @@ type loadResult struct {
 // its requests every 20 ms (a request paused for a lease holds its worker,
 // as it holds its stream in Envoy).
 func runLoad(f *fleethosts.Fleet, tenant string, d time.Duration) loadResult {
-	perHost := make([]atomic.Int64, len(f.Hosts))
+	return offerLoad(skewedLoad, len(f.Hosts), d, func(host, vm int) bool { return f.Request(host, vm, tenant) })
+}
+
+// offerLoad offers load (requests per 20 ms of each (host, worker)) to
+// the hosts below hosts for d on the real clock: one goroutine per (host,
+// worker), each sending its requests one after the other every 20 ms.
+// request sends one and says whether it was admitted.
+func offerLoad(load map[[2]int]int, hosts int, d time.Duration, request func(host, worker int) bool) loadResult {
+	perHost := make([]atomic.Int64, hosts)
 	var offered atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
-	for hv, n := range skewedLoad {
-		if hv[0] >= len(f.Hosts) {
+	for hv, n := range load {
+		if hv[0] >= hosts {
 			continue
 		}
 		wg.Add(1)
@@ -190,7 +204,7 @@ func runLoad(f *fleethosts.Fleet, tenant string, d time.Duration) loadResult {
 			for {
 				for range n {
 					offered.Add(1)
-					if f.Request(hv[0], hv[1], tenant) {
+					if request(hv[0], hv[1]) {
 						perHost[hv[0]].Add(1)
 					}
 				}
