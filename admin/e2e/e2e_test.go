@@ -245,6 +245,14 @@ func buildBinaries(t *testing.T, root, dir string) {
 // the first output line matching ready.
 func start(t *testing.T, name, dir, bin string, args, env []string, ready *regexp.Regexp) []string {
 	t.Helper()
+	return launch(t, name, dir, bin, args, env, ready)()
+}
+
+// launch is start without waiting: the binary starts at once, and wait
+// (called on the test's goroutine) returns the submatches of the first
+// output line matching ready. Several binaries can start together.
+func launch(t *testing.T, name, dir, bin string, args, env []string, ready *regexp.Regexp) (wait func() []string) {
+	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
@@ -293,15 +301,19 @@ func start(t *testing.T, name, dir, bin string, args, env []string, ready *regex
 			}
 		}
 	}()
-	select {
-	case m := <-found:
-		return m
-	case <-time.After(30 * time.Second):
-		mu.Lock()
-		defer mu.Unlock()
-		t.Fatalf("%s did not start:\n%s", name, log.String())
+	deadline := time.Now().Add(30 * time.Second)
+	return func() []string {
+		t.Helper()
+		select {
+		case m := <-found:
+			return m
+		case <-time.After(time.Until(deadline)):
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("%s did not start:\n%s", name, log.String())
+		}
+		return nil
 	}
-	return nil
 }
 
 type writerFunc func([]byte) (int, error)

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/sluice-rl/sluice/admin/fleet"
 	"github.com/sluice-rl/sluice/admin/fleet/fleettest"
 	"github.com/sluice-rl/sluice/internal/poll"
 )
@@ -25,9 +26,14 @@ import (
 // four times the limit of rule "g".
 var gatewayLoad = map[[2]int]int{{0, 0}: 3, {0, 1}: 2, {0, 2}: 1, {1, 0}: 1, {1, 1}: 1}
 
-// gatewayAdmissionLoad is how long TestFleetAdmissionThroughTwoGateways
-// offers load on each backend (see admissionLoad).
-const gatewayAdmissionLoad = 6 * time.Second
+// gatewayEndSlack is what two processes may leave unadmitted when the load
+// stops, beyond maxUnderShare: the refill since the last sync of either
+// gateway, which nobody could ask for yet, up to rate x sync_interval (10
+// tokens). The fleethosts runs keep it inside 1% of the bound, with three
+// processes, whose most recent sync is on average 25 ms back; of two it is
+// 33 ms, and on a busy machine the ticks come late: runs of 7 s left 2 to 9
+// tokens (1% of the bound is 8).
+const gatewayEndSlack = fleetRate * syncS
 
 // TestFleetAdmissionThroughTwoGateways: the real binaries as a user runs
 // them (docs/fleet.md): the admin serving the rate limit service on Redis
@@ -40,6 +46,8 @@ const gatewayAdmissionLoad = 6 * time.Second
 // backend errors) against the bounds of TestFleetAdmissionAgainstRedis.
 // The gateways have no metrics endpoint: the calls the plugins saw fail
 // are those the admin answered UNAVAILABLE or saw abandoned.
+//
+// Beyond 1% of the bound, the run may leave gatewayEndSlack unadmitted.
 func TestFleetAdmissionThroughTwoGateways(t *testing.T) {
 	_, bin, wasmFile := buildStack(t)
 	policyFile := filepath.Join(t.TempDir(), "fleet-policy.json")
@@ -47,27 +55,34 @@ func TestFleetAdmissionThroughTwoGateways(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, backend := range []struct {
-		name  string
-		kind  string
-		flags func(t *testing.T) []string
+		kind  string                      // fleet.BackendRedis, fleet.BackendPostgres
+		flags func(t *testing.T) []string // the admin's backend flags, for a new server
 	}{
-		{"redis", "redis", func(t *testing.T) []string { return []string{"-redis-addrs", fleettest.StartRedis(t).Addr} }},
-		{"postgres", "postgres", func(t *testing.T) []string {
+		{fleet.BackendRedis, func(t *testing.T) []string { return []string{"-redis-addrs", fleettest.StartRedis(t).Addr} }},
+		{fleet.BackendPostgres, func(t *testing.T) []string {
 			return []string{"-postgres-url", fleettest.StartPostgres(t, fleettest.PostgresOptions{}).URL}
 		}},
 	} {
-		t.Run(backend.name, func(t *testing.T) {
+		t.Run(backend.kind, func(t *testing.T) {
+			// The admin and the gateways start together (the gateways
+			// compile the plugin); the gateways stop first at the end.
+			rls := "127.0.0.1:" + strconv.Itoa(fleettest.FreePort(t))
 			metricsAddr := "127.0.0.1:" + strconv.Itoa(fleettest.FreePort(t))
-			args := append([]string{"-data-dir", t.TempDir(), "-listen", "127.0.0.1:0", "-xds-listen", "off",
-				"-metrics-listen", metricsAddr, "-rls-listen", "127.0.0.1:0", "-initial-policy", policyFile}, backend.flags(t)...)
-			rls := start(t, "admin", bin, filepath.Join(bin, "ratelimit-admin"), args,
-				[]string{"SLUICE_ADMIN_TOKEN=" + token}, regexp.MustCompile(`rate limit service \(fleet mode\) grpc://(\S+)`))[1]
-			var gateways []string
+			adminUp := launch(t, "admin", bin, filepath.Join(bin, "ratelimit-admin"),
+				append([]string{"-data-dir", t.TempDir(), "-listen", "127.0.0.1:0", "-xds-listen", "off",
+					"-metrics-listen", metricsAddr, "-rls-listen", rls, "-initial-policy", policyFile}, backend.flags(t)...),
+				[]string{"SLUICE_ADMIN_TOKEN=" + token}, regexp.MustCompile(`rate limit service \(fleet mode\)`))
+			var gatewaysUp []func() []string
 			for i := range 2 {
-				gateways = append(gateways, start(t, fmt.Sprintf("gateway-%d", i+1), bin, filepath.Join(bin, "ratelimit-gateway"),
+				gatewaysUp = append(gatewaysUp, launch(t, fmt.Sprintf("gateway-%d", i+1), bin, filepath.Join(bin, "ratelimit-gateway"),
 					[]string{"-listen", "127.0.0.1:0", "-upstream", "demo", "-wasm", wasmFile, "-config", policyFile,
 						"-node-id", fmt.Sprintf("gw-%d", i+1), "-vms", "2", "-cluster", "rls=h2c://" + rls},
-					nil, regexp.MustCompile(`gateway is running: (http://\S+)`))[1])
+					nil, regexp.MustCompile(`gateway is running: (http://\S+)`)))
+			}
+			adminUp()
+			var gateways []string
+			for _, up := range gatewaysUp {
+				gateways = append(gateways, up()[1])
 			}
 			client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: len(gatewayLoad)}}
 			var unexpected atomic.Int64
@@ -93,12 +108,13 @@ func TestFleetAdmissionThroughTwoGateways(t *testing.T) {
 			for gw := range gateways {
 				poll.Within(t, 10*time.Second, "a warm-up request admitted", func() bool { return request(gw, "warm-up") })
 			}
+			unexpected.Store(0)
 
-			res := offerLoad(gatewayLoad, len(gateways), gatewayAdmissionLoad, func(gw, _ int) bool { return request(gw, "acme") })
+			res := offerLoad(gatewayLoad, len(gateways), admissionLoad, func(gw, _ int) bool { return request(gw, "acme") })
 			families := scrape(t, "http://"+metricsAddr+"/metrics")
 			metric := func(name string, labels ...string) float64 { return sample(families, name, labels...) }
 			failed := metric("sluice_fleet_rls_requests_total", "result", "unavailable") + metric("sluice_fleet_rls_requests_total", "result", "abandoned")
-			checkAdmissionBounds(t, admissionRun{res: res, hosts: len(gateways), metric: metric, kind: backend.kind, pluginErrors: failed})
+			checkAdmissionBounds(t, admissionRun{res: res, hosts: len(gateways), metric: metric, kind: backend.kind, pluginErrors: failed, endSlack: gatewayEndSlack})
 			if n := unexpected.Load(); n != 0 {
 				t.Errorf("%d requests answered neither 200 nor 429", n)
 			}
