@@ -78,6 +78,17 @@ func leaseWindow(t *testing.T, h Host, tenant string, reset time.Duration) uint6
 	return n
 }
 
+// spendLease leases tenant's counts (leaseWindow) and spends them all from
+// the pool, without another call.
+func spendLease(t *testing.T, h Host, tenant string, reset time.Duration) uint64 {
+	t.Helper()
+	lease := leaseWindow(t, h, tenant, reset)
+	if got := admitted(t, h, int(lease)-1, req("x-tenant", tenant)); got != int(lease)-1 || len(pending(t, h)) != 0 {
+		t.Fatalf("%d of the %d leased counts admitted, %d calls", got+1, lease, len(pending(t, h)))
+	}
+	return lease
+}
+
 // idleReturn steps past the idle time and returns the sync's return
 // descriptor, answered.
 func idleReturn(t *testing.T, h Host) *ratelimitv3.RateLimitDescriptor {
@@ -108,10 +119,7 @@ func fleetFixedWindow(t *testing.T, start Starter) {
 		Config: []byte(fleetWindowConfig("fixed_window", `{"limit": 10, "window_seconds": 60}`))})
 	acme := req("x-tenant", "acme")
 
-	lease := leaseWindow(t, h, "acme", 30*time.Second)
-	if got := admitted(t, h, int(lease)-1, acme); got != int(lease)-1 || len(pending(t, h)) != 0 {
-		t.Fatalf("%d of the %d leased counts admitted, %d calls", got+1, lease, len(pending(t, h)))
-	}
+	lease := spendLease(t, h, "acme", 30*time.Second)
 
 	// The pool is empty; the service has nothing left in this window.
 	res := do(t, h, acme)
@@ -204,10 +212,7 @@ func fleetSlidingWindow(t *testing.T, start Starter) {
 		Config: []byte(fleetWindowConfig("sliding_window", `{"limit": 10, "window_seconds": 60}`))})
 	acme := req("x-tenant", "acme")
 
-	lease := leaseWindow(t, h, "acme", 30*time.Second)
-	if got := admitted(t, h, int(lease)-1, acme); got != int(lease)-1 || len(pending(t, h)) != 0 {
-		t.Fatalf("%d of the %d leased counts admitted, %d calls", got+1, lease, len(pending(t, h)))
-	}
+	lease := spendLease(t, h, "acme", 30*time.Second)
 	// The service refuses now, but the previous window's weight decays: the
 	// refusal holds one sync interval (100 ms), not the window's 30 s.
 	if ra := refuseWindow(t, h, 30*time.Second); ra < 1 || ra > 2 {
@@ -236,10 +241,7 @@ func fleetRollingWindow(t *testing.T, start Starter) {
 		Config: []byte(fleetWindowConfig("rolling_window", `{"limit": 10, "window_seconds": 60, "period_seconds": 10}`))})
 	acme := req("x-tenant", "acme")
 
-	lease := leaseWindow(t, h, "acme", 5*time.Second)
-	if got := admitted(t, h, int(lease)-1, acme); got != int(lease)-1 || len(pending(t, h)) != 0 {
-		t.Fatalf("%d of the %d leased counts admitted, %d calls", got+1, lease, len(pending(t, h)))
-	}
+	lease := spendLease(t, h, "acme", 5*time.Second)
 	// Nothing left in the window: the refusal holds to the sub-period's end,
 	// when a sub-period leaves the sum.
 	if ra := refuseWindow(t, h, 5*time.Second); ra < 5 || ra > 8 {
