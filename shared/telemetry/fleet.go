@@ -28,10 +28,7 @@ const (
 	flRules
 )
 
-var fleetFields = []struct {
-	name string
-	bit  int
-}{{FleetFieldBackendHealthy, flHealthy}, {FleetFieldSize, flSize}, {FleetFieldRules, flRules}}
+var fleetFields = []objField{{FleetFieldBackendHealthy, flHealthy, true}, {FleetFieldSize, flSize, true}, {FleetFieldRules, flRules, true}}
 
 const (
 	frRule = 1 << iota
@@ -40,10 +37,8 @@ const (
 	frFallback
 )
 
-var fleetRuleFields = []struct {
-	name string
-	bit  int
-}{{FleetRuleFieldRule, frRule}, {FleetRuleFieldLeaseTokens, frLease}, {FleetRuleFieldPools, frPools}, {FleetRuleFieldFallbackActive, frFallback}}
+var fleetRuleFields = []objField{{FleetRuleFieldRule, frRule, true}, {FleetRuleFieldLeaseTokens, frLease, true},
+	{FleetRuleFieldPools, frPools, true}, {FleetRuleFieldFallbackActive, frFallback, true}}
 
 // fleet parses the "fleet" object; every field is required.
 func (p *parser) fleet(l loc) *Fleet {
@@ -110,22 +105,32 @@ func (p *parser) fleetRule(l loc) FleetRule {
 	return r
 }
 
+// objField is a field of a report object: its name, its bit in the
+// object's set of fields seen, and whether it is required.
+type objField struct {
+	name     string
+	bit      int
+	required bool
+}
+
 // fields reads an object whose fields are listed in known (unknown and
-// duplicate fields are errors), calling field for each known one.
-func (p *parser) fields(l loc, list string, known []struct {
-	name string
-	bit  int
-}, field func(bit int, fl loc)) int {
+// duplicate fields are errors, naming list), calling field for each known
+// one; it returns the bits of the fields seen. A known field's path uses
+// its name from known, so a correct report builds no strings.
+func (p *parser) fields(l loc, list string, known []objField, field func(bit int, fl loc)) int {
 	seen := 0
 	p.object(func(key []byte) {
-		bit := 0
+		bit, name := 0, ""
 		for _, f := range known {
 			if f.name == string(key) {
-				bit = f.bit
+				bit, name = f.bit, f.name
 				break
 			}
 		}
-		fl := p.sub(l, string(key))
+		if bit == 0 {
+			name = string(key)
+		}
+		fl := p.sub(l, name)
 		switch {
 		case bit == 0:
 			p.errorf(fl, "unknown field; the fields are ", list)
@@ -141,20 +146,22 @@ func (p *parser) fields(l loc, list string, known []struct {
 	return seen
 }
 
-// sub is the path of field key inside the object at l.
+// sub is the path of field key inside the object at l (l is the zero loc
+// for the report itself).
 func (p *parser) sub(l loc, key string) loc {
-	if l.arr == "" {
-		return loc{field: l.field + "." + key}
+	switch {
+	case l.arr != "":
+		return l.with(key)
+	case l.field == "":
+		return loc{field: key}
 	}
-	return l.with(key)
+	return loc{field: l.field + "." + key}
 }
 
-func (p *parser) required(l loc, seen int, known []struct {
-	name string
-	bit  int
-}) {
+// required reports each required field of known missing from seen.
+func (p *parser) required(l loc, seen int, known []objField) {
 	for _, f := range known {
-		if seen&f.bit == 0 {
+		if f.required && seen&f.bit == 0 {
 			p.errorf(p.sub(l, f.name), "required")
 		}
 	}

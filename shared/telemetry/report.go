@@ -201,11 +201,7 @@ const (
 	fFleet
 )
 
-var reportFields = []struct {
-	name     string
-	bit      int
-	required bool
-}{
+var reportFields = []objField{
 	{FieldV, fV, true}, {FieldNode, fNode, true}, {FieldVM, fVM, true}, {FieldVMStartMS, fVMStart, true},
 	{FieldSeq, fSeq, true}, {FieldSentAtMS, fSentAt, true}, {FieldIntervalMS, fInterval, false},
 	{FieldConfigHash, fConfigHash, false}, {FieldRules, fRules, true}, {FieldBuckets, fBuckets, false},
@@ -224,30 +220,7 @@ func (p *parser) report() *Report {
 		p.errorf(loc{}, "the report must be a JSON object, got ", kindName(c))
 		return r
 	}
-	seen := 0
-	p.object(func(key []byte) {
-		bit, name := 0, ""
-		for _, f := range reportFields {
-			if f.name == string(key) {
-				bit, name = f.bit, f.name
-				break
-			}
-		}
-		if bit == 0 {
-			name = string(key)
-		}
-		l := loc{field: name}
-		switch {
-		case bit == 0:
-			p.errorf(l, "unknown field; the fields are ", reportFieldList)
-			p.skip()
-			return
-		case seen&bit != 0:
-			p.errorf(l, "duplicate field")
-			p.skip()
-			return
-		}
-		seen |= bit
+	seen := p.fields(loc{}, reportFieldList, reportFields, func(bit int, l loc) {
 		switch bit {
 		case fV:
 			if v, ok := p.int64(l); ok {
@@ -307,11 +280,7 @@ func (p *parser) report() *Report {
 			r.Fleet = p.fleet(l)
 		}
 	})
-	for _, f := range reportFields {
-		if f.required && seen&f.bit == 0 {
-			p.errorf(loc{field: f.name}, "required")
-		}
-	}
+	p.required(loc{}, seen, reportFields)
 	if len(p.errs) == 0 {
 		p.crossCheck(r)
 	}
@@ -352,11 +321,7 @@ const (
 	rOverridden    // optional
 )
 
-var ruleFields = []struct {
-	name     string
-	bit      int
-	required bool
-}{
+var ruleFields = []objField{
 	{RuleFieldRule, rRule, true}, {RuleFieldAllowed, rAllowed, true}, {RuleFieldRejected, rRejected, true},
 	{RuleFieldShadowRejected, rShadow, true}, {RuleFieldFailOpen, rFailOpen, true},
 	{RuleFieldOverflowed, rOverflowed, false}, {RuleFieldOverflowIdentities, rOverflowIdent, false},
@@ -378,30 +343,7 @@ func (p *parser) rule(l loc) RuleCounters {
 		p.skip()
 		return rc
 	}
-	seen := 0
-	p.object(func(key []byte) {
-		bit, name := 0, ""
-		for _, f := range ruleFields {
-			if f.name == string(key) {
-				bit, name = f.bit, f.name
-				break
-			}
-		}
-		if bit == 0 {
-			name = string(key)
-		}
-		fl := l.with(name)
-		switch {
-		case bit == 0:
-			p.errorf(fl, "unknown field; the fields are ", ruleFieldList)
-			p.skip()
-			return
-		case seen&bit != 0:
-			p.errorf(fl, "duplicate field")
-			p.skip()
-			return
-		}
-		seen |= bit
+	seen := p.fields(l, ruleFieldList, ruleFields, func(bit int, fl loc) {
 		switch bit {
 		case rRule:
 			if s, ok := p.name(fl); ok {
@@ -428,11 +370,7 @@ func (p *parser) rule(l loc) RuleCounters {
 			rc.Overridden, _ = p.uint64(fl)
 		}
 	})
-	for _, f := range ruleFields {
-		if f.required && seen&f.bit == 0 {
-			p.errorf(l.with(f.name), "required")
-		}
-	}
+	p.required(l, seen, ruleFields)
 	return rc
 }
 
@@ -446,12 +384,10 @@ const (
 	bAlgorithm // optional
 )
 
-var bucketFields = []struct {
-	name string
-	bit  int
-}{
-	{BucketFieldRule, bRule}, {BucketFieldIdentity, bIdentity}, {BucketFieldTokens, bTokens}, {BucketFieldBurst, bBurst},
-	{BucketFieldLastRefill, bLastRefill}, {BucketFieldRejects, bRejects}, {BucketFieldAlgorithm, bAlgorithm},
+var bucketFields = []objField{
+	{BucketFieldRule, bRule, true}, {BucketFieldIdentity, bIdentity, true}, {BucketFieldTokens, bTokens, true},
+	{BucketFieldBurst, bBurst, true}, {BucketFieldLastRefill, bLastRefill, true}, {BucketFieldRejects, bRejects, true},
+	{BucketFieldAlgorithm, bAlgorithm, false},
 }
 
 func (p *parser) bucket(l loc) Bucket {
@@ -461,30 +397,8 @@ func (p *parser) bucket(l loc) Bucket {
 		p.skip()
 		return b
 	}
-	seen, good := 0, 0
-	p.object(func(key []byte) {
-		bit, name := 0, ""
-		for _, f := range bucketFields {
-			if f.name == string(key) {
-				bit, name = f.bit, f.name
-				break
-			}
-		}
-		if bit == 0 {
-			name = string(key)
-		}
-		fl := l.with(name)
-		switch {
-		case bit == 0:
-			p.errorf(fl, "unknown field; the fields are ", bucketRequired, " and optionally ", BucketFieldAlgorithm)
-			p.skip()
-			return
-		case seen&bit != 0:
-			p.errorf(fl, "duplicate field")
-			p.skip()
-			return
-		}
-		seen |= bit
+	good := 0
+	seen := p.fields(l, bucketRequired+" and optionally "+BucketFieldAlgorithm, bucketFields, func(bit int, fl loc) {
 		ok := false
 		switch bit {
 		case bRule:
@@ -523,11 +437,7 @@ func (p *parser) bucket(l loc) Bucket {
 			good |= bit
 		}
 	})
-	for _, f := range bucketFields {
-		if seen&f.bit == 0 && f.bit != bAlgorithm {
-			p.errorf(l.with(f.name), "required")
-		}
-	}
+	p.required(l, seen, bucketFields)
 	// Tokens are within [0, burst]; a little rounding above burst is fine.
 	if good&bTokens != 0 {
 		switch {
