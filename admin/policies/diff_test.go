@@ -200,7 +200,7 @@ func TestLocatorQuotedAndLongKeys(t *testing.T) {
 	doc := `{"rules":[{"match":{"header:X-Tier.v[1]":"a", "` + long + `": 1, "a\"b\/c": 2}}]}`
 	l := NewLocator([]byte(doc))
 	for key, literal := range map[string]string{"header:X-Tier.v[1]": `"header:X-Tier`, long: `"` + long, `a"b/c`: `"a\"b`} {
-		path := joinPath("rules[0].match", key)
+		path := policy.JoinPath("rules[0].match", key)
 		pos, ok := l.Locate(policy.FieldError{Path: path})
 		if !ok || pos.Offset != strings.Index(doc, literal) {
 			t.Errorf("%s: %+v %v, want offset %d", path, pos, ok, strings.Index(doc, literal))

@@ -122,39 +122,6 @@ func pathSegmentEnds(p string) []int {
 	return ends
 }
 
-// joinPath builds a child path exactly as shared/policy does.
-func joinPath(path, key string) string {
-	if !isIdent(key) || len(key) > maxQuoted {
-		return path + "[" + quoteShort(key) + "]"
-	}
-	if path == "" {
-		return key
-	}
-	return path + "." + key
-}
-
-const maxQuoted = 80
-
-func quoteShort(s string) string {
-	if len(s) > maxQuoted {
-		return strconv.Quote(s[:maxQuoted]) + "..."
-	}
-	return strconv.Quote(s)
-}
-
-func isIdent(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
 // jsonScanner is a tolerant recursive-descent JSON reader that records where
 // each path starts. It stops at the first syntax error.
 type jsonScanner struct {
@@ -203,7 +170,7 @@ func (s *jsonScanner) value(path string, depth int) {
 				s.bad = true
 				return
 			}
-			child := joinPath(path, key)
+			child := policy.JoinPath(path, key)
 			s.paths[child] = append(s.paths[child], keyStart)
 			s.skipSpace()
 			if s.pos >= len(s.doc) || s.doc[s.pos] != ':' {

@@ -7,6 +7,11 @@ import (
 
 // Path helpers.
 
+// JoinPath is the path of field key of the object at path, as the
+// parser's errors (FieldError.Path) name it: path.key, or path["key"]
+// when key is not a plain name.
+func JoinPath(path, key string) string { return join(path, key) }
+
 func join(path, key string) string {
 	if !isIdent(key) || len(key) > maxQuoted {
 		return path + "[" + quoteShort(key) + "]"
