@@ -2,10 +2,11 @@ package httpapi
 
 import (
 	"encoding/json"
-	"github.com/sluice-rl/sluice/shared/policy"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/sluice-rl/sluice/shared/policy"
 
 	"github.com/sluice-rl/sluice/admin/telemetry"
 )

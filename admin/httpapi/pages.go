@@ -316,14 +316,22 @@ func draftPage(sess auth.Session, cur policies.Version, draft, message string) w
 	}
 }
 
-func (s *server) editorSubmit(w http.ResponseWriter, r *http.Request, sess auth.Session) error {
+// submittedDraft is the policy page of the draft a form of it posted (its
+// "policy" and "message" fields) over the current version cur.
+func (s *server) submittedDraft(r *http.Request, sess auth.Session) (p web.EditorPage, cur policies.Version, err error) {
 	draft := strings.ReplaceAll(r.PostForm.Get("policy"), "\r\n", "\n")
-	msg := r.PostForm.Get("message")
-	cur, err := s.Policies.Current(r.Context())
+	if cur, err = s.Policies.Current(r.Context()); err != nil {
+		return p, cur, err
+	}
+	return draftPage(sess, cur, draft, r.PostForm.Get("message")), cur, nil
+}
+
+func (s *server) editorSubmit(w http.ResponseWriter, r *http.Request, sess auth.Session) error {
+	p, cur, err := s.submittedDraft(r, sess)
 	if err != nil {
 		return err
 	}
-	p := draftPage(sess, cur, draft, msg)
+	draft, msg := p.Draft, p.Message
 	base, err := parseVersion(r.PostForm.Get("base_version"), "base_version")
 	if err != nil {
 		p.Flashes = []web.Flash{{Kind: "error", Text: "Not saved: " + err.Error()}}

@@ -20,12 +20,11 @@ import (
 // kept and the outcome below it.
 func (s *server) simulateSubmit(w http.ResponseWriter, r *http.Request, sess auth.Session) error {
 	f := r.PostForm
-	draft := strings.ReplaceAll(f.Get("policy"), "\r\n", "\n")
-	cur, err := s.Policies.Current(r.Context())
+	p, _, err := s.submittedDraft(r, sess)
 	if err != nil {
 		return err
 	}
-	p := draftPage(sess, cur, draft, f.Get("message"))
+	draft := p.Draft
 	p.Sim = web.SimForm{
 		Against: f.Get("sim_against"), Version: strings.TrimSpace(f.Get("sim_version")), Method: f.Get("sim_method"),
 		Path: f.Get("sim_path"), Host: f.Get("sim_host"), Headers: f.Get("sim_headers"), Client: f.Get("sim_client"), JWT: f.Get("sim_jwt"),

@@ -293,12 +293,11 @@ func (s *server) compareTrial(t trial.Trial) trialComparison {
 // draft kept and the reason.
 func (s *server) trialStartSubmit(w http.ResponseWriter, r *http.Request, sess auth.Session) error {
 	f := r.PostForm
-	draft := strings.ReplaceAll(f.Get("policy"), "\r\n", "\n")
-	cur, err := s.Policies.Current(r.Context())
+	p, _, err := s.submittedDraft(r, sess)
 	if err != nil {
 		return err
 	}
-	p := draftPage(sess, cur, draft, f.Get("message"))
+	draft := p.Draft
 	p.TrialDuration = f.Get("trial_duration")
 	refuse := func(status int, text string) error {
 		p.Flashes = []web.Flash{{Kind: "error", Text: "Trial not started: " + text}}
