@@ -26,15 +26,6 @@ import (
 // four times the limit of rule "g".
 var gatewayLoad = map[[2]int]int{{0, 0}: 3, {0, 1}: 2, {0, 2}: 1, {1, 0}: 1, {1, 1}: 1}
 
-// gatewayAdmissionLoad is longer than admissionLoad: what a run leaves
-// unadmitted is a constant number of tokens (the refill since either
-// gateway's last sync, up to rate x sync_interval = 10, plus what the pools
-// hold), and two gateways' most recent sync is on average further back than
-// three processes' (33 ms against 25), with late ticks on a busy machine:
-// runs of 7 s left 2 to 9 tokens, 1% of their bound being 8. At 12 s, 1%
-// is 13 tokens.
-const gatewayAdmissionLoad = 12 * time.Second
-
 // TestFleetAdmissionThroughTwoGateways: the real binaries as a user runs
 // them (docs/fleet.md): the admin serving the rate limit service on Redis
 // or PostgreSQL, two development gateways (two VMs each) with one global
@@ -108,7 +99,7 @@ func TestFleetAdmissionThroughTwoGateways(t *testing.T) {
 			}
 			unexpected.Store(0)
 
-			res := offerLoad(gatewayLoad, len(gateways), gatewayAdmissionLoad, func(gw, _ int) bool { return request(gw, "acme") })
+			res := offerLoad(gatewayLoad, len(gateways), admissionLoad, func(gw, _ int) bool { return request(gw, "acme") })
 			families := scrape(t, "http://"+metricsAddr+"/metrics")
 			metric := func(name string, labels ...string) float64 { return sample(families, name, labels...) }
 			failed := metric("sluice_fleet_rls_requests_total", "result", "unavailable") + metric("sluice_fleet_rls_requests_total", "result", "abandoned")
