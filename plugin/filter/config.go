@@ -26,6 +26,13 @@ type compiledConfig struct {
 	queryNames  []string
 	claimNames  []string
 
+	// readNames are the distinct request headers the configuration can
+	// read (headerNames, and the pseudo-headers and headers behind the
+	// other sources); readsSeveral: two or more, so a request's headers
+	// are read in one call (pairs.go).
+	readNames    []string
+	readsSeveral bool
+
 	rejectStatus    uint32
 	responseHeaders bool
 	legacyHeaders   bool // also RateLimit-Limit, -Remaining, -Reset (headers.go)
@@ -158,6 +165,7 @@ func compile(c *policy.Config, vm *vmContext) *compiledConfig {
 		}
 		cc.policies = append(cc.policies, rules)
 	}
+	cc.readsSeveral = len(cc.readNames) >= 2
 	return cc
 }
 
@@ -231,8 +239,12 @@ func (cr *compiledRule) compileLimits(r *policy.Rule) {
 }
 
 // ref resolves a key source to a cache slot, assigning one index per
-// distinct header, query parameter or claim name.
+// distinct header, query parameter or claim name, and notes the request
+// header it reads in readNames.
 func (cc *compiledConfig) ref(k policy.KeySource) sourceRef {
+	if h := cc.headerOf(k); h != "" {
+		indexOf(&cc.readNames, h)
+	}
 	switch k.Kind {
 	case policy.SourceHeader:
 		return sourceRef{kind: k.Kind, idx: indexOf(&cc.headerNames, strings.ToLower(k.Name))}
@@ -242,6 +254,28 @@ func (cc *compiledConfig) ref(k policy.KeySource) sourceRef {
 		return sourceRef{kind: k.Kind, idx: indexOf(&cc.claimNames, k.Name)}
 	}
 	return sourceRef{kind: k.Kind}
+}
+
+// headerOf is the request header a source is read from (requestSources.get),
+// "" for none (the peer address, or an unknown kind).
+func (cc *compiledConfig) headerOf(k policy.KeySource) string {
+	switch k.Kind {
+	case policy.SourceHeader:
+		return strings.ToLower(k.Name)
+	case policy.SourceQuery, policy.SourcePath:
+		return ":path"
+	case policy.SourceMethod:
+		return ":method"
+	case policy.SourceHost:
+		return ":authority"
+	case policy.SourceJWT:
+		return "authorization"
+	case policy.SourceIP:
+		if cc.trustedHops > 0 {
+			return "x-forwarded-for"
+		}
+	}
+	return ""
 }
 
 func indexOf(names *[]string, n string) int {

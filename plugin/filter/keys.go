@@ -70,6 +70,11 @@ type requestSources struct {
 	// the next reset, so reading a request allocates nothing.
 	vals []byte
 	prop []byte
+
+	// The header map read whole (pairs.go): whole is its state for this
+	// request, pairs its entries, views of vals.
+	whole uint8
+	pairs []headerPair
 }
 
 // maxKeptValues bounds the header-value buffer kept between requests.
@@ -77,8 +82,10 @@ const maxKeptValues = 64 << 10
 
 // reset starts a request: every cached value becomes unread. Counting a
 // generation instead of clearing the caches matters in wasm, where clearing
-// them was 6% of an allowed request's time in the guest.
-func (rs *requestSources) reset(cfg *compiledConfig) {
+// them was 6% of an allowed request's time in the guest. numHeaders is the
+// request's header count as the host reported it (0: unknown), which
+// decides whether its headers are read in one call (pairs.go).
+func (rs *requestSources) reset(cfg *compiledConfig, numHeaders int) {
 	rs.gen++
 	if cfg != rs.cfg || rs.gen == 0 { // a new configuration, or the count wrapped
 		rs.cfg = cfg
@@ -92,6 +99,7 @@ func (rs *requestSources) reset(cfg *compiledConfig) {
 	if cap(rs.vals) > maxKeptValues { // one request's huge headers are not kept for the VM's life
 		rs.vals = nil
 	}
+	rs.startWhole(numHeaders)
 	rs.jwtState = unknown
 	rs.jwt.Reset()
 }
@@ -193,8 +201,15 @@ func (rs *requestSources) unread(c *cachedValue) bool {
 	return true
 }
 
-// header returns the first value of a request header, a view of rs.vals.
+// header returns the first value of a request header, a view of rs.vals:
+// from the map read whole when the request is read so (pairs.go), else
+// with one host call.
 func (rs *requestSources) header(name string) (v string, ok bool) {
+	if rs.whole != wholeOff {
+		if v, ok, done := rs.wholeHeader(name); done {
+			return v, ok
+		}
+	}
 	v, rs.vals, ok = getRequestHeader(name, rs.vals)
 	return v, ok
 }
