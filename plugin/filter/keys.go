@@ -72,9 +72,9 @@ type requestSources struct {
 	prop []byte
 
 	// The header map read whole (pairs.go): whole is its state for this
-	// request, pairs its entries, views of vals.
+	// request, pairs its bytes in the proxy-wasm map encoding, part of vals.
 	whole uint8
-	pairs []headerPair
+	pairs []byte
 }
 
 // maxKeptValues bounds the header-value buffer kept between requests.

@@ -19,33 +19,25 @@ import "encoding/binary"
 // headers=N cases (plugin/envoyhost/bench_test.go).
 const maxPairsHeaders = 64
 
-// headerPair is one request header of the map read whole: views of
-// requestSources.vals.
-type headerPair struct {
-	name, value string
-}
-
-// appendPairs decodes a header map in the proxy-wasm encoding (the one
-// appendHeaderMap writes: the number of pairs, each name and value length as
-// uint32 little-endian, then each name and value followed by a NUL byte)
-// and appends its pairs, views of b, to dst. Nothing in b is trusted: a
-// count or a length that does not fit b, a missing NUL or trailing bytes
-// make it return ok false (with dst unchanged), never panic. An empty b is
-// the empty map (what the host returns for one).
-func appendPairs(dst []headerPair, b []byte) (_ []headerPair, ok bool) {
+// validPairs reports whether b is a header map in the proxy-wasm encoding
+// (the one appendHeaderMap writes: the number of pairs, each name and value
+// length as uint32 little-endian, then each name and value followed by a
+// NUL byte), exactly: nothing in b is trusted, and a count or a length that
+// does not fit b, a missing NUL or trailing bytes make it false. An empty b
+// is the empty map (what the host returns for one).
+func validPairs(b []byte) bool {
 	if len(b) == 0 {
-		return dst, true
+		return true
 	}
 	if len(b) < 4 {
-		return dst, false
+		return false
 	}
 	n := uint64(binary.LittleEndian.Uint32(b))
 	size := uint64(len(b))
 	// Every pair takes at least 10 bytes (two lengths, two NULs).
 	if n > (size-4)/10 {
-		return dst, false
+		return false
 	}
-	start := len(dst)
 	data := 4 + 8*n
 	for i := uint64(0); i < n; i++ {
 		lens := b[4+8*i:]
@@ -53,28 +45,44 @@ func appendPairs(dst []headerPair, b []byte) (_ []headerPair, ok bool) {
 		vs := uint64(binary.LittleEndian.Uint32(lens[4:]))
 		end := data + ns + 1 + vs + 1 // no overflow: each term < 2^32
 		if end > size || b[data+ns] != 0 || b[end-1] != 0 {
-			return dst[:start], false
+			return false
 		}
-		dst = append(dst, headerPair{
-			name:  bytesView(b[data : data+ns]),
-			value: bytesView(b[data+ns+1 : end-1]),
-		})
 		data = end
 	}
-	if data != size {
-		return dst[:start], false
-	}
-	return dst, true
+	return data == size
 }
 
-// pairValue returns the value of the first pair named name (names compared
-// exactly: Envoy stores them lower-case and lower-cases the name a get
-// asks for; the filter's names are lower-case already).
-func pairValue(pairs []headerPair, name string) (string, bool) {
-	for i := range pairs {
-		if pairs[i].name == name {
-			return pairs[i].value, true
+// pairValue returns the value of the first pair named name in the map b,
+// a view of b; b must be valid (validPairs), else the result is
+// meaningless (but it never panics). Names are compared exactly: Envoy
+// stores them lower-case and lower-cases the name a get asks for; the
+// filter's names are lower-case already.
+//
+// One loop without calls (but the comparison of names of equal length):
+// a lookup walks the lengths, it builds nothing.
+func pairValue(b []byte, name string) (string, bool) {
+	if len(b) < 4 {
+		return "", false
+	}
+	n := uint64(binary.LittleEndian.Uint32(b))
+	size := uint64(len(b))
+	if n > (size-4)/10 {
+		return "", false
+	}
+	data := 4 + 8*n
+	want := uint64(len(name))
+	for i := uint64(0); i < n; i++ {
+		lens := b[4+8*i:]
+		ns := uint64(binary.LittleEndian.Uint32(lens))
+		vs := uint64(binary.LittleEndian.Uint32(lens[4:]))
+		end := data + ns + 1 + vs + 1
+		if end > size {
+			return "", false
 		}
+		if ns == want && bytesView(b[data:data+ns]) == name {
+			return bytesView(b[data+ns+1 : end-1]), true
+		}
+		data = end
 	}
 	return "", false
 }
@@ -90,13 +98,7 @@ const (
 // configuration can read several and the host reported at most
 // maxPairsHeaders headers.
 func (rs *requestSources) startWhole(numHeaders int) {
-	if rs.vals == nil || cap(rs.pairs) > maxKeptPairs { // views of a dropped buffer, or a huge map
-		clear(rs.pairs[:cap(rs.pairs)])
-		if cap(rs.pairs) > maxKeptPairs {
-			rs.pairs = nil
-		}
-	}
-	rs.pairs = rs.pairs[:0]
+	rs.pairs = nil
 	rs.whole = wholeOff
 	if rs.cfg.readsSeveral && numHeaders > 0 && numHeaders <= maxPairsHeaders {
 		rs.whole = wholeUnread
@@ -115,13 +117,12 @@ func (rs *requestSources) wholeHeader(name string) (v string, ok, done bool) {
 			rs.vals = b[:start]
 			return "", false, false
 		}
-		rs.vals = b
-		pairs, valid := appendPairs(rs.pairs[:0], b[start:])
-		if !valid {
+		if !validPairs(b[start:]) {
 			rs.vals = b[:start]
 			return "", false, false
 		}
-		rs.pairs = pairs
+		rs.vals = b
+		rs.pairs = b[start:len(b):len(b)]
 		rs.whole = wholeRead
 	}
 	if rs.whole != wholeRead {
@@ -130,6 +131,3 @@ func (rs *requestSources) wholeHeader(name string) (v string, ok, done bool) {
 	v, ok = pairValue(rs.pairs, name)
 	return v, ok, true
 }
-
-// maxKeptPairs bounds the pair list kept between requests.
-const maxKeptPairs = 256

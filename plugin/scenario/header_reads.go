@@ -10,6 +10,7 @@ package scenario
 // headers, sent once as it is and once with 70 more headers.
 
 import (
+	"slices"
 	"strconv"
 	"testing"
 )
@@ -27,38 +28,42 @@ const headerReadsConfig = `{"xff_trusted_hops": 1, "rules": [
   {"name": "rest", "limit_keys": ["header:x-api-key"],
    "algorithm": "token_bucket", "algorithm_config": {"rps": 1, "burst": 4}}]}`
 
-// browserRequest is a request as Envoy sees it from a browser or an API
-// client, with kv's headers added (names lower-case, as Envoy stores them)
-// and, when huge, 70 more.
+// BrowserHeaders are a request's headers as Envoy sees them from a browser
+// or an API client: pseudo-headers first, then 9 common fields, a cookie of
+// about 200 bytes among them. With authorization and x-api-key added it is
+// the 15-header request the trial benchmarks send.
+var BrowserHeaders = []Header{
+	{":authority", "shop.test"}, {":path", "/api/v2/items?page=1"}, {":method", "GET"}, {":scheme", "https"},
+	{"user-agent", "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36"},
+	{"accept", "application/json, text/plain, */*"}, {"accept-encoding", "gzip, deflate, br, zstd"},
+	{"x-forwarded-for", "198.51.100.1, 203.0.113.7"}, {"x-forwarded-proto", "https"},
+	{"x-request-id", "5b0e6f0c-2a55-4d3b-9a57-0c1a3d6e9f11"}, {"x-envoy-expected-rq-timeout-ms", "15000"},
+	{"content-type", "application/json"},
+	{"cookie", "session=eyJ1aWQiOjQyLCJleHAiOjE3NjQwMDAwMDB9.c2lnbmF0dXJl; theme=dark; lang=en-GB; " +
+		"consent=analytics,ads,functional; _ga=GA1.2.1234567890.1700000000; _gid=GA1.2.987654321.1700000000; cart=3f9a"},
+}
+
+// browserRequest is BrowserHeaders with kv's headers: a name BrowserHeaders
+// has takes kv's (first) value in place, any other is added (a name given
+// twice is then a repeated header); huge adds 70 more headers.
 func browserRequest(huge bool, kv ...string) Request {
-	r := req(append([]string{
-		":authority", "shop.test", ":path", "/items", ":method", "GET", ":scheme", "https",
-		"user-agent", "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0 Safari/537.36",
-		"accept", "application/json", "accept-encoding", "gzip, deflate, br",
-		"x-forwarded-proto", "https", "x-request-id", "5b0e6f0c-2a55-4d3b-9a57-0c1a3d6e9f11",
-		"x-envoy-expected-rq-timeout-ms", "15000", "content-type", "application/json",
-		"cookie", "session=3q2+7wAAAAA; theme=dark; consent=analytics,ads",
-	}, kv...)...)
+	r := req()
+	r.Headers = append([]Header(nil), BrowserHeaders...)
+	replaced := map[string]bool{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		name, v := kv[i], kv[i+1]
+		if j := slices.IndexFunc(r.Headers, func(h Header) bool { return h[0] == name }); j >= 0 && !replaced[name] && j < len(BrowserHeaders) {
+			r.Headers[j][1] = v
+			replaced[name] = true
+			continue
+		}
+		r.Headers = append(r.Headers, Header{name, v})
+	}
 	if huge {
 		for i := range 70 {
 			r.Headers = append(r.Headers, Header{"x-filler-" + strconv.Itoa(i), "v" + strconv.Itoa(i)})
 		}
 	}
-	// Later pairs override earlier ones with the same pseudo-header name:
-	// keep the last of each, as a client sends one.
-	seen := map[string]int{}
-	out := r.Headers[:0]
-	for _, h := range r.Headers {
-		if h[0][0] == ':' {
-			if i, ok := seen[h[0]]; ok {
-				out[i] = h
-				continue
-			}
-			seen[h[0]] = len(out)
-		}
-		out = append(out, h)
-	}
-	r.Headers = out
 	return r
 }
 
@@ -89,7 +94,7 @@ func headersReadInOneCall(t *testing.T, start Starter) {
 					kv[i+1] += suffix
 				}
 			}
-			r := browserRequest(huge, append(kv, "x-forwarded-for", "198.51.100.1, 203.0.113.7")...)
+			r := browserRequest(huge, kv...)
 			got := admitted(t, h, c.n+2, r)
 			if got != c.n {
 				t.Errorf("%s: %d of %d admitted, want %d (rule %q)", what, got, c.n+2, c.n, c.rule)
@@ -105,8 +110,7 @@ func headersReadInOneCall(t *testing.T, start Starter) {
 			wantHeaders(t, what, res.ResponseHeaders, "ratelimit-policy", `"`+c.rule+`";q=`+strconv.Itoa(c.n)+`;w=`+strconv.Itoa(c.n))
 		}
 		// The repeated header's second value alone is another identity.
-		r := browserRequest(huge, "x-tag", "t2"+suffix, ":authority", "api.example", ":path", "/items?page=2",
-			"x-forwarded-for", "198.51.100.1, 203.0.113.7")
+		r := browserRequest(huge, "x-tag", "t2"+suffix, ":authority", "api.example", ":path", "/items?page=2")
 		if got := admitted(t, h, 2, r); got != 2 {
 			t.Errorf("second tag value%s: %d of 2 admitted", suffix, got)
 		}
