@@ -198,7 +198,8 @@ func benchStreams(b *testing.B, cases []streamCase) {
 // (x-base) against the same configuration without the trial, interleaved.
 // The request has 5 headers (the pseudo-headers and x-api-key); the
 // "browser" cases send the 15 of a realistic request
-// (bench.BrowserHeaders). The "headers=N" cases add filler headers up to N
+// (bench.BrowserHeaders), "browser+plan" those and x-plan: free. The
+// "headers=N" cases add filler headers up to N (+plan: x-plan among them)
 // without a trial base: with SLUICE_ENVOYHOST_BASE_WASM set to a build that
 // reads header by header, their x-base is the whole-map read against
 // single reads at that header count (how maxPairsHeaders in
@@ -214,9 +215,18 @@ func BenchmarkEnvoyHostTrial(b *testing.B) {
 		{name: "browser/trial-rules=1", config: bench.TrialConfig(1, "header:x-plan"), req: browser, baseConfig: bench.TrialConfig(0, "")},
 		{name: "browser/trial-rules=4", config: bench.TrialConfig(4, "header:x-plan"), req: browser, baseConfig: bench.TrialConfig(0, "")},
 	}
-	for _, n := range []int{16, 32, 48, 64, 96, 128} {
+	// The same with x-plan: free sent, as under a trial of plan tiers (the
+	// trial rule reads a header that is there, matching another value).
+	plan := scenario.Request{Headers: append(bench.BrowserHeaders("k", 0), scenario.Header{"x-plan", "free"})}
+	cases = append(cases,
+		streamCase{name: "browser+plan/no-trial", config: bench.TrialConfig(0, ""), req: plan},
+		streamCase{name: "browser+plan/trial-rules=1", config: bench.TrialConfig(1, "header:x-plan"), req: plan, baseConfig: bench.TrialConfig(0, "")},
+		streamCase{name: "browser+plan/trial-rules=4", config: bench.TrialConfig(4, "header:x-plan"), req: plan, baseConfig: bench.TrialConfig(0, "")})
+	for _, n := range []int{16, 24, 32, 64} {
 		cases = append(cases, streamCase{name: fmt.Sprintf("headers=%d/trial-rules=1", n), config: bench.TrialConfig(1, "header:x-plan"),
 			req: scenario.Request{Headers: bench.BrowserHeaders("k", n-15)}})
+		cases = append(cases, streamCase{name: fmt.Sprintf("headers=%d+plan/trial-rules=1", n), config: bench.TrialConfig(1, "header:x-plan"),
+			req: scenario.Request{Headers: append(bench.BrowserHeaders("k", n-16), scenario.Header{"x-plan", "free"})}})
 	}
 	benchStreams(b, cases)
 }

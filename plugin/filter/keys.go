@@ -72,9 +72,10 @@ type requestSources struct {
 	prop []byte
 
 	// The header map read whole (pairs.go): whole is its state for this
-	// request, pairs its bytes in the proxy-wasm map encoding, part of vals.
+	// request, found the values of compiledConfig.readNames in it (views
+	// of vals).
 	whole uint8
-	pairs []byte
+	found []pairSlot
 }
 
 // maxKeptValues bounds the header-value buffer kept between requests.
@@ -122,7 +123,7 @@ func (rs *requestSources) get(s sourceRef) (string, bool) {
 	case policy.SourceHeader:
 		c = &rs.headers[s.idx]
 		if rs.unread(c) {
-			c.set(rs.header(rs.cfg.headerNames[s.idx]))
+			c.set(rs.header(rs.cfg.headerNames[s.idx], rs.cfg.headerRead[s.idx]))
 		}
 	case policy.SourceQuery:
 		c = &rs.queries[s.idx]
@@ -144,12 +145,12 @@ func (rs *requestSources) get(s sourceRef) (string, bool) {
 	case policy.SourceMethod:
 		c = &rs.method
 		if rs.unread(c) {
-			c.set(rs.header(":method"))
+			c.set(rs.header(":method", rs.cfg.fixedRead[fixedMethod]))
 		}
 	case policy.SourceHost:
 		c = &rs.host
 		if rs.unread(c) {
-			h, ok := rs.header(":authority")
+			h, ok := rs.header(":authority", rs.cfg.fixedRead[fixedHost])
 			c.set(request.LowerASCII(h), ok)
 		}
 	case policy.SourceIP:
@@ -160,7 +161,7 @@ func (rs *requestSources) get(s sourceRef) (string, bool) {
 	case sourceRawPath:
 		c = &rs.rawPath
 		if rs.unread(c) {
-			c.set(rs.header(":path"))
+			c.set(rs.header(":path", rs.cfg.fixedRead[fixedPath]))
 		}
 	default:
 		return "", false
@@ -203,11 +204,16 @@ func (rs *requestSources) unread(c *cachedValue) bool {
 
 // header returns the first value of a request header, a view of rs.vals:
 // from the map read whole when the request is read so (pairs.go), else
-// with one host call.
-func (rs *requestSources) header(name string) (v string, ok bool) {
-	if rs.whole != wholeOff {
-		if v, ok, done := rs.wholeHeader(name); done {
-			return v, ok
+// with one host call. ri is 1 + the name's index in
+// compiledConfig.readNames (0: not one of them).
+func (rs *requestSources) header(name string, ri int) (v string, ok bool) {
+	if rs.whole != wholeOff && ri > 0 {
+		if rs.whole == wholeUnread {
+			rs.readWhole()
+		}
+		if rs.whole == wholeRead {
+			f := &rs.found[ri-1]
+			return f.v, f.ok
 		}
 	}
 	v, rs.vals, ok = getRequestHeader(name, rs.vals)
@@ -224,7 +230,7 @@ const sourceAddressPath = "source\x00address"
 // Ports are stripped either way.
 func (rs *requestSources) clientIP() (string, bool) {
 	if hops := rs.cfg.trustedHops; hops > 0 {
-		if xff, ok := rs.header("x-forwarded-for"); ok {
+		if xff, ok := rs.header("x-forwarded-for", rs.cfg.fixedRead[fixedXFF]); ok {
 			if ip, ok := request.XFFClient(xff, hops); ok {
 				return ip, true
 			}
@@ -243,7 +249,7 @@ func (rs *requestSources) clientIP() (string, bool) {
 func (rs *requestSources) claim(name string) (string, bool) {
 	if rs.jwtState == unknown {
 		rs.jwtState = missing
-		if authz, ok := rs.header("authorization"); ok && request.ParseJWT(authz, &rs.jwt) {
+		if authz, ok := rs.header("authorization", rs.cfg.fixedRead[fixedAuthz]); ok && request.ParseJWT(authz, &rs.jwt) {
 			rs.jwtState = present
 		}
 	}

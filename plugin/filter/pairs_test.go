@@ -16,7 +16,7 @@ var envoyLikeMap = [][2]string{
 	{"x-empty", ""}, {"x-tag", "second"},
 }
 
-// decodeValid lists the pairs of a map validPairs accepted (trusting it).
+// decodeValid lists the pairs of a map indexPairs accepted (trusting it).
 func decodeValid(b []byte) [][2]string {
 	if len(b) == 0 {
 		return nil
@@ -32,47 +32,58 @@ func decodeValid(b []byte) [][2]string {
 	return out
 }
 
-func TestValidPairsAcceptsWhatAppendHeaderMapWrites(t *testing.T) {
+// lookup indexes b for names and returns the values found and whether b
+// was accepted.
+func lookup(b []byte, names ...string) ([]pairSlot, bool) {
+	var mask uint64
+	for _, n := range names {
+		mask |= lengthBit(uint64(len(n)))
+	}
+	found := make([]pairSlot, len(names))
+	ok := indexPairs(b, names, mask, found)
+	return found, ok
+}
+
+func TestIndexPairsReadsWhatAppendHeaderMapWrites(t *testing.T) {
 	for _, m := range [][][2]string{envoyLikeMap, {{"a", "b"}}, {{"", ""}}, {}} {
 		b := appendHeaderMap(nil, m)
-		if !validPairs(b) {
+		names := make([]string, len(m))
+		for i, kv := range m {
+			names[i] = kv[0]
+		}
+		found, ok := lookup(b, names...)
+		if !ok {
 			t.Fatalf("%q: valid map refused", m)
 		}
-		for _, kv := range m {
-			v, ok := pairValue(b, kv[0])
-			if !ok || kv[0] != "x-tag" && v != kv[1] {
-				t.Errorf("%q: pairValue(%q) = %q, %v; want %q", m, kv[0], v, ok, kv[1])
+		for i, kv := range m {
+			if !found[i].ok || kv[0] != "x-tag" && found[i].v != kv[1] {
+				t.Errorf("%q: %q = %+v, want %q", m, kv[0], found[i], kv[1])
 			}
 		}
 	}
-	if !validPairs(nil) {
-		t.Fatal("the host's empty map (no bytes) refused")
-	}
-	if v, ok := pairValue(nil, "x-a"); ok {
-		t.Fatalf("a header found in the empty map: %q", v)
+	if found, ok := lookup(nil, "x-a"); !ok || found[0].ok {
+		t.Fatalf("the host's empty map (no bytes): %+v, %v; want accepted, x-a absent", found, ok)
 	}
 }
 
-func TestPairValueIsTheFirstOfARepeatedHeader(t *testing.T) {
-	b := appendHeaderMap(nil, envoyLikeMap)
-	for _, c := range []struct {
-		name, want string
-		ok         bool
-	}{
-		{"x-tag", "first", true},
-		{":path", "/v1/items?page=2", true},
-		{"x-empty", "", true},
-		{"x-absent", "", false},
-		{"X-Tag", "", false}, // names arrive lower-case, like the filter's
-		{"x-ta", "", false},
-	} {
-		if v, ok := pairValue(b, c.name); v != c.want || ok != c.ok {
-			t.Errorf("pairValue(%q) = %q, %v; want %q, %v", c.name, v, ok, c.want, c.ok)
+func TestIndexPairsFindsTheFirstOfARepeatedHeader(t *testing.T) {
+	names := []string{"x-tag", ":path", "x-empty", "x-absent", "X-Tag", "x-ta",
+		"a-name-longer-than-sixty-three-bytes-shares-the-last-length-bit-x"}
+	want := []pairSlot{{"first", true}, {"/v1/items?page=2", true}, {"", true}, {}, {}, {}, {"long", true}}
+	m := append(slices.Clone(envoyLikeMap), [2]string{names[6], "long"},
+		[2]string{"a-name-longer-than-sixty-three-bytes-shares-the-last-length-bit-y", "other"})
+	found, ok := lookup(appendHeaderMap(nil, m), names...)
+	if !ok {
+		t.Fatal("valid map refused")
+	}
+	for i := range names {
+		if found[i] != want[i] {
+			t.Errorf("%q = %+v, want %+v", names[i], found[i], want[i])
 		}
 	}
 }
 
-func TestValidPairsRefusesMalformedMaps(t *testing.T) {
+func TestIndexPairsRefusesMalformedMaps(t *testing.T) {
 	valid := appendHeaderMap(nil, [][2]string{{"x-a", "1"}, {"x-b", "22"}})
 	mutate := func(f func(b []byte) []byte) []byte { return f(slices.Clone(valid)) }
 	for name, b := range map[string][]byte{
@@ -87,35 +98,35 @@ func TestValidPairsRefusesMalformedMaps(t *testing.T) {
 		"trailing bytes":         append(slices.Clone(valid), 0),
 		"zero pairs, more bytes": {0, 0, 0, 0, 0},
 	} {
-		if validPairs(b) {
+		if _, ok := lookup(b, "x-a", "x-b"); ok {
 			t.Errorf("%s: accepted %x", name, b)
 		}
-		pairValue(b, "x-b") // never panics, whatever it answers
 	}
 }
 
-func FuzzValidPairs(f *testing.F) {
+func FuzzIndexPairs(f *testing.F) {
 	f.Add(appendHeaderMap(nil, envoyLikeMap), "x-tag")
 	f.Add(appendHeaderMap(nil, [][2]string{{"", ""}}), "")
 	f.Add([]byte{}, "a")
 	f.Add([]byte{1, 0, 0, 0, 255, 255, 255, 255, 0, 0, 0, 0}, "a")
 	f.Add([]byte{2, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 'a', 0, 'b', 0}, "a")
 	f.Fuzz(func(t *testing.T, b []byte, name string) {
-		v, ok := pairValue(b, name) // never panics, valid or not
-		if !validPairs(b) {
+		found, ok := lookup(b, name, "x-tag") // never panics, valid or not
+		if !ok {
 			return
 		}
-		// What was accepted encodes back to exactly the same bytes, and
-		// a lookup finds the first pair of that name.
+		// What was accepted has lengths that add up (it encodes back to as
+		// many bytes; the NULs of pairs never compared are not checked),
+		// and the value found is that of the first pair of that name.
 		m := decodeValid(b)
 		if len(b) > 0 {
-			if re := appendHeaderMap(nil, m); !slices.Equal(re, b) {
+			if re := appendHeaderMap(nil, m); len(re) != len(b) {
 				t.Fatalf("accepted %x, re-encodes as %x", b, re)
 			}
 		}
 		i := slices.IndexFunc(m, func(kv [2]string) bool { return kv[0] == name })
-		if ok != (i >= 0) || ok && v != m[i][1] {
-			t.Fatalf("pairValue(%q) = %q, %v; the map is %q", name, v, ok, m)
+		if found[0].ok != (i >= 0) || found[0].ok && found[0].v != m[i][1] {
+			t.Fatalf("%q = %+v; the map is %q", name, found[0], m)
 		}
 	})
 }
@@ -150,5 +161,28 @@ func TestConfigurationCountsTheHeadersItCanRead(t *testing.T) {
 		if !slices.Equal(cc.readNames, c.reads) {
 			t.Errorf("%s: reads %q, want %q", c.name, cc.readNames, c.reads)
 		}
+	}
+}
+
+// Every read goes to the slot of its name in readNames.
+func TestConfigurationMapsEachReadToItsSlot(t *testing.T) {
+	cc := &compiledConfig{}
+	key := cc.ref(policy.KeySource{Kind: policy.SourceHeader, Name: "X-Api-Key"})
+	cc.ref(policy.KeySource{Kind: policy.SourceMethod})
+	plan := cc.ref(policy.KeySource{Kind: policy.SourceHeader, Name: "x-plan"})
+	if !slices.Equal(cc.readNames, []string{"x-api-key", ":method", "x-plan"}) {
+		t.Fatalf("readNames %q", cc.readNames)
+	}
+	if got := cc.headerRead[key.idx]; got != 1 {
+		t.Errorf("x-api-key reads slot %d, want 1", got)
+	}
+	if got := cc.headerRead[plan.idx]; got != 3 {
+		t.Errorf("x-plan reads slot %d, want 3", got)
+	}
+	if cc.fixedRead[fixedMethod] != 2 || cc.fixedRead[fixedPath] != 0 {
+		t.Errorf("fixed slots %v, want :method in 2 and :path unread", cc.fixedRead)
+	}
+	if want := lengthBit(9) | lengthBit(7) | lengthBit(6); cc.readMask != want {
+		t.Errorf("readMask %b, want %b", cc.readMask, want)
 	}
 }

@@ -2,11 +2,11 @@ package scenario
 
 // Header reads: a configuration that reads several request headers reads
 // the whole header map in one host call and answers every lookup from it
-// (up to 64 headers; a larger map is read header by header). Either way a
+// (up to 16 headers; a larger map is read header by header). Either way a
 // request is decided on the same values: the first value of a repeated
 // header, names asked in any case, pseudo-headers for path, query, method
 // and host, X-Forwarded-For for the client address, the bearer token for
-// claims. Each request below is a browser-like request of about 15
+// claims. Each request below is a browser-like request of 14 to 16
 // headers, sent once as it is and once with 70 more headers.
 
 import (
