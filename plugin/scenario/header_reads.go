@@ -39,7 +39,7 @@ var BrowserHeaders = []Header{
 	{"x-forwarded-for", "198.51.100.1, 203.0.113.7"}, {"x-forwarded-proto", "https"},
 	{"x-request-id", "5b0e6f0c-2a55-4d3b-9a57-0c1a3d6e9f11"}, {"x-envoy-expected-rq-timeout-ms", "15000"},
 	{"content-type", "application/json"},
-	{"cookie", "session=eyJ1aWQiOjQyLCJleHAiOjE3NjQwMDAwMDB9.c2lnbmF0dXJl; theme=dark; lang=en-GB; " +
+	{"cookie", "sid=eyJ1aWQiOjQyLCJleHAiOjE3NjQwMDAwMDB9.c2lnbmF0dXJl; theme=dark; lang=en-GB; " +
 		"consent=analytics,ads,functional; _ga=GA1.2.1234567890.1700000000; _gid=GA1.2.987654321.1700000000; cart=3f9a"},
 }
 
