@@ -76,6 +76,10 @@ type requestSources struct {
 	// of vals).
 	whole uint8
 	found []pairSlot
+	// presentReads counts this request's header lookups that found the header
+	// present, presentAvg its moving average over recent requests (pairs.go).
+	presentReads int
+	presentAvg   int32
 }
 
 // maxKeptValues bounds the header-value buffer kept between requests.
@@ -213,10 +217,16 @@ func (rs *requestSources) header(name string, ri int) (v string, ok bool) {
 		}
 		if rs.whole == wholeRead {
 			f := &rs.found[ri-1]
+			if f.ok {
+				rs.presentReads++
+			}
 			return f.v, f.ok
 		}
 	}
 	v, rs.vals, ok = getRequestHeader(name, rs.vals)
+	if ok {
+		rs.presentReads++
+	}
 	return v, ok
 }
 

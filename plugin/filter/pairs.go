@@ -7,12 +7,15 @@ import "encoding/binary"
 // Under Envoy's host every call that returns a value costs far more than
 // the value (about 1 µs for WasmBase::allocMemory, see
 // docs/design/performance.md), so a configuration that can read two or more
-// request headers fetches the whole header map once, with
+// request headers may fetch the whole header map once, with
 // proxy_get_header_map_pairs, at the request's first header read, and
-// answers that and every later header lookup of the request from it. A
-// configuration that reads one header keeps the single get, and a request
-// with more than maxPairsHeaders headers (a large map costs more to copy
-// and walk than the gets it saves) is read header by header.
+// answer that and every later header lookup of the request from it. The
+// whole read costs about 1.5 gets that return a value, so it pays only
+// where it replaces two such gets or more: it is used while the VM's
+// recent requests found, on average, at least wholeMinPresent of the
+// headers they looked up present (a moving average, presentAvg), and only
+// for requests of at most maxPairsHeaders headers. A configuration that
+// reads one header keeps the single get.
 
 // maxPairsHeaders is the largest header count (the count Envoy passes to
 // on_request_headers) read whole. Under Envoy's host with WAMR fast JIT
@@ -95,12 +98,26 @@ const (
 	wholeRead                // rs.found holds the values
 )
 
-// startWhole sets how this request's headers are read: whole when the
-// configuration can read several and the host reported at most
-// maxPairsHeaders headers.
+// The moving average of present headers per request (presentAvg) is kept
+// in 1/256ths and moves a quarter of the way to each request's count, so a
+// traffic mix that changes is followed within a few requests.
+const (
+	presentScale = 256
+	presentShift = 2
+	// wholeMinPresent: the average (x presentScale) from which requests
+	// are read whole: 1.75 present headers per request.
+	wholeMinPresent = presentScale * 7 / 4
+)
+
+// startWhole folds the last request's count of present headers into the
+// moving average and sets how this request's headers are read: whole when
+// the configuration can read several, recent requests had several of them,
+// and the host reported at most maxPairsHeaders headers.
 func (rs *requestSources) startWhole(numHeaders int) {
+	rs.presentAvg += (int32(rs.presentReads)*presentScale - rs.presentAvg) >> presentShift
+	rs.presentReads = 0
 	rs.whole = wholeOff
-	if rs.cfg.readsSeveral && numHeaders > 0 && numHeaders <= maxPairsHeaders {
+	if rs.cfg.readsSeveral && rs.presentAvg >= wholeMinPresent && numHeaders > 0 && numHeaders <= maxPairsHeaders {
 		rs.whole = wholeUnread
 	}
 }

@@ -186,3 +186,46 @@ func TestConfigurationMapsEachReadToItsSlot(t *testing.T) {
 		t.Errorf("readMask %b, want %b", cc.readMask, want)
 	}
 }
+
+// TestHeadersAreReadWholeOnlyWhileRequestsFindSeveral: the whole map is
+// read only after requests that found two or more of their headers
+// present, stops being read soon after they find one, and never for a
+// configuration reading one header or a request with too many headers.
+func TestHeadersAreReadWholeOnlyWhileRequestsFindSeveral(t *testing.T) {
+	several := &compiledConfig{readsSeveral: true}
+	var rs requestSources
+	// requests runs n requests that each found present headers and
+	// returns how many of them were read whole.
+	requests := func(cfg *compiledConfig, n, present, numHeaders int) (whole int) {
+		for range n {
+			rs.reset(cfg, numHeaders)
+			if rs.whole == wholeUnread {
+				whole++
+			}
+			rs.presentReads = present
+		}
+		return whole
+	}
+	if w := requests(several, 1, 2, 10); w != 0 {
+		t.Fatalf("the first request was read whole with no history")
+	}
+	if w := requests(several, 20, 1, 10); w != 0 {
+		t.Fatalf("%d of 20 requests finding one header were read whole", w)
+	}
+	if w := requests(several, 20, 2, 10); w < 15 {
+		t.Fatalf("only %d of 20 requests finding two headers were read whole", w)
+	}
+	if w := requests(several, 1, 2, maxPairsHeaders+1); w != 0 {
+		t.Fatalf("a request of %d headers was read whole", maxPairsHeaders+1)
+	}
+	if w := requests(&compiledConfig{}, 5, 3, 10); w != 0 {
+		t.Fatalf("%d requests read whole for a configuration reading one header", w)
+	}
+	requests(several, 20, 3, 10)
+	if w := requests(several, 20, 1, 10); w > 5 {
+		t.Fatalf("%d of 20 requests finding one header were still read whole after a mix change", w)
+	}
+	if w := requests(several, 20, 0, 10); w != 0 {
+		t.Fatalf("%d of 20 requests finding no header were read whole", w)
+	}
+}

@@ -2,7 +2,8 @@ package scenario
 
 // Header reads: a configuration that reads several request headers reads
 // the whole header map in one host call and answers every lookup from it
-// (up to 16 headers; a larger map is read header by header). Either way a
+// once its recent requests carried several of those headers (up to 16
+// headers; a larger map is read header by header). Either way a
 // request is decided on the same values: the first value of a repeated
 // header, names asked in any case, pseudo-headers for path, query, method
 // and host, X-Forwarded-For for the client address, the bearer token for
