@@ -2,7 +2,10 @@ package bench
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
+
+	"github.com/sluice-rl/sluice/plugin/scenario"
 )
 
 // trialBase is a configuration a shadow trial is pushed over: an open
@@ -30,3 +33,20 @@ func TrialConfig(n int, matchOn string) string {
 	}
 	return fmt.Sprintf(trialBase, `, {"name": "trial-tiers", "rules": [`+strings.Join(rules, ",")+`]}`)
 }
+
+// BrowserHeaders are the 15 headers of a realistic allowed request
+// (scenario.BrowserHeaders with a bearer token and apiKey as x-api-key),
+// followed by filler more headers ("x-filler-<i>": "v<i>").
+func BrowserHeaders(apiKey string, filler int) [][2]string {
+	h := append([][2]string(nil), scenario.BrowserHeaders...)
+	h = append(h, [2]string{"authorization", browserToken}, [2]string{"x-api-key", apiKey})
+	for i := range filler {
+		h = append(h, [2]string{"x-filler-" + strconv.Itoa(i), "v" + strconv.Itoa(i)})
+	}
+	return h
+}
+
+// browserToken is an OIDC-sized bearer token (its signature is not read).
+const browserToken = "Bearer eyJhbGciOiJSUzI1NiIsImtpZCI6ImsxIn0." +
+	"eyJpc3MiOiJodHRwczovL2lkcC5leGFtcGxlIiwic3ViIjoidXNlci00MiIsImF1ZCI6InNob3AiLCJleHAiOjE3NjQwMDAwMDAsInBsYW4iOiJwcm8ifQ." +
+	"c2lnbmF0dXJlLW5vdC1jaGVja2VkLWJ5LXRoZS1maWx0ZXI"

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/sluice-rl/sluice/plugin/wasmhost"
 )
 
 // BenchmarkTrial is the cost of a shadow trial on an allowed request whose
@@ -15,9 +17,11 @@ import (
 // more header read per request) or on one it reads already (x-api-key).
 // "marked" is a trial rule that marks the upstream request, as shadow
 // rules do by default (one more host call per request: the shadow header
-// is removed).
+// is removed). The request has 5 headers (Headers); the "req=browser"
+// cases send the 15 of a realistic request instead (BrowserHeaders).
 func BenchmarkTrial(b *testing.B) {
 	req := same(Headers("x-api-key", "k1"))
+	browser := same(&wasmhost.Request{Headers: BrowserHeaders("k1", 0), Properties: Headers().Properties})
 	for _, n := range []int{0, 1, 4} {
 		b.Run(fmt.Sprintf("vs-empty/trial-rules=%d", n), func(b *testing.B) {
 			Run(b, Case{Wasm: pluginWasm(b), Floor: floorWasm(b), Config: TrialConfig(n, "header:x-plan"), Request: req, Rejected: &no})
@@ -35,4 +39,13 @@ func BenchmarkTrial(b *testing.B) {
 		marked := strings.Replace(TrialConfig(1, "header:x-plan"), `"shadow_mark": false, `, "", 1)
 		Run(b, Case{Wasm: pluginWasm(b), Floor: pluginWasm(b), Config: marked, FloorConfig: TrialConfig(0, ""), Request: req, Rejected: &no})
 	})
+	b.Run("vs-empty/trial-rules=0/req=browser", func(b *testing.B) {
+		Run(b, Case{Wasm: pluginWasm(b), Floor: floorWasm(b), Config: TrialConfig(0, ""), Request: browser, Rejected: &no})
+	})
+	for _, n := range []int{1, 4} {
+		b.Run(fmt.Sprintf("vs-no-trial/match=x-plan/trial-rules=%d/req=browser", n), func(b *testing.B) {
+			Run(b, Case{Wasm: pluginWasm(b), Floor: pluginWasm(b), Config: TrialConfig(n, "header:x-plan"), FloorConfig: TrialConfig(0, ""),
+				Request: browser, Rejected: &no})
+		})
+	}
 }

@@ -26,6 +26,9 @@ var probeScripts = []struct {
 		"set k v4 0; get k; set fresh x 12345; get fresh; set n 5 0; incr n; get n; set k _ 0; get k"},
 	{name: "request headers", probe: "hget :path; hget X-Missing; hadd X-Up A; hadd x-up B; hget X-UP; " +
 		"hrep x-up C; hpairs; hdel x-up; hget x-up; hrep x-new N; hget x-new"},
+	{name: "request header map bytes and size", probe: "hraw; hsize; hadd X-Rep 1; hadd x-rep 2; hadd x-empty _; hraw; hsize; " +
+		"hdel x-rep; hraw"},
+	{name: "response header map bytes and size", probeResp: "rraw; rsize; radd x-a 1; radd X-A 2; rraw; rsize"},
 	{name: "response headers during the request phase", probe: "rget :status; radd a b; rpairs; rrep a c; rdel a"},
 	{name: "response headers", probeResp: "rget :status; radd x-a 1; radd x-a 2; rrep x-a 3; rget x-a; rpairs; rdel x-a; rget x-a"},
 	{name: "properties", probe: "prop node.id; prop plugin_name; prop plugin_root_id; prop plugin_vm_id; " +

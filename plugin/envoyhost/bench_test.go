@@ -196,13 +196,39 @@ func benchStreams(b *testing.B, cases []streamCase) {
 // four rules that do not match the request (bench.TrialConfig, matching on
 // a header the current policy does not read), against the empty plugin and
 // (x-base) against the same configuration without the trial, interleaved.
+// The request has 5 headers (the pseudo-headers and x-api-key); the
+// "browser" cases send the 15 of a realistic request
+// (bench.BrowserHeaders), "browser+plan" those and x-plan: free. The
+// "headers=N" cases add filler headers up to N (+plan: x-plan among them)
+// without a trial base: with SLUICE_ENVOYHOST_BASE_WASM set to a build that
+// reads header by header, their x-base is the whole-map read against
+// single reads at that header count (how maxPairsHeaders in
+// plugin/filter/pairs.go was chosen).
 func BenchmarkEnvoyHostTrial(b *testing.B) {
 	req := hdr("x-api-key", "k")
-	benchStreams(b, []streamCase{
+	browser := scenario.Request{Headers: bench.BrowserHeaders("k", 0)}
+	cases := []streamCase{
 		{name: "no-trial", config: bench.TrialConfig(0, ""), req: req},
 		{name: "trial-rules=1", config: bench.TrialConfig(1, "header:x-plan"), req: req, baseConfig: bench.TrialConfig(0, "")},
 		{name: "trial-rules=4", config: bench.TrialConfig(4, "header:x-plan"), req: req, baseConfig: bench.TrialConfig(0, "")},
-	})
+		{name: "browser/no-trial", config: bench.TrialConfig(0, ""), req: browser},
+		{name: "browser/trial-rules=1", config: bench.TrialConfig(1, "header:x-plan"), req: browser, baseConfig: bench.TrialConfig(0, "")},
+		{name: "browser/trial-rules=4", config: bench.TrialConfig(4, "header:x-plan"), req: browser, baseConfig: bench.TrialConfig(0, "")},
+	}
+	// The same with x-plan: free sent, as under a trial of plan tiers (the
+	// trial rule reads a header that is there, matching another value).
+	plan := scenario.Request{Headers: append(bench.BrowserHeaders("k", 0), scenario.Header{"x-plan", "free"})}
+	cases = append(cases,
+		streamCase{name: "browser+plan/no-trial", config: bench.TrialConfig(0, ""), req: plan},
+		streamCase{name: "browser+plan/trial-rules=1", config: bench.TrialConfig(1, "header:x-plan"), req: plan, baseConfig: bench.TrialConfig(0, "")},
+		streamCase{name: "browser+plan/trial-rules=4", config: bench.TrialConfig(4, "header:x-plan"), req: plan, baseConfig: bench.TrialConfig(0, "")})
+	for _, n := range []int{16, 24, 32, 64} {
+		cases = append(cases, streamCase{name: fmt.Sprintf("headers=%d/trial-rules=1", n), config: bench.TrialConfig(1, "header:x-plan"),
+			req: scenario.Request{Headers: bench.BrowserHeaders("k", n-15)}})
+		cases = append(cases, streamCase{name: fmt.Sprintf("headers=%d+plan/trial-rules=1", n), config: bench.TrialConfig(1, "header:x-plan"),
+			req: scenario.Request{Headers: append(bench.BrowserHeaders("k", n-16), scenario.Header{"x-plan", "free"})}})
+	}
+	benchStreams(b, cases)
 }
 
 // reportCPU reports the same on the VM threads' CPU time: cpu-ns/op,
@@ -343,7 +369,7 @@ func BenchmarkEnvoyHostCallCost(b *testing.B) {
 		reps         int // operations per stream
 	}
 	cases := []costCase{{"none", "", 4}}
-	for _, o := range []string{"absent", "header", "clock", "get", "set", "metric", "response"} {
+	for _, o := range []string{"absent", "header", "pairs", "clock", "get", "set", "metric", "response"} {
 		cases = append(cases, costCase{o, strings.Repeat(o+" ", 4), 4})
 	}
 	cases = append(cases, costCase{"allowed-calls", "header clock get set metric response response", 1})

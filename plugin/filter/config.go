@@ -26,6 +26,18 @@ type compiledConfig struct {
 	queryNames  []string
 	claimNames  []string
 
+	// readNames are the distinct request headers the configuration can
+	// read: headerNames and the headers behind the other sources
+	// (fixedNames). headerRead and fixedRead hold 1 + their index in it
+	// (0: not read); readMask has lengthBit of each name's length (pairs.go);
+	// readsSeveral: two or more, so a request's headers are read in one
+	// call.
+	readNames    []string
+	headerRead   []int // by headerNames index
+	fixedRead    [numFixed]int
+	readMask     uint64
+	readsSeveral bool
+
 	rejectStatus    uint32
 	responseHeaders bool
 	legacyHeaders   bool // also RateLimit-Limit, -Remaining, -Reset (headers.go)
@@ -158,6 +170,7 @@ func compile(c *policy.Config, vm *vmContext) *compiledConfig {
 		}
 		cc.policies = append(cc.policies, rules)
 	}
+	cc.readsSeveral = len(cc.readNames) >= 2
 	return cc
 }
 
@@ -231,17 +244,63 @@ func (cr *compiledRule) compileLimits(r *policy.Rule) {
 }
 
 // ref resolves a key source to a cache slot, assigning one index per
-// distinct header, query parameter or claim name.
+// distinct header, query parameter or claim name, and notes the request
+// header it reads in readNames.
 func (cc *compiledConfig) ref(k policy.KeySource) sourceRef {
+	if f, ok := fixedOf(k.Kind, cc.trustedHops); ok {
+		cc.fixedRead[f] = cc.read(fixedNames[f])
+	}
 	switch k.Kind {
 	case policy.SourceHeader:
-		return sourceRef{kind: k.Kind, idx: indexOf(&cc.headerNames, strings.ToLower(k.Name))}
+		name := strings.ToLower(k.Name)
+		idx := indexOf(&cc.headerNames, name)
+		if idx == len(cc.headerRead) {
+			cc.headerRead = append(cc.headerRead, cc.read(name))
+		}
+		return sourceRef{kind: k.Kind, idx: idx}
 	case policy.SourceQuery:
 		return sourceRef{kind: k.Kind, idx: indexOf(&cc.queryNames, k.Name)}
 	case policy.SourceJWT:
 		return sourceRef{kind: k.Kind, idx: indexOf(&cc.claimNames, k.Name)}
 	}
 	return sourceRef{kind: k.Kind}
+}
+
+// read adds a request header name to readNames and returns 1 + its index.
+func (cc *compiledConfig) read(name string) int {
+	cc.readMask |= lengthBit(uint64(len(name)))
+	return 1 + indexOf(&cc.readNames, name)
+}
+
+// The request headers behind the sources that are not headers
+// (requestSources.get), by compiledConfig.fixedRead index.
+const (
+	fixedPath   = iota // :path, for path and query sources
+	fixedMethod        // :method
+	fixedHost          // :authority
+	fixedAuthz         // authorization, for JWT claims
+	fixedXFF           // x-forwarded-for, for the client address when xff_trusted_hops > 0
+	numFixed
+)
+
+var fixedNames = [numFixed]string{":path", ":method", ":authority", "authorization", "x-forwarded-for"}
+
+// fixedOf is the fixed header a source of kind k reads, if any (the peer
+// address reads none).
+func fixedOf(k policy.SourceKind, trustedHops int) (int, bool) {
+	switch k {
+	case policy.SourceQuery, policy.SourcePath:
+		return fixedPath, true
+	case policy.SourceMethod:
+		return fixedMethod, true
+	case policy.SourceHost:
+		return fixedHost, true
+	case policy.SourceJWT:
+		return fixedAuthz, true
+	case policy.SourceIP:
+		return fixedXFF, trustedHops > 0
+	}
+	return 0, false
 }
 
 func indexOf(names *[]string, n string) int {

@@ -63,7 +63,7 @@ type appBuffers struct {
 // decide runs the rate limit for one request; see the package comment.
 func (p *pluginContext) decide(h *httpContext) types.Action {
 	cfg := p.cfg
-	p.rs.reset(cfg)
+	p.rs.reset(cfg, h.numHeaders)
 	p.shadow = p.shadow[:0]
 	apps := p.selectRules()
 	shadowDenied := false

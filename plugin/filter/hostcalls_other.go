@@ -23,6 +23,14 @@ func getRequestHeader(name string, buf []byte) (string, []byte, bool) {
 	return bytesView(buf[start:]), buf, true
 }
 
+func getRequestHeaderPairs(buf []byte) ([]byte, bool) {
+	pairs, err := proxywasm.GetHttpRequestHeaders()
+	if err != nil {
+		return buf, false
+	}
+	return appendHeaderMap(buf, pairs), true
+}
+
 func getResponseValue(trailer bool, name string, buf []byte) (string, []byte, bool) {
 	get := proxywasm.GetHttpResponseHeader
 	if trailer {

@@ -111,6 +111,20 @@ func getRequestHeader(name string, buf []byte) (v string, grown []byte, ok bool)
 	return getHeaderValue(mapTypeRequestHeaders, name, buf)
 }
 
+//go:wasmimport env proxy_get_header_map_pairs
+func rawGetHeaderMapPairs(mapType uint32, retData unsafe.Pointer, retSize unsafe.Pointer) uint32
+
+// getRequestHeaderPairs appends the whole request header map, in the
+// proxy-wasm map encoding (appendPairs decodes it), to buf and returns the
+// grown buf; ok is false when the host fails. Like the other getters, the
+// host writes it into the scratch buffer and it is copied out at once.
+func getRequestHeaderPairs(buf []byte) (grown []byte, ok bool) {
+	scratch.armed = true
+	st := rawGetHeaderMapPairs(mapTypeRequestHeaders, unsafe.Pointer(&hostRet.data), unsafe.Pointer(&hostRet.size))
+	buf = takeInto(buf)
+	return buf, st == statusOK
+}
+
 // mapTypeResponseTrailers is proxy-wasm's response trailer map.
 const mapTypeResponseTrailers = 3
 

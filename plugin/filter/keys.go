@@ -70,6 +70,16 @@ type requestSources struct {
 	// the next reset, so reading a request allocates nothing.
 	vals []byte
 	prop []byte
+
+	// The header map read whole (pairs.go): whole is its state for this
+	// request, found the values of compiledConfig.readNames in it (views
+	// of vals).
+	whole uint8
+	found []pairSlot
+	// presentReads counts this request's header lookups that found the header
+	// present, presentAvg its moving average over recent requests (pairs.go).
+	presentReads int
+	presentAvg   int32
 }
 
 // maxKeptValues bounds the header-value buffer kept between requests.
@@ -77,8 +87,10 @@ const maxKeptValues = 64 << 10
 
 // reset starts a request: every cached value becomes unread. Counting a
 // generation instead of clearing the caches matters in wasm, where clearing
-// them was 6% of an allowed request's time in the guest.
-func (rs *requestSources) reset(cfg *compiledConfig) {
+// them was 6% of an allowed request's time in the guest. numHeaders is the
+// request's header count as the host reported it (0: unknown), which
+// decides whether its headers are read in one call (pairs.go).
+func (rs *requestSources) reset(cfg *compiledConfig, numHeaders int) {
 	rs.gen++
 	if cfg != rs.cfg || rs.gen == 0 { // a new configuration, or the count wrapped
 		rs.cfg = cfg
@@ -92,6 +104,7 @@ func (rs *requestSources) reset(cfg *compiledConfig) {
 	if cap(rs.vals) > maxKeptValues { // one request's huge headers are not kept for the VM's life
 		rs.vals = nil
 	}
+	rs.startWhole(numHeaders)
 	rs.jwtState = unknown
 	rs.jwt.Reset()
 }
@@ -114,7 +127,7 @@ func (rs *requestSources) get(s sourceRef) (string, bool) {
 	case policy.SourceHeader:
 		c = &rs.headers[s.idx]
 		if rs.unread(c) {
-			c.set(rs.header(rs.cfg.headerNames[s.idx]))
+			c.set(rs.header(rs.cfg.headerNames[s.idx], rs.cfg.headerRead[s.idx]))
 		}
 	case policy.SourceQuery:
 		c = &rs.queries[s.idx]
@@ -136,12 +149,12 @@ func (rs *requestSources) get(s sourceRef) (string, bool) {
 	case policy.SourceMethod:
 		c = &rs.method
 		if rs.unread(c) {
-			c.set(rs.header(":method"))
+			c.set(rs.header(":method", rs.cfg.fixedRead[fixedMethod]))
 		}
 	case policy.SourceHost:
 		c = &rs.host
 		if rs.unread(c) {
-			h, ok := rs.header(":authority")
+			h, ok := rs.header(":authority", rs.cfg.fixedRead[fixedHost])
 			c.set(request.LowerASCII(h), ok)
 		}
 	case policy.SourceIP:
@@ -152,7 +165,7 @@ func (rs *requestSources) get(s sourceRef) (string, bool) {
 	case sourceRawPath:
 		c = &rs.rawPath
 		if rs.unread(c) {
-			c.set(rs.header(":path"))
+			c.set(rs.header(":path", rs.cfg.fixedRead[fixedPath]))
 		}
 	default:
 		return "", false
@@ -193,9 +206,27 @@ func (rs *requestSources) unread(c *cachedValue) bool {
 	return true
 }
 
-// header returns the first value of a request header, a view of rs.vals.
-func (rs *requestSources) header(name string) (v string, ok bool) {
+// header returns the first value of a request header, a view of rs.vals:
+// from the map read whole when the request is read so (pairs.go), else
+// with one host call. ri is 1 + the name's index in
+// compiledConfig.readNames (0: not one of them).
+func (rs *requestSources) header(name string, ri int) (v string, ok bool) {
+	if rs.whole != wholeOff && ri > 0 {
+		if rs.whole == wholeUnread {
+			rs.readWhole()
+		}
+		if rs.whole == wholeRead {
+			f := &rs.found[ri-1]
+			if f.ok {
+				rs.presentReads++
+			}
+			return f.v, f.ok
+		}
+	}
 	v, rs.vals, ok = getRequestHeader(name, rs.vals)
+	if ok {
+		rs.presentReads++
+	}
 	return v, ok
 }
 
@@ -209,7 +240,7 @@ const sourceAddressPath = "source\x00address"
 // Ports are stripped either way.
 func (rs *requestSources) clientIP() (string, bool) {
 	if hops := rs.cfg.trustedHops; hops > 0 {
-		if xff, ok := rs.header("x-forwarded-for"); ok {
+		if xff, ok := rs.header("x-forwarded-for", rs.cfg.fixedRead[fixedXFF]); ok {
 			if ip, ok := request.XFFClient(xff, hops); ok {
 				return ip, true
 			}
@@ -228,7 +259,7 @@ func (rs *requestSources) clientIP() (string, bool) {
 func (rs *requestSources) claim(name string) (string, bool) {
 	if rs.jwtState == unknown {
 		rs.jwtState = missing
-		if authz, ok := rs.header("authorization"); ok && request.ParseJWT(authz, &rs.jwt) {
+		if authz, ok := rs.header("authorization", rs.cfg.fixedRead[fixedAuthz]); ok && request.ParseJWT(authz, &rs.jwt) {
 			rs.jwtState = present
 		}
 	}

@@ -82,22 +82,22 @@ func TestAppendHeaderMap(t *testing.T) {
 func TestRequestSourcesGenerations(t *testing.T) {
 	cfg := &compiledConfig{headerNames: []string{"x-api-key"}}
 	var rs requestSources
-	rs.reset(cfg)
+	rs.reset(cfg, 0)
 	rs.headers[0] = cachedValue{v: "k", state: present, gen: rs.gen}
 	rs.ip = cachedValue{v: "10.0.0.1", state: present, gen: rs.gen}
 	first := rs.gen
-	rs.reset(cfg)
+	rs.reset(cfg, 0)
 	if rs.gen == first || rs.headers[0].gen == rs.gen || rs.ip.gen == rs.gen {
 		t.Fatalf("after reset: gen %d, header gen %d, ip gen %d", rs.gen, rs.headers[0].gen, rs.ip.gen)
 	}
 	rs.headers[0] = cachedValue{v: "old", state: present, gen: 1}
 	rs.gen = math.MaxUint32
-	rs.reset(cfg)
+	rs.reset(cfg, 0)
 	if rs.gen != 1 || rs.headers[0] != (cachedValue{}) {
 		t.Fatalf("after the count wrapped: gen %d, header %+v", rs.gen, rs.headers[0])
 	}
 	other := &compiledConfig{headerNames: []string{"a", "b"}}
-	rs.reset(other)
+	rs.reset(other, 0)
 	if len(rs.headers) != 2 || rs.cfg != other {
 		t.Fatalf("a new configuration: %d header caches", len(rs.headers))
 	}
@@ -108,14 +108,14 @@ func TestRequestSourcesGenerations(t *testing.T) {
 func TestRequestSourcesDropHugeBuffers(t *testing.T) {
 	cfg := &compiledConfig{}
 	var rs requestSources
-	rs.reset(cfg)
+	rs.reset(cfg, 0)
 	rs.vals = append(rs.vals, make([]byte, 1000)...)
-	rs.reset(cfg)
+	rs.reset(cfg, 0)
 	if cap(rs.vals) < 1000 || len(rs.vals) != 0 {
 		t.Fatalf("a small buffer was not kept for reuse: len %d cap %d", len(rs.vals), cap(rs.vals))
 	}
 	rs.vals = append(rs.vals, make([]byte, maxKeptValues+1)...)
-	rs.reset(cfg)
+	rs.reset(cfg, 0)
 	if cap(rs.vals) != 0 {
 		t.Fatalf("a %d-byte buffer was kept", cap(rs.vals))
 	}

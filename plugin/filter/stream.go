@@ -45,6 +45,9 @@ type httpContext struct {
 	local   bool           // we sent a local reply (our 429)
 	allowed allowedHeaders // what on_response_headers adds (rule nil: nothing)
 	hold    holdState      // delay.go
+	// numHeaders is the request's header count the host reported (keys.go:
+	// how its headers are read).
+	numHeaders int
 
 	// Fleet mode (fleet.go): a request paused for leases (resumed by id).
 	fleetWaits   int  // asks in flight this request waits for
@@ -57,7 +60,7 @@ type httpContext struct {
 	chargeKeys []byte
 }
 
-func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
+func (h *httpContext) OnHttpRequestHeaders(numHeaders int, _ bool) (action types.Action) {
 	defer func() {
 		if r := recover(); r != nil {
 			h.p.vm.recovered("on_request_headers", r)
@@ -71,6 +74,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	if h.p.cfg == nil {
 		return types.ActionContinue
 	}
+	h.numHeaders = numHeaders
 	return h.p.decide(h)
 }
 

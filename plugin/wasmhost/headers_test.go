@@ -2,6 +2,7 @@ package wasmhost
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
@@ -54,6 +55,15 @@ func TestHeaderMapSemantics(t *testing.T) {
 	got := one(t, vm, "hpairs", Header{"x-a", "1"})
 	if !strings.HasPrefix(got, ":method=GET,:path=/,:authority=localhost,:scheme=http,x-probe=hpairs,x-a=1") {
 		t.Fatalf("pairs: %q", got)
+	}
+	// The map's bytes: pairs in order, names lower-cased, a repeated header
+	// as two pairs; its size counts names and values only (Envoy's
+	// HeaderMap::byteSize), not the encoding's lengths and NULs.
+	raw := results(t, vm, "hset :method=GET,x-rep=1,X-Rep=22;hraw;hsize")
+	want := make([]byte, pairsSize([]Header{{":method", "GET"}, {"x-rep", "1"}, {"x-rep", "22"}}))
+	marshalPairs(want, []Header{{":method", "GET"}, {"x-rep", "1"}, {"x-rep", "22"}})
+	if fmt.Sprint(raw) != fmt.Sprint([]string{"ok", hex.EncodeToString(want), "23"}) {
+		t.Fatalf("hset, raw pairs, size = %q, want [ok %x 23]", raw, want)
 	}
 	res = run(t, vm, "hset :method=POST,X-Only=1")
 	if res.UpstreamHeaders[0] != (Header{":method", "POST"}) || res.UpstreamHeaders[1] != (Header{"x-only", "1"}) {

@@ -157,12 +157,18 @@ func hSetPairs(vm *VM, st []uint64) Status {
 	return StatusOK
 }
 
+// hGetMapSize reports the map's size as Envoy does (HeaderMap::byteSize):
+// the bytes of its names and values, not of its pairs encoding.
 func hGetMapSize(vm *VM, st []uint64) Status {
 	m, status := vm.headerMap(u32(st[0]), false)
 	if status != StatusOK {
 		return status
 	}
-	if !vm.mem.WriteUint32Le(u32(st[1]), uint32(pairsSize(*m))) {
+	size := 0
+	for _, kv := range *m {
+		size += len(kv[0]) + len(kv[1])
+	}
+	if !vm.mem.WriteUint32Le(u32(st[1]), uint32(size)) {
 		return StatusInvalidMemoryAccess
 	}
 	return StatusOK

@@ -8,6 +8,7 @@
 //
 //	absent    read a request header that is not there (a call, no value returned)
 //	header    read the request header x-api-key (a call and a value: a malloc re-entry)
+//	pairs     read the whole request header map (proxy_get_header_map_pairs; copied, not decoded)
 //	clock     the WASI realtime clock
 //	get       a shared-data get of a present key (a call and a value)
 //	set       a shared-data set (cas 0)
@@ -37,10 +38,11 @@ const (
 	opSet
 	opMetric
 	opResponse
+	opPairs
 )
 
 var opNames = map[string]op{"absent": opAbsent, "header": opHeader, "clock": opClock,
-	"get": opGet, "set": opSet, "metric": opMetric, "response": opResponse}
+	"get": opGet, "set": opSet, "metric": opMetric, "response": opResponse, "pairs": opPairs}
 
 type vmContext struct{ types.DefaultVMContext }
 
@@ -108,6 +110,8 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 			take(rawGetHeaderMapValue(0, strPtr("x-absent"), 8, unsafe.Pointer(&ret.data), unsafe.Pointer(&ret.size)))
 		case opHeader:
 			take(rawGetHeaderMapValue(0, strPtr("x-api-key"), 9, unsafe.Pointer(&ret.data), unsafe.Pointer(&ret.size)))
+		case opPairs:
+			take(rawGetHeaderMapPairs(0, unsafe.Pointer(&ret.data), unsafe.Pointer(&ret.size)))
 		case opClock:
 			var ns uint64
 			clockTimeGet(0, 1, &ns)
@@ -162,6 +166,9 @@ func strPtr(s string) unsafe.Pointer { return unsafe.Pointer(unsafe.StringData(s
 
 //go:wasmimport env proxy_get_header_map_value
 func rawGetHeaderMapValue(mapType uint32, keyData unsafe.Pointer, keySize uint32, retData unsafe.Pointer, retSize unsafe.Pointer) uint32
+
+//go:wasmimport env proxy_get_header_map_pairs
+func rawGetHeaderMapPairs(mapType uint32, retData unsafe.Pointer, retSize unsafe.Pointer) uint32
 
 //go:wasmimport env proxy_get_shared_data
 func rawGetSharedData(keyData unsafe.Pointer, keySize uint32, retData unsafe.Pointer, retSize unsafe.Pointer, retCas unsafe.Pointer) uint32

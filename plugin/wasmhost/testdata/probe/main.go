@@ -236,6 +236,15 @@ func errName(err error) string {
 	return "err:" + strings.ReplaceAll(err.Error(), " ", "_")
 }
 
+// mapType is the proxy-wasm map a command names: request headers for
+// h*, response headers for r*.
+func mapType(command string) uint32 {
+	if command[0] == 'r' {
+		return 2
+	}
+	return 0
+}
+
 // pairs parses "k=v,k=v" ("_" = none).
 func pairs(s string) [][2]string {
 	var out [][2]string
@@ -350,6 +359,10 @@ func (c *httpContext) exec(name string, a []string) string {
 			return errName(err)
 		}
 		return fmtPairs(h)
+	case "hraw", "rraw": // the map's bytes as the host encodes them, hex
+		return rawPairs(mapType(name))
+	case "hsize", "rsize":
+		return mapSize(mapType(name))
 	case "hset":
 		return errName(proxywasm.ReplaceHttpRequestHeaders(pairs(arg(a, 0))))
 	case "rset":
