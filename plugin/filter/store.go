@@ -228,7 +228,7 @@ type bucketRead struct {
 // arguments).
 func (a *application) groupKey() string {
 	if a.slotKeyOf != a.group+1 {
-		a.slotBuf = appendInt(append(a.slotBuf[:0], a.rule.groupPrefix...), int64(a.group))
+		a.slotBuf = appendDecimal(append(a.slotBuf[:0], a.rule.groupPrefix...), int64(a.group))
 		a.slotKeyOf = a.group + 1
 	}
 	return bytesView(a.slotBuf)
