@@ -8,10 +8,19 @@ import (
 	"github.com/sluice-rl/sluice/shared/state"
 )
 
-// application is one applying rule in one request.
+// application is one applying rule in one request: its slot's buffers,
+// kept across requests, and its state, cleared for each request.
 type application struct {
-	rule *compiledRule
 	appBuffers
+	appState
+}
+
+// appState is what an application holds for one request (selectRules
+// clears it in place: building a new one and assigning it would copy all of
+// it, and in wasm every copy larger than 16 bytes is a memory.copy, under
+// Envoy's fast JIT a call into the runtime).
+type appState struct {
+	rule *compiledRule
 	// slotKeyOf is 1 + the group whose key slotBuf holds (0: none), so a
 	// request builds its group key once (groupKey).
 	slotKeyOf int
@@ -287,7 +296,8 @@ policies:
 			a := &apps[len(apps)-1]
 			kb := append(a.keyBuf[:0], r.keyPrefix...)
 			kb, p.compBuf = request.AppendComposite(kb, p.compBuf, comps)
-			*a = application{rule: r, appBuffers: a.appBuffers}
+			a.appState = appState{}
+			a.rule = r
 			a.keyBuf = kb
 			if r.win != nil && a.ws == nil {
 				a.ws = new(windowScratch)
