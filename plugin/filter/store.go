@@ -327,8 +327,7 @@ func (p *pluginContext) probe(a *application, now float64) (corrupt bool, err er
 	}
 	var s state.Slot
 	if i := a.grp.Find(a.fp, a.identity, func(rec []byte) (uint64, []byte, bool) {
-		var derr error
-		s, derr = state.DecodeSlot(rec)
+		derr := state.DecodeSlotInto(rec, &s)
 		return s.Fingerprint, s.Identity, derr == nil
 	}); i >= 0 {
 		r.b, r.exists, r.way = s.Bucket, true, i
@@ -524,8 +523,7 @@ func (p *pluginContext) findOwnWay(a *application) (r bucketRead, way int, s sta
 		return r, -1, s, false
 	}
 	way = a.grp.Find(a.fp, a.identity, func(rec []byte) (uint64, []byte, bool) {
-		var derr error
-		s, derr = state.DecodeSlot(rec)
+		derr := state.DecodeSlotInto(rec, &s)
 		return s.Fingerprint, s.Identity, derr == nil
 	})
 	return r, way, s, true
