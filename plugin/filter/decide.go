@@ -238,6 +238,7 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 func (p *pluginContext) selectRules() []application {
 	apps := p.apps[:0]
 	p.act, p.shadowEx = nil, nil
+	used := 0 // the limit key values this request put in p.comps
 policies:
 	for _, rules := range p.cfg.policies {
 		for _, r := range rules {
@@ -263,6 +264,7 @@ policies:
 				comps = append(comps, v)
 			}
 			p.comps = comps
+			used = max(used, len(comps))
 			if !ok {
 				r.m.keyMissing.inc()
 				continue
@@ -318,7 +320,15 @@ policies:
 			break
 		}
 	}
-	clear(p.comps[:cap(p.comps)]) // do not retain header strings
+	// Do not retain header strings. Only what this request set: earlier
+	// requests cleared theirs. A counted loop: clear (and a range loop,
+	// which the compiler turns into one) is a runtime call, a memory.fill.
+	// (The last rule's values may be fewer: re-slice up to used, within
+	// the capacity, which only grows.)
+	comps := p.comps[:used]
+	for i := 0; i < used; i++ {
+		comps[i] = ""
+	}
 	p.apps = apps
 	return apps
 }

@@ -32,7 +32,9 @@ func (h *httpContext) OnHttpStreamDone() {
 		h.chargeRemaining()
 	}
 	if p := h.p; len(p.free) < maxFreeContexts {
-		clear(h.charges) // do not retain rules of an old configuration
+		if len(h.charges) > 0 { // clear is a runtime call (a memory.fill) even when empty
+			clear(h.charges) // do not retain rules of an old configuration
+		}
 		h.recycle(p)
 		p.free = append(p.free, h)
 	}
