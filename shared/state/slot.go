@@ -250,24 +250,20 @@ func DecodeSlot(v []byte) (Slot, error) {
 // every return (a memory.copy each, which Envoy's fast JIT runs as a call
 // into the runtime), a binary record decoded into *s is not copied at all.
 func DecodeSlotInto(v []byte, s *Slot) error {
-	if len(v) > 0 {
-		switch v[0] {
-		case SlotFormat:
-			return decodeBinarySlot(v, slotHeader, s)
-		case SlotFormatV1:
-			return decodeBinarySlot(v, slotHeaderV1, s)
-		}
+	// The binary formats are decoded here, not in a function of their own:
+	// this runs for every request of a bounded rule, and in wasm every
+	// call costs. Both place the fingerprint and the bucket alike; what V1
+	// has between the bucket and the identity (the spill mark) is skipped
+	// unread.
+	header := slotHeader
+	switch {
+	case len(v) == 0:
+		return decodeTextSlotInto(v, s)
+	case v[0] == SlotFormatV1:
+		header = slotHeaderV1
+	case v[0] != SlotFormat:
+		return decodeTextSlotInto(v, s)
 	}
-	var err error
-	*s, err = decodeTextSlot(v)
-	return err
-}
-
-// decodeBinarySlot reads a binary record whose identity starts at header
-// into *s. Both formats place the fingerprint and the bucket alike; what V1
-// has between the bucket and the identity (the spill mark) is skipped
-// unread.
-func decodeBinarySlot(v []byte, header int, s *Slot) error {
 	if len(v) < header {
 		*s = Slot{}
 		return ErrSlotFormat
@@ -289,6 +285,12 @@ func decodeBinarySlot(v []byte, header int, s *Slot) error {
 		return nil
 	}
 	*s = Slot{}
+	return err
+}
+
+func decodeTextSlotInto(v []byte, s *Slot) error {
+	var err error
+	*s, err = decodeTextSlot(v)
 	return err
 }
 
