@@ -281,7 +281,7 @@ policies:
 				if p.rs.headers[i].v != r.oneValue {
 					continue
 				}
-			} else if !r.matches(&p.rs) {
+			} else if len(r.match) > 0 && !r.matches(&p.rs) { // no conditions: no call
 				continue
 			}
 			comps := p.comps[:0]
