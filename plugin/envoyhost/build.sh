@@ -26,6 +26,12 @@
 #     overflows under fast JIT: "wasm operand stack overflow"). Done by sed
 #     below; the build fails if the line is not found.
 #
+# SLUICE_ENVOYHOST_PERFMAP=1 (profiling only, with SLUICE_ENVOYHOST_DIR set
+# to another directory: the tests keep the unmodified host) makes WAMR's
+# fast JIT append each compiled function to /tmp/perf-<pid>.map, so that
+# `perf report` names the guest's functions (WAMR's own Linux perf support
+# covers only its LLVM JIT and AOT modes). See docs/design/performance.md.
+#
 # A second run with the same pins, flags and C++ sources rebuilds nothing
 # (stamp files keyed on all of them).
 set -euo pipefail
@@ -82,7 +88,11 @@ key_of() { sha256sum | cut -c1-16; }
 PIN_KEY="$(printf '%s\n' "${PINS[@]}" | key_of)"
 SCRIPT_KEY="$(cat "$0" | key_of)"
 CPP_KEY="$(cd "$CPPHOST" && find . -type f | LC_ALL=C sort | xargs cat | key_of)"
-FINAL_KEY="$PIN_KEY-$SCRIPT_KEY-$CPP_KEY"
+PERFMAP="${SLUICE_ENVOYHOST_PERFMAP:-0}"
+if [ "$PERFMAP" = 1 ] && [ -z "${SLUICE_ENVOYHOST_DIR:-}" ]; then
+  die "SLUICE_ENVOYHOST_PERFMAP=1 needs SLUICE_ENVOYHOST_DIR (another directory): the tests' host stays unmodified"
+fi
+FINAL_KEY="$PIN_KEY-$SCRIPT_KEY-$CPP_KEY-perfmap$PERFMAP"
 if [ -f "$OUT/stamp" ] && [ "$(cat "$OUT/stamp")" = "$FINAL_KEY" ] &&
   [ -x "$OUT/sluice-envoyhost-interp" ] && [ -x "$OUT/sluice-envoyhost-jit" ]; then
   echo "envoyhost: up to date in $OUT"
@@ -149,6 +159,33 @@ if [ ! -f "$SRC/host/.patched" ]; then
   sed -i 's/wasm_instance_new(store_.get(), module_.get(), &imports_vec, nullptr)/wasm_instance_new_with_args(store_.get(), module_.get(), \&imports_vec, nullptr, 1024 * 1024, 32 * 1024)/' "$f"
   grep -qF 'wasm_instance_new_with_args(store_.get()' "$f" || die "$f: stack-size change not applied"
   touch "$SRC/host/.patched"
+fi
+
+if [ "$PERFMAP" = 1 ] && [ ! -f "$SRC/wamr/.perfmap" ]; then
+  f="$SRC/wamr/core/iwasm/fast-jit/jit_codecache.c"
+  grep -q '^        cc->jitted_addr_begin;$' "$f" || die "$f: the line to add the perf map after is not there any more; update build.sh"
+  awk '
+    { print }
+    /^#include "jit_codecache.h"$/ { print "#include <stdio.h>"; print "#include <unistd.h>" }
+    /^        cc->jitted_addr_begin;$/ && !done {
+      print "    { /* sluice profiling build: a perf map of the jitted functions */"
+      print "        static FILE *perf_map;"
+      print "        if (!perf_map) {"
+      print "            char path[64];"
+      print "            snprintf(path, sizeof(path), \"/tmp/perf-%d.map\", (int)getpid());"
+      print "            perf_map = fopen(path, \"a\");"
+      print "        }"
+      print "        if (perf_map) {"
+      print "            fprintf(perf_map, \"%lx %lx %s\\n\", (unsigned long)(uintptr_t)cc->jitted_addr_begin,"
+      print "                    (unsigned long)((char *)cc->jitted_addr_end - (char *)cc->jitted_addr_begin),"
+      print "                    func->field_name ? func->field_name : \"wasm-func\");"
+      print "            fflush(perf_map);"
+      print "        }"
+      print "    }"
+      done = 1
+    }' "$f" >"$f.new" && mv "$f.new" "$f"
+  touch "$SRC/wamr/.perfmap"
+  rm -f "$BUILD/wamr-jit/.stamp"
 fi
 
 # build_wamr MODE FLAGS...: libiwasm.a into $BUILD/wamr-MODE.

@@ -160,7 +160,7 @@ func (p *pluginContext) charge(h *httpContext, c *pendingCharge, cost float64) {
 	c.done = true
 	a := &p.chargeApp
 	r := c.rule
-	*a = application{rule: r, appBuffers: a.appBuffers}
+	a.appState = appState{rule: r}
 	a.keyBuf = append(a.keyBuf[:0], h.chargeKeys[c.start:c.end]...)
 	if r.win != nil && a.ws == nil {
 		a.ws = new(windowScratch)

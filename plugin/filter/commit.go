@@ -23,8 +23,15 @@ func (p *pluginContext) commit(a *application, now float64) commitResult {
 	if a.rule.respCost {
 		return commitOK // admitted, nothing taken: the response is charged (charge.go)
 	}
+	return p.committed(a, now, p.store(a))
+}
+
+// committed finishes a commit whose first store returned err: counts an
+// overflow decision, or re-reads, re-decides and stores again on a CAS
+// mismatch. (decide makes the first store itself for the commonest rules,
+// saving the call to commit.)
+func (p *pluginContext) committed(a *application, now float64, err error) commitResult {
 	for attempt := 1; ; attempt++ {
-		err := p.store(a)
 		if err == nil {
 			if a.read.claim == claimOverflow {
 				a.overflowed = true
@@ -35,18 +42,19 @@ func (p *pluginContext) commit(a *application, now float64) commitResult {
 		if !p.mayRetry(a, attempt, err) {
 			return commitFailed
 		}
-		corrupt, err := p.load(a, now)
+		corrupt, lerr := p.load(a, now)
 		if corrupt {
 			p.logCorrupt(a)
 		}
-		if err != nil {
-			p.failOpen(a, err)
+		if lerr != nil {
+			p.failOpen(a, lerr)
 			return commitFailed
 		}
 		a.take(now)
 		if !a.dec.Allowed {
 			return commitRefused
 		}
+		err = p.store(a)
 	}
 }
 

@@ -4,14 +4,24 @@ import (
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/sluice-rl/sluice/shared/limiter"
+	"github.com/sluice-rl/sluice/shared/policy"
 	"github.com/sluice-rl/sluice/shared/request"
 	"github.com/sluice-rl/sluice/shared/state"
 )
 
-// application is one applying rule in one request.
+// application is one applying rule in one request: its slot's buffers,
+// kept across requests, and its state, cleared for each request.
 type application struct {
-	rule *compiledRule
 	appBuffers
+	appState
+}
+
+// appState is what an application holds for one request (selectRules
+// clears it in place: building a new one and assigning it would copy all of
+// it, and in wasm every copy larger than 16 bytes is a memory.copy, under
+// Envoy's fast JIT a call into the runtime).
+type appState struct {
+	rule *compiledRule
 	// slotKeyOf is 1 + the group whose key slotBuf holds (0: none), so a
 	// request builds its group key once (groupKey).
 	slotKeyOf int
@@ -88,19 +98,33 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 	}
 	now := nowSeconds()
 
-	// Phase 1: read and decide every applying rule, write nothing.
+	// Phase 1: read and decide every applying rule, write nothing. The
+	// commonest rule (a fixed cost, bounded storage, a token bucket) is
+	// served without the dispatching calls in between (cost, load, take):
+	// in wasm every call costs.
 	for i := range apps {
 		a := &apps[i]
-		a.cost = a.rule.cost(&p.rs)
+		r := a.rule
+		if r.costKind == policy.CostFixed {
+			a.cost = r.fixedCost
+		} else {
+			a.cost = r.cost(&p.rs)
+		}
 		if a.noSeed {
 			p.failOpen(a, errNoHashSeed)
 			continue
 		}
-		if a.rule.fleet != nil { // fleet.go: spend from the lease pool
+		if r.fleet != nil { // fleet.go: spend from the lease pool
 			p.fleetLoad(a, now, h.fleetFetched)
 			continue
 		}
-		corrupt, err := p.load(a, now)
+		var corrupt bool
+		var err error
+		if r.maxKeys > 0 && r.win == nil {
+			corrupt, err = p.probe(a, now)
+		} else {
+			corrupt, err = p.load(a, now)
+		}
 		if corrupt {
 			p.logCorrupt(a)
 		}
@@ -108,7 +132,12 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 			p.failOpen(a, err)
 			continue
 		}
-		a.take(now)
+		if r.win == nil && !r.respCost {
+			a.now = now
+			a.next = r.tb.TakeInto(&a.dec, a.read.b, a.read.exists, now, a.cost)
+		} else {
+			a.take(now)
+		}
 	}
 
 	// Any enforce rule refusing rejects the request, before any write. The
@@ -152,7 +181,18 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 		if a.failed || !a.dec.Allowed {
 			continue
 		}
-		switch p.commit(a, now) {
+		var res commitResult
+		if r := a.rule; r.fleet == nil && !r.respCost {
+			// commit's common case, without the call to commit.
+			if err := p.store(a); err == nil && a.read.claim != claimOverflow {
+				res = commitOK
+			} else {
+				res = p.committed(a, now, err)
+			}
+		} else {
+			res = p.commit(a, now)
+		}
+		switch res {
 		case commitOK:
 			a.committed = true
 		case commitFailed:
@@ -229,6 +269,7 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 func (p *pluginContext) selectRules() []application {
 	apps := p.apps[:0]
 	p.act, p.shadowEx = nil, nil
+	used := 0 // the limit key values this request put in p.comps
 policies:
 	for _, rules := range p.cfg.policies {
 		for _, r := range rules {
@@ -240,7 +281,7 @@ policies:
 				if p.rs.headers[i].v != r.oneValue {
 					continue
 				}
-			} else if !r.matches(&p.rs) {
+			} else if len(r.match) > 0 && !r.matches(&p.rs) { // no conditions: no call
 				continue
 			}
 			comps := p.comps[:0]
@@ -254,6 +295,7 @@ policies:
 				comps = append(comps, v)
 			}
 			p.comps = comps
+			used = max(used, len(comps))
 			if !ok {
 				r.m.keyMissing.inc()
 				continue
@@ -287,7 +329,8 @@ policies:
 			a := &apps[len(apps)-1]
 			kb := append(a.keyBuf[:0], r.keyPrefix...)
 			kb, p.compBuf = request.AppendComposite(kb, p.compBuf, comps)
-			*a = application{rule: r, appBuffers: a.appBuffers}
+			a.appState = appState{}
+			a.rule = r
 			a.keyBuf = kb
 			if r.win != nil && a.ws == nil {
 				a.ws = new(windowScratch)
@@ -308,7 +351,15 @@ policies:
 			break
 		}
 	}
-	clear(p.comps[:cap(p.comps)]) // do not retain header strings
+	// Do not retain header strings. Only what this request set: earlier
+	// requests cleared theirs. A counted loop: clear (and a range loop,
+	// which the compiler turns into one) is a runtime call, a memory.fill.
+	// (The last rule's values may be fewer: re-slice up to used, within
+	// the capacity, which only grows.)
+	comps := p.comps[:used]
+	for i := 0; i < used; i++ {
+		comps[i] = ""
+	}
 	p.apps = apps
 	return apps
 }

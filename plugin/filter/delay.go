@@ -229,7 +229,7 @@ func (p *pluginContext) resume(h *httpContext, now int64) {
 	if h.allowed.rule != nil {
 		h.allowed.reset = ceilSeconds(hs.resetAt - float64(held)/1e9)
 	}
-	p.hdrBuf = appendInt(p.hdrBuf[:0], hs.delayMS)
+	p.hdrBuf = appendDecimal(p.hdrBuf[:0], hs.delayMS)
 	_ = replaceRequestHeader(hdrDelayUpstream, bytesView(p.hdrBuf))
 	if err := resumeRequest(); err != nil {
 		p.vm.logLimited(logFailOpen, "sluice: cannot resume a delayed request: "+err.Error())
@@ -285,7 +285,7 @@ func (p *pluginContext) stripDelayHeader() {
 
 // setDelayHeader adds the time a resumed request was held to its response.
 func (p *pluginContext) setDelayHeader(h *httpContext) {
-	p.hdrBuf = appendInt(p.hdrBuf[:0], h.hold.delayMS)
+	p.hdrBuf = appendDecimal(p.hdrBuf[:0], h.hold.delayMS)
 	replaceResponseHeader(hdrDelay, bytesView(p.hdrBuf))
 }
 

@@ -211,7 +211,7 @@ func (a *application) findPool() (pl state.Pool, way int, r bucketRead, err erro
 		return s.Fingerprint, s.Identity, derr == nil
 	}
 	if a.rule.maxKeys == 0 {
-		v, r, err := a.readKey(a.poolKey())
+		v, err := a.readKey(a.poolKey(), &r)
 		if err != nil || !r.stored {
 			return pl, -1, r, err
 		}
@@ -220,7 +220,7 @@ func (a *application) findPool() (pl state.Pool, way int, r bucketRead, err erro
 		}
 		return pl, -1, r, nil
 	}
-	r, _, err = a.readGroup() // a group that does not parse reads as empty: the write replaces it
+	_, err = a.readGroup(&r) // a group that does not parse reads as empty: the write replaces it
 	if err != nil {
 		return pl, -1, r, err
 	}

@@ -319,7 +319,7 @@ func (p *pluginContext) poolApp(it batchItem) application {
 // sync path's reads and writes: its group in r's table as it is now (a
 // configuration update may have resized it).
 func refApp(r *compiledRule, ref poolRef) application {
-	a := application{rule: r, fp: ref.fp, group: state.GroupOf(ref.fp, r.groups)}
+	a := application{appState: appState{rule: r, fp: ref.fp, group: state.GroupOf(ref.fp, r.groups)}}
 	a.fl.id = ref.id
 	return a
 }

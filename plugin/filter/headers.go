@@ -49,16 +49,16 @@ func (p *pluginContext) sendReject(r *compiledRule, wait float64, identity strin
 		retry = t // a quota: the time to the reset, without jitter
 	}
 	b := p.hdrBuf[:0]
-	b = appendInt(b, retry)
+	b = appendDecimal(b, retry)
 	retryEnd := len(b)
-	b = appendInt(b, t)
+	b = appendDecimal(b, t)
 	tEnd := len(b)
 	b = append(b, r.rlPrefix...)
 	b = append(b, "0;t="...)
-	b = appendInt(b, t)
+	b = appendDecimal(b, t)
 	rlEnd := len(b)
 	b = append(b, r.bodyPre...)
-	b = appendInt(b, retry)
+	b = appendDecimal(b, retry)
 	b = append(b, '}')
 	p.hdrBuf = b
 	s := bytesView(b)
@@ -91,25 +91,25 @@ type allowedHeaders struct {
 // setAllowedHeaders writes the RateLimit fields on an allowed response.
 // replace (not add) so a retried or upstream-set field is not duplicated.
 func (p *pluginContext) setAllowedHeaders(h allowedHeaders) {
+	// The numbers are written once, in place; the older fields are views
+	// of them.
 	r := h.rule
-	b := p.hdrBuf[:0]
-	b = appendInt(b, h.remaining)
+	b := append(p.hdrBuf[:0], r.rlPrefix...)
+	remStart := len(b)
+	b = appendDecimal(b, h.remaining)
 	remEnd := len(b)
-	b = appendInt(b, h.reset)
-	resetEnd := len(b)
-	b = append(b, r.rlPrefix...)
-	b = append(b, b[:remEnd]...)
-	b = append(b, ";t="...)
-	b = append(b, b[remEnd:resetEnd]...)
+	b = append(b, ';', 't', '=')
+	resetStart := len(b)
+	b = appendDecimal(b, h.reset)
 	p.hdrBuf = b
 	s := bytesView(b)
 
-	replaceResponseHeader(hdrRateLimit, s[resetEnd:])
+	replaceResponseHeader(hdrRateLimit, s)
 	replaceResponseHeader(hdrPolicy, r.policyHdr)
 	if p.cfg.legacyHeaders {
 		replaceResponseHeader(hdrLimit, r.limitHdr)
-		replaceResponseHeader(hdrRemaining, s[:remEnd])
-		replaceResponseHeader(hdrReset, s[remEnd:resetEnd])
+		replaceResponseHeader(hdrRemaining, s[remStart:remEnd])
+		replaceResponseHeader(hdrReset, s[resetStart:])
 	}
 }
 

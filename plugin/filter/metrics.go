@@ -230,4 +230,4 @@ func (vm *vmContext) emit(k logKind, msg string, suppressed int) {
 	}
 }
 
-func itoa(v int64) string { return string(appendInt(nil, v)) }
+func itoa(v int64) string { return string(appendDecimal(nil, v)) }

@@ -93,14 +93,24 @@ func (p *pluginContext) appendShadow(r *compiledRule) {
 // configuration has marking shadow rules, a client-sent header of that name
 // is removed otherwise, so upstream can trust it; without any (no shadow
 // rules, or only "shadow_mark": false ones) the header is not touched.
+//
+// Small enough to be inlined: without marking shadow rules (the common
+// case) it costs no call.
 func (p *pluginContext) markShadow(would bool) {
+	if !p.cfg.anyShadow {
+		p.shadow = p.shadow[:0]
+		return
+	}
+	p.setShadowHeader(would)
+}
+
+// setShadowHeader is markShadow for a configuration with marking shadow
+// rules.
+func (p *pluginContext) setShadowHeader(would bool) {
 	// No defer to empty the list (a defer costs on every request in wasm):
 	// it is emptied first, its bytes stay intact for the host call.
 	names := p.shadow
 	p.shadow = p.shadow[:0]
-	if !p.cfg.anyShadow {
-		return
-	}
 	if would && len(names) > 0 {
 		_ = replaceRequestHeader(p.cfg.shadowHeader, bytesView(names))
 		return

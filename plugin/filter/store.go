@@ -228,7 +228,7 @@ type bucketRead struct {
 // arguments).
 func (a *application) groupKey() string {
 	if a.slotKeyOf != a.group+1 {
-		a.slotBuf = appendInt(append(a.slotBuf[:0], a.rule.groupPrefix...), int64(a.group))
+		a.slotBuf = appendDecimal(append(a.slotBuf[:0], a.rule.groupPrefix...), int64(a.group))
 		a.slotKeyOf = a.group + 1
 	}
 	return bytesView(a.slotBuf)
@@ -242,8 +242,7 @@ func (p *pluginContext) load(a *application, now float64) (corrupt bool, err err
 		return p.loadWindow(a, now)
 	}
 	if a.rule.maxKeys == 0 {
-		a.read, corrupt, err = a.readBucket()
-		return corrupt, err
+		return a.readBucket(&a.read)
 	}
 	return p.probe(a, now)
 }
@@ -257,65 +256,81 @@ func (a *application) readValue(key string) (v []byte, cas, st uint32) {
 	return
 }
 
-// readBucket reads an exact-mode bucket. NOT_FOUND is not an error. A
-// corrupt value is reported (corrupt true) and read as a new bucket that must
-// be written with the returned cas.
-func (a *application) readBucket() (r bucketRead, corrupt bool, err error) {
-	v, r, err := a.readKey(a.key)
+// Reads are returned through a *bucketRead (usually &a.read) rather than
+// as values: in wasm a struct result is written to the stack and copied,
+// and every copy of more than 16 bytes is a memory.copy (under Envoy's
+// fast JIT a call into the runtime).
+
+// readBucket reads an exact-mode bucket into r. NOT_FOUND is not an error.
+// A corrupt value is reported (corrupt true) and read as a new bucket that
+// must be written with the cas read.
+func (a *application) readBucket(r *bucketRead) (corrupt bool, err error) {
+	v, err := a.readKey(a.key, r)
 	if err != nil || !r.stored {
-		return r, false, err
+		return false, err
 	}
 	b, derr := state.DecodeBucket(v)
 	if derr != nil {
-		return r, true, nil
+		return true, nil
 	}
 	r.b, r.exists = b, true
-	return r, false, nil
+	return false, nil
 }
 
-// readKey reads key into a's value buffer: the value and, when the
-// key exists, a read to be written back with its cas (stored). NOT_FOUND is
-// not an error: it gives a read that creates the key.
-func (a *application) readKey(key string) (v []byte, r bucketRead, err error) {
+// readKey reads key into a's value buffer and returns the value; r becomes,
+// when the key exists, a read to be written back with its cas (stored).
+// NOT_FOUND is not an error: it gives a read that creates the key.
+func (a *application) readKey(key string, r *bucketRead) (v []byte, err error) {
 	v, cas, st := a.readValue(key)
 	switch st {
 	case statusOK:
-		return v, bucketRead{stored: true, cas: cas}, nil
+		r.reset(true, cas)
+		return v, nil
 	case statusNotFound:
-		return nil, bucketRead{}, nil
+		r.reset(false, 0)
+		return nil, nil
 	}
-	return nil, bucketRead{}, statusError(st)
+	r.reset(false, 0)
+	return nil, statusError(st)
 }
 
-// readGroup reads a's group into a.grp (aliasing a.val, valid until
-// the next read) and returns how the group must be written back: stored
-// (with cas) or created. A missing group reads as one with no ways, and so
-// does a group value that does not parse (corrupt true: the write replaces
-// it whole); a value of an earlier version reads as one way (SplitGroup).
-func (a *application) readGroup() (r bucketRead, corrupt bool, err error) {
-	v, r, err := a.readKey(a.groupKey())
+// reset makes r the read of a key: stored with cas, or to be created. Field
+// by field: clearing the struct whole would be a memory.fill, a runtime
+// call under the fast JIT (TestBucketReadResetClearsEveryField).
+func (r *bucketRead) reset(stored bool, cas uint32) {
+	r.b = state.Bucket{}
+	r.exists, r.stored, r.cas = false, stored, cas
+	r.way, r.claim, r.sharers, r.dropOverflow = 0, 0, 0, false
+}
+
+// readGroup reads a's group into a.grp (aliasing a.val, valid until the
+// next read) and into r how the group must be written back: stored (with
+// cas) or created. A missing group reads as one with no ways, and so does
+// a group value that does not parse (corrupt true: the write replaces it
+// whole); a value of an earlier version reads as one way (SplitGroup).
+func (a *application) readGroup(r *bucketRead) (corrupt bool, err error) {
+	v, err := a.readKey(a.groupKey(), r)
 	if err != nil || !r.stored {
 		a.grp.Reset()
-		return r, false, err
+		return false, err
 	}
-	return r, !a.grp.Read(v), nil // corrupt: replaced whole by the write
+	return !a.grp.Read(v), nil // corrupt: replaced whole by the write
 }
 
 // probe finds a's bucket in its group, or plans a claim (see the file
 // comment). Only reads: store writes the group.
 func (p *pluginContext) probe(a *application, now float64) (corrupt bool, err error) {
-	r, corrupt, err := a.readGroup()
+	r := &a.read
+	corrupt, err = a.readGroup(r)
 	if err != nil {
 		return corrupt, err
 	}
 	var s state.Slot
 	if i := a.grp.Find(a.fp, a.identity, func(rec []byte) (uint64, []byte, bool) {
-		var derr error
-		s, derr = state.DecodeSlot(rec)
+		derr := state.DecodeSlotInto(rec, &s)
 		return s.Fingerprint, s.Identity, derr == nil
 	}); i >= 0 {
 		r.b, r.exists, r.way = s.Bucket, true, i
-		a.read = r
 		return corrupt, nil
 	}
 	// Not found: a claimed way's bucket and an overflow decision both start
@@ -327,7 +342,7 @@ func (p *pluginContext) probe(a *application, now float64) (corrupt bool, err er
 	idle := !r.exists || a.rule.tb.Level(ob, now) >= a.rule.tb.Burst
 	// A way whose bucket has refilled to full may be reused without loss.
 	tb := &a.rule.tb
-	if !a.claim(&r, &corrupt, func(rec []byte) (decoded, idle bool) {
+	if !a.claim(r, &corrupt, func(rec []byte) (decoded, idle bool) {
 		s, derr := state.DecodeSlot(rec)
 		return derr == nil, derr == nil && tb.Level(s.Bucket, now) >= tb.Burst
 	}) {
@@ -338,7 +353,6 @@ func (p *pluginContext) probe(a *application, now float64) (corrupt bool, err er
 	} else {
 		r.dropOverflow = idle && len(ovf) > 0
 	}
-	a.read = r
 	return corrupt, nil
 }
 
@@ -467,8 +481,8 @@ func (p *pluginContext) refund(a *application) bool {
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		var err error
 		if a.rule.maxKeys == 0 {
-			r, _, rerr := a.readBucket()
-			if rerr != nil || !r.exists {
+			var r bucketRead
+			if _, rerr := a.readBucket(&r); rerr != nil || !r.exists {
 				return false // gone or corrupt: nothing sensible to give back to
 			}
 			p.valBuf = state.EncodeBucket(p.valBuf[:0], a.refunded(r.b))
@@ -504,13 +518,12 @@ func (a *application) refunded(b state.Bucket) state.Bucket {
 // the bucket is gone) and slot. ok is false when the group cannot be read
 // (a shared-data error, a missing or undecodable group, cas 0).
 func (p *pluginContext) findOwnWay(a *application) (r bucketRead, way int, s state.Slot, ok bool) {
-	r, corrupt, err := a.readGroup()
+	corrupt, err := a.readGroup(&r)
 	if err != nil || corrupt || !r.stored || r.cas == 0 {
 		return r, -1, s, false
 	}
 	way = a.grp.Find(a.fp, a.identity, func(rec []byte) (uint64, []byte, bool) {
-		var derr error
-		s, derr = state.DecodeSlot(rec)
+		derr := state.DecodeSlotInto(rec, &s)
 		return s.Fingerprint, s.Identity, derr == nil
 	})
 	return r, way, s, true
@@ -521,7 +534,8 @@ func (p *pluginContext) findOwnWay(a *application) (r bucketRead, way int, s sta
 // without a readable overflow record has nothing to give back to.
 func (p *pluginContext) refundOverflow(a *application) bool {
 	for attempt := 0; attempt < maxAttempts; attempt++ {
-		r, corrupt, err := a.readGroup()
+		var r bucketRead
+		corrupt, err := a.readGroup(&r)
 		if err != nil || corrupt || !r.stored || r.cas == 0 {
 			return false
 		}

@@ -20,9 +20,8 @@ func (p *pluginContext) loadWindow(a *application, now float64) (corrupt bool, e
 	if a.rule.maxKeys > 0 {
 		return p.probeWindow(a, now)
 	}
-	v, r, err := a.readKey(a.key)
-	a.read = r
-	if err != nil || !r.stored {
+	v, err := a.readKey(a.key, &a.read)
+	if err != nil || !a.read.stored {
 		return false, err
 	}
 	if state.DecodeWindow(v, &a.ws.read) != nil {
@@ -37,7 +36,8 @@ func (p *pluginContext) loadWindow(a *application, now float64) (corrupt bool, e
 // (windowIdle) may be reused, like a full bucket; the overflow state is a
 // window of the rule's own limit.
 func (p *pluginContext) probeWindow(a *application, now float64) (corrupt bool, err error) {
-	r, corrupt, err := a.readGroup()
+	var r bucketRead
+	corrupt, err = a.readGroup(&r)
 	if err != nil {
 		return corrupt, err
 	}
@@ -126,7 +126,7 @@ func (p *pluginContext) refundWindow(a *application) bool {
 // findOwnWindow is findOwnWay (store.go) for window records: it decodes a's
 // window into w.
 func (p *pluginContext) findOwnWindow(a *application, w *state.Window) (r bucketRead, way int, ok bool) {
-	r, corrupt, err := a.readGroup()
+	corrupt, err := a.readGroup(&r)
 	if err != nil || corrupt || !r.stored || r.cas == 0 {
 		return r, -1, false
 	}

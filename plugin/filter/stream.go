@@ -9,7 +9,8 @@ func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
 	if n := len(p.free); n > 0 {
 		h := p.free[n-1]
 		p.free = p.free[:n-1]
-		*h = httpContext{p: p, id: contextID, charges: h.charges[:0], chargeKeys: h.chargeKeys[:0]}
+		h.recycle(p)
+		h.id = contextID
 		return h
 	}
 	return &httpContext{p: p, id: contextID}
@@ -31,10 +32,22 @@ func (h *httpContext) OnHttpStreamDone() {
 		h.chargeRemaining()
 	}
 	if p := h.p; len(p.free) < maxFreeContexts {
-		clear(h.charges) // do not retain rules of an old configuration
-		*h = httpContext{p: p, charges: h.charges[:0], chargeKeys: h.chargeKeys[:0]}
+		if len(h.charges) > 0 { // clear is a runtime call (a memory.fill) even when empty
+			clear(h.charges) // do not retain rules of an old configuration
+		}
+		h.recycle(p)
 		p.free = append(p.free, h)
 	}
+}
+
+// recycle clears h for a new stream of p, keeping its charge buffers. It
+// clears in place and puts the buffers back: assigning a new httpContext
+// would build it and copy it over h (in wasm a memory.copy, which Envoy's
+// fast JIT runs as a call into the runtime).
+func (h *httpContext) recycle(p *pluginContext) {
+	charges, keys := h.charges[:0], h.chargeKeys[:0]
+	*h = httpContext{}
+	h.p, h.charges, h.chargeKeys = p, charges, keys
 }
 
 // httpContext is one HTTP stream.

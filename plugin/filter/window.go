@@ -39,7 +39,7 @@ func keyPrefix(algorithm string) string {
 func (a *application) take(now float64) {
 	a.now = now
 	if a.rule.win == nil && !a.rule.respCost {
-		a.next, a.dec = a.rule.tb.Take(a.read.b, a.read.exists, now, a.cost)
+		a.next = a.rule.tb.TakeInto(&a.dec, a.read.b, a.read.exists, now, a.cost)
 		return
 	}
 	a.takeWindow(now)

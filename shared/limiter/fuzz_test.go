@@ -188,3 +188,26 @@ func FuzzQuota(f *testing.F) {
 		}
 	})
 }
+
+// FuzzTakeIntoMatchesTake: TakeInto writes every field of the decision it
+// is given, whatever that held before, and returns Take's bucket.
+func FuzzTakeIntoMatchesTake(f *testing.F) {
+	f.Add(5.0, 10.0, 0.0, 3.0, t0, t0+0.5, 1.0, true)
+	f.Add(5.0, 10.0, 2.0, -4.0, t0, t0+0.1, 3.0, true)
+	f.Add(0.001, 1.0, 0.0, 0.0, 0.0, t0, 25.0, false)
+	f.Fuzz(func(t *testing.T, rate, burst, maxDelay, tokens, last, now, cost float64, exists bool) {
+		tb := TokenBucket{Rate: rate, Burst: burst, MaxDelay: maxDelay}
+		in := state.Bucket{Tokens: tokens, LastRefill: last}
+		wantS, wantD := tb.Take(in, exists, now, cost)
+		d := Decision{Allowed: !wantD.Allowed, Remaining: 7, Wait: 7, Delay: 7, Reset: 7}
+		s := tb.TakeInto(&d, in, exists, now, cost)
+		same := func(a, b float64) bool { return math.Float64bits(a) == math.Float64bits(b) }
+		if !same(s.Tokens, wantS.Tokens) || !same(s.LastRefill, wantS.LastRefill) {
+			t.Fatalf("TakeInto bucket %+v, Take %+v", s, wantS)
+		}
+		if d.Allowed != wantD.Allowed || !same(d.Remaining, wantD.Remaining) || !same(d.Wait, wantD.Wait) ||
+			!same(d.Delay, wantD.Delay) || !same(d.Reset, wantD.Reset) {
+			t.Fatalf("TakeInto decision %+v, Take %+v", d, wantD)
+		}
+	})
+}

@@ -122,6 +122,20 @@ type Decision struct {
 //     that is NaN or negative delays nothing; cost > Burst is never
 //     reserved (it could not be admitted without a delay either).
 func (tb TokenBucket) Take(s state.Bucket, exists bool, now float64, cost float64) (state.Bucket, Decision) {
+	var d Decision
+	next := tb.TakeInto(&d, s, exists, now, cost)
+	return next, d
+}
+
+// TakeInto is Take with the decision written to *d (every field of it) and
+// the bucket's configuration read through a pointer. The results are
+// Take's; what differs is what a call copies: in wasm every struct copy of
+// more than 16 bytes, a TokenBucket argument or a Decision result, is a
+// memory.copy, which Envoy's fast JIT runs as a call into the runtime. The
+// filter's request path uses it.
+func (tb *TokenBucket) TakeInto(d *Decision, s state.Bucket, exists bool, now float64, cost float64) state.Bucket {
+	// Field by field: clearing *d whole would be a memory.fill.
+	d.Allowed, d.Remaining, d.Wait, d.Delay, d.Reset = false, 0, 0, 0, 0
 	rate, burst := tb.Rate, tb.Burst
 	if !(rate > 0) || math.IsInf(rate, 0) {
 		rate = math.SmallestNonzeroFloat64 // defensive: never divide by zero
@@ -157,7 +171,6 @@ func (tb TokenBucket) Take(s state.Bucket, exists bool, now float64, cost float6
 		tokens = burst
 	}
 
-	var d Decision
 	if tokens >= cost {
 		tokens -= cost
 		d.Allowed = true
@@ -174,7 +187,7 @@ func (tb TokenBucket) Take(s state.Bucket, exists bool, now float64, cost float6
 		d.Remaining = tokens
 	}
 	d.Reset = finite((burst - tokens) / rate)
-	return state.Bucket{Tokens: tokens, LastRefill: last}, d
+	return state.Bucket{Tokens: tokens, LastRefill: last}
 }
 
 // Level returns the tokens a stored bucket holds at time now: its tokens

@@ -190,3 +190,22 @@ func FuzzEncodeSlot(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeSlotInto: decoding into a slot that held another record gives
+// exactly DecodeSlot's slot and error (the zero Slot on error).
+func FuzzDecodeSlotInto(f *testing.F) {
+	f.Add(EncodeSlot(nil, 42, Bucket{Tokens: 3, LastRefill: 1.7e9}, "client-1"))
+	f.Add([]byte{SlotFormat, 1, 2})
+	f.Add([]byte("00000000000000ab:1.5:1700000000:who"))
+	f.Fuzz(func(t *testing.T, v []byte) {
+		want, wantErr := DecodeSlot(v)
+		s := Slot{Fingerprint: 9, Bucket: Bucket{Tokens: 9, LastRefill: 9}, Identity: []byte("stale")}
+		err := DecodeSlotInto(v, &s)
+		if err != wantErr || s.Fingerprint != want.Fingerprint || string(s.Identity) != string(want.Identity) ||
+			math.Float64bits(s.Bucket.Tokens) != math.Float64bits(want.Bucket.Tokens) ||
+			math.Float64bits(s.Bucket.LastRefill) != math.Float64bits(want.Bucket.LastRefill) ||
+			(s.Identity == nil) != (want.Identity == nil) {
+			t.Fatalf("DecodeSlotInto(%q) = %+v, %v; DecodeSlot %+v, %v", v, s, err, want, wantErr)
+		}
+	})
+}
