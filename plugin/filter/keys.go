@@ -1,9 +1,6 @@
 package filter
 
 import (
-	"math"
-	"strconv"
-
 	"github.com/sluice-rl/sluice/shared/policy"
 	"github.com/sluice-rl/sluice/shared/request"
 )
@@ -267,27 +264,4 @@ func (rs *requestSources) claim(name string) (string, bool) {
 		return "", false
 	}
 	return rs.jwt.Claim(name)
-}
-
-// appendInt is strconv.AppendInt for the common int64 case.
-// appendInt appends v in decimal. Values in [0, 2^32) (slot numbers, header
-// values) are printed with 32-bit divisions, which wasm does with one
-// multiply each; strconv's 64-bit path needs a 128-bit product per two
-// digits, which wasm has no instruction for.
-func appendInt(dst []byte, v int64) []byte {
-	if v < 0 || v > math.MaxUint32 {
-		return strconv.AppendInt(dst, v, 10)
-	}
-	var buf [10]byte
-	i := len(buf)
-	for u := uint32(v); ; {
-		q := u / 10
-		i--
-		buf[i] = byte('0' + u - q*10)
-		if q == 0 {
-			break
-		}
-		u = q
-	}
-	return append(dst, buf[i:]...)
 }

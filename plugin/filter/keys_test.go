@@ -2,7 +2,6 @@ package filter
 
 import (
 	"math"
-	"strconv"
 	"testing"
 )
 
@@ -40,22 +39,6 @@ func TestLogLimiter(t *testing.T) {
 	}
 	if l.suppressed[logFailOpen] != 5 {
 		t.Fatalf("suppressed = %d", l.suppressed[logFailOpen])
-	}
-}
-
-// appendInt prints exactly what strconv does, on both of its paths.
-func TestAppendIntMatchesStrconv(t *testing.T) {
-	for _, v := range []int64{0, 1, 9, 10, 99, 100, 65535, 65536, 999999999, 1e9, math.MaxUint32 - 1, math.MaxUint32,
-		math.MaxUint32 + 1, -1, -10, math.MinInt64, math.MaxInt64} {
-		if got, want := string(appendInt([]byte("x"), v)), "x"+strconv.FormatInt(v, 10); got != want {
-			t.Errorf("appendInt(%d) = %q, want %q", v, got, want)
-		}
-	}
-	for i := 0; i < 100000; i++ {
-		v := int64(i) * 42949 // spans [0, 2^32)
-		if got, want := string(appendInt(nil, v)), strconv.FormatInt(v, 10); got != want {
-			t.Fatalf("appendInt(%d) = %q, want %q", v, got, want)
-		}
 	}
 }
 
