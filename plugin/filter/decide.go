@@ -273,12 +273,18 @@ func (p *pluginContext) selectRules() []application {
 policies:
 	for _, rules := range p.cfg.policies {
 		for _, r := range rules {
-			// One exact condition on a header read already (the
-			// commonest rule that does not apply, such as each rule of a
-			// shadow trial) is decided here, without a call: every Go
-			// call costs in wasm. A missing value is "", oneValue never is.
-			if i := r.oneHeader - 1; i >= 0 && p.rs.headers[i].gen == p.rs.gen {
-				if p.rs.headers[i].v != r.oneValue {
+			// One exact condition on a header (the commonest rule that
+			// does not apply, such as each rule of a shadow trial) is
+			// decided here, without matches and its loop over conditions,
+			// and without any call when the header is read already: every
+			// Go call costs in wasm. A missing value is "", oneValue never
+			// is.
+			if i := r.oneHeader - 1; i >= 0 {
+				v := p.rs.headers[i].v
+				if p.rs.headers[i].gen != p.rs.gen {
+					v, _ = p.rs.get(sourceRef{kind: policy.SourceHeader, idx: i})
+				}
+				if v != r.oneValue {
 					continue
 				}
 			} else if len(r.match) > 0 && !r.matches(&p.rs) { // no conditions: no call
