@@ -146,12 +146,12 @@ func (rs *requestSources) get(s sourceRef) (string, bool) {
 	case policy.SourceMethod:
 		c = &rs.method
 		if rs.unread(c) {
-			c.set(rs.header(":method", rs.cfg.fixedRead[fixedMethod]))
+			c.set(rs.fixedHeader(fixedMethod))
 		}
 	case policy.SourceHost:
 		c = &rs.host
 		if rs.unread(c) {
-			h, ok := rs.header(":authority", rs.cfg.fixedRead[fixedHost])
+			h, ok := rs.fixedHeader(fixedHost)
 			c.set(request.LowerASCII(h), ok)
 		}
 	case policy.SourceIP:
@@ -162,7 +162,7 @@ func (rs *requestSources) get(s sourceRef) (string, bool) {
 	case sourceRawPath:
 		c = &rs.rawPath
 		if rs.unread(c) {
-			c.set(rs.header(":path", rs.cfg.fixedRead[fixedPath]))
+			c.set(rs.fixedHeader(fixedPath))
 		}
 	default:
 		return "", false
@@ -227,6 +227,13 @@ func (rs *requestSources) header(name string, ri int) (v string, ok bool) {
 	return v, ok
 }
 
+// fixedHeader is header for the request header behind a source that is
+// not a header (fixedNames: the one list of those names, which the
+// configuration also counts for whole-map reads).
+func (rs *requestSources) fixedHeader(f int) (v string, ok bool) {
+	return rs.header(fixedNames[f], rs.cfg.fixedRead[f])
+}
+
 // sourceAddressPath is the serialized property path of the downstream peer
 // address ("source", "address").
 const sourceAddressPath = "source\x00address"
@@ -237,7 +244,7 @@ const sourceAddressPath = "source\x00address"
 // Ports are stripped either way.
 func (rs *requestSources) clientIP() (string, bool) {
 	if hops := rs.cfg.trustedHops; hops > 0 {
-		if xff, ok := rs.header("x-forwarded-for", rs.cfg.fixedRead[fixedXFF]); ok {
+		if xff, ok := rs.fixedHeader(fixedXFF); ok {
 			if ip, ok := request.XFFClient(xff, hops); ok {
 				return ip, true
 			}
@@ -256,7 +263,7 @@ func (rs *requestSources) clientIP() (string, bool) {
 func (rs *requestSources) claim(name string) (string, bool) {
 	if rs.jwtState == unknown {
 		rs.jwtState = missing
-		if authz, ok := rs.header("authorization", rs.cfg.fixedRead[fixedAuthz]); ok && request.ParseJWT(authz, &rs.jwt) {
+		if authz, ok := rs.fixedHeader(fixedAuthz); ok && request.ParseJWT(authz, &rs.jwt) {
 			rs.jwtState = present
 		}
 	}
