@@ -5,6 +5,10 @@ BIN       := bin
 WASM_ENV  := GOOS=wasip1 GOARCH=wasm
 WASM_OUT  := $(BIN)/ratelimit.wasm
 FLOOR_OUT := $(BIN)/empty.wasm
+# The profile both modules are compiled with (profile-guided optimization;
+# `make pgo` refreshes it). The empty plugin gets it too, so that the
+# benchmarks' floor is compiled the same way.
+PGO       := plugin/default.pgo
 GO_FILES  := $(shell find . -name '*.go' -not -path './.cache/*')
 
 # Benchmarks: `make bench BENCH=Stream COUNT=10` then benchstat the output.
@@ -13,7 +17,7 @@ COUNT     ?= 6
 BENCHTIME ?= 1s
 FUZZTIME  ?= 20s
 
-.PHONY: images push help build wasm native generate test lint fmt vet generated markers run bench fuzz clean envoyhost envoy-host-test
+.PHONY: images push help build wasm native generate test lint fmt vet generated markers run bench fuzz pgo clean envoyhost envoy-host-test
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -22,14 +26,14 @@ build: wasm native ## build bin/ratelimit.wasm and the native binaries
 
 wasm: $(WASM_OUT) $(FLOOR_OUT)
 
-$(WASM_OUT): $(GO_FILES) go.mod go.sum
+$(WASM_OUT): $(GO_FILES) go.mod go.sum $(PGO)
 	@mkdir -p $(BIN)
-	$(WASM_ENV) $(GO) build -buildmode=c-shared -trimpath -o $@ ./plugin
+	$(WASM_ENV) $(GO) build -buildmode=c-shared -trimpath -pgo=$(PGO) -o $@ ./plugin
 
 # The empty plugin is the benchmark floor: same host, same SDK, no work.
-$(FLOOR_OUT): $(GO_FILES) go.mod go.sum
+$(FLOOR_OUT): $(GO_FILES) go.mod go.sum $(PGO)
 	@mkdir -p $(BIN)
-	$(WASM_ENV) $(GO) build -buildmode=c-shared -trimpath -o $@ ./plugin/wasmhost/testdata/empty
+	$(WASM_ENV) $(GO) build -buildmode=c-shared -trimpath -pgo=$(PGO) -o $@ ./plugin/wasmhost/testdata/empty
 
 native: ## build the native binaries into bin/
 	@mkdir -p $(BIN)
@@ -122,6 +126,11 @@ fuzz: ## run every fuzz target for FUZZTIME each (seed corpora run in `make test
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz' || true); do \
 	    echo "== $$pkg $$f"; SLUICE_WASM_DIR=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; done
+
+pgo: ## refresh plugin/default.pgo, the profile the module is compiled with (commit it; see docs/design/performance.md)
+	@mkdir -p $(BIN)
+	$(GO) test -run '^$$' -bench '^BenchmarkProfileWorkload$$' -benchtime 8000000x -cpuprofile $(BIN)/workload.pprof -o $(BIN)/filter.test ./plugin/filter
+	$(GO) tool pprof -proto -focus='sluice-rl/sluice/' $(BIN)/workload.pprof > $(PGO)
 
 clean: ## remove build outputs
 	rm -rf $(BIN)

@@ -79,6 +79,13 @@ func recordMetric(id uint32, value uint64) {
 }
 
 func setSharedData(key string, value []byte, cas uint32) error {
+	if cas == 0 {
+		// Envoy: cas 0 sets unconditionally. The SDK's emulator instead
+		// compares it with the key's cas, so pass the current one.
+		if _, cur, err := proxywasm.GetSharedData(key); err == nil {
+			cas = cur
+		}
+	}
 	return proxywasm.SetSharedData(key, value, cas)
 }
 

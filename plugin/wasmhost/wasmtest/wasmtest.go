@@ -158,7 +158,11 @@ func load(root, pkg string) ([]byte, error) {
 	defer os.RemoveAll(tmp)
 	out := filepath.Join(tmp, base+".wasm")
 	goBin := goCommand()
-	cmd := exec.Command(goBin, "build", "-buildmode=c-shared", "-o", out, pkg)
+	args := []string{"build", "-buildmode=c-shared", "-o", out}
+	if _, err := os.Stat(filepath.Join(root, ProfilePath)); err == nil {
+		args = append(args, "-pgo="+filepath.Join(root, ProfilePath)) // as the Makefile builds
+	}
+	cmd := exec.Command(goBin, append(args, pkg)...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
 	var output bytes.Buffer
@@ -180,12 +184,16 @@ func load(root, pkg string) ([]byte, error) {
 	return wasm, nil
 }
 
+// ProfilePath is the profile every module is compiled with (relative to
+// the module root): the Makefile's PGO.
+const ProfilePath = "plugin/default.pgo"
+
 // prebuiltAliases are other names the Makefile gives prebuilt modules.
 var prebuiltAliases = map[string][]string{"plugin": {"ratelimit.wasm"}}
 
-// isFresh reports whether file exists and is newer than go.mod, go.sum and
-// every .go file of pkg and of the packages of this module it depends on
-// (for wasip1/wasm, per go list).
+// isFresh reports whether file exists and is newer than go.mod, go.sum, the
+// profile and every .go file of pkg and of the packages of this module it
+// depends on (for wasip1/wasm, per go list).
 func isFresh(file, root, pkg string) (bool, error) {
 	st, err := os.Stat(file)
 	if err != nil {
@@ -199,7 +207,7 @@ func isFresh(file, root, pkg string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	check := []string{filepath.Join(root, "go.mod"), filepath.Join(root, "go.sum")}
+	check := []string{filepath.Join(root, "go.mod"), filepath.Join(root, "go.sum"), filepath.Join(root, ProfilePath)}
 	for _, dir := range strings.Fields(string(out)) {
 		if rel, err := filepath.Rel(root, dir); err != nil || strings.HasPrefix(rel, "..") {
 			continue // not in this module (module cache: versioned, immutable)
