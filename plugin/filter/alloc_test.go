@@ -36,7 +36,7 @@ func (l *lockedBuffer) count(s string) int {
 // requests they overlap (every seventh request by ~25 µs, measured), does not
 // run. What the host returns (header values, the client address, bucket
 // values) lands in the plugin's malloc scratch and is copied into reused
-// buffers (hostcalls_wasip1.go). The guest runs with a 1 MiB memory limit,
+// buffers (hostcalls_direct.go). The guest runs with a 1 MiB memory limit,
 // which it is always over, so any allocation starts a collection; with
 // gcstoptheworld=1 each one completes at once (none can straddle the
 // warm-up and the measured requests) and gctrace=1 prints one line for it.

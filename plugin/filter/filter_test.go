@@ -1011,7 +1011,7 @@ func TestLongAndBinaryKeysBounded(t *testing.T) {
 		t.Fatalf("%d admitted with a binary key", got)
 	}
 	// Values larger than the malloc scratch (64 KiB) get memory of their
-	// own (hostcalls_wasip1.go); they must read back whole all the same,
+	// own (hostcalls_direct.go); they must read back whole all the same,
 	// before and after small ones.
 	huge := strings.Repeat("h", 70_000)
 	if got := f.admitted(2, "x-api-key", huge); got != 1 {

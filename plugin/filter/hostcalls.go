@@ -5,7 +5,7 @@ import "github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
 // Host calls the filter makes through the SDK in every build (off the
 // per-request read path, or needing the SDK's context bookkeeping). The
 // hot reads and writes (headers, shared data, metrics, the local reply)
-// are direct imports in hostcalls_wasip1.go. Every host call of the filter
+// are direct calls of the ABI, hostcalls_direct.go. Every host call of the filter
 // goes through hostcalls*.go, so the filter's contact with the host is one
 // list (fleet mode's calls are in fleet*.go).
 

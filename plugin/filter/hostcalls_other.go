@@ -5,54 +5,125 @@ package filter
 import (
 	"errors"
 	"strings"
+	"unsafe"
 
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 )
 
-// Native builds (unit tests of the pure helpers) go through the SDK; the
-// filter only ever runs as wasm, see hostcalls_wasip1.go.
+// Native builds (unit tests, and the workload plugin/default.pgo is taken
+// from) serve the raw calls of hostcalls_direct.go through the SDK, with
+// the ABI's signatures and conventions: a returned value is placed with
+// allocReturned (as the host places it with the module's malloc) and its
+// pointer and size written where the caller asked. The filter only ever
+// runs as wasm, see hostcalls_wasip1.go.
 
-func getRequestHeader(name string, buf []byte) (string, []byte, bool) {
-	v, err := proxywasm.GetHttpRequestHeader(name)
-	if err != nil {
-		return "", buf, false
+func rawGetHeaderMapValue(mapType uint32, keyData unsafe.Pointer, keySize uint32, retData, retSize unsafe.Pointer) uint32 {
+	name := unsafe.String((*byte)(keyData), keySize)
+	var v string
+	var err error
+	switch mapType {
+	case mapTypeRequestHeaders:
+		v, err = proxywasm.GetHttpRequestHeader(name)
+	case mapTypeResponseHeaders:
+		v, err = proxywasm.GetHttpResponseHeader(name)
+	case mapTypeResponseTrailers:
+		v, err = proxywasm.GetHttpResponseTrailer(name)
+	default:
+		return statusInternalFailure
 	}
-	start := len(buf)
-	buf = append(buf, v...)
-	return bytesView(buf[start:]), buf, true
+	if err != nil {
+		return statusOf(err)
+	}
+	placeReturned(v, retData, retSize)
+	return statusOK
 }
 
-func getRequestHeaderPairs(buf []byte) ([]byte, bool) {
+func rawGetHeaderMapPairs(mapType uint32, retData, retSize unsafe.Pointer) uint32 {
+	if mapType != mapTypeRequestHeaders {
+		return statusInternalFailure
+	}
 	pairs, err := proxywasm.GetHttpRequestHeaders()
 	if err != nil {
-		return buf, false
+		return statusOf(err)
 	}
-	return appendHeaderMap(buf, pairs), true
+	placeReturned(bytesView(appendHeaderMap(nil, pairs)), retData, retSize)
+	return statusOK
 }
 
-func getResponseValue(trailer bool, name string, buf []byte) (string, []byte, bool) {
-	get := proxywasm.GetHttpResponseHeader
-	if trailer {
-		get = proxywasm.GetHttpResponseTrailer
-	}
-	v, err := get(name)
+func rawGetSharedData(keyData unsafe.Pointer, keySize uint32, retData, retSize, retCas unsafe.Pointer) uint32 {
+	v, cas, err := proxywasm.GetSharedData(unsafe.String((*byte)(keyData), keySize))
 	if err != nil {
-		return "", buf, false
+		return statusOf(err)
 	}
-	start := len(buf)
-	buf = append(buf, v...)
-	return bytesView(buf[start:]), buf, true
+	placeReturned(bytesView(v), retData, retSize)
+	*(*uint32)(retCas) = cas
+	return statusOK
 }
 
-func getSharedData(key string, dst []byte) ([]byte, uint32, uint32) {
-	v, cas, err := proxywasm.GetSharedData(key)
-	return append(dst[:0], v...), cas, statusOf(err)
+func rawGetProperty(pathData unsafe.Pointer, pathSize uint32, retData, retSize unsafe.Pointer) uint32 {
+	v, err := proxywasm.GetProperty(strings.Split(unsafe.String((*byte)(pathData), pathSize), "\x00"))
+	if err != nil {
+		return statusOf(err)
+	}
+	placeReturned(bytesView(v), retData, retSize)
+	return statusOK
 }
 
-func getProperty(path string, dst []byte) ([]byte, bool) {
-	v, err := proxywasm.GetProperty(strings.Split(path, "\x00"))
-	return append(dst[:0], v...), err == nil
+// placeReturned puts v where a host puts a returned value: in memory from
+// allocReturned (none for an empty value), its pointer and size written to
+// *retData and *retSize.
+func placeReturned(v string, retData, retSize unsafe.Pointer) {
+	var p *byte
+	if v != "" {
+		p = allocReturned(uint32(len(v)))
+		copy(unsafe.Slice(p, len(v)), v)
+	}
+	*(**byte)(retData) = p
+	*(*uint32)(retSize) = uint32(len(v))
+}
+
+func rawSetSharedData(keyData unsafe.Pointer, keySize uint32, valueData unsafe.Pointer, valueSize uint32, cas uint32) uint32 {
+	key := unsafe.String((*byte)(keyData), keySize)
+	if cas == 0 {
+		// Envoy: cas 0 sets unconditionally. The SDK's emulator instead
+		// compares it with the key's cas, so pass the current one.
+		if _, cur, err := proxywasm.GetSharedData(key); err == nil {
+			cas = cur
+		}
+	}
+	return statusOf(proxywasm.SetSharedData(key, unsafe.Slice((*byte)(valueData), valueSize), cas))
+}
+
+func rawReplaceHeaderMapValue(mapType uint32, keyData unsafe.Pointer, keySize uint32, valueData unsafe.Pointer, valueSize uint32) uint32 {
+	if mapType != mapTypeResponseHeaders {
+		return statusInternalFailure
+	}
+	return statusOf(proxywasm.ReplaceHttpResponseHeader(unsafe.String((*byte)(keyData), keySize),
+		unsafe.String((*byte)(valueData), valueSize)))
+}
+
+// rawIncrementMetric and rawRecordMetric turn the SDK's panics on host
+// errors into a status, as the host's return value.
+func rawIncrementMetric(id uint32, offset int64) (st uint32) {
+	defer func() {
+		if recover() != nil {
+			st = statusInternalFailure
+		}
+	}()
+	proxywasm.MetricCounter(id).Increment(uint64(offset))
+	return statusOK
+}
+
+func rawRecordMetric(id uint32, value uint64) (st uint32) {
+	defer func() {
+		if recover() != nil {
+			st = statusInternalFailure
+		}
+	}()
+	g := proxywasm.MetricGauge(id) // the SDK has no Record: add the difference
+	g.Add(int64(value) - g.Value())
+	return statusOK
 }
 
 func statusOf(err error) uint32 {
@@ -65,32 +136,6 @@ func statusOf(err error) uint32 {
 		return statusCasMismatch
 	}
 	return statusInternalFailure
-}
-
-func incrementMetric(id uint32, offset int64) {
-	defer func() { _ = recover() }()
-	proxywasm.MetricCounter(id).Increment(uint64(offset))
-}
-
-func recordMetric(id uint32, value uint64) {
-	defer func() { _ = recover() }()
-	g := proxywasm.MetricGauge(id) // the SDK has no Record: add the difference
-	g.Add(int64(value) - g.Value())
-}
-
-func setSharedData(key string, value []byte, cas uint32) error {
-	if cas == 0 {
-		// Envoy: cas 0 sets unconditionally. The SDK's emulator instead
-		// compares it with the key's cas, so pass the current one.
-		if _, cur, err := proxywasm.GetSharedData(key); err == nil {
-			cas = cur
-		}
-	}
-	return proxywasm.SetSharedData(key, value, cas)
-}
-
-func replaceResponseHeader(name, value string) {
-	_ = proxywasm.ReplaceHttpResponseHeader(name, value)
 }
 
 func sendLocalResponse(status uint32, headers [][2]string, body []byte) error {

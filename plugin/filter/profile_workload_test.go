@@ -1,3 +1,5 @@
+//go:build !wasip1
+
 package filter_test
 
 import (

@@ -158,7 +158,7 @@ const (
 var sentinelValue = []byte("1")
 
 // proxy-wasm status codes returned by the direct host calls
-// (hostcalls_wasip1.go).
+// (hostcalls_direct.go).
 const (
 	statusOK              uint32 = 0
 	statusNotFound        uint32 = 1

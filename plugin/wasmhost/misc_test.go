@@ -228,7 +228,7 @@ func TestEmptyPluginManyVMs(t *testing.T) {
 // TestAllocatorChoice: like Envoy (proxy-wasm-cpp-host), the host places
 // returned values with the module's malloc export when it has one, else
 // with proxy_on_memory_allocate. The filter exports malloc (its request
-// path reads into a reused scratch, plugin/filter/hostcalls_wasip1.go); the
+// path reads into a reused scratch, plugin/filter/hostcalls_direct.go); the
 // probe has only the SDK's proxy_on_memory_allocate, and every probe test
 // that reads a value goes through it.
 func TestAllocatorChoice(t *testing.T) {
