@@ -19,7 +19,7 @@ import (
 // runs as wasm, see hostcalls_wasip1.go.
 
 func rawGetHeaderMapValue(mapType uint32, keyData unsafe.Pointer, keySize uint32, retData, retSize unsafe.Pointer) uint32 {
-	name := unsafe.String((*byte)(keyData), keySize)
+	name := guestString(keyData, keySize)
 	var v string
 	var err error
 	switch mapType {
@@ -52,7 +52,7 @@ func rawGetHeaderMapPairs(mapType uint32, retData, retSize unsafe.Pointer) uint3
 }
 
 func rawGetSharedData(keyData unsafe.Pointer, keySize uint32, retData, retSize, retCas unsafe.Pointer) uint32 {
-	v, cas, err := proxywasm.GetSharedData(unsafe.String((*byte)(keyData), keySize))
+	v, cas, err := proxywasm.GetSharedData(guestString(keyData, keySize))
 	if err != nil {
 		return statusOf(err)
 	}
@@ -62,13 +62,17 @@ func rawGetSharedData(keyData unsafe.Pointer, keySize uint32, retData, retSize, 
 }
 
 func rawGetProperty(pathData unsafe.Pointer, pathSize uint32, retData, retSize unsafe.Pointer) uint32 {
-	v, err := proxywasm.GetProperty(strings.Split(unsafe.String((*byte)(pathData), pathSize), "\x00"))
+	v, err := proxywasm.GetProperty(strings.Split(guestString(pathData, pathSize), "\x00"))
 	if err != nil {
 		return statusOf(err)
 	}
 	placeReturned(bytesView(v), retData, retSize)
 	return statusOK
 }
+
+// guestString is the string at p of n bytes (an argument passed as a
+// pointer and a size, as in the ABI).
+func guestString(p unsafe.Pointer, n uint32) string { return unsafe.String((*byte)(p), n) }
 
 // placeReturned puts v where a host puts a returned value: in memory from
 // allocReturned (none for an empty value), its pointer and size written to
@@ -84,7 +88,7 @@ func placeReturned(v string, retData, retSize unsafe.Pointer) {
 }
 
 func rawSetSharedData(keyData unsafe.Pointer, keySize uint32, valueData unsafe.Pointer, valueSize uint32, cas uint32) uint32 {
-	key := unsafe.String((*byte)(keyData), keySize)
+	key := guestString(keyData, keySize)
 	if cas == 0 {
 		// Envoy: cas 0 sets unconditionally. The SDK's emulator instead
 		// compares it with the key's cas, so pass the current one.
@@ -99,8 +103,8 @@ func rawReplaceHeaderMapValue(mapType uint32, keyData unsafe.Pointer, keySize ui
 	if mapType != mapTypeResponseHeaders {
 		return statusInternalFailure
 	}
-	return statusOf(proxywasm.ReplaceHttpResponseHeader(unsafe.String((*byte)(keyData), keySize),
-		unsafe.String((*byte)(valueData), valueSize)))
+	return statusOf(proxywasm.ReplaceHttpResponseHeader(guestString(keyData, keySize),
+		guestString(valueData, valueSize)))
 }
 
 // rawIncrementMetric and rawRecordMetric turn the SDK's panics on host

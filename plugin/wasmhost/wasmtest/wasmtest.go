@@ -159,8 +159,8 @@ func load(root, pkg string) ([]byte, error) {
 	out := filepath.Join(tmp, base+".wasm")
 	goBin := goCommand()
 	args := []string{"build", "-buildmode=c-shared", "-o", out}
-	if _, err := os.Stat(filepath.Join(root, ProfilePath)); err == nil {
-		args = append(args, "-pgo="+filepath.Join(root, ProfilePath)) // as the Makefile builds
+	if profile := filepath.Join(root, profilePath); isFile(profile) {
+		args = append(args, "-pgo="+profile) // as the Makefile builds
 	}
 	cmd := exec.Command(goBin, append(args, pkg)...)
 	cmd.Dir = root
@@ -184,9 +184,14 @@ func load(root, pkg string) ([]byte, error) {
 	return wasm, nil
 }
 
-// ProfilePath is the profile every module is compiled with (relative to
+// profilePath is the profile every module is compiled with (relative to
 // the module root): the Makefile's PGO.
-const ProfilePath = "plugin/default.pgo"
+const profilePath = "plugin/default.pgo"
+
+func isFile(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
 
 // prebuiltAliases are other names the Makefile gives prebuilt modules.
 var prebuiltAliases = map[string][]string{"plugin": {"ratelimit.wasm"}}
@@ -207,7 +212,7 @@ func isFresh(file, root, pkg string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	check := []string{filepath.Join(root, "go.mod"), filepath.Join(root, "go.sum"), filepath.Join(root, ProfilePath)}
+	check := []string{filepath.Join(root, "go.mod"), filepath.Join(root, "go.sum"), filepath.Join(root, profilePath)}
 	for _, dir := range strings.Fields(string(out)) {
 		if rel, err := filepath.Rel(root, dir); err != nil || strings.HasPrefix(rel, "..") {
 			continue // not in this module (module cache: versioned, immutable)
