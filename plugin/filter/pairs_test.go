@@ -2,7 +2,9 @@ package filter
 
 import (
 	"encoding/binary"
+	"fmt"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/sluice-rl/sluice/shared/policy"
@@ -83,6 +85,48 @@ func TestIndexPairsFindsTheFirstOfARepeatedHeader(t *testing.T) {
 	}
 }
 
+// Names of one length are told apart wherever they differ: within their
+// first 8 bytes, after them, or only in their last byte, and also at the
+// map's very end.
+func TestIndexPairsTellsApartNamesOfOneLength(t *testing.T) {
+	m := [][2]string{{"x-request-id", "1"}, {"x-request-ix", "2"}, {"y-request-id", "3"},
+		{"x-plan", "4"}, {"x-deny", "5"}, {"accept", "6"}, {"x-api-key", "7"}, {"a", ""}}
+	names := []string{"x-request-ix", "y-request-id", "x-request-id", "x-deny", "x-plan", "x-plam", "x-api-kez", "b", "a"}
+	want := []pairSlot{{"2", true}, {"3", true}, {"1", true}, {"5", true}, {"4", true}, {}, {}, {}, {"", true}}
+	found, ok := lookup(appendHeaderMap(nil, m), names...)
+	if !ok {
+		t.Fatal("valid map refused")
+	}
+	for i := range names {
+		if found[i] != want[i] {
+			t.Errorf("%q = %+v, want %+v", names[i], found[i], want[i])
+		}
+	}
+}
+
+// A map whose every pair has a wanted name length is still read right, to
+// its first match, and checked to its last pair.
+func TestIndexPairsWithManyNamesOfAWantedLength(t *testing.T) {
+	var m [][2]string
+	for i := range 48 {
+		m = append(m, [2]string{fmt.Sprintf("x-h%03d", i), strconv.Itoa(i)})
+	}
+	m = append(m, [2]string{"x-plan", "pro"}, [2]string{"x-h005", "again"})
+	b := appendHeaderMap(nil, m)
+	found, ok := lookup(b, "x-plan", "x-h005", "x-h047", "x-h999")
+	if !ok {
+		t.Fatal("valid map refused")
+	}
+	if want := []pairSlot{{"pro", true}, {"5", true}, {"47", true}, {}}; !slices.Equal(found, want) {
+		t.Errorf("found %+v, want %+v", found, want)
+	}
+	bad := slices.Clone(b)
+	bad[len(bad)-1] = 'x'
+	if _, ok := lookup(bad, "x-plan"); ok {
+		t.Error("a map whose last value lacks its NUL was accepted")
+	}
+}
+
 func TestIndexPairsRefusesMalformedMaps(t *testing.T) {
 	valid := appendHeaderMap(nil, [][2]string{{"x-a", "1"}, {"x-b", "22"}})
 	mutate := func(f func(b []byte) []byte) []byte { return f(slices.Clone(valid)) }
@@ -111,7 +155,12 @@ func FuzzIndexPairs(f *testing.F) {
 	f.Add([]byte{1, 0, 0, 0, 255, 255, 255, 255, 0, 0, 0, 0}, "a")
 	f.Add([]byte{2, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 'a', 0, 'b', 0}, "a")
 	f.Fuzz(func(t *testing.T, b []byte, name string) {
-		found, ok := lookup(b, name, "x-tag") // never panics, valid or not
+		// sibling has name's length and differs in its last byte.
+		sibling := []byte(name)
+		if len(sibling) > 0 {
+			sibling[len(sibling)-1] ^= 1
+		}
+		found, ok := lookup(b, name, "x-tag", string(sibling)) // never panics, valid or not
 		if !ok {
 			return
 		}
@@ -124,9 +173,11 @@ func FuzzIndexPairs(f *testing.F) {
 				t.Fatalf("accepted %x, re-encodes as %x", b, re)
 			}
 		}
-		i := slices.IndexFunc(m, func(kv [2]string) bool { return kv[0] == name })
-		if found[0].ok != (i >= 0) || found[0].ok && found[0].v != m[i][1] {
-			t.Fatalf("%q = %+v; the map is %q", name, found[0], m)
+		for k, n := range []string{name, string(sibling)} {
+			i := slices.IndexFunc(m, func(kv [2]string) bool { return kv[0] == n })
+			if f := found[2*k]; f.ok != (i >= 0) || f.ok && f.v != m[i][1] {
+				t.Fatalf("%q = %+v; the map is %q", n, f, m)
+			}
 		}
 	})
 }

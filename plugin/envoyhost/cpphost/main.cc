@@ -371,6 +371,7 @@ public:
   WasmResult getHeaderMapPairs(WasmHeaderMapType type, Pairs *result) override {
     auto *m = getMap(type, false);
     if (!m) return WasmResult::BadArgument;
+    result->reserve(m->size()); // as Envoy's headerMapToPairs does
     for (auto &kv : *m) result->emplace_back(kv.first, kv.second);
     return WasmResult::Ok;
   }
