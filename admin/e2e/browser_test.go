@@ -45,6 +45,16 @@ func (b *browser) run(what string, steps ...chromedp.Action[chromedp.Void]) {
 	}
 }
 
+// flashSays waits until a success notice containing want is visible (want
+// has no double quote). After a click that submits a form, waiting for any
+// notice is not enough: the page being left may show one already (a
+// preview's summary, an applied rule), and reading the notice then races
+// the navigation. An element wait, unlike a script poll, outlasts it.
+func flashSays(want string) chromedp.Action[chromedp.Void] {
+	return chromedp.WaitVisible(chromedp.Search(
+		fmt.Sprintf(`//*[contains(concat(" ", @class, " "), " flash-ok ") and contains(., "%s")]`, want)))
+}
+
 // eval evaluates a JavaScript expression whose value is a string.
 func (b *browser) eval(expr string) string {
 	b.t.Helper()
