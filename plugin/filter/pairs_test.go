@@ -108,15 +108,8 @@ func TestIndexPairsWithManyNamesOfAWantedLength(t *testing.T) {
 		m = append(m, [2]string{fmt.Sprintf("x-h%03d", i), strconv.Itoa(i)})
 	}
 	m = append(m, [2]string{"x-plan", "pro"}, [2]string{"x-h005", "again"})
-	b := appendHeaderMap(nil, m)
-	found, ok := lookup(b, "x-plan", "x-h005", "x-h047", "x-h999")
-	if !ok {
-		t.Fatal("valid map refused")
-	}
-	if want := []pairSlot{{"pro", true}, {"5", true}, {"47", true}, {}}; !slices.Equal(found, want) {
-		t.Errorf("found %+v, want %+v", found, want)
-	}
-	bad := slices.Clone(b)
+	expectLookup(t, m, []string{"x-plan", "x-h005", "x-h047", "x-h999"}, []pairSlot{{"pro", true}, {"5", true}, {"47", true}, {}})
+	bad := appendHeaderMap(nil, m)
 	bad[len(bad)-1] = 'x'
 	if _, ok := lookup(bad, "x-plan"); ok {
 		t.Error("a map whose last value lacks its NUL was accepted")

@@ -188,6 +188,7 @@ func load(root, pkg string) ([]byte, error) {
 // the module root): the Makefile's PGO.
 const profilePath = "plugin/default.pgo"
 
+// isFile reports whether path exists.
 func isFile(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
@@ -243,8 +244,7 @@ func goCommand() string {
 	if p, err := exec.LookPath("go"); err == nil {
 		return p
 	}
-	p := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(p); err == nil {
+	if p := filepath.Join(runtime.GOROOT(), "bin", "go"); isFile(p) {
 		return p
 	}
 	return "go"
@@ -256,7 +256,7 @@ func moduleRoot() (string, error) {
 		return "", err
 	}
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		if isFile(filepath.Join(dir, "go.mod")) {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
