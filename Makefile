@@ -17,7 +17,7 @@ COUNT     ?= 6
 BENCHTIME ?= 1s
 FUZZTIME  ?= 20s
 
-.PHONY: images push help build wasm native generate test lint fmt vet generated markers run bench fuzz pgo clean envoyhost envoy-host-test
+.PHONY: images push help build wasm native generate test wasm-test lint fmt vet generated markers run bench fuzz pgo clean envoyhost envoy-host-test
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -75,8 +75,18 @@ envoy-host-test: wasm envoyhost ## run only the tests under Envoy's own wasm hos
 # PostgreSQL, real-time timeouts) must not share the machine with it.
 test: build lint envoyhost ## build everything, then run every test (what CI runs), Envoy's own wasm host included
 	SLUICE_WASM_DIR=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v '/plugin/envoyhost')
+	$(MAKE) --no-print-directory wasm-test
 	SLUICE_WASM_DIR=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m ./plugin/envoyhost/...
 	SLUICE_WASM_DIR=$(CURDIR)/$(BIN) $(GO) test -count=1 -race -timeout 10m ./shared/... ./plugin/wasmhost/... ./admin/store/... ./admin/policies/... ./admin/xds/... ./admin/telemetry/... ./admin/httpapi/... ./admin/fleet/...
+
+# Packages with WebAssembly assembly of their own (plugin/headermap) run
+# their tests compiled to wasm as well, under wazero's command line (built
+# from the module's wazero): the assembly is what the filter runs.
+WASM_TEST_PKGS := ./plugin/headermap
+wasm-test: ## run the tests of the packages with WebAssembly assembly as wasm, under wazero
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/wazero github.com/tetratelabs/wazero/cmd/wazero
+	$(WASM_ENV) $(GO) test -count=1 -exec "$(CURDIR)/$(BIN)/wazero run -mount /:/ -env-inherit --" $(WASM_TEST_PKGS)
 
 lint: fmt vet generated markers ## gofmt, go vet, generated files up to date, no merge conflict markers
 
@@ -90,7 +100,7 @@ markers:
 
 vet:
 	$(GO) vet ./...
-	$(WASM_ENV) $(GO) vet ./plugin ./plugin/filter ./shared/...
+	$(WASM_ENV) $(GO) vet ./plugin ./plugin/filter ./plugin/headermap ./shared/...
 
 # generated fails when a .templ file changed without `make generate`: it
 # regenerates and compares checksums (the regenerated files stay, ready to commit).

@@ -3,6 +3,7 @@ package filter
 import (
 	"strings"
 
+	"github.com/sluice-rl/sluice/plugin/headermap"
 	"github.com/sluice-rl/sluice/shared/limiter"
 	"github.com/sluice-rl/sluice/shared/policy"
 	"github.com/sluice-rl/sluice/shared/request"
@@ -29,7 +30,7 @@ type compiledConfig struct {
 	// readNames are the distinct request headers the configuration can
 	// read: headerNames and the headers behind the other sources
 	// (fixedNames). headerRead and fixedRead hold 1 + their index in it
-	// (0: not read); readMask has lengthBit of each name's length (pairs.go);
+	// (0: not read); readMask has headermap.LengthBit of each name's length (pairs.go);
 	// readsSeveral: two or more, so a request's headers are read in one
 	// call.
 	readNames    []string
@@ -268,7 +269,7 @@ func (cc *compiledConfig) ref(k policy.KeySource) sourceRef {
 
 // read adds a request header name to readNames and returns 1 + its index.
 func (cc *compiledConfig) read(name string) int {
-	cc.readMask |= lengthBit(uint64(len(name)))
+	cc.readMask |= headermap.LengthBit(len(name))
 	return 1 + indexOf(&cc.readNames, name)
 }
 

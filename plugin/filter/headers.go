@@ -1,7 +1,6 @@
 package filter
 
 import (
-	"encoding/binary"
 	"unsafe"
 
 	"github.com/sluice-rl/sluice/shared/request"
@@ -129,24 +128,4 @@ func bytesView(b []byte) string {
 		return ""
 	}
 	return unsafe.String(unsafe.SliceData(b), len(b))
-}
-
-// appendHeaderMap appends pairs in the proxy-wasm map encoding: the number of
-// pairs, each key and value length (uint32, little-endian), then each key
-// and value followed by a NUL byte. The same bytes as the SDK's
-// internal.SerializeMap (TestAppendHeaderMapMatchesSDK), built with copies
-// into a reused buffer instead of a byte loop into a new one.
-func appendHeaderMap(dst []byte, pairs [][2]string) []byte {
-	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(pairs)))
-	for _, kv := range pairs {
-		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(kv[0])))
-		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(kv[1])))
-	}
-	for _, kv := range pairs {
-		dst = append(dst, kv[0]...)
-		dst = append(dst, 0)
-		dst = append(dst, kv[1]...)
-		dst = append(dst, 0)
-	}
-	return dst
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm"
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
+	"github.com/sluice-rl/sluice/plugin/headermap"
 )
 
 // Native builds (unit tests, and the workload plugin/default.pgo is taken
@@ -47,7 +48,7 @@ func rawGetHeaderMapPairs(mapType uint32, retData, retSize unsafe.Pointer) uint3
 	if err != nil {
 		return statusOf(err)
 	}
-	placeReturned(bytesView(appendHeaderMap(nil, pairs)), retData, retSize)
+	placeReturned(bytesView(headermap.Append(nil, pairs)), retData, retSize)
 	return statusOK
 }
 

@@ -2,7 +2,11 @@
 
 package filter
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/sluice-rl/sluice/plugin/headermap"
+)
 
 // The proxy-wasm ABI 0.2.1 calls of the request path, imported directly
 // (hostcalls_direct.go wraps them), and the allocator the host places
@@ -51,9 +55,9 @@ var localReplyBuf []byte
 // sendLocalResponse sends a local reply (proxy_send_local_response). The
 // SDK's SendHttpResponse serializes the headers byte by byte into a fresh
 // slice, which took a third of a rejected request's time in wasm; here they
-// are copied with memmove into a reused buffer (appendHeaderMap).
+// are copied with memmove into a reused buffer (headermap.Append).
 func sendLocalResponse(status uint32, headers [][2]string, body []byte) error {
-	localReplyBuf = appendHeaderMap(localReplyBuf[:0], headers)
+	localReplyBuf = headermap.Append(localReplyBuf[:0], headers)
 	st := rawSendLocalResponse(status, nil, 0, bytesPtr(body), uint32(len(body)),
 		bytesPtr(localReplyBuf), uint32(len(localReplyBuf)), -1)
 	if st != statusOK {

@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"github.com/sluice-rl/sluice/plugin/headermap"
 	"github.com/sluice-rl/sluice/shared/policy"
 	"github.com/sluice-rl/sluice/shared/request"
 )
@@ -69,10 +70,11 @@ type requestSources struct {
 	prop []byte
 
 	// The header map read whole (pairs.go): whole is its state for this
-	// request, found the values of compiledConfig.readNames in it (views
-	// of vals).
-	whole uint8
-	found []pairSlot
+	// request, found the slots of compiledConfig.readNames' values in it
+	// (headermap.Index), the map being vals[pairsAt:].
+	whole   uint8
+	found   []uint64
+	pairsAt int
 	// presentReads counts this request's header lookups that found the header
 	// present, presentAvg its moving average over recent requests (pairs.go).
 	presentReads int
@@ -213,11 +215,11 @@ func (rs *requestSources) header(name string, ri int) (v string, ok bool) {
 			rs.readWhole()
 		}
 		if rs.whole == wholeRead {
-			f := &rs.found[ri-1]
-			if f.ok {
+			b, ok := headermap.Value(rs.vals[rs.pairsAt:], rs.found[ri-1])
+			if ok {
 				rs.presentReads++
 			}
-			return f.v, f.ok
+			return bytesView(b), ok
 		}
 	}
 	v, rs.vals, ok = getRequestHeader(name, rs.vals)

@@ -42,22 +42,6 @@ func TestLogLimiter(t *testing.T) {
 	}
 }
 
-// appendHeaderMap writes the proxy-wasm map encoding (as in
-// proxy-wasm-cpp-host's exports: count, the lengths, then NUL-terminated
-// keys and values). The wasm tests read every 429's headers back through the
-// host's decoder as well.
-func TestAppendHeaderMap(t *testing.T) {
-	le := func(n uint32) string { return string([]byte{byte(n), byte(n >> 8), byte(n >> 16), byte(n >> 24)}) }
-	got := appendHeaderMap([]byte("junk")[:0], [][2]string{{"retry-after", "13"}, {"a", ""}})
-	want := le(2) + le(11) + le(2) + le(1) + le(0) + "retry-after\x0013\x00" + "a\x00\x00"
-	if string(got) != want {
-		t.Errorf("got %q, want %q", got, want)
-	}
-	if got := appendHeaderMap(nil, nil); string(got) != le(0) {
-		t.Errorf("empty map: %q", got)
-	}
-}
-
 // TestRequestSourcesGenerations: a new request makes every cached value
 // unread by counting (requestSources.reset), and when the count wraps the
 // caches are cleared, so a value stamped four billion requests ago cannot

@@ -1,6 +1,6 @@
 package filter
 
-import "encoding/binary"
+import "github.com/sluice-rl/sluice/plugin/headermap"
 
 // Reading a request's headers in one host call.
 //
@@ -27,69 +27,6 @@ import "encoding/binary"
 // costs about 1.5 gets that return a value (the host library marshals
 // every pair), so it pays only where it replaces two such gets or more.
 const maxPairsHeaders = 16
-
-// pairSlot is one read name's value in the map read whole.
-type pairSlot struct {
-	v  string
-	ok bool
-}
-
-// lengthBit is the bit of lengthMask for a name of n bytes (all names of
-// 63 bytes or more share the last).
-func lengthBit(n uint64) uint64 { return 1 << min(n, 63) }
-
-// indexPairs reads a header map in the proxy-wasm encoding (the one
-// appendHeaderMap writes: the number of pairs, each name and value length
-// as uint32 little-endian, then each name and value followed by a NUL
-// byte) in one pass: found[i] becomes the value of the first pair named
-// names[i] (a view of b), or not ok. mask has lengthBit set for the length
-// of every name, so most pairs are passed over on their length alone.
-//
-// Nothing in b is trusted: a count or lengths that do not add up to b's
-// size, or a missing NUL after a pair it compares, make it return false
-// (found is then meaningless), never panic. An empty b is the empty map
-// (what the host returns for one). Names are
-// compared exactly: Envoy stores them lower-case and lower-cases the name a
-// get asks for; the filter's names are lower-case already.
-func indexPairs(b []byte, names []string, mask uint64, found []pairSlot) bool {
-	found = found[:len(names)]
-	clear(found)
-	if len(b) == 0 {
-		return true
-	}
-	if len(b) < 4 {
-		return false
-	}
-	n := uint64(binary.LittleEndian.Uint32(b))
-	size := uint64(len(b))
-	// Every pair takes at least 10 bytes (two lengths, two NULs).
-	if n > (size-4)/10 {
-		return false
-	}
-	lens := b[4 : 4+8*n]
-	data := 4 + 8*n
-	for i := 0; i+8 <= len(lens); i += 8 {
-		ns := uint64(binary.LittleEndian.Uint32(lens[i:]))
-		vs := uint64(binary.LittleEndian.Uint32(lens[i+4:]))
-		end := data + ns + 1 + vs + 1 // no overflow: each term < 2^32
-		// Only a pair whose name has a wanted length is looked at (its
-		// bounds and NULs checked); every pair's lengths are checked by
-		// the total below. A pass costs a few instructions a pair.
-		if mask&lengthBit(ns) != 0 {
-			if end > size || b[data+ns] != 0 || b[end-1] != 0 {
-				return false
-			}
-			name := bytesView(b[data : data+ns])
-			for j, want := range names {
-				if uint64(len(want)) == ns && !found[j].ok && want == name {
-					found[j] = pairSlot{bytesView(b[data+ns+1 : end-1]), true}
-				}
-			}
-		}
-		data = end
-	}
-	return data == size
-}
 
 // Whole-map states of a request (requestSources.whole).
 const (
@@ -128,16 +65,15 @@ func (rs *requestSources) startWhole(numHeaders int) {
 func (rs *requestSources) readWhole() {
 	rs.whole = wholeOff
 	cfg := rs.cfg
-	if cap(rs.found) < len(cfg.readNames) {
-		rs.found = make([]pairSlot, len(cfg.readNames))
+	if len(rs.found) < len(cfg.readNames) {
+		rs.found = make([]uint64, len(cfg.readNames))
 	}
 	start := len(rs.vals)
 	b, ok := getRequestHeaderPairs(rs.vals)
-	if !ok || !indexPairs(b[start:], cfg.readNames, cfg.readMask, rs.found) {
-		clear(rs.found[:cap(rs.found)]) // no views of a buffer about to be reused
+	if !ok || !headermap.Index(b[start:], cfg.readNames, cfg.readMask, rs.found) {
 		rs.vals = b[:start]
 		return
 	}
-	rs.vals = b
+	rs.vals, rs.pairsAt = b, start
 	rs.whole = wholeRead
 }

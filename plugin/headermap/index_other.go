@@ -1,0 +1,8 @@
+//go:build !wasm
+
+package headermap
+
+// Index is documented at indexGo, which it is outside WebAssembly.
+func Index(b []byte, names []string, mask uint64, found []uint64) bool {
+	return indexGo(b, names, mask, found)
+}
