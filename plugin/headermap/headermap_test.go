@@ -193,8 +193,12 @@ func TestIndexAgreesWithIndexGo(t *testing.T) {
 		t.Skip("Index is indexGo outside WebAssembly; make test runs this under wazero")
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	pool := []string{"", "a", "x-a", "x-plan", "x-deny", "accept", "cookie", "x-api-key", "x-api-kez",
-		"authorization", "x-request-id", ":path", "x-abcdefgh", "x-abcdefgi", string(make([]byte, 64))}
+	// Names of every length class the assembly compares differently (1,
+	// 2-3, 4-7, 8, 9-15, 16, longer), pairs of them differing in one byte.
+	pool := []string{"", "a", "b", "ab", "ac", "x-a", "x-b", "x-ab", "x-ac", "x-plan", "x-deny", "accept", "cookie",
+		"x-abcdef", "x-abcdeg", "y-abcdef", "x-api-key", "x-api-kez", "authorization", "x-request-id", ":path",
+		"x-abcdefgh", "x-abcdefgi", "x-abcdefghijklmn", "x-abcdefghijklmo", "x-abcdefghijklmnop", "x-bbcdefghijklmnop",
+		string(make([]byte, 64))}
 	for iter := range 20000 {
 		var m [][2]string
 		for range rng.IntN(20) {

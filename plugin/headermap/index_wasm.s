@@ -11,7 +11,7 @@
 // lengths (i), R3 where its name starts (data), R4 mask, R5 where the
 // lengths end (lensEnd), R6 the name's length, R7 where the pair ends,
 // R8 names' address, R9 len(names), R10 the name index j, R11 names[j]'s
-// address, R12 found's address, R13 the byte compared, R14 the result.
+// address, R12 found's address, R13 the offset compared, R14 the result.
 TEXT ·Index(SB), NOSPLIT, $0-81
 	I64Load b_base+0(FP)
 	Set R0
@@ -191,8 +191,7 @@ done:
 					I64GeU
 					BrIf next
 
-					// names[j] of the name's length: compare 8 bytes at a
-					// time, then byte by byte.
+					// names[j] of the name's length: compare them.
 					Get R8
 					Get R10
 					I64Const $4
@@ -211,103 +210,197 @@ done:
 						I32WrapI64
 						I64Load $0
 						Set R11
-						I64Const $0
-						Set R13
 					differ:
 						Block
-						tail:
-							Block
+							// 8 bytes at a time, the last 8 overlapping
+							// the ones before; shorter names in two
+							// overlapping halves.
+							Get R6
+							I64Const $8
+							I64GeU
+							If
+								I64Const $0
+								Set R13
 							words:
 								Loop
 									Get R13
 									I64Const $8
 									I64Add
 									Get R6
-									I64GtU
-									BrIf tail
-									Get R0
-									Get R3
-									I64Add
-									Get R13
-									I64Add
-									I32WrapI64
-									I64Load $0
-									Get R11
-									Get R13
-									I64Add
-									I32WrapI64
-									I64Load $0
-									I64Ne
-									BrIf differ
-									Get R13
-									I64Const $8
-									I64Add
-									Set R13
-									Br words
-								End
-							End
-						bytes:
-							Loop
-								Get R13
-								Get R6
-								I64GeU
-								If
-									// The name is names[j]: keep its first
-									// value, (offset << 32) | length.
-									Get R12
-									Get R10
-									I64Const $3
-									I64Shl
-									I64Add
-									I32WrapI64
-									I64Load $0
-									I64Eqz
+									I64LtU
 									If
-										Get R12
-										Get R10
-										I64Const $3
-										I64Shl
+										Get R0
+										Get R3
+										I64Add
+										Get R13
 										I64Add
 										I32WrapI64
-										Get R3
-										Get R6
+										I64Load $0
+										Get R11
+										Get R13
 										I64Add
-										I64Const $1
+										I32WrapI64
+										I64Load $0
+										I64Ne
+										BrIf differ
+										Get R13
+										I64Const $8
 										I64Add
-										I64Const $32
-										I64Shl
-										Get R7
-										Get R3
-										I64Sub
-										Get R6
-										I64Sub
-										I64Const $2
-										I64Sub
-										I64Or
-										I64Store $0
+										Set R13
+										Br words
 									End
-									Br next
 								End
 								Get R0
 								Get R3
 								I64Add
-								Get R13
+								Get R6
+								I64Const $8
+								I64Sub
 								I64Add
 								I32WrapI64
-								I64Load8U $0
+								I64Load $0
 								Get R11
-								Get R13
+								Get R6
+								I64Const $8
+								I64Sub
 								I64Add
 								I32WrapI64
-								I64Load8U $0
+								I64Load $0
 								I64Ne
 								BrIf differ
-								Get R13
+							Else
+								Get R6
+								I64Const $4
+								I64GeU
+								If
+									Get R0
+									Get R3
+									I64Add
+									I64Const $0
+									I64Add
+									I32WrapI64
+									I64Load32U $0
+									Get R11
+									I64Const $0
+									I64Add
+									I32WrapI64
+									I64Load32U $0
+									I64Ne
+									BrIf differ
+									Get R0
+									Get R3
+									I64Add
+									Get R6
+									I64Const $4
+									I64Sub
+									I64Add
+									I32WrapI64
+									I64Load32U $0
+									Get R11
+									Get R6
+									I64Const $4
+									I64Sub
+									I64Add
+									I32WrapI64
+									I64Load32U $0
+									I64Ne
+									BrIf differ
+								Else
+									Get R6
+									I64Const $2
+									I64GeU
+									If
+										Get R0
+										Get R3
+										I64Add
+										I64Const $0
+										I64Add
+										I32WrapI64
+										I64Load16U $0
+										Get R11
+										I64Const $0
+										I64Add
+										I32WrapI64
+										I64Load16U $0
+										I64Ne
+										BrIf differ
+										Get R0
+										Get R3
+										I64Add
+										Get R6
+										I64Const $2
+										I64Sub
+										I64Add
+										I32WrapI64
+										I64Load16U $0
+										Get R11
+										Get R6
+										I64Const $2
+										I64Sub
+										I64Add
+										I32WrapI64
+										I64Load16U $0
+										I64Ne
+										BrIf differ
+									Else
+										Get R6
+										I64Eqz
+										I32Eqz
+										If
+											Get R0
+											Get R3
+											I64Add
+											I64Const $0
+											I64Add
+											I32WrapI64
+											I64Load8U $0
+											Get R11
+											I64Const $0
+											I64Add
+											I32WrapI64
+											I64Load8U $0
+											I64Ne
+											BrIf differ
+										End
+									End
+								End
+							End
+
+							// The name is names[j]: keep its first value,
+							// (offset << 32) | length.
+							Get R12
+							Get R10
+							I64Const $3
+							I64Shl
+							I64Add
+							I32WrapI64
+							I64Load $0
+							I64Eqz
+							If
+								Get R12
+								Get R10
+								I64Const $3
+								I64Shl
+								I64Add
+								I32WrapI64
+								Get R3
+								Get R6
+								I64Add
 								I64Const $1
 								I64Add
-								Set R13
-								Br bytes
+								I64Const $32
+								I64Shl
+								Get R7
+								Get R3
+								I64Sub
+								Get R6
+								I64Sub
+								I64Const $2
+								I64Sub
+								I64Or
+								I64Store $0
 							End
+							Br next
 						End
 					End
 					Get R10
