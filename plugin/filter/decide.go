@@ -3,6 +3,7 @@ package filter
 import (
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 
+	"github.com/sluice-rl/sluice/plugin/headermap"
 	"github.com/sluice-rl/sluice/shared/limiter"
 	"github.com/sluice-rl/sluice/shared/policy"
 	"github.com/sluice-rl/sluice/shared/request"
@@ -280,6 +281,12 @@ policies:
 			// Go call costs in wasm. A missing value is "", oneValue never
 			// is.
 			if i := r.oneHeader - 1; i >= 0 {
+				// Read whole, the header's slot has its value's length:
+				// another length is another value, told without reading it.
+				if ri := p.rs.cfg.headerRead[i]; p.rs.whole == wholeRead && ri > 0 &&
+					headermap.ValueLen(p.rs.found[ri-1]) != len(r.oneValue) {
+					continue
+				}
 				v := p.rs.headers[i].v
 				if p.rs.headers[i].gen != p.rs.gen {
 					v, _ = p.rs.get(sourceRef{kind: policy.SourceHeader, idx: i})

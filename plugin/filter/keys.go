@@ -75,8 +75,10 @@ type requestSources struct {
 	whole   uint8
 	found   []uint64
 	pairsAt int
-	// presentReads counts this request's header lookups that found the header
-	// present, presentAvg its moving average over recent requests (pairs.go).
+	// presentReads counts the configuration's headers this request was
+	// found to carry: those its header-by-header lookups found, or, read
+	// whole, every one the map has (the pass finds them all anyway).
+	// presentAvg is its moving average over recent requests (pairs.go).
 	presentReads int
 	presentAvg   int32
 }
@@ -216,9 +218,6 @@ func (rs *requestSources) header(name string, ri int) (v string, ok bool) {
 		}
 		if rs.whole == wholeRead {
 			b, ok := headermap.Value(rs.vals[rs.pairsAt:], rs.found[ri-1])
-			if ok {
-				rs.presentReads++
-			}
 			return bytesView(b), ok
 		}
 	}

@@ -70,10 +70,15 @@ func (rs *requestSources) readWhole() {
 	}
 	start := len(rs.vals)
 	b, ok := getRequestHeaderPairs(rs.vals)
-	if !ok || !headermap.Index(b[start:], cfg.readNames, cfg.readMask, rs.found) {
+	present := -1
+	if ok {
+		present = headermap.Index(b[start:], cfg.readNames, cfg.readMask, rs.found)
+	}
+	if present < 0 {
 		rs.vals = b[:start]
 		return
 	}
 	rs.vals, rs.pairsAt = b, start
+	rs.presentReads += present
 	rs.whole = wholeRead
 }

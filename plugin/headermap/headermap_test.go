@@ -45,13 +45,20 @@ func lookup(b []byte, names ...string) ([]slot, bool) {
 		panic(fmt.Sprintf("lookup %q: names repeat", names))
 	}
 	found := make([]uint64, len(names))
-	if !Index(b, names, Mask(names), found) {
+	n := Index(b, names, Mask(names), found)
+	if n < 0 {
 		return nil, false
 	}
 	out := make([]slot, len(names))
 	for i, s := range found {
 		v, ok := Value(b, s)
 		out[i] = slot{string(v), ok}
+		if ok {
+			n--
+		}
+	}
+	if n != 0 {
+		panic(fmt.Sprintf("Index counted %d more names than it found", n))
 	}
 	return out, true
 }
@@ -168,7 +175,7 @@ func TestIndexRefusesMalformedMaps(t *testing.T) {
 			t.Errorf("%s: accepted %x", name, b)
 		}
 	}
-	if Index(valid, []string{"x-a", "x-b"}, Mask([]string{"x-a", "x-b"}), make([]uint64, 1)) {
+	if Index(valid, []string{"x-a", "x-b"}, Mask([]string{"x-a", "x-b"}), make([]uint64, 1)) >= 0 {
 		t.Error("accepted a found shorter than names")
 	}
 }
@@ -177,11 +184,14 @@ func TestIndexRefusesMalformedMaps(t *testing.T) {
 func TestIndexClearsTheSlotsOfItsNames(t *testing.T) {
 	found := []uint64{7, 7, 7}
 	names := []string{"x-a", "x-absent"}
-	if !Index(Append(nil, [][2]string{{"x-a", "1"}}), names, Mask(names), found) {
-		t.Fatal("valid map refused")
+	if n := Index(Append(nil, [][2]string{{"x-a", "1"}}), names, Mask(names), found); n != 1 {
+		t.Fatalf("found %d names, want 1", n)
 	}
 	if v, ok := Value(Append(nil, [][2]string{{"x-a", "1"}}), found[0]); !ok || string(v) != "1" || found[1] != 0 || found[2] != 7 {
 		t.Errorf("found = %v, want x-a's slot, 0, then 7 untouched", found)
+	}
+	if ValueLen(found[0]) != 1 || ValueLen(found[1]) != 0 {
+		t.Errorf("value lengths %d and %d, want 1 and 0", ValueLen(found[0]), ValueLen(found[1]))
 	}
 }
 
@@ -221,9 +231,9 @@ func TestIndexAgreesWithIndexGo(t *testing.T) {
 		}
 		mask := Mask(names)
 		got, want := make([]uint64, len(names)), make([]uint64, len(names))
-		gok, wok := Index(b, names, mask, got), indexGo(b, names, mask, want)
-		if gok != wok || wok && !slices.Equal(got, want) {
-			t.Fatalf("iteration %d: %x for %q: Index %v %v, indexGo %v %v", iter, b, names, gok, got, wok, want)
+		gn, wn := Index(b, names, mask, got), indexGo(b, names, mask, want)
+		if gn != wn || wn >= 0 && !slices.Equal(got, want) {
+			t.Fatalf("iteration %d: %x for %q: Index %d %v, indexGo %d %v", iter, b, names, gn, got, wn, want)
 		}
 	}
 }

@@ -1,6 +1,6 @@
 #include "textflag.h"
 
-// func Index(b []byte, names []string, mask uint64, found []uint64) bool
+// func Index(b []byte, names []string, mask uint64, found []uint64) int
 //
 // indexGo in headermap.go, step by step, as WebAssembly loops: Go's
 // WebAssembly code sends every branch of a loop through its function's
@@ -11,8 +11,9 @@
 // lengths (i), R3 where its name starts (data), R4 mask, R5 where the
 // lengths end (lensEnd), R6 the name's length, R7 where the pair ends,
 // R8 names' address, R9 len(names), R10 the name index j, R11 names[j]'s
-// address, R12 found's address, R13 the offset compared, R14 the result.
-TEXT ·Index(SB), NOSPLIT, $0-81
+// address, R12 found's address, R13 the offset compared, R14 the result, R15
+// the names found.
+TEXT ·Index(SB), NOSPLIT, $0-88
 	I64Load b_base+0(FP)
 	Set R0
 	I64Load b_len+8(FP)
@@ -25,8 +26,10 @@ TEXT ·Index(SB), NOSPLIT, $0-81
 	Set R4
 	I64Load found_base+56(FP)
 	Set R12
-	I64Const $0
+	I64Const $-1
 	Set R14
+	I64Const $0
+	Set R15
 
 done:
 	Block
@@ -62,12 +65,12 @@ done:
 		End
 
 		// An empty b is the empty map.
-		I64Const $1
+		I64Const $0
 		Set R14
 		Get R1
 		I64Eqz
 		BrIf done
-		I64Const $0
+		I64Const $-1
 		Set R14
 
 		// The count, and at least 10 bytes for each pair after it.
@@ -112,8 +115,10 @@ done:
 						Get R3
 						Get R1
 						I64Eq
-						I64ExtendI32U
-						Set R14
+						If
+							Get R15
+							Set R14
+						End
 						Br done
 					End
 
@@ -158,7 +163,7 @@ done:
 			End
 
 			// A pair it compares lies in b, with a NUL after its name
-			// and after its value (R14 is 0 here).
+			// and after its value (R14 is -1 here).
 			Get R7
 			Get R1
 			I64GtU
@@ -399,6 +404,10 @@ done:
 								I64Sub
 								I64Or
 								I64Store $0
+								Get R15
+								I64Const $1
+								I64Add
+								Set R15
 							End
 							Br next
 						End
@@ -423,5 +432,5 @@ done:
 
 	Get SP
 	Get R14
-	I64Store8 ret+80(FP)
+	I64Store ret+80(FP)
 	RET

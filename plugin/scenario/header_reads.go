@@ -22,6 +22,8 @@ func init() {
 
 const headerReadsConfig = `{"xff_trusted_hops": 1, "rules": [
   {"name": "blocked", "action": "deny", "match": {"jwt:sub": "mallory"}},
+  {"name": "tier", "limit_keys": ["header:x-api-key"], "match": {"header:X-Tier": "gold"},
+   "algorithm": "token_bucket", "algorithm_config": {"rps": 1, "burst": 5}},
   {"name": "gold", "limit_keys": ["header:X-Api-Key"], "match": {"header:X-Plan": "gold", "method": {"in": ["GET", "POST"]}},
    "algorithm": "token_bucket", "algorithm_config": {"rps": 1, "burst": 3}},
   {"name": "tagged", "limit_keys": ["header:X-Tag", "query:page", "ip:address"], "match": {"host": {"suffix": ".example"}},
@@ -83,6 +85,10 @@ func headersReadInOneCall(t *testing.T, start Starter) {
 		}{
 			{"key from one header, match on another", []string{"x-plan", "gold", "x-api-key", "k1"}, "gold", 3},
 			{"value compared exactly", []string{"x-plan", "Gold", "x-api-key", "k2"}, "rest", 4},
+			{"one exact header condition", []string{"x-tier", "gold", "x-api-key", "k6"}, "tier", 5},
+			{"one exact condition, a value of its length", []string{"x-tier", "golf", "x-api-key", "k7"}, "rest", 4},
+			{"one exact condition, a shorter value", []string{"x-tier", "gol", "x-api-key", "k8"}, "rest", 4},
+			{"one exact condition, a value it starts", []string{"x-tier", "golden", "x-api-key", "k9"}, "rest", 4},
 			{"method from :method", []string{"x-plan", "gold", "x-api-key", "k3", ":method", "DELETE"}, "rest", 4},
 			{"repeated header: its first value", []string{"x-tag", "t1", "x-tag", "t2", ":authority", "api.example", ":path", "/items?page=2"}, "tagged", 2},
 			{"no tag: a missing key part, the next rule", []string{":authority", "api.example", ":path", "/items?page=3", "x-api-key", "k4"}, "rest", 4},
