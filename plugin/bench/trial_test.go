@@ -18,10 +18,13 @@ import (
 // "marked" is a trial rule that marks the upstream request, as shadow
 // rules do by default (one more host call per request: the shadow header
 // is removed). The request has 5 headers (Headers); the "req=browser"
-// cases send the 15 of a realistic request instead (BrowserHeaders).
+// cases send the 15 of a realistic request instead (BrowserHeaders), and
+// "req=browser+plan" those and x-plan: free, a value the trial's rules do
+// not match (its request is read whole).
 func BenchmarkTrial(b *testing.B) {
 	req := same(Headers("x-api-key", "k1"))
 	browser := same(&wasmhost.Request{Headers: BrowserHeaders("k1", 0), Properties: Headers().Properties})
+	plan := same(&wasmhost.Request{Headers: append(BrowserHeaders("k1", 0), [2]string{"x-plan", "free"}), Properties: Headers().Properties})
 	for _, n := range []int{0, 1, 4} {
 		b.Run(fmt.Sprintf("vs-empty/trial-rules=%d", n), func(b *testing.B) {
 			Run(b, Case{Wasm: pluginWasm(b), Floor: floorWasm(b), Config: TrialConfig(n, "header:x-plan"), Request: req, Rejected: &no})
@@ -43,9 +46,14 @@ func BenchmarkTrial(b *testing.B) {
 		Run(b, Case{Wasm: pluginWasm(b), Floor: floorWasm(b), Config: TrialConfig(0, ""), Request: browser, Rejected: &no})
 	})
 	for _, n := range []int{1, 4} {
-		b.Run(fmt.Sprintf("vs-no-trial/match=x-plan/trial-rules=%d/req=browser", n), func(b *testing.B) {
-			Run(b, Case{Wasm: pluginWasm(b), Floor: pluginWasm(b), Config: TrialConfig(n, "header:x-plan"), FloorConfig: TrialConfig(0, ""),
-				Request: browser, Rejected: &no})
-		})
+		for _, r := range []struct {
+			name string
+			req  func(int, int) *wasmhost.Request
+		}{{"browser", browser}, {"browser+plan", plan}} {
+			b.Run(fmt.Sprintf("vs-no-trial/match=x-plan/trial-rules=%d/req=%s", n, r.name), func(b *testing.B) {
+				Run(b, Case{Wasm: pluginWasm(b), Floor: pluginWasm(b), Config: TrialConfig(n, "header:x-plan"), FloorConfig: TrialConfig(0, ""),
+					Request: r.req, Rejected: &no})
+			})
+		}
 	}
 }

@@ -107,11 +107,13 @@ func vmOf(ctx context.Context, mod api.Module) *VM {
 func (h *Host) instantiateEnv(ctx context.Context) error {
 	b := h.rt.NewHostModuleBuilder("env")
 	defined := map[string]bool{}
-	for _, f := range hostFuncs {
+	for i, f := range hostFuncs {
 		fn := f.fn
 		b.NewFunctionBuilder().
 			WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, mod api.Module, stack []uint64) {
-				stack[0] = uint64(fn(vmOf(ctx, mod), stack))
+				vm := vmOf(ctx, mod)
+				vm.hostCalls[i]++
+				stack[0] = uint64(fn(vm, stack))
 			}), f.params, f.results).
 			WithName(f.name).
 			Export(f.name)

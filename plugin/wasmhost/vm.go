@@ -47,6 +47,7 @@ type VM struct {
 	stderr  tailBuffer
 
 	// Guarded by sem.
+	hostCalls     []uint64 // by hostFuncs index: HostCalls
 	broken        *TrapError
 	closed        bool
 	nextContextID uint32
@@ -128,6 +129,7 @@ func (h *Host) newVM(ctx context.Context, id int) (*VM, error) {
 		metricIDs:     map[metricKey]uint32{},
 		scratch:       make([]byte, 0, 256),
 		props:         make([]byte, 0, 64),
+		hostCalls:     make([]uint64, len(hostFuncs)),
 	}
 	vm.nextDue.Store(math.MaxInt64)
 	vm.ctx = &vmContext{Context: context.Background(), vm: vm}
@@ -295,6 +297,20 @@ func (vm *VM) newContextID() uint32 {
 		}
 		return id
 	}
+}
+
+// HostCalls is how many times the guest has called the proxy-wasm function
+// name (proxy_get_header_map_pairs, ...) on this VM: what a request costs
+// in host calls, for tests. It waits for the VM to be idle.
+func (vm *VM) HostCalls(name string) uint64 {
+	vm.sem <- struct{}{}
+	defer func() { <-vm.sem }()
+	for i, f := range hostFuncs {
+		if f.name == name {
+			return vm.hostCalls[i]
+		}
+	}
+	return 0
 }
 
 // enter acquires the VM for guest execution.
