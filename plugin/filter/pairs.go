@@ -12,9 +12,10 @@ import "github.com/sluice-rl/sluice/plugin/headermap"
 // answer that and every later header lookup of the request from it. The
 // whole read costs about 1.5 gets that return a value, so it pays only
 // where it replaces two such gets or more: it is used while the VM's
-// recent requests found, on average, at least wholeMinPresent of the
-// headers they looked up present (a moving average, presentAvg), and only
-// for requests of at most maxPairsHeaders headers. A configuration that
+// recent requests carried, on average, at least wholeMinPresent of the
+// headers the configuration reads (a moving average, presentAvg, of
+// requestSources.presentReads), and only for requests of at most
+// maxPairsHeaders headers. A configuration that
 // reads one header keeps the single get.
 
 // maxPairsHeaders is the largest header count (the count Envoy passes to
