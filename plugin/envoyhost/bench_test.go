@@ -162,7 +162,6 @@ func benchStreams(b *testing.B, cases []streamCase) {
 					base = benchHostFor(b, mode, basePath, c.config)
 				}
 				var pns, ens, bns int64
-				var chunkRatios []float64 // each chunk's CPU time against the base's next to it
 				p.cpuSince()
 				e.cpuSince()
 				if base != nil {
@@ -171,15 +170,10 @@ func benchStreams(b *testing.B, cases []streamCase) {
 				b.ResetTimer()
 				for done := 0; done < b.N; done += chunk {
 					n := min(chunk, b.N-done)
-					pc := p.cpu
 					pns += p.run(b, n, c.req, c.reject)
 					ens += e.run(b, n, c.req, false)
 					if base != nil {
-						bc := base.cpu
 						bns += base.run(b, n, c.req, c.reject)
-						if base.cpu > bc {
-							chunkRatios = append(chunkRatios, float64(p.cpu-pc)/float64(base.cpu-bc))
-						}
 					}
 				}
 				report(b, pns, ens)
@@ -191,13 +185,6 @@ func benchStreams(b *testing.B, cases []streamCase) {
 					b.ReportMetric(float64(pns)/float64(bns), "x-base")
 					if bcpu > 0 && pcpu > 0 {
 						b.ReportMetric(float64(pcpu)/float64(bcpu), "x-base-cpu")
-					}
-					// The median of the chunks' ratios: a burst of another
-					// job's load that hits a few chunks of one side moves the
-					// ratio of the sums, not this.
-					if len(chunkRatios) > 0 {
-						slices.Sort(chunkRatios)
-						b.ReportMetric(chunkRatios[len(chunkRatios)/2], "x-base-cpu-med")
 					}
 				}
 			})
