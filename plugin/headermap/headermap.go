@@ -39,15 +39,6 @@ func Append(dst []byte, pairs [][2]string) []byte {
 // equal mod 64 share a bit, which costs a comparison, never a miss.
 func LengthBit(n int) uint64 { return 1 << (uint(n) & 63) }
 
-// Mask is the Index mask for names: the LengthBit of each.
-func Mask(names []string) uint64 {
-	var m uint64
-	for _, n := range names {
-		m |= LengthBit(len(n))
-	}
-	return m
-}
-
 // Value is the value a slot Index filled refers to in the same b, and
 // whether the name was found.
 func Value(b []byte, slot uint64) ([]byte, bool) {

@@ -1,5 +1,42 @@
 #include "textflag.h"
 
+// SLOT pushes the address of found[j] (R12 + 8*R10).
+#define SLOT \
+	Get R12; \
+	Get R10; \
+	I64Const $3; \
+	I64Shl; \
+	I64Add; \
+	I32WrapI64
+
+// NAMES pushes the address of names[j]'s string header (R8 + 16*R10).
+#define NAMES \
+	Get R8; \
+	Get R10; \
+	I64Const $4; \
+	I64Shl; \
+	I64Add; \
+	I32WrapI64
+
+// COMPARE branches to differ when the pair's name (at R0+R3) and
+// names[j] (at R11) differ in the LOAD-sized word at the offset OFFSET
+// pushes.
+#define COMPARE(LOAD, OFFSET) \
+	Get R0; \
+	Get R3; \
+	I64Add; \
+	OFFSET; \
+	I64Add; \
+	I32WrapI64; \
+	LOAD $0; \
+	Get R11; \
+	OFFSET; \
+	I64Add; \
+	I32WrapI64; \
+	LOAD $0; \
+	I64Ne; \
+	BrIf differ
+
 // func Index(b []byte, names []string, mask uint64, found []uint64) int
 //
 // indexGo in headermap.go, step by step, as WebAssembly loops: Go's
@@ -48,12 +85,7 @@ done:
 				Get R9
 				I64GeU
 				BrIf cleared
-				Get R12
-				Get R10
-				I64Const $3
-				I64Shl
-				I64Add
-				I32WrapI64
+				SLOT
 				I64Const $0
 				I64Store $0
 				Get R10
@@ -197,22 +229,12 @@ done:
 					BrIf next
 
 					// names[j] of the name's length: compare them.
-					Get R8
-					Get R10
-					I64Const $4
-					I64Shl
-					I64Add
-					I32WrapI64
+					NAMES
 					I64Load $8
 					Get R6
 					I64Eq
 					If
-						Get R8
-						Get R10
-						I64Const $4
-						I64Shl
-						I64Add
-						I32WrapI64
+						NAMES
 						I64Load $0
 						Set R11
 					differ:
@@ -234,20 +256,7 @@ done:
 									Get R6
 									I64LtU
 									If
-										Get R0
-										Get R3
-										I64Add
-										Get R13
-										I64Add
-										I32WrapI64
-										I64Load $0
-										Get R11
-										Get R13
-										I64Add
-										I32WrapI64
-										I64Load $0
-										I64Ne
-										BrIf differ
+										COMPARE(I64Load, Get R13)
 										Get R13
 										I64Const $8
 										I64Add
@@ -255,117 +264,27 @@ done:
 										Br words
 									End
 								End
-								Get R0
-								Get R3
-								I64Add
-								Get R6
-								I64Const $8
-								I64Sub
-								I64Add
-								I32WrapI64
-								I64Load $0
-								Get R11
-								Get R6
-								I64Const $8
-								I64Sub
-								I64Add
-								I32WrapI64
-								I64Load $0
-								I64Ne
-								BrIf differ
+								COMPARE(I64Load, Get R6; I64Const $8; I64Sub)
 							Else
 								Get R6
 								I64Const $4
 								I64GeU
 								If
-									Get R0
-									Get R3
-									I64Add
-									I64Const $0
-									I64Add
-									I32WrapI64
-									I64Load32U $0
-									Get R11
-									I64Const $0
-									I64Add
-									I32WrapI64
-									I64Load32U $0
-									I64Ne
-									BrIf differ
-									Get R0
-									Get R3
-									I64Add
-									Get R6
-									I64Const $4
-									I64Sub
-									I64Add
-									I32WrapI64
-									I64Load32U $0
-									Get R11
-									Get R6
-									I64Const $4
-									I64Sub
-									I64Add
-									I32WrapI64
-									I64Load32U $0
-									I64Ne
-									BrIf differ
+									COMPARE(I64Load32U, I64Const $0)
+									COMPARE(I64Load32U, Get R6; I64Const $4; I64Sub)
 								Else
 									Get R6
 									I64Const $2
 									I64GeU
 									If
-										Get R0
-										Get R3
-										I64Add
-										I64Const $0
-										I64Add
-										I32WrapI64
-										I64Load16U $0
-										Get R11
-										I64Const $0
-										I64Add
-										I32WrapI64
-										I64Load16U $0
-										I64Ne
-										BrIf differ
-										Get R0
-										Get R3
-										I64Add
-										Get R6
-										I64Const $2
-										I64Sub
-										I64Add
-										I32WrapI64
-										I64Load16U $0
-										Get R11
-										Get R6
-										I64Const $2
-										I64Sub
-										I64Add
-										I32WrapI64
-										I64Load16U $0
-										I64Ne
-										BrIf differ
+										COMPARE(I64Load16U, I64Const $0)
+										COMPARE(I64Load16U, Get R6; I64Const $2; I64Sub)
 									Else
 										Get R6
 										I64Eqz
 										I32Eqz
 										If
-											Get R0
-											Get R3
-											I64Add
-											I64Const $0
-											I64Add
-											I32WrapI64
-											I64Load8U $0
-											Get R11
-											I64Const $0
-											I64Add
-											I32WrapI64
-											I64Load8U $0
-											I64Ne
-											BrIf differ
+											COMPARE(I64Load8U, I64Const $0)
 										End
 									End
 								End
@@ -373,21 +292,11 @@ done:
 
 							// The name is names[j]: keep its first value,
 							// (offset << 32) | length.
-							Get R12
-							Get R10
-							I64Const $3
-							I64Shl
-							I64Add
-							I32WrapI64
+							SLOT
 							I64Load $0
 							I64Eqz
 							If
-								Get R12
-								Get R10
-								I64Const $3
-								I64Shl
-								I64Add
-								I32WrapI64
+								SLOT
 								Get R3
 								Get R6
 								I64Add
