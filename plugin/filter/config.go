@@ -30,13 +30,13 @@ type compiledConfig struct {
 	// readNames are the distinct request headers the configuration can
 	// read: headerNames and the headers behind the other sources
 	// (fixedNames). headerRead and fixedRead hold 1 + their index in it
-	// (0: not read); readMask has headermap.LengthBit of each name's length (pairs.go);
-	// readsSeveral: two or more, so a request's headers are read in one
-	// call.
+	// (0: not read); readSet is readNames compiled for headermap.Index
+	// (pairs.go); readsSeveral: two or more, so a request's headers are
+	// read in one call.
 	readNames    []string
 	headerRead   []int // by headerNames index
 	fixedRead    [numFixed]int
-	readMask     uint64
+	readSet      *headermap.Names
 	readsSeveral bool
 
 	rejectStatus    uint32
@@ -171,6 +171,7 @@ func compile(c *policy.Config, vm *vmContext) *compiledConfig {
 		}
 		cc.policies = append(cc.policies, rules)
 	}
+	cc.readSet = headermap.NewNames(cc.readNames...)
 	cc.readsSeveral = len(cc.readNames) >= 2
 	return cc
 }
@@ -269,7 +270,6 @@ func (cc *compiledConfig) ref(k policy.KeySource) sourceRef {
 
 // read adds a request header name to readNames and returns 1 + its index.
 func (cc *compiledConfig) read(name string) int {
-	cc.readMask |= headermap.LengthBit(len(name))
 	return 1 + indexOf(&cc.readNames, name)
 }
 

@@ -66,14 +66,14 @@ func (rs *requestSources) startWhole(numHeaders int) {
 func (rs *requestSources) readWhole() {
 	rs.whole = wholeOff
 	cfg := rs.cfg
-	if len(rs.found) < len(cfg.readNames) {
-		rs.found = make([]uint64, len(cfg.readNames))
+	if len(rs.found) < cfg.readSet.Len() {
+		rs.found = make([]uint64, cfg.readSet.Len())
 	}
 	start := len(rs.vals)
 	b, ok := getRequestHeaderPairs(rs.vals)
 	present := -1
 	if ok {
-		present = headermap.Index(b[start:], cfg.readNames, cfg.readMask, rs.found)
+		present = headermap.Index(b[start:], cfg.readSet, rs.found)
 	}
 	if present < 0 {
 		rs.vals = b[:start]

@@ -35,10 +35,6 @@ func Append(dst []byte, pairs [][2]string) []byte {
 	return dst
 }
 
-// LengthBit is the bit of an Index mask for a name of n bytes. Lengths
-// equal mod 64 share a bit, which costs a comparison, never a miss.
-func LengthBit(n int) uint64 { return 1 << (uint(n) & 63) }
-
 // Value is the value a slot Index filled refers to in the same b, and
 // whether the name was found.
 func Value(b []byte, slot uint64) ([]byte, bool) {
@@ -53,16 +49,71 @@ func Value(b []byte, slot uint64) ([]byte, bool) {
 // found: enough to tell a value from one of another length.
 func ValueLen(slot uint64) int { return int(uint32(slot)) }
 
+// Names is a set of distinct header names compiled for Index: each
+// name with its first bytes as one word, and a mask of the names' lengths.
+type Names struct {
+	entries []nameEntry
+	// lengths has bit 63-(n mod 64) set for each name's length n: the
+	// pass shifts it left by a pair's name length and tests the sign bit,
+	// without taking the length out of the word it loads it in.
+	lengths uint64
+}
+
+// nameEntry is one name of a Names. Entries are 32 bytes, so that the
+// assembly finds an entry's slot in found with a shift.
+type nameEntry struct {
+	word uint64 // nameWord of the name
+	name string
+	_    uint64
+}
+
+// NewNames compiles names for Index; they must be distinct (a repeated
+// name is found once, its later slots stay 0).
+func NewNames(names ...string) *Names {
+	s := &Names{entries: make([]nameEntry, len(names))}
+	for i, n := range names {
+		s.entries[i] = nameEntry{word: nameWord([]byte(n)), name: n}
+		s.lengths |= lengthBit(len(n))
+	}
+	return s
+}
+
+// Len is how many names s has: the least length of Index's found.
+func (s *Names) Len() int { return len(s.entries) }
+
+// lengthBit is the bit of Names.lengths for a name of n bytes. Lengths
+// equal mod 64 share a bit, which costs a comparison, never a miss.
+func lengthBit(n int) uint64 { return 1 << 63 >> (uint(n) & 63) }
+
+// nameWord packs a name into one word, with its length deciding whether
+// two names are equal when they are at most 8 bytes long: the first 8
+// bytes (little-endian), or for a shorter name two overlapping halves
+// (the first and last 4 bytes, or 2, or its one byte).
+func nameWord(b []byte) uint64 {
+	le := binary.LittleEndian
+	switch n := len(b); {
+	case n >= 8:
+		return le.Uint64(b)
+	case n >= 4:
+		return uint64(le.Uint32(b)) | uint64(le.Uint32(b[n-4:]))<<32
+	case n >= 2:
+		return uint64(le.Uint16(b)) | uint64(le.Uint16(b[n-2:]))<<16
+	case n == 1:
+		return uint64(b[0])
+	}
+	return 0
+}
+
 // Index (index_wasm.s, index_other.go) finds in the encoded map b the
 // first value of each of names: found[i] becomes a slot for Value (the
-// value's offset in b and its length), or 0 when no pair is named
-// names[i]. It returns how many of names it found, or -1 for a malformed
-// map. names must be distinct (a repeated name is found once) and
-// mask must have the LengthBit of each; found must be at least as long as
-// names. Names are compared exactly: Envoy stores them lower-case.
+// value's offset in b and its length), or 0 when no pair is named as
+// names' i-th name. It returns how many of names it found, or -1 for a
+// malformed map. found must be at least names.Len() long. Names are
+// compared exactly: Envoy stores them lower-case.
 //
-// Only pairs whose name has a length in mask are looked at, so a pass over
-// a browser's headers compares a handful of names. Nothing in b is
+// Only pairs whose name has one of names' lengths (mod 64) are looked at,
+// so a pass over a browser's headers compares a handful of names, and
+// those by their first word before any byte after it. Nothing in b is
 // trusted: Index returns -1 (found is then meaningless) for a count or
 // lengths that do not add up to len(b), a pair it compares without a NUL
 // after its name or value, or a found shorter than names; it never panics
@@ -70,11 +121,11 @@ func ValueLen(slot uint64) int { return int(uint32(slot)) }
 // the host returns for one).
 //
 // indexGo is Index in Go; the WebAssembly version follows it step by step.
-func indexGo(b []byte, names []string, mask uint64, found []uint64) int {
-	if len(found) < len(names) {
+func indexGo(b []byte, names *Names, found []uint64) int {
+	if len(found) < len(names.entries) {
 		return -1
 	}
-	clear(found[:len(names)])
+	clear(found[:len(names.entries)])
 	size := uint64(len(b))
 	if size == 0 {
 		return 0
@@ -82,34 +133,42 @@ func indexGo(b []byte, names []string, mask uint64, found []uint64) int {
 	if size < 4 || size > math.MaxUint32 {
 		return -1
 	}
-	n := uint64(binary.LittleEndian.Uint32(b))
+	le := binary.LittleEndian
+	n := uint64(le.Uint32(b))
 	if n*10 > size-4 { // every pair takes at least 10 bytes: two lengths, two NULs
 		return -1
 	}
 	present := 0
-	lensEnd := 8 * n
-	data := 4 + lensEnd // where the next pair's name starts
-	for i := uint64(0); i < lensEnd; i += 8 {
-		ns := uint64(binary.LittleEndian.Uint32(b[4+i:]))
-		vs := uint64(binary.LittleEndian.Uint32(b[8+i:]))
-		end := data + ns + 1 + vs + 1 // no overflow: each term < 2^32, n < 2^29
-		if mask>>(ns&63)&1 != 0 {
+	lensEnd := 4 + 8*n
+	// sum is the name and value lengths of the pairs before the one at p
+	// (no overflow: fewer than 2^29 pairs of lengths below 2^32); a pair's
+	// name starts after the lengths, those bytes and a NUL for each name
+	// and value before it.
+	sum := uint64(0)
+	for p := uint64(4); p < lensEnd; p += 8 {
+		ns := uint64(le.Uint32(b[p:]))
+		if names.lengths<<(ns&63)>>63 != 0 {
+			data := lensEnd + sum + (p-4)/4
+			end := data + ns + 1 + uint64(le.Uint32(b[p+4:])) + 1
 			if end > size || b[data+ns] != 0 || b[end-1] != 0 {
 				return -1
 			}
-			for j, want := range names {
-				if uint64(len(want)) == ns && string(b[data:data+ns]) == want {
+			name := b[data : data+ns]
+			word := nameWord(name)
+			for j := range names.entries {
+				e := &names.entries[j]
+				if e.word == word && uint64(len(e.name)) == ns && (ns <= 8 || string(name[8:]) == e.name[8:]) {
 					if found[j] == 0 {
-						found[j] = (data+ns+1)<<32 | vs
+						found[j] = (data+ns+1)<<32 | (end - data - ns - 2)
 						present++
 					}
 					break
 				}
 			}
 		}
-		data = end
+		sum += ns + uint64(le.Uint32(b[p+4:]))
 	}
-	if data != size {
+	if lensEnd+sum+2*n != size {
 		return -1
 	}
 	return present

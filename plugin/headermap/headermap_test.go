@@ -32,15 +32,6 @@ func TestAppendWritesTheProxyWasmEncoding(t *testing.T) {
 	}
 }
 
-// mask is the Index mask for names: the LengthBit of each.
-func mask(names []string) uint64 {
-	var m uint64
-	for _, n := range names {
-		m |= LengthBit(len(n))
-	}
-	return m
-}
-
 // slot is what Index found for a name, read back through Value.
 type slot struct {
 	v  string
@@ -54,7 +45,7 @@ func lookup(b []byte, names ...string) ([]slot, bool) {
 		panic(fmt.Sprintf("lookup %q: names repeat", names))
 	}
 	found := make([]uint64, len(names))
-	n := Index(b, names, mask(names), found)
+	n := Index(b, NewNames(names...), found)
 	if n < 0 {
 		return nil, false
 	}
@@ -184,7 +175,7 @@ func TestIndexRefusesMalformedMaps(t *testing.T) {
 			t.Errorf("%s: accepted %x", name, b)
 		}
 	}
-	if Index(valid, []string{"x-a", "x-b"}, mask([]string{"x-a", "x-b"}), make([]uint64, 1)) >= 0 {
+	if Index(valid, NewNames("x-a", "x-b"), make([]uint64, 1)) >= 0 {
 		t.Error("accepted a found shorter than names")
 	}
 }
@@ -193,7 +184,7 @@ func TestIndexRefusesMalformedMaps(t *testing.T) {
 func TestIndexClearsTheSlotsOfItsNames(t *testing.T) {
 	found := []uint64{7, 7, 7}
 	names := []string{"x-a", "x-absent"}
-	if n := Index(Append(nil, [][2]string{{"x-a", "1"}}), names, mask(names), found); n != 1 {
+	if n := Index(Append(nil, [][2]string{{"x-a", "1"}}), NewNames(names...), found); n != 1 {
 		t.Fatalf("found %d names, want 1", n)
 	}
 	if v, ok := Value(Append(nil, [][2]string{{"x-a", "1"}}), found[0]); !ok || string(v) != "1" || found[1] != 0 || found[2] != 7 {
@@ -238,9 +229,9 @@ func TestIndexAgreesWithIndexGo(t *testing.T) {
 				names = append(names, n)
 			}
 		}
-		lengths := mask(names)
+		set := NewNames(names...)
 		got, want := make([]uint64, len(names)), make([]uint64, len(names))
-		gn, wn := Index(b, names, lengths, got), indexGo(b, names, lengths, want)
+		gn, wn := Index(b, set, got), indexGo(b, set, want)
 		if gn != wn || wn >= 0 && !slices.Equal(got, want) {
 			t.Fatalf("iteration %d: %x for %q: Index %d %v, indexGo %d %v", iter, b, names, gn, got, wn, want)
 		}

@@ -3,6 +3,6 @@
 package headermap
 
 // Index is documented at indexGo, which it is outside WebAssembly.
-func Index(b []byte, names []string, mask uint64, found []uint64) int {
-	return indexGo(b, names, mask, found)
+func Index(b []byte, names *Names, found []uint64) int {
+	return indexGo(b, names, found)
 }

@@ -3,4 +3,4 @@ package headermap
 // Index is documented at indexGo; this one is index_wasm.s.
 //
 //go:noescape
-func Index(b []byte, names []string, mask uint64, found []uint64) int
+func Index(b []byte, names *Names, found []uint64) int
