@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"unsafe"
 )
 
 // A header map as Envoy sends it: pseudo-headers first, names lower-case,
@@ -192,6 +193,37 @@ func TestIndexClearsTheSlotsOfItsNames(t *testing.T) {
 	}
 	if ValueLen(found[0]) != 1 || ValueLen(found[1]) != 0 {
 		t.Errorf("value lengths %d and %d, want 1 and 0", ValueLen(found[0]), ValueLen(found[1]))
+	}
+}
+
+// index_wasm.s reads Names and its entries at fixed offsets.
+func TestNamesHaveTheLayoutTheAssemblyReads(t *testing.T) {
+	var s Names
+	var e nameEntry
+	for _, c := range []struct {
+		what      string
+		got, want uintptr
+	}{
+		{"Names.entries", unsafe.Offsetof(s.entries), 0},
+		{"Names.lengths", unsafe.Offsetof(s.lengths), 24},
+		{"nameEntry.word", unsafe.Offsetof(e.word), 0},
+		{"nameEntry.name", unsafe.Offsetof(e.name), 8},
+		{"nameEntry size", unsafe.Sizeof(e), 32},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s at %d, index_wasm.s reads it at %d", c.what, c.got, c.want)
+		}
+	}
+}
+
+// No names: nothing is compared, and the map is still checked.
+func TestIndexWithoutNames(t *testing.T) {
+	b := Append(nil, envoyLikeMap)
+	if n := Index(b, NewNames(), nil); n != 0 {
+		t.Errorf("no names: %d, want 0", n)
+	}
+	if n := Index(b[:len(b)-1], NewNames(), nil); n != -1 {
+		t.Errorf("no names, a truncated map: %d, want -1", n)
 	}
 }
 
