@@ -47,25 +47,26 @@ var scratch struct {
 const maxScratch = 64 << 10
 
 // allocReturned is the memory for a value the host returns (the module's
-// malloc export). When a wrapper below armed the scratch, the value goes
-// there; otherwise (the SDK's own calls: configuration, callout bodies, ...,
-// whose results the SDK hands out without copying) it gets fresh memory,
-// exactly as the SDK's proxy_on_memory_allocate does. Fresh memory is
-// allocated black during a GC cycle and the scratch is reachable from a
-// global, so the host's write of the pointer without a write barrier is safe.
+// malloc export). When a wrapper below armed it, the value goes into the
+// wrapper's buffer if it has room, else into the scratch buffer; otherwise
+// (the SDK's own calls: configuration, callout bodies, ..., whose results
+// the SDK hands out without copying) it gets fresh memory, exactly as the
+// SDK's proxy_on_memory_allocate does. Fresh memory is allocated black
+// during a GC cycle and the buffers are reachable from globals, so the
+// host's write of the pointer without a write barrier is safe.
 func allocReturned(size uint32) *byte {
-	if spare := scratch.into[len(scratch.into):cap(scratch.into)]; scratch.armed && size > 0 && uint32(len(spare)) >= size {
+	if scratch.armed {
 		scratch.armed = false
-		return &spare[0]
-	}
-	if scratch.armed && size <= maxScratch {
-		scratch.armed = false
-		if uint32(cap(scratch.buf)) < size {
-			scratch.buf = make([]byte, max(size, 2*uint32(cap(scratch.buf)), 256))
+		if spare := scratch.into[len(scratch.into):cap(scratch.into)]; size > 0 && uint32(len(spare)) >= size {
+			return &spare[0]
 		}
-		return &scratch.buf[:1][0]
+		if size <= maxScratch {
+			if uint32(cap(scratch.buf)) < size {
+				scratch.buf = make([]byte, max(size, 2*uint32(cap(scratch.buf)), 256))
+			}
+			return &scratch.buf[:1][0]
+		}
 	}
-	scratch.armed = false
 	buf := make([]byte, max(size, 1)) // never a zero-length slice: &buf[0] must exist
 	return &buf[0]
 }
@@ -127,7 +128,7 @@ func getRequestHeader(name string, buf []byte) (v string, grown []byte, ok bool)
 // getRequestHeaderPairs appends the whole request header map, in the
 // proxy-wasm map encoding (appendPairs decodes it), to buf and returns the
 // grown buf; ok is false when the host fails. Like the other getters, the
-// host writes it into the scratch buffer and it is copied out at once.
+// host writes it into buf's spare capacity when it fits (arm).
 func getRequestHeaderPairs(buf []byte) (grown []byte, ok bool) {
 	arm(buf)
 	st := rawGetHeaderMapPairs(mapTypeRequestHeaders, unsafe.Pointer(&hostRet.data), unsafe.Pointer(&hostRet.size))
@@ -159,10 +160,11 @@ func getHeaderValue(mapType uint32, name string, buf []byte) (v string, grown []
 // getSharedData reads a shared-data entry into dst (overwritten; nil: a new
 // slice) and returns the value, a view of dst's array.
 func getSharedData(key string, dst []byte) ([]byte, uint32, uint32) {
-	arm(dst[:0])
+	dst = dst[:0]
+	arm(dst)
 	st := rawGetSharedData(strPtr(key), uint32(len(key)),
 		unsafe.Pointer(&hostRet.data), unsafe.Pointer(&hostRet.size), unsafe.Pointer(&hostRet.cas))
-	d, cas := takeInto(dst[:0]), hostRet.cas
+	d, cas := takeInto(dst), hostRet.cas
 	hostRet.cas = 0
 	if st != statusOK {
 		return d[:0], 0, st
@@ -173,9 +175,10 @@ func getSharedData(key string, dst []byte) ([]byte, uint32, uint32) {
 // getProperty reads a property into dst like getSharedData; path is the
 // serialized path (segments joined with NUL bytes).
 func getProperty(path string, dst []byte) ([]byte, bool) {
-	arm(dst[:0])
+	dst = dst[:0]
+	arm(dst)
 	st := rawGetProperty(strPtr(path), uint32(len(path)), unsafe.Pointer(&hostRet.data), unsafe.Pointer(&hostRet.size))
-	d := takeInto(dst[:0])
+	d := takeInto(dst)
 	return d, st == statusOK
 }
 

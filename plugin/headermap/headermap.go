@@ -146,10 +146,10 @@ func indexGo(b []byte, names *Names, found []uint64) int {
 	// and value before it.
 	sum := uint64(0)
 	for p := uint64(4); p < lensEnd; p += 8 {
-		ns := uint64(le.Uint32(b[p:]))
+		ns, vs := uint64(le.Uint32(b[p:])), uint64(le.Uint32(b[p+4:]))
 		if names.lengths<<(ns&63)>>63 != 0 {
 			data := lensEnd + sum + (p-4)/4
-			end := data + ns + 1 + uint64(le.Uint32(b[p+4:])) + 1
+			end := data + ns + 1 + vs + 1
 			if end > size || b[data+ns] != 0 || b[end-1] != 0 {
 				return -1
 			}
@@ -159,14 +159,14 @@ func indexGo(b []byte, names *Names, found []uint64) int {
 				e := &names.entries[j]
 				if e.word == word && uint64(len(e.name)) == ns && (ns <= 8 || string(name[8:]) == e.name[8:]) {
 					if found[j] == 0 {
-						found[j] = (data+ns+1)<<32 | (end - data - ns - 2)
+						found[j] = (data+ns+1)<<32 | vs
 						present++
 					}
 					break
 				}
 			}
 		}
-		sum += ns + uint64(le.Uint32(b[p+4:]))
+		sum += ns + vs
 	}
 	if lensEnd+sum+2*n != size {
 		return -1
