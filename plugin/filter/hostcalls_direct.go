@@ -19,7 +19,8 @@ import "unsafe"
 //
 // The raw* calls have the proxy-wasm ABI 0.2.1 signatures: direct imports
 // in the module (hostcalls_wasip1.go), served by the SDK in native builds
-// (hostcalls_other.go). Everything above them is this file, the same in
+// (hostcalls_other.go). Everything above them is this file (and readWhole
+// in pairs.go, which reads the header map without a wrapper), the same in
 // both, so that a native run's profile, which the module is compiled with
 // (plugin/default.pgo), names the code the module runs.
 
@@ -123,17 +124,6 @@ func strPtr(s string) unsafe.Pointer {
 // reallocation leaves the old array to the views into it).
 func getRequestHeader(name string, buf []byte) (v string, grown []byte, ok bool) {
 	return getHeaderValue(mapTypeRequestHeaders, name, buf)
-}
-
-// getRequestHeaderPairs appends the whole request header map, in the
-// proxy-wasm map encoding (appendPairs decodes it), to buf and returns the
-// grown buf; ok is false when the host fails. Like the other getters, the
-// host writes it into buf's spare capacity when it fits (arm).
-func getRequestHeaderPairs(buf []byte) (grown []byte, ok bool) {
-	arm(buf)
-	st := rawGetHeaderMapPairs(mapTypeRequestHeaders, unsafe.Pointer(&hostRet.data), unsafe.Pointer(&hostRet.size))
-	buf = takeInto(buf)
-	return buf, st == statusOK
 }
 
 // getResponseValue is getRequestHeader for the response headers (trailer

@@ -1,6 +1,10 @@
 package filter
 
-import "github.com/sluice-rl/sluice/plugin/headermap"
+import (
+	"unsafe"
+
+	"github.com/sluice-rl/sluice/plugin/headermap"
+)
 
 // Reading a request's headers in one host call.
 //
@@ -70,9 +74,15 @@ func (rs *requestSources) readWhole() {
 		rs.found = make([]uint64, cfg.readSet.Len())
 	}
 	start := len(rs.vals)
-	b, ok := getRequestHeaderPairs(rs.vals)
+	// The host call is made here, not through a wrapper like the other
+	// getters (hostcalls_direct.go): a Go call costs about 0.2k
+	// instructions under Envoy's fast JIT, a tenth of what a trial rule on
+	// a header adds.
+	arm(rs.vals)
+	st := rawGetHeaderMapPairs(mapTypeRequestHeaders, unsafe.Pointer(&hostRet.data), unsafe.Pointer(&hostRet.size))
+	b := takeInto(rs.vals)
 	present := -1
-	if ok {
+	if st == statusOK {
 		present = headermap.Index(b[start:], cfg.readSet, rs.found)
 	}
 	if present < 0 {
