@@ -115,10 +115,10 @@ func nameWord(b []byte) uint64 {
 // so a pass over a browser's headers compares a handful of names, and
 // those by their first word before any byte after it. Nothing in b is
 // trusted: Index returns -1 (found is then meaningless) for a count or
-// lengths that do not add up to len(b), a pair it compares without a NUL
-// after its name or value, or a found shorter than names; it never panics
-// and reads nothing outside b and names. An empty b is the empty map (what
-// the host returns for one).
+// lengths that do not add up to len(b), a pair named as one of names
+// without a NUL after its name or value, or a found shorter than names;
+// it never panics and reads nothing outside b and names. An empty b is the
+// empty map (what the host returns for one).
 //
 // indexGo is Index in Go; the WebAssembly version follows it step by step.
 func indexGo(b []byte, names *Names, found []uint64) int {
@@ -140,17 +140,14 @@ func indexGo(b []byte, names *Names, found []uint64) int {
 	}
 	present := 0
 	lensEnd := 4 + 8*n
-	// sum is the name and value lengths of the pairs before the one at p
-	// (no overflow: fewer than 2^29 pairs of lengths below 2^32); a pair's
-	// name starts after the lengths, those bytes and a NUL for each name
-	// and value before it.
-	sum := uint64(0)
+	// data is where the name of the pair whose lengths are at p starts:
+	// after the lengths, and the names and values before it with a NUL
+	// after each (no overflow: fewer than 2^29 pairs of lengths below 2^32).
+	data := lensEnd
 	for p := uint64(4); p < lensEnd; p += 8 {
 		ns, vs := uint64(le.Uint32(b[p:])), uint64(le.Uint32(b[p+4:]))
 		if names.lengths<<(ns&63)>>63 != 0 {
-			data := lensEnd + sum + (p-4)/4
-			end := data + ns + 1 + vs + 1
-			if end > size || b[data+ns] != 0 || b[end-1] != 0 {
+			if data+ns >= size {
 				return -1
 			}
 			name := b[data : data+ns]
@@ -158,6 +155,11 @@ func indexGo(b []byte, names *Names, found []uint64) int {
 			for j := range names.entries {
 				e := &names.entries[j]
 				if e.word == word && uint64(len(e.name)) == ns && (ns <= 8 || string(name[8:]) == e.name[8:]) {
+					// A pair of one of names: checked whole before use.
+					end := data + ns + 1 + vs + 1
+					if end > size || b[data+ns] != 0 || b[end-1] != 0 {
+						return -1
+					}
 					if found[j] == 0 {
 						found[j] = (data+ns+1)<<32 | vs
 						present++
@@ -166,9 +168,9 @@ func indexGo(b []byte, names *Names, found []uint64) int {
 				}
 			}
 		}
-		sum += ns + vs
+		data += ns + vs + 2
 	}
-	if lensEnd+sum+2*n != size {
+	if data != size {
 		return -1
 	}
 	return present

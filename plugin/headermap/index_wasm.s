@@ -1,7 +1,8 @@
 #include "textflag.h"
 
-// ADVANCE adds the pair's name and value lengths to the sum (R3) and
-// moves R2 to the next pair's lengths, leaving R2 < lensEnd pushed.
+// ADVANCE moves R3 past the pair's name and value and their NULs, to
+// where the next pair's name starts, and R2 to the next pair's lengths,
+// leaving R2 < lensEnd pushed.
 #define ADVANCE \
 	Get R3; \
 	Get R6; \
@@ -10,6 +11,8 @@
 	I32WrapI64; \
 	I64Load32U $4; \
 	I64Add; \
+	I64Const $2; \
+	I64Add; \
 	Set R3; \
 	Get R2; \
 	I64Const $8; \
@@ -17,24 +20,6 @@
 	Tee R2; \
 	Get R5; \
 	I64LtU
-
-// START pushes where the pair whose lengths are at the address ADDR
-// pushes starts, relative to b: lensEnd + sum + 2i (a NUL after each name
-// and value before it). For ADDR lensEnd it is where the pairs end.
-#define START(ADDR) \
-	Get R5; \
-	Get R0; \
-	I64Sub; \
-	Get R3; \
-	I64Add; \
-	ADDR; \
-	Get R0; \
-	I64Sub; \
-	I64Const $4; \
-	I64Sub; \
-	I64Const $2; \
-	I64ShrU; \
-	I64Add
 
 // COMPARE branches to differ when the pair's name (at R0+R14) and the
 // entry's name differ in the 8 bytes at the offset OFFSET pushes.
@@ -82,7 +67,7 @@
 // cost four times this one under WAMR's fast JIT.
 //
 // Registers: R0 b's address, R1 len(b), R2 the address of the pair's
-// lengths, R3 the lengths of the pairs before it (sum), R4 names.lengths,
+// lengths, R3 where its name starts (offset in b), R4 names.lengths,
 // R5 where the lengths end (address), R6 the name's length, R7 where the
 // pair ends, R8 and R9 where the entries start and end, R10 the entry,
 // R11 the name's word, R12 found's address, R13 a scratch address or
@@ -187,7 +172,9 @@ done:
 			I64Const $4
 			I64Add
 			Set R2
-			I64Const $0
+			Get R5
+			Get R0
+			I64Sub
 			Set R3
 
 		ended:
@@ -221,39 +208,19 @@ done:
 						Br ended
 					End
 
-					// R14 = where the pair starts, R7 = where it ends. It
-					// lies in b, with a NUL after its name and its value.
-					START(Get R2)
+					// R14 = where the name starts, R13 its address. The
+					// name lies in b, with a byte after it.
+					Get R3
 					Tee R14
 					Get R6
 					I64Add
-					Get R2
-					I32WrapI64
-					I64Load32U $4
-					I64Add
-					I64Const $2
-					I64Add
-					Tee R7
 					Get R1
-					I64GtU
+					I64GeU
 					BrIf bad
 					Get R0
 					Get R14
 					I64Add
-					Tee R13
-					Get R6
-					I64Add
-					I32WrapI64
-					I32Load8U $0
-					BrIf bad
-					Get R0
-					Get R7
-					I64Add
-					I64Const $1
-					I64Sub
-					I32WrapI64
-					I32Load8U $0
-					BrIf bad
+					Set R13
 
 					// R11 = nameWord of the name (at R13).
 					Get R6
@@ -342,6 +309,39 @@ done:
 											COMPARE(Get R6; I64Const $8; I64Sub)
 										End
 
+										// The pair is the name's: R7 = where
+										// it ends. It lies in b, with a NUL
+										// after its name and its value.
+										Get R14
+										Get R6
+										I64Add
+										Get R2
+										I32WrapI64
+										I64Load32U $4
+										I64Add
+										I64Const $2
+										I64Add
+										Tee R7
+										Get R1
+										I64GtU
+										BrIf bad
+										Get R0
+										Get R14
+										I64Add
+										Get R6
+										I64Add
+										I32WrapI64
+										I32Load8U $0
+										BrIf bad
+										Get R0
+										Get R7
+										I64Add
+										I64Const $1
+										I64Sub
+										I32WrapI64
+										I32Load8U $0
+										BrIf bad
+
 										// Keep the name's first value,
 										// (offset << 32) | length, in the
 										// entry's slot (8 bytes a 32-byte
@@ -400,7 +400,7 @@ done:
 			End
 
 			// The pairs end where b does.
-			START(Get R5)
+			Get R3
 			Get R1
 			I64Ne
 			BrIf bad
