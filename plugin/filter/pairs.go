@@ -66,7 +66,11 @@ func (rs *requestSources) startWhole(numHeaders int) {
 
 // readWhole reads the request's header map and finds every name the
 // configuration reads in it; when the host fails or sends a malformed map,
-// the request is read header by header instead.
+// the request is read header by header instead. It is not inlined: in
+// header, which is inlined where a request reads its sources, it made every
+// request that is not read whole 0.1k instructions slower (fast JIT).
+//
+//go:noinline
 func (rs *requestSources) readWhole() {
 	rs.whole = wholeOff
 	cfg := rs.cfg
