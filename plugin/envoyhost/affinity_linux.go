@@ -1,6 +1,7 @@
 package envoyhost
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -28,9 +29,19 @@ func (h *Host) PinTo(cpu int) error {
 		if err != nil {
 			continue
 		}
-		if err := unix.SchedSetaffinity(tid, &set); err != nil {
+		if err := pinThread(tid, &set); err != nil {
 			return fmt.Errorf("pinning host thread %d to CPU %d: %v", tid, cpu, err)
 		}
+	}
+	return nil
+}
+
+// pinThread sets a thread's CPU mask. A thread that ended since the task
+// list was read is no error: the host's runtime starts and ends threads
+// of its own (under valgrind, often).
+func pinThread(tid int, set *unix.CPUSet) error {
+	if err := unix.SchedSetaffinity(tid, set); err != nil && !errors.Is(err, unix.ESRCH) {
+		return err
 	}
 	return nil
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sluice-rl/sluice/plugin/scenario"
 	"github.com/sluice-rl/sluice/plugin/wasmhost/wasmtest"
 )
@@ -49,6 +51,21 @@ func TestPinToPutsEveryThreadOfTheHostOnOneCPU(t *testing.T) {
 		if got := allowedCPUs(string(status)); got != strconv.Itoa(cpu) {
 			t.Errorf("thread %s may run on CPUs %q, want %d", task.Name(), got, cpu)
 		}
+	}
+}
+
+// A thread that ended while the host was being pinned is skipped; any
+// other failure is reported.
+func TestPinThreadSkipsAThreadThatEnded(t *testing.T) {
+	var set unix.CPUSet
+	set.Set(0)
+	ended := 1 << 30 // above any thread ID Linux hands out (pid_max is at most 2^22)
+	if err := pinThread(ended, &set); err != nil {
+		t.Errorf("pinning a thread that ended: %v, want no error", err)
+	}
+	var none unix.CPUSet // no CPU at all: refused
+	if err := pinThread(unix.Gettid(), &none); err == nil {
+		t.Error("pinning to an empty CPU set succeeded, want an error")
 	}
 }
 

@@ -232,7 +232,8 @@ func benchStreams(b *testing.B, cases []streamCase) {
 
 // BenchmarkEnvoyHostTrial: a shadow trial as the admin pushes it, one or
 // four rules that do not match the request (bench.TrialConfig, matching on
-// a header the current policy does not read), against the empty plugin and
+// a header the current policy does not read, or for "on-x-api-key" on one
+// it reads), against the empty plugin and
 // (x-base) against the same configuration without the trial, interleaved.
 // The request has 5 headers (the pseudo-headers and x-api-key); the
 // "browser" cases send the 15 of a realistic request
@@ -263,7 +264,11 @@ func BenchmarkEnvoyHostTrial(b *testing.B) {
 		// nothing differs.
 		streamCase{name: "browser+plan/same-as-base", config: bench.TrialConfig(0, ""), req: plan, baseConfig: bench.TrialConfig(0, "") + " "},
 		streamCase{name: "browser+plan/trial-rules=1", config: bench.TrialConfig(1, "header:x-plan"), req: plan, baseConfig: bench.TrialConfig(0, "")},
-		streamCase{name: "browser+plan/trial-rules=4", config: bench.TrialConfig(4, "header:x-plan"), req: plan, baseConfig: bench.TrialConfig(0, "")})
+		streamCase{name: "browser+plan/trial-rules=4", config: bench.TrialConfig(4, "header:x-plan"), req: plan, baseConfig: bench.TrialConfig(0, "")},
+		// Trial rules on a header the current policy reads already (as when
+		// the draft changes the numbers of rules it has): no read more.
+		streamCase{name: "browser+plan/on-x-api-key/trial-rules=1", config: bench.TrialConfig(1, "header:x-api-key"), req: plan, baseConfig: bench.TrialConfig(0, "")},
+		streamCase{name: "browser+plan/on-x-api-key/trial-rules=4", config: bench.TrialConfig(4, "header:x-api-key"), req: plan, baseConfig: bench.TrialConfig(0, "")})
 	for _, n := range []int{16, 24, 32, 64} {
 		cases = append(cases, streamCase{name: fmt.Sprintf("headers=%d/trial-rules=1", n), config: bench.TrialConfig(1, "header:x-plan"),
 			req: scenario.Request{Headers: bench.BrowserHeaders("k", n-15)}})
