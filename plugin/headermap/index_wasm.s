@@ -21,11 +21,11 @@
 	Get R5; \
 	I64LtU
 
-// COMPARE branches to differ when the pair's name (at R0+R14) and the
+// COMPARE branches to differ when the pair's name (at R0+R3) and the
 // entry's name differ in the 8 bytes at the offset OFFSET pushes.
 #define COMPARE(OFFSET) \
 	Get R0; \
-	Get R14; \
+	Get R3; \
 	I64Add; \
 	OFFSET; \
 	I64Add; \
@@ -71,7 +71,7 @@
 // R5 where the lengths end (address), R6 the name's length, R7 where the
 // pair ends, R8 and R9 where the entries start and end, R10 the entry,
 // R11 the name's word, R12 found's address, R13 a scratch address or
-// offset, R14 where the name starts (data), R15 the names found.
+// offset, R15 the names found.
 TEXT ·Index(SB), NOSPLIT, $0-64
 	I64Load b_base+0(FP)
 	Set R0
@@ -208,17 +208,16 @@ done:
 						Br ended
 					End
 
-					// R14 = where the name starts, R13 its address. The
+					// R13 = the name's address (it starts at R3). The
 					// name lies in b, with a byte after it.
 					Get R3
-					Tee R14
 					Get R6
 					I64Add
 					Get R1
 					I64GeU
 					BrIf bad
 					Get R0
-					Get R14
+					Get R3
 					I64Add
 					Set R13
 
@@ -312,7 +311,7 @@ done:
 										// The pair is the name's: R7 = where
 										// it ends. It lies in b, with a NUL
 										// after its name and its value.
-										Get R14
+										Get R3
 										Get R6
 										I64Add
 										Get R2
@@ -326,7 +325,7 @@ done:
 										I64GtU
 										BrIf bad
 										Get R0
-										Get R14
+										Get R3
 										I64Add
 										Get R6
 										I64Add
@@ -360,7 +359,7 @@ done:
 										If
 											Get R13
 											I32WrapI64
-											Get R14
+											Get R3
 											Get R6
 											I64Add
 											I64Const $1
