@@ -22,6 +22,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/google/go-containerregistry/pkg/name"
 
@@ -152,6 +153,9 @@ func Render(config []byte, version int64, opts Options) (*istio.Manifest, error)
 	trimmed := bytes.TrimSpace(config)
 	if len(trimmed) == 0 || trimmed[0] != '{' || !json.Valid(trimmed) {
 		return nil, errors.New("config: the policy must be a JSON object")
+	}
+	if !utf8.Valid(trimmed) { // a Kubernetes object, like the xDS push, carries UTF-8 only
+		return nil, errors.New("config: the policy is not UTF-8")
 	}
 	kind, target, _ := ParseTarget(opts.Target)
 	w := wasm{

@@ -134,6 +134,9 @@ func TestBadOptionsAreRefusedNamingTheOption(t *testing.T) {
 	if _, err := Render([]byte("[1]"), 1, Options{}); err == nil || !strings.Contains(err.Error(), "config:") {
 		t.Errorf("a JSON array as policy: %v", err)
 	}
+	if _, err := Render([]byte("{\"rules\": [\"caf\xe9\"]}"), 1, Options{}); err == nil || !strings.Contains(err.Error(), "config: the policy is not UTF-8") {
+		t.Errorf("a policy that is not UTF-8: %v", err)
+	}
 }
 
 func TestALiteralTelemetryTokenIsMaskedWithANote(t *testing.T) {
@@ -154,6 +157,7 @@ func FuzzRender(f *testing.F) {
 	f.Add([]byte(`{"telemetry": {"token": "s3cr3t-s3cr3t-s3cr3t"}}`), "HTTPRoute/a.b", "https://x/y.wasm")
 	f.Add([]byte("[]"), "Gateway/", "ftp://")
 	f.Add([]byte("{"), "/", "")
+	f.Add([]byte("{}"), "", "") // the default target
 	f.Fuzz(func(t *testing.T, cfg []byte, target, httpURL string) {
 		o := Options{Target: target}
 		if httpURL != "" {
@@ -166,6 +170,9 @@ func FuzzRender(f *testing.F) {
 		j := m.JSON()
 		if !json.Valid(j) {
 			t.Fatalf("invalid JSON: %s", j)
+		}
+		if target == "" {
+			target = DefaultTarget
 		}
 		_, name, _ := ParseTarget(target)
 		if !strings.Contains(string(j), `"name": "`+name+`"`) {

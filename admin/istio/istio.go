@@ -24,6 +24,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 
@@ -187,6 +188,9 @@ func Render(config []byte, version int64, opts Options) (*Manifest, error) {
 	trimmed := bytes.TrimSpace(config)
 	if len(trimmed) == 0 || trimmed[0] != '{' || !json.Valid(trimmed) {
 		return nil, errors.New("pluginConfig: the policy must be a JSON object")
+	}
+	if !utf8.Valid(trimmed) { // a Kubernetes object, like the xDS push, carries UTF-8 only
+		return nil, errors.New("pluginConfig: the policy is not UTF-8")
 	}
 	m := wasmPlugin{
 		APIVersion: "extensions.istio.io/v1alpha1",

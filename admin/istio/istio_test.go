@@ -145,7 +145,7 @@ func TestRenderRefusesBadOptions(t *testing.T) {
 			t.Errorf("%+v: %v, want an error on %s", c.opts, err, c.field)
 		}
 	}
-	for _, bad := range []string{"", "[]", "{", `"x"`} {
+	for _, bad := range []string{"", "[]", "{", `"x"`, "{\"rules\": [\"caf\xe9\"]}"} {
 		if _, err := Render([]byte(bad), 1, Options{}); err == nil || !strings.Contains(err.Error(), "pluginConfig") {
 			t.Errorf("config %q: %v", bad, err)
 		}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // OverrideColumns are the columns a CSV of overrides may have besides the
@@ -172,6 +173,10 @@ func (sc *csvScan) row(line int, rec []string, seen map[string]int) (csvRow, boo
 	switch prev, dup := seen[r.key]; {
 	case r.key == "":
 		sc.problem(line, "key", "key is empty")
+	case !utf8.ValidString(r.key):
+		// Written into the policy, the bytes would become U+FFFD and the
+		// override would apply to another key than the one in the file.
+		sc.problem(line, "key", "key %q is not UTF-8 (a spreadsheet's Latin-1 or Windows-1252?); save the CSV as UTF-8", r.key)
 	case dup:
 		sc.problem(line, "key", "key %q is also on line %d", r.key, prev)
 	default:

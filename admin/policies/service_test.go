@@ -152,6 +152,8 @@ func TestInvalidRefusedWithParserMessages(t *testing.T) {
 		`{"rules":[{"name":"r","limit_keys":["ip:address"],"algorithm":"rolling_window","algorithm_config":{"limit":10000,"window_seconds":86400,"period_seconds":7}}]}`,
 		`{"rules":[{"name":"r","limit_keys":["ip:address"],"algorithm":"rolling_window","algorithm_config":{"limit":10,"window_seconds":60,"period_seconds":10,"max_per_period":20}}]}`,
 		`{"rules":[{"name":"r","limit_keys":["ip:address"],"algorithm":"fixed_window","algorithm_config":{"window_seconds":60,"rps":1}}]}`,
+		// Not UTF-8 (Latin-1 "café"): it could not be pushed to Envoy.
+		"{\"rules\":[{\"name\":\"r\",\"limit_keys\":[\"ip:address\"],\"match\":{\"header:x-plan\":\"caf\xe9\"},\"algorithm\":\"token_bucket\",\"algorithm_config\":{\"rps\":5,\"burst\":10}}]}",
 	}
 	for _, in := range cases {
 		_, want := policy.Parse([]byte(in))

@@ -310,7 +310,11 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 // whose typed_config is the wasm HTTP filter running the plugin at wasmPath
 // in a VM with environment env, with policyJSON as its configuration.
 func Resource(name, wasmPath string, env VMEnv, policyJSON []byte) (*core.TypedExtensionConfig, error) {
-	filter, err := anypb.New(WasmFilter(name, wasmPath, env, policyJSON))
+	wasm, err := WasmFilter(name, wasmPath, env, policyJSON)
+	if err != nil {
+		return nil, err
+	}
+	filter, err := anypb.New(wasm)
 	if err != nil {
 		return nil, fmt.Errorf("xds: packing the wasm filter: %w", err)
 	}
@@ -319,10 +323,16 @@ func Resource(name, wasmPath string, env VMEnv, policyJSON []byte) (*core.TypedE
 
 // WasmFilter is the wasm HTTP filter configuration for the plugin. The
 // configuration is a StringValue: Envoy hands its bytes to
-// proxy_on_configure unchanged. fail_open lets traffic through, unlimited,
-// if the VM fails (a rate limiter should not take the site down).
-func WasmFilter(name, wasmPath string, env VMEnv, policyJSON []byte) *wasmfilter.Wasm {
-	configuration, _ := anypb.New(wrapperspb.String(string(policyJSON))) // cannot fail for a StringValue
+// proxy_on_configure unchanged. A StringValue must be UTF-8, which the
+// filter's parser requires of every configuration, so a configuration
+// that is not is refused here rather than pushed without its policy.
+// fail_open lets traffic through, unlimited, if the VM fails (a rate
+// limiter should not take the site down).
+func WasmFilter(name, wasmPath string, env VMEnv, policyJSON []byte) (*wasmfilter.Wasm, error) {
+	configuration, err := anypb.New(wrapperspb.String(string(policyJSON)))
+	if err != nil {
+		return nil, fmt.Errorf("xds: packing the configuration (it must be UTF-8): %w", err)
+	}
 	return &wasmfilter.Wasm{Config: &wasmv3.PluginConfig{
 		Name:   name,
 		RootId: RootID,
@@ -338,5 +348,5 @@ func WasmFilter(name, wasmPath string, env VMEnv, policyJSON []byte) *wasmfilter
 		// fail_open is deprecated in newer Envoys in favour of
 		// failure_policy: FAIL_OPEN, but every Envoy we support reads it.
 		FailOpen: true,
-	}}
+	}}, nil
 }

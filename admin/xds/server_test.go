@@ -409,6 +409,28 @@ func TestPublishOrdering(t *testing.T) {
 	}
 }
 
+// A StringValue must be UTF-8: a configuration that is not is refused with
+// an error, not pushed with no configuration, and the version published
+// stays.
+func TestPublishRefusesAConfigurationThatIsNotUTF8(t *testing.T) {
+	s := NewServer(nil, Options{})
+	publish(t, s, 1, policyA)
+	err := s.Publish(context.Background(), Version{Number: 2, JSON: []byte("{\"rules\": [\"caf\xe9\"]}")})
+	if err == nil || !strings.Contains(err.Error(), "UTF-8") {
+		t.Fatalf("Publish of a configuration that is not UTF-8: got %v, want an error saying it must be UTF-8", err)
+	}
+	if s.Published() != 1 {
+		t.Errorf("published %d, want 1 kept", s.Published())
+	}
+	snap, err := s.cache.GetSnapshot(groupKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := snap.GetVersion(TypeURL); v != "1" {
+		t.Errorf("snapshot version %q, want 1", v)
+	}
+}
+
 func TestServeStopsWhenContextEnds(t *testing.T) {
 	s := NewServer(nil, Options{})
 	publish(t, s, 1, policyA)

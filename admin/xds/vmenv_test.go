@@ -66,7 +66,10 @@ func TestVMEnvIsPushedAndVMConfigNeverChanges(t *testing.T) {
 }
 
 func TestNoVMEnvPushesNoEnvironment(t *testing.T) {
-	w := WasmFilter("x", "/x.wasm", VMEnv{}, []byte("{}"))
+	w, err := WasmFilter("x", "/x.wasm", VMEnv{}, []byte("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if w.GetConfig().GetVmConfig().GetEnvironmentVariables() != nil {
 		t.Fatal("environment_variables set without a VMEnv")
 	}

@@ -49,6 +49,8 @@ var invalidConfigs = []string{
 	`{"rules": [{"name": "q", "limit_keys": ["ip:address"], "algorithm": "quota", "algorithm_config": {"limit": 10, "period": "year"}}]}`,
 	`{"rules": [{"name": "f", "limit_keys": ["ip:address"], "algorithm": "fixed_window", "algorithm_config": {"limit": 10, "window_seconds": 60, "cost_source": "response_header:x-cost"}}]}`,
 	`{"rules": [{"name": "t", "limit_keys": ["ip:address"], "algorithm": "token_bucket", "algorithm_config": {"rps": 1, "burst": 1, "max_debt": 5}}]}`,
+	// Not UTF-8 (a Latin-1 "café"): read as U+FFFD it would match another value.
+	"{\"rules\": [{\"name\": \"m\", \"match\": {\"header:x-plan\": \"caf\xe9\"}, \"limit_keys\": [\"ip:address\"], \"algorithm\": \"token_bucket\", \"algorithm_config\": {\"rps\": 1, \"burst\": 1}}]}",
 }
 
 func invalidConfigurationRefused(t *testing.T, start Starter) {

@@ -72,6 +72,15 @@ func decodeJSON(data []byte) (*jvalue, *FieldError) {
 		var raw json.RawMessage
 		return nil, syntaxError(data, json.Unmarshal(data, &raw))
 	}
+	// encoding/json accepts bytes that are not UTF-8 inside strings and
+	// reads them as U+FFFD, so such a configuration would be enforced with
+	// other values than the ones written, and Envoy cannot carry it at all
+	// (a protobuf string, as the admin pushes it, must be UTF-8).
+	if !utf8.Valid(data) {
+		off := invalidUTF8At(data)
+		return nil, &FieldError{Message: "invalid JSON at " + location(data, off) + ": byte 0x" +
+			strconv.FormatUint(uint64(data[off]), 16) + " is not UTF-8; save the configuration as UTF-8"}
+	}
 	r := &reader{data: data, src: string(data)}
 	v, err := r.value(0)
 	if err != nil {
@@ -203,8 +212,21 @@ func (r *reader) value(depth int) (*jvalue, error) {
 	}
 }
 
-// str reads a string; escapes and invalid UTF-8 (replaced by U+FFFD) are
-// left to encoding/json, as the token stream did.
+// invalidUTF8At is the offset of the first byte of data that does not
+// start a valid UTF-8 sequence.
+func invalidUTF8At(data []byte) int {
+	for off := 0; off < len(data); {
+		r, size := utf8.DecodeRune(data[off:])
+		if r == utf8.RuneError && size == 1 {
+			return off
+		}
+		off += size
+	}
+	return len(data)
+}
+
+// str reads a string; escapes are left to encoding/json, as the token
+// stream did. (The input is valid UTF-8: decodeJSON checked it.)
 func (r *reader) str() (string, error) {
 	if r.pos >= len(r.data) || r.data[r.pos] != '"' {
 		return "", errMalformed
@@ -217,7 +239,7 @@ func (r *reader) str() (string, error) {
 			r.pos++
 		case '"':
 			r.pos++
-			if raw := r.data[start+1 : r.pos-1]; !escaped && utf8.Valid(raw) {
+			if !escaped {
 				return r.src[start+1 : r.pos-1], nil
 			}
 			var s string

@@ -56,6 +56,8 @@ func TestParseErrors(t *testing.T) {
 		{"bad token line/col", "{\n  \"rules\": x\n}", "", []string{"byte offset 13 (line 2, column 12)", "invalid character 'x'"}, 0},
 		{"trailing comma", `{"rules":[1,]}`, "", []string{"invalid JSON", "byte offset 12"}, 0},
 		{"trailing data", `{} {}`, "", []string{"byte offset 3 (line 1, column 4)", "after top-level value", "must be a single JSON object"}, 0},
+		{"a string that is not UTF-8", withMatch("{\"header:x-plan\":\"caf\xe9\"}"), "", []string{"invalid JSON at byte offset 79 (line 1, column 80)", "byte 0xe9 is not UTF-8", "save the configuration as UTF-8"}, 0},
+		{"a key that is not UTF-8", "{\n\"\xd4\": 1}", "", []string{"byte offset 3 (line 2, column 2)", "byte 0xd4 is not UTF-8"}, 0},
 		{"too deep", deep, "", []string{"nested more than 64 levels"}, 0},
 		{"not object", `[]`, "", []string{"must be a JSON object", "got an array"}, 0},
 		{"string", `"rules"`, "", []string{"must be a JSON object", "got a string"}, 0},
