@@ -90,6 +90,9 @@ func TestAPIOverridesMergesACSVIntoARule(t *testing.T) {
 		{`{"rule":"per-ip","csv":` + csvBody("key,cost\na,1\n") + `}`, 400, `line 1: unknown column \"cost\"`},
 		{`{"rule":"per-ip","csv":` + csvBody("key,burst\na,1\na,2\n") + `}`, 400, `line 3: key \"a\" is also on line 2`},
 		{`{"rule":"per-ip","csv":` + csvBody("key,burst\na,ten\n") + `}`, 400, `line 2: burst: \"ten\" is not a number`},
+		// A Latin-1 "café" as raw bytes in the JSON body: the body's decoder
+		// makes it U+FFFD, which is refused rather than imported as a key.
+		{`{"rule":"per-ip","csv":"key,burst\ncaf` + "\xe9" + `,1\n"}`, 400, `line 2: key \"caf` + "\uFFFD" + `\" holds U+FFFD`},
 		{`{"rule":"per-ip","csv":` + csvBody("key,burst\n10.0.0.9,2\n") + `}`, 422, `rules[0].overrides[3].algorithm_config.burst`},
 		{`{"rule":"per-ip"}`, 400, `csv: required`},
 	} {

@@ -177,6 +177,10 @@ func (sc *csvScan) row(line int, rec []string, seen map[string]int) (csvRow, boo
 		// Written into the policy, the bytes would become U+FFFD and the
 		// override would apply to another key than the one in the file.
 		sc.problem(line, "key", "key %q is not UTF-8 (a spreadsheet's Latin-1 or Windows-1252?); save the CSV as UTF-8", r.key)
+	case strings.ContainsRune(r.key, utf8.RuneError):
+		// The same, already replaced: a JSON body (the API) carries the
+		// CSV as a string, and a JSON decoder replaces such bytes.
+		sc.problem(line, "key", "key %q holds U+FFFD, which stands for bytes that were not UTF-8; save the CSV as UTF-8", r.key)
 	case dup:
 		sc.problem(line, "key", "key %q is also on line %d", r.key, prev)
 	default:

@@ -11,7 +11,7 @@ const quotaDoc = `{"policies":[{"name":"p","rules":[
   "overrides":[{"key":"old","algorithm_config":{"limit":5}}]}]}]}`
 
 func TestPreviewListsEveryCSVProblemByLineAndColumn(t *testing.T) {
-	pv, err := PreviewOverridesCSV([]byte(quotaDoc), "monthly", []byte("key,limit\na,10\nb,x\n,3\na,4\nc,\ncaf\xe9,5\n"), false)
+	pv, err := PreviewOverridesCSV([]byte(quotaDoc), "monthly", []byte("key,limit\na,10\nb,x\n,3\na,4\nc,\ncaf\xe9,5\ncaf\uFFFD,5\n"), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,6 +21,7 @@ func TestPreviewListsEveryCSVProblemByLineAndColumn(t *testing.T) {
 		{5, "key", `key "a" is also on line 2`},
 		{6, "", `key "c" has no limits; fill in at least one column`},
 		{7, "key", `key "caf\xe9" is not UTF-8 (a spreadsheet's Latin-1 or Windows-1252?); save the CSV as UTF-8`},
+		{8, "key", `key "caf�" holds U+FFFD, which stands for bytes that were not UTF-8; save the CSV as UTF-8`},
 	}
 	if len(pv.Problems) != len(want) {
 		t.Fatalf("problems %+v, want %+v", pv.Problems, want)
@@ -30,7 +31,7 @@ func TestPreviewListsEveryCSVProblemByLineAndColumn(t *testing.T) {
 			t.Errorf("problem %d = %+v, want %+v", i, pv.Problems[i], want[i])
 		}
 	}
-	if pv.Count != 6 || len(pv.Rows) != 1 || pv.Rows[0].Key != "a" || pv.Policy != nil {
+	if pv.Count != 7 || len(pv.Rows) != 1 || pv.Rows[0].Key != "a" || pv.Policy != nil {
 		t.Errorf("count %d rows %+v policy %d bytes", pv.Count, pv.Rows, len(pv.Policy))
 	}
 }
