@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -397,15 +398,22 @@ func TestPublishOrdering(t *testing.T) {
 		t.Errorf("same number, other JSON: got %v, want an error naming version 5", err)
 	}
 	publish(t, s, 4, policyB) // older: ignored
-	if s.Published() != 5 {
-		t.Errorf("published %d after an older version, want 5 kept", s.Published())
+	wantPublished(t, s, 5)
+}
+
+// wantPublished checks that version n is the one published and in the
+// snapshot nodes are sent.
+func wantPublished(t *testing.T, s *Server, n int64) {
+	t.Helper()
+	if s.Published() != n {
+		t.Errorf("published %d, want %d", s.Published(), n)
 	}
 	snap, err := s.cache.GetSnapshot(groupKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := snap.GetVersion(TypeURL); v != "5" {
-		t.Errorf("snapshot version %q, want 5", v)
+	if v := snap.GetVersion(TypeURL); v != strconv.FormatInt(n, 10) {
+		t.Errorf("snapshot version %q, want %d", v, n)
 	}
 }
 
@@ -419,16 +427,7 @@ func TestPublishRefusesAConfigurationThatIsNotUTF8(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "UTF-8") {
 		t.Fatalf("Publish of a configuration that is not UTF-8: got %v, want an error saying it must be UTF-8", err)
 	}
-	if s.Published() != 1 {
-		t.Errorf("published %d, want 1 kept", s.Published())
-	}
-	snap, err := s.cache.GetSnapshot(groupKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v := snap.GetVersion(TypeURL); v != "1" {
-		t.Errorf("snapshot version %q, want 1", v)
-	}
+	wantPublished(t, s, 1)
 }
 
 func TestServeStopsWhenContextEnds(t *testing.T) {
