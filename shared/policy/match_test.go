@@ -406,7 +406,7 @@ func FuzzRegexAutomatonAgreesWithRegexp(f *testing.F) {
 		{"^/users/[0-9]+$", "/users/42"}, {"[0-9]", "/v1/x"}, {"(?i)badbot", "Mozilla BADBOT/1"},
 		{"^a|b$", "xab"}, {"^$", ""}, {"a*", "bbb"}, {"^/api/.*\\.json$", "/api/x/y.json"},
 		{"(foo|bar)+baz", "foobarbaz"}, {"\\bword\\b", "a word"}, {"(?m)^x$", "a\nx"}, {"[^/]+$", "/a/b"},
-		{"x{2,5}y", "xxxxxxy"}, {"^\\x{17F}$", "s"}, {"(?i)k", "\u212a"},
+		{"x{2,5}y", "xxxxxxy"}, {"^\\x{17F}$", "s"}, {"(?i)k", "\u212a"}, {"$^", ""}, {"a*$^", ""}, {"(?:$^)|b", "b"},
 	} {
 		f.Add(c[0], c[1])
 	}

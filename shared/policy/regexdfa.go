@@ -66,8 +66,15 @@ func buildDFA(re string) *asciiDFA {
 	}
 	d := &asciiDFA{}
 	b.d = d
-	b.add(nil)                                                            // dead
-	b.add(b.closure([]uint32{uint32(prog.Start)}, syntax.EmptyBeginText)) // start
+	b.add(nil) // dead
+	// The start state is position 0, where ^ holds, and for an empty value
+	// $ too ($^ matches ""). So it is not shared with a later position that
+	// has the same threads (that one gets a state of its own), and its
+	// atEnd counts both.
+	start := b.closure([]uint32{uint32(prog.Start)}, syntax.EmptyBeginText)
+	b.add(start)
+	delete(b.ids, key(start))
+	d.atEnd[1] = b.matchesAt(start, syntax.EmptyBeginText|syntax.EmptyEndText)
 	for s := 1; s < len(b.sets); s++ {
 		for c := 0; c < 128; c++ {
 			var raw []uint32
@@ -109,9 +116,14 @@ func (b *dfaBuilder) add(set []uint32) uint16 {
 	b.ids[key(set)] = id
 	b.d.next = append(b.d.next, [128]uint16{})
 	b.d.matched = append(b.d.matched, slices.ContainsFunc(set, func(pc uint32) bool { return b.prog.Inst[pc].Op == syntax.InstMatch }))
-	end := b.closure(set, syntax.EmptyEndText)
-	b.d.atEnd = append(b.d.atEnd, slices.ContainsFunc(end, func(pc uint32) bool { return b.prog.Inst[pc].Op == syntax.InstMatch }))
+	b.d.atEnd = append(b.d.atEnd, b.matchesAt(set, syntax.EmptyEndText))
 	return id
+}
+
+// matchesAt reports whether a thread of set reaches a match where the
+// assertions ctx hold.
+func (b *dfaBuilder) matchesAt(set []uint32, ctx syntax.EmptyOp) bool {
+	return slices.ContainsFunc(b.closure(set, ctx), func(pc uint32) bool { return b.prog.Inst[pc].Op == syntax.InstMatch })
 }
 
 // closure follows the non-consuming instructions from pcs; assertions hold
