@@ -13,7 +13,8 @@ import (
 )
 
 // A configuration that reads every kind of source, so arbitrary headers
-// reach every parser: keys, matches, costs, XFF, JWT, query.
+// reach every parser: keys, matches (every operator), costs, XFF, JWT,
+// query, overrides, actions.
 const fuzzConfig = `{"xff_trusted_hops": 2, "mode": "enforce", "policies": [
   {"name": "a", "rules": [
     {"name": "jwt", "limit_keys": ["jwt:sub", "header:x-api-key"], "match": {"jwt:plan": "gold"}, "algorithm": "token_bucket",
@@ -33,6 +34,17 @@ const fuzzConfig = `{"xff_trusted_hops": 2, "mode": "enforce", "policies": [
   ]},
   {"name": "fixed", "rules": [
     {"name": "fixed", "max_keys": 3, "limit_keys": ["jwt:sub"], "algorithm": "fixed_window", "algorithm_config": {"limit": 4, "window_seconds": 10}}
+  ]},
+  {"name": "matchers", "rules": [
+    {"name": "exempt", "action": "exempt", "match": {"header:x-api-key": {"regex": "(?i)^exempt-[0-9]+$"}}},
+    {"name": "deny", "action": "deny", "deny_status": 403, "match": {"header:x-api-key": {"in": ["deny-1", "deny-2"]}}},
+    {"name": "ops", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket", "algorithm_config": {"rps": 5, "burst": 10},
+     "match": {"path": {"regex": "^/users/[0-9]+$"}, "method": {"not": {"in": ["GET", "HEAD"]}}, "ip:address": {"cidr": ["10.0.0.0/8", "2001:db8::/32"]}}},
+    {"name": "hosts", "limit_keys": ["host"], "match": {"host": {"suffix": ".example.com"}, "header:x-cost": {"present": true}},
+     "algorithm": "quota", "algorithm_config": {"limit": 100, "period": "day", "time_zone": "Europe/Berlin"},
+     "overrides": [{"key": "api.example.com", "algorithm_config": {"limit": 5}}]},
+    {"name": "plans", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket", "algorithm_config": {"rps": 1, "burst": 2},
+     "overrides": [{"key": "k1", "algorithm_config": {"rps": 10, "burst": 20}}]}
   ]}
 ]}`
 
@@ -61,7 +73,7 @@ func sharedFuzzHost(t testing.TB) *wasmhost.Host {
 
 // sendArbitrary sends one request and fails on any error (a trap above
 // all; the host does not validate headers) or a recovered panic.
-func sendArbitrary(t testing.TB, h *wasmhost.Host, r *wasmhost.Request) {
+func sendArbitrary(t testing.TB, h *wasmhost.Host, r *wasmhost.Request) *wasmhost.Result {
 	t.Helper()
 	before, _ := h.Metric("sluice.panics_recovered")
 	res, err := h.VM(0).HTTP(context.Background(), r)
@@ -72,12 +84,13 @@ func sendArbitrary(t testing.TB, h *wasmhost.Host, r *wasmhost.Request) {
 	if err != nil {
 		t.Fatalf("HTTP: %v", err)
 	}
-	if res.Rejected && res.Status != 429 {
+	if res.Rejected && res.Status != 429 && res.Status != 403 { // 403: the deny rule
 		t.Fatalf("rejected with status %d", res.Status)
 	}
 	if after, _ := h.Metric("sluice.panics_recovered"); after != before {
 		t.Fatalf("the filter panicked (recovered) on request %.500q; logs: %v", r.Headers, h.LogsAtLeast(wasmhost.LogLevelWarn))
 	}
+	return res
 }
 
 func FuzzRequestHeaders(f *testing.F) {
@@ -119,18 +132,21 @@ func TestRandomizedHeadersNoTrap(t *testing.T) {
 		return string(b)
 	}
 	pick := func(xs ...string) string { return xs[rng.Intn(len(xs))] }
+	denied := 0
 	for i := 0; i < n; i++ {
 		var hs []wasmhost.Header
 		hs = append(hs, wasmhost.Header{":path", pick("/", "/api/x?tenant=t&cost="+pick("1", "0", "-5", "NaN", "1e400", "%31"), "/"+randBytes(50), "?"+randBytes(30), strings.Repeat("/a", 3000))})
 		hs = append(hs, wasmhost.Header{":method", pick("GET", "POST", randBytes(10))})
 		hs = append(hs, wasmhost.Header{":authority", pick("api.example.com", "API.EXAMPLE.COM:443", randBytes(20))})
-		switch rng.Intn(4) {
+		switch rng.Intn(5) {
 		case 0:
 			hs = append(hs, wasmhost.Header{"x-api-key", randBytes(20)})
 		case 1:
 			hs = append(hs, wasmhost.Header{"x-api-key", strings.Repeat(pick("k", "|", "\\", "#", "\xff"), 1+rng.Intn(12000))})
 		case 2:
 			hs = append(hs, wasmhost.Header{"x-api-key", pick("k1", "k2", "k3")})
+		case 3:
+			hs = append(hs, wasmhost.Header{"x-api-key", pick("exempt-1", "EXEMPT-22", "deny-1", "deny-2")})
 		}
 		if rng.Intn(2) == 0 {
 			payload := pick(`{"sub":"u","plan":"gold"}`, `{"sub":1e999,"plan":"gold"}`, `{"plan":"gold","sub":{"a":[1,2]}}`, `null`, `{`, randBytes(40))
@@ -150,6 +166,11 @@ func TestRandomizedHeadersNoTrap(t *testing.T) {
 		if rng.Intn(10) == 0 {
 			delete(props, "source.address")
 		}
-		sendArbitrary(t, h, &wasmhost.Request{Headers: hs, Properties: props})
+		if res := sendArbitrary(t, h, &wasmhost.Request{Headers: hs, Properties: props}); res.Status == 403 {
+			denied++
+		}
+	}
+	if denied == 0 { // the configuration's actions were reached
+		t.Error("no request was denied; the deny rule never matched")
 	}
 }
