@@ -203,10 +203,27 @@ func (s *Service) Start(ctx context.Context) (Version, error) {
 		return Version{}, fmt.Errorf("reading the current policy: %w", err)
 	}
 	v := fromStore(cur)
+	if _, perr := policy.Parse(v.JSON); perr != nil {
+		s.skipInvalid(v, perr)
+		return v, nil
+	}
 	if err := s.publish(ctx, v); err != nil {
 		return v, err
 	}
 	return v, nil
+}
+
+// skipInvalid records that the current version v, stored by an earlier
+// Sluice whose filter accepted it, is refused by this one's (a check
+// added since, such as UTF-8). It is not pushed, so the nodes keep what
+// they run; the admin starts anyway, so that a corrected policy can be
+// saved, and the policy page shows this error until then.
+func (s *Service) skipInvalid(v Version, perr error) {
+	err := fmt.Errorf("version %d, the current policy, is refused by this version's filter and was not pushed (nodes keep what they run); save a corrected policy: %w", v.Number, perr)
+	s.pubMu.Lock()
+	s.pubStat = PublishStatus{Version: v.Number, At: s.now(), Err: err}
+	s.pubMu.Unlock()
+	s.log.Error("the current policy is invalid", "version", v.Number, "err", perr)
 }
 
 func (s *Service) publish(ctx context.Context, v Version) error {

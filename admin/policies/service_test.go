@@ -291,6 +291,35 @@ func TestRollback(t *testing.T) {
 	}
 }
 
+func TestStartSkipsACurrentVersionThisFilterRefuses(t *testing.T) {
+	// Stored by an older Sluice, which read the Latin-1 byte as U+FFFD: the
+	// admin starts, pushes nothing, says why, and the next save pushes.
+	ctx := context.Background()
+	_, _, st := newService(t)
+	latin1 := "{\"rules\":[{\"name\":\"r\",\"limit_keys\":[\"ip:address\"],\"match\":{\"header:x-plan\":\"caf\xe9\"},\"algorithm\":\"token_bucket\",\"algorithm_config\":{\"rps\":5,\"burst\":10}}]}"
+	if _, err := st.Append(ctx, 1, store.NewVersion{JSON: []byte(latin1), Author: "old"}); err != nil {
+		t.Fatal(err)
+	}
+	pub := &recorder{}
+	s := New(st, pub, nil)
+	v, err := s.Start(ctx)
+	if err != nil || v.Number != 2 {
+		t.Fatalf("Start = %d, %v; want version 2 and no error", v.Number, err)
+	}
+	if len(pub.numbers()) != 0 {
+		t.Errorf("published %v, want nothing", pub.numbers())
+	}
+	if ps := s.LastPublish(); ps.Version != 2 || ps.Err == nil || !strings.Contains(ps.Err.Error(), "version 2") || !strings.Contains(ps.Err.Error(), "UTF-8") {
+		t.Errorf("LastPublish = %+v, want version 2's error naming UTF-8", ps)
+	}
+	if _, err := s.Save(ctx, SaveRequest{Base: 2, JSON: []byte(perIP)}); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(pub.numbers()) != "[3]" || s.LastPublish().Err != nil {
+		t.Errorf("after a save: published %v, last %+v", pub.numbers(), s.LastPublish())
+	}
+}
+
 func TestRollbackRevalidates(t *testing.T) {
 	// A version stored by an older, laxer parser is not restored blindly.
 	ctx := context.Background()
