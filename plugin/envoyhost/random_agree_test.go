@@ -1,0 +1,155 @@
+package envoyhost_test
+
+import (
+	"encoding/base64"
+	"fmt"
+	"math/rand"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/plugin/envoyhost"
+	"github.com/sluice-rl/sluice/plugin/scenario"
+)
+
+// agreeConfig reads every kind of source and has every match operator,
+// overrides, a quota, windows, shadow rules and the exempt and deny
+// actions, so that random requests take every path of a decision.
+const agreeConfig = `{"xff_trusted_hops": 1, "policies": [
+  {"name": "actions", "rules": [
+    {"name": "exempt", "action": "exempt", "match": {"header:x-api-key": {"regex": "(?i)^exempt-[0-9]+$"}}},
+    {"name": "deny", "action": "deny", "deny_status": 403, "match": {"header:x-api-key": {"in": ["deny-1", "deny-2"]}}},
+    {"name": "office", "limit_keys": ["ip:address"], "match": {"ip:address": {"cidr": ["10.0.0.0/8", "2001:db8::/32"]}},
+     "algorithm": "token_bucket", "algorithm_config": {"rps": 2, "burst": 4}}
+  ]},
+  {"name": "plans", "rules": [
+    {"name": "jwt", "limit_keys": ["jwt:sub"], "match": {"jwt:plan": "gold"}, "algorithm": "token_bucket",
+     "algorithm_config": {"rps": 1, "burst": 3, "cost_source": "header:x-cost"}},
+    {"name": "keys", "limit_keys": ["header:x-api-key"], "match": {"path": {"not": {"prefix": "/internal/"}}},
+     "algorithm": "token_bucket", "algorithm_config": {"rps": 1, "burst": 2},
+     "overrides": [{"key": "k1", "algorithm_config": {"rps": 5, "burst": 6}}]}
+  ]},
+  {"name": "windows", "rules": [
+    {"name": "hosts", "limit_keys": ["host"], "match": {"host": {"suffix": ".example.com"}},
+     "algorithm": "quota", "algorithm_config": {"limit": 20, "period": "day", "time_zone": "Europe/Berlin"},
+     "overrides": [{"key": "api.example.com", "algorithm_config": {"limit": 8}}]},
+    {"name": "tenants", "mode": "shadow", "limit_keys": ["query:tenant", "method"], "match": {"header:x-plan": {"present": true}},
+     "algorithm": "sliding_window", "algorithm_config": {"limit": 3, "window_seconds": 60, "cost_source": "query:cost", "default_cost": 1}}
+  ]}
+]}`
+
+// randomAgreeRequest draws a request from a small population (so buckets
+// run dry) with odd values among them: high bytes, long values, malformed
+// JWTs, costs and forwarded addresses. No control bytes: Envoy's codecs
+// refuse them before any filter runs.
+func randomAgreeRequest(rng *rand.Rand) scenario.Request {
+	pick := func(xs ...string) string { return xs[rng.Intn(len(xs))] }
+	text := func(max int) string {
+		b := make([]byte, rng.Intn(max+1))
+		for i := range b {
+			b[i] = byte(0x20 + rng.Intn(0xff-0x20))
+			if b[i] == 0x7f {
+				b[i] = 'x'
+			}
+		}
+		return string(b)
+	}
+	hs := []scenario.Header{
+		{":path", pick("/", "/a?tenant=t1&cost=2", "/internal/x", "/b?tenant="+text(8)+"&cost="+pick("1", "-1", "NaN", "1e400"), "/"+text(30))},
+		{":method", pick("GET", "POST", "PUT")},
+		{":authority", pick("api.example.com", "www.example.com", "other.test", text(12))},
+	}
+	if rng.Intn(5) > 0 {
+		hs = append(hs, scenario.Header{"x-api-key", pick("k1", "k2", "k3", "exempt-7", "EXEMPT-12", "deny-1", "deny-2", text(20), strings.Repeat("k", 3000))})
+	}
+	if rng.Intn(2) == 0 {
+		claims := pick(`{"sub":"u1","plan":"gold"}`, `{"sub":"u2","plan":"gold"}`, `{"sub":1,"plan":"gold"}`, `{"plan":"gold"}`, `{`, text(20))
+		seg := base64.RawURLEncoding.EncodeToString([]byte(claims))
+		hs = append(hs, scenario.Header{"authorization", pick("Bearer h."+seg+".s", "bearer "+seg, "Bearer "+text(30))})
+	}
+	if rng.Intn(3) == 0 {
+		hs = append(hs, scenario.Header{"x-cost", pick("1", "2", "0", "-3", "NaN", "1e9", text(6))})
+	}
+	if rng.Intn(3) == 0 {
+		hs = append(hs, scenario.Header{"x-plan", pick("free", "")})
+	}
+	if rng.Intn(2) == 0 {
+		hs = append(hs, scenario.Header{"x-forwarded-for", pick("203.0.113.9", "10.1.2.3, 198.51.100.7", "[2001:db8::5]:443", text(16))})
+	}
+	for j := rng.Intn(3) * rng.Intn(30); j > 0; j-- {
+		hs = append(hs, scenario.Header{"x-extra-" + pick("a", "b"), text(60)})
+	}
+	return scenario.Request{Headers: hs, Properties: map[string][]byte{
+		"source.address": []byte(pick("10.0.0.1:1000", "192.0.2.1:2000", "[2001:db8::9]:3000", "[::1]:4000")),
+	}}
+}
+
+// TestRandomRequestsAgreeWithWasmhost sends the same random requests, with
+// the clock moving between them, to the compiled filter in Envoy's wasm
+// host and in the wazero host, and requires the same answer each time:
+// status, local body, the headers sent downstream and upstream.
+func TestRandomRequestsAgreeWithWasmhost(t *testing.T) {
+	n := 1500
+	if testing.Short() {
+		n = 200
+	}
+	for _, mode := range envoyhost.Modes {
+		t.Run(string(mode), func(t *testing.T) {
+			opts := scenario.Options{WasmPath: plugin(t), Config: []byte(agreeConfig), Start: t0}
+			var hosts [2]scenario.Host
+			for i, start := range []scenario.Starter{envoyhost.Starter(mode), scenario.Wasmhost()} {
+				h, err := start(t, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				hosts[i] = h
+			}
+			rng := rand.New(rand.NewSource(1))
+			statuses := map[int]int{}
+			for i := range n {
+				req := randomAgreeRequest(rng)
+				var got [2]string
+				for k, h := range hosts {
+					res, err := h.HTTP(0, req)
+					if err != nil {
+						t.Fatalf("request %d on %s: %v\nheaders: %.300q", i, h.Name(), err, req.Headers)
+					}
+					got[k] = describe(res)
+					if k == 0 {
+						statuses[res.Status]++
+					}
+				}
+				if got[0] != got[1] {
+					t.Fatalf("request %d: the hosts differ\nheaders: %.500q\n%s:\n%s\n%s:\n%s", i, req.Headers, hosts[0].Name(), got[0], hosts[1].Name(), got[1])
+				}
+				if d := time.Duration(rng.Intn(1500)) * time.Millisecond; rng.Intn(4) == 0 {
+					for _, h := range hosts {
+						h.Advance(d)
+					}
+				}
+			}
+			t.Logf("statuses %v", statuses)
+			for _, want := range []int{200, 403, 429} { // the requests took each kind of decision
+				if statuses[want] == 0 {
+					t.Errorf("no request answered %d (statuses %v): the random requests miss a path", want, statuses)
+				}
+			}
+		})
+	}
+}
+
+// describe renders what a host answered, headers sorted (a map's order is
+// the host's).
+func describe(r scenario.Response) string {
+	sorted := func(hs []scenario.Header) string {
+		lines := make([]string, len(hs))
+		for i, h := range hs {
+			lines[i] = strings.ToLower(h[0]) + ": " + h[1]
+		}
+		slices.Sort(lines)
+		return strings.Join(lines, "\n  ")
+	}
+	return fmt.Sprintf("rejected %v status %d paused %v body %q\n upstream:\n  %s\n downstream:\n  %s",
+		r.Rejected, r.Status, r.Paused, r.LocalBody, sorted(r.UpstreamHeaders), sorted(r.ResponseHeaders))
+}
