@@ -14,8 +14,9 @@ import (
 )
 
 // agreeConfig reads every kind of source and has every match operator,
-// overrides, a quota, windows, shadow rules and the exempt and deny
-// actions, so that random requests take every path of a decision.
+// overrides, a quota, windows, shadow rules, costs reported by the
+// response (header and trailer) and the exempt and deny actions, so that
+// random requests take every path of a decision.
 const agreeConfig = `{"xff_trusted_hops": 1, "policies": [
   {"name": "actions", "rules": [
     {"name": "exempt", "action": "exempt", "match": {"header:x-api-key": {"regex": "(?i)^exempt-[0-9]+$"}}},
@@ -30,10 +31,18 @@ const agreeConfig = `{"xff_trusted_hops": 1, "policies": [
      "algorithm": "token_bucket", "algorithm_config": {"rps": 1, "burst": 2},
      "overrides": [{"key": "k1", "algorithm_config": {"rps": 5, "burst": 6}}]}
   ]},
-  {"name": "windows", "rules": [
+  {"name": "quotas", "rules": [
     {"name": "hosts", "limit_keys": ["host"], "match": {"host": {"suffix": ".example.com"}},
      "algorithm": "quota", "algorithm_config": {"limit": 20, "period": "day", "time_zone": "Europe/Berlin"},
-     "overrides": [{"key": "api.example.com", "algorithm_config": {"limit": 8}}]},
+     "overrides": [{"key": "api.example.com", "algorithm_config": {"limit": 8}}]}
+  ]},
+  {"name": "costs", "rules": [
+    {"name": "tokens", "limit_keys": ["header:x-api-key"], "match": {"method": "POST"}, "algorithm": "token_bucket",
+     "algorithm_config": {"rps": 50, "burst": 400, "cost_source": "response_header:x-tokens-used", "default_cost": 30, "max_debt": 500}},
+    {"name": "rows", "limit_keys": ["header:x-api-key"], "match": {"method": "PUT"}, "algorithm": "quota",
+     "algorithm_config": {"limit": 1000, "period": "hour", "cost_source": "response_trailer:x-rows", "default_cost": 10, "max_debt": 200}}
+  ]},
+  {"name": "shadow", "rules": [
     {"name": "tenants", "mode": "shadow", "limit_keys": ["query:tenant", "method"], "match": {"header:x-plan": {"present": true}},
      "algorithm": "sliding_window", "algorithm_config": {"limit": 3, "window_seconds": 60, "cost_source": "query:cost", "default_cost": 1}}
   ]}
@@ -80,9 +89,18 @@ func randomAgreeRequest(rng *rand.Rand) scenario.Request {
 	for j := rng.Intn(3) * rng.Intn(30); j > 0; j-- {
 		hs = append(hs, scenario.Header{"x-extra-" + pick("a", "b"), text(60)})
 	}
-	return scenario.Request{Headers: hs, Properties: map[string][]byte{
+	req := scenario.Request{Headers: hs, Properties: map[string][]byte{
 		"source.address": []byte(pick("10.0.0.1:1000", "192.0.2.1:2000", "[2001:db8::9]:3000", "[::1]:4000")),
 	}}
+	cost := func() string { return pick("120", "0", "12.5", " 7 ", "-1", "abc", "1e12", text(5)) }
+	req.ResponseHeaders = []scenario.Header{{":status", pick("200", "200", "500")}}
+	if rng.Intn(2) == 0 {
+		req.ResponseHeaders = append(req.ResponseHeaders, scenario.Header{"x-tokens-used", cost()})
+	}
+	if rng.Intn(2) == 0 {
+		req.ResponseTrailers = []scenario.Header{{"x-rows", cost()}}
+	}
+	return req
 }
 
 // TestRandomRequestsAgreeWithWasmhost sends the same random requests, with
@@ -130,6 +148,15 @@ func TestRandomRequestsAgreeWithWasmhost(t *testing.T) {
 				}
 			}
 			t.Logf("statuses %v", statuses)
+			// The responses' costs were charged, the same on both hosts.
+			for _, name := range []string{"sluice.rule.tokens.response_cost_charged", "sluice.rule.rows.response_cost_charged",
+				"sluice.rule.tokens.response_cost_invalid", "sluice.rule.rows.response_cost_default"} {
+				e, _ := hosts[0].Metric(name)
+				w, _ := hosts[1].Metric(name)
+				if e != w || e == 0 {
+					t.Errorf("%s: %d in %s, %d in %s; want the same, above 0", name, e, hosts[0].Name(), w, hosts[1].Name())
+				}
+			}
 			for _, want := range []int{200, 403, 429} { // the requests took each kind of decision
 				if statuses[want] == 0 {
 					t.Errorf("no request answered %d (statuses %v): the random requests miss a path", want, statuses)
