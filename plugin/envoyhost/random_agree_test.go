@@ -14,7 +14,8 @@ import (
 )
 
 // agreeConfig reads every kind of source and has every match operator,
-// overrides, a quota, windows, shadow rules, costs reported by the
+// overrides, bounded storage (max_keys), a quota, windows, shadow rules,
+// costs reported by the
 // response (header and trailer) and the exempt and deny actions, so that
 // random requests take every path of a decision.
 const agreeConfig = `{"xff_trusted_hops": 1, "policies": [
@@ -22,12 +23,12 @@ const agreeConfig = `{"xff_trusted_hops": 1, "policies": [
     {"name": "exempt", "action": "exempt", "match": {"header:x-api-key": {"regex": "(?i)^exempt-[0-9]+$"}}},
     {"name": "deny", "action": "deny", "deny_status": 403, "match": {"header:x-api-key": {"in": ["deny-1", "deny-2"]}}},
     {"name": "office", "limit_keys": ["ip:address"], "match": {"ip:address": {"cidr": ["10.0.0.0/8", "2001:db8::/32"]}},
-     "algorithm": "token_bucket", "algorithm_config": {"rps": 2, "burst": 4}}
+     "algorithm": "token_bucket", "algorithm_config": {"rps": 0.5, "burst": 2}}
   ]},
   {"name": "plans", "rules": [
     {"name": "jwt", "limit_keys": ["jwt:sub"], "match": {"jwt:plan": "gold"}, "algorithm": "token_bucket",
      "algorithm_config": {"rps": 1, "burst": 3, "cost_source": "header:x-cost"}},
-    {"name": "keys", "limit_keys": ["header:x-api-key"], "match": {"path": {"not": {"prefix": "/internal/"}}},
+    {"name": "keys", "max_keys": 4, "limit_keys": ["header:x-api-key"], "match": {"path": {"not": {"prefix": "/internal/"}}},
      "algorithm": "token_bucket", "algorithm_config": {"rps": 1, "burst": 2},
      "overrides": [{"key": "k1", "algorithm_config": {"rps": 5, "burst": 6}}]}
   ]},
@@ -105,8 +106,9 @@ func randomAgreeRequest(rng *rand.Rand) scenario.Request {
 
 // TestRandomRequestsAgreeWithWasmhost sends the same random requests, with
 // the clock moving between them, to the compiled filter in Envoy's wasm
-// host and in the wazero host, and requires the same answer each time:
-// status, local body, the headers sent downstream and upstream.
+// host and in the wazero host, each request to one of two worker VMs
+// sharing the buckets, and requires the same answer each time: status,
+// local body, the headers sent downstream and upstream.
 func TestRandomRequestsAgreeWithWasmhost(t *testing.T) {
 	n := 1500
 	if testing.Short() {
@@ -114,7 +116,7 @@ func TestRandomRequestsAgreeWithWasmhost(t *testing.T) {
 	}
 	for _, mode := range envoyhost.Modes {
 		t.Run(string(mode), func(t *testing.T) {
-			opts := scenario.Options{WasmPath: plugin(t), Config: []byte(agreeConfig), Start: t0}
+			opts := scenario.Options{WasmPath: plugin(t), Config: []byte(agreeConfig), Start: t0, VMs: 2}
 			var hosts [2]scenario.Host
 			for i, start := range []scenario.Starter{envoyhost.Starter(mode), scenario.Wasmhost()} {
 				h, err := start(t, opts)
@@ -126,10 +128,10 @@ func TestRandomRequestsAgreeWithWasmhost(t *testing.T) {
 			rng := rand.New(rand.NewSource(1))
 			statuses := map[int]int{}
 			for i := range n {
-				req := randomAgreeRequest(rng)
+				req, vm := randomAgreeRequest(rng), rng.Intn(2)
 				var got [2]string
 				for k, h := range hosts {
-					res, err := h.HTTP(0, req)
+					res, err := h.HTTP(vm, req)
 					if err != nil {
 						t.Fatalf("request %d on %s: %v\nheaders: %.300q", i, h.Name(), err, req.Headers)
 					}
@@ -139,7 +141,7 @@ func TestRandomRequestsAgreeWithWasmhost(t *testing.T) {
 					}
 				}
 				if got[0] != got[1] {
-					t.Fatalf("request %d: the hosts differ\nheaders: %.500q\n%s:\n%s\n%s:\n%s", i, req.Headers, hosts[0].Name(), got[0], hosts[1].Name(), got[1])
+					t.Fatalf("request %d on VM %d: the hosts differ\nheaders: %.500q\n%s:\n%s\n%s:\n%s", i, vm, req.Headers, hosts[0].Name(), got[0], hosts[1].Name(), got[1])
 				}
 				if d := time.Duration(rng.Intn(1500)) * time.Millisecond; rng.Intn(4) == 0 {
 					for _, h := range hosts {
@@ -148,9 +150,12 @@ func TestRandomRequestsAgreeWithWasmhost(t *testing.T) {
 				}
 			}
 			t.Logf("statuses %v", statuses)
-			// The responses' costs were charged, the same on both hosts.
+			// Every kind of decision was taken, as often on both hosts.
 			for _, name := range []string{"sluice.rule.tokens.response_cost_charged", "sluice.rule.rows.response_cost_charged",
-				"sluice.rule.tokens.response_cost_invalid", "sluice.rule.rows.response_cost_default"} {
+				"sluice.rule.tokens.response_cost_invalid", "sluice.rule.rows.response_cost_default",
+				"sluice.rule.keys.overflowed", "sluice.rule.keys.overridden", "sluice.rule.hosts.overridden",
+				"sluice.rule.exempt.exempted", "sluice.rule.deny.denied", "sluice.rule.tenants.shadow_rejected",
+				"sluice.rule.jwt.allowed", "sluice.rule.office.rejected", "sluice.rule.office.allowed"} {
 				e, _ := hosts[0].Metric(name)
 				w, _ := hosts[1].Metric(name)
 				if e != w || e == 0 {
