@@ -284,8 +284,15 @@ var probeSequences = []struct {
 		{answerIt: true, status: "403"}, {finish: true}}},
 	{"http call failed", []probeStep{{probe: "call upstream-a :method=GET,:path=/x,:authority=a; pause"},
 		{answerIt: true}, {finish: true}}},
-	{"http call timed out", []probeStep{{probe: "call upstream-a :method=GET,:path=/x,:authority=a _ 100; pause"},
+	{"http call timed out", []probeStep{{probe: "call upstream-a :method=GET,:path=/x,:authority=a 100; pause"},
 		{advance: 100 * time.Millisecond, tick: true}, {finish: true}}},
+	// A timeout due before a tick is delivered before it, one due after it
+	// after it, however far the clock jumped (x-call-ticks).
+	{"http call timeouts and ticks in the order they fell due", []probeStep{{probe: "tick-period 100"},
+		{probe: "call upstream-a :method=GET,:path=/x,:authority=a 30; pause"},
+		{advance: 150 * time.Millisecond, tick: true}, {finish: true},
+		{probe: "call upstream-a :method=GET,:path=/x,:authority=a 200; pause"},
+		{advance: 250 * time.Millisecond, tick: true}, {finish: true}}},
 	{"http call refused", []probeStep{{probe: "call upstream-a :method=GET,:path=/x; call _ :method=GET,:path=/,:authority=a; " +
 		"call nope :method=GET,:path=/,:authority=a"}}},
 }

@@ -359,7 +359,8 @@ func (h *Host) Advance(d time.Duration) {
 }
 
 // Tick runs proxy_on_tick on every root context whose period has elapsed
-// (no catch-up), and times out HTTP calls past their deadline.
+// (no catch-up), and times out HTTP calls past their deadline, as
+// scenario.Host.Tick orders them.
 func (h *Host) Tick() error {
 	_, err := h.c.call("tick", nil)
 	return err

@@ -103,6 +103,19 @@ func randomAgreeRequest(rng *rand.Rand) scenario.Request {
 	return req
 }
 
+// startBoth starts Envoy's host library in mode and the wazero host.
+func startBoth(t *testing.T, mode envoyhost.Mode, opts scenario.Options) [2]scenario.Host {
+	var hosts [2]scenario.Host
+	for i, start := range []scenario.Starter{envoyhost.Starter(mode), scenario.Wasmhost()} {
+		h, err := start(t, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hosts[i] = h
+	}
+	return hosts
+}
+
 // TestRandomRequestsAgreeWithWasmhost sends the same random requests, with
 // the clock moving between them, to the compiled filter in Envoy's wasm
 // host and in the wazero host, each request to one of two worker VMs
@@ -116,15 +129,8 @@ func TestRandomRequestsAgreeWithWasmhost(t *testing.T) {
 	for _, mode := range envoyhost.Modes {
 		t.Run(string(mode), func(t *testing.T) {
 			opts := scenario.Options{WasmPath: plugin(t), Config: []byte(agreeConfig), Start: t0, VMs: 2}
-			var hosts [2]scenario.Host
-			for i, start := range []scenario.Starter{envoyhost.Starter(mode), scenario.Wasmhost()} {
-				h, err := start(t, opts)
-				if err != nil {
-					t.Fatal(err)
-				}
-				hosts[i] = h
-			}
-			rng := rand.New(rand.NewSource(1))
+			hosts := startBoth(t, mode, opts)
+			rng := rand.New(rand.NewSource(agreeSeed(t, 1)))
 			statuses := map[int]int{}
 			for i := range n {
 				req, vm := randomAgreeRequest(rng), rng.Intn(2)

@@ -38,7 +38,7 @@ func (p *pluginContext) publishHot(now int64) {
 		case x.lastSeenMS < y.lastSeenMS:
 			return 1
 		}
-		return 0
+		return compareRefs(x.ref, y.ref)
 	})
 	b := fs.pubBuf[:0]
 	for _, e := range entries[:min(len(entries), maxPublished)] {

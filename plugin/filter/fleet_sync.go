@@ -1,10 +1,12 @@
 package filter
 
 import (
+	"bytes"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/sluice-rl/sluice/shared/rls"
 	"github.com/sluice-rl/sluice/shared/state"
@@ -55,6 +57,16 @@ type poolRef struct {
 	rule string
 	id   [idLen]byte
 	fp   uint64
+}
+
+// compareRefs orders pools by rule and sluice_id. Sorts of pools break
+// ties with it, so that a batch or a published list is the same whatever
+// the order in which a map handed them out.
+func compareRefs(x, y poolRef) int {
+	if c := strings.Compare(x.rule, y.rule); c != 0 {
+		return c
+	}
+	return bytes.Compare(x.id[:], y.id[:])
 }
 
 type hotPool struct {
@@ -242,7 +254,7 @@ func (p *pluginContext) buildSync(now int64, hot map[hotKeyFleet]*hotPool) *sync
 		case x.urgency > y.urgency:
 			return 1
 		}
-		return 0
+		return compareRefs(x.item.ref, y.item.ref)
 	})
 	batch := &syncBatch{}
 	for _, c := range cands[:min(len(cands), maxBatch)] {

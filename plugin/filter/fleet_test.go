@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -626,5 +627,38 @@ func TestFleetPoolsSurviveReconfigure(t *testing.T) {
 	}
 	if n := len(f.h.PendingCalls()); n != 0 {
 		t.Fatalf("%d RLS calls after the update", n)
+	}
+}
+
+// TestFleetSyncOrdersTiedPoolsByRuleAndID: pools a sync treats alike (here
+// eight idle leases, all returned) go in the call by rule, then sluice_id,
+// not in the order a map handed them out, so that the same state always
+// makes the same call.
+func TestFleetSyncOrdersTiedPoolsByRuleAndID(t *testing.T) {
+	f := start(t, fleetConfig("deny"), 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range 8 {
+		res := f.doOn(0, rq("x-tenant", "t"+strconv.Itoa(i)))
+		calls := f.h.PendingCalls()
+		if !res.Paused || len(calls) != 1 {
+			t.Fatalf("tenant %d: paused %v, %d calls", i, res.Paused, len(calls))
+		}
+		grant(t, calls[0])
+		if final, err := res.Stream.Complete(ctx, nil); err != nil || final.Rejected {
+			t.Fatalf("tenant %d: %+v %v", i, final, err)
+		}
+	}
+	f.clock.Advance(300 * time.Millisecond) // every pool idle
+	if err := f.h.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	calls := f.h.PendingCalls()
+	if len(calls) != 1 {
+		t.Fatalf("%d calls after the idle tick, want one sync", len(calls))
+	}
+	ids := grant(t, calls[0])
+	if len(ids) != 8 || !slices.IsSorted(ids) {
+		t.Fatalf("returns in the order %v, want the eight sluice_ids sorted", ids)
 	}
 }

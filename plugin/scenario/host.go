@@ -88,7 +88,10 @@ type Host interface {
 	HTTPMany(vm int, rs []Request) ([]Response, error)
 	// Advance moves the realtime and monotonic clocks forward by d.
 	Advance(d time.Duration)
-	// Tick runs proxy_on_tick on every root context whose tick is due.
+	// Tick runs proxy_on_tick on every root context whose tick is due and
+	// times out the calls whose timeout passed: VM 0 first, then VM 1, and
+	// so on, each VM's in the order they fell due (a timeout first at the
+	// same instant).
 	Tick() error
 	// Reconfigure applies a new plugin configuration to every VM, keeping
 	// shared data, as Envoy does on a configuration-only update; it fails

@@ -351,9 +351,10 @@ func (h *Host) Histogram(name string) (HistogramStats, bool) { return h.metrics.
 
 // Tick calls proxy_on_tick on every root context, of every VM, whose tick
 // period has elapsed per the Clock (monotonic reading) since it was set or
-// last ticked, and fails HTTP calls whose timeout has passed. Like Envoy's
-// timer it does not catch up: one Tick runs at most one on_tick per root
-// context, and the next is due one period after it.
+// last ticked, and fails HTTP calls whose timeout has passed, VM 0 first,
+// each VM's in the order they fell due. Like Envoy's timer it does not
+// catch up: one Tick runs at most one on_tick per root context, and the
+// next is due one period after it.
 func (h *Host) Tick(ctx context.Context) error {
 	var errs []error
 	for _, vm := range h.vms {

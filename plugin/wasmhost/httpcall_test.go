@@ -212,3 +212,37 @@ func TestHTTPCallIDsAsProxyWasmCppHost(t *testing.T) {
 		}
 	}
 }
+
+// TestTimeoutsAndTicksFireInTheOrderTheyFellDue: after the clock jumped
+// past both, a call's timeout and a root context's tick are delivered in
+// the order of their due times (x-call-ticks counts the ticks the call's
+// answer saw), as an event loop fires its timers after a stall.
+func TestTimeoutsAndTicksFireInTheOrderTheyFellDue(t *testing.T) {
+	clock := NewManualClock(t0)
+	h := newHost(t, Config{Clock: clock, PluginConfig: []byte("tick=100")})
+	vm := h.VM(0)
+	for _, c := range []struct {
+		timeout   string
+		advance   time.Duration
+		wantTicks string
+	}{
+		{"30", 150 * time.Millisecond, "0"},  // timeout at 30 ms, tick at 100 ms
+		{"200", 250 * time.Millisecond, "2"}, // tick at 250 ms, timeout at 350 ms
+	} {
+		res := run(t, vm, "call c :method=GET,:path=/,:authority=a "+c.timeout+";pause")
+		clock.Advance(c.advance)
+		if err := h.Tick(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		final, err := res.Stream.Complete(ctxTimeout(t), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, _ := header(final.UpstreamHeaders, "x-call"); v != "504|upstream request timeout" {
+			t.Fatalf("timeout %s ms: x-call = %q", c.timeout, v)
+		}
+		if v, _ := header(final.UpstreamHeaders, "x-call-ticks"); v != c.wantTicks {
+			t.Errorf("timeout %s ms: the answer saw %s ticks, want %s", c.timeout, v, c.wantTicks)
+		}
+	}
+}

@@ -1,9 +1,11 @@
 package wasmhost
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -120,50 +122,85 @@ func (vm *VM) Tick(ctx context.Context) error {
 	return vm.tickLocked()
 }
 
+// tickLocked fires what is due at the clock's time in the order it fell
+// due, as an event loop fires its timers after a stall: each root
+// context's tick once (no catch-up) and each timed-out HTTP call, a timeout
+// before a tick due at the same instant. Envoy's host library, under the
+// envoyhost test program, orders them the same way.
 func (vm *VM) tickLocked() error {
 	now := vm.h.clocks.nanotime()
-	for id, c := range vm.calls {
-		if c.deadline != 0 && c.deadline <= now && c.claim() {
-			delete(vm.calls, id)
-			vm.h.calls.remove(c)
-			if err := vm.deliverCall(c, timeoutResponse()); err != nil {
-				return err
-			}
+	for _, ev := range vm.dueEvents(now) {
+		var err error
+		if ev.call != nil {
+			err = vm.expireCall(ev.call)
+		} else {
+			err = vm.tickRoot(ev.root, now)
 		}
-	}
-	if vm.fn.tick != nil {
-		for _, root := range vm.rootsByID() {
-			if root.tickPeriod <= 0 || root.deleted || now < root.nextTick {
-				continue
-			}
-			root.nextTick = now + root.tickPeriod
-			vm.stack[0] = uint64(root.id)
-			if err := vm.callRoot(root, vm.fn.tick, "proxy_on_tick", 1); err != nil {
-				return err
-			}
+		if err != nil {
+			return err
 		}
 	}
 	vm.updateDue()
 	return nil
 }
 
-// rootsByID returns the live root contexts, oldest first.
-func (vm *VM) rootsByID() []*rootContext {
-	if len(vm.roots) == 1 {
+// dueEvent is a timed-out call or a root context's due tick.
+type dueEvent struct {
+	at   int64
+	call *HTTPCall
+	root *rootContext
+}
+
+// dueEvents lists what is due at now, earliest first.
+func (vm *VM) dueEvents(now int64) []dueEvent {
+	var evs []dueEvent
+	for _, c := range vm.calls {
+		if c.deadline != 0 && c.deadline <= now {
+			evs = append(evs, dueEvent{at: c.deadline, call: c})
+		}
+	}
+	if vm.fn.tick != nil {
 		for _, r := range vm.roots {
-			return []*rootContext{r}
+			if r.tickPeriod > 0 && !r.deleted && r.nextTick <= now {
+				evs = append(evs, dueEvent{at: r.nextTick, root: r})
+			}
 		}
 	}
-	rs := make([]*rootContext, 0, len(vm.roots))
-	for _, r := range vm.roots {
-		rs = append(rs, r)
-	}
-	for i := 1; i < len(rs); i++ {
-		for j := i; j > 0 && rs[j].id < rs[j-1].id; j-- {
-			rs[j], rs[j-1] = rs[j-1], rs[j]
+	slices.SortFunc(evs, func(a, b dueEvent) int {
+		switch {
+		case a.at != b.at:
+			return cmp.Compare(a.at, b.at)
+		case (a.call == nil) != (b.call == nil):
+			if a.call != nil {
+				return -1
+			}
+			return 1
+		case a.call != nil:
+			return cmp.Compare(a.call.ID, b.call.ID)
 		}
+		return cmp.Compare(a.root.id, b.root.id)
+	})
+	return evs
+}
+
+// expireCall delivers a call's timeout, unless it was answered meanwhile.
+func (vm *VM) expireCall(c *HTTPCall) error {
+	if !c.claim() {
+		return nil
 	}
-	return rs
+	delete(vm.calls, c.ID)
+	vm.h.calls.remove(c)
+	return vm.deliverCall(c, timeoutResponse())
+}
+
+// tickRoot runs a root context's proxy_on_tick and sets its next tick.
+func (vm *VM) tickRoot(r *rootContext, now int64) error {
+	if r.deleted || r.tickPeriod <= 0 {
+		return nil
+	}
+	r.nextTick = now + r.tickPeriod
+	vm.stack[0] = uint64(r.id)
+	return vm.callRoot(r, vm.fn.tick, "proxy_on_tick", 1)
 }
 
 // updateDue recomputes the earliest tick or call deadline. Guarded by sem.

@@ -25,6 +25,7 @@
 //
 // Licensed under the Apache License, Version 2.0, as the rest of Sluice.
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -276,8 +277,13 @@ public:
   HostContext(WasmBase *wasm, uint32_t parent, std::shared_ptr<PluginHandleBase> &handle)
       : ContextBase(wasm, parent, handle) {}
 
+  // Envoy's Context destructor cancels the context's outstanding HTTP
+  // calls: no answer reaches the plugin, and none is pending any more.
+  ~HostContext() override;
+
   HostWasm *hw();
   int vmIndex();
+  int vm_index = -1; // set where root contexts are created; the destructor's
   // The root context answering an HTTP call right now, if any.
   HostContext *callRoot() {
     auto *r = static_cast<HostContext *>(root_context());
@@ -495,13 +501,19 @@ struct Timer {
   int64_t next = 0;
 };
 
+int vmIndexOf(Worker *w);
+
 class HostWasm : public WasmBase {
 public:
   HostWasm(std::unique_ptr<proxy_wasm::WasmVm> vm, std::unordered_map<std::string, std::string> envs,
            std::string_view vm_id, Worker *w)
       : WasmBase(std::move(vm), vm_id, "", vm_id, std::move(envs), {}), worker(w) {}
   ContextBase *createVmContext() override { return new HostContext(this); }
-  ContextBase *createRootContext(const std::shared_ptr<PluginBase> &p) override { return new HostContext(this, p); }
+  ContextBase *createRootContext(const std::shared_ptr<PluginBase> &p) override {
+    auto *c = new HostContext(this, p);
+    c->vm_index = vmIndexOf(worker);
+    return c;
+  }
   ContextBase *createContext(const std::shared_ptr<PluginBase> &p) override { return new HostContext(this, p); }
   void setTimerPeriod(uint32_t root_id, std::chrono::milliseconds period) override {
     auto &t = timers[root_id];
@@ -897,37 +909,54 @@ struct Worker {
     finish(ctx);
   }
 
-  // tick runs due timers (no catch-up) and times out HTTP calls.
+  // tick fires what is due at the clock's time in the order it fell due, as
+  // an event loop fires its timers after a stall: each root context's tick
+  // once (no catch-up) and each timed-out HTTP call, a timeout before a tick
+  // due at the same instant. Both hosts order them so.
   void tick() {
     usable();
     int64_t now = nowMono();
-    std::vector<uint32_t> due;
+    struct Due {
+      int64_t at;
+      bool is_call;
+      uint32_t id; // the root context's, or the call's driver-visible id
+    };
+    std::vector<Due> due;
     for (auto &kv : wasm->timers) {
-      if (kv.second.period_ns > 0 && now >= kv.second.next) {
-        kv.second.next = now + kv.second.period_ns;
-        due.push_back(kv.first);
-      }
+      if (kv.second.period_ns > 0 && now >= kv.second.next) due.push_back({kv.second.next, false, kv.first});
     }
-    for (uint32_t id : due) {
-      // Envoy's timer calls the root context's onTick, as here.
-      if (auto *ctx = wasm->getContext(id)) ctx->onTick(0);
-      check("proxy_on_tick");
-    }
-    std::vector<std::pair<uint32_t, PendingCall>> expired;
     {
       std::lock_guard<std::mutex> l(call_mu);
-      for (auto it = calls.begin(); it != calls.end();) {
-        if (it->second.vm == index && it->second.deadline_mono > 0 && now >= it->second.deadline_mono) {
-          expired.push_back(*it);
-          it = calls.erase(it);
-        } else {
-          ++it;
-        }
+      for (auto &kv : calls) {
+        if (kv.second.vm == index && kv.second.deadline_mono > 0 && now >= kv.second.deadline_mono)
+          due.push_back({kv.second.deadline_mono, true, kv.first});
       }
     }
-    for (auto &e : expired) {
-      Headers h{{":status", "504"}, {"content-length", "24"}, {"content-type", "text/plain"}};
-      deliver(e.second, &h, "upstream request timeout");
+    std::sort(due.begin(), due.end(), [](const Due &a, const Due &b) {
+      if (a.at != b.at) return a.at < b.at;
+      if (a.is_call != b.is_call) return a.is_call;
+      return a.id < b.id;
+    });
+    for (auto &d : due) {
+      if (d.is_call) {
+        PendingCall c;
+        {
+          std::lock_guard<std::mutex> l(call_mu);
+          auto it = calls.find(d.id);
+          if (it == calls.end()) continue; // answered meanwhile
+          c = std::move(it->second);
+          calls.erase(it);
+        }
+        Headers h{{":status", "504"}, {"content-length", "24"}, {"content-type", "text/plain"}};
+        deliver(c, &h, "upstream request timeout");
+        continue;
+      }
+      auto t = wasm->timers.find(d.id);
+      if (t == wasm->timers.end() || t->second.period_ns <= 0) continue;
+      t->second.next = now + t->second.period_ns;
+      // Envoy's timer calls the root context's onTick, as here.
+      if (auto *ctx = wasm->getContext(d.id)) ctx->onTick(0);
+      check("proxy_on_tick");
     }
   }
 
@@ -952,6 +981,15 @@ struct Worker {
 
 HostWasm *HostContext::hw() { return static_cast<HostWasm *>(wasm()); }
 int HostContext::vmIndex() { return hw()->worker->index; }
+int vmIndexOf(Worker *w) { return w->index; }
+HostContext::~HostContext() {
+  if (vm_index < 0) return;
+  std::lock_guard<std::mutex> l(call_mu);
+  for (auto it = calls.begin(); it != calls.end();) {
+    if (it->second.vm == vm_index && it->second.root_id == id()) it = calls.erase(it);
+    else ++it;
+  }
+}
 void HostContext::error(std::string_view message) {
   hw()->worker->vm_errors += std::string(message) + "\n";
 }
@@ -1162,25 +1200,39 @@ void onWorker(const std::string &tag, int64_t vm, std::function<std::string(Work
   });
 }
 
+// runOn posts f to w's thread; the future holds f's error, "" if none.
+std::future<std::string> runOn(Worker *w, std::function<void(Worker &)> f) {
+  auto p = std::make_shared<std::promise<std::string>>();
+  auto fu = p->get_future();
+  w->post([p, f, w] {
+    try {
+      f(*w);
+      p->set_value("");
+    } catch (const std::exception &e) {
+      p->set_value(e.what());
+    }
+  });
+  return fu;
+}
+
 // onAll runs f on every VM (concurrently) and waits; the first error wins.
 std::string onAll(std::function<void(Worker &)> f) {
   std::vector<std::future<std::string>> fs;
-  for (auto &w : workers) {
-    auto p = std::make_shared<std::promise<std::string>>();
-    fs.push_back(p->get_future());
-    Worker *wp = w.get();
-    wp->post([p, f, wp] {
-      try {
-        f(*wp);
-        p->set_value("");
-      } catch (const std::exception &e) {
-        p->set_value(e.what());
-      }
-    });
-  }
+  for (auto &w : workers) fs.push_back(runOn(w.get(), f));
   std::string err;
   for (auto &fu : fs) {
     std::string e = fu.get();
+    if (err.empty()) err = e;
+  }
+  return err;
+}
+
+// onEach runs f on every VM's thread in turn, VM 0 first, each after the
+// one before it finished; the first error wins.
+std::string onEach(std::function<void(Worker &)> f) {
+  std::string err;
+  for (auto &w : workers) {
+    std::string e = runOn(w.get(), f).get();
     if (err.empty()) err = e;
   }
   return err;
@@ -1309,7 +1361,10 @@ void handle(const std::string &tag, const std::string &cmd, Args &a) {
     std::thread([tag, cmd, config] {
       std::string err;
       if (cmd == "tick") {
-        err = onAll([](Worker &w) { w.tick(); });
+        // One VM after another, VM 0 first, as the wazero host ticks. Envoy's
+        // workers fire their timers concurrently, so no scenario may depend
+        // on the order; a comparison of the two hosts needs the same one.
+        err = onEach([](Worker &w) { w.tick(); });
       } else {
         err = onAll([config](Worker &w) { w.prepare(config); });
         if (err.empty()) onAll([](Worker &w) { w.commit(); });

@@ -531,9 +531,12 @@ func (c *httpContext) exec(name string, a []string) string {
 }
 
 // onCallResponse runs in on_http_call_response with this stream as the
-// effective context: it records the answer in the request header x-call and
-// resumes the request, or replies 403 locally if the callout said 403.
+// effective context: it records the answer in the request header x-call
+// (and in x-call-ticks how many ticks the root context had had, which shows
+// whether a timeout came before or after a tick) and resumes the request,
+// or replies 403 locally if the callout said 403.
 func (c *httpContext) onCallResponse(numHeaders, bodySize, numTrailers int) {
+	_ = proxywasm.AddHttpRequestHeader("x-call-ticks", strconv.Itoa(c.root.ticks))
 	if numHeaders == 0 {
 		_ = proxywasm.AddHttpRequestHeader("x-call", "failed")
 		_ = proxywasm.ResumeHttpRequest()
