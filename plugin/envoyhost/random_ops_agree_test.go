@@ -1,6 +1,7 @@
 package envoyhost_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand"
 	"os"
@@ -16,14 +17,18 @@ import (
 
 	"github.com/sluice-rl/sluice/plugin/envoyhost"
 	"github.com/sluice-rl/sluice/plugin/scenario"
+	"github.com/sluice-rl/sluice/shared/rls"
+	"github.com/sluice-rl/sluice/shared/telemetry"
 )
 
 // opsConfig has what agreeConfig leaves out: windows, delayed admission
-// (paused requests resumed from on_tick), the legacy headers and fleet
-// rules leasing from a rate limit service, a token bucket's and a fixed
-// window's. opsConfigRaised is the same with other numbers, applied as a
-// configuration-only update that keeps every bucket, window and lease.
+// (paused requests resumed from on_tick), the legacy headers, telemetry
+// reports and fleet rules leasing from a rate limit service, a token
+// bucket's and a fixed window's. LIMIT is the fixed window's limit
+// (opsConfigWith), which the run changes with configuration-only updates
+// that keep every bucket, window and lease.
 const opsConfig = `{"legacy_headers": true,
+ "telemetry": {"cluster": "sluice_admin", "token": "t0k", "interval_ms": 1000},
  "fleet": {"cluster": "rls", "timeout_ms": 50, "sync_interval_ms": 100, "lease_ttl_ms": 1000, "lease_min": 1, "lease_max": 6,
    "on_backend_down": "local_share"},
  "policies": [
@@ -155,9 +160,9 @@ func (d *opsDriver) resetOne() {
 	d.held = slices.Delete(d.held, i, i+1)
 }
 
-// answerCalls compares the calls the hosts have made to the rate limit
-// service and answers each the same way on both: a grant, a refusal, a
-// failed call, or not yet.
+// answerCalls compares the calls the hosts have made (to the rate limit
+// service, and telemetry reports to the admin) and answers each the same
+// way on both: a grant, a refusal, a failed call, or not yet.
 func (d *opsDriver) answerCalls(n int) {
 	var calls [2][]scenario.Call
 	for k, h := range d.hosts {
@@ -170,18 +175,24 @@ func (d *opsDriver) answerCalls(n int) {
 	var got [2]string
 	for k, cs := range calls {
 		for _, c := range cs {
-			got[k] += fmt.Sprintf("vm %d cluster %s headers %q body %x\n", c.VM, c.Cluster, c.Headers, c.Body)
+			got[k] += fmt.Sprintf("vm %d cluster %s headers %q body %s\n", c.VM, c.Cluster, c.Headers, d.callBody(c))
 		}
 	}
 	d.differ(fmt.Sprintf("calls pending at step %d", n), got)
-	for i := range calls[0] {
+	for i, c := range calls[0] {
 		// Mostly grants, so that leases live long enough to go idle and
 		// be returned; refusals, failures and answers left for later too.
 		answer := [...]string{"grant", "grant", "grant", "grant", "grant", "refuse", "fail", "later"}[d.rng.Intn(8)]
 		if answer == "later" {
 			continue
 		}
-		body, headers := d.rlsAnswer(answer == "refuse")
+		var body []byte
+		var headers []scenario.Header
+		if c.Cluster == "rls" {
+			body, headers = d.rlsAnswer(c, answer == "refuse")
+		} else { // the admin's answer to a report: taken, or refused
+			headers = []scenario.Header{{":status", map[bool]string{false: "204", true: "503"}[answer == "refuse"]}}
+		}
 		for k, h := range d.hosts {
 			var err error
 			if answer == "fail" {
@@ -193,21 +204,47 @@ func (d *opsDriver) answerCalls(n int) {
 				d.t.Fatalf("%s: answering call %d: %v", h.Name(), calls[k][i].ID, err)
 			}
 		}
-		d.seen["call answer "+answer]++
+		d.seen[c.Cluster+" "+answer]++
 	}
 }
 
-// rlsAnswer is a gRPC answer of the rate limit service: one status, a grant
-// or a refusal, with the time to the window's end.
-func (d *opsDriver) rlsAnswer(refuse bool) ([]byte, []scenario.Header) {
-	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: uint32(d.rng.Intn(8)),
-		DurationUntilReset: durationpb.New(time.Duration(1+d.rng.Intn(4000)) * time.Millisecond)}
-	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
-	if refuse {
-		st.Code, st.LimitRemaining = rlsv3.RateLimitResponse_OVER_LIMIT, 0
-		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+// callBody is a call's body as compared: a telemetry report decoded, its
+// VM's name (random per VM) left out; other calls' bytes in hex.
+func (d *opsDriver) callBody(c scenario.Call) string {
+	if c.Cluster != "sluice_admin" {
+		return fmt.Sprintf("%x", c.Body)
 	}
-	resp.Statuses = []*rlsv3.RateLimitResponse_DescriptorStatus{st}
+	r, err := telemetry.Decode(c.Body)
+	if err != nil {
+		d.t.Fatalf("a telemetry report the admin would refuse: %v\n%s", err, c.Body)
+	}
+	r.VM = ""
+	b, err := json.Marshal(r)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return string(b)
+}
+
+// rlsAnswer is a gRPC answer of the rate limit service to call c: a status
+// per descriptor, grants or (with refuse, some) refusals, each with the
+// time to the window's end.
+func (d *opsDriver) rlsAnswer(c scenario.Call, refuse bool) ([]byte, []scenario.Header) {
+	msg, err := rls.Unframe(c.Body)
+	req := &rlsv3.RateLimitRequest{}
+	if err != nil || proto.Unmarshal(msg, req) != nil {
+		d.t.Fatalf("the filter's RLS call %x does not decode", c.Body)
+	}
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
+	for range req.Descriptors {
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: uint32(d.rng.Intn(8)),
+			DurationUntilReset: durationpb.New(time.Duration(1+d.rng.Intn(4000)) * time.Millisecond)}
+		if refuse && d.rng.Intn(3) > 0 {
+			st.Code, st.LimitRemaining = rlsv3.RateLimitResponse_OVER_LIMIT, 0
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		resp.Statuses = append(resp.Statuses, st)
+	}
 	b, err := proto.Marshal(resp)
 	if err != nil {
 		d.t.Fatal(err)
@@ -284,6 +321,7 @@ func TestRandomOperationsAgreeWithWasmhost(t *testing.T) {
 				"sluice.rule.g.allowed", "sluice.rule.g.rejected", "sluice.rule.gw.allowed", "sluice.rule.gw.rejected",
 				"sluice.rule.g.global_granted", "sluice.rule.g.global_denied", "sluice.rule.g.backend_errors", "sluice.rule.g.fallback_local",
 				"sluice.rule.gw.global_fetches", "sluice.rule.gw.backend_errors",
+				"sluice.telemetry.sent", "sluice.telemetry.dropped", "sluice.telemetry.skipped",
 				"sluice.rule.g.global_returned", "sluice.rule.gw.global_returned"} {
 				e, _ := d.hosts[0].Metric(name)
 				w, _ := d.hosts[1].Metric(name)
@@ -300,7 +338,7 @@ func TestRandomOperationsAgreeWithWasmhost(t *testing.T) {
 				t.Error("no lease returned; the random run misses a path")
 			}
 			for _, want := range []string{"paused", "status 200", "status 429", "resumed status 200", "resumed status 429",
-				"reset", "call answer grant", "call answer refuse", "call answer fail", "reconfigured"} {
+				"reset", "rls grant", "rls refuse", "rls fail", "sluice_admin grant", "sluice_admin fail", "reconfigured"} {
 				if d.seen[want] == 0 {
 					t.Errorf("no %q (outcomes %v): the random run misses a path", want, d.seen)
 				}
