@@ -44,6 +44,12 @@ const opsConfig = `{"legacy_headers": true,
     {"name": "delay", "limit_keys": ["header:x-api-key"], "match": {"header:x-api-key": {"present": true}}, "algorithm": "token_bucket",
      "algorithm_config": {"tokens_per_second": 3, "burst": 3, "max_delay_ms": 800}}
   ]},
+  {"name": "quotas", "rules": [
+    {"name": "daily", "limit_keys": ["header:x-api-key"], "match": {"method": "DELETE"}, "algorithm": "quota",
+     "algorithm_config": {"limit": 4, "period": "day", "time_zone": "America/New_York"}},
+    {"name": "monthly", "limit_keys": ["header:x-api-key"], "match": {"method": "PATCH"}, "algorithm": "quota",
+     "algorithm_config": {"limit": 6, "period": "month", "time_zone": "Europe/Berlin"}}
+  ]},
   {"name": "fleet", "rules": [
     {"name": "g", "scope": "global", "limit_keys": ["header:x-tenant"], "match": {"method": "GET"}, "algorithm": "token_bucket",
      "algorithm_config": {"tokens_per_second": 5, "burst": 5}},
@@ -86,7 +92,7 @@ func answerText(res scenario.Response) string {
 
 func (d *opsDriver) request(n int) {
 	pick := func(xs ...string) string { return xs[d.rng.Intn(len(xs))] }
-	req := scenario.Request{Headers: []scenario.Header{{":method", pick("GET", "GET", "POST", "POST", "PUT", "DELETE")}}}
+	req := scenario.Request{Headers: []scenario.Header{{":method", pick("GET", "GET", "POST", "POST", "PUT", "DELETE", "PATCH")}}}
 	if d.rng.Intn(4) > 0 {
 		req.Headers = append(req.Headers, scenario.Header{"x-api-key", pick("k1", "k2", "k3")})
 	}
@@ -267,7 +273,10 @@ func TestRandomOperationsAgreeWithWasmhost(t *testing.T) {
 	}
 	for _, mode := range envoyhost.Modes {
 		t.Run(string(mode), func(t *testing.T) {
-			opts := scenario.Options{WasmPath: plugin(t), Config: opsConfigWith("5"), Start: t0, VMs: 2, NodeID: "node-a"}
+			// A week before the clocks change in New York; the jumps
+			// usually pass Berlin's change (29 March) and April's start.
+			start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+			opts := scenario.Options{WasmPath: plugin(t), Config: opsConfigWith("5"), Start: start, VMs: 2, NodeID: "node-a"}
 			d := &opsDriver{t: t, hosts: startBoth(t, mode, opts), rng: rand.New(rand.NewSource(agreeSeed(t, 2))), seen: map[string]int{}}
 			for i := range n {
 				op := d.rng.Intn(20)
@@ -276,6 +285,10 @@ func TestRandomOperationsAgreeWithWasmhost(t *testing.T) {
 					d.request(i)
 				case op < 14:
 					step := time.Duration(d.rng.Intn(700)) * time.Millisecond
+					if d.rng.Intn(30) == 0 { // now and then hours or days: quotas' periods end, DST begins
+						step = time.Duration(1+d.rng.Intn(96)) * time.Hour
+						d.seen["jumped"]++
+					}
 					for _, h := range d.hosts {
 						h.Advance(step)
 					}
@@ -317,6 +330,7 @@ func TestRandomOperationsAgreeWithWasmhost(t *testing.T) {
 			// lease returned by either global rule).
 			returned := uint64(0)
 			for _, name := range []string{"sluice.rule.fixed.rejected", "sluice.rule.rolling.rejected", "sluice.rule.sliding.rejected",
+				"sluice.rule.daily.rejected", "sluice.rule.monthly.rejected",
 				"sluice.rule.delay.delayed", "sluice.rule.delay.rejected", "sluice.delay.cancelled",
 				"sluice.rule.g.allowed", "sluice.rule.g.rejected", "sluice.rule.gw.allowed", "sluice.rule.gw.rejected",
 				"sluice.rule.g.global_granted", "sluice.rule.g.global_denied", "sluice.rule.g.backend_errors", "sluice.rule.g.fallback_local",
@@ -338,7 +352,7 @@ func TestRandomOperationsAgreeWithWasmhost(t *testing.T) {
 				t.Error("no lease returned; the random run misses a path")
 			}
 			for _, want := range []string{"paused", "status 200", "status 429", "resumed status 200", "resumed status 429",
-				"reset", "rls grant", "rls refuse", "rls fail", "sluice_admin grant", "sluice_admin fail", "reconfigured"} {
+				"reset", "jumped", "rls grant", "rls refuse", "rls fail", "sluice_admin grant", "sluice_admin fail", "reconfigured"} {
 				if d.seen[want] == 0 {
 					t.Errorf("no %q (outcomes %v): the random run misses a path", want, d.seen)
 				}
