@@ -62,6 +62,24 @@ func opsConfigWith(limit string) []byte {
 	return []byte(strings.Replace(opsConfig, "LIMIT", limit, 1))
 }
 
+// opsConfigWithoutFleet is opsConfig without fleet mode: no "fleet"
+// section, no global rules.
+func opsConfigWithoutFleet(t *testing.T) []byte {
+	var cfg map[string]any
+	if err := json.Unmarshal(opsConfigWith("5"), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	delete(cfg, "fleet")
+	cfg["policies"] = slices.DeleteFunc(cfg["policies"].([]any), func(p any) bool {
+		return p.(map[string]any)["name"] == "fleet"
+	})
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // heldPair is one paused request, as each host holds it.
 type heldPair struct {
 	n       int // the request's number, for messages
@@ -304,14 +322,17 @@ func TestRandomOperationsAgreeWithWasmhost(t *testing.T) {
 					d.settle(fmt.Sprintf("answers at step %d", i))
 				case op < 19:
 					d.resetOne()
-				default:
-					cfg := opsConfigWith(fmt.Sprint(3 + d.rng.Intn(4)))
+				default: // another limit; now and then fleet mode off, answers still due
+					cfg, what := opsConfigWith(fmt.Sprint(3+d.rng.Intn(4))), "reconfigured"
+					if d.rng.Intn(5) == 0 {
+						cfg, what = opsConfigWithoutFleet(t), "reconfigured without fleet mode"
+					}
 					for _, h := range d.hosts {
 						if err := h.Reconfigure(cfg); err != nil {
 							t.Fatalf("%s: configuration update: %v", h.Name(), err)
 						}
 					}
-					d.seen["reconfigured"]++
+					d.seen[what]++
 				}
 			}
 			t.Logf("outcomes %v", d.seen)
@@ -326,21 +347,22 @@ func TestRandomOperationsAgreeWithWasmhost(t *testing.T) {
 				sizes[k] = fmt.Sprintf("%d keys", keys)
 			}
 			d.differ("shared data", sizes)
-			// The same counts in both hosts; each kind of decision taken (a
-			// lease returned by either global rule).
-			returned := uint64(0)
+			// The same counts in both hosts; each kind of decision taken
+			// (a lease refused, and one returned, by either global rule).
+			either := map[string]uint64{}
 			for _, name := range []string{"sluice.rule.fixed.rejected", "sluice.rule.rolling.rejected", "sluice.rule.sliding.rejected",
 				"sluice.rule.daily.rejected", "sluice.rule.monthly.rejected",
 				"sluice.rule.delay.delayed", "sluice.rule.delay.rejected", "sluice.delay.cancelled",
 				"sluice.rule.g.allowed", "sluice.rule.g.rejected", "sluice.rule.gw.allowed", "sluice.rule.gw.rejected",
-				"sluice.rule.g.global_granted", "sluice.rule.g.global_denied", "sluice.rule.g.backend_errors", "sluice.rule.g.fallback_local",
+				"sluice.rule.g.global_granted", "sluice.rule.g.backend_errors", "sluice.rule.g.fallback_local",
 				"sluice.rule.gw.global_fetches", "sluice.rule.gw.backend_errors",
 				"sluice.telemetry.sent", "sluice.telemetry.dropped", "sluice.telemetry.skipped",
+				"sluice.rule.g.global_denied", "sluice.rule.gw.global_denied",
 				"sluice.rule.g.global_returned", "sluice.rule.gw.global_returned"} {
 				e, _ := d.hosts[0].Metric(name)
 				w, _ := d.hosts[1].Metric(name)
-				if strings.HasSuffix(name, "global_returned") {
-					returned += e
+				if m := name[strings.LastIndex(name, ".")+1:]; m == "global_denied" || m == "global_returned" {
+					either[m] += e
 				} else if e == 0 {
 					t.Errorf("%s: 0; the random run misses a path", name)
 				}
@@ -348,11 +370,13 @@ func TestRandomOperationsAgreeWithWasmhost(t *testing.T) {
 					t.Errorf("%s: %d in %s, %d in %s; want the same", name, e, d.hosts[0].Name(), w, d.hosts[1].Name())
 				}
 			}
-			if returned == 0 {
-				t.Error("no lease returned; the random run misses a path")
+			for _, m := range []string{"global_denied", "global_returned"} {
+				if either[m] == 0 {
+					t.Errorf("%s: 0 for both global rules; the random run misses a path", m)
+				}
 			}
 			for _, want := range []string{"paused", "status 200", "status 429", "resumed status 200", "resumed status 429",
-				"reset", "jumped", "rls grant", "rls refuse", "rls fail", "sluice_admin grant", "sluice_admin fail", "reconfigured"} {
+				"reset", "jumped", "rls grant", "rls refuse", "rls fail", "sluice_admin grant", "sluice_admin fail", "reconfigured", "reconfigured without fleet mode"} {
 				if d.seen[want] == 0 {
 					t.Errorf("no %q (outcomes %v): the random run misses a path", want, d.seen)
 				}

@@ -7,6 +7,7 @@ package filter
 
 import (
 	"math"
+	"slices"
 	"strconv"
 
 	"github.com/sluice-rl/sluice/shared/rls"
@@ -82,6 +83,7 @@ func (p *pluginContext) dispatch(batch *syncBatch) bool {
 		p.backendFailed(batch, "cannot dispatch to cluster "+fc.src.Cluster+": "+err.Error())
 		return false
 	}
+	p.calls = append(p.calls, batch)
 	return true
 }
 
@@ -109,6 +111,7 @@ func (p *pluginContext) onRLSResponse(batch *syncBatch, nh, nb, nt int) {
 			p.vm.recovered("fleet on_http_call_response", r)
 		}
 	}()
+	p.calls = slices.DeleteFunc(p.calls, func(b *syncBatch) bool { return b == batch })
 	fs := &p.vm.fleet
 	now := fs.nowMS()
 	if p.cfg == nil || p.cfg.fleet == nil { // reconfigured without fleet mode meanwhile

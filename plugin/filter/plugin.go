@@ -73,6 +73,8 @@ type pluginContext struct {
 
 	free []*httpContext // recycled HTTP contexts
 
+	calls []*syncBatch // fleet calls this root context sent, not answered yet (done.go)
+
 	requestScratch
 }
 

@@ -62,7 +62,8 @@ type telemetryState struct {
 	seq        uint64
 	dropped    uint64
 	inflight   bool
-	inflightAt float64 // seconds
+	inflightAt float64        // seconds
+	inflightBy *pluginContext // the root context that sent it (done.go)
 	hot        hotTable
 	body       []byte // reused report buffer
 	sorted     []*hotEntry
@@ -192,7 +193,7 @@ func (p *pluginContext) report() {
 			ts.skip.inc()
 			return
 		}
-		ts.inflight = false
+		ts.inflight, ts.inflightBy = false, nil
 		p.reportDropped()
 	}
 	if ts.node == "" {
@@ -216,7 +217,7 @@ func (p *pluginContext) report() {
 		p.vm.logLimited(logTelemetry, "sluice: telemetry: cannot dispatch the report to cluster "+t.Cluster+": "+err.Error())
 		return
 	}
-	ts.inflight, ts.inflightAt = true, now
+	ts.inflight, ts.inflightAt, ts.inflightBy = true, now, p
 	ts.sent.inc()
 }
 
@@ -232,7 +233,7 @@ func (p *pluginContext) onReportResponse(numHeaders, _, _ int) {
 			p.vm.recovered("on_http_call_response", r)
 		}
 	}()
-	p.vm.tel.inflight = false
+	p.vm.tel.inflight, p.vm.tel.inflightBy = false, nil
 	status := ""
 	if numHeaders > 0 {
 		if hs, err := httpCallResponseHeaders(); err == nil {
@@ -307,7 +308,14 @@ func (p *pluginContext) buildReport(now float64) []byte {
 	b = append(b, `],"`+telfmt.FieldBuckets+`":[`...)
 	top := ts.sorted[:0]
 	for i := range ts.hot.entries {
-		top = append(top, &ts.hot.entries[i])
+		// A request held across a configuration update (delayed, or
+		// waiting for a lease) is decided under the old rules; if this
+		// configuration has no rule of that name, its bucket is left out:
+		// the report lists this configuration's rules, and the admin
+		// refuses a report with a bucket of a rule it does not list.
+		if e := &ts.hot.entries[i]; p.cfg.byName[e.key.t.name] != nil {
+			top = append(top, e)
+		}
 	}
 	slices.SortFunc(top, func(x, y *hotEntry) int {
 		switch {

@@ -13,6 +13,7 @@ package scenario
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,6 +30,8 @@ func init() {
 		register(Case{Name: "FleetLeasesAndBackendDown_" + mode, Run: func(t *testing.T, start Starter) { fleetLeases(t, start, mode) }})
 	}
 	register(Case{Name: "FleetFailedCallNamesTheGRPCStatus", Run: fleetGRPCStatusLogged})
+	register(Case{Name: "FleetAskOfARetiredRootContextIsSettledWhenItEnds", Run: fleetAskOfARetiredRoot})
+	register(Case{Name: "FleetSyncOfARetiredRootContextIsSentAgain", Run: fleetSyncOfARetiredRoot})
 }
 
 func fleetConfig(onDown string) string {
@@ -332,4 +335,73 @@ func fleetGRPCStatusLogged(t *testing.T, start Starter) {
 	if logsContaining(h, `call failed (gRPC UNAVAILABLE (14): "no healthy upstream")`) != 1 {
 		t.Errorf("logs %q, want the failure named UNAVAILABLE with its message", h.Logs())
 	}
+}
+
+// fleetAskOfARetiredRoot: a configuration update retires the root context
+// that sent an ask; a request under the new configuration joins that ask;
+// then the request that sent it is reset by its client, the retired root
+// context ends, and the host cancels its calls (no answer will come). The
+// joined request must still be decided, as for a call that failed, and the
+// key must not stay tied to the cancelled ask.
+func fleetAskOfARetiredRoot(t *testing.T, start Starter) {
+	h := mustStart(t, start, Options{NodeID: "node-a", Config: []byte(fleetConfig("allow"))})
+	acme := req("x-tenant", "acme")
+	first := do(t, h, acme)
+	if !first.Paused {
+		t.Fatal("first request not paused for a lease")
+	}
+	onlyCall(t, h, "the first ask")
+	if err := h.Reconfigure([]byte(strings.Replace(fleetConfig("allow"), `"burst": 100`, `"burst": 120`, 1))); err != nil {
+		t.Fatal(err)
+	}
+	joined := do(t, h, acme)
+	if !joined.Paused {
+		t.Fatalf("a request of the same key under the new configuration: rejected %v, not joined to the ask", joined.Rejected)
+	}
+	if err := first.Stream.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(pending(t, h)); n != 0 {
+		t.Fatalf("%d calls pending after the retired root context ended; its ask is cancelled", n)
+	}
+	if final := settled(t, "the joined request", joined); final.Rejected {
+		t.Fatal("the joined request was rejected; on_backend_down is allow")
+	}
+	// The key is not tied to the cancelled ask: a new request is decided
+	// (allowed while the backend counts as down) or asks anew.
+	next := do(t, h, acme)
+	if next.Paused && len(pending(t, h)) != 1 {
+		t.Fatalf("a later request of the key waits with %d calls pending", len(pending(t, h)))
+	}
+	wantMetrics(t, h, map[string]uint64{"sluice.rule.g.backend_errors": 1})
+}
+
+// fleetSyncOfARetiredRoot: an update replaces the root context (it has no
+// stream, so it ends at once) while the refill it sent on a tick is in
+// flight; the host cancels the call. The next tick of the new root context
+// sends the refill again, rather than waiting for the lost call's lock to
+// expire.
+func fleetSyncOfARetiredRoot(t *testing.T, start Starter) {
+	h := mustStart(t, start, Options{NodeID: "node-a", Config: []byte(fleetConfig("deny"))})
+	acme := req("x-tenant", "acme")
+	res := do(t, h, acme)
+	c := onlyCall(t, h, "the first ask")
+	lease := leaseAsk(t, rlsCall(t, c, "node-a"))
+	answerRLS(t, h, c, "1", &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: 90})
+	if settled(t, "the first request", res).Rejected {
+		t.Fatal("rejected with a lease granted")
+	}
+	if got := admitted(t, h, int(lease)-2, acme); got != int(lease)-2 { // one token left: the pool wants a refill
+		t.Fatalf("%d of %d admitted from the lease", got, lease-2)
+	}
+	step(t, h, 100*time.Millisecond)
+	onlyCall(t, h, "the refill")
+	if err := h.Reconfigure([]byte(fleetConfig("deny") + " ")); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(pending(t, h)); n != 0 {
+		t.Fatalf("%d calls pending once the replaced root context ended; its refill is cancelled", n)
+	}
+	step(t, h, 100*time.Millisecond)
+	onlyCall(t, h, "the refill sent again by the new configuration")
 }

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
 	telfmt "github.com/sluice-rl/sluice/shared/telemetry"
 )
 
@@ -22,6 +24,8 @@ func init() {
 	register(
 		Case{Name: "TelemetryReportsMatchTraffic", Run: telemetryReportsMatchTraffic},
 		Case{Name: "TelemetryTokenFromVMEnvironment", Run: telemetryTokenFromEnv},
+		Case{Name: "TelemetryAfterAnUpdateReportsOnlyItsRules", Run: telemetryAfterAnUpdate},
+		Case{Name: "TelemetryReportCancelledByAnUpdateCountsAsDropped", Run: telemetryReportCancelled},
 	)
 }
 
@@ -262,5 +266,64 @@ func telemetryTokenFromEnv(t *testing.T, start Starter) {
 	}
 	if n := logsContaining(h, "tel-from-env_0123"); n != 0 {
 		t.Errorf("the token appears in %d log lines", n)
+	}
+}
+
+// telemetryAfterAnUpdate: a request waiting for a fleet lease when an
+// update removes its rule is decided, on the answer, under the old rule;
+// the next report lists the new configuration's rules only, and so leaves
+// that bucket out, or the admin would refuse the whole report.
+func telemetryAfterAnUpdate(t *testing.T, start Starter) {
+	const tel = `{"telemetry": {"cluster": "sluice_admin", "token": "t0k", "interval_ms": 1000}, `
+	old := strings.Replace(fleetConfig("deny"), "{", tel, 1)
+	h := mustStart(t, start, Options{NodeID: "node-a", Config: []byte(old)})
+	waiting := do(t, h, req("x-tenant", "acme"))
+	if !waiting.Paused {
+		t.Fatal("the request did not wait for a lease")
+	}
+	ask := onlyCall(t, h, "the ask")
+	if err := h.Reconfigure([]byte(tel + `"rules": [{"name": "new", "limit_keys": ["header:x-api-key"],
+	  "algorithm": "token_bucket", "algorithm_config": {"tokens_per_second": 10, "burst": 10}}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	answerRLS(t, h, ask, "1", &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: 50})
+	if settled(t, "the waiting request", waiting).Rejected { // decided by rule g, which the update removed
+		t.Fatal("the waiting request was rejected with its lease granted")
+	}
+	calls := reportsByVM(t, h, time.Second)
+	if len(calls) != 1 {
+		t.Fatalf("%d reports, want 1", len(calls))
+	}
+	r := decodeReport(t, calls[0], "sluice_admin", "/api/v1/telemetry", "t0k")
+	if len(r.Rules) != 1 || r.Rules[0].Rule != "new" {
+		t.Errorf("rules %+v, want the new configuration's only", r.Rules)
+	}
+	for _, b := range r.Buckets {
+		if b.Rule != "new" {
+			t.Errorf("a bucket of rule %q, which the new configuration does not have", b.Rule)
+		}
+	}
+}
+
+// telemetryReportCancelled: an update replaces a root context (with no
+// stream, so at once) while its report is in flight; the host cancels the
+// call. The report counts as dropped and the next interval reports again.
+func telemetryReportCancelled(t *testing.T, start Starter) {
+	h := mustStart(t, start, Options{Clusters: []string{"sluice_admin"}, Config: []byte(telemetryConfig)})
+	if calls := reportsByVM(t, h, time.Second); len(calls) != 1 {
+		t.Fatalf("%d reports after the first interval, want 1", len(calls))
+	}
+	if err := h.Reconfigure([]byte(telemetryConfig + " ")); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(pending(t, h)); n != 0 {
+		t.Fatalf("%d calls pending once the replaced root context ended; its report is cancelled", n)
+	}
+	calls := reportsByVM(t, h, time.Second)
+	if len(calls) != 1 {
+		t.Fatalf("%d reports in the interval after the update, want 1", len(calls))
+	}
+	if r := decodeReport(t, calls[0], "sluice_admin", "/api/v1/telemetry", "tel-s3cret"); r.ReportsDropped != 1 {
+		t.Errorf("reports_dropped %d, want the cancelled report", r.ReportsDropped)
 	}
 }

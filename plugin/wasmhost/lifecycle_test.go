@@ -272,3 +272,38 @@ func TestReconfigureRunsVMStartOnTheNewRootContext(t *testing.T) {
 		t.Fatalf("after the rejected update the config is %v, want cfg-1", got)
 	}
 }
+
+// TestCallbackResultKeptWhenItAnswersAnotherStream: a retired root
+// context's on_done that answers a stream of the new root context still
+// returns its own result (true: delete me), though the host ran that
+// stream's on_response_headers before reading it.
+func TestCallbackResultKeptWhenItAnswersAnotherStream(t *testing.T) {
+	h := newHost(t, Config{Clock: NewManualClock(t0), PluginConfig: []byte("cfg-1")})
+	vm := h.VM(0)
+	ctx := context.Background()
+	old := run(t, vm, "pause") // keeps the first root context alive
+	if err := h.Reconfigure(ctx, []byte("cfg-2")); err != nil {
+		t.Fatal(err)
+	}
+	waiting := run(t, vm, "pause; reply-on-done 429") // on the new root context
+	if err := old.Stream.Reset(); err != nil {        // the first root context's last stream ends
+		t.Fatal(err)
+	}
+	final, err := waiting.Stream.Complete(ctx, nil)
+	if err != nil || final.Status != 429 {
+		t.Fatalf("the waiting stream: %+v %v, want the 429 sent from on_done", final, err)
+	}
+	if err := vm.enter(ctx); err != nil {
+		t.Fatal(err)
+	}
+	live := 0
+	for _, r := range vm.roots {
+		if !r.deleted {
+			live++
+		}
+	}
+	vm.leave()
+	if live != 1 {
+		t.Fatalf("%d root contexts live, want 1: the first one's on_done returned true", live)
+	}
+}

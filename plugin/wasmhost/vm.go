@@ -440,7 +440,18 @@ func (vm *VM) callRoot(root *rootContext, fn api.Function, name string, nargs in
 		vm.cur = callState{}
 		return err
 	}
-	return vm.endCallback()
+	return vm.endCallbackKeepingResult()
+}
+
+// endCallbackKeepingResult ends a callback and keeps its result in
+// vm.stack[0], where the caller reads it: ending the callback may call the
+// guest again (the deferred actions of streams it resumed or answered, say
+// an on_done that replied to a waiting stream), which reuses vm.stack.
+func (vm *VM) endCallbackKeepingResult() error {
+	result := vm.stack[0]
+	err := vm.endCallback()
+	vm.stack[0] = result
+	return err
 }
 
 // callCtx runs a two-argument callback (context create) on a root context.
@@ -456,7 +467,7 @@ func (vm *VM) callStream(s *Stream, fn api.Function, name string, nargs int) err
 		vm.cur = callState{}
 		return err
 	}
-	return vm.endCallback()
+	return vm.endCallbackKeepingResult()
 }
 
 // malloc allocates size bytes in the guest (its malloc export, else

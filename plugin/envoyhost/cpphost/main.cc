@@ -1360,15 +1360,17 @@ void handle(const std::string &tag, const std::string &cmd, Args &a) {
     fanouts++;
     std::thread([tag, cmd, config] {
       std::string err;
+      // One VM after another, VM 0 first, as the wazero host ticks and
+      // updates. Envoy's workers do both concurrently, so no scenario may
+      // depend on the order; a comparison of the two hosts needs the same
+      // one (a commit can end the old root context, whose on_done acts on
+      // shared data).
       if (cmd == "tick") {
-        // One VM after another, VM 0 first, as the wazero host ticks. Envoy's
-        // workers fire their timers concurrently, so no scenario may depend
-        // on the order; a comparison of the two hosts needs the same one.
         err = onEach([](Worker &w) { w.tick(); });
       } else {
-        err = onAll([config](Worker &w) { w.prepare(config); });
-        if (err.empty()) onAll([](Worker &w) { w.commit(); });
-        else onAll([](Worker &w) { w.abort(); });
+        err = onEach([config](Worker &w) { w.prepare(config); });
+        if (err.empty()) onEach([](Worker &w) { w.commit(); });
+        else onEach([](Worker &w) { w.abort(); });
       }
       if (err.empty()) reply(tag, "ok");
       else replyErr(tag, err);

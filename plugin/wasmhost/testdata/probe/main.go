@@ -102,9 +102,23 @@ func (r *rootContext) OnPluginStart(int) types.OnPluginStartStatus {
 	return types.OnPluginStartStatusOK
 }
 
+// replyOnDone holds the streams (of any root context) that the next root
+// context to get on_done answers, with their status ("reply-on-done").
+var replyOnDone = map[uint32]uint32{}
+
 func (r *rootContext) OnPluginDone() bool {
 	_, later := r.tokens["done-later"]
 	proxywasm.LogInfof("plugin_done root=%d later=%v", r.id, later)
+	for id, status := range replyOnDone {
+		if err := proxywasm.SetEffectiveContext(id); err != nil {
+			proxywasm.LogWarnf("done: set effective context %d: %v", id, err)
+			continue
+		}
+		if err := proxywasm.SendHttpResponse(status, [][2]string{{"x-from", "done"}}, []byte("done reply"), -1); err != nil {
+			proxywasm.LogWarnf("done: reply %d: %v", id, err)
+		}
+	}
+	clear(replyOnDone)
 	if later {
 		r.finishing = true
 		return false
@@ -378,6 +392,9 @@ func (c *httpContext) exec(name string, a []string) string {
 		return errName(proxywasm.ResumeHttpRequest())
 	case "resume-on-tick":
 		r.resumeOnTick = append(r.resumeOnTick, c.id)
+		return "ok"
+	case "reply-on-done":
+		replyOnDone[c.id] = atou(arg(a, 0))
 		return "ok"
 	case "reply-on-tick":
 		r.replyOnTick[c.id] = atou(arg(a, 0))
