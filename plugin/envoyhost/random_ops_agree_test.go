@@ -322,14 +322,17 @@ func TestRandomOperationsAgreeWithWasmhost(t *testing.T) {
 					d.settle(fmt.Sprintf("answers at step %d", i))
 				case op < 19:
 					d.resetOne()
-				default: // another limit; now and then fleet mode off, answers still due
+				default: // another limit; now and then fleet mode off, or a limit the filter refuses
 					cfg, what := opsConfigWith(fmt.Sprint(3+d.rng.Intn(4))), "reconfigured"
-					if d.rng.Intn(5) == 0 {
+					switch d.rng.Intn(8) {
+					case 0, 1:
 						cfg, what = opsConfigWithoutFleet(t), "reconfigured without fleet mode"
+					case 2:
+						cfg, what = opsConfigWith("0"), "update refused" // a limit must be at least 1
 					}
 					for _, h := range d.hosts {
-						if err := h.Reconfigure(cfg); err != nil {
-							t.Fatalf("%s: configuration update: %v", h.Name(), err)
+						if err := h.Reconfigure(cfg); (err != nil) != (what == "update refused") {
+							t.Fatalf("%s: %s: %v", h.Name(), what, err)
 						}
 					}
 					d.seen[what]++
@@ -356,7 +359,7 @@ func TestRandomOperationsAgreeWithWasmhost(t *testing.T) {
 				"sluice.rule.g.allowed", "sluice.rule.g.rejected", "sluice.rule.gw.allowed", "sluice.rule.gw.rejected",
 				"sluice.rule.g.global_granted", "sluice.rule.g.backend_errors", "sluice.rule.g.fallback_local",
 				"sluice.rule.gw.global_fetches", "sluice.rule.gw.backend_errors",
-				"sluice.telemetry.sent", "sluice.telemetry.dropped", "sluice.telemetry.skipped",
+				"sluice.telemetry.sent", "sluice.telemetry.dropped", "sluice.telemetry.skipped", "sluice.config_rejected",
 				"sluice.rule.g.global_denied", "sluice.rule.gw.global_denied",
 				"sluice.rule.g.global_returned", "sluice.rule.gw.global_returned"} {
 				e, _ := d.hosts[0].Metric(name)
@@ -376,7 +379,7 @@ func TestRandomOperationsAgreeWithWasmhost(t *testing.T) {
 				}
 			}
 			for _, want := range []string{"paused", "status 200", "status 429", "resumed status 200", "resumed status 429",
-				"reset", "jumped", "rls grant", "rls refuse", "rls fail", "sluice_admin grant", "sluice_admin fail", "reconfigured", "reconfigured without fleet mode"} {
+				"reset", "jumped", "rls grant", "rls refuse", "rls fail", "sluice_admin grant", "sluice_admin fail", "reconfigured", "reconfigured without fleet mode", "update refused"} {
 				if d.seen[want] == 0 {
 					t.Errorf("no %q (outcomes %v): the random run misses a path", want, d.seen)
 				}

@@ -1228,12 +1228,14 @@ std::string onAll(std::function<void(Worker &)> f) {
 }
 
 // onEach runs f on every VM's thread in turn, VM 0 first, each after the
-// one before it finished; the first error wins.
-std::string onEach(std::function<void(Worker &)> f) {
+// one before it finished; the first error wins. With stop, the first error
+// also ends the round (VMs after it do not run f).
+std::string onEach(std::function<void(Worker &)> f, bool stop = false) {
   std::string err;
   for (auto &w : workers) {
     std::string e = runOn(w.get(), f).get();
     if (err.empty()) err = e;
+    if (stop && !err.empty()) break;
   }
   return err;
 }
@@ -1368,7 +1370,9 @@ void handle(const std::string &tag, const std::string &cmd, Args &a) {
       if (cmd == "tick") {
         err = onEach([](Worker &w) { w.tick(); });
       } else {
-        err = onEach([config](Worker &w) { w.prepare(config); });
+        // The first VM to refuse ends the update, as in the wazero host: the
+        // VMs after it never see the configuration.
+        err = onEach([config](Worker &w) { w.prepare(config); }, true);
         if (err.empty()) onEach([](Worker &w) { w.commit(); });
         else onEach([](Worker &w) { w.abort(); });
       }
