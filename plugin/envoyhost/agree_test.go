@@ -111,6 +111,12 @@ func summary(rejected bool, status int, up, resp []scenario.Header) string {
 	return b.String()
 }
 
+// answerText is a filter's answer as the random comparisons compare it.
+func answerText(res scenario.Response) string {
+	return summary(res.Rejected, res.Status, res.UpstreamHeaders, res.ResponseHeaders) +
+		fmt.Sprintf(" paused=%v body=%q", res.Paused, res.LocalBody)
+}
+
 // The lifecycle the probe logs (root and plugin start, configuration,
 // on_log results, stream end, retirement of a replaced root context) must be
 // the same, in the same order, across a configuration-only update.

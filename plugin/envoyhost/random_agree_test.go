@@ -2,7 +2,6 @@ package envoyhost_test
 
 import (
 	"encoding/base64"
-	"fmt"
 	"math/rand"
 	"strings"
 	"testing"
@@ -140,8 +139,7 @@ func TestRandomRequestsAgreeWithWasmhost(t *testing.T) {
 					if err != nil {
 						t.Fatalf("request %d on %s: %v\nheaders: %.300q", i, h.Name(), err, req.Headers)
 					}
-					got[k] = summary(res.Rejected, res.Status, res.UpstreamHeaders, res.ResponseHeaders) +
-						fmt.Sprintf(" paused=%v body=%q", res.Paused, res.LocalBody)
+					got[k] = answerText(res)
 					if k == 0 {
 						statuses[res.Status]++
 					}

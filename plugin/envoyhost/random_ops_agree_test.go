@@ -103,11 +103,6 @@ func (d *opsDriver) differ(what string, got [2]string) {
 	}
 }
 
-func answerText(res scenario.Response) string {
-	return summary(res.Rejected, res.Status, res.UpstreamHeaders, res.ResponseHeaders) +
-		fmt.Sprintf(" paused=%v body=%q", res.Paused, res.LocalBody)
-}
-
 func (d *opsDriver) request(n int) {
 	pick := func(xs ...string) string { return xs[d.rng.Intn(len(xs))] }
 	req := scenario.Request{Headers: []scenario.Header{{":method", pick("GET", "GET", "POST", "POST", "PUT", "DELETE", "PATCH")}}}

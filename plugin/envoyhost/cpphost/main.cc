@@ -283,7 +283,7 @@ public:
 
   HostWasm *hw();
   int vmIndex();
-  int vm_index = -1; // set where root contexts are created; the destructor's
+  int vm_index = -1; // a root context's VM (createRootContext), for the destructor
   // The root context answering an HTTP call right now, if any.
   HostContext *callRoot() {
     auto *r = static_cast<HostContext *>(root_context());
@@ -501,19 +501,13 @@ struct Timer {
   int64_t next = 0;
 };
 
-int vmIndexOf(Worker *w);
-
 class HostWasm : public WasmBase {
 public:
   HostWasm(std::unique_ptr<proxy_wasm::WasmVm> vm, std::unordered_map<std::string, std::string> envs,
            std::string_view vm_id, Worker *w)
       : WasmBase(std::move(vm), vm_id, "", vm_id, std::move(envs), {}), worker(w) {}
   ContextBase *createVmContext() override { return new HostContext(this); }
-  ContextBase *createRootContext(const std::shared_ptr<PluginBase> &p) override {
-    auto *c = new HostContext(this, p);
-    c->vm_index = vmIndexOf(worker);
-    return c;
-  }
+  ContextBase *createRootContext(const std::shared_ptr<PluginBase> &p) override;
   ContextBase *createContext(const std::shared_ptr<PluginBase> &p) override { return new HostContext(this, p); }
   void setTimerPeriod(uint32_t root_id, std::chrono::milliseconds period) override {
     auto &t = timers[root_id];
@@ -981,7 +975,11 @@ struct Worker {
 
 HostWasm *HostContext::hw() { return static_cast<HostWasm *>(wasm()); }
 int HostContext::vmIndex() { return hw()->worker->index; }
-int vmIndexOf(Worker *w) { return w->index; }
+ContextBase *HostWasm::createRootContext(const std::shared_ptr<PluginBase> &p) {
+  auto *c = new HostContext(this, p);
+  c->vm_index = worker->index;
+  return c;
+}
 HostContext::~HostContext() {
   if (vm_index < 0) return;
   std::lock_guard<std::mutex> l(call_mu);
