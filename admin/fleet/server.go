@@ -26,8 +26,9 @@ import (
 // Backend runs bucket and window counter operations: redisgcra.Buckets
 // (Redis) or pggcra.Buckets (PostgreSQL), the same GCRA on the backend's
 // clock and the same counters (docs/design/fleet-windows.md). Run
-// applies a call's ops in order, in one round trip, and returns their
-// outcomes; on an error none (the ops may or may not have been applied).
+// applies a call's ops in redisgcra.Order, in one round trip, and returns
+// their outcomes in the call's order; on an error none (the ops may or
+// may not have been applied).
 // An Op's Key names the bucket (redisgcra.Key).
 type Backend interface {
 	Run(ctx context.Context, ops []redisgcra.Op) ([]redisgcra.Outcome, error)

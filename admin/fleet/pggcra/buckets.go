@@ -246,7 +246,8 @@ func (b *Buckets) Retries(reason string) float64 {
 
 const callSQL = `SELECT allowed, backlog, now_us FROM ` + functionTake + `($1, $2, $3, $4)`
 
-// Run applies ops in one round trip, in order, and returns their outcomes.
+// Run applies ops in one round trip, in redisgcra.Order, and returns their
+// outcomes in the call's order.
 // Bucket ops and window counter ops (Op.Counter) go to their own function;
 // a call with both sends the two in one batch, one implicit transaction.
 // On an error no outcome is returned; the call may have been applied (a

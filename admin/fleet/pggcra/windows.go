@@ -1,11 +1,6 @@
 package pggcra
 
 import (
-	"cmp"
-	"slices"
-	"strconv"
-	"strings"
-
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sluice-rl/sluice/admin/fleet/redisgcra"
@@ -28,9 +23,8 @@ const (
 	kindRolling int16 = 2
 )
 
-// windowArgs are a call's window ops, sorted by identity and (sub-)window
-// start (in their order within one window): concurrent calls take their
-// identity locks and row locks in one order.
+// windowArgs are a call's window ops in redisgcra.Order: concurrent calls
+// take their identity locks and row locks in one order.
 type windowArgs struct {
 	at      []int // the op's index in the call
 	keys    []string
@@ -48,16 +42,11 @@ type windowArgs struct {
 
 func newWindowArgs(ops []redisgcra.Op) windowArgs {
 	var a windowArgs
-	for i, op := range ops {
-		if op.Counter {
-			a.at = append(a.at, i)
-		}
-	}
-	slices.SortStableFunc(a.at, func(i, j int) int {
-		return cmp.Or(cmp.Compare(identity(ops[i]), identity(ops[j])), cmp.Compare(start(ops[i]), start(ops[j])))
-	})
-	for _, i := range a.at {
+	for _, i := range redisgcra.Order(ops) {
 		op := ops[i]
+		if !op.Counter {
+			continue
+		}
 		kind := kindFixed
 		switch {
 		case op.Rolling:
@@ -65,32 +54,13 @@ func newWindowArgs(ops []redisgcra.Op) windowArgs {
 		case op.PrevKey != "" && !op.Return:
 			kind = kindSliding
 		}
-		a.keys, a.starts, a.expires = append(a.keys, identity(op)), append(a.starts, start(op)), append(a.expires, op.ExpireAtMS)
+		a.at = append(a.at, i)
+		a.keys, a.starts, a.expires = append(a.keys, op.Identity()), append(a.starts, op.WindowStart()), append(a.expires, op.ExpireAtMS)
 		a.amounts, a.limits, a.rets = append(a.amounts, op.Amount), append(a.limits, op.Limit), append(a.rets, op.Return)
 		a.kinds, a.nows, a.lengths = append(a.kinds, kind), append(a.nows, op.NowMS), append(a.lengths, op.LengthMS)
 		a.oldests, a.caps = append(a.oldests, op.OldestMS), append(a.caps, op.MaxPerPeriod)
 	}
 	return a
-}
-
-// identity is the row's key of a counter op: its Key without the window
-// start that redisgcra.WindowKey appends (the start is a column of its
-// own); a rolling window's Key (redisgcra.RollingKey) as it is. A sliding
-// window's previous window (PrevKey) is a row of the same identity.
-func identity(op redisgcra.Op) string {
-	if op.Rolling {
-		return op.Key
-	}
-	return strings.TrimSuffix(op.Key, ":"+strconv.FormatInt(op.StartMS, 10))
-}
-
-// start is the start of the row's (sub-)window: a rolling window's
-// sub-period (FieldMS), another window's StartMS.
-func start(op redisgcra.Op) int64 {
-	if op.Rolling {
-		return op.FieldMS
-	}
-	return op.StartMS
 }
 
 // windowWarmUp are the window function's arguments of a query of each

@@ -1,10 +1,12 @@
 package redisgcra
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -107,6 +109,52 @@ func Key(domain, rule, id string) string {
 	return b.String()
 }
 
+// Identity is what an op's windows share: a window counter's Key without
+// the window start WindowKey appends; a rolling window's or a bucket's
+// Key as it is.
+func (op Op) Identity() string {
+	if !op.Counter || op.Rolling {
+		return op.Key
+	}
+	return strings.TrimSuffix(op.Key, ":"+strconv.FormatInt(op.StartMS, 10))
+}
+
+// WindowStart is the start of a counter op's (sub-)window, unix ms: a
+// rolling window's sub-period (FieldMS), another window's StartMS.
+func (op Op) WindowStart() int64 {
+	if op.Rolling {
+		return op.FieldMS
+	}
+	return op.StartMS
+}
+
+// Order is the order in which both backends apply a call's ops, as
+// indices into ops: the bucket ops in the call's order, then the window
+// counter ops by Identity and WindowStart, in the call's order within one
+// window. PostgreSQL needs one order so that concurrent calls take their
+// locks alike and cannot deadlock; Redis follows it so that a call
+// answers the same on both. Only ops of one identity's different windows
+// change places: a return to a window goes before a take in a later
+// window of the identity, whose sliding estimate or rolling sum it frees.
+func Order(ops []Op) []int {
+	order := make([]int, 0, len(ops))
+	for i, op := range ops {
+		if !op.Counter {
+			order = append(order, i)
+		}
+	}
+	buckets := len(order)
+	for i, op := range ops {
+		if op.Counter {
+			order = append(order, i)
+		}
+	}
+	slices.SortStableFunc(order[buckets:], func(i, j int) int {
+		return cmp.Or(cmp.Compare(ops[i].Identity(), ops[j].Identity()), cmp.Compare(ops[i].WindowStart(), ops[j].WindowStart()))
+	})
+	return order
+}
+
 // Buckets runs bucket operations on Redis (standalone, Sentinel or Cluster).
 type Buckets struct {
 	c redis.UniversalClient
@@ -116,10 +164,11 @@ type Buckets struct {
 // falling back to EVAL on NOSCRIPT, after a restart or a failover).
 func New(c redis.UniversalClient) *Buckets { return &Buckets{c: c} }
 
-// Run applies ops in one pipelined round trip (one per shard on a cluster)
-// and returns their outcomes in order. Each op is one script call on one
-// key: the ops of a batch are independent buckets, usually on different
-// slots, so they cannot share a script call on a cluster.
+// Run applies ops in one pipelined round trip (one per shard on a cluster),
+// in Order, and returns their outcomes in the call's order. Each op is
+// one script call on one key: the ops of a batch are independent buckets,
+// usually on different slots, so they cannot share a script call on a
+// cluster.
 //
 // On an error no outcome is returned, yet some ops may have run (a
 // connection lost after the scripts ran, a timeout): their tokens are
@@ -129,22 +178,27 @@ func (b *Buckets) Run(ctx context.Context, ops []Op) ([]Outcome, error) {
 	if len(ops) == 0 {
 		return nil, nil
 	}
-	cmds, err := b.pipeline(ctx, ops, false)
+	order := Order(ops)
+	sorted := make([]Op, len(ops))
+	for k, i := range order {
+		sorted[k] = ops[i]
+	}
+	cmds, err := b.pipeline(ctx, sorted, false)
 	if err != nil && notRun(err) {
 		// Redis refused some ops without running them: NOSCRIPT (the script
 		// cache is empty after a restart, a failover, SCRIPT FLUSH; EVAL
 		// sends the source and caches it again), or a cluster redirect or
 		// transient state. Only those ops go again, once; the others have
 		// already been applied and must not be.
-		if cmds, err = b.retryNotRun(ctx, ops, cmds); err != nil {
+		if cmds, err = b.retryNotRun(ctx, sorted, cmds); err != nil {
 			return nil, err
 		}
 	} else if err != nil {
 		return nil, err
 	}
 	out := make([]Outcome, len(ops))
-	for i, cmd := range cmds {
-		if out[i], err = decode(cmd, ops[i].Counter); err != nil {
+	for k, i := range order {
+		if out[i], err = decode(cmds[k], ops[i].Counter); err != nil {
 			return nil, fmt.Errorf("bucket %q: %w", ops[i].Key, err)
 		}
 	}

@@ -4,8 +4,10 @@
 -- (and, with a cap, at most max per period in one). Its state is one hash
 -- per identity, sluice:{<domain>:<rule>:<id>}:rolling, with one field per
 -- sub-period: its start in unix ms, valued the requests leased in it.
--- Fields older than the window are deleted when read; the key expires
--- when its newest field leaves the window.
+-- A take deletes the fields that left the window a window ago or more;
+-- those that left it since stay, unsummed, for an admin whose clock is
+-- behind (its window may still hold them). The key expires when its
+-- newest field leaves the window.
 --
 -- KEYS[1]  the hash
 -- ARGV[1]  amount: whole requests asked for (take) or given back (return), >= 0
@@ -30,14 +32,21 @@ local cap = tonumber(ARGV[3])
 local field = ARGV[4]
 local oldest = tonumber(ARGV[5])
 
+-- A take's field is the newest sub-period, field - oldest a window less
+-- one sub-period: fields older than oldest by that much are gone for any
+-- admin within that of this one's clock.
+local take = ARGV[7] ~= 'return' and amount > 0
+local drop = oldest - (tonumber(field) - oldest)
+if drop > oldest then drop = oldest end
+
 local all = redis.call('HGETALL', KEYS[1])
 local sum, cur, stale = 0, 0, {}
 for i = 1, #all, 2 do
   local start = tonumber(all[i])
   local c = tonumber(all[i + 1]) or 0
-  if start == nil or start < oldest then
+  if start == nil or (take and start < drop) then
     stale[#stale + 1] = all[i]
-  else
+  elseif start >= oldest then
     sum = sum + c
     if all[i] == field then cur = c end
   end

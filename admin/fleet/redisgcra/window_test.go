@@ -75,3 +75,38 @@ func TestSlidingAndRollingWindowsRunOnACluster(t *testing.T) {
 		}
 	}
 }
+
+// Two admins whose clocks straddle a sub-period's start share a rolling
+// window of 10 in four sub-periods. The one ahead leases in the new
+// sub-period, and its window no longer holds the oldest one's 8; the one
+// behind, still in the sub-period before, has those 8 in its window and
+// can lease only 2 more. The take of the admin ahead must not delete that
+// field from under it.
+func TestRollingWindowStillCountsForAnAdminWhoseClockIsBehind(t *testing.T) {
+	b, _ := newBuckets(t, redisgcra.ClientOptions{Addrs: []string{fleettest.StartRedis(t).Addr}})
+	ctx := context.Background()
+	const second = 1000
+	base := time.Now().Truncate(time.Minute).UnixMilli()
+	key := redisgcra.RollingKey("sluice", "r", "skew")
+	take := func(amount, field int64) redisgcra.Outcome {
+		t.Helper()
+		out, err := b.Run(ctx, []redisgcra.Op{{Key: key, Counter: true, Rolling: true, Amount: amount, Limit: 10,
+			FieldMS: field, OldestMS: field - 3*second, ExpireAtMS: base + 3_600_000}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out[0]
+	}
+	if o := take(8, base); !o.Allowed {
+		t.Fatalf("the first sub-period's 8: %+v", o)
+	}
+	if o := take(1, base+4*second); !o.Allowed || o.Count != 1 {
+		t.Fatalf("the admin ahead, its window past the first sub-period: %+v, want 1 leased of 10", o)
+	}
+	if o := take(2, base+3*second); o.Allowed || o.Count != 9 {
+		t.Errorf("the admin behind, its window holding the first sub-period's 8 and the 1: %+v, want refused with 9 of 10 used", o)
+	}
+	if o := take(1, base+3*second); !o.Allowed || o.Count != 10 {
+		t.Errorf("the admin behind takes the last one: %+v", o)
+	}
+}
