@@ -36,7 +36,7 @@ func streamCases() []streamCase {
 	legacyHeaders := strings.Replace(benchConfig, "{", `{"legacy_headers": true, `, 1)
 	// The Fairvisor token bucket's tiered example with a rate no benchmark can exhaust (its
 	// enterprise tier, 1000/s, would start rejecting within a round).
-	seedTieredNeverEmpty := strings.Replace(seedTiered, `"rps": 1000, "burst": 2000`, `"rps": 1e9, "burst": 1e9`, 1)
+	tieredNeverEmpty := strings.Replace(fairvisorTiered, `"rps": 1000, "burst": 2000`, `"rps": 1e9, "burst": 1e9`, 1)
 	// Telemetry on (ticks never run here: this is its request-path cost).
 	withTelemetry := strings.Replace(benchConfig, "{", `{"telemetry": {"cluster": "sluice_admin", "token": "t"}, `, 1)
 	cases := []streamCase{
@@ -45,7 +45,7 @@ func streamCases() []streamCase {
 		{name: "allowed-noheaders", wasm: pluginWasm, config: noHeaders, req: rq("x-api-key", "k")},
 		{name: "allowed-legacy-headers", wasm: pluginWasm, config: legacyHeaders, req: rq("x-api-key", "k")},
 		{name: "no-rule-applies", wasm: pluginWasm, config: benchConfig, req: rq("x-other", "k")},
-		{name: "seed-tiered-jwt", wasm: pluginWasm, config: seedTieredNeverEmpty,
+		{name: "tiered-jwt", wasm: pluginWasm, config: tieredNeverEmpty,
 			req: rq("x-api-key", "k", "authorization", bearer(`{"sub":"user-1234","plan":"enterprise","iat":1700000000,"exp":1900000000}`))},
 		{name: "rejected", wasm: pluginWasm, config: benchConfig, req: rq("x-deny", "k"), reject: true},
 		{name: "allowed-telemetry", wasm: pluginWasm, config: withTelemetry, req: rq("x-api-key", "k")},

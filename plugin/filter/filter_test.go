@@ -22,7 +22,7 @@ func bearer(payload string) string {
 }
 
 // The Fairvisor token bucket's "Per-API-key tiered limits", verbatim.
-const seedTiered = `{
+const fairvisorTiered = `{
   "rules": [
     {
       "name": "enterprise",
@@ -40,8 +40,8 @@ const seedTiered = `{
   ]
 }`
 
-func TestSeedTieredExample(t *testing.T) {
-	f := start(t, seedTiered, 1)
+func TestTieredLimitsByJWTPlan(t *testing.T) {
+	f := start(t, fairvisorTiered, 1)
 	ent := bearer(`{"sub":"acme","plan":"enterprise"}`)
 
 	// An enterprise key is limited by the enterprise rule only: far more
@@ -77,8 +77,8 @@ func TestSeedTieredExample(t *testing.T) {
 	}
 }
 
-// Two policies, both apply.
-const issueConfig = `{
+// The configuration reference's example: two policies, both apply.
+const configurationExample = `{
   "mode": "enforce",
   "policies": [
     {"name": "tiers", "rules": [
@@ -97,8 +97,8 @@ const issueConfig = `{
   ]
 }`
 
-func TestIssueConfigEveryPolicyApplies(t *testing.T) {
-	f := start(t, issueConfig, 1)
+func TestEveryPolicyApplies(t *testing.T) {
+	f := start(t, configurationExample, 1)
 	ent := bearer(`{"plan":"enterprise"}`)
 	// The per-ip policy applies to enterprise requests too.
 	if got := f.admitted(15, "x-api-key", "e1", "authorization", ent, "@ip", "192.0.2.1:1000"); got != 10 {
@@ -1059,7 +1059,7 @@ func TestCorruptStateIsReplaced(t *testing.T) {
 }
 
 func TestMetricsDefinedAtConfigure(t *testing.T) {
-	f := start(t, seedTiered, 2)
+	f := start(t, fairvisorTiered, 2)
 	for _, rule := range []string{"enterprise", "free"} {
 		for _, m := range []string{"allowed", "rejected", "shadow_rejected", "fail_open", "cas_retries", "key_missing", "overflowed"} {
 			name := "sluice.rule." + rule + "." + m

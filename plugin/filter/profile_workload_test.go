@@ -64,7 +64,7 @@ func workloadPhases() []workloadPhase {
 	return []workloadPhase{
 		{"allowed-and-rejected", benchConfig, []workloadRequest{allowed, allowed, allowed,
 			{headers: req("x-deny", "k"), reject: true}, {headers: req("x-other", "k")}}},
-		{"tiers-by-jwt", never(seedTiered), []workloadRequest{
+		{"tiers-by-jwt", never(fairvisorTiered), []workloadRequest{
 			{headers: req("x-api-key", "k", "authorization", bearer(`{"sub":"u1","plan":"enterprise"}`))},
 			{headers: req("x-api-key", "k2", "authorization", bearer(`{"sub":"u2","plan":"free"}`))}}},
 		{"windows", windows, clients[:8]},

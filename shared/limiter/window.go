@@ -82,8 +82,8 @@ type RollingWindow struct {
 // each boundary. It is the rolling window with one period.
 //
 // Boundary burst: a client may use Limit just before a boundary and Limit
-// again just after it, so up to 2*Limit can pass within a short time (seed
-// 002's "10 requests at :59, and 10 requests just 1 second after"). Any
+// again just after it, so up to 2*Limit can pass within a short time (with a
+// limit of 10 a minute, 10 requests at :59 and 10 more a second later). Any
 // window of Window seconds sees at most 2*Limit; the sliding and rolling
 // windows bound that.
 type FixedWindow struct {

@@ -21,17 +21,17 @@ const hour = 3600.0
 // day0 is a Unix time at an hour boundary (and a day boundary).
 const day0 = 1736899200.0
 
-// seedBucket is the Nominet rolling window transcribed literally: a bucket refilled every P
+// nominetBucket is the Nominet rolling window transcribed literally: a bucket refilled every P
 // to min(Q - (total of the previous W - P), M), one token per request. It
 // is the reference the rolling window must agree with.
-type seedBucket struct {
+type nominetBucket struct {
 	q, m    float64
 	periods int
 	tokens  float64
 	history []float64 // use per period, oldest first
 }
 
-func (s *seedBucket) startPeriod() {
+func (s *nominetBucket) startPeriod() {
 	prev := 0.0
 	for i := max(len(s.history)-(s.periods-1), 0); i < len(s.history); i++ {
 		prev += s.history[i]
@@ -40,7 +40,7 @@ func (s *seedBucket) startPeriod() {
 	s.history = append(s.history, 0)
 }
 
-func (s *seedBucket) take() bool {
+func (s *nominetBucket) take() bool {
 	if s.tokens < 1 {
 		return false
 	}
@@ -77,14 +77,14 @@ func TestRollingWindowNominetExample(t *testing.T) {
 	}
 }
 
-// TestRollingWindowMatchesSeedBucket: random hourly demand, with and
+// TestRollingWindowMatchesNominetBucket: random hourly demand, with and
 // without the per-period cap, admitted exactly as the Nominet rolling window's refilled
 // bucket admits.
-func TestRollingWindowMatchesSeedBucket(t *testing.T) {
+func TestRollingWindowMatchesNominetBucket(t *testing.T) {
 	for _, m := range []float64{0, 1000, 400} {
 		rng := rand.New(rand.NewPCG(1, uint64(m)))
 		rw := RollingWindow{Limit: 10000, Period: hour, Periods: 24, MaxPerPeriod: m}
-		ref := &seedBucket{q: 10000, m: m, periods: 24}
+		ref := &nominetBucket{q: 10000, m: m, periods: 24}
 		if m == 0 {
 			ref.m = math.Inf(1)
 		}

@@ -9,8 +9,8 @@ import (
 
 // Slot records.
 //
-// Envoy's shared data has no delete and no TTL, so one key per client (seed
-// 001's "tb:{rule}:{composite}") grows the proxy's memory with every
+// Envoy's shared data has no delete and no TTL, so one key per client (exact
+// storage's "tb:{rule}:{composite}") grows the proxy's memory with every
 // distinct identity ever seen. A rule with max_keys = N > 0 instead keeps its
 // buckets in a fixed set of group keys, "tb:{rule}:#{group}" (group.go).
 // Each way of a group holds one slot record: a bucket and the identity it
@@ -22,7 +22,8 @@ import (
 //	bytes 17-24   last_refill, float64 (unix seconds)
 //	bytes 25-     identity, 1 to MaxIdentity bytes
 //
-//   - fingerprint: Fingerprint(identity). It picks the identity's group
+//   - fingerprint: KeyedFingerprint(key, identity), SipHash-2-4 under the
+//     deployment's key (siphash.go). It picks the identity's group
 //     (GroupOf), and lookups compare it (and then the identity) with each
 //     way's to find the identity's bucket without comparing strings.
 //   - tokens, last_refill: the bucket, rounded to micro-units as in
@@ -107,11 +108,12 @@ func AppendIdentity(dst []byte, composite string) []byte {
 	return append(dst, composite[:identityPrefix]...)
 }
 
-// Fingerprint is the 64-bit fingerprint of an identity: FNV-1a 64 followed by
-// a murmur3 finalizer. FNV-1a alone mixes its low bits poorly (the lowest bit
-// is the parity of the input's lowest bits), and group and slot indices are
-// taken from its halves, so the finalizer spreads every input bit over all
-// 64. No allocation, one multiply per byte: a few tens of ns for an IP
+// Fingerprint is the unkeyed 64-bit fingerprint of an identity: FNV-1a 64
+// followed by a murmur3 finalizer. It is the first half of fleet mode's
+// sluice_id, which must be the same on every proxy; buckets and pools are
+// placed by KeyedFingerprint. FNV-1a alone mixes its low bits poorly (the
+// lowest bit is the parity of the input's lowest bits), so the finalizer
+// spreads every input bit over all 64. No allocation, one multiply per byte: a few tens of ns for an IP
 // address in wasm.
 func Fingerprint(identity string) uint64 {
 	h := FNV1a64(identity)

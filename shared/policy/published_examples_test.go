@@ -81,7 +81,7 @@ const configurationExample = `{
   ]
 }`
 
-// fragmentRule embeds the fields of a seed fragment (an object literal) into
+// fragmentRule embeds the fields of a Fairvisor fragment (an object literal) into
 // a rule that has the other required fields.
 func fragmentRule(fragment, extra string) string {
 	body := strings.TrimSpace(fragment)
