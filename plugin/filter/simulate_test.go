@@ -185,9 +185,7 @@ func TestSimulatorDecidesLikeTheCompiledFilter(t *testing.T) {
 		got := f.doOn(0, toWasmRequest(req))
 		where := fmt.Sprintf("request %d (%s %s %v)", i, req.Method, req.Path, req.Headers)
 
-		if got.Rejected != (sim.Status != 0) {
-			t.Fatalf("%s: filter rejected=%v, simulator status %d (rule %q)", where, got.Rejected, sim.Status, sim.Rule)
-		}
+		sameAnswer(t, where, got, sim, "x-sluice-shadow", sim.Upstream)
 		if got.Rejected {
 			rejected++
 			if got.Local.Status == 451 {
@@ -196,26 +194,9 @@ func TestSimulatorDecidesLikeTheCompiledFilter(t *testing.T) {
 			if sim.Rule == "reports-quota" {
 				quota++
 			}
-			if got.Local.Status != sim.Status || string(got.Local.Body) != sim.Body {
-				t.Fatalf("%s: filter %d %s, simulator %d %s", where, got.Local.Status, got.Local.Body, sim.Status, sim.Body)
-			}
-			var local [][2]string
-			for _, h := range got.Local.Headers {
-				local = append(local, [2]string{h[0], h[1]})
-			}
-			if !slices.Equal(local, sim.Headers) {
-				t.Fatalf("%s: rejection headers\nfilter    %v\nsimulator %v", where, local, sim.Headers)
-			}
 		} else {
 			allowed++
-			if fields := pick(got.ResponseHeaders, rateLimitFields); !slices.Equal(fields, sortedByNames(sim.Headers, rateLimitFields)) {
-				t.Fatalf("%s: response fields\nfilter    %v\nsimulator %v", where, fields, sim.Headers)
-			}
-			up := pick(got.UpstreamHeaders, []string{"x-sluice-shadow"})
-			if !slices.Equal(sortedFields(up), sortedFields(sim.Upstream)) {
-				t.Fatalf("%s: upstream shadow header: filter %v, simulator %v", where, up, sim.Upstream)
-			}
-			if len(up) > 0 {
+			if len(pick(got.UpstreamHeaders, []string{"x-sluice-shadow"})) > 0 {
 				shadowed++
 			}
 		}
@@ -266,4 +247,34 @@ func sortedByNames(fs [][2]string, names []string) [][2]string {
 		}
 	}
 	return out
+}
+
+// sameAnswer fails the test unless the filter answered as the simulator
+// says: a rejection with its status, body and header fields, or an
+// allowed response with its RateLimit fields and, on the request sent
+// upstream, the shadow header wantUp.
+func sameAnswer(t *testing.T, where string, got *wasmhost.Result, sim simulate.Result, shadowHeader string, wantUp [][2]string) {
+	t.Helper()
+	if got.Rejected != (sim.Status != 0) {
+		t.Fatalf("%s: filter rejected=%v, simulator status %d (rule %q)", where, got.Rejected, sim.Status, sim.Rule)
+	}
+	if got.Rejected {
+		if got.Local.Status != sim.Status || string(got.Local.Body) != sim.Body {
+			t.Fatalf("%s: filter %d %s, simulator %d %s", where, got.Local.Status, got.Local.Body, sim.Status, sim.Body)
+		}
+		var local [][2]string
+		for _, h := range got.Local.Headers {
+			local = append(local, [2]string{h[0], h[1]})
+		}
+		if !slices.Equal(local, sim.Headers) {
+			t.Fatalf("%s: rejection headers\nfilter    %v\nsimulator %v", where, local, sim.Headers)
+		}
+		return
+	}
+	if fields := pick(got.ResponseHeaders, rateLimitFields); !slices.Equal(fields, sortedByNames(sim.Headers, rateLimitFields)) {
+		t.Fatalf("%s: response fields\nfilter    %v\nsimulator %v", where, fields, sim.Headers)
+	}
+	if up := pick(got.UpstreamHeaders, []string{shadowHeader}); !slices.Equal(sortedFields(up), sortedFields(wantUp)) {
+		t.Fatalf("%s: upstream %s: filter %v, want %v", where, shadowHeader, up, wantUp)
+	}
 }

@@ -111,7 +111,8 @@ type RuleResult struct {
 	// Decision is the rule's decision.
 	Decision limiter.Decision
 	// Next is the state the filter would store when the request is
-	// admitted (unchanged when it is rejected).
+	// admitted, rounded as shared data keeps it (unchanged when it is
+	// rejected).
 	Next State
 	// Global: a fleet rule, decided here as a local bucket of its limit.
 	Global bool
@@ -195,16 +196,19 @@ func Run(cfg *policy.Config, req Request, opt Options) Result {
 		}
 		res.Policies = append(res.Policies, pr)
 	}
+	if exempt != nil {
+		// Through, limited by no rule: the rules of earlier policies that
+		// apply decide nothing and the filter stores nothing for them.
+		res.exemptFrom(exempt, false)
+		return res
+	}
 	if shadowEx != nil {
-		res.exemptShadow(shadowEx)
+		res.exemptFrom(shadowEx, true)
 		apps = slices.DeleteFunc(apps, func(rr *RuleResult) bool { return !rr.Applies })
 		denies = slices.DeleteFunc(denies, func(rr *RuleResult) bool { return !rr.Applies })
 	}
 	for _, a := range apps {
 		a.decide(src, opt)
-	}
-	if exempt != nil {
-		return res // through, limited by no rule
 	}
 	// The first enforced deny rule decides, else the first shadow one marks.
 	var act *RuleResult
@@ -221,21 +225,26 @@ func Run(cfg *policy.Config, req Request, opt Options) Result {
 	return res
 }
 
-// exemptShadow exempts the request from every shadow rule that applies,
-// in any policy, except ex itself: an exempt rule in shadow mode exempts
-// from shadow rules only. An exempted rule does not apply and says why.
-func (res *Result) exemptShadow(ex *RuleResult) {
+// exemptFrom exempts the request from every rule that applies, in any
+// policy, except ex itself; with shadowOnly (ex is an exempt rule in
+// shadow mode), from shadow rules only. An exempted rule does not apply
+// and says why.
+func (res *Result) exemptFrom(ex *RuleResult, shadowOnly bool) {
+	why := "exempted: exempt rule " + strconv.Quote(ex.Name) + " applies"
+	if shadowOnly {
+		why = "exempted: shadow exempt rule " + strconv.Quote(ex.Name) + " applies (it exempts the request from shadow rules only)"
+	}
 	for pi := range res.Policies {
 		p := &res.Policies[pi]
 		if p.Applied < 0 {
 			continue
 		}
 		rr := &p.Rules[p.Applied]
-		if rr == ex || rr.Mode != policy.ModeShadow {
+		if rr == ex || shadowOnly && rr.Mode != policy.ModeShadow {
 			continue
 		}
 		rr.Applies = false
-		rr.Why = "exempted: shadow exempt rule " + strconv.Quote(ex.Name) + " applies (it exempts the request from shadow rules only)"
+		rr.Why = why
 		p.Applied = -1
 	}
 }
@@ -326,7 +335,7 @@ func (rr *RuleResult) decide(src *sources, opt Options) {
 			return
 		}
 		rr.Decision = win.Take(&w, rr.Known, opt.Now, rr.Cost)
-		rr.Next = State{Window: w}
+		rr.Next = State{Window: w.Stored()}
 		if !rr.Decision.Allowed {
 			rr.Next = st
 		}
@@ -344,7 +353,7 @@ func (rr *RuleResult) decide(src *sources, opt Options) {
 	}
 	next, dec := tb.Take(st.Bucket, rr.Known, opt.Now, rr.Cost)
 	rr.Decision = dec
-	rr.Next = State{Bucket: next}
+	rr.Next = State{Bucket: next.Stored()}
 	if !dec.Allowed {
 		rr.Next = st
 	}

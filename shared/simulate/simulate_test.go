@@ -262,3 +262,39 @@ func mustZone(t *testing.T, name string) *time.Location {
 	}
 	return loc
 }
+
+// An exempt rule in a later policy exempts the request from the rules of
+// earlier policies too: they decide nothing, say so, and store nothing,
+// as the filter leaves their buckets alone.
+func TestAnExemptRuleInALaterPolicyExemptsFromTheEarlierOnes(t *testing.T) {
+	cfg := mustParse(t, `{"policies":[
+	 {"name":"limits","rules":[{"name":"per-ip","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":1,"burst":3}}]},
+	 {"name":"gate","rules":[{"name":"monitoring","action":"exempt","match":{"path_prefix":"/healthz"}}]}]}`)
+	res := Run(cfg, Request{Method: "GET", Path: "/healthz", ClientAddress: "10.0.0.1"}, Options{Now: 1000})
+	if res.Status != 0 || len(res.Headers) != 0 {
+		t.Fatalf("status %d, headers %v: want through, without RateLimit fields", res.Status, res.Headers)
+	}
+	r := res.RuleNamed("per-ip")
+	if r.Applies || !strings.Contains(r.Why, `exempt rule "monitoring" applies`) || res.Policies[0].Applied != -1 {
+		t.Errorf("per-ip: applies %v, why %q, its policy's applied rule %d", r.Applies, r.Why, res.Policies[0].Applied)
+	}
+	if s := res.Stores(); len(s) != 0 {
+		t.Errorf("an exempted request stores %v", s)
+	}
+}
+
+// The state the simulator passes on is the one the filter reads back:
+// rounded to micro-units as shared data keeps it.
+func TestNextStateIsRoundedAsSharedDataKeepsIt(t *testing.T) {
+	cfg := mustParse(t, tiers)
+	const now = 1000.123456789
+	res := Run(cfg, Request{Method: "GET", Path: "/", ClientAddress: "10.0.0.1"}, Options{Now: now})
+	next := res.Policies[0].Rules[2].Next.Bucket
+	if next.LastRefill != 1000.123457 || next.Tokens != 2 {
+		t.Errorf("next bucket %+v, want last_refill 1000.123457 (rounded to the µs) and 2 tokens", next)
+	}
+	w := res.Policies[1].Rules[0].Next.Window
+	if w.Start != 960 || w.Counts[0] != 1 {
+		t.Errorf("next window %+v", w)
+	}
+}

@@ -379,3 +379,25 @@ func TestPatchSlotBucket(t *testing.T) {
 		}
 	}
 }
+
+// Stored is what a record and a window value read back: the simulator
+// passes it on as the state of the next request.
+func TestStoredIsWhatSharedDataReadsBack(t *testing.T) {
+	rng := rand.New(rand.NewSource(5))
+	for range 1000 {
+		b := Bucket{Tokens: rng.Float64()*20 - 5, LastRefill: 1.7e9 + rng.Float64()*1e6}
+		s, err := DecodeSlot(EncodeSlot(nil, 7, b, "ip:address=10.0.0.1"))
+		if err != nil || s.Bucket != b.Stored() {
+			t.Fatalf("bucket %+v: read back %+v (%v), Stored %+v", b, s.Bucket, err, b.Stored())
+		}
+		w := Window{Start: 1.7e9 + rng.Float64()*1e6, N: 3}
+		w.Counts[0], w.Counts[1] = rng.Float64()*10, float64(rng.Intn(5))
+		var back Window
+		if err := DecodeWindow(EncodeWindow(nil, &w), &back); err != nil || back != w.Stored() {
+			t.Fatalf("window %+v: read back %+v (%v), Stored %+v", w, back, err, w.Stored())
+		}
+		if st := w.Stored(); math.Abs(st.Counts[0]-w.Counts[0]) > 5e-7 || st.Start != roundMicro(w.Start) {
+			t.Fatalf("window %+v: Stored %+v is not w rounded to micro-units", w, st)
+		}
+	}
+}

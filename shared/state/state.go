@@ -31,6 +31,12 @@ type Bucket struct {
 	LastRefill float64 // unix seconds of the last refill
 }
 
+// Stored is b as shared data keeps it, each number rounded to micro-units
+// (EncodeSlot, EncodeBucket): the bucket the next request reads back.
+func (b Bucket) Stored() Bucket {
+	return Bucket{Tokens: roundMicro(b.Tokens), LastRefill: roundMicro(b.LastRefill)}
+}
+
 // Errors returned by DecodeBucket. They are sentinel values so decoding
 // allocates nothing; compare with errors.Is.
 var (

@@ -54,6 +54,17 @@ type Window struct {
 	Counts [MaxCounts]float64
 }
 
+// Stored is w as shared data keeps it (EncodeWindow): its start and counts
+// rounded to micro-units, trailing empty counts left out. It is the window
+// the next request reads back.
+func (w Window) Stored() Window {
+	var out Window
+	if DecodeWindow(EncodeWindow(nil, &w), &out) != nil {
+		return w // a start EncodeWindow cannot keep; the limiter never makes one
+	}
+	return out
+}
+
 // Errors returned by DecodeWindow and DecodeWindowSlot.
 var (
 	ErrWindowFormat = errors.New("state: window value is neither the binary window format nor \"{start}:{count},{count},...\"")
