@@ -4,14 +4,13 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice/admin/fleet/fleettest"
 	"github.com/sluice-rl/sluice/admin/fleet/redisgcra"
+	"github.com/sluice-rl/sluice/shared/policy/policytest"
 )
 
 // The two backends answer every call alike: random calls of one to six
@@ -33,7 +32,7 @@ func TestRandomCallsAgreeWithTheRedisScripts(t *testing.T) {
 	rd := redisgcra.New(client)
 	ctx := context.Background()
 
-	g := newCallGen(rand.New(rand.NewPCG(7, uint64(agreeSeed(t)))), time.Now())
+	g := newCallGen(rand.New(rand.NewPCG(7, policytest.Seed(t))), time.Now())
 	seen := map[string]int{}
 	for n := range 2500 {
 		ops := g.call()
@@ -66,20 +65,6 @@ func TestRandomCallsAgreeWithTheRedisScripts(t *testing.T) {
 			t.Errorf("no %s in the run: %v", path, seen)
 		}
 	}
-}
-
-// agreeSeed is SLUICE_AGREE_SEED, to run the comparison on other random
-// calls (0 by default).
-func agreeSeed(t *testing.T) int64 {
-	v := os.Getenv("SLUICE_AGREE_SEED")
-	if v == "" {
-		return 0
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		t.Fatalf("SLUICE_AGREE_SEED=%q: want an integer", v)
-	}
-	return n
 }
 
 // unit is a bucket op's unit of time, µs: far longer than the test runs.

@@ -1,0 +1,270 @@
+// Package policytest makes random valid configurations and requests for
+// the tests that compare two ways of deciding the same traffic: the
+// compiled filter and the simulator, or a policy with and without a shadow
+// trial. The population is small (three API keys, two accounts, four
+// client addresses, a few paths), so rules match, identities repeat and
+// limits run out.
+package policytest
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sluice-rl/sluice/shared/simulate"
+)
+
+// Seed is SLUICE_AGREE_SEED (0 when unset): a comparison seeds its random
+// configurations and requests with it, so that other runs can be tried.
+func Seed(tb testing.TB) uint64 {
+	v := os.Getenv("SLUICE_AGREE_SEED")
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		tb.Fatalf("SLUICE_AGREE_SEED=%q: want a non-negative integer", v)
+	}
+	return n
+}
+
+// Request draws a request from a small population of keys,
+// plans, addresses and paths, so that rules match, identities repeat and
+// limits run out; now and then with a forged shadow header, a bad cost or
+// a token that is not one.
+func Request(rng *rand.Rand, shadowHeader string) simulate.Request {
+	oneOf := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
+	r := simulate.Request{Method: oneOf("GET", "GET", "POST", "DELETE"), Host: oneOf("api.example.com", "www.example.org"),
+		Headers: map[string]string{}, ClientAddress: oneOf("10.0.0.1:5555", "10.0.0.2:1234", "192.0.2.7:80", "[2001:db8::1]:443")}
+	query := []string{}
+	if rng.IntN(2) == 0 {
+		query = append(query, "account="+oneOf("a1", "a2"))
+	}
+	if rng.IntN(4) == 0 {
+		query = append(query, "cost="+oneOf("1", "2", "5", "0", "-1", "x"))
+	}
+	r.Path = oneOf("/", "/api/items", "/api/items/7", "/healthz", "/reports/q1", "/search")
+	if len(query) > 0 {
+		r.Path += "?" + strings.Join(query, "&")
+	}
+	if rng.IntN(3) != 0 {
+		r.Headers["x-api-key"] = oneOf("key-0", "key-1", "key-2")
+	}
+	if rng.IntN(2) == 0 {
+		r.Headers["x-plan"] = oneOf("free", "premium", "gold", "")
+	}
+	if rng.IntN(3) == 0 {
+		r.Headers["x-forwarded-for"] = oneOf("198.51.100.1", "198.51.100.2, 10.0.0.9", "203.0.113.5, 198.51.100.1, 10.0.0.9", "not-an-address")
+	}
+	if rng.IntN(4) == 0 {
+		r.Headers["x-cost"] = oneOf("1", "3", "0", "2.5", "-2", "lots", "100000")
+	}
+	switch rng.IntN(6) {
+	case 0:
+		r.Headers["authorization"] = unsignedJWT(fmt.Sprintf(`{"sub":"user-%d","tier":"%s"}`, rng.IntN(2), oneOf("gold", "free")))
+	case 1:
+		r.Headers["authorization"] = oneOf("Bearer not.a.jwt", "Basic dXNlcjpwdw==", unsignedJWT(`{"sub":7}`))
+	}
+	if rng.IntN(5) == 0 {
+		r.Headers["user-agent"] = oneOf("crawlbot", "curl/8.0")
+	}
+	if rng.IntN(8) == 0 {
+		r.Headers[shadowHeader] = "forged"
+	}
+	return r
+}
+
+// Config returns a valid configuration document: one to three
+// policies of one to four rules each.
+func Config(rng *rand.Rand) string {
+	g := configGen{rng: rng}
+	doc := map[string]any{}
+	if rng.IntN(4) == 0 {
+		doc["reject_status"] = []int{429, 503, 420}[rng.IntN(3)]
+	}
+	if rng.IntN(3) == 0 {
+		doc["legacy_headers"] = true
+	}
+	if rng.IntN(6) == 0 {
+		doc["response_headers"] = false
+	}
+	if rng.IntN(4) == 0 {
+		doc["shadow_header"] = "x-limit-trial"
+	}
+	if rng.IntN(2) == 0 {
+		doc["xff_trusted_hops"] = 1 + rng.IntN(2)
+	}
+	if rng.IntN(10) == 0 {
+		doc["mode"] = "shadow"
+	}
+	var policies []any
+	for p := range 1 + rng.IntN(3) {
+		var rules []any
+		for range 1 + rng.IntN(4) {
+			rules = append(rules, g.rule())
+		}
+		policies = append(policies, map[string]any{"name": fmt.Sprintf("p%d", p), "rules": rules})
+	}
+	doc["policies"] = policies
+	b, err := json.MarshalIndent(doc, "", " ")
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+type configGen struct {
+	rng   *rand.Rand
+	rules int
+}
+
+func (g *configGen) oneOf(xs ...string) string { return xs[g.rng.IntN(len(xs))] }
+
+func (g *configGen) rule() map[string]any {
+	g.rules++
+	r := map[string]any{"name": fmt.Sprintf("r%d", g.rules)}
+	if match := g.match(); len(match) > 0 {
+		r["match"] = match
+	}
+	if g.rng.IntN(3) == 0 {
+		r["mode"] = g.oneOf("shadow", "shadow", "enforce")
+		if r["mode"] == "shadow" && g.rng.IntN(3) == 0 {
+			r["shadow_mark"] = false
+		}
+	}
+	switch g.rng.IntN(8) {
+	case 0:
+		r["action"] = "exempt"
+		return r
+	case 1:
+		r["action"] = "deny"
+		if g.rng.IntN(2) == 0 {
+			r["deny_status"] = []int{403, 451}[g.rng.IntN(2)]
+		}
+		return r
+	}
+	keys := []string{g.key()}
+	if g.rng.IntN(4) == 0 {
+		if k := g.key(); k != keys[0] {
+			keys = append(keys, k)
+		}
+	}
+	r["limit_keys"] = keys
+	if g.rng.IntN(5) == 0 {
+		r["max_keys"] = 0 // exact per-key storage
+	}
+	algorithm, config := g.algorithm()
+	r["algorithm"], r["algorithm_config"] = algorithm, config
+	if len(keys) == 1 && keys[0] == "header:x-api-key" && g.rng.IntN(2) == 0 {
+		_, override := g.algorithmOf(algorithm)
+		delete(override, "cost_source")
+		delete(override, "default_cost")
+		delete(override, "window_seconds")
+		delete(override, "period_seconds")
+		delete(override, "period")
+		delete(override, "time_zone")
+		delete(override, "max_per_period")
+		r["overrides"] = []any{map[string]any{"key": g.oneOf("key-1", "key-2"), "algorithm_config": override}}
+	}
+	return r
+}
+
+func (g *configGen) key() string {
+	return g.oneOf("header:x-api-key", "header:x-api-key", "ip:address", "query:account", "jwt:sub", "header:x-plan", "host", "jwt:tier")
+}
+
+// match returns zero to two conditions.
+func (g *configGen) match() map[string]any {
+	m := map[string]any{}
+	for range g.rng.IntN(3) {
+		switch g.rng.IntN(9) {
+		case 0:
+			m["path_prefix"] = g.oneOf("/api/", "/reports", "/")
+		case 1:
+			m["method"] = g.condition("GET", "POST", "DELETE")
+		case 2:
+			m["header:x-plan"] = g.condition("free", "premium", "gold")
+		case 3:
+			m["ip:address"] = map[string]any{"cidr": []string{g.oneOf("10.0.0.0/8", "192.0.2.0/24", "2001:db8::/32", "198.51.100.1/32")}}
+		case 4:
+			m["query:account"] = g.condition("a1", "a2")
+		case 5:
+			m["host"] = map[string]any{"suffix": g.oneOf(".example.com", ".org")}
+		case 6:
+			m["path"] = map[string]any{"regex": g.oneOf("^/api/items/[0-9]+$", "^/(healthz|search)$", "reports")}
+		case 7:
+			m["header:user-agent"] = map[string]any{g.oneOf("suffix", "prefix"): g.oneOf("bot", "curl")}
+		case 8:
+			m["jwt:tier"] = g.condition("gold", "free")
+		}
+	}
+	return m
+}
+
+// condition is an exact value or one of the other operators on values.
+func (g *configGen) condition(values ...string) any {
+	v := values[g.rng.IntN(len(values))]
+	switch g.rng.IntN(6) {
+	case 0:
+		in := []string{v}
+		if w := values[g.rng.IntN(len(values))]; w != v {
+			in = append(in, w)
+		}
+		return map[string]any{"in": in}
+	case 1:
+		return map[string]any{"not": v}
+	case 2:
+		return map[string]any{"present": g.rng.IntN(2) == 0}
+	case 3:
+		return map[string]any{"prefix": v}
+	}
+	return v
+}
+
+func (g *configGen) algorithm() (string, map[string]any) {
+	return g.algorithmOf(g.oneOf("token_bucket", "token_bucket", "fixed_window", "sliding_window", "rolling_window", "quota"))
+}
+
+func (g *configGen) algorithmOf(algorithm string) (string, map[string]any) {
+	c := map[string]any{}
+	small := func() float64 { return []float64{2, 3, 5}[g.rng.IntN(3)] } // at least the highest default_cost
+	switch algorithm {
+	case "token_bucket":
+		c["tokens_per_second"] = []float64{0.2, 0.5, 1, 2}[g.rng.IntN(4)] // at most the burst
+		c["burst"] = small()
+	case "fixed_window", "sliding_window":
+		c["limit"] = small()
+		c["window_seconds"] = []int{1, 5, 30}[g.rng.IntN(3)]
+	case "rolling_window":
+		c["limit"] = small() + 2
+		c["window_seconds"] = 20
+		c["period_seconds"] = []int{5, 10}[g.rng.IntN(2)]
+		if g.rng.IntN(2) == 0 {
+			c["max_per_period"] = 2
+		}
+	case "quota":
+		c["limit"] = small() + 3
+		c["period"] = g.oneOf("hour", "day")
+		c["time_zone"] = g.oneOf("UTC", "Europe/Berlin", "America/New_York")
+	}
+	switch g.rng.IntN(5) {
+	case 0:
+		c["cost_source"] = "header:x-cost"
+		c["default_cost"] = []float64{1, 2}[g.rng.IntN(2)]
+	case 1:
+		c["cost_source"] = "query:cost"
+	}
+	return algorithm, c
+}
+
+// unsignedJWT is an authorization value with a token of the claims, not
+// signed (the filter reads claims, it does not verify them).
+func unsignedJWT(claims string) string {
+	enc := base64.RawURLEncoding.EncodeToString
+	return "Bearer " + enc([]byte(`{"alg":"none"}`)) + "." + enc([]byte(claims)) + ".sig"
+}
