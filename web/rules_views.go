@@ -30,22 +30,33 @@ type RuleRow struct {
 	Last      bool
 }
 
+// LimitText is the rule's limit and keys in words: "10/s, burst 20, per
+// header:x-api-key", or for a rule that limits nothing what it does.
+func (r RuleRow) LimitText() string {
+	if r.Keys == "" {
+		return r.Limit
+	}
+	return r.Limit + ", " + r.Keys
+}
+
 // RuleFormView is the rule form.
 type RuleFormView struct {
-	Ref       string
-	Path      string // the rule's JSON path
-	Name      string
-	Mode      string
-	Algorithm string
-	Rate      string
-	Burst     string
-	Limit     string
-	Window    string
-	Period    string
-	Keys      []LimitKeyRow
-	Match     []MatchCondRow
-	Kept      []string          // match conditions kept as they are
-	Errors    map[string]string // by field: name, mode, algorithm, rate, burst, limit, window, period, keys, match, ""
+	Ref        string
+	Path       string // the rule's JSON path
+	Name       string
+	Mode       string
+	Action     string // "" or "limit", "exempt", "deny"
+	DenyStatus string
+	Algorithm  string
+	Rate       string
+	Burst      string
+	Limit      string
+	Window     string
+	Period     string
+	Keys       []LimitKeyRow
+	Match      []MatchCondRow
+	Kept       []string          // match conditions kept as they are
+	Errors     map[string]string // by field: name, mode, action, deny_status, algorithm, rate, burst, limit, window, period, keys, match, ""
 }
 
 // LimitKeyRow is one limit key: a source kind and, for header/query/jwt, a name.
@@ -58,4 +69,4 @@ type MatchCondRow struct{ Source, Value string }
 var KeyKinds = []string{"ip:address", "header", "query", "jwt", "path", "method", "host"}
 
 // Algorithms offered by the rule form.
-var Algorithms = []string{"token_bucket", "fixed_window", "sliding_window", "rolling_window"}
+var Algorithms = []string{"token_bucket", "fixed_window", "sliding_window", "rolling_window", "quota"}

@@ -73,7 +73,7 @@ func countOverrides(o policyedit.Object) int {
 func formView(d *policyedit.Doc, ref policyedit.Ref, f policyedit.Form, errs []policyedit.FieldError) *web.RuleFormView {
 	v := &web.RuleFormView{
 		Ref: strconv.Itoa(ref.Policy) + ":" + strconv.Itoa(ref.Rule), Path: d.RulePath(ref),
-		Name: f.Name, Mode: f.Mode, Algorithm: f.Algorithm, Rate: f.Rate, Burst: f.Burst,
+		Name: f.Name, Mode: f.Mode, Action: f.Action, DenyStatus: f.DenyStatus, Algorithm: f.Algorithm, Rate: f.Rate, Burst: f.Burst,
 		Limit: f.Limit, Window: f.Window, Period: f.Period, Kept: f.Kept, Errors: map[string]string{},
 	}
 	for _, k := range f.Keys {
@@ -105,8 +105,9 @@ func formView(d *policyedit.Doc, ref policyedit.Ref, f policyedit.Form, errs []p
 // formFromPost reads the rule form's fields.
 func formFromPost(f url.Values) policyedit.Form {
 	out := policyedit.Form{
-		Name: f.Get("rf_name"), Mode: f.Get("rf_mode"), Algorithm: f.Get("rf_algorithm"),
-		Rate: f.Get("rf_rate"), Burst: f.Get("rf_burst"), Limit: f.Get("rf_limit"), Window: f.Get("rf_window"), Period: f.Get("rf_period"),
+		Name: f.Get("rf_name"), Mode: f.Get("rf_mode"), Action: f.Get("rf_action"), DenyStatus: f.Get("rf_deny_status"),
+		Algorithm: f.Get("rf_algorithm"),
+		Rate:      f.Get("rf_rate"), Burst: f.Get("rf_burst"), Limit: f.Get("rf_limit"), Window: f.Get("rf_window"), Period: f.Get("rf_period"),
 	}
 	for i := 0; i < 16; i++ {
 		kind := f.Get("rf_key_kind" + strconv.Itoa(i))

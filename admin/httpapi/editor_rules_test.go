@@ -95,3 +95,54 @@ func TestStructuredEditorReordersDuplicatesDeletes(t *testing.T) {
 		t.Errorf("a rule that does not exist: %d", resp.StatusCode)
 	}
 }
+
+// Exempt and deny rules are edited in the same form: their action and
+// deny status are fields, and applying one keeps it free of limit keys and
+// an algorithm (a browser sends those fields whatever the action). A limit
+// rule turned into an exempt rule loses them.
+func TestStructuredEditorEditsExemptAndDenyRules(t *testing.T) {
+	e := newEnv(t, nil)
+	c := login(t, e, "alice")
+	tok := csrfOf(t, get(t, c, e.srv.URL+"/"))
+	draft := `{"policies":[{"name":"gate","rules":[
+	 {"name":"blocked","action":"deny","deny_status":451,"match":{"header:x-api-key":"stolen"}},
+	 {"name":"health","action":"exempt","match":{"path":"/healthz"}},
+	 {"name":"per-ip","limit_keys":["ip:address"],"algorithm":"quota","algorithm_config":{"limit":1000,"period":"day","time_zone":"Europe/Berlin"}}]}]}`
+	resp, body := post(t, c, e.srv.URL+"/policy/rules", url.Values{"csrf": {tok}, "base_version": {"1"}, "policy": {draft}, "op": {"edit:0:0"}})
+	if resp.StatusCode != 200 || !strings.Contains(body, `<option value="deny" selected`) || !strings.Contains(body, `name="rf_deny_status" value="451"`) {
+		t.Fatalf("edit a deny rule: %d, the form does not show its action and status", resp.StatusCode)
+	}
+	for _, words := range []string{"denied with 451", "exempt: no rule limits it", "1000 per day (Europe/Berlin)"} {
+		if !strings.Contains(body, words) {
+			t.Errorf("the list does not say %q", words)
+		}
+	}
+	apply := func(draft, ref string, fields url.Values) (int, string) {
+		t.Helper()
+		form := url.Values{"csrf": {tok}, "base_version": {"1"}, "policy": {draft}, "op": {"apply:" + ref},
+			"rf_algorithm": {"token_bucket"}, "rf_rate": {"5"}, "rf_key_kind0": {"ip:address"}} // what a browser sends from hidden fields
+		for k, v := range fields {
+			form[k] = v
+		}
+		resp, body := post(t, c, e.srv.URL+"/policy/rules", form)
+		return resp.StatusCode, body
+	}
+	status, body := apply(draft, "0:0", url.Values{"rf_name": {"blocked"}, "rf_action": {"deny"}, "rf_deny_status": {"403"},
+		"rf_match_src0": {"header:x-api-key"}, "rf_match_val0": {"leaked"}})
+	got := draftOf(t, body)
+	if status != 200 || !strings.Contains(got, `"deny_status": 403`) || !strings.Contains(got, `"leaked"`) {
+		t.Fatalf("apply the deny rule: %d\n%s", status, got)
+	}
+	if d := draftOf(t, body); strings.Contains(d[:strings.Index(d, `"health"`)], "algorithm") {
+		t.Errorf("the deny rule took an algorithm from the form: %s", d)
+	}
+	status, body = apply(got, "0:2", url.Values{"rf_name": {"per-ip"}, "rf_action": {"exempt"}})
+	got = draftOf(t, body)
+	if status != 200 || strings.Contains(got, "quota") || strings.Contains(got, "limit_keys") {
+		t.Fatalf("turn the quota rule into an exempt rule: %d\n%s", status, got)
+	}
+	status, body = apply(got, "0:0", url.Values{"rf_name": {"blocked"}, "rf_action": {"deny"}, "rf_deny_status": {"soon"}})
+	if status != http.StatusUnprocessableEntity || !strings.Contains(body, `id="rf-err-deny_status"`) {
+		t.Errorf("a deny status that is not a number: %d, no error next to the field", status)
+	}
+}

@@ -20,7 +20,14 @@ type Summary struct {
 }
 
 // formFields are the rule members the form edits; the others are kept.
-var formFields = map[string]bool{"name": true, "mode": true, "limit_keys": true, "match": true, "algorithm": true, "algorithm_config": true}
+var formFields = map[string]bool{"name": true, "mode": true, "action": true, "deny_status": true,
+	"limit_keys": true, "match": true, "algorithm": true, "algorithm_config": true}
+
+// limitsNothing reports whether action is one of a rule that limits nothing
+// (exempt, deny): it has no limit keys and no algorithm.
+func limitsNothing(action string) bool {
+	return action == policy.ActionExempt || action == policy.ActionDeny
+}
 
 // Summarize describes a rule. defaultMode is the document's mode.
 func Summarize(o Object, defaultMode string) Summary {
@@ -60,7 +67,18 @@ func Summarize(o Object, defaultMode string) Summary {
 	if v, ok := o.Get("algorithm_config"); ok {
 		cfg, _ = ParseObject(v)
 	}
-	s.Limit = describeLimit(s.Algorithm, cfg)
+	switch action := o.String("action"); action {
+	case policy.ActionExempt:
+		s.Limit, s.Keys = "exempt: no rule limits it", ""
+	case policy.ActionDeny:
+		status := numText(o, "deny_status")
+		if status == "?" {
+			status = strconv.Itoa(policy.DefaultDenyStatus)
+		}
+		s.Limit, s.Keys = "denied with "+status, ""
+	default:
+		s.Limit = describeLimit(s.Algorithm, cfg)
+	}
 	var extra []string
 	for _, m := range o {
 		if !formFields[m.Key] {
@@ -107,6 +125,12 @@ func describeLimit(alg string, cfg Object) string {
 			s += ", at most " + numText(cfg, "max_per_period") + " a period"
 		}
 		return s
+	case policy.AlgorithmQuota:
+		zone := "UTC"
+		if z := cfg.String("time_zone"); z != "" {
+			zone = z
+		}
+		return numText(cfg, "limit") + " per " + cfg.String("period") + " (" + zone + ")"
 	}
 	return "unknown algorithm"
 }
@@ -119,16 +143,18 @@ type MatchRow struct {
 
 // Form is the rule form's fields, as text.
 type Form struct {
-	Name      string
-	Mode      string // "" (the document's), "enforce", "shadow"
-	Algorithm string
-	Rate      string // token_bucket tokens_per_second
-	Burst     string
-	Limit     string // windows
-	Window    string
-	Period    string // rolling_window period_seconds
-	Keys      []string
-	Match     []MatchRow
+	Name       string
+	Mode       string // "" (the document's), "enforce", "shadow"
+	Action     string // "" (limit), "limit", "exempt", "deny"
+	DenyStatus string // a deny rule's deny_status, "" for the default
+	Algorithm  string
+	Rate       string // token_bucket tokens_per_second
+	Burst      string
+	Limit      string // windows
+	Window     string
+	Period     string // rolling_window period_seconds
+	Keys       []string
+	Match      []MatchRow
 	// Kept lists the match conditions the form cannot edit (operators it
 	// has no fields for): they stay as they are.
 	Kept []string
@@ -136,7 +162,10 @@ type Form struct {
 
 // FormOf fills the form from a rule.
 func FormOf(o Object) Form {
-	f := Form{Name: o.String("name"), Mode: o.String("mode"), Algorithm: o.String("algorithm")}
+	f := Form{Name: o.String("name"), Mode: o.String("mode"), Action: o.String("action"), Algorithm: o.String("algorithm")}
+	if v, ok := o.Get("deny_status"); ok {
+		f.DenyStatus = strings.TrimSpace(string(v))
+	}
 	if v, ok := o.Get("limit_keys"); ok {
 		json.Unmarshal(v, &f.Keys)
 	}
@@ -168,23 +197,62 @@ func FormOf(o Object) Form {
 
 // FieldError is a problem with one of the form's fields.
 type FieldError struct {
-	Field   string // "name", "rate", "burst", "limit", "window", "period", "keys", "match", "algorithm", "mode", "" (the rule)
+	Field   string // "name", "mode", "action", "deny_status", "algorithm", "rate", "burst", "limit", "window", "period", "keys", "match", "" (the rule)
 	Message string
 }
 
 // Apply writes the form into the rule o, keeping every member and
 // algorithm_config field the form does not edit. A number that is not one
 // is reported against its field; everything else is left to the filter's
-// parser (see Locate).
+// parser (see Locate). An exempt or deny rule limits nothing: it keeps no
+// limit keys, algorithm or algorithm_config, whatever the form holds.
 func (f Form) Apply(o Object) (Object, []FieldError) {
 	out := append(Object(nil), o...)
 	var errs []FieldError
+	// num writes a number field into obj, or deletes it when empty.
+	num := func(obj *Object, field, key, text string, aliases ...string) {
+		text = strings.TrimSpace(text)
+		if text == "" {
+			obj.Delete(key)
+			return
+		}
+		if _, err := strconv.ParseFloat(text, 64); err != nil || !json.Valid([]byte(text)) {
+			errs = append(errs, FieldError{field, strconv.Quote(text) + " is not a number"})
+			return
+		}
+		for _, a := range aliases {
+			obj.Delete(a)
+		}
+		obj.Set(key, json.RawMessage(text))
+	}
 	out.Set("name", strings.TrimSpace(f.Name))
 	switch f.Mode {
 	case "":
 		out.Delete("mode")
 	default:
 		out.Set("mode", f.Mode)
+	}
+	action := strings.TrimSpace(f.Action)
+	if action == "" {
+		out.Delete("action")
+	} else {
+		out.Set("action", action)
+	}
+	if action == policy.ActionDeny {
+		num(&out, "deny_status", "deny_status", f.DenyStatus)
+	} else {
+		out.Delete("deny_status")
+	}
+	if match := f.matchOf(o, &errs); len(match) > 0 {
+		out.Set("match", match)
+	} else {
+		out.Delete("match")
+	}
+	if limitsNothing(action) {
+		out.Delete("limit_keys")
+		out.Delete("algorithm")
+		out.Delete("algorithm_config")
+		return out, errs
 	}
 	var keys []string
 	for _, k := range f.Keys {
@@ -197,7 +265,31 @@ func (f Form) Apply(o Object) (Object, []FieldError) {
 	}
 	out.Set("limit_keys", keys)
 
-	// Match: the editable conditions from the form, then the kept ones.
+	cfg := Object{}
+	if v, ok := o.Get("algorithm_config"); ok && o.String("algorithm") == f.Algorithm {
+		cfg, _ = ParseObject(v) // same algorithm: keep its other settings
+	}
+	out.Set("algorithm", f.Algorithm)
+	switch f.Algorithm {
+	case policy.AlgorithmTokenBucket:
+		num(&cfg, "rate", "tokens_per_second", f.Rate, "rps")
+		num(&cfg, "burst", "burst", f.Burst)
+	case policy.AlgorithmFixedWindow, policy.AlgorithmSlidingWindow, policy.AlgorithmRollingWindow:
+		num(&cfg, "limit", "limit", f.Limit)
+		num(&cfg, "window", "window_seconds", f.Window)
+		if f.Algorithm == policy.AlgorithmRollingWindow {
+			num(&cfg, "period", "period_seconds", f.Period)
+		}
+	case policy.AlgorithmQuota:
+		num(&cfg, "limit", "limit", f.Limit) // period and time zone are kept as written
+	}
+	out.Set("algorithm_config", cfg)
+	return out, errs
+}
+
+// matchOf is the rule's match: the editable conditions from the form, then
+// the ones the form cannot edit, kept from o as written.
+func (f Form) matchOf(o Object, errs *[]FieldError) Object {
 	match := Object{}
 	for _, r := range f.Match {
 		src := strings.TrimSpace(r.Source)
@@ -205,7 +297,7 @@ func (f Form) Apply(o Object) (Object, []FieldError) {
 			continue
 		}
 		if src == "" {
-			errs = append(errs, FieldError{"match", "a condition has a value but no source"})
+			*errs = append(*errs, FieldError{"match", "a condition has a value but no source"})
 			continue
 		}
 		match = append(match, Member{Key: src, Value: mustJSON(r.Value)})
@@ -219,45 +311,7 @@ func (f Form) Apply(o Object) (Object, []FieldError) {
 			}
 		}
 	}
-	if len(match) > 0 {
-		out.Set("match", match)
-	} else {
-		out.Delete("match")
-	}
-
-	cfg := Object{}
-	if v, ok := o.Get("algorithm_config"); ok && o.String("algorithm") == f.Algorithm {
-		cfg, _ = ParseObject(v) // same algorithm: keep its other settings
-	}
-	num := func(field, key, text string, aliases ...string) {
-		text = strings.TrimSpace(text)
-		if text == "" {
-			cfg.Delete(key)
-			return
-		}
-		if _, err := strconv.ParseFloat(text, 64); err != nil || !json.Valid([]byte(text)) {
-			errs = append(errs, FieldError{field, strconv.Quote(text) + " is not a number"})
-			return
-		}
-		for _, a := range aliases {
-			cfg.Delete(a)
-		}
-		cfg.Set(key, json.RawMessage(text))
-	}
-	out.Set("algorithm", f.Algorithm)
-	switch f.Algorithm {
-	case policy.AlgorithmTokenBucket:
-		num("rate", "tokens_per_second", f.Rate, "rps")
-		num("burst", "burst", f.Burst)
-	case policy.AlgorithmFixedWindow, policy.AlgorithmSlidingWindow, policy.AlgorithmRollingWindow:
-		num("limit", "limit", f.Limit)
-		num("window", "window_seconds", f.Window)
-		if f.Algorithm == policy.AlgorithmRollingWindow {
-			num("period", "period_seconds", f.Period)
-		}
-	}
-	out.Set("algorithm_config", cfg)
-	return out, errs
+	return match
 }
 
 func mustJSON(s string) json.RawMessage {
@@ -282,6 +336,10 @@ func Locate(e policy.FieldError, rulePath string) (FieldError, bool) {
 		field = "mode"
 	case rest == "algorithm":
 		field = "algorithm"
+	case rest == "action":
+		field = "action"
+	case rest == "deny_status":
+		field = "deny_status"
 	case strings.HasPrefix(rest, "limit_keys"):
 		field = "keys"
 	case strings.HasPrefix(rest, "match"):

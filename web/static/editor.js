@@ -28,16 +28,24 @@ document.addEventListener("DOMContentLoaded", () => {
     show(view);
   }
 
+  // The rule form shows the fields of the chosen action and algorithm
+  // (without JavaScript it shows them all; the server ignores the others).
   const alg = document.getElementById("rf_algorithm");
-  if (alg) {
+  const action = document.getElementById("rf_action");
+  if (alg && action) {
+    const algShows = (want, a) =>
+      want === a || (want === "window" && a.endsWith("_window")) ||
+      (want === "limit" && (a.endsWith("_window") || a === "quota"));
     const sync = () => {
-      const a = alg.value;
-      document.querySelectorAll("#rule-form [data-alg]").forEach((el) => {
-        const want = el.dataset.alg;
-        el.hidden = !(want === a || (want === "window" && a.endsWith("_window")));
+      const act = action.value || "limit";
+      document.querySelectorAll("#rule-form [data-action], #rule-form [data-alg]").forEach((el) => {
+        const byAction = !el.dataset.action || el.dataset.action === act;
+        const byAlg = !el.dataset.alg || algShows(el.dataset.alg, alg.value);
+        el.hidden = !(byAction && byAlg);
       });
     };
     alg.addEventListener("change", sync);
+    action.addEventListener("change", sync);
     sync();
   }
 });
