@@ -137,21 +137,26 @@ func (op Op) WindowStart() int64 {
 // change places: a return to a window goes before a take in a later
 // window of the identity, whose sliding estimate or rolling sum it frees.
 func Order(ops []Op) []int {
-	order := make([]int, 0, len(ops))
-	for i, op := range ops {
-		if !op.Counter {
-			order = append(order, i)
-		}
+	type window struct {
+		at    int
+		id    string
+		start int64
 	}
-	buckets := len(order)
+	order := make([]int, 0, len(ops))
+	var windows []window
 	for i, op := range ops {
 		if op.Counter {
+			windows = append(windows, window{i, op.Identity(), op.WindowStart()}) // each once, not per comparison
+		} else {
 			order = append(order, i)
 		}
 	}
-	slices.SortStableFunc(order[buckets:], func(i, j int) int {
-		return cmp.Or(cmp.Compare(ops[i].Identity(), ops[j].Identity()), cmp.Compare(ops[i].WindowStart(), ops[j].WindowStart()))
+	slices.SortStableFunc(windows, func(a, b window) int {
+		return cmp.Or(strings.Compare(a.id, b.id), cmp.Compare(a.start, b.start))
 	})
+	for _, w := range windows {
+		order = append(order, w.at)
+	}
 	return order
 }
 

@@ -53,3 +53,17 @@ func TestOrderAppliesAnIdentitysWindowsInTheOrderOfTheirStarts(t *testing.T) {
 		t.Errorf("a window counter's Identity = %q, want its bucket key %q", id, want)
 	}
 }
+
+// BenchmarkOrder is Order of a 32-descriptor call of window counters, the
+// admin's largest batch.
+func BenchmarkOrder(b *testing.B) {
+	ops := make([]redisgcra.Op, 32)
+	for i := range ops {
+		start := int64(1_800_000_000_000 + 60_000*(i%2))
+		ops[i] = redisgcra.Op{Key: redisgcra.WindowKey("sluice", "api", string(rune('a'+i%16)), start), StartMS: start, Counter: true, Amount: 1, Limit: 10}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		redisgcra.Order(ops)
+	}
+}
