@@ -145,4 +145,8 @@ func TestStructuredEditorEditsExemptAndDenyRules(t *testing.T) {
 	if status != http.StatusUnprocessableEntity || !strings.Contains(body, `id="rf-err-deny_status"`) {
 		t.Errorf("a deny status that is not a number: %d, no error next to the field", status)
 	}
+	status, body = apply(got, "0:0", url.Values{"rf_name": {"blocked"}, "rf_action": {"block"}})
+	if status != http.StatusUnprocessableEntity || !strings.Contains(body, `id="rf-err-action"`) {
+		t.Errorf("an unknown action: %d, no error next to the action", status)
+	}
 }
