@@ -158,11 +158,15 @@ func (g *configGen) rule() map[string]any {
 	if g.rng.IntN(5) == 0 {
 		r["max_keys"] = 0 // exact per-key storage
 	}
+	if g.rng.IntN(6) == 0 {
+		r["telemetry_identity"] = "clear"
+	}
 	algorithm, config := g.algorithm()
 	r["algorithm"], r["algorithm_config"] = algorithm, config
 	if len(keys) == 1 && keys[0] == "header:x-api-key" && g.rng.IntN(2) == 0 {
 		_, override := g.algorithmOf(algorithm)
 		delete(override, "cost_source")
+		delete(override, "fixed_cost")
 		delete(override, "default_cost")
 		delete(override, "window_seconds")
 		delete(override, "period_seconds")
@@ -258,6 +262,8 @@ func (g *configGen) algorithmOf(algorithm string) (string, map[string]any) {
 		c["default_cost"] = []float64{1, 2}[g.rng.IntN(2)]
 	case 1:
 		c["cost_source"] = "query:cost"
+	case 2:
+		c["fixed_cost"] = 2 // every request costs 2
 	}
 	return algorithm, c
 }
