@@ -251,6 +251,60 @@ wasmImage: {repository: registry.example.com/sluice/ratelimit-wasm, tag: v1.2.3,
 	}
 }
 
+// Replicated admins share the policy store in PostgreSQL, and fleet mode
+// keeps its buckets there too: no volume claim, rolling updates, the URLs
+// and the password from Secrets (a password, or a pgpass file).
+func TestChartWithReplicatedAdminsAndFleetModeOnPostgres(t *testing.T) {
+	objs, _, err := render(t, `
+replicas: 3
+database: {url: "postgres://sluice@db.sluice:5432/sluice?sslmode=require"}
+postgres: {passwordSecret: {name: sluice-db, key: password}, passFileSecret: {name: sluice-pgpass, key: pgpass}}
+fleet: {enabled: true, backend: postgres, postgres: {url: "postgres://sluice@fleet-db.sluice/fleet"}}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs["PersistentVolumeClaim"]) != 0 {
+		t.Error("a volume claim rendered for admins that keep their policies in PostgreSQL")
+	}
+	d := decode[appsv1.Deployment](t, objs["Deployment"][0])
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 3 || d.Spec.Strategy.Type != appsv1.RollingUpdateDeploymentStrategyType {
+		t.Errorf("replicas %v, strategy %q; want 3, RollingUpdate", d.Spec.Replicas, d.Spec.Strategy.Type)
+	}
+	pod := d.Spec.Template.Spec
+	env := map[string]corev1.EnvVar{}
+	for _, e := range pod.Containers[0].Env {
+		env[e.Name] = e
+	}
+	if env["SLUICE_DATABASE"].Value != "postgres://sluice@db.sluice:5432/sluice?sslmode=require" ||
+		env["SLUICE_POSTGRES_URL"].Value != "postgres://sluice@fleet-db.sluice/fleet" || env["SLUICE_RLS_LISTEN"].Value == "" {
+		t.Errorf("database env %+v", env)
+	}
+	if _, ok := env["SLUICE_REDIS_ADDRS"]; ok {
+		t.Error("Redis configured for a PostgreSQL fleet backend")
+	}
+	if ref := env["PGPASSWORD"].ValueFrom; ref == nil || ref.SecretKeyRef.Name != "sluice-db" || ref.SecretKeyRef.Key != "password" {
+		t.Errorf("PGPASSWORD %+v", env["PGPASSWORD"])
+	}
+	var pgpass *corev1.Volume
+	for i, v := range pod.Volumes {
+		if v.Name == "data" && v.EmptyDir == nil {
+			t.Error("the data volume is not an emptyDir")
+		}
+		if v.Name == "pgpass" {
+			pgpass = &pod.Volumes[i]
+		}
+	}
+	if pgpass == nil || pgpass.Secret.SecretName != "sluice-pgpass" || env["PGPASSFILE"].Value != "/etc/sluice-pgpass/"+pgpass.Secret.Items[0].Path {
+		t.Errorf("pgpass volume %+v, PGPASSFILE %q", pgpass, env["PGPASSFILE"].Value)
+	}
+	for _, m := range pod.Containers[0].VolumeMounts {
+		if m.Name == "pgpass" && (strings.HasPrefix(m.MountPath, "/etc/sluice/") || !m.ReadOnly) {
+			t.Errorf("pgpass mounted at %s (read-only %v): not inside the policy's read-only mount, and read-only", m.MountPath, m.ReadOnly)
+		}
+	}
+}
+
 func TestChartWithEnvoyGatewayOnAnHTTPRoute(t *testing.T) {
 	objs, _, err := render(t, `
 persistence: {enabled: false}
@@ -293,6 +347,11 @@ func TestChartRefusesBadValuesNamingThem(t *testing.T) {
 		{`auth: {adminToken: short}`, "adminToken"},
 		{`networkPolicy: {proxyPeers: []}`, "proxyPeers"},
 		{`fleet: {enabled: true}`, "fleet.redis.addrs"},
+		{`fleet: {enabled: true, backend: postgres}`, "fleet.postgres.url"},
+		{`fleet: {enabled: true, backend: mysql}`, "backend"},
+		{`replicas: 2`, "database.url"},
+		{`replicas: 0`, "replicas"},
+		{`database: {url: "mysql://db/sluice"}`, "url"},
 	} {
 		_, _, err := render(t, tc.vals)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
