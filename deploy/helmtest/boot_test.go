@@ -1,0 +1,126 @@
+package helmtest
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+
+	"github.com/sluice-rl/sluice/admin/fleet/fleettest"
+)
+
+// The chart's environment starts the admin: two replicas rendered with a
+// shared PostgreSQL store and fleet mode on PostgreSQL, run as processes
+// with exactly the Deployment's variables (addresses made local, the
+// tokens and files a pod would get from its Secret and ConfigMap), both
+// start on the one initial version, and a save on one is the other's
+// current version at once.
+func TestChartEnvironmentStartsReplicatedAdmins(t *testing.T) {
+	pg := fleettest.StartPostgres(t, fleettest.PostgresOptions{})
+	objs, _, err := render(t, fmt.Sprintf(`
+replicas: 2
+database: {url: %q}
+fleet: {enabled: true, backend: postgres, postgres: {url: %q}}
+`, pg.URL, pg.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := decode[appsv1.Deployment](t, objs["Deployment"][0])
+	bin := filepath.Join(t.TempDir(), "ratelimit-admin")
+	build := exec.Command("go", "build", "-o", bin, "./admin")
+	build.Dir = "../.."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the admin: %v\n%s", err, out)
+	}
+	const token = "chart-admin-token-0123456789"
+	var versions []int64
+	var urls []string
+	for range 2 {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "policy.json"), []byte(objs["ConfigMap"][0]["data"].(map[string]any)["policy.json"].(string)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", fleettest.FreePort(t))
+		local := map[string]string{ // what differs from a pod: local addresses and files, the Secret's tokens
+			"SLUICE_DATA_DIR": dir, "SLUICE_INITIAL_POLICY": filepath.Join(dir, "policy.json"),
+			"SLUICE_ADMIN_LISTEN": addr, "SLUICE_XDS_LISTEN": fmt.Sprintf("127.0.0.1:%d", fleettest.FreePort(t)),
+			"SLUICE_RLS_LISTEN":  fmt.Sprintf("127.0.0.1:%d", fleettest.FreePort(t)),
+			"SLUICE_ADMIN_TOKEN": token, "SLUICE_TELEMETRY_TOKEN": "chart-telemetry-token-0123456789",
+		}
+		env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir}
+		for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+			v, ok := local[e.Name]
+			if !ok {
+				if e.ValueFrom != nil {
+					t.Fatalf("%s comes from %v, which this test does not provide", e.Name, e.ValueFrom)
+				}
+				v = e.Value
+			}
+			env = append(env, e.Name+"="+v)
+		}
+		cmd := exec.Command(bin)
+		cmd.Env = env
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		urls = append(urls, "http://"+addr)
+		versions = append(versions, currentVersion(t, urls[len(urls)-1], token, &out))
+	}
+	if versions[0] != 1 || versions[1] != 1 {
+		t.Fatalf("the replicas serve versions %v, want the one initial version 1", versions)
+	}
+	// A save on one replica is the other's current version within seconds:
+	// they share the store.
+	body := `{"base_version":1,"message":"from replica 0","policy":{"rules":[{"name":"per-ip","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":7,"burst":9}}]}}`
+	req, _ := http.NewRequest("POST", urls[0]+"/api/v1/policy", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("save on replica 0: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		var log strings.Builder
+		if v := currentVersion(t, urls[1], token, &log); v == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("replica 1 does not serve the version saved on replica 0: the replicas do not share the store")
+		}
+	}
+}
+
+// currentVersion waits for the admin at base to answer and returns its
+// current policy version.
+func currentVersion(t *testing.T, base, token string, log *strings.Builder) int64 {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		req, _ := http.NewRequest("GET", base+"/api/v1/policy", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			var cur struct {
+				Version int64 `json:"version"`
+			}
+			err := json.NewDecoder(resp.Body).Decode(&cur)
+			resp.Body.Close()
+			if resp.StatusCode == 200 && err == nil {
+				return cur.Version
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("the admin at %s did not answer:\n%s", base, log)
+	return 0
+}
