@@ -184,9 +184,12 @@ func (b *Buckets) Run(ctx context.Context, ops []Op) ([]Outcome, error) {
 		return nil, nil
 	}
 	order := Order(ops)
-	sorted := make([]Op, len(ops))
-	for k, i := range order {
-		sorted[k] = ops[i]
+	sorted := ops // already in Order: buckets only, or one window per identity in start order
+	if !slices.IsSorted(order) {
+		sorted = make([]Op, len(ops))
+		for k, i := range order {
+			sorted[k] = ops[i]
+		}
 	}
 	cmds, err := b.pipeline(ctx, sorted, false)
 	if err != nil && notRun(err) {
