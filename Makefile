@@ -17,7 +17,7 @@ COUNT     ?= 6
 BENCHTIME ?= 1s
 FUZZTIME  ?= 20s
 
-.PHONY: images push help build wasm native generate test wasm-test lint fmt vet generated markers run bench fuzz pgo clean envoyhost envoy-host-test
+.PHONY: images push help build wasm native generate test wasm-test lint fmt vet staticcheck generated markers run bench fuzz pgo clean envoyhost envoy-host-test
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -88,7 +88,7 @@ wasm-test: ## run the tests of the packages with WebAssembly assembly as wasm, u
 	$(GO) build -o $(BIN)/wazero github.com/tetratelabs/wazero/cmd/wazero
 	$(WASM_ENV) $(GO) test -count=1 -exec "$(CURDIR)/$(BIN)/wazero run -mount /:/ -env-inherit --" $(WASM_TEST_PKGS)
 
-lint: fmt vet generated markers ## gofmt, go vet, generated files up to date, no merge conflict markers
+lint: fmt vet staticcheck generated markers ## gofmt, go vet, staticcheck, generated files up to date, no merge conflict markers
 
 fmt:
 	@out=$$(gofmt -l $(GO_FILES)); \
@@ -98,9 +98,20 @@ fmt:
 markers:
 	@if git grep -nE '^(<<<<<<<|>>>>>>>)( |$$)' -- . ':!*.png' 2>/dev/null; then echo "merge conflict markers left in the files above"; exit 1; fi
 
+# The packages compiled into the .wasm, checked once more as wasip1 code.
+WASM_PKGS := ./plugin ./plugin/filter ./plugin/headermap ./shared/...
+
 vet:
 	$(GO) vet ./...
-	$(WASM_ENV) $(GO) vet ./plugin ./plugin/filter ./plugin/headermap ./shared/...
+	$(WASM_ENV) $(GO) vet $(WASM_PKGS)
+
+# staticcheck is a tool of the module (go.mod's tool block), built natively
+# once so that it can then check the wasip1 build too. Silence a finding
+# only with a //lint:ignore comment that says why.
+staticcheck:
+	$(GO) build -o $(BIN)/staticcheck honnef.co/go/tools/cmd/staticcheck
+	$(BIN)/staticcheck ./...
+	$(WASM_ENV) $(BIN)/staticcheck $(WASM_PKGS)
 
 # generated fails when a .templ file changed without `make generate`: it
 # regenerates and compares checksums (the regenerated files stay, ready to commit).

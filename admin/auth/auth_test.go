@@ -131,7 +131,7 @@ func TestEqual(t *testing.T) {
 	if !Equal("abc", "abc") || Equal("abc", "abd") || Equal("", "") || Equal("a", "") {
 		t.Error("Equal")
 	}
-	if RandomToken() == RandomToken() {
+	if a, b := RandomToken(), RandomToken(); a == b {
 		t.Error("RandomToken repeats")
 	}
 }

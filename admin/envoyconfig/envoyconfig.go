@@ -398,7 +398,8 @@ func checkWasm(a *anypb.Any, path string, exp Expect, add func(string, ...any)) 
 
 // speaksHTTP2 reports whether c is configured for HTTP/2 upstream.
 func speaksHTTP2(c *cluster.Cluster) bool {
-	if c.GetHttp2ProtocolOptions() != nil { // the deprecated form, still accepted
+	//lint:ignore SA1019 the deprecated form, which Envoy still accepts.
+	if c.GetHttp2ProtocolOptions() != nil {
 		return true
 	}
 	a := c.GetTypedExtensionProtocolOptions()[httpOptsKey]

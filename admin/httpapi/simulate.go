@@ -47,8 +47,6 @@ type simRequest struct {
 	Claims json.RawMessage `json:"claims"`
 }
 
-var simRequestFields = []string{"method", "path", "host", "headers", "query", "client_address", "jwt", "claims"}
-
 func simInputError(field, msg string) error {
 	return &policies.InputError{Field: "request." + field, Message: msg}
 }

@@ -347,6 +347,7 @@ func WasmFilter(name, wasmPath string, env VMEnv, policyJSON []byte) (*wasmfilte
 		Configuration: configuration,
 		// fail_open is deprecated in newer Envoys in favour of
 		// failure_policy: FAIL_OPEN, but every Envoy we support reads it.
+		//lint:ignore SA1019 the older Envoys we support know no failure_policy.
 		FailOpen: true,
 	}}, nil
 }

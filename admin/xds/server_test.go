@@ -185,6 +185,7 @@ func pluginConfig(t *testing.T, resp *discovery.DiscoveryResponse) string {
 	}
 	pc := w.GetConfig()
 	vm := pc.GetVmConfig()
+	//lint:ignore SA1019 the field WasmFilter sets, for the older Envoys.
 	if pc.GetName() != DefaultResourceName || pc.GetRootId() != "sluice" || !pc.GetFailOpen() ||
 		vm.GetVmId() != "sluice" || vm.GetRuntime() != "envoy.wasm.runtime.v8" ||
 		vm.GetCode().GetLocal().GetFilename() != "/opt/sluice/ratelimit.wasm" {

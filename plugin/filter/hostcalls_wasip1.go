@@ -41,6 +41,7 @@ func rawRecordMetric(metricID uint32, value uint64) uint32
 // a module's "malloc" export in preference to proxy_on_memory_allocate, and
 // so does the project's test host.
 //
+//lint:ignore U1000 exported to the host (go:wasmexport), never called from Go.
 //go:wasmexport malloc
 func guestMalloc(size uint32) *byte { return allocReturned(size) }
 

@@ -12,16 +12,9 @@ import (
 // needs it: a configuration keyed on header:x-api-key makes one host call per
 // request, not one per header. A value that is absent, or present but empty,
 // is "missing" (see requestSources.get). All parsing here treats its input as
-// untrusted data: any bytes, any length, never a panic.
-
-// Limits on untrusted input.
-const (
-	// maxComposite is the longest composite key stored verbatim
-	// (request.AppendComposite).
-	maxComposite = request.MaxComposite
-	// maxJWT bounds the bearer token decoded (request.ParseJWT).
-	maxJWT = request.MaxJWT
-)
+// untrusted data: any bytes, any length, never a panic. The limits on it
+// (request.MaxComposite, request.MaxJWT) live with the parsing, in
+// shared/request.
 
 // sourceRef is a compiled policy.KeySource: the kind plus an index into the
 // per-request cache of the values of that kind (headers, query parameters or

@@ -80,13 +80,12 @@ func leaseWindow(t *testing.T, h Host, tenant string, reset time.Duration) uint6
 
 // spendLease leases tenant's counts (leaseWindow) and spends them all from
 // the pool, without another call.
-func spendLease(t *testing.T, h Host, tenant string, reset time.Duration) uint64 {
+func spendLease(t *testing.T, h Host, tenant string, reset time.Duration) {
 	t.Helper()
 	lease := leaseWindow(t, h, tenant, reset)
 	if got := admitted(t, h, int(lease)-1, req("x-tenant", tenant)); got != int(lease)-1 || len(pending(t, h)) != 0 {
 		t.Fatalf("%d of the %d leased counts admitted, %d calls", got+1, lease, len(pending(t, h)))
 	}
-	return lease
 }
 
 // idleReturn steps past the idle time and returns the sync's return
@@ -119,7 +118,7 @@ func fleetFixedWindow(t *testing.T, start Starter) {
 		Config: []byte(fleetWindowConfig("fixed_window", `{"limit": 10, "window_seconds": 60}`))})
 	acme := req("x-tenant", "acme")
 
-	lease := spendLease(t, h, "acme", 30*time.Second)
+	spendLease(t, h, "acme", 30*time.Second)
 
 	// The pool is empty; the service has nothing left in this window.
 	res := do(t, h, acme)
@@ -150,7 +149,7 @@ func fleetFixedWindow(t *testing.T, start Starter) {
 	// The next window: a new lease, spent in part; the rest goes back when
 	// the pool is idle, naming 12:01 (unix ms).
 	h.Advance(10 * time.Second)
-	lease = leaseWindow(t, h, "acme", time.Minute)
+	lease := leaseWindow(t, h, "acme", time.Minute)
 	d := idleReturn(t, h)
 	wantStart := strconv.FormatInt(time.Date(2026, 3, 1, 12, 1, 0, 0, time.UTC).UnixMilli(), 10)
 	if got := entry(d, "sluice_window"); got != wantStart || d.GetHitsAddend().GetValue() != lease-1 {
@@ -212,7 +211,7 @@ func fleetSlidingWindow(t *testing.T, start Starter) {
 		Config: []byte(fleetWindowConfig("sliding_window", `{"limit": 10, "window_seconds": 60}`))})
 	acme := req("x-tenant", "acme")
 
-	lease := spendLease(t, h, "acme", 30*time.Second)
+	spendLease(t, h, "acme", 30*time.Second)
 	// The service refuses now, but the previous window's weight decays: the
 	// refusal holds one sync interval (100 ms), not the window's 30 s.
 	if ra := refuseWindow(t, h, 30*time.Second); ra < 1 || ra > 2 {
@@ -222,7 +221,7 @@ func fleetSlidingWindow(t *testing.T, start Starter) {
 		t.Fatalf("within the sync interval: rejected %v paused %v, %d calls; want a rejection without a call", res.Rejected, res.Paused, len(pending(t, h)))
 	}
 	h.Advance(200 * time.Millisecond)
-	lease = leaseWindow(t, h, "acme", 29*time.Second+800*time.Millisecond)
+	lease := leaseWindow(t, h, "acme", 29*time.Second+800*time.Millisecond)
 
 	// The rest goes back when the pool is idle, naming the window 12:00.
 	d := idleReturn(t, h)
@@ -241,7 +240,7 @@ func fleetRollingWindow(t *testing.T, start Starter) {
 		Config: []byte(fleetWindowConfig("rolling_window", `{"limit": 10, "window_seconds": 60, "period_seconds": 10}`))})
 	acme := req("x-tenant", "acme")
 
-	lease := spendLease(t, h, "acme", 5*time.Second)
+	spendLease(t, h, "acme", 5*time.Second)
 	// Nothing left in the window: the refusal holds to the sub-period's end,
 	// when a sub-period leaves the sum.
 	if ra := refuseWindow(t, h, 5*time.Second); ra < 5 || ra > 8 {
@@ -260,7 +259,7 @@ func fleetRollingWindow(t *testing.T, start Starter) {
 	}
 
 	// The next sub-period asks again; its lease's return names 12:00:10.
-	lease = leaseWindow(t, h, "acme", 10*time.Second)
+	lease := leaseWindow(t, h, "acme", 10*time.Second)
 	d := idleReturn(t, h)
 	wantStart := strconv.FormatInt(time.Date(2026, 3, 1, 12, 0, 10, 0, time.UTC).UnixMilli(), 10)
 	if got := entry(d, "sluice_window"); got != wantStart || d.GetHitsAddend().GetValue() != lease-1 {

@@ -463,6 +463,7 @@ func checkExports(m wazero.CompiledModule) error {
 		if names["_start"] != nil {
 			hint = " The module exports _start: it was built as a command; build it with -buildmode=c-shared."
 		}
+		//lint:ignore ST1005 the error says what to do, in sentences.
 		return fmt.Errorf("wasmhost: not a proxy-wasm ABI 0.2 module: missing exports %s.%s "+
 			"Build Go plugins with GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared and register the VM context in init().",
 			strings.Join(missing, ", "), hint)

@@ -23,9 +23,6 @@ type asciiDFA struct {
 // construction time.
 const maxDFAStates = 256
 
-// dead is the state no match can come from (anchored regexes only).
-const dead = 0
-
 // match reports whether the regex matches v; ok is false when v is not
 // ASCII (ask regexp).
 func (d *asciiDFA) match(v string) (matched, ok bool) {

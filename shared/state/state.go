@@ -139,15 +139,6 @@ func decodeBucketSlow(v []byte) error {
 	return ErrLastRefill
 }
 
-func hasColon(b []byte) bool {
-	for _, c := range b {
-		if c == ':' {
-			return true
-		}
-	}
-	return false
-}
-
 // parseNumber reads a decimal number starting at v[i]: [-+]digits[.digits]
 // with at least one digit. It stops at the first byte that cannot continue
 // the number and returns the value, the index of that byte and whether the

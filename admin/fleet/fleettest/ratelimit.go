@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -71,11 +70,9 @@ func goInstallRatelimit(dir, bin string) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	goCmd := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goCmd); err != nil {
-		goCmd = "go"
-	}
-	cmd := exec.Command(goCmd, "install", RatelimitModule+"/src/service_cmd@"+RatelimitVersion)
+	// go test puts its own GOROOT/bin first in PATH: this is the
+	// toolchain that runs the tests.
+	cmd := exec.Command("go", "install", RatelimitModule+"/src/service_cmd@"+RatelimitVersion)
 	// GOFLAGS from the environment could carry -mod=vendor or the like,
 	// meant for this module; the install is of another one.
 	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "GOFLAGS=", "CGO_ENABLED=0")

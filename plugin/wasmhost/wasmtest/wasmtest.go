@@ -170,6 +170,7 @@ func load(root, pkg string) ([]byte, error) {
 	cmd.Stderr = &output
 	start := time.Now()
 	if err := cmd.Run(); err != nil {
+		//lint:ignore ST1005 the error says what to do, in sentences.
 		return nil, fmt.Errorf("wasmtest: building %s for wasip1/wasm failed (%v after %v):\n%s\n"+
 			"To reproduce: cd %s && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o /tmp/%s.wasm %s\n"+
 			"Fix the build error above (the package must be `package main` with an empty main and register its "+
@@ -240,11 +241,10 @@ func isFresh(file, root, pkg string) (bool, error) {
 	return true, nil
 }
 
+// goCommand is the go command of PATH; go test puts its own GOROOT/bin
+// first there, so tests build with the toolchain that runs them.
 func goCommand() string {
 	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	if p := filepath.Join(runtime.GOROOT(), "bin", "go"); isFile(p) {
 		return p
 	}
 	return "go"
