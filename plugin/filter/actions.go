@@ -57,7 +57,9 @@ func (cr *compiledRule) compileAction(r *policy.Rule, vm *vmContext) {
 		if cr.denyStatus < 200 || cr.denyStatus > 599 {
 			cr.denyStatus = policy.DefaultDenyStatus
 		}
-		cr.denyBody = []byte(`{"error":"denied","rule":"` + r.Name + `"}`)
+		if cr.reply == nil {
+			cr.reply = &localReply{body: []byte(`{"error":"denied","rule":"` + r.Name + `"}`), contentType: contentTypeJSON}
+		}
 		cr.m.denied = vm.counter(p + "denied")
 	}
 }
@@ -159,9 +161,12 @@ func (p *pluginContext) deny(h *httpContext, r *compiledRule) types.Action {
 	h.local = true
 	headers := [][2]string{
 		{hdrReason, reasonDenied},
-		{hdrContentType, contentTypeJSON},
+		{hdrContentType, r.reply.contentType},
 	}
-	if err := sendLocalResponse(r.denyStatus, headers, r.denyBody); err != nil {
+	if r.reply.contentType == "" {
+		headers = headers[:1]
+	}
+	if err := sendLocalResponse(r.denyStatus, headers, r.reply.body); err != nil {
 		h.local = false
 		p.vm.logLimited(logFailOpen, "sluice: cannot send the denial: "+err.Error())
 		return types.ActionContinue

@@ -110,6 +110,10 @@ type compiledRule struct {
 	policyHdr   string // RateLimit-Policy: "<rule>";q=<burst>;w=<window>
 	rlPrefix    string // RateLimit: `"<rule>";r=`
 	bodyPre     string // `{"error":"rate_limited","rule":"<rule>","retry_after":`
+	// reply is the rejection's custom body and content type ("reject_body",
+	// "reject_content_type"; a deny rule's own JSON when it has none), nil
+	// for a limit rule that sends the JSON body bodyPre begins.
+	reply *localReply
 
 	m ruleMetrics
 
@@ -118,7 +122,6 @@ type compiledRule struct {
 	// Actions and overrides (actions.go).
 	action     ruleAction
 	denyStatus uint32
-	denyBody   []byte                   // {"error":"denied","rule":"<rule>"}
 	overrides  map[string]*compiledRule // identity -> this rule with its override's limits
 	overridden bool                     // this is such an override of a rule
 
@@ -221,6 +224,9 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 	cr.fixedCost, cr.defaultCost = fixedCost, defaultCost
 	cr.compileLimits(r)
 	cr.bodyPre = `{"error":"rate_limited","rule":"` + r.Name + `","retry_after":`
+	if rp := cc.src.RejectReply(r); rp != nil {
+		cr.reply = &localReply{body: []byte(rp.Body), contentType: rp.ContentType}
+	}
 	cr.compileAction(r, vm)        // actions.go
 	cc.compileRuleFleet(cr, r, vm) // fleet.go
 	switch {

@@ -62,12 +62,16 @@ func (p *pluginContext) sendReject(r *compiledRule, wait float64, identity strin
 	p.hdrBuf = b
 	s := bytesView(b)
 
+	body, contentType := b[rlEnd:], contentTypeJSON
+	if r.reply != nil {
+		body, contentType = r.reply.body, r.reply.contentType
+	}
 	headers := [][2]string{
 		{hdrRetryAfter, s[:retryEnd]},
 		{hdrRateLimit, s[tEnd:rlEnd]},
 		{hdrPolicy, r.policyHdr},
 		{hdrReason, r.reason},
-		{hdrContentType, contentTypeJSON},
+		{hdrContentType, contentType},
 		{hdrLimit, r.limitHdr},
 		{hdrRemaining, "0"},
 		{hdrReset, s[retryEnd:tEnd]},
@@ -75,7 +79,16 @@ func (p *pluginContext) sendReject(r *compiledRule, wait float64, identity strin
 	if !p.cfg.legacyHeaders {
 		headers = headers[:5]
 	}
-	return sendLocalResponse(p.cfg.rejectStatus, headers, b[rlEnd:])
+	if contentType == "" { // an empty reject_body without a content type
+		headers = append(headers[:4], headers[5:]...)
+	}
+	return sendLocalResponse(p.cfg.rejectStatus, headers, body)
+}
+
+// localReply is a rejection's body and content type ("" sends none).
+type localReply struct {
+	body        []byte
+	contentType string
 }
 
 // allowedHeaders remembers what on_response_headers will send for an

@@ -37,6 +37,8 @@ func FuzzParse(f *testing.F) {
 		withAlg("rolling_window", `{"limit":100,"window_seconds":60,"period_seconds":10},"overrides":[{"key":"1.2.3.4","algorithm_config":{"limit":50,"max_per_period":10}}]`),
 		withAlg("quota", `{"limit":1000,"period":"month","time_zone":"Europe/Berlin"},"overrides":[{"key":"1.2.3.4","algorithm_config":{"limit":5000}},{"key":"5.6.7.8","algorithm_config":{"period":"day"}}]`),
 		withAlg("quota", `{"limit":1e4,"period":"day","cost_source":"response_header:x-cost"},"overrides":[{"key":"1.2.3.4","algorithm_config":{"limit":10}}]`),
+		`{"reject_body":"{\"message\":\"API rate limit exceeded\"}","rules":[{"name":"d","action":"deny","reject_body":"","reject_content_type":"text/plain; charset=utf-8"},` + baseRule + `]}`,
+		`{"reject_body":"x","reject_content_type":"text/pl ain;\r\n","rules":[{"name":"e","action":"exempt","reject_body":7}]}`,
 		rules(`{"name":"t","mode":"shadow","shadow_mark":false,"limit_keys":["path"],"algorithm":"fixed_window","algorithm_config":{"limit":1,"window_seconds":1}}`, `{"name":"u","shadow_mark":"no","action":"exempt"}`),
 		`{"rules":[1,]}`, `[]`, `null`, `{"policies":[],"rules":[]}`, "",
 	} {

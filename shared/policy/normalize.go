@@ -21,6 +21,7 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 		TrustedHops:     c.TrustedHops,
 		Policies:        make([]normPolicy, len(c.Policies)),
 	}
+	out.RejectBody, out.RejectContentType = normalizeReply(c.Reply)
 	if t := c.Telemetry; t != nil {
 		out.Telemetry = &normTelemetry{
 			Cluster: t.Cluster, Authority: t.Authority, Path: t.Path, IntervalMS: t.IntervalMS,
@@ -90,6 +91,7 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 				nr.Config = normalizeWindow(r.Algorithm, w)
 			}
 			nr.Overrides = normalizeOverrides(r.Overrides)
+			nr.RejectBody, nr.RejectContentType = normalizeReply(r.Reply)
 			np.Rules[j] = nr
 		}
 		out.Policies[i] = np
@@ -107,6 +109,19 @@ type normConfig struct {
 	Policies        []normPolicy   `json:"policies"`
 	Telemetry       *normTelemetry `json:"telemetry,omitempty"`
 	Fleet           *normFleet     `json:"fleet,omitempty"`
+	// Written only when set, with the content type filled in.
+	RejectBody        *string `json:"reject_body,omitempty"`
+	RejectContentType string  `json:"reject_content_type,omitempty"`
+}
+
+// normalizeReply writes a custom reply out, its content type explicit
+// (none for an empty body without one).
+func normalizeReply(r *Reply) (*string, string) {
+	if r == nil {
+		return nil, ""
+	}
+	body := r.Body
+	return &body, r.ContentType
 }
 
 // normFleet is Fleet with its JSON names (same fields, same order).
@@ -157,6 +172,9 @@ type normRule struct {
 	Scope string `json:"scope,omitempty"`
 	// Written only when false, for the same reason.
 	ShadowMark *bool `json:"shadow_mark,omitempty"`
+	// Written only when set, for the same reason.
+	RejectBody        *string `json:"reject_body,omitempty"`
+	RejectContentType string  `json:"reject_content_type,omitempty"`
 }
 
 type normTokenBucket struct {

@@ -43,9 +43,9 @@ func (p *parser) errorf(path string, parts ...string) {
 
 // Field names, per object.
 var (
-	configFields      = []string{"mode", "policies", "rules", "reject_status", "response_headers", "legacy_headers", "shadow_header", "xff_trusted_hops", "telemetry", "fleet"}
+	configFields      = []string{"mode", "policies", "rules", "reject_status", "response_headers", "legacy_headers", "shadow_header", "xff_trusted_hops", "telemetry", "fleet", "reject_body", "reject_content_type"}
 	policyFields      = []string{"name", "rules"}
-	ruleFields        = []string{"name", "limit_keys", "match", "algorithm", "algorithm_config", "mode", "max_keys", "telemetry_identity", "scope", "action", "deny_status", "overrides", "shadow_mark"}
+	ruleFields        = []string{"name", "limit_keys", "match", "algorithm", "algorithm_config", "mode", "max_keys", "telemetry_identity", "scope", "action", "deny_status", "overrides", "shadow_mark", "reject_body", "reject_content_type"}
 	telemetryFields   = []string{"cluster", "authority", "path", "interval_ms", "token", "token_env", "top_n", "timeout_ms"}
 	tokenBucketFields = []string{"tokens_per_second", "rps", "burst", "cost_source", "fixed_cost", "default_cost", "max_delay_ms", "max_debt"}
 	algorithms        = []string{AlgorithmTokenBucket, AlgorithmFixedWindow, AlgorithmSlidingWindow, AlgorithmRollingWindow, AlgorithmQuota}
@@ -77,6 +77,7 @@ func (p *parser) config(root *jvalue) *Config {
 			cfg.RejectStatus = n
 		}
 	}
+	cfg.Reply = p.reply("", f) // reply.go
 	if v := f["response_headers"]; v != nil {
 		if v.kind != jBool {
 			p.errorf("response_headers", "must be true or false, got ", v.kind.String())
@@ -218,6 +219,15 @@ func (p *parser) rule(path string, v *jvalue, policy string, mode Mode) (Rule, b
 
 	if r.Action, r.DenyStatus = p.action(path, f); r.Action == "" { // actions.go
 		return r, false // which fields apply depends on the action
+	}
+	if r.Action == ActionExempt {
+		for _, name := range []string{"reject_body", "reject_content_type"} {
+			if f[name] != nil {
+				p.errorf(join(path, name), `does not apply to an "exempt" rule, which rejects nothing; remove it`)
+			}
+		}
+	} else {
+		r.Reply = p.reply(path, f) // reply.go
 	}
 	if r.Action == ActionLimit || f["limit_keys"] != nil {
 		r.Keys = p.limitKeys(join(path, "limit_keys"), f["limit_keys"])

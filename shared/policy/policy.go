@@ -62,6 +62,7 @@ type Config struct {
 	Policies        []Policy   // top-level "rules" shorthand becomes one policy named "default"
 	Telemetry       *Telemetry // "telemetry", optional: periodic reports to the admin (nil = off)
 	Fleet           *Fleet     // "fleet", optional: the rate limit service of global rules (fleet.go)
+	Reply           *Reply     // "reject_body", "reject_content_type": limit rules' rejection body (nil: the filter's JSON); reply.go
 }
 
 // Telemetry configures the filter's periodic reports to the admin (contract
@@ -142,6 +143,10 @@ type Rule struct {
 	// Overrides is "overrides" of a limit rule (actions.go): per-identity
 	// limits, keys unique, in the order written.
 	Overrides []Override
+	// Reply is the rule's "reject_body" and "reject_content_type" (limit
+	// and deny rules; reply.go): nil sends the configuration's
+	// (Config.RejectReply).
+	Reply *Reply
 }
 
 // SourceKind is where a key or match value is read from.

@@ -83,8 +83,10 @@ func schemaProperties() map[string]obj {
 				"description": "Request header added upstream when a shadow rule would have rejected the request."},
 			"xff_trusted_hops": obj{"type": "integer", "minimum": 0, "maximum": MaxTrustedHops, "default": 0,
 				"description": "How many trusted proxies in front of Envoy append to X-Forwarded-For; 0 ignores the header."},
-			"telemetry": obj{"$ref": "#/$defs/telemetry"},
-			"fleet":     obj{"$ref": "#/$defs/fleet"},
+			"telemetry":           obj{"$ref": "#/$defs/telemetry"},
+			"fleet":               obj{"$ref": "#/$defs/fleet"},
+			"reject_body":         withDesc(rejectBody, "Body of every limit rule's rejections instead of the filter's JSON (a rule's own reject_body wins).", nil),
+			"reject_content_type": withDesc(rejectContentType, "Content type of reject_body; default application/json for a JSON body, text/plain; charset=utf-8 otherwise, none for an empty body.", nil),
 		},
 		"fleet": fleetSchema(),
 		"telemetry": {
@@ -124,7 +126,9 @@ func schemaProperties() map[string]obj {
 				"description": "Per-identity limits of a limit rule: the identity key (limit_keys values joined by |) gets these limits instead of the rule's; unique keys, looked up in a hash table."},
 			"algorithm_config": obj{"type": "object",
 				"description": "The algorithm's parameters: tokenBucket, window (fixed_window, sliding_window), rollingWindow or quota, chosen by algorithm."},
-			"mode": withDesc(modeSchema, "This rule's mode; overrides the top-level mode.", nil),
+			"mode":                withDesc(modeSchema, "This rule's mode; overrides the top-level mode.", nil),
+			"reject_body":         withDesc(rejectBody, "Body of this rule's rejections (limit and deny rules) instead of the top-level reject_body or the filter's JSON.", nil),
+			"reject_content_type": withDesc(rejectContentType, "Content type of this rule's reject_body; default application/json for a JSON body, text/plain; charset=utf-8 otherwise, none for an empty body.", nil),
 			"shadow_mark": obj{"type": "boolean", "default": true,
 				"description": "Shadow mode only: true names the rule in shadow_header when it would have refused; false only counts and logs, and leaves the upstream request as the client sent it."},
 			"max_keys": obj{"type": "integer", "minimum": 0, "maximum": MaxMaxKeys, "default": DefaultMaxKeys,
@@ -224,7 +228,8 @@ func schemaDoc() obj {
 		return o
 	}
 	top := closed("config", nil, obj{
-		"oneOf": []obj{{"required": []string{"rules"}}, {"required": []string{"policies"}}},
+		"oneOf":             []obj{{"required": []string{"rules"}}, {"required": []string{"policies"}}},
+		"dependentRequired": replyDependency,
 	})
 	top["$schema"] = "https://json-schema.org/draft/2020-12/schema"
 	top["$id"] = SchemaID
@@ -237,6 +242,7 @@ func schemaDoc() obj {
 	top["$defs"] = obj{
 		"policy": closed("policy", []string{"name", "rules"}, nil),
 		"rule": closed("rule", []string{"name"}, obj{
+			"dependentRequired": replyDependency,
 			"oneOf": []obj{
 				{"properties": obj{"action": obj{"enum": []string{ActionLimit}}, "deny_status": never},
 					"required": []string{"limit_keys", "algorithm", "algorithm_config"},
@@ -308,6 +314,14 @@ func fleetSchema() obj {
 	}
 }
 
+// A custom rejection reply (reply.go).
+var (
+	rejectBody        = obj{"type": "string", "maxLength": MaxRejectBody}
+	rejectContentType = obj{"type": "string", "minLength": 1, "maxLength": maxContentType,
+		"pattern": `^[!#$%&'*+.^_|~0-9A-Za-z` + "`" + `-]+/[!#$%&'*+.^_|~0-9A-Za-z` + "`" + `-]+( *;([\x20-\x7e]*[\x21-\x7e])?)?$`}
+	replyDependency = obj{"reject_content_type": []string{"reject_body"}}
+)
+
 // never is a schema no value satisfies: the property must be absent.
 var never = obj{"not": obj{}}
 
@@ -320,6 +334,9 @@ func actionAlternative(action string) obj {
 	}
 	if action != ActionDeny {
 		props["deny_status"] = never
+	}
+	if action == ActionExempt { // it rejects nothing
+		props["reject_body"], props["reject_content_type"] = never, never
 	}
 	return obj{"required": []string{"action"}, "properties": props}
 }

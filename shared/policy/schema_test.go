@@ -175,6 +175,13 @@ func TestSchemaRefusesInvalid(t *testing.T) {
 		ruleWith(`"name":"x","action":"block"`),
 		ruleWith(`"name":"x","action":"limit"`),
 		ruleWith(`"name":"x","action":"deny","deny_status":700`),
+		ruleWith(`"name":"x","action":"exempt","reject_body":"no"`),
+		ruleWith(`"name":"x","action":"deny","reject_content_type":"text/plain"`),
+		ruleWith(`"name":"x","action":"deny","reject_body":"no","reject_content_type":"text"`),
+		ruleWith(`"name":"x","action":"deny","reject_body":"no","reject_content_type":"text/plain\n"`),
+		ruleWith(`"name":"x","action":"deny","reject_body":7`),
+		ruleWith(`"name":"x","action":"deny","reject_body":"` + strings.Repeat("x", MaxRejectBody+1) + `"`),
+		`{"reject_content_type":"text/plain","rules":[{"name":"r","limit_keys":["path"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1}}]}`,
 		overrideRule(`["path"]`, `[{"key":"a","algorithm_config":{}}]`),
 		overrideRule(`["path"]`, `[{"key":"a","algorithm_config":{"cost_source":"fixed"}}]`),
 		overrideRule(`["path"]`, `[{"algorithm_config":{"burst":30}}]`),
@@ -223,7 +230,7 @@ var knownKeywords = map[string]bool{
 	"$ref": true, "type": true, "enum": true, "properties": true, "additionalProperties": true, "required": true,
 	"oneOf": true, "propertyNames": true, "pattern": true, "minLength": true, "minimum": true, "maximum": true,
 	"exclusiveMinimum": true, "minItems": true, "uniqueItems": true, "items": true,
-	"minProperties": true, "maxProperties": true, "not": true,
+	"minProperties": true, "maxProperties": true, "not": true, "maxLength": true, "dependentRequired": true,
 }
 
 func (v *validator) check(s map[string]any, inst any, path string) []string {
@@ -295,6 +302,9 @@ func (v *validator) check(s map[string]any, inst any, path string) []string {
 		if m, ok := s["minLength"].(float64); ok && float64(utf8.RuneCountInString(str)) < m {
 			fail("%q shorter than %v", str, m)
 		}
+		if m, ok := s["maxLength"].(float64); ok && float64(utf8.RuneCountInString(str)) > m {
+			fail("%.20q... longer than %v", str, m)
+		}
 	}
 	if arr, ok := inst.([]any); ok {
 		if m, ok := s["minItems"].(float64); ok && float64(len(arr)) < m {
@@ -321,6 +331,17 @@ func (v *validator) check(s map[string]any, inst any, path string) []string {
 		for _, r := range asList(s["required"]) {
 			if _, ok := o[r.(string)]; !ok {
 				fail("missing required %q", r)
+			}
+		}
+		deps, _ := s["dependentRequired"].(map[string]any)
+		for k, need := range deps {
+			if _, ok := o[k]; !ok {
+				continue
+			}
+			for _, r := range asList(need) {
+				if _, ok := o[r.(string)]; !ok {
+					fail("%q needs %q", k, r)
+				}
 			}
 		}
 		for k, val := range o {

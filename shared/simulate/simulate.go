@@ -218,7 +218,7 @@ func Run(cfg *policy.Config, req Request, opt Options) Result {
 		}
 	}
 	if act != nil && act.Mode != policy.ModeShadow {
-		res.deny(act)
+		res.deny(cfg, act)
 		return res
 	}
 	res.finish(cfg, act, apps)
@@ -262,14 +262,35 @@ func (res *Result) RuleNamed(name string) *RuleResult {
 }
 
 // deny is the filter's answer for an applying deny rule in enforce mode.
-func (res *Result) deny(a *RuleResult) {
+func (res *Result) deny(cfg *policy.Config, a *RuleResult) {
 	res.Status = a.rule.DenyStatus
 	if res.Status < 200 || res.Status > 599 {
 		res.Status = policy.DefaultDenyStatus
 	}
 	res.Rule = a.Name
-	res.Headers = [][2]string{{"x-ratelimit-reason", "denied"}, {"content-type", "application/json"}}
+	res.Headers = [][2]string{{"x-ratelimit-reason", "denied"}, {"content-type", policy.ContentTypeJSON}}
 	res.Body = `{"error":"denied","rule":"` + a.Name + `"}`
+	res.customReply(cfg.RejectReply(a.rule))
+}
+
+// customReply sends reply (reject_body, reject_content_type), when there
+// is one, instead of the filter's JSON body: the content-type field is its
+// own, or absent.
+func (res *Result) customReply(reply *policy.Reply) {
+	if reply == nil {
+		return
+	}
+	res.Body = reply.Body
+	for i, h := range res.Headers {
+		if h[0] == "content-type" {
+			if reply.ContentType == "" {
+				res.Headers = append(res.Headers[:i], res.Headers[i+1:]...)
+			} else {
+				res.Headers[i][1] = reply.ContentType
+			}
+			return
+		}
+	}
 }
 
 // limitsFor returns the rule deciding identity: r, or a copy of r with the
@@ -443,7 +464,7 @@ func (res *Result) reject(cfg *policy.Config, a *RuleResult) {
 		{"ratelimit", f.RatePrefix + "0;t=" + ts},
 		{"ratelimit-policy", f.Policy},
 		{"x-ratelimit-reason", f.Reason},
-		{"content-type", "application/json"},
+		{"content-type", policy.ContentTypeJSON},
 	}
 	if cfg.LegacyHeaders {
 		res.Headers = append(res.Headers,
@@ -452,6 +473,7 @@ func (res *Result) reject(cfg *policy.Config, a *RuleResult) {
 			[2]string{"ratelimit-reset", ts})
 	}
 	res.Body = `{"error":"rate_limited","rule":"` + a.Name + `","retry_after":` + rs + `}`
+	res.customReply(cfg.RejectReply(a.rule))
 }
 
 // marks reports whether the rule, in shadow mode, names itself in the

@@ -102,6 +102,7 @@ func Config(rng *rand.Rand) string {
 	if rng.IntN(10) == 0 {
 		doc["mode"] = "shadow"
 	}
+	g.reply(doc)
 	var policies []any
 	for p := range 1 + rng.IntN(3) {
 		var rules []any
@@ -146,6 +147,7 @@ func (g *configGen) rule() map[string]any {
 		if g.rng.IntN(2) == 0 {
 			r["deny_status"] = []int{403, 451}[g.rng.IntN(2)]
 		}
+		g.reply(r)
 		return r
 	}
 	keys := []string{g.key()}
@@ -175,7 +177,20 @@ func (g *configGen) rule() map[string]any {
 		delete(override, "max_per_period")
 		r["overrides"] = []any{map[string]any{"key": g.oneOf("key-1", "key-2"), "algorithm_config": override}}
 	}
+	g.reply(r)
 	return r
+}
+
+// reply gives one object in five (the configuration, a limit or a deny
+// rule) a custom rejection body, now and then with its content type.
+func (g *configGen) reply(into map[string]any) {
+	if g.rng.IntN(5) != 0 {
+		return
+	}
+	into["reject_body"] = g.oneOf(`{"message":"API rate limit exceeded"}`, "Too many requests", "", "<h1>Slow down</h1>")
+	if g.rng.IntN(2) == 0 {
+		into["reject_content_type"] = g.oneOf("text/html; charset=utf-8", "application/problem+json")
+	}
 }
 
 func (g *configGen) key() string {
