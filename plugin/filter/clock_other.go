@@ -4,10 +4,9 @@ package filter
 
 import "time"
 
-// nowSeconds is the realtime clock in unix seconds (native builds: tests).
-func nowSeconds() float64 {
-	return float64(time.Now().UnixNano()) / 1e9
-}
+// nowSeconds is the realtime clock in unix seconds, in whole microseconds
+// (native builds: tests).
+func nowSeconds() float64 { return secondsOf(time.Now().UnixNano()) }
 
 var monoOrigin = time.Now()
 

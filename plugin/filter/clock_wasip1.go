@@ -17,13 +17,14 @@ const (
 	clockMonotonic = 1
 )
 
-// nowSeconds is the WASI realtime clock (Envoy's clock) in unix seconds.
+// nowSeconds is the WASI realtime clock (Envoy's clock) in unix seconds,
+// in whole microseconds (secondsOf).
 func nowSeconds() float64 {
 	var ns uint64
 	if clockTimeGet(clockRealtime, 1, &ns) != 0 {
-		return float64(time.Now().UnixNano()) / 1e9
+		return secondsOf(time.Now().UnixNano())
 	}
-	return float64(ns) / 1e9
+	return secondsOf(int64(ns))
 }
 
 // monoNanos is the WASI monotonic clock in nanoseconds (an arbitrary

@@ -157,7 +157,9 @@ func sharePool(p state.Pool, exists bool, cost float64, env *poolEnv) (state.Poo
 	if !dec.Allowed {
 		return p, vShareDeny, dec.Remaining, dec.Wait
 	}
-	p.Tokens = int64(nb.Tokens * micro)
+	// A pool's level is never negative: Take may leave a hair of debt
+	// (limiter.DueSlack), which a pool does not keep.
+	p.Tokens = max(0, int64(nb.Tokens*micro))
 	p.Stamp = int64(math.Round(nb.LastRefill * 1000))
 	p.Spent += int64(math.Ceil(cost * micro))
 	return p, vShare, dec.Remaining, 0

@@ -21,7 +21,46 @@ func init() {
 		Case{Name: "TokenBucketAllowedResponseFields", Run: tokenBucketAllowedResponseFields},
 		Case{Name: "TokenBucketRejectionFields", Run: tokenBucketRejectionFields},
 		Case{Name: "TokenBucketRetryAfterNeverEarlyWithPerClientJitter", Run: tokenBucketRetryAfterNeverEarly},
+		Case{Name: "TokenBucketAdmitsAClientSendingAtExactlyTheRate", Run: tokenBucketExactRate},
 	)
+}
+
+// tokenBucketExactRate: a client that sends each request exactly when its
+// token is due is never rejected, whatever the clock's nanoseconds (a
+// bucket of burst 1 once refused every other request of a client at 1 per
+// second, its refill lost to the rounding of the stored time), and a
+// request a millisecond early is.
+func tokenBucketExactRate(t *testing.T, start Starter) {
+	for _, c := range []struct {
+		rate  string
+		burst int
+		every time.Duration
+		t0    time.Time
+	}{
+		{"1", 1, time.Second, time.Date(2026, 3, 2, 12, 0, 0, 123456789, time.UTC)},
+		{"0.3", 1, time.Second * 10 / 3, time.Date(2026, 3, 2, 12, 0, 0, 987654321, time.UTC)},
+		{"1000", 1000, time.Millisecond, time.Date(2026, 3, 2, 12, 0, 11, 987654321, time.UTC)},
+	} {
+		h := mustStart(t, start, Options{Start: c.t0, Config: []byte(fmt.Sprintf(`{"rules": [{"name": "r", "limit_keys": ["header:x-api-key"],
+			"algorithm": "token_bucket", "algorithm_config": {"tokens_per_second": %s, "burst": %d}}]}`, c.rate, c.burst))})
+		r := req("x-api-key", "k")
+		if got := admitted(t, h, c.burst-1, r); got != c.burst-1 { // the burst but one: the loop takes the last
+			t.Fatalf("rate %s: %d of the burst admitted", c.rate, got)
+		}
+		for i := range 300 {
+			if i > 0 {
+				h.Advance(c.every)
+			}
+			if res := do(t, h, r); res.Rejected {
+				t.Fatalf("rate %s: request %d, sent when its token was due, was rejected (Retry-After %s)",
+					c.rate, i+1, header(res.ResponseHeaders, "retry-after"))
+			}
+		}
+		h.Advance(c.every - time.Millisecond)
+		if res := do(t, h, r); !res.Rejected {
+			t.Errorf("rate %s: a request a millisecond early was admitted", c.rate)
+		}
+	}
 }
 
 // tokenBucketAdmitsBurstThenRejects: burst 3 at 1 token/s admits three

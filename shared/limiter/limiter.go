@@ -171,7 +171,7 @@ func (tb *TokenBucket) TakeInto(d *Decision, s state.Bucket, exists bool, now fl
 		tokens = burst
 	}
 
-	if tokens >= cost {
+	if tokens >= cost-rate*DueSlack {
 		tokens -= cost
 		d.Allowed = true
 	} else {
@@ -229,6 +229,19 @@ func (tb TokenBucket) Full(s state.Bucket, now float64) bool {
 	_, d := tb.Take(s, true, now, 0)
 	return d.Reset == 0
 }
+
+// DueSlack is how early, in seconds, a request may come for its tokens and
+// still be admitted. now is unix seconds in a float64, whose resolution is
+// about a quarter of a microsecond today, and a stored bucket keeps
+// micro-units: a request that arrives exactly when its tokens are due can
+// find them a rounding short of cost. Without the slack a client sending at
+// exactly the rate would now and then be rejected and told to come back in
+// a second. An admitted request may leave the bucket up to DueSlack × Rate
+// tokens in debt, which the next request must refill first: the debt never
+// grows past that, so the slack is gained once, not once per request. (The
+// filter reads its clock in whole microseconds, as it stores LastRefill, so
+// that no request loses refill time to the rounding.)
+const DueSlack = 1e-6
 
 // minWait is the smallest Wait of a rejection, so that a rejected request
 // always has a positive Wait (and RetryAfter >= 1) even when the shortfall
