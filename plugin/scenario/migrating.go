@@ -1,0 +1,263 @@
+package scenario
+
+// The examples of docs/migrating.md, each read from the page and run as it
+// stands: a configuration that replaces Envoy's local_ratelimit,
+// envoyproxy/ratelimit, nginx's limit_req, Kong's rate-limiting or a
+// Higress rate limit must do what the page says it does.
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func init() {
+	register(
+		Case{Name: "MigratingFromEnvoyLocalRateLimit", Run: migratingEnvoyLocal},
+		Case{Name: "MigratingFromEnvoyproxyRatelimit", Run: migratingEnvoyproxyRatelimit},
+		Case{Name: "MigratingFromNginxLimitReq", Run: migratingNginx},
+		Case{Name: "MigratingFromKongRateLimiting", Run: migratingKong},
+		Case{Name: "MigratingFromHigressKeyRateLimit", Run: migratingHigressKey},
+		Case{Name: "MigratingFromHigressClusterKeyRateLimit", Run: migratingHigressCluster},
+	)
+}
+
+// MigrationGuide is the page whose examples these cases run, from the
+// module root; MigrationExamples are the names of its examples that they run.
+const MigrationGuide = "docs/migrating.md"
+
+var MigrationExamples = []string{
+	"envoy-local", "envoyproxy-ratelimit", "nginx-limit-req", "kong", "higress-key-rate-limit", "higress-cluster-key-rate-limit",
+}
+
+// ExampleMarker is the comment before an example's block.
+func ExampleMarker(name string) string { return "<!-- example: " + name + " -->" }
+
+// DocExample returns the fenced block after ExampleMarker(name) in the page
+// at path (from the module root).
+func DocExample(path, name string) (string, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	data, err := os.ReadFile(filepath.Join(root, path))
+	if err != nil {
+		return "", err
+	}
+	_, after, ok := strings.Cut(string(data), ExampleMarker(name)+"\n```json\n")
+	if !ok {
+		return "", errors.New(path + ": no example " + name + " (a json block right after " + ExampleMarker(name) + ")")
+	}
+	block, _, ok := strings.Cut(after, "\n```")
+	if !ok {
+		return "", errors.New(path + ": example " + name + " is not closed")
+	}
+	return block, nil
+}
+
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// startExample starts the filter with the page's example name, the clock
+// at t0.
+func startExample(t *testing.T, start Starter, name string, t0 time.Time) Host {
+	t.Helper()
+	cfg, err := DocExample(MigrationGuide, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mustStart(t, start, Options{Config: []byte(cfg), Start: t0})
+}
+
+// wantRejection checks a rejection's status, body and fields. A body
+// ending in "..." is a prefix (the filter's JSON ends with the wait).
+func wantRejection(t *testing.T, what string, res Response, status int, body string, kv ...string) {
+	t.Helper()
+	got := string(res.LocalBody)
+	matches := got == body
+	if prefix, ok := strings.CutSuffix(body, "..."); ok {
+		matches = strings.HasPrefix(got, prefix)
+	}
+	if !res.Rejected || res.Status != status || !matches {
+		t.Fatalf("%s: rejected %v, status %d, body %q; want %d %q", what, res.Rejected, res.Status, got, status, body)
+	}
+	wantHeaders(t, what, res.ResponseHeaders, kv...)
+}
+
+// lastOf sends n copies of r and returns the last answer, failing unless
+// the n-1 before it were all admitted.
+func lastOf(t *testing.T, h Host, n int, r Request) Response {
+	t.Helper()
+	res := many(t, h, 0, repeat(r, n))
+	for i, x := range res[:n-1] {
+		if x.Rejected {
+			t.Fatalf("request %d of %d rejected (status %d)", i+1, n, x.Status)
+		}
+	}
+	return res[n-1]
+}
+
+var noon = time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)
+
+func migratingEnvoyLocal(t *testing.T, start Starter) {
+	h := startExample(t, start, "envoy-local", noon)
+	key := req("x-api-key", "k")
+	passed, rejected, held := burst(t, h, 11, key)
+	if len(passed) != 10 || len(rejected) != 1 || len(held) != 0 {
+		t.Fatalf("at once: %d passed, %d rejected, %d held; want max_tokens 10 passed", len(passed), len(rejected), len(held))
+	}
+	wantRejection(t, "over the bucket", rejected[0], 429, "local_rate_limited", "content-type", "text/plain; charset=utf-8")
+	if ra := atoi(t, "retry-after", header(rejected[0].ResponseHeaders, "retry-after")); ra < 1 {
+		t.Errorf("Retry-After %d", ra)
+	}
+	// tokens_per_fill 5 per fill_interval 1s: a token every 200 ms.
+	h.Advance(200 * time.Millisecond)
+	if got := admitted(t, h, 2, key); got != 1 {
+		t.Errorf("200 ms later: %d of 2 admitted, want 1", got)
+	}
+	noRecoveredPanics(t, h)
+}
+
+func migratingEnvoyproxyRatelimit(t *testing.T, start Starter) {
+	h := startExample(t, start, "envoyproxy-ratelimit", noon.Add(30*time.Second))
+	wantRejection(t, "the revoked key", do(t, h, req("@ip", "192.0.2.1:1", "x-api-key", "revoked-key")), 429,
+		`{"error":"denied","rule":"revoked"}`, "x-ratelimit-reason", "denied")
+
+	// 60 a minute per address, in the minute aligned to the clock.
+	addr := req("@ip", "192.0.2.2:1", "x-api-key", "k1")
+	wantRejection(t, "the 61st of the minute", lastOf(t, h, 61, addr), 429, `{"error":"rate_limited","rule":"address-minute",...`,
+		"x-ratelimit-reason", "fixed_window_exceeded", "ratelimit-policy", `"address-minute";q=60;w=60`)
+	if got := metric(h, "sluice.rule.key-hour.allowed"); got != 60 {
+		t.Errorf("key-hour counted %d requests of key k1, want its 60 allowed", got)
+	}
+	h.Advance(30 * time.Second) // 12:01:00: a new minute
+	if got := admitted(t, h, 60, addr); got != 60 {
+		t.Errorf("the next minute: %d of 60 admitted", got)
+	}
+
+	// The batch key has no hourly limit, but its address still has one.
+	batch := req("@ip", "192.0.2.3:1", "x-api-key", "internal-batch")
+	if got := admitted(t, h, 61, batch); got != 60 {
+		t.Errorf("the batch key: %d of 61 admitted, want the address's 60", got)
+	}
+	if got := metric(h, "sluice.rule.key-hour.allowed"); got != 120 {
+		t.Errorf("key-hour counted %d requests, want only key k1's 120 (not the batch key's)", got)
+	}
+	noRecoveredPanics(t, h)
+}
+
+func migratingNginx(t *testing.T, start Starter) {
+	h := startExample(t, start, "nginx-limit-req", noon)
+	at := func(path string) Request { return req("@ip", "198.51.100.7:1", ":path", path) }
+
+	// burst=20 nodelay: 21 at once, then one every 100 ms.
+	passed, rejected, held := burst(t, h, 22, at("/api/items"))
+	if len(passed) != 21 || len(rejected) != 1 || len(held) != 0 {
+		t.Fatalf("/api/: %d passed, %d rejected, %d held; want 21, 1, 0", len(passed), len(rejected), len(held))
+	}
+	h.Advance(100 * time.Millisecond) // exactly when the token is due
+	if got := admitted(t, h, 2, at("/api/items")); got != 1 {
+		t.Errorf("/api/ 100 ms later: %d of 2 admitted, want 1", got)
+	}
+	// 1r/s burst=5, queued: one at once, five paced a second apart.
+	nginxQueue(t, h, at("/upload/f"), 1, []time.Duration{1000, 2000, 3000, 4000, 5000})
+	// 2r/s burst=10 delay=3: four at once, seven paced half a second apart.
+	nginxQueue(t, h, at("/search/q"), 4, []time.Duration{500, 1000, 1500, 2000, 2500, 3000, 3500})
+	noRecoveredPanics(t, h)
+}
+
+// nginxQueue sends a burst of one more than nginx takes (1 + burst): now
+// pass at once, the others are held until their times (ms), the last is
+// rejected.
+func nginxQueue(t *testing.T, h Host, r Request, now int, heldFor []time.Duration) {
+	t.Helper()
+	n := now + len(heldFor) + 1
+	passed, rejected, held := burst(t, h, n, r)
+	if len(passed) != now || len(held) != len(heldFor) || len(rejected) != 1 {
+		t.Fatalf("%s: %d passed, %d held, %d rejected; want %d, %d, 1", header(r.Headers, ":path"),
+			len(passed), len(held), len(rejected), now, len(heldFor))
+	}
+	settled := stepUntilSettled(t, h, held, 50*time.Millisecond, heldFor[len(heldFor)-1]*time.Millisecond)
+	for i, s := range held {
+		if settled[i] != heldFor[i]*time.Millisecond {
+			t.Errorf("%s: held request %d went at %v, want %v", header(r.Headers, ":path"), i+1, settled[i], heldFor[i]*time.Millisecond)
+		}
+		if res, err := s.Complete(); err != nil || res.Rejected {
+			t.Fatalf("completing held request %d: rejected %v, %v", i+1, res.Rejected, err)
+		}
+	}
+}
+
+func migratingKong(t *testing.T, start Starter) {
+	h := startExample(t, start, "kong", noon)
+	key := req("@ip", "203.0.113.9:1", "x-api-key", "k")
+	kongMessage := `{"message":"API rate limit exceeded"}`
+	// 100 a minute, for ten minutes: the hour's 1,000.
+	for m := range 10 {
+		fields := []string{"content-type", "application/json", "ratelimit-remaining", "0"}
+		if m < 9 { // in the tenth minute the hour is used up too
+			fields = append(fields, "ratelimit-policy", `"key-minute";q=100;w=60`)
+		}
+		wantRejection(t, "the 101st of a minute", lastOf(t, h, 101, key), 429, kongMessage, fields...)
+		if m < 9 {
+			h.Advance(time.Minute)
+		}
+	}
+	h.Advance(time.Minute) // 12:10: a new minute, but the hour is used up
+	res := do(t, h, key)
+	wantRejection(t, "the 1,001st of the hour", res, 429, kongMessage, "ratelimit-policy", `"key-hour";q=1000;w=3600`)
+	if ra := atoi(t, "retry-after", header(res.ResponseHeaders, "retry-after")); ra < 50*60 {
+		t.Errorf("Retry-After %d, want at least the 50 minutes to 13:00", ra)
+	}
+	// Without a key, the client address is limited the same way.
+	if got := admitted(t, h, 101, req("@ip", "203.0.113.9:1")); got != 100 {
+		t.Errorf("without a key: %d of 101 admitted, want the address's 100", got)
+	}
+	noRecoveredPanics(t, h)
+}
+
+func migratingHigressKey(t *testing.T, start Starter) {
+	h := startExample(t, start, "higress-key-rate-limit", noon)
+	if got := admitted(t, h, 200, req("x-api-key", "unlisted")); got != 200 {
+		t.Errorf("an unlisted key: %d of 200 admitted, want all (no rule names it)", got)
+	}
+	trial := req("x-api-key", "trial-key")
+	wantRejection(t, "the trial key's second request in a second", lastOf(t, h, 2, trial), 429, "Too many requests",
+		"content-type", "text/plain; charset=utf-8")
+	h.Advance(time.Second)
+	if got := admitted(t, h, 2, trial); got != 1 {
+		t.Errorf("the next second: %d of 2 admitted, want 1", got)
+	}
+	if got := admitted(t, h, 101, req("x-api-key", "gold-key")); got != 100 {
+		t.Errorf("the gold key: %d of 101 admitted in a minute, want 100", got)
+	}
+	noRecoveredPanics(t, h)
+}
+
+func migratingHigressCluster(t *testing.T, start Starter) {
+	h := startExample(t, start, "higress-cluster-key-rate-limit", noon)
+	alpha := req(":path", "/v1/items?apikey=alpha")
+	wantRejection(t, "an a-key's 11th in a second", lastOf(t, h, 11, alpha), 503,
+		`{"error":"rate_limited","rule":"apikey-a",...`, "ratelimit-policy", `"apikey-a";q=10;w=1`)
+	if got := admitted(t, h, 101, req(":path", "/v1/items?apikey=beta")); got != 100 {
+		t.Errorf("another key: %d of 101 admitted in a minute, want the 100 of the \"*\" item", got)
+	}
+	noRecoveredPanics(t, h)
+}
