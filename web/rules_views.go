@@ -56,7 +56,12 @@ type RuleFormView struct {
 	Keys       []LimitKeyRow
 	Match      []MatchCondRow
 	Kept       []string          // match conditions kept as they are
-	Errors     map[string]string // by field: name, mode, action, deny_status, algorithm, rate, burst, limit, window, period, keys, match, ""
+	// Reject: the rule has its own rejection body, RejectBody (maybe
+	// empty), sent as RejectContentType ("": from the body).
+	Reject            bool
+	RejectBody        string
+	RejectContentType string
+	Errors            map[string]string // by field: name, mode, action, deny_status, reject_body, reject_content_type, algorithm, rate, burst, limit, window, period, keys, match, ""
 }
 
 // LimitKeyRow is one limit key: a source kind and, for header/query/jwt, a name.

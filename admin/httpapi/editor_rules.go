@@ -75,6 +75,7 @@ func formView(d *policyedit.Doc, ref policyedit.Ref, f policyedit.Form, errs []p
 		Ref: strconv.Itoa(ref.Policy) + ":" + strconv.Itoa(ref.Rule), Path: d.RulePath(ref),
 		Name: f.Name, Mode: f.Mode, Action: f.Action, DenyStatus: f.DenyStatus, Algorithm: f.Algorithm, Rate: f.Rate, Burst: f.Burst,
 		Limit: f.Limit, Window: f.Window, Period: f.Period, Kept: f.Kept, Errors: map[string]string{},
+		Reject: f.Reject, RejectBody: f.RejectBody, RejectContentType: f.RejectContentType,
 	}
 	for _, k := range f.Keys {
 		kind, name, _ := strings.Cut(k, ":")
@@ -108,7 +109,13 @@ func formFromPost(f url.Values) policyedit.Form {
 		Name: f.Get("rf_name"), Mode: f.Get("rf_mode"), Action: f.Get("rf_action"), DenyStatus: f.Get("rf_deny_status"),
 		Algorithm: f.Get("rf_algorithm"),
 		Rate:      f.Get("rf_rate"), Burst: f.Get("rf_burst"), Limit: f.Get("rf_limit"), Window: f.Get("rf_window"), Period: f.Get("rf_period"),
+		// A browser sends a textarea's lines ended with CRLF.
+		RejectBody:        strings.ReplaceAll(f.Get("rf_reject_body"), "\r\n", "\n"),
+		RejectContentType: f.Get("rf_reject_content_type"),
 	}
+	// A body typed in is the rule's own even if its box was left unticked;
+	// the box alone stands for an empty body.
+	out.Reject = f.Get("rf_reject") != "" || out.RejectBody != ""
 	for i := 0; i < 16; i++ {
 		kind := f.Get("rf_key_kind" + strconv.Itoa(i))
 		name := strings.TrimSpace(f.Get("rf_key_name" + strconv.Itoa(i)))

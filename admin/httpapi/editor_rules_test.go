@@ -150,3 +150,43 @@ func TestStructuredEditorEditsExemptAndDenyRules(t *testing.T) {
 		t.Errorf("an unknown action: %d, no error next to the action", status)
 	}
 }
+
+func TestStructuredEditorSetsARulesRejectionBody(t *testing.T) {
+	e := newEnv(t, nil)
+	c := login(t, e, "alice")
+	tok := csrfOf(t, get(t, c, e.srv.URL+"/"))
+	draft := `{"policies":[{"name":"p","rules":[
+	 {"name":"api","limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10},"reject_body":""},
+	 {"name":"health","action":"exempt","match":{"path":"/healthz"}}]}]}`
+	resp, body := post(t, c, e.srv.URL+"/policy/rules", url.Values{"csrf": {tok}, "base_version": {"1"}, "policy": {draft}, "op": {"edit:0:0"}})
+	if resp.StatusCode != 200 || !strings.Contains(body, `name="rf_reject" value="1" checked`) {
+		t.Fatalf("edit a rule with an empty reject_body: %d, its box is not ticked", resp.StatusCode)
+	}
+	apply := func(draft, ref string, fields url.Values) (int, string) {
+		t.Helper()
+		form := url.Values{"csrf": {tok}, "base_version": {"1"}, "policy": {draft}, "op": {"apply:" + ref},
+			"rf_name": {"api"}, "rf_algorithm": {"token_bucket"}, "rf_rate": {"5"}, "rf_burst": {"10"},
+			"rf_key_kind0": {"header"}, "rf_key_name0": {"x-api-key"}}
+		for k, v := range fields {
+			form[k] = v
+		}
+		resp, body := post(t, c, e.srv.URL+"/policy/rules", form)
+		return resp.StatusCode, body
+	}
+	// A body typed in, with a browser's line ends, and its content type.
+	status, body := apply(draft, "0:0", url.Values{"rf_reject_body": {"Too many requests.\r\nSee /limits"}, "rf_reject_content_type": {"text/plain"}})
+	got := draftOf(t, body)
+	if status != 200 || !strings.Contains(got, `"reject_body": "Too many requests.\nSee /limits"`) || !strings.Contains(got, `"reject_content_type": "text/plain"`) {
+		t.Fatalf("set a rejection body: %d\n%s", status, got)
+	}
+	// Neither the box nor a body: the rule's own body goes.
+	status, body = apply(got, "0:0", nil)
+	if got = draftOf(t, body); status != 200 || strings.Contains(got, "reject_") {
+		t.Fatalf("clear the rejection body: %d\n%s", status, got)
+	}
+	// A content type that is not one gets its error next to its field.
+	status, body = apply(got, "0:0", url.Values{"rf_reject": {"1"}, "rf_reject_content_type": {"plain text"}})
+	if status != http.StatusUnprocessableEntity || !strings.Contains(body, `id="rf-err-reject_content_type"`) {
+		t.Errorf("a bad content type: %d, no error next to the field", status)
+	}
+}

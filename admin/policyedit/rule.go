@@ -158,6 +158,12 @@ type Form struct {
 	// Kept lists the match conditions the form cannot edit (operators it
 	// has no fields for): they stay as they are.
 	Kept []string
+	// Reject is whether the rule has its own rejection body (reject_body,
+	// which may be empty) with RejectBody and RejectContentType ("" for
+	// the default of the body).
+	Reject            bool
+	RejectBody        string
+	RejectContentType string
 }
 
 // FormOf fills the form from a rule.
@@ -165,6 +171,9 @@ func FormOf(o Object) Form {
 	f := Form{Name: o.String("name"), Mode: o.String("mode"), Action: o.String("action"), Algorithm: o.String("algorithm")}
 	if v, ok := o.Get("deny_status"); ok {
 		f.DenyStatus = strings.TrimSpace(string(v))
+	}
+	if _, ok := o.Get("reject_body"); ok {
+		f.Reject, f.RejectBody, f.RejectContentType = true, o.String("reject_body"), o.String("reject_content_type")
 	}
 	if v, ok := o.Get("limit_keys"); ok {
 		json.Unmarshal(v, &f.Keys)
@@ -197,7 +206,7 @@ func FormOf(o Object) Form {
 
 // FieldError is a problem with one of the form's fields.
 type FieldError struct {
-	Field   string // "name", "mode", "action", "deny_status", "algorithm", "rate", "burst", "limit", "window", "period", "keys", "match", "" (the rule)
+	Field   string // "name", "mode", "action", "deny_status", "reject_body", "reject_content_type", "algorithm", "rate", "burst", "limit", "window", "period", "keys", "match", "" (the rule)
 	Message string
 }
 
@@ -248,6 +257,7 @@ func (f Form) Apply(o Object) (Object, []FieldError) {
 	} else {
 		out.Delete("match")
 	}
+	f.applyReject(&out, action)
 	if limitsNothing(action) {
 		out.Delete("limit_keys")
 		out.Delete("algorithm")
@@ -285,6 +295,22 @@ func (f Form) Apply(o Object) (Object, []FieldError) {
 	}
 	out.Set("algorithm_config", cfg)
 	return out, errs
+}
+
+// applyReject writes the rule's own rejection body and content type, or
+// removes them (an exempt rule rejects nothing).
+func (f Form) applyReject(out *Object, action string) {
+	if !f.Reject || action == policy.ActionExempt {
+		out.Delete("reject_body")
+		out.Delete("reject_content_type")
+		return
+	}
+	out.Set("reject_body", f.RejectBody)
+	if ct := strings.TrimSpace(f.RejectContentType); ct != "" {
+		out.Set("reject_content_type", ct)
+	} else {
+		out.Delete("reject_content_type")
+	}
 }
 
 // matchOf is the rule's match: the editable conditions from the form, then
@@ -340,6 +366,8 @@ func Locate(e policy.FieldError, rulePath string) (FieldError, bool) {
 		field = "action"
 	case rest == "deny_status":
 		field = "deny_status"
+	case rest == "reject_body" || rest == "reject_content_type":
+		field = rest
 	case strings.HasPrefix(rest, "limit_keys"):
 		field = "keys"
 	case strings.HasPrefix(rest, "match"):

@@ -39,7 +39,7 @@ document.addEventListener("DOMContentLoaded", () => {
     const sync = () => {
       const act = action.value || "limit";
       document.querySelectorAll("#rule-form [data-action], #rule-form [data-alg]").forEach((el) => {
-        const byAction = !el.dataset.action || el.dataset.action === act;
+        const byAction = !el.dataset.action || el.dataset.action.split(" ").includes(act);
         const byAlg = !el.dataset.alg || algShows(el.dataset.alg, alg.value);
         el.hidden = !(byAction && byAlg);
       });
