@@ -665,7 +665,7 @@ func ruleForm(f RuleFormView) templ.Component {
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 65, "</span> <label for=\"rf_reject_body\" data-action=\"limit deny\">Rejection body</label> <span data-action=\"limit deny\" class=\"reject-body\"><label><input type=\"checkbox\" id=\"rf_reject\" name=\"rf_reject\" value=\"1\"")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 65, "</span> <label for=\"rf_reject_body\" data-action=\"limit deny\">Rejection body</label> <span data-action=\"limit deny\" class=\"reject-body\"><label class=\"check\" title=\"Unticked and empty: the configuration's reject_body, or the filter's JSON. Ticked and empty: no body.\"><input type=\"checkbox\" id=\"rf_reject\" name=\"rf_reject\" value=\"1\"")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
@@ -675,7 +675,7 @@ func ruleForm(f RuleFormView) templ.Component {
 				return templ_7745c5c3_Err
 			}
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 67, "> this rule's own <span class=\"muted\">(otherwise the policy's <code>reject_body</code>, or the filter's JSON; checked and empty: no body)</span></label> <textarea id=\"rf_reject_body\" name=\"rf_reject_body\" rows=\"2\" cols=\"48\" placeholder='{\"message\":\"API rate limit exceeded\"}'>")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 67, "> this rule's own</label> <textarea id=\"rf_reject_body\" name=\"rf_reject_body\" rows=\"2\" cols=\"48\" placeholder='{\"message\":\"API rate limit exceeded\"}'>")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}

@@ -36,6 +36,19 @@ func TestBrowserRaiseATierAndSimulate(t *testing.T) {
 	if got := eval(`document.getElementById("rf_rate").value`); got != "10" {
 		t.Errorf("the rate field shows %q", got)
 	}
+	// The rejection body belongs to limit and deny rules: an exempt rule's
+	// form hides it.
+	shown := func(action string) string {
+		return eval(`(() => { const a = document.getElementById("rf_action"); a.value = "` + action + `";
+			a.dispatchEvent(new Event("change"));
+			return String(!document.getElementById("rf_reject_body").closest("[data-action]").hidden); })()`)
+	}
+	for action, want := range map[string]string{"deny": "true", "exempt": "false", "": "true"} {
+		if got := shown(action); got != want {
+			t.Errorf("action %q: the rejection body shown %s, want %s", action, got, want)
+		}
+	}
+	shown("") // limit again, for the rest of the test
 	run("raise the rate", chromedp.SetValue(chromedp.ID("rf_rate"), "50"), chromedp.SetValue(chromedp.ID("rf_burst"), "5"),
 		chromedp.Click(chromedp.ID("apply-rule")), chromedp.WaitVisible(chromedp.ID("rf-err-burst")))
 	if msg := eval(`document.getElementById("rf-err-burst").textContent`); !strings.Contains(msg, "5 is below tokens_per_second 50") {
