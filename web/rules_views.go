@@ -55,7 +55,7 @@ type RuleFormView struct {
 	Period     string
 	Keys       []LimitKeyRow
 	Match      []MatchCondRow
-	Kept       []string          // match conditions kept as they are
+	Kept       []string // match conditions kept as they are
 	// Reject: the rule has its own rejection body, RejectBody (maybe
 	// empty), sent as RejectContentType ("": from the body).
 	Reject            bool
