@@ -56,9 +56,11 @@ func (p *pluginContext) sendReject(r *compiledRule, wait float64, identity strin
 	b = append(b, "0;t="...)
 	b = appendDecimal(b, t)
 	rlEnd := len(b)
-	b = append(b, r.bodyPre...)
-	b = appendDecimal(b, retry)
-	b = append(b, '}')
+	if r.reply == nil { // the filter's JSON body, ending with the wait
+		b = append(b, r.bodyPre...)
+		b = appendDecimal(b, retry)
+		b = append(b, '}')
+	}
 	p.hdrBuf = b
 	s := bytesView(b)
 

@@ -234,3 +234,18 @@ func fnv64Hex(s string) string {
 	h.Write([]byte(s))
 	return fmt.Sprintf("%016x", h.Sum64())
 }
+
+// wantRejection checks a rejection's status, body and fields. A body
+// ending in "..." is a prefix (the filter's JSON ends with the wait).
+func wantRejection(t *testing.T, what string, res Response, status int, body string, kv ...string) {
+	t.Helper()
+	got := string(res.LocalBody)
+	matches := got == body
+	if prefix, ok := strings.CutSuffix(body, "..."); ok {
+		matches = strings.HasPrefix(got, prefix)
+	}
+	if !res.Rejected || res.Status != status || !matches {
+		t.Fatalf("%s: rejected %v, status %d, body %q; want %d %q", what, res.Rejected, res.Status, got, status, body)
+	}
+	wantHeaders(t, what, res.ResponseHeaders, kv...)
+}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/plugin/wasmhost/wasmtest"
 )
 
 func init() {
@@ -39,7 +41,7 @@ func ExampleMarker(name string) string { return "<!-- example: " + name + " -->"
 // DocExample returns the fenced block after ExampleMarker(name) in the page
 // at path (from the module root).
 func DocExample(path, name string) (string, error) {
-	root, err := moduleRoot()
+	root, err := wasmtest.Root()
 	if err != nil {
 		return "", err
 	}
@@ -58,23 +60,6 @@ func DocExample(path, name string) (string, error) {
 	return block, nil
 }
 
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
-}
-
 // startExample starts the filter with the page's example name, the clock
 // at t0.
 func startExample(t *testing.T, start Starter, name string, t0 time.Time) Host {
@@ -84,21 +69,6 @@ func startExample(t *testing.T, start Starter, name string, t0 time.Time) Host {
 		t.Fatal(err)
 	}
 	return mustStart(t, start, Options{Config: []byte(cfg), Start: t0})
-}
-
-// wantRejection checks a rejection's status, body and fields. A body
-// ending in "..." is a prefix (the filter's JSON ends with the wait).
-func wantRejection(t *testing.T, what string, res Response, status int, body string, kv ...string) {
-	t.Helper()
-	got := string(res.LocalBody)
-	matches := got == body
-	if prefix, ok := strings.CutSuffix(body, "..."); ok {
-		matches = strings.HasPrefix(got, prefix)
-	}
-	if !res.Rejected || res.Status != status || !matches {
-		t.Fatalf("%s: rejected %v, status %d, body %q; want %d %q", what, res.Rejected, res.Status, got, status, body)
-	}
-	wantHeaders(t, what, res.ResponseHeaders, kv...)
 }
 
 // lastOf sends n copies of r and returns the last answer, failing unless

@@ -25,11 +25,7 @@ func customRejectBodies(t *testing.T, start Starter) {
 	h := startConfig(t, start, rejectBodyConfig)
 	reject := func(what string, r Request, status int, body string, kv ...string) {
 		t.Helper()
-		res := do(t, h, r)
-		if !res.Rejected || res.Status != status || string(res.LocalBody) != body {
-			t.Fatalf("%s: rejected %v, status %d, body %q; want %d %q", what, res.Rejected, res.Status, res.LocalBody, status, body)
-		}
-		wantHeaders(t, what, res.ResponseHeaders, kv...)
+		wantRejection(t, what, do(t, h, r), status, body, kv...)
 	}
 
 	// The configuration's body, for a limit rule without one of its own.

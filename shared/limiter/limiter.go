@@ -231,10 +231,10 @@ func (tb TokenBucket) Full(s state.Bucket, now float64) bool {
 }
 
 // DueSlack is how early, in seconds, a request may come for its tokens and
-// still be admitted. now is unix seconds in a float64, whose resolution is
-// about a quarter of a microsecond today, and a stored bucket keeps
-// micro-units: a request that arrives exactly when its tokens are due can
-// find them a rounding short of cost. Without the slack a client sending at
+// still be admitted. Times are unix seconds in a float64 (about a quarter
+// of a microsecond apart today) and a stored bucket keeps micro-units: a
+// request that arrives exactly when its tokens are due can find them a
+// rounding short of cost. Without the slack a client sending at
 // exactly the rate would now and then be rejected and told to come back in
 // a second. An admitted request may leave the bucket up to DueSlack × Rate
 // tokens in debt, which the next request must refill first: the debt never

@@ -356,13 +356,13 @@ func TestLevelAndFull(t *testing.T) {
 }
 
 // TestAClientSendingAtExactlyTheRateIsAdmitted sends, after a burst, one
-// request each time a token is due, on the clock the filter reads
-// (nanoseconds as float64 unix seconds) and through the stored state's
-// rounding to micro-units. Without the slack and the rounding of
-// LastRefill, a bucket of burst 1 at 1 or 0.3 tokens a second refused every
-// second or third such request. Rounding the tokens to micro-tokens may
-// still lose one request in many thousands; the rejected one then leaves a
-// token of headroom.
+// request each time a token is due, on the clock the filter reads (whole
+// microseconds of a nanosecond clock) and through the stored state's
+// rounding to micro-units. Without DueSlack the first such request is
+// refused now and then (a float64 of unix seconds is not an exact count of
+// microseconds). Rounding the tokens to micro-tokens may still lose one
+// request in many thousands; the refused one then leaves a token of
+// headroom.
 func TestAClientSendingAtExactlyTheRateIsAdmitted(t *testing.T) {
 	for _, rate := range []float64{0.3, 1, 3, 7, 10, 1000} {
 		for _, start := range []int64{1772452800_000000000, 1772452800_123456789, 1772452811_987654321} {

@@ -33,9 +33,9 @@ type Reply struct {
 	ContentType string
 }
 
-// DefaultContentType is the content type of body when reject_content_type
+// defaultContentType is the content type of body when reject_content_type
 // is not given: none for an empty body, JSON for a JSON text, else text.
-func DefaultContentType(body string) string {
+func defaultContentType(body string) string {
 	switch {
 	case body == "":
 		return ""
@@ -73,7 +73,7 @@ func (p *parser) reply(path string, f map[string]*jvalue) *Reply {
 		p.errorf(bpath, "is ", strconv.Itoa(len(bv.s)), " bytes long; at most ", strconv.Itoa(MaxRejectBody), " are allowed")
 		return nil
 	}
-	r := &Reply{Body: bv.s, ContentType: DefaultContentType(bv.s)}
+	r := &Reply{Body: bv.s, ContentType: defaultContentType(bv.s)}
 	if cv != nil {
 		cpath := join(path, "reject_content_type")
 		if cv.kind != jString {

@@ -268,29 +268,21 @@ func (res *Result) deny(cfg *policy.Config, a *RuleResult) {
 		res.Status = policy.DefaultDenyStatus
 	}
 	res.Rule = a.Name
-	res.Headers = [][2]string{{"x-ratelimit-reason", "denied"}, {"content-type", policy.ContentTypeJSON}}
-	res.Body = `{"error":"denied","rule":"` + a.Name + `"}`
-	res.customReply(cfg.RejectReply(a.rule))
+	var contentType string
+	res.Body, contentType = replyOf(cfg, a.rule, `{"error":"denied","rule":"`+a.Name+`"}`)
+	res.Headers = [][2]string{{"x-ratelimit-reason", "denied"}}
+	if contentType != "" {
+		res.Headers = append(res.Headers, [2]string{"content-type", contentType})
+	}
 }
 
-// customReply sends reply (reject_body, reject_content_type), when there
-// is one, instead of the filter's JSON body: the content-type field is its
-// own, or absent.
-func (res *Result) customReply(reply *policy.Reply) {
-	if reply == nil {
-		return
+// replyOf is the body and content type a rejection by r is sent with: its
+// reject_body (Config.RejectReply), or the filter's JSON body def.
+func replyOf(cfg *policy.Config, r *policy.Rule, def string) (body, contentType string) {
+	if reply := cfg.RejectReply(r); reply != nil {
+		return reply.Body, reply.ContentType
 	}
-	res.Body = reply.Body
-	for i, h := range res.Headers {
-		if h[0] == "content-type" {
-			if reply.ContentType == "" {
-				res.Headers = append(res.Headers[:i], res.Headers[i+1:]...)
-			} else {
-				res.Headers[i][1] = reply.ContentType
-			}
-			return
-		}
-	}
+	return def, policy.ContentTypeJSON
 }
 
 // limitsFor returns the rule deciding identity: r, or a copy of r with the
@@ -458,13 +450,17 @@ func (res *Result) reject(cfg *policy.Config, a *RuleResult) {
 		retry = t // a quota: the time to the reset, without jitter
 	}
 	rs, ts := strconv.FormatInt(retry, 10), strconv.FormatInt(t, 10)
+	var contentType string
+	res.Body, contentType = replyOf(cfg, a.rule, `{"error":"rate_limited","rule":"`+a.Name+`","retry_after":`+rs+`}`)
 	f := a.fields
 	res.Headers = [][2]string{
 		{"retry-after", rs},
 		{"ratelimit", f.RatePrefix + "0;t=" + ts},
 		{"ratelimit-policy", f.Policy},
 		{"x-ratelimit-reason", f.Reason},
-		{"content-type", policy.ContentTypeJSON},
+	}
+	if contentType != "" {
+		res.Headers = append(res.Headers, [2]string{"content-type", contentType})
 	}
 	if cfg.LegacyHeaders {
 		res.Headers = append(res.Headers,
@@ -472,8 +468,6 @@ func (res *Result) reject(cfg *policy.Config, a *RuleResult) {
 			[2]string{"ratelimit-remaining", "0"},
 			[2]string{"ratelimit-reset", ts})
 	}
-	res.Body = `{"error":"rate_limited","rule":"` + a.Name + `","retry_after":` + rs + `}`
-	res.customReply(cfg.RejectReply(a.rule))
 }
 
 // marks reports whether the rule, in shadow mode, names itself in the
