@@ -301,7 +301,9 @@ func writeLocal(w http.ResponseWriter, local *wasmhost.LocalResponse, headers []
 		headers = append([]wasmhost.Header{{":status", strconv.Itoa(local.Status)}}, local.Headers...)
 	}
 	w.WriteHeader(writeHeaders(w, headers, local.Status))
-	w.Write(local.Body)
+	if !local.GRPC { // a gRPC reply carries its body in grpc-message
+		w.Write(local.Body)
+	}
 }
 
 func (gw *Gateway) fail(w http.ResponseWriter, what string, err error) {

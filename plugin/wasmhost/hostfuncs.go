@@ -214,6 +214,7 @@ func hSendLocalResponse(vm *VM, st []uint64) Status {
 		Headers:    headers,
 		Body:       append([]byte(nil), body...),
 		GRPCStatus: int32(u32(st[7])),
+		GRPC:       isGRPCRequest(s.req),
 	}
 	s.local = local
 	s.localPending = true
@@ -225,8 +226,12 @@ func hSendLocalResponse(vm *VM, st []uint64) Status {
 
 // localReplyHeaders builds the headers Envoy's sendLocalReply sends:
 // :status, the plugin's headers, and for a non-empty body content-length and
-// (unless set) content-type text/plain.
+// (unless set) content-type text/plain; to a gRPC request, a trailers-only
+// reply (grpc_reply.go).
 func localReplyHeaders(l *LocalResponse) []Header {
+	if l.GRPC {
+		return grpcReplyHeaders(l)
+	}
 	h := make([]Header, 0, len(l.Headers)+3)
 	h = append(h, Header{":status", itoa(l.Status)})
 	h = append(h, l.Headers...)

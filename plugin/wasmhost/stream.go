@@ -56,6 +56,10 @@ type LocalResponse struct {
 	Headers    []Header
 	Body       []byte
 	GRPCStatus int32 // -1: none
+	// GRPC: the request was a gRPC call, so the reply Envoy sends is
+	// trailers-only (grpc_reply.go): HTTP 200, no body, the body in
+	// grpc-message.
+	GRPC bool
 }
 
 // StreamResult is the outcome of one stream callback.

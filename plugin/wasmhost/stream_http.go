@@ -77,7 +77,7 @@ func (s *Stream) fillResult(res *Result) {
 	if s.local != nil {
 		res.Rejected = true
 		res.Local = s.local
-		res.Status = s.local.Status
+		res.Status = statusOf(s.localFinal)
 		res.ResponseHeaders = s.localFinal
 		return
 	}

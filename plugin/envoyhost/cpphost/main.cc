@@ -114,6 +114,64 @@ std::string unesc(std::string_view s) {
   return out;
 }
 
+// Envoy's local reply to a gRPC request (Http::Utility::prepareLocalReply):
+// trailers-only, :status 200, content-type application/grpc in place of the
+// plugin's, grpc-status unless the plugin set one (its gRPC status, or
+// gRPC's mapping of the HTTP status), the body percent-encoded in
+// grpc-message. A request is gRPC as Grpc::Common::isGrpcRequestHeaders
+// says: a :path, and content-type application/grpc alone or followed by '+'.
+bool isGrpcRequest(const Headers &req) {
+  bool path = false, grpc = false;
+  const std::string prefix = "application/grpc";
+  for (auto &kv : req) {
+    if (kv.first == ":path") path = true;
+    if (kv.first == "content-type")
+      grpc = kv.second.compare(0, prefix.size(), prefix) == 0 &&
+             (kv.second.size() == prefix.size() || kv.second[prefix.size()] == '+');
+  }
+  return path && grpc;
+}
+
+int grpcOfHttp(uint32_t code) {
+  switch (code) {
+  case 400: return 13;
+  case 401: return 16;
+  case 403: return 7;
+  case 404: return 12;
+  case 429: case 502: case 503: case 504: return 14;
+  }
+  return 2;
+}
+
+void grpcReply(Headers &h, uint32_t code, const std::string &body, int grpc) {
+  h[0].second = "200";
+  bool has_type = false, has_status = false;
+  for (auto &kv : h) {
+    if (kv.first == "content-type") {
+      kv.second = "application/grpc";
+      has_type = true;
+    }
+    has_status |= kv.first == "grpc-status";
+  }
+  if (!has_type) h.emplace_back("content-type", "application/grpc");
+  if (!has_status) h.emplace_back("grpc-status", std::to_string(grpc >= 0 ? grpc : grpcOfHttp(code)));
+  if (!body.empty()) {
+    static const char hex[] = "0123456789ABCDEF";
+    std::string m;
+    for (char c : body) {
+      if (c < ' ' || c >= '~' || c == '%') {
+        unsigned char u = static_cast<unsigned char>(c);
+        m += '%';
+        m += hex[u >> 4];
+        m += hex[u & 15];
+      } else {
+        m += c;
+      }
+    }
+    h.emplace_back("grpc-message", m);
+  }
+}
+
 Tokens split(const std::string &line) {
   Tokens t;
   size_t i = 0;
@@ -741,13 +799,17 @@ struct Worker {
     return ctx;
   }
 
-  void applyLocalReply(HostContext *ctx, uint32_t code, const std::string &body, const Headers &extra) {
+  void applyLocalReply(HostContext *ctx, uint32_t code, const std::string &body, const Headers &extra, int grpc) {
     StreamState *s = ctx->stream;
     bool request_phase = !s->has_resp;
     Headers h;
     h.emplace_back(":status", std::to_string(code));
     for (auto &kv : extra) h.push_back(kv);
-    if (!body.empty()) {
+    bool is_grpc = isGrpcRequest(s->req);
+    if (is_grpc) {
+      grpcReply(h, code, body, grpc);
+      code = 200;
+    } else if (!body.empty()) {
       // Envoy's sendLocalReply: content-length set, content-type text/plain
       // unless the plugin's headers carry one.
       bool has_type = false;
@@ -758,13 +820,14 @@ struct Worker {
     s->rejected = true;
     s->status = code;
     s->local_body = body;
+    bool end_stream = body.empty() || is_grpc;
     s->resp = std::move(h);
     s->has_resp = true;
     if (request_phase) {
       // Envoy sends the reply through the encoder filters: the plugin sees
       // its own reply in on_response_headers.
       Timed t(prof, kResponseHeaders);
-      ctx->onResponseHeaders(s->resp.size(), body.empty());
+      ctx->onResponseHeaders(s->resp.size(), end_stream);
     }
   }
 
@@ -999,7 +1062,7 @@ proxy_wasm::CallOnThreadFunction HostWasm::callOnThreadFunction() {
 }
 
 WasmResult HostContext::sendLocalResponse(uint32_t code, std::string_view body, Pairs additional,
-                                          proxy_wasm::GrpcStatusCode, std::string_view) {
+                                          proxy_wasm::GrpcStatusCode grpc_status, std::string_view) {
   if (!stream) return WasmResult::BadArgument;
   if (stream->local_sent) return WasmResult::BadArgument; // one local reply per stream
   stream->local_sent = true;
@@ -1007,7 +1070,10 @@ WasmResult HostContext::sendLocalResponse(uint32_t code, std::string_view body, 
   for (auto &kv : additional) extra.emplace_back(lower(kv.first), std::string(kv.second));
   Worker *w = hw()->worker;
   std::string b(body);
-  wasm()->addAfterVmCallAction([w, this, code, b, extra] { w->applyLocalReply(this, code, b, extra); });
+  // Envoy keeps a gRPC status only when it is a known code (0-16); the
+  // SDKs' -1 arrives as 0xffffffff and leaves it to the HTTP status.
+  int grpc = static_cast<uint32_t>(grpc_status) <= 16 ? static_cast<int>(grpc_status) : -1;
+  wasm()->addAfterVmCallAction([w, this, code, b, extra, grpc] { w->applyLocalReply(this, code, b, extra, grpc); });
   return WasmResult::Ok;
 }
 
