@@ -14,17 +14,19 @@ type SimForm struct {
 
 // SimView is a simulation's outcome.
 type SimView struct {
-	Error    string // the request or policy was refused: why (with Field)
-	Field    string
-	Policy   string // what ran: "the draft", "v3", ...
-	Allowed  bool
-	Status   int
-	Rule     string
-	Headers  [][2]string
-	Upstream [][2]string
-	Body     string
-	DelayMS  int64
-	Policies []SimPolicyView
+	Error   string // the request or policy was refused: why (with Field)
+	Field   string
+	Policy  string // what ran: "the draft", "v3", ...
+	Allowed bool
+	Status  int
+	// GRPCStatus names the status a gRPC call receives instead of Status.
+	GRPCStatus string
+	Rule       string
+	Headers    [][2]string
+	Upstream   [][2]string
+	Body       string
+	DelayMS    int64
+	Policies   []SimPolicyView
 }
 
 // SimPolicyView is one policy's rules for the simulated request.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/admin/policies"
+	"github.com/sluice-rl/sluice/shared/limiter"
 	"github.com/sluice-rl/sluice/shared/policy"
 	"github.com/sluice-rl/sluice/shared/request"
 	"github.com/sluice-rl/sluice/shared/simulate"
@@ -274,6 +275,7 @@ type simDecisionJSON struct {
 	Rule            string      `json:"rule,omitempty"`
 	Headers         [][2]string `json:"headers"`
 	Body            string      `json:"body,omitempty"`
+	GRPCStatus      string      `json:"grpc_status,omitempty"` // a gRPC call's status, by name
 	UpstreamHeaders [][2]string `json:"upstream_headers,omitempty"`
 	DelayMS         int64       `json:"delay_ms,omitempty"`
 }
@@ -318,6 +320,9 @@ func simJSON(label string, res simulate.Result) simResultJSON {
 		Allowed: res.Status == 0, Status: res.Status, Rule: res.Rule, Headers: res.Headers,
 		Body: res.Body, UpstreamHeaders: res.Upstream, DelayMS: res.DelayMS,
 	}, Policies: []simPolicyJSON{}}
+	if res.GRPCStatus != 0 {
+		out.Decision.GRPCStatus = policy.GRPCCodeName(res.GRPCStatus)
+	}
 	if out.Decision.Headers == nil {
 		out.Decision.Headers = [][2]string{}
 	}
@@ -369,7 +374,7 @@ func (s *server) apiSimulate(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	now := s.now()
-	res := simulate.Run(sp.cfg, req, simulate.Options{Now: float64(now.UnixNano()) / 1e9, Lookup: s.telemetryLookup(now)})
+	res := simulate.Run(sp.cfg, req, simulate.Options{Now: limiter.Seconds(now.UnixNano()), Lookup: s.telemetryLookup(now)})
 	writeJSON(w, http.StatusOK, simJSON(sp.label, res))
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-rl/sluice/admin/auth"
 	"github.com/sluice-rl/sluice/admin/policies"
+	"github.com/sluice-rl/sluice/shared/limiter"
 	"github.com/sluice-rl/sluice/shared/policy"
 	"github.com/sluice-rl/sluice/shared/simulate"
 	"github.com/sluice-rl/sluice/web"
@@ -109,13 +110,13 @@ func (s *server) simulateForm(r *http.Request, f web.SimForm, draft []byte) (sim
 		return out, http.StatusInternalServerError
 	}
 	now := s.now()
-	res := simulate.Run(sp.cfg, sreq, simulate.Options{Now: float64(now.UnixNano()) / 1e9, Lookup: s.telemetryLookup(now)})
+	res := simulate.Run(sp.cfg, sreq, simulate.Options{Now: limiter.Seconds(now.UnixNano()), Lookup: s.telemetryLookup(now)})
 	return simFormResult{SimView: simView(sp.label, res)}, http.StatusOK
 }
 
 // simView renders a simulation's outcome for people.
 func simView(label string, res simulate.Result) web.SimView {
-	v := web.SimView{Policy: label, Allowed: res.Status == 0, Status: res.Status, Rule: res.Rule,
+	v := web.SimView{Policy: label, Allowed: res.Status == 0, Status: res.Status, GRPCStatus: policy.GRPCCodeName(res.GRPCStatus), Rule: res.Rule,
 		Headers: res.Headers, Upstream: res.Upstream, Body: res.Body, DelayMS: res.DelayMS}
 	for _, p := range res.Policies {
 		pv := web.SimPolicyView{Name: p.Name}

@@ -92,13 +92,13 @@ func hasField(v any, name, value string) bool {
 func TestSimulateRejectsWithTheFiltersResponse(t *testing.T) {
 	e := newEnv(t, nil)
 	// A fresh bucket holds its burst: a request costing more is refused.
-	pol := `{"rules":[{"name":"tiny","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":1,"burst":2,"cost_source":"header:x-cost"}}]}`
+	pol := `{"reject_grpc_status":"unavailable","rules":[{"name":"tiny","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":1,"burst":2,"cost_source":"header:x-cost"}}]}`
 	resp, m := simulateCall(t, e, `{"policy":`+pol+`,"request":{"client_address":"10.1.2.3:4000","headers":{"x-cost":"3"}}}`)
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d: %v", resp.StatusCode, m)
 	}
 	d := m["decision"].(map[string]any)
-	if d["allowed"] != false || d["status"] != 429.0 || d["rule"] != "tiny" {
+	if d["allowed"] != false || d["status"] != 429.0 || d["rule"] != "tiny" || d["grpc_status"] != "unavailable" {
 		t.Fatalf("decision %v", d)
 	}
 	if !hasField(d["headers"], "x-ratelimit-reason", "token_bucket_exceeded") || !strings.Contains(d["body"].(string), `"rule":"tiny"`) {
@@ -212,6 +212,13 @@ func TestSimulatorFormRunsTheUnsavedDraft(t *testing.T) {
 	}
 	if !strings.Contains(body, "x-api-key: abcdefghijk") {
 		t.Error("the simulator's fields are not kept")
+	}
+
+	form.Set("policy", `{"rules":[{"name":"tiny","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":1,"burst":2,"cost_source":"header:x-cost"}}]}`)
+	form.Set("sim_headers", "x-cost: 3")
+	if _, body := post(t, c, e.srv.URL+"/simulate", form); !strings.Contains(body, "Rejected by the draft: 429") ||
+		!strings.Contains(body, "(a gRPC call: resource_exhausted)") {
+		t.Errorf("a rejection does not say what a gRPC call receives:\n%s", body)
 	}
 
 	form.Set("sim_client", "not-an-address")

@@ -82,6 +82,9 @@ func randomAgreeRequest(rng *rand.Rand) scenario.Request {
 	if rng.Intn(3) == 0 {
 		hs = append(hs, scenario.Header{"x-plan", pick("free", "")})
 	}
+	if rng.Intn(4) == 0 {
+		hs = append(hs, scenario.Header{"content-type", pick("application/grpc", "application/grpc+proto", "application/grpc-web", "application/json")})
+	}
 	if rng.Intn(2) == 0 {
 		hs = append(hs, scenario.Header{"x-forwarded-for", pick("203.0.113.9", "10.1.2.3, 198.51.100.7", "[2001:db8::5]:443", text(16))})
 	}

@@ -166,7 +166,8 @@ func (p *pluginContext) deny(h *httpContext, r *compiledRule) types.Action {
 	if r.reply.contentType == "" {
 		headers = headers[:1]
 	}
-	if err := sendLocalResponse(r.denyStatus, headers, r.reply.body); err != nil {
+	// No gRPC status: Envoy maps deny_status (403: permission_denied).
+	if err := sendLocalResponse(r.denyStatus, headers, r.reply.body, grpcStatusFromHTTP); err != nil {
 		h.local = false
 		p.vm.logLimited(logFailOpen, "sluice: cannot send the denial: "+err.Error())
 		return types.ActionContinue

@@ -2,11 +2,15 @@
 
 package filter
 
-import "time"
+import (
+	"time"
+
+	"github.com/sluice-rl/sluice/shared/limiter"
+)
 
 // nowSeconds is the realtime clock in unix seconds, in whole microseconds
 // (native builds: tests).
-func nowSeconds() float64 { return secondsOf(time.Now().UnixNano()) }
+func nowSeconds() float64 { return limiter.Seconds(time.Now().UnixNano()) }
 
 var monoOrigin = time.Now()
 

@@ -2,7 +2,11 @@
 
 package filter
 
-import "time"
+import (
+	"time"
+
+	"github.com/sluice-rl/sluice/shared/limiter"
+)
 
 // clockTimeGet is WASI's clock_time_get, imported directly: time.Now()
 // reads both the realtime and the monotonic clock (two host calls), and the
@@ -18,13 +22,13 @@ const (
 )
 
 // nowSeconds is the WASI realtime clock (Envoy's clock) in unix seconds,
-// in whole microseconds (secondsOf).
+// in whole microseconds (limiter.Seconds).
 func nowSeconds() float64 {
 	var ns uint64
 	if clockTimeGet(clockRealtime, 1, &ns) != 0 {
-		return secondsOf(time.Now().UnixNano())
+		return limiter.Seconds(time.Now().UnixNano())
 	}
-	return secondsOf(int64(ns))
+	return limiter.Seconds(int64(ns))
 }
 
 // monoNanos is the WASI monotonic clock in nanoseconds (an arbitrary

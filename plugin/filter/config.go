@@ -40,6 +40,7 @@ type compiledConfig struct {
 	readsSeveral bool
 
 	rejectStatus    uint32
+	rejectGRPC      int32 // the gRPC status of a limit rejection (Envoy uses it for gRPC requests only)
 	responseHeaders bool
 	legacyHeaders   bool // also RateLimit-Limit, -Remaining, -Reset (headers.go)
 	shadowHeader    string
@@ -147,6 +148,7 @@ func compile(c *policy.Config, vm *vmContext) *compiledConfig {
 	cc := &compiledConfig{
 		src:             c,
 		rejectStatus:    uint32(c.RejectStatus),
+		rejectGRPC:      int32(c.RejectGRPCStatus),
 		responseHeaders: c.ResponseHeaders,
 		legacyHeaders:   c.LegacyHeaders,
 		shadowHeader:    strings.ToLower(c.ShadowHeader),

@@ -84,7 +84,7 @@ func (p *pluginContext) sendReject(r *compiledRule, wait float64, identity strin
 	if contentType == "" { // an empty reject_body without a content type
 		headers = append(headers[:4], headers[5:]...)
 	}
-	return sendLocalResponse(p.cfg.rejectStatus, headers, body)
+	return sendLocalResponse(p.cfg.rejectStatus, headers, body, p.cfg.rejectGRPC)
 }
 
 // localReply is a rejection's body and content type ("" sends none).

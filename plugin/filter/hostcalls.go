@@ -48,3 +48,8 @@ func httpCallResponseTrailers() ([][2]string, error) { return proxywasm.GetHttpC
 func httpCallResponseBody(start, size int) ([]byte, error) {
 	return proxywasm.GetHttpCallResponseBody(start, size)
 }
+
+// grpcStatusFromHTTP passed as a local reply's gRPC status leaves it to
+// Envoy, which derives a gRPC request's grpc-status from the HTTP status
+// (the SDKs' "no status", -1).
+const grpcStatusFromHTTP int32 = -1

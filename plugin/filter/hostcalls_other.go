@@ -143,6 +143,6 @@ func statusOf(err error) uint32 {
 	return statusInternalFailure
 }
 
-func sendLocalResponse(status uint32, headers [][2]string, body []byte) error {
-	return proxywasm.SendHttpResponse(status, headers, body, -1)
+func sendLocalResponse(status uint32, headers [][2]string, body []byte, grpcStatus int32) error {
+	return proxywasm.SendHttpResponse(status, headers, body, grpcStatus)
 }

@@ -57,10 +57,10 @@ var localReplyBuf []byte
 // SDK's SendHttpResponse serializes the headers byte by byte into a fresh
 // slice, which took a third of a rejected request's time in wasm; here they
 // are copied with memmove into a reused buffer (headermap.Append).
-func sendLocalResponse(status uint32, headers [][2]string, body []byte) error {
+func sendLocalResponse(status uint32, headers [][2]string, body []byte, grpcStatus int32) error {
 	localReplyBuf = headermap.Append(localReplyBuf[:0], headers)
 	st := rawSendLocalResponse(status, nil, 0, bytesPtr(body), uint32(len(body)),
-		bytesPtr(localReplyBuf), uint32(len(localReplyBuf)), -1)
+		bytesPtr(localReplyBuf), uint32(len(localReplyBuf)), grpcStatus)
 	if st != statusOK {
 		return statusError(st)
 	}

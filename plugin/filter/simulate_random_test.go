@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-rl/sluice/shared/limiter"
 	"github.com/sluice-rl/sluice/shared/policy"
 	"github.com/sluice-rl/sluice/shared/policy/policytest"
 	"github.com/sluice-rl/sluice/shared/simulate"
@@ -66,7 +67,7 @@ func compareRequests(t *testing.T, f *fixture, cfg *policy.Config, rng *rand.Ran
 	for i := range n {
 		f.clock.Advance(time.Duration(rng.IntN(1500)) * time.Millisecond)
 		req := policytest.Request(rng, shadowHeader)
-		now := float64(f.clock.Now().UnixNano()) / 1e9
+		now := limiter.Seconds(f.clock.Now().UnixNano())
 		sim := simulate.Run(cfg, req, simulate.Options{Now: now, Lookup: lookup})
 		got := f.doOn(0, toWasmRequest(req))
 		where := fmt.Sprintf("%srequest %d (%s %s %s, %v)", context, i, req.Method, req.Path, req.ClientAddress, req.Headers)

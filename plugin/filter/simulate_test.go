@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/plugin/wasmhost"
+	"github.com/sluice-rl/sluice/shared/limiter"
 	"github.com/sluice-rl/sluice/shared/policy"
 	"github.com/sluice-rl/sluice/shared/simulate"
 )
@@ -180,7 +181,7 @@ func TestSimulatorDecidesLikeTheCompiledFilter(t *testing.T) {
 	for i := 0; i < 400; i++ {
 		f.clock.Advance(time.Duration(rng.IntN(700)) * time.Millisecond)
 		req := randomRequest(rng)
-		now := float64(f.clock.Now().UnixNano()) / 1e9
+		now := limiter.Seconds(f.clock.Now().UnixNano())
 		sim := simulate.Run(cfg, req, simulate.Options{Now: now, Lookup: lookup})
 		got := f.doOn(0, toWasmRequest(req))
 		where := fmt.Sprintf("request %d (%s %s %v)", i, req.Method, req.Path, req.Headers)
@@ -261,6 +262,13 @@ func sameAnswer(t *testing.T, where string, got *wasmhost.Result, sim simulate.R
 	if got.Rejected {
 		if got.Local.Status != sim.Status || string(got.Local.Body) != sim.Body {
 			t.Fatalf("%s: filter %d %s, simulator %d %s", where, got.Local.Status, got.Local.Body, sim.Status, sim.Body)
+		}
+		grpc := int(got.Local.GRPCStatus) // none: Envoy maps the HTTP status
+		if got.Local.GRPCStatus < 0 {
+			grpc = policy.GRPCStatusOfHTTP(got.Local.Status)
+		}
+		if grpc != sim.GRPCStatus {
+			t.Fatalf("%s: a gRPC call's status: filter %d, simulator %d", where, grpc, sim.GRPCStatus)
 		}
 		var local [][2]string
 		for _, h := range got.Local.Headers {

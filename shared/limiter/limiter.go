@@ -243,6 +243,15 @@ func (tb TokenBucket) Full(s state.Bucket, now float64) bool {
 // that no request loses refill time to the rounding.)
 const DueSlack = 1e-6
 
+// Seconds is the unix time ns as the limiters take it: seconds truncated
+// to the microsecond, the resolution a stored bucket keeps. A clock read
+// finer than that would lose up to half a microsecond of refill to the
+// rounding of every stored bucket, so that a client sending at exactly the
+// rate would drift into rejections (DueSlack covers one rounding, not a
+// drift). The filter reads its clock through it, and so must anything that
+// wants the filter's decisions to the last bit (the simulator's callers).
+func Seconds(ns int64) float64 { return float64(ns/1000) / 1e6 }
+
 // minWait is the smallest Wait of a rejection, so that a rejected request
 // always has a positive Wait (and RetryAfter >= 1) even when the shortfall
 // divided by a huge rate underflows.

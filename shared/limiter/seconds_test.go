@@ -1,4 +1,4 @@
-package filter
+package limiter
 
 import (
 	"math"
@@ -11,7 +11,7 @@ import (
 // filter reads is one a stored bucket keeps unchanged.
 func TestTheClockReadsWholeMicrosecondsAsSharedDataStoresThem(t *testing.T) {
 	for _, ns := range []int64{1772452800_123456789, 1772452800_000000999, 1772452811_987654321, 4102444800_999999999} {
-		s := secondsOf(ns)
+		s := Seconds(ns)
 		if stored := (state.Bucket{LastRefill: s}).Stored().LastRefill; stored != s {
 			t.Errorf("%d ns reads as %v s, stored as %v", ns, s, stored)
 		}

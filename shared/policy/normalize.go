@@ -13,13 +13,14 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 		return []byte("null"), nil
 	}
 	out := normConfig{
-		Mode:            c.Mode,
-		RejectStatus:    c.RejectStatus,
-		ResponseHeaders: c.ResponseHeaders,
-		LegacyHeaders:   c.LegacyHeaders,
-		ShadowHeader:    c.ShadowHeader,
-		TrustedHops:     c.TrustedHops,
-		Policies:        make([]normPolicy, len(c.Policies)),
+		Mode:             c.Mode,
+		RejectStatus:     c.RejectStatus,
+		RejectGRPCStatus: GRPCCodeName(c.RejectGRPCStatus),
+		ResponseHeaders:  c.ResponseHeaders,
+		LegacyHeaders:    c.LegacyHeaders,
+		ShadowHeader:     c.ShadowHeader,
+		TrustedHops:      c.TrustedHops,
+		Policies:         make([]normPolicy, len(c.Policies)),
 	}
 	out.RejectBody, out.RejectContentType = normalizeReply(c.Reply)
 	if t := c.Telemetry; t != nil {
@@ -100,15 +101,16 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 }
 
 type normConfig struct {
-	Mode            Mode           `json:"mode"`
-	RejectStatus    int            `json:"reject_status"`
-	ResponseHeaders bool           `json:"response_headers"`
-	LegacyHeaders   bool           `json:"legacy_headers"`
-	ShadowHeader    string         `json:"shadow_header"`
-	TrustedHops     int            `json:"xff_trusted_hops"`
-	Policies        []normPolicy   `json:"policies"`
-	Telemetry       *normTelemetry `json:"telemetry,omitempty"`
-	Fleet           *normFleet     `json:"fleet,omitempty"`
+	Mode             Mode           `json:"mode"`
+	RejectStatus     int            `json:"reject_status"`
+	RejectGRPCStatus string         `json:"reject_grpc_status"`
+	ResponseHeaders  bool           `json:"response_headers"`
+	LegacyHeaders    bool           `json:"legacy_headers"`
+	ShadowHeader     string         `json:"shadow_header"`
+	TrustedHops      int            `json:"xff_trusted_hops"`
+	Policies         []normPolicy   `json:"policies"`
+	Telemetry        *normTelemetry `json:"telemetry,omitempty"`
+	Fleet            *normFleet     `json:"fleet,omitempty"`
 	// Written only when set, with the content type filled in.
 	RejectBody        *string `json:"reject_body,omitempty"`
 	RejectContentType string  `json:"reject_content_type,omitempty"`

@@ -43,7 +43,7 @@ func (p *parser) errorf(path string, parts ...string) {
 
 // Field names, per object.
 var (
-	configFields      = []string{"mode", "policies", "rules", "reject_status", "response_headers", "legacy_headers", "shadow_header", "xff_trusted_hops", "telemetry", "fleet", "reject_body", "reject_content_type"}
+	configFields      = []string{"mode", "policies", "rules", "reject_status", "response_headers", "legacy_headers", "shadow_header", "xff_trusted_hops", "telemetry", "fleet", "reject_body", "reject_content_type", "reject_grpc_status"}
 	policyFields      = []string{"name", "rules"}
 	ruleFields        = []string{"name", "limit_keys", "match", "algorithm", "algorithm_config", "mode", "max_keys", "telemetry_identity", "scope", "action", "deny_status", "overrides", "shadow_mark", "reject_body", "reject_content_type"}
 	telemetryFields   = []string{"cluster", "authority", "path", "interval_ms", "token", "token_env", "top_n", "timeout_ms"}
@@ -57,10 +57,11 @@ const MaxCost = 1e9
 
 func (p *parser) config(root *jvalue) *Config {
 	cfg := &Config{
-		Mode:            ModeEnforce,
-		RejectStatus:    DefaultRejectStatus,
-		ResponseHeaders: true,
-		ShadowHeader:    DefaultShadowHeader,
+		Mode:             ModeEnforce,
+		RejectStatus:     DefaultRejectStatus,
+		RejectGRPCStatus: DefaultRejectGRPCStatus,
+		ResponseHeaders:  true,
+		ShadowHeader:     DefaultShadowHeader,
 	}
 	if root.kind != jObject {
 		p.errorf("", "the configuration must be a JSON object such as {\"rules\": [...]}, got ", root.kind.String())
@@ -77,7 +78,12 @@ func (p *parser) config(root *jvalue) *Config {
 			cfg.RejectStatus = n
 		}
 	}
-	cfg.Reply = p.reply("", f) // reply.go
+	cfg.Reply = p.reply("", f)                  // reply.go
+	if v := f["reject_grpc_status"]; v != nil { // grpc.go
+		if c, ok := p.grpcStatus("reject_grpc_status", v); ok {
+			cfg.RejectGRPCStatus = c
+		}
+	}
 	if v := f["response_headers"]; v != nil {
 		if v.kind != jBool {
 			p.errorf("response_headers", "must be true or false, got ", v.kind.String())

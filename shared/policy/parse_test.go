@@ -73,6 +73,10 @@ func TestParseErrors(t *testing.T) {
 		{"reject_status high", top(`"reject_status":600`), "reject_status", []string{"600 is out of range"}, 0},
 		{"reject_status fraction", top(`"reject_status":429.5`), "reject_status", []string{"429.5 is not an integer"}, 0},
 		{"reject_status string", top(`"reject_status":"429"`), "reject_status", []string{"must be an HTTP status code", "got a string"}, 0},
+		{"reject_grpc_status typo", top(`"reject_grpc_status":"resource_exausted"`), "reject_grpc_status", []string{`unknown gRPC status "resource_exausted"`, `did you mean "resource_exhausted"?`}, 0},
+		{"reject_grpc_status upper case", top(`"reject_grpc_status":"UNAVAILABLE"`), "reject_grpc_status", []string{`did you mean "unavailable"?`, "in lower case"}, 0},
+		{"reject_grpc_status ok", top(`"reject_grpc_status":"ok"`), "reject_grpc_status", []string{`unknown gRPC status "ok"`}, 0},
+		{"reject_grpc_status number", top(`"reject_grpc_status":8`), "reject_grpc_status", []string{"must be a gRPC status name", "got a number"}, 0},
 		{"response_headers string", top(`"response_headers":"yes"`), "response_headers", []string{"must be true or false", "got a string"}, 0},
 		{"legacy_headers number", top(`"legacy_headers":0`), "legacy_headers", []string{"must be true or false", "got a number"}, 0},
 		{"shadow_header empty", top(`"shadow_header":""`), "shadow_header", []string{"name is empty"}, 0},
@@ -332,13 +336,13 @@ func TestParseDefaults(t *testing.T) {
 }
 
 func TestParseOptions(t *testing.T) {
-	c := mustParse(t, `{"mode":"shadow","reject_status":503,"response_headers":false,"legacy_headers":true,"shadow_header":"X-Would-Limit",
+	c := mustParse(t, `{"mode":"shadow","reject_status":503,"reject_grpc_status":"unavailable","response_headers":false,"legacy_headers":true,"shadow_header":"X-Would-Limit",
 		"xff_trusted_hops":2,"rules":[`+baseRule+`,
 		{"name":"strict","mode":"enforce","limit_keys":["header:X-Api-Key","query:key","jwt:sub","path","method","host","ip:address"],
 		 "match":{"path_prefix":"/api/","method":"POST","header:X-Tier":"gold","path":"/api/v1","jwt:plan":"pro","host":"a.example"},
 		 "algorithm":"token_bucket","algorithm_config":{"tokens_per_second":2.5,"burst":2.5,"cost_source":"header:X-Weight","fixed_cost":2.5,"default_cost":0.5}},
 		{"name":"q.v_1-2","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1,"cost_source":"query:w"}}]}`)
-	if c.Mode != ModeShadow || c.RejectStatus != 503 || c.ResponseHeaders || !c.LegacyHeaders || c.ShadowHeader != "x-would-limit" || c.TrustedHops != 2 {
+	if c.Mode != ModeShadow || c.RejectStatus != 503 || c.RejectGRPCStatus != 14 || c.ResponseHeaders || !c.LegacyHeaders || c.ShadowHeader != "x-would-limit" || c.TrustedHops != 2 {
 		t.Errorf("options = %+v", c)
 	}
 	if r := c.RuleByName("r"); r.Mode != ModeShadow {
@@ -393,7 +397,7 @@ func TestMarshalJSONGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const want = `{"mode":"enforce","reject_status":429,"response_headers":true,"legacy_headers":false,"shadow_header":"x-sluice-shadow","xff_trusted_hops":0,` +
+	const want = `{"mode":"enforce","reject_status":429,"reject_grpc_status":"resource_exhausted","response_headers":true,"legacy_headers":false,"shadow_header":"x-sluice-shadow","xff_trusted_hops":0,` +
 		`"policies":[{"name":"default","rules":[` +
 		`{"name":"enterprise","limit_keys":["header:x-api-key"],"match":{"jwt:plan":"enterprise"},"algorithm":"token_bucket",` +
 		`"algorithm_config":{"tokens_per_second":1000,"burst":2000,"cost_source":"fixed","fixed_cost":1,"default_cost":1},"mode":"enforce","max_keys":65536},` +
@@ -501,5 +505,34 @@ func TestMaxKeys(t *testing.T) {
 	}
 	if DefaultMaxKeys != 65536 || MaxMaxKeys != 1<<22 {
 		t.Errorf("documented bounds changed: %d, %d", DefaultMaxKeys, MaxMaxKeys)
+	}
+}
+
+func TestEveryGRPCStatusNameRoundTrips(t *testing.T) {
+	if c := mustParse(t, top(`"mode":"enforce"`)); c.RejectGRPCStatus != DefaultRejectGRPCStatus {
+		t.Errorf("default reject_grpc_status = %d, want %d", c.RejectGRPCStatus, DefaultRejectGRPCStatus)
+	}
+	for code := 1; code <= 16; code++ {
+		name := GRPCCodeName(code)
+		c := mustParse(t, top(`"reject_grpc_status":"`+name+`"`))
+		if c.RejectGRPCStatus != code {
+			t.Fatalf("%q parsed as %d, want %d", name, c.RejectGRPCStatus, code)
+		}
+		out, err := c.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(out), `"reject_grpc_status":"`+name+`"`) {
+			t.Fatalf("normalized form of %q lost it: %s", name, out)
+		}
+	}
+}
+
+func TestGRPCStatusOfHTTPFollowsGRPCsMapping(t *testing.T) {
+	for status, want := range map[int]string{400: "internal", 401: "unauthenticated", 403: "permission_denied",
+		404: "unimplemented", 429: "unavailable", 451: "unknown", 503: "unavailable"} {
+		if got := GRPCCodeName(GRPCStatusOfHTTP(status)); got != want {
+			t.Errorf("HTTP %d maps to %s, want %s", status, got, want)
+		}
 	}
 }

@@ -75,6 +75,8 @@ func schemaProperties() map[string]obj {
 				"description": `Shorthand for "policies": [{"name": "default", "rules": [...]}]. Not together with policies.`},
 			"reject_status": obj{"type": "integer", "minimum": 400, "maximum": 599, "default": DefaultRejectStatus,
 				"description": "HTTP status of the local reply sent when a request is rejected."},
+			"reject_grpc_status": obj{"type": "string", "enum": grpcCodes[1:], "default": GRPCCodeName(DefaultRejectGRPCStatus),
+				"description": "gRPC status a gRPC client receives when a limit rule rejects its call (Envoy answers gRPC requests with HTTP 200 and grpc-status)."},
 			"response_headers": obj{"type": "boolean", "default": true,
 				"description": "Whether RateLimit-* fields are added to responses."},
 			"legacy_headers": obj{"type": "boolean", "default": false,

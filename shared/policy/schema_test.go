@@ -109,6 +109,7 @@ func TestSchemaAcceptsWhatParseAccepts(t *testing.T) {
 	v := newValidator(t)
 	for _, in := range []string{
 		top(`"mode":"shadow","reject_status":503,"response_headers":false,"shadow_header":"X-Would","xff_trusted_hops":10`),
+		top(`"reject_grpc_status":"unavailable"`),
 		withTB(`{"tokens_per_second":0.5,"burst":1,"cost_source":"header:X-Weight","fixed_cost":1,"default_cost":0.5}`),
 		withTB(`{"rps":1e3,"burst":1e12,"cost_source":"query:w"}`),
 		withAlg("fixed_window", `{"limit":10,"window_seconds":60,"cost_source":"header:x-c","default_cost":2}`),
@@ -140,6 +141,8 @@ func TestSchemaRefusesInvalid(t *testing.T) {
 		top(`"mode":"audit"`),
 		top(`"reject_status":600`),
 		top(`"reject_status":429.5`),
+		top(`"reject_grpc_status":"ok"`),
+		top(`"reject_grpc_status":8`),
 		top(`"xff_trusted_hops":11`),
 		top(`"shadow_header":":path"`),
 		top(`"extra":1`),

@@ -55,7 +55,7 @@ type Lookup func(r *policy.Rule, identity string) (State, bool)
 
 // Options are the simulation's inputs besides the request.
 type Options struct {
-	Now    float64 // unix seconds
+	Now    float64 // unix seconds, read as the filter reads its clock (limiter.Seconds)
 	Lookup Lookup  // nil: every state is new
 }
 
@@ -73,6 +73,10 @@ type Result struct {
 	Headers [][2]string
 	// Body is the rejection's body ("" when allowed).
 	Body string
+	// GRPCStatus is the gRPC status code a gRPC call receives when the
+	// filter rejects it (0 when allowed): Envoy answers such a call with
+	// HTTP 200, this code in grpc-status and Body in grpc-message.
+	GRPCStatus int
 	// Upstream are the header fields the filter sets on the request sent
 	// upstream (the shadow header).
 	Upstream [][2]string
@@ -268,6 +272,7 @@ func (res *Result) deny(cfg *policy.Config, a *RuleResult) {
 		res.Status = policy.DefaultDenyStatus
 	}
 	res.Rule = a.Name
+	res.GRPCStatus = policy.GRPCStatusOfHTTP(res.Status) // the filter names none
 	var contentType string
 	res.Body, contentType = replyOf(cfg, a.rule, `{"error":"denied","rule":"`+a.Name+`"}`)
 	res.Headers = [][2]string{{"x-ratelimit-reason", "denied"}}
@@ -444,6 +449,7 @@ func (res *Result) reject(cfg *policy.Config, a *RuleResult) {
 	if res.Status < 400 || res.Status > 599 {
 		res.Status = policy.DefaultRejectStatus
 	}
+	res.GRPCStatus = cfg.RejectGRPCStatus
 	res.Rule = a.Name
 	retry, t := request.RejectTimes(a.Decision.Wait, a.composed)
 	if a.fields.ExactRetry {

@@ -80,6 +80,9 @@ func TestKnownStateDecidesAndARejectionStoresNothing(t *testing.T) {
 	if res.Status != 429 || res.Rule != "anonymous" || !strings.Contains(res.Body, `"rule":"anonymous"`) {
 		t.Errorf("status %d rule %q body %s", res.Status, res.Rule, res.Body)
 	}
+	if res.GRPCStatus != policy.DefaultRejectGRPCStatus {
+		t.Errorf("a gRPC call's status %d, want resource_exhausted", res.GRPCStatus)
+	}
 	if s := res.Stores(); s != nil {
 		t.Errorf("a rejected request stores %v", s)
 	}
@@ -175,6 +178,9 @@ func TestExemptDenyAndOverridesDecideAsTheFilterDoes(t *testing.T) {
 	deny := run("/x", "bad-1")
 	if deny.Status != 451 || deny.Rule != "blocked" || deny.Body != `{"error":"denied","rule":"blocked"}` {
 		t.Errorf("deny: %d %q %s", deny.Status, deny.Rule, deny.Body)
+	}
+	if deny.GRPCStatus != 2 { // gRPC maps an unlisted 451 to UNKNOWN
+		t.Errorf("deny: a gRPC call's status %d, want unknown (2)", deny.GRPCStatus)
 	}
 	gold, plain := run("/x", "gold-1"), run("/x", "silver-1")
 	g, p := gold.Policies[1].Rules[0], plain.Policies[1].Rules[0]

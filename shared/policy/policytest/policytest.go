@@ -76,6 +76,9 @@ func Request(rng *rand.Rand, shadowHeader string) simulate.Request {
 	if rng.IntN(8) == 0 {
 		r.Headers[shadowHeader] = "forged"
 	}
+	if rng.IntN(6) == 0 { // gRPC calls get their rejections trailers-only
+		r.Headers["content-type"] = oneOf("application/grpc", "application/grpc+proto", "application/grpc-web")
+	}
 	return r
 }
 
@@ -86,6 +89,9 @@ func Config(rng *rand.Rand) string {
 	doc := map[string]any{}
 	if rng.IntN(4) == 0 {
 		doc["reject_status"] = []int{429, 503, 420}[rng.IntN(3)]
+	}
+	if rng.IntN(4) == 0 {
+		doc["reject_grpc_status"] = []string{"unavailable", "resource_exhausted", "permission_denied"}[rng.IntN(3)]
 	}
 	if rng.IntN(3) == 0 {
 		doc["legacy_headers"] = true
