@@ -392,7 +392,7 @@ func TestServiceDiff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "--- v2\n+++ v3\n@@ -17,7 +17,7 @@\n" +
+	want := "--- v2\n+++ v3\n@@ -18,7 +18,7 @@\n" +
 		"           \"algorithm\": \"token_bucket\",\n" +
 		"           \"algorithm_config\": {\n" +
 		"             \"tokens_per_second\": 5,\n" +
