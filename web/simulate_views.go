@@ -9,6 +9,7 @@ type SimForm struct {
 	Host    string
 	Headers string // "name: value" per line
 	Client  string // client address
+	Peer    string // the client certificate's URI SAN (peer:principal)
 	JWT     string // a bearer token, or a JSON object of claims
 }
 

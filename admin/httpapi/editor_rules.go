@@ -79,7 +79,7 @@ func formView(d *policyedit.Doc, ref policyedit.Ref, f policyedit.Form, errs []p
 	}
 	for _, k := range f.Keys {
 		kind, name, _ := strings.Cut(k, ":")
-		if k == "ip:address" {
+		if k == "ip:address" || k == "peer:principal" { // a kind with its one argument
 			kind, name = k, ""
 		}
 		v.Keys = append(v.Keys, web.LimitKeyRow{Kind: kind, Name: name})
@@ -158,7 +158,7 @@ func (s *server) rulesSubmit(w http.ResponseWriter, r *http.Request, sess auth.S
 		Message: f.Get("message"),
 		Sim: web.SimForm{
 			Against: f.Get("sim_against"), Version: f.Get("sim_version"), Method: f.Get("sim_method"), Path: f.Get("sim_path"),
-			Host: f.Get("sim_host"), Headers: f.Get("sim_headers"), Client: f.Get("sim_client"), JWT: f.Get("sim_jwt"),
+			Host: f.Get("sim_host"), Headers: f.Get("sim_headers"), Client: f.Get("sim_client"), Peer: f.Get("sim_peer"), JWT: f.Get("sim_jwt"),
 		},
 	}
 	if base, err := parseVersion(f.Get("base_version"), "base_version"); err == nil {

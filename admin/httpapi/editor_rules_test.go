@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/sluice-rl/sluice/shared/policy"
 )
 
 var draftRe = regexp.MustCompile(`(?s)<textarea id="policy" name="policy"[^>]*>(.*?)</textarea>`)
@@ -188,5 +190,31 @@ func TestStructuredEditorSetsARulesRejectionBody(t *testing.T) {
 	status, body = apply(got, "0:0", url.Values{"rf_reject": {"1"}, "rf_reject_content_type": {"plain text"}})
 	if status != http.StatusUnprocessableEntity || !strings.Contains(body, `id="rf-err-reject_content_type"`) {
 		t.Errorf("a bad content type: %d, no error next to the field", status)
+	}
+}
+
+func TestStructuredEditorKeysARuleByTheClientCertificate(t *testing.T) {
+	e := newEnv(t, nil)
+	c := login(t, e, "alice")
+	tok := csrfOf(t, get(t, c, e.srv.URL+"/"))
+	draft := `{"policies":[{"name":"mesh","rules":[{"name":"per-ip","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}}]}]}`
+	resp, body := post(t, c, e.srv.URL+"/policy/rules", url.Values{"csrf": {tok}, "base_version": {"1"}, "policy": {draft}, "op": {"apply:0:0"},
+		"rf_name": {"per-workload"}, "rf_algorithm": {"token_bucket"}, "rf_rate": {"5"}, "rf_burst": {"10"},
+		"rf_key_kind0": {"peer:principal"}, "rf_key_name0": {""},
+		"rf_match_src0": {"peer:principal"}, "rf_match_val0": {"spiffe://cluster.local/ns/shop/sa/web"}})
+	got := draftOf(t, body)
+	cfg, err := policy.Parse([]byte(got))
+	if resp.StatusCode != 200 || err != nil {
+		t.Fatalf("apply: %d %v\n%s", resp.StatusCode, err, got)
+	}
+	if r := cfg.RuleByName("per-workload"); len(r.Keys) != 1 || r.Keys[0].Kind != policy.SourcePeer || len(r.Match) != 1 || r.Match[0].Source.Kind != policy.SourcePeer {
+		t.Errorf("the rule's keys %v, match %v", r.Keys, r.Match)
+	}
+	if !strings.Contains(body, "per peer:principal") || !strings.Contains(body, "peer:principal is spiffe://cluster.local/ns/shop/sa/web") {
+		t.Errorf("the list does not describe the rule in words")
+	}
+	resp, body = post(t, c, e.srv.URL+"/policy/rules", url.Values{"csrf": {tok}, "base_version": {"1"}, "policy": {got}, "op": {"edit:0:0"}})
+	if resp.StatusCode != 200 || !strings.Contains(body, `<option value="peer:principal" selected`) {
+		t.Fatalf("edit: %d, the key picker does not show peer:principal", resp.StatusCode)
 	}
 }

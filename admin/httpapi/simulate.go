@@ -31,6 +31,7 @@ const (
 	maxSimHeaderValue = 8 << 10
 	maxSimHeaderBytes = 60 << 10 // Envoy's default max_request_headers_kb
 	maxSimPath        = 8 << 10
+	maxSimPeer        = 2 << 10
 )
 
 // simRequest is a simulated request as the API and the page take it.
@@ -41,6 +42,9 @@ type simRequest struct {
 	Headers       map[string]string `json:"headers"`
 	Query         map[string]string `json:"query"`
 	ClientAddress string            `json:"client_address"`
+	// PeerPrincipal is the URI SAN of the client's TLS certificate, for
+	// peer:principal ("" for a client without one).
+	PeerPrincipal string `json:"peer_principal"`
 	// JWT is a bearer token ("Bearer " optional); Claims a JSON object
 	// sent as the payload of an unsigned token (the filter never checks
 	// signatures). At most one of them.
@@ -127,6 +131,14 @@ func (b simRequest) build() (simulate.Request, error) {
 		}
 	}
 	req.ClientAddress = addr
+	peer := strings.TrimSpace(b.PeerPrincipal)
+	switch {
+	case len(peer) > maxSimPeer:
+		return req, simInputError("peer_principal", fmt.Sprintf("is %d bytes long; a certificate's URI SAN is at most %d here", len(peer), maxSimPeer))
+	case strings.IndexFunc(peer, func(r rune) bool { return r < 0x21 || r > 0x7e }) >= 0:
+		return req, simInputError("peer_principal", fmt.Sprintf("%q is not a URI: it has a space, a control character or a byte outside ASCII", shortText(peer)))
+	}
+	req.PeerPrincipal = peer
 	hasClaims := len(b.Claims) > 0 && string(b.Claims) != "null"
 	if b.JWT != "" && hasClaims {
 		return req, simInputError("jwt", "give a token or claims, not both")

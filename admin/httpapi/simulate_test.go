@@ -144,6 +144,8 @@ func TestSimulateRefusesBadInputNamingTheField(t *testing.T) {
 		{`{"request":{"claims":[1,2]}}`, "request.claims"},
 		{`{"request":{"client_address":"10.0.0.999"}}`, "request.client_address"},
 		{`{"request":{"client_address":"example.com:80"}}`, "request.client_address"},
+		{`{"request":{"peer_principal":"spiffe://cluster.local/ns/a b"}}`, "request.peer_principal"},
+		{`{"request":{"peer_principal":"` + strings.Repeat("s", 3000) + `"}}`, "request.peer_principal"},
 		{`{"request":{"headers":{"x-big":"` + huge + `"}}}`, "request.headers.x-big"},
 		{`{"request":{"headers":` + string(manyJSON) + `}}`, "request.headers"},
 		{`{"request":{"headers":{"bad name":"v"}}}`, "request.headers.bad name"},
@@ -249,5 +251,19 @@ func TestSimulateStartsFromTheBucketTelemetryReported(t *testing.T) {
 	r := body()
 	if r["state_known"] != true || r["level"] != 2.0 || r["decision"].(map[string]any)["remaining"] != 1.0 {
 		t.Fatalf("after a report of 2 tokens: %v", r)
+	}
+}
+
+func TestSimulateKeysByTheClientCertificate(t *testing.T) {
+	e := newEnv(t, nil)
+	pol := `{"rules":[{"name":"per-workload","limit_keys":["peer:principal"],"match":{"peer:principal":{"prefix":"spiffe://cluster.local/ns/shop/"}},"algorithm":"token_bucket","algorithm_config":{"rps":10,"burst":20}}]}`
+	_, m := simulateCall(t, e, `{"policy":`+pol+`,"request":{"peer_principal":" spiffe://cluster.local/ns/shop/sa/web "}}`)
+	r := rulesOf(t, m, 0)[0]
+	if r["applies"] != true || r["identity"] != "peer:principal=spiffe://cluster.local/ns/shop/sa/web" {
+		t.Errorf("with a certificate: %v", r)
+	}
+	_, m = simulateCall(t, e, `{"policy":`+pol+`,"request":{}}`)
+	if r := rulesOf(t, m, 0)[0]; r["applies"] != false || !strings.Contains(r["why_not"].(string), "peer:principal") {
+		t.Errorf("without a certificate: %v", r)
 	}
 }

@@ -85,7 +85,7 @@ func startFilter(t *testing.T, wasm []byte, config string, clock *wasmhost.Manua
 // answer sends req through the filter as Envoy would.
 func answer(t *testing.T, h *wasmhost.Host, r simulate.Request) *wasmhost.Result {
 	t.Helper()
-	w := &wasmhost.Request{Properties: wasmhost.Properties{"source.address": []byte(r.ClientAddress)},
+	w := &wasmhost.Request{Properties: wasmhost.Properties(r.Properties()),
 		Headers: []wasmhost.Header{{":method", r.Method}, {":path", r.Path}, {":authority", r.Host}}}
 	for _, name := range slices.Sorted(maps.Keys(r.Headers)) {
 		w.Headers = append(w.Headers, wasmhost.Header{name, r.Headers[name]})

@@ -154,11 +154,17 @@ func BenchmarkEnvoyHostStream(b *testing.B) {
 
 // BenchmarkEnvoyHostProbe: variants of the allowed request that isolate
 // parts of its cost (each against the empty plugin, like the cases above):
-// without the response fields, with the older (opt-in) ones too, and a request no
-// rule applies to (one header read, nothing else).
+// without the response fields, with the older (opt-in) ones too, a request no
+// rule applies to (one header read, nothing else), and the bucket keyed by
+// the client certificate (a property read) instead of a header (x-base:
+// against the allowed request's configuration, same request).
 func BenchmarkEnvoyHostProbe(b *testing.B) {
 	with := func(field string) string { return `{` + field + `, ` + benchConfig[1:] }
+	byPeer := strings.Replace(benchConfig, `"header:x-api-key"`, `"peer:principal"`, 1)
+	peerReq := hdr("x-api-key", "k")
+	peerReq.Properties = map[string][]byte{"connection.uri_san_peer_certificate": []byte("spiffe://cluster.local/ns/shop/sa/web")}
 	benchStreams(b, []streamCase{
+		{"peer-principal", byPeer, peerReq, false, benchConfig},
 		{"no-response-headers", with(`"response_headers": false`), hdr("x-api-key", "k"), false, ""},
 		{"legacy-headers", with(`"legacy_headers": true`), hdr("x-api-key", "k"), false, ""},
 		{"no-rule-applies", benchConfig, hdr("x-other", "k"), false, ""},

@@ -70,7 +70,7 @@ func TestRandomPoliciesAgreeWithWasmhost(t *testing.T) {
 
 // scenarioRequest is a simulated request as the hosts take it.
 func scenarioRequest(r simulate.Request) scenario.Request {
-	req := scenario.Request{Properties: map[string][]byte{"source.address": []byte(r.ClientAddress)},
+	req := scenario.Request{Properties: r.Properties(),
 		Headers: []scenario.Header{{":method", r.Method}, {":path", r.Path}, {":authority", r.Host}}}
 	for _, name := range slices.Sorted(maps.Keys(r.Headers)) {
 		req.Headers = append(req.Headers, scenario.Header{name, r.Headers[name]})

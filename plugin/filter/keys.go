@@ -50,17 +50,19 @@ type requestSources struct {
 	queries []cachedValue // by compiledConfig.queryNames index
 	claims  []cachedValue // by compiledConfig.claimNames index
 
-	rawPath, path, method, host, ip cachedValue
+	rawPath, path, method, host, ip, peer cachedValue
 
 	gen      uint32 // this request's generation, from 1 (see cachedValue)
 	jwtState uint8
 	jwt      request.Claims
 
-	// vals holds the header values read this request and prop the client
-	// address property: the cached values are views of them, valid until
-	// the next reset, so reading a request allocates nothing.
-	vals []byte
-	prop []byte
+	// vals holds the header values read this request, prop the client
+	// address property and peerProp the peer's principal: the cached
+	// values are views of them, valid until the next reset, so reading a
+	// request allocates nothing.
+	vals     []byte
+	prop     []byte
+	peerProp []byte
 
 	// The header map read whole (pairs.go): whole is its state for this
 	// request, found the slots of compiledConfig.readNames' values in it
@@ -156,6 +158,13 @@ func (rs *requestSources) get(s sourceRef) (string, bool) {
 		if rs.unread(c) {
 			c.set(rs.clientIP())
 		}
+	case policy.SourcePeer:
+		c = &rs.peer
+		if rs.unread(c) {
+			b, ok := getProperty(peerPrincipalPath, rs.peerProp)
+			rs.peerProp = b
+			c.set(bytesView(b), ok)
+		}
 	case sourceRawPath:
 		c = &rs.rawPath
 		if rs.unread(c) {
@@ -231,6 +240,11 @@ func (rs *requestSources) fixedHeader(f int) (v string, ok bool) {
 // sourceAddressPath is the serialized property path of the downstream peer
 // address ("source", "address").
 const sourceAddressPath = "source\x00address"
+
+// peerPrincipalPath is the serialized property path of "peer:principal":
+// the first URI SAN of the client's TLS certificate, which Envoy does not
+// have (NotFound) on a connection without one.
+const peerPrincipalPath = "connection\x00uri_san_peer_certificate"
 
 // clientIP returns the client address: the Nth entry from the right of
 // X-Forwarded-For when xff_trusted_hops is N > 0 and the header has at least

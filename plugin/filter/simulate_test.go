@@ -123,7 +123,7 @@ func randomRequest(rng *rand.Rand) simulate.Request {
 }
 
 func toWasmRequest(r simulate.Request) *wasmhost.Request {
-	w := &wasmhost.Request{Properties: wasmhost.Properties{"source.address": []byte(r.ClientAddress)}}
+	w := &wasmhost.Request{Properties: wasmhost.Properties(r.Properties())}
 	w.Headers = append(w.Headers, wasmhost.Header{":method", r.Method}, wasmhost.Header{":path", r.Path}, wasmhost.Header{":authority", r.Host})
 	names := make([]string, 0, len(r.Headers))
 	for n := range r.Headers {

@@ -27,6 +27,8 @@ func FuzzParse(f *testing.F) {
 		withTB(`{"rps":50,"burst":1e5,"cost_source":"response_header:x-tokens-used","default_cost":500,"max_debt":2e4}`),
 		withAlg("sliding_window", `{"limit":10,"window_seconds":60,"fixed_cost":11}`),
 		withKeys(`["header:X","header:x","query:q","jwt:sub","path","method","host"]`),
+		withKeys(`["peer:principal","ip:address"]`),
+		withMatch(`{"peer:principal":{"prefix":"spiffe://cluster.local/ns/batch/"},"Peer:principal":"x","peer:address":"y"}`),
 		withMatch(`{"path":{"regex":"^/users/[0-9]+$"},"ip:address":{"cidr":["10.0.0.0/8","2001:db8::/32"]},"jwt:plan":{"in":["gold","platinum"]}}`),
 		withMatch(`{"header:x-debug":{"present":false},"host":{"not":{"suffix":".internal"}},"method":{"exact":"GET"},"query:v":{"prefix":"2"}}`),
 		withMatch(`{"path":{"regex":"(["},"ip:address":{"cidr":["10.0.0.0/33","::ffff:1.2.3.4/100"]},"jwt:plan":{"in":[]},"path_prefix":{"x":1}}`),

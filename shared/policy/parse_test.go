@@ -144,7 +144,9 @@ func TestParseErrors(t *testing.T) {
 		{"keys not array", withKeys(`"ip:address"`), "rules[0].limit_keys", []string{"must be an array", "got a string"}, 0},
 		{"keys empty", withKeys(`[]`), "rules[0].limit_keys", []string{"is empty", "at least one key source"}, 0},
 		{"key not string", withKeys(`[1]`), "rules[0].limit_keys[0]", []string{"must be a string", "got a number"}, 0},
-		{"key unknown kind", withKeys(`["cookie:session"]`), "rules[0].limit_keys[0]", []string{`"cookie:session" is not a known source`, `"ip:address", "header:<name>"`}, 0},
+		{"peer source without principal", withKeys(`["peer:address"]`), "rules[0].limit_keys[0]", []string{`"peer:address" is not a valid peer source`, `write "peer:principal"`}, 0},
+		{"peer source upper case", withKeys(`["Peer:principal"]`), "rules[0].limit_keys[0]", []string{"source kinds are lower-case", `"peer:principal"`}, 0},
+		{"key unknown kind", withKeys(`["cookie:session"]`), "rules[0].limit_keys[0]", []string{`"cookie:session" is not a known source`, `"ip:address", "peer:principal", "header:<name>"`}, 0},
 		{"key upper-case kind", withKeys(`["Header:X-Key"]`), "rules[0].limit_keys[0]", []string{"source kinds are lower-case", `"header:X-Key"`}, 0},
 		{"key ip alone", withKeys(`["ip"]`), "rules[0].limit_keys[0]", []string{`"ip" is not a valid IP source`, `write "ip:address"`}, 0},
 		{"key ip other", withKeys(`["ip:port"]`), "rules[0].limit_keys[0]", []string{`write "ip:address"`}, 0},
@@ -413,7 +415,7 @@ func TestMarshalJSONGolden(t *testing.T) {
 }
 
 func TestKeySourceString(t *testing.T) {
-	for _, s := range []string{"ip:address", "header:x-api-key", "query:k", "jwt:sub", "path", "method", "host"} {
+	for _, s := range []string{"ip:address", "peer:principal", "header:x-api-key", "query:k", "jwt:sub", "path", "method", "host"} {
 		k, ok := ParseSource(s)
 		if !ok || k.String() != s {
 			t.Errorf("ParseSource(%q) = %+v %v; String() = %q", s, k, ok, k.String())

@@ -164,6 +164,10 @@ const (
 	SourcePath                         // "path": the request path without the query string
 	SourceMethod                       // "method"
 	SourceHost                         // "host": the :authority
+	// SourcePeer is "peer:principal": the first URI SAN of the client's
+	// TLS certificate (Envoy's connection.uri_san_peer_certificate), the
+	// calling workload's SPIFFE ID under Istio mutual TLS.
+	SourcePeer
 )
 
 // KeySource names one request attribute.
@@ -190,6 +194,8 @@ func (k KeySource) String() string {
 		return "method"
 	case SourceHost:
 		return "host"
+	case SourcePeer:
+		return "peer:principal"
 	}
 	return "invalid"
 }

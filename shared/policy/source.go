@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-const sourceForms = `"ip:address", "header:<name>", "query:<name>", "jwt:<claim>", "path", "method" or "host"`
+const sourceForms = `"ip:address", "peer:principal", "header:<name>", "query:<name>", "jwt:<claim>", "path", "method" or "host"`
 
 // maxSourceName bounds header, query and claim names.
 const maxSourceName = 256
@@ -34,6 +34,11 @@ func parseSource(s string) (KeySource, string) {
 			return bad(`is not a valid IP source; write "ip:address" (the client address)`)
 		}
 		return KeySource{Kind: SourceIP}, ""
+	case "peer":
+		if name != "principal" {
+			return bad(`is not a valid peer source; write "peer:principal" (the URI SAN of the client's TLS certificate, such as its SPIFFE ID)`)
+		}
+		return KeySource{Kind: SourcePeer}, ""
 	case "header":
 		if !hasColon {
 			return bad(`needs a header name, e.g. "header:x-api-key"`)
@@ -64,7 +69,7 @@ func parseSource(s string) (KeySource, string) {
 		return KeySource{Kind: SourceJWT, Name: name}, ""
 	}
 	switch strings.ToLower(kind) {
-	case "path", "method", "host", "ip", "header", "query", "jwt":
+	case "path", "method", "host", "ip", "peer", "header", "query", "jwt":
 		return bad("is not a known source: source kinds are lower-case, e.g. " + quoteShort(strings.ToLower(kind)+s[len(kind):]))
 	}
 	return bad("is not a known source; use " + sourceForms)

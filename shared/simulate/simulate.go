@@ -39,7 +39,23 @@ type Request struct {
 	// ClientAddress is the downstream peer's address (Envoy's
 	// source.address, with or without a port).
 	ClientAddress string
+	// PeerPrincipal is the first URI SAN of the client's TLS certificate
+	// (Envoy's connection.uri_san_peer_certificate), "" without one.
+	PeerPrincipal string
 }
+
+// Properties are the request's Envoy properties the filter reads, by
+// dotted path, as a test host takes them.
+func (r Request) Properties() map[string][]byte {
+	p := map[string][]byte{"source.address": []byte(r.ClientAddress)}
+	if r.PeerPrincipal != "" {
+		p[PeerPrincipalProperty] = []byte(r.PeerPrincipal)
+	}
+	return p
+}
+
+// PeerPrincipalProperty is the Envoy property behind "peer:principal".
+const PeerPrincipalProperty = "connection.uri_san_peer_certificate"
 
 // State is a rule's stored state for one identity: Bucket for a token
 // bucket, Window for a windowed rule.

@@ -59,6 +59,8 @@ func (s *sources) raw(k policy.KeySource) (string, bool) {
 		return s.req.Method, true
 	case policy.SourceHost:
 		return request.LowerASCII(s.req.Host), true
+	case policy.SourcePeer:
+		return s.req.PeerPrincipal, s.req.PeerPrincipal != ""
 	case policy.SourceIP:
 		if s.hops > 0 {
 			if xff, ok := s.header("x-forwarded-for"); ok {

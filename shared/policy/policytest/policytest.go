@@ -76,6 +76,9 @@ func Request(rng *rand.Rand, shadowHeader string) simulate.Request {
 	if rng.IntN(8) == 0 {
 		r.Headers[shadowHeader] = "forged"
 	}
+	if rng.IntN(3) > 0 { // a client with a certificate, as under mutual TLS
+		r.PeerPrincipal = oneOf("spiffe://cluster.local/ns/shop/sa/web", "spiffe://cluster.local/ns/batch/sa/etl")
+	}
 	if rng.IntN(6) == 0 { // gRPC calls get their rejections trailers-only
 		r.Headers["content-type"] = oneOf("application/grpc", "application/grpc+proto", "application/grpc-web")
 	}
@@ -200,14 +203,14 @@ func (g *configGen) reply(into map[string]any) {
 }
 
 func (g *configGen) key() string {
-	return g.oneOf("header:x-api-key", "header:x-api-key", "ip:address", "query:account", "jwt:sub", "header:x-plan", "host", "jwt:tier")
+	return g.oneOf("header:x-api-key", "header:x-api-key", "ip:address", "query:account", "jwt:sub", "header:x-plan", "host", "jwt:tier", "peer:principal")
 }
 
 // match returns zero to two conditions.
 func (g *configGen) match() map[string]any {
 	m := map[string]any{}
 	for range g.rng.IntN(3) {
-		switch g.rng.IntN(9) {
+		switch g.rng.IntN(10) {
 		case 0:
 			m["path_prefix"] = g.oneOf("/api/", "/reports", "/")
 		case 1:
@@ -226,6 +229,8 @@ func (g *configGen) match() map[string]any {
 			m["header:user-agent"] = map[string]any{g.oneOf("suffix", "prefix"): g.oneOf("bot", "curl")}
 		case 8:
 			m["jwt:tier"] = g.condition("gold", "free")
+		case 9:
+			m["peer:principal"] = g.condition("spiffe://cluster.local/ns/shop/sa/web", "spiffe://cluster.local/ns/")
 		}
 	}
 	return m
