@@ -10,6 +10,7 @@ type SimForm struct {
 	Headers string // "name: value" per line
 	Client  string // client address
 	Peer    string // the client certificate's URI SAN (peer:principal)
+	Route   string // the Envoy route's name (route)
 	JWT     string // a bearer token, or a JSON object of claims
 }
 

@@ -193,28 +193,28 @@ func TestStructuredEditorSetsARulesRejectionBody(t *testing.T) {
 	}
 }
 
-func TestStructuredEditorKeysARuleByTheClientCertificate(t *testing.T) {
+func TestStructuredEditorKeysARuleByTheClientCertificateAndRoute(t *testing.T) {
 	e := newEnv(t, nil)
 	c := login(t, e, "alice")
 	tok := csrfOf(t, get(t, c, e.srv.URL+"/"))
 	draft := `{"policies":[{"name":"mesh","rules":[{"name":"per-ip","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}}]}]}`
 	resp, body := post(t, c, e.srv.URL+"/policy/rules", url.Values{"csrf": {tok}, "base_version": {"1"}, "policy": {draft}, "op": {"apply:0:0"},
 		"rf_name": {"per-workload"}, "rf_algorithm": {"token_bucket"}, "rf_rate": {"5"}, "rf_burst": {"10"},
-		"rf_key_kind0": {"peer:principal"}, "rf_key_name0": {""},
+		"rf_key_kind0": {"peer:principal"}, "rf_key_name0": {""}, "rf_key_kind1": {"route"}, "rf_key_name1": {""},
 		"rf_match_src0": {"peer:principal"}, "rf_match_val0": {"spiffe://cluster.local/ns/shop/sa/web"}})
 	got := draftOf(t, body)
 	cfg, err := policy.Parse([]byte(got))
 	if resp.StatusCode != 200 || err != nil {
 		t.Fatalf("apply: %d %v\n%s", resp.StatusCode, err, got)
 	}
-	if r := cfg.RuleByName("per-workload"); len(r.Keys) != 1 || r.Keys[0].Kind != policy.SourcePeer || len(r.Match) != 1 || r.Match[0].Source.Kind != policy.SourcePeer {
+	if r := cfg.RuleByName("per-workload"); len(r.Keys) != 2 || r.Keys[0].Kind != policy.SourcePeer || r.Keys[1].Kind != policy.SourceRoute || len(r.Match) != 1 || r.Match[0].Source.Kind != policy.SourcePeer {
 		t.Errorf("the rule's keys %v, match %v", r.Keys, r.Match)
 	}
-	if !strings.Contains(body, "per peer:principal") || !strings.Contains(body, "peer:principal is spiffe://cluster.local/ns/shop/sa/web") {
+	if !strings.Contains(body, "per peer:principal + route") || !strings.Contains(body, "peer:principal is spiffe://cluster.local/ns/shop/sa/web") {
 		t.Errorf("the list does not describe the rule in words")
 	}
 	resp, body = post(t, c, e.srv.URL+"/policy/rules", url.Values{"csrf": {tok}, "base_version": {"1"}, "policy": {got}, "op": {"edit:0:0"}})
-	if resp.StatusCode != 200 || !strings.Contains(body, `<option value="peer:principal" selected`) {
-		t.Fatalf("edit: %d, the key picker does not show peer:principal", resp.StatusCode)
+	if resp.StatusCode != 200 || !strings.Contains(body, `<option value="peer:principal" selected`) || !strings.Contains(body, `<option value="route" selected`) {
+		t.Fatalf("edit: %d, the key pickers do not show peer:principal and route", resp.StatusCode)
 	}
 }

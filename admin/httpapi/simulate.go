@@ -32,6 +32,7 @@ const (
 	maxSimHeaderBytes = 60 << 10 // Envoy's default max_request_headers_kb
 	maxSimPath        = 8 << 10
 	maxSimPeer        = 2 << 10
+	maxSimRoute       = 1 << 10
 )
 
 // simRequest is a simulated request as the API and the page take it.
@@ -45,6 +46,9 @@ type simRequest struct {
 	// PeerPrincipal is the URI SAN of the client's TLS certificate, for
 	// peer:principal ("" for a client without one).
 	PeerPrincipal string `json:"peer_principal"`
+	// Route is the name of the Envoy route the request matched, for the
+	// route source ("" for none).
+	Route string `json:"route"`
 	// JWT is a bearer token ("Bearer " optional); Claims a JSON object
 	// sent as the payload of an unsigned token (the filter never checks
 	// signatures). At most one of them.
@@ -139,6 +143,14 @@ func (b simRequest) build() (simulate.Request, error) {
 		return req, simInputError("peer_principal", fmt.Sprintf("%q is not a URI: it has a space, a control character or a byte outside ASCII", shortText(peer)))
 	}
 	req.PeerPrincipal = peer
+	route := strings.TrimSpace(b.Route)
+	switch {
+	case len(route) > maxSimRoute:
+		return req, simInputError("route", fmt.Sprintf("is %d bytes long; a route name is at most %d here", len(route), maxSimRoute))
+	case strings.IndexFunc(route, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0:
+		return req, simInputError("route", fmt.Sprintf("%q contains a control character", shortText(route)))
+	}
+	req.Route = route
 	hasClaims := len(b.Claims) > 0 && string(b.Claims) != "null"
 	if b.JWT != "" && hasClaims {
 		return req, simInputError("jwt", "give a token or claims, not both")

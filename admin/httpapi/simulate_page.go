@@ -51,7 +51,7 @@ func (s *server) simulateForm(r *http.Request, f web.SimForm, draft []byte) (sim
 	fail := func(field, msg string) (simFormResult, int) {
 		return simFormResult{SimView: web.SimView{Field: field, Error: msg}}, http.StatusBadRequest
 	}
-	req := simRequest{Method: f.Method, Path: f.Path, Host: f.Host, ClientAddress: f.Client, PeerPrincipal: f.Peer, Headers: map[string]string{}}
+	req := simRequest{Method: f.Method, Path: f.Path, Host: f.Host, ClientAddress: f.Client, PeerPrincipal: f.Peer, Route: f.Route, Headers: map[string]string{}}
 	for i, line := range strings.Split(strings.ReplaceAll(f.Headers, "\r\n", "\n"), "\n") {
 		if strings.TrimSpace(line) == "" {
 			continue

@@ -145,6 +145,7 @@ func TestSimulateRefusesBadInputNamingTheField(t *testing.T) {
 		{`{"request":{"client_address":"10.0.0.999"}}`, "request.client_address"},
 		{`{"request":{"client_address":"example.com:80"}}`, "request.client_address"},
 		{`{"request":{"peer_principal":"spiffe://cluster.local/ns/a b"}}`, "request.peer_principal"},
+		{`{"request":{"route":"check\nout"}}`, "request.route"},
 		{`{"request":{"peer_principal":"` + strings.Repeat("s", 3000) + `"}}`, "request.peer_principal"},
 		{`{"request":{"headers":{"x-big":"` + huge + `"}}}`, "request.headers.x-big"},
 		{`{"request":{"headers":` + string(manyJSON) + `}}`, "request.headers"},
@@ -265,5 +266,18 @@ func TestSimulateKeysByTheClientCertificate(t *testing.T) {
 	_, m = simulateCall(t, e, `{"policy":`+pol+`,"request":{}}`)
 	if r := rulesOf(t, m, 0)[0]; r["applies"] != false || !strings.Contains(r["why_not"].(string), "peer:principal") {
 		t.Errorf("without a certificate: %v", r)
+	}
+}
+
+func TestSimulateMatchesTheEnvoyRoute(t *testing.T) {
+	e := newEnv(t, nil)
+	pol := `{"rules":[{"name":"checkout","limit_keys":["route"],"match":{"route":"checkout"},"algorithm":"token_bucket","algorithm_config":{"rps":10,"burst":20}}]}`
+	_, m := simulateCall(t, e, `{"policy":`+pol+`,"request":{"route":"checkout"}}`)
+	if r := rulesOf(t, m, 0)[0]; r["applies"] != true || r["identity"] != "route=checkout" {
+		t.Errorf("on the checkout route: %v", r)
+	}
+	_, m = simulateCall(t, e, `{"policy":`+pol+`,"request":{"route":"catalog"}}`)
+	if r := rulesOf(t, m, 0)[0]; r["applies"] != false || !strings.Contains(r["why_not"].(string), `"catalog"`) {
+		t.Errorf("on another route: %v", r)
 	}
 }

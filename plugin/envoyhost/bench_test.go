@@ -156,15 +156,19 @@ func BenchmarkEnvoyHostStream(b *testing.B) {
 // parts of its cost (each against the empty plugin, like the cases above):
 // without the response fields, with the older (opt-in) ones too, a request no
 // rule applies to (one header read, nothing else), and the bucket keyed by
-// the client certificate (a property read) instead of a header (x-base:
-// against the allowed request's configuration, same request).
+// the client certificate or the route (a property read) instead of a header
+// (x-base: against the allowed request's configuration, same request).
 func BenchmarkEnvoyHostProbe(b *testing.B) {
 	with := func(field string) string { return `{` + field + `, ` + benchConfig[1:] }
 	byPeer := strings.Replace(benchConfig, `"header:x-api-key"`, `"peer:principal"`, 1)
 	peerReq := hdr("x-api-key", "k")
 	peerReq.Properties = map[string][]byte{"connection.uri_san_peer_certificate": []byte("spiffe://cluster.local/ns/shop/sa/web")}
+	byRoute := strings.Replace(benchConfig, `"header:x-api-key"`, `"route"`, 1)
+	routeReq := hdr("x-api-key", "k")
+	routeReq.Properties = map[string][]byte{"xds.route_name": []byte("checkout")}
 	benchStreams(b, []streamCase{
 		{"peer-principal", byPeer, peerReq, false, benchConfig},
+		{"route", byRoute, routeReq, false, benchConfig},
 		{"no-response-headers", with(`"response_headers": false`), hdr("x-api-key", "k"), false, ""},
 		{"legacy-headers", with(`"legacy_headers": true`), hdr("x-api-key", "k"), false, ""},
 		{"no-rule-applies", benchConfig, hdr("x-other", "k"), false, ""},

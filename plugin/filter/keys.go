@@ -50,19 +50,18 @@ type requestSources struct {
 	queries []cachedValue // by compiledConfig.queryNames index
 	claims  []cachedValue // by compiledConfig.claimNames index
 
-	rawPath, path, method, host, ip, peer cachedValue
+	rawPath, path, method, host, ip cachedValue
+	peer, route                     propertyValue
 
 	gen      uint32 // this request's generation, from 1 (see cachedValue)
 	jwtState uint8
 	jwt      request.Claims
 
-	// vals holds the header values read this request, prop the client
-	// address property and peerProp the peer's principal: the cached
-	// values are views of them, valid until the next reset, so reading a
-	// request allocates nothing.
-	vals     []byte
-	prop     []byte
-	peerProp []byte
+	// vals holds the header values read this request and prop the client
+	// address property: the cached values are views of them, valid until
+	// the next reset, so reading a request allocates nothing.
+	vals []byte
+	prop []byte
 
 	// The header map read whole (pairs.go): whole is its state for this
 	// request, found the slots of compiledConfig.readNames' values in it
@@ -94,6 +93,7 @@ func (rs *requestSources) reset(cfg *compiledConfig, numHeaders int) {
 		rs.queries = resetCache(rs.queries, len(cfg.queryNames))
 		rs.claims = resetCache(rs.claims, len(cfg.claimNames))
 		rs.rawPath, rs.path, rs.method, rs.host, rs.ip = cachedValue{}, cachedValue{}, cachedValue{}, cachedValue{}, cachedValue{}
+		rs.peer.c, rs.route.c = cachedValue{}, cachedValue{}
 		rs.gen = 1
 	}
 	rs.vals = rs.vals[:0]
@@ -159,12 +159,9 @@ func (rs *requestSources) get(s sourceRef) (string, bool) {
 			c.set(rs.clientIP())
 		}
 	case policy.SourcePeer:
-		c = &rs.peer
-		if rs.unread(c) {
-			b, ok := getProperty(peerPrincipalPath, rs.peerProp)
-			rs.peerProp = b
-			c.set(bytesView(b), ok)
-		}
+		c = rs.peer.read(rs, peerPrincipalPath)
+	case policy.SourceRoute:
+		c = rs.route.read(rs, routeNamePath)
 	case sourceRawPath:
 		c = &rs.rawPath
 		if rs.unread(c) {
@@ -241,10 +238,33 @@ func (rs *requestSources) fixedHeader(f int) (v string, ok bool) {
 // address ("source", "address").
 const sourceAddressPath = "source\x00address"
 
-// peerPrincipalPath is the serialized property path of "peer:principal":
-// the first URI SAN of the client's TLS certificate, which Envoy does not
-// have (NotFound) on a connection without one.
-const peerPrincipalPath = "connection\x00uri_san_peer_certificate"
+// Serialized property paths of the sources read from properties:
+// "peer:principal", the first URI SAN of the client's TLS certificate,
+// which Envoy does not have (NotFound) on a connection without one, and
+// "route", the name of the route the request matched ("" for a route
+// without a name: missing).
+const (
+	peerPrincipalPath = "connection\x00uri_san_peer_certificate"
+	routeNamePath     = "xds\x00route_name"
+)
+
+// propertyValue is a source read from an Envoy property: its cached value,
+// a view of buf.
+type propertyValue struct {
+	c   cachedValue
+	buf []byte
+}
+
+// read returns the cached value, reading the property at path the first
+// time in a request.
+func (pv *propertyValue) read(rs *requestSources, path string) *cachedValue {
+	if rs.unread(&pv.c) {
+		b, ok := getProperty(path, pv.buf)
+		pv.buf = b
+		pv.c.set(bytesView(b), ok)
+	}
+	return &pv.c
+}
 
 // clientIP returns the client address: the Nth entry from the right of
 // X-Forwarded-For when xff_trusted_hops is N > 0 and the header has at least

@@ -63,10 +63,21 @@ func TestRequestSourcesGenerations(t *testing.T) {
 	if rs.gen != 1 || rs.headers[0] != (cachedValue{}) {
 		t.Fatalf("after the count wrapped: gen %d, header %+v", rs.gen, rs.headers[0])
 	}
+	// The first request under a new configuration counts from 1 again: no
+	// value the previous configuration's first request read may pass for
+	// its own.
+	rs.reset(cfg, 0)
+	old := cachedValue{v: "old", state: present, gen: 1}
+	rs.ip, rs.host, rs.peer.c, rs.route.c = old, old, old, old
 	other := &compiledConfig{headerNames: []string{"a", "b"}}
 	rs.reset(other, 0)
-	if len(rs.headers) != 2 || rs.cfg != other {
-		t.Fatalf("a new configuration: %d header caches", len(rs.headers))
+	if len(rs.headers) != 2 || rs.cfg != other || rs.gen != 1 {
+		t.Fatalf("a new configuration: %d header caches, gen %d", len(rs.headers), rs.gen)
+	}
+	for name, c := range map[string]*cachedValue{"ip": &rs.ip, "host": &rs.host, "peer": &rs.peer.c, "route": &rs.route.c} {
+		if !rs.unread(c) {
+			t.Errorf("a new configuration reads the old %s %q as this request's", name, c.v)
+		}
 	}
 }
 

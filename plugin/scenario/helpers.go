@@ -30,7 +30,8 @@ func startConfig(t testing.TB, start Starter, config string) Host {
 
 // req builds a request from name/value pairs. The pseudo name "@ip" sets the
 // source.address property (default "10.0.0.1:5555"), "@peer" the client
-// certificate's URI SAN (connection.uri_san_peer_certificate; default none).
+// certificate's URI SAN (connection.uri_san_peer_certificate; default none),
+// "@route" the Envoy route's name (xds.route_name; default none).
 func req(kv ...string) Request {
 	r := Request{Properties: map[string][]byte{"source.address": []byte("10.0.0.1:5555")}}
 	for i := 0; i+1 < len(kv); i += 2 {
@@ -40,6 +41,10 @@ func req(kv ...string) Request {
 		}
 		if kv[i] == "@peer" { // the client certificate's URI SAN
 			r.Properties["connection.uri_san_peer_certificate"] = []byte(kv[i+1])
+			continue
+		}
+		if kv[i] == "@route" { // the name of the Envoy route matched
+			r.Properties["xds.route_name"] = []byte(kv[i+1])
 			continue
 		}
 		r.Headers = append(r.Headers, Header{kv[i], kv[i+1]})

@@ -144,6 +144,8 @@ func TestParseErrors(t *testing.T) {
 		{"keys not array", withKeys(`"ip:address"`), "rules[0].limit_keys", []string{"must be an array", "got a string"}, 0},
 		{"keys empty", withKeys(`[]`), "rules[0].limit_keys", []string{"is empty", "at least one key source"}, 0},
 		{"key not string", withKeys(`[1]`), "rules[0].limit_keys[0]", []string{"must be a string", "got a number"}, 0},
+		{"route with an argument", withKeys(`["route:checkout"]`), "rules[0].limit_keys[0]", []string{`"route:checkout" takes no argument; write "route"`}, 0},
+		{"cidr on a route", withMatch(`{"route":{"cidr":["10.0.0.0/8"]}}`), "rules[0].match.route.cidr", []string{"cidr compares IP addresses", `not on "route"`}, 0},
 		{"peer source without principal", withKeys(`["peer:address"]`), "rules[0].limit_keys[0]", []string{`"peer:address" is not a valid peer source`, `write "peer:principal"`}, 0},
 		{"peer source upper case", withKeys(`["Peer:principal"]`), "rules[0].limit_keys[0]", []string{"source kinds are lower-case", `"peer:principal"`}, 0},
 		{"key unknown kind", withKeys(`["cookie:session"]`), "rules[0].limit_keys[0]", []string{`"cookie:session" is not a known source`, `"ip:address", "peer:principal", "header:<name>"`}, 0},
@@ -415,7 +417,7 @@ func TestMarshalJSONGolden(t *testing.T) {
 }
 
 func TestKeySourceString(t *testing.T) {
-	for _, s := range []string{"ip:address", "peer:principal", "header:x-api-key", "query:k", "jwt:sub", "path", "method", "host"} {
+	for _, s := range []string{"ip:address", "peer:principal", "header:x-api-key", "query:k", "jwt:sub", "path", "method", "host", "route"} {
 		k, ok := ParseSource(s)
 		if !ok || k.String() != s {
 			t.Errorf("ParseSource(%q) = %+v %v; String() = %q", s, k, ok, k.String())

@@ -168,6 +168,10 @@ const (
 	// TLS certificate (Envoy's connection.uri_san_peer_certificate), the
 	// calling workload's SPIFFE ID under Istio mutual TLS.
 	SourcePeer
+	// SourceRoute is "route": the name of the Envoy route the request
+	// matched (Envoy's xds.route_name; an Istio VirtualService's
+	// http[].name).
+	SourceRoute
 )
 
 // KeySource names one request attribute.
@@ -196,6 +200,8 @@ func (k KeySource) String() string {
 		return "host"
 	case SourcePeer:
 		return "peer:principal"
+	case SourceRoute:
+		return "route"
 	}
 	return "invalid"
 }

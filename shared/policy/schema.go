@@ -39,8 +39,8 @@ const (
 	headerNameRe     = headerNameChars + `{1,256}`
 	queryNameRe      = `[^\x00-\x20\x7f&=#]{1,256}`
 	claimNameRe      = `[^\x00-\x20\x7f]{1,256}`
-	keySourcePattern = `^(ip:address|peer:principal|path|method|host|header:` + headerNameRe + `|query:` + queryNameRe + `|jwt:` + claimNameRe + `)$`
-	matchKeyPattern  = `^(path_prefix|ip:address|peer:principal|path|method|host|header:` + headerNameRe + `|query:` + queryNameRe + `|jwt:` + claimNameRe + `)$`
+	keySourcePattern = `^(ip:address|peer:principal|path|method|host|route|header:` + headerNameRe + `|query:` + queryNameRe + `|jwt:` + claimNameRe + `)$`
+	matchKeyPattern  = `^(path_prefix|ip:address|peer:principal|path|method|host|route|header:` + headerNameRe + `|query:` + queryNameRe + `|jwt:` + claimNameRe + `)$`
 	costPattern      = `^(fixed|header:` + headerNameRe + `|query:` + queryNameRe + `)$`
 	// responseCostPattern: token_bucket and quota also read a cost from
 	// the response (quota.go).
@@ -271,8 +271,8 @@ func schemaDoc() obj {
 		"rollingWindow": closed("rollingWindow", []string{"limit", "window_seconds", "period_seconds"}, nil),
 		"quota":         closed("quota", []string{"limit", "period"}, nil),
 		"keySource": obj{"type": "string", "pattern": keySourcePattern,
-			"description": `"ip:address", "peer:principal", "header:<name>", "query:<name>", "jwt:<claim>", "path", "method" or "host".`,
-			"examples":    []string{"ip:address", "peer:principal", "header:x-api-key", "jwt:sub", "query:api_key", "path", "method", "host"}},
+			"description": `"ip:address", "peer:principal", "header:<name>", "query:<name>", "jwt:<claim>", "path", "method", "host" or "route".`,
+			"examples":    []string{"ip:address", "peer:principal", "header:x-api-key", "jwt:sub", "query:api_key", "path", "method", "host", "route"}},
 	}
 	return top
 }

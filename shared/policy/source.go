@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-const sourceForms = `"ip:address", "peer:principal", "header:<name>", "query:<name>", "jwt:<claim>", "path", "method" or "host"`
+const sourceForms = `"ip:address", "peer:principal", "header:<name>", "query:<name>", "jwt:<claim>", "path", "method", "host" or "route"`
 
 // maxSourceName bounds header, query and claim names.
 const maxSourceName = 256
@@ -24,11 +24,11 @@ func parseSource(s string) (KeySource, string) {
 		return KeySource{}, quoteShort(s) + " " + why
 	}
 	switch kind {
-	case "path", "method", "host":
+	case "path", "method", "host", "route":
 		if hasColon {
 			return bad("takes no argument; write " + strconv.Quote(kind))
 		}
-		return KeySource{Kind: map[string]SourceKind{"path": SourcePath, "method": SourceMethod, "host": SourceHost}[kind]}, ""
+		return KeySource{Kind: map[string]SourceKind{"path": SourcePath, "method": SourceMethod, "host": SourceHost, "route": SourceRoute}[kind]}, ""
 	case "ip":
 		if name != "address" {
 			return bad(`is not a valid IP source; write "ip:address" (the client address)`)
@@ -69,7 +69,7 @@ func parseSource(s string) (KeySource, string) {
 		return KeySource{Kind: SourceJWT, Name: name}, ""
 	}
 	switch strings.ToLower(kind) {
-	case "path", "method", "host", "ip", "peer", "header", "query", "jwt":
+	case "path", "method", "host", "route", "ip", "peer", "header", "query", "jwt":
 		return bad("is not a known source: source kinds are lower-case, e.g. " + quoteShort(strings.ToLower(kind)+s[len(kind):]))
 	}
 	return bad("is not a known source; use " + sourceForms)

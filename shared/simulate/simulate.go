@@ -42,6 +42,9 @@ type Request struct {
 	// PeerPrincipal is the first URI SAN of the client's TLS certificate
 	// (Envoy's connection.uri_san_peer_certificate), "" without one.
 	PeerPrincipal string
+	// Route is the name of the Envoy route the request matched (Envoy's
+	// xds.route_name), "" for none.
+	Route string
 }
 
 // Properties are the request's Envoy properties the filter reads, by
@@ -51,11 +54,17 @@ func (r Request) Properties() map[string][]byte {
 	if r.PeerPrincipal != "" {
 		p[PeerPrincipalProperty] = []byte(r.PeerPrincipal)
 	}
+	if r.Route != "" {
+		p[RouteProperty] = []byte(r.Route)
+	}
 	return p
 }
 
-// PeerPrincipalProperty is the Envoy property behind "peer:principal".
-const PeerPrincipalProperty = "connection.uri_san_peer_certificate"
+// The Envoy properties behind "peer:principal" and "route".
+const (
+	PeerPrincipalProperty = "connection.uri_san_peer_certificate"
+	RouteProperty         = "xds.route_name"
+)
 
 // State is a rule's stored state for one identity: Bucket for a token
 // bucket, Window for a windowed rule.

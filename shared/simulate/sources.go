@@ -61,6 +61,8 @@ func (s *sources) raw(k policy.KeySource) (string, bool) {
 		return request.LowerASCII(s.req.Host), true
 	case policy.SourcePeer:
 		return s.req.PeerPrincipal, s.req.PeerPrincipal != ""
+	case policy.SourceRoute:
+		return s.req.Route, s.req.Route != ""
 	case policy.SourceIP:
 		if s.hops > 0 {
 			if xff, ok := s.header("x-forwarded-for"); ok {

@@ -79,6 +79,9 @@ func Request(rng *rand.Rand, shadowHeader string) simulate.Request {
 	if rng.IntN(3) > 0 { // a client with a certificate, as under mutual TLS
 		r.PeerPrincipal = oneOf("spiffe://cluster.local/ns/shop/sa/web", "spiffe://cluster.local/ns/batch/sa/etl")
 	}
+	if rng.IntN(4) > 0 { // the name of the Envoy route it matched
+		r.Route = oneOf("checkout", "catalog")
+	}
 	if rng.IntN(6) == 0 { // gRPC calls get their rejections trailers-only
 		r.Headers["content-type"] = oneOf("application/grpc", "application/grpc+proto", "application/grpc-web")
 	}
@@ -203,14 +206,14 @@ func (g *configGen) reply(into map[string]any) {
 }
 
 func (g *configGen) key() string {
-	return g.oneOf("header:x-api-key", "header:x-api-key", "ip:address", "query:account", "jwt:sub", "header:x-plan", "host", "jwt:tier", "peer:principal")
+	return g.oneOf("header:x-api-key", "header:x-api-key", "ip:address", "query:account", "jwt:sub", "header:x-plan", "host", "jwt:tier", "peer:principal", "route")
 }
 
 // match returns zero to two conditions.
 func (g *configGen) match() map[string]any {
 	m := map[string]any{}
 	for range g.rng.IntN(3) {
-		switch g.rng.IntN(10) {
+		switch g.rng.IntN(11) {
 		case 0:
 			m["path_prefix"] = g.oneOf("/api/", "/reports", "/")
 		case 1:
@@ -231,6 +234,8 @@ func (g *configGen) match() map[string]any {
 			m["jwt:tier"] = g.condition("gold", "free")
 		case 9:
 			m["peer:principal"] = g.condition("spiffe://cluster.local/ns/shop/sa/web", "spiffe://cluster.local/ns/")
+		case 10:
+			m["route"] = g.condition("checkout", "catalog")
 		}
 	}
 	return m
