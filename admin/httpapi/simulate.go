@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/sluice-rl/sluice/admin/policies"
 	"github.com/sluice-rl/sluice/shared/limiter"
@@ -55,6 +56,22 @@ type simRequest struct {
 	JWT    string          `json:"jwt"`
 	Claims json.RawMessage `json:"claims"`
 }
+
+// simText checks a text field read from an Envoy property: trimmed, at
+// most max bytes, no rune that bad refuses (why says what is wrong).
+func simText(field, v string, max int, bad func(rune) bool, why string) (string, error) {
+	v = strings.TrimSpace(v)
+	switch {
+	case len(v) > max:
+		return "", simInputError(field, fmt.Sprintf("is %d bytes long; at most %d are allowed here", len(v), max))
+	case strings.IndexFunc(v, bad) >= 0:
+		return "", simInputError(field, fmt.Sprintf("%q %s", shortText(v), why))
+	}
+	return v, nil
+}
+
+// notURIByte refuses what a URI never holds: spaces, controls, non-ASCII.
+func notURIByte(r rune) bool { return r < 0x21 || r > 0x7e }
 
 func simInputError(field, msg string) error {
 	return &policies.InputError{Field: "request." + field, Message: msg}
@@ -135,22 +152,14 @@ func (b simRequest) build() (simulate.Request, error) {
 		}
 	}
 	req.ClientAddress = addr
-	peer := strings.TrimSpace(b.PeerPrincipal)
-	switch {
-	case len(peer) > maxSimPeer:
-		return req, simInputError("peer_principal", fmt.Sprintf("is %d bytes long; a certificate's URI SAN is at most %d here", len(peer), maxSimPeer))
-	case strings.IndexFunc(peer, func(r rune) bool { return r < 0x21 || r > 0x7e }) >= 0:
-		return req, simInputError("peer_principal", fmt.Sprintf("%q is not a URI: it has a space, a control character or a byte outside ASCII", shortText(peer)))
+	var err error
+	if req.PeerPrincipal, err = simText("peer_principal", b.PeerPrincipal, maxSimPeer, notURIByte,
+		"is not a URI: it has a space, a control character or a byte outside ASCII"); err != nil {
+		return req, err
 	}
-	req.PeerPrincipal = peer
-	route := strings.TrimSpace(b.Route)
-	switch {
-	case len(route) > maxSimRoute:
-		return req, simInputError("route", fmt.Sprintf("is %d bytes long; a route name is at most %d here", len(route), maxSimRoute))
-	case strings.IndexFunc(route, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0:
-		return req, simInputError("route", fmt.Sprintf("%q contains a control character", shortText(route)))
+	if req.Route, err = simText("route", b.Route, maxSimRoute, unicode.IsControl, "contains a control character"); err != nil {
+		return req, err
 	}
-	req.Route = route
 	hasClaims := len(b.Claims) > 0 && string(b.Claims) != "null"
 	if b.JWT != "" && hasClaims {
 		return req, simInputError("jwt", "give a token or claims, not both")

@@ -160,6 +160,9 @@ func compile(c *policy.Config, vm *vmContext) *compiledConfig {
 	if cc.rejectStatus < 400 || cc.rejectStatus > 599 {
 		cc.rejectStatus = policy.DefaultRejectStatus
 	}
+	if cc.rejectGRPC < 1 || cc.rejectGRPC > 16 { // never OK (0) for a rejection
+		cc.rejectGRPC = policy.DefaultRejectGRPCStatus
+	}
 	if cc.shadowHeader == "" {
 		cc.shadowHeader = policy.DefaultShadowHeader
 	}
