@@ -283,12 +283,16 @@ func (c *client) validate(ctx context.Context, doc []byte, stdout io.Writer) (js
 	}
 	var ok struct {
 		Normalized json.RawMessage `json:"normalized"`
+		Warnings   []struct{ Rule, Message string }
 	}
 	status, e, err := c.do(ctx, "POST", "/api/v1/policy/validate", map[string]json.RawMessage{"policy": doc}, &ok)
 	switch {
 	case err != nil:
 		return nil, ExitError, err
 	case e == nil:
+		for _, w := range ok.Warnings { // valid, but probably not meant
+			fmt.Fprintf(stdout, "warning: rule %q: %s\n", w.Rule, w.Message)
+		}
 		return ok.Normalized, ExitOK, nil
 	case status == http.StatusUnprocessableEntity || status == http.StatusBadRequest:
 		printProblems(stdout, e)

@@ -190,3 +190,16 @@ func FuzzArgs(f *testing.F) {
 		}
 	})
 }
+
+func TestValidatePrintsWarningsAndStillExitsZero(t *testing.T) {
+	a := startAdmin(t)
+	catchAll := `{"rules":[{"name":"per-ip","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":2}},
+		{"name":"per-key","limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}}]}`
+	code, out, errs := a.run(t, "validate", writeFile(t, catchAll))
+	if code != ExitOK || !strings.Contains(out, `warning: rule "per-key": never applies: rule "per-ip" before it`) {
+		t.Errorf("exit %d, output %q %q; want 0 and the warning", code, out, errs)
+	}
+	if _, out, _ := a.run(t, "validate", writeFile(t, tiers)); strings.Contains(out, "warning") {
+		t.Errorf("the tiers policy warns: %q", out)
+	}
+}

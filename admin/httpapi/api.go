@@ -395,7 +395,8 @@ func (s *server) apiValidate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"valid": true, "normalized": json.RawMessage(policy.MaskSecrets(norm))})
+	writeJSON(w, http.StatusOK, map[string]any{"valid": true, "normalized": json.RawMessage(policy.MaskSecrets(norm)),
+		"warnings": warningsJSON(policies.Warnings(norm))})
 	return nil
 }
 
@@ -522,4 +523,18 @@ func (s *server) apiNodes(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// warningJSON is a policy warning in API answers.
+type warningJSON struct {
+	Rule    string `json:"rule"`
+	Message string `json:"message"`
+}
+
+func warningsJSON(ws []policy.Warning) []warningJSON {
+	out := make([]warningJSON, 0, len(ws))
+	for _, w := range ws {
+		out = append(out, warningJSON{Rule: w.Rule, Message: w.Message})
+	}
+	return out
 }

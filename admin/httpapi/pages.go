@@ -297,6 +297,9 @@ func (s *server) editorPage(w http.ResponseWriter, r *http.Request, sess auth.Se
 	if ps := s.Policies.LastPublish(); ps.Err != nil {
 		p.Flashes = append(p.Flashes, web.Flash{Kind: "error", Text: fmt.Sprintf("Publishing v%d failed: %v", ps.Version, ps.Err)})
 	}
+	for _, w := range cur.Warnings() {
+		p.Flashes = append(p.Flashes, web.Flash{Kind: "warn", Text: fmt.Sprintf("v%d, %s", cur.Number, w)})
+	}
 	if s.Trials != nil {
 		if t, ok := s.Trials.Running(); ok {
 			p.Flashes = append(p.Flashes, web.Flash{Kind: "warn", Text: fmt.Sprintf(

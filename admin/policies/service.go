@@ -44,6 +44,20 @@ type Version struct {
 // which is what the editor shows and the diff compares.
 func (v Version) Pretty() string { return Pretty(v.JSON) }
 
+// Warnings are what policy.Config.Warnings finds in the version: valid,
+// but probably not meant (a rule no request reaches, ...).
+func (v Version) Warnings() []policy.Warning { return Warnings(v.JSON) }
+
+// Warnings are the findings of policy.Config.Warnings for a configuration
+// document; none for one that does not parse (its errors say more).
+func Warnings(doc []byte) []policy.Warning {
+	cfg, err := policy.Parse(doc)
+	if err != nil {
+		return nil
+	}
+	return cfg.Warnings()
+}
+
 // Pretty indents a JSON document with two spaces (and returns it unchanged
 // if it is not valid JSON).
 func Pretty(doc []byte) string {

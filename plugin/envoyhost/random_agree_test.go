@@ -27,7 +27,7 @@ const agreeConfig = `{"xff_trusted_hops": 1, "policies": [
     {"name": "jwt", "limit_keys": ["jwt:sub"], "match": {"jwt:plan": "gold"}, "algorithm": "token_bucket",
      "algorithm_config": {"rps": 1, "burst": 3, "cost_source": "header:x-cost"}},
     {"name": "keys", "max_keys": 4, "limit_keys": ["header:x-api-key"], "match": {"path": {"not": {"prefix": "/internal/"}}},
-     "algorithm": "token_bucket", "algorithm_config": {"rps": 1, "burst": 2},
+     "algorithm": "token_bucket", "algorithm_config": {"rps": 0.1, "burst": 2},
      "overrides": [{"key": "k1", "algorithm_config": {"rps": 5, "burst": 6}}]}
   ]},
   {"name": "quotas", "rules": [

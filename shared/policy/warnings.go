@@ -1,0 +1,77 @@
+package policy
+
+import "strconv"
+
+// This file finds what is valid but almost certainly not meant: a rule no
+// request can reach, an exempt rule that lifts every limit, a deny rule
+// that rejects everything. The admin shows these beside a saved policy and
+// the validate API returns them; they never refuse a configuration, since a
+// blanket rule may be what an operator wants for a while.
+
+// Warning is a finding about one rule.
+type Warning struct {
+	Rule    string // the rule's name (names are unique across policies)
+	Message string // says what happens and what to change
+}
+
+func (w Warning) String() string { return "rule " + strconv.Quote(w.Rule) + ": " + w.Message }
+
+// Warnings returns the configuration's findings, in rule order.
+func (c *Config) Warnings() []Warning {
+	var out []Warning
+	for _, p := range c.Policies {
+		for i := range p.Rules {
+			r := &p.Rules[i]
+			if !appliesToEvery(r) {
+				continue
+			}
+			out = append(out, blanket(r)...)
+			for _, later := range p.Rules[i+1:] {
+				out = append(out, Warning{Rule: later.Name, Message: "never applies: rule " + strconv.Quote(r.Name) +
+					" before it in policy " + strconv.Quote(p.Name) + " applies to every request (it has no match, and every request has its limit keys), and within a policy the first rule that applies wins; move this rule before it, give that rule a match, or put this rule in a policy of its own"})
+			}
+			break // the rules after it were reported
+		}
+	}
+	return out
+}
+
+// blanket reports an exempt or deny rule that applies to every request.
+func blanket(r *Rule) []Warning {
+	mode := ""
+	if r.Mode == ModeShadow {
+		mode = " shadow"
+	}
+	switch r.Action {
+	case ActionExempt:
+		what := "no rule of any policy limits any request"
+		if r.Mode == ModeShadow {
+			what = "no shadow rule of any policy reports any request"
+		}
+		return []Warning{{Rule: r.Name, Message: "this" + mode + " exempt rule has no match, so it exempts every request: " + what + "; give it a match"}}
+	case ActionDeny:
+		what := "every request is rejected with " + strconv.Itoa(r.DenyStatus)
+		if r.Mode == ModeShadow {
+			what = "every request is reported as denied"
+		}
+		return []Warning{{Rule: r.Name, Message: "this" + mode + " deny rule has no match, so " + what + "; give it a match"}}
+	}
+	return nil
+}
+
+// appliesToEvery reports whether r applies to every request it is tried
+// on: no match conditions, and only limit keys every request has (its
+// path and method, and the client address, which Envoy always knows).
+func appliesToEvery(r *Rule) bool {
+	if len(r.Match) > 0 {
+		return false
+	}
+	for _, k := range r.Keys {
+		switch k.Kind {
+		case SourcePath, SourceMethod, SourceIP:
+		default:
+			return false
+		}
+	}
+	return true
+}

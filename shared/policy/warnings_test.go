@@ -1,0 +1,54 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestWarningsFindRulesNoRequestReaches(t *testing.T) {
+	for _, c := range []struct {
+		name, config string
+		want         []string // "rule: words" per warning, in order
+	}{
+		{"per key, else per address: nothing to say", `{"rules":[
+			{"name":"per-key","limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}},
+			{"name":"per-ip","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":2}}]}`, nil},
+		{"a catch-all before another rule", `{"rules":[
+			{"name":"per-ip","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":2}},
+			{"name":"per-key","limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}},
+			{"name":"per-path","limit_keys":["path","method"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}}]}`,
+			[]string{`per-key: never applies: rule "per-ip" before it in policy "default"`, `per-path: never applies: rule "per-ip"`}},
+		{"a catch-all in another policy leaves this one alone", `{"policies":[
+			{"name":"a","rules":[{"name":"per-path","limit_keys":["path"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":2}}]},
+			{"name":"b","rules":[{"name":"per-key","limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}}]}]}`, nil},
+		{"a key a request may lack is no catch-all", `{"rules":[
+			{"name":"per-host","limit_keys":["host"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":2}},
+			{"name":"per-ip","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":2}}]}`, nil},
+		{"a match is no catch-all", `{"rules":[
+			{"name":"get","match":{"method":"GET"},"limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":2}},
+			{"name":"rest","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":2}}]}`, nil},
+		{"an exempt rule without a match", `{"rules":[
+			{"name":"all","action":"exempt"},
+			{"name":"per-ip","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":2}}]}`,
+			[]string{"all: this exempt rule has no match, so it exempts every request: no rule of any policy limits", `per-ip: never applies: rule "all"`}},
+		{"a shadow exempt rule without a match", `{"rules":[{"name":"all","action":"exempt","mode":"shadow"}]}`,
+			[]string{"all: this shadow exempt rule has no match, so it exempts every request: no shadow rule"}},
+		{"a deny rule without a match", `{"rules":[{"name":"gone","action":"deny","deny_status":410}]}`,
+			[]string{"gone: this deny rule has no match, so every request is rejected with 410"}},
+		{"a shadow deny rule without a match", `{"rules":[{"name":"gone","action":"deny","mode":"shadow"}]}`,
+			[]string{"gone: this shadow deny rule has no match, so every request is reported as denied"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := mustParse(t, c.config)
+			got := cfg.Warnings()
+			if len(got) != len(c.want) {
+				t.Fatalf("%d warnings, want %d: %v", len(got), len(c.want), got)
+			}
+			for i, w := range got {
+				if s := w.Rule + ": " + w.Message; !strings.HasPrefix(s, c.want[i]) {
+					t.Errorf("warning %d: %q\nwant it to start %q", i, s, c.want[i])
+				}
+			}
+		})
+	}
+}
