@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/sluice-rl/sluice/admin/auth"
+	"github.com/sluice-rl/sluice/admin/policies"
 	"github.com/sluice-rl/sluice/admin/policyedit"
 	"github.com/sluice-rl/sluice/shared/policy"
 	"github.com/sluice-rl/sluice/web"
@@ -175,6 +176,9 @@ func (s *server) rulesSubmit(w http.ResponseWriter, r *http.Request, sess auth.S
 		p.Flashes = append(p.Flashes, web.Flash{Kind: "error", Text: err.Error()})
 	case flash != "":
 		p.Flashes = append(p.Flashes, web.Flash{Kind: "ok", Text: flash + " Not saved yet: Save stores the draft and pushes it."})
+		for _, w := range policies.Warnings([]byte(draft)) { // what the change made unreachable, say
+			p.Flashes = append(p.Flashes, web.Flash{Kind: "warn", Text: "The draft's " + w.String()})
+		}
 	}
 	s.render(w, r, status, web.Editor(p))
 	return nil

@@ -40,3 +40,23 @@ func TestThePolicyPageWarnsAboutTheCurrentVersion(t *testing.T) {
 		t.Errorf("the page does not warn about the saved version")
 	}
 }
+
+func TestTheStructuredEditorWarnsWhenAMoveMakesARuleUnreachable(t *testing.T) {
+	e := newEnv(t, nil)
+	c := login(t, e, "alice")
+	tok := csrfOf(t, get(t, c, e.srv.URL+"/"))
+	draft := `{"rules":[{"name":"per-key","limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}},
+		{"name":"per-ip","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":2}}]}`
+	op := func(draft, op string) string {
+		resp, body := post(t, c, e.srv.URL+"/policy/rules", url.Values{"csrf": {tok}, "base_version": {"1"}, "policy": {draft}, "op": {op}})
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d", op, resp.StatusCode)
+		}
+		return body
+	}
+	if body := op(draft, "down:0:0"); !strings.Contains(body, `The draft&#39;s rule &#34;per-key&#34;: never applies`) {
+		t.Errorf("moving the catch-all first gives no warning")
+	} else if body := op(draftOf(t, body), "down:0:0"); strings.Contains(body, "never applies") {
+		t.Errorf("moving it back still warns")
+	}
+}
