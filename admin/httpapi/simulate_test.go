@@ -175,12 +175,12 @@ func TestSimulateRefusesAnInvalidDraftLikeASave(t *testing.T) {
 }
 
 func FuzzSimRequestBuild(f *testing.F) {
-	f.Add("GET", "/a?b=c", "example.com", "x-api-key", "v", "10.0.0.1:80", "a.eyJzdWIiOiJ4In0.c", "k", "v")
-	f.Add("", "", "", "", "", "", "", "", "")
-	f.Add("P\x00", "/\n", "a b", "bad name", "\r", "[::1]:99999", "...", "", "")
-	f.Fuzz(func(t *testing.T, method, path, host, hname, hval, addr, jwt, qk, qv string) {
+	f.Add("GET", "/a?b=c", "example.com", "x-api-key", "v", "10.0.0.1:80", "a.eyJzdWIiOiJ4In0.c", "k", "v", "spiffe://cluster.local/ns/a/sa/b", "checkout")
+	f.Add("", "", "", "", "", "", "", "", "", "", "")
+	f.Add("P\x00", "/\n", "a b", "bad name", "\r", "[::1]:99999", "...", "", "", "spiffe://a b", "check\x7fout")
+	f.Fuzz(func(t *testing.T, method, path, host, hname, hval, addr, jwt, qk, qv, peer, route string) {
 		b := simRequest{Method: method, Path: path, Host: host, Headers: map[string]string{hname: hval},
-			ClientAddress: addr, JWT: jwt, Query: map[string]string{qk: qv}}
+			ClientAddress: addr, JWT: jwt, Query: map[string]string{qk: qv}, PeerPrincipal: peer, Route: route}
 		req, err := b.build()
 		if err != nil {
 			if !strings.HasPrefix(err.Error(), "request.") {

@@ -135,17 +135,19 @@ func TestShadowRuleWithoutMarkRefusesButLeavesTheUpstreamRequest(t *testing.T) {
 }
 
 func FuzzRun(f *testing.F) {
-	f.Add("/api?n=2", "premium", "k", "Bearer a.eyJzdWIiOiJ4In0.c", "10.0.0.1:1")
-	f.Add("", "", "", "", "")
-	f.Add("/x?n=1e309", "premium", strings.Repeat("|#\\", 200), "bearer ...", "[::1]:80")
-	cfg, err := policy.Parse([]byte(tiers))
+	f.Add("/api?n=2", "premium", "k", "Bearer a.eyJzdWIiOiJ4In0.c", "10.0.0.1:1", "spiffe://cluster.local/ns/batch/sa/etl", "checkout")
+	f.Add("", "", "", "", "", "", "")
+	f.Add("/x?n=1e309", "premium", strings.Repeat("|#\\", 200), "bearer ...", "[::1]:80", "|", "\\|")
+	cfg, err := policy.Parse([]byte(strings.Replace(tiers, `]}]}`, `]},
+ {"name":"mesh","rules":[
+  {"name":"batch","match":{"peer:principal":{"prefix":"spiffe://cluster.local/ns/batch/"}},"limit_keys":["peer:principal","route"],"algorithm":"fixed_window","algorithm_config":{"limit":2,"window_seconds":60}}]}]}`, 1)))
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Fuzz(func(t *testing.T, path, plan, key, authz, addr string) {
-		res := Run(cfg, Request{Method: "GET", Path: path, ClientAddress: addr,
+	f.Fuzz(func(t *testing.T, path, plan, key, authz, addr, peer, route string) {
+		res := Run(cfg, Request{Method: "GET", Path: path, ClientAddress: addr, PeerPrincipal: peer, Route: route,
 			Headers: map[string]string{"x-plan": plan, "x-api-key": key, "authorization": authz}}, Options{Now: 5})
-		if len(res.Policies) != 2 {
+		if len(res.Policies) != 3 {
 			t.Fatalf("%d policies", len(res.Policies))
 		}
 		if (res.Status != 0) != (res.Body != "") {
