@@ -82,6 +82,10 @@ type compiledRule struct {
 	quota limiter.Quota
 	// exactRetry: Retry-After is the wait itself, without jitter (quotas).
 	exactRetry bool
+	// nearLimit: an admitted request leaving less than this is counted in
+	// near_limit (metrics.go); 0 for a global rule, whose local pool says
+	// little about the fleet's limit.
+	nearLimit float64
 	// Response-charged rules (charge.go): the cost comes from the response
 	// header (or trailer, respTrailer) respName, charged down to -maxDebt.
 	respCost    bool
@@ -254,6 +258,29 @@ func (cr *compiledRule) compileLimits(r *policy.Rule) {
 	f := request.RuleFields(r)
 	cr.limitHdr, cr.policyHdr, cr.reason, cr.rlPrefix = f.Limit, f.Policy, f.Reason, f.RatePrefix
 	cr.exactRetry = f.ExactRetry
+	cr.nearLimit = 0
+	if !r.Global {
+		cr.nearLimit = nearLimitShare * capacityOf(r)
+	}
+}
+
+// nearLimitShare is the part of its capacity a client has left when it is
+// near its limit: envoyproxy/ratelimit's default near-limit ratio, 0.8 of
+// the limit used.
+const nearLimitShare = 0.2
+
+// capacityOf is what a rule's identity can spend at once: the burst of a
+// token bucket, the limit of a window or quota.
+func capacityOf(r *policy.Rule) float64 {
+	switch {
+	case r.TokenBucket != nil:
+		return r.TokenBucket.Burst
+	case r.Window != nil:
+		return r.Window.Limit
+	case r.Quota != nil:
+		return r.Quota.Limit
+	}
+	return 0
 }
 
 // ref resolves a key source to a cache slot, assigning one index per

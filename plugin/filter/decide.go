@@ -230,6 +230,9 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 		}
 		a.rule.m.allowed.inc()
 		a.rule.tc.allowed++
+		if a.dec.Remaining < a.rule.nearLimit {
+			a.rule.m.nearLimit.inc()
+		}
 		if p.cfg.telemetry != nil {
 			p.vm.tel.hot.touch(a, false)
 		}

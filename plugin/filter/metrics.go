@@ -4,6 +4,9 @@ package filter
 // metrics under the "wasmcustom." prefix). Per rule:
 //
 //	sluice.rule.<rule>.allowed         the rule admitted the request and its tokens were committed
+//	sluice.rule.<rule>.near_limit      of those, the ones that left the identity less than a fifth of
+//	                                   its burst or limit (envoyproxy/ratelimit's near_limit: over 80%
+//	                                   used); local rules only
 //	sluice.rule.<rule>.rejected        the rule (enforce mode) refused the request
 //	sluice.rule.<rule>.shadow_rejected the rule (shadow mode) would have refused it
 //	sluice.rule.<rule>.fail_open       shared data failed (error or CAS retries exhausted):
@@ -48,10 +51,10 @@ package filter
 // ids), at configuration time, never per request. A reconfiguration that
 // keeps a rule name keeps counting into the same stat.
 type ruleMetrics struct {
-	allowed, rejected, shadowRejected, failOpen, casRetries, keyMissing, overflowed counter
-	delayed, delayMS, shadowDelayed                                                 counter
-	exempted, denied, overridden                                                    counter // actions.go
-	overflowIdentities                                                              gauge
+	allowed, nearLimit, rejected, shadowRejected, failOpen, casRetries, keyMissing, overflowed counter
+	delayed, delayMS, shadowDelayed                                                            counter
+	exempted, denied, overridden                                                               counter // actions.go
+	overflowIdentities                                                                         gauge
 }
 
 type globalMetrics struct {
@@ -63,6 +66,7 @@ func (vm *vmContext) ruleMetrics(rule string) ruleMetrics {
 	p := "sluice.rule." + rule + "."
 	return ruleMetrics{
 		allowed:        vm.counter(p + "allowed"),
+		nearLimit:      vm.counter(p + "near_limit"),
 		rejected:       vm.counter(p + "rejected"),
 		shadowRejected: vm.counter(p + "shadow_rejected"),
 		failOpen:       vm.counter(p + "fail_open"),
