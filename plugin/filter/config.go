@@ -260,7 +260,7 @@ func (cr *compiledRule) compileLimits(r *policy.Rule) {
 	cr.exactRetry = f.ExactRetry
 	cr.nearLimit = 0
 	if !r.Global {
-		cr.nearLimit = nearLimitShare * capacityOf(r)
+		cr.nearLimit = nearLimitShare * cr.capacity()
 	}
 }
 
@@ -269,18 +269,15 @@ func (cr *compiledRule) compileLimits(r *policy.Rule) {
 // the limit used.
 const nearLimitShare = 0.2
 
-// capacityOf is what a rule's identity can spend at once: the burst of a
-// token bucket, the limit of a window or quota.
-func capacityOf(r *policy.Rule) float64 {
-	switch {
-	case r.TokenBucket != nil:
-		return r.TokenBucket.Burst
-	case r.Window != nil:
-		return r.Window.Limit
-	case r.Quota != nil:
-		return r.Quota.Limit
+// capacity is what an identity of the rule can spend at once, the most a
+// decision's Remaining can be: the burst of a token bucket, the window's
+// (or quota's) Capacity, which for a rolling window with max_per_period is
+// the per-period cap.
+func (cr *compiledRule) capacity() float64 {
+	if cr.win != nil {
+		return cr.win.Capacity()
 	}
-	return 0
+	return cr.tb.Burst
 }
 
 // ref resolves a key source to a cache slot, assigning one index per

@@ -5,8 +5,8 @@ package filter
 //
 //	sluice.rule.<rule>.allowed         the rule admitted the request and its tokens were committed
 //	sluice.rule.<rule>.near_limit      of those, the ones that left the identity less than a fifth of
-//	                                   its burst or limit (envoyproxy/ratelimit's near_limit: over 80%
-//	                                   used); local rules only
+//	                                   what it can spend at once (compiledRule.capacity; over 80% used,
+//	                                   envoyproxy/ratelimit's near_limit); local rules only
 //	sluice.rule.<rule>.rejected        the rule (enforce mode) refused the request
 //	sluice.rule.<rule>.shadow_rejected the rule (shadow mode) would have refused it
 //	sluice.rule.<rule>.fail_open       shared data failed (error or CAS retries exhausted):

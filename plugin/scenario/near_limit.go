@@ -2,7 +2,7 @@ package scenario
 
 // near_limit counts admitted requests that left their identity less than a
 // fifth of its capacity (the burst of a token bucket, the limit of a window
-// or quota, an override's own), as envoyproxy/ratelimit's near_limit counts
+// or quota, a rolling window's per-period cap, an override's own), as envoyproxy/ratelimit's near_limit counts
 // hits over 80% of the limit: a signal to alert on before clients are
 // refused.
 
@@ -17,7 +17,9 @@ const nearLimitConfig = `{"policies": [
     "algorithm_config": {"rps": 0.001, "burst": 10},
     "overrides": [{"key": "big", "algorithm_config": {"rps": 0.001, "burst": 20}}]}]},
   {"name": "windows", "rules": [{"name": "window", "limit_keys": ["header:x-user"], "algorithm": "fixed_window",
-    "algorithm_config": {"limit": 5, "window_seconds": 60}}]}]}`
+    "algorithm_config": {"limit": 5, "window_seconds": 60}}]},
+  {"name": "rolling", "rules": [{"name": "capped", "limit_keys": ["header:x-batch"], "algorithm": "rolling_window",
+    "algorithm_config": {"limit": 100, "window_seconds": 600, "period_seconds": 60, "max_per_period": 10}}]}]}`
 
 func nearLimit(t *testing.T, start Starter) {
 	h := startConfig(t, start, nearLimitConfig)
@@ -54,5 +56,11 @@ func nearLimit(t *testing.T, start Starter) {
 	}
 	want("sluice.rule.window.near_limit", 1)
 	want("sluice.rule.window.allowed", 5)
+	// A rolling window capped at 10 a period: what a client can spend is
+	// the cap, not the window's 100, so only the 9th and 10th are near.
+	send(8, "x-batch", "b1")
+	want("sluice.rule.capped.near_limit", 0)
+	send(2, "x-batch", "b1")
+	want("sluice.rule.capped.near_limit", 2)
 	noRecoveredPanics(t, h)
 }
