@@ -391,12 +391,12 @@ func (s *server) apiValidate(w http.ResponseWriter, r *http.Request) error {
 	if len(b.Policy) == 0 || string(b.Policy) == "null" {
 		return &policies.InputError{Field: "policy", Message: "required: the configuration, a JSON object"}
 	}
-	norm, err := policies.Validate(b.Policy)
+	norm, warnings, err := policies.Check(b.Policy)
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"valid": true, "normalized": json.RawMessage(policy.MaskSecrets(norm)),
-		"warnings": warningsJSON(policies.Warnings(norm))})
+		"warnings": warningsJSON(warnings)})
 	return nil
 }
 

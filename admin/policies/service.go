@@ -366,8 +366,15 @@ type SaveRequest struct {
 // Validate parses a configuration as the filter would and returns it
 // normalized, or a *ValidationError.
 func Validate(doc []byte) ([]byte, error) {
+	norm, _, err := Check(doc)
+	return norm, err
+}
+
+// Check is Validate, also returning what the configuration's Warnings find
+// (from the same parse).
+func Check(doc []byte) (norm []byte, warnings []policy.Warning, err error) {
 	if len(doc) > MaxConfigBytes {
-		return nil, &ValidationError{Errors: policy.Errors{{Message: fmt.Sprintf(
+		return nil, nil, &ValidationError{Errors: policy.Errors{{Message: fmt.Sprintf(
 			"the configuration is %d bytes; the limit is %d bytes", len(doc), MaxConfigBytes)}}}
 	}
 	cfg, err := policy.Parse(doc)
@@ -376,9 +383,10 @@ func Validate(doc []byte) ([]byte, error) {
 		if !errors.As(err, &es) {
 			es = policy.Errors{{Message: err.Error()}}
 		}
-		return nil, &ValidationError{Errors: es}
+		return nil, nil, &ValidationError{Errors: es}
 	}
-	return cfg.MarshalJSON()
+	norm, err = cfg.MarshalJSON()
+	return norm, cfg.Warnings(), err
 }
 
 // Save validates the configuration, stores it as version Base+1 and

@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-rl/sluice/plugin/bench"
 	"github.com/sluice-rl/sluice/plugin/envoyhost"
 	"github.com/sluice-rl/sluice/plugin/scenario"
+	"github.com/sluice-rl/sluice/shared/simulate"
 )
 
 // Benchmarks under Envoy's own wasm host. Streams run inside the host
@@ -160,15 +161,16 @@ func BenchmarkEnvoyHostStream(b *testing.B) {
 // (x-base: against the allowed request's configuration, same request).
 func BenchmarkEnvoyHostProbe(b *testing.B) {
 	with := func(field string) string { return `{` + field + `, ` + benchConfig[1:] }
-	byPeer := strings.Replace(benchConfig, `"header:x-api-key"`, `"peer:principal"`, 1)
-	peerReq := hdr("x-api-key", "k")
-	peerReq.Properties = map[string][]byte{"connection.uri_san_peer_certificate": []byte("spiffe://cluster.local/ns/shop/sa/web")}
-	byRoute := strings.Replace(benchConfig, `"header:x-api-key"`, `"route"`, 1)
-	routeReq := hdr("x-api-key", "k")
-	routeReq.Properties = map[string][]byte{"xds.route_name": []byte("checkout")}
+	// keyedBy is the allowed request's case with the bucket keyed by a
+	// property source instead: the same request, carrying the property.
+	keyedBy := func(name, source, property, value string) streamCase {
+		r := hdr("x-api-key", "k")
+		r.Properties = map[string][]byte{property: []byte(value)}
+		return streamCase{name, strings.Replace(benchConfig, `"header:x-api-key"`, `"`+source+`"`, 1), r, false, benchConfig}
+	}
 	benchStreams(b, []streamCase{
-		{"peer-principal", byPeer, peerReq, false, benchConfig},
-		{"route", byRoute, routeReq, false, benchConfig},
+		keyedBy("peer-principal", "peer:principal", simulate.PeerPrincipalProperty, "spiffe://cluster.local/ns/shop/sa/web"),
+		keyedBy("route", "route", simulate.RouteProperty, "checkout"),
 		{"no-response-headers", with(`"response_headers": false`), hdr("x-api-key", "k"), false, ""},
 		{"legacy-headers", with(`"legacy_headers": true`), hdr("x-api-key", "k"), false, ""},
 		{"no-rule-applies", benchConfig, hdr("x-other", "k"), false, ""},

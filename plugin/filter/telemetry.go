@@ -139,13 +139,13 @@ func (h *hotTable) touch(a *application, rejected bool) {
 	}
 	e := &h.entries[i]
 	e.rule = a.rule
-	if w := a.rule.win; w != nil {
+	e.burst = a.rule.capacity()
+	if a.rule.win != nil {
 		// A window reports the quota it has left as tokens and its limit
 		// as burst (window.go), and the start of its current period.
-		c := w.Capacity()
-		e.tokens, e.lastRefill, e.burst = min(a.dec.Remaining, c), a.ws.next.Start, c
+		e.tokens, e.lastRefill = min(a.dec.Remaining, e.burst), a.ws.next.Start
 	} else {
-		e.tokens, e.lastRefill, e.burst = a.next.Tokens, a.next.LastRefill, a.rule.tb.Burst
+		e.tokens, e.lastRefill = a.next.Tokens, a.next.LastRefill
 	}
 	if rejected {
 		e.rejects++

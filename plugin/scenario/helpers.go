@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/shared/simulate"
 )
 
 // Helpers shared by the scenario files.
@@ -28,23 +30,22 @@ func startConfig(t testing.TB, start Starter, config string) Host {
 	return mustStart(t, start, Options{Config: []byte(config)})
 }
 
-// req builds a request from name/value pairs. The pseudo name "@ip" sets the
-// source.address property (default "10.0.0.1:5555"), "@peer" the client
-// certificate's URI SAN (connection.uri_san_peer_certificate; default none),
-// "@route" the Envoy route's name (xds.route_name; default none).
+// requestProperties are req's pseudo names of request properties.
+var requestProperties = map[string]string{
+	"@ip":    "source.address",
+	"@peer":  simulate.PeerPrincipalProperty,
+	"@route": simulate.RouteProperty,
+}
+
+// req builds a request from name/value pairs. A pseudo name of
+// requestProperties sets that property instead of a header: "@ip" the
+// client address (default "10.0.0.1:5555"), "@peer" the client
+// certificate's URI SAN, "@route" the Envoy route's name (default none).
 func req(kv ...string) Request {
 	r := Request{Properties: map[string][]byte{"source.address": []byte("10.0.0.1:5555")}}
 	for i := 0; i+1 < len(kv); i += 2 {
-		if kv[i] == "@ip" {
-			r.Properties["source.address"] = []byte(kv[i+1])
-			continue
-		}
-		if kv[i] == "@peer" { // the client certificate's URI SAN
-			r.Properties["connection.uri_san_peer_certificate"] = []byte(kv[i+1])
-			continue
-		}
-		if kv[i] == "@route" { // the name of the Envoy route matched
-			r.Properties["xds.route_name"] = []byte(kv[i+1])
+		if prop, ok := requestProperties[kv[i]]; ok {
+			r.Properties[prop] = []byte(kv[i+1])
 			continue
 		}
 		r.Headers = append(r.Headers, Header{kv[i], kv[i+1]})
