@@ -37,7 +37,7 @@ func TestSummaryInWords(t *testing.T) {
 	d, _ := ParseDoc([]byte(doc))
 	o, _ := d.Rule(Ref{0, 0})
 	s := Summarize(o, "enforce")
-	if s.Limit != "10/s, burst 20" || s.Keys != "per header:x-api-key" || s.Mode != "enforce (default)" {
+	if s.Limit != "10/s, burst 20, cost from request header x-cost" || s.Keys != "per header:x-api-key" || s.Mode != "enforce (default)" {
 		t.Errorf("%+v", s)
 	}
 	if !strings.Contains(s.Matches, "header:x-plan is premium") || !strings.Contains(s.Matches, `path {"regex":"^/v[0-9]+/"}`) {
@@ -49,6 +49,28 @@ func TestSummaryInWords(t *testing.T) {
 	o, _ = d.Rule(Ref{0, 1})
 	if s := Summarize(o, ""); s.Limit != "100 per 60 s" {
 		t.Errorf("window %q", s.Limit)
+	}
+}
+
+func TestSummarySaysWhereACostComesFrom(t *testing.T) {
+	for cfg, want := range map[string]string{
+		`{"rps":0.01,"burst":3,"cost_source":"response_status:401,403"}`:        "0.01/s, burst 3, counting responses 401,403",
+		`{"rps":50,"burst":1000,"cost_source":"response_header:x-tokens-used"}`: "50/s, burst 1000, charged from response header x-tokens-used",
+		`{"rps":1,"burst":5,"cost_source":"header:x-cost"}`:                     "1/s, burst 5, cost from request header x-cost",
+		`{"rps":1,"burst":5,"cost_source":"fixed","fixed_cost":2}`:              "1/s, burst 5",
+		`{"limit":9,"period":"day","cost_source":"response_trailer:x-rows"}`:    "9 per day (UTC), charged from response trailer x-rows",
+	} {
+		alg := "token_bucket"
+		if strings.Contains(cfg, "period") {
+			alg = "quota"
+		}
+		o, err := ParseObject([]byte(`{"name":"r","limit_keys":["ip:address"],"algorithm":"` + alg + `","algorithm_config":` + cfg + `}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := Summarize(o, ""); s.Limit != want {
+			t.Errorf("%s: %q, want %q", cfg, s.Limit, want)
+		}
 	}
 }
 

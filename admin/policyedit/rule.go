@@ -77,7 +77,7 @@ func Summarize(o Object, defaultMode string) Summary {
 		}
 		s.Limit, s.Keys = "denied with "+status, ""
 	default:
-		s.Limit = describeLimit(s.Algorithm, cfg)
+		s.Limit = describeLimit(s.Algorithm, cfg) + describeCost(cfg)
 	}
 	var extra []string
 	for _, m := range o {
@@ -133,6 +133,22 @@ func describeLimit(alg string, cfg Object) string {
 		return numText(cfg, "limit") + " per " + cfg.String("period") + " (" + zone + ")"
 	}
 	return "unknown algorithm"
+}
+
+// describeCost says where a rule's cost comes from when it is not fixed:
+// ", counting responses 401,403".
+func describeCost(cfg Object) string {
+	src := cfg.String("cost_source")
+	for _, c := range []struct{ prefix, words string }{
+		{"header:", "cost from request header "}, {"query:", "cost from query parameter "},
+		{"response_header:", "charged from response header "}, {"response_trailer:", "charged from response trailer "},
+		{"response_status:", "counting responses "},
+	} {
+		if rest, ok := strings.CutPrefix(src, c.prefix); ok {
+			return ", " + c.words + rest
+		}
+	}
+	return ""
 }
 
 // MatchRow is one editable match condition: a source ("header:x-plan",

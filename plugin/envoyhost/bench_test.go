@@ -156,8 +156,9 @@ func BenchmarkEnvoyHostStream(b *testing.B) {
 // BenchmarkEnvoyHostProbe: variants of the allowed request that isolate
 // parts of its cost (each against the empty plugin, like the cases above):
 // without the response fields, with the older (opt-in) ones too, a request no
-// rule applies to (one header read, nothing else), and the bucket keyed by
-// the client certificate or the route (a property read) instead of a header
+// rule applies to (one header read, nothing else), the bucket keyed by
+// the client certificate or the route (a property read) instead of a
+// header, and charged by the response's status instead of per request
 // (x-base: against the allowed request's configuration, same request).
 func BenchmarkEnvoyHostProbe(b *testing.B) {
 	with := func(field string) string { return `{` + field + `, ` + benchConfig[1:] }
@@ -168,7 +169,18 @@ func BenchmarkEnvoyHostProbe(b *testing.B) {
 		r.Properties = map[string][]byte{property: []byte(value)}
 		return streamCase{name, strings.Replace(benchConfig, `"header:x-api-key"`, `"`+source+`"`, 1), r, false, benchConfig}
 	}
+	// countedBy is the allowed request's case with the bucket charged by
+	// the response's status, the upstream answering status: a 200 is read
+	// and charged nothing, a 401 is charged after the response.
+	countedBy := func(name, status string) streamCase {
+		r := hdr("x-api-key", "k")
+		r.ResponseHeaders = []scenario.Header{{":status", status}}
+		counted := strings.Replace(benchConfig, `"burst": 1e12}`, `"burst": 1e12, "cost_source": "response_status:401,403"}`, 1)
+		return streamCase{name, counted, r, false, benchConfig}
+	}
 	benchStreams(b, []streamCase{
+		countedBy("response-status-uncounted", "200"),
+		countedBy("response-status-counted", "401"),
 		keyedBy("peer-principal", "peer:principal", simulate.PeerPrincipalProperty, "spiffe://cluster.local/ns/shop/sa/web"),
 		keyedBy("route", "route", simulate.RouteProperty, "checkout"),
 		{"no-response-headers", with(`"response_headers": false`), hdr("x-api-key", "k"), false, ""},

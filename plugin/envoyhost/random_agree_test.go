@@ -39,7 +39,9 @@ const agreeConfig = `{"xff_trusted_hops": 1, "policies": [
     {"name": "tokens", "limit_keys": ["header:x-api-key"], "match": {"method": "POST"}, "algorithm": "token_bucket",
      "algorithm_config": {"rps": 50, "burst": 400, "cost_source": "response_header:x-tokens-used", "default_cost": 30, "max_debt": 500}},
     {"name": "rows", "limit_keys": ["header:x-api-key"], "match": {"method": "PUT"}, "algorithm": "quota",
-     "algorithm_config": {"limit": 1000, "period": "hour", "cost_source": "response_trailer:x-rows", "default_cost": 10, "max_debt": 200}}
+     "algorithm_config": {"limit": 1000, "period": "hour", "cost_source": "response_trailer:x-rows", "default_cost": 10, "max_debt": 200}},
+    {"name": "failures", "limit_keys": ["header:x-api-key"], "match": {"method": "DELETE"}, "algorithm": "token_bucket",
+     "algorithm_config": {"rps": 0.05, "burst": 3, "cost_source": "response_status:404,5xx"}}
   ]},
   {"name": "shadow", "rules": [
     {"name": "tenants", "mode": "shadow", "limit_keys": ["query:tenant", "method"], "match": {"header:x-plan": {"present": true}},
@@ -65,7 +67,7 @@ func randomAgreeRequest(rng *rand.Rand) scenario.Request {
 	}
 	hs := []scenario.Header{
 		{":path", pick("/", "/a?tenant=t1&cost=2", "/internal/x", "/b?tenant="+text(8)+"&cost="+pick("1", "-1", "NaN", "1e400"), "/"+text(30))},
-		{":method", pick("GET", "POST", "PUT")},
+		{":method", pick("GET", "POST", "PUT", "DELETE")},
 		{":authority", pick("api.example.com", "www.example.com", "other.test", text(12))},
 	}
 	if rng.Intn(5) > 0 {
@@ -95,7 +97,7 @@ func randomAgreeRequest(rng *rand.Rand) scenario.Request {
 		"source.address": []byte(pick("10.0.0.1:1000", "192.0.2.1:2000", "[2001:db8::9]:3000", "[::1]:4000")),
 	}}
 	cost := func() string { return pick("120", "0", "12.5", " 7 ", "-1", "abc", "1e12", text(5)) }
-	req.ResponseHeaders = []scenario.Header{{":status", pick("200", "200", "500")}}
+	req.ResponseHeaders = []scenario.Header{{":status", pick("200", "200", "500", "404")}}
 	if rng.Intn(2) == 0 {
 		req.ResponseHeaders = append(req.ResponseHeaders, scenario.Header{"x-tokens-used", cost()})
 	}
@@ -160,6 +162,7 @@ func TestRandomRequestsAgreeWithWasmhost(t *testing.T) {
 			// Every kind of decision was taken, as often on both hosts.
 			for _, name := range []string{"sluice.rule.tokens.response_cost_charged", "sluice.rule.rows.response_cost_charged",
 				"sluice.rule.tokens.response_cost_invalid", "sluice.rule.rows.response_cost_default",
+				"sluice.rule.failures.response_cost_charged", "sluice.rule.failures.rejected",
 				"sluice.rule.keys.overflowed", "sluice.rule.keys.overridden", "sluice.rule.hosts.overridden",
 				"sluice.rule.exempt.exempted", "sluice.rule.deny.denied", "sluice.rule.tenants.shadow_rejected",
 				"sluice.rule.jwt.allowed", "sluice.rule.office.rejected", "sluice.rule.office.allowed"} {

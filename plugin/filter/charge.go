@@ -10,7 +10,8 @@ import (
 )
 
 // Costs reported by the response ("cost_source": "response_header:<name>"
-// or "response_trailer:<name>", token_bucket and quota).
+// or "response_trailer:<name>", token_bucket and quota), and costs of
+// responses of some statuses ("response_status:<statuses>").
 //
 // Request phase: the rule admits the request while its bucket (quota) has
 // something left (limiter's Admit); nothing is written, nothing is taken.
@@ -30,7 +31,11 @@ import (
 // A response that reports no usable cost (absent, not a number, negative)
 // is charged default_cost; so is a stream that ends without the value (a
 // reset, a response without the trailer), in on_log, the stream's last
-// callback. A cost too large for the debt limit is clamped to it. A charge
+// callback. A response_status rule charges fixed_cost for a response whose
+// status it lists and nothing otherwise, nor for a stream that ends
+// without a response: it counts what the upstream answered (a failed
+// login), and a client that resets learns nothing. A cost too large for
+// the debt limit is clamped to it. A charge
 // that cannot be written (a shared-data error, retries exhausted) is
 // dropped: the filter fails open, as everywhere. Each case has a counter
 // (chargeMetrics).
@@ -76,20 +81,32 @@ func (cr *compiledRule) compileCharge(cs policy.CostSource, maxDebt float64, vm 
 	}
 	cr.respCost = true
 	cr.respTrailer = cs.Kind == policy.CostResponseTrailer
+	cr.respStatus = cs.Kind == policy.CostResponseStatus
 	cr.respName = cs.Name
+	cr.statuses = cs.Statuses
 	cr.maxDebt = maxDebt
 	cr.cm = vm.chargeMetrics(cr.name)
 }
 
 // takeAdmit is take for a response-charged rule: admit while something is
-// left, consume nothing.
+// left (a response_status rule: while what a counted response costs is
+// left, limiter's AdmitCost), consume nothing.
 func (a *application) takeAdmit(now float64) {
-	if a.rule.win == nil {
-		a.next, a.dec = a.rule.tb.Admit(a.read.b, a.read.exists, now)
+	r := a.rule
+	if r.win == nil {
+		if r.respStatus {
+			a.next, a.dec = r.tb.AdmitCost(a.read.b, a.read.exists, now, r.fixedCost)
+			return
+		}
+		a.next, a.dec = r.tb.Admit(a.read.b, a.read.exists, now)
 		return
 	}
 	a.ws.next = a.ws.read
-	a.dec = a.rule.quota.Admit(&a.ws.next, a.read.exists, now)
+	if r.respStatus {
+		a.dec = r.quota.AdmitCost(&a.ws.next, a.read.exists, now, r.fixedCost)
+		return
+	}
+	a.dec = r.quota.Admit(&a.ws.next, a.read.exists, now)
 }
 
 // addCharges records the response-charged rules that admitted h's request.
@@ -118,6 +135,10 @@ func (h *httpContext) chargeResponse(trailer bool) {
 		if c.done || c.rule.respTrailer != trailer {
 			continue
 		}
+		if c.rule.respStatus {
+			h.chargeStatus(c)
+			continue
+		}
 		v, buf, ok := getResponseValue(trailer, c.rule.respName, h.p.hdrBuf[:0])
 		h.p.hdrBuf = buf
 		cost := 0.0
@@ -135,6 +156,34 @@ func (h *httpContext) chargeResponse(trailer bool) {
 	}
 }
 
+// chargeStatus charges a response_status rule's pending charge: fixed_cost
+// when the response's status is one the rule counts, nothing otherwise.
+func (h *httpContext) chargeStatus(c *pendingCharge) {
+	v, buf, ok := getResponseValue(false, ":status", h.p.hdrBuf[:0])
+	h.p.hdrBuf = buf
+	if !ok || !c.rule.statuses.Has(parseStatus(v)) {
+		c.done = true
+		return
+	}
+	h.p.charge(h, c, c.rule.fixedCost)
+}
+
+// parseStatus reads a three-digit :status; anything else is 0, a status no
+// set holds.
+func parseStatus(v string) int {
+	if len(v) != 3 {
+		return 0
+	}
+	n := 0
+	for _, c := range []byte(v) {
+		if c < '0' || c > '9' {
+			return 0
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
+
 // chargeRemaining charges default_cost for the charges the response never
 // reported: the stream ended (reset, or no trailer). Called from on_log.
 func (h *httpContext) chargeRemaining() {
@@ -146,6 +195,10 @@ func (h *httpContext) chargeRemaining() {
 	for i := range h.charges {
 		c := &h.charges[i]
 		if c.done {
+			continue
+		}
+		if c.rule.respStatus { // no response: nothing to count
+			c.done = true
 			continue
 		}
 		c.rule.cm.dflt.inc()

@@ -87,10 +87,14 @@ type compiledRule struct {
 	// little about the fleet's limit.
 	nearLimit float64
 	// Response-charged rules (charge.go): the cost comes from the response
-	// header (or trailer, respTrailer) respName, charged down to -maxDebt.
+	// header (or trailer, respTrailer) respName, or is fixedCost for a
+	// response whose status is in statuses (respStatus); charged down to
+	// -maxDebt.
 	respCost    bool
 	respTrailer bool
+	respStatus  bool
 	respName    string
+	statuses    policy.StatusSet
 	maxDebt     float64
 	cm          chargeMetrics
 	algorithm   string // policy.Algorithm*, for telemetry
@@ -388,7 +392,7 @@ func (r *compiledRule) cost(rs *requestSources) float64 {
 	switch r.costKind {
 	case policy.CostFixed:
 		return r.fixedCost
-	case policy.CostResponseHeader, policy.CostResponseTrailer:
+	case policy.CostResponseHeader, policy.CostResponseTrailer, policy.CostResponseStatus:
 		return 0 // charged from the response (charge.go)
 	}
 	if v, ok := rs.get(r.costSrc); ok {

@@ -260,3 +260,17 @@ func wantRejection(t *testing.T, what string, res Response, status int, body str
 	}
 	wantHeaders(t, what, res.ResponseHeaders, kv...)
 }
+
+// admittedLeaving sends r and requires it admitted with the RateLimit
+// field's remaining (r=) as given.
+func admittedLeaving(t testing.TB, h Host, what string, r Request, remaining string) {
+	t.Helper()
+	res := do(t, h, r)
+	if res.Rejected {
+		t.Fatalf("%s: rejected", what)
+	}
+	field := header(res.ResponseHeaders, "ratelimit")
+	if _, rest, _ := strings.Cut(field, ";r="); !strings.HasPrefix(rest, remaining+";") {
+		t.Fatalf("%s: RateLimit %q, want r=%s", what, field, remaining)
+	}
+}

@@ -38,6 +38,21 @@ func (tb TokenBucket) Admit(s state.Bucket, exists bool, now float64) (state.Buc
 	return next, d
 }
 
+// AdmitCost decides the request phase of a rule that charges a known cost
+// for some responses only ("response_status:<statuses>": a failed login
+// costs 1, a successful one nothing). The request is admitted when the
+// bucket holds that cost, as Take would admit it, so a bucket of burst 3
+// admits three failures and then one per 1/Rate seconds; but nothing is
+// taken: the response decides whether Charge takes it. A rejected
+// request's Wait is Take's, the time until the bucket holds the cost.
+func (tb TokenBucket) AdmitCost(s state.Bucket, exists bool, now, cost float64) (state.Bucket, Decision) {
+	next, d := tb.Take(s, exists, now, 0)
+	if _, dc := tb.Take(s, exists, now, cost); !dc.Allowed {
+		return next, dc
+	}
+	return next, d
+}
+
 // Charge refills the bucket s to now and takes cost from it whatever it
 // holds: the bucket may go negative, but not below -maxDebt; a cost that
 // would take it lower is clamped there and clamped is true. A NaN or

@@ -156,6 +156,18 @@ func (q Quota) Admit(w *state.Window, exists bool, now float64) Decision {
 	return q.decide(w, exists, now, 0, true)
 }
 
+// AdmitCost is TokenBucket.AdmitCost for a quota: the request is admitted
+// when cost still fits in the period's limit, and nothing is counted; the
+// response decides whether Charge counts it. w is rotated to now.
+func (q Quota) AdmitCost(w *state.Window, exists bool, now, cost float64) Decision {
+	probe := *w
+	if d := q.decide(&probe, exists, now, cost, false); !d.Allowed {
+		*w = probe // rotated, nothing counted
+		return d
+	}
+	return q.Admit(w, exists, now)
+}
+
 // decide rotates w to now and admits cost when it fits (admit: when
 // something is left, counting nothing).
 func (q Quota) decide(w *state.Window, exists bool, now, cost float64, admit bool) Decision {

@@ -248,6 +248,49 @@ func TestTokenBucketAdmitAndCharge(t *testing.T) {
 	}
 }
 
+// TestAdmitCostAdmitsWhileTheCostIsLeft: a rule charging a known cost
+// for some responses admits while a whole cost is left (three failures of
+// burst 3, then one per 1/rate), takes nothing, and tells a refused
+// request to wait until the cost is there.
+func TestAdmitCostAdmitsWhileTheCostIsLeft(t *testing.T) {
+	tb := TokenBucket{Rate: 0.01, Burst: 3}
+	b, d := tb.AdmitCost(state.Bucket{}, false, 1000, 1)
+	if !d.Allowed || b.Tokens != 3 || d.Remaining != 3 {
+		t.Fatalf("fresh: %+v %+v, want admitted with 3 left, nothing taken", b, d)
+	}
+	for range 3 {
+		b, _ = tb.Charge(b, true, 1000, 1, 3)
+	}
+	b, d = tb.AdmitCost(b, true, 1001, 1)
+	if d.Allowed || math.Abs(d.Wait-99) > 1e-6 {
+		t.Fatalf("after three charges: %+v, want refused for 99 s", d)
+	}
+	if _, d := tb.Admit(b, true, 1001); !d.Allowed {
+		t.Fatalf("Admit refused a bucket holding 0.01: %+v (the test no longer tells the two apart)", d)
+	}
+	if b2, d := tb.AdmitCost(b, true, 1100, 1); !d.Allowed || b2.Tokens != 1 {
+		t.Fatalf("100 s on: %+v %+v, want admitted holding 1", b2, d)
+	}
+	b, _ = tb.Charge(state.Bucket{Tokens: 1, LastRefill: 1000}, true, 1000, 3, 5) // in debt: -2
+	if _, d := tb.AdmitCost(b, true, 1000, 1); d.Allowed || math.Abs(d.Wait-300) > 1e-6 {
+		t.Fatalf("in debt of 2: %+v, want refused for 300 s", d)
+	}
+
+	q := NewQuota(2, PeriodHour, nil)
+	now := at(t, time.UTC, "2026-06-01 10:30:00")
+	var w state.Window
+	if d := q.AdmitCost(&w, false, now, 2); !d.Allowed || w.Counts[0] != 0 || d.Remaining != 2 {
+		t.Fatalf("quota, fresh: %+v, use %v", d, w.Counts[0])
+	}
+	q.Charge(&w, true, now, 1, 0)
+	if d := q.AdmitCost(&w, true, now, 2); d.Allowed || d.Wait != 1800 || w.Counts[0] != 1 {
+		t.Fatalf("quota, 1 of 2 used, cost 2: %+v, use %v; want refused until the hour ends, nothing counted", d, w.Counts[0])
+	}
+	if d := q.AdmitCost(&w, true, now, 1); !d.Allowed || w.Counts[0] != 1 {
+		t.Fatalf("quota, cost 1: %+v, use %v; want admitted, nothing counted", d, w.Counts[0])
+	}
+}
+
 // TestParseReportedCost: what a response may report, and what falls back
 // to the default cost.
 func TestParseReportedCost(t *testing.T) {

@@ -106,6 +106,10 @@ func checkInvariants(t *testing.T, c *Config) {
 				if tb.Cost.Name == "" {
 					t.Errorf("rule %q cost source without name", r.Name)
 				}
+			case CostResponseStatus:
+				if tb.Cost.Statuses == (StatusSet{}) || tb.Cost.Name != "" {
+					t.Errorf("rule %q counts no status, or has a name %q", r.Name, tb.Cost.Name)
+				}
 			default:
 				t.Errorf("rule %q cost kind %d", r.Name, tb.Cost.Kind)
 			}

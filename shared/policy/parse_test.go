@@ -205,7 +205,7 @@ func TestParseErrors(t *testing.T) {
 		{"burst bool", withTB(`{"rps":5,"burst":true}`), tb + "burst", []string{"must be a number", "got a boolean"}, 0},
 
 		// token_bucket: costs.
-		{"cost_source unknown", withTB(`{"rps":5,"burst":10,"cost_source":"cookie:w"}`), tb + "cost_source", []string{`"cookie:w" is not a cost source`, `"fixed", "header:<name>", "query:<name>", "response_header:<name>" or "response_trailer:<name>"`}, 0},
+		{"cost_source unknown", withTB(`{"rps":5,"burst":10,"cost_source":"cookie:w"}`), tb + "cost_source", []string{`"cookie:w" is not a cost source`, `"fixed", "header:<name>", "query:<name>", "response_header:<name>", "response_trailer:<name>" or "response_status:<statuses>"`}, 0},
 		{"cost_source jwt", withTB(`{"rps":5,"burst":10,"cost_source":"jwt:w"}`), tb + "cost_source", []string{"is not a cost source"}, 0},
 		{"cost_source header empty", withTB(`{"rps":5,"burst":10,"cost_source":"header:"}`), tb + "cost_source", []string{"invalid header name"}, 0},
 		{"cost_source query bad", withTB(`{"rps":5,"burst":10,"cost_source":"query:a&b"}`), tb + "cost_source", []string{"containing '&'"}, 0},
@@ -376,10 +376,10 @@ func TestParseOptions(t *testing.T) {
 			t.Errorf("match[%d] = %+v, want %+v", i, s.Match[i], wantMatch[i])
 		}
 	}
-	if *s.TokenBucket != (TokenBucket{TokensPerSecond: 2.5, Burst: 2.5, Cost: CostSource{CostHeader, "x-weight"}, FixedCost: 2.5, DefaultCost: 0.5}) {
+	if *s.TokenBucket != (TokenBucket{TokensPerSecond: 2.5, Burst: 2.5, Cost: CostSource{Kind: CostHeader, Name: "x-weight"}, FixedCost: 2.5, DefaultCost: 0.5}) {
 		t.Errorf("strict bucket = %+v", *s.TokenBucket)
 	}
-	if q := c.RuleByName("q.v_1-2"); q.TokenBucket.Cost != (CostSource{CostQuery, "w"}) {
+	if q := c.RuleByName("q.v_1-2"); q.TokenBucket.Cost != (CostSource{Kind: CostQuery, Name: "w"}) {
 		t.Errorf("query cost = %+v", q.TokenBucket.Cost)
 	}
 }
@@ -432,7 +432,7 @@ func TestKeySourceString(t *testing.T) {
 	if s := (KeySource{}).String(); s != "invalid" {
 		t.Errorf("zero KeySource = %q", s)
 	}
-	for c, want := range map[CostSource]string{{CostFixed, ""}: "fixed", {CostHeader, "w"}: "header:w", {CostQuery, "w"}: "query:w"} {
+	for c, want := range map[CostSource]string{{Kind: CostFixed}: "fixed", {Kind: CostHeader, Name: "w"}: "header:w", {Kind: CostQuery, Name: "w"}: "query:w"} {
 		if c.String() != want {
 			t.Errorf("%+v.String() = %q, want %q", c, c.String(), want)
 		}

@@ -237,17 +237,24 @@ const (
 	// and a response that reports none is charged DefaultCost.
 	CostResponseHeader
 	CostResponseTrailer
+	// CostResponseStatus: a response whose status is in Statuses is
+	// charged FixedCost when it arrives, any other response nothing; the
+	// request is admitted while the bucket or quota has something left.
+	// For limits on what fails, such as login attempts.
+	CostResponseStatus
 )
 
 // FromResponse reports whether the cost is read from the response.
 func (c CostSource) FromResponse() bool {
-	return c.Kind == CostResponseHeader || c.Kind == CostResponseTrailer
+	return c.Kind == CostResponseHeader || c.Kind == CostResponseTrailer || c.Kind == CostResponseStatus
 }
 
 // CostSource is a parsed "cost_source".
 type CostSource struct {
 	Kind CostKind
 	Name string // header (lower-cased) or query parameter name
+	// Statuses: the statuses a CostResponseStatus source counts.
+	Statuses StatusSet
 }
 
 // String returns the cost source in configuration syntax.
@@ -261,6 +268,8 @@ func (c CostSource) String() string {
 		return "response_header:" + c.Name
 	case CostResponseTrailer:
 		return "response_trailer:" + c.Name
+	case CostResponseStatus:
+		return "response_status:" + c.Statuses.String()
 	}
 	return "fixed"
 }

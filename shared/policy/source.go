@@ -112,6 +112,13 @@ func parseCostSource(s string) (CostSource, string) {
 	case msg != "" && (strings.HasPrefix(s, "header:") || strings.HasPrefix(s, "query:")):
 		return CostSource{}, msg
 	}
+	if list, ok := strings.CutPrefix(s, "response_status:"); ok {
+		set, msg := parseStatusList(list)
+		if msg != "" {
+			return CostSource{}, quoteShort(s) + ": " + msg
+		}
+		return CostSource{Kind: CostResponseStatus, Statuses: set}, ""
+	}
 	for _, rk := range []struct {
 		prefix string
 		kind   CostKind
@@ -123,5 +130,5 @@ func parseCostSource(s string) (CostSource, string) {
 			return CostSource{Kind: rk.kind, Name: strings.ToLower(name)}, ""
 		}
 	}
-	return CostSource{}, quoteShort(s) + ` is not a cost source; use "fixed", "header:<name>", "query:<name>", "response_header:<name>" or "response_trailer:<name>"`
+	return CostSource{}, quoteShort(s) + ` is not a cost source; use "fixed", "header:<name>", "query:<name>", "response_header:<name>", "response_trailer:<name>" or "response_status:<statuses>"`
 }

@@ -154,10 +154,13 @@ type RuleResult struct {
 	// limits decided instead of the rule's.
 	Overridden bool
 	// ChargedLater: the rule's cost comes from the response
-	// (response_header: or response_trailer:). The request is admitted while
-	// the bucket (or quota) is not in debt and nothing is taken now; the
-	// filter charges the reported cost when the response arrives, so Cost
-	// is only the default_cost charged when the response reports none.
+	// (response_header:, response_trailer: or response_status:). The
+	// request is admitted while the bucket (or quota) is not in debt (a
+	// response_status rule: while it holds that rule's cost) and nothing is
+	// taken now; the filter charges the cost when the response
+	// arrives, so Cost is only the default_cost charged when the response
+	// reports none, or a response_status rule's fixed_cost for a response
+	// of a status it counts.
 	ChargedLater bool
 
 	rule     *policy.Rule
@@ -351,7 +354,12 @@ func (rr *RuleResult) decide(src *sources, opt Options) {
 	costSrc, fixed, def := request.RuleCost(r)
 	rr.Cost = fixed
 	rr.ChargedLater = costSrc.FromResponse()
-	if costSrc.Kind != policy.CostFixed {
+	byStatus := costSrc.Kind == policy.CostResponseStatus // admitted while its cost is left
+	switch costSrc.Kind {
+	case policy.CostFixed, policy.CostResponseStatus: // fixed_cost: each request's, or each counted response's
+	case policy.CostResponseHeader, policy.CostResponseTrailer:
+		rr.Cost = def // what a response reporting no cost is charged
+	default: // a request header or query parameter
 		rr.Cost = def
 		kind := policy.SourceHeader
 		if costSrc.Kind == policy.CostQuery {
@@ -373,7 +381,11 @@ func (rr *RuleResult) decide(src *sources, opt Options) {
 		probe := w
 		rr.Level = win.Take(&probe, rr.Known, opt.Now, 0).Remaining // a copy: nothing taken
 		if q, ok := win.(limiter.Quota); ok && rr.ChargedLater {
-			rr.Decision = q.Admit(&w, rr.Known, opt.Now)
+			if byStatus {
+				rr.Decision = q.AdmitCost(&w, rr.Known, opt.Now, rr.Cost)
+			} else {
+				rr.Decision = q.Admit(&w, rr.Known, opt.Now)
+			}
 			rr.Next = st // the charge comes with the response
 			return
 		}
@@ -390,7 +402,11 @@ func (rr *RuleResult) decide(src *sources, opt Options) {
 		rr.Level = tb.Burst
 	}
 	if rr.ChargedLater {
-		_, rr.Decision = tb.Admit(st.Bucket, rr.Known, opt.Now)
+		if byStatus {
+			_, rr.Decision = tb.AdmitCost(st.Bucket, rr.Known, opt.Now, rr.Cost)
+		} else {
+			_, rr.Decision = tb.Admit(st.Bucket, rr.Known, opt.Now)
+		}
 		rr.Next = st // the charge comes with the response
 		return
 	}

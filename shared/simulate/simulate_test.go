@@ -306,3 +306,43 @@ func TestNextStateIsRoundedAsSharedDataKeepsIt(t *testing.T) {
 		t.Errorf("next window %+v", w)
 	}
 }
+
+// TestResponseChargedRulesShowWhatTheResponseWouldBeCharged: a rule
+// charged from the response takes nothing now; its Cost is what a response
+// would be charged (a response_status rule's fixed_cost, a reported-cost
+// rule's default_cost, never a request header of the same name), and a
+// response_status rule refuses while the bucket holds less than that cost.
+func TestResponseChargedRulesShowWhatTheResponseWouldBeCharged(t *testing.T) {
+	cfg := mustParse(t, `{"policies":[
+ {"name":"logins","rules":[{"name":"failures","limit_keys":["header:x-api-key"],"algorithm":"token_bucket",
+   "algorithm_config":{"tokens_per_second":0.01,"burst":3,"cost_source":"response_status:401","fixed_cost":2}}]},
+ {"name":"llm","rules":[{"name":"tokens","limit_keys":["header:x-api-key"],"algorithm":"token_bucket",
+   "algorithm_config":{"tokens_per_second":1,"burst":100,"cost_source":"response_header:x-cost","default_cost":7}}]}]}`)
+	level := 1.5
+	lookup := func(r *policy.Rule, id string) (State, bool) {
+		return State{Bucket: state.Bucket{Tokens: level, LastRefill: 1000}}, true
+	}
+	req := Request{Method: "POST", Path: "/login", ClientAddress: "10.0.0.1",
+		Headers: map[string]string{"x-api-key": "k", "x-cost": "5"}}
+	res := Run(cfg, req, Options{Now: 1000, Lookup: lookup})
+	f, tk := res.Policies[0].Rules[0], res.Policies[1].Rules[0]
+	if !f.ChargedLater || f.Cost != 2 || f.Decision.Allowed {
+		t.Fatalf("failures holding 1.5 of a cost of 2: charged later %v cost %v allowed %v; want refused", f.ChargedLater, f.Cost, f.Decision.Allowed)
+	}
+	if !tk.ChargedLater || tk.Cost != 7 || !tk.Decision.Allowed {
+		t.Fatalf("tokens: charged later %v cost %v allowed %v; want default_cost 7, admitted", tk.ChargedLater, tk.Cost, tk.Decision.Allowed)
+	}
+	if res.Status != 429 || res.Rule != "failures" {
+		t.Fatalf("status %d rule %q", res.Status, res.Rule)
+	}
+	level = 2
+	res = Run(cfg, req, Options{Now: 1000, Lookup: lookup})
+	if f := res.Policies[0].Rules[0]; !f.Decision.Allowed || res.Status != 0 {
+		t.Fatalf("failures holding its cost: allowed %v, status %d (0: sent upstream)", f.Decision.Allowed, res.Status)
+	}
+	for _, s := range res.Stores() {
+		if s.State.Bucket.Tokens != 2 {
+			t.Fatalf("%s: the request took from the bucket: %+v", s.Rule, s.State.Bucket)
+		}
+	}
+}
