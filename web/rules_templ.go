@@ -813,7 +813,7 @@ func ruleForm(f RuleFormView) templ.Component {
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 82, "</span> <label for=\"rf_limit\" data-action=\"limit\" data-alg=\"limit\">Limit per window (quota: per period)</label> <span data-action=\"limit\" data-alg=\"limit\"><input type=\"text\" inputmode=\"decimal\" id=\"rf_limit\" name=\"rf_limit\" value=\"")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 82, "</span> <label for=\"rf_limit\" data-action=\"limit\" data-alg=\"limit\">Limit per window (quota: per period; concurrency: in flight at once)</label> <span data-action=\"limit\" data-alg=\"limit\"><input type=\"text\" inputmode=\"decimal\" id=\"rf_limit\" name=\"rf_limit\" value=\"")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}

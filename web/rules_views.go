@@ -74,4 +74,4 @@ type MatchCondRow struct{ Source, Value string }
 var KeyKinds = []string{"ip:address", "peer:principal", "header", "query", "jwt", "path", "method", "host", "route"}
 
 // Algorithms offered by the rule form.
-var Algorithms = []string{"token_bucket", "fixed_window", "sliding_window", "rolling_window", "quota"}
+var Algorithms = []string{"token_bucket", "fixed_window", "sliding_window", "rolling_window", "quota", "concurrency"}

@@ -124,7 +124,11 @@ func simView(label string, res simulate.Result) web.SimView {
 			rv := web.SimRuleView{Name: r.Name, Applies: r.Applies, Why: r.Why, Mode: string(r.Mode), Identity: r.Identity}
 			if r.Applies {
 				unit := "tokens"
-				if r.Algorithm != policy.AlgorithmTokenBucket {
+				switch r.Algorithm {
+				case policy.AlgorithmTokenBucket:
+				case policy.AlgorithmConcurrency:
+					unit = "places free"
+				default:
 					unit = "left in the window"
 				}
 				rv.Cost = num(r.Cost)

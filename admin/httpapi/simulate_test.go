@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/sluice-rl/sluice/admin/telemetry"
+	"github.com/sluice-rl/sluice/shared/policy"
+	"github.com/sluice-rl/sluice/shared/simulate"
 )
 
 const tiersPolicy = `{"policies":[{"name":"tiers","rules":[
@@ -279,5 +281,23 @@ func TestSimulateMatchesTheEnvoyRoute(t *testing.T) {
 	_, m = simulateCall(t, e, `{"policy":`+pol+`,"request":{"route":"catalog"}}`)
 	if r := rulesOf(t, m, 0)[0]; r["applies"] != false || !strings.Contains(r["why_not"].(string), `"catalog"`) {
 		t.Errorf("on another route: %v", r)
+	}
+}
+
+// TestSimulatorViewSaysPlacesForAConcurrencyRule: the page words each
+// algorithm's state in its own unit.
+func TestSimulatorViewSaysPlacesForAConcurrencyRule(t *testing.T) {
+	cfg, err := policy.Parse([]byte(`{"policies":[
+	 {"name":"a","rules":[{"name":"inflight","limit_keys":["header:x-api-key"],"algorithm":"concurrency","algorithm_config":{"limit":4}}]},
+	 {"name":"b","rules":[{"name":"hourly","limit_keys":["header:x-api-key"],"algorithm":"fixed_window","algorithm_config":{"limit":9,"window_seconds":3600}}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := simulate.Run(cfg, simulate.Request{Method: "GET", Path: "/", ClientAddress: "10.0.0.1", Headers: map[string]string{"x-api-key": "k"}}, simulate.Options{Now: 1000})
+	v := simView("draft", res)
+	for i, want := range []string{"4 places free", "9 left in the window"} {
+		if got := v.Policies[i].Rules[0].State; !strings.HasPrefix(got, want) {
+			t.Errorf("policy %d: state %q, want it to start %q", i, got, want)
+		}
 	}
 }

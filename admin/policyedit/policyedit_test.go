@@ -223,3 +223,28 @@ func FuzzParseDoc(f *testing.F) {
 		}
 	})
 }
+
+// TestFormEditsAConcurrencyLimit: the form sets a concurrency rule's limit,
+// keeps its max_request_seconds, and the list says it in words.
+func TestFormEditsAConcurrencyLimit(t *testing.T) {
+	o, err := ParseObject([]byte(`{"name":"inflight","limit_keys":["header:x-api-key"],"algorithm":"concurrency","algorithm_config":{"limit":4,"max_request_seconds":60}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := FormOf(o)
+	if f.Limit != "4" {
+		t.Fatalf("form limit %q", f.Limit)
+	}
+	f.Limit = "8"
+	out, errs := f.Apply(o)
+	if len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	cfg, _ := out.Get("algorithm_config")
+	if got := compact(t, cfg); got != `{"limit":8,"max_request_seconds":60}` {
+		t.Fatalf("algorithm_config %s", got)
+	}
+	if s := Summarize(out, ""); s.Limit != "8 in flight at once" {
+		t.Fatalf("summary %q", s.Limit)
+	}
+}

@@ -131,6 +131,8 @@ func describeLimit(alg string, cfg Object) string {
 			zone = z
 		}
 		return numText(cfg, "limit") + " per " + cfg.String("period") + " (" + zone + ")"
+	case policy.AlgorithmConcurrency:
+		return numText(cfg, "limit") + " in flight at once"
 	}
 	return "unknown algorithm"
 }
@@ -308,6 +310,8 @@ func (f Form) Apply(o Object) (Object, []FieldError) {
 		}
 	case policy.AlgorithmQuota:
 		num(&cfg, "limit", "limit", f.Limit) // period and time zone are kept as written
+	case policy.AlgorithmConcurrency:
+		num(&cfg, "limit", "limit", f.Limit) // max_request_seconds is kept as written
 	}
 	out.Set("algorithm_config", cfg)
 	return out, errs

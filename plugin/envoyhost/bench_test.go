@@ -158,8 +158,10 @@ func BenchmarkEnvoyHostStream(b *testing.B) {
 // without the response fields, with the older (opt-in) ones too, a request no
 // rule applies to (one header read, nothing else), the bucket keyed by
 // the client certificate or the route (a property read) instead of a
-// header, and charged by the response's status instead of per request
-// (x-base: against the allowed request's configuration, same request).
+// header, charged by the response's status instead of per request, and a
+// concurrency rule in its place (a place taken, then given back when the
+// stream ends) (x-base: against the allowed request's configuration, same
+// request).
 func BenchmarkEnvoyHostProbe(b *testing.B) {
 	with := func(field string) string { return `{` + field + `, ` + benchConfig[1:] }
 	// keyedBy is the allowed request's case with the bucket keyed by a
@@ -178,7 +180,11 @@ func BenchmarkEnvoyHostProbe(b *testing.B) {
 		counted := strings.Replace(benchConfig, `"burst": 1e12}`, `"burst": 1e12, "cost_source": "response_status:401,403"}`, 1)
 		return streamCase{name, counted, r, false, benchConfig}
 	}
+	inFlight := strings.Replace(benchConfig, `"algorithm": "token_bucket",
+  "algorithm_config": {"rps": 1e9, "burst": 1e12}}`, `"algorithm": "concurrency",
+  "algorithm_config": {"limit": 1000}}`, 1)
 	benchStreams(b, []streamCase{
+		{"concurrency", inFlight, hdr("x-api-key", "k"), false, benchConfig},
 		countedBy("response-status-uncounted", "200"),
 		countedBy("response-status-counted", "401"),
 		keyedBy("peer-principal", "peer:principal", simulate.PeerPrincipalProperty, "spiffe://cluster.local/ns/shop/sa/web"),

@@ -250,11 +250,14 @@ func requestLine(l *line, r scenario.Request) {
 	}
 	l.headers(resp)
 	l.headers(r.ResponseTrailers)
-	reset := int64(0)
-	if r.ResetAfterRequest {
-		reset = 1
+	after := int64(0) // what follows the request: nothing, a reset (1), a held answer (2)
+	switch {
+	case r.ResetAfterRequest:
+		after = 1
+	case r.HoldUpstream:
+		after = 2
 	}
-	l.num(reset)
+	l.num(after)
 }
 
 func (h *Host) checkVM(vm int) error {
@@ -275,7 +278,8 @@ func (h *Host) response(t *tokens) (scenario.Response, error) {
 	var r scenario.Response
 	r.Rejected = t.num() == 1
 	r.Status = int(t.num())
-	r.Paused = t.num() == 1
+	open := t.num() // 1: paused; 2: waiting for its upstream (HoldUpstream)
+	r.Paused = open == 1
 	id := t.num()
 	if body := t.str(); body != "" {
 		r.LocalBody = []byte(body)
@@ -285,7 +289,7 @@ func (h *Host) response(t *tokens) (scenario.Response, error) {
 	if t.err != nil {
 		return r, t.err
 	}
-	if r.Paused {
+	if open != 0 {
 		r.Stream = &stream{h: h, id: id}
 	}
 	return r, nil

@@ -45,13 +45,21 @@ import (
 // request's commit (maxAttempts): a dropped charge only under-counts.
 const maxChargeAttempts = 32
 
-// pendingCharge is an admitted request's charge still waiting for its cost.
+// pendingCharge is an admitted request's charge still waiting for its
+// cost, or (release) a concurrency rule's place to give back when the
+// stream ends (concurrency.go).
 type pendingCharge struct {
 	rule       *compiledRule
 	fp         uint64
 	group      int
 	start, end int  // the bucket key in httpContext.chargeKeys
-	done       bool // charged
+	done       bool // charged (released)
+	// A place: where it was counted (the period's start, and whether the
+	// group's overflow state counted it) and how many places (the cost).
+	release    bool
+	overflowed bool
+	counted    float64
+	cost       float64
 }
 
 // chargeMetrics are a response-charged rule's counters (docs/filter.md).
@@ -109,16 +117,21 @@ func (a *application) takeAdmit(now float64) {
 	a.dec = r.quota.Admit(&a.ws.next, a.read.exists, now)
 }
 
-// addCharges records the response-charged rules that admitted h's request.
+// addCharges records the response-charged rules that admitted h's
+// request, and the places its concurrency rules gave it.
 func (h *httpContext) addCharges(apps []application) {
 	for i := range apps {
 		a := &apps[i]
-		if !a.committed || !a.rule.respCost {
+		if !a.committed || !a.rule.respCost && !a.rule.concurrent {
 			continue
 		}
 		start := len(h.chargeKeys)
 		h.chargeKeys = append(h.chargeKeys, a.key...)
-		h.charges = append(h.charges, pendingCharge{rule: a.rule, fp: a.fp, group: a.group, start: start, end: len(h.chargeKeys)})
+		c := pendingCharge{rule: a.rule, fp: a.fp, group: a.group, start: start, end: len(h.chargeKeys)}
+		if a.rule.concurrent {
+			c.release, c.overflowed, c.counted, c.cost = true, a.overflowed, a.ws.next.Start, a.cost
+		}
+		h.charges = append(h.charges, c)
 	}
 }
 
@@ -132,8 +145,8 @@ func (h *httpContext) chargeResponse(trailer bool) {
 	}()
 	for i := range h.charges {
 		c := &h.charges[i]
-		if c.done || c.rule.respTrailer != trailer {
-			continue
+		if c.done || c.release || c.rule.respTrailer != trailer {
+			continue // a place is given back when the stream ends
 		}
 		if c.rule.respStatus {
 			h.chargeStatus(c)
@@ -154,6 +167,24 @@ func (h *httpContext) chargeResponse(trailer bool) {
 		}
 		h.p.charge(h, c, cost)
 	}
+}
+
+// pendingApp marks c done and returns p's application for it: the rule,
+// its bucket key (a copy: h's keys stay for the stream's other charges),
+// fingerprint and group.
+func (p *pluginContext) pendingApp(h *httpContext, c *pendingCharge) *application {
+	c.done = true
+	a := &p.chargeApp
+	r := c.rule
+	a.appState = appState{rule: r}
+	a.keyBuf = append(a.keyBuf[:0], h.chargeKeys[c.start:c.end]...)
+	if r.win != nil && a.ws == nil {
+		a.ws = new(windowScratch)
+	}
+	a.key = bytesView(a.keyBuf)
+	a.identity = a.key[len(r.keyPrefix):]
+	a.fp, a.group = c.fp, c.group
+	return a
 }
 
 // chargeStatus charges a response_status rule's pending charge: fixed_cost
@@ -185,7 +216,8 @@ func parseStatus(v string) int {
 }
 
 // chargeRemaining charges default_cost for the charges the response never
-// reported: the stream ended (reset, or no trailer). Called from on_log.
+// reported: the stream ended (reset, or no trailer); and gives back the
+// places of concurrency rules. Called from on_log.
 func (h *httpContext) chargeRemaining() {
 	defer func() {
 		if r := recover(); r != nil {
@@ -195,6 +227,10 @@ func (h *httpContext) chargeRemaining() {
 	for i := range h.charges {
 		c := &h.charges[i]
 		if c.done {
+			continue
+		}
+		if c.release {
+			h.p.release(h, c) // concurrency.go
 			continue
 		}
 		if c.rule.respStatus { // no response: nothing to count
@@ -210,18 +246,10 @@ func (h *httpContext) chargeRemaining() {
 // the rule is the one whose RateLimit fields the response carries, they are
 // updated to the state after the charge.
 func (p *pluginContext) charge(h *httpContext, c *pendingCharge, cost float64) {
-	c.done = true
-	a := &p.chargeApp
+	a := p.pendingApp(h, c)
 	r := c.rule
-	a.appState = appState{rule: r}
-	a.keyBuf = append(a.keyBuf[:0], h.chargeKeys[c.start:c.end]...)
-	if r.win != nil && a.ws == nil {
-		a.ws = new(windowScratch)
-	}
-	a.key = bytesView(a.keyBuf)
-	a.identity = a.key[len(r.keyPrefix):]
 	now := nowSeconds()
-	a.fp, a.group, a.cost, a.now = c.fp, c.group, cost, now
+	a.cost, a.now = cost, now
 	for attempt := 1; ; attempt++ {
 		corrupt, err := p.load(a, now)
 		if corrupt {

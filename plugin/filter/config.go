@@ -47,7 +47,7 @@ type compiledConfig struct {
 	trustedHops     int
 	anyShadow       bool // some shadow rule marks the upstream request (compiledRule.mark)
 	anyDelay        bool // some rule has max_delay_ms (delay.go)
-	anyRespCost     bool // some rule's cost comes from the response (charge.go)
+	anyPending      bool // some rule settles after the request: a response's cost (charge.go), a place (concurrency.go)
 
 	telemetry *policy.Telemetry // nil: no reports (telemetry.go)
 	hash      string            // config_hash of the configuration bytes
@@ -82,6 +82,11 @@ type compiledRule struct {
 	quota limiter.Quota
 	// exactRetry: Retry-After is the wait itself, without jitter (quotas).
 	exactRetry bool
+	// noReset: the RateLimit field has no t (concurrency rules).
+	noReset bool
+	// concurrent: a concurrency rule; an admitted request gives its place
+	// back when its stream ends (concurrency.go).
+	concurrent bool
 	// nearLimit: an admitted request leaving less than this is counted in
 	// near_limit (metrics.go); 0 for a global rule, whose local pool says
 	// little about the fleet's limit.
@@ -183,7 +188,7 @@ func compile(c *policy.Config, vm *vmContext) *compiledConfig {
 			cc.byName[r.name] = r
 			cc.anyShadow = cc.anyShadow || r.mark
 			cc.anyDelay = cc.anyDelay || r.tb.MaxDelay > 0
-			cc.anyRespCost = cc.anyRespCost || r.respCost
+			cc.anyPending = cc.anyPending || r.respCost || r.concurrent
 		}
 		cc.policies = append(cc.policies, rules)
 	}
@@ -236,6 +241,7 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 	}
 	cr.fixedCost, cr.defaultCost = fixedCost, defaultCost
 	cr.compileLimits(r)
+	cr.concurrent = r.Algorithm == policy.AlgorithmConcurrency
 	cr.bodyPre = `{"error":"rate_limited","rule":"` + r.Name + `","retry_after":`
 	if rp := cc.src.RejectReply(r); rp != nil {
 		cr.reply = &localReply{body: []byte(rp.Body), contentType: rp.ContentType}
@@ -261,7 +267,7 @@ func (cr *compiledRule) compileLimits(r *policy.Rule) {
 	}
 	f := request.RuleFields(r)
 	cr.limitHdr, cr.policyHdr, cr.reason, cr.rlPrefix = f.Limit, f.Policy, f.Reason, f.RatePrefix
-	cr.exactRetry = f.ExactRetry
+	cr.exactRetry, cr.noReset = f.ExactRetry, f.NoReset
 	cr.nearLimit = 0
 	if !r.Global {
 		cr.nearLimit = nearLimitShare * cr.capacity()

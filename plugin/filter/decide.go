@@ -248,7 +248,7 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 			resetF:    best.dec.Reset,
 		}
 	}
-	if cfg.anyRespCost {
+	if cfg.anyPending {
 		h.addCharges(apps) // charge.go
 	}
 	p.markShadow(anyShadow)

@@ -248,6 +248,9 @@ func (p *pluginContext) cancelHold(h *httpContext) {
 	p.vm.globals().delayCancelled.inc()
 	for i := range hs.reserved {
 		a := &hs.reserved[i]
+		if a.rule.concurrent {
+			continue // its place is given back when the stream ends (concurrency.go)
+		}
 		if !p.refund(a) {
 			p.vm.globals().refundFailed.inc()
 			p.vm.logLimited(logRefund, "sluice: rule "+a.rule.name+": could not refund a cancelled delayed request's tokens")

@@ -16,6 +16,11 @@ import (
 //	RateLimit:        "<rule>";r=<remaining>;t=<seconds>
 //	RateLimit-Policy: "<rule>";q=<burst>;w=<ceil(burst/rate)>
 //
+// A concurrency rule's places free when requests end, not at a time: its
+// fields are "<rule>";r=<places free> and "<rule>";q=<limit>;
+// qu="concurrent-requests" (the draft's quota unit), without t or w, and a
+// refusal's Retry-After is 1.
+//
 // Values:
 //   - Limit and q are the burst (whole tokens, floored).
 //   - Remaining and r are the whole tokens left (floored: never promise a
@@ -53,8 +58,11 @@ func (p *pluginContext) sendReject(r *compiledRule, wait float64, identity strin
 	b = appendDecimal(b, t)
 	tEnd := len(b)
 	b = append(b, r.rlPrefix...)
-	b = append(b, "0;t="...)
-	b = appendDecimal(b, t)
+	b = append(b, '0')
+	if !r.noReset {
+		b = append(b, ";t="...)
+		b = appendDecimal(b, t)
+	}
 	rlEnd := len(b)
 	if r.reply == nil { // the filter's JSON body, ending with the wait
 		b = append(b, r.bodyPre...)
@@ -108,6 +116,9 @@ func (p *pluginContext) setAllowedHeaders(h allowedHeaders) {
 	// The numbers are written once, in place; the older fields are views
 	// of them.
 	r := h.rule
+	if r.noReset {
+		h.reset = 0
+	}
 	b := append(p.hdrBuf[:0], r.rlPrefix...)
 	remStart := len(b)
 	b = appendDecimal(b, h.remaining)
@@ -118,7 +129,11 @@ func (p *pluginContext) setAllowedHeaders(h allowedHeaders) {
 	p.hdrBuf = b
 	s := bytesView(b)
 
-	replaceResponseHeader(hdrRateLimit, s)
+	rl := s
+	if r.noReset {
+		rl = s[:remEnd] // no t
+	}
+	replaceResponseHeader(hdrRateLimit, rl)
 	replaceResponseHeader(hdrPolicy, r.policyHdr)
 	if p.cfg.legacyHeaders {
 		replaceResponseHeader(hdrLimit, r.limitHdr)

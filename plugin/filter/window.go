@@ -28,6 +28,8 @@ func keyPrefix(algorithm string) string {
 		return state.PrefixRollingWindow
 	case policy.AlgorithmQuota:
 		return state.PrefixQuota
+	case policy.AlgorithmConcurrency:
+		return state.PrefixConcurrency
 	}
 	return state.PrefixTokenBucket
 }

@@ -31,6 +31,11 @@ type Request struct {
 	// ResetAfterRequest resets the stream after its request went upstream,
 	// before any response (on_log and on_done run; Status is 0).
 	ResetAfterRequest bool
+	// HoldUpstream keeps the stream open after its request went upstream,
+	// as an upstream still working on it does: HTTP returns with Stream set
+	// (Paused false), and Stream.Complete delivers ResponseHeaders and ends
+	// the stream, or Stream.Reset ends it without a response.
+	HoldUpstream bool
 }
 
 // Response is the outcome of a request.
@@ -41,10 +46,10 @@ type Response struct {
 	UpstreamHeaders []Header // request headers as forwarded upstream (nil if rejected before that)
 	ResponseHeaders []Header // response headers sent downstream, after on_response_headers
 	Paused          bool     // on_request_headers paused and nothing resumed it within the call
-	Stream          Stream   // set when Paused
+	Stream          Stream   // set when Paused, or for a request that held its upstream (HoldUpstream)
 }
 
-// Stream is a paused request.
+// Stream is a paused request, or one whose upstream has not answered.
 type Stream interface {
 	// Settled reports whether the plugin has resumed the request
 	// (continue_stream) or answered it with a local response.

@@ -105,11 +105,16 @@ func (w *wazeroHost) HTTP(vm int, r Request) (Response, error) {
 		ResponseHeaders:   r.ResponseHeaders,
 		ResponseTrailers:  r.ResponseTrailers,
 		ResetAfterRequest: r.ResetAfterRequest,
+		HoldUpstream:      r.HoldUpstream,
 	})
 	if err != nil {
 		return Response{}, err
 	}
-	return fromResult(res), nil
+	out := fromResult(res)
+	if s, ok := out.Stream.(*wazeroStream); ok {
+		s.resp = r.ResponseHeaders // what Complete answers
+	}
+	return out, nil
 }
 
 func (w *wazeroHost) HTTPMany(vm int, rs []Request) ([]Response, error) {
@@ -135,13 +140,16 @@ func fromResult(res *wasmhost.Result) Response {
 	if res.Local != nil {
 		out.LocalBody = res.Local.Body
 	}
-	if res.Paused && res.Stream != nil {
+	if res.Stream != nil {
 		out.Stream = &wazeroStream{s: res.Stream}
 	}
 	return out
 }
 
-type wazeroStream struct{ s *wasmhost.Stream }
+type wazeroStream struct {
+	s    *wasmhost.Stream
+	resp []Header // the upstream's answer for Complete (nil: 200)
+}
 
 func (s *wazeroStream) Settled() bool {
 	select {
@@ -156,7 +164,7 @@ func (s *wazeroStream) Complete() (Response, error) {
 	if !s.Settled() {
 		return Response{}, errors.New("wasmhost: the stream is still paused")
 	}
-	res, err := s.s.Complete(context.Background(), nil)
+	res, err := s.s.Complete(context.Background(), s.resp)
 	if err != nil {
 		return Response{}, err
 	}

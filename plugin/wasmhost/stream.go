@@ -36,6 +36,11 @@ type Request struct {
 	// upstream reset): on_log, on_done and on_delete run without a
 	// response. Status is 0.
 	ResetAfterRequest bool
+	// HoldUpstream: the upstream has not answered when HTTP returns: the
+	// stream stays open after the request headers (Result.Stream, Paused
+	// false) until Stream.Complete delivers a response or Stream.Reset
+	// ends it.
+	HoldUpstream bool
 }
 
 // Result is the outcome of VM.HTTP.
@@ -46,7 +51,8 @@ type Result struct {
 	UpstreamHeaders []Header       // request headers as forwarded upstream (nil if rejected before that)
 	ResponseHeaders []Header       // final response headers sent downstream (after on_response_headers)
 	Paused          bool           // on_request_headers returned Pause and nothing resumed it within the call
-	Stream          *Stream        // for a paused request: continue it with Stream.Complete (or Wait, ...)
+	Stream          *Stream        // for a paused request (continue it with Stream.Complete, or Wait, ...) or one holding its upstream
+
 }
 
 // LocalResponse is what the plugin passed to proxy_send_local_response.

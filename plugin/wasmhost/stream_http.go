@@ -47,6 +47,12 @@ func (vm *VM) http(req *Request, res *Result) error {
 		res.Paused, res.Stream = true, s
 		return nil
 	}
+	if s.local == nil && req.HoldUpstream {
+		s.req = cloneHeaders(s.req) // do not keep the caller's buffer
+		s.upstream = s.req
+		res.UpstreamHeaders, res.Stream = s.upstream, s
+		return nil
+	}
 	if s.local == nil && req.ResetAfterRequest {
 		res.UpstreamHeaders = s.req
 		return s.finish(true) // the stream is not reused

@@ -239,6 +239,8 @@ func overrideFieldsFor(alg string) []string {
 		return windowOverrideFields
 	case AlgorithmRollingWindow:
 		return rollingOverrideFields
+	case AlgorithmConcurrency:
+		return concurrencyOverrideFields
 	case AlgorithmQuota:
 		return quotaOverrideFields
 	}
@@ -389,6 +391,9 @@ func fastOverride(v *jvalue, r *Rule, nkeys int) (Override, bool) {
 	}
 	if nums[3] >= 0 {
 		w.Limit = nums[3]
+	}
+	if r.Algorithm == AlgorithmConcurrency && !validConcurrencyLimit(w.Limit) {
+		return o, false // the parser says why
 	}
 	if nums[4] >= 0 {
 		w.MaxPerPeriod = nums[4]

@@ -90,6 +90,9 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 			}
 			if w := r.Window; w != nil {
 				nr.Config = normalizeWindow(r.Algorithm, w)
+				if r.Algorithm == AlgorithmConcurrency {
+					nr.Config = &normConcurrency{Limit: w.Limit, MaxRequestSeconds: w.WindowSeconds}
+				}
 			}
 			nr.Overrides = normalizeOverrides(r.Overrides)
 			nr.RejectBody, nr.RejectContentType = normalizeReply(r.Reply)

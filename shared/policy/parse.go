@@ -48,7 +48,7 @@ var (
 	ruleFields        = []string{"name", "limit_keys", "match", "algorithm", "algorithm_config", "mode", "max_keys", "telemetry_identity", "scope", "action", "deny_status", "overrides", "shadow_mark", "reject_body", "reject_content_type"}
 	telemetryFields   = []string{"cluster", "authority", "path", "interval_ms", "token", "token_env", "top_n", "timeout_ms"}
 	tokenBucketFields = []string{"tokens_per_second", "rps", "burst", "cost_source", "fixed_cost", "default_cost", "max_delay_ms", "max_debt"}
-	algorithms        = []string{AlgorithmTokenBucket, AlgorithmFixedWindow, AlgorithmSlidingWindow, AlgorithmRollingWindow, AlgorithmQuota}
+	algorithms        = []string{AlgorithmTokenBucket, AlgorithmFixedWindow, AlgorithmSlidingWindow, AlgorithmRollingWindow, AlgorithmQuota, AlgorithmConcurrency}
 )
 
 // MaxCost bounds fixed_cost and default_cost (and, in the filter, a cost read

@@ -53,12 +53,17 @@ var (
 	rollingWindowFields = []string{"limit", "window_seconds", "period_seconds", "max_per_period", "cost_source", "fixed_cost", "default_cost"}
 )
 
+// isWindowAlgorithm reports whether the algorithm's state is a window:
+// the windows, and concurrency (concurrency.go).
 func isWindowAlgorithm(name string) bool {
-	return name == AlgorithmFixedWindow || name == AlgorithmSlidingWindow || name == AlgorithmRollingWindow
+	return name == AlgorithmFixedWindow || name == AlgorithmSlidingWindow || name == AlgorithmRollingWindow || name == AlgorithmConcurrency
 }
 
 // windowExample is the smallest valid algorithm_config, for messages.
 func windowExample(alg string) string {
+	if alg == AlgorithmConcurrency {
+		return concurrencyExample
+	}
 	if alg == AlgorithmRollingWindow {
 		return `{"limit": <requests per window>, "window_seconds": <seconds>, "period_seconds": <seconds dividing the window>}`
 	}
@@ -67,6 +72,9 @@ func windowExample(alg string) string {
 
 // window parses the algorithm_config of a windowed algorithm.
 func (p *parser) window(path string, v *jvalue, alg string) *Window {
+	if alg == AlgorithmConcurrency {
+		return p.concurrency(path, v)
+	}
 	if v.kind != jObject {
 		p.errorf(path, "must be an object such as ", windowExample(alg), ", got ", v.kind.String())
 		return nil

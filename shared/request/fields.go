@@ -13,12 +13,16 @@ import (
 // once per configuration, the simulator per simulated request.
 type Fields struct {
 	Limit      string // RateLimit-Limit: the burst, or a window's limit (whole tokens)
-	Policy     string // RateLimit-Policy: "<rule>";q=<limit>;w=<seconds>
+	Policy     string // RateLimit-Policy: "<rule>";q=<limit>;w=<seconds> (concurrency: ;qu="concurrent-requests", no w)
 	Reason     string // X-RateLimit-Reason: "<algorithm>_exceeded"
 	RatePrefix string // the start of the RateLimit field: "<rule>";r=
 	// ExactRetry: Retry-After is the wait itself, without jitter (a
 	// quota's reset: a jitter of up to half a month would say nothing).
 	ExactRetry bool
+	// NoReset: the RateLimit field has no t (a concurrency rule's places
+	// free when requests end, not at a time); RateLimit-Reset is 0 on an
+	// allowed response.
+	NoReset bool
 }
 
 // RuleFields returns the response header values of a parsed rule.
@@ -30,6 +34,14 @@ func RuleFields(r *policy.Rule) Fields {
 		f.Limit = strconv.FormatInt(WholeTokens(q.Limit), 10)
 		period := int64(quotaOf(q).PeriodSeconds())
 		f.Policy = `"` + r.Name + `";q=` + f.Limit + ";w=" + strconv.FormatInt(period, 10)
+		return f
+	}
+	if r.Algorithm == policy.AlgorithmConcurrency {
+		// A limit of places, not of requests over time: no window, no
+		// reset (NoReset), and a refusal comes back in a second.
+		f.ExactRetry, f.NoReset = true, true
+		f.Limit = strconv.FormatInt(WholeTokens(r.Window.Limit), 10)
+		f.Policy = `"` + r.Name + `";q=` + f.Limit + `;qu="concurrent-requests"`
 		return f
 	}
 	if r.Window != nil {
@@ -103,6 +115,8 @@ func RuleLimiter(r *policy.Rule) (tb limiter.TokenBucket, win limiter.Window) {
 			return tb, limiter.FixedWindow{Limit: w.Limit, Window: period}
 		case policy.AlgorithmSlidingWindow:
 			return tb, limiter.SlidingWindow{Limit: w.Limit, Window: period}
+		case policy.AlgorithmConcurrency:
+			return tb, limiter.Concurrency{Limit: w.Limit, Lease: period}
 		}
 		return tb, limiter.RollingWindow{Limit: w.Limit, Period: float64(w.PeriodSeconds), Periods: w.Periods(), MaxPerPeriod: w.MaxPerPeriod}
 	}

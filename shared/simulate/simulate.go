@@ -141,7 +141,8 @@ type RuleResult struct {
 	Decision limiter.Decision
 	// Next is the state the filter would store when the request is
 	// admitted, rounded as shared data keeps it (unchanged when it is
-	// rejected).
+	// rejected, and for a concurrency rule: a simulated request ends at
+	// once, giving its place back).
 	Next State
 	// Global: a fleet rule, decided here as a local bucket of its limit.
 	Global bool
@@ -391,8 +392,8 @@ func (rr *RuleResult) decide(src *sources, opt Options) {
 		}
 		rr.Decision = win.Take(&w, rr.Known, opt.Now, rr.Cost)
 		rr.Next = State{Window: w.Stored()}
-		if !rr.Decision.Allowed {
-			rr.Next = st
+		if !rr.Decision.Allowed || r.Algorithm == policy.AlgorithmConcurrency {
+			rr.Next = st // refused; or a place, given back when the request ends
 		}
 		return
 	}
@@ -474,8 +475,12 @@ func (res *Result) finish(cfg *policy.Config, shadowDeny *RuleResult, apps []*Ru
 	remaining := strconv.FormatInt(request.WholeTokens(best.Decision.Remaining), 10)
 	reset := strconv.FormatInt(request.CeilSeconds(best.Decision.Reset), 10)
 	f := best.fields
+	rl := f.RatePrefix + remaining + ";t=" + reset
+	if f.NoReset {
+		rl, reset = f.RatePrefix+remaining, "0"
+	}
 	res.Headers = append(res.Headers,
-		[2]string{"ratelimit", f.RatePrefix + remaining + ";t=" + reset},
+		[2]string{"ratelimit", rl},
 		[2]string{"ratelimit-policy", f.Policy})
 	if cfg.LegacyHeaders {
 		res.Headers = append(res.Headers,
@@ -500,9 +505,13 @@ func (res *Result) reject(cfg *policy.Config, a *RuleResult) {
 	var contentType string
 	res.Body, contentType = replyOf(cfg, a.rule, `{"error":"rate_limited","rule":"`+a.Name+`","retry_after":`+rs+`}`)
 	f := a.fields
+	rl := f.RatePrefix + "0;t=" + ts
+	if f.NoReset {
+		rl = f.RatePrefix + "0"
+	}
 	res.Headers = [][2]string{
 		{"retry-after", rs},
-		{"ratelimit", f.RatePrefix + "0;t=" + ts},
+		{"ratelimit", rl},
 		{"ratelimit-policy", f.Policy},
 		{"x-ratelimit-reason", f.Reason},
 	}

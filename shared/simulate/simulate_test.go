@@ -346,3 +346,44 @@ func TestResponseChargedRulesShowWhatTheResponseWouldBeCharged(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrencyRuleSendsPlacesNotTimes: a concurrency rule decides from
+// the places telemetry says are taken; its fields have the
+// concurrent-requests unit and no t, a refusal's Retry-After is 1, and
+// the simulated request, which ends at once, stores nothing new.
+func TestConcurrencyRuleSendsPlacesNotTimes(t *testing.T) {
+	cfg := mustParse(t, `{"rules":[{"name":"inflight","limit_keys":["header:x-api-key"],"algorithm":"concurrency",
+   "algorithm_config":{"limit":3,"max_request_seconds":60}}]}`)
+	taken := 1.0
+	lookup := func(r *policy.Rule, id string) (State, bool) {
+		return State{Window: state.Window{Start: 960, N: 2, Counts: [state.MaxCounts]float64{taken}}}, true
+	}
+	req := Request{Method: "GET", Path: "/", ClientAddress: "10.0.0.1", Headers: map[string]string{"x-api-key": "k"}}
+	res := Run(cfg, req, Options{Now: 1000, Lookup: lookup})
+	if res.Status != 0 {
+		t.Fatalf("one of three taken: status %d", res.Status)
+	}
+	want := map[string]string{"ratelimit": `"inflight";r=1`, "ratelimit-policy": `"inflight";q=3;qu="concurrent-requests"`}
+	for _, h := range res.Headers {
+		if w, ok := want[h[0]]; ok && h[1] != w {
+			t.Errorf("%s: %q, want %q", h[0], h[1], w)
+		}
+		delete(want, h[0])
+	}
+	if len(want) != 0 {
+		t.Errorf("missing %v in %v", want, res.Headers)
+	}
+	if s := res.Stores(); len(s) != 1 || s[0].State.Window.Counts[0] != taken {
+		t.Fatalf("stores %+v: a simulated request keeps no place", s)
+	}
+	taken = 3
+	res = Run(cfg, req, Options{Now: 1000, Lookup: lookup})
+	if res.Status != 429 {
+		t.Fatalf("all three taken: status %d", res.Status)
+	}
+	for _, h := range res.Headers {
+		if h[0] == "retry-after" && h[1] != "1" || h[0] == "ratelimit" && h[1] != `"inflight";r=0` || h[0] == "x-ratelimit-reason" && h[1] != "concurrency_exceeded" {
+			t.Errorf("refusal: %s: %q", h[0], h[1])
+		}
+	}
+}

@@ -311,6 +311,9 @@ const (
 	// PrefixQuota is the calendar quota's: a window of one count whose
 	// start is the start of the calendar period.
 	PrefixQuota = "qt:"
+	// PrefixConcurrency is a concurrency rule's: a window of two counts of
+	// places taken (limiter.Concurrency).
+	PrefixConcurrency = "cc:"
 )
 
 // WindowKey returns the exact key of a window state: "{prefix}{rule}:{composite}".

@@ -35,7 +35,7 @@ document.addEventListener("DOMContentLoaded", () => {
   if (alg && action) {
     const algShows = (want, a) =>
       want === a || (want === "window" && a.endsWith("_window")) ||
-      (want === "limit" && (a.endsWith("_window") || a === "quota"));
+      (want === "limit" && (a.endsWith("_window") || a === "quota" || a === "concurrency"));
     const sync = () => {
       const act = action.value || "limit";
       document.querySelectorAll("#rule-form [data-action], #rule-form [data-alg]").forEach((el) => {

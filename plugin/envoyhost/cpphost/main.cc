@@ -310,9 +310,11 @@ struct StreamState {
   uint64_t id = 0;
   Headers req, resp, upstream_resp;
   // Response trailers from upstream (delivered after the headers when not
-  // empty; has_trailers once delivered), and a reset after the request.
+  // empty; has_trailers once delivered), and a reset after the request, or
+  // an upstream that has not answered yet (hold_upstream: the stream stays
+  // open until complete or reset).
   Headers upstream_trailers;
-  bool has_trailers = false, reset_after_request = false;
+  bool has_trailers = false, reset_after_request = false, hold_upstream = false;
   bool has_resp = false, in_log = false;
   std::map<std::string, std::string> props; // per-request properties by dotted path
   int64_t created_ns = 0;
@@ -597,7 +599,7 @@ struct Integration : proxy_wasm::WasmVmIntegration {
 // ---------------------------------------------------------------- workers
 
 struct Response {
-  bool rejected = false, paused = false, forwarded = false;
+  bool rejected = false, paused = false, held = false, forwarded = false;
   int status = 0;
   std::string body;
   Headers upstream, resp;
@@ -906,6 +908,14 @@ struct Worker {
         s->forwarded = true;
         s->upstream_headers = s->req;
         s->status = 0;
+      } else if ((st == FilterHeadersStatus::Continue || s->continued) && s->hold_upstream) {
+        // The upstream has not answered: the stream stays open.
+        s->continued = true;
+        Response r;
+        r.held = true;
+        r.stream = s->id;
+        keep(std::move(sp), ctx);
+        return r;
       } else if (st == FilterHeadersStatus::Continue || s->continued) {
         forward(ctx);
       } else {
@@ -913,18 +923,25 @@ struct Worker {
         r.paused = true;
         r.stream = s->id;
         if (!keep_paused) throw std::runtime_error("the request paused");
-        {
-          std::lock_guard<std::mutex> l(stream_mu);
-          stream_vm[s->id] = index;
-        }
-        streams[s->id] = std::move(sp);
-        stream_ctx[s->id] = ctx;
+        keep(std::move(sp), ctx);
         return r;
       }
     }
     Response r = result(s);
     finish(ctx);
     return r;
+  }
+
+  // keep holds an open stream (paused, or waiting for its upstream) for
+  // settled, complete and reset.
+  void keep(std::unique_ptr<StreamState> sp, HostContext *ctx) {
+    uint64_t id = sp->id;
+    {
+      std::lock_guard<std::mutex> l(stream_mu);
+      stream_vm[id] = index;
+    }
+    streams[id] = std::move(sp);
+    stream_ctx[id] = ctx;
   }
 
   StreamState *paused(uint64_t id, HostContext **ctx) {
@@ -1239,7 +1256,7 @@ void Integration::trace(std::string_view message) {
 
 std::string encodeResponse(const Response &r) {
   std::string out = "ok " + std::string(r.rejected ? "1" : "0") + " " + std::to_string(r.status) + " " +
-                    (r.paused ? "1" : "0") + " " + std::to_string(r.stream) + " " + esc(r.body);
+                    (r.paused ? "1" : r.held ? "2" : "0") + " " + std::to_string(r.stream) + " " + esc(r.body);
   if (r.forwarded) appendHeaders(out, r.upstream);
   else out += " -1";
   appendHeaders(out, r.resp);
@@ -1319,7 +1336,9 @@ std::unique_ptr<StreamState> readStream(Args &a) {
   for (auto &kv : a.headers()) s->props[kv.first] = kv.second;
   s->upstream_resp = a.headers();
   s->upstream_trailers = a.headers();
-  s->reset_after_request = a.num() == 1;
+  int64_t after = a.num(); // 1: reset after the request; 2: hold the upstream's answer
+  s->reset_after_request = after == 1;
+  s->hold_upstream = after == 2;
   return s;
 }
 

@@ -187,6 +187,7 @@ func (g *configGen) rule() map[string]any {
 		delete(override, "period")
 		delete(override, "time_zone")
 		delete(override, "max_per_period")
+		delete(override, "max_request_seconds")
 		r["overrides"] = []any{map[string]any{"key": g.oneOf("key-1", "key-2"), "algorithm_config": override}}
 	}
 	g.reply(r)
@@ -262,7 +263,7 @@ func (g *configGen) condition(values ...string) any {
 }
 
 func (g *configGen) algorithm() (string, map[string]any) {
-	return g.algorithmOf(g.oneOf("token_bucket", "token_bucket", "fixed_window", "sliding_window", "rolling_window", "quota"))
+	return g.algorithmOf(g.oneOf("token_bucket", "token_bucket", "fixed_window", "sliding_window", "rolling_window", "quota", "concurrency"))
 }
 
 func (g *configGen) algorithmOf(algorithm string) (string, map[string]any) {
@@ -286,6 +287,12 @@ func (g *configGen) algorithmOf(algorithm string) (string, map[string]any) {
 		c["limit"] = small() + 3
 		c["period"] = g.oneOf("hour", "day")
 		c["time_zone"] = g.oneOf("UTC", "Europe/Berlin", "America/New_York")
+	case "concurrency": // no costs: a request holds one place
+		c["limit"] = small()
+		if g.rng.IntN(2) == 0 {
+			c["max_request_seconds"] = 30
+		}
+		return algorithm, c
 	}
 	switch g.rng.IntN(5) {
 	case 0:
