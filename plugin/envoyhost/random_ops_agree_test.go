@@ -22,7 +22,8 @@ import (
 )
 
 // opsConfig has what agreeConfig leaves out: windows, delayed admission
-// (paused requests resumed from on_tick), the legacy headers, telemetry
+// (paused requests resumed from on_tick), requests in flight (streams left
+// open until their upstream answers), the legacy headers, telemetry
 // reports and fleet rules leasing from a rate limit service, a token
 // bucket's and a fixed window's. LIMIT is the fixed window's limit
 // (opsConfigWith), which the run changes with configuration-only updates
@@ -43,6 +44,10 @@ const opsConfig = `{"legacy_headers": true,
   {"name": "smooth", "rules": [
     {"name": "delay", "limit_keys": ["header:x-api-key"], "match": {"header:x-api-key": {"present": true}}, "algorithm": "token_bucket",
      "algorithm_config": {"tokens_per_second": 3, "burst": 3, "max_delay_ms": 800}}
+  ]},
+  {"name": "inflight", "rules": [
+    {"name": "inflight", "limit_keys": ["header:x-api-key"], "match": {"header:x-hold": {"present": true}}, "algorithm": "concurrency",
+     "algorithm_config": {"limit": 2, "max_request_seconds": 2}}
   ]},
   {"name": "quotas", "rules": [
     {"name": "daily", "limit_keys": ["header:x-api-key"], "match": {"method": "DELETE"}, "algorithm": "quota",
@@ -112,6 +117,10 @@ func (d *opsDriver) request(n int) {
 	if d.rng.Intn(3) > 0 {
 		req.Headers = append(req.Headers, scenario.Header{"x-tenant", pick("acme", "globex", "initech", "umbrella")})
 	}
+	if d.rng.Intn(4) == 0 { // the upstream answers later: the stream stays open
+		req.Headers = append(req.Headers, scenario.Header{"x-hold", "1"})
+		req.HoldUpstream = true
+	}
 	vm := d.rng.Intn(2)
 	var got [2]string
 	var held heldPair
@@ -123,9 +132,12 @@ func (d *opsDriver) request(n int) {
 		got[k] = answerText(res)
 		held.streams[k] = res.Stream
 		if k == 0 {
-			if res.Paused {
+			switch {
+			case res.Paused:
 				d.seen["paused"]++
-			} else {
+			case res.Stream != nil:
+				d.seen["held open"]++
+			default:
 				d.seen[fmt.Sprintf("status %d", res.Status)]++
 			}
 		}
@@ -349,7 +361,7 @@ func TestRandomOperationsAgreeWithWasmhost(t *testing.T) {
 			// (a lease refused, and one returned, by either global rule).
 			either := map[string]uint64{}
 			for _, name := range []string{"sluice.rule.fixed.rejected", "sluice.rule.rolling.rejected", "sluice.rule.sliding.rejected",
-				"sluice.rule.daily.rejected", "sluice.rule.monthly.rejected",
+				"sluice.rule.daily.rejected", "sluice.rule.monthly.rejected", "sluice.rule.inflight.allowed", "sluice.rule.inflight.rejected",
 				"sluice.rule.delay.delayed", "sluice.rule.delay.rejected", "sluice.delay.cancelled",
 				"sluice.rule.g.allowed", "sluice.rule.g.rejected", "sluice.rule.gw.allowed", "sluice.rule.gw.rejected",
 				"sluice.rule.g.global_granted", "sluice.rule.g.backend_errors", "sluice.rule.g.fallback_local",
@@ -373,7 +385,7 @@ func TestRandomOperationsAgreeWithWasmhost(t *testing.T) {
 					t.Errorf("%s: 0 for both global rules; the random run misses a path", m)
 				}
 			}
-			for _, want := range []string{"paused", "status 200", "status 429", "resumed status 200", "resumed status 429",
+			for _, want := range []string{"paused", "held open", "status 200", "status 429", "resumed status 200", "resumed status 429",
 				"reset", "jumped", "rls grant", "rls refuse", "rls fail", "sluice_admin grant", "sluice_admin fail", "reconfigured", "reconfigured without fleet mode", "update refused"} {
 				if d.seen[want] == 0 {
 					t.Errorf("no %q (outcomes %v): the random run misses a path", want, d.seen)

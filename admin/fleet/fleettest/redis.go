@@ -139,8 +139,11 @@ func StartCluster(tb testing.TB) []string {
 	cli := Require(tb, "redis-cli", "apt-get install redis-tools")
 	var addrs []string
 	for range 3 {
+		// The cluster bus port is chosen free too: by default it is the
+		// port + 10000, which another process may hold (a node once
+		// failed to start so, "Address already in use").
 		r := newRedis(tb, []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "2000"})
+			"--cluster-node-timeout", "2000", "--cluster-port", strconv.Itoa(FreePort(tb))})
 		r.Start()
 		addrs = append(addrs, r.Addr)
 	}

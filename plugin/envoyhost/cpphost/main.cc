@@ -909,9 +909,12 @@ struct Worker {
         s->upstream_headers = s->req;
         s->status = 0;
       } else if ((st == FilterHeadersStatus::Continue || s->continued) && s->hold_upstream) {
-        // The upstream has not answered: the stream stays open.
+        // The request went upstream, which has not answered: the stream
+        // stays open.
         s->continued = true;
-        Response r;
+        Response r = result(s);
+        r.forwarded = true;
+        r.upstream = s->req;
         r.held = true;
         r.stream = s->id;
         keep(std::move(sp), ctx);
