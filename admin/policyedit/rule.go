@@ -144,7 +144,7 @@ func describeCost(cfg Object) string {
 	for _, c := range []struct{ prefix, words string }{
 		{"header:", "cost from request header "}, {"query:", "cost from query parameter "},
 		{"response_header:", "charged from response header "}, {"response_trailer:", "charged from response trailer "},
-		{"response_status:", "counting responses "},
+		{"response_status:", "counting responses "}, {"response_grpc_status:", "counting gRPC responses "},
 	} {
 		if rest, ok := strings.CutPrefix(src, c.prefix); ok {
 			return ", " + c.words + rest

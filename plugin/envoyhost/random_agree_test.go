@@ -41,7 +41,9 @@ const agreeConfig = `{"xff_trusted_hops": 1, "policies": [
     {"name": "rows", "limit_keys": ["header:x-api-key"], "match": {"method": "PUT"}, "algorithm": "quota",
      "algorithm_config": {"limit": 1000, "period": "hour", "cost_source": "response_trailer:x-rows", "default_cost": 10, "max_debt": 200}},
     {"name": "failures", "limit_keys": ["header:x-api-key"], "match": {"method": "DELETE"}, "algorithm": "token_bucket",
-     "algorithm_config": {"rps": 0.05, "burst": 3, "cost_source": "response_status:404,5xx"}}
+     "algorithm_config": {"rps": 0.01, "burst": 3, "cost_source": "response_status:404,5xx"}},
+    {"name": "grpcfail", "limit_keys": ["header:x-api-key"], "match": {"method": "PATCH"}, "algorithm": "quota",
+     "algorithm_config": {"limit": 3, "period": "hour", "cost_source": "response_grpc_status:unauthenticated,internal"}}
   ]},
   {"name": "shadow", "rules": [
     {"name": "tenants", "mode": "shadow", "limit_keys": ["query:tenant", "method"], "match": {"header:x-plan": {"present": true}},
@@ -67,7 +69,7 @@ func randomAgreeRequest(rng *rand.Rand) scenario.Request {
 	}
 	hs := []scenario.Header{
 		{":path", pick("/", "/a?tenant=t1&cost=2", "/internal/x", "/b?tenant="+text(8)+"&cost="+pick("1", "-1", "NaN", "1e400"), "/"+text(30))},
-		{":method", pick("GET", "POST", "PUT", "DELETE")},
+		{":method", pick("GET", "POST", "PUT", "DELETE", "PATCH")},
 		{":authority", pick("api.example.com", "www.example.com", "other.test", text(12))},
 	}
 	if rng.Intn(5) > 0 {
@@ -103,6 +105,11 @@ func randomAgreeRequest(rng *rand.Rand) scenario.Request {
 	}
 	if rng.Intn(2) == 0 {
 		req.ResponseTrailers = []scenario.Header{{"x-rows", cost()}}
+	}
+	if code := pick("0", "16", "13", "7", "1x", ""); rng.Intn(2) == 0 { // a gRPC status, trailers-only
+		req.ResponseHeaders = append(req.ResponseHeaders, scenario.Header{"grpc-status", code})
+	} else if rng.Intn(2) == 0 { // or in the trailers
+		req.ResponseTrailers = append(req.ResponseTrailers, scenario.Header{"grpc-status", code})
 	}
 	return req
 }
@@ -163,6 +170,7 @@ func TestRandomRequestsAgreeWithWasmhost(t *testing.T) {
 			for _, name := range []string{"sluice.rule.tokens.response_cost_charged", "sluice.rule.rows.response_cost_charged",
 				"sluice.rule.tokens.response_cost_invalid", "sluice.rule.rows.response_cost_default",
 				"sluice.rule.failures.response_cost_charged", "sluice.rule.failures.rejected",
+				"sluice.rule.grpcfail.response_cost_charged", "sluice.rule.grpcfail.rejected",
 				"sluice.rule.keys.overflowed", "sluice.rule.keys.overridden", "sluice.rule.hosts.overridden",
 				"sluice.rule.exempt.exempted", "sluice.rule.deny.denied", "sluice.rule.tenants.shadow_rejected",
 				"sluice.rule.jwt.allowed", "sluice.rule.office.rejected", "sluice.rule.office.allowed"} {

@@ -11,7 +11,8 @@ import (
 
 // Costs reported by the response ("cost_source": "response_header:<name>"
 // or "response_trailer:<name>", token_bucket and quota), and costs of
-// responses of some statuses ("response_status:<statuses>").
+// responses of some statuses ("response_status:<statuses>",
+// "response_grpc_status:<codes>").
 //
 // Request phase: the rule admits the request while its bucket (quota) has
 // something left (limiter's Admit); nothing is written, nothing is taken.
@@ -89,9 +90,10 @@ func (cr *compiledRule) compileCharge(cs policy.CostSource, maxDebt float64, vm 
 	}
 	cr.respCost = true
 	cr.respTrailer = cs.Kind == policy.CostResponseTrailer
-	cr.respStatus = cs.Kind == policy.CostResponseStatus
+	cr.respStatus = cs.ByStatus()
+	cr.respGRPC = cs.Kind == policy.CostResponseGRPCStatus
 	cr.respName = cs.Name
-	cr.statuses = cs.Statuses
+	cr.statuses, cr.grpcCodes = cs.Statuses, cs.GRPCCodes
 	cr.maxDebt = maxDebt
 	cr.cm = vm.chargeMetrics(cr.name)
 }
@@ -145,8 +147,15 @@ func (h *httpContext) chargeResponse(trailer bool) {
 	}()
 	for i := range h.charges {
 		c := &h.charges[i]
-		if c.done || c.release || c.rule.respTrailer != trailer {
+		if c.done || c.release {
 			continue // a place is given back when the stream ends
+		}
+		if c.rule.respGRPC { // in the headers of a trailers-only response, else in the trailers
+			h.chargeGRPCStatus(c, trailer)
+			continue
+		}
+		if c.rule.respTrailer != trailer {
+			continue
 		}
 		if c.rule.respStatus {
 			h.chargeStatus(c)
@@ -197,6 +206,40 @@ func (h *httpContext) chargeStatus(c *pendingCharge) {
 		return
 	}
 	h.p.charge(h, c, c.rule.fixedCost)
+}
+
+// chargeGRPCStatus charges a response_grpc_status rule's pending charge
+// when the phase carries grpc-status: the headers of a trailers-only
+// response, else the trailers. fixed_cost when the rule counts the code,
+// nothing otherwise; a response whose trailers carry none is charged
+// nothing.
+func (h *httpContext) chargeGRPCStatus(c *pendingCharge, trailer bool) {
+	v, buf, ok := getResponseValue(trailer, "grpc-status", h.p.hdrBuf[:0])
+	h.p.hdrBuf = buf
+	switch {
+	case !ok && !trailer:
+		return // the trailers may carry it
+	case !ok || !c.rule.grpcCodes.Has(parseGRPCStatus(v)):
+		c.done = true
+	default:
+		h.p.charge(h, c, c.rule.fixedCost)
+	}
+}
+
+// parseGRPCStatus reads a grpc-status value (1 or 2 digits); anything else
+// is -1, a code no set holds.
+func parseGRPCStatus(v string) int {
+	if len(v) == 0 || len(v) > 2 {
+		return -1
+	}
+	n := 0
+	for _, c := range []byte(v) {
+		if c < '0' || c > '9' {
+			return -1
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
 }
 
 // parseStatus reads a three-digit :status; anything else is 0, a status no

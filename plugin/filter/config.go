@@ -93,13 +93,15 @@ type compiledRule struct {
 	nearLimit float64
 	// Response-charged rules (charge.go): the cost comes from the response
 	// header (or trailer, respTrailer) respName, or is fixedCost for a
-	// response whose status is in statuses (respStatus); charged down to
-	// -maxDebt.
+	// response whose status is in statuses (respStatus; respGRPC: whose
+	// gRPC status is in grpcCodes); charged down to -maxDebt.
 	respCost    bool
 	respTrailer bool
 	respStatus  bool
+	respGRPC    bool
 	respName    string
 	statuses    policy.StatusSet
+	grpcCodes   policy.GRPCCodeSet
 	maxDebt     float64
 	cm          chargeMetrics
 	algorithm   string // policy.Algorithm*, for telemetry
@@ -398,7 +400,7 @@ func (r *compiledRule) cost(rs *requestSources) float64 {
 	switch r.costKind {
 	case policy.CostFixed:
 		return r.fixedCost
-	case policy.CostResponseHeader, policy.CostResponseTrailer, policy.CostResponseStatus:
+	case policy.CostResponseHeader, policy.CostResponseTrailer, policy.CostResponseStatus, policy.CostResponseGRPCStatus:
 		return 0 // charged from the response (charge.go)
 	}
 	if v, ok := rs.get(r.costSrc); ok {

@@ -7,7 +7,10 @@ package scenario
 // fields of each showing the bucket after the charge), then refuses every
 // request of that key, the right password too, until a whole failure has
 // refilled; another key has its own bucket. A daily quota of 5xx responses
-// refuses until the day ends once two have come.
+// refuses until the day ends once two have come. A gRPC rule counting
+// UNAUTHENTICATED reads the code from the trailers, or from the headers of
+// a trailers-only response, and charges nothing for OK or for a response
+// whose trailers carry no status.
 
 import (
 	"testing"
@@ -15,7 +18,10 @@ import (
 )
 
 func init() {
-	register(Case{Name: "ResponseStatusCountsOnlyTheListedStatuses", Run: responseStatusCounts})
+	register(
+		Case{Name: "ResponseStatusCountsOnlyTheListedStatuses", Run: responseStatusCounts},
+		Case{Name: "ResponseGRPCStatusCountsOnlyTheListedCodes", Run: responseGRPCStatusCounts},
+	)
 }
 
 // answered is a request of key k that the upstream answers with status.
@@ -79,4 +85,40 @@ func responseStatusCounts(t *testing.T, start Starter) {
 	}
 	noRecoveredPanics(t, h)
 	noRecoveredPanics(t, q)
+}
+
+// grpcAnswered is a gRPC call of key k answered with code in its trailers
+// (trailersOnly: in the headers of a trailers-only response; code "": no
+// status at all).
+func grpcAnswered(k, code string, trailersOnly bool) Request {
+	r := grpcCall(k, "application/grpc") // grpc.go
+	r.ResponseHeaders = []Header{{":status", "200"}, {"content-type", "application/grpc"}}
+	switch {
+	case code == "":
+		r.ResponseTrailers = []Header{{"x-other", "1"}}
+	case trailersOnly:
+		r.ResponseHeaders = append(r.ResponseHeaders, Header{"grpc-status", code})
+	default:
+		r.ResponseTrailers = []Header{{"grpc-status", code}}
+	}
+	return r
+}
+
+func responseGRPCStatusCounts(t *testing.T, start Starter) {
+	h := mustStart(t, start, Options{Config: []byte(keyRule("logins", "token_bucket",
+		`{"tokens_per_second": 0.01, "burst": 2, "cost_source": "response_grpc_status:unauthenticated"}`))})
+	left := func(what string, r Request, remaining string) { t.Helper(); admittedLeaving(t, h, what, r, remaining) }
+	left("OK in the trailers", grpcAnswered("a", "0", false), "2")
+	left("OK, trailers-only", grpcAnswered("a", "0", true), "2")
+	left("no status in the trailers", grpcAnswered("a", "", false), "2")
+	left("PERMISSION_DENIED", grpcAnswered("a", "7", false), "2")
+	left("UNAUTHENTICATED, trailers-only", grpcAnswered("a", "16", true), "1")   // the fields show the charge
+	left("UNAUTHENTICATED in the trailers", grpcAnswered("a", "16", false), "1") // sent before the trailers
+	res := do(t, h, grpcAnswered("a", "0", false))
+	if !res.Rejected {
+		t.Fatal("admitted after two UNAUTHENTICATED answers")
+	}
+	left("another key", grpcAnswered("b", "16", true), "1")
+	wantMetrics(t, h, map[string]uint64{"sluice.rule.logins.response_cost_charged": 3, "sluice.rule.logins.rejected": 1})
+	noRecoveredPanics(t, h)
 }

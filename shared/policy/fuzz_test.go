@@ -27,6 +27,7 @@ func FuzzParse(f *testing.F) {
 		withTB(`{"rps":50,"burst":1e5,"cost_source":"response_header:x-tokens-used","default_cost":500,"max_debt":2e4}`),
 		withTB(`{"rps":0.01,"burst":5,"cost_source":"response_status:401,403,5xx","fixed_cost":2,"max_debt":0}`),
 		withAlg("quota", `{"limit":20,"period":"day","cost_source":"response_status:4XX,429"}`),
+		withTB(`{"rps":0.1,"burst":3,"cost_source":"response_grpc_status:unauthenticated,ok"}`),
 		withAlg("concurrency", `{"limit":10,"max_request_seconds":600},"overrides":[{"key":"k","algorithm_config":{"limit":2}}]`),
 		withAlg("concurrency", `{"limit":0.5,"max_request_seconds":-1,"burst":3}`),
 		withAlg("sliding_window", `{"limit":10,"window_seconds":60,"fixed_cost":11}`),

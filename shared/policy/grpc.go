@@ -1,6 +1,9 @@
 package policy
 
-import "strconv"
+import (
+	"strconv"
+	"strings"
+)
 
 // This file parses "reject_grpc_status": the gRPC status a gRPC client
 // receives when a limit rule rejects its call. Envoy answers a gRPC request
@@ -68,4 +71,65 @@ func (p *parser) grpcStatus(path string, v *jvalue) (int, bool) {
 	}
 	p.errorf(path, `must be a gRPC status name such as "resource_exhausted", got `, v.kind.String())
 	return 0, false
+}
+
+// GRPCCodeSet is a set of gRPC status codes (0 to 16), bit c for code c:
+// the codes a "response_grpc_status:<codes>" cost source counts.
+type GRPCCodeSet uint32
+
+// Has reports whether code is in the set.
+func (s GRPCCodeSet) Has(code int) bool {
+	return code >= 0 && code < len(grpcCodes) && s&(1<<code) != 0
+}
+
+// String lists the set's names in code order, comma-separated.
+func (s GRPCCodeSet) String() string {
+	out := ""
+	for c := range grpcCodes {
+		if s.Has(c) {
+			if out != "" {
+				out += ","
+			}
+			out += grpcCodeName(c)
+		}
+	}
+	return out
+}
+
+// grpcCodeName names code c for a response_grpc_status list, where OK (0)
+// may be counted too.
+func grpcCodeName(c int) string {
+	if c == 0 {
+		return "ok"
+	}
+	return grpcCodes[c]
+}
+
+// parseGRPCCodeList reads a comma-separated list of gRPC status names
+// ("unauthenticated,permission_denied"); it returns a message naming the
+// first bad item, or "".
+func parseGRPCCodeList(list string) (GRPCCodeSet, string) {
+	if list == "" {
+		return 0, `names no status; list the gRPC statuses to count after "response_grpc_status:", such as "response_grpc_status:unauthenticated,permission_denied"`
+	}
+	names := make([]string, len(grpcCodes))
+	for c := range grpcCodes {
+		names[c] = grpcCodeName(c)
+	}
+	var s GRPCCodeSet
+next:
+	for _, item := range strings.Split(list, ",") {
+		for c, n := range names {
+			if item == n {
+				s |= 1 << c
+				continue next
+			}
+		}
+		msg := quoteShort(item) + " is not a gRPC status"
+		if sg := suggest(item, names); sg != "" {
+			msg += " (did you mean " + strconv.Quote(sg) + "?)"
+		}
+		return 0, msg + "; list gRPC status names in lower case (ok, cancelled, ..., unauthenticated), separated by commas without spaces"
+	}
+	return s, ""
 }

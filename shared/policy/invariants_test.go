@@ -110,6 +110,10 @@ func checkInvariants(t *testing.T, c *Config) {
 				if tb.Cost.Statuses == (StatusSet{}) || tb.Cost.Name != "" {
 					t.Errorf("rule %q counts no status, or has a name %q", r.Name, tb.Cost.Name)
 				}
+			case CostResponseGRPCStatus:
+				if tb.Cost.GRPCCodes == 0 || tb.Cost.Name != "" {
+					t.Errorf("rule %q counts no gRPC status, or has a name %q", r.Name, tb.Cost.Name)
+				}
 			default:
 				t.Errorf("rule %q cost kind %d", r.Name, tb.Cost.Kind)
 			}

@@ -242,11 +242,21 @@ const (
 	// request is admitted while the bucket or quota has something left.
 	// For limits on what fails, such as login attempts.
 	CostResponseStatus
+	// CostResponseGRPCStatus: the same for a gRPC call's status (its
+	// grpc-status trailer, or header of a trailers-only response), one of
+	// GRPCCodes.
+	CostResponseGRPCStatus
 )
 
 // FromResponse reports whether the cost is read from the response.
 func (c CostSource) FromResponse() bool {
-	return c.Kind == CostResponseHeader || c.Kind == CostResponseTrailer || c.Kind == CostResponseStatus
+	return c.Kind == CostResponseHeader || c.Kind == CostResponseTrailer || c.ByStatus()
+}
+
+// ByStatus reports whether the cost is charged by the response's status
+// (HTTP or gRPC): a known cost, charged for some responses only.
+func (c CostSource) ByStatus() bool {
+	return c.Kind == CostResponseStatus || c.Kind == CostResponseGRPCStatus
 }
 
 // CostSource is a parsed "cost_source".
@@ -255,6 +265,9 @@ type CostSource struct {
 	Name string // header (lower-cased) or query parameter name
 	// Statuses: the statuses a CostResponseStatus source counts.
 	Statuses StatusSet
+	// GRPCCodes: the gRPC status codes a CostResponseGRPCStatus source
+	// counts, bit c for code c.
+	GRPCCodes GRPCCodeSet
 }
 
 // String returns the cost source in configuration syntax.
@@ -270,6 +283,8 @@ func (c CostSource) String() string {
 		return "response_trailer:" + c.Name
 	case CostResponseStatus:
 		return "response_status:" + c.Statuses.String()
+	case CostResponseGRPCStatus:
+		return "response_grpc_status:" + c.GRPCCodes.String()
 	}
 	return "fixed"
 }

@@ -119,7 +119,8 @@ func loadZone(name string) (*time.Location, string) {
 }
 
 // costSource reads "cost_source" into cs. Response sources
-// (response_header:, response_trailer:, response_status:) are accepted only when response is
+// (response_header:, response_trailer:, response_status:,
+// response_grpc_status:) are accepted only when response is
 // true (token_bucket and quota).
 func (p *parser) costSource(path string, f map[string]*jvalue, cs *CostSource, response bool) {
 	cv := f["cost_source"]
@@ -127,7 +128,7 @@ func (p *parser) costSource(path string, f map[string]*jvalue, cs *CostSource, r
 		return
 	}
 	cpath := join(path, "cost_source")
-	want := `"fixed", "header:<name>", "query:<name>", "response_header:<name>", "response_trailer:<name>" or "response_status:<statuses>"`
+	want := `"fixed", "header:<name>", "query:<name>", "response_header:<name>", "response_trailer:<name>", "response_status:<statuses>" or "response_grpc_status:<codes>"`
 	if !response {
 		want = `"fixed", "header:<name>" or "query:<name>"`
 	}
@@ -153,7 +154,7 @@ func (p *parser) maxDebt(path string, f map[string]*jvalue, cs CostSource, capOK
 	dpath := join(path, "max_debt")
 	if !cs.FromResponse() {
 		if dv != nil {
-			p.errorf(dpath, `applies only to a cost read from the response; set cost_source to "response_header:<name>", "response_trailer:<name>" or "response_status:<statuses>", or remove max_debt`)
+			p.errorf(dpath, `applies only to a cost read from the response; set cost_source to one of the response sources ("response_header:<name>", "response_trailer:<name>", "response_status:<statuses>", "response_grpc_status:<codes>"), or remove max_debt`)
 		}
 		return 0
 	}

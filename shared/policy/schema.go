@@ -44,9 +44,11 @@ const (
 	costPattern      = `^(fixed|header:` + headerNameRe + `|query:` + queryNameRe + `)$`
 	// responseCostPattern: token_bucket and quota also read a cost from
 	// the response (quota.go).
-	responseCostPattern = `^(fixed|header:` + headerNameRe + `|query:` + queryNameRe + `|response_header:` + headerNameRe + `|response_trailer:` + headerNameRe + `|response_status:` + statusListRe + `)$`
+	responseCostPattern = `^(fixed|header:` + headerNameRe + `|query:` + queryNameRe + `|response_header:` + headerNameRe + `|response_trailer:` + headerNameRe + `|response_status:` + statusListRe + `|response_grpc_status:` + grpcListRe + `)$`
 	statusRe            = `[1-5]([0-9][0-9]|[xX][xX])`
 	statusListRe        = statusRe + `(,` + statusRe + `)*`
+	grpcNameRe          = `(ok|cancelled|unknown|invalid_argument|deadline_exceeded|not_found|already_exists|permission_denied|resource_exhausted|failed_precondition|aborted|out_of_range|unimplemented|internal|unavailable|data_loss|unauthenticated)`
+	grpcListRe          = grpcNameRe + `(,` + grpcNameRe + `)*`
 )
 
 // schemaProperties lists, per object of the configuration, the properties
@@ -62,7 +64,7 @@ func schemaProperties() map[string]obj {
 	}
 	responseCost := func(capacity string) obj {
 		return obj{"type": "string", "pattern": responseCostPattern, "default": "fixed",
-			"description": `Where a request's cost comes from: "fixed", "header:<name>", "query:<name>", or the response: "response_header:<name>", "response_trailer:<name>" (admitted while the ` + capacity + ` is not used up, charged when the response arrives), "response_status:<statuses>" (fixed_cost charged for each response with one of the statuses, such as "response_status:401,403" or "response_status:5xx").`}
+			"description": `Where a request's cost comes from: "fixed", "header:<name>", "query:<name>", or the response: "response_header:<name>", "response_trailer:<name>" (admitted while the ` + capacity + ` is not used up, charged when the response arrives), "response_status:<statuses>" (fixed_cost charged for each response with one of the statuses, such as "response_status:401,403" or "response_status:5xx"), "response_grpc_status:<codes>" (the same for a gRPC call's status, such as "response_grpc_status:unauthenticated").`}
 	}
 	maxDebt := func(capacity string) obj {
 		return obj{"type": "number", "minimum": 0, "maximum": MaxBurst,
@@ -148,7 +150,7 @@ func schemaProperties() map[string]obj {
 			"burst": obj{"type": "number", "exclusiveMinimum": 0, "maximum": MaxBurst,
 				"description": "Bucket capacity; must be >= tokens_per_second."},
 			"cost_source":  responseCost("burst"),
-			"fixed_cost":   cost("Cost of every request when cost_source is fixed (of every counted response with response_status:); <= burst."),
+			"fixed_cost":   cost("Cost of every request when cost_source is fixed (of every counted response with response_status: or response_grpc_status:); <= burst."),
 			"default_cost": cost("Cost when the cost header or query value is absent or unusable; <= burst."),
 			"max_delay_ms": obj{"type": "integer", "minimum": 0, "maximum": MaxDelayMS, "default": 0,
 				"description": "Delayed admission: a request that would wait at most this many milliseconds for its tokens reserves them and is held until then instead of rejected; 0 = off."},
@@ -162,7 +164,7 @@ func schemaProperties() map[string]obj {
 			"time_zone": obj{"type": "string", "pattern": `^[A-Za-z0-9_+/-]{1,64}$`, "default": "UTC", "examples": []string{"Europe/Berlin", "America/New_York"},
 				"description": "IANA time zone of the calendar (daylight-saving changes included)."},
 			"cost_source":  responseCost("limit"),
-			"fixed_cost":   cost("Cost of every request when cost_source is fixed (of every counted response with response_status:); <= limit."),
+			"fixed_cost":   cost("Cost of every request when cost_source is fixed (of every counted response with response_status: or response_grpc_status:); <= limit."),
 			"default_cost": cost("Cost when the cost value is absent or unusable (or the response reports none); <= limit."),
 			"max_debt":     maxDebt("limit"),
 		},

@@ -119,6 +119,13 @@ func parseCostSource(s string) (CostSource, string) {
 		}
 		return CostSource{Kind: CostResponseStatus, Statuses: set}, ""
 	}
+	if list, ok := strings.CutPrefix(s, "response_grpc_status:"); ok {
+		set, msg := parseGRPCCodeList(list)
+		if msg != "" {
+			return CostSource{}, quoteShort(s) + ": " + msg
+		}
+		return CostSource{Kind: CostResponseGRPCStatus, GRPCCodes: set}, ""
+	}
 	for _, rk := range []struct {
 		prefix string
 		kind   CostKind
@@ -130,5 +137,5 @@ func parseCostSource(s string) (CostSource, string) {
 			return CostSource{Kind: rk.kind, Name: strings.ToLower(name)}, ""
 		}
 	}
-	return CostSource{}, quoteShort(s) + ` is not a cost source; use "fixed", "header:<name>", "query:<name>", "response_header:<name>", "response_trailer:<name>" or "response_status:<statuses>"`
+	return CostSource{}, quoteShort(s) + ` is not a cost source; use "fixed", "header:<name>", "query:<name>", "response_header:<name>", "response_trailer:<name>", "response_status:<statuses>" or "response_grpc_status:<codes>"`
 }

@@ -86,3 +86,38 @@ func TestParseResponseStatusCostErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) { wantOneError(t, tc.in, tc.path, tc.want...) })
 	}
 }
+
+// TestParseResponseGRPCStatusCost reads "response_grpc_status:<codes>":
+// the set counts exactly the named codes, OK included when named, and
+// normalizes in code order; bad names are refused with a suggestion.
+func TestParseResponseGRPCStatusCost(t *testing.T) {
+	cfg, err := Parse([]byte(withTB(`{"rps":0.01,"burst":5,"cost_source":"response_grpc_status:unauthenticated,permission_denied,ok"}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, _, _ := cfg.Policies[0].Rules[0].CostConfig()
+	if cs.Kind != CostResponseGRPCStatus || !cs.FromResponse() || !cs.ByStatus() {
+		t.Fatalf("cost %+v", cs)
+	}
+	if got := cs.String(); got != "response_grpc_status:ok,permission_denied,unauthenticated" {
+		t.Fatalf("String() = %q", got)
+	}
+	for code := -1; code <= 20; code++ {
+		if want := code == 0 || code == 7 || code == 16; cs.GRPCCodes.Has(code) != want {
+			t.Fatalf("Has(%d) = %v", code, !want)
+		}
+	}
+	if again, msg := parseCostSource(cs.String()); msg != "" || again != cs {
+		t.Fatalf("the normalized text parses to %+v (%s)", again, msg)
+	}
+	const c = "rules[0].algorithm_config."
+	for _, tc := range []struct{ src, want string }{
+		{"response_grpc_status:", "names no status"},
+		{"response_grpc_status:unauthenticatd", `did you mean "unauthenticated"?`},
+		{"response_grpc_status:UNAUTHENTICATED", "lower case"},
+		{"response_grpc_status:16", `"16" is not a gRPC status`},
+		{"response_grpc_status:ok, internal", `" internal" is not a gRPC status`},
+	} {
+		wantOneError(t, withTB(`{"rps":1,"burst":5,"cost_source":"`+tc.src+`"}`), c+"cost_source", tc.want)
+	}
+}

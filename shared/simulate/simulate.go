@@ -355,9 +355,9 @@ func (rr *RuleResult) decide(src *sources, opt Options) {
 	costSrc, fixed, def := request.RuleCost(r)
 	rr.Cost = fixed
 	rr.ChargedLater = costSrc.FromResponse()
-	byStatus := costSrc.Kind == policy.CostResponseStatus // admitted while its cost is left
+	byStatus := costSrc.ByStatus() // admitted while its cost is left
 	switch costSrc.Kind {
-	case policy.CostFixed, policy.CostResponseStatus: // fixed_cost: each request's, or each counted response's
+	case policy.CostFixed, policy.CostResponseStatus, policy.CostResponseGRPCStatus: // fixed_cost: each request's, or each counted response's
 	case policy.CostResponseHeader, policy.CostResponseTrailer:
 		rr.Cost = def // what a response reporting no cost is charged
 	default: // a request header or query parameter
