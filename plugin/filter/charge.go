@@ -229,33 +229,34 @@ func (h *httpContext) chargeGRPCStatus(c *pendingCharge, trailer bool) {
 // parseGRPCStatus reads a grpc-status value (1 or 2 digits); anything else
 // is -1, a code no set holds.
 func parseGRPCStatus(v string) int {
-	if len(v) == 0 || len(v) > 2 {
-		return -1
+	if n, ok := smallDecimal(v); ok && len(v) <= 2 {
+		return n
 	}
-	n := 0
-	for _, c := range []byte(v) {
-		if c < '0' || c > '9' {
-			return -1
-		}
-		n = n*10 + int(c-'0')
-	}
-	return n
+	return -1
 }
 
 // parseStatus reads a three-digit :status; anything else is 0, a status no
 // set holds.
 func parseStatus(v string) int {
-	if len(v) != 3 {
-		return 0
+	if n, ok := smallDecimal(v); ok && len(v) == 3 {
+		return n
+	}
+	return 0
+}
+
+// smallDecimal reads 1 to 3 decimal digits.
+func smallDecimal(v string) (int, bool) {
+	if len(v) == 0 || len(v) > 3 {
+		return 0, false
 	}
 	n := 0
 	for _, c := range []byte(v) {
 		if c < '0' || c > '9' {
-			return 0
+			return 0, false
 		}
 		n = n*10 + int(c-'0')
 	}
-	return n
+	return n, true
 }
 
 // chargeRemaining charges default_cost for the charges the response never

@@ -11,3 +11,13 @@ func TestParseStatusReadsThreeDigitsOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestParseGRPCStatusReadsOneOrTwoDigits: a grpc-status that is not one or
+// two digits reads as -1, which no response_grpc_status set counts.
+func TestParseGRPCStatusReadsOneOrTwoDigits(t *testing.T) {
+	for v, want := range map[string]int{"0": 0, "7": 7, "16": 16, "99": 99, "": -1, "100": -1, "1x": -1, " 1": -1, "-1": -1} {
+		if got := parseGRPCStatus(v); got != want {
+			t.Errorf("parseGRPCStatus(%q) = %d, want %d", v, got, want)
+		}
+	}
+}
