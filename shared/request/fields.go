@@ -36,17 +36,15 @@ func RuleFields(r *policy.Rule) Fields {
 		f.Policy = `"` + r.Name + `";q=` + f.Limit + ";w=" + strconv.FormatInt(period, 10)
 		return f
 	}
-	if r.Algorithm == policy.AlgorithmConcurrency {
-		// A limit of places, not of requests over time: no window, no
-		// reset (NoReset), and a refusal comes back in a second.
-		f.ExactRetry, f.NoReset = true, true
-		f.Limit = strconv.FormatInt(WholeTokens(r.Window.Limit), 10)
-		f.Policy = `"` + r.Name + `";q=` + f.Limit + `;qu="concurrent-requests"`
-		return f
-	}
 	if r.Window != nil {
 		f.Limit = strconv.FormatInt(WholeTokens(r.Window.Limit), 10)
 		f.Policy = `"` + r.Name + `";q=` + f.Limit + ";w=" + strconv.FormatInt(int64(r.Window.WindowSeconds), 10)
+		if r.Algorithm == policy.AlgorithmConcurrency {
+			// A limit of places, not of requests over time: no window, no
+			// reset (NoReset), and a refusal comes back in a second.
+			f.ExactRetry, f.NoReset = true, true
+			f.Policy = `"` + r.Name + `";q=` + f.Limit + `;qu="concurrent-requests"`
+		}
 		return f
 	}
 	tb := r.TokenBucket
