@@ -390,6 +390,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("fleet metrics: %w", err)
 		}
 	}
+	if xdsServer != nil {
+		if err := metrics.Registry().Register(xdsServer.Collector()); err != nil {
+			return fmt.Errorf("xds metrics: %w", err)
+		}
+	}
 	streamsCtx, endStreams := context.WithCancel(context.Background())
 	defer endStreams()
 	telCfg := &httpapi.Telemetry{State: telState, Tokens: telTokens, Metrics: metrics, Done: streamsCtx.Done()}

@@ -88,7 +88,7 @@ func NewThrottle(cfg ThrottleConfig) *Throttle {
 			*p.v = *p.def
 		}
 	}
-	return &Throttle{
+	t := &Throttle{
 		cfg: cfg, now: time.Now, entries: map[throttleKey]*throttleEntry{},
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_admin_auth_failures_total",
 			Help: "Failed logins and bad bearer tokens, by method (password, token, bearer)."}, []string{"method"}),
@@ -99,6 +99,17 @@ func NewThrottle(cfg ThrottleConfig) *Throttle {
 		delayed: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_admin_auth_delayed_total",
 			Help: "Login attempts answered late because their account had many failures."}),
 	}
+	// Every series exists from the start, at 0: a counter that appears at
+	// 1 has no increase() in Prometheus, and an alert on the first lockout
+	// would never fire.
+	for _, m := range []string{"password", "token", "bearer"} {
+		t.failures.WithLabelValues(m)
+	}
+	for _, s := range []string{ScopeAddress, ScopeAccountAddress} {
+		t.refused.WithLabelValues(s)
+		t.lockouts.WithLabelValues(s)
+	}
+	return t
 }
 
 // SetClock replaces the clock (tests).

@@ -103,6 +103,22 @@ func TestThrottleLocksAnAddressAcrossAccountsAndTokens(t *testing.T) {
 	}
 }
 
+// TestThrottleSeriesExistAtZeroBeforeTheFirstFailure: Prometheus's
+// increase() sees nothing of a counter whose series appears at 1, so an
+// alert on the first lockout needs the series at 0 beforehand.
+func TestThrottleSeriesExistAtZeroBeforeTheFirstFailure(t *testing.T) {
+	th, _ := newThrottle(ThrottleConfig{})
+	reg := prometheus.NewRegistry()
+	if err := th.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]int{"sluice_admin_auth_failures_total": 3, "sluice_admin_auth_lockouts_total": 2, "sluice_admin_auth_throttled_total": 2} {
+		if n := testutil.CollectAndCount(reg, name); n != want {
+			t.Errorf("%s has %d series before any failure, want %d at 0", name, n, want)
+		}
+	}
+}
+
 func TestThrottleMemoryIsBounded(t *testing.T) {
 	th, _ := newThrottle(ThrottleConfig{MaxEntries: 100})
 	for i := range 10_000 {

@@ -35,7 +35,8 @@ type nodeTracker struct {
 
 type nodeState struct {
 	status  NodeStatus
-	streams int // open streams
+	streams int   // open streams
+	nacks   int64 // rejections since the node was first seen
 }
 
 type streamState struct {
@@ -70,6 +71,22 @@ func (t *nodeTracker) list() []NodeStatus {
 		out = append(out, n.status)
 	}
 	slices.SortFunc(out, func(a, b NodeStatus) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// nodeCount is a node's status with its count of rejections.
+type nodeCount struct {
+	NodeStatus
+	nacks int64
+}
+
+func (t *nodeTracker) counts() []nodeCount {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]nodeCount, 0, len(t.nodes))
+	for _, n := range t.nodes {
+		out = append(out, nodeCount{n.status, n.nacks})
+	}
 	return out
 }
 
@@ -121,6 +138,7 @@ func (t *nodeTracker) request(id int64, node *core.Node, typeURL, versionInfo, n
 	if nack {
 		n.status.NackedVersion = version
 		n.status.NackError = errMsg
+		n.nacks++
 		t.log.Warn("node rejected the configuration (NACK)", "node", st.nodeID, "version", version, "error", errMsg, "still_running", versionInfo)
 		return
 	}
