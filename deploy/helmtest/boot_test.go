@@ -3,6 +3,7 @@ package helmtest
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -48,9 +49,10 @@ fleet: {enabled: true, backend: postgres, postgres: {url: %q}}
 			t.Fatal(err)
 		}
 		addr := fmt.Sprintf("127.0.0.1:%d", fleettest.FreePort(t))
+		metricsAddr := fmt.Sprintf("127.0.0.1:%d", fleettest.FreePort(t))
 		local := map[string]string{ // what differs from a pod: local addresses and files, the Secret's tokens
 			"SLUICE_DATA_DIR": dir, "SLUICE_INITIAL_POLICY": filepath.Join(dir, "policy.json"),
-			"SLUICE_ADMIN_LISTEN": addr, "SLUICE_XDS_LISTEN": fmt.Sprintf("127.0.0.1:%d", fleettest.FreePort(t)),
+			"SLUICE_ADMIN_LISTEN": addr, "SLUICE_METRICS_LISTEN": metricsAddr, "SLUICE_XDS_LISTEN": fmt.Sprintf("127.0.0.1:%d", fleettest.FreePort(t)),
 			"SLUICE_RLS_LISTEN":  fmt.Sprintf("127.0.0.1:%d", fleettest.FreePort(t)),
 			"SLUICE_ADMIN_TOKEN": token, "SLUICE_TELEMETRY_TOKEN": "chart-telemetry-token-0123456789",
 		}
@@ -75,6 +77,10 @@ fleet: {enabled: true, backend: postgres, postgres: {url: %q}}
 		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 		urls = append(urls, "http://"+addr)
 		versions = append(versions, currentVersion(t, urls[len(urls)-1], token, &out))
+		// Prometheus scrapes the metrics port without a token.
+		if m := scrapeMetrics(t, "http://"+metricsAddr+"/metrics"); !strings.Contains(m, "\nsluice_xds_published_version 1\n") {
+			t.Errorf("the metrics port does not show version 1 published:\n%s", m)
+		}
 	}
 	if versions[0] != 1 || versions[1] != 1 {
 		t.Fatalf("the replicas serve versions %v, want the one initial version 1", versions)
@@ -123,4 +129,18 @@ func currentVersion(t *testing.T, base, token string, log *strings.Builder) int6
 	}
 	t.Fatalf("the admin at %s did not answer:\n%s", base, log)
 	return 0
+}
+
+func scrapeMetrics(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("scraping %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("scraping %s: %s\n%s", url, resp.Status, body)
+	}
+	return string(body)
 }

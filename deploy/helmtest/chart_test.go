@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart/loader"
@@ -119,6 +120,10 @@ func checkStrict(t *testing.T, kind string, doc []byte) {
 			t.Errorf("WasmPlugin spec is not istio.io/api's: %v\n%s", err, doc)
 		}
 		return
+	case "ServiceMonitor":
+		target = &monitoringv1.ServiceMonitor{}
+	case "PrometheusRule":
+		target = &monitoringv1.PrometheusRule{}
 	case "EnvoyExtensionPolicy":
 		if err := crdcheck.CheckAgainstCRD(doc); err != nil {
 			t.Errorf("EnvoyExtensionPolicy does not match Envoy Gateway's CRD: %v\n%s", err, doc)
@@ -153,7 +158,7 @@ func TestChartDefaultsRenderTheAdminHardenedAndProbed(t *testing.T) {
 			t.Errorf("%d %s objects, want 1", len(objs[k]), k)
 		}
 	}
-	if len(objs["WasmPlugin"])+len(objs["EnvoyExtensionPolicy"]) != 0 {
+	if len(objs["WasmPlugin"])+len(objs["EnvoyExtensionPolicy"])+len(objs["ServiceMonitor"])+len(objs["PrometheusRule"]) != 0 {
 		t.Error("integration objects rendered without being enabled")
 	}
 	d := decode[appsv1.Deployment](t, objs["Deployment"][0])
@@ -186,7 +191,7 @@ func TestChartDefaultsRenderTheAdminHardenedAndProbed(t *testing.T) {
 	for _, p := range svc.Spec.Ports {
 		ports = append(ports, p.Port)
 	}
-	if !reflect.DeepEqual(ports, []int32{9000, 18000, 18081}) {
+	if !reflect.DeepEqual(ports, []int32{9000, 18000, 18081, 9090}) {
 		t.Errorf("service ports %v", ports)
 	}
 	sec := decode[corev1.Secret](t, objs["Secret"][0])
