@@ -51,19 +51,9 @@ func TestBrowserDashboardFullStack(t *testing.T) {
 		[]string{"SLUICE_ADMIN_TOKEN=" + token, "SLUICE_TELEMETRY_TOKEN=" + telemetryToken, "SLUICE_METRICS_LISTEN="},
 		regexp.MustCompile(`dashboard (http://\S+)/\s+xDS (\S+)`))
 	adminURL, xdsAddr := admin[1], admin[2]
-	// The gateway knows no token: it gets it from the admin's push.
-	gw := start(t, "gateway", root, filepath.Join(bin, "ratelimit-gateway"),
-		[]string{"-listen", "127.0.0.1:0", "-upstream", "demo", "-wasm", wasmFile, "-config", bootFile, "-xds", xdsAddr,
-			"-node-id", "e2e-gateway", "-vms", "2", "-cluster", "sluice_admin=" + adminURL},
-		[]string{"SLUICE_TELEMETRY_TOKEN=", "SLUICE_VM_ENV="},
-		regexp.MustCompile(`gateway is running: (http://\S+)`))
-	waitAcked(t, adminURL, "1")
-
-	ctx, stopTraffic := context.WithCancel(context.Background())
-	tr := &testTraffic{url: gw[1], codes: map[string]map[int]int{}}
-	tr.start(ctx)
+	gwURL := startGateway(t, root, bin, wasmFile, bootFile, xdsAddr, adminURL)
+	tr := sendTraffic(t, gwURL)
 	trafficStart := time.Now()
-	defer func() { stopTraffic(); tr.wait() }()
 
 	b := openBrowser(t, chromium, "dashboard-fullstack")
 	b.loginToDashboard(adminURL, `article.rule-card[data-rule="api-key"] polyline.line.allowed`)
@@ -162,6 +152,34 @@ func (tr *testTraffic) run(ctx context.Context) {
 }
 
 func (tr *testTraffic) wait() { tr.done.Wait() }
+
+// startGateway runs the gateway binary on two VMs, subscribed to the
+// admin's xDS at xdsAddr and reporting telemetry to adminURL (with the
+// token the admin pushes: it knows none), plus the other clusters given
+// as name=url; it waits until the gateway ACKs version 1 and returns the
+// gateway's URL.
+func startGateway(t *testing.T, root, bin, wasmFile, bootFile, xdsAddr, adminURL string, clusters ...string) string {
+	t.Helper()
+	args := []string{"-listen", "127.0.0.1:0", "-upstream", "demo", "-wasm", wasmFile, "-config", bootFile, "-xds", xdsAddr,
+		"-node-id", "e2e-gateway", "-vms", "2", "-cluster", "sluice_admin=" + adminURL}
+	for _, c := range clusters {
+		args = append(args, "-cluster", c)
+	}
+	gw := start(t, "gateway", root, filepath.Join(bin, "ratelimit-gateway"), args,
+		[]string{"SLUICE_TELEMETRY_TOKEN=", "SLUICE_VM_ENV="},
+		regexp.MustCompile(`gateway is running: (http://\S+)`))
+	waitAcked(t, adminURL, "1")
+	return gw[1]
+}
+
+// sendTraffic sends testTraffic to url until the test ends.
+func sendTraffic(t *testing.T, url string) *testTraffic {
+	ctx, stop := context.WithCancel(context.Background())
+	tr := &testTraffic{url: url, codes: map[string]map[int]int{}}
+	tr.start(ctx)
+	t.Cleanup(func() { stop(); tr.wait() })
+	return tr
+}
 
 func (tr *testTraffic) snapshot() map[string]map[int]int {
 	tr.mu.Lock()

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -59,17 +58,8 @@ func TestPrometheusSeesEveryDashboardQueryAndTheAlertsOnTheRunningStack(t *testi
 		[]string{"SLUICE_ADMIN_TOKEN=" + token, "SLUICE_TELEMETRY_TOKEN=" + telemetryToken},
 		regexp.MustCompile(`dashboard (http://\S+)/\s`))
 	adminURL := admin[1]
-	gw := start(t, "gateway", root, filepath.Join(bin, "ratelimit-gateway"),
-		[]string{"-listen", "127.0.0.1:0", "-upstream", "demo", "-wasm", wasmFile, "-config", bootFile, "-xds", xdsAddr,
-			"-node-id", "e2e-gateway", "-vms", "2", "-cluster", "sluice_admin=" + adminURL, "-cluster", "sluice_rls=h2c://" + rlsAddr},
-		[]string{"SLUICE_TELEMETRY_TOKEN=", "SLUICE_VM_ENV="},
-		regexp.MustCompile(`gateway is running: (http://\S+)`))
-	waitAcked(t, adminURL, "1")
-
-	ctx, stopTraffic := context.WithCancel(context.Background())
-	tr := &testTraffic{url: gw[1], codes: map[string]map[int]int{}}
-	tr.start(ctx)
-	defer func() { stopTraffic(); tr.wait() }()
+	gwURL := startGateway(t, root, bin, wasmFile, bootFile, xdsAddr, adminURL, "sluice_rls=h2c://"+rlsAddr)
+	sendTraffic(t, gwURL)
 
 	promURL := startPrometheus(t, prometheus, promAddr, metricsAddr)
 	var missing []string

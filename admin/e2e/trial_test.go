@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -38,17 +37,8 @@ func TestBrowserTryADraftInShadowAndPromote(t *testing.T) {
 		[]string{"SLUICE_ADMIN_TOKEN=" + token, "SLUICE_TELEMETRY_TOKEN=" + telemetryToken, "SLUICE_METRICS_LISTEN="},
 		regexp.MustCompile(`dashboard (http://\S+)/\s+xDS (\S+)`))
 	adminURL, xdsAddr := admin[1], admin[2]
-	gw := start(t, "gateway", root, filepath.Join(bin, "ratelimit-gateway"),
-		[]string{"-listen", "127.0.0.1:0", "-upstream", "demo", "-wasm", wasmFile, "-config", bootFile, "-xds", xdsAddr,
-			"-node-id", "e2e-gateway", "-vms", "2", "-cluster", "sluice_admin=" + adminURL},
-		[]string{"SLUICE_TELEMETRY_TOKEN=", "SLUICE_VM_ENV="},
-		regexp.MustCompile(`gateway is running: (http://\S+)`))
-	waitAcked(t, adminURL, "1")
-
-	ctx, stopTraffic := context.WithCancel(context.Background())
-	tr := &testTraffic{url: gw[1], codes: map[string]map[int]int{}}
-	tr.start(ctx)
-	defer func() { stopTraffic(); tr.wait() }()
+	gwURL := startGateway(t, root, bin, wasmFile, bootFile, xdsAddr, adminURL)
+	tr := sendTraffic(t, gwURL)
 
 	b := openBrowser(t, chromium, "trial")
 	run, eval := b.run, b.eval
