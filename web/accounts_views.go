@@ -2,9 +2,10 @@ package web
 
 // UserView is one account on the users page.
 type UserView struct {
-	Name    string
-	Role    string
-	Created string
+	Name     string
+	Role     string
+	Policies string // the policies the user may change; "" for all
+	Created  string
 }
 
 // TokenView is one API token: never the token, only its first characters.

@@ -10,6 +10,8 @@ type Nav struct {
 	Author string // the logged-in user's name
 	CSRF   string // the session's CSRF token, for the logout form
 	Role   string // the logged-in user's role: "viewer", "editor" or "admin"
+	// Policies are the policies an editor may change ("": all).
+	Policies string
 }
 
 // Flash is a one-line notice at the top of a page.

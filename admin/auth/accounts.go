@@ -54,6 +54,10 @@ type Principal struct {
 	Role       Role
 	AdminToken bool   // authenticated with the admin token (the bootstrap admin)
 	TokenID    string // the API token used, if any
+	// Policies are the policies the account may change (the text of a
+	// policies.Scope, read with the account on every request); "" for
+	// every policy and the top-level settings.
+	Policies string
 }
 
 // FieldError is a refused input, naming the field.
@@ -85,6 +89,7 @@ type AccountStore interface {
 	User(ctx context.Context, name string) (store.User, error)
 	Users(ctx context.Context) ([]store.User, error)
 	UpdateUser(ctx context.Context, name, role, passwordHash string) error
+	SetUserPolicies(ctx context.Context, name, policies string) error
 	DeleteUser(ctx context.Context, name string) error
 	CreateAPIToken(ctx context.Context, t store.APIToken) error
 	APITokenByHash(ctx context.Context, hash string) (store.APIToken, error)
@@ -165,6 +170,13 @@ func (m *Manager) UpdateUser(ctx context.Context, name string, role Role, passwo
 	return m.st.UpdateUser(ctx, name, string(role), h)
 }
 
+// SetUserPolicies sets the policies an account may change: policies is
+// the text of a policies.Scope, checked by the caller ("" for every
+// policy). It applies to open sessions and tokens at once.
+func (m *Manager) SetUserPolicies(ctx context.Context, name, policies string) error {
+	return m.st.SetUserPolicies(ctx, name, policies)
+}
+
 // DeleteUser removes an account, its tokens and its sessions.
 func (m *Manager) DeleteUser(ctx context.Context, name string) error {
 	return m.st.DeleteUser(ctx, name)
@@ -200,7 +212,7 @@ func (m *Manager) CheckPassword(ctx context.Context, user, password string) (Pri
 	if err != nil {
 		return Principal{}, err
 	}
-	return Principal{Name: u.Name, Role: role}, nil
+	return Principal{Name: u.Name, Role: role, Policies: u.Policies}, nil
 }
 
 // LoginPassword checks a user's password and opens a session for them.
@@ -241,7 +253,7 @@ func (m *Manager) Authenticate(ctx context.Context, token string) (Principal, er
 			return Principal{}, err
 		}
 	}
-	return Principal{Name: t.User, Role: role, TokenID: t.ID}, nil
+	return Principal{Name: t.User, Role: role, TokenID: t.ID, Policies: t.Policies}, nil
 }
 
 func tokenHashHex(token string) string { return hex.EncodeToString(hashToken(token)) }

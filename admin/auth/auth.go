@@ -151,6 +151,9 @@ type Session struct {
 	CSRF   string // the synchronizer token every form of this session carries
 	User   string // the account; "" for a login with the admin token
 	Role   Role
+	// Policies are the policies the account may change (the text of a
+	// policies.Scope); "" for every policy.
+	Policies string
 }
 
 // Principal returns who acts through the session.
@@ -158,7 +161,7 @@ func (s Session) Principal() Principal {
 	if s.User == "" {
 		return Principal{Name: s.Author, Role: RoleAdmin, AdminToken: true}
 	}
-	return Principal{Name: s.User, Role: s.Role}
+	return Principal{Name: s.User, Role: s.Role, Policies: s.Policies}
 }
 
 // Login checks the token and opens a session for author. It returns the
@@ -198,7 +201,7 @@ func (m *Manager) Session(ctx context.Context, id string) (Session, error) {
 	if err != nil {
 		return Session{}, err
 	}
-	sess := Session{Author: s.Author, CSRF: s.CSRFToken, User: s.User, Role: RoleAdmin}
+	sess := Session{Author: s.Author, CSRF: s.CSRFToken, User: s.User, Role: RoleAdmin, Policies: s.Policies}
 	if s.User != "" {
 		if sess.Role, err = ParseRole(s.Role); err != nil {
 			return Session{}, err

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/sluice-rl/sluice/admin/auth"
@@ -47,9 +48,33 @@ func accountErr(err error, what string) error {
 }
 
 type userJSON struct {
-	Name    string    `json:"name"`
-	Role    string    `json:"role"`
-	Created time.Time `json:"created"`
+	Name     string    `json:"name"`
+	Role     string    `json:"role"`
+	Policies []string  `json:"policies"` // the policies an editor may change; empty: all
+	Created  time.Time `json:"created"`
+}
+
+// scopeText checks the policies an account may change, given as a list
+// (API) or as text (form), and returns the text stored with the account.
+// An admin changes everything: a scope for one is refused rather than
+// silently ignored.
+func scopeText(role string, list []string) (string, error) {
+	sc, err := policies.NewScope(list)
+	if err != nil {
+		return "", err
+	}
+	if sc.Restricted() && role == string(auth.RoleAdmin) {
+		return "", &policies.InputError{Field: "policies", Message: "an admin may change every policy; give a scope to an editor"}
+	}
+	return sc.String(), nil
+}
+
+func scopeList(text string) []string {
+	sc, _ := policies.ParseScope(text)
+	if sc == nil {
+		return []string{}
+	}
+	return sc
 }
 
 func (s *server) apiUsers(w http.ResponseWriter, r *http.Request) error {
@@ -61,47 +86,102 @@ func (s *server) apiUsers(w http.ResponseWriter, r *http.Request) error {
 		Users []userJSON `json:"users"`
 	}{Users: []userJSON{}}
 	for _, u := range us {
-		out.Users = append(out.Users, userJSON{Name: u.Name, Role: u.Role, Created: u.Created.UTC()})
+		out.Users = append(out.Users, userJSON{Name: u.Name, Role: u.Role, Policies: scopeList(u.Policies), Created: u.Created.UTC()})
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
 func (s *server) apiCreateUser(w http.ResponseWriter, r *http.Request) error {
-	var b struct{ Name, Role, Password string }
-	if err := s.decodeJSON(w, r, &b, []string{"name", "role", "password"}); err != nil {
+	var b struct {
+		Name     string   `json:"name"`
+		Role     string   `json:"role"`
+		Password string   `json:"password"`
+		Policies []string `json:"policies"`
+	}
+	if err := s.decodeJSON(w, r, &b, []string{"name", "role", "password", "policies"}); err != nil {
 		return err
 	}
-	if err := s.Auth.CreateUser(r.Context(), b.Name, auth.Role(b.Role), b.Password); err != nil {
-		return accountErr(err, "user "+b.Name)
+	scope, err := s.createUser(r, b.Name, b.Role, b.Password, b.Policies)
+	if err != nil {
+		return err
 	}
-	s.record(r, store.AuditEntry{Action: ActionUserCreate, Target: b.Name, Detail: "role " + b.Role})
-	writeJSON(w, http.StatusCreated, userJSON{Name: b.Name, Role: b.Role, Created: time.Now().UTC()})
+	writeJSON(w, http.StatusCreated, userJSON{Name: b.Name, Role: b.Role, Policies: scopeList(scope), Created: time.Now().UTC()})
 	return nil
+}
+
+// createUser adds an account with the policies it may change, and returns
+// them as stored.
+func (s *server) createUser(r *http.Request, name, role, password string, scope []string) (string, error) {
+	text, err := scopeText(role, scope)
+	if err != nil {
+		return "", err
+	}
+	if err := s.Auth.CreateUser(r.Context(), name, auth.Role(role), password); err != nil {
+		return "", accountErr(err, "user "+name)
+	}
+	detail := "role " + role
+	if text != "" {
+		if err := s.Auth.SetUserPolicies(r.Context(), name, text); err != nil {
+			return "", accountErr(err, "user "+name)
+		}
+		detail += ", policies " + text
+	}
+	s.record(r, store.AuditEntry{Action: ActionUserCreate, Target: name, Detail: detail})
+	return text, nil
 }
 
 func (s *server) apiUpdateUser(w http.ResponseWriter, r *http.Request) error {
-	var b struct{ Role, Password string }
-	if err := s.decodeJSON(w, r, &b, []string{"role", "password"}); err != nil {
+	var b struct {
+		Role     string    `json:"role"`
+		Password string    `json:"password"`
+		Policies *[]string `json:"policies"` // absent: unchanged; []: every policy
+	}
+	if err := s.decodeJSON(w, r, &b, []string{"role", "password", "policies"}); err != nil {
 		return err
 	}
 	name := r.PathValue("name")
-	if err := s.updateUser(r, name, b.Role, b.Password); err != nil {
+	if err := s.updateUser(r, name, b.Role, b.Password, b.Policies); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"name": name, "role": b.Role})
+	out := map[string]any{"name": name, "role": b.Role}
+	if b.Policies != nil {
+		out["policies"] = scopeList(strings.Join(*b.Policies, ","))
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
-func (s *server) updateUser(r *http.Request, name, role, password string) error {
-	if err := s.Auth.UpdateUser(r.Context(), name, auth.Role(role), password); err != nil {
-		return accountErr(err, "user "+name)
+// updateUser changes an account's role and password (when role is given)
+// and the policies it may change (when scope is not nil).
+func (s *server) updateUser(r *http.Request, name, role, password string, scope *[]string) error {
+	var text string
+	if scope != nil {
+		var err error
+		if text, err = scopeText(role, *scope); err != nil {
+			return err
+		}
 	}
-	detail := "role " + role
-	if password != "" {
-		detail += ", new password"
+	var details []string
+	if role != "" || password != "" || scope == nil {
+		if err := s.Auth.UpdateUser(r.Context(), name, auth.Role(role), password); err != nil {
+			return accountErr(err, "user "+name)
+		}
+		details = append(details, "role "+role)
+		if password != "" {
+			details = append(details, "new password")
+		}
 	}
-	s.record(r, store.AuditEntry{Action: ActionUserUpdate, Target: name, Detail: detail})
+	if scope != nil {
+		if err := s.Auth.SetUserPolicies(r.Context(), name, text); err != nil {
+			return accountErr(err, "user "+name)
+		}
+		if text == "" {
+			text = "all"
+		}
+		details = append(details, "policies "+text)
+	}
+	s.record(r, store.AuditEntry{Action: ActionUserUpdate, Target: name, Detail: strings.Join(details, ", ")})
 	return nil
 }
 
@@ -212,7 +292,7 @@ func (s *server) usersView(r *http.Request, sess auth.Session) (web.UsersPage, e
 		return p, err
 	}
 	for _, u := range us {
-		p.Users = append(p.Users, web.UserView{Name: u.Name, Role: u.Role, Created: timeText(u.Created)})
+		p.Users = append(p.Users, web.UserView{Name: u.Name, Role: u.Role, Policies: u.Policies, Created: timeText(u.Created)})
 	}
 	ts, err := s.Auth.Tokens(r.Context())
 	if err != nil {
@@ -269,10 +349,9 @@ func (s *server) usersPage(w http.ResponseWriter, r *http.Request, sess auth.Ses
 func (s *server) createUserSubmit(w http.ResponseWriter, r *http.Request, sess auth.Session) error {
 	f := r.PostForm
 	return s.usersSubmit(w, r, sess, func() (string, string, error) {
-		if err := s.Auth.CreateUser(r.Context(), f.Get("name"), auth.Role(f.Get("role")), f.Get("password")); err != nil {
-			return "", "", accountErr(err, "user")
+		if _, err := s.createUser(r, f.Get("name"), f.Get("role"), f.Get("password"), policies.SplitScope(f.Get("policies"))); err != nil {
+			return "", "", err
 		}
-		s.record(r, store.AuditEntry{Action: ActionUserCreate, Target: f.Get("name"), Detail: "role " + f.Get("role")})
 		return "Created " + f.Get("name") + ".", "", nil
 	})
 }
@@ -280,7 +359,8 @@ func (s *server) createUserSubmit(w http.ResponseWriter, r *http.Request, sess a
 func (s *server) updateUserSubmit(w http.ResponseWriter, r *http.Request, sess auth.Session) error {
 	name := r.PathValue("name")
 	return s.usersSubmit(w, r, sess, func() (string, string, error) {
-		return "Updated " + name + ".", "", s.updateUser(r, name, r.PostForm.Get("role"), r.PostForm.Get("password"))
+		scope := policies.SplitScope(r.PostForm.Get("policies"))
+		return "Updated " + name + ".", "", s.updateUser(r, name, r.PostForm.Get("role"), r.PostForm.Get("password"), &scope)
 	})
 }
 

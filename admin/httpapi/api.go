@@ -98,8 +98,11 @@ func (s *server) writeAPIError(w http.ResponseWriter, r *http.Request, err error
 		ce  *policies.ConflictError
 		ie  *policies.InputError
 		nfe *policies.NotFoundError
+		se  *policies.ScopeError
 	)
 	switch {
+	case errors.As(err, &se):
+		writeJSON(w, http.StatusForbidden, map[string]any{"error": se.Error(), "changes": se.Changes, "scope": se.Scope.String()})
 	case errors.As(err, &ae):
 		body := map[string]any{"error": ae.msg}
 		for k, v := range ae.extra {
@@ -371,7 +374,7 @@ func (s *server) apiSave(w http.ResponseWriter, r *http.Request) error {
 	if len(b.Policy) == 0 || string(b.Policy) == "null" {
 		return &policies.InputError{Field: "policy", Message: "required: the configuration, a JSON object"}
 	}
-	v, err := s.Policies.Save(r.Context(), policies.SaveRequest{Base: *b.BaseVersion, JSON: b.Policy, Author: apiAuthor(r, b.Author), Message: b.Message})
+	v, err := s.Policies.Save(r.Context(), policies.SaveRequest{Base: *b.BaseVersion, JSON: b.Policy, Author: apiAuthor(r, b.Author), Message: b.Message, Scope: scopeOf(principal(r))})
 	if err != nil {
 		return err
 	}
@@ -415,7 +418,7 @@ func (s *server) apiRollback(w http.ResponseWriter, r *http.Request) error {
 	if b.BaseVersion == nil {
 		return &policies.InputError{Field: "base_version", Message: "required: the current version you are rolling back from"}
 	}
-	v, err := s.Policies.Rollback(r.Context(), policies.RollbackRequest{To: *b.To, Base: *b.BaseVersion, Author: apiAuthor(r, b.Author)})
+	v, err := s.Policies.Rollback(r.Context(), policies.RollbackRequest{To: *b.To, Base: *b.BaseVersion, Author: apiAuthor(r, b.Author), Scope: scopeOf(principal(r))})
 	if err != nil {
 		return err
 	}

@@ -119,7 +119,7 @@ func (s *server) overridesSubmit(w http.ResponseWriter, r *http.Request, sess au
 	if msg == "" {
 		msg = fmt.Sprintf("Imported %d overrides into rule %s from CSV (%d added, %d replaced)", pv.Count, pv.Rule, pv.Stats.Added, pv.Stats.Replaced)
 	}
-	v, err := s.Policies.Save(r.Context(), policies.SaveRequest{Base: base, JSON: pv.Policy, Author: sess.Author, Message: msg})
+	v, err := s.Policies.Save(r.Context(), policies.SaveRequest{Base: base, JSON: pv.Policy, Author: sess.Author, Message: msg, Scope: scopeOf(principal(r))})
 	var ce *policies.ConflictError
 	var ve *policies.ValidationError
 	switch {
@@ -138,6 +138,9 @@ func (s *server) overridesSubmit(w http.ResponseWriter, r *http.Request, sess au
 	case errors.As(err, &ie):
 		p.Flashes = []web.Flash{{Kind: "error", Text: "Not saved: " + ie.Error()}}
 		s.render(w, r, http.StatusBadRequest, web.Overrides(p))
+	case errors.As(err, new(*policies.ScopeError)):
+		p.Flashes = []web.Flash{{Kind: "error", Text: "Not saved: " + err.Error()}}
+		s.render(w, r, http.StatusForbidden, web.Overrides(p))
 	default:
 		return err
 	}

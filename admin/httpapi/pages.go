@@ -105,7 +105,7 @@ func (s *server) pageError(w http.ResponseWriter, r *http.Request, sess auth.Ses
 }
 
 func nav(sess auth.Session, active string) web.Nav {
-	return web.Nav{Active: active, Author: sess.Author, CSRF: sess.CSRF, Role: string(sess.Role)}
+	return web.Nav{Active: active, Author: sess.Author, CSRF: sess.CSRF, Role: string(sess.Role), Policies: scopeOf(sess.Principal()).String()}
 }
 
 // localPath returns next if it is a path on this site, else "/": the
@@ -342,7 +342,7 @@ func (s *server) editorSubmit(w http.ResponseWriter, r *http.Request, sess auth.
 		return nil
 	}
 	p.BaseVersion = base
-	v, err := s.Policies.Save(r.Context(), policies.SaveRequest{Base: base, JSON: []byte(draft), Author: sess.Author, Message: msg})
+	v, err := s.Policies.Save(r.Context(), policies.SaveRequest{Base: base, JSON: []byte(draft), Author: sess.Author, Message: msg, Scope: scopeOf(principal(r))})
 	var (
 		ve *policies.ValidationError
 		ce *policies.ConflictError
@@ -372,6 +372,9 @@ func (s *server) editorSubmit(w http.ResponseWriter, r *http.Request, sess auth.
 	case errors.As(err, &ie):
 		p.Flashes = []web.Flash{{Kind: "error", Text: "Not saved: " + ie.Error()}}
 		s.render(w, r, http.StatusBadRequest, web.Editor(p))
+	case errors.As(err, new(*policies.ScopeError)):
+		p.Flashes = []web.Flash{{Kind: "error", Text: "Not saved: " + err.Error()}}
+		s.render(w, r, http.StatusForbidden, web.Editor(p))
 	default:
 		return err
 	}
@@ -496,7 +499,7 @@ func (s *server) rollbackSubmit(w http.ResponseWriter, r *http.Request, sess aut
 	if err != nil {
 		return err
 	}
-	v, err := s.Policies.Rollback(r.Context(), policies.RollbackRequest{To: to, Base: base, Author: sess.Author})
+	v, err := s.Policies.Rollback(r.Context(), policies.RollbackRequest{To: to, Base: base, Author: sess.Author, Scope: scopeOf(principal(r))})
 	var (
 		ce *policies.ConflictError
 		ve *policies.ValidationError
@@ -513,6 +516,9 @@ func (s *server) rollbackSubmit(w http.ResponseWriter, r *http.Request, sess aut
 	case errors.As(err, &ve):
 		s.renderError(w, r, nav(sess, "history"), http.StatusUnprocessableEntity, "Not rolled back",
 			fmt.Sprintf("v%d is not valid for the current filter, so it cannot be restored: %s", to, ve.Errors.Error()))
+		return nil
+	case errors.As(err, new(*policies.ScopeError)):
+		s.renderError(w, r, nav(sess, "history"), http.StatusForbidden, "Not rolled back", err.Error())
 		return nil
 	}
 	return err

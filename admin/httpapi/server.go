@@ -58,6 +58,7 @@ type Accounts interface {
 	Users(ctx context.Context) ([]store.User, error)
 	CreateUser(ctx context.Context, name string, role auth.Role, password string) error
 	UpdateUser(ctx context.Context, name string, role auth.Role, password string) error
+	SetUserPolicies(ctx context.Context, name, policies string) error
 	DeleteUser(ctx context.Context, name string) error
 	Tokens(ctx context.Context) ([]store.APIToken, error)
 	CreateToken(ctx context.Context, user, label string) (string, store.APIToken, error)

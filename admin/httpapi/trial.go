@@ -62,7 +62,8 @@ var errNoTrial = &apiErr{status: http.StatusConflict, msg: trial.ErrNoTrial.Erro
 
 // startTrial restores masked secrets from the current version (the draft
 // came from a masked page or API answer) and starts the trial.
-func (s *server) startTrial(ctx context.Context, base int64, draft []byte, d time.Duration, author string) (trial.Trial, error) {
+func (s *server) startTrial(r *http.Request, base int64, draft []byte, d time.Duration, author string) (trial.Trial, error) {
+	ctx := r.Context()
 	if policy.HasMaskedSecret(draft) {
 		cur, err := s.Policies.(maskingPolicies).Policies.Current(ctx)
 		if err != nil {
@@ -75,6 +76,11 @@ func (s *server) startTrial(ctx context.Context, base int64, draft []byte, d tim
 			return trial.Trial{}, &policies.ValidationError{Errors: es}
 		}
 		draft = restored
+	}
+	// A trial changes nothing that is enforced, but promoting it would:
+	// a draft outside the author's scope is refused before it is tried.
+	if err := s.checkScope(r, base, draft); err != nil {
+		return trial.Trial{}, err
 	}
 	return s.Trials.StartOn(ctx, base, draft, d, author)
 }
@@ -114,7 +120,7 @@ func (s *server) apiTrialStart(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	t, err := s.startTrial(r.Context(), b.BaseVersion, b.Policy, d, apiAuthor(r, b.Author))
+	t, err := s.startTrial(r, b.BaseVersion, b.Policy, d, apiAuthor(r, b.Author))
 	if err != nil {
 		return trialError(err)
 	}
@@ -174,6 +180,11 @@ func (s *server) promoteTrial(r *http.Request, author, message string) (policies
 	t, ok := s.Trials.Running()
 	if !ok {
 		return policies.Version{}, t, errNoTrial
+	}
+	// Promoting saves the draft: the promoter's scope applies, whoever
+	// started the trial.
+	if err := s.checkScope(r, t.Base, t.Draft); err != nil {
+		return policies.Version{}, t, err
 	}
 	v, err := s.Trials.Promote(r.Context(), author, message)
 	if err != nil {
@@ -315,7 +326,7 @@ func (s *server) trialStartSubmit(w http.ResponseWriter, r *http.Request, sess a
 	if err != nil {
 		return refuse(http.StatusBadRequest, err.Error())
 	}
-	t, err := s.startTrial(r.Context(), base, []byte(draft), d, sess.Author)
+	t, err := s.startTrial(r, base, []byte(draft), d, sess.Author)
 	var (
 		ve *policies.ValidationError
 		re *trial.RunningError
@@ -333,6 +344,8 @@ func (s *server) trialStartSubmit(w http.ResponseWriter, r *http.Request, sess a
 		return refuse(http.StatusConflict, re.Error()+".")
 	case errors.As(err, &ce):
 		return refuse(http.StatusConflict, ce.Error()+": your draft was written on an older version. Reload the policy page and edit the current one.")
+	case errors.As(err, new(*policies.ScopeError)):
+		return refuse(http.StatusForbidden, err.Error())
 	}
 	return err
 }
@@ -358,6 +371,8 @@ func (s *server) trialPromoteSubmit(w http.ResponseWriter, r *http.Request, sess
 			". The draft was written against an older version: end the trial, edit the current policy and try again."})
 	case errors.As(err, new(*policies.ValidationError)):
 		return s.trialPageWith(w, r, sess, http.StatusUnprocessableEntity, web.Flash{Kind: "error", Text: "Not promoted: " + err.Error()})
+	case errors.As(err, new(*policies.ScopeError)):
+		return s.trialPageWith(w, r, sess, http.StatusForbidden, web.Flash{Kind: "error", Text: "Not promoted: " + err.Error()})
 	}
 	return s.trialPageWith(w, r, sess, http.StatusConflict, web.Flash{Kind: "error", Text: "Not promoted: " + err.Error()})
 }

@@ -361,6 +361,7 @@ type SaveRequest struct {
 	JSON    []byte
 	Author  string
 	Message string
+	Scope   Scope // the policies the author may change (empty: all)
 }
 
 // Validate parses a configuration as the filter would and returns it
@@ -404,7 +405,30 @@ func (s *Service) Save(ctx context.Context, r SaveRequest) (Version, error) {
 	if err != nil {
 		return Version{}, err
 	}
+	if err := s.checkScope(ctx, r.Scope, r.Base, norm); err != nil {
+		return Version{}, err
+	}
 	return s.append(ctx, r.Base, store.NewVersion{JSON: norm, Author: author, Message: msg})
+}
+
+// checkScope refuses a change of version base into norm that sc does not
+// allow. It compares with base, the version the author started from: if
+// another save came since, the append refuses the stale base anyway.
+func (s *Service) checkScope(ctx context.Context, sc Scope, base int64, norm []byte) error {
+	if !sc.Restricted() {
+		return nil
+	}
+	var before []byte
+	if base > 0 {
+		v, err := s.Get(ctx, base)
+		if err != nil {
+			return err
+		}
+		if before, err = Validate(v.JSON); err != nil {
+			return err
+		}
+	}
+	return CheckScope(sc, before, norm)
 }
 
 // RollbackRequest restores version To as a new version based on Base.
@@ -412,6 +436,7 @@ type RollbackRequest struct {
 	To     int64
 	Base   int64
 	Author string
+	Scope  Scope // the policies the author may change (empty: all)
 }
 
 // Rollback stores a copy of version To as a new version with message
@@ -439,8 +464,40 @@ func (s *Service) Rollback(ctx context.Context, r RollbackRequest) (Version, err
 	if err != nil {
 		return Version{}, err
 	}
+	if r.Scope.Restricted() {
+		return s.rollbackInScope(ctx, r, author, norm)
+	}
 	return s.append(ctx, r.Base, store.NewVersion{
 		JSON: norm, Author: author, Message: fmt.Sprintf("rollback to v%d", r.To), RollbackOf: r.To,
+	})
+}
+
+// rollbackInScope restores, over version r.Base, the policies r.Scope
+// allows as they were in version r.To (old, normalized), and keeps
+// everything else: another team's changes since are not undone. The new
+// version is not a copy of r.To, so it is not marked as its rollback.
+func (s *Service) rollbackInScope(ctx context.Context, r RollbackRequest, author string, old []byte) (Version, error) {
+	base, err := s.Get(ctx, r.Base)
+	if err != nil {
+		return Version{}, err
+	}
+	current, err := Validate(base.JSON)
+	if err != nil {
+		return Version{}, err
+	}
+	merged, err := RestoreInScope(r.Scope, current, old)
+	if err != nil {
+		return Version{}, err
+	}
+	norm, err := Validate(merged)
+	if err != nil {
+		return Version{}, err
+	}
+	if err := CheckScope(r.Scope, current, norm); err != nil {
+		return Version{}, err
+	}
+	return s.append(ctx, r.Base, store.NewVersion{
+		JSON: norm, Author: author, Message: fmt.Sprintf("rollback of policies %s to v%d", r.Scope, r.To),
 	})
 }
 

@@ -17,12 +17,13 @@ type User struct {
 	Role         string // "viewer", "editor" or "admin"
 	PasswordHash string
 	Created      time.Time
+	Policies     string // the policies the user may change (policies.Scope's text); "" for all
 }
 
 // CreateUser stores a new user, or returns ErrExists.
 func (s *Store) CreateUser(ctx context.Context, u User) error {
-	res, err := s.db.ExecContext(ctx, `INSERT INTO users (name, role, password_hash, created_at) VALUES (?, ?, ?, ?)
-		ON CONFLICT(name) DO NOTHING`, u.Name, u.Role, u.PasswordHash, formatTime(u.Created))
+	res, err := s.db.ExecContext(ctx, `INSERT INTO users (name, role, password_hash, created_at, policy_scope) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT(name) DO NOTHING`, u.Name, u.Role, u.PasswordHash, formatTime(u.Created), u.Policies)
 	if err != nil {
 		return fmt.Errorf("creating user %q: %w", u.Name, describe(err))
 	}
@@ -36,8 +37,8 @@ func (s *Store) CreateUser(ctx context.Context, u User) error {
 func (s *Store) User(ctx context.Context, name string) (User, error) {
 	u := User{Name: name}
 	var created string
-	err := s.db.QueryRowContext(ctx, "SELECT role, password_hash, created_at FROM users WHERE name = ?", name).
-		Scan(&u.Role, &u.PasswordHash, &created)
+	err := s.db.QueryRowContext(ctx, "SELECT role, password_hash, created_at, policy_scope FROM users WHERE name = ?", name).
+		Scan(&u.Role, &u.PasswordHash, &created, &u.Policies)
 	if errors.Is(err, sql.ErrNoRows) {
 		return User{}, ErrNotFound
 	}
@@ -50,7 +51,7 @@ func (s *Store) User(ctx context.Context, name string) (User, error) {
 
 // Users lists every user by name.
 func (s *Store) Users(ctx context.Context) ([]User, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT name, role, password_hash, created_at FROM users ORDER BY name")
+	rows, err := s.db.QueryContext(ctx, "SELECT name, role, password_hash, created_at, policy_scope FROM users ORDER BY name")
 	if err != nil {
 		return nil, fmt.Errorf("listing users: %w", describe(err))
 	}
@@ -59,7 +60,7 @@ func (s *Store) Users(ctx context.Context) ([]User, error) {
 	for rows.Next() {
 		var u User
 		var created string
-		if err := rows.Scan(&u.Name, &u.Role, &u.PasswordHash, &created); err != nil {
+		if err := rows.Scan(&u.Name, &u.Role, &u.PasswordHash, &created, &u.Policies); err != nil {
 			return nil, err
 		}
 		if u.Created, err = parseTime(created); err != nil {
@@ -91,6 +92,19 @@ func (s *Store) UpdateUser(ctx context.Context, name, role, passwordHash string)
 		}
 		return err
 	})
+}
+
+// SetUserPolicies sets the policies a user may change ("" for all).
+// ErrNotFound if there is no such user.
+func (s *Store) SetUserPolicies(ctx context.Context, name, policies string) error {
+	res, err := s.db.ExecContext(ctx, "UPDATE users SET policy_scope = ? WHERE name = ?", policies, name)
+	if err != nil {
+		return fmt.Errorf("setting the policies of user %q: %w", name, describe(err))
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return ErrNotFound
+	}
+	return nil
 }
 
 // DeleteUser removes a user with its tokens and sessions, or returns ErrNotFound.
@@ -137,6 +151,7 @@ type APIToken struct {
 	ID       string
 	User     string
 	Role     string // the user's role (read with the token)
+	Policies string // the policies the user may change (read with the token)
 	Label    string
 	Hash     string
 	Hint     string // the token's first characters, safe to show
@@ -161,12 +176,12 @@ func (s *Store) CreateAPIToken(ctx context.Context, t APIToken) error {
 	})
 }
 
-const tokenColumns = `t.id, t.user_name, u.role, t.label, t.hash, t.hint, t.created_at, COALESCE(t.last_used_at, ''), COALESCE(t.revoked_at, '')`
+const tokenColumns = `t.id, t.user_name, u.role, u.policy_scope, t.label, t.hash, t.hint, t.created_at, COALESCE(t.last_used_at, ''), COALESCE(t.revoked_at, '')`
 
 func scanToken(sc interface{ Scan(...any) error }) (APIToken, error) {
 	var t APIToken
 	var created, used, revoked string
-	if err := sc.Scan(&t.ID, &t.User, &t.Role, &t.Label, &t.Hash, &t.Hint, &created, &used, &revoked); err != nil {
+	if err := sc.Scan(&t.ID, &t.User, &t.Role, &t.Policies, &t.Label, &t.Hash, &t.Hint, &created, &used, &revoked); err != nil {
 		return APIToken{}, err
 	}
 	var err error

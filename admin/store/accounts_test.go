@@ -53,6 +53,16 @@ func usersTokensAndSessionsFollowTheAccount(t *testing.T, s *Store) {
 	if got, _ := s.Session(ctx, []byte("s1"), now); got.Role != "viewer" {
 		t.Errorf("after the role change the session's role is %q", got.Role)
 	}
+	// So does a change of the policies the account may change.
+	if err := s.SetUserPolicies(ctx, "ann", "payments-*,search"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Session(ctx, []byte("s1"), now); got.Policies != "payments-*,search" {
+		t.Errorf("after setting policies the session's are %q", got.Policies)
+	}
+	if err := s.SetUserPolicies(ctx, "nobody", "x"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("SetUserPolicies(nobody) = %v", err)
+	}
 	// A password change ends the sessions.
 	if err := s.UpdateUser(ctx, "ann", "viewer", "h3"); err != nil {
 		t.Fatal(err)
@@ -60,7 +70,7 @@ func usersTokensAndSessionsFollowTheAccount(t *testing.T, s *Store) {
 	if _, err := s.Session(ctx, []byte("s1"), now); !errors.Is(err, ErrNotFound) {
 		t.Errorf("a session survived the password change: %v", err)
 	}
-	if u, _ := s.User(ctx, "ann"); u.PasswordHash != "h3" || u.Role != "viewer" {
+	if u, _ := s.User(ctx, "ann"); u.PasswordHash != "h3" || u.Role != "viewer" || u.Policies != "payments-*,search" {
 		t.Errorf("User = %+v", u)
 	}
 	if err := s.UpdateUser(ctx, "nobody", "viewer", ""); !errors.Is(err, ErrNotFound) {
@@ -75,7 +85,7 @@ func usersTokensAndSessionsFollowTheAccount(t *testing.T, s *Store) {
 		t.Errorf("token for a missing user: %v", err)
 	}
 	got, err := s.APITokenByHash(ctx, "abc")
-	if err != nil || got.ID != "t1" || got.Role != "viewer" || !got.LastUsed.IsZero() {
+	if err != nil || got.ID != "t1" || got.Role != "viewer" || got.Policies != "payments-*,search" || !got.LastUsed.IsZero() {
 		t.Fatalf("APITokenByHash = %+v, %v", got, err)
 	}
 	if err := s.TouchAPIToken(ctx, "t1", now.Add(time.Minute), time.Minute); err != nil {

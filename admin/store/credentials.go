@@ -71,6 +71,7 @@ type Session struct {
 	Author    string
 	User      string // the account logged in; "" for the admin token
 	Role      string // the account's role now (read with the session); "" for the admin token
+	Policies  string // the policies the account may change now; "" for all
 	Created   time.Time
 	Expires   time.Time
 }
@@ -91,10 +92,10 @@ func (s *Store) CreateSession(ctx context.Context, sess Session) error {
 func (s *Store) Session(ctx context.Context, idHash []byte, now time.Time) (Session, error) {
 	var sess Session
 	var created, expires string
-	err := s.db.QueryRowContext(ctx, `SELECT s.id_hash, s.csrf_token, s.author, s.user_name, COALESCE(u.role, ''), s.created_at, s.expires_at
+	err := s.db.QueryRowContext(ctx, `SELECT s.id_hash, s.csrf_token, s.author, s.user_name, COALESCE(u.role, ''), COALESCE(u.policy_scope, ''), s.created_at, s.expires_at
 		FROM sessions s LEFT JOIN users u ON u.name = s.user_name
 		WHERE s.id_hash = ? AND s.expires_at > ? AND (s.user_name = '' OR u.name IS NOT NULL)`, idHash, formatTime(now)).
-		Scan(&sess.IDHash, &sess.CSRFToken, &sess.Author, &sess.User, &sess.Role, &created, &expires)
+		Scan(&sess.IDHash, &sess.CSRFToken, &sess.Author, &sess.User, &sess.Role, &sess.Policies, &created, &expires)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Session{}, ErrNotFound
 	}

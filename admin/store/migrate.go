@@ -98,6 +98,11 @@ CREATE TRIGGER audit_log_no_recent_delete BEFORE DELETE ON audit_log
 WHEN OLD.at > strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 day')
 BEGIN SELECT RAISE(ABORT, 'audit entries younger than a day cannot be deleted'); END;
 `,
+	// 4: the policies an account may change (names and prefixes ending in
+	// "*", comma-separated; '': every policy and the top-level settings).
+	`
+ALTER TABLE users ADD COLUMN policy_scope TEXT NOT NULL DEFAULT '';
+`,
 }
 
 // SchemaVersion is the schema version this binary writes.

@@ -161,6 +161,10 @@ FOR EACH ROW EXECUTE FUNCTION audit_log_append_only();
 CREATE TRIGGER audit_log_no_truncate BEFORE TRUNCATE ON audit_log
 FOR EACH STATEMENT EXECUTE FUNCTION audit_log_append_only();
 `,
+	// 4: the policies an account may change ('': all).
+	`
+ALTER TABLE users ADD COLUMN policy_scope TEXT NOT NULL DEFAULT '';
+`,
 }
 
 func migratePostgres(ctx context.Context, db *sqlDB) (err error) {
