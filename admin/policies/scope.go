@@ -149,19 +149,14 @@ func splitConfig(doc []byte) (splitDoc, error) {
 	if len(doc) == 0 {
 		return d, nil
 	}
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(doc, &top); err != nil {
+	top, ps, err := topAndPolicies(doc)
+	if err != nil {
 		return d, err
 	}
 	for k, v := range top {
-		if k == "policies" {
-			continue
+		if k != "policies" {
+			d.settings[k] = compact(v)
 		}
-		d.settings[k] = compact(v)
-	}
-	ps, err := namedPolicies(top["policies"])
-	if err != nil {
-		return d, err
 	}
 	for _, p := range ps {
 		d.policies[p.name] = compact(p.doc)
@@ -196,19 +191,11 @@ func unionKeys(a, b map[string][]byte) []string {
 // and the top-level settings stay as in current. Both are normalized
 // configurations; the result is to be validated again.
 func RestoreInScope(sc Scope, current, old []byte) ([]byte, error) {
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(current, &top); err != nil {
-		return nil, err
-	}
-	cur, err := namedPolicies(top["policies"])
+	top, cur, err := topAndPolicies(current)
 	if err != nil {
 		return nil, err
 	}
-	var oldTop map[string]json.RawMessage
-	if err := json.Unmarshal(old, &oldTop); err != nil {
-		return nil, err
-	}
-	was, err := namedPolicies(oldTop["policies"])
+	_, was, err := topAndPolicies(old)
 	if err != nil {
 		return nil, err
 	}
@@ -239,6 +226,17 @@ func RestoreInScope(sc Scope, current, old []byte) ([]byte, error) {
 		return nil, err
 	}
 	return json.Marshal(top)
+}
+
+// topAndPolicies reads a configuration's top-level fields and its
+// policies in order.
+func topAndPolicies(doc []byte) (map[string]json.RawMessage, []namedPolicy, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(doc, &top); err != nil {
+		return nil, nil, err
+	}
+	ps, err := namedPolicies(top["policies"])
+	return top, ps, err
 }
 
 type namedPolicy struct {

@@ -420,15 +420,21 @@ func (s *Service) checkScope(ctx context.Context, sc Scope, base int64, norm []b
 	}
 	var before []byte
 	if base > 0 {
-		v, err := s.Get(ctx, base)
-		if err != nil {
-			return err
-		}
-		if before, err = Validate(v.JSON); err != nil {
+		var err error
+		if before, err = s.normalized(ctx, base); err != nil {
 			return err
 		}
 	}
 	return CheckScope(sc, before, norm)
+}
+
+// normalized returns version n's configuration as Validate writes it.
+func (s *Service) normalized(ctx context.Context, n int64) ([]byte, error) {
+	v, err := s.Get(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	return Validate(v.JSON)
 }
 
 // RollbackRequest restores version To as a new version based on Base.
@@ -456,11 +462,7 @@ func (s *Service) Rollback(ctx context.Context, r RollbackRequest) (Version, err
 	if r.To == r.Base {
 		return Version{}, &InputError{Field: "to", Message: fmt.Sprintf("version %d is the version you are on; pick an older one", r.To)}
 	}
-	old, err := s.Get(ctx, r.To)
-	if err != nil {
-		return Version{}, err
-	}
-	norm, err := Validate(old.JSON)
+	norm, err := s.normalized(ctx, r.To)
 	if err != nil {
 		return Version{}, err
 	}
@@ -477,11 +479,7 @@ func (s *Service) Rollback(ctx context.Context, r RollbackRequest) (Version, err
 // everything else: another team's changes since are not undone. The new
 // version is not a copy of r.To, so it is not marked as its rollback.
 func (s *Service) rollbackInScope(ctx context.Context, r RollbackRequest, author string, old []byte) (Version, error) {
-	base, err := s.Get(ctx, r.Base)
-	if err != nil {
-		return Version{}, err
-	}
-	current, err := Validate(base.JSON)
+	current, err := s.normalized(ctx, r.Base)
 	if err != nil {
 		return Version{}, err
 	}
