@@ -15,6 +15,7 @@ import (
 	"golang.org/x/oauth2"
 
 	"github.com/sluice-rl/sluice/admin/httpapi"
+	"github.com/sluice-rl/sluice/admin/policies"
 )
 
 // oidcCallbackPath is where the provider sends the browser back.
@@ -32,6 +33,7 @@ type oidcOptions struct {
 	RoleClaim    string
 	AdminValues  []string
 	EditorValues []string
+	TeamPolicies map[string][]string // role claim value → the policies its editors may change
 	CreateUsers  bool
 }
 
@@ -49,14 +51,49 @@ func (o *options) oidcFlags(fs *flag.FlagSet) func() error {
 	fs.StringVar(&c.RoleClaim, "oidc-role-claim", env("SLUICE_OIDC_ROLE_CLAIM", "groups"), "ID token claim (a string or a list) matched against -oidc-admin-values and -oidc-editor-values; no match: viewer (SLUICE_OIDC_ROLE_CLAIM)")
 	admins := fs.String("oidc-admin-values", env("SLUICE_OIDC_ADMIN_VALUES", ""), "comma-separated -oidc-role-claim values that make an admin (SLUICE_OIDC_ADMIN_VALUES)")
 	editors := fs.String("oidc-editor-values", env("SLUICE_OIDC_EDITOR_VALUES", ""), "comma-separated -oidc-role-claim values that make an editor (SLUICE_OIDC_EDITOR_VALUES)")
+	teams := fs.String("oidc-team-policies", env("SLUICE_OIDC_TEAM_POLICIES", ""), `-oidc-role-claim values that make an editor of some policies only: "team-payments=payments-*,checkout;team-search=search" (SLUICE_OIDC_TEAM_POLICIES)`)
 	fs.BoolVar(&c.CreateUsers, "oidc-create-users", envBool("SLUICE_OIDC_CREATE_USERS"), "create an account for a user who logs in through OIDC without one; off: only existing accounts can (SLUICE_OIDC_CREATE_USERS)")
 	return func() error {
 		if c.ClientSecret == "" {
 			c.ClientSecret = os.Getenv("SLUICE_OIDC_CLIENT_SECRET")
 		}
 		c.Scopes, c.AdminValues, c.EditorValues = splitList(*scopes), splitList(*admins), splitList(*editors)
+		var err error
+		if c.TeamPolicies, err = parseTeamPolicies(*teams); err != nil {
+			return fmt.Errorf("-oidc-team-policies: %w", err)
+		}
 		return c.check()
 	}
+}
+
+// parseTeamPolicies reads "value=pattern,pattern;value=pattern".
+func parseTeamPolicies(v string) (map[string][]string, error) {
+	out := map[string][]string{}
+	for _, team := range strings.Split(v, ";") {
+		if strings.TrimSpace(team) == "" {
+			continue
+		}
+		value, patterns, ok := strings.Cut(team, "=")
+		value = strings.TrimSpace(value)
+		if !ok || value == "" {
+			return nil, fmt.Errorf("%q is not value=policies (e.g. team-payments=payments-*)", strings.TrimSpace(team))
+		}
+		if _, dup := out[value]; dup {
+			return nil, fmt.Errorf("%q is given twice", value)
+		}
+		sc, err := policies.ParseScope(patterns)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", value, err)
+		}
+		if !sc.Restricted() {
+			return nil, fmt.Errorf("%s: no policies (an editor of every policy is -oidc-editor-values)", value)
+		}
+		out[value] = sc
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
 }
 
 func splitList(v string) []string {
@@ -99,8 +136,8 @@ func (c *oidcOptions) check() error {
 	if c.UserClaim == "" {
 		return errors.New("-oidc-user-claim: required with -oidc-issuer (e.g. preferred_username or email)")
 	}
-	if c.RoleClaim == "" && (len(c.AdminValues) > 0 || len(c.EditorValues) > 0) {
-		return errors.New("-oidc-role-claim: empty, but -oidc-admin-values or -oidc-editor-values are set")
+	if c.RoleClaim == "" && (len(c.AdminValues) > 0 || len(c.EditorValues) > 0 || len(c.TeamPolicies) > 0) {
+		return errors.New("-oidc-role-claim: empty, but -oidc-admin-values, -oidc-editor-values or -oidc-team-policies are set")
 	}
 	if c.Name == "" {
 		c.Name = iss.Hostname()
@@ -146,7 +183,8 @@ func (c oidcOptions) build(ctx context.Context) (*httpapi.OIDC, error) {
 			Scopes: append([]string{oidc.ScopeOpenID}, c.Scopes...),
 		},
 		Verifier: prov.Verifier(&oidc.Config{ClientID: c.ClientID}),
-		Mapping:  httpapi.RoleMapping{UserClaim: c.UserClaim, RoleClaim: c.RoleClaim, AdminValues: c.AdminValues, EditorValues: c.EditorValues},
-		Create:   c.CreateUsers,
+		Mapping: httpapi.RoleMapping{UserClaim: c.UserClaim, RoleClaim: c.RoleClaim, AdminValues: c.AdminValues, EditorValues: c.EditorValues,
+			TeamPolicies: c.TeamPolicies},
+		Create: c.CreateUsers,
 	}, nil
 }

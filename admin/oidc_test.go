@@ -13,7 +13,7 @@ import (
 
 // clearOIDCEnv keeps the test's flags the only source.
 func clearOIDCEnv(t *testing.T) {
-	for _, v := range []string{"ISSUER", "CLIENT_ID", "CLIENT_SECRET", "REDIRECT_URL", "NAME", "SCOPES", "USER_CLAIM", "ROLE_CLAIM", "ADMIN_VALUES", "EDITOR_VALUES", "CREATE_USERS"} {
+	for _, v := range []string{"ISSUER", "CLIENT_ID", "CLIENT_SECRET", "REDIRECT_URL", "NAME", "SCOPES", "USER_CLAIM", "ROLE_CLAIM", "ADMIN_VALUES", "EDITOR_VALUES", "TEAM_POLICIES", "CREATE_USERS"} {
 		t.Setenv("SLUICE_OIDC_"+v, "") // restored after the test
 		os.Unsetenv("SLUICE_OIDC_" + v)
 	}
@@ -25,14 +25,16 @@ var goodOIDC = []string{"-oidc-issuer", "https://login.example.com/realms/ops", 
 func TestOIDCFlagsParse(t *testing.T) {
 	clearOIDCEnv(t)
 	t.Setenv("SLUICE_OIDC_CLIENT_SECRET", "from-the-environment")
-	o, err := parseOptions(append(slices.Clone(goodOIDC), "-oidc-admin-values", "ops, sre", "-oidc-editor-values", "dev", "-oidc-create-users"), io.Discard)
+	o, err := parseOptions(append(slices.Clone(goodOIDC), "-oidc-admin-values", "ops, sre", "-oidc-editor-values", "dev", "-oidc-create-users",
+		"-oidc-team-policies", "team-payments=payments-*, checkout; team-search=search;"), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := o.OIDC
 	if c.ClientSecret != "from-the-environment" || c.Name != "login.example.com" || !c.CreateUsers ||
 		!slices.Equal(c.AdminValues, []string{"ops", "sre"}) || !slices.Equal(c.EditorValues, []string{"dev"}) ||
-		c.RoleClaim != "groups" || c.UserClaim != "preferred_username" || !slices.Equal(c.Scopes, []string{"profile", "email"}) {
+		c.RoleClaim != "groups" || c.UserClaim != "preferred_username" || !slices.Equal(c.Scopes, []string{"profile", "email"}) ||
+		len(c.TeamPolicies) != 2 || !slices.Equal(c.TeamPolicies["team-payments"], []string{"checkout", "payments-*"}) {
 		t.Fatalf("%+v", c)
 	}
 	if _, err := parseOptions(nil, io.Discard); err == nil || !strings.HasPrefix(err.Error(), "-oidc-client-secret (SLUICE_OIDC_CLIENT_SECRET): set -oidc-issuer") {
@@ -62,6 +64,11 @@ func TestOIDCFlagErrorsNameTheFlag(t *testing.T) {
 		{with("-oidc-user-claim", ""), "-oidc-user-claim:"},
 		{with("-oidc-role-claim", "", "-oidc-admin-values", "ops"), "-oidc-role-claim:"},
 		{with("-oidc-name", strings.Repeat("x", 101)), "-oidc-name:"},
+		{with("-oidc-team-policies", "team-payments"), "-oidc-team-policies: \"team-payments\" is not value=policies"},
+		{with("-oidc-team-policies", "t=pay*ments"), "-oidc-team-policies: t: policies:"},
+		{with("-oidc-team-policies", "t=a;t=b"), "-oidc-team-policies: \"t\" is given twice"},
+		{with("-oidc-team-policies", "t= , "), "-oidc-team-policies: t: no policies"},
+		{with("-oidc-role-claim", "", "-oidc-team-policies", "t=a"), "-oidc-role-claim:"},
 	} {
 		_, err := parseOptions(c.args, io.Discard)
 		if err == nil || !strings.HasPrefix(err.Error(), c.flag) {

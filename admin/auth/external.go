@@ -12,13 +12,25 @@ import (
 // while accounts are not created on first login.
 var ErrUnknownUser = errors.New("no account for this user")
 
+// External is an account as the identity provider's claims describe it.
+type External struct {
+	User string
+	Role Role
+	// Policies are the policies the user may change ("": all), set on
+	// the account when SetPolicies (the provider maps teams to policies);
+	// otherwise the account keeps the ones an admin gave.
+	Policies    string
+	SetPolicies bool
+}
+
 // LoginExternal opens a session for a user the identity provider vouched
-// for, with the role mapped from the provider's claims. The account's
-// stored role is set to role, so API tokens and later sessions follow the
-// provider. A user without an account gets one when create is set (with a
-// random password nobody knows: it can only log in through the provider,
-// until an admin sets a password), else ErrUnknownUser.
-func (m *Manager) LoginExternal(ctx context.Context, user string, role Role, create bool) (string, Session, error) {
+// for, with the role (and policies) mapped from the provider's claims. The
+// account's stored role is set to a.Role, so API tokens and later sessions
+// follow the provider. A user without an account gets one when create is
+// set (with a random password nobody knows: it can only log in through the
+// provider, until an admin sets a password), else ErrUnknownUser.
+func (m *Manager) LoginExternal(ctx context.Context, a External, create bool) (string, Session, error) {
+	user, role := a.User, a.Role
 	if err := CheckUserName(user); err != nil {
 		return "", Session{}, err
 	}
@@ -38,6 +50,11 @@ func (m *Manager) LoginExternal(ctx context.Context, user string, role Role, cre
 	case u.Role != string(role):
 		if err := m.UpdateUser(ctx, user, role, ""); err != nil {
 			return "", Session{}, fmt.Errorf("updating the role of %q: %w", user, err)
+		}
+	}
+	if a.SetPolicies && u.Policies != a.Policies {
+		if err := m.st.SetUserPolicies(ctx, user, a.Policies); err != nil {
+			return "", Session{}, fmt.Errorf("updating the policies of %q: %w", user, err)
 		}
 	}
 	return m.openSession(ctx, user, user, role)

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/oauth2"
 
 	"github.com/sluice-rl/sluice/admin/auth"
+	"github.com/sluice-rl/sluice/admin/policies"
 	"github.com/sluice-rl/sluice/web"
 )
 
@@ -32,29 +33,32 @@ type OIDC struct {
 // ExternalLogin opens sessions for users the provider vouched for
 // (admin/auth.Manager implements it).
 type ExternalLogin interface {
-	LoginExternal(ctx context.Context, user string, role auth.Role, create bool) (string, auth.Session, error)
+	LoginExternal(ctx context.Context, a auth.External, create bool) (string, auth.Session, error)
 }
 
 // RoleMapping maps an ID token's claims to an account: UserClaim names the
 // user; a RoleClaim value (a string or a list of strings) among
-// AdminValues makes an admin, else among EditorValues an editor, else a
-// viewer.
+// AdminValues makes an admin, else among EditorValues an editor of every
+// policy, else among TeamPolicies' keys an editor of the policies of
+// every team value it has, else a viewer.
 type RoleMapping struct {
 	UserClaim    string
 	RoleClaim    string
 	AdminValues  []string
 	EditorValues []string
+	TeamPolicies map[string][]string // nil: the scope an admin gave is kept
 }
 
-// Map returns the user name and role the claims give.
-func (m RoleMapping) Map(claims map[string]any) (string, auth.Role, error) {
+// Map returns the account the claims give.
+func (m RoleMapping) Map(claims map[string]any) (auth.External, error) {
 	user, _ := claims[m.UserClaim].(string)
 	if user == "" {
-		return "", "", fmt.Errorf("the ID token has no %q claim (set -oidc-user-claim)", m.UserClaim)
+		return auth.External{}, fmt.Errorf("the ID token has no %q claim (set -oidc-user-claim)", m.UserClaim)
 	}
 	if err := auth.CheckUserName(user); err != nil {
-		return "", "", fmt.Errorf("claim %q: %w", m.UserClaim, err)
+		return auth.External{}, fmt.Errorf("claim %q: %w", m.UserClaim, err)
 	}
+	a := auth.External{User: user, Role: auth.RoleViewer, SetPolicies: m.TeamPolicies != nil}
 	var values []string
 	switch v := claims[m.RoleClaim].(type) {
 	case string:
@@ -69,13 +73,24 @@ func (m RoleMapping) Map(claims map[string]any) (string, auth.Role, error) {
 	has := func(want []string) bool {
 		return slices.ContainsFunc(values, func(v string) bool { return slices.Contains(want, v) })
 	}
-	switch {
-	case m.RoleClaim != "" && has(m.AdminValues):
-		return user, auth.RoleAdmin, nil
-	case m.RoleClaim != "" && has(m.EditorValues):
-		return user, auth.RoleEditor, nil
+	var team []string
+	for _, v := range values {
+		team = append(team, m.TeamPolicies[v]...)
 	}
-	return user, auth.RoleViewer, nil
+	switch {
+	case m.RoleClaim == "":
+	case has(m.AdminValues):
+		a.Role = auth.RoleAdmin
+	case has(m.EditorValues):
+		a.Role = auth.RoleEditor
+	case len(team) > 0:
+		sc, err := policies.NewScope(team)
+		if err != nil {
+			return auth.External{}, err
+		}
+		a.Role, a.Policies = auth.RoleEditor, sc.String()
+	}
+	return a, nil
 }
 
 const oidcCookie = "sluice_oidc"
@@ -160,12 +175,13 @@ func (s *server) oidcCallback(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusUnauthorized, "ID token claims: "+clip(err.Error(), 200), "The identity provider's answer could not be read.")
 		return
 	}
-	user, role, err := s.OIDC.Mapping.Map(claims)
+	acct, err := s.OIDC.Mapping.Map(claims)
+	user := acct.User
 	if err != nil {
 		fail(http.StatusUnauthorized, clip(err.Error(), 200), "Your identity provider account has no usable user name; ask an admin.")
 		return
 	}
-	id, sess, err := s.OIDC.Login.LoginExternal(r.Context(), user, role, s.OIDC.Create)
+	id, sess, err := s.OIDC.Login.LoginExternal(r.Context(), acct, s.OIDC.Create)
 	if errors.Is(err, auth.ErrUnknownUser) {
 		fail(http.StatusForbidden, "no account for "+user, "You have no account here; ask an admin to create one named "+user+".")
 		return
@@ -176,7 +192,11 @@ func (s *server) oidcCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.Throttle.Succeed(addr, "")
-	s.loggedIn(w, r, id, sess, addr, "by oidc as "+string(role), f.Next)
+	how := "by oidc as " + string(acct.Role)
+	if acct.Policies != "" {
+		how += " of policies " + acct.Policies
+	}
+	s.loggedIn(w, r, id, sess, addr, how, f.Next)
 }
 
 func readFlow(r *http.Request) (oidcFlow, error) {

@@ -147,8 +147,9 @@ func oidcEnv(t *testing.T, create bool) (*env, *fakeProvider) {
 		OAuth2: oauth2.Config{ClientID: testClientID, ClientSecret: testClientSecret, Endpoint: prov.Endpoint(),
 			Scopes: []string{oidc.ScopeOpenID, "profile", "email"}},
 		Verifier: prov.Verifier(&oidc.Config{ClientID: testClientID}),
-		Mapping:  RoleMapping{UserClaim: "preferred_username", RoleClaim: "groups", AdminValues: []string{"sluice-admins"}, EditorValues: []string{"sluice-editors"}},
-		Create:   create,
+		Mapping: RoleMapping{UserClaim: "preferred_username", RoleClaim: "groups", AdminValues: []string{"sluice-admins"}, EditorValues: []string{"sluice-editors"},
+			TeamPolicies: map[string][]string{"team-payments": {"payments-*"}, "team-search": {"search"}}},
+		Create: create,
 	}
 	e := newEnv(t, func(c *Config) {
 		o.Login = c.Auth.(ExternalLogin)
@@ -234,6 +235,44 @@ func TestOIDCLoginCreatesTheUserWithTheRoleFromTheGroupsClaim(t *testing.T) {
 	oidcLogin(t, e)
 	if users, _ = e.auth.Users(context.Background()); users[0].Role != "viewer" {
 		t.Fatalf("role without a mapped group: %s", users[0].Role)
+	}
+}
+
+// TestOIDCTeamGroupsMakeEditorsOfTheirPolicies: a user in team groups is an
+// editor of the union of their policies, follows the provider on the next
+// login, and an editor group or an admin group wins over teams.
+func TestOIDCTeamGroupsMakeEditorsOfTheirPolicies(t *testing.T) {
+	e, p := oidcEnv(t, true)
+	account := func() store.User {
+		t.Helper()
+		users, _ := e.auth.Users(context.Background())
+		if len(users) != 1 {
+			t.Fatalf("users: %+v", users)
+		}
+		return users[0]
+	}
+	for _, c := range []struct {
+		groups         []string
+		role, policies string
+	}{
+		{[]string{"staff", "team-search", "team-payments"}, "editor", "payments-*,search"},
+		{[]string{"team-search"}, "editor", "search"},
+		{[]string{"team-search", "sluice-editors"}, "editor", ""},
+		{[]string{"team-search", "sluice-admins"}, "admin", ""},
+		{[]string{"staff"}, "viewer", ""},
+	} {
+		p.claims = map[string]any{"preferred_username": "dan", "groups": c.groups}
+		if _, resp, body := oidcLogin(t, e); resp.StatusCode != http.StatusSeeOther {
+			t.Fatalf("%v: %d\n%s", c.groups, resp.StatusCode, body)
+		}
+		if u := account(); u.Role != c.role || u.Policies != c.policies {
+			t.Errorf("groups %v: %s of %q, want %s of %q", c.groups, u.Role, u.Policies, c.role, c.policies)
+		}
+	}
+	p.claims = map[string]any{"preferred_username": "dan", "groups": []string{"team-payments"}}
+	oidcLogin(t, e)
+	if a := lastAudit(t, e, ActionLogin); a.Detail != "by oidc as editor of policies payments-*" {
+		t.Errorf("audit detail %q", a.Detail)
 	}
 }
 
