@@ -137,8 +137,9 @@ func CheckScope(sc Scope, before, after []byte) error {
 	return nil
 }
 
-// splitConfig holds a normalized configuration's top-level settings and
-// its policies, each by name as compact JSON.
+// splitDoc holds a normalized configuration's top-level settings and its
+// policies, each by name as JSON. Normalized JSON is written one way (no
+// spaces, fields in one order), so equal bytes are equal values.
 type splitDoc struct {
 	settings map[string][]byte
 	policies map[string][]byte
@@ -155,21 +156,13 @@ func splitConfig(doc []byte) (splitDoc, error) {
 	}
 	for k, v := range top {
 		if k != "policies" {
-			d.settings[k] = compact(v)
+			d.settings[k] = v
 		}
 	}
 	for _, p := range ps {
-		d.policies[p.name] = compact(p.doc)
+		d.policies[p.name] = p.doc
 	}
 	return d, nil
-}
-
-func compact(v []byte) []byte {
-	var b bytes.Buffer
-	if json.Compact(&b, v) != nil {
-		return v
-	}
-	return b.Bytes()
 }
 
 func unionKeys(a, b map[string][]byte) []string {

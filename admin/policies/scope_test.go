@@ -199,3 +199,59 @@ func FuzzParseScope(f *testing.F) {
 		}
 	})
 }
+
+// largeConfiguration is 200 policies of 5 rules each (about 250 KB
+// normalized); changed is the rate of one rule of policy team-7.
+func largeConfiguration(b *testing.B, changed string) []byte {
+	var sb strings.Builder
+	sb.WriteString(`{"policies":[`)
+	for p := range 200 {
+		if p > 0 {
+			sb.WriteString(",")
+		}
+		fmt.Fprintf(&sb, `{"name":"team-%d","rules":[`, p)
+		for r := range 5 {
+			if r > 0 {
+				sb.WriteString(",")
+			}
+			rps := "10"
+			if p == 7 && r == 0 {
+				rps = changed
+			}
+			fmt.Fprintf(&sb, `{"name":"t%d-r%d","limit_keys":["header:x-api-key"],"match":{"path":"/v%d"},"algorithm":"token_bucket","algorithm_config":{"rps":%s,"burst":100}}`, p, r, r, rps)
+		}
+		sb.WriteString("]}")
+	}
+	sb.WriteString("]}")
+	n, err := Validate([]byte(sb.String()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
+
+// BenchmarkCheckScopeOfALargeConfiguration: the scope check of a save of
+// a large configuration, one rule changed; against
+// BenchmarkValidateALargeConfiguration, the parse every save runs anyway.
+func BenchmarkCheckScopeOfALargeConfiguration(b *testing.B) {
+	before, after := largeConfiguration(b, "10"), largeConfiguration(b, "20")
+	sc := Scope{"team-7"}
+	b.SetBytes(int64(len(after)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := CheckScope(sc, before, after); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkValidateALargeConfiguration(b *testing.B) {
+	doc := largeConfiguration(b, "20")
+	b.SetBytes(int64(len(doc)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Validate(doc); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -26,5 +26,13 @@ func (p *pluginContext) release(h *httpContext, c *pendingCharge) {
 	if !p.refund(a) {
 		p.vm.globals().refundFailed.inc()
 		p.vm.logLimited(logRefund, "sluice: rule "+a.rule.name+": could not give back a request's place; it returns when its period leaves the state")
+		return
+	}
+	if a.released && p.cfg.telemetry != nil {
+		// The next report shows the places free now, though no request
+		// may come to touch the identity again: taking nothing from the
+		// state just stored reads them.
+		a.dec = a.rule.win.Take(&a.ws.read, true, nowSeconds(), 0)
+		p.vm.tel.hot.touch(a, false)
 	}
 }

@@ -50,6 +50,9 @@ type appState struct {
 	// overflowed: the committed decision was on the group's overflow
 	// bucket (a refund goes back there).
 	overflowed bool
+	// released: refundWindow gave the cost back and stored the state,
+	// which ws.read holds.
+	released bool
 	// noSeed: the deployment's hash key could not be read, so a bounded
 	// rule cannot place the identity: it fails open (hashseed.go).
 	noSeed bool

@@ -114,6 +114,7 @@ func (p *pluginContext) refundWindow(a *application) bool {
 			err = p.writeWay(a, way, true, r.cas)
 		}
 		if err == nil {
+			a.released = true
 			return true
 		}
 		if !errors.Is(err, types.ErrorStatusCasMismatch) {

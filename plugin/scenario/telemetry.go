@@ -26,6 +26,7 @@ func init() {
 		Case{Name: "TelemetryTokenFromVMEnvironment", Run: telemetryTokenFromEnv},
 		Case{Name: "TelemetryAfterAnUpdateReportsOnlyItsRules", Run: telemetryAfterAnUpdate},
 		Case{Name: "TelemetryReportCancelledByAnUpdateCountsAsDropped", Run: telemetryReportCancelled},
+		Case{Name: "TelemetryShowsConcurrencyPlacesGivenBack", Run: telemetryConcurrencyPlaces},
 	)
 }
 
@@ -325,5 +326,40 @@ func telemetryReportCancelled(t *testing.T, start Starter) {
 	}
 	if r := decodeReport(t, calls[0], "sluice_admin", "/api/v1/telemetry", "tel-s3cret"); r.ReportsDropped != 1 {
 		t.Errorf("reports_dropped %d, want the cancelled report", r.ReportsDropped)
+	}
+}
+
+// telemetryConcurrencyPlaces: a concurrency rule's bucket in a report is
+// its free places; a request that ends gives its place back in the next
+// report too, though no request of the identity came since.
+func telemetryConcurrencyPlaces(t *testing.T, start Starter) {
+	h := mustStart(t, start, Options{VMs: 1, NodeID: "envoy-7", Clusters: []string{"sluice_admin"},
+		Config: []byte(`{"telemetry": {"cluster": "sluice_admin", "token": "tel-s3cret", "interval_ms": 1000},
+		  "rules": [{"name": "inflight", "limit_keys": ["header:x-api-key"], "algorithm": "concurrency",
+		    "algorithm_config": {"limit": 3}, "telemetry_identity": "clear"}]}`)})
+	held := []Stream{inFlight(t, h, 0, "k1"), inFlight(t, h, 0, "k1")}
+	free := func(when string) float64 {
+		t.Helper()
+		c, ok := reportsByVM(t, h, time.Second)[0]
+		if !ok {
+			t.Fatalf("%s: no report", when)
+		}
+		r := decodeReport(t, c, "sluice_admin", "/api/v1/telemetry", "tel-s3cret")
+		respond(t, h, c, "204")
+		if len(r.Buckets) != 1 || r.Buckets[0].Rule != "inflight" || r.Buckets[0].Identity != "header:x-api-key=k1" || r.Buckets[0].Burst != 3 {
+			t.Fatalf("%s: buckets %+v, want k1's places", when, r.Buckets)
+		}
+		return r.Buckets[0].Tokens
+	}
+	if got := free("two in flight"); got != 1 {
+		t.Errorf("two in flight: %v places free, want 1", got)
+	}
+	for i, want := range []float64{2, 3} {
+		if _, err := held[i].Complete(); err != nil {
+			t.Fatal(err)
+		}
+		if got := free(fmt.Sprintf("after %d ended", i+1)); got != want {
+			t.Errorf("after %d ended: %v places free, want %v", i+1, got, want)
+		}
 	}
 }
