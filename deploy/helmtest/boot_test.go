@@ -34,12 +34,7 @@ fleet: {enabled: true, backend: postgres, postgres: {url: %q}}
 		t.Fatal(err)
 	}
 	d := decode[appsv1.Deployment](t, objs["Deployment"][0])
-	bin := filepath.Join(t.TempDir(), "ratelimit-admin")
-	build := exec.Command("go", "build", "-o", bin, "./admin")
-	build.Dir = "../.."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the admin: %v\n%s", err, out)
-	}
+	bin := buildAdmin(t)
 	const token = "chart-admin-token-0123456789"
 	var versions []int64
 	var urls []string
@@ -56,19 +51,8 @@ fleet: {enabled: true, backend: postgres, postgres: {url: %q}}
 			"SLUICE_RLS_LISTEN":  fmt.Sprintf("127.0.0.1:%d", fleettest.FreePort(t)),
 			"SLUICE_ADMIN_TOKEN": token, "SLUICE_TELEMETRY_TOKEN": "chart-telemetry-token-0123456789",
 		}
-		env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir}
-		for _, e := range d.Spec.Template.Spec.Containers[0].Env {
-			v, ok := local[e.Name]
-			if !ok {
-				if e.ValueFrom != nil {
-					t.Fatalf("%s comes from %v, which this test does not provide", e.Name, e.ValueFrom)
-				}
-				v = e.Value
-			}
-			env = append(env, e.Name+"="+v)
-		}
 		cmd := exec.Command(bin)
-		cmd.Env = env
+		cmd.Env = podEnv(t, d, dir, local)
 		var out strings.Builder
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
@@ -143,4 +127,35 @@ func scrapeMetrics(t *testing.T, url string) string {
 		t.Fatalf("scraping %s: %s\n%s", url, resp.Status, body)
 	}
 	return string(body)
+}
+
+// buildAdmin builds the admin binary and returns its path.
+func buildAdmin(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "ratelimit-admin")
+	build := exec.Command("go", "build", "-o", bin, "./admin")
+	build.Dir = "../.."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the admin: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// podEnv is the admin container's environment as the Deployment renders
+// it, with local's values in place of the pod's addresses, files and
+// Secrets (a variable from a Secret must be in local).
+func podEnv(t *testing.T, d *appsv1.Deployment, home string, local map[string]string) []string {
+	t.Helper()
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home}
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		v, ok := local[e.Name]
+		if !ok {
+			if e.ValueFrom != nil {
+				t.Fatalf("%s comes from %v, which this test does not provide", e.Name, e.ValueFrom)
+			}
+			v = e.Value
+		}
+		env = append(env, e.Name+"="+v)
+	}
+	return env
 }
