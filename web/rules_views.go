@@ -13,6 +13,9 @@ type RulesPolicy struct {
 	Index int
 	Name  string
 	Rules []RuleRow
+	// ReadOnly: the policy is outside the policies the editor may change;
+	// its rules are listed without their buttons.
+	ReadOnly bool
 }
 
 // RuleRow is one rule in words.

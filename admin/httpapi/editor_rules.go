@@ -22,7 +22,8 @@ import (
 // through the usual save (base version, 409 when stale).
 
 // rulesView lists the draft's rules; editing, when set, opens the rule form.
-func rulesView(draft string, editing *web.RuleFormView) web.RulesView {
+// Policies outside scope are listed read-only.
+func rulesView(draft string, editing *web.RuleFormView, scope policies.Scope) web.RulesView {
 	v := web.RulesView{Editing: editing}
 	d, err := policyedit.ParseDoc([]byte(draft))
 	if err != nil {
@@ -33,6 +34,7 @@ func rulesView(draft string, editing *web.RuleFormView) web.RulesView {
 	mode := root.String("mode")
 	for p := 0; p < d.Policies(); p++ {
 		rp := web.RulesPolicy{Index: p, Name: d.PolicyName(p)}
+		rp.ReadOnly = !scope.Allows(rp.Name)
 		rs, err := d.Rules(p)
 		if err != nil {
 			v.Error = err.Error()
@@ -167,7 +169,7 @@ func (s *server) rulesSubmit(w http.ResponseWriter, r *http.Request, sess auth.S
 	}
 	status, editing, flash, err := applyRuleOp(&draft, f)
 	p.Draft, p.Rows = draft, rows(draft)
-	p.Rules = rulesView(draft, editing)
+	p.Rules = rulesView(draft, editing, scopeOf(sess.Principal()))
 	if editing != nil {
 		p.DefaultOp = "apply:" + editing.Ref
 	}

@@ -289,7 +289,7 @@ func (s *server) editorPage(w http.ResponseWriter, r *http.Request, sess auth.Se
 	p := web.EditorPage{
 		Nav: nav(sess, "policy"), Flashes: flashFromQuery(r.URL.Query()),
 		Current: versionInfo(cur, cur.Number), BaseVersion: cur.Number, Draft: draft, Rows: rows(draft),
-		Rules: rulesView(draft, nil),
+		Rules: rulesView(draft, nil, scopeOf(sess.Principal())),
 	}
 	if canEdit(sess) {
 		p.Import = importForm(sess, cur) // overrides_page.go
@@ -315,7 +315,7 @@ func (s *server) editorPage(w http.ResponseWriter, r *http.Request, sess auth.Se
 func draftPage(sess auth.Session, cur policies.Version, draft, message string) web.EditorPage {
 	return web.EditorPage{
 		Nav: nav(sess, "policy"), Current: versionInfo(cur, cur.Number), BaseVersion: cur.Number,
-		Draft: draft, Message: message, Rows: rows(draft), Rules: rulesView(draft, nil),
+		Draft: draft, Message: message, Rows: rows(draft), Rules: rulesView(draft, nil, scopeOf(sess.Principal())),
 	}
 }
 

@@ -94,6 +94,17 @@ func TestScopedEditorChangesOnlyItsPolicies(t *testing.T) {
 	if !strings.Contains(page, `title="the policies you may change">payments-*</span>`) {
 		t.Error("the policy page does not show the editor's scope")
 	}
+	// The structured view offers buttons for its own policy only.
+	for _, c := range []struct {
+		policy, rule string
+		editable     bool
+	}{{"payments-api", "pay", true}, {"search", "find", false}} {
+		table := page[strings.Index(page, `data-policy="`+c.policy+`"`):]
+		table = table[:strings.Index(table, "</table>")]
+		if has := strings.Contains(table, `class="edit-rule"`); has != c.editable || strings.Contains(table, "read-only") == c.editable {
+			t.Errorf("policy %s: edit buttons %v, want %v (read-only otherwise)", c.policy, has, c.editable)
+		}
+	}
 	resp2, html := post(t, pay, e.srv.URL+"/policy", url.Values{"csrf": {csrfOf(t, page)}, "base_version": {formatNumber(cur)},
 		"policy": {twoTeams("50", "77")}, "message": {"m"}})
 	if resp2.StatusCode != http.StatusForbidden || !strings.Contains(html, "outside your scope") || !strings.Contains(html, "&#34;search&#34;") {
