@@ -52,6 +52,7 @@ import (
 	"github.com/sluice-rl/sluice/admin/gitops"
 	"github.com/sluice-rl/sluice/admin/httpapi"
 	"github.com/sluice-rl/sluice/admin/istio"
+	"github.com/sluice-rl/sluice/admin/notify"
 	"github.com/sluice-rl/sluice/admin/policies"
 	"github.com/sluice-rl/sluice/admin/store"
 	"github.com/sluice-rl/sluice/admin/telemetry"
@@ -102,7 +103,8 @@ type options struct {
 	AuditRetention time.Duration
 	TrustedProxies []netip.Prefix
 
-	OIDC oidcOptions
+	OIDC   oidcOptions
+	Notify notify.Options
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -149,6 +151,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	postgresTimeout := o.postgresFlags(fs)
 	accountFlags := o.accountFlags(fs)
 	oidcFlags := o.oidcFlags(fs)
+	notifyFlags := o.notifyFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -156,6 +159,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, err
 	}
 	if err := oidcFlags(); err != nil {
+		return o, err
+	}
+	if err := notifyFlags(); err != nil {
 		return o, err
 	}
 	maxBytes, err := parseTelemetryMax(telemetryMax)
@@ -434,9 +440,17 @@ func run(args []string, stdout, stderr io.Writer) error {
 	// Other admin processes on the same database (replicas, or a shared
 	// data directory) may save too: push their versions as well.
 	go svc.Follow(ctx, policies.FollowEvery)
+	hook, err := o.startNotify(ctx, logger, metrics.Registry())
+	if err != nil {
+		return err
+	}
+	var audit httpapi.AuditLog = st
+	if hook != nil {
+		audit = notify.Log{AuditLog: st, Hook: hook}
+	}
 	hcfg := httpapi.Config{
 		Policies: svc, Auth: authn, Nodes: nodes, Istio: o.Istio, EnvoyGateway: o.EnvoyGateway, Logger: logger, SecureCookies: o.SecureCookies,
-		Telemetry: telCfg, Audit: st, Throttle: throttle, TrustedProxies: o.TrustedProxies, Trials: trialsHTTP,
+		Telemetry: telCfg, Audit: audit, Throttle: throttle, TrustedProxies: o.TrustedProxies, Trials: trialsHTTP,
 	}
 	if fleetSrv != nil {
 		hcfg.Fleet = fleetSrv

@@ -60,17 +60,24 @@ type replica struct {
 
 func startReplica(t *testing.T, database string) *replica {
 	t.Helper()
+	port := func() string { return "127.0.0.1:" + strconv.Itoa(fleettest.FreePort(t)) }
+	r := &replica{http: port(), xds: port(), rls: port(), stderr: &bytes.Buffer{}}
+	return startAdminProcess(t, r, nil, "-database", database, "-rls-listen", r.rls, "-postgres-url", database)
+}
+
+// startAdminProcess runs the admin (this test binary, as a child) on r's
+// HTTP and xDS addresses with more args and environment, and waits until
+// it answers.
+func startAdminProcess(t *testing.T, r *replica, env []string, more ...string) *replica {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := func() string { return "127.0.0.1:" + strconv.Itoa(fleettest.FreePort(t)) }
-	r := &replica{http: port(), xds: port(), rls: port(), stderr: &bytes.Buffer{}}
-	args, _ := json.Marshal([]string{"-database", database, "-data-dir", t.TempDir(), "-listen", r.http,
-		"-xds-listen", r.xds, "-rls-listen", r.rls, "-postgres-url", database, "-wasm-path", "ratelimit.wasm",
-		"-token", replicaToken, "-telemetry-token", "telemetry-token-0123456789", "-log-level", "warn"})
+	args, _ := json.Marshal(append([]string{"-data-dir", t.TempDir(), "-listen", r.http, "-xds-listen", r.xds, "-wasm-path", "ratelimit.wasm",
+		"-token", replicaToken, "-telemetry-token", "telemetry-token-0123456789", "-log-level", "warn"}, more...))
 	r.cmd = exec.Command(exe, "-test.run=^$")
-	r.cmd.Env = append(os.Environ(), adminChildEnv+"="+string(args))
+	r.cmd.Env = append(append(os.Environ(), env...), adminChildEnv+"="+string(args))
 	r.cmd.Stderr = r.stderr
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)

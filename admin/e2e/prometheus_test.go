@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -37,8 +38,8 @@ const monitoredPolicy = `{"mode": "enforce",
 
 // TestPrometheusSeesEveryDashboardQueryAndTheAlertsOnTheRunningStack runs
 // Debian's Prometheus against the real stack (the admin binary in fleet
-// mode on Redis, the gateway binary on the compiled plugin over xDS,
-// traffic), with the shipped rules file loaded. Every query of the shipped
+// mode on Redis with change notifications, the gateway binary on the
+// compiled plugin over xDS, traffic), with the shipped rules file loaded. Every query of the shipped
 // dashboard returns data, every metric an alert reads exists, no alert
 // fires on the healthy stack, and the one problem the test causes (a
 // client locked out after failed logins) fires its alert.
@@ -51,10 +52,13 @@ func TestPrometheusSeesEveryDashboardQueryAndTheAlertsOnTheRunningStack(t *testi
 	os.WriteFile(bootFile, []byte(bootConfig), 0o644)
 	local := func() string { return fmt.Sprintf("127.0.0.1:%d", fleettest.FreePort(t)) }
 	xdsAddr, rlsAddr, metricsAddr, promAddr := local(), local(), local(), local()
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	t.Cleanup(hook.Close)
 
 	admin := start(t, "admin", root, filepath.Join(bin, "ratelimit-admin"),
 		[]string{"-listen", "127.0.0.1:0", "-xds-listen", xdsAddr, "-rls-listen", rlsAddr, "-redis-addrs", redis.Addr,
-			"-metrics-listen", metricsAddr, "-data-dir", t.TempDir(), "-wasm-path", wasmFile, "-initial-policy", policyFile},
+			"-metrics-listen", metricsAddr, "-data-dir", t.TempDir(), "-wasm-path", wasmFile, "-initial-policy", policyFile,
+			"-notify-url", hook.URL},
 		[]string{"SLUICE_ADMIN_TOKEN=" + token, "SLUICE_TELEMETRY_TOKEN=" + telemetryToken},
 		regexp.MustCompile(`dashboard (http://\S+)/\s`))
 	adminURL := admin[1]
