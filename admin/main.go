@@ -56,6 +56,7 @@ import (
 	"github.com/sluice-rl/sluice/admin/policies"
 	"github.com/sluice-rl/sluice/admin/store"
 	"github.com/sluice-rl/sluice/admin/telemetry"
+	"github.com/sluice-rl/sluice/admin/tlsfiles"
 	"github.com/sluice-rl/sluice/admin/trial"
 	"github.com/sluice-rl/sluice/admin/xds"
 )
@@ -103,8 +104,9 @@ type options struct {
 	AuditRetention time.Duration
 	TrustedProxies []netip.Prefix
 
-	OIDC   oidcOptions
-	Notify notify.Options
+	OIDC    oidcOptions
+	Notify  notify.Options
+	GRPCTLS tlsfiles.Files
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -152,6 +154,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	accountFlags := o.accountFlags(fs)
 	oidcFlags := o.oidcFlags(fs)
 	notifyFlags := o.notifyFlags(fs)
+	grpcTLSFlags := o.grpcTLSFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -162,6 +165,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, err
 	}
 	if err := notifyFlags(); err != nil {
+		return o, err
+	}
+	if err := grpcTLSFlags(); err != nil {
 		return o, err
 	}
 	maxBytes, err := parseTelemetryMax(telemetryMax)
@@ -322,6 +328,13 @@ func run(args []string, stdout, stderr io.Writer) error {
 			"Lost it? Run ratelimit-admin -new-token with the same -database or -data-dir\n\n", st.Path(), generated)
 	}
 
+	grpcOpts, err := o.grpcServerOptions()
+	if err != nil {
+		return err
+	}
+	if grpcOpts != nil {
+		logger.Info("xDS and the rate limit service over TLS", "client_certificates_required", o.GRPCTLS.ClientCA != "")
+	}
 	// xDS: the one place where the admin meets admin/xds.
 	var (
 		pub       policies.Publisher
@@ -329,7 +342,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		xdsServer *xds.Server
 	)
 	if o.XDSListen != "off" {
-		xdsServer = xds.NewServer(logger, xds.Options{WasmPath: o.WasmPath, VMEnv: vmEnv(o.TelemetryTokenEnv, o.TelemetryToken)})
+		xdsServer = xds.NewServer(logger, xds.Options{WasmPath: o.WasmPath, VMEnv: vmEnv(o.TelemetryTokenEnv, o.TelemetryToken), GRPCOptions: grpcOpts})
 		pub, nodes = xdsServer, xdsNodes{xdsServer}
 	}
 
@@ -346,7 +359,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		rules := &fleet.PolicyRules{}
 		pub = rules.Publisher(pub)
 		fleetSrv = fleet.NewServer(fleet.Options{Backend: fb.backend, Rules: rules, Timeout: fb.timeout,
-			Metrics: fleet.NewMetricsFor(fb.kind), Logger: logger.With("component", "rls"), BackendName: fb.name})
+			Metrics: fleet.NewMetricsFor(fb.kind), Logger: logger.With("component", "rls"), BackendName: fb.name, GRPCOptions: grpcOpts})
 	}
 
 	telTokens, telGenerated, err := telemetry.SetupTokens(ctx, st, o.TelemetryToken)

@@ -51,6 +51,8 @@ type Options struct {
 	// BackendName describes the backend for the dashboard ("redis
 	// 10.0.0.7:6379"); never a password.
 	BackendName string
+	// GRPCOptions are added to the gRPC server's (TLS credentials, say).
+	GRPCOptions []grpc.ServerOption
 }
 
 // Server is the rate limit service. It keeps no limit state of its own:
@@ -66,6 +68,7 @@ type Server struct {
 	fleet   *tracker
 
 	backendName string
+	grpcOptions []grpc.ServerOption
 
 	healthMu sync.Mutex
 	health   Health
@@ -102,7 +105,7 @@ type Health struct {
 // grpc.Server of your own with Register.
 func NewServer(o Options) *Server {
 	s := &Server{backend: o.Backend, rules: o.Rules, metrics: o.Metrics, timeout: o.Timeout,
-		log: o.Logger, now: o.Now, fleet: newTracker(), backendName: o.BackendName}
+		log: o.Logger, now: o.Now, fleet: newTracker(), backendName: o.BackendName, grpcOptions: o.GRPCOptions}
 	if s.metrics == nil {
 		s.metrics = NewMetrics()
 	}
@@ -122,13 +125,14 @@ func NewServer(o Options) *Server {
 func (s *Server) Register(g grpc.ServiceRegistrar) { rlsv3.RegisterRateLimitServiceServer(g, s) }
 
 // Serve answers gRPC on lis until ctx ends: HTTP/2 over cleartext TCP
-// (prior knowledge, what Envoy's gRPC clients and the plugin speak), and
+// (prior knowledge, what Envoy's gRPC clients and the plugin speak), or
+// TLS when Options.GRPCOptions carry its credentials, and
 // checks Redis every healthEvery meanwhile. It stops gracefully.
 func (s *Server) Serve(ctx context.Context, lis net.Listener, healthEvery time.Duration) error {
-	g := grpc.NewServer(
-		grpc.MaxRecvMsgSize(1<<20),
+	g := grpc.NewServer(append([]grpc.ServerOption{
+		grpc.MaxRecvMsgSize(1 << 20),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-	)
+	}, s.grpcOptions...)...)
 	s.Register(g)
 	go s.checkHealth(ctx, healthEvery)
 	done := make(chan struct{})

@@ -90,6 +90,8 @@ type Options struct {
 	// Nodes(); the ones heard from least recently are forgotten first
 	// (default 1000). Connected nodes are always kept.
 	MaxNodes int
+	// GRPCOptions are added to the gRPC server's (TLS credentials, say).
+	GRPCOptions []grpc.ServerOption
 }
 
 // VMEnv is vm_config.environment_variables: KeyValues are set by the admin
@@ -270,11 +272,11 @@ func (s *Server) Nodes() []NodeStatus { return s.nodes.list() }
 // again, on another listener, with the same Server: published policy and
 // node history are kept.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
-	gs := grpc.NewServer(
+	gs := grpc.NewServer(append([]grpc.ServerOption{
 		grpc.MaxConcurrentStreams(1000),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	)
+	}, s.opts.GRPCOptions...)...)
 	// The xDS server ends its streams when ctx is done, which lets
 	// GracefulStop finish instead of waiting for Envoy to hang up.
 	xs := server.NewServer(ctx, nackParkingCache{s.cache}, s.nodes)

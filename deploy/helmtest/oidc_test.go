@@ -120,3 +120,39 @@ func TestChartOIDCNeedsItsIssuer(t *testing.T) {
 		t.Errorf("a bad team policy pattern: %v, want the schema to name teamPolicies", err)
 	}
 }
+
+// TestChartGRPCTLSMountsTheSecretAndRequiresClientCertificates: with
+// grpcTLS the Secret is mounted read-only and the admin is told its files;
+// requireClientCert adds the CA, and is refused without a Secret.
+func TestChartGRPCTLSMountsTheSecretAndRequiresClientCertificates(t *testing.T) {
+	objs, _, err := render(t, "grpcTLS: {secretName: sluice-grpc-tls, requireClientCert: true}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := decode[appsv1.Deployment](t, objs["Deployment"][0])
+	c := d.Spec.Template.Spec.Containers[0]
+	env := envOf(c)
+	for name, want := range map[string]string{"SLUICE_GRPC_TLS_CERT": "/etc/sluice-grpc-tls/tls.crt",
+		"SLUICE_GRPC_TLS_KEY": "/etc/sluice-grpc-tls/tls.key", "SLUICE_GRPC_CLIENT_CA": "/etc/sluice-grpc-tls/ca.crt"} {
+		if env[name] != want {
+			t.Errorf("%s = %q, want %q", name, env[name], want)
+		}
+	}
+	mounted := false
+	for _, m := range c.VolumeMounts {
+		mounted = mounted || m.Name == "grpc-tls" && m.MountPath == "/etc/sluice-grpc-tls" && m.ReadOnly
+	}
+	secret := false
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		secret = secret || v.Name == "grpc-tls" && v.Secret != nil && v.Secret.SecretName == "sluice-grpc-tls"
+	}
+	if !mounted || !secret {
+		t.Errorf("the Secret is not mounted read-only: mount %v, volume %v", mounted, secret)
+	}
+	if objs, _, _ := render(t, ""); envOf(decode[appsv1.Deployment](t, objs["Deployment"][0]).Spec.Template.Spec.Containers[0])["SLUICE_GRPC_TLS_CERT"] != "" {
+		t.Error("TLS on by default")
+	}
+	if _, _, err := render(t, "grpcTLS: {requireClientCert: true}"); err == nil || !strings.Contains(err.Error(), "grpcTLS.secretName") {
+		t.Errorf("client certificates without a Secret: %v", err)
+	}
+}
