@@ -40,10 +40,9 @@ func (f Files) Config() (*tls.Config, error) {
 type reloader struct {
 	files Files
 
-	mu      sync.Mutex
-	stamps  [3]time.Time
-	config  *tls.Config
-	lastErr error
+	mu     sync.Mutex
+	stamps [3]time.Time
+	config *tls.Config
 }
 
 // current returns the configuration of the files as they are now: the
