@@ -2,44 +2,23 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"crypto/tls"
 	"io"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
-	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluice-rl/sluice/admin/fleet/fleettest"
 	"github.com/sluice-rl/sluice/admin/tlsfiles/tlstest"
 	"github.com/sluice-rl/sluice/admin/xds"
+	"github.com/sluice-rl/sluice/admin/xds/xdstest"
 )
 
-// adsVersion opens an ADS stream to addr and returns the version of the
-// first response, or the error.
 func adsVersion(addr string, creds credentials.TransportCredentials) (string, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
-	if err == nil {
-		err = stream.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: "envoy-1"}, TypeUrl: xds.TypeURL, ResourceNames: []string{xds.DefaultResourceName}})
-	}
-	if err != nil {
-		return "", err
-	}
-	resp, err := stream.Recv()
-	return resp.GetVersionInfo(), err
+	return xdstest.FirstVersion(addr, creds, "envoy-1", xds.TypeURL, xds.DefaultResourceName)
 }
 
 // TestAdminServesXDSOverMutualTLS: with -grpc-tls-cert, -grpc-tls-key and

@@ -1,43 +1,20 @@
 package xds
 
 import (
-	"context"
 	"crypto/tls"
 	"testing"
-	"time"
 
-	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluice-rl/sluice/admin/tlsfiles"
 	"github.com/sluice-rl/sluice/admin/tlsfiles/tlstest"
+	"github.com/sluice-rl/sluice/admin/xds/xdstest"
 )
 
-// firstResponse opens an ADS stream with creds and returns the first
-// response's version, or the error.
 func firstResponse(addr string, creds credentials.TransportCredentials) (string, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
-	if err != nil {
-		return "", err
-	}
-	if err := stream.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: "envoy-tls"}, TypeUrl: TypeURL, ResourceNames: []string{DefaultResourceName}}); err != nil {
-		return "", err
-	}
-	resp, err := stream.Recv()
-	if err != nil {
-		return "", err
-	}
-	return resp.GetVersionInfo(), nil
+	return xdstest.FirstVersion(addr, creds, "envoy-tls", TypeURL, DefaultResourceName)
 }
 
 // TestXDSOverMutualTLS: with TLS credentials the policy (and the
