@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluice-rl/sluice/shared/limiter"
 	"github.com/sluice-rl/sluice/shared/policy"
+	"github.com/sluice-rl/sluice/shared/request"
 )
 
 // Window is a global fixed, sliding or rolling window or quota as the rate
@@ -80,11 +81,6 @@ func (w Window) valid() bool {
 	return w.Limit >= 1 && (w.Seconds > 0 || w.Quota.Period != 0)
 }
 
-var quotaPeriods = map[string]limiter.Period{
-	policy.PeriodHour: limiter.PeriodHour, policy.PeriodDay: limiter.PeriodDay,
-	policy.PeriodWeek: limiter.PeriodWeek, policy.PeriodMonth: limiter.PeriodMonth,
-}
-
 // windowOf returns the Window of a global fixed, sliding or rolling window
 // or quota rule.
 func windowOf(r policy.Rule) (Window, bool) {
@@ -105,7 +101,7 @@ func windowOf(r policy.Rule) (Window, bool) {
 		// No bounds cache (limiter.NewQuota): the server's calls run
 		// concurrently, and PeriodBounds is cheap next to a Redis call.
 		w = Window{Limit: int64(math.Floor(r.Quota.Limit)),
-			Quota: limiter.Quota{Limit: r.Quota.Limit, Period: quotaPeriods[r.Quota.Period], Location: r.Quota.Location}}
+			Quota: limiter.Quota{Limit: r.Quota.Limit, Period: request.QuotaPeriod(r.Quota.Period), Location: r.Quota.Location}}
 	default:
 		return Window{}, false
 	}

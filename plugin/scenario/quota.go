@@ -4,7 +4,8 @@ package scenario
 //
 // A monthly quota in Europe/Berlin resets at local midnight of the 1st (an
 // hour before midnight UTC), t and Retry-After name that moment exactly
-// (no jitter), and the next month's reset is 28 days on. A token bucket
+// (no jitter), and the next month's reset is 28 days on; a yearly quota
+// resets at New Year in its zone. A token bucket
 // charged from the response header x-tokens-used admits while it holds
 // something, charges the reported cost when the response arrives (the
 // RateLimit fields show the bucket after the charge), charges default_cost
@@ -22,6 +23,7 @@ import (
 func init() {
 	register(
 		Case{Name: "QuotaMonthlyResetsAtLocalMonthStart", Run: quotaMonthly},
+		Case{Name: "QuotaYearlyResetsAtLocalNewYear", Run: quotaYearly},
 		Case{Name: "ResponseCostChargedAfterTheResponse", Run: responseCostHeader},
 		Case{Name: "ResponseCostFromTrailersAndDefault", Run: responseCostTrailer},
 	)
@@ -62,6 +64,28 @@ func quotaMonthly(t *testing.T, start Starter) {
 	if got := admitted(t, h, 4, k); got != 2 {
 		t.Fatalf("February: %d more admitted, want 2", got)
 	}
+	noRecoveredPanics(t, h)
+}
+
+// quotaYearly: a yearly quota in America/New_York resets at local
+// midnight of January 1st (05:00 UTC), whose next reset is 365 days on.
+func quotaYearly(t *testing.T, start Starter) {
+	// 2026-12-31 23:00 in New York (EST, UTC-5).
+	h := mustStart(t, start, Options{Start: time.Date(2027, 1, 1, 4, 0, 0, 0, time.UTC),
+		Config: []byte(keyRule("yearly", "quota", `{"limit": 2, "period": "year", "time_zone": "America/New_York"}`))})
+	k := req("x-api-key", "k")
+	if got := admitted(t, h, 3, k); got != 2 {
+		t.Fatalf("%d admitted in 2026, want 2", got)
+	}
+	res := do(t, h, k)
+	wantHeaders(t, "over the quota", res.ResponseHeaders, "x-ratelimit-reason", "quota_exceeded", "retry-after", "3600",
+		"ratelimit-policy", `"yearly";q=2;w=31556952`)
+	h.Advance(time.Hour) // 2027-01-01 00:00 EST
+	res = do(t, h, k)
+	if res.Rejected {
+		t.Fatal("rejected at New Year in New York")
+	}
+	wantHeaders(t, "2027", res.ResponseHeaders, "ratelimit", fmt.Sprintf(`"yearly";r=1;t=%d`, 365*86400))
 	noRecoveredPanics(t, h)
 }
 

@@ -16,6 +16,7 @@ const (
 	PeriodDay
 	PeriodWeek
 	PeriodMonth
+	PeriodYear
 )
 
 // Nominal returns the period's usual length in seconds (a month: 30.436875
@@ -31,12 +32,14 @@ func (p Period) Nominal() float64 {
 		return 7 * 86400
 	case PeriodMonth:
 		return 2629746
+	case PeriodYear:
+		return 31556952 // 365.2425 days
 	}
 	return 86400
 }
 
 // Quota admits at most Limit (summed cost) per calendar period (an hour, a
-// day, an ISO week starting Monday 00:00, a month) of the time zone
+// day, an ISO week starting Monday 00:00, a month, a year) of the time zone
 // Location (nil: UTC). The use resets at the start of each period in that
 // zone: a month of 28, 29, 30 or 31 days, a day of 23 or 25 hours across a
 // daylight-saving change.
@@ -126,6 +129,9 @@ func PeriodBounds(p Period, loc *time.Location, now float64) (start, end float64
 	case PeriodMonth:
 		s = time.Date(y, m, 1, 0, 0, 0, 0, loc)
 		e = time.Date(y, m+1, 1, 0, 0, 0, 0, loc)
+	case PeriodYear:
+		s = time.Date(y, time.January, 1, 0, 0, 0, 0, loc)
+		e = time.Date(y+1, time.January, 1, 0, 0, 0, 0, loc)
 	default:
 		s = time.Date(y, m, d, 0, 0, 0, 0, loc)
 		e = time.Date(y, m, d+1, 0, 0, 0, 0, loc)

@@ -51,6 +51,9 @@ func TestPeriodBoundsFollowTheCalendar(t *testing.T) {
 		{"a 30-day month", ny, PeriodMonth, "2026-04-30 23:00:00", "2026-04-01 00:00:00", "2026-05-01 00:00:00", 30*24 - 0},
 		// March 2026 in Berlin loses an hour on the 29th.
 		{"Berlin month with the spring change", berlin, PeriodMonth, "2026-03-15 10:00:00", "2026-03-01 00:00:00", "2026-04-01 00:00:00", 31*24 - 1},
+		{"a year in Berlin: 365 days, both changes", berlin, PeriodYear, "2026-07-01 12:00:00", "2026-01-01 00:00:00", "2027-01-01 00:00:00", 365 * 24},
+		{"a leap year", time.UTC, PeriodYear, "2028-12-31 23:59:59", "2028-01-01 00:00:00", "2029-01-01 00:00:00", 366 * 24},
+		{"New Year's first second", ny, PeriodYear, "2027-01-01 00:00:00", "2027-01-01 00:00:00", "2028-01-01 00:00:00", 365 * 24},
 		{"Berlin spring-forward day has 23 hours", berlin, PeriodDay, "2026-03-29 12:00:00", "2026-03-29 00:00:00", "2026-03-30 00:00:00", 23},
 		{"Berlin fall-back day has 25 hours", berlin, PeriodDay, "2026-10-25 23:30:00", "2026-10-25 00:00:00", "2026-10-26 00:00:00", 25},
 		{"Berlin hour after spring forward", berlin, PeriodHour, "2026-03-29 03:10:00", "2026-03-29 03:00:00", "2026-03-29 04:00:00", 1},

@@ -20,16 +20,17 @@ const (
 	PeriodDay   = "day"
 	PeriodWeek  = "week" // starts Monday 00:00 (ISO 8601)
 	PeriodMonth = "month"
+	PeriodYear  = "year"
 )
 
-var quotaPeriods = []string{PeriodHour, PeriodDay, PeriodWeek, PeriodMonth}
+var quotaPeriods = []string{PeriodHour, PeriodDay, PeriodWeek, PeriodMonth, PeriodYear}
 
 // Quota is the algorithm_config of "quota": at most Limit (summed cost)
 // per calendar Period of TimeZone, reset at the start of each period in
 // that zone.
 type Quota struct {
 	Limit    float64        // "limit", > 0, <= MaxBurst
-	Period   string         // "period": one of PeriodHour, PeriodDay, PeriodWeek, PeriodMonth
+	Period   string         // "period": one of PeriodHour, PeriodDay, PeriodWeek, PeriodMonth, PeriodYear
 	TimeZone string         // "time_zone": an IANA name, default "UTC"
 	Location *time.Location // TimeZone loaded from the embedded database
 	Cost     CostSource
@@ -44,7 +45,7 @@ type Quota struct {
 
 var quotaFields = []string{"limit", "period", "time_zone", "cost_source", "fixed_cost", "default_cost", "max_debt"}
 
-const quotaExample = `{"limit": <requests (or cost) per period>, "period": "hour", "day", "week" or "month", "time_zone": "<IANA name, default UTC>"}`
+const quotaExample = `{"limit": <requests (or cost) per period>, "period": "hour", "day", "week", "month" or "year", "time_zone": "<IANA name, default UTC>"}`
 
 // quota parses the algorithm_config of "quota".
 func (p *parser) quota(path string, v *jvalue) *Quota {

@@ -78,7 +78,7 @@ func TestParseQuotaAndResponseCostErrors(t *testing.T) {
 		{"limit zero", q(`{"limit":0,"period":"day"}`), c + "limit", []string{"not positive"}},
 		{"limit huge", q(`{"limit":1e13,"period":"day"}`), c + "limit", []string{"too large"}},
 		{"missing period", q(`{"limit":5}`), c + "period", []string{"missing", `"month"`}},
-		{"unknown period", q(`{"limit":5,"period":"year"}`), c + "period", []string{`"year" is not a period`, `"hour", "day", "week", "month"`}},
+		{"unknown period", q(`{"limit":5,"period":"fortnight"}`), c + "period", []string{`"fortnight" is not a period`, `"hour", "day", "week", "month", "year"`}},
 		{"period number", q(`{"limit":5,"period":30}`), c + "period", []string{"must be a string"}},
 		{"unknown zone", q(`{"limit":5,"period":"day","time_zone":"Mars/Olympus"}`), c + "time_zone", []string{`"Mars/Olympus" is not a known IANA time zone`}},
 		{"abbreviation", q(`{"limit":5,"period":"day","time_zone":"PST"}`), c + "time_zone", []string{"abbreviations", "Europe/Berlin"}},

@@ -143,11 +143,15 @@ func positiveOr(v, def float64) float64 {
 // quotaPeriods maps the configuration's period names to the limiter's.
 var quotaPeriods = map[string]limiter.Period{
 	policy.PeriodHour: limiter.PeriodHour, policy.PeriodDay: limiter.PeriodDay,
-	policy.PeriodWeek: limiter.PeriodWeek, policy.PeriodMonth: limiter.PeriodMonth,
+	policy.PeriodWeek: limiter.PeriodWeek, policy.PeriodMonth: limiter.PeriodMonth, policy.PeriodYear: limiter.PeriodYear,
 }
+
+// QuotaPeriod is the limiter's period of a quota's "period" (one the
+// parser accepted).
+func QuotaPeriod(name string) limiter.Period { return quotaPeriods[name] }
 
 // quotaOf is a quota rule's calendar quota, with a bounds cache of its own
 // (limiter.NewQuota): one per compiled rule, used by one caller at a time.
 func quotaOf(q *policy.Quota) limiter.Quota {
-	return limiter.NewQuota(q.Limit, quotaPeriods[q.Period], q.Location)
+	return limiter.NewQuota(q.Limit, QuotaPeriod(q.Period), q.Location)
 }
