@@ -210,3 +210,26 @@ func TestPolicyRulesListTheGlobalWindows(t *testing.T) {
 		t.Errorf("dashboard rules %+v, want minute known with its 10 per 60 s", o.Rules)
 	}
 }
+
+// TestGlobalQuotasCountCalendarPeriods: a global quota's window is its
+// calendar period in its zone, a year included.
+func TestGlobalQuotasCountCalendarPeriods(t *testing.T) {
+	rules := &PolicyRules{}
+	rules.Set(1, []byte(`{"fleet":{"cluster":"rls"},"rules":[
+	  {"name":"yearly","scope":"global","limit_keys":["header:x-k"],"algorithm":"quota","algorithm_config":{"limit":1000,"period":"year","time_zone":"Asia/Tokyo"}},
+	  {"name":"monthly","scope":"global","limit_keys":["header:x-k"],"algorithm":"quota","algorithm_config":{"limit":100,"period":"month"}}]}`))
+	now := float64(time.Date(2026, 12, 31, 16, 0, 0, 0, time.UTC).Unix()) // 2027-01-01 01:00 in Tokyo
+	for name, want := range map[string][2]time.Time{
+		"yearly":  {time.Date(2026, 12, 31, 15, 0, 0, 0, time.UTC), time.Date(2027, 12, 31, 15, 0, 0, 0, time.UTC)},
+		"monthly": {time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)},
+	} {
+		w, ok := rules.GlobalWindow(name)
+		if !ok || !w.valid() {
+			t.Fatalf("%s: no valid global window", name)
+		}
+		start, end := w.Quota.Bounds(now)
+		if start != float64(want[0].Unix()) || end != float64(want[1].Unix()) {
+			t.Errorf("%s: period [%v, %v), want [%v, %v)", name, time.Unix(int64(start), 0).UTC(), time.Unix(int64(end), 0).UTC(), want[0], want[1])
+		}
+	}
+}
