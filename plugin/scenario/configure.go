@@ -46,7 +46,7 @@ var invalidConfigs = []string{
 	`{"rules": [{"name": "g", "scope": "global", "limit_keys": ["ip:address"], "algorithm": "token_bucket", "algorithm_config": {"rps": 1, "burst": 1}}]}`,
 	`{"telemetry": {"cluster": "admin"}, "rules": [{"name": "a", "limit_keys": ["ip:address"], "algorithm": "token_bucket", "algorithm_config": {"rps": 1, "burst": 1}}]}`,
 	`{"rules": [{"name": "q", "limit_keys": ["ip:address"], "algorithm": "quota", "algorithm_config": {"limit": 10, "period": "month", "time_zone": "Europe/Berlinn"}}]}`,
-	`{"rules": [{"name": "q", "limit_keys": ["ip:address"], "algorithm": "quota", "algorithm_config": {"limit": 10, "period": "year"}}]}`,
+	`{"rules": [{"name": "q", "limit_keys": ["ip:address"], "algorithm": "quota", "algorithm_config": {"limit": 10, "period": "fortnight"}}]}`,
 	`{"rules": [{"name": "f", "limit_keys": ["ip:address"], "algorithm": "fixed_window", "algorithm_config": {"limit": 10, "window_seconds": 60, "cost_source": "response_header:x-cost"}}]}`,
 	`{"rules": [{"name": "t", "limit_keys": ["ip:address"], "algorithm": "token_bucket", "algorithm_config": {"rps": 1, "burst": 1, "max_debt": 5}}]}`,
 	// Not UTF-8 (a Latin-1 "café"): read as U+FFFD it would match another value.
