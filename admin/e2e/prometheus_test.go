@@ -66,6 +66,16 @@ func TestPrometheusSeesEveryDashboardQueryAndTheAlertsOnTheRunningStack(t *testi
 	sendTraffic(t, gwURL)
 
 	promURL := startPrometheus(t, prometheus, promAddr, metricsAddr)
+	// A second version, pushed once Prometheus has seen the first: the
+	// dashboard's annotation of policy pushes has something to show.
+	poll.Watch(t, 30*time.Second, 200*time.Millisecond, "Prometheus to scrape version 1", func() (bool, string) {
+		return len(promQuery(t, promURL, "sluice_xds_published_version == 1")) > 0, "not yet"
+	})
+	v2 := strings.Replace(monitoredPolicy, `"tokens_per_second": 100`, `"tokens_per_second": 99`, 1)
+	if resp := apiDo(t, "POST", adminURL+"/api/v1/policy", token, []byte(`{"base_version": 1, "message": "v2", "policy": `+v2+`}`)); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("saving v2: %s", resp.Status)
+	}
+	waitAcked(t, adminURL, "2")
 	var missing []string
 	poll.Watch(t, 45*time.Second, time.Second, "every dashboard query to return data", func() (bool, string) {
 		missing = missing[:0]

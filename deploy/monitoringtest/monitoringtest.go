@@ -85,9 +85,15 @@ type Panel struct {
 
 // Dashboard is the part of the dashboard the tests read.
 type Dashboard struct {
-	UID        string  `json:"uid"`
-	Title      string  `json:"title"`
-	Panels     []Panel `json:"panels"`
+	UID         string  `json:"uid"`
+	Title       string  `json:"title"`
+	Panels      []Panel `json:"panels"`
+	Annotations struct {
+		List []struct {
+			Name string `json:"name"`
+			Expr string `json:"expr"`
+		} `json:"list"`
+	} `json:"annotations"`
 	Templating struct {
 		List []struct {
 			Name     string `json:"name"`
@@ -118,7 +124,8 @@ type Query struct {
 	Panel, Expr string
 }
 
-// Queries returns every panel query, its Grafana variables replaced:
+// Queries returns every panel and annotation query, its Grafana variables
+// replaced:
 // $rule and $node by their "All" value, $__rate_interval by rateInterval.
 func (d Dashboard) Queries(rateInterval string) []Query {
 	var out []Query
@@ -127,6 +134,9 @@ func (d Dashboard) Queries(rateInterval string) []Query {
 			expr := strings.NewReplacer("$__rate_interval", rateInterval, "$rule", ".*", "$node", ".*").Replace(tg.Expr)
 			out = append(out, Query{Panel: p.Title + " " + tg.RefID, Expr: expr})
 		}
+	}
+	for _, a := range d.Annotations.List {
+		out = append(out, Query{Panel: "annotation " + a.Name, Expr: a.Expr})
 	}
 	return out
 }
