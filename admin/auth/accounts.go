@@ -88,8 +88,7 @@ type AccountStore interface {
 	CreateUser(ctx context.Context, u store.User) error
 	User(ctx context.Context, name string) (store.User, error)
 	Users(ctx context.Context) ([]store.User, error)
-	UpdateUser(ctx context.Context, name, role, passwordHash string) error
-	SetUserPolicies(ctx context.Context, name, policies string) error
+	UpdateAccount(ctx context.Context, name string, c store.AccountChange) error
 	DeleteUser(ctx context.Context, name string) error
 	CreateAPIToken(ctx context.Context, t store.APIToken) error
 	APITokenByHash(ctx context.Context, hash string) (store.APIToken, error)
@@ -134,8 +133,15 @@ func (m *Manager) hashPassword(pw string) (string, error) {
 	return string(h), nil
 }
 
-// CreateUser adds an account.
+// CreateUser adds an account that may change every policy.
 func (m *Manager) CreateUser(ctx context.Context, name string, role Role, password string) error {
+	return m.CreateScopedUser(ctx, name, role, password, "")
+}
+
+// CreateScopedUser adds an account that may change only policies (the
+// text of a policies.Scope, checked by the caller; "" for every policy),
+// in one write: the account never exists without its scope.
+func (m *Manager) CreateScopedUser(ctx context.Context, name string, role Role, password, policies string) error {
 	if err := CheckUserName(name); err != nil {
 		return err
 	}
@@ -146,7 +152,7 @@ func (m *Manager) CreateUser(ctx context.Context, name string, role Role, passwo
 	if err != nil {
 		return err
 	}
-	if err := m.st.CreateUser(ctx, store.User{Name: name, Role: string(role), PasswordHash: h, Created: m.now()}); errors.Is(err, store.ErrExists) {
+	if err := m.st.CreateUser(ctx, store.User{Name: name, Role: string(role), PasswordHash: h, Created: m.now(), Policies: policies}); errors.Is(err, store.ErrExists) {
 		return &FieldError{Field: "name", Message: fmt.Sprintf("a user named %q exists already", name)}
 	} else if err != nil {
 		return err
@@ -154,11 +160,16 @@ func (m *Manager) CreateUser(ctx context.Context, name string, role Role, passwo
 	return nil
 }
 
-// UpdateUser sets a user's role and, if password is not empty, the
-// password (which ends the user's sessions).
-func (m *Manager) UpdateUser(ctx context.Context, name string, role Role, password string) error {
-	if _, err := ParseRole(string(role)); err != nil {
-		return err
+// UpdateAccount changes, in one write, an account's role (unless role is
+// "" and only policies change), password (if not "": it ends the account's
+// sessions) and policies (if not nil: the text of a policies.Scope,
+// checked by the caller; "" for every policy). A change applies to open
+// sessions and tokens at once.
+func (m *Manager) UpdateAccount(ctx context.Context, name string, role Role, password string, policies *string) error {
+	if role != "" || password != "" || policies == nil {
+		if _, err := ParseRole(string(role)); err != nil {
+			return err
+		}
 	}
 	var h string
 	if password != "" {
@@ -167,14 +178,18 @@ func (m *Manager) UpdateUser(ctx context.Context, name string, role Role, passwo
 			return err
 		}
 	}
-	return m.st.UpdateUser(ctx, name, string(role), h)
+	return m.st.UpdateAccount(ctx, name, store.AccountChange{Role: string(role), PasswordHash: h, Policies: policies})
 }
 
-// SetUserPolicies sets the policies an account may change: policies is
-// the text of a policies.Scope, checked by the caller ("" for every
-// policy). It applies to open sessions and tokens at once.
+// UpdateUser sets a user's role and, if password is not empty, the
+// password (which ends the user's sessions).
+func (m *Manager) UpdateUser(ctx context.Context, name string, role Role, password string) error {
+	return m.UpdateAccount(ctx, name, role, password, nil)
+}
+
+// SetUserPolicies sets the policies an account may change (UpdateAccount).
 func (m *Manager) SetUserPolicies(ctx context.Context, name, policies string) error {
-	return m.st.SetUserPolicies(ctx, name, policies)
+	return m.UpdateAccount(ctx, name, "", "", &policies)
 }
 
 // DeleteUser removes an account, its tokens and its sessions.

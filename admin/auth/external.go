@@ -38,23 +38,23 @@ func (m *Manager) LoginExternal(ctx context.Context, a External, create bool) (s
 		return "", Session{}, err
 	}
 	u, err := m.st.User(ctx, user)
+	var policies *string // the provider's, when it maps them and they changed
+	if a.SetPolicies && (err != nil || u.Policies != a.Policies) {
+		policies = &a.Policies
+	}
 	switch {
 	case errors.Is(err, store.ErrNotFound) && !create:
 		return "", Session{}, ErrUnknownUser
 	case errors.Is(err, store.ErrNotFound):
-		if err := m.CreateUser(ctx, user, role, RandomToken()); err != nil {
+		if err := m.CreateScopedUser(ctx, user, role, RandomToken(), a.Policies); err != nil {
 			return "", Session{}, fmt.Errorf("creating the account of %q: %w", user, err)
 		}
 	case err != nil:
 		return "", Session{}, err
-	case u.Role != string(role):
-		if err := m.UpdateUser(ctx, user, role, ""); err != nil {
-			return "", Session{}, fmt.Errorf("updating the role of %q: %w", user, err)
-		}
-	}
-	if a.SetPolicies && u.Policies != a.Policies {
-		if err := m.st.SetUserPolicies(ctx, user, a.Policies); err != nil {
-			return "", Session{}, fmt.Errorf("updating the policies of %q: %w", user, err)
+	case u.Role != string(role) || policies != nil:
+		// One write: a new role never applies without its policies.
+		if err := m.UpdateAccount(ctx, user, role, "", policies); err != nil {
+			return "", Session{}, fmt.Errorf("updating the role and policies of %q: %w", user, err)
 		}
 	}
 	return m.openSession(ctx, user, user, role)

@@ -117,14 +117,11 @@ func (s *server) createUser(r *http.Request, name, role, password string, scope 
 	if err != nil {
 		return "", err
 	}
-	if err := s.Auth.CreateUser(r.Context(), name, auth.Role(role), password); err != nil {
+	if err := s.Auth.CreateScopedUser(r.Context(), name, auth.Role(role), password, text); err != nil {
 		return "", accountErr(err, "user "+name)
 	}
 	detail := "role " + role
 	if text != "" {
-		if err := s.Auth.SetUserPolicies(r.Context(), name, text); err != nil {
-			return "", accountErr(err, "user "+name)
-		}
 		detail += ", policies " + text
 	}
 	s.record(r, store.AuditEntry{Action: ActionUserCreate, Target: name, Detail: detail})
@@ -155,27 +152,26 @@ func (s *server) apiUpdateUser(w http.ResponseWriter, r *http.Request) error {
 // updateUser changes an account's role and password (when role is given)
 // and the policies it may change (when scope is not nil).
 func (s *server) updateUser(r *http.Request, name, role, password string, scope *[]string) error {
-	var text string
+	var policies *string
 	if scope != nil {
-		var err error
-		if text, err = scopeText(role, *scope); err != nil {
+		text, err := scopeText(role, *scope)
+		if err != nil {
 			return err
 		}
+		policies = &text
+	}
+	if err := s.Auth.UpdateAccount(r.Context(), name, auth.Role(role), password, policies); err != nil {
+		return accountErr(err, "user "+name)
 	}
 	var details []string
 	if role != "" || password != "" || scope == nil {
-		if err := s.Auth.UpdateUser(r.Context(), name, auth.Role(role), password); err != nil {
-			return accountErr(err, "user "+name)
-		}
 		details = append(details, "role "+role)
 		if password != "" {
 			details = append(details, "new password")
 		}
 	}
-	if scope != nil {
-		if err := s.Auth.SetUserPolicies(r.Context(), name, text); err != nil {
-			return accountErr(err, "user "+name)
-		}
+	if policies != nil {
+		text := *policies
 		if text == "" {
 			text = "all"
 		}

@@ -21,29 +21,9 @@ func scopeOf(p auth.Principal) policies.Scope {
 	return sc
 }
 
-// checkScope refuses, with a *policies.ScopeError, a draft to be
-// based on version base that changes policies outside the scope of r's
-// principal. An invalid draft passes: saving it reports why.
+// checkScope refuses, with a *policies.ScopeError, a draft to be based on
+// version base that changes policies outside the scope of r's principal.
+// The service compares with the version as stored (secrets unmasked).
 func (s *server) checkScope(r *http.Request, base int64, draft []byte) error {
-	sc := scopeOf(principal(r))
-	if !sc.Restricted() {
-		return nil
-	}
-	norm, err := policies.Validate(draft)
-	if err != nil {
-		return nil
-	}
-	raw := s.Policies
-	if m, ok := raw.(maskingPolicies); ok { // compare with the secrets as stored
-		raw = m.Policies
-	}
-	v, err := raw.Get(r.Context(), base)
-	if err != nil {
-		return err
-	}
-	before, err := policies.Validate(v.JSON)
-	if err != nil {
-		return err
-	}
-	return policies.CheckScope(sc, before, norm)
+	return s.Policies.CheckScope(r.Context(), scopeOf(principal(r)), base, draft)
 }

@@ -40,6 +40,7 @@ type Policies interface {
 	Save(ctx context.Context, r policies.SaveRequest) (policies.Version, error)
 	Rollback(ctx context.Context, r policies.RollbackRequest) (policies.Version, error)
 	LastPublish() policies.PublishStatus
+	CheckScope(ctx context.Context, sc policies.Scope, base int64, draft []byte) error
 }
 
 // Auth checks credentials and manages sessions, accounts and API tokens
@@ -56,9 +57,8 @@ type Auth interface {
 // Accounts manages users and API tokens (admin/auth.Manager implements it).
 type Accounts interface {
 	Users(ctx context.Context) ([]store.User, error)
-	CreateUser(ctx context.Context, name string, role auth.Role, password string) error
-	UpdateUser(ctx context.Context, name string, role auth.Role, password string) error
-	SetUserPolicies(ctx context.Context, name, policies string) error
+	CreateScopedUser(ctx context.Context, name string, role auth.Role, password, policies string) error
+	UpdateAccount(ctx context.Context, name string, role auth.Role, password string, policies *string) error
 	DeleteUser(ctx context.Context, name string) error
 	Tokens(ctx context.Context) ([]store.APIToken, error)
 	CreateToken(ctx context.Context, user, label string) (string, store.APIToken, error)

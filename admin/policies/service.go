@@ -411,6 +411,21 @@ func (s *Service) Save(ctx context.Context, r SaveRequest) (Version, error) {
 	return s.append(ctx, r.Base, store.NewVersion{JSON: norm, Author: author, Message: msg})
 }
 
+// CheckScope is Save's scope check without saving: it refuses, with a
+// *ScopeError, a draft based on version base that changes what sc does not
+// allow (a trial to be started or promoted). An invalid draft passes:
+// saving it reports why.
+func (s *Service) CheckScope(ctx context.Context, sc Scope, base int64, draft []byte) error {
+	if !sc.Restricted() {
+		return nil
+	}
+	norm, err := Validate(draft)
+	if err != nil {
+		return nil
+	}
+	return s.checkScope(ctx, sc, base, norm)
+}
+
 // checkScope refuses a change of version base into norm that sc does not
 // allow. It compares with base, the version the author started from: if
 // another save came since, the append refuses the stale base anyway.

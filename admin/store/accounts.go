@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -71,40 +72,58 @@ func (s *Store) Users(ctx context.Context) ([]User, error) {
 	return out, rows.Err()
 }
 
-// UpdateUser changes a user's role and, if passwordHash is not empty, the
-// password hash. A new password ends the user's sessions. ErrNotFound if
-// there is no such user.
-func (s *Store) UpdateUser(ctx context.Context, name, role, passwordHash string) error {
+// AccountChange is what UpdateAccount changes; zero fields stay as they
+// are.
+type AccountChange struct {
+	Role         string  // "" keeps the role
+	PasswordHash string  // "" keeps the password; a new one ends the user's sessions
+	Policies     *string // nil keeps them; "" is every policy
+}
+
+// UpdateAccount applies c to the user in one transaction, so no one ever
+// sees half of it (a new role without its scope). ErrNotFound if there is
+// no such user.
+func (s *Store) UpdateAccount(ctx context.Context, name string, c AccountChange) error {
+	var sets []string
+	var args []any
+	if c.Role != "" {
+		sets, args = append(sets, "role = ?"), append(args, c.Role)
+	}
+	if c.PasswordHash != "" {
+		sets, args = append(sets, "password_hash = ?"), append(args, c.PasswordHash)
+	}
+	if c.Policies != nil {
+		sets, args = append(sets, "policy_scope = ?"), append(args, *c.Policies)
+	}
+	if len(sets) == 0 {
+		_, err := s.User(ctx, name)
+		return err
+	}
 	return s.inTx(ctx, "updating user "+name, func(tx *sqlTx) error {
-		q, args := "UPDATE users SET role = ? WHERE name = ?", []any{role, name}
-		if passwordHash != "" {
-			q, args = "UPDATE users SET role = ?, password_hash = ? WHERE name = ?", []any{role, passwordHash, name}
-		}
-		res, err := tx.ExecContext(ctx, q, args...)
+		res, err := tx.ExecContext(ctx, "UPDATE users SET "+strings.Join(sets, ", ")+" WHERE name = ?", append(args, name)...)
 		if err != nil {
 			return err
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
 			return ErrNotFound
 		}
-		if passwordHash != "" {
+		if c.PasswordHash != "" {
 			_, err = tx.ExecContext(ctx, "DELETE FROM sessions WHERE user_name = ?", name)
 		}
 		return err
 	})
 }
 
-// SetUserPolicies sets the policies a user may change ("" for all).
-// ErrNotFound if there is no such user.
+// UpdateUser changes a user's role and, if passwordHash is not empty, the
+// password hash (UpdateAccount).
+func (s *Store) UpdateUser(ctx context.Context, name, role, passwordHash string) error {
+	return s.UpdateAccount(ctx, name, AccountChange{Role: role, PasswordHash: passwordHash})
+}
+
+// SetUserPolicies sets the policies a user may change ("" for all)
+// (UpdateAccount).
 func (s *Store) SetUserPolicies(ctx context.Context, name, policies string) error {
-	res, err := s.db.ExecContext(ctx, "UPDATE users SET policy_scope = ? WHERE name = ?", policies, name)
-	if err != nil {
-		return fmt.Errorf("setting the policies of user %q: %w", name, describe(err))
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return ErrNotFound
-	}
-	return nil
+	return s.UpdateAccount(ctx, name, AccountChange{Policies: &policies})
 }
 
 // DeleteUser removes a user with its tokens and sessions, or returns ErrNotFound.

@@ -63,6 +63,19 @@ func usersTokensAndSessionsFollowTheAccount(t *testing.T, s *Store) {
 	if err := s.SetUserPolicies(ctx, "nobody", "x"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("SetUserPolicies(nobody) = %v", err)
 	}
+	// A role and a scope change together, in one write.
+	search := "search"
+	if err := s.UpdateAccount(ctx, "ann", AccountChange{Role: "editor", Policies: &search}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Session(ctx, []byte("s1"), now); got.Role != "editor" || got.Policies != "search" {
+		t.Errorf("after UpdateAccount the session has %q of %q", got.Role, got.Policies)
+	}
+	if err := s.UpdateAccount(ctx, "nobody", AccountChange{Policies: &search}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("UpdateAccount(nobody) = %v", err)
+	}
+	back := "payments-*,search"
+	s.UpdateAccount(ctx, "ann", AccountChange{Role: "viewer", Policies: &back})
 	// A password change ends the sessions.
 	if err := s.UpdateUser(ctx, "ann", "viewer", "h3"); err != nil {
 		t.Fatal(err)

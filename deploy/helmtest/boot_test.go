@@ -35,34 +35,14 @@ fleet: {enabled: true, backend: postgres, postgres: {url: %q}}
 	}
 	d := decode[appsv1.Deployment](t, objs["Deployment"][0])
 	bin := buildAdmin(t)
-	const token = "chart-admin-token-0123456789"
 	var versions []int64
 	var urls []string
 	for range 2 {
-		dir := t.TempDir()
-		if err := os.WriteFile(filepath.Join(dir, "policy.json"), []byte(objs["ConfigMap"][0]["data"].(map[string]any)["policy.json"].(string)), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		addr := fmt.Sprintf("127.0.0.1:%d", fleettest.FreePort(t))
-		metricsAddr := fmt.Sprintf("127.0.0.1:%d", fleettest.FreePort(t))
-		local := map[string]string{ // what differs from a pod: local addresses and files, the Secret's tokens
-			"SLUICE_DATA_DIR": dir, "SLUICE_INITIAL_POLICY": filepath.Join(dir, "policy.json"),
-			"SLUICE_ADMIN_LISTEN": addr, "SLUICE_METRICS_LISTEN": metricsAddr, "SLUICE_XDS_LISTEN": fmt.Sprintf("127.0.0.1:%d", fleettest.FreePort(t)),
-			"SLUICE_RLS_LISTEN":  fmt.Sprintf("127.0.0.1:%d", fleettest.FreePort(t)),
-			"SLUICE_ADMIN_TOKEN": token, "SLUICE_TELEMETRY_TOKEN": "chart-telemetry-token-0123456789",
-		}
-		cmd := exec.Command(bin)
-		cmd.Env = podEnv(t, d, dir, local)
-		var out strings.Builder
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		urls = append(urls, "http://"+addr)
-		versions = append(versions, currentVersion(t, urls[len(urls)-1], token, &out))
+		a := startPodAdmin(t, bin, objs, d, nil)
+		urls = append(urls, a.url)
+		versions = append(versions, currentVersion(t, a.url, chartAdminToken, a.out))
 		// Prometheus scrapes the metrics port without a token.
-		if m := scrapeMetrics(t, "http://"+metricsAddr+"/metrics"); !strings.Contains(m, "\nsluice_xds_published_version 1\n") {
+		if m := scrapeMetrics(t, a.metrics+"/metrics"); !strings.Contains(m, "\nsluice_xds_published_version 1\n") {
 			t.Errorf("the metrics port does not show version 1 published:\n%s", m)
 		}
 	}
@@ -73,7 +53,7 @@ fleet: {enabled: true, backend: postgres, postgres: {url: %q}}
 	// they share the store.
 	body := `{"base_version":1,"message":"from replica 0","policy":{"rules":[{"name":"per-ip","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":7,"burst":9}}]}}`
 	req, _ := http.NewRequest("POST", urls[0]+"/api/v1/policy", strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Authorization", "Bearer "+chartAdminToken)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil || resp.StatusCode != http.StatusCreated {
@@ -82,7 +62,7 @@ fleet: {enabled: true, backend: postgres, postgres: {url: %q}}
 	resp.Body.Close()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		var log strings.Builder
-		if v := currentVersion(t, urls[1], token, &log); v == 2 {
+		if v := currentVersion(t, urls[1], chartAdminToken, &log); v == 2 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -139,6 +119,45 @@ func buildAdmin(t *testing.T) string {
 		t.Fatalf("building the admin: %v\n%s", err, out)
 	}
 	return bin
+}
+
+const chartAdminToken = "chart-admin-token-0123456789"
+
+// podAdmin is an admin process run with a rendered Deployment's
+// environment: its URL, its metrics port's URL and its output.
+type podAdmin struct {
+	url, metrics string
+	out          *strings.Builder
+}
+
+// startPodAdmin runs bin as the Deployment d would, on the initial policy
+// of the chart's ConfigMap in objs, with local addresses, files and tokens
+// in place of the pod's, and extra for the variables a Secret gives.
+func startPodAdmin(t *testing.T, bin string, objs map[string][]map[string]any, d *appsv1.Deployment, extra map[string]string) *podAdmin {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "policy.json"), []byte(objs["ConfigMap"][0]["data"].(map[string]any)["policy.json"].(string)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	local := func() string { return fmt.Sprintf("127.0.0.1:%d", fleettest.FreePort(t)) }
+	addr, metrics := local(), local()
+	a := &podAdmin{url: "http://" + addr, metrics: "http://" + metrics, out: &strings.Builder{}}
+	env := map[string]string{ // podEnv takes only those the Deployment has
+		"SLUICE_DATA_DIR": dir, "SLUICE_INITIAL_POLICY": filepath.Join(dir, "policy.json"),
+		"SLUICE_ADMIN_LISTEN": addr, "SLUICE_METRICS_LISTEN": metrics, "SLUICE_XDS_LISTEN": local(), "SLUICE_RLS_LISTEN": local(),
+		"SLUICE_ADMIN_TOKEN": chartAdminToken, "SLUICE_TELEMETRY_TOKEN": "chart-telemetry-token-0123456789",
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = podEnv(t, d, dir, env)
+	cmd.Stdout, cmd.Stderr = a.out, a.out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return a
 }
 
 // podEnv is the admin container's environment as the Deployment renders

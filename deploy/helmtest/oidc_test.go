@@ -5,17 +5,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/sluice-rl/sluice/admin/fleet/fleettest"
 )
 
 const oidcValues = `
@@ -75,27 +70,9 @@ func TestChartOIDCValuesBecomeTheAdminsFlags(t *testing.T) {
 		t.Errorf("the client secret is not read from its Secret: %+v", env["SLUICE_OIDC_CLIENT_SECRET"])
 	}
 
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "policy.json"), []byte(objs["ConfigMap"][0]["data"].(map[string]any)["policy.json"].(string)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", fleettest.FreePort(t))
-	cmd := exec.Command(buildAdmin(t))
-	cmd.Env = podEnv(t, d, dir, map[string]string{
-		"SLUICE_DATA_DIR": dir, "SLUICE_INITIAL_POLICY": filepath.Join(dir, "policy.json"),
-		"SLUICE_ADMIN_LISTEN": addr, "SLUICE_XDS_LISTEN": fmt.Sprintf("127.0.0.1:%d", fleettest.FreePort(t)),
-		"SLUICE_METRICS_LISTEN": fmt.Sprintf("127.0.0.1:%d", fleettest.FreePort(t)),
-		"SLUICE_ADMIN_TOKEN":    "chart-admin-token-0123456789", "SLUICE_TELEMETRY_TOKEN": "chart-telemetry-token-0123456789",
-		"SLUICE_OIDC_CLIENT_SECRET": "from-the-secret",
-	})
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	a := startPodAdmin(t, buildAdmin(t), objs, d, map[string]string{"SLUICE_OIDC_CLIENT_SECRET": "from-the-secret"})
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		resp, err := http.Get("http://" + addr + "/login")
+		resp, err := http.Get(a.url + "/login")
 		if err == nil {
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
@@ -105,7 +82,7 @@ func TestChartOIDCValuesBecomeTheAdminsFlags(t *testing.T) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the admin did not start with the chart's OIDC environment:\n%s", out.String())
+			t.Fatalf("the admin did not start with the chart's OIDC environment:\n%s", a.out.String())
 		}
 	}
 }
