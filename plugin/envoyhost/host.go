@@ -221,7 +221,10 @@ func (h *Host) Name() string { return "envoyhost-" + string(h.mode) }
 
 // requestLine encodes a request: headers (pseudo-headers defaulted),
 // properties, upstream response headers (default :status 200), response
-// trailers and whether the stream is reset after the request.
+// trailers, the response body's chunks (a list of tokens, each escaped like
+// any string: any bytes), whether the stream is reset after the request or
+// holds its upstream, and the number of body chunks after which it is reset
+// (0: none).
 func requestLine(l *line, r scenario.Request) {
 	hs := make([]scenario.Header, 0, len(r.Headers)+4)
 	for _, d := range [...]scenario.Header{{":method", "GET"}, {":path", "/"}, {":authority", "localhost"}, {":scheme", "http"}} {
@@ -250,6 +253,10 @@ func requestLine(l *line, r scenario.Request) {
 	}
 	l.headers(resp)
 	l.headers(r.ResponseTrailers)
+	l.num(int64(len(r.ResponseBody)))
+	for _, c := range r.ResponseBody {
+		l.str(string(c))
+	}
 	after := int64(0) // what follows the request: nothing, a reset (1), a held answer (2)
 	switch {
 	case r.ResetAfterRequest:
@@ -258,6 +265,7 @@ func requestLine(l *line, r scenario.Request) {
 		after = 2
 	}
 	l.num(after)
+	l.num(int64(r.ResetAfterBodyChunks))
 }
 
 func (h *Host) checkVM(vm int) error {
@@ -286,6 +294,9 @@ func (h *Host) response(t *tokens) (scenario.Response, error) {
 	}
 	r.UpstreamHeaders = t.headers()
 	r.ResponseHeaders = t.headers()
+	if body := t.str(); body != "" {
+		r.ResponseBody = []byte(body)
+	}
 	if t.err != nil {
 		return r, t.err
 	}

@@ -204,7 +204,8 @@ func (gw *Gateway) Close(ctx context.Context) error {
 }
 
 // ServeHTTP runs one request through the plugin: request headers, then
-// (unless the plugin answered locally) the upstream, then response headers.
+// (unless the plugin answered locally) the upstream, then response headers,
+// body and trailers.
 func (gw *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ref := gw.acquire()
 	defer ref.release()
@@ -251,45 +252,114 @@ func (gw *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeLocal(w, res.Local, res.ResponseHeaders)
 		return
 	}
-	gw.forward(w, r, stream, res.Headers)
+	if gw.forward(w, r, stream, res.Headers) {
+		// The response started and cannot be finished: as Envoy resets
+		// the stream, abort it (the client sees the response cut off).
+		reset = true
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // forward sends the request upstream with the plugin's header map and
-// passes the upstream's response through on_response_headers.
-func (gw *Gateway) forward(w http.ResponseWriter, r *http.Request, stream *wasmhost.Stream, headers []wasmhost.Header) {
+// passes the upstream's response through the plugin: on_response_headers,
+// then the body (passBody). It reports a response that started and must be
+// aborted.
+func (gw *Gateway) forward(w http.ResponseWriter, r *http.Request, stream *wasmhost.Stream, headers []wasmhost.Header) (abort bool) {
 	out, err := upstreamRequest(r, gw.upstream, headers)
 	if err != nil {
 		gw.fail(w, "building the upstream request", err)
-		return
+		return false
 	}
 	resp, err := gw.client.Do(out)
 	if err != nil {
 		http.Error(w, "upstream unreachable: "+err.Error(), http.StatusBadGateway)
-		return
+		return false
 	}
 	defer resp.Body.Close()
-	res, err := stream.ResponseHeaders(responseHeaders(resp.StatusCode, resp.Header), resp.ContentLength == 0)
+	// As in Envoy, the headers end the stream only when neither a body nor
+	// trailers follow (the trailers an upstream announces are known here;
+	// the client gives a HEAD, 204 or 304 answer no body).
+	headersOnly := (resp.ContentLength == 0 || resp.Body == http.NoBody) && len(resp.Trailer) == 0
+	res, err := stream.ResponseHeaders(responseHeaders(resp.StatusCode, resp.Header), headersOnly)
 	if err != nil {
 		gw.fail(w, "plugin error on response headers", err)
-		return
+		return false
 	}
 	if res.Local != nil { // the plugin replaced the upstream's answer
 		writeLocal(w, res.Local, res.Headers)
-		return
+		return false
 	}
 	status := writeHeaders(w, res.Headers, resp.StatusCode)
 	for name := range resp.Trailer { // the trailers the upstream announced
 		w.Header().Add("Trailer", name)
 	}
 	w.WriteHeader(status)
-	io.Copy(w, resp.Body)
-	if len(resp.Trailer) > 0 { // their values are known once the body is read
-		if err := stream.ResponseTrailers(headerList(resp.Trailer, nil)); err != nil {
-			gw.log.Error("plugin error on response trailers", "err", err)
+	if headersOnly {
+		return false
+	}
+	return gw.passBody(w, resp, stream)
+}
+
+// bodyChunk is the most passBody reads from the upstream at once: a chunk
+// of the body through on_response_body.
+const bodyChunk = 32 << 10
+
+// passBody passes the upstream's body through the plugin as it arrives, as
+// Envoy does with data frames: each read (up to bodyChunk bytes) goes to
+// on_response_body, then downstream, flushed (so that server-sent events
+// stream through). The last chunk carries end of stream, unless trailers
+// follow: then on_response_trailers ends the stream. When the upstream's
+// end comes after its last data, an empty chunk carries end of stream, as
+// Envoy's empty last frame does. It reports a response to abort: the
+// upstream or the client failed mid-body, the plugin failed, or it replied
+// locally (too late to replace a response under way: Envoy resets the
+// stream).
+func (gw *Gateway) passBody(w http.ResponseWriter, resp *http.Response, stream *wasmhost.Stream) (abort bool) {
+	rc := http.NewResponseController(w)
+	buf := make([]byte, bodyChunk)
+	for {
+		n, err := resp.Body.Read(buf)
+		if err != nil && !errors.Is(err, io.EOF) {
+			gw.log.Warn("the upstream failed mid-body; resetting the stream", "err", err)
+			return true
 		}
-		for name, values := range resp.Trailer {
-			w.Header()[name] = values
+		eof := err != nil
+		var trailers []wasmhost.Header
+		if eof { // their values are known once the body is read
+			trailers = headerList(resp.Trailer, nil)
 		}
+		if n > 0 || (eof && len(trailers) == 0) {
+			res, err := stream.ResponseBody(buf[:n], eof && len(trailers) == 0)
+			if err != nil {
+				gw.log.Error("plugin error on the response body; resetting the stream", "err", err)
+				return true
+			}
+			if res.Local != nil {
+				gw.log.Warn("the plugin replied locally after the response started; resetting the stream",
+					"status", res.Local.Status)
+				return true
+			}
+			if n > 0 {
+				if _, err := w.Write(buf[:n]); err != nil {
+					return true // the client went away
+				}
+				if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+					return true // the client went away
+				}
+			}
+		}
+		if !eof {
+			continue
+		}
+		if len(trailers) > 0 {
+			if err := stream.ResponseTrailers(trailers); err != nil {
+				gw.log.Error("plugin error on response trailers", "err", err)
+			}
+			for name, values := range resp.Trailer {
+				w.Header()[name] = values
+			}
+		}
+		return false
 	}
 }
 

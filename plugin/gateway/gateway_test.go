@@ -67,9 +67,16 @@ func (l *logBuffer) String() string {
 
 func startGateway(t *testing.T, upstreamURL, config string) (*Gateway, string, *logBuffer) {
 	t.Helper()
+	return startGatewayWith(t, "./plugin", upstreamURL, config)
+}
+
+// startGatewayWith starts a gateway running the module built from pkg
+// ("./plugin", or a test module).
+func startGatewayWith(t *testing.T, pkg, upstreamURL, config string) (*Gateway, string, *logBuffer) {
+	t.Helper()
 	dir := t.TempDir()
 	wasmPath := filepath.Join(dir, "ratelimit.wasm")
-	if err := os.WriteFile(wasmPath, wasmtest.Build(t, "./plugin"), 0o644); err != nil {
+	if err := os.WriteFile(wasmPath, wasmtest.Build(t, pkg), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	configPath := filepath.Join(dir, "config.json")

@@ -25,16 +25,35 @@ type Request struct {
 	// ResponseHeaders is what the upstream answers (default :status 200).
 	ResponseHeaders []Header
 	// ResponseTrailers, when not empty, end the upstream's response: the
-	// headers go to on_response_headers without end of stream, then these
-	// to on_response_trailers.
+	// headers go to on_response_headers without end of stream (and the
+	// body chunks too), then these to on_response_trailers.
 	ResponseTrailers []Header
+	// ResponseBody, when not empty, is the upstream's response body in the
+	// chunks (data frames) it arrives in, delivered one by one as Envoy
+	// does: on_response_headers without end of stream, then
+	// on_response_body(len(chunk), end_of_stream) per chunk, during which
+	// the HttpResponseBody buffer holds that chunk only; end_of_stream is
+	// true on the last chunk unless ResponseTrailers follow (then false on
+	// every chunk). An empty chunk is delivered as is (Envoy's empty last
+	// frame). Each chunk goes downstream unchanged (Response.ResponseBody).
+	// The plugin must return Continue from on_response_body: anything else
+	// (Envoy would buffer) is a host error. No chunk follows a local reply.
+	// nil: no body, as before.
+	ResponseBody [][]byte
+	// ResetAfterBodyChunks, when > 0, resets the stream after that many
+	// chunks of ResponseBody (at most len(ResponseBody)), all delivered
+	// without end of stream: no trailers, then on_log and on_done as for
+	// any reset. Status and ResponseHeaders are the upstream's (they went
+	// downstream), ResponseBody the chunks delivered.
+	ResetAfterBodyChunks int
 	// ResetAfterRequest resets the stream after its request went upstream,
 	// before any response (on_log and on_done run; Status is 0).
 	ResetAfterRequest bool
 	// HoldUpstream keeps the stream open after its request went upstream,
 	// as an upstream still working on it does: HTTP returns with Stream set
-	// (Paused false), and Stream.Complete delivers ResponseHeaders and ends
-	// the stream, or Stream.Reset ends it without a response.
+	// (Paused false), and Stream.Complete delivers ResponseHeaders (then
+	// ResponseBody and ResponseTrailers) and ends the stream, or
+	// Stream.Reset ends it without a response.
 	HoldUpstream bool
 }
 
@@ -47,6 +66,15 @@ type Response struct {
 	ResponseHeaders []Header // response headers sent downstream, after on_response_headers
 	Paused          bool     // on_request_headers paused and nothing resumed it within the call
 	Stream          Stream   // set when Paused, or for a request that held its upstream (HoldUpstream)
+	// ResponseBody is the body that went downstream: the chunks of
+	// Request.ResponseBody delivered, concatenated; nil when rejected
+	// before the body, or when no chunk (or none but empty ones) went. A
+	// local reply sent once the response headers went downstream (during
+	// on_response_body) cannot replace the response: Envoy resets the
+	// stream, so Rejected and LocalBody are set while Status,
+	// ResponseHeaders and ResponseBody are what went downstream before the
+	// reset (the chunks before the one whose callback replied).
+	ResponseBody []byte
 }
 
 // Stream is a paused request, or one whose upstream has not answered.
@@ -54,8 +82,9 @@ type Stream interface {
 	// Settled reports whether the plugin has resumed the request
 	// (continue_stream) or answered it with a local response.
 	Settled() bool
-	// Complete finishes a settled stream as Host.HTTP would have (upstream
-	// answer, on_response_headers, on_log, on_done, on_delete).
+	// Complete finishes a settled stream as Host.HTTP would have (the
+	// upstream's answer of the Request: on_response_headers, the body
+	// chunks, trailers; then on_log, on_done, on_delete).
 	Complete() (Response, error)
 	// Reset ends the stream as a downstream reset does in Envoy (on_log,
 	// on_done, on_delete without a response).

@@ -99,20 +99,23 @@ func (w *wazeroHost) HTTP(vm int, r Request) (Response, error) {
 	if v == nil {
 		return Response{}, fmt.Errorf("wasmhost: no VM %d", vm)
 	}
-	res, err := v.HTTP(context.Background(), &wasmhost.Request{
-		Headers:           r.Headers,
-		Properties:        wasmhost.Properties(r.Properties),
-		ResponseHeaders:   r.ResponseHeaders,
-		ResponseTrailers:  r.ResponseTrailers,
-		ResetAfterRequest: r.ResetAfterRequest,
-		HoldUpstream:      r.HoldUpstream,
-	})
+	req := &wasmhost.Request{
+		Headers:              r.Headers,
+		Properties:           wasmhost.Properties(r.Properties),
+		ResponseHeaders:      r.ResponseHeaders,
+		ResponseTrailers:     r.ResponseTrailers,
+		ResponseBody:         r.ResponseBody,
+		ResetAfterBodyChunks: r.ResetAfterBodyChunks,
+		ResetAfterRequest:    r.ResetAfterRequest,
+		HoldUpstream:         r.HoldUpstream,
+	}
+	res, err := v.HTTP(context.Background(), req)
 	if err != nil {
 		return Response{}, err
 	}
 	out := fromResult(res)
 	if s, ok := out.Stream.(*wazeroStream); ok {
-		s.resp = r.ResponseHeaders // what Complete answers
+		s.up = req // what Complete answers
 	}
 	return out, nil
 }
@@ -135,6 +138,7 @@ func fromResult(res *wasmhost.Result) Response {
 		Status:          res.Status,
 		UpstreamHeaders: res.UpstreamHeaders,
 		ResponseHeaders: res.ResponseHeaders,
+		ResponseBody:    res.ResponseBody,
 		Paused:          res.Paused,
 	}
 	if res.Local != nil {
@@ -147,8 +151,8 @@ func fromResult(res *wasmhost.Result) Response {
 }
 
 type wazeroStream struct {
-	s    *wasmhost.Stream
-	resp []Header // the upstream's answer for Complete (nil: 200)
+	s  *wasmhost.Stream
+	up *wasmhost.Request // the upstream's answer for Complete (headers, body, trailers)
 }
 
 func (s *wazeroStream) Settled() bool {
@@ -164,7 +168,11 @@ func (s *wazeroStream) Complete() (Response, error) {
 	if !s.Settled() {
 		return Response{}, errors.New("wasmhost: the stream is still paused")
 	}
-	res, err := s.s.Complete(context.Background(), s.resp)
+	up := s.up
+	if up == nil {
+		up = &wasmhost.Request{}
+	}
+	res, err := s.s.CompleteWith(context.Background(), up)
 	if err != nil {
 		return Response{}, err
 	}

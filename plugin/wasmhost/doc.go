@@ -37,7 +37,11 @@
 //     guest sleep advances a ManualClock instead of blocking.
 //   - Buffers through proxy_get_buffer_bytes (plugin configuration only
 //     during on_configure, VM configuration, the HTTP call response body
-//     during on_http_call_response); values returned to the guest are
+//     during on_http_call_response, the response body: the current chunk
+//     during on_response_body, else empty as in Envoy), the range clipped
+//     to the buffer as proxy-wasm-cpp-host does (reading nothing is Ok
+//     with a null pointer, which the Go SDK reports as NotFound); values
+//     returned to the guest are
 //     allocated in it with its malloc export if it has one, else with
 //     proxy_on_memory_allocate (Envoy's order); empty values come back
 //     as a null pointer without allocating.
@@ -56,7 +60,14 @@
 //     can be resumed or answered from on_tick or on_http_call_response via
 //     proxy_set_effective_context.
 //   - Stream order: context create, on_request_headers, on_response_headers,
-//     on_log, on_done, on_delete (Reset: on_log, on_done, on_delete too).
+//     on_response_body per chunk of the response body, on_response_trailers,
+//     on_log, on_done, on_delete (Reset: on_log, on_done, on_delete too,
+//     also mid-body: Request.ResetAfterBodyChunks).
+//   - The response body (Request.ResponseBody, Stream.ResponseBody): the
+//     headers without end of stream, then on_response_body(len(chunk),
+//     end_of_stream) per chunk, end_of_stream on the last unless trailers
+//     follow; each chunk goes downstream unchanged. A local reply once the
+//     response headers went downstream resets the stream, as in Envoy.
 //   - dispatch_http_call: needs :method, :path, :authority and a cluster
 //     (Config.Clusters, if set, lists the known ones) else BadArgument; the
 //     answer reaches on_http_call_response on the dispatching root context,
@@ -93,13 +104,16 @@
 //     caller through Host.PendingCalls (package netcall is an HTTPCalls
 //     that answers over the network: http, https and h2c clusters, with
 //     response trailers, e.g. a gRPC rate limit service).
-//   - No bodies, and no trailers but the response's: streams carry
-//     headers only (VM.HTTP passes end_of_stream true, except to
-//     on_response_headers for a local reply with a body, or when
-//     Request.ResponseTrailers follow, delivered to on_response_trailers
-//     and readable, not writable, there), body buffers are absent
-//     (NotFound), on_*_body and on_request_trailers are never called. A
-//     response-phase Pause is reported but not otherwise modelled.
+//   - No request body, and no trailers but the response's: requests carry
+//     headers only (on_request_headers gets end_of_stream true), the
+//     request body buffer is absent (NotFound), on_request_body and
+//     on_request_trailers are never called. Response trailers
+//     (Request.ResponseTrailers) are readable, not writable, in
+//     on_response_trailers. The response body is readable, not writable
+//     (set_buffer_bytes: Unimplemented), and on_response_body must return
+//     Continue: buffering (StopIterationAndBuffer, ...) fails the call as
+//     not supported. A response-phase Pause from on_response_headers is
+//     reported but not otherwise modelled.
 //   - No L4 (TCP) filters, no gRPC calls or streams, no WASI filesystem or
 //     sockets (stdout and stderr are captured; stderr is echoed to
 //     Config.LogWriter).

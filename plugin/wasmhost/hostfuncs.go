@@ -219,6 +219,7 @@ func hSendLocalResponse(vm *VM, st []uint64) Status {
 	s.local = local
 	s.localPending = true
 	s.localInResp = s.state == stResponse
+	s.localInBody = s.respSent
 	s.localFinal = localReplyHeaders(local)
 	vm.touch(s)
 	return StatusOK

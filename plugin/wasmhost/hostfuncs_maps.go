@@ -187,6 +187,13 @@ func (vm *VM) buffer(t uint32) ([]byte, bool) {
 		if r := vm.cur.callResp; r != nil {
 			return r.body, true
 		}
+	case bufResponseBody:
+		// Envoy (Context::getBuffer) always has this buffer: the current
+		// chunk during on_response_body, else empty.
+		if s := vm.cur.stream; s != nil && s.inBody {
+			return s.chunk, true
+		}
+		return nil, true
 	}
 	return nil, false
 }
@@ -200,15 +207,18 @@ func hGetBuffer(vm *VM, st []uint64) Status {
 	if !ok {
 		return StatusNotFound
 	}
+	// As proxy-wasm-cpp-host's get_buffer_bytes: the range is clipped to
+	// the buffer (a start past its end reads nothing); reading nothing is
+	// Ok with a null pointer and size 0 written (the Go SDK then reports
+	// NotFound).
 	start, length := uint64(u32(st[1])), uint64(u32(st[2]))
 	if start > uint64(len(buf)) {
-		return StatusBadArgument
-	}
-	if start+length > uint64(len(buf)) {
+		length = 0
+	} else if start+length > uint64(len(buf)) {
 		length = uint64(len(buf)) - start
 	}
 	if length == 0 {
-		return StatusOK // as cpp-host: nothing is written
+		return copyOut(vm, buf[:0], u32(st[3]), u32(st[4]))
 	}
 	return copyOut(vm, buf[start:start+length], u32(st[3]), u32(st[4]))
 }

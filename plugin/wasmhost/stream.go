@@ -27,10 +27,31 @@ type Request struct {
 	Properties Properties
 	// ResponseHeaders is what the upstream answers (default [[":status","200"]]).
 	ResponseHeaders []Header
-	// ResponseTrailers, when not empty, follow the response headers: the
-	// headers are delivered with end_of_stream false, then
+	// ResponseTrailers, when not empty, follow the response headers (and
+	// body): the headers are delivered with end_of_stream false, then
 	// proxy_on_response_trailers runs with these trailers.
 	ResponseTrailers []Header
+	// ResponseBody, when not empty, is the upstream's response body in the
+	// chunks (data frames) it arrives in, delivered one by one as Envoy
+	// does: the headers with end_of_stream false, then
+	// proxy_on_response_body(len(chunk), end_of_stream) per chunk, during
+	// which proxy_get_buffer_bytes(HttpResponseBody) reads that chunk only.
+	// end_of_stream is true on the last chunk, unless trailers follow (then
+	// false on every chunk, and on_response_trailers ends the stream). An
+	// empty chunk is delivered as such (Envoy sends an empty last frame
+	// with end_of_stream when the body ended without data). Each chunk then
+	// goes downstream unchanged (Result.ResponseBody). A callback that
+	// returns anything but Continue (StopIterationAndBuffer, ...) fails the
+	// call: buffering is not supported by this host. No chunk is delivered
+	// after a local reply.
+	ResponseBody [][]byte
+	// ResetAfterBodyChunks, when > 0, resets the stream after that many
+	// chunks of ResponseBody (at most len(ResponseBody)) were delivered, all
+	// without end of stream (an upstream or downstream reset mid-body):
+	// no trailers, then on_log, on_done and on_delete as for any reset.
+	// Status and ResponseHeaders are the upstream's (they went
+	// downstream), ResponseBody the chunks delivered.
+	ResetAfterBodyChunks int
 	// ResetAfterRequest: the stream is reset after the request headers
 	// went upstream and before any response (a downstream disconnect or an
 	// upstream reset): on_log, on_done and on_delete run without a
@@ -52,7 +73,15 @@ type Result struct {
 	ResponseHeaders []Header       // final response headers sent downstream (after on_response_headers)
 	Paused          bool           // on_request_headers returned Pause and nothing resumed it within the call
 	Stream          *Stream        // for a paused request (continue it with Stream.Complete, or Wait, ...) or one holding its upstream
-
+	// ResponseBody is the response body that went downstream: the chunks
+	// of Request.ResponseBody delivered, concatenated (nil when there were
+	// none, or none but empty ones, or the plugin replied locally before
+	// the body). A local reply sent once the response headers went
+	// downstream (from on_response_body, say) cannot replace the response:
+	// Envoy resets the stream; Rejected and Local are then set, while
+	// Status, ResponseHeaders and ResponseBody are what went downstream
+	// before the reset (the chunks before the one whose callback replied).
+	ResponseBody []byte
 }
 
 // LocalResponse is what the plugin passed to proxy_send_local_response.
@@ -103,8 +132,10 @@ const (
 //
 // Typical use: NewStream, RequestHeaders; if paused, Wait (or select on
 // Resumed) until the guest resumes it or replies locally; then, unless a
-// local reply was sent, ResponseHeaders with what the upstream answered;
-// finally Finish (or Reset if the downstream went away).
+// local reply was sent, ResponseHeaders with what the upstream answered,
+// ResponseBody per chunk of its body as it arrives and ResponseTrailers;
+// finally Finish (or Reset if the downstream or the upstream went away, or
+// the plugin replied locally during the body).
 type Stream struct {
 	vm      *VM
 	id      uint32
@@ -123,6 +154,11 @@ type Stream struct {
 	local        *LocalResponse
 	localPending bool
 	localInResp  bool // the pending local reply was sent during the response phase
+	localInBody  bool // the local reply was sent once the response headers went downstream: the stream is reset
+	respSent     bool // on_response_headers returned with the response going downstream: body chunks may follow
+	respEnded    bool // the response's end of stream was delivered (with its headers or a body chunk)
+	inBody       bool // proxy_on_response_body is running: chunk is the HttpResponseBody buffer
+	chunk        []byte
 	localFinal   []Header
 	paused       bool
 	continueReq  bool
@@ -257,8 +293,10 @@ func (s *Stream) responseHeaders(endOfStream bool) (StreamResult, error) {
 	vm := s.vm
 	s.state = stResponse
 	s.hasResp = true
+	s.respEnded = endOfStream
 	if vm.fn.responseHeaders == nil {
 		s.respShared = true
+		s.respSent = s.local == nil
 		return StreamResult{Action: ActionContinue, Headers: s.resp}, nil
 	}
 	vm.stack[0], vm.stack[1], vm.stack[2] = uint64(s.id), uint64(len(s.resp)), b2u(endOfStream)
@@ -270,6 +308,8 @@ func (s *Stream) responseHeaders(endOfStream bool) (StreamResult, error) {
 	if s.local != nil {
 		r.Local = s.local
 		r.ResponseHeaders = s.resp
+	} else {
+		s.respSent = true
 	}
 	return r, nil
 }
@@ -283,10 +323,76 @@ func (s *Stream) ResponseTrailers(h []Header) error {
 		return err
 	}
 	defer vm.leave()
-	if s.state != stResponse || s.local != nil || s.hasTrailers {
-		return fmt.Errorf("wasmhost: stream %d: trailers need delivered response headers, no local reply and no trailers yet", s.id)
+	if s.state != stResponse || s.local != nil || s.hasTrailers || s.respEnded {
+		return fmt.Errorf("wasmhost: stream %d: trailers need response headers delivered without end of stream, "+
+			"no local reply, no body chunk with end of stream and no trailers yet", s.id)
 	}
 	return s.responseTrailers(h)
+}
+
+// ResponseBody delivers one chunk (data frame) of the upstream's response
+// body, after ResponseHeaders delivered the headers without end of stream:
+// proxy_on_response_body(len(chunk), endOfStream), during which
+// proxy_get_buffer_bytes(HttpResponseBody) reads this chunk (and only it).
+// endOfStream is true on the last chunk unless trailers follow
+// (ResponseTrailers then ends the stream); an empty chunk is legal. The
+// chunk then goes downstream unchanged: the plugin may read it, not change
+// it. A callback returning anything but Continue is an error (buffering
+// the body is not supported by this host). A local reply sent during the
+// callback (StreamResult.Local) cannot replace a response whose headers
+// went downstream: Envoy resets the stream, so the caller must not send
+// this chunk and must end the stream with Reset.
+func (s *Stream) ResponseBody(chunk []byte, endOfStream bool) (StreamResult, error) {
+	vm := s.vm
+	if err := vm.enter(context.Background()); err != nil {
+		return StreamResult{}, err
+	}
+	defer vm.leave()
+	if s.state != stResponse || !s.respSent || s.local != nil || s.hasTrailers || s.respEnded {
+		return StreamResult{}, fmt.Errorf("wasmhost: stream %d: a body chunk needs response headers delivered without "+
+			"end of stream, no local reply, no trailers and no chunk with end of stream yet", s.id)
+	}
+	return s.responseBody(chunk, endOfStream)
+}
+
+// responseBody runs proxy_on_response_body on one chunk. vm.sem held.
+func (s *Stream) responseBody(chunk []byte, endOfStream bool) (StreamResult, error) {
+	vm := s.vm
+	s.respEnded = endOfStream
+	if vm.fn.responseBody == nil {
+		return StreamResult{Action: ActionContinue}, nil
+	}
+	vm.stack[0], vm.stack[1], vm.stack[2] = uint64(s.id), uint64(len(chunk)), b2u(endOfStream)
+	s.inBody, s.chunk = true, chunk
+	err := vm.callStream(s, vm.fn.responseBody, "proxy_on_response_body", 3)
+	s.inBody, s.chunk = false, nil
+	if err != nil {
+		return StreamResult{}, err
+	}
+	r := StreamResult{Action: Action(uint32(vm.stack[0]))}
+	if s.local != nil {
+		r.Local = s.local
+		return r, nil
+	}
+	if r.Action != ActionContinue {
+		return r, fmt.Errorf("wasmhost: stream %d: proxy_on_response_body returned %s: buffering the response body "+
+			"is not supported by this test host (only Continue is)", s.id, dataStatus(r.Action))
+	}
+	return r, nil
+}
+
+// dataStatus names a body callback's return value as Envoy reads it
+// (proxy-wasm-cpp-host FilterDataStatus; above 3, StopIterationNoBuffer).
+func dataStatus(a Action) string {
+	switch a {
+	case 0:
+		return "Continue"
+	case 1:
+		return "StopIterationAndBuffer"
+	case 2:
+		return "StopIterationAndWatermark"
+	}
+	return fmt.Sprintf("%d (StopIterationNoBuffer)", int(a))
 }
 
 // responseTrailers delivers the response trailers
@@ -306,6 +412,11 @@ func (s *Stream) responseTrailers(t []Header) error {
 func (s *Stream) applyDeferred() error {
 	if s.localPending {
 		s.localPending = false
+		if s.localInBody {
+			// Sent once the response headers went downstream: Envoy can
+			// only reset the stream; the response stays as it went.
+			return nil
+		}
 		if s.localInResp {
 			// Sent while encoding the response: the reply replaces the
 			// response headers (on_response_headers is not run again).
@@ -433,6 +544,16 @@ func (s *Stream) Wait(ctx context.Context) (StreamResult, error) {
 // resumed) delivers responseHeaders (default :status 200), and runs on_log,
 // on_done and on_delete.
 func (s *Stream) Complete(ctx context.Context, responseHeaders []Header) (*Result, error) {
+	return s.CompleteWith(ctx, &Request{ResponseHeaders: responseHeaders})
+}
+
+// CompleteWith is Complete with the upstream's whole answer as VM.HTTP
+// delivers it: up's ResponseHeaders, ResponseBody, ResponseTrailers and
+// ResetAfterBodyChunks (its other fields are ignored).
+func (s *Stream) CompleteWith(ctx context.Context, up *Request) (*Result, error) {
+	if err := checkUpstream(up); err != nil {
+		return nil, err
+	}
 	if _, err := s.Wait(ctx); err != nil {
 		return nil, err
 	}
@@ -442,18 +563,19 @@ func (s *Stream) Complete(ctx context.Context, responseHeaders []Header) (*Resul
 	}
 	defer vm.leave()
 	res := &Result{}
+	reset := false
 	if s.local == nil {
 		if s.state != stRequest {
 			return nil, fmt.Errorf("wasmhost: stream %d: already past the request phase", s.id)
 		}
 		res.UpstreamHeaders = s.upstream
-		s.resp = copyHeaders(responseHeaders, true)
-		if _, err := s.responseHeaders(true); err != nil {
+		var err error
+		if reset, err = s.respond(up, nil, res); err != nil {
 			return nil, err
 		}
 	}
 	s.fillResult(res)
-	if err := s.finish(false); err != nil {
+	if err := s.finish(reset); err != nil {
 		return nil, err
 	}
 	return res, nil

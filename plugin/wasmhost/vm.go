@@ -33,7 +33,7 @@ type VM struct {
 	sharedBuf []byte // a shared-data value on its way to the guest (reused)
 	fn        struct {
 		malloc, initialize, contextCreate, vmStart, configure, requestHeaders, responseHeaders,
-		responseTrailers, log, done, delete, tick, httpCallResponse, queueReady api.Function
+		responseBody, responseTrailers, log, done, delete, tick, httpCallResponse, queueReady api.Function
 	}
 
 	sem   chan struct{} // held while the guest runs; guards the fields below
@@ -164,6 +164,7 @@ func (h *Host) newVM(ctx context.Context, id int) (*VM, error) {
 	f.configure = mod.ExportedFunction("proxy_on_configure")
 	f.requestHeaders = mod.ExportedFunction("proxy_on_request_headers")
 	f.responseHeaders = mod.ExportedFunction("proxy_on_response_headers")
+	f.responseBody = mod.ExportedFunction("proxy_on_response_body")
 	f.responseTrailers = mod.ExportedFunction("proxy_on_response_trailers")
 	f.log = mod.ExportedFunction("proxy_on_log")
 	f.done = mod.ExportedFunction("proxy_on_done")

@@ -316,6 +316,16 @@ struct StreamState {
   Headers upstream_trailers;
   bool has_trailers = false, reset_after_request = false, hold_upstream = false;
   bool has_resp = false, in_log = false;
+  // The upstream's response body, in the chunks (data frames) it arrives
+  // in, and a reset after that many of them (0: none). During
+  // on_response_body, chunk is the HttpResponseBody buffer. resp_sent: the
+  // response headers went downstream (on_response_headers returned without
+  // a local reply), so a local reply can no longer replace the response.
+  std::vector<std::string> upstream_body;
+  int64_t reset_after_chunks = 0;
+  const std::string *chunk = nullptr;
+  bool resp_sent = false, reply_in_body = false;
+  std::string down_body; // the chunks that went downstream
   std::map<std::string, std::string> props; // per-request properties by dotted path
   int64_t created_ns = 0;
   // Local reply.
@@ -355,6 +365,11 @@ public:
   std::string_view call_body;
   std::map<std::string, std::string> set_props;
   proxy_wasm::BufferBase buffer;
+  // The response body: readable, not writable here (Envoy lets the plugin
+  // change it; the filter does not).
+  struct ReadOnlyBody : proxy_wasm::BufferBase {
+    WasmResult copyFrom(size_t, size_t, std::string_view) override { return WasmResult::Unimplemented; }
+  } body_buffer;
 
   void error(std::string_view message) override;
   WasmResult unimplemented() override { return WasmResult::Unimplemented; }
@@ -384,6 +399,11 @@ public:
       // effective context (the Go SDK switches to the calling stream's).
       if (auto *r = callRoot()) return buffer.set(r->call_body);
       return nullptr;
+    case WasmBufferType::HttpResponseBody:
+      // Envoy (Context::getBuffer) always has this buffer: the current
+      // chunk during on_response_body (encodeData), else empty.
+      body_buffer.set(stream && stream->chunk ? std::string_view(*stream->chunk) : std::string_view());
+      return &body_buffer;
     default:
       return nullptr;
     }
@@ -601,7 +621,7 @@ struct Integration : proxy_wasm::WasmVmIntegration {
 struct Response {
   bool rejected = false, paused = false, held = false, forwarded = false;
   int status = 0;
-  std::string body;
+  std::string body, down_body;
   Headers upstream, resp;
   uint64_t stream = 0;
 };
@@ -803,6 +823,14 @@ struct Worker {
 
   void applyLocalReply(HostContext *ctx, uint32_t code, const std::string &body, const Headers &extra, int grpc) {
     StreamState *s = ctx->stream;
+    if (s->resp_sent) {
+      // The response headers already went downstream: Envoy cannot reply
+      // any more and resets the stream; the response stays as it went.
+      s->rejected = true;
+      s->local_body = body;
+      s->reply_in_body = true;
+      return;
+    }
     bool request_phase = !s->has_resp;
     Headers h;
     h.emplace_back(":status", std::to_string(code));
@@ -854,6 +882,11 @@ struct Worker {
     delete ctx;
   }
 
+  // forward delivers the upstream's answer: the response headers, the body
+  // chunk by chunk (end of stream on the last unless trailers follow), the
+  // trailers. A reset (after reset_after_chunks chunks, or by a local reply
+  // once the response headers went downstream) ends it early: the caller's
+  // finish runs on_log, on_done and on_delete either way.
   void forward(HostContext *ctx) {
     StreamState *s = ctx->stream;
     s->forwarded = true;
@@ -863,12 +896,33 @@ struct Worker {
     for (auto &kv : s->resp)
       if (kv.first == ":status") s->status = atoi(kv.second.c_str());
     bool trailers = !s->upstream_trailers.empty();
+    size_t chunks = s->upstream_body.size();
+    bool cut = s->reset_after_chunks > 0;
+    if (cut) chunks = static_cast<size_t>(s->reset_after_chunks);
     {
       Timed t(prof, kResponseHeaders);
-      ctx->onResponseHeaders(s->resp.size(), !trailers);
+      ctx->onResponseHeaders(s->resp.size(), chunks == 0 && !trailers);
     }
     check("proxy_on_response_headers");
-    if (trailers && !s->local_sent) {
+    if (s->local_sent) return; // the reply replaced the response
+    s->resp_sent = true;
+    for (size_t i = 0; i < chunks; i++) {
+      const std::string &c = s->upstream_body[i];
+      s->chunk = &c;
+      auto st = ctx->onResponseBody(c.size(), !cut && i + 1 == chunks && !trailers);
+      s->chunk = nullptr;
+      check("proxy_on_response_body");
+      if (s->reply_in_body) return; // Envoy resets the stream
+      if (st != proxy_wasm::FilterDataStatus::Continue) {
+        static const char *names[] = {"Continue", "StopIterationAndBuffer", "StopIterationAndWatermark",
+                                      "StopIterationNoBuffer"};
+        throw std::runtime_error(std::string("proxy_on_response_body returned ") + names[static_cast<int>(st) & 3] +
+                                 ": buffering the response body is not supported by this test host (only Continue is)");
+      }
+      s->down_body += c;
+    }
+    if (cut) return;
+    if (trailers) {
       s->has_trailers = true;
       ctx->onResponseTrailers(s->upstream_trailers.size());
       check("proxy_on_response_trailers");
@@ -883,6 +937,7 @@ struct Worker {
     r.forwarded = s->forwarded;
     r.upstream = s->upstream_headers;
     r.resp = s->resp;
+    r.down_body = s->down_body;
     return r;
   }
 
@@ -1257,12 +1312,16 @@ void Integration::trace(std::string_view message) {
 
 // ---------------------------------------------------------------- commands
 
+// encodeResponse answers a stream: rejected, status, open (1 paused, 2 held),
+// stream id, local reply body, upstream request headers (-1: none),
+// response headers, the response body that went downstream.
 std::string encodeResponse(const Response &r) {
   std::string out = "ok " + std::string(r.rejected ? "1" : "0") + " " + std::to_string(r.status) + " " +
                     (r.paused ? "1" : r.held ? "2" : "0") + " " + std::to_string(r.stream) + " " + esc(r.body);
   if (r.forwarded) appendHeaders(out, r.upstream);
   else out += " -1";
   appendHeaders(out, r.resp);
+  out += " " + esc(r.down_body);
   return out;
 }
 
@@ -1332,6 +1391,11 @@ void drain() {
   onAll([](Worker &) {});
 }
 
+// readStream reads a stream's arguments: request headers, properties,
+// response headers, response trailers, the response body's chunks (a list
+// of strings: any bytes), what follows the request (0 the response, 1 a
+// reset, 2 a held upstream) and the number of body chunks after which the
+// stream is reset (0: none).
 std::unique_ptr<StreamState> readStream(Args &a) {
   auto s = std::make_unique<StreamState>();
   s->id = next_stream_id++;
@@ -1339,9 +1403,16 @@ std::unique_ptr<StreamState> readStream(Args &a) {
   for (auto &kv : a.headers()) s->props[kv.first] = kv.second;
   s->upstream_resp = a.headers();
   s->upstream_trailers = a.headers();
+  int64_t chunks = a.num();
+  if (chunks < 0 || chunks > 1 << 20) throw std::runtime_error("bad body chunk count");
+  for (int64_t i = 0; i < chunks; i++) s->upstream_body.push_back(a.str());
   int64_t after = a.num(); // 1: reset after the request; 2: hold the upstream's answer
   s->reset_after_request = after == 1;
   s->hold_upstream = after == 2;
+  s->reset_after_chunks = a.num(); // a reset after that many body chunks (0: none)
+  if (s->reset_after_chunks < 0 || s->reset_after_chunks > chunks)
+    throw std::runtime_error("a reset after " + std::to_string(s->reset_after_chunks) + " body chunks, of " +
+                             std::to_string(chunks));
   return s;
 }
 
@@ -1549,6 +1620,7 @@ void handle(const std::string &tag, const std::string &cmd, Args &a) {
         st->req = tmpl->req;
         st->props = tmpl->props;
         st->upstream_resp = tmpl->upstream_resp;
+        st->upstream_body = tmpl->upstream_body;
         if (subst) {
           std::string num = std::to_string(first + i);
           for (auto &kv : st->req) kv.second = substitute(kv.second, num);
@@ -1580,6 +1652,7 @@ void handle(const std::string &tag, const std::string &cmd, Args &a) {
             st->req = tmpl->req;
             st->props = tmpl->props;
             st->upstream_resp = tmpl->upstream_resp;
+            st->upstream_body = tmpl->upstream_body;
             std::string num = std::to_string(first + pass * n + i);
             for (auto &kv : st->req) kv.second = substitute(kv.second, num);
             for (auto &kv : st->props) kv.second = substitute(kv.second, num);

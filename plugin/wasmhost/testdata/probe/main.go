@@ -8,7 +8,16 @@
 // upstream headers, or in the local reply's request headers). x-probe-resp
 // commands run in on_response_headers (results added to the response headers
 // as x-rr<i>), x-probe-log commands in on_log (results logged at info level
-// as "log-results: r0|r1|...").
+// as "log-results: r0|r1|..."). With the request header x-probe-body, its
+// commands run in every on_response_body (results logged at info level as
+// "body-results: chunk=<n> size=<body_buffer_length> eos=<end_of_stream>:
+// r0|r1|...", n counting from 1) and on_response_trailers logs
+// "trailers: n=<number of trailers>"; the body commands are body [start
+// [size]] (the chunk through the SDK, hex; default start 0 and the whole
+// chunk), bodyraw start size (proxy_get_buffer_bytes as is: status, size,
+// hex), bodystatus (proxy_get_buffer_status: status, length, flags),
+// bodyset <bytes> (replace the body), bodypause (return Pause from this
+// on_response_body), and any other command.
 //
 // Results are "ok", "ok:<detail>", a plain value, or "err:<Status>" where
 // Status is NotFound, BadArgument, CasMismatch, Empty, InternalFailure,
@@ -24,6 +33,7 @@ package main
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"os"
 	"runtime"
@@ -179,12 +189,21 @@ type httpContext struct {
 	pause      bool
 	respScript string
 	logScript  string
+
+	bodyOn     bool   // x-probe-body was set
+	bodyScript string // its commands, run in each on_response_body
+	chunks     int    // on_response_body calls so far
+	bodySize   int    // the current chunk's body_buffer_length
+	bodyPause  bool   // return Pause from the current on_response_body
 }
 
 func (c *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	script, _ := proxywasm.GetHttpRequestHeader("x-probe")
 	c.respScript, _ = proxywasm.GetHttpRequestHeader("x-probe-resp")
 	c.logScript, _ = proxywasm.GetHttpRequestHeader("x-probe-log")
+	if b, err := proxywasm.GetHttpRequestHeader("x-probe-body"); err == nil {
+		c.bodyOn, c.bodyScript = true, b
+	}
 	for i, res := range c.run(script) {
 		_ = proxywasm.AddHttpRequestHeader("x-r"+strconv.Itoa(i), res)
 	}
@@ -197,6 +216,27 @@ func (c *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 func (c *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 	for i, res := range c.run(c.respScript) {
 		_ = proxywasm.AddHttpResponseHeader("x-rr"+strconv.Itoa(i), res)
+	}
+	return types.ActionContinue
+}
+
+func (c *httpContext) OnHttpResponseBody(bodySize int, endOfStream bool) types.Action {
+	if !c.bodyOn {
+		return types.ActionContinue
+	}
+	c.chunks++
+	c.bodySize, c.bodyPause = bodySize, false
+	proxywasm.LogInfof("body-results: chunk=%d size=%d eos=%v: %s", c.chunks, bodySize, endOfStream,
+		strings.Join(c.run(c.bodyScript), "|"))
+	if c.bodyPause {
+		return types.ActionPause
+	}
+	return types.ActionContinue
+}
+
+func (c *httpContext) OnHttpResponseTrailers(numTrailers int) types.Action {
+	if c.bodyOn {
+		proxywasm.LogInfof("trailers: n=%d", numTrailers)
 	}
 	return types.ActionContinue
 }
@@ -381,6 +421,30 @@ func (c *httpContext) exec(name string, a []string) string {
 		return errName(proxywasm.ReplaceHttpRequestHeaders(pairs(arg(a, 0))))
 	case "rset":
 		return errName(proxywasm.ReplaceHttpResponseHeaders(pairs(arg(a, 0))))
+
+	// the response body (x-probe-body)
+	case "body":
+		start, size := 0, c.bodySize
+		if len(a) > 0 {
+			start = int(atou(arg(a, 0)))
+		}
+		if len(a) > 1 {
+			size = int(atou(arg(a, 1)))
+		}
+		b, err := proxywasm.GetHttpResponseBody(start, size)
+		if err != nil {
+			return errName(err)
+		}
+		return "hex:" + hex.EncodeToString(b)
+	case "bodyraw":
+		return rawBuffer(1, atou(arg(a, 0)), atou(arg(a, 1)))
+	case "bodystatus":
+		return bufferStatus(1)
+	case "bodyset":
+		return errName(proxywasm.ReplaceHttpResponseBody([]byte(arg(a, 0))))
+	case "bodypause":
+		c.bodyPause = true
+		return "ok"
 
 	// local replies and flow control
 	case "reply":

@@ -7,3 +7,7 @@ package main
 func rawPairs(uint32) string { return "err:native" }
 
 func mapSize(uint32) string { return "err:native" }
+
+func rawBuffer(uint32, uint32, uint32) string { return "err:native" }
+
+func bufferStatus(uint32) string { return "err:native" }
