@@ -145,6 +145,7 @@ func describeCost(cfg Object) string {
 		{"header:", "cost from request header "}, {"query:", "cost from query parameter "},
 		{"response_header:", "charged from response header "}, {"response_trailer:", "charged from response trailer "},
 		{"response_status:", "counting responses "}, {"response_grpc_status:", "counting gRPC responses "},
+		{"response_json:", "charged from response body "},
 	} {
 		if rest, ok := strings.CutPrefix(src, c.prefix); ok {
 			return ", " + c.words + rest

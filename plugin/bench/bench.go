@@ -24,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -202,4 +203,26 @@ func Headers(extra ...string) *wasmhost.Request {
 		Headers:    h,
 		Properties: wasmhost.Properties{"source.address": []byte("10.1.2.3:40000")},
 	}
+}
+
+// OpenAIStream is the body of a streamed chat completion of n content
+// events, as the data frames it arrives in (one event each), usage in the
+// last event, then [DONE]: what a response_json rule reads.
+func OpenAIStream(n int) [][]byte {
+	frames := make([][]byte, 0, n+2)
+	for i := 0; i < n; i++ {
+		frames = append(frames, []byte(`data: {"id":"chatcmpl-9","object":"chat.completion.chunk","created":1732752000,"model":"gpt-4o-mini",`+
+			`"choices":[{"index":0,"delta":{"content":" token"},"finish_reason":null}],"usage":null}`+"\n\n"))
+	}
+	return append(frames,
+		[]byte(`data: {"id":"chatcmpl-9","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":200,"total_tokens":212}}`+"\n\n"),
+		[]byte("data: [DONE]\n\n"))
+}
+
+// ChatCompletion is the body of a chat completion answer whose content is
+// about n bytes (with escaped quotes), usage at its end.
+func ChatCompletion(n int) []byte {
+	return []byte(`{"id":"chatcmpl-9","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"` +
+		strings.Repeat(`lorem ipsum \"dolor\" sit amet `, n/30) + `"},"finish_reason":"stop"}],` +
+		`"usage":{"prompt_tokens":12,"completion_tokens":300,"total_tokens":312}}`)
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 
+	"github.com/sluice-rl/sluice/shared/bodyscan"
 	"github.com/sluice-rl/sluice/shared/limiter"
 	"github.com/sluice-rl/sluice/shared/policy"
 )
@@ -61,6 +62,10 @@ type pendingCharge struct {
 	overflowed bool
 	counted    float64
 	cost       float64
+	// A response_json rule's body scan: httpContext.scans[scan], while
+	// scanning.
+	scanning bool
+	scan     int
 }
 
 // chargeMetrics are a response-charged rule's counters (docs/filter.md).
@@ -93,6 +98,9 @@ func (cr *compiledRule) compileCharge(cs policy.CostSource, maxDebt float64, vm 
 	cr.respStatus = cs.ByStatus()
 	cr.respGRPC = cs.Kind == policy.CostResponseGRPCStatus
 	cr.respName = cs.Name
+	if cr.respJSON = cs.Kind == policy.CostResponseJSON; cr.respJSON {
+		cr.jsonPaths, _ = bodyscan.ParsePaths(cs.Name) // valid: policy.Parse checked it
+	}
 	cr.statuses, cr.grpcCodes = cs.Statuses, cs.GRPCCodes
 	cr.maxDebt = maxDebt
 	cr.cm = vm.chargeMetrics(cr.name)
@@ -138,8 +146,11 @@ func (h *httpContext) addCharges(apps []application) {
 }
 
 // chargeResponse charges the pending charges whose cost the response
-// carries in this phase: headers (trailer false) or trailers (true).
-func (h *httpContext) chargeResponse(trailer bool) {
+// carries in this phase: headers (trailer false; end: the response has no
+// body nor trailers) or trailers (true). A response_json rule starts
+// reading the body with the headers and is charged at the end of the body
+// or with the trailers (body.go).
+func (h *httpContext) chargeResponse(trailer, end bool) {
 	defer func() {
 		if r := recover(); r != nil {
 			h.p.vm.recovered("the response-cost charge", r)
@@ -152,6 +163,14 @@ func (h *httpContext) chargeResponse(trailer bool) {
 		}
 		if c.rule.respGRPC { // in the headers of a trailers-only response, else in the trailers
 			h.chargeGRPCStatus(c, trailer)
+			continue
+		}
+		if c.rule.respJSON {
+			if trailer {
+				h.chargeBody(c)
+			} else {
+				h.startBodyScan(c, end)
+			}
 			continue
 		}
 		if c.rule.respTrailer != trailer {

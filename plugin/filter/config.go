@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/sluice-rl/sluice/plugin/headermap"
+	"github.com/sluice-rl/sluice/shared/bodyscan"
 	"github.com/sluice-rl/sluice/shared/limiter"
 	"github.com/sluice-rl/sluice/shared/policy"
 	"github.com/sluice-rl/sluice/shared/request"
@@ -100,6 +101,8 @@ type compiledRule struct {
 	respStatus  bool
 	respGRPC    bool
 	respName    string
+	respJSON    bool // the cost is at jsonPaths of the body (body.go)
+	jsonPaths   bodyscan.Paths
 	statuses    policy.StatusSet
 	grpcCodes   policy.GRPCCodeSet
 	maxDebt     float64
@@ -400,7 +403,7 @@ func (r *compiledRule) cost(rs *requestSources) float64 {
 	switch r.costKind {
 	case policy.CostFixed:
 		return r.fixedCost
-	case policy.CostResponseHeader, policy.CostResponseTrailer, policy.CostResponseStatus, policy.CostResponseGRPCStatus:
+	case policy.CostResponseHeader, policy.CostResponseTrailer, policy.CostResponseJSON, policy.CostResponseStatus, policy.CostResponseGRPCStatus:
 		return 0 // charged from the response (charge.go)
 	}
 	if v, ok := rs.get(r.costSrc); ok {

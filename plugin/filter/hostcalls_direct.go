@@ -147,6 +147,25 @@ func getHeaderValue(mapType uint32, name string, buf []byte) (v string, grown []
 	return bytesView(buf[start:]), buf, true
 }
 
+// bufferTypeResponseBody is the proxy-wasm buffer of the response body
+// chunk being processed.
+const bufferTypeResponseBody = 1
+
+// getResponseBody reads size bytes of the current response body chunk
+// from start into dst (overwritten) and returns them: dst's array when
+// they fit its capacity. A failed read returns no bytes.
+func getResponseBody(start, size int, dst []byte) []byte {
+	dst = dst[:0]
+	arm(dst)
+	st := rawGetBufferBytes(bufferTypeResponseBody, uint32(start), uint32(size),
+		unsafe.Pointer(&hostRet.data), unsafe.Pointer(&hostRet.size))
+	dst = takeInto(dst)
+	if st != statusOK {
+		return dst[:0]
+	}
+	return dst
+}
+
 // getSharedData reads a shared-data entry into dst (overwritten; nil: a new
 // slice) and returns the value, a view of dst's array.
 func getSharedData(key string, dst []byte) ([]byte, uint32, uint32) {

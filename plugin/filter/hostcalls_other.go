@@ -52,6 +52,18 @@ func rawGetHeaderMapPairs(mapType uint32, retData, retSize unsafe.Pointer) uint3
 	return statusOK
 }
 
+func rawGetBufferBytes(bufferType, start, maxSize uint32, retData, retSize unsafe.Pointer) uint32 {
+	if bufferType != bufferTypeResponseBody {
+		return statusInternalFailure
+	}
+	b, err := proxywasm.GetHttpResponseBody(int(start), int(maxSize))
+	if err != nil {
+		return statusOf(err)
+	}
+	placeReturned(bytesView(b), retData, retSize)
+	return statusOK
+}
+
 func rawGetSharedData(keyData unsafe.Pointer, keySize uint32, retData, retSize, retCas unsafe.Pointer) uint32 {
 	v, cas, err := proxywasm.GetSharedData(guestString(keyData, keySize))
 	if err != nil {

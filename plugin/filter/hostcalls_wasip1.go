@@ -18,6 +18,9 @@ func rawGetHeaderMapValue(mapType uint32, keyData unsafe.Pointer, keySize uint32
 //go:wasmimport env proxy_get_header_map_pairs
 func rawGetHeaderMapPairs(mapType uint32, retData unsafe.Pointer, retSize unsafe.Pointer) uint32
 
+//go:wasmimport env proxy_get_buffer_bytes
+func rawGetBufferBytes(bufferType uint32, start uint32, maxSize uint32, retData unsafe.Pointer, retSize unsafe.Pointer) uint32
+
 //go:wasmimport env proxy_get_shared_data
 func rawGetSharedData(keyData unsafe.Pointer, keySize uint32, retData unsafe.Pointer, retSize unsafe.Pointer, retCas unsafe.Pointer) uint32
 

@@ -191,6 +191,7 @@ const (
 	logOverflow
 	logTelemetry
 	logFleet
+	logBody
 	numLogKinds
 )
 

@@ -92,6 +92,9 @@ type requestScratch struct {
 	recBuf  []byte // a group's new record (store.go)
 	hdrBuf  []byte
 	shadow  []byte
+	// bodyBuf receives the response body chunks read for response_json
+	// rules (body.go), reused.
+	bodyBuf []byte
 	// chargeApp is the scratch of a response-phase charge (charge.go).
 	chargeApp application
 	// shadowEx is the first applying exempt rule in shadow mode, else nil:

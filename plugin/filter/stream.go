@@ -1,6 +1,10 @@
 package filter
 
-import "github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
+import (
+	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/sluice-rl/sluice/shared/bodyscan"
+)
 
 func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
 	// Must never return nil (the SDK would panic): nothing here can fail.
@@ -45,9 +49,9 @@ func (h *httpContext) OnHttpStreamDone() {
 // would build it and copy it over h (in wasm a memory.copy, which Envoy's
 // fast JIT runs as a call into the runtime).
 func (h *httpContext) recycle(p *pluginContext) {
-	charges, keys := h.charges[:0], h.chargeKeys[:0]
+	charges, keys, scans := h.charges[:0], h.chargeKeys[:0], h.scans[:0]
 	*h = httpContext{}
-	h.p, h.charges, h.chargeKeys = p, charges, keys
+	h.p, h.charges, h.chargeKeys, h.scans = p, charges, keys, scans
 }
 
 // httpContext is one HTTP stream.
@@ -71,6 +75,10 @@ type httpContext struct {
 	// their bucket keys; both kept when the context is recycled.
 	charges    []pendingCharge
 	chargeKeys []byte
+	// The body scans of response_json rules (body.go), kept too, and
+	// how many still read the body.
+	scans     []bodyscan.Scanner
+	bodyScans int
 }
 
 func (h *httpContext) OnHttpRequestHeaders(numHeaders int, _ bool) (action types.Action) {
@@ -91,9 +99,9 @@ func (h *httpContext) OnHttpRequestHeaders(numHeaders int, _ bool) (action types
 	return h.p.decide(h)
 }
 
-func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
+func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) types.Action {
 	if len(h.charges) > 0 && !h.local {
-		h.chargeResponse(false) // charge.go: costs in response headers
+		h.chargeResponse(false, endOfStream) // charge.go: costs in response headers
 	}
 	// Envoy runs this callback for our own local reply too: its headers are
 	// already final, leave them alone. (These checks cannot panic; the
@@ -109,7 +117,16 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 // (charge.go).
 func (h *httpContext) OnHttpResponseTrailers(int) types.Action {
 	if len(h.charges) > 0 && !h.local {
-		h.chargeResponse(true)
+		h.chargeResponse(true, true)
+	}
+	return types.ActionContinue
+}
+
+// OnHttpResponseBody reads the body for the response_json rules that
+// admitted the request (body.go); the body passes on unchanged.
+func (h *httpContext) OnHttpResponseBody(bodySize int, endOfStream bool) types.Action {
+	if h.bodyScans > 0 && !h.local {
+		h.scanBody(bodySize, endOfStream)
 	}
 	return types.ActionContinue
 }

@@ -24,6 +24,7 @@ func init() {
 		Case{Name: "MigratingFromKongRateLimiting", Run: migratingKong},
 		Case{Name: "MigratingFromHigressKeyRateLimit", Run: migratingHigressKey},
 		Case{Name: "MigratingFromHigressClusterKeyRateLimit", Run: migratingHigressCluster},
+		Case{Name: "MigratingFromHigressAITokenRateLimit", Run: migratingHigressAIToken},
 	)
 }
 
@@ -33,6 +34,7 @@ const MigrationGuide = "docs/migrating.md"
 
 var MigrationExamples = []string{
 	"envoy-local", "envoyproxy-ratelimit", "nginx-limit-req", "kong", "higress-key-rate-limit", "higress-cluster-key-rate-limit",
+	"higress-ai-token-ratelimit",
 }
 
 // ExampleMarker is the comment before an example's block.
@@ -229,5 +231,23 @@ func migratingHigressCluster(t *testing.T, start Starter) {
 	if got := admitted(t, h, 101, req(":path", "/v1/items?apikey=beta")); got != 100 {
 		t.Errorf("another key: %d of 101 admitted in a minute, want the 100 of the \"*\" item", got)
 	}
+	noRecoveredPanics(t, h)
+}
+
+func migratingHigressAIToken(t *testing.T, start Starter) {
+	h := startExample(t, start, "higress-ai-token-ratelimit", noon)
+	used := func(k, tokens string) Request {
+		return llmAnswer("/v1/chat/completions", k, "application/json", `{"usage":{"total_tokens":`+tokens+`}}`)
+	}
+	admittedLeaving(t, h, "the first call", used("k", "600"), "1000")
+	admittedLeaving(t, h, "a call with 400 tokens left", used("k", "600"), "400")
+	res := do(t, h, used("k", "1"))
+	if !res.Rejected || res.Status != 429 {
+		t.Fatalf("200 tokens in debt: rejected %v status %d, want 429", res.Rejected, res.Status)
+	}
+	if ra := atoi(t, "retry-after", header(res.ResponseHeaders, "retry-after")); ra < 12 || ra > 13 {
+		t.Errorf("retry-after %d, want the 12 s the refill takes to pay 200 tokens back", ra)
+	}
+	admittedLeaving(t, h, "another key", used("other", "1"), "1000")
 	noRecoveredPanics(t, h)
 }

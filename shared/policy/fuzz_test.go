@@ -25,6 +25,7 @@ func FuzzParse(f *testing.F) {
 		withAlg("quota", `{"limit":10000,"period":"month","time_zone":"Europe/Berlin"}`),
 		withAlg("quota", `{"limit":1e6,"period":"week","cost_source":"response_trailer:x-cost","max_debt":0}`),
 		withTB(`{"rps":50,"burst":1e5,"cost_source":"response_header:x-tokens-used","default_cost":500,"max_debt":2e4}`),
+		withTB(`{"rps":50,"burst":1e5,"cost_source":"response_json:usage.prompt_tokens+usage.completion_tokens","default_cost":500}`),
 		withTB(`{"rps":0.01,"burst":5,"cost_source":"response_status:401,403,5xx","fixed_cost":2,"max_debt":0}`),
 		withAlg("quota", `{"limit":20,"period":"day","cost_source":"response_status:4XX,429"}`),
 		withTB(`{"rps":0.1,"burst":3,"cost_source":"response_grpc_status:unauthenticated,ok"}`),

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sluice-rl/sluice/shared/bodyscan"
 )
 
 // checkInvariants asserts what every Config returned by Parse guarantees.
@@ -113,6 +115,10 @@ func checkInvariants(t *testing.T, c *Config) {
 			case CostResponseGRPCStatus:
 				if tb.Cost.GRPCCodes == 0 || tb.Cost.Name != "" {
 					t.Errorf("rule %q counts no gRPC status, or has a name %q", r.Name, tb.Cost.Name)
+				}
+			case CostResponseJSON:
+				if _, msg := bodyscan.ParsePaths(tb.Cost.Name); msg != "" {
+					t.Errorf("rule %q reads the body at %q: %s", r.Name, tb.Cost.Name, msg)
 				}
 			default:
 				t.Errorf("rule %q cost kind %d", r.Name, tb.Cost.Kind)

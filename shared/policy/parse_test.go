@@ -205,7 +205,7 @@ func TestParseErrors(t *testing.T) {
 		{"burst bool", withTB(`{"rps":5,"burst":true}`), tb + "burst", []string{"must be a number", "got a boolean"}, 0},
 
 		// token_bucket: costs.
-		{"cost_source unknown", withTB(`{"rps":5,"burst":10,"cost_source":"cookie:w"}`), tb + "cost_source", []string{`"cookie:w" is not a cost source`, `"fixed", "header:<name>", "query:<name>", "response_header:<name>", "response_trailer:<name>", "response_status:<statuses>" or "response_grpc_status:<codes>"`}, 0},
+		{"cost_source unknown", withTB(`{"rps":5,"burst":10,"cost_source":"cookie:w"}`), tb + "cost_source", []string{`"cookie:w" is not a cost source`, `"fixed", "header:<name>", "query:<name>", "response_header:<name>", "response_trailer:<name>", "response_status:<statuses>", "response_grpc_status:<codes>" or "response_json:<path>"`}, 0},
 		{"cost_source jwt", withTB(`{"rps":5,"burst":10,"cost_source":"jwt:w"}`), tb + "cost_source", []string{"is not a cost source"}, 0},
 		{"cost_source header empty", withTB(`{"rps":5,"burst":10,"cost_source":"header:"}`), tb + "cost_source", []string{"invalid header name"}, 0},
 		{"cost_source query bad", withTB(`{"rps":5,"burst":10,"cost_source":"query:a&b"}`), tb + "cost_source", []string{"containing '&'"}, 0},

@@ -246,11 +246,16 @@ const (
 	// grpc-status trailer, or header of a trailers-only response), one of
 	// GRPCCodes.
 	CostResponseGRPCStatus
+	// CostResponseJSON: the cost is the sum of the numbers at paths
+	// (Name, "usage.total_tokens" or "a.b+c.d") in the response body, JSON
+	// or server-sent events of JSON (package bodyscan), charged when the
+	// body ends; otherwise as CostResponseHeader.
+	CostResponseJSON
 )
 
 // FromResponse reports whether the cost is read from the response.
 func (c CostSource) FromResponse() bool {
-	return c.Kind == CostResponseHeader || c.Kind == CostResponseTrailer || c.ByStatus()
+	return c.Kind == CostResponseHeader || c.Kind == CostResponseTrailer || c.Kind == CostResponseJSON || c.ByStatus()
 }
 
 // ByStatus reports whether the cost is charged by the response's status
@@ -262,7 +267,7 @@ func (c CostSource) ByStatus() bool {
 // CostSource is a parsed "cost_source".
 type CostSource struct {
 	Kind CostKind
-	Name string // header (lower-cased) or query parameter name
+	Name string // header (lower-cased) or query parameter name; a CostResponseJSON's paths
 	// Statuses: the statuses a CostResponseStatus source counts.
 	Statuses StatusSet
 	// GRPCCodes: the gRPC status codes a CostResponseGRPCStatus source
@@ -285,6 +290,8 @@ func (c CostSource) String() string {
 		return "response_status:" + c.Statuses.String()
 	case CostResponseGRPCStatus:
 		return "response_grpc_status:" + c.GRPCCodes.String()
+	case CostResponseJSON:
+		return "response_json:" + c.Name
 	}
 	return "fixed"
 }

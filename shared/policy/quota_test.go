@@ -41,6 +41,8 @@ func TestParseResponseCost(t *testing.T) {
 		{"token_bucket", `{"rps":100,"burst":1000,"cost_source":"response_trailer:x-tokens-used","max_debt":0}`, CostResponseTrailer, "x-tokens-used", 0},
 		{"quota", `{"limit":1e6,"period":"day","cost_source":"response_header:x-tokens-used","max_debt":5000,"default_cost":200}`, CostResponseHeader, "x-tokens-used", 5000},
 		{"quota", `{"limit":1e6,"period":"day","cost_source":"response_trailer:grpc-cost"}`, CostResponseTrailer, "grpc-cost", 1e6},
+		{"token_bucket", `{"rps":50,"burst":1e5,"cost_source":"response_json:usage.total_tokens"}`, CostResponseJSON, "usage.total_tokens", 1e5},
+		{"quota", `{"limit":1e6,"period":"month","cost_source":"response_json:usage.input_tokens+usage.output_tokens","max_debt":0}`, CostResponseJSON, "usage.input_tokens+usage.output_tokens", 0},
 	} {
 		cfg, err := Parse([]byte(withAlg(tc.alg, tc.cfg)))
 		if err != nil {
@@ -91,6 +93,10 @@ func TestParseQuotaAndResponseCostErrors(t *testing.T) {
 		{"max_debt negative", q(`{"limit":5,"period":"day","cost_source":"response_header:x-cost","max_debt":-1}`), c + "max_debt", []string{"is negative"}},
 		{"max_debt on a token bucket without response cost", withTB(`{"rps":5,"burst":10,"max_debt":1}`), c + "max_debt", []string{"applies only"}},
 		{"bad response header name", q(`{"limit":5,"period":"day","cost_source":"response_header:x y"}`), c + "cost_source", []string{"invalid header name"}},
+		{"bad response body path", q(`{"limit":5,"period":"day","cost_source":"response_json:usage..total"}`), c + "cost_source", []string{`"response_json:usage..total" path "usage..total": has an empty key`}},
+		{"response body path without a path", q(`{"limit":5,"period":"day","cost_source":"response_json:"}`), c + "cost_source", []string{`needs a path to a number in the response body`}},
+		{"response body cost on a window", withAlg("sliding_window", `{"limit":5,"window_seconds":60,"cost_source":"response_json:usage.total_tokens"}`), c + "cost_source", []string{"token_bucket and quota only"}},
+		{"response body cost with delays", withTB(`{"rps":5,"burst":10,"cost_source":"response_json:n","max_delay_ms":100}`), c + "max_delay_ms", []string{"cannot be combined with a response cost_source"}},
 		{"response cost on a window", withAlg("fixed_window", `{"limit":5,"window_seconds":60,"cost_source":"response_header:x-cost"}`), c + "cost_source", []string{"token_bucket and quota only"}},
 		{"response cost with delays", withTB(`{"rps":5,"burst":10,"cost_source":"response_trailer:x-cost","max_delay_ms":100}`), c + "max_delay_ms", []string{"cannot be combined with a response cost_source"}},
 	} {

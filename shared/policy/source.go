@@ -3,6 +3,8 @@ package policy
 import (
 	"strconv"
 	"strings"
+
+	"github.com/sluice-rl/sluice/shared/bodyscan"
 )
 
 const sourceForms = `"ip:address", "peer:principal", "header:<name>", "query:<name>", "jwt:<claim>", "path", "method", "host" or "route"`
@@ -126,6 +128,12 @@ func parseCostSource(s string) (CostSource, string) {
 		}
 		return CostSource{Kind: CostResponseGRPCStatus, GRPCCodes: set}, ""
 	}
+	if paths, ok := strings.CutPrefix(s, "response_json:"); ok {
+		if _, msg := bodyscan.ParsePaths(paths); msg != "" {
+			return CostSource{}, quoteShort(s) + " " + msg
+		}
+		return CostSource{Kind: CostResponseJSON, Name: paths}, ""
+	}
 	for _, rk := range []struct {
 		prefix string
 		kind   CostKind
@@ -137,5 +145,5 @@ func parseCostSource(s string) (CostSource, string) {
 			return CostSource{Kind: rk.kind, Name: strings.ToLower(name)}, ""
 		}
 	}
-	return CostSource{}, quoteShort(s) + ` is not a cost source; use "fixed", "header:<name>", "query:<name>", "response_header:<name>", "response_trailer:<name>", "response_status:<statuses>" or "response_grpc_status:<codes>"`
+	return CostSource{}, quoteShort(s) + ` is not a cost source; use "fixed", "header:<name>", "query:<name>", "response_header:<name>", "response_trailer:<name>", "response_status:<statuses>", "response_grpc_status:<codes>" or "response_json:<path>"`
 }

@@ -358,7 +358,7 @@ func (rr *RuleResult) decide(src *sources, opt Options) {
 	byStatus := costSrc.ByStatus() // admitted while its cost is left
 	switch costSrc.Kind {
 	case policy.CostFixed, policy.CostResponseStatus, policy.CostResponseGRPCStatus: // fixed_cost: each request's, or each counted response's
-	case policy.CostResponseHeader, policy.CostResponseTrailer:
+	case policy.CostResponseHeader, policy.CostResponseTrailer, policy.CostResponseJSON:
 		rr.Cost = def // what a response reporting no cost is charged
 	default: // a request header or query parameter
 		rr.Cost = def
