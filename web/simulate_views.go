@@ -12,6 +12,12 @@ type SimForm struct {
 	Peer    string // the client certificate's URI SAN (peer:principal)
 	Route   string // the Envoy route's name (route)
 	JWT     string // a bearer token, or a JSON object of claims
+	// A sample of the upstream's answer, for rules charged from the
+	// response: status, "name: value" lines, body. All empty: none.
+	RespStatus   string
+	RespHeaders  string
+	RespTrailers string
+	RespBody     string
 }
 
 // SimView is a simulation's outcome.
@@ -48,6 +54,10 @@ type SimRuleView struct {
 	State    string // "10.0 of 20 tokens (from telemetry)" or "new bucket: 20 tokens"
 	Decision string // "allowed, 9 left" / "would reject: retry in 3 s"
 	Rejects  bool
+	// Response: what a rule charged from the response charges for the
+	// sample response ("charged 120 (response body usage.total_tokens),
+	// leaving 880"), or that it needs one; "" for other rules.
+	Response string
 }
 
 func orDefault(s, def string) string {

@@ -86,4 +86,25 @@ func TestBrowserRaiseATierAndSimulate(t *testing.T) {
 		t.Errorf("headers %q", h)
 	}
 	b.screenshotOf("#simulator", "03-simulator", "admin-simulator.png")
+
+	// What would a model's answer cost? A draft charged from the response
+	// body, and a sample answer pasted under the request.
+	run("simulate a sample answer",
+		chromedp.SetValue(chromedp.ID("policy"), llmDraft),
+		chromedp.SetValue(chromedp.ID("sim_against"), "draft"),
+		chromedp.Click(chromedp.CSS("details.sim-response summary")),
+		chromedp.WaitVisible(chromedp.ID("sim_resp_body")),
+		chromedp.SetValue(chromedp.ID("sim_resp_headers"), "content-type: text/event-stream"),
+		chromedp.SetValue(chromedp.ID("sim_resp_body"), "data: {\"usage\":null}\n\ndata: {\"usage\":{\"total_tokens\":120}}\n\ndata: [DONE]\n\n"),
+		chromedp.Click(chromedp.ID("simulate")),
+		chromedp.WaitVisible(chromedp.CSS(`#sim-result tr.sim-charge[data-rule="llm"]`)),
+	)
+	if c := eval(`document.querySelector('#sim-result tr.sim-charge[data-rule="llm"]').textContent`); !strings.Contains(c, "charged 120 (response body usage.total_tokens), leaving 99880") {
+		t.Errorf("the sample answer's charge: %q", c)
+	}
+	b.screenshotOf("#simulator", "04-simulator-response", "admin-simulator-response.png")
 }
+
+// llmDraft limits LLM tokens per key, charged from the answer's usage.
+const llmDraft = `{"rules":[{"name":"llm","limit_keys":["header:x-api-key"],"algorithm":"token_bucket",
+ "algorithm_config":{"tokens_per_second":50,"burst":100000,"cost_source":"response_json:usage.total_tokens","default_cost":500}}]}`

@@ -159,10 +159,7 @@ func (s *server) rulesSubmit(w http.ResponseWriter, r *http.Request, sess auth.S
 	p := web.EditorPage{
 		Nav: nav(sess, "policy"), Current: versionInfo(cur, cur.Number), BaseVersion: cur.Number,
 		Message: f.Get("message"),
-		Sim: web.SimForm{
-			Against: f.Get("sim_against"), Version: f.Get("sim_version"), Method: f.Get("sim_method"), Path: f.Get("sim_path"),
-			Host: f.Get("sim_host"), Headers: f.Get("sim_headers"), Client: f.Get("sim_client"), Peer: f.Get("sim_peer"), Route: f.Get("sim_route"), JWT: f.Get("sim_jwt"),
-		},
+		Sim:     simFormOf(f),
 	}
 	if base, err := parseVersion(f.Get("base_version"), "base_version"); err == nil {
 		p.BaseVersion = base

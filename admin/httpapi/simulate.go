@@ -55,6 +55,8 @@ type simRequest struct {
 	// signatures). At most one of them.
 	JWT    string          `json:"jwt"`
 	Claims json.RawMessage `json:"claims"`
+	// Response is a sample of the upstream's answer (optional).
+	Response *simResponse `json:"response"`
 }
 
 // simText checks a text field read from an Envoy property: trimmed, at
@@ -119,28 +121,8 @@ func (b simRequest) build() (simulate.Request, error) {
 	if len(req.Host) > 255 || strings.ContainsAny(req.Host, " /\r\n\t\x00") {
 		return req, simInputError("host", fmt.Sprintf("%q is not a host name", shortText(req.Host)))
 	}
-	if len(b.Headers) > maxSimHeaders {
-		return req, simInputError("headers", fmt.Sprintf("%d headers; the limit is %d", len(b.Headers), maxSimHeaders))
-	}
-	total := 0
-	for _, n := range sortedKeys(b.Headers) {
-		v := b.Headers[n]
-		name := strings.ToLower(strings.TrimSpace(n))
-		field := "headers." + shortText(n)
-		if name == "" || !isToken(name) {
-			return req, simInputError(field, "not a valid header name")
-		}
-		if len(v) > maxSimHeaderValue {
-			return req, simInputError(field, fmt.Sprintf("the value is %d bytes; the limit is %d", len(v), maxSimHeaderValue))
-		}
-		if strings.ContainsAny(v, "\r\n\x00") {
-			return req, simInputError(field, "the value contains a line break or NUL")
-		}
-		total += len(name) + len(v)
-		if total > maxSimHeaderBytes {
-			return req, simInputError("headers", fmt.Sprintf("the headers exceed %d bytes in all (Envoy's default limit)", maxSimHeaderBytes))
-		}
-		req.Headers[name] = v
+	if err := simHeaders("headers", b.Headers, req.Headers); err != nil {
+		return req, err
 	}
 	if b.ClientAddress == "" {
 		b.ClientAddress = "192.0.2.1"
@@ -188,7 +170,75 @@ func (b simRequest) build() (simulate.Request, error) {
 		}
 		req.Headers["authorization"] = tok
 	}
+	if b.Response != nil {
+		resp, err := b.Response.build()
+		if err != nil {
+			return req, err
+		}
+		req.Response = &resp
+	}
 	return req, nil
+}
+
+// simHeaders checks a header map given as field and puts it, names
+// lower-cased, into out.
+func simHeaders(field string, in, out map[string]string) error {
+	if len(in) > maxSimHeaders {
+		return simInputError(field, fmt.Sprintf("%d headers; the limit is %d", len(in), maxSimHeaders))
+	}
+	total := 0
+	for _, n := range sortedKeys(in) {
+		v := in[n]
+		name := strings.ToLower(strings.TrimSpace(n))
+		at := field + "." + shortText(n)
+		if name == "" || !isToken(name) {
+			return simInputError(at, "not a valid header name")
+		}
+		if len(v) > maxSimHeaderValue {
+			return simInputError(at, fmt.Sprintf("the value is %d bytes; the limit is %d", len(v), maxSimHeaderValue))
+		}
+		if strings.ContainsAny(v, "\r\n\x00") {
+			return simInputError(at, "the value contains a line break or NUL")
+		}
+		total += len(name) + len(v)
+		if total > maxSimHeaderBytes {
+			return simInputError(field, fmt.Sprintf("the headers exceed %d bytes in all (Envoy's default limit)", maxSimHeaderBytes))
+		}
+		out[name] = v
+	}
+	return nil
+}
+
+// simResponse is a sample of the upstream's answer: the rules whose cost
+// comes from the response are charged for it.
+type simResponse struct {
+	Status   int               `json:"status"`
+	Headers  map[string]string `json:"headers"`
+	Trailers map[string]string `json:"trailers"`
+	Body     string            `json:"body"`
+}
+
+// maxSimBody bounds a sample response's body.
+const maxSimBody = 48 << 10 // within the API's 64 KiB request limit
+
+func (b simResponse) build() (simulate.Response, error) {
+	resp := simulate.Response{Status: b.Status, Headers: map[string]string{}, Trailers: map[string]string{}, Body: []byte(b.Body)}
+	if resp.Status == 0 {
+		resp.Status = 200
+	}
+	if resp.Status < 100 || resp.Status > 599 {
+		return resp, simInputError("response.status", fmt.Sprintf("%d is not an HTTP status (100 to 599)", b.Status))
+	}
+	if err := simHeaders("response.headers", b.Headers, resp.Headers); err != nil {
+		return resp, err
+	}
+	if err := simHeaders("response.trailers", b.Trailers, resp.Trailers); err != nil {
+		return resp, err
+	}
+	if len(b.Body) > maxSimBody {
+		return resp, simInputError("response.body", fmt.Sprintf("is %d bytes; at most %d are simulated", len(b.Body), maxSimBody))
+	}
+	return resp, nil
 }
 
 func isToken(s string) bool {
@@ -338,6 +388,16 @@ type simRuleJSON struct {
 	// limits; ChargedLater: the cost comes from the response.
 	Overridden   bool `json:"overridden,omitempty"`
 	ChargedLater bool `json:"charged_later,omitempty"`
+	// Response: what the sample response is charged (charged_later
+	// rules that admitted the request, when the request has a response).
+	Response *simChargeJSON `json:"response,omitempty"`
+}
+
+type simChargeJSON struct {
+	Charged   bool    `json:"charged"`
+	Cost      float64 `json:"cost"`
+	Why       string  `json:"why"`
+	Remaining float64 `json:"remaining_after"`
 }
 
 type simRuleDecis struct {
@@ -372,6 +432,9 @@ func simJSON(label string, res simulate.Result) simResultJSON {
 				rj.Identity, rj.Cost, rj.StateKnown, rj.Level = r.Identity, r.Cost, r.Known, &level
 				d := r.Decision
 				rj.Decision = &simRuleDecis{Allowed: d.Allowed, Remaining: d.Remaining, Wait: d.Wait, Reset: d.Reset, Delay: d.Delay}
+				if c := r.Response; c != nil {
+					rj.Response = &simChargeJSON{Charged: c.Charged, Cost: c.Cost, Why: c.Why, Remaining: c.After}
+				}
 			}
 			pj.Rules = append(pj.Rules, rj)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -26,10 +27,7 @@ func (s *server) simulateSubmit(w http.ResponseWriter, r *http.Request, sess aut
 		return err
 	}
 	draft := p.Draft
-	p.Sim = web.SimForm{
-		Against: f.Get("sim_against"), Version: strings.TrimSpace(f.Get("sim_version")), Method: f.Get("sim_method"),
-		Path: f.Get("sim_path"), Host: f.Get("sim_host"), Headers: f.Get("sim_headers"), Client: f.Get("sim_client"), JWT: f.Get("sim_jwt"),
-	}
+	p.Sim = simFormOf(f)
 	if base, err := parseVersion(f.Get("base_version"), "base_version"); err == nil {
 		p.BaseVersion = base
 	}
@@ -42,6 +40,57 @@ func (s *server) simulateSubmit(w http.ResponseWriter, r *http.Request, sess aut
 	return nil
 }
 
+// simFormOf reads the simulator's fields of the policy page's form.
+func simFormOf(f url.Values) web.SimForm {
+	return web.SimForm{
+		Against: f.Get("sim_against"), Version: strings.TrimSpace(f.Get("sim_version")), Method: f.Get("sim_method"),
+		Path: f.Get("sim_path"), Host: f.Get("sim_host"), Headers: f.Get("sim_headers"), Client: f.Get("sim_client"),
+		Peer: f.Get("sim_peer"), Route: f.Get("sim_route"), JWT: f.Get("sim_jwt"),
+		RespStatus: strings.TrimSpace(f.Get("sim_resp_status")), RespHeaders: f.Get("sim_resp_headers"),
+		RespTrailers: f.Get("sim_resp_trailers"), RespBody: f.Get("sim_resp_body"),
+	}
+}
+
+// headerLines reads "name: value" lines (blank lines skipped).
+func headerLines(field, text string) (map[string]string, error) {
+	out := map[string]string{}
+	for i, line := range strings.Split(strings.ReplaceAll(text, "\r\n", "\n"), "\n") {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		name, value, ok := strings.Cut(line, ":")
+		if !ok {
+			return nil, &policies.InputError{Field: field, Message: fmt.Sprintf("line %d is not \"name: value\"", i+1)}
+		}
+		out[strings.TrimSpace(name)] = strings.TrimSpace(value)
+	}
+	return out, nil
+}
+
+// sampleResponse is the form's sample response, or nil when its fields
+// are empty.
+func sampleResponse(f web.SimForm) (*simResponse, error) {
+	if f.RespStatus == "" && strings.TrimSpace(f.RespHeaders+f.RespTrailers+f.RespBody) == "" {
+		return nil, nil
+	}
+	resp := &simResponse{Body: f.RespBody}
+	if f.RespStatus != "" {
+		n, err := strconv.Atoi(f.RespStatus)
+		if err != nil {
+			return nil, &policies.InputError{Field: "request.response.status", Message: fmt.Sprintf("%q is not an HTTP status", shortText(f.RespStatus))}
+		}
+		resp.Status = n
+	}
+	var err error
+	if resp.Headers, err = headerLines("request.response.headers", f.RespHeaders); err != nil {
+		return nil, err
+	}
+	if resp.Trailers, err = headerLines("request.response.trailers", f.RespTrailers); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
 type simFormResult struct {
 	web.SimView
 	problems policy.Errors // the draft is invalid
@@ -51,16 +100,15 @@ func (s *server) simulateForm(r *http.Request, f web.SimForm, draft []byte) (sim
 	fail := func(field, msg string) (simFormResult, int) {
 		return simFormResult{SimView: web.SimView{Field: field, Error: msg}}, http.StatusBadRequest
 	}
-	req := simRequest{Method: f.Method, Path: f.Path, Host: f.Host, ClientAddress: f.Client, PeerPrincipal: f.Peer, Route: f.Route, Headers: map[string]string{}}
-	for i, line := range strings.Split(strings.ReplaceAll(f.Headers, "\r\n", "\n"), "\n") {
-		if strings.TrimSpace(line) == "" {
-			continue
-		}
-		name, value, ok := strings.Cut(line, ":")
-		if !ok {
-			return fail("request.headers", fmt.Sprintf("line %d is not \"name: value\"", i+1))
-		}
-		req.Headers[strings.TrimSpace(name)] = strings.TrimSpace(value)
+	req := simRequest{Method: f.Method, Path: f.Path, Host: f.Host, ClientAddress: f.Client, PeerPrincipal: f.Peer, Route: f.Route}
+	var ie *policies.InputError
+	headers, err := headerLines("request.headers", f.Headers)
+	if err == nil {
+		req.Headers = headers
+		req.Response, err = sampleResponse(f)
+	}
+	if errors.As(err, &ie) {
+		return fail(ie.Field, ie.Message)
 	}
 	if jwt := strings.TrimSpace(f.JWT); strings.HasPrefix(jwt, "{") {
 		req.Claims = json.RawMessage(jwt)
@@ -68,7 +116,6 @@ func (s *server) simulateForm(r *http.Request, f web.SimForm, draft []byte) (sim
 		req.JWT = jwt
 	}
 	sreq, err := req.build()
-	var ie *policies.InputError
 	if errors.As(err, &ie) {
 		return fail(ie.Field, ie.Message)
 	} else if err != nil {
@@ -150,6 +197,13 @@ func simView(label string, res simulate.Result) web.SimView {
 				}
 				if r.Global {
 					rv.Decision += " (global rule: decided as one local bucket of its limit)"
+				}
+				if c := r.Response; c != nil && c.Charged {
+					rv.Response = "charged " + num(c.Cost) + " (" + c.Why + "), leaving " + num(c.After)
+				} else if c != nil {
+					rv.Response = "charged nothing (" + c.Why + ")"
+				} else if r.ChargedLater && d.Allowed {
+					rv.Response = "charged when it arrives: give a sample response to see what"
 				}
 			}
 			pv.Rules = append(pv.Rules, rv)

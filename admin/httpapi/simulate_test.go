@@ -155,6 +155,10 @@ func TestSimulateRefusesBadInputNamingTheField(t *testing.T) {
 		{`{"request":{"path":"no-slash"}}`, "request.path"},
 		{`{"request":{"method":"GE T"}}`, "request.method"},
 		{`{"policy":{},"version":1,"request":{}}`, "version"},
+		{`{"request":{"response":{"status":700}}}`, "request.response.status"},
+		{`{"request":{"response":{"headers":{"content type":"x"}}}}`, "request.response.headers.content type"},
+		{`{"request":{"response":{"trailers":{"x-cost":"1\n2"}}}}`, "request.response.trailers.x-cost"},
+		{`{"request":{"response":{"body":"` + strings.Repeat("b", 48<<10+1) + `"}}}`, "request.response.body"},
 		{`{"policy":{}}`, "request"},
 	} {
 		resp, m := simulateCall(t, e, c.body)
@@ -177,12 +181,13 @@ func TestSimulateRefusesAnInvalidDraftLikeASave(t *testing.T) {
 }
 
 func FuzzSimRequestBuild(f *testing.F) {
-	f.Add("GET", "/a?b=c", "example.com", "x-api-key", "v", "10.0.0.1:80", "a.eyJzdWIiOiJ4In0.c", "k", "v", "spiffe://cluster.local/ns/a/sa/b", "checkout")
-	f.Add("", "", "", "", "", "", "", "", "", "", "")
-	f.Add("P\x00", "/\n", "a b", "bad name", "\r", "[::1]:99999", "...", "", "", "spiffe://a b", "check\x7fout")
-	f.Fuzz(func(t *testing.T, method, path, host, hname, hval, addr, jwt, qk, qv, peer, route string) {
+	f.Add("GET", "/a?b=c", "example.com", "x-api-key", "v", "10.0.0.1:80", "a.eyJzdWIiOiJ4In0.c", "k", "v", "spiffe://cluster.local/ns/a/sa/b", "checkout", 200, "content-type", "{}")
+	f.Add("", "", "", "", "", "", "", "", "", "", "", 0, "", "")
+	f.Add("P\x00", "/\n", "a b", "bad name", "\r", "[::1]:99999", "...", "", "", "spiffe://a b", "check\x7fout", 999, "x y", "\x00")
+	f.Fuzz(func(t *testing.T, method, path, host, hname, hval, addr, jwt, qk, qv, peer, route string, status int, rname, body string) {
 		b := simRequest{Method: method, Path: path, Host: host, Headers: map[string]string{hname: hval},
-			ClientAddress: addr, JWT: jwt, Query: map[string]string{qk: qv}, PeerPrincipal: peer, Route: route}
+			ClientAddress: addr, JWT: jwt, Query: map[string]string{qk: qv}, PeerPrincipal: peer, Route: route,
+			Response: &simResponse{Status: status, Headers: map[string]string{rname: body}, Trailers: map[string]string{rname: body}, Body: body}}
 		req, err := b.build()
 		if err != nil {
 			if !strings.HasPrefix(err.Error(), "request.") {
@@ -299,5 +304,77 @@ func TestSimulatorViewSaysPlacesForAConcurrencyRule(t *testing.T) {
 		if got := v.Policies[i].Rules[0].State; !strings.HasPrefix(got, want) {
 			t.Errorf("policy %d: state %q, want it to start %q", i, got, want)
 		}
+	}
+}
+
+const llmPolicy = `{"rules":[{"name":"llm","limit_keys":["header:x-api-key"],"algorithm":"token_bucket",
+ "algorithm_config":{"tokens_per_second":1,"burst":1000,"cost_source":"response_json:usage.total_tokens","default_cost":50}}]}`
+
+// A sample response shows what a rule charged from the response takes:
+// the filter's own reading of the body, and what is left.
+func TestSimulateChargesTheSampleResponse(t *testing.T) {
+	e := newEnv(t, nil)
+	for _, c := range []struct {
+		response string
+		cost     float64
+		why      string
+	}{
+		{`{"headers":{"Content-Type":"application/json"},"body":"{\"usage\":{\"total_tokens\":120}}"}`, 120, "response body usage.total_tokens"},
+		{`{"headers":{"content-type":"text/event-stream"},"body":"data: {\"usage\":null}\n\ndata: {\"usage\":{\"total_tokens\":7}}\n\ndata: [DONE]\n\n"}`, 7, "response body usage.total_tokens"},
+		{`{"status":503,"body":"upstream overloaded"}`, 50, "the response body has no usage.total_tokens: default_cost"},
+	} {
+		resp, m := simulateCall(t, e, `{"policy":`+llmPolicy+`,"request":{"headers":{"x-api-key":"k"},"response":`+c.response+`}}`)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: status %d %v", c.response, resp.StatusCode, m)
+		}
+		r := rulesOf(t, m, 0)[0]
+		charge, _ := r["response"].(map[string]any)
+		if r["charged_later"] != true || charge == nil || charge["charged"] != true || charge["cost"] != c.cost ||
+			charge["why"] != c.why || charge["remaining_after"] != 1000-c.cost {
+			t.Errorf("%s: rule %v", c.response, r)
+		}
+	}
+	// Without a sample response, nothing is charged yet.
+	_, m := simulateCall(t, e, `{"policy":`+llmPolicy+`,"request":{"headers":{"x-api-key":"k"}}}`)
+	if r := rulesOf(t, m, 0)[0]; r["response"] != nil {
+		t.Errorf("charged without a response: %v", r)
+	}
+}
+
+func TestSimulatorFormTakesASampleResponseAndTheClientCertificate(t *testing.T) {
+	e := newEnv(t, nil)
+	c := login(t, e, "alice")
+	tok := csrfOf(t, get(t, c, e.srv.URL+"/"))
+	form := url.Values{"csrf": {tok}, "base_version": {"1"}, "policy": {llmPolicy}, "sim_against": {"draft"},
+		"sim_headers": {"x-api-key: k"}, "sim_resp_headers": {"content-type: application/json"},
+		"sim_resp_body": {`{"usage": {"total_tokens": 120}}`}}
+	resp, body := post(t, c, e.srv.URL+"/simulate", form)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, "charged 120 (response body usage.total_tokens), leaving 880") {
+		t.Fatalf("status %d; no charge for the sample response:\n%s", resp.StatusCode, body)
+	}
+	if !strings.Contains(body, "{&#34;usage&#34;: {&#34;total_tokens&#34;: 120}}</textarea>") {
+		t.Error("the sample body is not kept in the form")
+	}
+	form.Set("sim_resp_body", "")
+	form.Set("sim_resp_headers", "")
+	if _, body := post(t, c, e.srv.URL+"/simulate", form); !strings.Contains(body, "charged when it arrives: give a sample response") {
+		t.Error("without a sample response the page does not say the charge comes later")
+	}
+	form.Set("sim_resp_status", "9000")
+	if resp, body := post(t, c, e.srv.URL+"/simulate", form); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "request.response.status") {
+		t.Errorf("a bad status: %d", resp.StatusCode)
+	}
+	form.Set("sim_resp_status", "")
+	form.Set("sim_resp_headers", "no colon here")
+	if resp, body := post(t, c, e.srv.URL+"/simulate", form); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "request.response.headers") {
+		t.Errorf("a bad header line: %d", resp.StatusCode)
+	}
+
+	// The page's Simulate button keys by the client certificate too.
+	form.Set("sim_resp_headers", "")
+	form.Set("policy", `{"rules":[{"name":"per-workload","limit_keys":["peer:principal"],"algorithm":"token_bucket","algorithm_config":{"rps":10,"burst":20}}]}`)
+	form.Set("sim_peer", "spiffe://cluster.local/ns/shop/sa/web")
+	if _, body := post(t, c, e.srv.URL+"/simulate", form); !strings.Contains(body, "peer:principal=spiffe://cluster.local/ns/shop/sa/web") {
+		t.Errorf("the client certificate field is ignored:\n%s", body)
 	}
 }

@@ -45,6 +45,10 @@ type Request struct {
 	// Route is the name of the Envoy route the request matched (Envoy's
 	// xds.route_name), "" for none.
 	Route string
+	// Response, when set, is a sample of the upstream's answer: the rules
+	// whose cost comes from the response are charged for it (RuleResult's
+	// Response).
+	Response *Response
 }
 
 // Properties are the request's Envoy properties the filter reads, by
@@ -163,6 +167,9 @@ type RuleResult struct {
 	// reports none, or a response_status rule's fixed_cost for a response
 	// of a status it counts.
 	ChargedLater bool
+	// Response is what a ChargedLater rule that admitted the request
+	// charges for the request's sample Response (nil without one).
+	Response *ResponseCharge
 
 	rule     *policy.Rule
 	fields   request.Fields
@@ -388,6 +395,7 @@ func (rr *RuleResult) decide(src *sources, opt Options) {
 				rr.Decision = q.Admit(&w, rr.Known, opt.Now)
 			}
 			rr.Next = st // the charge comes with the response
+			rr.respond(src, r, st, tb, win, opt.Now)
 			return
 		}
 		rr.Decision = win.Take(&w, rr.Known, opt.Now, rr.Cost)
@@ -409,6 +417,7 @@ func (rr *RuleResult) decide(src *sources, opt Options) {
 			_, rr.Decision = tb.Admit(st.Bucket, rr.Known, opt.Now)
 		}
 		rr.Next = st // the charge comes with the response
+		rr.respond(src, r, st, tb, win, opt.Now)
 		return
 	}
 	next, dec := tb.Take(st.Bucket, rr.Known, opt.Now, rr.Cost)
