@@ -60,6 +60,10 @@ type RuleCard struct {
 	Chart    Chart
 	Overflow *RuleOverflow // nil: no overflow limit decided a request in the window, and none is shared now
 	Actions  string        // requests exempted, denied or decided by an override: "" for none
+	// ResponseCosts: a rule charged from the response, its charges ("" for
+	// others); CostsUnreported: most were default_cost, shown as a warning.
+	ResponseCosts   string
+	CostsUnreported bool
 }
 
 // RuleOverflow is what the rule's overflow limits decided: requests whose

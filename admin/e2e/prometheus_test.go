@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,8 +23,9 @@ import (
 )
 
 // monitoredPolicy has a rule that the throttled key exceeds, a shadow
-// rule, and a global rule in fleet mode, so that every dashboard panel has
-// something to show.
+// rule, a global rule in fleet mode, and a rule charged from the demo
+// upstream's LLM answers, so that every dashboard panel has something to
+// show.
 const monitoredPolicy = `{"mode": "enforce",
   "telemetry": {"cluster": "sluice_admin", "token_env": "SLUICE_TELEMETRY_TOKEN", "interval_ms": 1000},
   "fleet": {"cluster": "sluice_rls", "sync_interval_ms": 1000},
@@ -33,7 +35,10 @@ const monitoredPolicy = `{"mode": "enforce",
     {"name": "edge", "rules": [{"name": "per-ip", "mode": "shadow", "limit_keys": ["ip:address"], "algorithm": "token_bucket",
       "algorithm_config": {"tokens_per_second": 2, "burst": 4}}]},
     {"name": "fleet", "rules": [{"name": "per-tenant", "scope": "global", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
-      "algorithm_config": {"tokens_per_second": 100, "burst": 200}}]}
+      "algorithm_config": {"tokens_per_second": 100, "burst": 200}}]},
+    {"name": "llm", "rules": [{"name": "llm-tokens", "match": {"path_prefix": "/v1/chat/"}, "limit_keys": ["header:x-api-key"],
+      "algorithm": "token_bucket", "algorithm_config": {"tokens_per_second": 10000, "burst": 100000,
+      "cost_source": "response_json:usage.total_tokens"}}]}
   ]}`
 
 // TestPrometheusSeesEveryDashboardQueryAndTheAlertsOnTheRunningStack runs
@@ -64,6 +69,7 @@ func TestPrometheusSeesEveryDashboardQueryAndTheAlertsOnTheRunningStack(t *testi
 	adminURL := admin[1]
 	gwURL := startGateway(t, root, bin, wasmFile, bootFile, xdsAddr, adminURL, "sluice_rls=h2c://"+rlsAddr)
 	sendTraffic(t, gwURL)
+	sendChats(t, gwURL)
 
 	promURL := startPrometheus(t, prometheus, promAddr, metricsAddr)
 	// A second version, pushed once Prometheus has seen the first: the
@@ -198,4 +204,32 @@ func promGet(t *testing.T, u string, v any) {
 	if err := json.Unmarshal(raw, v); err != nil {
 		t.Fatalf("GET %s: %v\n%s", u, err, raw)
 	}
+}
+
+// sendChats posts a chat request to the demo upstream's LLM API through
+// the gateway every 200 ms, plain and streamed in turn, until the test
+// ends.
+func sendChats(t *testing.T, gwURL string) {
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { stop(); <-done })
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			body := fmt.Sprintf(`{"model": "demo", "stream": %v, "messages": [{"role": "user", "content": "hi"}]}`, i%2 == 1)
+			req, _ := http.NewRequestWithContext(ctx, "POST", gwURL+"/v1/chat/completions", strings.NewReader(body))
+			req.Header.Set("X-Api-Key", "sk_live_llm_client")
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}
+	}()
 }

@@ -45,6 +45,38 @@ func TestDashboardShowsWhatActionsAndOverridesDecided(t *testing.T) {
 	}
 }
 
+// TestDashboardShowsResponseCostsAndWarnsWhenMostAreDefault: a rule
+// charged from the response says how many responses it charged and how
+// many of them at default_cost; when most were, the line is a warning
+// that points at the cause.
+func TestDashboardShowsResponseCostsAndWarnsWhenMostAreDefault(t *testing.T) {
+	te := newTelEnv(t, nil)
+	r := telemetry.Report{
+		V: 1, Node: "envoy-1", VM: "a1", VMStartMS: 1763770000000, Seq: 1, SentAtMS: 1763770001000,
+		IntervalMS: 1000, Buckets: []telemetry.Bucket{},
+		Rules: []telemetry.RuleCounters{
+			{Rule: "llm", Allowed: 2000, ResponseCharged: 2000, ResponseDefault: 12},
+			{Rule: "broken", Allowed: 90, ResponseCharged: 90, ResponseDefault: 88, ResponseInvalid: 3},
+			{Rule: "calm", Allowed: 3},
+		},
+	}
+	b, _ := json.Marshal(r)
+	if res, body := te.send(t, telToken, "application/json", string(b)); res.StatusCode != 204 {
+		t.Fatalf("report: %d %v", res.StatusCode, body)
+	}
+	page := get(t, login(t, te.env, "ops"), te.srv.URL+"/dashboard?fragment=1")
+	if card := ruleCard(t, page, "llm"); !strings.Contains(card, `<p class="rule-response-costs muted" data-response-costs>2,000 responses charged, 12 of them default_cost (since the admin started)`) {
+		t.Errorf("llm:\n%s", card)
+	}
+	if card := ruleCard(t, page, "broken"); !strings.Contains(card, `class="rule-response-costs warn"`) ||
+		!strings.Contains(card, "88 of them default_cost (3 reported something that is not a cost)") || !strings.Contains(card, "check its cost_source") {
+		t.Errorf("broken: no warning:\n%s", card)
+	}
+	if calm := ruleCard(t, page, "calm"); strings.Contains(calm, "rule-response-costs") {
+		t.Errorf("calm: no response costs line:\n%s", calm)
+	}
+}
+
 // TestAPIOverridesMergesACSVIntoARule: the CSV lands in the named rule of
 // the current version (or of a draft sent along), validated; the answer
 // saves as is; bad CSV and invalid results are refused with where.

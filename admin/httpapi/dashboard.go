@@ -114,6 +114,7 @@ func (s *server) dashboardView(r *http.Request, sess auth.Session) (web.Dashboar
 		card.Chart = web.NewChart(series, ov.Window)
 		card.Overflow = ruleOverflow(rv.Overflow)
 		card.Actions = ruleActions(rv.Actions)
+		card.ResponseCosts, card.CostsUnreported = responseCosts(rv.ResponseCosts)
 		l.Rules = append(l.Rules, card)
 	}
 	l.Fleet = s.fleetSection(r.Context(), now, l.Current, ov.Fleet)
@@ -182,6 +183,21 @@ func ruleActions(a telemetry.Actions) string {
 		return ""
 	}
 	return strings.Join(parts, " · ") + " (since the admin started)"
+}
+
+// responseCosts is a rule card's line of its charges of costs the
+// response reports ("" for a rule charged per request), and whether most
+// of them were default_cost: the responses do not report what the rule
+// reads (a wrong path or header, compressed bodies).
+func responseCosts(r telemetry.ResponseCosts) (string, bool) {
+	if r.Charged == 0 {
+		return "", false
+	}
+	line := count(r.Charged) + " responses charged, " + count(r.Default) + " of them default_cost"
+	if r.Invalid > 0 {
+		line += " (" + count(r.Invalid) + " reported something that is not a cost)"
+	}
+	return line + " (since the admin started)", r.Default*2 > r.Charged
 }
 
 func dashURL(path, window, q string, fragment bool) string {

@@ -80,6 +80,9 @@ var (
 	descOverflowIdentities = prometheus.NewDesc("sluice_rule_overflow_identities",
 		"Estimated distinct identities sharing one overflow limit of the rule: the most any running VM of the node saw in its last report (0: none). Above 0, the rule's max_keys is too small for its active identities.",
 		[]string{"rule", "node"}, nil)
+	descResponseCosts = prometheus.NewDesc("sluice_response_costs_total",
+		"Charges of rules whose cost comes from the response, per rule, node and outcome: charged (every charge), default (charged default_cost: the response reported no cost, or the stream ended first), invalid (the reported value was not a cost; also counted in default). Counted by the admin from the reports since it first saw the node; only for rules that charged something.",
+		[]string{"rule", "node", "outcome"}, nil)
 	descLastReport = prometheus.NewDesc("sluice_node_last_report_timestamp_seconds",
 		"When the admin last received a report from the node (unix seconds).", []string{"node"}, nil)
 	descDropped = prometheus.NewDesc("sluice_telemetry_reports_dropped_total",
@@ -107,7 +110,7 @@ var (
 type stateCollector struct{ s *State }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRequests, descOverflowed, descOverflowIdentities, descLastReport, descDropped, descVMs, descNodeConfig, descBuckets, descEvicted, descNodes, descRefused, descStateBytes, descStateMaxBytes} {
+	for _, d := range []*prometheus.Desc{descRequests, descOverflowed, descOverflowIdentities, descResponseCosts, descLastReport, descDropped, descVMs, descNodeConfig, descBuckets, descEvicted, descNodes, descRefused, descStateBytes, descStateMaxBytes} {
 		ch <- d
 	}
 	describeFleet(ch)
@@ -125,6 +128,7 @@ type seriesMetric struct {
 	total      Counts
 	overflowed uint64
 	identities uint64
+	resp       ResponseCosts
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -143,7 +147,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		nodes = append(nodes, nm)
 		first := len(ser)
 		for rule, se := range n.series {
-			ser = append(ser, seriesMetric{rule: rule, node: n.id, total: se.total, overflowed: se.overflowed})
+			ser = append(ser, seriesMetric{rule: rule, node: n.id, total: se.total, overflowed: se.overflowed, resp: se.resp})
 		}
 		overflowIdentities(n, now, func(rule string, k uint64) {
 			for i := first; i < len(ser); i++ {
@@ -164,6 +168,14 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descOverflowed, prometheus.CounterValue, float64(sm.overflowed), sm.rule, sm.node)
 		ch <- prometheus.MustNewConstMetric(descOverflowIdentities, prometheus.GaugeValue, float64(sm.identities), sm.rule, sm.node)
+		if r := sm.resp; r.Charged > 0 {
+			for _, o := range []struct {
+				name string
+				n    uint64
+			}{{"charged", r.Charged}, {"default", r.Default}, {"invalid", r.Invalid}} {
+				ch <- prometheus.MustNewConstMetric(descResponseCosts, prometheus.CounterValue, float64(o.n), sm.rule, sm.node, o.name)
+			}
+		}
 	}
 	for _, n := range nodes {
 		ch <- prometheus.MustNewConstMetric(descLastReport, prometheus.GaugeValue, float64(n.last.UnixMilli())/1000, n.id)

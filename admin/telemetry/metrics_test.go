@@ -168,3 +168,42 @@ func overflowGauge(t *testing.T, m *Metrics, node, rule string) float64 {
 	t.Fatalf("no series for %s %s", node, rule)
 	return 0
 }
+
+// TestResponseCostSeries: per rule and node, the charges of a rule charged
+// from the response by outcome, from the VMs' cumulative counters (a
+// restarted VM counts from zero again); rules that charged nothing have
+// no series. The overview sums them per rule.
+func TestResponseCostSeries(t *testing.T) {
+	now := t0.Add(3 * time.Second)
+	s := NewState(Options{Now: func() time.Time { return now }})
+	m := NewMetrics(s)
+	start := t0.UnixMilli()
+	charged := func(allowed, c, d, inv uint64) RuleCounters {
+		r := rc("llm", allowed, 0, 0, 0)
+		r.ResponseCharged, r.ResponseDefault, r.ResponseInvalid = c, d, inv
+		return r
+	}
+	s.Ingest(rep("edge-a", "vm1", start, 1, charged(10, 10, 2, 1), rc("paid", 5, 0, 0, 0)), t0.Add(time.Second))
+	s.Ingest(rep("edge-a", "vm1", start, 2, charged(30, 28, 5, 1), rc("paid", 6, 0, 0, 0)), t0.Add(2*time.Second))
+	s.Ingest(rep("edge-a", "vm2", start, 1, charged(4, 4, 4, 0)), t0.Add(2*time.Second))
+	// vm1 restarted: its counters start from zero again.
+	s.Ingest(rep("edge-a", "vm1", start+5000, 1, charged(3, 3, 1, 1)), t0.Add(2*time.Second))
+
+	expected := `
+# HELP sluice_response_costs_total Charges of rules whose cost comes from the response, per rule, node and outcome: charged (every charge), default (charged default_cost: the response reported no cost, or the stream ended first), invalid (the reported value was not a cost; also counted in default). Counted by the admin from the reports since it first saw the node; only for rules that charged something.
+# TYPE sluice_response_costs_total counter
+sluice_response_costs_total{node="edge-a",outcome="charged",rule="llm"} 35
+sluice_response_costs_total{node="edge-a",outcome="default",rule="llm"} 10
+sluice_response_costs_total{node="edge-a",outcome="invalid",rule="llm"} 2
+`
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(expected), "sluice_response_costs_total"); err != nil {
+		t.Error(err)
+	}
+	ov := s.Overview(now, OverviewOptions{})
+	if got := ruleView(t, ov, "llm").ResponseCosts; got != (ResponseCosts{Charged: 35, Default: 10, Invalid: 2}) {
+		t.Errorf("overview: %+v", got)
+	}
+	if got := ruleView(t, ov, "paid").ResponseCosts; got != (ResponseCosts{}) {
+		t.Errorf("a rule charged per request: %+v", got)
+	}
+}

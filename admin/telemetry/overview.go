@@ -60,6 +60,33 @@ type RuleView struct {
 	// rejected as a deny rule, or decided by one of its overrides, since
 	// the admin first saw the rule.
 	Actions Actions `json:"actions"`
+	// ResponseCosts: the charges of a rule whose cost comes from the
+	// response, since the admin first saw the rule (all 0 for others).
+	ResponseCosts ResponseCosts `json:"response_costs"`
+}
+
+// ResponseCosts counts a rule's charges of costs the response reports:
+// every charge, those of default_cost (the response reported none, or the
+// stream ended first), and reports that were not a cost (also in Default).
+type ResponseCosts struct {
+	Charged uint64 `json:"charged"`
+	Default uint64 `json:"default"`
+	Invalid uint64 `json:"invalid"`
+}
+
+func (r *ResponseCosts) add(d ResponseCosts) {
+	r.Charged = satAdd(r.Charged, d.Charged)
+	r.Default = satAdd(r.Default, d.Default)
+	r.Invalid = satAdd(r.Invalid, d.Invalid)
+}
+
+// since is r less prev, and whether any count went down (the VM's
+// counters started again: then r itself).
+func (r ResponseCosts) since(prev ResponseCosts) (ResponseCosts, bool) {
+	if r.Charged < prev.Charged || r.Default < prev.Default || r.Invalid < prev.Invalid {
+		return r, true
+	}
+	return ResponseCosts{r.Charged - prev.Charged, r.Default - prev.Default, r.Invalid - prev.Invalid}, false
 }
 
 // Actions counts what a rule's action and overrides decided.
@@ -179,6 +206,7 @@ func (s *State) overview(now time.Time, opts OverviewOptions) *Overview {
 		rv := RuleView{Name: name, First: ra.first.Unix(), Total: ra.total, Points: make([]Counts, points), Nodes: ruleNodes[name]}
 		rv.Overflow = Overflow{Total: ra.ovfTotal, Identities: identities[name]}
 		rv.Actions = ra.acts
+		rv.ResponseCosts = ra.resp
 		if ra.ovf != nil {
 			rv.Overflow.Window = ra.ovf.sum(start, end)[0]
 			rv.Overflow.Rate = float64(ra.ovf.sum(rateFrom, end)[0]) / rateDiv

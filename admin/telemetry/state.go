@@ -197,6 +197,7 @@ type vmRule struct {
 	identities uint64 // overflow_identities: a gauge
 	mark       uint64 // the report that carried it last (State.accepted then)
 	acts       Actions
+	resp       ResponseCosts
 }
 
 // restarted tells whether a cumulative counter went down since prev: the
@@ -207,8 +208,9 @@ func (v *vmRule) restarted(prev *vmRule) bool {
 			return true
 		}
 	}
+	_, respRestarted := v.resp.since(prev.resp)
 	return v.overflowed < prev.overflowed || v.acts.Exempted < prev.acts.Exempted ||
-		v.acts.Denied < prev.acts.Denied || v.acts.Overridden < prev.acts.Overridden
+		v.acts.Denied < prev.acts.Denied || v.acts.Overridden < prev.acts.Overridden || respRestarted
 }
 
 // series is one rule on one node.
@@ -220,6 +222,7 @@ type series struct {
 	ring       *ring
 	total      Counts // since the admin first saw it
 	overflowed uint64 // requests decided by an overflow limit, since the admin first saw it
+	resp       ResponseCosts
 	last       time.Time
 }
 
@@ -229,6 +232,7 @@ type ruleAgg struct {
 	el    *list.Element // in State.lists.rules
 	cost  int64
 	acts  Actions // exempted, denied, overridden since the admin first saw the rule
+	resp  ResponseCosts
 	ring  *ring
 	total Counts
 	// ovf counts the requests decided by an overflow limit per second, in
@@ -327,6 +331,7 @@ func (s *State) Ingest(r *Report, now time.Time) Result {
 			c:          Counts{rc.Allowed, rc.Rejected, rc.ShadowRejected, rc.FailOpen},
 			overflowed: rc.Overflowed, identities: rc.OverflowIdentities, mark: mark,
 			acts: Actions{Exempted: rc.Exempted, Denied: rc.Denied, Overridden: rc.Overridden},
+			resp: ResponseCosts{Charged: rc.ResponseCharged, Default: rc.ResponseDefault, Invalid: rc.ResponseInvalid},
 		}
 		prev, known := vm.counters[rc.Rule]
 		if !known && !s.charge(costVMRule, now) {
@@ -359,12 +364,14 @@ func (s *State) Ingest(r *Report, now time.Time) Result {
 		var d Counts
 		var overflowed uint64
 		var acts Actions
+		var resp ResponseCosts
 		switch {
 		case !known && !fresh:
 			// baseline only
 		case !known || cur.restarted(&prev):
-			d, overflowed, acts = cur.c, cur.overflowed, cur.acts // new, or its counters restarted: from zero
+			d, overflowed, acts, resp = cur.c, cur.overflowed, cur.acts, cur.resp // new, or its counters restarted: from zero
 		default:
+			resp, _ = cur.resp.since(prev.resp)
 			for k := range d {
 				d[k] = cur.c[k] - prev.c[k]
 			}
@@ -373,6 +380,8 @@ func (s *State) Ingest(r *Report, now time.Time) Result {
 		}
 		s.addDelta(ra, se, sec, now, &d, overflowed)
 		ra.acts.add(acts)
+		ra.resp.add(resp)
+		se.resp.add(resp)
 	}
 	if len(vm.counters) > kept { // rules gone from the configuration
 		for name, vr := range vm.counters {

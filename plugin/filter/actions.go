@@ -187,7 +187,8 @@ func (p *pluginContext) shadowDeny(r *compiledRule, count bool) {
 }
 
 // appendActionCounts appends a telemetry report's optional per-rule counts
-// of exempted, denied and overridden requests, each only when non-zero.
+// of exempted, denied and overridden requests and of response charges,
+// each only when non-zero.
 func appendActionCounts(b []byte, c *ruleTally) []byte {
 	for _, f := range [...]struct {
 		name string
@@ -196,6 +197,9 @@ func appendActionCounts(b []byte, c *ruleTally) []byte {
 		{`,"` + telfmt.RuleFieldExempted + `":`, c.exempted},
 		{`,"` + telfmt.RuleFieldDenied + `":`, c.denied},
 		{`,"` + telfmt.RuleFieldOverridden + `":`, c.overridden},
+		{`,"` + telfmt.RuleFieldResponseCharged + `":`, c.respCharged},
+		{`,"` + telfmt.RuleFieldResponseDefault + `":`, c.respDefault},
+		{`,"` + telfmt.RuleFieldResponseInvalid + `":`, c.respInvalid},
 	} {
 		if f.n > 0 {
 			b = append(b, f.name...)

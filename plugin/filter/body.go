@@ -100,7 +100,7 @@ func (h *httpContext) chargeBody(c *pendingCharge) {
 	case bodyscan.Found:
 		h.p.charge(h, c, min(cost, limiter.MaxCost))
 	case bodyscan.Invalid:
-		c.rule.cm.invalid.inc()
+		c.rule.countInvalid()
 		h.chargeDefault(c)
 	default:
 		h.chargeDefault(c)
@@ -110,6 +110,6 @@ func (h *httpContext) chargeBody(c *pendingCharge) {
 // chargeDefault charges c its rule's default_cost: the response reported
 // no cost.
 func (h *httpContext) chargeDefault(c *pendingCharge) {
-	c.rule.cm.dflt.inc()
+	c.rule.countDefault()
 	h.p.charge(h, c, c.rule.defaultCost)
 }

@@ -88,6 +88,19 @@ func (vm *vmContext) chargeMetrics(rule string) chargeMetrics {
 	}
 }
 
+// countDefault and countInvalid count a charge of default_cost, and a
+// reported value that was not a cost, in the rule's counters and its
+// telemetry.
+func (cr *compiledRule) countDefault() {
+	cr.cm.dflt.inc()
+	cr.tc.respDefault++
+}
+
+func (cr *compiledRule) countInvalid() {
+	cr.cm.invalid.inc()
+	cr.tc.respInvalid++
+}
+
 // compileCharge sets a response-charged rule's fields.
 func (cr *compiledRule) compileCharge(cs policy.CostSource, maxDebt float64, vm *vmContext) {
 	if !cs.FromResponse() {
@@ -186,11 +199,11 @@ func (h *httpContext) chargeResponse(trailer, end bool) {
 		if ok {
 			cost, ok = limiter.ParseReportedCost(v)
 			if !ok {
-				c.rule.cm.invalid.inc()
+				c.rule.countInvalid()
 			}
 		}
 		if !ok { // absent or unusable: default_cost
-			c.rule.cm.dflt.inc()
+			c.rule.countDefault()
 			cost = c.rule.defaultCost
 		}
 		h.p.charge(h, c, cost)
@@ -300,7 +313,7 @@ func (h *httpContext) chargeRemaining() {
 			c.done = true
 			continue
 		}
-		c.rule.cm.dflt.inc()
+		c.rule.countDefault()
 		h.p.charge(h, c, c.rule.defaultCost)
 	}
 }
@@ -329,6 +342,7 @@ func (p *pluginContext) charge(h *httpContext, c *pendingCharge, cost float64) {
 				r.cm.clamped.inc()
 			}
 			r.cm.charged.inc()
+			r.tc.respCharged++
 			if a.read.claim == claimOverflow {
 				p.countOverflow(a)
 			}

@@ -38,6 +38,10 @@ type ruleTally struct {
 	// exempted, denied and overridden count requests an exempt rule let
 	// through, a deny rule rejected, an override decided (actions.go).
 	exempted, denied, overridden uint64
+	// respCharged, respDefault and respInvalid count a response-charged
+	// rule's charges, those of default_cost, and reports that were not a
+	// cost (charge.go).
+	respCharged, respDefault, respInvalid uint64
 }
 
 // tally returns the VM's counters for rule name.

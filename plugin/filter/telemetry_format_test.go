@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-rl/sluice/plugin/wasmhost"
 	telfmt "github.com/sluice-rl/sluice/shared/telemetry"
 )
 
@@ -121,7 +122,9 @@ func TestTelemetryDecoderFieldsAreTheEncoders(t *testing.T) {
 	written := map[string]bool{}
 	fleet := fleetTelemetryReport(t)
 	sharedDecode(t, fleet)
-	for _, body := range [][]byte{calls[0].Body, fleet} {
+	charged := responseCostTelemetryReport(t)
+	sharedDecode(t, charged)
+	for _, body := range [][]byte{calls[0].Body, fleet, charged} {
 		paths, err := telfmt.FieldPaths(body)
 		if err != nil {
 			t.Fatal(err)
@@ -140,4 +143,21 @@ func TestTelemetryDecoderFieldsAreTheEncoders(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("the plugin writes\n%v\nthe shared decoder accepts\n%v", got, want)
 	}
+}
+
+// responseCostTelemetryReport is a report of a rule charged from the
+// response body that charged default_cost for a value that was not a cost.
+func responseCostTelemetryReport(t *testing.T) []byte {
+	f := startTelemetry(t, `{"telemetry": {"cluster": "sluice_admin", "token": "t", "interval_ms": 1000},
+	  "rules": [{"name": "llm", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
+	    "algorithm_config": {"rps": 10, "burst": 1000, "cost_source": "response_json:usage.total_tokens"}}]}`, 1)
+	r := rq("x-api-key", "k")
+	r.ResponseHeaders = []wasmhost.Header{{":status", "200"}, {"content-type", "application/json"}}
+	r.ResponseBody = [][]byte{[]byte(`{"usage": {"total_tokens": "many"}}`)}
+	f.doOn(0, r)
+	calls := f.tick(time.Second)
+	if calls[0] == nil {
+		t.Fatal("no report")
+	}
+	return calls[0].Body
 }

@@ -30,7 +30,10 @@ func (gw *Gateway) startUpstream(upstream string) error {
 	if err != nil {
 		return fmt.Errorf("starting the demo upstream: %w", err)
 	}
-	gw.demo = &http.Server{Handler: http.HandlerFunc(echo), ReadHeaderTimeout: 5 * time.Second}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", echo)
+	mux.HandleFunc("/v1/chat/completions", chatCompletion)
+	gw.demo = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := gw.demo.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			gw.log.Error("demo upstream", "err", err)
@@ -61,6 +64,49 @@ func echo(w http.ResponseWriter, r *http.Request) {
 		"path":     r.URL.RequestURI(),
 		"headers":  headers,
 	})
+}
+
+// chatCompletion is the demo upstream's stand-in for an LLM API: it
+// answers /v1/chat/completions as OpenAI's chat API does, with the tokens
+// used in "usage" (the prompt's about one per four bytes of the request
+// body), so rules charged from the body ("response_json:usage.total_tokens")
+// can be tried without a model. With "stream": true in the request it
+// streams server-sent events, usage in the last one, as OpenAI does with
+// "stream_options": {"include_usage": true}.
+func chatCompletion(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	var req struct {
+		Stream bool `json:"stream"`
+	}
+	json.Unmarshal(body, &req) // anything else: a plain answer
+	words := []string{"Sluice", " limited", " this", " answer", " by", " its", " tokens", "."}
+	prompt := len(body)/4 + 1
+	usage := map[string]int{"prompt_tokens": prompt, "completion_tokens": len(words), "total_tokens": prompt + len(words)}
+	if !req.Stream {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{
+			"id": "chatcmpl-demo", "object": "chat.completion", "model": "sluice-demo",
+			"choices": []any{map[string]any{"index": 0, "finish_reason": "stop",
+				"message": map[string]string{"role": "assistant", "content": strings.Join(words, "")}}},
+			"usage": usage,
+		})
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	flusher, _ := w.(http.Flusher)
+	event := func(v any) {
+		b, _ := json.Marshal(v)
+		fmt.Fprintf(w, "data: %s\n\n", b)
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+	for _, word := range words {
+		event(map[string]any{"id": "chatcmpl-demo", "object": "chat.completion.chunk",
+			"choices": []any{map[string]any{"index": 0, "delta": map[string]string{"content": word}}}, "usage": nil})
+	}
+	event(map[string]any{"id": "chatcmpl-demo", "object": "chat.completion.chunk", "choices": []any{}, "usage": usage})
+	fmt.Fprint(w, "data: [DONE]\n\n")
 }
 
 // demoConfig is the demo policy (plugin/gateway/demo-config.json): the
@@ -105,6 +151,9 @@ func tryItExamples(u string) []example {
 		{"for i in $(seq 15); do curl -s -o /dev/null -w '%{http_code} ' " + u + "/ip/x; done; echo",
 			"per client address, burst 10 at 1/s: 200 x10, then 429 (a token comes back each second)",
 			regexp.MustCompile(`^(200 ){10}(200 |429 )*429 (200 |429 )*\n$`)},
+		{"for i in $(seq 4); do curl -s -o /dev/null -w '%{http_code} ' -H 'x-api-key: k5' -d '{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}' " + u + "/v1/chat/completions; done; echo",
+			"LLM tokens (50, refilled at 2/s) charged from each answer's usage (20 tokens): 200 x3, the third into debt, then 429",
+			regexp.MustCompile(`^200 200 200 429 \n$`)},
 	}
 }
 
@@ -118,7 +167,8 @@ func printTryIt(w io.Writer, gw *Gateway, config []byte) {
 		"",
 	}
 	if isDemoConfig(config) {
-		lines = append(lines, "Try it (the demo policy: free tier per x-api-key; enterprise tier with x-plan: enterprise; /ip/ limited per client address):")
+		lines = append(lines, "Try it (the demo policy: free tier per x-api-key; enterprise tier with x-plan: enterprise; /ip/ limited per client address;"+
+			" /v1/chat/completions, an OpenAI-like demo API, limited by the tokens its answers report):")
 		for _, e := range tryItExamples(u) {
 			lines = append(lines, "  "+e.cmd, "      # "+e.says)
 		}

@@ -149,8 +149,15 @@ func Start(ctx context.Context, opts Options, logger *slog.Logger) (*Gateway, er
 		cancel()
 		return nil, fmt.Errorf("-listen %s: %w", opts.Listen, err)
 	}
+	// The upstream has 60 s to send its response headers, and its body
+	// may take as long as it streams (an LLM's server-sent events). Envoy
+	// bounds the whole response with the route's timeout (15 s unless the
+	// route sets another, or 0 for streams); the development gateway bounds
+	// only the wait for the headers, so streams of any length pass.
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.ResponseHeaderTimeout = 60 * time.Second
 	gw.client = &http.Client{
-		Timeout:       60 * time.Second,
+		Transport:     transport,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	gw.server = &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second}

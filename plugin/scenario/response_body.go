@@ -12,12 +12,16 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
+
+	telfmt "github.com/sluice-rl/sluice/shared/telemetry"
 )
 
 func init() {
 	register(
 		Case{Name: "ResponseCostFromTheJSONBody", Run: responseCostFromJSONBody},
 		Case{Name: "ResponseCostFromStreamedEventsSummingPaths", Run: responseCostFromEvents},
+		Case{Name: "TelemetryCountsResponseCosts", Run: telemetryCountsResponseCosts},
 	)
 }
 
@@ -169,5 +173,29 @@ func responseCostFromEvents(t *testing.T, start Starter) {
 		"sluice.rule.messages.response_cost_default": 1, // the last, whose event has no usage
 		"sluice.rule.chat.response_cost_charged":     2,
 	})
+	noRecoveredPanics(t, h)
+}
+
+// telemetryCountsResponseCosts: reports carry a response-charged rule's
+// charges, those of default_cost and the invalid reports, cumulative, as
+// its metrics count them.
+func telemetryCountsResponseCosts(t *testing.T, start Starter) {
+	h := mustStart(t, start, Options{Clusters: []string{"sluice_admin"},
+		Config: []byte(`{"telemetry": {"cluster": "sluice_admin", "token": "t", "interval_ms": 1000}, ` + llmRules[1:])})
+	const chat, ct = "/v1/chat/completions", "application/json"
+	for _, body := range []string{`{"usage":{"total_tokens":5}}`, `{"usage":{"total_tokens":"5"}}`, `{}`, `{"usage":{"total_tokens":1}}`} {
+		if res := do(t, h, llmAnswer(chat, "k", ct, body)); res.Rejected {
+			t.Fatalf("%s: rejected", body)
+		}
+	}
+	calls := reportsByVM(t, h, time.Second)
+	r := decodeReport(t, calls[0], "sluice_admin", "/api/v1/telemetry", "t")
+	got := sumCounts([]*telfmt.Report{r})["chat"]
+	want := telfmt.RuleCounters{Rule: "chat", Allowed: 4, ResponseCharged: 4, ResponseDefault: 2, ResponseInvalid: 1}
+	if got != want {
+		t.Errorf("report: %+v, want %+v", got, want)
+	}
+	wantMetrics(t, h, map[string]uint64{"sluice.rule.chat.response_cost_charged": 4,
+		"sluice.rule.chat.response_cost_default": 2, "sluice.rule.chat.response_cost_invalid": 1})
 	noRecoveredPanics(t, h)
 }

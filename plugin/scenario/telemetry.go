@@ -95,6 +95,9 @@ func sumCounts(rs []*telfmt.Report) map[string]telfmt.RuleCounters {
 			s.Exempted += x.Exempted
 			s.Denied += x.Denied
 			s.Overridden += x.Overridden
+			s.ResponseCharged += x.ResponseCharged
+			s.ResponseDefault += x.ResponseDefault
+			s.ResponseInvalid += x.ResponseInvalid
 			sum[x.Rule] = s
 		}
 	}

@@ -37,6 +37,9 @@ const (
 	RuleFieldExempted           = "exempted"            // optional
 	RuleFieldDenied             = "denied"              // optional
 	RuleFieldOverridden         = "overridden"          // optional
+	RuleFieldResponseCharged    = "response_charged"    // optional
+	RuleFieldResponseDefault    = "response_default"    // optional
+	RuleFieldResponseInvalid    = "response_invalid"    // optional
 )
 
 // Fields of an entry of "buckets".

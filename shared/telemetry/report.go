@@ -77,6 +77,14 @@ type RuleCounters struct {
 	Exempted   uint64 `json:"exempted,omitempty"`
 	Denied     uint64 `json:"denied,omitempty"`
 	Overridden uint64 `json:"overridden,omitempty"`
+	// ResponseCharged counts the charges of a rule whose cost comes from
+	// the response; ResponseDefault those of default_cost (the response
+	// reported no cost, or the stream ended first) and ResponseInvalid
+	// those whose reported value was not a cost (also in ResponseDefault).
+	// Optional (0).
+	ResponseCharged uint64 `json:"response_charged,omitempty"`
+	ResponseDefault uint64 `json:"response_default,omitempty"`
+	ResponseInvalid uint64 `json:"response_invalid,omitempty"`
 }
 
 // Bucket is the state of one bucket as a VM last saw it. Rejects are the
@@ -319,6 +327,9 @@ const (
 	rExempted      // optional
 	rDenied        // optional
 	rOverridden    // optional
+	rRespCharged   // optional
+	rRespDefault   // optional
+	rRespInvalid   // optional
 )
 
 var ruleFields = []objField{
@@ -326,11 +337,14 @@ var ruleFields = []objField{
 	{RuleFieldShadowRejected, rShadow, true}, {RuleFieldFailOpen, rFailOpen, true},
 	{RuleFieldOverflowed, rOverflowed, false}, {RuleFieldOverflowIdentities, rOverflowIdent, false},
 	{RuleFieldExempted, rExempted, false}, {RuleFieldDenied, rDenied, false}, {RuleFieldOverridden, rOverridden, false},
+	{RuleFieldResponseCharged, rRespCharged, false}, {RuleFieldResponseDefault, rRespDefault, false},
+	{RuleFieldResponseInvalid, rRespInvalid, false},
 }
 
 const ruleFieldList = RuleFieldRule + ", " + RuleFieldAllowed + ", " + RuleFieldRejected + ", " + RuleFieldShadowRejected + ", " +
 	RuleFieldFailOpen + " and optionally " + RuleFieldOverflowed + ", " + RuleFieldOverflowIdentities + ", " +
-	RuleFieldExempted + ", " + RuleFieldDenied + ", " + RuleFieldOverridden
+	RuleFieldExempted + ", " + RuleFieldDenied + ", " + RuleFieldOverridden + ", " +
+	RuleFieldResponseCharged + ", " + RuleFieldResponseDefault + ", " + RuleFieldResponseInvalid
 
 // bucketRequired lists a bucket's required fields.
 const bucketRequired = BucketFieldRule + ", " + BucketFieldIdentity + ", " + BucketFieldTokens + ", " + BucketFieldBurst + ", " +
@@ -368,6 +382,12 @@ func (p *parser) rule(l loc) RuleCounters {
 			rc.Denied, _ = p.uint64(fl)
 		case rOverridden:
 			rc.Overridden, _ = p.uint64(fl)
+		case rRespCharged:
+			rc.ResponseCharged, _ = p.uint64(fl)
+		case rRespDefault:
+			rc.ResponseDefault, _ = p.uint64(fl)
+		case rRespInvalid:
+			rc.ResponseInvalid, _ = p.uint64(fl)
 		}
 	})
 	p.required(l, seen, ruleFields)
