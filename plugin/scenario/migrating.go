@@ -66,7 +66,14 @@ func DocExample(path, name string) (string, error) {
 // at t0.
 func startExample(t *testing.T, start Starter, name string, t0 time.Time) Host {
 	t.Helper()
-	cfg, err := DocExample(MigrationGuide, name)
+	return startDocExample(t, start, MigrationGuide, name, t0)
+}
+
+// startDocExample starts the filter with the example name of page (from
+// the module root), the clock at t0.
+func startDocExample(t *testing.T, start Starter, page, name string, t0 time.Time) Host {
+	t.Helper()
+	cfg, err := DocExample(page, name)
 	if err != nil {
 		t.Fatal(err)
 	}

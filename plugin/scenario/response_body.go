@@ -52,7 +52,7 @@ const llmRules = `{"rules": [
    "algorithm_config": {"tokens_per_second": 0.000001, "burst": 1000, "cost_source": "response_json:usage.total_tokens",
                         "default_cost": 10, "max_debt": 500}},
   {"name": "messages", "match": {"path_prefix": "/v1/messages"}, "limit_keys": ["header:x-api-key"], "algorithm": "quota",
-   "algorithm_config": {"limit": 1000, "period": "day", "cost_source": "response_json:message.usage.input_tokens+usage.output_tokens",
+   "algorithm_config": {"limit": 1000, "period": "day", "cost_source": "response_json:usage.input_tokens|message.usage.input_tokens+usage.output_tokens",
                         "default_cost": 7}}]}`
 
 func responseCostFromJSONBody(t *testing.T, start Starter) {

@@ -19,10 +19,20 @@ func TestScenariosUnderWasmhost(t *testing.T) {
 	scenario.Run(t, scenario.Wasmhost())
 }
 
-// TestMigrationGuideRunsEveryExample checks that every JSON example of the
-// migration guide is one the scenarios run, so none of them goes untested.
-func TestMigrationGuideRunsEveryExample(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("..", "..", scenario.MigrationGuide))
+// TestGuidesRunEveryExample checks that every JSON example of the
+// migration guide and of the LLM guide is one the scenarios run, so none
+// of them goes untested.
+func TestGuidesRunEveryExample(t *testing.T) {
+	for page, names := range map[string][]string{
+		scenario.MigrationGuide: scenario.MigrationExamples,
+		scenario.LLMGuide:       scenario.LLMGuideExamples,
+	} {
+		checkEveryExampleRuns(t, page, names)
+	}
+}
+
+func checkEveryExampleRuns(t *testing.T, page string, names []string) {
+	data, err := os.ReadFile(filepath.Join("..", "..", page))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,18 +47,18 @@ func TestMigrationGuideRunsEveryExample(t *testing.T) {
 		if ok {
 			name = strings.TrimSuffix(strings.TrimPrefix(lines[i-1], "<!-- example: "), " -->")
 		}
-		if !ok || !slices.Contains(scenario.MigrationExamples, name) {
-			t.Errorf("%s:%d: a JSON example no scenario runs (mark it %q and add it to MigrationExamples)",
-				scenario.MigrationGuide, i+1, scenario.ExampleMarker("name"))
+		if !ok || !slices.Contains(names, name) {
+			t.Errorf("%s:%d: a JSON example no scenario runs (mark it %q and add it to the page's list of examples)",
+				page, i+1, scenario.ExampleMarker("name"))
 			continue
 		}
 		found = append(found, name)
 	}
-	for _, name := range scenario.MigrationExamples {
+	for _, name := range names {
 		if !slices.Contains(found, name) {
-			t.Errorf("%s has no example %q", scenario.MigrationGuide, name)
+			t.Errorf("%s has no example %q", page, name)
 		}
-		if _, err := scenario.DocExample(scenario.MigrationGuide, name); err != nil {
+		if _, err := scenario.DocExample(page, name); err != nil {
 			t.Error(err)
 		}
 	}

@@ -18,6 +18,8 @@ func addScanSeeds(f *testing.F) {
 	}
 	f.Add([]byte(`{"a":{"b":1},"a":{"c":2}}`), "a.b", uint16(3))
 	f.Add([]byte(`{"a":[{"b":1}],"b":2}`), "b+a.b", uint16(9))
+	f.Add([]byte(`{"m":{"u":{"i":3}}} {"u":{"o":5}} {"u":{"i":4,"o":6}}`), "u.i|m.u.i+u.o", uint16(20))
+	f.Add([]byte(`{"m":{"u":{"i":3}}} {"u":{"i":"x"}}`), "u.i|m.u.i", uint16(5))
 }
 
 // FuzzScannerAgreesWithEncodingJSON: for valid JSON documents, what the
@@ -161,8 +163,10 @@ func plainKeys(doc []byte) bool {
 }
 
 // reference finds the paths in docs with encoding/json: the last
-// document holding a path (not null) gives its value.
-func reference(docs []json.RawMessage, paths Paths) (float64, Outcome) {
+// document holding a path (not null) gives its value, and each term counts
+// its first alternative found.
+func reference(docs []json.RawMessage, ps Paths) (float64, Outcome) {
+	paths := ps.list
 	status := make([]uint8, len(paths))
 	value := make([]float64, len(paths))
 	for _, raw := range docs {
@@ -186,11 +190,17 @@ func reference(docs []json.RawMessage, paths Paths) (float64, Outcome) {
 		}
 	}
 	sum, found := 0.0, false
-	for p := range paths {
-		switch status[p] {
-		case foundOther:
+	for i := range ps.terms {
+		from, to := ps.term(i)
+		p := from
+		for p < to && status[p] == notFound {
+			p++
+		}
+		switch {
+		case p == to:
+		case status[p] == foundOther:
 			return 0, Invalid
-		case foundCost:
+		default:
 			sum, found = sum+value[p], true
 		}
 	}

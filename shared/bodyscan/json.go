@@ -43,7 +43,7 @@ const (
 // amount of state: one bit per open container, the key being read, the
 // number being read.
 type tokenizer struct {
-	paths Paths
+	paths [][]string // every path (Paths.list)
 	// What was found at each path, the last value read winning.
 	status [MaxPaths]uint8 // notFound, foundCost, foundOther
 	value  [MaxPaths]float64

@@ -31,13 +31,14 @@ func FormatOf(contentType string) Format {
 type Outcome uint8
 
 const (
-	// Found: at least one path held a number >= 0, and none held
-	// anything else; the cost is the sum of the paths found.
+	// Found: some term's path held a number >= 0, and no term's counting
+	// path held anything else; the cost is the sum of the terms found.
 	Found Outcome = iota
-	// NotFound: no path was in the body.
+	// NotFound: no path of any term was in the body.
 	NotFound
-	// Invalid: a path last held something that is not a cost: a
-	// negative number, a string, true or false, an object or an array.
+	// Invalid: the path that counts for a term last held something that
+	// is not a cost: a negative number, a string, true or false, an
+	// object or an array.
 	Invalid
 )
 
@@ -71,6 +72,7 @@ type Scanner struct {
 	event     []byte
 	streaming bool
 	anchors   [MaxPaths]int // anchorOf each path's last key
+	terms     Paths         // how the paths are summed
 }
 
 // maxEvent bounds the event data a Scanner holds.
@@ -78,15 +80,16 @@ const maxEvent = 8 << 10
 
 // Reset readies s for a new body of format f whose costs are at paths.
 func (s *Scanner) Reset(paths Paths, f Format) {
-	if len(paths) > MaxPaths {
-		paths = paths[:MaxPaths]
+	if len(paths.list) > MaxPaths { // not from ParsePaths: find nothing
+		paths = Paths{}
 	}
-	s.t.paths = paths
+	s.terms = paths
+	s.t.paths = paths.list
 	s.t.status, s.t.value = [MaxPaths]uint8{}, [MaxPaths]float64{}
 	s.t.reset()
 	s.format, s.line, s.cr, s.fieldLen, s.data = f, lineStart, false, 0, false
 	s.event, s.streaming = s.event[:0], false
-	for i, p := range paths {
+	for i, p := range paths.list {
 		s.anchors[i] = anchorOf(p[len(p)-1])
 	}
 }
@@ -122,16 +125,22 @@ func (s *Scanner) Close() {
 }
 
 // Result returns what the body reported and, when Found, the cost: the
-// sum of the paths' last values (+Inf when a number is too large for a
-// float64; the caller bounds it).
+// sum over the terms of the last value of the first of their paths the
+// body carried (+Inf when a number is too large for a float64; the caller
+// bounds it).
 func (s *Scanner) Result() (float64, Outcome) {
 	sum, found := 0.0, false
-	for p := range s.t.paths {
-		switch s.t.status[p] {
-		case foundOther:
-			return 0, Invalid
-		case foundCost:
+	for i := range s.terms.terms {
+		from, to := s.terms.term(i)
+		for p := from; p < to; p++ {
+			switch s.t.status[p] {
+			case notFound:
+				continue // the next alternative
+			case foundOther:
+				return 0, Invalid
+			}
 			sum, found = sum+s.t.value[p], true
+			break
 		}
 	}
 	if !found {
