@@ -4,8 +4,13 @@ import (
 	"encoding/json"
 	"os"
 	"regexp"
+	"slices"
 	"testing"
 
+	// The decompressor of docs/llm.md and its gzip library, so that their
+	// packed configurations resolve.
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/compression/gzip/decompressor/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/decompressor/v3"
 	"sigs.k8s.io/yaml"
 )
 
@@ -40,5 +45,48 @@ func TestDocumentedTLSClusterIsValid(t *testing.T) {
 	c := b.GetStaticResources().GetClusters()[0]
 	if !speaksHTTP2(c) || c.GetTransportSocket().GetName() != "envoy.transport_sockets.tls" {
 		t.Errorf("cluster %s: HTTP/2 %v, transport socket %q", c.GetName(), speaksHTTP2(c), c.GetTransportSocket().GetName())
+	}
+}
+
+// TestDocumentedLLMListenerIsValid: the HTTP connection manager of
+// docs/llm.md is valid for Envoy, lists the decompressor after Sluice (so
+// on the answer it runs first) and the router last, and lets streams last.
+func TestDocumentedLLMListenerIsValid(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/llm.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)<!-- envoy: llm-listener -->\n```yaml\n(.*?)```").FindSubmatch(doc)
+	if m == nil {
+		t.Fatal("docs/llm.md has no block marked llm-listener")
+	}
+	var hcm map[string]any
+	if err := yaml.Unmarshal(m[1], &hcm); err != nil {
+		t.Fatal(err)
+	}
+	hcm["@type"] = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+	listener := map[string]any{"name": "llm", "address": map[string]any{"socket_address": map[string]any{"address": "0.0.0.0", "port_value": 10000}},
+		"filter_chains": []any{map[string]any{"filters": []any{map[string]any{"name": "envoy.filters.network.http_connection_manager", "typed_config": hcm}}}}}
+	boot, _ := json.Marshal(map[string]any{"static_resources": map[string]any{"listeners": []any{listener}}})
+	b, err := Parse(boot)
+	if err != nil {
+		t.Fatalf("the documented listener does not parse: %v", err)
+	}
+	if err := b.ValidateAll(); err != nil {
+		t.Errorf("Envoy's validation: %v", err)
+	}
+	if errs := validateAnys(b.ProtoReflect(), ""); len(errs) > 0 {
+		t.Errorf("the packed configs: %v", errs)
+	}
+	var names []string
+	for _, f := range hcm["http_filters"].([]any) {
+		names = append(names, f.(map[string]any)["name"].(string))
+	}
+	if want := []string{"sluice-ratelimit", "envoy.filters.http.decompressor", "envoy.filters.http.router"}; !slices.Equal(names, want) {
+		t.Errorf("http_filters %v, want %v: the decompressor after Sluice, so that it runs first on answers", names, want)
+	}
+	route := hcm["route_config"].(map[string]any)["virtual_hosts"].([]any)[0].(map[string]any)["routes"].([]any)[0].(map[string]any)["route"].(map[string]any)
+	if route["timeout"] != "0s" || route["idle_timeout"] == nil {
+		t.Errorf("route %v: want timeout 0s and an idle timeout, so streams are not cut", route)
 	}
 }

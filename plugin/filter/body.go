@@ -35,7 +35,7 @@ func (h *httpContext) startBodyScan(c *pendingCharge, end bool) {
 	enc, buf, ok := getResponseValue(false, "content-encoding", p.hdrBuf[:0])
 	p.hdrBuf = buf
 	if ok && enc != "" && !strings.EqualFold(enc, "identity") {
-		p.vm.logLimited(logBody, "sluice: rule "+c.rule.name+": the response body is "+enc+"-encoded and cannot be read; charging default_cost (put Envoy's decompressor filter before Sluice)")
+		p.vm.logLimited(logBody, "sluice: rule "+c.rule.name+": the response body is "+enc+"-encoded and cannot be read; charging default_cost (list Envoy's decompressor filter after Sluice in http_filters)")
 		h.chargeDefault(c)
 		return
 	}
