@@ -4,7 +4,8 @@ import "strconv"
 
 // This file finds what is valid but almost certainly not meant: a rule no
 // request can reach, an exempt rule that lifts every limit, a deny rule
-// that rejects everything. The admin shows these beside a saved policy and
+// that rejects everything, a rule charged from the response whose answers
+// that report nothing are almost free. The admin shows these beside a saved policy and
 // the validate API returns them; they never refuse a configuration, since a
 // blanket rule may be what an operator wants for a while.
 
@@ -22,6 +23,7 @@ func (c *Config) Warnings() []Warning {
 	for _, p := range c.Policies {
 		for i := range p.Rules {
 			r := &p.Rules[i]
+			out = append(out, cheapDefault(r)...)
 			if !appliesToEvery(r) {
 				continue
 			}
@@ -74,4 +76,38 @@ func appliesToEvery(r *Rule) bool {
 		}
 	}
 	return true
+}
+
+// cheapDefaultShare is how small a default_cost may be, against the
+// bucket's burst (a quota's limit), before it is reported: below a
+// ten-thousandth, answers that report no cost are as good as free.
+const cheapDefaultShare = 10000
+
+// cheapDefault reports a rule charged what the response reports whose
+// default_cost is tiny beside its capacity: every answer that reports
+// nothing (an error, a stream without usage, a compressed body) costs
+// almost nothing, so a client can make its answers report nothing and go
+// nearly unlimited.
+func cheapDefault(r *Rule) []Warning {
+	cs, _, def := r.CostConfig()
+	if !cs.FromResponse() || cs.ByStatus() {
+		return nil
+	}
+	capacity := 0.0
+	switch {
+	case r.TokenBucket != nil:
+		capacity = r.TokenBucket.Burst
+	case r.Quota != nil:
+		capacity = r.Quota.Limit
+	}
+	if def*cheapDefaultShare >= capacity {
+		return nil
+	}
+	what := "burst"
+	if r.Quota != nil {
+		what = "limit"
+	}
+	return []Warning{{Rule: r.Name, Message: "default_cost " + strconv.FormatFloat(def, 'f', -1, 64) +
+		" is under a ten-thousandth of its " + what + " " + strconv.FormatFloat(capacity, 'f', -1, 64) +
+		": an answer that reports no cost (an error, a stream without usage, a compressed body) is charged almost nothing; set default_cost to what a typical request costs"}}
 }

@@ -37,6 +37,13 @@ func TestWarningsFindRulesNoRequestReaches(t *testing.T) {
 			[]string{"gone: this deny rule has no match, so every request is rejected with 410"}},
 		{"a shadow deny rule without a match", `{"rules":[{"name":"gone","action":"deny","mode":"shadow"}]}`,
 			[]string{"gone: this shadow deny rule has no match, so every request is reported as denied"}},
+		{"answers that report no tokens are almost free", `{"rules":[
+			{"name":"llm","limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"rps":1000,"burst":100000,"cost_source":"response_json:usage.total_tokens"}},
+			{"name":"daily","limit_keys":["header:x-user"],"algorithm":"quota","algorithm_config":{"limit":2000000,"period":"day","cost_source":"response_header:x-tokens","default_cost":199}},
+			{"name":"fair","limit_keys":["header:x-team"],"algorithm":"quota","algorithm_config":{"limit":2000000,"period":"day","cost_source":"response_trailer:x-tokens","default_cost":200}},
+			{"name":"logins","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":0.01,"burst":5000,"cost_source":"response_status:401"}}]}`,
+			[]string{"llm: default_cost 1 is under a ten-thousandth of its burst 100000: an answer that reports no cost",
+				"daily: default_cost 199 is under a ten-thousandth of its limit 2000000"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := mustParse(t, c.config)
