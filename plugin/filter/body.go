@@ -1,8 +1,6 @@
 package filter
 
 import (
-	"strings"
-
 	"github.com/sluice-rl/sluice/shared/bodyscan"
 	"github.com/sluice-rl/sluice/shared/limiter"
 )
@@ -34,7 +32,7 @@ func (h *httpContext) startBodyScan(c *pendingCharge, end bool) {
 	p := h.p
 	enc, buf, ok := getResponseValue(false, "content-encoding", p.hdrBuf[:0])
 	p.hdrBuf = buf
-	if ok && enc != "" && !strings.EqualFold(enc, "identity") {
+	if ok && !bodyscan.Readable(enc) {
 		p.vm.logLimited(logBody, "sluice: rule "+c.rule.name+": the response body is "+enc+"-encoded and cannot be read; charging default_cost (list Envoy's decompressor filter after Sluice in http_filters)")
 		h.chargeDefault(c)
 		return

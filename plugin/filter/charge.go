@@ -203,8 +203,8 @@ func (h *httpContext) chargeResponse(trailer, end bool) {
 			}
 		}
 		if !ok { // absent or unusable: default_cost
-			c.rule.countDefault()
-			cost = c.rule.defaultCost
+			h.chargeDefault(c)
+			continue
 		}
 		h.p.charge(h, c, cost)
 	}
@@ -233,7 +233,7 @@ func (p *pluginContext) pendingApp(h *httpContext, c *pendingCharge) *applicatio
 func (h *httpContext) chargeStatus(c *pendingCharge) {
 	v, buf, ok := getResponseValue(false, ":status", h.p.hdrBuf[:0])
 	h.p.hdrBuf = buf
-	if !ok || !c.rule.statuses.Has(parseStatus(v)) {
+	if !ok || !c.rule.statuses.Has(policy.ParseStatus(v)) {
 		c.done = true
 		return
 	}
@@ -251,44 +251,11 @@ func (h *httpContext) chargeGRPCStatus(c *pendingCharge, trailer bool) {
 	switch {
 	case !ok && !trailer:
 		return // the trailers may carry it
-	case !ok || !c.rule.grpcCodes.Has(parseGRPCStatus(v)):
+	case !ok || !c.rule.grpcCodes.Has(policy.ParseGRPCStatus(v)):
 		c.done = true
 	default:
 		h.p.charge(h, c, c.rule.fixedCost)
 	}
-}
-
-// parseGRPCStatus reads a grpc-status value (1 or 2 digits); anything else
-// is -1, a code no set holds.
-func parseGRPCStatus(v string) int {
-	if n, ok := smallDecimal(v); ok && len(v) <= 2 {
-		return n
-	}
-	return -1
-}
-
-// parseStatus reads a three-digit :status; anything else is 0, a status no
-// set holds.
-func parseStatus(v string) int {
-	if n, ok := smallDecimal(v); ok && len(v) == 3 {
-		return n
-	}
-	return 0
-}
-
-// smallDecimal reads 1 to 3 decimal digits.
-func smallDecimal(v string) (int, bool) {
-	if len(v) == 0 || len(v) > 3 {
-		return 0, false
-	}
-	n := 0
-	for _, c := range []byte(v) {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int(c-'0')
-	}
-	return n, true
 }
 
 // chargeRemaining charges default_cost for the charges the response never
@@ -313,8 +280,7 @@ func (h *httpContext) chargeRemaining() {
 			c.done = true
 			continue
 		}
-		c.rule.countDefault()
-		h.p.charge(h, c, c.rule.defaultCost)
+		h.chargeDefault(c)
 	}
 }
 

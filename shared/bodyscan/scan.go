@@ -27,6 +27,12 @@ func FormatOf(contentType string) Format {
 	return JSON
 }
 
+// Readable reports whether a body with this Content-Encoding can be
+// scanned: none, or identity. A compressed body cannot.
+func Readable(contentEncoding string) bool {
+	return contentEncoding == "" || strings.EqualFold(contentEncoding, "identity")
+}
+
 // Outcome is what a scanned body reported.
 type Outcome uint8
 

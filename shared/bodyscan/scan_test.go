@@ -268,3 +268,11 @@ func TestHasQuotedFindsOnlyTheKeyBetweenQuotes(t *testing.T) {
 		}
 	}
 }
+
+func TestReadableOnlyWithoutContentEncoding(t *testing.T) {
+	for enc, want := range map[string]bool{"": true, "identity": true, "Identity": true, "gzip": false, "br": false, "gzip, identity": false} {
+		if got := Readable(enc); got != want {
+			t.Errorf("Readable(%q) = %v, want %v", enc, got, want)
+		}
+	}
+}

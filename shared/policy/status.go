@@ -100,3 +100,37 @@ func (s *StatusSet) addItem(item string) string {
 	s.add(code)
 	return ""
 }
+
+// ParseGRPCStatus reads a grpc-status value (1 or 2 digits), as the filter and the
+// simulator read it; anything else
+// is -1, a code no set holds.
+func ParseGRPCStatus(v string) int {
+	if n, ok := smallDecimal(v); ok && len(v) <= 2 {
+		return n
+	}
+	return -1
+}
+
+// ParseStatus reads a three-digit :status; anything else is 0, a status no
+// set holds.
+func ParseStatus(v string) int {
+	if n, ok := smallDecimal(v); ok && len(v) == 3 {
+		return n
+	}
+	return 0
+}
+
+// smallDecimal reads 1 to 3 decimal digits.
+func smallDecimal(v string) (int, bool) {
+	if len(v) == 0 || len(v) > 3 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range []byte(v) {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
+}

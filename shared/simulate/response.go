@@ -2,7 +2,6 @@ package simulate
 
 import (
 	"strconv"
-	"strings"
 
 	"github.com/sluice-rl/sluice/shared/bodyscan"
 	"github.com/sluice-rl/sluice/shared/limiter"
@@ -108,8 +107,8 @@ func responseCost(cs policy.CostSource, fixed, def float64, resp *Response) Resp
 		if !ok {
 			v, ok = resp.Headers["grpc-status"] // a trailers-only response
 		}
-		code, err := strconv.Atoi(v)
-		if !ok || err != nil || len(v) > 2 || v[0] < '0' || v[0] > '9' || !cs.GRPCCodes.Has(code) {
+		code := policy.ParseGRPCStatus(v)
+		if !ok || !cs.GRPCCodes.Has(code) {
 			return ResponseCharge{Why: "gRPC status " + strconv.Quote(v) + " is not counted"}
 		}
 		return ResponseCharge{Charged: true, Cost: fixed, Why: "gRPC status " + policy.GRPCCodeName(code) + " is counted"}
@@ -119,7 +118,7 @@ func responseCost(cs policy.CostSource, fixed, def float64, resp *Response) Resp
 
 // bodyCost reads the cost at paths of the body with the filter's scanner.
 func bodyCost(paths string, resp *Response, dflt func(string) ResponseCharge) ResponseCharge {
-	if enc := resp.Headers["content-encoding"]; enc != "" && !strings.EqualFold(enc, "identity") {
+	if enc := resp.Headers["content-encoding"]; !bodyscan.Readable(enc) {
 		return dflt("the body is " + enc + "-encoded and cannot be read")
 	}
 	if len(resp.Body) == 0 {
