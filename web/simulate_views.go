@@ -11,7 +11,9 @@ type SimForm struct {
 	Client  string // client address
 	Peer    string // the client certificate's URI SAN (peer:principal)
 	Route   string // the Envoy route's name (route)
-	JWT     string // a bearer token, or a JSON object of claims
+	// Metadata is the Envoy dynamic metadata as JSON (metadata: sources).
+	Metadata string
+	JWT      string // a bearer token, or a JSON object of claims
 	// A sample of the upstream's answer, for rules charged from the
 	// response: status, "name: value" lines, body. All empty: none.
 	RespStatus   string

@@ -11,6 +11,9 @@ import (
 	// packed configurations resolve.
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/compression/gzip/decompressor/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/decompressor/v3"
+	// The filters of docs/llm.md that write the metadata Sluice reads.
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/json_to_metadata/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/jwt_authn/v3"
 	"sigs.k8s.io/yaml"
 )
 
@@ -52,18 +55,67 @@ func TestDocumentedTLSClusterIsValid(t *testing.T) {
 // docs/llm.md is valid for Envoy, lists the decompressor after Sluice (so
 // on the answer it runs first) and the router last, and lets streams last.
 func TestDocumentedLLMListenerIsValid(t *testing.T) {
-	doc, err := os.ReadFile("../../docs/llm.md")
+	var hcm map[string]any
+	if err := yaml.Unmarshal(documentedBlock(t, "llm.md", "envoy: llm-listener"), &hcm); err != nil {
+		t.Fatal(err)
+	}
+	checkListener(t, hcm)
+	names := filterNames(hcm)
+	if want := []string{"sluice-ratelimit", "envoy.filters.http.decompressor", "envoy.filters.http.router"}; !slices.Equal(names, want) {
+		t.Errorf("http_filters %v, want %v: the decompressor after Sluice, so that it runs first on answers", names, want)
+	}
+	route := hcm["route_config"].(map[string]any)["virtual_hosts"].([]any)[0].(map[string]any)["routes"].([]any)[0].(map[string]any)["route"].(map[string]any)
+	if route["timeout"] != "0s" || route["idle_timeout"] == nil {
+		t.Errorf("route %v: want timeout 0s and an idle timeout, so streams are not cut", route)
+	}
+}
+
+// TestDocumentedMetadataFiltersAreValid: the filters of docs/llm.md that
+// write the metadata Sluice keys on (jwt_authn's verified claims,
+// json_to_metadata's model) are valid for Envoy, come before Sluice, and
+// write where the guide's policy reads.
+func TestDocumentedMetadataFiltersAreValid(t *testing.T) {
+	var filters []any
+	if err := yaml.Unmarshal(documentedBlock(t, "llm.md", "envoy: llm-metadata"), &filters); err != nil {
+		t.Fatal(err)
+	}
+	hcm := map[string]any{"stat_prefix": "llm", "http_filters": filters,
+		"route_config": map[string]any{"virtual_hosts": []any{map[string]any{"name": "llm", "domains": []any{"*"},
+			"routes": []any{map[string]any{"match": map[string]any{"prefix": "/"}, "route": map[string]any{"cluster": "llm"}}}}}}}
+	checkListener(t, hcm)
+	names := filterNames(hcm)
+	if want := []string{"envoy.filters.http.jwt_authn", "envoy.filters.http.json_to_metadata", "sluice-ratelimit", "envoy.filters.http.router"}; !slices.Equal(names, want) {
+		t.Errorf("http_filters %v, want %v: the filters that write the metadata before Sluice", names, want)
+	}
+	cfg := func(i int) map[string]any { return filters[i].(map[string]any)["typed_config"].(map[string]any) }
+	if p := cfg(0)["providers"].(map[string]any)["idp"].(map[string]any); p["payload_in_metadata"] != "jwt_payload" {
+		t.Errorf("jwt_authn writes the payload under %v, the policy reads jwt_payload", p["payload_in_metadata"])
+	}
+	rule := cfg(1)["request_rules"].(map[string]any)["rules"].([]any)[0].(map[string]any)["on_present"].(map[string]any)
+	if rule["metadata_namespace"] != "envoy.filters.http.json_to_metadata" || rule["key"] != "model" || rule["type"] != "STRING" {
+		t.Errorf("json_to_metadata writes %v, the policy reads a string at envoy.filters.http.json_to_metadata:model", rule)
+	}
+}
+
+// documentedBlock returns the YAML block of docs/<page> marked
+// "<!-- marker -->".
+func documentedBlock(t *testing.T, page, marker string) []byte {
+	t.Helper()
+	doc, err := os.ReadFile("../../docs/" + page)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile("(?s)<!-- envoy: llm-listener -->\n```yaml\n(.*?)```").FindSubmatch(doc)
+	m := regexp.MustCompile("(?s)<!-- " + regexp.QuoteMeta(marker) + " -->\n```yaml\n(.*?)```").FindSubmatch(doc)
 	if m == nil {
-		t.Fatal("docs/llm.md has no block marked llm-listener")
+		t.Fatalf("docs/%s has no block marked %q", page, marker)
 	}
-	var hcm map[string]any
-	if err := yaml.Unmarshal(m[1], &hcm); err != nil {
-		t.Fatal(err)
-	}
+	return m[1]
+}
+
+// checkListener validates an HTTP connection manager as a listener's
+// against Envoy's API, packed configurations included.
+func checkListener(t *testing.T, hcm map[string]any) {
+	t.Helper()
 	hcm["@type"] = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 	listener := map[string]any{"name": "llm", "address": map[string]any{"socket_address": map[string]any{"address": "0.0.0.0", "port_value": 10000}},
 		"filter_chains": []any{map[string]any{"filters": []any{map[string]any{"name": "envoy.filters.network.http_connection_manager", "typed_config": hcm}}}}}
@@ -78,15 +130,12 @@ func TestDocumentedLLMListenerIsValid(t *testing.T) {
 	if errs := validateAnys(b.ProtoReflect(), ""); len(errs) > 0 {
 		t.Errorf("the packed configs: %v", errs)
 	}
+}
+
+func filterNames(hcm map[string]any) []string {
 	var names []string
 	for _, f := range hcm["http_filters"].([]any) {
 		names = append(names, f.(map[string]any)["name"].(string))
 	}
-	if want := []string{"sluice-ratelimit", "envoy.filters.http.decompressor", "envoy.filters.http.router"}; !slices.Equal(names, want) {
-		t.Errorf("http_filters %v, want %v: the decompressor after Sluice, so that it runs first on answers", names, want)
-	}
-	route := hcm["route_config"].(map[string]any)["virtual_hosts"].([]any)[0].(map[string]any)["routes"].([]any)[0].(map[string]any)["route"].(map[string]any)
-	if route["timeout"] != "0s" || route["idle_timeout"] == nil {
-		t.Errorf("route %v: want timeout 0s and an idle timeout, so streams are not cut", route)
-	}
+	return names
 }

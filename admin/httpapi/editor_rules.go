@@ -124,7 +124,7 @@ func formFromPost(f url.Values) policyedit.Form {
 		name := strings.TrimSpace(f.Get("rf_key_name" + strconv.Itoa(i)))
 		switch {
 		case kind == "":
-		case kind == "header" || kind == "query" || kind == "jwt":
+		case kind == "header" || kind == "query" || kind == "jwt" || kind == "metadata":
 			out.Keys = append(out.Keys, kind+":"+name)
 		default:
 			out.Keys = append(out.Keys, kind)

@@ -218,3 +218,27 @@ func TestStructuredEditorKeysARuleByTheClientCertificateAndRoute(t *testing.T) {
 		t.Fatalf("edit: %d, the key pickers do not show peer:principal and route", resp.StatusCode)
 	}
 }
+
+func TestStructuredEditorKeysARuleByEnvoyMetadata(t *testing.T) {
+	e := newEnv(t, nil)
+	c := login(t, e, "alice")
+	tok := csrfOf(t, get(t, c, e.srv.URL+"/"))
+	draft := `{"policies":[{"name":"users","rules":[{"name":"per-ip","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}}]}]}`
+	resp, body := post(t, c, e.srv.URL+"/policy/rules", url.Values{"csrf": {tok}, "base_version": {"1"}, "policy": {draft}, "op": {"apply:0:0"},
+		"rf_name": {"per-user"}, "rf_algorithm": {"token_bucket"}, "rf_rate": {"5"}, "rf_burst": {"10"},
+		"rf_key_kind0": {"metadata"}, "rf_key_name0": {"envoy.filters.http.jwt_authn:jwt_payload.sub"},
+		"rf_match_src0": {"metadata:envoy.filters.http.json_to_metadata:model"}, "rf_match_val0": {"o1"}})
+	got := draftOf(t, body)
+	cfg, err := policy.Parse([]byte(got))
+	if resp.StatusCode != 200 || err != nil {
+		t.Fatalf("apply: %d %v\n%s", resp.StatusCode, err, got)
+	}
+	want := policy.KeySource{Kind: policy.SourceMetadata, Name: "envoy.filters.http.jwt_authn:jwt_payload.sub"}
+	if r := cfg.RuleByName("per-user"); len(r.Keys) != 1 || r.Keys[0] != want || len(r.Match) != 1 || r.Match[0].Source.Kind != policy.SourceMetadata {
+		t.Errorf("the rule's keys %v, match %v", r.Keys, r.Match)
+	}
+	resp, body = post(t, c, e.srv.URL+"/policy/rules", url.Values{"csrf": {tok}, "base_version": {"1"}, "policy": {got}, "op": {"edit:0:0"}})
+	if resp.StatusCode != 200 || !strings.Contains(body, `<option value="metadata" selected`) || !strings.Contains(body, `value="envoy.filters.http.jwt_authn:jwt_payload.sub"`) {
+		t.Fatalf("edit: %d, the key picker does not show the metadata source", resp.StatusCode)
+	}
+}

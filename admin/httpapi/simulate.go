@@ -34,6 +34,7 @@ const (
 	maxSimPath        = 8 << 10
 	maxSimPeer        = 2 << 10
 	maxSimRoute       = 1 << 10
+	maxSimMetadata    = 16 << 10
 )
 
 // simRequest is a simulated request as the API and the page take it.
@@ -50,6 +51,9 @@ type simRequest struct {
 	// Route is the name of the Envoy route the request matched, for the
 	// route source ("" for none).
 	Route string `json:"route"`
+	// Metadata is the request's Envoy dynamic metadata, for metadata:
+	// sources: an object of namespaces, each an object (simMetadata).
+	Metadata json.RawMessage `json:"metadata"`
 	// JWT is a bearer token ("Bearer " optional); Claims a JSON object
 	// sent as the payload of an unsigned token (the filter never checks
 	// signatures). At most one of them.
@@ -140,6 +144,9 @@ func (b simRequest) build() (simulate.Request, error) {
 		return req, err
 	}
 	if req.Route, err = simText("route", b.Route, maxSimRoute, unicode.IsControl, "contains a control character"); err != nil {
+		return req, err
+	}
+	if req.Metadata, err = simMetadata(b.Metadata); err != nil {
 		return req, err
 	}
 	hasClaims := len(b.Claims) > 0 && string(b.Claims) != "null"
@@ -261,7 +268,7 @@ func shortText(s string) string {
 	return s
 }
 
-func sortedKeys(m map[string]string) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	ks := make([]string, 0, len(m))
 	for k := range m {
 		ks = append(ks, k)

@@ -148,6 +148,9 @@ func TestSimulateRefusesBadInputNamingTheField(t *testing.T) {
 		{`{"request":{"client_address":"example.com:80"}}`, "request.client_address"},
 		{`{"request":{"peer_principal":"spiffe://cluster.local/ns/a b"}}`, "request.peer_principal"},
 		{`{"request":{"route":"check\nout"}}`, "request.route"},
+		{`{"request":{"metadata":["a"]}}`, "request.metadata"},
+		{`{"request":{"metadata":{"envoy.filters.http.jwt_authn":"alice"}}}`, "request.metadata.envoy.filters.http.jwt_authn"},
+		{`{"request":{"metadata":{"ns":{"k":"` + strings.Repeat("m", 16<<10) + `"}}}}`, "request.metadata"},
 		{`{"request":{"peer_principal":"` + strings.Repeat("s", 3000) + `"}}`, "request.peer_principal"},
 		{`{"request":{"headers":{"x-big":"` + huge + `"}}}`, "request.headers.x-big"},
 		{`{"request":{"headers":` + string(manyJSON) + `}}`, "request.headers"},
@@ -181,12 +184,13 @@ func TestSimulateRefusesAnInvalidDraftLikeASave(t *testing.T) {
 }
 
 func FuzzSimRequestBuild(f *testing.F) {
-	f.Add("GET", "/a?b=c", "example.com", "x-api-key", "v", "10.0.0.1:80", "a.eyJzdWIiOiJ4In0.c", "k", "v", "spiffe://cluster.local/ns/a/sa/b", "checkout", 200, "content-type", "{}")
-	f.Add("", "", "", "", "", "", "", "", "", "", "", 0, "", "")
-	f.Add("P\x00", "/\n", "a b", "bad name", "\r", "[::1]:99999", "...", "", "", "spiffe://a b", "check\x7fout", 999, "x y", "\x00")
-	f.Fuzz(func(t *testing.T, method, path, host, hname, hval, addr, jwt, qk, qv, peer, route string, status int, rname, body string) {
+	f.Add("GET", "/a?b=c", "example.com", "x-api-key", "v", "10.0.0.1:80", "a.eyJzdWIiOiJ4In0.c", "k", "v", "spiffe://cluster.local/ns/a/sa/b", "checkout", 200, "content-type", "{}", `{"ns":{"k":"v"}}`)
+	f.Add("", "", "", "", "", "", "", "", "", "", "", 0, "", "", "")
+	f.Add("P\x00", "/\n", "a b", "bad name", "\r", "[::1]:99999", "...", "", "", "spiffe://a b", "check\x7fout", 999, "x y", "\x00", `{"ns":[1]}`)
+	f.Add("GET", "/", "", "", "", "", "", "", "", "", "", 200, "", "", `{"ns":{"k":`)
+	f.Fuzz(func(t *testing.T, method, path, host, hname, hval, addr, jwt, qk, qv, peer, route string, status int, rname, body, meta string) {
 		b := simRequest{Method: method, Path: path, Host: host, Headers: map[string]string{hname: hval},
-			ClientAddress: addr, JWT: jwt, Query: map[string]string{qk: qv}, PeerPrincipal: peer, Route: route,
+			ClientAddress: addr, JWT: jwt, Query: map[string]string{qk: qv}, PeerPrincipal: peer, Route: route, Metadata: json.RawMessage(meta),
 			Response: &simResponse{Status: status, Headers: map[string]string{rname: body}, Trailers: map[string]string{rname: body}, Body: body}}
 		req, err := b.build()
 		if err != nil {
@@ -289,6 +293,32 @@ func TestSimulateMatchesTheEnvoyRoute(t *testing.T) {
 	}
 }
 
+func TestSimulateKeysAndMatchesOnEnvoyMetadata(t *testing.T) {
+	e := newEnv(t, nil)
+	pol := `{"rules":[{"name":"reasoning","limit_keys":["metadata:envoy.filters.http.jwt_authn:jwt_payload.sub"],` +
+		`"match":{"metadata:envoy.filters.http.json_to_metadata:model":"o1"},"algorithm":"token_bucket","algorithm_config":{"rps":10,"burst":20}}]}`
+	meta := func(model string) string {
+		return `{"envoy.filters.http.jwt_authn":{"jwt_payload":{"sub":"alice-0123456789","iss":"https://idp"}},"envoy.filters.http.json_to_metadata":{"model":"` + model + `"}}`
+	}
+	_, m := simulateCall(t, e, `{"policy":`+pol+`,"request":{"metadata":`+meta("o1")+`}}`)
+	r := rulesOf(t, m, 0)[0]
+	if r["applies"] != true {
+		t.Fatalf("with the model: %v", r)
+	}
+	// The identity is masked like a header's: metadata may carry secrets.
+	if id, _ := r["identity"].(string); !strings.HasPrefix(id, "metadata:envoy.filters.http.jwt_authn:jwt_payload.sub=") || strings.Contains(id, "alice-0123456789") {
+		t.Errorf("identity %q: not the metadata source, or not masked", id)
+	}
+	_, m = simulateCall(t, e, `{"policy":`+pol+`,"request":{"metadata":`+meta("gpt-4o")+`}}`)
+	if r := rulesOf(t, m, 0)[0]; r["applies"] != false || !strings.Contains(r["why_not"].(string), "another value") {
+		t.Errorf("with another model: %v", r)
+	}
+	_, m = simulateCall(t, e, `{"policy":`+pol+`,"request":{}}`)
+	if r := rulesOf(t, m, 0)[0]; r["applies"] != false || !strings.Contains(r["why_not"].(string), "no value") {
+		t.Errorf("without metadata: %v", r)
+	}
+}
+
 // TestSimulatorViewSaysPlacesForAConcurrencyRule: the page words each
 // algorithm's state in its own unit.
 func TestSimulatorViewSaysPlacesForAConcurrencyRule(t *testing.T) {
@@ -376,5 +406,16 @@ func TestSimulatorFormTakesASampleResponseAndTheClientCertificate(t *testing.T) 
 	form.Set("sim_peer", "spiffe://cluster.local/ns/shop/sa/web")
 	if _, body := post(t, c, e.srv.URL+"/simulate", form); !strings.Contains(body, "peer:principal=spiffe://cluster.local/ns/shop/sa/web") {
 		t.Errorf("the client certificate field is ignored:\n%s", body)
+	}
+
+	// And by Envoy metadata, given as JSON; bad JSON names the field.
+	form.Set("policy", `{"rules":[{"name":"per-user","limit_keys":["metadata:envoy.filters.http.jwt_authn:jwt_payload.sub"],"algorithm":"token_bucket","algorithm_config":{"rps":10,"burst":20}}]}`)
+	form.Set("sim_metadata", `{"envoy.filters.http.jwt_authn": {"jwt_payload": {"sub": "alice"}}}`)
+	if _, body := post(t, c, e.srv.URL+"/simulate", form); !strings.Contains(body, "metadata:envoy.filters.http.jwt_authn:jwt_payload.sub=") {
+		t.Errorf("the metadata field is ignored:\n%s", body)
+	}
+	form.Set("sim_metadata", `{"envoy.filters.http.jwt_authn": `)
+	if resp, body := post(t, c, e.srv.URL+"/simulate", form); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "request.metadata") {
+		t.Errorf("bad metadata JSON: %d", resp.StatusCode)
 	}
 }

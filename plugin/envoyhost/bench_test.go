@@ -157,8 +157,8 @@ func BenchmarkEnvoyHostStream(b *testing.B) {
 // parts of its cost (each against the empty plugin, like the cases above):
 // without the response fields, with the older (opt-in) ones too, a request no
 // rule applies to (one header read, nothing else), the bucket keyed by
-// the client certificate or the route (a property read) instead of a
-// header, charged by the response's status instead of per request, and a
+// the client certificate, the route or a value of the dynamic metadata (a
+// property read) instead of a header, charged by the response's status instead of per request, and a
 // concurrency rule in its place (a place taken, then given back when the
 // stream ends) (x-base: against the allowed request's configuration, same
 // request).
@@ -189,6 +189,8 @@ func BenchmarkEnvoyHostProbe(b *testing.B) {
 		countedBy("response-status-counted", "401"),
 		keyedBy("peer-principal", "peer:principal", simulate.PeerPrincipalProperty, "spiffe://cluster.local/ns/shop/sa/web"),
 		keyedBy("route", "route", simulate.RouteProperty, "checkout"),
+		keyedBy("metadata", "metadata:envoy.filters.http.jwt_authn:jwt_payload.sub",
+			"metadata.filter_metadata.envoy.filters.http.jwt_authn.jwt_payload.sub", "alice"),
 		{"no-response-headers", with(`"response_headers": false`), hdr("x-api-key", "k"), false, ""},
 		{"legacy-headers", with(`"legacy_headers": true`), hdr("x-api-key", "k"), false, ""},
 		{"no-rule-applies", benchConfig, hdr("x-other", "k"), false, ""},

@@ -27,6 +27,7 @@ type compiledConfig struct {
 	headerNames []string
 	queryNames  []string
 	claimNames  []string
+	metaPaths   []string // serialized property paths of metadata sources
 
 	// readNames are the distinct request headers the configuration can
 	// read: headerNames and the headers behind the other sources
@@ -314,6 +315,8 @@ func (cc *compiledConfig) ref(k policy.KeySource) sourceRef {
 		return sourceRef{kind: k.Kind, idx: indexOf(&cc.queryNames, k.Name)}
 	case policy.SourceJWT:
 		return sourceRef{kind: k.Kind, idx: indexOf(&cc.claimNames, k.Name)}
+	case policy.SourceMetadata:
+		return sourceRef{kind: k.Kind, idx: indexOf(&cc.metaPaths, strings.Join(policy.MetadataPath(k.Name), "\x00"))}
 	}
 	return sourceRef{kind: k.Kind}
 }

@@ -46,9 +46,10 @@ type cachedValue struct {
 type requestSources struct {
 	cfg *compiledConfig
 
-	headers []cachedValue // by compiledConfig.headerNames index
-	queries []cachedValue // by compiledConfig.queryNames index
-	claims  []cachedValue // by compiledConfig.claimNames index
+	headers []cachedValue   // by compiledConfig.headerNames index
+	queries []cachedValue   // by compiledConfig.queryNames index
+	claims  []cachedValue   // by compiledConfig.claimNames index
+	metas   []propertyValue // by compiledConfig.metaPaths index
 
 	rawPath, path, method, host, ip cachedValue
 	peer, route                     propertyValue
@@ -94,6 +95,7 @@ func (rs *requestSources) reset(cfg *compiledConfig, numHeaders int) {
 		rs.claims = resetCache(rs.claims, len(cfg.claimNames))
 		rs.rawPath, rs.path, rs.method, rs.host, rs.ip = cachedValue{}, cachedValue{}, cachedValue{}, cachedValue{}, cachedValue{}
 		rs.peer.c, rs.route.c = cachedValue{}, cachedValue{}
+		rs.metas = resetProperties(rs.metas, len(cfg.metaPaths))
 		rs.gen = 1
 	}
 	rs.vals = rs.vals[:0]
@@ -103,6 +105,19 @@ func (rs *requestSources) reset(cfg *compiledConfig, numHeaders int) {
 	rs.startWhole(numHeaders)
 	rs.jwtState = unknown
 	rs.jwt.Reset()
+}
+
+// resetProperties is resetCache for property-backed values; their buffers
+// are kept.
+func resetProperties(p []propertyValue, n int) []propertyValue {
+	for len(p) < n {
+		p = append(p, propertyValue{})
+	}
+	p = p[:n]
+	for i := range p {
+		p[i].c = cachedValue{}
+	}
+	return p
 }
 
 func resetCache(c []cachedValue, n int) []cachedValue {
@@ -162,6 +177,8 @@ func (rs *requestSources) get(s sourceRef) (string, bool) {
 		c = rs.peer.read(rs, peerPrincipalPath)
 	case policy.SourceRoute:
 		c = rs.route.read(rs, routeNamePath)
+	case policy.SourceMetadata:
+		c = rs.metas[s.idx].read(rs, rs.cfg.metaPaths[s.idx])
 	case sourceRawPath:
 		c = &rs.rawPath
 		if rs.unread(c) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-rl/sluice/shared/policy"
 	"github.com/sluice-rl/sluice/shared/simulate"
 )
 
@@ -40,12 +41,18 @@ var requestProperties = map[string]string{
 // req builds a request from name/value pairs. A pseudo name of
 // requestProperties sets that property instead of a header: "@ip" the
 // client address (default "10.0.0.1:5555"), "@peer" the client
-// certificate's URI SAN, "@route" the Envoy route's name (default none).
+// certificate's URI SAN, "@route" the Envoy route's name (default none);
+// "@metadata:<namespace>:<keys>" a value of the dynamic metadata, as the
+// source of that name reads it.
 func req(kv ...string) Request {
 	r := Request{Properties: map[string][]byte{"source.address": []byte("10.0.0.1:5555")}}
 	for i := 0; i+1 < len(kv); i += 2 {
 		if prop, ok := requestProperties[kv[i]]; ok {
 			r.Properties[prop] = []byte(kv[i+1])
+			continue
+		}
+		if name, ok := strings.CutPrefix(kv[i], "@metadata:"); ok {
+			r.Properties[strings.Join(policy.MetadataPath(name), ".")] = []byte(kv[i+1])
 			continue
 		}
 		r.Headers = append(r.Headers, Header{kv[i], kv[i+1]})
@@ -263,6 +270,14 @@ func wantRejection(t *testing.T, what string, res Response, status int, body str
 
 // admittedLeaving sends r and requires it admitted with the RateLimit
 // field's remaining (r=) as given.
+// wantAdmitted sends r and fails the test if it is rejected.
+func wantAdmitted(t testing.TB, h Host, what string, r Request) {
+	t.Helper()
+	if res := do(t, h, r); res.Rejected {
+		t.Fatalf("%s: rejected (%d %s)", what, res.Status, res.LocalBody)
+	}
+}
+
 func admittedLeaving(t testing.TB, h Host, what string, r Request, remaining string) {
 	t.Helper()
 	res := do(t, h, r)

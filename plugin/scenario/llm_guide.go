@@ -7,12 +7,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/shared/policy"
 )
 
 func init() {
 	register(
 		Case{Name: "LLMGuideOpenAIMinuteAndDayBudgets", Run: llmGuideOpenAI},
 		Case{Name: "LLMGuideProvidersReportUsageInTheirOwnPlaces", Run: llmGuideProviders},
+		Case{Name: "LLMGuideBudgetsPerModelAndVerifiedUser", Run: llmGuidePerModel},
 	)
 }
 
@@ -20,7 +23,7 @@ func init() {
 // are their names.
 const LLMGuide = "docs/llm.md"
 
-var LLMGuideExamples = []string{"llm-openai", "llm-providers"}
+var LLMGuideExamples = []string{"llm-openai", "llm-providers", "llm-per-model"}
 
 // usedTokens is an OpenAI chat completion of key k that used n tokens.
 func usedTokens(k string, n string) Request {
@@ -84,5 +87,36 @@ func llmGuideProviders(t *testing.T, start Starter) {
 		`{"done":true,"prompt_eval_count":26,"eval_count":290}`+"\n")
 	admittedLeaving(t, h, "an Ollama stream", ollama, "30000")
 	admittedLeaving(t, h, "after it", llmAnswer("/api/chat", "k", "application/x-ndjson", `{"done":true,"prompt_eval_count":0,"eval_count":0}`), "29684")
+	noRecoveredPanics(t, h)
+}
+
+// modelAnswer is usedTokens for a verified user and the model the body
+// asked for, as jwt_authn and json_to_metadata put them in the metadata.
+func modelAnswer(user, model, n string) Request {
+	r := usedTokens("shared-key", n)
+	for name, v := range map[string]string{jwtSub: user, bodyModel: model} {
+		if v != "" {
+			r.Properties[strings.Join(policy.MetadataPath(strings.TrimPrefix(name, "@metadata:")), ".")] = []byte(v)
+		}
+	}
+	return r
+}
+
+func llmGuidePerModel(t *testing.T, start Starter) {
+	h := startDocExample(t, start, LLMGuide, "llm-per-model", noon)
+	// o1 spends alice's reasoning budget (10,000): 9,000, then 5,000 more
+	// with 1,000 left, which takes it 4,000 into debt.
+	admittedLeaving(t, h, "alice's first o1 call", modelAnswer("alice", "o1", "9000"), "10000")
+	admittedLeaving(t, h, "alice's second o1 call", modelAnswer("alice", "o3", "5000"), "1000")
+	wantRejection(t, "alice's third o1 call", do(t, h, modelAnswer("alice", "o1", "1")), 429,
+		`{"error":"rate_limited","rule":"reasoning-tokens"...`)
+	// Her chat budget and bob's reasoning budget are their own.
+	admittedLeaving(t, h, "alice on gpt-4o", modelAnswer("alice", "gpt-4o", "100"), "100000")
+	admittedLeaving(t, h, "alice without a model", modelAnswer("alice", "", "100"), "99900")
+	admittedLeaving(t, h, "bob on o1", modelAnswer("bob", "o1", "100"), "10000")
+	// Without a verified user no rule applies: no RateLimit field.
+	if res := do(t, h, modelAnswer("", "o1", "100")); res.Rejected || header(res.ResponseHeaders, "ratelimit") != "" {
+		t.Errorf("a request without a verified user: rejected %v, RateLimit %q", res.Rejected, header(res.ResponseHeaders, "ratelimit"))
+	}
 	noRecoveredPanics(t, h)
 }

@@ -19,12 +19,7 @@ const peerConfig = `{"policies": [{"name": "mesh", "rules": [
 func peerPrincipal(t *testing.T, start Starter) {
 	h := startConfig(t, start, peerConfig)
 	const etl, web, api = "spiffe://cluster.local/ns/batch/sa/etl", "spiffe://cluster.local/ns/shop/sa/web", "spiffe://cluster.local/ns/shop/sa/api"
-	allowed := func(what string, r Request) {
-		t.Helper()
-		if res := do(t, h, r); res.Rejected {
-			t.Fatalf("%s: rejected (%d %s)", what, res.Status, res.LocalBody)
-		}
-	}
+	allowed := func(what string, r Request) { t.Helper(); wantAdmitted(t, h, what, r) }
 
 	// The batch namespace's rule, by prefix, one request per workload.
 	allowed("the batch workload's first request", req("@peer", etl))

@@ -19,12 +19,7 @@ const routeConfig = `{"policies": [{"name": "routes", "rules": [
 
 func routeName(t *testing.T, start Starter) {
 	h := startConfig(t, start, routeConfig)
-	allowed := func(what string, r Request) {
-		t.Helper()
-		if res := do(t, h, r); res.Rejected {
-			t.Fatalf("%s: rejected (%d %s)", what, res.Status, res.LocalBody)
-		}
-	}
+	allowed := func(what string, r Request) { t.Helper(); wantAdmitted(t, h, what, r) }
 	// One bucket for the whole checkout route, whoever calls it.
 	allowed("checkout, first client", req("@route", "checkout", "@ip", "10.0.0.1:1"))
 	wantRejection(t, "checkout, another client", do(t, h, req("@route", "checkout", "@ip", "10.0.0.2:2")), 429,

@@ -34,6 +34,8 @@ func FuzzParse(f *testing.F) {
 		withAlg("sliding_window", `{"limit":10,"window_seconds":60,"fixed_cost":11}`),
 		withKeys(`["header:X","header:x","query:q","jwt:sub","path","method","host"]`),
 		withKeys(`["peer:principal","ip:address","route"]`),
+		withKeys(`["metadata:envoy.filters.http.jwt_authn:jwt_payload.sub","metadata:ns:a..b","metadata::x","metadata:ns:a:b"]`),
+		withMatch(`{"metadata:envoy.filters.http.json_to_metadata:model":{"in":["gpt-4o","o1"]},"metadata:ns:addr":{"cidr":["10.0.0.0/8"]}}`),
 		withMatch(`{"route":{"in":["checkout","catalog"]},"route:x":"y"}`),
 		withMatch(`{"peer:principal":{"prefix":"spiffe://cluster.local/ns/batch/"},"Peer:principal":"x","peer:address":"y"}`),
 		withMatch(`{"path":{"regex":"^/users/[0-9]+$"},"ip:address":{"cidr":["10.0.0.0/8","2001:db8::/32"]},"jwt:plan":{"in":["gold","platinum"]}}`),

@@ -172,12 +172,17 @@ const (
 	// matched (Envoy's xds.route_name; an Istio VirtualService's
 	// http[].name).
 	SourceRoute
+	// SourceMetadata is "metadata:<namespace>:<key>[.<key>...]": a value of
+	// the request's Envoy dynamic metadata, which filters before Sluice
+	// write (jwt_authn's verified claims, json_to_metadata's body fields,
+	// ext_authz's answers). Name is "<namespace>:<keys>" (metadata.go).
+	SourceMetadata
 )
 
 // KeySource names one request attribute.
 type KeySource struct {
 	Kind SourceKind
-	Name string // header (lower-cased), query parameter or claim name; "" otherwise
+	Name string // header (lower-cased), query parameter or claim name, metadata "<namespace>:<keys>"; "" otherwise
 }
 
 // String returns the source in configuration syntax: "header:x-api-key",
@@ -202,6 +207,8 @@ func (k KeySource) String() string {
 		return "peer:principal"
 	case SourceRoute:
 		return "route"
+	case SourceMetadata:
+		return "metadata:" + k.Name
 	}
 	return "invalid"
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/sluice-rl/sluice/shared/bodyscan"
 )
 
-const sourceForms = `"ip:address", "peer:principal", "header:<name>", "query:<name>", "jwt:<claim>", "path", "method", "host" or "route"`
+const sourceForms = `"ip:address", "peer:principal", "header:<name>", "query:<name>", "jwt:<claim>", "metadata:<namespace>:<key>", "path", "method", "host" or "route"`
 
 // maxSourceName bounds header, query and claim names.
 const maxSourceName = 256
@@ -69,9 +69,14 @@ func parseSource(s string) (KeySource, string) {
 			return KeySource{Kind: SourceQuery, Name: name}, ""
 		}
 		return KeySource{Kind: SourceJWT, Name: name}, ""
+	case "metadata":
+		if msg := checkMetadataName(name); msg != "" {
+			return bad(msg)
+		}
+		return KeySource{Kind: SourceMetadata, Name: name}, ""
 	}
 	switch strings.ToLower(kind) {
-	case "path", "method", "host", "route", "ip", "peer", "header", "query", "jwt":
+	case "path", "method", "host", "route", "ip", "peer", "header", "query", "jwt", "metadata":
 		return bad("is not a known source: source kinds are lower-case, e.g. " + quoteShort(strings.ToLower(kind)+s[len(kind):]))
 	}
 	return bad("is not a known source; use " + sourceForms)

@@ -58,7 +58,7 @@ func DisplayIdentity(keys []policy.KeySource, clear bool, id string) string {
 }
 
 func sensitive(k policy.SourceKind) bool {
-	return k == policy.SourceHeader || k == policy.SourceJWT || k == policy.SourceQuery
+	return k == policy.SourceHeader || k == policy.SourceJWT || k == policy.SourceQuery || k == policy.SourceMetadata
 }
 
 // SplitComposite undoes AppendComposite's joining and escaping.

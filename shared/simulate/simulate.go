@@ -45,6 +45,10 @@ type Request struct {
 	// Route is the name of the Envoy route the request matched (Envoy's
 	// xds.route_name), "" for none.
 	Route string
+	// Metadata is the request's Envoy dynamic metadata (filter_metadata),
+	// for metadata: sources: by namespace, each a JSON object as
+	// encoding/json decodes it (metadata.go).
+	Metadata map[string]map[string]any
 	// Response, when set, is a sample of the upstream's answer: the rules
 	// whose cost comes from the response are charged for it (RuleResult's
 	// Response).
@@ -60,6 +64,9 @@ func (r Request) Properties() map[string][]byte {
 	}
 	if r.Route != "" {
 		p[RouteProperty] = []byte(r.Route)
+	}
+	for ns, st := range r.Metadata {
+		addMetadataProperties(p, "metadata.filter_metadata."+ns, st)
 	}
 	return p
 }

@@ -63,6 +63,8 @@ func (s *sources) raw(k policy.KeySource) (string, bool) {
 		return s.req.PeerPrincipal, s.req.PeerPrincipal != ""
 	case policy.SourceRoute:
 		return s.req.Route, s.req.Route != ""
+	case policy.SourceMetadata:
+		return s.req.metadataValue(k.Name)
 	case policy.SourceIP:
 		if s.hops > 0 {
 			if xff, ok := s.header("x-forwarded-for"); ok {
@@ -92,7 +94,7 @@ func (s *sources) mismatch(r *policy.Rule) string {
 		}
 		shown := strconv.Quote(v)
 		switch m.Source.Kind {
-		case policy.SourceHeader, policy.SourceQuery, policy.SourceJWT:
+		case policy.SourceHeader, policy.SourceQuery, policy.SourceJWT, policy.SourceMetadata:
 			shown = "another value"
 		}
 		return want + "; the request has " + shown

@@ -85,6 +85,16 @@ func Request(rng *rand.Rand, shadowHeader string) simulate.Request {
 	if rng.IntN(6) == 0 { // gRPC calls get their rejections trailers-only
 		r.Headers["content-type"] = oneOf("application/grpc", "application/grpc+proto", "application/grpc-web")
 	}
+	if rng.IntN(3) > 0 { // Envoy dynamic metadata: verified claims, a body field
+		r.Metadata = map[string]map[string]any{}
+		if rng.IntN(3) > 0 {
+			r.Metadata["envoy.filters.http.jwt_authn"] = map[string]any{"jwt_payload": map[string]any{
+				"sub": oneOf("alice", "bob", ""), "tier": []any{2.0, true, "gold", nil}[rng.IntN(4)]}}
+		}
+		if rng.IntN(2) == 0 {
+			r.Metadata["envoy.filters.http.json_to_metadata"] = map[string]any{"model": oneOf("gpt-4o", "o1", "llama3")}
+		}
+	}
 	return r
 }
 
@@ -207,14 +217,15 @@ func (g *configGen) reply(into map[string]any) {
 }
 
 func (g *configGen) key() string {
-	return g.oneOf("header:x-api-key", "header:x-api-key", "ip:address", "query:account", "jwt:sub", "header:x-plan", "host", "jwt:tier", "peer:principal", "route")
+	return g.oneOf("header:x-api-key", "header:x-api-key", "ip:address", "query:account", "jwt:sub", "header:x-plan", "host", "jwt:tier", "peer:principal", "route",
+		"metadata:envoy.filters.http.jwt_authn:jwt_payload.sub", "metadata:envoy.filters.http.jwt_authn:jwt_payload.tier")
 }
 
 // match returns zero to two conditions.
 func (g *configGen) match() map[string]any {
 	m := map[string]any{}
 	for range g.rng.IntN(3) {
-		switch g.rng.IntN(11) {
+		switch g.rng.IntN(12) {
 		case 0:
 			m["path_prefix"] = g.oneOf("/api/", "/reports", "/")
 		case 1:
@@ -237,6 +248,8 @@ func (g *configGen) match() map[string]any {
 			m["peer:principal"] = g.condition("spiffe://cluster.local/ns/shop/sa/web", "spiffe://cluster.local/ns/")
 		case 10:
 			m["route"] = g.condition("checkout", "catalog")
+		case 11:
+			m["metadata:envoy.filters.http.json_to_metadata:model"] = g.condition("gpt-4o", "o1")
 		}
 	}
 	return m
