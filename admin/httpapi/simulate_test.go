@@ -319,6 +319,18 @@ func TestSimulateKeysAndMatchesOnEnvoyMetadata(t *testing.T) {
 	}
 }
 
+func TestSimulateChargesAMetadataCost(t *testing.T) {
+	e := newEnv(t, nil)
+	pol := `{"rules":[{"name":"images","limit_keys":["ip:address"],"algorithm":"token_bucket",` +
+		`"algorithm_config":{"rps":1,"burst":10,"cost_source":"metadata:envoy.filters.http.json_to_metadata:n","default_cost":2}}]}`
+	for meta, want := range map[string]float64{`{"envoy.filters.http.json_to_metadata":{"n":4}}`: 4, `{"envoy.filters.http.json_to_metadata":{"n":"3"}}`: 3, `{}`: 2} {
+		_, m := simulateCall(t, e, `{"policy":`+pol+`,"request":{"metadata":`+meta+`}}`)
+		if r := rulesOf(t, m, 0)[0]; r["cost"] != want {
+			t.Errorf("metadata %s: cost %v, want %v", meta, r["cost"], want)
+		}
+	}
+}
+
 // TestSimulatorViewSaysPlacesForAConcurrencyRule: the page words each
 // algorithm's state in its own unit.
 func TestSimulatorViewSaysPlacesForAConcurrencyRule(t *testing.T) {

@@ -244,6 +244,8 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 		cr.costSrc = cc.ref(policy.KeySource{Kind: policy.SourceHeader, Name: costSrc.Name})
 	case policy.CostQuery:
 		cr.costSrc = cc.ref(policy.KeySource{Kind: policy.SourceQuery, Name: costSrc.Name})
+	case policy.CostMetadata:
+		cr.costSrc = cc.ref(policy.KeySource{Kind: policy.SourceMetadata, Name: costSrc.Name})
 	}
 	cr.fixedCost, cr.defaultCost = fixedCost, defaultCost
 	cr.compileLimits(r)
@@ -399,7 +401,8 @@ func (r *compiledRule) matches(rs *requestSources) bool {
 }
 
 // cost returns the request's cost for this rule: the fixed cost, or the
-// header/query value parsed by limiter.ParseCost, falling back to the
+// header/query value parsed by limiter.ParseCost (a metadata value by
+// limiter.ParseMetadataCost), falling back to the
 // default cost when that value is absent, not a number, not positive, NaN,
 // infinite or absurdly large.
 func (r *compiledRule) cost(rs *requestSources) float64 {
@@ -410,7 +413,11 @@ func (r *compiledRule) cost(rs *requestSources) float64 {
 		return 0 // charged from the response (charge.go)
 	}
 	if v, ok := rs.get(r.costSrc); ok {
-		if c, ok := limiter.ParseCost(v); ok {
+		parse := limiter.ParseCost
+		if r.costKind == policy.CostMetadata {
+			parse = limiter.ParseMetadataCost
+		}
+		if c, ok := parse(v); ok {
 			return c
 		}
 	}

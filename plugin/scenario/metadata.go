@@ -15,13 +15,19 @@ import (
 )
 
 func init() {
-	register(Case{Name: "MetadataKeysAndMatchesEnvoyDynamicMetadata", Run: metadataSources})
+	register(
+		Case{Name: "MetadataKeysAndMatchesEnvoyDynamicMetadata", Run: metadataSources},
+		Case{Name: "MetadataCostChargesWhatAFilterWrote", Run: metadataCost},
+	)
 }
 
 const (
 	jwtSub    = "@metadata:envoy.filters.http.jwt_authn:jwt_payload.sub"
 	jwtTier   = "@metadata:envoy.filters.http.jwt_authn:jwt_payload.tier"
 	bodyModel = "@metadata:envoy.filters.http.json_to_metadata:model"
+	// The first group of a token whose claims jwt_authn keeps under the
+	// issuer, as Envoy Gateway does: a key in brackets, a list's element.
+	firstGroup = "@metadata:envoy.filters.http.jwt_authn:[https://idp.example.com].groups.0"
 )
 
 const metadataConfig = `{"policies": [
@@ -33,7 +39,11 @@ const metadataConfig = `{"policies": [
    "algorithm": "fixed_window", "algorithm_config": {"limit": 2, "window_seconds": 60}}]},
  {"name": "tiers", "rules": [
   {"name": "per-tier", "limit_keys": ["metadata:envoy.filters.http.jwt_authn:jwt_payload.tier"],
-   "algorithm": "fixed_window", "algorithm_config": {"limit": 3, "window_seconds": 60}}]}]}`
+   "algorithm": "fixed_window", "algorithm_config": {"limit": 3, "window_seconds": 60}}]},
+ {"name": "groups", "rules": [
+  {"name": "per-group", "match": {"metadata:envoy.filters.http.jwt_authn:[https://idp.example.com].groups.0": {"prefix": "team-"}},
+   "limit_keys": ["metadata:envoy.filters.http.jwt_authn:[https://idp.example.com].groups.0"],
+   "algorithm": "fixed_window", "algorithm_config": {"limit": 1, "window_seconds": 60}}]}]}`
 
 // envoyDouble is a number as Envoy passes a Struct's number to the filter.
 func envoyDouble(f float64) string {
@@ -69,5 +79,35 @@ func metadataSources(t *testing.T, start Starter) {
 	}
 	wantRejection(t, "tier 2, request 4", do(t, h, req(jwtTier, two)), 429, `{"error":"rate_limited","rule":"per-tier"...`)
 	allowed("tier 3", req(jwtTier, three))
+
+	// A key holding dots and colons, and a list's first element.
+	allowed("team-a", req(firstGroup, "team-a"))
+	wantRejection(t, "team-a again", do(t, h, req(firstGroup, "team-a")), 429, `{"error":"rate_limited","rule":"per-group"...`)
+	allowed("team-b", req(firstGroup, "team-b"))
+	for range 2 {
+		allowed("a group the match leaves out", req(firstGroup, "admins"))
+	}
+	noRecoveredPanics(t, h)
+}
+
+// imagesConfig charges each request the number of images its body asks for
+// ("n", which json_to_metadata copies into the metadata), else 1.
+const imagesConfig = `{"rules": [
+  {"name": "images", "limit_keys": ["metadata:envoy.filters.http.jwt_authn:jwt_payload.sub"],
+   "algorithm": "token_bucket", "algorithm_config": {"rps": 0.001, "burst": 10,
+     "cost_source": "metadata:envoy.filters.http.json_to_metadata:n", "default_cost": 1}}]}`
+
+func metadataCost(t *testing.T, start Starter) {
+	h := startConfig(t, start, imagesConfig)
+	const n = "@metadata:envoy.filters.http.json_to_metadata:n"
+	// A number as Envoy passes it (8 bytes), and one json_to_metadata
+	// wrote as a string: 4 + 3 of 10.
+	admittedLeaving(t, h, "four images", req(jwtSub, "alice", n, envoyDouble(4)), "6")
+	admittedLeaving(t, h, "three images", req(jwtSub, "alice", n, "3"), "3")
+	// No count, or one that is not a cost: default_cost.
+	admittedLeaving(t, h, "no count", req(jwtSub, "alice"), "2")
+	admittedLeaving(t, h, "a count of zero", req(jwtSub, "alice", n, envoyDouble(0)), "1")
+	wantRejection(t, "two more", do(t, h, req(jwtSub, "alice", n, envoyDouble(2))), 429, `{"error":"rate_limited","rule":"images"...`)
+	admittedLeaving(t, h, "the last one", req(jwtSub, "alice", n, "1"), "0")
 	noRecoveredPanics(t, h)
 }

@@ -35,6 +35,7 @@ func FuzzParse(f *testing.F) {
 		withKeys(`["header:X","header:x","query:q","jwt:sub","path","method","host"]`),
 		withKeys(`["peer:principal","ip:address","route"]`),
 		withKeys(`["metadata:envoy.filters.http.jwt_authn:jwt_payload.sub","metadata:ns:a..b","metadata::x","metadata:ns:a:b"]`),
+		withKeys(`["metadata:envoy.filters.http.jwt_authn:[https://idp.example.com].groups.0","metadata:ns:[a.b","metadata:ns:[].c","metadata:ns:[a]b","metadata:n[s]:a"]`),
 		withMatch(`{"metadata:envoy.filters.http.json_to_metadata:model":{"in":["gpt-4o","o1"]},"metadata:ns:addr":{"cidr":["10.0.0.0/8"]}}`),
 		withMatch(`{"route":{"in":["checkout","catalog"]},"route:x":"y"}`),
 		withMatch(`{"peer:principal":{"prefix":"spiffe://cluster.local/ns/batch/"},"Peer:principal":"x","peer:address":"y"}`),

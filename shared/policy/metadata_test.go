@@ -38,6 +38,9 @@ func TestMetadataPathIsEnvoysPropertyPath(t *testing.T) {
 	for name, want := range map[string][]string{
 		"envoy.filters.http.jwt_authn:jwt_payload.sub": {"metadata", "filter_metadata", "envoy.filters.http.jwt_authn", "jwt_payload", "sub"},
 		"ns:model": {"metadata", "filter_metadata", "ns", "model"},
+		"envoy.filters.http.jwt_authn:[https://idp.example.com].groups.0": {"metadata", "filter_metadata", "envoy.filters.http.jwt_authn", "https://idp.example.com", "groups", "0"},
+		"istio_authn:[request.auth.principal]":                            {"metadata", "filter_metadata", "istio_authn", "request.auth.principal"},
+		"ns:a.[b.c].d":                                                    {"metadata", "filter_metadata", "ns", "a", "b.c", "d"},
 	} {
 		if got := MetadataPath(name); !reflect.DeepEqual(got, want) {
 			t.Errorf("MetadataPath(%q) = %q, want %q", name, got, want)
@@ -55,5 +58,32 @@ func TestMetadataNameBoundsAreInclusive(t *testing.T) {
 	}
 	if msg := checkMetadataName("ns:a.b.c.d.e.f.g.h"); msg != "" {
 		t.Errorf("8 keys refused: %s", msg)
+	}
+}
+
+func TestMetadataCostSourceOnEveryAlgorithmThatTakesACost(t *testing.T) {
+	for _, alg := range []string{
+		`"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":10,"cost_source":"metadata:envoy.filters.http.json_to_metadata:n"}`,
+		`"algorithm":"fixed_window","algorithm_config":{"limit":10,"window_seconds":60,"cost_source":"metadata:envoy.filters.http.json_to_metadata:n"}`,
+	} {
+		c, err := Parse([]byte(`{"rules":[{"name":"r","limit_keys":["ip:address"],` + alg + `}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rule := c.RuleByName("r")
+		cs := rule.TokenBucket
+		var got CostSource
+		if cs != nil {
+			got = cs.Cost
+		} else {
+			got = rule.Window.Cost
+		}
+		if got.Kind != CostMetadata || got.Name != "envoy.filters.http.json_to_metadata:n" || got.String() != "metadata:envoy.filters.http.json_to_metadata:n" {
+			t.Errorf("%s: cost %+v", alg, got)
+		}
+	}
+	_, err := Parse([]byte(`{"rules":[{"name":"r","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":10,"cost_source":"metadata:ns"}}]}`))
+	if err == nil || !strings.Contains(err.Error(), "rules[0].algorithm_config.cost_source") || !strings.Contains(err.Error(), "needs a key after the namespace") {
+		t.Errorf("a metadata cost without a key: %v", err)
 	}
 }

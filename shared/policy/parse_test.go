@@ -150,7 +150,12 @@ func TestParseErrors(t *testing.T) {
 		{"metadata without a namespace", withKeys(`["metadata::sub"]`), "rules[0].limit_keys[0]", []string{"needs a namespace"}, 0},
 		{"metadata empty", withKeys(`["metadata:"]`), "rules[0].limit_keys[0]", []string{"needs a namespace and a key"}, 0},
 		{"metadata empty key", withKeys(`["metadata:ns:a..b"]`), "rules[0].limit_keys[0]", []string{"has an empty key"}, 0},
-		{"metadata colon in keys", withKeys(`["metadata:ns:a:b"]`), "rules[0].limit_keys[0]", []string{"has a ':' in its keys"}, 0},
+		{"metadata colon in keys", withKeys(`["metadata:ns:a:b"]`), "rules[0].limit_keys[0]", []string{`has a ':' in the key "a:b"`, "in brackets"}, 0},
+		{"metadata unclosed bracket", withKeys(`["metadata:ns:[https://idp.example.com.sub"]`), "rules[0].limit_keys[0]", []string{"has a '[' without its ']'"}, 0},
+		{"metadata empty brackets", withKeys(`["metadata:ns:[].sub"]`), "rules[0].limit_keys[0]", []string{`has an empty key "[]"`}, 0},
+		{"metadata text after brackets", withKeys(`["metadata:ns:[a.b]c"]`), "rules[0].limit_keys[0]", []string{`needs a dot and a key after "[a.b]"`}, 0},
+		{"metadata bracket inside a key", withKeys(`["metadata:ns:a[b]"]`), "rules[0].limit_keys[0]", []string{"has a bracket inside the key"}, 0},
+		{"metadata trailing dot", withKeys(`["metadata:ns:a."]`), "rules[0].limit_keys[0]", []string{"has an empty key"}, 0},
 		{"metadata nine keys", withKeys(`["metadata:ns:a.b.c.d.e.f.g.h.i"]`), "rules[0].limit_keys[0]", []string{"more than 8 keys"}, 0},
 		{"metadata space", withKeys(`["metadata:ns:a b"]`), "rules[0].limit_keys[0]", []string{`contains ' '`}, 0},
 		{"metadata upper case", withKeys(`["Metadata:ns:a"]`), "rules[0].limit_keys[0]", []string{"source kinds are lower-case", `"metadata:ns:a"`}, 0},
@@ -214,7 +219,7 @@ func TestParseErrors(t *testing.T) {
 		{"burst bool", withTB(`{"rps":5,"burst":true}`), tb + "burst", []string{"must be a number", "got a boolean"}, 0},
 
 		// token_bucket: costs.
-		{"cost_source unknown", withTB(`{"rps":5,"burst":10,"cost_source":"cookie:w"}`), tb + "cost_source", []string{`"cookie:w" is not a cost source`, `"fixed", "header:<name>", "query:<name>", "response_header:<name>", "response_trailer:<name>", "response_status:<statuses>", "response_grpc_status:<codes>" or "response_json:<path>"`}, 0},
+		{"cost_source unknown", withTB(`{"rps":5,"burst":10,"cost_source":"cookie:w"}`), tb + "cost_source", []string{`"cookie:w" is not a cost source`, `"fixed", "header:<name>", "query:<name>", "metadata:<namespace>:<key>", "response_header:<name>", "response_trailer:<name>", "response_status:<statuses>", "response_grpc_status:<codes>" or "response_json:<path>"`}, 0},
 		{"cost_source jwt", withTB(`{"rps":5,"burst":10,"cost_source":"jwt:w"}`), tb + "cost_source", []string{"is not a cost source"}, 0},
 		{"cost_source header empty", withTB(`{"rps":5,"burst":10,"cost_source":"header:"}`), tb + "cost_source", []string{"invalid header name"}, 0},
 		{"cost_source query bad", withTB(`{"rps":5,"burst":10,"cost_source":"query:a&b"}`), tb + "cost_source", []string{"containing '&'"}, 0},

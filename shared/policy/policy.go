@@ -238,6 +238,10 @@ const (
 	CostFixed  CostKind = iota // every request costs FixedCost
 	CostHeader                 // the value of header Name, else DefaultCost
 	CostQuery                  // the value of query parameter Name, else DefaultCost
+	// CostMetadata: the value of the dynamic metadata source Name
+	// ("<namespace>:<keys>", metadata.go), a decimal string or a number as
+	// Envoy passes it, else DefaultCost.
+	CostMetadata
 	// CostResponseHeader and CostResponseTrailer: the cost is read from
 	// the response (header or trailer Name) and charged when it arrives;
 	// the request is admitted while the bucket or quota has something left,
@@ -289,6 +293,8 @@ func (c CostSource) String() string {
 		return "header:" + c.Name
 	case CostQuery:
 		return "query:" + c.Name
+	case CostMetadata:
+		return "metadata:" + c.Name
 	case CostResponseHeader:
 		return "response_header:" + c.Name
 	case CostResponseTrailer:

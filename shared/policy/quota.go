@@ -129,9 +129,9 @@ func (p *parser) costSource(path string, f map[string]*jvalue, cs *CostSource, r
 		return
 	}
 	cpath := join(path, "cost_source")
-	want := `"fixed", "header:<name>", "query:<name>", "response_header:<name>", "response_trailer:<name>", "response_status:<statuses>", "response_grpc_status:<codes>" or "response_json:<path>"`
+	want := `"fixed", "header:<name>", "query:<name>", "metadata:<namespace>:<key>", "response_header:<name>", "response_trailer:<name>", "response_status:<statuses>", "response_grpc_status:<codes>" or "response_json:<path>"`
 	if !response {
-		want = `"fixed", "header:<name>" or "query:<name>"`
+		want = `"fixed", "header:<name>", "query:<name>" or "metadata:<namespace>:<key>"`
 	}
 	if cv.kind != jString {
 		p.errorf(cpath, "must be a string: ", want, "; got ", cv.kind.String())

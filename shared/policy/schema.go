@@ -39,14 +39,14 @@ const (
 	headerNameRe     = headerNameChars + `{1,256}`
 	queryNameRe      = `[^\x00-\x20\x7f&=#]{1,256}`
 	claimNameRe      = `[^\x00-\x20\x7f]{1,256}`
-	metadataKeyRe    = `[^\x00-\x20\x7f:.]+`
+	metadataKeyRe    = `([^\x00-\x20\x7f:.\[\]]+|\[[^\x00-\x20\x7f\[\]]+\])`
 	metadataRe       = `metadata:[^\x00-\x20\x7f:]+:` + metadataKeyRe + `(\.` + metadataKeyRe + `){0,7}`
 	keySourcePattern = `^(ip:address|peer:principal|path|method|host|route|header:` + headerNameRe + `|query:` + queryNameRe + `|jwt:` + claimNameRe + `|` + metadataRe + `)$`
 	matchKeyPattern  = `^(path_prefix|ip:address|peer:principal|path|method|host|route|header:` + headerNameRe + `|query:` + queryNameRe + `|jwt:` + claimNameRe + `|` + metadataRe + `)$`
-	costPattern      = `^(fixed|header:` + headerNameRe + `|query:` + queryNameRe + `)$`
+	costPattern      = `^(fixed|header:` + headerNameRe + `|query:` + queryNameRe + `|` + metadataRe + `)$`
 	// responseCostPattern: token_bucket and quota also read a cost from
 	// the response (quota.go).
-	responseCostPattern = `^(fixed|header:` + headerNameRe + `|query:` + queryNameRe + `|response_header:` + headerNameRe + `|response_trailer:` + headerNameRe + `|response_status:` + statusListRe + `|response_grpc_status:` + grpcListRe + `|response_json:` + jsonPathsRe + `)$`
+	responseCostPattern = `^(fixed|header:` + headerNameRe + `|query:` + queryNameRe + `|` + metadataRe + `|response_header:` + headerNameRe + `|response_trailer:` + headerNameRe + `|response_status:` + statusListRe + `|response_grpc_status:` + grpcListRe + `|response_json:` + jsonPathsRe + `)$`
 	statusRe            = `[1-5]([0-9][0-9]|[xX][xX])`
 	statusListRe        = statusRe + `(,` + statusRe + `)*`
 	grpcNameRe          = `(ok|cancelled|unknown|invalid_argument|deadline_exceeded|not_found|already_exists|permission_denied|resource_exhausted|failed_precondition|aborted|out_of_range|unimplemented|internal|unavailable|data_loss|unauthenticated)`
@@ -70,7 +70,7 @@ func schemaProperties() map[string]obj {
 	}
 	responseCost := func(capacity string) obj {
 		return obj{"type": "string", "pattern": responseCostPattern, "default": "fixed",
-			"description": `Where a request's cost comes from: "fixed", "header:<name>", "query:<name>", or the response: "response_header:<name>", "response_trailer:<name>" (admitted while the ` + capacity + ` is not used up, charged when the response arrives), "response_status:<statuses>" (fixed_cost charged for each response with one of the statuses, such as "response_status:401,403" or "response_status:5xx"), "response_grpc_status:<codes>" (the same for a gRPC call's status, such as "response_grpc_status:unauthenticated"), "response_json:<path>" (the number at a path of the JSON body or its server-sent events, such as "response_json:usage.total_tokens"; "+" sums terms, "|" gives a term alternatives, the first found counting; charged when the body ends).`}
+			"description": `Where a request's cost comes from: "fixed", "header:<name>", "query:<name>", "metadata:<namespace>:<key>", or the response: "response_header:<name>", "response_trailer:<name>" (admitted while the ` + capacity + ` is not used up, charged when the response arrives), "response_status:<statuses>" (fixed_cost charged for each response with one of the statuses, such as "response_status:401,403" or "response_status:5xx"), "response_grpc_status:<codes>" (the same for a gRPC call's status, such as "response_grpc_status:unauthenticated"), "response_json:<path>" (the number at a path of the JSON body or its server-sent events, such as "response_json:usage.total_tokens"; "+" sums terms, "|" gives a term alternatives, the first found counting; charged when the body ends).`}
 	}
 	maxDebt := func(capacity string) obj {
 		return obj{"type": "number", "minimum": 0, "maximum": MaxBurst,
@@ -380,7 +380,7 @@ func windowProperties(rolling bool, cost func(string) obj) obj {
 		"window_seconds": obj{"type": "integer", "minimum": 1, "maximum": MaxWindowSeconds,
 			"description": "Window length in whole seconds; fixed windows are aligned to the Unix epoch."},
 		"cost_source": obj{"type": "string", "pattern": costPattern, "default": "fixed",
-			"description": `Where a request's cost comes from: "fixed", "header:<name>" or "query:<name>".`},
+			"description": `Where a request's cost comes from: "fixed", "header:<name>", "query:<name>" or "metadata:<namespace>:<key>".`},
 		"fixed_cost":   cost("Cost of every request when cost_source is fixed; <= limit (and max_per_period)."),
 		"default_cost": cost("Cost when the cost header or query value is absent or unusable; <= limit (and max_per_period)."),
 	}

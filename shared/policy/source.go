@@ -116,7 +116,9 @@ func parseCostSource(s string) (CostSource, string) {
 		return CostSource{Kind: CostHeader, Name: k.Name}, ""
 	case msg == "" && k.Kind == SourceQuery:
 		return CostSource{Kind: CostQuery, Name: k.Name}, ""
-	case msg != "" && (strings.HasPrefix(s, "header:") || strings.HasPrefix(s, "query:")):
+	case msg == "" && k.Kind == SourceMetadata:
+		return CostSource{Kind: CostMetadata, Name: k.Name}, ""
+	case msg != "" && (strings.HasPrefix(s, "header:") || strings.HasPrefix(s, "query:") || strings.HasPrefix(s, "metadata:")):
 		return CostSource{}, msg
 	}
 	if list, ok := strings.CutPrefix(s, "response_status:"); ok {
@@ -150,5 +152,5 @@ func parseCostSource(s string) (CostSource, string) {
 			return CostSource{Kind: rk.kind, Name: strings.ToLower(name)}, ""
 		}
 	}
-	return CostSource{}, quoteShort(s) + ` is not a cost source; use "fixed", "header:<name>", "query:<name>", "response_header:<name>", "response_trailer:<name>", "response_status:<statuses>", "response_grpc_status:<codes>" or "response_json:<path>"`
+	return CostSource{}, quoteShort(s) + ` is not a cost source; use "fixed", "header:<name>", "query:<name>", "metadata:<namespace>:<key>", "response_header:<name>", "response_trailer:<name>", "response_status:<statuses>", "response_grpc_status:<codes>" or "response_json:<path>"`
 }

@@ -3,6 +3,7 @@ package simulate
 import (
 	"encoding/binary"
 	"math"
+	"strconv"
 
 	"github.com/sluice-rl/sluice/shared/policy"
 )
@@ -14,8 +15,9 @@ import (
 // filter sees no value). metadataValue gives the same bytes, so keys and
 // matches agree with the filter's.
 //
-// A path that ends on an object or a list counts as missing here; Envoy
-// would pass it serialized as a header map, which no policy should key on.
+// A key of digits picks an element of a list, as in Envoy. A path that ends
+// on an object or a list counts as missing here; Envoy would pass it
+// serialized as a header map, which no policy should key on.
 
 // metadataValue returns the value at a metadata source's path.
 func (r *Request) metadataValue(name string) (string, bool) {
@@ -26,11 +28,18 @@ func (r *Request) metadataValue(name string) (string, bool) {
 	}
 	var v any = st
 	for _, k := range path[1:] {
-		obj, ok := v.(map[string]any)
-		if !ok {
-			return "", false
-		}
-		if v, ok = obj[k]; !ok {
+		switch x := v.(type) {
+		case map[string]any:
+			if v, ok = x[k]; !ok {
+				return "", false
+			}
+		case []any: // Envoy reads a key of a list as an index
+			i, err := strconv.Atoi(k)
+			if err != nil || i < 0 || i >= len(x) {
+				return "", false
+			}
+			v = x[i]
+		default:
 			return "", false
 		}
 	}
@@ -56,15 +65,21 @@ func encodeMetadataLeaf(v any) (string, bool) {
 }
 
 // addMetadataProperties adds the leaves under prefix to a test host's
-// properties (dotted paths), encoded as Envoy encodes them.
-func addMetadataProperties(p map[string][]byte, prefix string, obj map[string]any) {
-	for k, v := range obj {
-		if sub, ok := v.(map[string]any); ok {
-			addMetadataProperties(p, prefix+"."+k, sub)
-			continue
+// properties (dotted paths), encoded as Envoy encodes them; a list's
+// elements by index.
+func addMetadataProperties(p map[string][]byte, prefix string, v any) {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			addMetadataProperties(p, prefix+"."+k, e)
 		}
+	case []any:
+		for i, e := range x {
+			addMetadataProperties(p, prefix+"."+strconv.Itoa(i), e)
+		}
+	default:
 		if s, ok := encodeMetadataLeaf(v); ok {
-			p[prefix+"."+k] = []byte(s)
+			p[prefix] = []byte(s)
 		}
 	}
 }

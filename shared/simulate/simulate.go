@@ -66,7 +66,7 @@ func (r Request) Properties() map[string][]byte {
 		p[RouteProperty] = []byte(r.Route)
 	}
 	for ns, st := range r.Metadata {
-		addMetadataProperties(p, "metadata.filter_metadata."+ns, st)
+		addMetadataProperties(p, "metadata.filter_metadata."+ns, map[string]any(st))
 	}
 	return p
 }
@@ -374,14 +374,17 @@ func (rr *RuleResult) decide(src *sources, opt Options) {
 	case policy.CostFixed, policy.CostResponseStatus, policy.CostResponseGRPCStatus: // fixed_cost: each request's, or each counted response's
 	case policy.CostResponseHeader, policy.CostResponseTrailer, policy.CostResponseJSON:
 		rr.Cost = def // what a response reporting no cost is charged
-	default: // a request header or query parameter
+	default: // a request header, query parameter or metadata value
 		rr.Cost = def
-		kind := policy.SourceHeader
-		if costSrc.Kind == policy.CostQuery {
+		kind, parse := policy.SourceHeader, limiter.ParseCost
+		switch costSrc.Kind {
+		case policy.CostQuery:
 			kind = policy.SourceQuery
+		case policy.CostMetadata:
+			kind, parse = policy.SourceMetadata, limiter.ParseMetadataCost
 		}
 		if v, ok := src.get(policy.KeySource{Kind: kind, Name: costSrc.Name}); ok {
-			if c, ok := limiter.ParseCost(v); ok {
+			if c, ok := parse(v); ok {
 				rr.Cost = c
 			}
 		}

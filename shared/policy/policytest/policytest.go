@@ -92,7 +92,16 @@ func Request(rng *rand.Rand, shadowHeader string) simulate.Request {
 				"sub": oneOf("alice", "bob", ""), "tier": []any{2.0, true, "gold", nil}[rng.IntN(4)]}}
 		}
 		if rng.IntN(2) == 0 {
-			r.Metadata["envoy.filters.http.json_to_metadata"] = map[string]any{"model": oneOf("gpt-4o", "o1", "llama3")}
+			r.Metadata["envoy.filters.http.json_to_metadata"] = map[string]any{"model": oneOf("gpt-4o", "o1", "llama3"),
+				"n": []any{1.0, 3.0, 2.5, 0.0, "2", "x", nil}[rng.IntN(7)]}
+		}
+		if rng.IntN(3) == 0 { // claims kept under the issuer, groups a list
+			jwt := r.Metadata["envoy.filters.http.jwt_authn"]
+			if jwt == nil {
+				jwt = map[string]any{}
+				r.Metadata["envoy.filters.http.jwt_authn"] = jwt
+			}
+			jwt["https://idp.example.com"] = map[string]any{"groups": []any{[]any{"dev"}, []any{"ops", "dev"}, []any{}}[rng.IntN(3)]}
 		}
 	}
 	return r
@@ -218,7 +227,8 @@ func (g *configGen) reply(into map[string]any) {
 
 func (g *configGen) key() string {
 	return g.oneOf("header:x-api-key", "header:x-api-key", "ip:address", "query:account", "jwt:sub", "header:x-plan", "host", "jwt:tier", "peer:principal", "route",
-		"metadata:envoy.filters.http.jwt_authn:jwt_payload.sub", "metadata:envoy.filters.http.jwt_authn:jwt_payload.tier")
+		"metadata:envoy.filters.http.jwt_authn:jwt_payload.sub", "metadata:envoy.filters.http.jwt_authn:jwt_payload.tier",
+		"metadata:envoy.filters.http.jwt_authn:[https://idp.example.com].groups.0")
 }
 
 // match returns zero to two conditions.
@@ -307,7 +317,7 @@ func (g *configGen) algorithmOf(algorithm string) (string, map[string]any) {
 		}
 		return algorithm, c
 	}
-	switch g.rng.IntN(5) {
+	switch g.rng.IntN(6) {
 	case 0:
 		c["cost_source"] = "header:x-cost"
 		c["default_cost"] = []float64{1, 2}[g.rng.IntN(2)]
@@ -315,6 +325,8 @@ func (g *configGen) algorithmOf(algorithm string) (string, map[string]any) {
 		c["cost_source"] = "query:cost"
 	case 2:
 		c["fixed_cost"] = 2 // every request costs 2
+	case 3:
+		c["cost_source"] = "metadata:envoy.filters.http.json_to_metadata:n"
 	}
 	return algorithm, c
 }
