@@ -401,10 +401,9 @@ func (r *compiledRule) matches(rs *requestSources) bool {
 }
 
 // cost returns the request's cost for this rule: the fixed cost, or the
-// header/query value parsed by limiter.ParseCost (a metadata value by
-// limiter.ParseMetadataCost), falling back to the
-// default cost when that value is absent, not a number, not positive, NaN,
-// infinite or absurdly large.
+// header, query or metadata value parsed by limiter.ParseCost, falling back
+// to the default cost when that value is absent, not a number, not
+// positive, NaN, infinite or absurdly large.
 func (r *compiledRule) cost(rs *requestSources) float64 {
 	switch r.costKind {
 	case policy.CostFixed:
@@ -413,11 +412,7 @@ func (r *compiledRule) cost(rs *requestSources) float64 {
 		return 0 // charged from the response (charge.go)
 	}
 	if v, ok := rs.get(r.costSrc); ok {
-		parse := limiter.ParseCost
-		if r.costKind == policy.CostMetadata {
-			parse = limiter.ParseMetadataCost
-		}
-		if c, ok := parse(v); ok {
+		if c, ok := limiter.ParseCost(v); ok {
 			return c
 		}
 	}

@@ -178,7 +178,7 @@ func (rs *requestSources) get(s sourceRef) (string, bool) {
 	case policy.SourceRoute:
 		c = rs.route.read(rs, routeNamePath)
 	case policy.SourceMetadata:
-		c = rs.metas[s.idx].read(rs, rs.cfg.metaPaths[s.idx])
+		c = rs.metas[s.idx].readMetadata(rs, rs.cfg.metaPaths[s.idx])
 	case sourceRawPath:
 		c = &rs.rawPath
 		if rs.unread(c) {
@@ -275,10 +275,27 @@ type propertyValue struct {
 // read returns the cached value, reading the property at path the first
 // time in a request.
 func (pv *propertyValue) read(rs *requestSources, path string) *cachedValue {
+	return pv.readAs(rs, path, false)
+}
+
+// readMetadata is read for a value of the dynamic metadata: a number or
+// bool, which Envoy hands over in binary, becomes its text
+// (request.AppendMetadataText), written after the value in the same buffer.
+func (pv *propertyValue) readMetadata(rs *requestSources, path string) *cachedValue {
+	return pv.readAs(rs, path, true)
+}
+
+func (pv *propertyValue) readAs(rs *requestSources, path string, metadata bool) *cachedValue {
 	if rs.unread(&pv.c) {
 		b, ok := getProperty(path, pv.buf)
+		v := b
+		if metadata && ok && request.NeedsMetadataText(b) {
+			n := len(b)
+			b = request.AppendMetadataText(b, b)
+			v = b[n:]
+		}
 		pv.buf = b
-		pv.c.set(bytesView(b), ok)
+		pv.c.set(bytesView(v), ok)
 	}
 	return &pv.c
 }

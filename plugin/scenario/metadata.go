@@ -5,8 +5,8 @@ package scenario
 // (payload_in_metadata), json_to_metadata a field of the request body. So
 // a limit per verified user, stricter for some models, needs no header a
 // client could forge. A value that is absent (or null, which Envoy cannot
-// pass) is missing like any other; a number reaches the filter as Envoy
-// serializes it (8 bytes), which keys as well as a string.
+// pass) is missing like any other; a number, which Envoy passes as its 8
+// bytes, reads as its text.
 
 import (
 	"encoding/binary"
@@ -38,7 +38,8 @@ const metadataConfig = `{"policies": [
   {"name": "per-user", "limit_keys": ["metadata:envoy.filters.http.jwt_authn:jwt_payload.sub"],
    "algorithm": "fixed_window", "algorithm_config": {"limit": 2, "window_seconds": 60}}]},
  {"name": "tiers", "rules": [
-  {"name": "per-tier", "limit_keys": ["metadata:envoy.filters.http.jwt_authn:jwt_payload.tier"],
+  {"name": "per-tier", "match": {"metadata:envoy.filters.http.jwt_authn:jwt_payload.tier": {"in": ["2", "3"]}},
+   "limit_keys": ["metadata:envoy.filters.http.jwt_authn:jwt_payload.tier"],
    "algorithm": "fixed_window", "algorithm_config": {"limit": 3, "window_seconds": 60}}]},
  {"name": "groups", "rules": [
   {"name": "per-group", "match": {"metadata:envoy.filters.http.jwt_authn:[https://idp.example.com].groups.0": {"prefix": "team-"}},
@@ -72,13 +73,19 @@ func metadataSources(t *testing.T, start Starter) {
 		allowed("no metadata", req(bodyModel, "o1"))
 	}
 
-	// A numeric claim keys its own bucket; another number another.
+	// A numeric claim (8 bytes from Envoy) reads as its text: it matches
+	// "2" and keys its own bucket; another number another. The string "2"
+	// is the same value.
 	two, three := envoyDouble(2), envoyDouble(3)
-	for i := range 3 {
+	for i := range 2 {
 		allowed("tier 2, request "+string(rune('1'+i)), req(jwtTier, two))
 	}
+	allowed("tier \"2\" as a string", req(jwtTier, "2"))
 	wantRejection(t, "tier 2, request 4", do(t, h, req(jwtTier, two)), 429, `{"error":"rate_limited","rule":"per-tier"...`)
 	allowed("tier 3", req(jwtTier, three))
+	for range 4 {
+		allowed("tier 4, which the match leaves out", req(jwtTier, envoyDouble(4)))
+	}
 
 	// A key holding dots and colons, and a list's first element.
 	allowed("team-a", req(firstGroup, "team-a"))

@@ -326,41 +326,6 @@ func ParseCost(v string) (float64, bool) {
 	return f, true
 }
 
-// ParseMetadataCost parses a cost read from Envoy's dynamic metadata: a
-// decimal string as ParseCost takes it, else a number as Envoy passes one
-// (a Struct's numbers are doubles, handed over as their 8 bytes,
-// little-endian). The same bounds apply. Eight bytes that are all
-// printable are text, not a number: a double of a plausible cost has a
-// zero or high byte among them (2 is 00 00 00 00 00 00 00 40, 0.1 is
-// 9a 99 ... b9 3f), and an 8-letter string that is not a number gets the
-// default cost like any other text.
-func ParseMetadataCost(v string) (float64, bool) {
-	if c, ok := ParseCost(v); ok {
-		return c, true
-	}
-	if len(v) != 8 || isPrintable(v) {
-		return 0, false
-	}
-	var bits uint64
-	for i := 7; i >= 0; i-- {
-		bits = bits<<8 | uint64(v[i])
-	}
-	f := math.Float64frombits(bits)
-	if !(f > 0) || f > MaxCost {
-		return 0, false
-	}
-	return f, true
-}
-
-func isPrintable(v string) bool {
-	for i := 0; i < len(v); i++ {
-		if v[i] < 0x20 || v[i] > 0x7e {
-			return false
-		}
-	}
-	return true
-}
-
 // costText trims spaces and tabs around a cost value and reports whether
 // what is left is a plain decimal number's spelling: at most 64 bytes of
 // digits, '.', signs and exponents. It refuses spellings strconv accepts

@@ -1,7 +1,6 @@
 package limiter
 
 import (
-	"encoding/binary"
 	"math"
 	"strconv"
 	"testing"
@@ -389,43 +388,6 @@ func TestAClientSendingAtExactlyTheRateIsAdmitted(t *testing.T) {
 			if rejected > 1 {
 				t.Errorf("rate %v, start %d: %d of 20000 requests sent when their tokens were due were rejected", rate, start, rejected)
 			}
-		}
-	}
-}
-
-// TestParseMetadataCostReadsTextAndEnvoysDoubles: a metadata value is a
-// cost when it spells one, or when it is a number as Envoy hands a Struct's
-// number over (8 bytes, a little-endian double); the bounds of ParseCost
-// apply to both, and printable text that is not a number is no cost.
-func TestParseMetadataCostReadsTextAndEnvoysDoubles(t *testing.T) {
-	double := func(f float64) string {
-		var b [8]byte
-		binary.LittleEndian.PutUint64(b[:], math.Float64bits(f))
-		return string(b[:])
-	}
-	for _, c := range []struct {
-		v    string
-		want float64
-		ok   bool
-	}{
-		{"3", 3, true},
-		{" 2.5 ", 2.5, true},
-		{"12345678", 12345678, true}, // 8 bytes of digits: text
-		{double(2), 2, true},
-		{double(0.1), 0.1, true},
-		{double(1e9), 1e9, true},
-		{double(1e9 + 1), 0, false},
-		{double(0), 0, false},
-		{double(-4), 0, false},
-		{double(math.NaN()), 0, false},
-		{double(math.Inf(1)), 0, false},
-		{"1234567A", 0, false}, // printable: text, and not a number
-		{"lots", 0, false},
-		{"\x00\x00\x00\x00\x00\x00\xf0", 0, false}, // 7 bytes
-	} {
-		got, ok := ParseMetadataCost(c.v)
-		if got != c.want || ok != c.ok {
-			t.Errorf("ParseMetadataCost(%q) = %v, %v; want %v, %v", c.v, got, ok, c.want, c.ok)
 		}
 	}
 }

@@ -116,6 +116,10 @@ func checkInvariants(t *testing.T, c *Config) {
 				if tb.Cost.GRPCCodes == 0 || tb.Cost.Name != "" {
 					t.Errorf("rule %q counts no gRPC status, or has a name %q", r.Name, tb.Cost.Name)
 				}
+			case CostMetadata:
+				if msg := checkMetadataName(tb.Cost.Name); msg != "" {
+					t.Errorf("rule %q costs the metadata at %q: %s", r.Name, tb.Cost.Name, msg)
+				}
 			case CostResponseJSON:
 				if _, msg := bodyscan.ParsePaths(tb.Cost.Name); msg != "" {
 					t.Errorf("rule %q reads the body at %q: %s", r.Name, tb.Cost.Name, msg)

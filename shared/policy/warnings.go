@@ -5,7 +5,8 @@ import "strconv"
 // This file finds what is valid but almost certainly not meant: a rule no
 // request can reach, an exempt rule that lifts every limit, a deny rule
 // that rejects everything, a rule charged from the response whose answers
-// that report nothing are almost free. The admin shows these beside a saved policy and
+// that report nothing are almost free, a metadata source that names no
+// value Envoy writes. The admin shows these beside a saved policy and
 // the validate API returns them; they never refuse a configuration, since a
 // blanket rule may be what an operator wants for a while.
 
@@ -24,6 +25,7 @@ func (c *Config) Warnings() []Warning {
 		for i := range p.Rules {
 			r := &p.Rules[i]
 			out = append(out, cheapDefault(r)...)
+			out = append(out, metadataMistakes(r)...)
 			if !appliesToEvery(r) {
 				continue
 			}
@@ -110,4 +112,42 @@ func cheapDefault(r *Rule) []Warning {
 	return []Warning{{Rule: r.Name, Message: "default_cost " + strconv.FormatFloat(def, 'f', -1, 64) +
 		" is under a ten-thousandth of its " + what + " " + strconv.FormatFloat(capacity, 'f', -1, 64) +
 		": an answer that reports no cost (an error, a stream without usage, a compressed body) is charged almost nothing; set default_cost to what a typical request costs"}}
+}
+
+// shortNamespaces are filters whose metadata Envoy files under their full
+// name, which a namespace written short never finds.
+var shortNamespaces = map[string]bool{"jwt_authn": true, "json_to_metadata": true, "ext_authz": true}
+
+// metadataMistakes reports metadata sources (keys, match, cost) that read
+// nothing Envoy writes: a filter's short name as the namespace, or a
+// single key under jwt_authn, which keeps a token's claims one level down,
+// under its payload_in_metadata key.
+func metadataMistakes(r *Rule) []Warning {
+	var srcs []KeySource
+	srcs = append(srcs, r.Keys...)
+	for _, m := range r.Match {
+		srcs = append(srcs, m.Source)
+	}
+	if cs, _, _ := r.CostConfig(); cs.Kind == CostMetadata {
+		srcs = append(srcs, KeySource{Kind: SourceMetadata, Name: cs.Name})
+	}
+	var out []Warning
+	seen := map[string]bool{}
+	for _, k := range srcs {
+		if k.Kind != SourceMetadata || seen[k.Name] {
+			continue
+		}
+		seen[k.Name] = true
+		path := MetadataPath(k.Name)
+		ns, keys := path[2], path[3:]
+		switch {
+		case shortNamespaces[ns]:
+			out = append(out, Warning{Rule: r.Name, Message: strconv.Quote(k.String()) + " reads namespace " + strconv.Quote(ns) +
+				", which Envoy never writes: a filter's metadata is under its full name; write \"metadata:envoy.filters.http." + k.Name + "\""})
+		case ns == "envoy.filters.http.jwt_authn" && len(keys) == 1:
+			out = append(out, Warning{Rule: r.Name, Message: strconv.Quote(k.String()) + " reads no claim: jwt_authn keeps a token's claims under its payload_in_metadata key (" +
+				"Istio's: payload); write \"metadata:envoy.filters.http.jwt_authn:<that key>." + keys[0] + "\", e.g. \"metadata:envoy.filters.http.jwt_authn:payload." + keys[0] + "\""})
+		}
+	}
+	return out
 }

@@ -44,6 +44,16 @@ func TestWarningsFindRulesNoRequestReaches(t *testing.T) {
 			{"name":"logins","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":0.01,"burst":5000,"cost_source":"response_status:401"}}]}`,
 			[]string{"llm: default_cost 1 is under a ten-thousandth of its burst 100000: an answer that reports no cost",
 				"daily: default_cost 199 is under a ten-thousandth of its limit 2000000"}},
+		{"metadata under a filter's short name", `{"rules":[
+			{"name":"per-user","match":{"metadata:json_to_metadata:model":"o1"},"limit_keys":["metadata:jwt_authn:payload.sub"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":2}},
+			{"name":"per-tenant","limit_keys":["metadata:envoy.filters.http.ext_authz:tenant"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":2,"cost_source":"metadata:ext_authz:cost"}}]}`,
+			[]string{`per-user: "metadata:jwt_authn:payload.sub" reads namespace "jwt_authn", which Envoy never writes`,
+				`per-user: "metadata:json_to_metadata:model" reads namespace "json_to_metadata"`,
+				`per-tenant: "metadata:ext_authz:cost" reads namespace "ext_authz"`}},
+		{"a claim read straight under jwt_authn", `{"rules":[
+			{"name":"per-user","limit_keys":["metadata:envoy.filters.http.jwt_authn:sub"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":2}},
+			{"name":"per-issuer-user","limit_keys":["metadata:envoy.filters.http.jwt_authn:[https://idp.example.com].sub","metadata:envoy.filters.http.jwt_authn:payload.sub"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":2}}]}`,
+			[]string{`per-user: "metadata:envoy.filters.http.jwt_authn:sub" reads no claim: jwt_authn keeps a token's claims under its payload_in_metadata key`}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := mustParse(t, c.config)

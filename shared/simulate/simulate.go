@@ -376,15 +376,10 @@ func (rr *RuleResult) decide(src *sources, opt Options) {
 		rr.Cost = def // what a response reporting no cost is charged
 	default: // a request header, query parameter or metadata value
 		rr.Cost = def
-		kind, parse := policy.SourceHeader, limiter.ParseCost
-		switch costSrc.Kind {
-		case policy.CostQuery:
-			kind = policy.SourceQuery
-		case policy.CostMetadata:
-			kind, parse = policy.SourceMetadata, limiter.ParseMetadataCost
-		}
+		kind := map[policy.CostKind]policy.SourceKind{policy.CostHeader: policy.SourceHeader,
+			policy.CostQuery: policy.SourceQuery, policy.CostMetadata: policy.SourceMetadata}[costSrc.Kind]
 		if v, ok := src.get(policy.KeySource{Kind: kind, Name: costSrc.Name}); ok {
-			if c, ok := parse(v); ok {
+			if c, ok := limiter.ParseCost(v); ok {
 				rr.Cost = c
 			}
 		}

@@ -64,7 +64,8 @@ func (s *sources) raw(k policy.KeySource) (string, bool) {
 	case policy.SourceRoute:
 		return s.req.Route, s.req.Route != ""
 	case policy.SourceMetadata:
-		return s.req.metadataValue(k.Name)
+		v, ok := s.req.metadataValue(k.Name)
+		return request.MetadataText(v), ok
 	case policy.SourceIP:
 		if s.hops > 0 {
 			if xff, ok := s.header("x-forwarded-for"); ok {
