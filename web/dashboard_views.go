@@ -64,6 +64,11 @@ type RuleCard struct {
 	// others); CostsUnreported: most were default_cost, shown as a warning.
 	ResponseCosts   string
 	CostsUnreported bool
+	// KeyMissing: requests the rule matched but skipped for want of a
+	// limit key's value ("" for none); NeverKeyed: it decided no request
+	// in the window, shown as a warning.
+	KeyMissing string
+	NeverKeyed bool
 }
 
 // RuleOverflow is what the rule's overflow limits decided: requests whose

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-rl/sluice/shared/policy"
 
@@ -16,20 +17,12 @@ import (
 // rule without any has none.
 func TestDashboardShowsWhatActionsAndOverridesDecided(t *testing.T) {
 	te := newTelEnv(t, nil)
-	r := telemetry.Report{
-		V: 1, Node: "envoy-1", VM: "a1", VMStartMS: 1763770000000, Seq: 1, SentAtMS: 1763770001000,
-		IntervalMS: 1000, Buckets: []telemetry.Bucket{},
-		Rules: []telemetry.RuleCounters{
-			{Rule: "plans", Allowed: 2000, Overridden: 1204},
-			{Rule: "health", Exempted: 31},
-			{Rule: "blocked", Denied: 7},
-			{Rule: "calm", Allowed: 3},
-		},
-	}
-	b, _ := json.Marshal(r)
-	if res, body := te.send(t, telToken, "application/json", string(b)); res.StatusCode != 204 {
-		t.Fatalf("report: %d %v", res.StatusCode, body)
-	}
+	postRuleCounters(t, te,
+		telemetry.RuleCounters{Rule: "plans", Allowed: 2000, Overridden: 1204},
+		telemetry.RuleCounters{Rule: "health", Exempted: 31},
+		telemetry.RuleCounters{Rule: "blocked", Denied: 7},
+		telemetry.RuleCounters{Rule: "calm", Allowed: 3},
+	)
 	page := get(t, login(t, te.env, "ops"), te.srv.URL+"/dashboard?fragment=1")
 	for rule, want := range map[string]string{
 		"plans":   `<p class="rule-actions muted" data-actions>1,204 decided by an override (since the admin started)</p>`,
@@ -51,19 +44,11 @@ func TestDashboardShowsWhatActionsAndOverridesDecided(t *testing.T) {
 // that points at the cause.
 func TestDashboardShowsResponseCostsAndWarnsWhenMostAreDefault(t *testing.T) {
 	te := newTelEnv(t, nil)
-	r := telemetry.Report{
-		V: 1, Node: "envoy-1", VM: "a1", VMStartMS: 1763770000000, Seq: 1, SentAtMS: 1763770001000,
-		IntervalMS: 1000, Buckets: []telemetry.Bucket{},
-		Rules: []telemetry.RuleCounters{
-			{Rule: "llm", Allowed: 2000, ResponseCharged: 2000, ResponseDefault: 12},
-			{Rule: "broken", Allowed: 90, ResponseCharged: 90, ResponseDefault: 88, ResponseInvalid: 3},
-			{Rule: "calm", Allowed: 3},
-		},
-	}
-	b, _ := json.Marshal(r)
-	if res, body := te.send(t, telToken, "application/json", string(b)); res.StatusCode != 204 {
-		t.Fatalf("report: %d %v", res.StatusCode, body)
-	}
+	postRuleCounters(t, te,
+		telemetry.RuleCounters{Rule: "llm", Allowed: 2000, ResponseCharged: 2000, ResponseDefault: 12},
+		telemetry.RuleCounters{Rule: "broken", Allowed: 90, ResponseCharged: 90, ResponseDefault: 88, ResponseInvalid: 3},
+		telemetry.RuleCounters{Rule: "calm", Allowed: 3},
+	)
 	page := get(t, login(t, te.env, "ops"), te.srv.URL+"/dashboard?fragment=1")
 	if card := ruleCard(t, page, "llm"); !strings.Contains(card, `<p class="rule-response-costs muted" data-response-costs>2,000 responses charged, 12 of them default_cost (since the admin started)`) {
 		t.Errorf("llm:\n%s", card)
@@ -74,6 +59,45 @@ func TestDashboardShowsResponseCostsAndWarnsWhenMostAreDefault(t *testing.T) {
 	}
 	if calm := ruleCard(t, page, "calm"); strings.Contains(calm, "rule-response-costs") {
 		t.Errorf("calm: no response costs line:\n%s", calm)
+	}
+}
+
+// TestDashboardWarnsOfARuleThatNeverFindsItsKey: a rule's card counts the
+// requests it matched without a value for a limit key, and warns when the
+// rule decided nothing: what it is keyed on never arrives (a metadata
+// filter after Sluice, a header nobody sends).
+func TestDashboardWarnsOfARuleThatNeverFindsItsKey(t *testing.T) {
+	te := newTelEnv(t, nil)
+	postRuleCounters(t, te,
+		telemetry.RuleCounters{Rule: "per-user", KeyMissing: 1400},
+		telemetry.RuleCounters{Rule: "per-key", Allowed: 90, KeyMissing: 12},
+		telemetry.RuleCounters{Rule: "calm", Allowed: 3},
+	)
+	te.clock.Add(2 * time.Second) // the report's requests are in the window
+	page := get(t, login(t, te.env, "ops"), te.srv.URL+"/dashboard?fragment=1")
+	if card := ruleCard(t, page, "per-user"); !strings.Contains(card, `class="rule-key-missing warn"`) ||
+		!strings.Contains(card, "1,400 matched without a value for a limit key") || !strings.Contains(card, "it decided no request in the window") {
+		t.Errorf("per-user: no warning:\n%s", card)
+	}
+	if card := ruleCard(t, page, "per-key"); !strings.Contains(card, `<p class="rule-key-missing muted" data-key-missing>12 matched without a value for a limit key, skipped (since the admin started)`) {
+		t.Errorf("per-key:\n%s", card)
+	}
+	if calm := ruleCard(t, page, "calm"); strings.Contains(calm, "rule-key-missing") {
+		t.Errorf("calm: no key-missing line:\n%s", calm)
+	}
+}
+
+// postRuleCounters sends one report of a VM of node envoy-1 holding the rules'
+// counters.
+func postRuleCounters(t *testing.T, te *telEnv, rules ...telemetry.RuleCounters) {
+	t.Helper()
+	r := telemetry.Report{
+		V: 1, Node: "envoy-1", VM: "a1", VMStartMS: 1763770000000, Seq: 1, SentAtMS: 1763770001000,
+		IntervalMS: 1000, Buckets: []telemetry.Bucket{}, Rules: rules,
+	}
+	b, _ := json.Marshal(r)
+	if res, body := te.send(t, telToken, "application/json", string(b)); res.StatusCode != 204 {
+		t.Fatalf("report: %d %v", res.StatusCode, body)
 	}
 }
 

@@ -115,6 +115,7 @@ func (s *server) dashboardView(r *http.Request, sess auth.Session) (web.Dashboar
 		card.Overflow = ruleOverflow(rv.Overflow)
 		card.Actions = ruleActions(rv.Actions)
 		card.ResponseCosts, card.CostsUnreported = responseCosts(rv.ResponseCosts)
+		card.KeyMissing, card.NeverKeyed = keyMissing(rv.Actions.KeyMissing, rv.Window)
 		l.Rules = append(l.Rules, card)
 	}
 	l.Fleet = s.fleetSection(r.Context(), now, l.Current, ov.Fleet)
@@ -183,6 +184,20 @@ func ruleActions(a telemetry.Actions) string {
 		return ""
 	}
 	return strings.Join(parts, " · ") + " (since the admin started)"
+}
+
+// keyMissing is a rule card's line of the requests it matched but could not
+// key ("" for none), and whether it decided no request in the window: a
+// rule keyed on a header or metadata that never arrives limits nothing.
+func keyMissing(n uint64, window [telemetry.NumDecisions]uint64) (string, bool) {
+	if n == 0 {
+		return "", false
+	}
+	decided := uint64(0)
+	for _, c := range window {
+		decided += c
+	}
+	return count(n) + " matched without a value for a limit key, skipped (since the admin started)", decided == 0
 }
 
 // responseCosts is a rule card's line of its charges of costs the

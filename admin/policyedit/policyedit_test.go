@@ -54,13 +54,14 @@ func TestSummaryInWords(t *testing.T) {
 
 func TestSummarySaysWhereACostComesFrom(t *testing.T) {
 	for cfg, want := range map[string]string{
-		`{"rps":0.01,"burst":3,"cost_source":"response_status:401,403"}`:              "0.01/s, burst 3, counting responses 401,403",
-		`{"rps":50,"burst":1000,"cost_source":"response_header:x-tokens-used"}`:       "50/s, burst 1000, charged from response header x-tokens-used",
-		`{"rps":1,"burst":5,"cost_source":"header:x-cost"}`:                           "1/s, burst 5, cost from request header x-cost",
-		`{"rps":1,"burst":5,"cost_source":"response_grpc_status:unauthenticated"}`:    "1/s, burst 5, counting gRPC responses unauthenticated",
-		`{"rps":1,"burst":5,"cost_source":"fixed","fixed_cost":2}`:                    "1/s, burst 5",
-		`{"limit":9,"period":"day","cost_source":"response_trailer:x-rows"}`:          "9 per day (UTC), charged from response trailer x-rows",
-		`{"limit":9,"period":"day","cost_source":"response_json:usage.total_tokens"}`: "9 per day (UTC), charged from response body usage.total_tokens",
+		`{"rps":0.01,"burst":3,"cost_source":"response_status:401,403"}`:                     "0.01/s, burst 3, counting responses 401,403",
+		`{"rps":50,"burst":1000,"cost_source":"response_header:x-tokens-used"}`:              "50/s, burst 1000, charged from response header x-tokens-used",
+		`{"rps":1,"burst":5,"cost_source":"header:x-cost"}`:                                  "1/s, burst 5, cost from request header x-cost",
+		`{"rps":1,"burst":5,"cost_source":"metadata:envoy.filters.http.json_to_metadata:n"}`: "1/s, burst 5, cost from Envoy metadata envoy.filters.http.json_to_metadata:n",
+		`{"rps":1,"burst":5,"cost_source":"response_grpc_status:unauthenticated"}`:           "1/s, burst 5, counting gRPC responses unauthenticated",
+		`{"rps":1,"burst":5,"cost_source":"fixed","fixed_cost":2}`:                           "1/s, burst 5",
+		`{"limit":9,"period":"day","cost_source":"response_trailer:x-rows"}`:                 "9 per day (UTC), charged from response trailer x-rows",
+		`{"limit":9,"period":"day","cost_source":"response_json:usage.total_tokens"}`:        "9 per day (UTC), charged from response body usage.total_tokens",
 	} {
 		alg := "token_bucket"
 		if strings.Contains(cfg, "period") {

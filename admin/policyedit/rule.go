@@ -143,6 +143,7 @@ func describeCost(cfg Object) string {
 	src := cfg.String("cost_source")
 	for _, c := range []struct{ prefix, words string }{
 		{"header:", "cost from request header "}, {"query:", "cost from query parameter "},
+		{"metadata:", "cost from Envoy metadata "},
 		{"response_header:", "charged from response header "}, {"response_trailer:", "charged from response trailer "},
 		{"response_status:", "counting responses "}, {"response_grpc_status:", "counting gRPC responses "},
 		{"response_json:", "charged from response body "},

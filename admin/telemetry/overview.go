@@ -89,17 +89,31 @@ func (r ResponseCosts) since(prev ResponseCosts) (ResponseCosts, bool) {
 	return ResponseCosts{r.Charged - prev.Charged, r.Default - prev.Default, r.Invalid - prev.Invalid}, false
 }
 
-// Actions counts what a rule's action and overrides decided.
+// Actions counts what a rule's action and overrides decided, and the
+// requests it matched but could not key.
 type Actions struct {
 	Exempted   uint64 `json:"exempted"`
 	Denied     uint64 `json:"denied"`
 	Overridden uint64 `json:"overridden"`
+	// KeyMissing: requests the rule matched but skipped, a limit key
+	// having no value.
+	KeyMissing uint64 `json:"key_missing"`
 }
 
 func (a *Actions) add(d Actions) {
 	a.Exempted = satAdd(a.Exempted, d.Exempted)
 	a.Denied = satAdd(a.Denied, d.Denied)
 	a.Overridden = satAdd(a.Overridden, d.Overridden)
+	a.KeyMissing = satAdd(a.KeyMissing, d.KeyMissing)
+}
+
+// since returns a's counts since prev, and whether one of them went back
+// (the VM's counters restarted).
+func (a Actions) since(prev Actions) (Actions, bool) {
+	if a.Exempted < prev.Exempted || a.Denied < prev.Denied || a.Overridden < prev.Overridden || a.KeyMissing < prev.KeyMissing {
+		return a, true
+	}
+	return Actions{a.Exempted - prev.Exempted, a.Denied - prev.Denied, a.Overridden - prev.Overridden, a.KeyMissing - prev.KeyMissing}, false
 }
 
 // Overflow is what a rule's overflow limits decided: requests whose

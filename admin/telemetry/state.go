@@ -209,8 +209,8 @@ func (v *vmRule) restarted(prev *vmRule) bool {
 		}
 	}
 	_, respRestarted := v.resp.since(prev.resp)
-	return v.overflowed < prev.overflowed || v.acts.Exempted < prev.acts.Exempted ||
-		v.acts.Denied < prev.acts.Denied || v.acts.Overridden < prev.acts.Overridden || respRestarted
+	_, actsRestarted := v.acts.since(prev.acts)
+	return v.overflowed < prev.overflowed || actsRestarted || respRestarted
 }
 
 // series is one rule on one node.
@@ -330,7 +330,7 @@ func (s *State) Ingest(r *Report, now time.Time) Result {
 		cur := vmRule{
 			c:          Counts{rc.Allowed, rc.Rejected, rc.ShadowRejected, rc.FailOpen},
 			overflowed: rc.Overflowed, identities: rc.OverflowIdentities, mark: mark,
-			acts: Actions{Exempted: rc.Exempted, Denied: rc.Denied, Overridden: rc.Overridden},
+			acts: Actions{Exempted: rc.Exempted, Denied: rc.Denied, Overridden: rc.Overridden, KeyMissing: rc.KeyMissing},
 			resp: ResponseCosts{Charged: rc.ResponseCharged, Default: rc.ResponseDefault, Invalid: rc.ResponseInvalid},
 		}
 		prev, known := vm.counters[rc.Rule]
@@ -376,7 +376,7 @@ func (s *State) Ingest(r *Report, now time.Time) Result {
 				d[k] = cur.c[k] - prev.c[k]
 			}
 			overflowed = cur.overflowed - prev.overflowed
-			acts = Actions{cur.acts.Exempted - prev.acts.Exempted, cur.acts.Denied - prev.acts.Denied, cur.acts.Overridden - prev.acts.Overridden}
+			acts, _ = cur.acts.since(prev.acts)
 		}
 		s.addDelta(ra, se, sec, now, &d, overflowed)
 		ra.acts.add(acts)

@@ -187,8 +187,8 @@ func (p *pluginContext) shadowDeny(r *compiledRule, count bool) {
 }
 
 // appendActionCounts appends a telemetry report's optional per-rule counts
-// of exempted, denied and overridden requests and of response charges,
-// each only when non-zero.
+// of exempted, denied and overridden requests, of response charges and of
+// requests skipped for a missing key, each only when non-zero.
 func appendActionCounts(b []byte, c *ruleTally) []byte {
 	for _, f := range [...]struct {
 		name string
@@ -200,6 +200,7 @@ func appendActionCounts(b []byte, c *ruleTally) []byte {
 		{`,"` + telfmt.RuleFieldResponseCharged + `":`, c.respCharged},
 		{`,"` + telfmt.RuleFieldResponseDefault + `":`, c.respDefault},
 		{`,"` + telfmt.RuleFieldResponseInvalid + `":`, c.respInvalid},
+		{`,"` + telfmt.RuleFieldKeyMissing + `":`, c.keyMissing},
 	} {
 		if f.n > 0 {
 			b = append(b, f.name...)

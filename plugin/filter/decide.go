@@ -317,6 +317,7 @@ policies:
 			used = max(used, len(comps))
 			if !ok {
 				r.m.keyMissing.inc()
+				r.tc.keyMissing++
 				continue
 			}
 			if r.shadow && p.shadowEx != nil {

@@ -26,6 +26,10 @@ const fuzzConfig = `{"xff_trusted_hops": 2, "mode": "enforce", "policies": [
     {"name": "ip", "mode": "shadow", "limit_keys": ["ip:address"], "algorithm": "token_bucket",
      "algorithm_config": {"rps": 1, "burst": 3}}
   ]},
+  {"name": "metadata", "rules": [
+    {"name": "meta", "limit_keys": ["metadata:ns:user", "metadata:ns:[a.b].n.0"], "match": {"metadata:ns:tier": {"not": {"in": ["2", "true"]}}},
+     "algorithm": "token_bucket", "algorithm_config": {"rps": 5, "burst": 10, "cost_source": "metadata:ns:cost"}}
+  ]},
   {"name": "windows", "rules": [
     {"name": "rolling", "limit_keys": ["header:x-api-key"], "match": {"method": "POST"}, "algorithm": "rolling_window",
      "algorithm_config": {"limit": 20, "window_seconds": 600, "period_seconds": 60, "max_per_period": 5, "cost_source": "header:x-cost"}},
@@ -108,7 +112,9 @@ func FuzzRequestHeaders(f *testing.F) {
 				{strings.ToLower(name), value}, {"x-api-key", value},
 				{"authorization", authz}, {"x-forwarded-for", xff}, {"x-cost", cost},
 			},
-			Properties: wasmhost.Properties{"source.address": []byte(value)},
+			Properties: wasmhost.Properties{"source.address": []byte(value),
+				"metadata.filter_metadata.ns.user": []byte(value), "metadata.filter_metadata.ns.a.b.n.0": []byte(name),
+				"metadata.filter_metadata.ns.tier": []byte(cost), "metadata.filter_metadata.ns.cost": []byte(cost)},
 		}
 		sendArbitrary(t, h, r)
 	})
@@ -163,6 +169,11 @@ func TestRandomizedHeadersNoTrap(t *testing.T) {
 			hs = append(hs, wasmhost.Header{"x-extra-" + pick("a", "b", "c"), randBytes(100)})
 		}
 		props := wasmhost.Properties{"source.address": []byte(pick("10.0.0.1:1", "[::1]:2", "", randBytes(30)))}
+		if rng.Intn(2) == 0 { // dynamic metadata: text, Envoy's binary numbers and bools, junk
+			for _, k := range []string{"user", "a.b.n.0", "tier", "cost"} {
+				props["metadata.filter_metadata.ns."+k] = []byte(pick("u1", "2", "\x01", "\x00\x00\x00\x00\x00\x00\x00\x40", "\xff\xff\xff\xff\xff\xff\xff\xff", randBytes(9), randBytes(300)))
+			}
+		}
 		if rng.Intn(10) == 0 {
 			delete(props, "source.address")
 		}

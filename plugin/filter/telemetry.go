@@ -42,6 +42,9 @@ type ruleTally struct {
 	// rule's charges, those of default_cost, and reports that were not a
 	// cost (charge.go).
 	respCharged, respDefault, respInvalid uint64
+	// keyMissing counts requests the rule matched but skipped: a limit key
+	// had no value (decide.go).
+	keyMissing uint64
 }
 
 // tally returns the VM's counters for rule name.

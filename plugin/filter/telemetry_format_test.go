@@ -34,7 +34,9 @@ const actionsTelemetryConfig = `{"telemetry": {"cluster": "sluice_admin", "token
     {"name": "keys", "rules": [{"name": "per-key", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
       "algorithm_config": {"tokens_per_second": 1, "burst": 2}, "telemetry_identity": "clear",
       "overrides": [{"key": "gold", "algorithm_config": {"burst": 5}}]}]},
-    {"name": "users", "rules": [{"name": "fw", "limit_keys": ["header:x-user"], "algorithm": "fixed_window",
+    {"name": "users", "rules": [
+      {"name": "teams", "limit_keys": ["header:x-team"], "algorithm": "token_bucket", "algorithm_config": {"tokens_per_second": 1, "burst": 2}},
+      {"name": "fw", "limit_keys": ["header:x-user"], "algorithm": "fixed_window",
       "algorithm_config": {"limit": 100, "window_seconds": 60}, "telemetry_identity": "clear"}]}]}`
 
 // TestTelemetryReportDecodesToThePluginsCounters: a report the plugin
@@ -64,7 +66,7 @@ func TestTelemetryReportDecodesToThePluginsCounters(t *testing.T) {
 		t.Fatal("no report")
 	}
 	r := sharedDecode(t, calls[0].Body)
-	if len(r.Rules) != 5 || len(r.Buckets) == 0 {
+	if len(r.Rules) != 6 || len(r.Buckets) == 0 {
 		t.Fatalf("rules %+v buckets %+v", r.Rules, r.Buckets)
 	}
 	nonzero := map[string]bool{}
@@ -72,6 +74,7 @@ func TestTelemetryReportDecodesToThePluginsCounters(t *testing.T) {
 		for name, got := range map[string]uint64{
 			"allowed": rc.Allowed, "rejected": rc.Rejected, "shadow_rejected": rc.ShadowRejected, "fail_open": rc.FailOpen,
 			"exempted": rc.Exempted, "denied": rc.Denied, "overridden": rc.Overridden, "overflowed": rc.Overflowed,
+			"key_missing": rc.KeyMissing,
 		} {
 			if want := f.metric("sluice.rule." + rc.Rule + "." + name); got != want {
 				t.Errorf("rule %s: %s %d in the report, %d in the metrics", rc.Rule, name, got, want)
@@ -81,7 +84,7 @@ func TestTelemetryReportDecodesToThePluginsCounters(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{"allowed", "rejected", "exempted", "denied", "overridden", "overflowed"} {
+	for _, name := range []string{"allowed", "rejected", "exempted", "denied", "overridden", "overflowed", "key_missing"} {
 		if !nonzero[name] {
 			t.Errorf("no rule has %s above 0: the traffic does not exercise it\n%s", name, calls[0].Body)
 		}

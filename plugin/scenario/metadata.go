@@ -12,12 +12,16 @@ import (
 	"encoding/binary"
 	"math"
 	"testing"
+	"time"
+
+	telfmt "github.com/sluice-rl/sluice/shared/telemetry"
 )
 
 func init() {
 	register(
 		Case{Name: "MetadataKeysAndMatchesEnvoyDynamicMetadata", Run: metadataSources},
 		Case{Name: "MetadataCostChargesWhatAFilterWrote", Run: metadataCost},
+		Case{Name: "TelemetryCountsRequestsARuleCouldNotKey", Run: telemetryKeyMissing},
 	)
 }
 
@@ -116,5 +120,33 @@ func metadataCost(t *testing.T, start Starter) {
 	admittedLeaving(t, h, "a count of zero", req(jwtSub, "alice", n, envoyDouble(0)), "1")
 	wantRejection(t, "two more", do(t, h, req(jwtSub, "alice", n, envoyDouble(2))), 429, `{"error":"rate_limited","rule":"images"...`)
 	admittedLeaving(t, h, "the last one", req(jwtSub, "alice", n, "1"), "0")
+	noRecoveredPanics(t, h)
+}
+
+// telemetryKeyMissing: reports count the requests a rule matched but
+// skipped for want of a key's value, as its key_missing metric does, so
+// the dashboard can tell a rule whose metadata never arrives.
+func telemetryKeyMissing(t *testing.T, start Starter) {
+	h := mustStart(t, start, Options{Clusters: []string{"sluice_admin"},
+		Config: []byte(`{"telemetry": {"cluster": "sluice_admin", "token": "t", "interval_ms": 1000}, "rules": [
+  {"name": "per-user", "limit_keys": ["metadata:envoy.filters.http.jwt_authn:jwt_payload.sub"],
+   "algorithm": "token_bucket", "algorithm_config": {"rps": 100, "burst": 100}},
+  {"name": "per-ip", "limit_keys": ["ip:address"], "algorithm": "token_bucket", "algorithm_config": {"rps": 100, "burst": 100}}]}`)})
+	for i := range 5 {
+		r := req()
+		if i < 2 {
+			r = req(jwtSub, "alice")
+		}
+		wantAdmitted(t, h, "request", r)
+	}
+	calls := reportsByVM(t, h, time.Second)
+	got := sumCounts([]*telfmt.Report{decodeReport(t, calls[0], "sluice_admin", "/api/v1/telemetry", "t")})
+	if want := (telfmt.RuleCounters{Rule: "per-user", Allowed: 2, KeyMissing: 3}); got["per-user"] != want {
+		t.Errorf("per-user: %+v, want %+v", got["per-user"], want)
+	}
+	if want := (telfmt.RuleCounters{Rule: "per-ip", Allowed: 3}); got["per-ip"] != want {
+		t.Errorf("per-ip: %+v, want %+v", got["per-ip"], want)
+	}
+	wantMetrics(t, h, map[string]uint64{"sluice.rule.per-user.key_missing": 3})
 	noRecoveredPanics(t, h)
 }

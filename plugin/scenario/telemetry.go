@@ -98,6 +98,7 @@ func sumCounts(rs []*telfmt.Report) map[string]telfmt.RuleCounters {
 			s.ResponseCharged += x.ResponseCharged
 			s.ResponseDefault += x.ResponseDefault
 			s.ResponseInvalid += x.ResponseInvalid
+			s.KeyMissing += x.KeyMissing
 			sum[x.Rule] = s
 		}
 	}

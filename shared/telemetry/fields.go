@@ -40,6 +40,7 @@ const (
 	RuleFieldResponseCharged    = "response_charged"    // optional
 	RuleFieldResponseDefault    = "response_default"    // optional
 	RuleFieldResponseInvalid    = "response_invalid"    // optional
+	RuleFieldKeyMissing         = "key_missing"         // optional
 )
 
 // Fields of an entry of "buckets".

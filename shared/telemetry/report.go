@@ -85,6 +85,10 @@ type RuleCounters struct {
 	ResponseCharged uint64 `json:"response_charged,omitempty"`
 	ResponseDefault uint64 `json:"response_default,omitempty"`
 	ResponseInvalid uint64 `json:"response_invalid,omitempty"`
+	// KeyMissing counts the requests the rule matched but skipped because
+	// one of its limit keys had no value (a header absent, metadata a
+	// filter did not write). Optional (0).
+	KeyMissing uint64 `json:"key_missing,omitempty"`
 }
 
 // Bucket is the state of one bucket as a VM last saw it. Rejects are the
@@ -330,6 +334,7 @@ const (
 	rRespCharged   // optional
 	rRespDefault   // optional
 	rRespInvalid   // optional
+	rKeyMissing    // optional
 )
 
 var ruleFields = []objField{
@@ -338,13 +343,13 @@ var ruleFields = []objField{
 	{RuleFieldOverflowed, rOverflowed, false}, {RuleFieldOverflowIdentities, rOverflowIdent, false},
 	{RuleFieldExempted, rExempted, false}, {RuleFieldDenied, rDenied, false}, {RuleFieldOverridden, rOverridden, false},
 	{RuleFieldResponseCharged, rRespCharged, false}, {RuleFieldResponseDefault, rRespDefault, false},
-	{RuleFieldResponseInvalid, rRespInvalid, false},
+	{RuleFieldResponseInvalid, rRespInvalid, false}, {RuleFieldKeyMissing, rKeyMissing, false},
 }
 
 const ruleFieldList = RuleFieldRule + ", " + RuleFieldAllowed + ", " + RuleFieldRejected + ", " + RuleFieldShadowRejected + ", " +
 	RuleFieldFailOpen + " and optionally " + RuleFieldOverflowed + ", " + RuleFieldOverflowIdentities + ", " +
 	RuleFieldExempted + ", " + RuleFieldDenied + ", " + RuleFieldOverridden + ", " +
-	RuleFieldResponseCharged + ", " + RuleFieldResponseDefault + ", " + RuleFieldResponseInvalid
+	RuleFieldResponseCharged + ", " + RuleFieldResponseDefault + ", " + RuleFieldResponseInvalid + ", " + RuleFieldKeyMissing
 
 // bucketRequired lists a bucket's required fields.
 const bucketRequired = BucketFieldRule + ", " + BucketFieldIdentity + ", " + BucketFieldTokens + ", " + BucketFieldBurst + ", " +
@@ -388,6 +393,8 @@ func (p *parser) rule(l loc) RuleCounters {
 			rc.ResponseDefault, _ = p.uint64(fl)
 		case rRespInvalid:
 			rc.ResponseInvalid, _ = p.uint64(fl)
+		case rKeyMissing:
+			rc.KeyMissing, _ = p.uint64(fl)
 		}
 	})
 	p.required(l, seen, ruleFields)
