@@ -146,7 +146,7 @@ func schemaProperties() map[string]obj {
 			"max_keys": obj{"type": "integer", "minimum": 0, "maximum": MaxMaxKeys, "default": DefaultMaxKeys,
 				"description": "The most identities (distinct limit-key values) whose buckets the rule keeps at once, four to a shared-data key; 0 for one key per identity, without bound."},
 			"telemetry_identity": obj{"type": "string", "enum": []string{IdentityMasked, IdentityClear}, "default": IdentityMasked,
-				"description": "How telemetry shows this rule's header: and jwt: key values: masked (default) or clear."},
+				"description": "How telemetry shows this rule's header:, jwt:, query: and metadata: key values: masked (default) or clear."},
 			"scope": obj{"type": "string", "enum": []string{ScopeLocal, ScopeGlobal}, "default": ScopeLocal,
 				"description": "local: the limit holds per Envoy process; global: across every process sharing the fleet backend (needs fleet)."},
 		},

@@ -10,9 +10,10 @@ import (
 
 // DisplayIdentity renders a bucket's identity for operators: its key
 // components as "<source>=<value>" joined with "|". Unless the rule says
-// "telemetry_identity": "clear", the values of header:, jwt: and query:
-// sources are masked (MaskValue): they often are credentials (API keys,
-// subjects, tokens in query strings). ip:address, path, method and host are
+// "telemetry_identity": "clear", the values of header:, jwt:, query: and
+// metadata: sources are masked (MaskValue): they often are credentials
+// (API keys, subjects, tokens in query strings, what an authorization
+// service returned). ip:address, path, method and host are
 // shown as is: they are what operators search for and are not secrets.
 // A composite too long to be stored verbatim (AppendComposite) is shown as its hash
 // only when the rule has a masked source.
