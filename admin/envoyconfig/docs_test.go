@@ -12,6 +12,7 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/compression/gzip/decompressor/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/decompressor/v3"
 	// The filters of docs/llm.md that write the metadata Sluice reads.
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/json_to_metadata/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/jwt_authn/v3"
 	"sigs.k8s.io/yaml"
@@ -34,17 +35,7 @@ func TestDocumentedTLSClusterIsValid(t *testing.T) {
 	if err := yaml.Unmarshal(m[1], &cluster); err != nil {
 		t.Fatal(err)
 	}
-	boot, _ := json.Marshal(map[string]any{"static_resources": map[string]any{"clusters": []any{cluster}}})
-	b, err := Parse(boot)
-	if err != nil {
-		t.Fatalf("the documented cluster does not parse: %v", err)
-	}
-	if err := b.ValidateAll(); err != nil {
-		t.Errorf("Envoy's validation: %v", err)
-	}
-	if errs := validateAnys(b.ProtoReflect(), ""); len(errs) > 0 {
-		t.Errorf("the packed configs: %v", errs)
-	}
+	b := checkDocumented(t, "cluster", map[string]any{"clusters": []any{cluster}})
 	c := b.GetStaticResources().GetClusters()[0]
 	if !speaksHTTP2(c) || c.GetTransportSocket().GetName() != "envoy.transport_sockets.tls" {
 		t.Errorf("cluster %s: HTTP/2 %v, transport socket %q", c.GetName(), speaksHTTP2(c), c.GetTransportSocket().GetName())
@@ -119,10 +110,17 @@ func checkListener(t *testing.T, hcm map[string]any) {
 	hcm["@type"] = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 	listener := map[string]any{"name": "llm", "address": map[string]any{"socket_address": map[string]any{"address": "0.0.0.0", "port_value": 10000}},
 		"filter_chains": []any{map[string]any{"filters": []any{map[string]any{"name": "envoy.filters.network.http_connection_manager", "typed_config": hcm}}}}}
-	boot, _ := json.Marshal(map[string]any{"static_resources": map[string]any{"listeners": []any{listener}}})
+	checkDocumented(t, "listener", map[string]any{"listeners": []any{listener}})
+}
+
+// checkDocumented parses static resources as a bootstrap's and validates
+// them against Envoy's API, packed configurations included.
+func checkDocumented(t *testing.T, what string, static map[string]any) *bootstrapv3.Bootstrap {
+	t.Helper()
+	boot, _ := json.Marshal(map[string]any{"static_resources": static})
 	b, err := Parse(boot)
 	if err != nil {
-		t.Fatalf("the documented listener does not parse: %v", err)
+		t.Fatalf("the documented %s does not parse: %v", what, err)
 	}
 	if err := b.ValidateAll(); err != nil {
 		t.Errorf("Envoy's validation: %v", err)
@@ -130,6 +128,7 @@ func checkListener(t *testing.T, hcm map[string]any) {
 	if errs := validateAnys(b.ProtoReflect(), ""); len(errs) > 0 {
 		t.Errorf("the packed configs: %v", errs)
 	}
+	return b
 }
 
 func filterNames(hcm map[string]any) []string {

@@ -51,8 +51,8 @@ func req(kv ...string) Request {
 			r.Properties[prop] = []byte(kv[i+1])
 			continue
 		}
-		if name, ok := strings.CutPrefix(kv[i], "@metadata:"); ok {
-			r.Properties[strings.Join(policy.MetadataPath(name), ".")] = []byte(kv[i+1])
+		if prop, ok := metadataProperty(kv[i]); ok {
+			r.Properties[prop] = []byte(kv[i+1])
 			continue
 		}
 		r.Headers = append(r.Headers, Header{kv[i], kv[i+1]})
@@ -61,6 +61,16 @@ func req(kv ...string) Request {
 		r.Headers = append(r.Headers, Header{":path", "/"})
 	}
 	return r
+}
+
+// metadataProperty is the test hosts' property (a dotted path) behind the
+// pseudo name "@metadata:<namespace>:<keys>".
+func metadataProperty(pseudo string) (string, bool) {
+	name, ok := strings.CutPrefix(pseudo, "@metadata:")
+	if !ok {
+		return "", false
+	}
+	return strings.Join(policy.MetadataPath(name), "."), true
 }
 
 // header returns the first value of name in hs ("" if absent).
@@ -268,8 +278,6 @@ func wantRejection(t *testing.T, what string, res Response, status int, body str
 	wantHeaders(t, what, res.ResponseHeaders, kv...)
 }
 
-// admittedLeaving sends r and requires it admitted with the RateLimit
-// field's remaining (r=) as given.
 // wantAdmitted sends r and fails the test if it is rejected.
 func wantAdmitted(t testing.TB, h Host, what string, r Request) {
 	t.Helper()
@@ -278,6 +286,8 @@ func wantAdmitted(t testing.TB, h Host, what string, r Request) {
 	}
 }
 
+// admittedLeaving sends r and requires it admitted with the RateLimit
+// field's remaining (r=) as given.
 func admittedLeaving(t testing.TB, h Host, what string, r Request, remaining string) {
 	t.Helper()
 	res := do(t, h, r)

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/sluice-rl/sluice/shared/policy"
 )
 
 func init() {
@@ -96,7 +94,8 @@ func modelAnswer(user, model, n string) Request {
 	r := usedTokens("shared-key", n)
 	for name, v := range map[string]string{jwtSub: user, bodyModel: model} {
 		if v != "" {
-			r.Properties[strings.Join(policy.MetadataPath(strings.TrimPrefix(name, "@metadata:")), ".")] = []byte(v)
+			prop, _ := metadataProperty(name)
+			r.Properties[prop] = []byte(v)
 		}
 	}
 	return r

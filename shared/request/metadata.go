@@ -20,16 +20,16 @@ import (
 // has a zero byte or one above 0x7e). One byte 0 or 1 is a bool.
 func AppendMetadataText(dst, v []byte) []byte {
 	switch {
-	case len(v) == 1 && v[0] <= 1:
+	case !NeedsMetadataText(v):
+		return append(dst, v...)
+	case len(v) == 1:
 		return strconv.AppendBool(dst, v[0] == 1)
-	case len(v) == 8 && !printable(v):
-		var bits uint64
-		for i := 7; i >= 0; i-- {
-			bits = bits<<8 | uint64(v[i])
-		}
-		return appendJSONNumber(dst, math.Float64frombits(bits))
 	}
-	return append(dst, v...)
+	var bits uint64
+	for i := 7; i >= 0; i-- {
+		bits = bits<<8 | uint64(v[i])
+	}
+	return appendJSONNumber(dst, math.Float64frombits(bits))
 }
 
 // MetadataText is AppendMetadataText for a string.
