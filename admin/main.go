@@ -97,6 +97,7 @@ type options struct {
 	Redis        redisgcra.ClientOptions
 	RedisAddrs   string
 	RedisTimeout time.Duration
+	RedisTLS     redisTLSOptions
 
 	PostgresURL     string
 	PostgresTimeout time.Duration
@@ -155,6 +156,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	oidcFlags := o.oidcFlags(fs)
 	notifyFlags := o.notifyFlags(fs)
 	grpcTLSFlags := o.grpcTLSFlags(fs)
+	redisTLSFlags := o.redisTLSFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -176,6 +178,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	o.TelemetryMaxBytes = maxBytes
 	if err := o.parseFleet(redisTimeout); err != nil {
+		return o, err
+	}
+	if err := redisTLSFlags(); err != nil {
 		return o, err
 	}
 	if err := o.parsePostgres(*postgresTimeout); err != nil {
@@ -599,11 +604,19 @@ func redisName(o redisgcra.ClientOptions) string {
 	addrs := strings.Join(o.Addrs, ",")
 	switch {
 	case o.MasterName != "":
-		return "redis sentinel master " + o.MasterName + " via " + addrs
+		return "redis sentinel master " + o.MasterName + " via " + addrs + over(o)
 	case o.Cluster || len(o.Addrs) > 1:
-		return "redis cluster " + addrs
+		return "redis cluster " + addrs + over(o)
 	}
-	return "redis " + addrs
+	return "redis " + addrs + over(o)
+}
+
+// over says how the admin reaches Redis when it is not plaintext.
+func over(o redisgcra.ClientOptions) string {
+	if o.TLS != nil {
+		return " over TLS"
+	}
+	return ""
 }
 
 // indexedTrials pushes a trial's configuration over xDS and indexes its

@@ -2,7 +2,9 @@
 // read again when they change: a certificate rotated on disk (by
 // cert-manager, say) is in force from the next handshake, without a
 // restart. It can also require client certificates signed by a CA file
-// (mutual TLS), reloaded the same way.
+// (mutual TLS), reloaded the same way. On the client side (ClientFiles)
+// it verifies a server against a CA file and presents a client
+// certificate, both read again when they change.
 package tlsfiles
 
 import (
@@ -25,7 +27,7 @@ type Files struct {
 // file that does not load) and again, at the next handshake, whenever one
 // of the files has changed.
 func (f Files) Config() (*tls.Config, error) {
-	r := &reloader{files: f}
+	r := &reloader{paths: [3]string{f.Cert, f.Key, f.ClientCA}, load: f.load}
 	if _, err := r.current(); err != nil {
 		return nil, err
 	}
@@ -37,8 +39,11 @@ func (f Files) Config() (*tls.Config, error) {
 	}, nil
 }
 
+// reloader keeps the configuration that load builds from up to three
+// files, building it again when one of them has changed.
 type reloader struct {
-	files Files
+	paths [3]string
+	load  func() (*tls.Config, error)
 
 	mu     sync.Mutex
 	stamps [3]time.Time
@@ -49,13 +54,13 @@ type reloader struct {
 // one already built while none changed. When a changed file does not load
 // (caught mid-write), the last good configuration stays in force.
 func (r *reloader) current() (*tls.Config, error) {
-	stamps := [3]time.Time{modTime(r.files.Cert), modTime(r.files.Key), modTime(r.files.ClientCA)}
+	stamps := [3]time.Time{modTime(r.paths[0]), modTime(r.paths[1]), modTime(r.paths[2])}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.config != nil && stamps == r.stamps {
 		return r.config, nil
 	}
-	c, err := r.files.load()
+	c, err := r.load()
 	if err != nil {
 		if r.config != nil {
 			return r.config, nil
@@ -73,17 +78,74 @@ func (f Files) load() (*tls.Config, error) {
 	}
 	c := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"}}
 	if f.ClientCA != "" {
-		pem, err := os.ReadFile(f.ClientCA)
+		pool, err := readPool(f.ClientCA)
 		if err != nil {
 			return nil, err
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, errors.New(f.ClientCA + ": no PEM certificate in it")
 		}
 		c.ClientCAs, c.ClientAuth = pool, tls.RequireAndVerifyClientCert
 	}
 	return c, nil
+}
+
+// ClientFiles are the PEM files of a TLS client. Every field may be empty.
+type ClientFiles struct {
+	// CA verifies the server's certificate instead of the system's roots.
+	CA string
+	// Cert and Key are presented when the server asks for a client
+	// certificate (mutual TLS); both or neither.
+	Cert, Key string
+	// ServerName is the name the server's certificate must hold instead
+	// of the dialed host: for servers reached by IP address or announcing
+	// addresses their certificate does not name.
+	ServerName string
+}
+
+// Client returns a function giving the tls.Config of a new connection. It
+// reads f now (an error names the file that does not load) and again,
+// at the next connection, whenever one of the files has changed; a changed
+// file that does not load (caught mid-write) leaves the last good
+// configuration in force.
+func (f ClientFiles) Client() (func() (*tls.Config, error), error) {
+	if (f.Cert == "") != (f.Key == "") {
+		return nil, errors.New("a client certificate and its key go together")
+	}
+	r := &reloader{paths: [3]string{f.CA, f.Cert, f.Key}, load: f.load}
+	if _, err := r.current(); err != nil {
+		return nil, err
+	}
+	return r.current, nil
+}
+
+func (f ClientFiles) load() (*tls.Config, error) {
+	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: f.ServerName}
+	if f.CA != "" {
+		pool, err := readPool(f.CA)
+		if err != nil {
+			return nil, err
+		}
+		c.RootCAs = pool
+	}
+	if f.Cert != "" {
+		cert, err := tls.LoadX509KeyPair(f.Cert, f.Key)
+		if err != nil {
+			return nil, fmt.Errorf("%s and %s: %w", f.Cert, f.Key, err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
+}
+
+// readPool reads the PEM certificates of path as a pool.
+func readPool(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, errors.New(path + ": no PEM certificate in it")
+	}
+	return pool, nil
 }
 
 func modTime(path string) time.Time {

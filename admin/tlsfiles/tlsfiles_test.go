@@ -133,3 +133,59 @@ func TestFilesThatDoNotLoadAreNamed(t *testing.T) {
 		}
 	}
 }
+
+func TestClientFilesThatDoNotLoadAreNamed(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, "CA")
+	c, k := ca.Issue(t, "x")
+	caFile, cert, key := tlstest.Write(t, dir, "ca.pem", ca.CertPEM), tlstest.Write(t, dir, "c.pem", c), tlstest.Write(t, dir, "k.pem", k)
+	for _, f := range []ClientFiles{
+		{CA: dir + "/missing.pem"},
+		{CA: key},
+		{CA: caFile, Cert: cert, Key: cert},
+		{Cert: dir + "/gone.pem", Key: key},
+	} {
+		_, err := f.Client()
+		if err == nil || !strings.Contains(err.Error(), dir) {
+			t.Errorf("%+v: %v, want an error naming the file", f, err)
+		}
+	}
+	if _, err := (ClientFiles{Cert: cert}).Client(); err == nil || !strings.Contains(err.Error(), "go together") {
+		t.Errorf("a certificate without its key: %v", err)
+	}
+}
+
+func TestClientVerifiesAgainstTheCAFileReadAgainWhenItChanges(t *testing.T) {
+	dir := t.TempDir()
+	first, second := tlstest.NewCA(t, "first CA"), tlstest.NewCA(t, "second CA")
+	c, k := second.Issue(t, "server")
+	server, err := Files{Cert: tlstest.Write(t, dir, "s.crt", c), Key: tlstest.Write(t, dir, "s.key", k)}.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis := serve(t, server)
+	caFile := tlstest.Write(t, dir, "ca.crt", first.CertPEM)
+	config, err := ClientFiles{CA: caFile}.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := func() error {
+		cfg, err := config()
+		if err != nil {
+			return err
+		}
+		_, err = handshake(lis, cfg)
+		return err
+	}
+	if err := dial(); err == nil {
+		t.Fatal("a server of another CA was trusted")
+	}
+	tlstest.Write(t, dir, "ca.crt", second.CertPEM)
+	if err := dial(); err != nil {
+		t.Fatalf("after the CA file was replaced by the server's CA: %v", err)
+	}
+	os.WriteFile(caFile, []byte("half a PEM"), 0o600) // caught mid-write
+	if err := dial(); err != nil {
+		t.Errorf("a CA file caught mid-write dropped the last good configuration: %v", err)
+	}
+}

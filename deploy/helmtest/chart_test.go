@@ -354,6 +354,8 @@ func TestChartRefusesBadValuesNamingThem(t *testing.T) {
 		{`fleet: {enabled: true}`, "fleet.redis.addrs"},
 		{`fleet: {enabled: true, backend: postgres}`, "fleet.postgres.url"},
 		{`fleet: {enabled: true, backend: mysql}`, "backend"},
+		{`fleet: {enabled: true, redis: {addrs: "r:6379", tls: {clientCert: true}}}`, "fleet.redis.tls.clientCert needs fleet.redis.tls.secretName"},
+		{`fleet: {enabled: true, redis: {addrs: "r:6379", tls: {enabled: "yes"}}}`, "enabled"},
 		{`replicas: 2`, "database.url"},
 		{`replicas: 0`, "replicas"},
 		{`database: {url: "mysql://db/sluice"}`, "url"},

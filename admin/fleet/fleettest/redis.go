@@ -11,6 +11,9 @@ package fleettest
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"net"
 	"os"
@@ -50,27 +53,67 @@ type Redis struct {
 	Addr string
 	dir  string
 	args []string
+	tls  *TLS
 	cmd  *exec.Cmd
 	tb   testing.TB
+}
+
+// TLS makes the servers serve TLS only, on their one port.
+type TLS struct {
+	Cert, Key string // PEM files of the servers' certificate and key
+	CA        string // PEM file of the CA that verifies client certificates (Redis needs one)
+	// AuthClients requires a client certificate signed by CA
+	// (tls-auth-clients yes).
+	AuthClients bool
+	// Client is how the helpers' own clients connect (readiness checks,
+	// cluster creation): it must trust the servers and, with
+	// AuthClients, present a certificate; its Certificates[0] is written
+	// out for redis-cli.
+	Client *tls.Config
 }
 
 // StartRedis starts a standalone redis-server without persistence.
 func StartRedis(tb testing.TB) *Redis {
 	tb.Helper()
-	r := newRedis(tb, nil)
+	r := newRedis(tb, nil, nil)
 	r.Start()
 	return r
 }
 
-func newRedis(tb testing.TB, extra []string) *Redis {
+// StartRedisTLS starts a standalone redis-server serving TLS only.
+func StartRedisTLS(tb testing.TB, t TLS) *Redis {
+	tb.Helper()
+	r := newRedis(tb, nil, &t)
+	r.Start()
+	return r
+}
+
+func newRedis(tb testing.TB, extra []string, t *TLS) *Redis {
 	bin := requireRedis(tb)
 	dir := tb.TempDir()
-	port := FreePort(tb)
-	args := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
+	port := strconv.Itoa(FreePort(tb))
+	args := []string{"--port", port, "--bind", "127.0.0.1", "--dir", dir,
 		"--save", "", "--appendonly", "no", "--daemonize", "no", "--protected-mode", "no",
 		"--logfile", filepath.Join(dir, "redis.log")}
-	return &Redis{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir,
+	if t != nil {
+		auth := "no"
+		if t.AuthClients {
+			auth = "yes"
+		}
+		args[1] = "0"
+		args = append(args, "--tls-port", port, "--tls-cert-file", t.Cert, "--tls-key-file", t.Key,
+			"--tls-ca-cert-file", t.CA, "--tls-auth-clients", auth, "--tls-cluster", "yes", "--tls-replication", "yes")
+	}
+	return &Redis{Addr: net.JoinHostPort("127.0.0.1", port), dir: dir, tls: t,
 		args: append(append([]string{bin}, args...), extra...), tb: tb}
+}
+
+// clientTLS is how the helpers connect to servers started with t.
+func clientTLS(t *TLS) *tls.Config {
+	if t == nil {
+		return nil
+	}
+	return t.Client
 }
 
 // Start (re)starts the server on its address and waits until it answers.
@@ -84,7 +127,7 @@ func (r *Redis) Start() {
 	}
 	cmd := r.cmd
 	r.tb.Cleanup(func() { stop(cmd) })
-	if err := waitPing(r.Addr, 10*time.Second); err != nil {
+	if err := waitPing(r.Addr, clientTLS(r.tls), 10*time.Second); err != nil {
 		log, _ := os.ReadFile(filepath.Join(r.dir, "redis.log"))
 		r.tb.Fatalf("redis-server on %s did not answer: %v\n%s%s", r.Addr, err, out.String(), log)
 	}
@@ -117,8 +160,8 @@ func FreePort(tb testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func waitPing(addr string, within time.Duration) error {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+func waitPing(addr string, tlsConfig *tls.Config, within time.Duration) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond, TLSConfig: tlsConfig})
 	defer c.Close()
 	deadline := time.Now().Add(within)
 	for {
@@ -136,6 +179,17 @@ func waitPing(addr string, within time.Duration) error {
 // returns their addresses once every node reports cluster_state:ok.
 func StartCluster(tb testing.TB) []string {
 	tb.Helper()
+	return startCluster(tb, nil)
+}
+
+// StartClusterTLS is StartCluster with every node, and the cluster bus,
+// serving TLS only.
+func StartClusterTLS(tb testing.TB, t TLS) []string {
+	tb.Helper()
+	return startCluster(tb, &t)
+}
+
+func startCluster(tb testing.TB, t *TLS) []string {
 	cli := Require(tb, "redis-cli", "apt-get install redis-tools")
 	var addrs []string
 	for range 3 {
@@ -143,21 +197,22 @@ func StartCluster(tb testing.TB) []string {
 		// port + 10000, which another process may hold (a node once
 		// failed to start so, "Address already in use").
 		r := newRedis(tb, []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "2000", "--cluster-port", strconv.Itoa(FreePort(tb))})
+			"--cluster-node-timeout", "2000", "--cluster-port", strconv.Itoa(FreePort(tb))}, t)
 		r.Start()
 		addrs = append(addrs, r.Addr)
 	}
 	args := append([]string{"--cluster", "create"}, addrs...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, cliTLSArgs(tb, t)...)
 	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
 		tb.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
 	for _, a := range addrs {
-		if err := waitClusterOK(a, 10*time.Second); err != nil {
+		if err := waitClusterOK(a, clientTLS(t), 10*time.Second); err != nil {
 			tb.Fatalf("cluster node %s: %v", a, err)
 		}
 	}
-	if err := waitClusterWritable(addrs, 10*time.Second); err != nil {
+	if err := waitClusterWritable(addrs, clientTLS(t), 10*time.Second); err != nil {
 		tb.Fatalf("cluster %v: %v", addrs, err)
 	}
 	return addrs
@@ -166,8 +221,8 @@ func StartCluster(tb testing.TB) []string {
 // waitClusterWritable waits until a cluster client can write on every
 // shard: cluster_state:ok on each node does not yet mean that every node
 // agrees on the slots (CLUSTERDOWN, MOVED for a moment after creation).
-func waitClusterWritable(addrs []string, within time.Duration) error {
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+func waitClusterWritable(addrs []string, tlsConfig *tls.Config, within time.Duration) error {
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, TLSConfig: tlsConfig})
 	defer c.Close()
 	deadline := time.Now().Add(within)
 	for {
@@ -189,8 +244,8 @@ func waitClusterWritable(addrs []string, within time.Duration) error {
 	}
 }
 
-func waitClusterOK(addr string, within time.Duration) error {
-	c := redis.NewClient(&redis.Options{Addr: addr})
+func waitClusterOK(addr string, tlsConfig *tls.Config, within time.Duration) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, TLSConfig: tlsConfig})
 	defer c.Close()
 	deadline := time.Now().Add(within)
 	for {
@@ -224,6 +279,17 @@ func (r *Redis) Resume() {
 // under the master name name, with a quorum of 1, and returns its address.
 func StartSentinel(tb testing.TB, masterAddr, name string) string {
 	tb.Helper()
+	return startSentinel(tb, masterAddr, name, nil)
+}
+
+// StartSentinelTLS is StartSentinel serving TLS only, and reaching the
+// master (started with the same t) over TLS.
+func StartSentinelTLS(tb testing.TB, masterAddr, name string, t TLS) string {
+	tb.Helper()
+	return startSentinel(tb, masterAddr, name, &t)
+}
+
+func startSentinel(tb testing.TB, masterAddr, name string, t *TLS) string {
 	bin := requireRedis(tb)
 	host, port, err := net.SplitHostPort(masterAddr)
 	if err != nil {
@@ -235,6 +301,16 @@ func StartSentinel(tb testing.TB, masterAddr, name string) string {
 	conf := fmt.Sprintf("port %d\nbind 127.0.0.1\nprotected-mode no\ndir %s\nlogfile %s\n"+
 		"sentinel monitor %s %s %s 1\nsentinel down-after-milliseconds %s 1000\n",
 		own, dir, filepath.Join(dir, "sentinel.log"), name, host, port, name)
+	if t != nil {
+		auth := "no"
+		if t.AuthClients {
+			auth = "yes"
+		}
+		// The master is reached with the same certificate it serves
+		// (issued for both server and client use).
+		conf = strings.Replace(conf, fmt.Sprintf("port %d\n", own), fmt.Sprintf("port 0\ntls-port %d\n", own), 1) +
+			fmt.Sprintf("tls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\ntls-auth-clients %s\ntls-replication yes\n", t.Cert, t.Key, t.CA, auth)
+	}
 	path := filepath.Join(dir, "sentinel.conf")
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		tb.Fatal(err)
@@ -245,9 +321,36 @@ func StartSentinel(tb testing.TB, masterAddr, name string) string {
 	}
 	tb.Cleanup(func() { stop(cmd) })
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(own))
-	if err := waitPing(addr, 10*time.Second); err != nil {
+	if err := waitPing(addr, clientTLS(t), 10*time.Second); err != nil {
 		log, _ := os.ReadFile(filepath.Join(dir, "sentinel.log"))
 		tb.Fatalf("sentinel on %s did not answer: %v\n%s", addr, err, log)
 	}
 	return addr
+}
+
+// cliTLSArgs are redis-cli's flags to connect as t.Client does: the CA,
+// and the client certificate written out when the servers ask for one.
+func cliTLSArgs(tb testing.TB, t *TLS) []string {
+	if t == nil {
+		return nil
+	}
+	args := []string{"--tls", "--cacert", t.CA}
+	if t.AuthClients && len(t.Client.Certificates) > 0 {
+		c := t.Client.Certificates[0]
+		var certPEM []byte
+		for _, der := range c.Certificate {
+			certPEM = append(certPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
+		}
+		keyDER, err := x509.MarshalPKCS8PrivateKey(c.PrivateKey)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		dir := tb.TempDir()
+		cert, key := filepath.Join(dir, "cli.crt"), filepath.Join(dir, "cli.key")
+		if os.WriteFile(cert, certPEM, 0o600) != nil || os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600) != nil {
+			tb.Fatal("writing redis-cli's certificate")
+		}
+		args = append(args, "--cert", cert, "--key", key)
+	}
+	return args
 }

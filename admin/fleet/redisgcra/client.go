@@ -1,7 +1,10 @@
 package redisgcra
 
 import (
+	"context"
+	"crypto/tls"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -27,6 +30,11 @@ type ClientOptions struct {
 	Timeout time.Duration
 	// PoolSize is the connections per server (default 10 per CPU).
 	PoolSize int
+	// TLS, when set, gives the TLS configuration of each new connection
+	// (to servers and sentinels alike); nil: plaintext. It is asked per
+	// connection so that rotated certificate files are used without a
+	// restart (tlsfiles.ClientFiles.Client).
+	TLS func() (*tls.Config, error)
 }
 
 // ParseAddrs splits a comma-separated address list, dropping blanks.
@@ -52,7 +60,12 @@ func NewClient(o ClientOptions) (redis.UniversalClient, error) {
 	if o.Timeout <= 0 {
 		o.Timeout = 100 * time.Millisecond
 	}
+	var dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+	if o.TLS != nil {
+		dialer = tlsDialer(o.Timeout, o.TLS)
+	}
 	return redis.NewUniversalClient(&redis.UniversalOptions{
+		Dialer:        dialer,
 		Addrs:         o.Addrs,
 		MasterName:    o.MasterName,
 		IsClusterMode: o.Cluster,
@@ -87,4 +100,22 @@ func NewClient(o ClientOptions) (redis.UniversalClient, error) {
 		DisableIdentity:          true,
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	}), nil
+}
+
+// tlsDialer dials TLS connections with the configuration config gives at
+// each dial, the handshake within timeout (and the caller's context) as
+// the connection is: a Redis that accepts TCP but never completes the
+// handshake is down like one that does not answer. The certificate must
+// name the dialed host unless the configuration sets ServerName. The
+// keep-alives are go-redis' own dialer's.
+func tlsDialer(timeout time.Duration, config func() (*tls.Config, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	netDialer := &net.Dialer{Timeout: timeout, KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 30 * time.Second, Interval: 5 * time.Second, Count: 3}}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := config()
+		if err != nil {
+			return nil, fmt.Errorf("TLS to %s: %w", addr, err)
+		}
+		d := tls.Dialer{NetDialer: netDialer, Config: c}
+		return d.DialContext(ctx, network, addr)
+	}
 }

@@ -25,3 +25,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "sluice.wasmRef" -}}
 {{- printf "%s:%s" .Values.wasmImage.repository (default .Chart.AppVersion .Values.wasmImage.tag) -}}
 {{- end -}}
+
+{{- /* The Secret of TLS to Redis, when fleet mode uses one: "" otherwise. */ -}}
+{{- define "sluice.redisTLSSecret" -}}
+{{- if and .Values.fleet.enabled (ne .Values.fleet.backend "postgres") -}}
+{{- .Values.fleet.redis.tls.secretName -}}
+{{- end -}}
+{{- end -}}
