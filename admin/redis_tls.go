@@ -17,8 +17,9 @@ func (o *options) redisTLSFlags(fs *flag.FlagSet) func() error {
 	fs.StringVar(&f.Cert, "redis-tls-cert", env("SLUICE_REDIS_TLS_CERT", ""), "present this client certificate (PEM) to Redis, for tls-auth-clients: mutual TLS; implies -redis-tls (SLUICE_REDIS_TLS_CERT)")
 	fs.StringVar(&f.Key, "redis-tls-key", env("SLUICE_REDIS_TLS_KEY", ""), "and this private key (PEM) (SLUICE_REDIS_TLS_KEY)")
 	fs.StringVar(&f.ServerName, "redis-tls-server-name", env("SLUICE_REDIS_TLS_SERVER_NAME", ""), "the name Redis' certificate must hold instead of the address dialed (for servers reached by IP); implies -redis-tls (SLUICE_REDIS_TLS_SERVER_NAME)")
+	fs.BoolVar(&f.SkipNameCheck, "redis-tls-skip-name-check", envBool("SLUICE_REDIS_TLS_SKIP_NAME_CHECK"), "verify Redis' certificate against -redis-tls-ca but not the name it holds, for services whose certificates name no address (SLUICE_REDIS_TLS_SKIP_NAME_CHECK)")
 	return func() error {
-		if f.CA != "" || f.Cert != "" || f.Key != "" || f.ServerName != "" {
+		if f.CA != "" || f.Cert != "" || f.Key != "" || f.ServerName != "" || f.SkipNameCheck {
 			f.On = true
 		}
 		switch {
@@ -26,6 +27,10 @@ func (o *options) redisTLSFlags(fs *flag.FlagSet) func() error {
 			return nil
 		case (f.Cert == "") != (f.Key == ""):
 			return errors.New("-redis-tls-cert and -redis-tls-key go together")
+		case f.SkipNameCheck && f.CA == "":
+			return errors.New("-redis-tls-skip-name-check: needs -redis-tls-ca (against the system's roots any public certificate would pass)")
+		case f.SkipNameCheck && f.ServerName != "":
+			return errors.New("-redis-tls-skip-name-check and -redis-tls-server-name exclude each other")
 		case len(o.Redis.Addrs) == 0:
 			return errors.New("-redis-tls: set -redis-addrs too (TLS is to the Redis of fleet mode)")
 		}

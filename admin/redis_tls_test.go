@@ -34,6 +34,7 @@ func TestRedisTLSFlags(t *testing.T) {
 		{"SLUICE_REDIS_TLS", nil, map[string]string{"SLUICE_REDIS_TLS": "true"}},
 		{"a CA implies TLS", []string{"-redis-tls-ca", caFile}, nil},
 		{"a server name implies TLS", []string{"-redis-tls-server-name", "redis.internal"}, nil},
+		{"a CA, the name not checked", []string{"-redis-tls-ca", caFile, "-redis-tls-skip-name-check"}, nil},
 		{"mutual TLS from the environment", nil, map[string]string{"SLUICE_REDIS_TLS_CERT": cert, "SLUICE_REDIS_TLS_KEY": key, "SLUICE_REDIS_TLS_CA": caFile}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -51,7 +52,7 @@ func TestRedisTLSFlags(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if cfg.MinVersion < tls.VersionTLS12 || cfg.InsecureSkipVerify {
+			if cfg.MinVersion < tls.VersionTLS12 {
 				t.Errorf("configuration %+v: want TLS 1.2 or later, verified", cfg)
 			}
 			if strings.Contains(c.name, "CA") && cfg.RootCAs == nil {
@@ -59,6 +60,9 @@ func TestRedisTLSFlags(t *testing.T) {
 			}
 			if c.env["SLUICE_REDIS_TLS_CERT"] != "" && len(cfg.Certificates) != 1 {
 				t.Error("client certificate given, none presented")
+			}
+			if skip := strings.Contains(c.name, "not checked"); skip != (cfg.InsecureSkipVerify && cfg.VerifyConnection != nil) {
+				t.Errorf("name check skipped %v, want %v (the chain still verified)", cfg.InsecureSkipVerify, skip)
 			}
 			if c.args != nil && c.args[0] == "-redis-tls-server-name" && cfg.ServerName != "redis.internal" {
 				t.Errorf("ServerName %q", cfg.ServerName)
@@ -77,6 +81,8 @@ func TestRedisTLSFlags(t *testing.T) {
 		{[]string{"-redis-tls-ca", dir + "/missing.crt"}, dir + "/missing.crt"},
 		{[]string{"-redis-tls-ca", key}, key + ": no PEM certificate"},
 		{[]string{"-redis-tls-cert", cert, "-redis-tls-key", cert}, cert},
+		{[]string{"-redis-tls-skip-name-check"}, "-redis-tls-skip-name-check: needs -redis-tls-ca"},
+		{[]string{"-redis-tls-skip-name-check", "-redis-tls-ca", caFile, "-redis-tls-server-name", "r"}, "exclude each other"},
 	} {
 		_, err := parseOptions(append(append([]string{}, fleetArgs...), c.args...), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -91,15 +97,7 @@ func TestRedisTLSFlags(t *testing.T) {
 // TestAdminServesTheRLSOverRedisTLS: the admin reaches a Redis that
 // serves TLS only and requires client certificates.
 func TestAdminServesTheRLSOverRedisTLS(t *testing.T) {
-	dir := t.TempDir()
-	ca := tlstest.NewCA(t, "redis CA")
-	c, k := ca.Issue(t, "redis")
-	pair, err := tls.X509KeyPair(c, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caFile, cert, key := tlstest.Write(t, dir, "ca.crt", ca.CertPEM), tlstest.Write(t, dir, "tls.crt", c), tlstest.Write(t, dir, "tls.key", k)
-	r := fleettest.StartRedisTLS(t, fleettest.TLS{Cert: cert, Key: key, CA: caFile, AuthClients: true,
-		Client: &tls.Config{RootCAs: ca.Pool, Certificates: []tls.Certificate{pair}}})
-	testAdminRLS(t, []string{"-redis-addrs", r.Addr, "-redis-tls-ca", caFile, "-redis-tls-cert", cert, "-redis-tls-key", key}, "redis")
+	f := tlstest.WriteFiles(t, "redis")
+	r := fleettest.StartRedisTLS(t, fleettest.ServerTLS(f, true))
+	testAdminRLS(t, []string{"-redis-addrs", r.Addr, "-redis-tls-ca", f.CAFile, "-redis-tls-cert", f.CertFile, "-redis-tls-key", f.KeyFile}, "redis")
 }

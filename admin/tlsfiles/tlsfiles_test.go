@@ -150,8 +150,17 @@ func TestClientFilesThatDoNotLoadAreNamed(t *testing.T) {
 			t.Errorf("%+v: %v, want an error naming the file", f, err)
 		}
 	}
-	if _, err := (ClientFiles{Cert: cert}).Client(); err == nil || !strings.Contains(err.Error(), "go together") {
-		t.Errorf("a certificate without its key: %v", err)
+	for _, c := range []struct {
+		f    ClientFiles
+		want string
+	}{
+		{ClientFiles{Cert: cert}, "go together"},
+		{ClientFiles{SkipNameCheck: true}, "needs a CA of your own"},
+		{ClientFiles{CA: caFile, SkipNameCheck: true, ServerName: "redis"}, "exclude each other"},
+	} {
+		if _, err := c.f.Client(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want an error saying %q", c.f, err, c.want)
+		}
 	}
 }
 

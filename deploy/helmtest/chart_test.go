@@ -356,6 +356,7 @@ func TestChartRefusesBadValuesNamingThem(t *testing.T) {
 		{`fleet: {enabled: true, backend: mysql}`, "backend"},
 		{`fleet: {enabled: true, redis: {addrs: "r:6379", tls: {clientCert: true}}}`, "fleet.redis.tls.clientCert needs fleet.redis.tls.secretName"},
 		{`fleet: {enabled: true, redis: {addrs: "r:6379", tls: {enabled: "yes"}}}`, "enabled"},
+		{`fleet: {enabled: true, redis: {addrs: "r:6379", tls: {enabled: true, skipNameCheck: true}}}`, "fleet.redis.tls.skipNameCheck needs fleet.redis.tls.secretName"},
 		{`replicas: 2`, "database.url"},
 		{`replicas: 0`, "replicas"},
 		{`database: {url: "mysql://db/sluice"}`, "url"},

@@ -2,7 +2,6 @@ package helmtest
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -28,20 +27,9 @@ import (
 // service keeps its buckets in a Redis that serves TLS only and requires
 // client certificates.
 func TestChartEnvironmentReachesRedisOverTLS(t *testing.T) {
-	dir := t.TempDir()
-	ca := tlstest.NewCA(t, "redis CA")
-	certPEM, keyPEM := ca.Issue(t, "redis")
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	secret := map[string]string{ // the Secret's keys, as cert-manager writes them
-		"ca.crt":  tlstest.Write(t, dir, "ca.crt", ca.CertPEM),
-		"tls.crt": tlstest.Write(t, dir, "tls.crt", certPEM),
-		"tls.key": tlstest.Write(t, dir, "tls.key", keyPEM),
-	}
-	r := fleettest.StartRedisTLS(t, fleettest.TLS{Cert: secret["tls.crt"], Key: secret["tls.key"], CA: secret["ca.crt"], AuthClients: true,
-		Client: &tls.Config{RootCAs: ca.Pool, Certificates: []tls.Certificate{pair}}})
+	f := tlstest.WriteFiles(t, "redis")
+	secret := map[string]string{"ca.crt": f.CAFile, "tls.crt": f.CertFile, "tls.key": f.KeyFile} // the Secret's keys, as cert-manager writes them
+	r := fleettest.StartRedisTLS(t, fleettest.ServerTLS(f, true))
 	objs, _, err := render(t, fmt.Sprintf(`
 fleet: {enabled: true, redis: {addrs: %q, tls: {secretName: redis-client, clientCert: true, serverName: localhost}}}
 `, r.Addr))
@@ -128,15 +116,17 @@ func rlsCall(t *testing.T, addr string) rlsv3.RateLimitResponse_Code {
 	return 0
 }
 
-// TLS with the system's roots mounts nothing; the Redis TLS values do
-// nothing for a PostgreSQL backend.
-func TestChartRedisTLSWithoutASecret(t *testing.T) {
+// The Redis TLS values set the admin's variables; the system's roots
+// need no Secret; the values do nothing for a PostgreSQL backend.
+func TestChartRedisTLSVariables(t *testing.T) {
 	for _, c := range []struct {
 		vals string
 		want map[string]string // the Redis TLS variables
 	}{
 		{`fleet: {enabled: true, redis: {addrs: "r:6379", tls: {enabled: true}}}`, map[string]string{"SLUICE_REDIS_TLS": "true"}},
 		{`fleet: {enabled: true, redis: {addrs: "r:6379"}}`, map[string]string{}},
+		{`fleet: {enabled: true, redis: {addrs: "r:6379", tls: {secretName: s, skipNameCheck: true}}}`, map[string]string{"SLUICE_REDIS_TLS": "true",
+			"SLUICE_REDIS_TLS_CA": "/etc/sluice-redis-tls/ca.crt", "SLUICE_REDIS_TLS_SKIP_NAME_CHECK": "true"}},
 		{`fleet: {enabled: true, backend: postgres, postgres: {url: "postgres://db/f"}, redis: {tls: {secretName: s, clientCert: true}}}`, map[string]string{}},
 	} {
 		objs, _, err := render(t, c.vals)
@@ -153,10 +143,12 @@ func TestChartRedisTLSWithoutASecret(t *testing.T) {
 		if fmt.Sprint(got) != fmt.Sprint(c.want) {
 			t.Errorf("%s: Redis TLS variables %v, want %v", c.vals, got, c.want)
 		}
+		mounted := false
 		for _, v := range d.Spec.Template.Spec.Volumes {
-			if v.Name == "redis-tls" {
-				t.Errorf("%s: a Redis TLS volume without a Secret to use", c.vals)
-			}
+			mounted = mounted || v.Name == "redis-tls"
+		}
+		if wantMount := c.want["SLUICE_REDIS_TLS_CA"] != ""; mounted != wantMount {
+			t.Errorf("%s: Redis TLS volume %v, want %v", c.vals, mounted, wantMount)
 		}
 	}
 }

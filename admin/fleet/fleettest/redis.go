@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rl/sluice/admin/tlsfiles/tlstest"
 )
 
 // Require returns the path of name (a binary on PATH), or skips tb, or
@@ -70,6 +72,14 @@ type TLS struct {
 	// AuthClients, present a certificate; its Certificates[0] is written
 	// out for redis-cli.
 	Client *tls.Config
+}
+
+// ServerTLS is TLS with the files of f: the servers serve f's certificate,
+// verify client certificates against its CA, and the helpers connect
+// trusting that CA and presenting the same certificate.
+func ServerTLS(f tlstest.Files, authClients bool) TLS {
+	return TLS{Cert: f.CertFile, Key: f.KeyFile, CA: f.CAFile, AuthClients: authClients,
+		Client: &tls.Config{RootCAs: f.CA.Pool, Certificates: []tls.Certificate{f.Pair}}}
 }
 
 // StartRedis starts a standalone redis-server without persistence.

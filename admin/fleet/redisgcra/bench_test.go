@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice/admin/fleet/fleettest"
 	"github.com/sluice-rl/sluice/admin/fleet/redisgcra"
+	"github.com/sluice-rl/sluice/admin/tlsfiles"
 )
 
 // BenchmarkRun is the Redis part of a ShouldRateLimit call alone: one
@@ -103,10 +105,99 @@ func runOps(b *testing.B, buckets *redisgcra.Buckets, op func(w int64, i int) re
 	}
 }
 
+// BenchmarkRunOverTLS is BenchmarkRun over plaintext, TLS and mutual TLS,
+// each on a redis-server of its own on this machine: what encryption adds
+// to a call once the pool's connections are made (compare calls/s of the
+// three in one run).
+//
+//	go test ./admin/fleet/redisgcra -run '^$' -bench RunOverTLS -benchtime 2s -count 6
+func BenchmarkRunOverTLS(b *testing.B) {
+	s := newTLSSetup(b)
+	limit := redisgcra.Limit{Rate: 1e9, Burst: 1e9}
+	op := func(w int64, i int) redisgcra.Op {
+		return redisgcra.Op{Key: redisgcra.Key("sluice", "api", fmt.Sprintf("w%d-%d", w, i)), Amount: limit.Cost(1), Tau: limit.Tau()}
+	}
+	for _, c := range []struct {
+		name  string
+		start func() *fleettest.Redis
+		files *tlsfiles.ClientFiles
+	}{
+		{"plaintext", func() *fleettest.Redis { return fleettest.StartRedis(b) }, nil},
+		{"tls", func() *fleettest.Redis { return fleettest.StartRedisTLS(b, s.servers(false)) }, &tlsfiles.ClientFiles{CA: s.CAFile}},
+		{"mutual-tls", func() *fleettest.Redis { return fleettest.StartRedisTLS(b, s.servers(true)) },
+			&tlsfiles.ClientFiles{CA: s.CAFile, Cert: s.CertFile, Key: s.KeyFile}},
+	} {
+		o := redisgcra.ClientOptions{Addrs: []string{c.start().Addr}, Timeout: time.Second}
+		if c.files != nil {
+			o.TLS = client(b, *c.files)
+		}
+		buckets := newBenchBuckets(b, o)
+		warmPool(b, buckets, op)
+		b.Run("transport="+c.name, func(b *testing.B) { runOps(b, buckets, op) })
+	}
+}
+
+// BenchmarkFirstCallOverTLS is a call on a new connection: dial, TLS
+// handshake (ECDSA P-256 certificates, TLS 1.3) and one take, what a call
+// pays after Redis restarted or the pool was emptied, against the
+// -redis-timeout budget.
+//
+//	go test ./admin/fleet/redisgcra -run '^$' -bench FirstCallOverTLS -benchtime 400x -count 6
+func BenchmarkFirstCallOverTLS(b *testing.B) {
+	s := newTLSSetup(b)
+	limit := redisgcra.Limit{Rate: 1e9, Burst: 1e9}
+	ops := []redisgcra.Op{{Key: redisgcra.Key("sluice", "api", "first"), Amount: limit.Cost(1), Tau: limit.Tau()}}
+	for _, c := range []struct {
+		name  string
+		addr  string
+		files *tlsfiles.ClientFiles
+	}{
+		{"plaintext", fleettest.StartRedis(b).Addr, nil},
+		{"tls", fleettest.StartRedisTLS(b, s.servers(false)).Addr, &tlsfiles.ClientFiles{CA: s.CAFile}},
+		{"mutual-tls", fleettest.StartRedisTLS(b, s.servers(true)).Addr, &tlsfiles.ClientFiles{CA: s.CAFile, Cert: s.CertFile, Key: s.KeyFile}},
+	} {
+		o := redisgcra.ClientOptions{Addrs: []string{c.addr}, Timeout: time.Second, PoolSize: 1}
+		if c.files != nil {
+			o.TLS = client(b, *c.files)
+		}
+		b.Run("transport="+c.name, func(b *testing.B) {
+			for b.Loop() {
+				rc, err := redisgcra.NewClient(o)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := redisgcra.New(rc).Run(context.Background(), ops); err != nil {
+					b.Fatal(err)
+				}
+				rc.Close()
+			}
+		})
+	}
+}
+
+// warmPool makes the connections the benchmark's goroutines will use, so
+// that handshakes are not timed: one call from each of twice as many
+// goroutines as runOps runs, at once.
+func warmPool(b *testing.B, buckets *redisgcra.Buckets, op func(w int64, i int) redisgcra.Op) {
+	var wg sync.WaitGroup
+	for w := range 8 * runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			if _, err := buckets.Run(context.Background(), []redisgcra.Op{op(int64(w), 0)}); err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // benchBuckets is Buckets on a redis-server of the benchmark's own.
 func benchBuckets(b *testing.B) *redisgcra.Buckets {
 	r := fleettest.StartRedis(b)
-	c, err := redisgcra.NewClient(redisgcra.ClientOptions{Addrs: []string{r.Addr}, Timeout: time.Second})
+	return newBenchBuckets(b, redisgcra.ClientOptions{Addrs: []string{r.Addr}, Timeout: time.Second})
+}
+
+func newBenchBuckets(b *testing.B, o redisgcra.ClientOptions) *redisgcra.Buckets {
+	c, err := redisgcra.NewClient(o)
 	if err != nil {
 		b.Fatal(err)
 	}

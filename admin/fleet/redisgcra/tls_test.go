@@ -14,38 +14,20 @@ import (
 	"github.com/sluice-rl/sluice/admin/tlsfiles/tlstest"
 )
 
-// tlsSetup is a CA, a certificate it issued for 127.0.0.1 and localhost
-// (the servers', also valid as a client's) and their files.
-type tlsSetup struct {
-	ca                *tlstest.CA
-	dir               string
-	caFile            string
-	certFile, keyFile string
-	pair              tls.Certificate
-}
+// tlsSetup is a CA and a certificate it issued for 127.0.0.1 and
+// localhost (the servers', also valid as a client's), as files.
+type tlsSetup struct{ tlstest.Files }
 
-func newTLSSetup(t *testing.T) tlsSetup {
-	t.Helper()
-	dir := t.TempDir()
-	ca := tlstest.NewCA(t, "redis CA")
-	certPEM, keyPEM := ca.Issue(t, "redis")
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tlsSetup{ca: ca, dir: dir, caFile: tlstest.Write(t, dir, "ca.crt", ca.CertPEM),
-		certFile: tlstest.Write(t, dir, "tls.crt", certPEM), keyFile: tlstest.Write(t, dir, "tls.key", keyPEM), pair: pair}
-}
+func newTLSSetup(t testing.TB) tlsSetup { return tlsSetup{tlstest.WriteFiles(t, "redis")} }
 
 // servers is how the test's redis-servers are started: TLS only, client
 // certificates required or not.
 func (s tlsSetup) servers(authClients bool) fleettest.TLS {
-	return fleettest.TLS{Cert: s.certFile, Key: s.keyFile, CA: s.caFile, AuthClients: authClients,
-		Client: &tls.Config{RootCAs: s.ca.Pool, Certificates: []tls.Certificate{s.pair}}}
+	return fleettest.ServerTLS(s.Files, authClients)
 }
 
 // client is the Sluice side: a TLS configuration read from files.
-func client(t *testing.T, f tlsfiles.ClientFiles) func() (*tls.Config, error) {
+func client(t testing.TB, f tlsfiles.ClientFiles) func() (*tls.Config, error) {
 	t.Helper()
 	c, err := f.Client()
 	if err != nil {
@@ -75,11 +57,13 @@ func TestTLSVerifiesTheServerCertificate(t *testing.T) {
 		files tlsfiles.ClientFiles
 		want  string // "": the take succeeds
 	}{
-		{"the CA that issued it", tlsfiles.ClientFiles{CA: s.caFile}, ""},
-		{"a name it holds", tlsfiles.ClientFiles{CA: s.caFile, ServerName: "localhost"}, ""},
-		{"another CA", tlsfiles.ClientFiles{CA: other.caFile}, "certificate signed by unknown authority"},
+		{"the CA that issued it", tlsfiles.ClientFiles{CA: s.CAFile}, ""},
+		{"a name it holds", tlsfiles.ClientFiles{CA: s.CAFile, ServerName: "localhost"}, ""},
+		{"another CA", tlsfiles.ClientFiles{CA: other.CAFile}, "certificate signed by unknown authority"},
 		{"the system's roots", tlsfiles.ClientFiles{}, "certificate signed by unknown authority"},
-		{"a name it does not hold", tlsfiles.ClientFiles{CA: s.caFile, ServerName: "redis.example.com"}, "redis.example.com"},
+		{"a name it does not hold", tlsfiles.ClientFiles{CA: s.CAFile, ServerName: "redis.example.com"}, "redis.example.com"},
+		{"the name not checked", tlsfiles.ClientFiles{CA: s.CAFile, SkipNameCheck: true}, ""},
+		{"the name not checked, another CA", tlsfiles.ClientFiles{CA: other.CAFile, SkipNameCheck: true}, "certificate signed by unknown authority"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			b, _ := newBuckets(t, redisgcra.ClientOptions{Addrs: []string{r.Addr}, TLS: client(t, c.files)})
@@ -104,7 +88,7 @@ func TestTLSClientCertificateIsReadAgainWhenItsFilesChange(t *testing.T) {
 	s := newTLSSetup(t)
 	r := fleettest.StartRedisTLS(t, s.servers(true))
 
-	b, _ := newBuckets(t, redisgcra.ClientOptions{Addrs: []string{r.Addr}, TLS: client(t, tlsfiles.ClientFiles{CA: s.caFile})})
+	b, _ := newBuckets(t, redisgcra.ClientOptions{Addrs: []string{r.Addr}, TLS: client(t, tlsfiles.ClientFiles{CA: s.CAFile})})
 	if err := takeOne(b, "anonymous"); err == nil {
 		t.Fatal("a take without a client certificate succeeded on a server that requires one")
 	}
@@ -115,11 +99,11 @@ func TestTLSClientCertificateIsReadAgainWhenItsFilesChange(t *testing.T) {
 	wrongCert, wrongKey := tlstest.NewCA(t, "not redis' CA").Issue(t, "sluice")
 	cert, key := tlstest.Write(t, dir, "client.crt", wrongCert), tlstest.Write(t, dir, "client.key", wrongKey)
 	b, _ = newBuckets(t, redisgcra.ClientOptions{Addrs: []string{r.Addr}, PoolSize: 1,
-		TLS: client(t, tlsfiles.ClientFiles{CA: s.caFile, Cert: cert, Key: key})})
+		TLS: client(t, tlsfiles.ClientFiles{CA: s.CAFile, Cert: cert, Key: key})})
 	if err := takeOne(b, "wrong CA"); err == nil {
 		t.Fatal("a take with a client certificate of another CA succeeded")
 	}
-	rightCert, rightKey := s.ca.Issue(t, "sluice")
+	rightCert, rightKey := s.CA.Issue(t, "sluice")
 	tlstest.Write(t, dir, "client.crt", rightCert)
 	tlstest.Write(t, dir, "client.key", rightKey)
 	if err := takeOne(b, "rotated"); err != nil {
@@ -131,7 +115,7 @@ func TestTLSOnACluster(t *testing.T) {
 	s := newTLSSetup(t)
 	addrs := fleettest.StartClusterTLS(t, s.servers(true))
 	b, _ := newBuckets(t, redisgcra.ClientOptions{Addrs: addrs,
-		TLS: client(t, tlsfiles.ClientFiles{CA: s.caFile, Cert: s.certFile, Key: s.keyFile})})
+		TLS: client(t, tlsfiles.ClientFiles{CA: s.CAFile, Cert: s.CertFile, Key: s.KeyFile})})
 	// Keys on every shard, in one call: the client reaches every node
 	// the cluster announces, over TLS.
 	var keys []string
@@ -149,7 +133,7 @@ func TestTLSThroughSentinel(t *testing.T) {
 	r := fleettest.StartRedisTLS(t, s.servers(false))
 	sentinel := fleettest.StartSentinelTLS(t, r.Addr, "mymaster", s.servers(false))
 	b, _ := newBuckets(t, redisgcra.ClientOptions{Addrs: []string{sentinel}, MasterName: "mymaster",
-		TLS: client(t, tlsfiles.ClientFiles{CA: s.caFile})})
+		TLS: client(t, tlsfiles.ClientFiles{CA: s.CAFile})})
 	if err := takeOne(b, "sentinel"); err != nil {
 		t.Fatalf("take through a TLS sentinel: %v", err)
 	}

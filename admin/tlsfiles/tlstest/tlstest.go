@@ -6,6 +6,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -57,6 +58,29 @@ func (ca *CA) Issue(t testing.TB, name string) (certPEM, keyPEM []byte) {
 	}
 	kb, _ := x509.MarshalECPrivateKey(key)
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})
+}
+
+// Files are a new CA and a certificate it issued (for 127.0.0.1 and
+// localhost, server and client use), written to a temporary directory as
+// cert-manager writes a Secret: ca.crt, tls.crt and tls.key.
+type Files struct {
+	CA                        *CA
+	CAFile, CertFile, KeyFile string
+	Pair                      tls.Certificate // the certificate and key, loaded
+}
+
+// WriteFiles makes Files, the CA and the certificate named name.
+func WriteFiles(t testing.TB, name string) Files {
+	t.Helper()
+	dir := t.TempDir()
+	ca := NewCA(t, name+" CA")
+	certPEM, keyPEM := ca.Issue(t, name)
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Files{CA: ca, CAFile: Write(t, dir, "ca.crt", ca.CertPEM),
+		CertFile: Write(t, dir, "tls.crt", certPEM), KeyFile: Write(t, dir, "tls.key", keyPEM), Pair: pair}
 }
 
 // Write writes data to name in dir and returns its path.
