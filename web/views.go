@@ -175,6 +175,7 @@ type IstioPage struct {
 	Manifest string
 	Version  int64
 	Error    string
+	Warnings []string // what will not work under Istio as the policy stands
 }
 
 // ErrorPage is shown for errors a person can act on.

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluice-rl/sluice/admin/auth"
+	"github.com/sluice-rl/sluice/admin/istio"
 	"github.com/sluice-rl/sluice/admin/policies"
 	"github.com/sluice-rl/sluice/admin/store"
 	"github.com/sluice-rl/sluice/shared/policy"
@@ -558,7 +559,7 @@ func (s *server) istioPage(w http.ResponseWriter, r *http.Request, sess auth.Ses
 		format = "yaml"
 	}
 	body, _, v, err := s.renderIstio(r, format)
-	p := web.IstioPage{Nav: nav(sess, "istio"), Format: format, Manifest: string(body), Version: v.Number}
+	p := web.IstioPage{Nav: nav(sess, "istio"), Format: format, Manifest: string(body), Version: v.Number, Warnings: istio.ClusterWarnings(v.JSON)}
 	if err != nil {
 		s.log.Error("rendering the WasmPlugin failed", "err", err)
 		p.Error = "The manifest could not be rendered: " + err.Error()

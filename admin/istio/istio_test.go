@@ -2,6 +2,7 @@ package istio
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -196,5 +197,49 @@ func TestYAMLQuotesAmbiguousStrings(t *testing.T) {
 		if strings.Contains(string(y), `"`+word+`"`) {
 			t.Errorf("%q quoted needlessly", word)
 		}
+	}
+}
+
+func TestClustersIstioDoesNotCreateAreWarnedOf(t *testing.T) {
+	const rule = `"rules":[{"name":"g","scope":"global","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1}}]`
+	for _, c := range []struct {
+		telemetry, fleet string
+		want             []string // a substring of each warning, in order
+	}{
+		{"outbound|9000||sluice.sluice.svc.cluster.local", "outbound|18081||sluice.sluice.svc.cluster.local", nil},
+		{"inbound|9000||", "outbound|18081||rls.ops.svc.corp.internal", nil},
+		{"sluice_admin", "outbound|18081||sluice.sluice.svc.cluster.local", []string{`telemetry.cluster "sluice_admin"`}},
+		{"outbound|9000||sluice.sluice.svc.cluster.local", "sluice_rls", []string{`fleet.cluster "sluice_rls"`}},
+		{"sluice.sluice.svc.cluster.local:9000", "outbound|port||rls", []string{"telemetry.cluster", "fleet.cluster"}},
+	} {
+		config := fmt.Sprintf(`{"telemetry":{"cluster":%q,"token_env":"T"},"fleet":{"cluster":%q},%s}`, c.telemetry, c.fleet, rule)
+		if _, err := policy.Parse([]byte(config)); err != nil {
+			t.Fatalf("the test's policy does not parse: %v", err)
+		}
+		m, err := Render([]byte(config), 1, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		y, err := m.YAML()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ClusterWarnings([]byte(config))
+		if len(got) != len(c.want) {
+			t.Errorf("%s, %s: warnings %q, want %d", c.telemetry, c.fleet, got, len(c.want))
+			continue
+		}
+		for i, w := range c.want {
+			if !strings.Contains(got[i], w) || !strings.Contains(got[i], "outbound|<port>||") {
+				t.Errorf("warning %q does not name %s and Istio's naming", got[i], w)
+			}
+			if !strings.Contains(string(y), "# WARNING: "+got[i]) {
+				t.Errorf("the YAML does not carry the warning %q:\n%s", got[i], y)
+			}
+		}
+	}
+	// Only the JSON of a policy is read: without telemetry or fleet, no warning.
+	if w := ClusterWarnings([]byte(`{` + rule + `}`)); len(w) != 0 {
+		t.Errorf("a policy calling no cluster: %q", w)
 	}
 }

@@ -10,7 +10,7 @@ import (
 // TestTokenEnvFromHost: the telemetry token variable is passed from the
 // proxy's environment, never written into the manifest.
 func TestTokenEnvFromHost(t *testing.T) {
-	m, err := Render([]byte(`{"telemetry":{"cluster":"sluice_admin","token_env":"SLUICE_TELEMETRY_TOKEN"}}`), 2,
+	m, err := Render([]byte(`{"telemetry":{"cluster":"outbound|9000||sluice.sluice.svc.cluster.local","token_env":"SLUICE_TELEMETRY_TOKEN"}}`), 2,
 		Options{TokenEnv: "SLUICE_TELEMETRY_TOKEN"})
 	if err != nil {
 		t.Fatal(err)

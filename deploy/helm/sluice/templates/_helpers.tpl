@@ -32,3 +32,29 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- .Values.fleet.redis.tls.secretName -}}
 {{- end -}}
 {{- end -}}
+
+{{- /*
+The policy as the proxies run it (the WasmPlugin's pluginConfig, the
+admin's initial version). Under Istio a Service's port is the Envoy cluster
+"outbound|<port>||<service>.<namespace>.svc.<domain>", and no cluster is
+named sluice_admin or sluice_rls: those two names, which stand for the
+admin's HTTP and rate limit service ports, are written as Istio names them.
+Any other cluster name is the policy's own.
+*/ -}}
+{{- define "sluice.policy" -}}
+{{- $p := deepCopy .Values.policy -}}
+{{- if .Values.istio.enabled -}}
+{{- $host := printf "%s.%s.svc.%s" (include "sluice.fullname" .) .Release.Namespace .Values.istio.clusterDomain -}}
+{{- with $p.telemetry -}}
+{{- if eq (toString .cluster) "sluice_admin" -}}
+{{- $_ := set . "cluster" (printf "outbound|%v||%s" $.Values.service.httpPort $host) -}}
+{{- end -}}
+{{- end -}}
+{{- with $p.fleet -}}
+{{- if eq (toString .cluster) "sluice_rls" -}}
+{{- $_ := set . "cluster" (printf "outbound|%v||%s" $.Values.service.rlsPort $host) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $p -}}
+{{- end -}}
