@@ -121,7 +121,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.Token, "token", env("SLUICE_ADMIN_TOKEN", ""), "admin token, at least 16 characters; empty: use the stored one, or generate one at first start and print it once (SLUICE_ADMIN_TOKEN)")
 	fs.BoolVar(&o.NewToken, "new-token", false, "replace the stored admin token with a new one, end every session, print the token and exit")
 	fs.StringVar(&o.WasmPath, "wasm-path", env("SLUICE_WASM_PATH", "bin/ratelimit.wasm"), "the plugin file as Envoy sees it, pushed in the ECDS config; made absolute (SLUICE_WASM_PATH)")
-	fs.StringVar(&o.TLSCert, "tls-cert", env("SLUICE_ADMIN_TLS_CERT", ""), "serve HTTPS with this certificate (PEM) (SLUICE_ADMIN_TLS_CERT)")
+	fs.StringVar(&o.TLSCert, "tls-cert", env("SLUICE_ADMIN_TLS_CERT", ""), "serve HTTPS with this certificate (PEM; read again when the file changes) (SLUICE_ADMIN_TLS_CERT)")
 	fs.StringVar(&o.TLSKey, "tls-key", env("SLUICE_ADMIN_TLS_KEY", ""), "and this private key (PEM) (SLUICE_ADMIN_TLS_KEY)")
 	fs.BoolVar(&o.SecureCookies, "secure-cookies", envBool("SLUICE_ADMIN_SECURE_COOKIES"), "mark cookies Secure even over plain HTTP (behind a TLS-terminating proxy) (SLUICE_ADMIN_SECURE_COOKIES)")
 	fs.StringVar(&o.Istio.URL, "istio-url", env("SLUICE_ISTIO_URL", istio.DefaultURL), "module URL in the Istio WasmPlugin: oci://, file://, http(s):// (SLUICE_ISTIO_URL)")
@@ -498,12 +498,17 @@ func run(args []string, stdout, stderr io.Writer) error {
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	if o.TLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
+		// Read again when the files change: a renewed certificate is
+		// served from the next handshake, without a restart.
+		cfg, err := tlsfiles.Files{Cert: o.TLSCert, Key: o.TLSKey}.Config()
 		if err != nil {
 			httpLis.Close()
 			return fmt.Errorf("-tls-cert/-tls-key: %w", err)
 		}
-		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		// The files' configuration offers h2 and http/1.1; net/http serves
+		// h2 on the listener only when the server's own config says so.
+		cfg.NextProtos = []string{"h2", "http/1.1"}
+		srv.TLSConfig = cfg
 		httpLis = tls.NewListener(httpLis, srv.TLSConfig)
 		scheme = "https"
 	}

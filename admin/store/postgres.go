@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/sluice-rl/sluice/admin/pgfiles"
 )
 
 // PostgreSQL: several admin processes (replicas) share one database. The
@@ -35,7 +37,11 @@ func OpenPostgres(ctx context.Context, rawURL string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: -database %s: %w", shown, errors.Unwrap(err))
 	}
-	db := stdlib.OpenDB(*cfg)
+	// Certificates and the password file are read again for each new
+	// connection: rotated on disk, they are used without a restart.
+	db := stdlib.OpenDB(*cfg, stdlib.OptionBeforeConnect(pgfiles.BeforeConnect(func() (*pgx.ConnConfig, error) {
+		return pgx.ParseConfig(rawURL)
+	})))
 	db.SetMaxOpenConns(8)
 	db.SetConnMaxIdleTime(time.Minute)
 	s := &Store{db: &sqlDB{DB: db, pg: true}, path: shown}

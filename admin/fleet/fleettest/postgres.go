@@ -106,6 +106,19 @@ type PostgresOptions struct {
 	Durable bool
 	// Settings are more -c name=value.
 	Settings []string
+	// TLS, when set, makes the server accept TLS.
+	TLS *PostgresTLS
+}
+
+// PostgresTLS are the server's TLS files (PEM; copied where the server's
+// user may read them).
+type PostgresTLS struct {
+	Cert, Key string // the server's certificate (for 127.0.0.1) and key
+	CA        string // the CA of client certificates
+	// ClientCerts accepts TCP clients only over TLS with a certificate of
+	// CA naming the database user (pg_hba "cert"); without it, any client
+	// is trusted, with or without TLS.
+	ClientCerts bool
 }
 
 var (
@@ -144,6 +157,13 @@ func StartPostgres(tb testing.TB, o PostgresOptions) *Postgres {
 		"unix_socket_directories=" + dir, "max_connections=200", "logging_collector=off"}
 	if !o.Durable {
 		conf = append(conf, "fsync=off", "full_page_writes=off")
+	}
+	if o.TLS != nil {
+		tlsConf, err := serverTLS(*o.TLS, dir, run)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		conf = append(conf, tlsConf...)
 	}
 	conf = append(conf, o.Settings...)
 	p := &Postgres{Port: port, dir: data, bins: bins, run: run, tb: tb, conf: conf,
@@ -336,6 +356,42 @@ func (r *runAs) mkdirTemp(pattern string) (string, error) {
 	return dir, nil
 }
 
+// serverTLS copies t's files into dir for the server's user and returns
+// the settings that use them.
+func serverTLS(t PostgresTLS, dir string, run *runAs) ([]string, error) {
+	files := map[string]string{"server.crt": t.Cert, "server.key": t.Key, "ca.crt": t.CA}
+	hba := "local all all trust\nhost all all 127.0.0.1/32 trust\n"
+	if t.ClientCerts {
+		hba = "local all all trust\nhostssl all all 127.0.0.1/32 cert\n"
+	}
+	for name, from := range files {
+		b, err := os.ReadFile(from)
+		if err != nil {
+			return nil, err
+		}
+		if err := writeFor(run, filepath.Join(dir, name), b); err != nil {
+			return nil, err
+		}
+	}
+	if err := writeFor(run, filepath.Join(dir, "pg_hba.conf"), []byte(hba)); err != nil {
+		return nil, err
+	}
+	return []string{"ssl=on", "ssl_cert_file=" + filepath.Join(dir, "server.crt"), "ssl_key_file=" + filepath.Join(dir, "server.key"),
+		"ssl_ca_file=" + filepath.Join(dir, "ca.crt"), "hba_file=" + filepath.Join(dir, "pg_hba.conf")}, nil
+}
+
+// writeFor writes a file the server's user owns, mode 0600 (PostgreSQL
+// refuses a key file others may read).
+func writeFor(run *runAs, path string, b []byte) error {
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return err
+	}
+	if run.uid >= 0 {
+		return os.Chown(path, run.uid, run.gid)
+	}
+	return nil
+}
+
 // waitPostgres waits until the server answers the protocol's first
 // message on port: a startup packet gets an authentication request ('R')
 // once the server accepts connections, an error ('E', "the database
@@ -377,7 +433,9 @@ func probePostgres(addr string) error {
 	if err != nil {
 		return err
 	}
-	if reply[0] == 'R' {
+	// 'R', or a refusal by pg_hba.conf (a server accepting TLS clients
+	// only): the server is accepting connections.
+	if reply[0] == 'R' || strings.Contains(string(reply[:k]), "pg_hba.conf") {
 		return nil
 	}
 	return fmt.Errorf("server answered %q", strings.ToValidUTF8(string(reply[:k]), "?"))

@@ -33,6 +33,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluice-rl/sluice/admin/fleet/redisgcra"
+
+	"github.com/sluice-rl/sluice/admin/pgfiles"
 )
 
 // Options configure Open.
@@ -137,6 +139,15 @@ func Config(o Options) (*pgxpool.Config, error) {
 	if _, ok := rp["synchronous_commit"]; !ok {
 		rp["synchronous_commit"] = "off"
 	}
+	// Certificates and the password file are read again for each new
+	// connection: rotated on disk, they are used without a restart.
+	cfg.BeforeConnect = pgfiles.BeforeConnect(func() (*pgx.ConnConfig, error) {
+		fresh, err := pgxpool.ParseConfig(o.URL)
+		if err != nil {
+			return nil, err
+		}
+		return fresh.ConnConfig, nil
+	})
 	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
 		// Every call is one statement that locks its rows: READ COMMITTED
 		// is exact for it, and the stricter levels would only turn waits
