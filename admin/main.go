@@ -157,6 +157,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	notifyFlags := o.notifyFlags(fs)
 	grpcTLSFlags := o.grpcTLSFlags(fs)
 	redisTLSFlags := o.redisTLSFlags(fs)
+	redisPasswordFlags := o.redisPasswordFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -181,6 +182,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, err
 	}
 	if err := redisTLSFlags(); err != nil {
+		return o, err
+	}
+	if err := redisPasswordFlags(); err != nil {
 		return o, err
 	}
 	if err := o.parsePostgres(*postgresTimeout); err != nil {

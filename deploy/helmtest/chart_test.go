@@ -231,8 +231,18 @@ wasmImage: {repository: registry.example.com/sluice/ratelimit-wasm, tag: v1.2.3,
 	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
 		env[e.Name] = e
 	}
-	if env["SLUICE_REDIS_ADDRS"].Value != "redis.sluice:6379" || env["SLUICE_RLS_LISTEN"].Value == "" || env["SLUICE_REDIS_PASSWORD"].ValueFrom.SecretKeyRef.Name != "redis" {
+	if env["SLUICE_REDIS_ADDRS"].Value != "redis.sluice:6379" || env["SLUICE_RLS_LISTEN"].Value == "" {
 		t.Errorf("fleet env %+v", env)
+	}
+	// The password is a file from the Secret, so that a rotation reaches
+	// the admin without a restart.
+	if mount := mountOf(t, d, "redis"); mount == "" || env["SLUICE_REDIS_PASSWORD_FILE"].Value != mount+"/password" {
+		t.Errorf("SLUICE_REDIS_PASSWORD_FILE %q, the Secret mounted at %q", env["SLUICE_REDIS_PASSWORD_FILE"].Value, mount)
+	}
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Secret != nil && v.Secret.SecretName == "redis" && (len(v.Secret.Items) != 1 || v.Secret.Items[0].Key != "pw" || v.Secret.Items[0].Path != "password") {
+			t.Errorf("the password Secret's items %+v, want the key pw as the file password", v.Secret.Items)
+		}
 	}
 	if env["SLUICE_ADMIN_TOKEN"].ValueFrom.SecretKeyRef.Name != "sluice-tokens" {
 		t.Error("the existing Secret is not used")

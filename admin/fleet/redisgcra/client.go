@@ -35,6 +35,10 @@ type ClientOptions struct {
 	// connection so that rotated certificate files are used without a
 	// restart (tlsfiles.ClientFiles.Client).
 	TLS func() (*tls.Config, error)
+	// Credentials, when set, gives the user name and password of each new
+	// connection instead of Username and Password: a password rotated in
+	// a file is used without a restart.
+	Credentials func(context.Context) (username, password string, err error)
 }
 
 // ParseAddrs splits a comma-separated address list, dropping blanks.
@@ -71,9 +75,11 @@ func NewClient(o ClientOptions) (redis.UniversalClient, error) {
 		IsClusterMode: o.Cluster,
 		Username:      o.Username,
 		Password:      o.Password,
-		DialTimeout:   o.Timeout,
-		ReadTimeout:   o.Timeout,
-		WriteTimeout:  o.Timeout,
+		// go-redis asks it at each new connection; nil: the two above.
+		CredentialsProviderContext: o.Credentials,
+		DialTimeout:                o.Timeout,
+		ReadTimeout:                o.Timeout,
+		WriteTimeout:               o.Timeout,
 		// The caller's context deadline (the RLS call's budget) bounds
 		// every command, not only the socket timeouts.
 		ContextTimeoutEnabled: true,

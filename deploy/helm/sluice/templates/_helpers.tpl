@@ -58,3 +58,10 @@ Any other cluster name is the policy's own.
 {{- end -}}
 {{- toJson $p -}}
 {{- end -}}
+
+{{- /* The Secret of the Redis password, when fleet mode uses one: "" otherwise. */ -}}
+{{- define "sluice.redisPasswordSecret" -}}
+{{- if and .Values.fleet.enabled (ne .Values.fleet.backend "postgres") -}}
+{{- .Values.fleet.redis.passwordSecret.name -}}
+{{- end -}}
+{{- end -}}
