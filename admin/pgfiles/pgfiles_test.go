@@ -16,35 +16,6 @@ import (
 	"github.com/sluice-rl/sluice/admin/tlsfiles/tlstest"
 )
 
-// clientFiles are the files a connection string names, in a directory of
-// the test's: the server's CA, and a client certificate for the database
-// user postgres that put writes over.
-type clientFiles struct {
-	t             *testing.T
-	ca, cert, key string
-	server        tlstest.Files
-}
-
-func newClientFiles(t *testing.T, server tlstest.Files) clientFiles {
-	dir := t.TempDir()
-	c := clientFiles{t: t, ca: filepath.Join(dir, "ca.crt"), cert: filepath.Join(dir, "tls.crt"), key: filepath.Join(dir, "tls.key"), server: server}
-	copyFile(t, server.CAFile, c.ca)
-	c.put(server.CA)
-	return c
-}
-
-// put writes a new client certificate issued by ca for the user postgres.
-func (c clientFiles) put(ca *tlstest.CA) {
-	cert, key := ca.Issue(c.t, "postgres")
-	tlstest.Write(c.t, filepath.Dir(c.cert), filepath.Base(c.cert), cert)
-	tlstest.Write(c.t, filepath.Dir(c.key), filepath.Base(c.key), key)
-}
-
-func (c clientFiles) url(port int) string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=verify-full&sslrootcert=%s&sslcert=%s&sslkey=%s&connect_timeout=5",
-		port, c.ca, c.cert, c.key)
-}
-
 // query runs SELECT 1 on a new connection of pool.
 func query(pool *pgxpool.Pool) error {
 	pool.Reset()
@@ -55,11 +26,8 @@ func query(pool *pgxpool.Pool) error {
 }
 
 func TestNewConnectionsUseTheClientCertificateOnDiskNow(t *testing.T) {
-	server := tlstest.WriteFiles(t, "postgres")
-	pg := fleettest.StartPostgres(t, fleettest.PostgresOptions{TLS: &fleettest.PostgresTLS{
-		Cert: server.CertFile, Key: server.KeyFile, CA: server.CAFile, ClientCerts: true}})
-	files := newClientFiles(t, server)
-	url := files.url(pg.Port)
+	pg := fleettest.StartPostgresWithClientCerts(t)
+	url := pg.TLSURL("&connect_timeout=5")
 	open := func(hook bool) *pgxpool.Pool {
 		cfg, err := pgxpool.ParseConfig(url)
 		if err != nil {
@@ -85,7 +53,7 @@ func TestNewConnectionsUseTheClientCertificateOnDiskNow(t *testing.T) {
 	// A certificate of a CA the server does not trust: new connections
 	// present it and are refused; a pool that read the files once does
 	// not notice.
-	files.put(tlstest.NewCA(t, "not the server's CA"))
+	pg.PutClientCert(t, tlstest.NewCA(t, "not the server's CA"))
 	if err := query(reloading); err == nil {
 		t.Fatal("a new connection succeeded with a client certificate the server does not trust: the files were not read again")
 	}
@@ -96,7 +64,7 @@ func TestNewConnectionsUseTheClientCertificateOnDiskNow(t *testing.T) {
 	late := open(true)
 
 	// Renewed by the right CA: used from the next connection.
-	files.put(server.CA)
+	pg.PutClientCert(t, pg.Server.CA)
 	for name, pool := range map[string]*pgxpool.Pool{"the first pool": reloading, "the pool made meanwhile": late} {
 		if err := query(pool); err != nil {
 			t.Fatalf("%s, after the certificate was renewed on disk: %v", name, err)
@@ -105,7 +73,7 @@ func TestNewConnectionsUseTheClientCertificateOnDiskNow(t *testing.T) {
 
 	// A key caught half-written: the last configuration that parsed stays
 	// (for the late pool, not the untrusted one it was made with).
-	if err := os.WriteFile(files.key, []byte("-----BEGIN EC PRIVATE KEY-----\n"), 0o600); err != nil {
+	if err := os.WriteFile(pg.KeyFile, []byte("-----BEGIN EC PRIVATE KEY-----\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := query(late); err != nil {
@@ -128,17 +96,6 @@ func TestNewConnectionsReadThePasswordFileNow(t *testing.T) {
 		if cfg.Password != password {
 			t.Errorf("password %q, want %q from the file as it is now", cfg.Password, password)
 		}
-	}
-}
-
-func copyFile(t *testing.T, from, to string) {
-	t.Helper()
-	b, err := os.ReadFile(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(to, b, 0o600); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -170,11 +127,7 @@ func BenchmarkBeforeConnect(b *testing.B) {
 //
 //	go test ./admin/pgfiles -run '^$' -bench NewConnectionOverTLS -benchtime 300x -count 6
 func BenchmarkNewConnectionOverTLS(b *testing.B) {
-	server := tlstest.WriteFiles(b, "postgres")
-	pg := fleettest.StartPostgres(b, fleettest.PostgresOptions{TLS: &fleettest.PostgresTLS{
-		Cert: server.CertFile, Key: server.KeyFile, CA: server.CAFile, ClientCerts: true}})
-	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=verify-full&sslrootcert=%s&sslcert=%s&sslkey=%s",
-		pg.Port, server.CAFile, server.CertFile, server.KeyFile)
+	url := fleettest.StartPostgresWithClientCerts(b).TLSURL("")
 	start, err := pgx.ParseConfig(url)
 	if err != nil {
 		b.Fatal(err)

@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/sluice-rl/sluice/admin/fleet"
 	"github.com/sluice-rl/sluice/admin/fleet/fleettest"
@@ -64,25 +63,13 @@ fleet: {enabled: true, redis: {addrs: %q, tls: {secretName: redis-client, client
 // secretName, by the mount of the volume holding it.
 func secretFiles(t *testing.T, d *appsv1.Deployment, secretName string) map[string]string {
 	t.Helper()
-	pod := d.Spec.Template.Spec
-	var volume string
-	for _, v := range pod.Volumes {
-		if v.Secret != nil && v.Secret.SecretName == secretName {
-			volume = v.Name
-		}
-	}
-	var mount *corev1.VolumeMount
-	for i, m := range pod.Containers[0].VolumeMounts {
-		if m.Name == volume {
-			mount = &pod.Containers[0].VolumeMounts[i]
-		}
-	}
-	if volume == "" || mount == nil || !mount.ReadOnly {
-		t.Fatalf("the Secret %s is not mounted read-only (volume %q, mount %+v)", secretName, volume, mount)
+	mount := mountOf(t, d, secretName)
+	if mount == "" {
+		t.Fatalf("the Secret %s is not mounted read-only", secretName)
 	}
 	out := map[string]string{}
-	for _, e := range pod.Containers[0].Env {
-		if strings.HasPrefix(e.Value, mount.MountPath+"/") {
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		if strings.HasPrefix(e.Value, mount+"/") {
 			out[e.Name] = e.Value
 		}
 	}

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/admin/tlsfiles/tlstest"
 )
 
 // PostgreSQL servers for the tests.
@@ -439,4 +441,42 @@ func probePostgres(addr string) error {
 		return nil
 	}
 	return fmt.Errorf("server answered %q", strings.ToValidUTF8(string(reply[:k]), "?"))
+}
+
+// PostgresWithClientCerts is a PostgreSQL accepting TCP clients only over
+// TLS with a client certificate for the database user postgres, and the
+// files of such a client, which PutClientCert writes over.
+type PostgresWithClientCerts struct {
+	*Postgres
+	Server                    tlstest.Files // the CA, and the server's certificate (CN postgres)
+	CAFile, CertFile, KeyFile string        // the client's: the server's CA, its certificate and key
+}
+
+// StartPostgresWithClientCerts starts it, the client's certificate issued
+// by the server's CA.
+func StartPostgresWithClientCerts(tb testing.TB) *PostgresWithClientCerts {
+	tb.Helper()
+	server := tlstest.WriteFiles(tb, "postgres") // CN postgres: a client certificate too, for pg_hba "cert"
+	p := &PostgresWithClientCerts{Server: server, CAFile: server.CAFile}
+	p.Postgres = StartPostgres(tb, PostgresOptions{TLS: &PostgresTLS{Cert: server.CertFile, Key: server.KeyFile, CA: server.CAFile, ClientCerts: true}})
+	dir := tb.TempDir()
+	p.CertFile, p.KeyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	p.PutClientCert(tb, server.CA)
+	return p
+}
+
+// PutClientCert writes a new client certificate for the user postgres,
+// issued by ca, over the client's files.
+func (p *PostgresWithClientCerts) PutClientCert(tb testing.TB, ca *tlstest.CA) {
+	tb.Helper()
+	cert, key := ca.Issue(tb, "postgres")
+	tlstest.Write(tb, filepath.Dir(p.CertFile), filepath.Base(p.CertFile), cert)
+	tlstest.Write(tb, filepath.Dir(p.KeyFile), filepath.Base(p.KeyFile), key)
+}
+
+// TLSURL is the connection string of the client's files, the server's
+// certificate verified (sslmode=verify-full); extra is appended ("&...").
+func (p *PostgresWithClientCerts) TLSURL(extra string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=verify-full&sslrootcert=%s&sslcert=%s&sslkey=%s%s",
+		p.Port, p.CAFile, p.CertFile, p.KeyFile, extra)
 }

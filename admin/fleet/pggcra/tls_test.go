@@ -2,8 +2,6 @@ package pggcra
 
 import (
 	"context"
-	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,21 +13,10 @@ import (
 // client certificate: a certificate replaced on disk is what the pool's
 // next connection presents.
 func TestBucketsOverTLSReadTheCertificateAgain(t *testing.T) {
-	server := tlstest.WriteFiles(t, "postgres")
-	pg := fleettest.StartPostgres(t, fleettest.PostgresOptions{TLS: &fleettest.PostgresTLS{
-		Cert: server.CertFile, Key: server.KeyFile, CA: server.CAFile, ClientCerts: true}})
-	dir := t.TempDir()
-	put := func(ca *tlstest.CA) {
-		cert, key := ca.Issue(t, "postgres")
-		tlstest.Write(t, dir, "tls.crt", cert)
-		tlstest.Write(t, dir, "tls.key", key)
-	}
-	put(server.CA)
-	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=verify-full&sslrootcert=%s&sslcert=%s&sslkey=%s&pool_min_conns=0",
-		pg.Port, server.CAFile, filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"))
+	pg := fleettest.StartPostgresWithClientCerts(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b, err := Open(ctx, Options{URL: url})
+	b, err := Open(ctx, Options{URL: pg.TLSURL("&pool_min_conns=0")})
 	if err != nil {
 		t.Fatalf("opening over TLS: %v\n%s", err, pg.Log())
 	}
@@ -42,11 +29,11 @@ func TestBucketsOverTLSReadTheCertificateAgain(t *testing.T) {
 	if err := ask(); err != nil {
 		t.Fatal(err)
 	}
-	put(tlstest.NewCA(t, "not the server's CA"))
+	pg.PutClientCert(t, tlstest.NewCA(t, "not the server's CA"))
 	if err := ask(); err == nil {
 		t.Fatal("a new connection succeeded with a certificate the server does not trust: the files were not read again")
 	}
-	put(server.CA)
+	pg.PutClientCert(t, pg.Server.CA)
 	if err := ask(); err != nil {
 		t.Fatalf("after the certificate was renewed on disk: %v", err)
 	}
