@@ -129,6 +129,9 @@ func checkStrict(t *testing.T, kind string, doc []byte) {
 			t.Errorf("EnvoyExtensionPolicy does not match Envoy Gateway's CRD: %v\n%s", err, doc)
 		}
 		return
+	case "EnvoyPatchPolicy":
+		checkPatchPolicy(t, doc)
+		return
 	default:
 		t.Errorf("unexpected kind %q", kind)
 		return

@@ -34,7 +34,7 @@ policy:
 	}{
 		{"Istio", "istio: {enabled: true}\n" + policyYAML,
 			"outbound|9000||sluice.sluice.svc.cluster.local", "outbound|18081||sluice.sluice.svc.cluster.local", true},
-		{"Istio with other ports and domain", "istio: {enabled: true, clusterDomain: corp.internal}\nservice: {httpPort: 8080, rlsPort: 8081}\n" + policyYAML,
+		{"Istio with other ports and domain", "istio: {enabled: true}\nclusterDomain: corp.internal\nservice: {httpPort: 8080, rlsPort: 8081}\n" + policyYAML,
 			"outbound|8080||sluice.sluice.svc.corp.internal", "outbound|8081||sluice.sluice.svc.corp.internal", true},
 		{"Istio, clusters the policy names itself", "istio: {enabled: true}\n" + ownNamesYAML,
 			"outbound|9000||admin.ops.svc.cluster.local", "envoyproxy_ratelimit", true},

@@ -1,6 +1,6 @@
-// Package crdcheck validates EnvoyExtensionPolicy objects against the part of
-// Envoy Gateway's CRD schema kept in ../testdata, for tests (the admin binary
-// never imports it).
+// Package crdcheck validates EnvoyExtensionPolicy and EnvoyPatchPolicy
+// objects against the parts of Envoy Gateway's CRD schemas kept in
+// ../testdata, for tests (the admin binary never imports it).
 package crdcheck
 
 import (
@@ -15,13 +15,27 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// CheckAgainstCRD validates an EnvoyExtensionPolicy (YAML or JSON)
-// against the part of Envoy Gateway's CRD schema kept in testdata. For
-// tests (this package's and the Helm chart's); it reads the schema from
-// the source tree.
+// schemas are the files in testdata of the kinds it has schemas of.
+var schemas = map[string]string{
+	"EnvoyExtensionPolicy": "envoyextensionpolicy.schema.json",
+	"EnvoyPatchPolicy":     "envoypatchpolicy.schema.json",
+}
+
+// CheckAgainstCRD validates an EnvoyExtensionPolicy or EnvoyPatchPolicy
+// (YAML or JSON) against the part of Envoy Gateway's CRD schema kept in
+// testdata. For tests (this package's and the Helm chart's); it reads the
+// schema from the source tree.
 func CheckAgainstCRD(doc []byte) error {
+	var head struct{ Kind string }
+	if err := yaml.Unmarshal(doc, &head); err != nil {
+		return fmt.Errorf("not YAML: %w", err)
+	}
+	name, ok := schemas[head.Kind]
+	if !ok {
+		return fmt.Errorf("kind %q: no schema kept for it", head.Kind)
+	}
 	_, file, _, _ := runtime.Caller(0)
-	path := filepath.Join(filepath.Dir(file), "..", "testdata", "envoyextensionpolicy.schema.json")
+	path := filepath.Join(filepath.Dir(file), "..", "testdata", name)
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return err

@@ -44,7 +44,7 @@ Any other cluster name is the policy's own.
 {{- define "sluice.policy" -}}
 {{- $p := deepCopy .Values.policy -}}
 {{- if .Values.istio.enabled -}}
-{{- $host := printf "%s.%s.svc.%s" (include "sluice.fullname" .) .Release.Namespace .Values.istio.clusterDomain -}}
+{{- $host := include "sluice.serviceHost" . -}}
 {{- with $p.telemetry -}}
 {{- if eq (toString .cluster) "sluice_admin" -}}
 {{- $_ := set . "cluster" (printf "outbound|%v||%s" $.Values.service.httpPort $host) -}}
@@ -64,4 +64,9 @@ Any other cluster name is the policy's own.
 {{- if and .Values.fleet.enabled (ne .Values.fleet.backend "postgres") -}}
 {{- .Values.fleet.redis.passwordSecret.name -}}
 {{- end -}}
+{{- end -}}
+
+{{- /* The admin's Service as proxies resolve it. */ -}}
+{{- define "sluice.serviceHost" -}}
+{{- printf "%s.%s.svc.%s" (include "sluice.fullname" .) .Release.Namespace .Values.clusterDomain -}}
 {{- end -}}
