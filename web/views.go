@@ -166,6 +166,7 @@ type EnvoyGatewayPage struct {
 	Manifest string
 	Version  int64
 	Error    string
+	Notes    []string // the clusters the Gateway's Envoy must have
 }
 
 // IstioPage shows the WasmPlugin manifest.

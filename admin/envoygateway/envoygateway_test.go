@@ -183,3 +183,41 @@ func FuzzRender(f *testing.F) {
 		}
 	})
 }
+
+func TestTheClustersThePolicyCallsAreNamedForTheGatewaysEnvoy(t *testing.T) {
+	const rules = `"rules":[{"name":"g","scope":"global","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1}}]`
+	for _, c := range []struct {
+		config string
+		want   []string
+	}{
+		{`{"telemetry":{"cluster":"sluice_admin","token_env":"T"},"fleet":{"cluster":"sluice_rls"},` + rules + `}`,
+			[]string{`telemetry reports to the cluster "sluice_admin"`, `global rules call the cluster "sluice_rls"`}},
+		{`{"telemetry":{"cluster":"sluice_admin","token_env":"T"},"rules":[]}`, []string{`telemetry reports to the cluster "sluice_admin"`}},
+		{`{` + strings.Replace(rules, `"scope":"global",`, "", 1) + `}`, nil},
+	} {
+		m, err := Render([]byte(c.config), 1, Options{Target: "Gateway/eg"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		y, err := m.YAML()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ClusterNotes([]byte(c.config))
+		if len(got) != len(c.want) {
+			t.Errorf("%s: notes %q, want %d", c.config, got, len(c.want))
+			continue
+		}
+		for i, w := range c.want {
+			if !strings.Contains(got[i], w) || !strings.Contains(got[i], "envoyGateway.patchClusters") {
+				t.Errorf("note %q does not say %s and how to add it", got[i], w)
+			}
+			if !strings.Contains(string(y), "# WARNING: "+got[i]) {
+				t.Errorf("the YAML does not carry %q:\n%s", got[i], y)
+			}
+		}
+		if err := crdcheck.CheckAgainstCRD(y); err != nil {
+			t.Errorf("the YAML with its comments: %v", err)
+		}
+	}
+}

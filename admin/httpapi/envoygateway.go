@@ -78,7 +78,8 @@ func (s *server) envoyGatewayPage(w http.ResponseWriter, r *http.Request, sess a
 		}
 	}
 	body, _, v, err := s.renderEnvoyGateway(r, format)
-	p := web.EnvoyGatewayPage{Nav: nav(sess, "envoy-gateway"), Format: format, Manifest: string(body), Version: v.Number, Target: target}
+	p := web.EnvoyGatewayPage{Nav: nav(sess, "envoy-gateway"), Format: format, Manifest: string(body), Version: v.Number, Target: target,
+		Notes: envoygateway.ClusterNotes(v.JSON)}
 	if err != nil {
 		p.Error = "The manifest could not be rendered: " + err.Error()
 	}

@@ -205,6 +205,12 @@ func NewManifest(doc []byte, masked bool, maskedNote string) *Manifest {
 	return &Manifest{doc: doc, masked: masked, note: maskedNote}
 }
 
+// WithWarnings adds warnings that head the YAML as comments.
+func (m *Manifest) WithWarnings(ws []string) *Manifest {
+	m.warnings = append(m.warnings, ws...)
+	return m
+}
+
 // Masked reports whether the policy's literal telemetry token was masked.
 func (m *Manifest) Masked() bool { return m.masked }
 

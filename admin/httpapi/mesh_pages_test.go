@@ -26,3 +26,18 @@ func TestIstioPageWarnsOfClustersIstioDoesNotCreate(t *testing.T) {
 		}
 	}
 }
+
+// The Envoy Gateway page names the clusters the Gateway's Envoy must have
+// for the policy's own calls.
+func TestEnvoyGatewayPageNamesTheClustersThePolicyCalls(t *testing.T) {
+	e := newEnv(t, nil)
+	c := login(t, e, "alice")
+	body := `{"telemetry":{"cluster":"sluice_admin","token_env":"SLUICE_TELEMETRY_TOKEN"},"rules":[{"name":"per-ip","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1}}]}`
+	if _, err := e.svc.Save(context.Background(), policies.SaveRequest{Base: 1, JSON: []byte(body)}); err != nil {
+		t.Fatal(err)
+	}
+	page := get(t, c, e.srv.URL+"/envoy-gateway?target=Gateway/eg")
+	if !strings.Contains(page, `class="flash flash-warn">the policy sends telemetry reports to the cluster &#34;sluice_admin&#34;`) {
+		t.Errorf("the page does not name the telemetry cluster:\n%s", page)
+	}
+}
