@@ -509,9 +509,6 @@ func run(args []string, stdout, stderr io.Writer) error {
 			httpLis.Close()
 			return fmt.Errorf("-tls-cert/-tls-key: %w", err)
 		}
-		// The files' configuration offers h2 and http/1.1; net/http serves
-		// h2 on the listener only when the server's own config says so.
-		cfg.NextProtos = []string{"h2", "http/1.1"}
 		srv.TLSConfig = cfg
 		httpLis = tls.NewListener(httpLis, srv.TLSConfig)
 		scheme = "https"

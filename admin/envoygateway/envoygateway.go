@@ -202,20 +202,14 @@ func Render(config []byte, version int64, opts Options) (*istio.Manifest, error)
 // none for a Wasm extension's own calls, so each must be added to the
 // Gateway's Envoy, or the call fails.
 func ClusterNotes(config []byte) []string {
-	var p struct {
-		Telemetry struct{ Cluster string } `json:"telemetry"`
-		Fleet     struct{ Cluster string } `json:"fleet"`
-	}
-	if json.Unmarshal(config, &p) != nil {
-		return nil // Render refuses it
-	}
+	telemetry, fleet := istio.CalledClusters(config)
 	const how = ": Envoy Gateway creates no cluster for a Wasm extension's own calls; the Gateway's Envoy needs it added (the Helm chart's envoyGateway.patchClusters does, docs/kubernetes.md)"
 	var out []string
-	if c := p.Telemetry.Cluster; c != "" {
-		out = append(out, fmt.Sprintf("the policy sends telemetry reports to the cluster %q%s", c, how))
+	if telemetry != "" {
+		out = append(out, fmt.Sprintf("the policy sends telemetry reports to the cluster %q%s", telemetry, how))
 	}
-	if c := p.Fleet.Cluster; c != "" {
-		out = append(out, fmt.Sprintf("the policy's global rules call the cluster %q%s", c, how))
+	if fleet != "" {
+		out = append(out, fmt.Sprintf("the policy's global rules call the cluster %q%s", fleet, how))
 	}
 	return out
 }

@@ -180,22 +180,31 @@ var istioClusterName = regexp.MustCompile(`^(outbound|inbound)\|[0-9]+\|[^|]*\|[
 // Istio names clusters: under Istio, a call to them fails and the plugin
 // sends no reports, or its global rules fall back to on_backend_down.
 func ClusterWarnings(config []byte) []string {
+	telemetry, fleet := CalledClusters(config)
+	const how = "; under Istio a Service's port is the cluster outbound|<port>||<service>.<namespace>.svc.cluster.local (docs/kubernetes.md)"
+	var out []string
+	if telemetry != "" && !istioClusterName.MatchString(telemetry) {
+		out = append(out, fmt.Sprintf("telemetry.cluster %q is not a cluster Istio creates: no report will reach the admin%s", telemetry, how))
+	}
+	if fleet != "" && !istioClusterName.MatchString(fleet) {
+		out = append(out, fmt.Sprintf("fleet.cluster %q is not a cluster Istio creates: global rules will not reach the rate limit service and fall back to on_backend_down%s", fleet, how))
+	}
+	return out
+}
+
+// CalledClusters returns the Envoy clusters a policy config calls itself:
+// telemetry.cluster (reports) and fleet.cluster (the rate limit service
+// of global rules), "" where it has none or does not read as JSON (Render
+// refuses that).
+func CalledClusters(config []byte) (telemetry, fleet string) {
 	var p struct {
 		Telemetry struct{ Cluster string } `json:"telemetry"`
 		Fleet     struct{ Cluster string } `json:"fleet"`
 	}
 	if json.Unmarshal(config, &p) != nil {
-		return nil // Render refuses it
+		return "", ""
 	}
-	const how = "; under Istio a Service's port is the cluster outbound|<port>||<service>.<namespace>.svc.cluster.local (docs/kubernetes.md)"
-	var out []string
-	if c := p.Telemetry.Cluster; c != "" && !istioClusterName.MatchString(c) {
-		out = append(out, fmt.Sprintf("telemetry.cluster %q is not a cluster Istio creates: no report will reach the admin%s", c, how))
-	}
-	if c := p.Fleet.Cluster; c != "" && !istioClusterName.MatchString(c) {
-		out = append(out, fmt.Sprintf("fleet.cluster %q is not a cluster Istio creates: global rules will not reach the rate limit service and fall back to on_backend_down%s", c, how))
-	}
-	return out
+	return p.Telemetry.Cluster, p.Fleet.Cluster
 }
 
 // NewManifest wraps another object rendered as JSON (fields in order) so

@@ -33,11 +33,20 @@ func (f Files) Config() (*tls.Config, error) {
 	}
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
+		// The handshake takes the protocols of the config built from the
+		// files; listed here too, because net/http sets up HTTP/2 on a TLS
+		// listener only when the server's own config lists h2 (a client
+		// that negotiated h2 would otherwise get HTTP/1.1 bytes).
+		NextProtos: serverProtos,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
 			return r.current()
 		},
 	}, nil
 }
+
+// serverProtos are the ALPN protocols a server offers: HTTP/2 (gRPC, and
+// HTTP/2 clients of the admin's HTTPS port) and HTTP/1.1.
+var serverProtos = []string{"h2", "http/1.1"}
 
 // reloader keeps the configuration that load builds from up to three
 // files, building it again when one of them has changed.
@@ -76,7 +85,7 @@ func (f Files) load() (*tls.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s and %s: %w", f.Cert, f.Key, err)
 	}
-	c := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"}}
+	c := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, NextProtos: serverProtos}
 	if f.ClientCA != "" {
 		pool, err := readPool(f.ClientCA)
 		if err != nil {
