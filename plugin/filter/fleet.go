@@ -127,7 +127,7 @@ func (p *pluginContext) fleetLoad(a *application, now float64, noFetch bool) {
 	if a.fl.id[0] == 0 {
 		// The sluice_id is the same in every proxy of the fleet (the RLS
 		// counts by it), so it is not keyed by this deployment's hash key.
-		appendSluiceID(a.fl.id[:0], a.identity)
+		state.AppendSluiceID(a.fl.id[:0], a.identity)
 	}
 	if err := p.readPool(a, now); err != nil {
 		p.failOpen(a, err)

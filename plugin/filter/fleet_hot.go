@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"slices"
 	"strconv"
+
+	"github.com/sluice-rl/sluice/shared/state"
 )
 
 // Fleet mode: the process's hot keys. Each VM knows the pools it spent
@@ -46,7 +48,7 @@ func (p *pluginContext) publishHot(now int64) {
 		b = append(b, 0)
 		b = append(b, e.ref.id[:]...)
 		b = append(b, 0)
-		b = appendHex64(b, e.ref.fp)
+		b = state.AppendHex16(b, e.ref.fp)
 		b = append(b, 0)
 		b = strconv.AppendInt(b, e.lastSeenMS, 10)
 		b = append(b, 0)

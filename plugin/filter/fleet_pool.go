@@ -22,40 +22,7 @@ import (
 const micro = 1e6
 
 // idLen is the length of a sluice_id.
-const idLen = 32
-
-// appendSluiceID appends the 32-hex-digit sluice_id of an identity:
-// state.Fingerprint and a second FNV-1a 64 pass from another offset basis,
-// both through the murmur3 finalizer.
-func appendSluiceID(b []byte, identity string) []byte {
-	return appendSluiceIDFP(b, identity, state.Fingerprint(identity))
-}
-
-// appendSluiceIDFP is appendSluiceID with the identity's state.Fingerprint
-// already computed (the request path has it).
-func appendSluiceIDFP(b []byte, identity string, fp uint64) []byte {
-	h := uint64(0x84222325cbf29ce4) // a different basis from FNV's
-	for i := 0; i < len(identity); i++ {
-		h ^= uint64(identity[i])
-		h *= 0x100000001b3
-	}
-	h ^= uint64(len(identity))
-	h ^= h >> 33
-	h *= 0xff51afd7ed558ccd
-	h ^= h >> 33
-	h *= 0xc4ceb9fe1a85ec53
-	h ^= h >> 33
-	b = appendHex64(b, fp)
-	return appendHex64(b, h)
-}
-
-func appendHex64(b []byte, v uint64) []byte {
-	const digits = "0123456789abcdef"
-	for i := 60; i >= 0; i -= 4 {
-		b = append(b, digits[(v>>uint(i))&0xf])
-	}
-	return b
-}
+const idLen = state.SluiceIDLen
 
 // parseInt reads an optionally negative decimal integer of at most 18
 // digits at the start of b.

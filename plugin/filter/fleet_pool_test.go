@@ -8,17 +8,6 @@ import (
 	"github.com/sluice-rl/sluice/shared/state"
 )
 
-func TestSluiceIDDistinct(t *testing.T) {
-	a := string(appendSluiceID(nil, "header:x=a"))
-	if len(a) != idLen {
-		t.Fatalf("sluice_id %q has %d characters, want %d", a, len(a), idLen)
-	}
-	b := string(appendSluiceID(nil, "header:x=b"))
-	if a == b || a[:16] == b[:16] || a[16:] == b[16:] {
-		t.Fatalf("ids collide: %s %s", a, b)
-	}
-}
-
 func TestDecidePool(t *testing.T) {
 	env := poolEnv{nowMS: 10_000, healthy: true, down: "local_share", syncMS: 100, leaseTTL: 1000,
 		share: limiter.TokenBucket{Rate: 10, Burst: 5}}
