@@ -154,7 +154,7 @@ func overridesForm(f OverridesForm, canSave bool) templ.Component {
 			return templ_7745c5c3_Err
 		}
 		if len(f.Rules) == 0 {
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 9, "<p class=\"flash flash-warn\" id=\"ov-no-rules\">No rule takes overrides: only limit rules that are not global do.</p>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 9, "<p class=\"flash flash-warn\" id=\"ov-no-rules\">No rule takes overrides: only limit rules do.</p>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

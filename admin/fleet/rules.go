@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-rl/sluice/admin/fleet/redisgcra"
 	"github.com/sluice-rl/sluice/admin/policies"
 	"github.com/sluice-rl/sluice/shared/policy"
+	"github.com/sluice-rl/sluice/shared/state"
 )
 
 // Limit is a global rule's rate and burst (the GCRA parameters of the
@@ -34,9 +35,18 @@ type WindowRules interface {
 	GlobalWindow(rule string) (Window, bool)
 }
 
+// IdentityRules is implemented by Rules that hold per-identity overrides
+// of global rules (PolicyRules): the limit of one identity of a rule, by
+// the sluice_id the filter sends for it, is its override's or else the
+// rule's.
+type IdentityRules interface {
+	IdentityLimit(rule, id string) (redisgcra.Limit, bool)
+	IdentityWindow(rule, id string) (Window, bool)
+}
+
 // PolicyRules follows the admin's current policy: it sits in the chain of
-// policies.Publisher and keeps the global token-bucket rules of the last
-// published version.
+// policies.Publisher and keeps the global rules of the last published
+// version, with their overrides.
 type PolicyRules struct {
 	cur atomic.Pointer[ruleSet]
 }
@@ -46,6 +56,42 @@ type ruleSet struct {
 	limits  map[string]redisgcra.Limit
 	windows map[string]Window
 	names   []string // in policy order, for the dashboard
+	// The overrides of global rules, by rule and sluice_id.
+	limitOverrides  map[ruleIdentity]redisgcra.Limit
+	windowOverrides map[ruleIdentity]Window
+}
+
+// ruleIdentity names one identity of a rule: the rule's name and the
+// identity's sluice_id (state.SluiceIDOfKey of an override's key).
+type ruleIdentity struct{ rule, id string }
+
+// IdentityLimit returns the rate and burst that identity id (a sluice_id)
+// of the global token-bucket rule has: its override's, or the rule's.
+func (p *PolicyRules) IdentityLimit(rule, id string) (redisgcra.Limit, bool) {
+	s := p.cur.Load()
+	if s == nil {
+		return redisgcra.Limit{}, false
+	}
+	if l, ok := s.limitOverrides[ruleIdentity{rule, id}]; ok {
+		return l, true
+	}
+	l, ok := s.limits[rule]
+	return l, ok
+}
+
+// IdentityWindow returns the window or quota that identity id (a
+// sluice_id) of the global window or quota rule has: its override's, or
+// the rule's.
+func (p *PolicyRules) IdentityWindow(rule, id string) (Window, bool) {
+	s := p.cur.Load()
+	if s == nil {
+		return Window{}, false
+	}
+	if w, ok := s.windowOverrides[ruleIdentity{rule, id}]; ok {
+		return w, true
+	}
+	w, ok := s.windows[rule]
+	return w, ok
 }
 
 // GlobalWindow returns the global fixed window or quota named rule in the
@@ -88,10 +134,61 @@ func (p *PolicyRules) Version() int64 {
 
 // Set replaces the rules with those of a policy JSON document.
 func (p *PolicyRules) Set(version int64, doc []byte) {
-	limits, names := GlobalRules(doc)
-	windows, windowNames := GlobalWindows(doc)
-	names = append(names, windowNames...)
-	p.cur.Store(&ruleSet{version: version, limits: limits, windows: windows, names: names})
+	cfg, err := policy.Parse(doc)
+	if err != nil {
+		cfg = nil // the admin stores only documents it accepted
+	}
+	limits, names := globalBuckets(cfg)
+	windows, windowNames := globalWindows(cfg)
+	s := &ruleSet{version: version, limits: limits, windows: windows, names: append(names, windowNames...)}
+	s.limitOverrides, s.windowOverrides = globalOverrides(cfg)
+	p.cur.Store(s)
+}
+
+// globalOverrides returns the overrides of the global rules of cfg by rule
+// and sluice_id, checked as the rules themselves (an override the service
+// could not apply is left out: the identity keeps the rule's limit).
+func globalOverrides(cfg *policy.Config) (map[ruleIdentity]redisgcra.Limit, map[ruleIdentity]Window) {
+	limits, windows := map[ruleIdentity]redisgcra.Limit{}, map[ruleIdentity]Window{}
+	for _, r := range globalRulesOf(cfg) {
+		for i := range r.Overrides {
+			o := &r.Overrides[i]
+			k := ruleIdentity{r.Name, state.SluiceIDOfKey(o.Key)}
+			wr := *r // the rule with the override's limits
+			switch {
+			case o.TokenBucket != nil && r.TokenBucket != nil:
+				if l := (redisgcra.Limit{Rate: o.TokenBucket.TokensPerSecond, Burst: o.TokenBucket.Burst}); l.Valid() {
+					limits[k] = l
+				}
+				continue
+			case o.Window != nil:
+				wr.Window = o.Window
+			case o.Quota != nil:
+				wr.Quota = o.Quota
+			}
+			if w, ok := windowOf(wr); ok {
+				windows[k] = w
+			}
+		}
+	}
+	return limits, windows
+}
+
+// globalRulesOf lists the global rules of cfg (none for nil) in policy
+// order.
+func globalRulesOf(cfg *policy.Config) []*policy.Rule {
+	if cfg == nil {
+		return nil
+	}
+	var out []*policy.Rule
+	for _, p := range cfg.Policies {
+		for i := range p.Rules {
+			if p.Rules[i].Global {
+				out = append(out, &p.Rules[i])
+			}
+		}
+	}
+	return out
 }
 
 // Publisher returns a policies.Publisher that records each version and
@@ -118,24 +215,26 @@ func (r rulesPublisher) Publish(ctx context.Context, v policies.Version) error {
 // plugin uses. A document the parser refuses has none (the admin stores
 // only documents it accepted).
 func GlobalRules(doc []byte) (map[string]redisgcra.Limit, []string) {
-	limits := map[string]redisgcra.Limit{}
 	cfg, err := policy.Parse(doc)
-	if err != nil || cfg == nil {
-		return limits, nil
+	if err != nil {
+		cfg = nil
 	}
+	return globalBuckets(cfg)
+}
+
+func globalBuckets(cfg *policy.Config) (map[string]redisgcra.Limit, []string) {
+	limits := map[string]redisgcra.Limit{}
 	var names []string
-	for _, p := range cfg.Policies {
-		for _, r := range p.Rules {
-			if !r.Global || r.TokenBucket == nil {
-				continue
-			}
-			l := redisgcra.Limit{Rate: r.TokenBucket.TokensPerSecond, Burst: r.TokenBucket.Burst}
-			if !l.Valid() {
-				continue
-			}
-			limits[r.Name] = l
-			names = append(names, r.Name)
+	for _, r := range globalRulesOf(cfg) {
+		if r.TokenBucket == nil {
+			continue
 		}
+		l := redisgcra.Limit{Rate: r.TokenBucket.TokensPerSecond, Burst: r.TokenBucket.Burst}
+		if !l.Valid() {
+			continue
+		}
+		limits[r.Name] = l
+		names = append(names, r.Name)
 	}
 	return limits, names
 }
@@ -144,21 +243,20 @@ func GlobalRules(doc []byte) (map[string]redisgcra.Limit, []string) {
 // policy document by name, and their names in policy order (none for a
 // document the parser refuses).
 func GlobalWindows(doc []byte) (map[string]Window, []string) {
-	windows := map[string]Window{}
 	cfg, err := policy.Parse(doc)
-	if err != nil || cfg == nil {
-		return windows, nil
+	if err != nil {
+		cfg = nil
 	}
+	return globalWindows(cfg)
+}
+
+func globalWindows(cfg *policy.Config) (map[string]Window, []string) {
+	windows := map[string]Window{}
 	var names []string
-	for _, p := range cfg.Policies {
-		for _, r := range p.Rules {
-			if !r.Global {
-				continue
-			}
-			if w, ok := windowOf(r); ok {
-				windows[r.Name] = w
-				names = append(names, r.Name)
-			}
+	for _, r := range globalRulesOf(cfg) {
+		if w, ok := windowOf(*r); ok {
+			windows[r.Name] = w
+			names = append(names, r.Name)
 		}
 	}
 	return windows, names

@@ -340,12 +340,10 @@ func (s *Server) limitFor(it item) limitOf {
 	if !it.sluice {
 		return limitOf{kind: unlimited}
 	}
-	if wr, ok := s.rules.(WindowRules); ok {
-		if w, ok := wr.GlobalWindow(it.rule); ok {
-			return limitOf{win: w, kind: counted, global: true}
-		}
+	if w, ok := s.windowFor(it); ok {
+		return limitOf{win: w, kind: counted, global: true}
 	}
-	if l, ok := s.rules.GlobalLimit(it.rule); ok {
+	if l, ok := s.bucketFor(it); ok {
 		return limitOf{limit: l, kind: limited, global: true}
 	}
 	o := it.override
@@ -357,6 +355,27 @@ func (s *Server) limitFor(it item) limitOf {
 		lo.limit, lo.kind = l, limited
 	}
 	return lo
+}
+
+// windowFor returns the global window or quota limiting the descriptor's
+// identity: its override's, or its rule's.
+func (s *Server) windowFor(it item) (Window, bool) {
+	if ir, ok := s.rules.(IdentityRules); ok {
+		return ir.IdentityWindow(it.rule, it.id)
+	}
+	if wr, ok := s.rules.(WindowRules); ok {
+		return wr.GlobalWindow(it.rule)
+	}
+	return Window{}, false
+}
+
+// bucketFor returns the global token bucket limiting the descriptor's
+// identity: its override's, or its rule's.
+func (s *Server) bucketFor(it item) (redisgcra.Limit, bool) {
+	if ir, ok := s.rules.(IdentityRules); ok {
+		return ir.IdentityLimit(it.rule, it.id)
+	}
+	return s.rules.GlobalLimit(it.rule)
 }
 
 func (s *Server) run(ctx context.Context, ops []redisgcra.Op) ([]redisgcra.Outcome, error) {

@@ -31,7 +31,7 @@ func importForm(sess auth.Session, cur policies.Version) *web.OverridesForm {
 	for _, p := range cfg.Policies {
 		for i := range p.Rules {
 			r := &p.Rules[i]
-			if r.Action != policy.ActionLimit || r.Global {
+			if r.Action != policy.ActionLimit {
 				continue
 			}
 			f.Rules = append(f.Rules, web.RuleChoice{

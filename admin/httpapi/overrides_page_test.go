@@ -59,6 +59,13 @@ func importEnv(t *testing.T) (*env, *http.Client, string) {
 
 func currentOverrides(t *testing.T, e *env) (int64, []policy.Override) {
 	t.Helper()
+	return currentOverridesOf(t, e, "per-ip")
+}
+
+// currentOverridesOf returns the current version and the overrides of its
+// rule named rule.
+func currentOverridesOf(t *testing.T, e *env, rule string) (int64, []policy.Override) {
+	t.Helper()
 	cur, err := e.svc.Current(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +74,7 @@ func currentOverrides(t *testing.T, e *env) (int64, []policy.Override) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cur.Number, cfg.RuleByName("per-ip").Overrides
+	return cur.Number, cfg.RuleByName(rule).Overrides
 }
 
 func TestImportFormPreviewsAnUploadThenSavesANewVersion(t *testing.T) {
@@ -189,5 +196,29 @@ func TestImportFormRefusesAnUploadOverTheBodyLimit(t *testing.T) {
 	}
 	if n, _ := currentOverrides(t, e); n != 2 {
 		t.Errorf("saved v%d", n)
+	}
+}
+
+// A global rule takes overrides too (the rate limit service holds each
+// listed identity to its own limit): the import form offers it.
+func TestImportFormTakesATableForAGlobalRule(t *testing.T) {
+	e := newEnv(t, nil)
+	const global = `{"fleet":{"cluster":"sluice_rls"},"rules":[{"name":"tenants","scope":"global","limit_keys":["header:x-tenant"],` +
+		`"algorithm":"fixed_window","algorithm_config":{"limit":100,"window_seconds":60}}]}`
+	if resp, body := e.apiJSON(t, "POST", "/api/v1/policy", `{"base_version":1,"policy":`+global+`}`); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("save: %d %v", resp.StatusCode, body)
+	}
+	c := login(t, e, "ed")
+	csrf := csrfOf(t, get(t, c, e.srv.URL+"/"))
+	if page := get(t, c, e.srv.URL+"/policy/overrides"); !strings.Contains(page, `<option value="tenants"`) {
+		t.Fatalf("the import form does not offer the global rule:\n%s", page)
+	}
+	resp, body := postImport(t, c, e, url.Values{"csrf": {csrf}, "base_version": {"2"}, "rule": {"tenants"}, "op": {"save"},
+		"csv": {"key,limit\nacme,1000\n"}}, "")
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("save: %d\n%s", resp.StatusCode, body)
+	}
+	if n, ov := currentOverridesOf(t, e, "tenants"); n != 3 || len(ov) != 1 || ov[0].Key != "acme" || ov[0].Window.Limit != 1000 {
+		t.Fatalf("v%d overrides %+v", n, ov)
 	}
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -68,6 +69,12 @@ func BenchmarkFleet(b *testing.B) {
 		Run(b, Case{Wasm: pluginWasm(b), Config: fleetLimits, Floor: pluginWasm(b), FloorConfig: limits,
 			Request: same(Headers("x-api-key", "k1")), Rejected: &no, HTTPCalls: grantAll})
 	})
+	// The request's key among 10,000 overrides of the global rule (its
+	// own limits decide it) against the same global rule without any.
+	b.Run("global-overridden-over-global", func(b *testing.B) {
+		Run(b, Case{Wasm: pluginWasm(b), Config: fleetOverridden(), Floor: pluginWasm(b), FloorConfig: fleetLimits,
+			Request: same(Headers("x-api-key", "k1")), Rejected: &no, HTTPCalls: grantAll})
+	})
 	if path := os.Getenv("SLUICE_BENCH_FLOOR_WASM"); path != "" {
 		b.Run("global-over-floor-wasm", func(b *testing.B) {
 			other, err := os.ReadFile(path)
@@ -78,4 +85,16 @@ func BenchmarkFleet(b *testing.B) {
 				Request: same(Headers("x-api-key", "k1")), Rejected: &no, HTTPCalls: grantAll})
 		})
 	}
+}
+
+// fleetOverridden is fleetLimits whose global rule has 10,000 overrides,
+// one of them the benchmark's key k1.
+func fleetOverridden() string {
+	var ov strings.Builder
+	for i := range 9999 {
+		ov.WriteString(`{"key": "customer-` + strconv.Itoa(i) + `", "algorithm_config": {"burst": 2e9}},`)
+	}
+	ov.WriteString(`{"key": "k1", "algorithm_config": {"rps": 2e6, "burst": 2e9}}`)
+	const open = `"algorithm_config": {"rps": 1e6, "burst": 1e9}}`
+	return strings.Replace(fleetLimits, open, `"algorithm_config": {"rps": 1e6, "burst": 1e9}, "overrides": [`+ov.String()+`]}`, 1)
 }

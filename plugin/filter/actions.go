@@ -73,7 +73,7 @@ type overrideLimits struct {
 // compileOverrides builds the rule's override table: each distinct set of
 // limits becomes one copy of the rule, each identity points to its copy.
 func (cr *compiledRule) compileOverrides(r *policy.Rule, vm *vmContext) {
-	if len(r.Overrides) == 0 || cr.fleet != nil {
+	if len(r.Overrides) == 0 {
 		return
 	}
 	cr.m.overridden = vm.counter("sluice.rule." + r.Name + ".overridden")
@@ -97,7 +97,7 @@ func (cr *compiledRule) compileOverrides(r *policy.Rule, vm *vmContext) {
 		if ov == nil {
 			ov = new(compiledRule)
 			*ov = *cr
-			ov.overrides, ov.overridden = nil, true
+			ov.overrides, ov.fleetOverrides, ov.overridden = nil, nil, true
 			wr := *r // the rule with the override's limits
 			switch {
 			case o.Quota != nil:
@@ -108,20 +108,25 @@ func (cr *compiledRule) compileOverrides(r *policy.Rule, vm *vmContext) {
 				wr.TokenBucket = o.TokenBucket
 			}
 			ov.compileLimits(&wr)
+			ov.compileFleetOverride() // fleet.go
 			shared[k] = ov
 		}
 		// The identity exactly as the request path builds it (a long key
 		// is hashed the same way).
 		id = state.AppendIdentity(id[:0], o.Key)
 		cr.overrides[string(id)] = ov
+		cr.addFleetOverride(id, ov) // fleet.go
 	}
 }
 
 // override returns the rule deciding identity: its override, or r.
-func (r *compiledRule) override(identity string) *compiledRule {
+// count: count the override's use (not when a request is decided again).
+func (r *compiledRule) override(identity string, count bool) *compiledRule {
 	if ov := r.overrides[identity]; ov != nil {
-		r.m.overridden.inc()
-		r.tc.overridden++
+		if count {
+			r.m.overridden.inc()
+			r.tc.overridden++
+		}
 		return ov
 	}
 	return r

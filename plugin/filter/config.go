@@ -144,6 +144,9 @@ type compiledRule struct {
 	denyStatus uint32
 	overrides  map[string]*compiledRule // identity -> this rule with its override's limits
 	overridden bool                     // this is such an override of a rule
+	// fleetOverrides finds a global rule's overrides by sluice_id, the
+	// name under which its pools are synced (fleet.go).
+	fleetOverrides map[[idLen]byte]*compiledRule
 
 	// Telemetry (telemetry.go).
 	tc            *ruleTally         // the VM's cumulative counters for this rule name

@@ -79,7 +79,7 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 	cfg := p.cfg
 	p.rs.reset(cfg, h.numHeaders)
 	p.shadow = p.shadow[:0]
-	apps := p.selectRules()
+	apps := p.selectRules(h.fleetFetched)
 	shadowDenied := false
 	if r := p.shadowEx; r != nil && !h.fleetFetched { // actions.go; not counted again when a fleet lease resumes the request
 		r.m.exempted.inc()
@@ -273,7 +273,9 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 // first shadow deny rule. The first shadow exempt rule is left in
 // p.shadowEx: it exempts the request from shadow rules only, so the shadow
 // rules selected before it are dropped and those after it are skipped.
-func (p *pluginContext) selectRules() []application {
+// again is true when the request was selected for before (a fleet lease
+// resumed it): what selection counts is not counted twice.
+func (p *pluginContext) selectRules(again bool) []application {
 	apps := p.apps[:0]
 	p.act, p.shadowEx = nil, nil
 	used := 0 // the limit key values this request put in p.comps
@@ -316,8 +318,10 @@ policies:
 			p.comps = comps
 			used = max(used, len(comps))
 			if !ok {
-				r.m.keyMissing.inc()
-				r.tc.keyMissing++
+				if !again {
+					r.m.keyMissing.inc()
+					r.tc.keyMissing++
+				}
 				continue
 			}
 			if r.shadow && p.shadowEx != nil {
@@ -358,7 +362,7 @@ policies:
 			a.key = bytesView(kb)
 			a.identity = a.key[len(r.keyPrefix):]
 			if r.overrides != nil { // actions.go: this identity's own limits
-				a.rule = r.override(a.identity)
+				a.rule = r.override(a.identity, !again)
 			}
 			if r.maxKeys > 0 {
 				if !p.vm.seedOK && !p.vm.loadHashSeed() { // hashseed.go

@@ -95,6 +95,44 @@ func (cc *compiledConfig) compileRuleFleet(cr *compiledRule, r *policy.Rule, vm 
 	cr.fleet.compileWindow(cr) // fleet_window.go
 }
 
+// compileFleetOverride gives an override of a global rule (a copy of the
+// rule with the override's limits) its own lease shape: what it asks, its
+// local share while the backend is down and the rate it sends. Its pools
+// stay the rule's (same keys, same table).
+func (cr *compiledRule) compileFleetOverride() {
+	if cr.fleet == nil {
+		return
+	}
+	f := *cr.fleet
+	f.lastHot, f.tb = nil, cr.tb
+	f.compileWindow(cr) // fleet_window.go
+	cr.fleet = &f
+}
+
+// addFleetOverride records that the identity (as the request path builds
+// it) of global rule cr is decided by ov: the sync finds pools by their
+// sluice_id, and refills an override's pools with its own lease shape.
+func (cr *compiledRule) addFleetOverride(identity []byte, ov *compiledRule) {
+	if cr.fleet == nil {
+		return
+	}
+	if cr.fleetOverrides == nil {
+		cr.fleetOverrides = map[[idLen]byte]*compiledRule{}
+	}
+	var id [idLen]byte
+	state.AppendSluiceID(id[:0], string(identity))
+	cr.fleetOverrides[id] = ov
+}
+
+// fleetRule returns the rule deciding the pool of sluice_id id of global
+// rule r: its override, or r.
+func (r *compiledRule) fleetRule(id [idLen]byte) *compiledRule {
+	if ov := r.fleetOverrides[id]; ov != nil {
+		return ov
+	}
+	return r
+}
+
 // fleetApp is a global rule's part of an application (one request).
 type fleetApp struct {
 	id      [idLen]byte

@@ -102,10 +102,6 @@ func (p *parser) overrides(path string, v *jvalue, r *Rule, cfg *jvalue) []Overr
 	case len(v.arr) > MaxOverrides:
 		p.errorf(path, "has ", strconv.Itoa(len(v.arr)), " entries; at most ", strconv.Itoa(MaxOverrides), " are allowed per rule")
 		return nil
-	case r.Global:
-		p.errorf(path, `cannot be used with "scope": "global" (the rate limit service keeps one limit per global rule); `+
-			`give the identities with limits of their own a global rule of their own before this one (match on their key with {"in": [...]})`)
-		return nil
 	case cfg == nil || (r.TokenBucket == nil && r.Window == nil && r.Quota == nil):
 		return nil // the rule's algorithm_config is missing or invalid: reported already
 	}
@@ -113,19 +109,38 @@ func (p *parser) overrides(path string, v *jvalue, r *Rule, cfg *jvalue) []Overr
 	out := make([]Override, 0, len(v.arr))
 	seen := make(map[string]int, len(v.arr))
 	for i, ov := range v.arr {
-		if o, ok := fastOverride(ov, r, len(r.Keys)); ok {
-			if _, dup := seen[o.Key]; !dup {
-				seen[o.Key] = i
-				out = append(out, o)
-				continue
-			}
+		o, ok := fastOverride(ov, r, len(r.Keys))
+		if _, dup := seen[o.Key]; ok && !dup {
+			seen[o.Key] = i
+		} else { // something is wrong with this entry: the full checks say what
+			o, ok = p.override(path, i, ov, r, cfg, allowed, seen)
 		}
-		// Something is wrong with this entry: the full checks say what.
-		if o, ok := p.override(path, i, ov, r, cfg, allowed, seen); ok {
+		if ok && p.globalOverride(index(path, i), r, &o) {
 			out = append(out, o)
 		}
 	}
 	return out
+}
+
+// globalOverride applies to an override of a global rule the checks of
+// its rule's limits (checkScopeAlgorithm): the rate limit service counts a
+// global window in whole requests. True when o may be used.
+func (p *parser) globalOverride(path string, r *Rule, o *Override) bool {
+	if !r.Global {
+		return true
+	}
+	before := len(p.errs)
+	cfgPath := join(path, "algorithm_config")
+	switch {
+	case o.Window != nil:
+		p.checkGlobalCount(join(cfgPath, "limit"), o.Window.Limit)
+		if o.Window.MaxPerPeriod > 0 {
+			p.checkGlobalCount(join(cfgPath, "max_per_period"), o.Window.MaxPerPeriod)
+		}
+	case o.Quota != nil:
+		p.checkGlobalCount(join(cfgPath, "limit"), o.Quota.Limit)
+	}
+	return len(p.errs) == before
 }
 
 // override checks one entry of "overrides" fully, reporting every problem

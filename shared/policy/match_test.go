@@ -182,8 +182,6 @@ func TestOverrideErrorsNameTheirPath(t *testing.T) {
 		{overrideRule(`["path"]`, `{"a":1}`), "rules[0].overrides", "must be an array"},
 		{withAlg("fixed_window", `{"limit":10,"window_seconds":60},"overrides":[{"key":"1.2.3.4","algorithm_config":{"window_seconds":1}}]`),
 			"rules[0].overrides[0].algorithm_config.window_seconds", "allowed fields here: limit"},
-		{`{"fleet":{"cluster":"rls"},"rules":[{"name":"g","scope":"global","limit_keys":["path"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1},"overrides":[{"key":"a","algorithm_config":{"burst":3}}]}]}`,
-			"rules[0].overrides", `cannot be used with "scope": "global"`},
 	} {
 		wantError(t, c.in, c.path, c.msg)
 	}

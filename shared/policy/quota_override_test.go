@@ -76,12 +76,6 @@ func TestQuotaOverrideRefusesTheSharedFieldsByName(t *testing.T) {
 	}
 }
 
-func TestGlobalQuotaRulesRefuseOverrides(t *testing.T) {
-	in := `{"fleet":{"cluster":"rls"},"rules":[{"name":"g","scope":"global","limit_keys":["path"],"algorithm":"quota",` +
-		`"algorithm_config":{"limit":10,"period":"day"},"overrides":[{"key":"a","algorithm_config":{"limit":20}}]}]}`
-	wantError(t, in, "rules[0].overrides", `cannot be used with "scope": "global"`)
-}
-
 // The filter reads well-formed entries on a fast path; it must give what
 // the full checks give.
 func TestQuotaOverrideFastPathAgreesWithTheFullChecks(t *testing.T) {

@@ -362,9 +362,7 @@ func limitsFor(r *policy.Rule, identity string) (*policy.Rule, bool) {
 // decide runs the rule's algorithm for the request.
 func (rr *RuleResult) decide(src *sources, opt Options) {
 	r := rr.rule
-	if !r.Global { // the filter keeps no overrides for a global rule
-		r, rr.Overridden = limitsFor(r, rr.composed)
-	}
+	r, rr.Overridden = limitsFor(r, rr.composed)
 	rr.fields = request.RuleFields(r)
 	costSrc, fixed, def := request.RuleCost(r)
 	rr.Cost = fixed

@@ -387,3 +387,22 @@ func TestConcurrencyRuleSendsPlacesNotTimes(t *testing.T) {
 		}
 	}
 }
+
+// A global rule's override is the identity's limit across the fleet: the
+// simulator, which decides a global rule as a bucket of its limit, uses
+// the override's as the filter does.
+func TestGlobalRuleOverrideGivesItsIdentityItsOwnLimit(t *testing.T) {
+	cfg := mustParse(t, `{"fleet":{"cluster":"sluice_rls"},"rules":[{"name":"g","scope":"global","limit_keys":["header:x-api-key"],
+  "algorithm":"token_bucket","algorithm_config":{"tokens_per_second":10,"burst":10},
+  "overrides":[{"key":"acme","algorithm_config":{"tokens_per_second":50,"burst":100}}]}]}`)
+	run := func(key string) RuleResult {
+		res := Run(cfg, Request{Method: "GET", Path: "/", Host: "a", ClientAddress: "10.0.0.1:1",
+			Headers: map[string]string{"x-api-key": key}}, Options{Now: 1e9})
+		return res.Policies[0].Rules[0]
+	}
+	acme, beta := run("acme"), run("beta")
+	if !acme.Global || !acme.Overridden || acme.Level != 100 || beta.Overridden || beta.Level != 10 {
+		t.Errorf("acme: global %v overridden %v level %v; beta: overridden %v level %v",
+			acme.Global, acme.Overridden, acme.Level, beta.Overridden, beta.Level)
+	}
+}

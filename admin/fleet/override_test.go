@@ -1,0 +1,71 @@
+package fleet
+
+import (
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluice-rl/sluice/shared/state"
+)
+
+const overridesPolicy = `{"fleet": {"cluster": "sluice_rls"}, "rules": [
+  {"name": "g", "scope": "global", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
+   "algorithm_config": {"tokens_per_second": 0.001, "burst": 2},
+   "overrides": [{"key": "acme", "algorithm_config": {"burst": 5}}]},
+  {"name": "w", "scope": "global", "limit_keys": ["header:x-user", "method"], "algorithm": "fixed_window",
+   "algorithm_config": {"limit": 2, "window_seconds": 3600},
+   "overrides": [{"key": "acme|GET", "algorithm_config": {"limit": 4}}]}]}`
+
+// The rate limit service holds an identity listed in a global rule's
+// overrides to its own limit, found by the sluice_id the filter sends for
+// it; every other identity has the rule's.
+func TestGlobalOverridesHoldAnIdentityToItsOwnLimit(t *testing.T) {
+	forEachBackend(t, testGlobalOverrides)
+}
+
+func testGlobalOverrides(t *testing.T, b Backend) {
+	clock := newWindowClock()
+	rules := &PolicyRules{}
+	rules.Set(1, []byte(overridesPolicy))
+	s := startRLS(t, Options{Backend: b, Rules: rules, Timeout: time.Second, Now: clock.now})
+	OK, OVER := rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT
+	acme, beta := state.SluiceIDOfKey("acme"), state.SluiceIDOfKey("beta")
+	acmeGet, betaGet := state.SluiceIDOfKey("acme|GET"), state.SluiceIDOfKey("beta|GET")
+
+	resp := s.mustCall(t, "n1", desc("g", acme, 5, false), desc("g", beta, 5, false), desc("g", beta, 2, false))
+	checkStatus(t, "acme's burst of 5", resp.Statuses[0], OK, 0)
+	checkStatus(t, "beta asks 5 of the rule's burst of 2", resp.Statuses[1], OVER, 2)
+	checkStatus(t, "beta asks 2", resp.Statuses[2], OK, 0)
+
+	resp = s.mustCall(t, "n1", desc("w", acmeGet, 4, false), desc("w", betaGet, 3, false), desc("w", betaGet, 2, false))
+	checkStatus(t, "acme|GET's window of 4", resp.Statuses[0], OK, 0)
+	checkStatus(t, "beta|GET asks 3 of the rule's 2", resp.Statuses[1], OVER, 2)
+	checkStatus(t, "beta|GET asks 2", resp.Statuses[2], OK, 0)
+	if cl := resp.Statuses[0].CurrentLimit; cl == nil || cl.RequestsPerUnit != 4 || cl.Unit != rlsv3.RateLimitResponse_RateLimit_HOUR {
+		t.Errorf("acme|GET's current_limit %v, want its own 4 per HOUR", cl)
+	}
+
+	// A new version without the override: acme is back on the rule's
+	// limit, from the state it has (a bucket is not refilled by the change).
+	rules.Set(2, []byte(`{"fleet": {"cluster": "sluice_rls"}, "rules": [
+	  {"name": "w", "scope": "global", "limit_keys": ["header:x-user", "method"], "algorithm": "fixed_window",
+	   "algorithm_config": {"limit": 6, "window_seconds": 3600}}]}`))
+	checkStatus(t, "acme|GET under the rule's 6 with 4 counted", s.mustCall(t, "n1", desc("w", acmeGet, 3, false)).Statuses[0], OVER, 2)
+}
+
+func TestPolicyRulesLeaveOutOverridesOfLocalRules(t *testing.T) {
+	rules := &PolicyRules{}
+	rules.Set(1, []byte(`{"fleet": {"cluster": "sluice_rls"}, "rules": [
+	  {"name": "g", "scope": "global", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
+	   "algorithm_config": {"tokens_per_second": 1, "burst": 2}},
+	  {"name": "local", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
+	   "algorithm_config": {"tokens_per_second": 1, "burst": 2},
+	   "overrides": [{"key": "acme", "algorithm_config": {"burst": 5}}]}]}`))
+	if _, ok := rules.IdentityLimit("local", state.SluiceIDOfKey("acme")); ok {
+		t.Error("a local rule's override is served as a global limit")
+	}
+	if l, ok := rules.IdentityLimit("g", state.SluiceIDOfKey("acme")); !ok || l.Burst != 2 {
+		t.Errorf("acme on the global rule: %+v %v, want the rule's burst 2", l, ok)
+	}
+}
