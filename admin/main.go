@@ -52,6 +52,7 @@ import (
 	"github.com/sluice-rl/sluice/admin/gitops"
 	"github.com/sluice-rl/sluice/admin/httpapi"
 	"github.com/sluice-rl/sluice/admin/istio"
+	"github.com/sluice-rl/sluice/admin/migrate"
 	"github.com/sluice-rl/sluice/admin/notify"
 	"github.com/sluice-rl/sluice/admin/policies"
 	"github.com/sluice-rl/sluice/admin/store"
@@ -64,6 +65,9 @@ import (
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "policy" {
 		os.Exit(gitops.Main(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "migrate" {
+		os.Exit(migrate.Main(os.Args[2:], os.Stdout, os.Stderr))
 	}
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "ratelimit-admin:", err)

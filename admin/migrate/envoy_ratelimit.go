@@ -1,0 +1,596 @@
+package migrate
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/sluice-rl/sluice/shared/policy"
+)
+
+// Options are the choices a conversion cannot read from its input.
+type Options struct {
+	// Scope is "global" (the default: envoyproxy/ratelimit's limits hold
+	// across every Envoy sharing its Redis, and so do the rules, through
+	// fleet mode) or "local" (per Envoy process, no service to run).
+	Scope string
+	// FleetCluster is the fleet block's cluster of a global conversion
+	// (default "sluice_rls", the cluster envoy.yaml and the chart define).
+	FleetCluster string
+}
+
+// Result is a converted policy and what the user should know about it.
+type Result struct {
+	// Policy is the Sluice configuration, indented JSON that the filter's
+	// parser accepts.
+	Policy []byte
+	// Notes say what behaves differently or was left out, one sentence
+	// each.
+	Notes []string
+}
+
+// windowSeconds are envoyproxy/ratelimit's units: its windows are aligned
+// on the Unix epoch like Sluice's fixed windows, a month is 30 days and a
+// year 365.
+var windowSeconds = map[string]int{
+	"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800,
+	"month": 2592000, "year": 31536000,
+}
+
+// EnvoyRatelimit converts envoyproxy/ratelimit's configuration (config,
+// its YAML) for the descriptors that the route's rate_limits (routeLimits,
+// Envoy's YAML: a list of {actions: [...]}, or an object holding
+// rate_limits) build. Each rate_limits entry becomes a policy; each path
+// of the descriptor tree its actions can take, a rule, as the service
+// looks a descriptor up: at each level the node with the entry's value,
+// else the node with the key alone; only the last entry's node limits.
+// Errors name the field (config.yaml's line, or rate_limits[i].actions[j]).
+func EnvoyRatelimit(config, routeLimits []byte, opt Options) (Result, error) {
+	var cfg serviceConfig
+	if err := decodeStrict("config", config, &cfg); err != nil {
+		return Result{}, err
+	}
+	rls, err := parseRateLimits(routeLimits)
+	if err != nil {
+		return Result{}, err
+	}
+	if opt.Scope == "" {
+		opt.Scope = "global"
+	}
+	if opt.Scope != "global" && opt.Scope != "local" {
+		return Result{}, fmt.Errorf("scope %q: want global or local", opt.Scope)
+	}
+	if opt.FleetCluster == "" {
+		opt.FleetCluster = "sluice_rls"
+	}
+	c := &converter{opt: opt, rules: map[string]bool{}, pols: map[string]bool{}}
+	if err := c.checkTree("config.descriptors", cfg.Descriptors); err != nil {
+		return Result{}, err
+	}
+	if len(rls) == 0 {
+		return Result{}, fmt.Errorf("rate_limits: empty; give the route's rate_limits, whose actions say what each descriptor key is")
+	}
+	for i, rl := range rls {
+		if err := c.convertActions(fmt.Sprintf("rate_limits[%d]", i), rl, cfg.Descriptors); err != nil {
+			return Result{}, err
+		}
+	}
+	return c.result(cfg.Domain)
+}
+
+// converter accumulates the policies of one conversion.
+type converter struct {
+	opt      Options
+	policies []outPolicy
+	rules    map[string]bool // rule names used
+	pols     map[string]bool // policy names used
+	// nodes and visits count the tree's nodes as checked and as walked:
+	// YAML aliases can make a small file a huge tree.
+	nodes, visits int
+	notes         []string
+}
+
+// entry is what one action puts in the descriptor: a key, and either a
+// fixed value (generic_key) or the Sluice key source holding it.
+type entry struct {
+	key, fixed, source string
+}
+
+// step is the path's choice at one level of the tree.
+type step struct {
+	entry
+	value   string   // the node's value; "" for the key's own node (any value)
+	exclude []string // for the key's own node: the values with nodes of their own
+}
+
+// Bounds on the work of one conversion.
+const (
+	maxNodes  = 100000  // descriptors in the tree, aliases expanded
+	maxVisits = 1000000 // nodes walked, over every rate_limits entry
+)
+
+// checkTree checks the descriptor tree as the service does at load time,
+// naming the field.
+func (c *converter) checkTree(path string, ds []descriptor) error {
+	seen := map[string]int{}
+	for i, d := range ds {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		if c.nodes++; c.nodes > maxNodes {
+			return fmt.Errorf("%s: more than %d descriptors (YAML aliases expanded); split the configuration", p, maxNodes)
+		}
+		switch {
+		case d.Key == "":
+			return fmt.Errorf("%s.key: missing", p)
+		case strings.Contains(d.Value, "*"):
+			return fmt.Errorf("%s.value %q: wildcard values are not converted; write the rule by hand with a prefix condition (docs/migrating.md)", p, d.Value)
+		}
+		k := d.Key + "\x00" + d.Value
+		if j, dup := seen[k]; dup {
+			return fmt.Errorf("%s: key %q value %q again (also %s[%d]); the service refuses duplicates", p, d.Key, d.Value, path, j)
+		}
+		seen[k] = i
+		if rl := d.RateLimit; rl != nil {
+			if err := checkRateLimit(p+".rate_limit", rl); err != nil {
+				return err
+			}
+		}
+		if err := c.checkTree(p+".descriptors", d.Descriptors); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkRateLimit(path string, rl *rateLimit) error {
+	switch {
+	case len(rl.Replaces) > 0:
+		return fmt.Errorf("%s.replaces: not converted: in Sluice the first rule that applies in a policy decides; order the rules by hand", path)
+	case rl.UnitMultiplier != nil && *rl.UnitMultiplier != 1:
+		return fmt.Errorf("%s.unit_multiplier: not converted; write a fixed_window of window_seconds = unit × multiplier by hand", path)
+	case rl.Unlimited:
+		return nil
+	case rl.RequestsPerUnit == nil:
+		return fmt.Errorf("%s.requests_per_unit: missing (the service reads it as 0, which refuses every request; write 0 if that is meant)", path)
+	}
+	if _, ok := windowSeconds[strings.ToLower(rl.Unit)]; !ok {
+		return fmt.Errorf("%s.unit %q: want second, minute, hour, day, week, month or year", path, rl.Unit)
+	}
+	return nil
+}
+
+// convertActions makes the policy of one rate_limits entry.
+func (c *converter) convertActions(path string, rl routeRateLimit, tree []descriptor) error {
+	switch {
+	case len(rl.Actions) == 0:
+		return fmt.Errorf("%s.actions: empty", path)
+	case rl.Stage != nil && *rl.Stage != 0, rl.DisableKey != "", rl.Limit != nil, rl.HitsAddend != nil, rl.ApplyOnStreamDone:
+		return fmt.Errorf("%s: only actions are converted (not stage, disable_key, limit, hits_addend or apply_on_stream_done)", path)
+	}
+	entries := make([]entry, len(rl.Actions))
+	sources := map[string]bool{}
+	for j, a := range rl.Actions {
+		e, err := c.entryOf(fmt.Sprintf("%s.actions[%d]", path, j), a)
+		if err != nil {
+			return err
+		}
+		if e.source != "" && sources[e.source] {
+			return fmt.Errorf("%s.actions[%d]: reads %s a second time; not converted", path, j, e.source)
+		}
+		sources[e.source] = true
+		entries[j] = e
+	}
+	p := outPolicy{Name: unique(c.pols, policyName(entries))}
+	w := walker{c: c, entries: entries, path: path}
+	if err := w.walk(0, tree, nil, &p); err != nil {
+		return err
+	}
+	if len(p.Rules) == 0 {
+		c.note("%s (%s): no descriptor of the configuration matches what its actions build, so it limits nothing; left out", path, keysOf(entries))
+		return nil
+	}
+	c.policies = append(c.policies, p)
+	return nil
+}
+
+// entryOf reads one action.
+func (c *converter) entryOf(path string, a action) (entry, error) {
+	switch {
+	case a.RequestHeaders != nil:
+		h := a.RequestHeaders
+		if h.HeaderName == "" || h.DescriptorKey == "" {
+			return entry{}, fmt.Errorf("%s.request_headers: header_name and descriptor_key are required", path)
+		}
+		if h.SkipIfAbsent {
+			return entry{}, fmt.Errorf("%s.request_headers.skip_if_absent: not converted (a Sluice rule applies only when all its keys are present)", path)
+		}
+		switch name := strings.ToLower(h.HeaderName); {
+		case name == ":method":
+			return entry{key: h.DescriptorKey, source: "method"}, nil
+		case name == ":authority":
+			return entry{key: h.DescriptorKey, source: "host"}, nil
+		case strings.HasPrefix(name, ":"):
+			return entry{}, fmt.Errorf("%s.request_headers.header_name %q: not converted (Sluice's path source has no query string; write the rule by hand)", path, h.HeaderName)
+		default:
+			return entry{key: h.DescriptorKey, source: "header:" + name}, nil
+		}
+	case a.RemoteAddress != nil:
+		c.noteOnce("remote_address is Sluice's ip:address; set the policy's xff_trusted_hops to the HTTP connection manager's xff_num_trusted_hops so both read the same address")
+		return entry{key: "remote_address", source: "ip:address"}, nil
+	case a.GenericKey != nil:
+		g := a.GenericKey
+		key := g.DescriptorKey
+		if key == "" {
+			key = "generic_key"
+		}
+		if g.DescriptorValue == "" {
+			return entry{}, fmt.Errorf("%s.generic_key.descriptor_value: required", path)
+		}
+		return entry{key: key, fixed: g.DescriptorValue}, nil
+	case a.QueryParameters != nil:
+		q := a.QueryParameters
+		if q.QueryParameterName == "" || q.DescriptorKey == "" {
+			return entry{}, fmt.Errorf("%s.query_parameters: query_parameter_name and descriptor_key are required", path)
+		}
+		if q.SkipIfAbsent {
+			return entry{}, fmt.Errorf("%s.query_parameters.skip_if_absent: not converted (a Sluice rule applies only when all its keys are present)", path)
+		}
+		return entry{key: q.DescriptorKey, source: "query:" + q.QueryParameterName}, nil
+	case a.Metadata != nil:
+		return metadataEntry(path+".metadata", a.Metadata)
+	case a.DynamicMetadata != nil:
+		return metadataEntry(path+".dynamic_metadata", a.DynamicMetadata)
+	}
+	return entry{}, fmt.Errorf("%s: %s is not converted; Sluice reads headers, query parameters, the client address and dynamic metadata (header_value_match becomes a rule's match, written by hand)", path, actionKind(a))
+}
+
+func metadataEntry(path string, m *metadataAction) (entry, error) {
+	switch {
+	case m.DescriptorKey == "" || m.MetadataKey.Key == "" || len(m.MetadataKey.Path) == 0:
+		return entry{}, fmt.Errorf("%s: descriptor_key, metadata_key.key and metadata_key.path are required", path)
+	case m.DefaultValue != "":
+		return entry{}, fmt.Errorf("%s.default_value: not converted (a Sluice rule does not apply to a request without the value)", path)
+	case m.Source != "" && m.Source != "DYNAMIC":
+		return entry{}, fmt.Errorf("%s.source %q: only DYNAMIC (dynamic metadata) is converted", path, m.Source)
+	case m.SkipIfAbsent:
+		return entry{}, fmt.Errorf("%s.skip_if_absent: not converted (a Sluice rule applies only when all its keys are present)", path)
+	}
+	keys := make([]string, len(m.MetadataKey.Path))
+	for i, seg := range m.MetadataKey.Path {
+		keys[i] = seg.Key
+		if strings.ContainsAny(seg.Key, ".:[]") {
+			keys[i] = "[" + seg.Key + "]"
+		}
+	}
+	return entry{key: m.DescriptorKey, source: "metadata:" + m.MetadataKey.Key + ":" + strings.Join(keys, ".")}, nil
+}
+
+func actionKind(a action) string {
+	switch {
+	case a.HeaderValueMatch != nil:
+		return "header_value_match"
+	case a.DestinationCluster != nil:
+		return "destination_cluster"
+	case a.SourceCluster != nil:
+		return "source_cluster"
+	case a.MaskedRemoteAddress != nil:
+		return "masked_remote_address"
+	case a.QueryParameterValue != nil:
+		return "query_parameter_value_match"
+	case a.Extension != nil:
+		return "an extension"
+	}
+	return "an empty action"
+}
+
+// walker enumerates the paths one rate_limits entry can take.
+type walker struct {
+	c       *converter
+	entries []entry
+	path    string
+}
+
+// walk visits level i of the tree (nodes: the children of the path so
+// far) and adds a rule to p for each path ending in a limit.
+func (w *walker) walk(i int, nodes []descriptor, path []step, p *outPolicy) error {
+	e := w.entries[i]
+	var own *descriptor // the key's own node (any value)
+	var valued []*descriptor
+	for k := range nodes {
+		switch d := &nodes[k]; {
+		case d.Key != e.key:
+		case d.Value == "":
+			own = d
+		default:
+			valued = append(valued, d)
+		}
+	}
+	last := i == len(w.entries)-1
+	visit := func(d *descriptor, s step) error {
+		if w.c.visits++; w.c.visits > maxVisits {
+			return fmt.Errorf("%s: its actions walk more than %d descriptors over all rate_limits entries; convert fewer entries at a time", w.path, maxVisits)
+		}
+		next := append(slices.Clip(path), s)
+		if !last {
+			return w.walk(i+1, d.Descriptors, next, p)
+		}
+		return w.leaf(d, next, p)
+	}
+	if e.fixed != "" { // generic_key: the service picks one node
+		for _, d := range valued {
+			if d.Value == e.fixed {
+				return visit(d, step{entry: e, value: d.Value})
+			}
+		}
+		if own != nil {
+			return visit(own, step{entry: e})
+		}
+		return nil
+	}
+	folded := map[*descriptor]bool{}
+	if last && own != nil {
+		folded = w.foldable(own, valued, path)
+	}
+	var exclude []string
+	for _, d := range valued {
+		if folded[d] {
+			continue
+		}
+		exclude = append(exclude, d.Value)
+		if err := visit(d, step{entry: e, value: d.Value}); err != nil {
+			return err
+		}
+	}
+	if own == nil {
+		return nil
+	}
+	slices.Sort(exclude)
+	if len(folded) == 0 {
+		return visit(own, step{entry: e, exclude: exclude})
+	}
+	// The key's own node with the foldable values as its overrides.
+	s := step{entry: e, exclude: exclude}
+	if err := w.leaf(own, append(slices.Clip(path), s), p); err != nil {
+		return err
+	}
+	r := &p.Rules[len(p.Rules)-1]
+	for _, d := range valued {
+		if folded[d] {
+			r.Overrides = append(r.Overrides, outOverride{Key: escapeKey(d.Value),
+				AlgorithmConfig: windowConfig{Limit: int(*d.RateLimit.RequestsPerUnit)}})
+		}
+	}
+	return nil
+}
+
+// foldable picks the value nodes at the last level that can be overrides
+// of the key's own node: its rule is then keyed by this level alone (the
+// levels before fixed a value), and the value's limit differs only in its
+// count (same unit, same shadow mode, a limit of at least one).
+func (w *walker) foldable(own *descriptor, valued []*descriptor, path []step) map[*descriptor]bool {
+	out := map[*descriptor]bool{}
+	if !limits(own) {
+		return out
+	}
+	for _, s := range path {
+		if s.fixed == "" && s.value == "" {
+			return out // an earlier level keys the rule too: an override names one value of this level only
+		}
+	}
+	for _, d := range valued {
+		if limits(d) && len(d.Descriptors) == 0 && d.ShadowMode == own.ShadowMode &&
+			strings.EqualFold(d.RateLimit.Unit, own.RateLimit.Unit) && d.RateLimit.Name == "" {
+			out[d] = true
+		}
+	}
+	return out
+}
+
+// limits reports whether node d limits with a count of at least one.
+func limits(d *descriptor) bool {
+	rl := d.RateLimit
+	return rl != nil && !rl.Unlimited && rl.RequestsPerUnit != nil && *rl.RequestsPerUnit >= 1
+}
+
+// leaf adds the rule of a path ending at node d, if d limits.
+func (w *walker) leaf(d *descriptor, path []step, p *outPolicy) error {
+	rl := d.RateLimit
+	if rl == nil || rl.Unlimited {
+		return nil // no limit for this path: the service answers OK
+	}
+	r := outRule{Name: w.c.ruleName(rl.Name, path)}
+	if d.ShadowMode {
+		r.Mode = "shadow"
+	}
+	var keys []string
+	match := map[string]any{}
+	lastValued := ""
+	for _, s := range path {
+		switch {
+		case s.fixed != "":
+		case s.value != "":
+			match[s.source], lastValued = s.value, s.source
+		default:
+			keys = append(keys, s.source)
+			if len(s.exclude) > 0 {
+				match[s.source] = map[string]any{"not": map[string]any{"in": s.exclude}}
+			}
+		}
+	}
+	if *rl.RequestsPerUnit == 0 {
+		return w.denyRule(r, path, match, p)
+	}
+	if len(keys) == 0 {
+		if lastValued == "" {
+			return fmt.Errorf("%s: every action is a generic_key, so the service keeps one bucket for all requests; a Sluice rule needs a request attribute to key on: add a request_headers or remote_address action, or write the rule by hand with limit_keys [\"route\"] or [\"host\"]", w.path)
+		}
+		keys = []string{lastValued} // one value: one bucket
+	}
+	r.LimitKeys = keys
+	if len(match) > 0 {
+		r.Match = match
+	}
+	r.Algorithm = policy.AlgorithmFixedWindow
+	r.AlgorithmConfig = &windowConfig{Limit: int(*rl.RequestsPerUnit), WindowSeconds: windowSeconds[strings.ToLower(rl.Unit)]}
+	if w.c.opt.Scope == "global" {
+		r.Scope = "global"
+	}
+	p.Rules = append(p.Rules, r)
+	return nil
+}
+
+// denyRule: requests_per_unit 0 refuses every request of the path.
+func (w *walker) denyRule(r outRule, path []step, match map[string]any, p *outPolicy) error {
+	for _, s := range path {
+		if s.fixed != "" || s.value != "" {
+			continue
+		}
+		if len(s.exclude) > 0 {
+			return fmt.Errorf("%s: requests_per_unit 0 on the key %q without a value, next to values of its own: not converted (a deny rule cannot both require %s and leave those values out); write it by hand", w.path, s.key, s.source)
+		}
+		match[s.source] = map[string]any{"present": true} // the service sees the descriptor only when the value is there
+	}
+	if len(match) == 0 {
+		return fmt.Errorf("%s: requests_per_unit 0 with generic_key actions only would refuse every request; write a deny rule by hand", w.path)
+	}
+	r.Action, r.DenyStatus, r.Match = "deny", 429, match
+	p.Rules = append(p.Rules, r)
+	return nil
+}
+
+// ---- Names and output ----
+
+var nameUnsafe = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
+
+func policyName(entries []entry) string {
+	parts := make([]string, len(entries))
+	for i, e := range entries {
+		parts[i] = e.key
+	}
+	return strings.Join(parts, "-")
+}
+
+func keysOf(entries []entry) string { return policyName(entries) }
+
+// ruleName is the rate limit's name when it has a valid one, else the
+// path's keys and values.
+func (c *converter) ruleName(name string, path []step) string {
+	if name == "" {
+		parts := make([]string, 0, 2*len(path))
+		for _, s := range path {
+			parts = append(parts, s.key)
+			if v := s.value + s.fixed; v != "" {
+				parts = append(parts, v)
+			}
+		}
+		name = strings.Join(parts, "-")
+	}
+	return unique(c.rules, name)
+}
+
+// unique makes name a valid rule or policy name (letters, digits, _.-, at
+// most 64 bytes) not in used, and adds it.
+func unique(used map[string]bool, name string) string {
+	name = strings.Trim(nameUnsafe.ReplaceAllString(name, "_"), "_")
+	if name == "" {
+		name = "rule"
+	}
+	if len(name) > policy.MaxNameLen-6 {
+		name = name[:policy.MaxNameLen-6]
+	}
+	base := name
+	for n := 2; used[name]; n++ {
+		name = base + "-" + strconv.Itoa(n)
+	}
+	used[name] = true
+	return name
+}
+
+// escapeKey writes a value as an override key: a backslash before a
+// backslash, vertical bar or #.
+func escapeKey(v string) string {
+	var b strings.Builder
+	for _, r := range v {
+		if r == '\\' || r == '|' || r == '#' {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func (c *converter) note(format string, args ...any) {
+	c.notes = append(c.notes, fmt.Sprintf(format, args...))
+}
+
+func (c *converter) noteOnce(s string) {
+	if !slices.Contains(c.notes, s) {
+		c.notes = append(c.notes, s)
+	}
+}
+
+type outConfig struct {
+	Fleet    *outFleet   `json:"fleet,omitempty"`
+	Policies []outPolicy `json:"policies"`
+}
+
+type outFleet struct {
+	Cluster string `json:"cluster"`
+}
+
+type outPolicy struct {
+	Name  string    `json:"name"`
+	Rules []outRule `json:"rules"`
+}
+
+type outRule struct {
+	Name            string         `json:"name"`
+	Mode            string         `json:"mode,omitempty"`
+	Scope           string         `json:"scope,omitempty"`
+	Action          string         `json:"action,omitempty"`
+	DenyStatus      int            `json:"deny_status,omitempty"`
+	Match           map[string]any `json:"match,omitempty"`
+	LimitKeys       []string       `json:"limit_keys,omitempty"`
+	Algorithm       string         `json:"algorithm,omitempty"`
+	AlgorithmConfig *windowConfig  `json:"algorithm_config,omitempty"`
+	Overrides       []outOverride  `json:"overrides,omitempty"`
+}
+
+type windowConfig struct {
+	Limit         int `json:"limit"`
+	WindowSeconds int `json:"window_seconds,omitempty"`
+}
+
+type outOverride struct {
+	Key             string       `json:"key"`
+	AlgorithmConfig windowConfig `json:"algorithm_config"`
+}
+
+// result writes the policy and checks it with the filter's own parser.
+func (c *converter) result(domain string) (Result, error) {
+	if len(c.policies) == 0 {
+		return Result{}, fmt.Errorf("nothing to convert: no rate_limits entry builds a descriptor the configuration limits")
+	}
+	out := outConfig{Policies: c.policies}
+	global := c.opt.Scope == "global"
+	if global {
+		out.Fleet = &outFleet{Cluster: c.opt.FleetCluster}
+		c.noteOnce(fmt.Sprintf(`the rules are "scope": "global": run the admin as the rate limit service (docs/fleet.md) and give Envoy the cluster %q`, c.opt.FleetCluster))
+	} else {
+		c.noteOnce("the rules are local: each Envoy process holds its own limits, where the service held one across every Envoy")
+	}
+	c.noteOnce("a request one policy rejects takes nothing from the others, as the service does with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true")
+	if domain != "" {
+		c.noteOnce(fmt.Sprintf("domain %q: a Sluice policy belongs to the filter that loads it, so the domain is not needed", domain))
+	}
+	doc, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return Result{}, err
+	}
+	if _, err := policy.Parse(doc); err != nil {
+		return Result{}, fmt.Errorf("the converted policy is refused: %w", err)
+	}
+	return Result{Policy: append(doc, '\n'), Notes: c.notes}, nil
+}

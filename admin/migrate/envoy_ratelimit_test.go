@@ -1,0 +1,266 @@
+package migrate
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/sluice-rl/sluice/shared/policy"
+)
+
+// guideConfig is docs/migrating.md's envoyproxy/ratelimit example, with a
+// customer whose hourly limit is its own.
+const guideConfig = `domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 60}
+  - key: api_key
+    value: internal-batch
+    rate_limit: {unlimited: true}
+  - key: api_key
+    value: revoked-key
+    rate_limit: {unit: second, requests_per_unit: 0}
+  - key: api_key
+    value: acme
+    rate_limit: {unit: hour, requests_per_unit: 50000}
+  - key: api_key
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+`
+
+const guideActions = `- actions: [{remote_address: {}}]
+- actions: [{request_headers: {header_name: X-Api-Key, descriptor_key: api_key}}]
+`
+
+func convert(t *testing.T, config, actions string, opt Options) *policy.Config {
+	t.Helper()
+	res, err := EnvoyRatelimit([]byte(config), []byte(actions), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := policy.Parse(res.Policy)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, res.Policy)
+	}
+	return cfg
+}
+
+func TestEachRateLimitsEntryBecomesAPolicyOfItsPaths(t *testing.T) {
+	cfg := convert(t, guideConfig, guideActions, Options{})
+	if len(cfg.Policies) != 2 || cfg.Fleet == nil || cfg.Fleet.Cluster != "sluice_rls" {
+		t.Fatalf("%d policies, fleet %+v", len(cfg.Policies), cfg.Fleet)
+	}
+	addr := cfg.Policies[0].Rules
+	if len(addr) != 1 || addr[0].Name != "remote_address" || !addr[0].Global || addr[0].Keys[0].Kind != policy.SourceIP ||
+		addr[0].Window.Limit != 60 || addr[0].Window.WindowSeconds != 60 {
+		t.Errorf("per-address rules %+v", addr)
+	}
+	keyRules := cfg.Policies[1].Rules
+	if len(keyRules) != 2 {
+		t.Fatalf("per-key rules: %+v", keyRules)
+	}
+	deny, hourly := keyRules[0], keyRules[1]
+	if deny.Action != policy.ActionDeny || deny.DenyStatus != 429 || len(deny.Match) != 1 || deny.Match[0].Cond.Value != "revoked-key" {
+		t.Errorf("the revoked key's rule %+v", deny)
+	}
+	if hourly.Window.Limit != 1000 || hourly.Window.WindowSeconds != 3600 || hourly.Keys[0].Name != "x-api-key" {
+		t.Errorf("the hourly rule %+v", hourly)
+	}
+	// The unlimited and the revoked key are left out of the hourly rule;
+	// acme's own limit is an override of it.
+	if len(hourly.Match) != 1 || hourly.Match[0].Cond.Not == nil || strings.Join(hourly.Match[0].Cond.Not.Values, ",") != "internal-batch,revoked-key" {
+		t.Errorf("the hourly rule's match %+v", hourly.Match)
+	}
+	if len(hourly.Overrides) != 1 || hourly.Overrides[0].Key != "acme" || hourly.Overrides[0].Window.Limit != 50000 {
+		t.Errorf("the hourly rule's overrides %+v", hourly.Overrides)
+	}
+}
+
+func TestLocalScopeHasNoFleet(t *testing.T) {
+	cfg := convert(t, guideConfig, guideActions, Options{Scope: "local"})
+	if cfg.Fleet != nil || cfg.Policies[0].Rules[0].Global {
+		t.Errorf("a local conversion has fleet %+v, global %v", cfg.Fleet, cfg.Policies[0].Rules[0].Global)
+	}
+}
+
+// Nested descriptors: a value at the first level picks its own subtree
+// (the service never falls back to the key's own node), so the key's own
+// node leaves that value out; a generic_key's fixed value picks a node and
+// adds no condition.
+func TestNestedDescriptorsFollowTheServicesLookup(t *testing.T) {
+	const config = `domain: d
+descriptors:
+  - key: tenant
+    value: gold
+    descriptors:
+      - key: user
+        rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: tenant
+    descriptors:
+      - key: user
+        rate_limit: {unit: minute, requests_per_unit: 10}
+        shadow_mode: true
+      - key: user
+        value: bot
+        rate_limit: {unit: second, requests_per_unit: 1}
+  - key: generic_key
+    value: api
+    descriptors:
+      - key: method
+        rate_limit: {unit: day, requests_per_unit: 7}
+`
+	const actions = `rate_limits:
+  - actions:
+      - request_headers: {header_name: x-tenant, descriptor_key: tenant}
+      - request_headers: {header_name: x-user, descriptor_key: user}
+  - actions:
+      - generic_key: {descriptor_value: api}
+      - request_headers: {header_name: ":method", descriptor_key: method}
+`
+	cfg := convert(t, config, actions, Options{Scope: "local"})
+	rules := cfg.Policies[0].Rules
+	if len(rules) != 3 {
+		t.Fatalf("tenant-user rules %+v", rules)
+	}
+	gold, bot, any := rules[0], rules[1], rules[2]
+	if len(gold.Keys) != 1 || gold.Keys[0].Name != "x-user" || gold.Match[0].Cond.Value != "gold" || gold.Window.Limit != 100 {
+		t.Errorf("gold %+v", gold)
+	}
+	if len(bot.Keys) != 1 || bot.Keys[0].Name != "x-tenant" || bot.Window.WindowSeconds != 1 || len(bot.Match) != 2 {
+		t.Errorf("bot %+v", bot)
+	}
+	if len(any.Keys) != 2 || any.Mode != policy.ModeShadow || len(any.Match) != 2 || any.Window.Limit != 10 {
+		t.Errorf("any tenant, any user %+v", any)
+	}
+	if m := cfg.Policies[1].Rules; len(m) != 1 || m[0].Keys[0].Kind != policy.SourceMethod || len(m[0].Match) != 0 || m[0].Window.WindowSeconds != 86400 {
+		t.Errorf("per method %+v", m)
+	}
+}
+
+func TestWhatCannotBeConvertedIsNamed(t *testing.T) {
+	header := `- actions: [{request_headers: {header_name: x-k, descriptor_key: k}}]`
+	for _, tc := range []struct{ config, actions, want string }{
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n    colour: red\n", header, "config: line 5: field colour not found"},
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second}\n", header, "config.descriptors[0].rate_limit.requests_per_unit: missing"},
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n", header, `config.descriptors[0].rate_limit.unit "fortnight"`},
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: x}]}\n", header, "rate_limit.replaces: not converted"},
+		{"domain: d\ndescriptors:\n  - key: k\n    value: a*\n    rate_limit: {unit: second, requests_per_unit: 1}\n", header, `config.descriptors[0].value "a*": wildcard`},
+		{"domain: d\ndescriptors:\n  - key: k\n  - key: k\n", header, "config.descriptors[1]: key \"k\" value \"\" again"},
+		{"domain: d\ndescriptors:\n  - {value: v}\n", header, "config.descriptors[0].key: missing"},
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n", "", "rate_limits: empty"},
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			`- actions: [{header_value_match: {descriptor_value: x, headers: []}}]`, "rate_limits[0].actions[0]: header_value_match is not converted"},
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			`- actions: [{request_headers: {header_name: x-k, descriptor_key: k, skip_if_absent: true}}]`, "rate_limits[0].actions[0].request_headers.skip_if_absent"},
+		{"domain: d\ndescriptors:\n  - key: generic_key\n    value: v\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			`- actions: [{generic_key: {descriptor_value: v}}]`, "rate_limits[0]: every action is a generic_key"},
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 0}\n  - key: k\n    value: v\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			header, `requests_per_unit 0 on the key "k" without a value`},
+		{"domain: d\ndescriptors:\n  - key: other\n    rate_limit: {unit: second, requests_per_unit: 1}\n", header, "nothing to convert"},
+	} {
+		_, err := EnvoyRatelimit([]byte(tc.config), []byte(tc.actions), Options{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("config %q, actions %q: error %v, want %q", tc.config, tc.actions, err, tc.want)
+		}
+	}
+}
+
+func TestOverrideKeysAreEscapedAndNamesValid(t *testing.T) {
+	const config = `domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: k
+    value: 'a|b#c\d'
+    rate_limit: {unit: second, requests_per_unit: 5}
+  - key: k
+    value: 'not a name!'
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`
+	cfg := convert(t, config, `- actions: [{request_headers: {header_name: x-k, descriptor_key: k}}]`, Options{})
+	rules := cfg.Policies[0].Rules
+	if len(rules) != 2 || rules[0].Name != "k-not_a_name" || rules[1].Name != "k" {
+		t.Fatalf("rules %+v", rules)
+	}
+	if ov := rules[1].Overrides; len(ov) != 1 || ov[0].Key != `a\|b\#c\\d` {
+		t.Errorf("overrides %+v", ov)
+	}
+}
+
+func TestCommandWritesThePolicyAndTheNotes(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath, actPath, out := filepath.Join(dir, "config.yaml"), filepath.Join(dir, "rl.yaml"), filepath.Join(dir, "policy.json")
+	os.WriteFile(cfgPath, []byte(guideConfig), 0o644)
+	os.WriteFile(actPath, []byte(guideActions), 0o644)
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"envoy-ratelimit", "-config", cfgPath, "-rate-limits", actPath, "-scope", "local", "-o", out}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	doc, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := policy.Parse(doc); err != nil || !strings.Contains(stderr.String(), "note: the rules are local") {
+		t.Errorf("policy %v; stderr %s", err, stderr.String())
+	}
+	for _, args := range [][]string{{}, {"envoy-ratelimit"}, {"nginx"}, {"envoy-ratelimit", "-config", cfgPath}} {
+		if code := Main(args, &stdout, &stderr); code != 2 {
+			t.Errorf("%q: exit %d, want 2 (usage)", args, code)
+		}
+	}
+	if code := Main([]string{"envoy-ratelimit", "-config", filepath.Join(dir, "missing"), "-rate-limits", actPath}, &stdout, &stderr); code != 1 ||
+		!strings.Contains(stderr.String(), "missing: no such file") {
+		t.Errorf("a missing file: exit %d, %s", code, stderr.String())
+	}
+}
+
+func FuzzEnvoyRatelimit(f *testing.F) {
+	f.Add([]byte(guideConfig), []byte(guideActions), true)
+	f.Add([]byte("domain: d\ndescriptors:\n  - key: k\n    descriptors: [{key: j, rate_limit: {unit: day, requests_per_unit: 3}}]\n"),
+		[]byte("rate_limits: [{actions: [{request_headers: {header_name: a, descriptor_key: k}}, {query_parameters: {query_parameter_name: q, descriptor_key: j}}]}]"), false)
+	f.Fuzz(func(t *testing.T, config, actions []byte, global bool) {
+		opt := Options{Scope: "local"}
+		if global {
+			opt.Scope = "global"
+		}
+		res, err := EnvoyRatelimit(config, actions, opt)
+		if err != nil {
+			return
+		}
+		if _, err := policy.Parse(res.Policy); err != nil {
+			t.Fatalf("a converted policy the parser refuses: %v\n%s", err, res.Policy)
+		}
+	})
+}
+
+// The policy docs/migrating.md shows for its envoyproxy/ratelimit
+// configuration is what the conversion makes of it.
+func TestTheMigrationGuideShowsTheConversionsOutput(t *testing.T) {
+	page, err := os.ReadFile(filepath.Join("..", "..", "docs", "migrating.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(page), "### Converting a configuration")
+	_, block, ok2 := strings.Cut(section, "```json\n")
+	block, _, ok3 := strings.Cut(block, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("docs/migrating.md has no JSON block under \"Converting a configuration\"")
+	}
+	res, err := EnvoyRatelimit([]byte(guideConfig), []byte(guideActions), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shown, made any
+	if err := json.Unmarshal([]byte(block), &shown); err != nil {
+		t.Fatalf("the guide's JSON: %v", err)
+	}
+	if err := json.Unmarshal(res.Policy, &made); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(shown, made) {
+		t.Errorf("the guide shows\n%s\nthe conversion makes\n%s", block, res.Policy)
+	}
+}
