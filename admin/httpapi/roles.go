@@ -23,6 +23,8 @@ var readOnlyPosts = map[string]bool{
 	"/api/v1/policy/validate": true,
 	"/api/v1/policy/simulate": true, // evaluates a request; stores nothing
 	"/simulate":               true,
+	"/api/v1/policy/migrate":  true, // converts; stores nothing
+	"/policy/migrate":         true, // converts; its save (op=save) checks the editor role itself
 	"/logout":                 true,
 }
 

@@ -20,6 +20,9 @@ type Options struct {
 	// FleetCluster is the fleet block's cluster of a global conversion
 	// (default "sluice_rls", the cluster envoy.yaml and the chart define).
 	FleetCluster string
+	// Taken are rule and policy names the conversion must not use: those
+	// of the policy its output is added to (AddTo).
+	Taken []string
 }
 
 // Result is a converted policy and what the user should know about it.
@@ -67,6 +70,9 @@ func EnvoyRatelimit(config, routeLimits []byte, opt Options) (Result, error) {
 		opt.FleetCluster = "sluice_rls"
 	}
 	c := &converter{opt: opt, rules: map[string]bool{}, pols: map[string]bool{}}
+	for _, n := range opt.Taken {
+		c.rules[n], c.pols[n] = true, true
+	}
 	if err := c.checkTree("config.descriptors", cfg.Descriptors); err != nil {
 		return Result{}, err
 	}

@@ -1,0 +1,217 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/sluice-rl/sluice/admin/auth"
+	"github.com/sluice-rl/sluice/admin/migrate"
+	"github.com/sluice-rl/sluice/admin/policies"
+	"github.com/sluice-rl/sluice/admin/policyedit"
+	"github.com/sluice-rl/sluice/admin/store"
+	"github.com/sluice-rl/sluice/web"
+)
+
+// Converting envoyproxy/ratelimit's configuration (admin/migrate): the
+// API answers the policy, the page previews it and saves it as a new
+// version. Neither stores anything without a save.
+
+// migrateInput is what a conversion reads, from the API's body or the
+// page's form.
+type migrateInput struct {
+	Config       string `json:"config"`
+	RateLimits   string `json:"rate_limits"`
+	Scope        string `json:"scope"`
+	FleetCluster string `json:"fleet_cluster"`
+	// AddToCurrent adds the converted policies to the current version
+	// (renamed where a name is taken) instead of answering them alone.
+	AddToCurrent bool `json:"add_to_current"`
+}
+
+// migration is a conversion's outcome: the policy a save would store.
+type migration struct {
+	policy    []byte // the document to save
+	converted []byte // the converted policies alone
+	notes     []string
+}
+
+// convert runs the conversion for in, on the current version cur.
+// Problems with the input are *policies.InputError naming its field.
+func convert(in migrateInput, cur policies.Version) (migration, error) {
+	switch {
+	case strings.TrimSpace(in.Config) == "":
+		return migration{}, &policies.InputError{Field: "config", Message: "required: envoyproxy/ratelimit's configuration (YAML, a domain and its descriptors)"}
+	case strings.TrimSpace(in.RateLimits) == "":
+		return migration{}, &policies.InputError{Field: "rate_limits", Message: "required: the Envoy route's rate_limits (YAML), whose actions say what each descriptor key is"}
+	}
+	opt := migrate.Options{Scope: in.Scope, FleetCluster: in.FleetCluster}
+	if in.AddToCurrent {
+		opt.Taken = migrate.Names(cur.JSON)
+	}
+	res, err := migrate.EnvoyRatelimit([]byte(in.Config), []byte(in.RateLimits), opt)
+	if err != nil {
+		field := migrateField(err)
+		return migration{}, &policies.InputError{Field: field, Message: strings.TrimPrefix(err.Error(), field+": ")}
+	}
+	m := migration{policy: res.Policy, converted: res.Policy, notes: res.Notes}
+	if in.AddToCurrent {
+		if m.policy, err = migrate.AddTo(cur.JSON, res.Policy); err != nil {
+			return migration{}, err
+		}
+	}
+	return m, nil
+}
+
+// migrateField is the input a conversion error is about: its message
+// starts with the document's name ("config: line 3: ...",
+// "rate_limits[0].actions[1]: ..."), else the pair of them.
+func migrateField(err error) string {
+	msg := err.Error()
+	for _, f := range []string{"config", "rate_limits", "scope"} {
+		if strings.HasPrefix(msg, f) {
+			return f
+		}
+	}
+	return "config"
+}
+
+// apiMigrate is POST /api/v1/policy/migrate: the policy converted from an
+// envoyproxy/ratelimit configuration, with notes on what differs. It saves
+// nothing: POST /api/v1/policy saves the answer (with base_version when
+// add_to_current was set).
+func (s *server) apiMigrate(w http.ResponseWriter, r *http.Request) error {
+	var in migrateInput
+	if err := s.decodeJSON(w, r, &in, []string{"config", "rate_limits", "scope", "fleet_cluster", "add_to_current"}); err != nil {
+		return err
+	}
+	cur, err := s.Policies.Current(r.Context()) // secrets masked: a save restores them
+	if err != nil {
+		return err
+	}
+	m, err := convert(in, cur)
+	if err != nil {
+		return err
+	}
+	answer := map[string]any{"policy": json.RawMessage(m.policy), "notes": m.notes}
+	if in.AddToCurrent {
+		answer["base_version"] = cur.Number
+	}
+	writeJSON(w, http.StatusOK, answer)
+	return nil
+}
+
+// migratePage is GET /policy/migrate: the empty form.
+func (s *server) migratePage(w http.ResponseWriter, r *http.Request, sess auth.Session) error {
+	cur, err := s.Policies.Current(r.Context())
+	if err != nil {
+		return err
+	}
+	p := web.MigratePage{Nav: nav(sess, "policy"), Form: web.MigrateForm{CSRF: sess.CSRF, BaseVersion: cur.Number, CanEdit: canEdit(sess)}}
+	if !p.Form.CanEdit {
+		p.Flashes = []web.Flash{{Kind: "warn", Text: "Converting saves nothing; saving the result as a new version needs the editor role."}}
+	}
+	s.render(w, r, http.StatusOK, web.Migrate(p))
+	return nil
+}
+
+// migrateSubmit is POST /policy/migrate: convert (op=preview), or save the
+// conversion as a new version (op=save) based on base_version.
+func (s *server) migrateSubmit(w http.ResponseWriter, r *http.Request, sess auth.Session) error {
+	cur, err := s.Policies.Current(r.Context())
+	if err != nil {
+		return err
+	}
+	f := r.PostForm
+	p := web.MigratePage{Nav: nav(sess, "policy"), Form: web.MigrateForm{CSRF: sess.CSRF, BaseVersion: cur.Number, CanEdit: canEdit(sess),
+		Config: crlf(f.Get("config")), RateLimits: crlf(f.Get("rate_limits")), Scope: f.Get("scope"),
+		Replace: f.Get("replace") != "", Message: f.Get("message")}}
+	fail := func(status int, text string) error {
+		p.Flashes = []web.Flash{{Kind: "error", Text: text}}
+		s.render(w, r, status, web.Migrate(p))
+		return nil
+	}
+	base, err := parseVersion(f.Get("base_version"), "base_version")
+	if err != nil {
+		return fail(http.StatusBadRequest, "Not converted: "+err.Error())
+	}
+	m, err := convert(migrateInput{Config: p.Form.Config, RateLimits: p.Form.RateLimits, Scope: p.Form.Scope, AddToCurrent: !p.Form.Replace}, cur)
+	var ie *policies.InputError
+	if errors.As(err, &ie) {
+		return fail(http.StatusBadRequest, "Not converted: "+ie.Error())
+	}
+	if err != nil {
+		return err
+	}
+	p.Result = migrateView(m)
+	if f.Get("op") != "save" {
+		s.render(w, r, http.StatusOK, web.Migrate(p))
+		return nil
+	}
+	if !canEdit(sess) {
+		return fail(http.StatusForbidden, "Not saved: "+forbiddenMessage(sess.Principal(), auth.RoleEditor))
+	}
+	if base != cur.Number {
+		p.Conflict = fmt.Sprintf("The conversion was based on v%d; v%d is current now (by %s).", base, cur.Number, cur.Author)
+		s.render(w, r, http.StatusConflict, web.Migrate(p))
+		return nil
+	}
+	msg := p.Form.Message
+	if msg == "" {
+		msg = fmt.Sprintf("Converted %d rules from envoyproxy/ratelimit", len(p.Result.Rules))
+	}
+	v, err := s.Policies.Save(r.Context(), policies.SaveRequest{Base: base, JSON: m.policy, Author: sess.Author, Message: msg, Scope: scopeOf(principal(r))})
+	var ce *policies.ConflictError
+	var ve *policies.ValidationError
+	switch {
+	case err == nil:
+		s.record(r, store.AuditEntry{Action: ActionSave, Version: v.Number, FromVersion: base, Detail: msg})
+		http.Redirect(w, r, "/?saved="+strconv.FormatInt(v.Number, 10), http.StatusSeeOther)
+		return nil
+	case errors.As(err, &ce):
+		p.Conflict = ce.Error()
+		s.render(w, r, http.StatusConflict, web.Migrate(p))
+		return nil
+	case errors.As(err, &ve), errors.As(err, &ie):
+		return fail(http.StatusUnprocessableEntity, "Not saved: "+err.Error())
+	case errors.As(err, new(*policies.ScopeError)):
+		return fail(http.StatusForbidden, "Not saved: "+err.Error())
+	}
+	return err
+}
+
+// crlf turns a text area's CRLF line ends into LF.
+func crlf(s string) string { return strings.ReplaceAll(s, "\r\n", "\n") }
+
+// migrateView summarizes the converted rules (not the current ones the
+// saved policy also holds).
+func migrateView(m migration) *web.MigrateResult {
+	v := &web.MigrateResult{Policy: policyedit.Pretty(m.policy), Notes: m.notes}
+	doc, err := policyedit.ParseDoc(m.converted)
+	if err != nil {
+		return v
+	}
+	for p := range doc.Policies() {
+		rules, _ := doc.Rules(p)
+		for _, raw := range rules {
+			o, err := policyedit.ParseObject(raw)
+			if err != nil {
+				continue
+			}
+			sum := policyedit.Summarize(o, "")
+			text := sum.Matches + ": " + sum.Limit
+			if sum.Keys != "" {
+				text += ", " + sum.Keys
+			}
+			var ovs []json.RawMessage
+			if raw, ok := o.Get("overrides"); ok && json.Unmarshal(raw, &ovs) == nil && len(ovs) > 0 {
+				text += "; " + strconv.Itoa(len(ovs)) + " overrides"
+			}
+			v.Rules = append(v.Rules, web.MigratedRule{Policy: doc.PolicyName(p), Name: sum.Name, Summary: text})
+		}
+	}
+	return v
+}

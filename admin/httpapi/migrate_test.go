@@ -1,0 +1,165 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/sluice-rl/sluice/admin/auth"
+	"github.com/sluice-rl/sluice/admin/store"
+	"github.com/sluice-rl/sluice/shared/policy"
+)
+
+const (
+	ratelimitConfig = "domain: edge\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n" +
+		"  - key: api_key\n    value: acme\n    rate_limit: {unit: hour, requests_per_unit: 50000}\n" +
+		"  - key: api_key\n    value: '<script>alert(1)</script>'\n    rate_limit: {unit: second, requests_per_unit: 0}\n"
+	ratelimitActions = "- actions: [{request_headers: {header_name: x-api-key, descriptor_key: api_key}}]\n"
+)
+
+func migrateBody(extra string) string {
+	return `{"config": ` + jsonString(ratelimitConfig) + `, "rate_limits": ` + jsonString(ratelimitActions) + extra + `}`
+}
+
+func jsonString(s string) string {
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s) + `"`
+}
+
+func TestAPIMigrateAnswersTheConvertedPolicyAndSavesNothing(t *testing.T) {
+	e := newEnv(t, nil)
+	resp, body := e.apiJSON(t, "POST", "/api/v1/policy/migrate", migrateBody(`, "scope": "local"`))
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%d %v", resp.StatusCode, body)
+	}
+	cfg := parsePolicyOf(t, body)
+	if len(cfg.Policies) != 1 || cfg.Fleet != nil || len(cfg.Policies[0].Rules) != 2 || body["base_version"] != nil {
+		t.Fatalf("converted %+v, base_version %v", cfg.Policies, body["base_version"])
+	}
+	if notes, _ := body["notes"].([]any); len(notes) == 0 {
+		t.Error("no notes")
+	}
+	// Added to the current version: its rule stays, the base is named.
+	resp, body = e.apiJSON(t, "POST", "/api/v1/policy/migrate", migrateBody(`, "add_to_current": true`))
+	if resp.StatusCode != http.StatusOK || body["base_version"] != float64(1) {
+		t.Fatalf("%d %v", resp.StatusCode, body)
+	}
+	if cfg := parsePolicyOf(t, body); len(cfg.Policies) != 2 || cfg.Fleet == nil {
+		t.Errorf("added: %+v", cfg)
+	}
+	if cur, _ := e.svc.Current(context.Background()); cur.Number != 1 {
+		t.Errorf("a conversion saved v%d", cur.Number)
+	}
+}
+
+func parsePolicyOf(t *testing.T, body map[string]any) *policy.Config {
+	t.Helper()
+	doc, err := json.Marshal(body["policy"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := policy.Parse(doc)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, doc)
+	}
+	return cfg
+}
+
+func TestAPIMigrateNamesTheInputAtFault(t *testing.T) {
+	e := newEnv(t, nil)
+	for _, tc := range []struct{ body, field, msg string }{
+		{`{"rate_limits": "x"}`, "config", "required"},
+		{`{"config": "domain: d"}`, "rate_limits", "required"},
+		{`{"config": "domain: d\ndescriptors:\n  - key: k\n    colour: red\n", "rate_limits": "- actions: []"}`, "config", "line 4: field colour not found"},
+		{migrateBody(`, "scope": "everywhere"`), "scope", `"everywhere": want global or local`},
+		{`{"config": ` + jsonString(ratelimitConfig) + `, "rate_limits": "- actions: [{source_cluster: {}}]"}`, "rate_limits", "rate_limits[0].actions[0]: source_cluster is not converted"},
+	} {
+		resp, body := e.apiJSON(t, "POST", "/api/v1/policy/migrate", tc.body)
+		msg, _ := body["error"].(string)
+		if resp.StatusCode != http.StatusBadRequest || body["field"] != tc.field || !strings.Contains(msg, tc.msg) {
+			t.Errorf("%s: %d %v; want 400 on %s with %q", tc.body, resp.StatusCode, body, tc.field, tc.msg)
+		}
+	}
+}
+
+func TestMigratePageConvertsThenSavesANewVersion(t *testing.T) {
+	e := newEnv(t, nil)
+	c := login(t, e, "ed")
+	page := get(t, c, e.srv.URL+"/policy/migrate")
+	csrf := csrfOf(t, page)
+	form := url.Values{"csrf": {csrf}, "base_version": {"1"}, "config": {strings.ReplaceAll(ratelimitConfig, "\n", "\r\n")},
+		"rate_limits": {ratelimitActions}, "scope": {"global"}, "op": {"preview"}}
+	resp, body := post(t, c, e.srv.URL+"/policy/migrate", form)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("convert: %d\n%s", resp.StatusCode, body)
+	}
+	for _, want := range []string{`id="mg-rules"`, `data-rule="api_key"`, "1 overrides", `id="mg-save"`, "Save as v2",
+		"&lt;script&gt;alert(1)&lt;/script&gt;"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the conversion lacks %s:\n%s", want, body)
+		}
+	}
+	if strings.Contains(body, "<script>alert(1)") {
+		t.Error("a value of the configuration is rendered unescaped")
+	}
+
+	form.Set("op", "save")
+	form.Set("message", "from the service")
+	resp, body = post(t, c, e.srv.URL+"/policy/migrate", form)
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/?saved=2" {
+		t.Fatalf("save: %d %s\n%s", resp.StatusCode, resp.Header.Get("Location"), body)
+	}
+	cur, err := e.svc.Current(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := policy.Parse(cur.JSON)
+	if err != nil || len(cfg.Policies) != 2 || cfg.RuleByName("api_key") == nil || cur.Message != "from the service" {
+		t.Fatalf("v%d: %v %s", cur.Number, err, cur.JSON)
+	}
+	es, _ := e.st.ListAudit(context.Background(), store.AuditFilter{Action: ActionSave})
+	if len(es) == 0 || es[0].Version != 2 || es[0].Actor != "ed" {
+		t.Errorf("audit: %+v", es)
+	}
+
+	// The same form again is based on v1: refused, nothing saved.
+	resp, body = post(t, c, e.srv.URL+"/policy/migrate", form)
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(body, `id="conflict"`) {
+		t.Errorf("a stale base: %d\n%s", resp.StatusCode, body)
+	}
+}
+
+func TestMigratePageLetsAViewerConvertButNotSave(t *testing.T) {
+	e := newEnv(t, nil)
+	addUser(t, e, "vera", auth.RoleViewer)
+	viewer := loginAs(t, e, "vera")
+	page := get(t, viewer, e.srv.URL+"/policy/migrate")
+	if !strings.Contains(page, "needs the editor role") {
+		t.Errorf("the viewer is not told:\n%s", page)
+	}
+	form := url.Values{"csrf": {csrfOf(t, page)}, "base_version": {"1"}, "config": {ratelimitConfig}, "rate_limits": {ratelimitActions}, "op": {"preview"}}
+	resp, body := post(t, viewer, e.srv.URL+"/policy/migrate", form)
+	if resp.StatusCode != http.StatusOK || strings.Contains(body, `id="mg-save"`) {
+		t.Errorf("the viewer's conversion: %d, a save button %v", resp.StatusCode, strings.Contains(body, `id="mg-save"`))
+	}
+	form.Set("op", "save")
+	if resp, _ := post(t, viewer, e.srv.URL+"/policy/migrate", form); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("the viewer's save: %d, want 403", resp.StatusCode)
+	}
+	form.Del("csrf")
+	if resp, _ := post(t, loginAs(t, e, "vera"), e.srv.URL+"/policy/migrate", form); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a post without the CSRF token: %d, want 403", resp.StatusCode)
+	}
+	if cur, _ := e.svc.Current(context.Background()); cur.Number != 1 {
+		t.Errorf("v%d saved", cur.Number)
+	}
+}
+
+func TestThePolicyPageLinksToTheConversion(t *testing.T) {
+	e := newEnv(t, nil)
+	if page := get(t, login(t, e, "ed"), e.srv.URL+"/"); !strings.Contains(page, `<a href="/policy/migrate">`) {
+		t.Errorf("no link to the conversion:\n%s", page)
+	}
+}
