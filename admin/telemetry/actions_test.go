@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // TestActionCountsMergeLikeTheDecisions: exempted, denied, overridden and
@@ -56,5 +58,43 @@ func TestDecodeActionCounts(t *testing.T) {
 	b, _ := json.Marshal(r.Rules[0])
 	if !strings.Contains(string(b), `"exempted":2,"denied":3,"overridden":4`) || !strings.Contains(string(b), `"key_missing":5`) {
 		t.Errorf("encoded %s", b)
+	}
+}
+
+// TestPrometheusActionSeries: per rule and node, the requests skipped for
+// a missing key, decided by an override, exempted and denied, as counters
+// summed over the node's VMs (a restart counting from zero); a rule that
+// counted none of one has no series of it.
+func TestPrometheusActionSeries(t *testing.T) {
+	now := t0.Add(3 * time.Second)
+	s := NewState(Options{Now: func() time.Time { return now }})
+	m := NewMetrics(s)
+	start := t0.UnixMilli()
+	acts := func(rule string, e, d, o, k uint64) RuleCounters {
+		return RuleCounters{Rule: rule, Allowed: o, Exempted: e, Denied: d, Overridden: o, KeyMissing: k}
+	}
+	s.Ingest(rep("edge-a", "vm1", start, 1, acts("plans", 0, 0, 10, 4), acts("health", 7, 0, 0, 0)), t0.Add(time.Second))
+	s.Ingest(rep("edge-a", "vm2", start, 1, acts("plans", 0, 0, 3, 1)), t0.Add(time.Second))
+	s.Ingest(rep("edge-a", "vm1", start, 2, acts("plans", 0, 0, 12, 6), acts("health", 9, 0, 0, 0)), t0.Add(2*time.Second))
+	s.Ingest(rep("edge-a", "vm1", start+2000, 1, acts("plans", 0, 0, 1, 0), acts("health", 0, 0, 0, 0)), t0.Add(3*time.Second)) // restarted
+	s.Ingest(rep("edge-b", "vm9", start, 1, acts("bots", 0, 5, 0, 0)), t0.Add(2*time.Second))
+
+	expected := `
+# HELP sluice_rule_key_missing_total Requests the rule matched but skipped because one of its limit keys had no value (a header absent, metadata no filter wrote): a rule that never applies, or a client without its key. Per rule and node, counted by the admin from the reports since it first saw the node; only for rules that skipped something.
+# TYPE sluice_rule_key_missing_total counter
+sluice_rule_key_missing_total{node="edge-a",rule="plans"} 7
+# HELP sluice_rule_overridden_total Requests the rule decided with an override's limits (also counted in sluice_requests_total), per rule and node, since the admin first saw the node; only for rules that did.
+# TYPE sluice_rule_overridden_total counter
+sluice_rule_overridden_total{node="edge-a",rule="plans"} 16
+# HELP sluice_rule_exempted_total Requests an exempt rule let through, limited by no rule, per rule and node, since the admin first saw the node; only for rules that did.
+# TYPE sluice_rule_exempted_total counter
+sluice_rule_exempted_total{node="edge-a",rule="health"} 9
+# HELP sluice_rule_denied_total Requests a deny rule rejected, per rule and node, since the admin first saw the node; only for rules that did.
+# TYPE sluice_rule_denied_total counter
+sluice_rule_denied_total{node="edge-b",rule="bots"} 5
+`
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(expected),
+		"sluice_rule_key_missing_total", "sluice_rule_overridden_total", "sluice_rule_exempted_total", "sluice_rule_denied_total"); err != nil {
+		t.Error(err)
 	}
 }

@@ -32,7 +32,7 @@ const (
 	costNode   = 640 // node struct, its two maps' headers, map entry, list element
 	costVM     = 320 // vmState, its counters map header, map entry, list element
 	costVMRule = 160 // one (VM, rule) baseline: a map entry of a string and a vmRule, at worst load
-	costSeries = 192 // series struct, map entry, list element (plus its ring)
+	costSeries = 224 // series struct, map entry, list element (plus its ring)
 	costRule   = 256 // ruleAgg, map entry, list element (plus its rings and name)
 	costRing   = 320 // a ring's header and its slots' rounding to a size class (plus 24 bytes a second)
 )

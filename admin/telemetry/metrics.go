@@ -83,6 +83,18 @@ var (
 	descResponseCosts = prometheus.NewDesc("sluice_response_costs_total",
 		"Charges of rules whose cost comes from the response, per rule, node and outcome: charged (every charge), default (charged default_cost: the response reported no cost, or the stream ended first), invalid (the reported value was not a cost; also counted in default). Counted by the admin from the reports since it first saw the node; only for rules that charged something.",
 		[]string{"rule", "node", "outcome"}, nil)
+	descKeyMissing = prometheus.NewDesc("sluice_rule_key_missing_total",
+		"Requests the rule matched but skipped because one of its limit keys had no value (a header absent, metadata no filter wrote): a rule that never applies, or a client without its key. Per rule and node, counted by the admin from the reports since it first saw the node; only for rules that skipped something.",
+		[]string{"rule", "node"}, nil)
+	descOverridden = prometheus.NewDesc("sluice_rule_overridden_total",
+		"Requests the rule decided with an override's limits (also counted in sluice_requests_total), per rule and node, since the admin first saw the node; only for rules that did.",
+		[]string{"rule", "node"}, nil)
+	descExempted = prometheus.NewDesc("sluice_rule_exempted_total",
+		"Requests an exempt rule let through, limited by no rule, per rule and node, since the admin first saw the node; only for rules that did.",
+		[]string{"rule", "node"}, nil)
+	descDenied = prometheus.NewDesc("sluice_rule_denied_total",
+		"Requests a deny rule rejected, per rule and node, since the admin first saw the node; only for rules that did.",
+		[]string{"rule", "node"}, nil)
 	descLastReport = prometheus.NewDesc("sluice_node_last_report_timestamp_seconds",
 		"When the admin last received a report from the node (unix seconds).", []string{"node"}, nil)
 	descDropped = prometheus.NewDesc("sluice_telemetry_reports_dropped_total",
@@ -110,7 +122,7 @@ var (
 type stateCollector struct{ s *State }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRequests, descOverflowed, descOverflowIdentities, descResponseCosts, descLastReport, descDropped, descVMs, descNodeConfig, descBuckets, descEvicted, descNodes, descRefused, descStateBytes, descStateMaxBytes} {
+	for _, d := range []*prometheus.Desc{descRequests, descOverflowed, descOverflowIdentities, descKeyMissing, descOverridden, descExempted, descDenied, descResponseCosts, descLastReport, descDropped, descVMs, descNodeConfig, descBuckets, descEvicted, descNodes, descRefused, descStateBytes, descStateMaxBytes} {
 		ch <- d
 	}
 	describeFleet(ch)
@@ -128,6 +140,7 @@ type seriesMetric struct {
 	total      Counts
 	overflowed uint64
 	identities uint64
+	acts       Actions
 	resp       ResponseCosts
 }
 
@@ -147,7 +160,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		nodes = append(nodes, nm)
 		first := len(ser)
 		for rule, se := range n.series {
-			ser = append(ser, seriesMetric{rule: rule, node: n.id, total: se.total, overflowed: se.overflowed, resp: se.resp})
+			ser = append(ser, seriesMetric{rule: rule, node: n.id, total: se.total, overflowed: se.overflowed, acts: se.acts, resp: se.resp})
 		}
 		overflowIdentities(n, now, func(rule string, k uint64) {
 			for i := first; i < len(ser); i++ {
@@ -168,6 +181,14 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descOverflowed, prometheus.CounterValue, float64(sm.overflowed), sm.rule, sm.node)
 		ch <- prometheus.MustNewConstMetric(descOverflowIdentities, prometheus.GaugeValue, float64(sm.identities), sm.rule, sm.node)
+		for _, a := range []struct {
+			desc *prometheus.Desc
+			n    uint64
+		}{{descKeyMissing, sm.acts.KeyMissing}, {descOverridden, sm.acts.Overridden}, {descExempted, sm.acts.Exempted}, {descDenied, sm.acts.Denied}} {
+			if a.n > 0 {
+				ch <- prometheus.MustNewConstMetric(a.desc, prometheus.CounterValue, float64(a.n), sm.rule, sm.node)
+			}
+		}
 		if r := sm.resp; r.Charged > 0 {
 			for _, o := range []struct {
 				name string

@@ -220,8 +220,9 @@ type series struct {
 	el         *list.Element // in State.lists.series
 	cost       int64
 	ring       *ring
-	total      Counts // since the admin first saw it
-	overflowed uint64 // requests decided by an overflow limit, since the admin first saw it
+	total      Counts  // since the admin first saw it
+	overflowed uint64  // requests decided by an overflow limit, since the admin first saw it
+	acts       Actions // exempted, denied, overridden, key missing, since the admin first saw it
 	resp       ResponseCosts
 	last       time.Time
 }
@@ -380,6 +381,7 @@ func (s *State) Ingest(r *Report, now time.Time) Result {
 		}
 		s.addDelta(ra, se, sec, now, &d, overflowed)
 		ra.acts.add(acts)
+		se.acts.add(acts)
 		ra.resp.add(resp)
 		se.resp.add(resp)
 	}
