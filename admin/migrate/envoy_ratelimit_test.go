@@ -249,7 +249,7 @@ func TestTheMigrationGuideShowsTheConversionsOutput(t *testing.T) {
 	if !ok || !ok2 || !ok3 {
 		t.Fatal("docs/migrating.md has no JSON block under \"Converting a configuration\"")
 	}
-	res, err := EnvoyRatelimit([]byte(guideConfig), []byte(guideActions), Options{})
+	res, err := EnvoyRatelimit([]byte(guideConfig), []byte(guideActions), Options{Scope: "local"})
 	if err != nil {
 		t.Fatal(err)
 	}

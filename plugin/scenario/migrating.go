@@ -9,6 +9,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +21,9 @@ func init() {
 	register(
 		Case{Name: "MigratingFromEnvoyLocalRateLimit", Run: migratingEnvoyLocal},
 		Case{Name: "MigratingFromEnvoyproxyRatelimit", Run: migratingEnvoyproxyRatelimit},
+		Case{Name: "MigratingFromEnvoyproxyRatelimitConverted", Run: migratingEnvoyproxyRatelimitConverted},
 		Case{Name: "MigratingFromNginxLimitReq", Run: migratingNginx},
+		Case{Name: "MigratingFromIngressNginxAnnotations", Run: migratingIngressNginx},
 		Case{Name: "MigratingFromKongRateLimiting", Run: migratingKong},
 		Case{Name: "MigratingFromHigressKeyRateLimit", Run: migratingHigressKey},
 		Case{Name: "MigratingFromHigressClusterKeyRateLimit", Run: migratingHigressCluster},
@@ -33,7 +36,7 @@ func init() {
 const MigrationGuide = "docs/migrating.md"
 
 var MigrationExamples = []string{
-	"envoy-local", "envoyproxy-ratelimit", "nginx-limit-req", "kong", "higress-key-rate-limit", "higress-cluster-key-rate-limit",
+	"envoy-local", "envoyproxy-ratelimit", "envoyproxy-ratelimit-converted", "nginx-limit-req", "ingress-nginx", "kong", "higress-key-rate-limit", "higress-cluster-key-rate-limit",
 	"higress-ai-token-ratelimit",
 }
 
@@ -159,6 +162,82 @@ func migratingNginx(t *testing.T, start Starter) {
 	nginxQueue(t, h, at("/upload/f"), 1, []time.Duration{1000, 2000, 3000, 4000, 5000})
 	// 2r/s burst=10 delay=3: four at once, seven paced half a second apart.
 	nginxQueue(t, h, at("/search/q"), 4, []time.Duration{500, 1000, 1500, 2000, 2500, 3000, 3500})
+	noRecoveredPanics(t, h)
+}
+
+// migratingEnvoyproxyRatelimitConverted: the policy the admin converts
+// from the guide's envoyproxy/ratelimit configuration (checked against the
+// converter by admin/migrate's TestTheMigrationGuideShowsTheConversionsOutput):
+// 60 a minute per address; per key 1,000 an hour, acme 50,000, the revoked
+// key refused, the batch key not limited by the per-key policy.
+func migratingEnvoyproxyRatelimitConverted(t *testing.T, start Starter) {
+	h := startExample(t, start, "envoyproxy-ratelimit-converted", noon)
+	key := func(addr, k string) Request { return req("@ip", addr+":1", "x-api-key", k) }
+	for i, k := range []string{"acme", "beta", "internal-batch"} {
+		if res := do(t, h, key("198.51.100."+strconv.Itoa(i+1), k)); res.Rejected {
+			t.Fatalf("%s rejected", k)
+		}
+	}
+	// The per-key rule took acme (with its override) and beta, not the
+	// batch key; the per-address rule all three.
+	wantMetrics(t, h, map[string]uint64{"sluice.rule.api_key.allowed": 2, "sluice.rule.api_key.overridden": 1,
+		"sluice.rule.remote_address.allowed": 3})
+	// beta's 1,000 an hour, from addresses that stay under 60 a minute.
+	for i := range 20 {
+		admitted(t, h, 50, key("192.0.2."+strconv.Itoa(i+1), "beta"))
+	}
+	if res := do(t, h, key("192.0.2.100", "beta")); !res.Rejected {
+		t.Error("beta's 1,001st request of the hour was admitted")
+	} else {
+		wantHeaders(t, "beta over its hour", res.ResponseHeaders, "ratelimit-policy", `"api_key";q=1000;w=3600`)
+	}
+	if res := do(t, h, key("198.51.100.99", "revoked-key")); !res.Rejected || res.Status != 429 {
+		t.Errorf("the revoked key: rejected %v status %d, want 429", res.Rejected, res.Status)
+	}
+	// 60 a minute from one address, whatever the key.
+	if got := admitted(t, h, 61, key("203.0.113.1", "internal-batch")); got != 60 {
+		t.Errorf("one address: %d of 61 admitted in a minute, want 60", got)
+	}
+	noRecoveredPanics(t, h)
+}
+
+// migratingIngressNginx: an Ingress's limit-rps (burst rps × multiplier,
+// nodelay) and limit-connections, its whitelist and its host.
+func migratingIngressNginx(t *testing.T, start Starter) {
+	h := startExample(t, start, "ingress-nginx", noon)
+	from := func(addr, host string) Request { return req("@ip", addr+":1", ":authority", host) }
+	client := from("198.51.100.7", "shop.example.com")
+
+	passed, rejected, held := burst(t, h, 17, client)
+	if len(passed) != 16 || len(rejected) != 1 || len(held) != 0 || rejected[0].Status != 503 {
+		t.Fatalf("one client at once: %d passed, %d rejected, %d held; want 16, 1 (503), 0", len(passed), len(rejected), len(held))
+	}
+	h.Advance(200 * time.Millisecond)
+	if got := admitted(t, h, 2, client); got != 1 {
+		t.Errorf("200 ms later: %d of 2 admitted, want 1", got)
+	}
+	for _, r := range []Request{from("10.1.2.3", "shop.example.com"), from("198.51.100.7", "other.example.com")} {
+		if got := admitted(t, h, 40, r); got != 40 {
+			t.Errorf("%s for %s: %d of 40 admitted; the Ingress's limits do not apply to it", header(r.Headers, "@ip"), header(r.Headers, ":authority"), got)
+		}
+	}
+
+	// Ten in flight from another client, the eleventh refused, and its
+	// token given back.
+	other := from("203.0.113.5", "shop.example.com")
+	other.HoldUpstream = true
+	for i := range 10 {
+		if res := do(t, h, other); res.Rejected || res.Stream == nil {
+			t.Fatalf("in flight %d: rejected %v", i+1, res.Rejected)
+		}
+	}
+	other.HoldUpstream = false
+	if res := do(t, h, other); !res.Rejected || res.Status != 503 {
+		t.Fatalf("an 11th in flight: rejected %v status %d, want 503", res.Rejected, res.Status)
+	}
+	if n := metric(h, "sluice.rule.shop-rps.allowed"); n != 10+1+16 {
+		t.Errorf("shop-rps allowed %d; want 27 (the refused 11th in flight takes no token)", n)
+	}
 	noRecoveredPanics(t, h)
 }
 
