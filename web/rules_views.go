@@ -48,7 +48,7 @@ type RuleFormView struct {
 	Path       string // the rule's JSON path
 	Name       string
 	Mode       string
-	Action     string // "" or "limit", "exempt", "deny"
+	Action     string // "" or "limit", "exempt", "unlimited", "deny"
 	DenyStatus string
 	Algorithm  string
 	Rate       string

@@ -24,10 +24,8 @@ var formFields = map[string]bool{"name": true, "mode": true, "action": true, "de
 	"limit_keys": true, "match": true, "algorithm": true, "algorithm_config": true}
 
 // limitsNothing reports whether action is one of a rule that limits nothing
-// (exempt, deny): it has no limit keys and no algorithm.
-func limitsNothing(action string) bool {
-	return action == policy.ActionExempt || action == policy.ActionDeny
-}
+// (exempt, unlimited, deny): it has no limit keys and no algorithm.
+func limitsNothing(action string) bool { return policy.LimitsNothing(action) }
 
 // Summarize describes a rule. defaultMode is the document's mode.
 func Summarize(o Object, defaultMode string) Summary {
@@ -70,6 +68,8 @@ func Summarize(o Object, defaultMode string) Summary {
 	switch action := o.String("action"); action {
 	case policy.ActionExempt:
 		s.Limit, s.Keys = "exempt: no rule limits it", ""
+	case policy.ActionUnlimited:
+		s.Limit, s.Keys = "unlimited: no later rule of its policy limits it", ""
 	case policy.ActionDeny:
 		status := numText(o, "deny_status")
 		if status == "?" {
@@ -233,7 +233,7 @@ type FieldError struct {
 // Apply writes the form into the rule o, keeping every member and
 // algorithm_config field the form does not edit. A number that is not one
 // is reported against its field; everything else is left to the filter's
-// parser (see Locate). An exempt or deny rule limits nothing: it keeps no
+// parser (see Locate). An exempt, unlimited or deny rule limits nothing: it keeps no
 // limit keys, algorithm or algorithm_config, whatever the form holds.
 func (f Form) Apply(o Object) (Object, []FieldError) {
 	out := append(Object(nil), o...)
@@ -320,9 +320,9 @@ func (f Form) Apply(o Object) (Object, []FieldError) {
 }
 
 // applyReject writes the rule's own rejection body and content type, or
-// removes them (an exempt rule rejects nothing).
+// removes them (an exempt or unlimited rule rejects nothing).
 func (f Form) applyReject(out *Object, action string) {
-	if !f.Reject || action == policy.ActionExempt {
+	if !f.Reject || policy.RejectsNothing(action) {
 		out.Delete("reject_body")
 		out.Delete("reject_content_type")
 		return

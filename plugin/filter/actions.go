@@ -19,6 +19,11 @@ import (
 //     deny and exempt rules of every policy, before or after it), never
 //     from enforced ones, so a draft tried in shadow keeps its own
 //     exemptions without changing enforcement; counted the same way.
+//   - An unlimited rule that applies ends its policy: the policy's later
+//     rules are not tried, so the policy limits nothing for this request,
+//     and the other policies apply as usual; counted in
+//     sluice.rule.<rule>.exempted. Its mode changes nothing: it limits
+//     nothing either way.
 //   - A deny rule that applies rejects the request at once with its
 //     deny_status and X-RateLimit-Reason: denied, touching no bucket;
 //     counted in sluice.rule.<rule>.denied. In shadow mode it only marks the
@@ -38,6 +43,7 @@ type ruleAction uint8
 const (
 	actLimit ruleAction = iota
 	actExempt
+	actUnlimited
 	actDeny
 )
 
@@ -50,6 +56,9 @@ func (cr *compiledRule) compileAction(r *policy.Rule, vm *vmContext) {
 	switch r.Action {
 	case policy.ActionExempt:
 		cr.action = actExempt
+		cr.m.exempted = vm.counter(p + "exempted")
+	case policy.ActionUnlimited: // counted as exempted: from its policy
+		cr.action = actUnlimited
 		cr.m.exempted = vm.counter(p + "exempted")
 	case policy.ActionDeny:
 		cr.action = actDeny

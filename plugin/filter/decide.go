@@ -329,6 +329,11 @@ policies:
 			}
 			if r.action != actLimit {
 				switch {
+				case r.action == actUnlimited: // actions.go: its policy limits this request no further
+					if !again {
+						r.m.exempted.inc()
+						r.tc.exempted++
+					}
 				case r.action == actExempt && !r.shadow:
 					p.act = r
 					apps = apps[:0]

@@ -26,7 +26,7 @@ package filter
 //	                                   was held (also counted in allowed)
 //	sluice.rule.<rule>.delay_ms        the sum of those reservations' delays, in ms (rounded up)
 //	sluice.rule.<rule>.shadow_delayed  the rule (shadow mode) reserved; the request was not held
-//	sluice.rule.<rule>.exempted        an exempt rule applied: no rule (in shadow mode: no shadow rule) limited the request
+//	sluice.rule.<rule>.exempted        an exempt rule applied: no rule (in shadow mode: no shadow rule) limited the request; an unlimited rule applied: no rule of its policy did
 //	sluice.rule.<rule>.denied          a deny rule (enforce mode) rejected the request
 //	sluice.rule.<rule>.overridden      the rule decided a request with an override's limits
 //	                                   (the last three are defined only for rules that have them)

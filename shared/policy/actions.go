@@ -6,14 +6,17 @@ import (
 	"strings"
 )
 
-// This file parses a rule's "action" (limit, exempt, deny) with deny_status,
+// This file parses a rule's "action" (limit, exempt, unlimited, deny) with deny_status,
 // and a limit rule's per-identity "overrides".
 
 // Rule actions.
 const (
 	ActionLimit  = "limit"  // the default: the rule's algorithm limits the request
 	ActionExempt = "exempt" // a matching request is limited by no rule of any policy
-	ActionDeny   = "deny"   // a matching request is rejected at once with deny_status
+	// ActionUnlimited: a matching request is not limited by this rule's
+	// policy (its later rules are not tried); the other policies apply.
+	ActionUnlimited = "unlimited"
+	ActionDeny      = "deny" // a matching request is rejected at once with deny_status
 )
 
 // Defaults and bounds of actions and overrides.
@@ -28,7 +31,7 @@ const (
 )
 
 var (
-	actions        = []string{ActionLimit, ActionExempt, ActionDeny}
+	actions        = []string{ActionLimit, ActionExempt, ActionUnlimited, ActionDeny}
 	overrideFields = []string{"key", "algorithm_config"}
 	// What an override's algorithm_config may set: the limits, never what
 	// shapes the state (window lengths) or the cost.
@@ -58,7 +61,7 @@ func (p *parser) action(path string, f map[string]*jvalue) (string, int) {
 	if av := f["action"]; av != nil {
 		apath := join(path, "action")
 		switch {
-		case av.kind == jString && (av.s == ActionLimit || av.s == ActionExempt || av.s == ActionDeny):
+		case av.kind == jString && slices.Contains(actions, av.s):
 			act = av.s
 		case av.kind == jString:
 			p.errorf(apath, "unknown action ", quoteShort(av.s), "; use one of: ", quoteList(actions))
@@ -81,7 +84,19 @@ func (p *parser) action(path string, f map[string]*jvalue) (string, int) {
 	return act, status
 }
 
-// actionRule checks an exempt or deny rule: it limits nothing, so it takes
+// LimitsNothing reports whether action is one of a rule without an
+// algorithm: exempt, unlimited and deny rules.
+func LimitsNothing(action string) bool {
+	return action == ActionExempt || action == ActionUnlimited || action == ActionDeny
+}
+
+// RejectsNothing reports whether a rule of action never rejects a
+// request: exempt and unlimited rules (no rejection body applies).
+func RejectsNothing(action string) bool {
+	return action == ActionExempt || action == ActionUnlimited
+}
+
+// actionRule checks an exempt, unlimited or deny rule: it limits nothing, so it takes
 // none of a limit rule's fields.
 func (p *parser) actionRule(path string, f map[string]*jvalue, r *Rule) {
 	for _, name := range []string{"algorithm", "algorithm_config", "max_keys", "scope", "overrides"} {

@@ -42,7 +42,7 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 				Algorithm: r.Algorithm,
 				Mode:      r.Mode,
 			}
-			if r.Action == ActionExempt || r.Action == ActionDeny { // actions.go
+			if LimitsNothing(r.Action) { // actions.go
 				nr.Action, nr.DenyStatus = r.Action, r.DenyStatus
 				if len(r.Keys) == 0 {
 					nr.LimitKeys = nil

@@ -226,10 +226,10 @@ func (p *parser) rule(path string, v *jvalue, policy string, mode Mode) (Rule, b
 	if r.Action, r.DenyStatus = p.action(path, f); r.Action == "" { // actions.go
 		return r, false // which fields apply depends on the action
 	}
-	if r.Action == ActionExempt {
+	if RejectsNothing(r.Action) {
 		for _, name := range []string{"reject_body", "reject_content_type"} {
 			if f[name] != nil {
-				p.errorf(join(path, name), `does not apply to an "exempt" rule, which rejects nothing; remove it`)
+				p.errorf(join(path, name), `does not apply to an "`, r.Action, `" rule, which rejects nothing; remove it`)
 			}
 		}
 	} else {
@@ -275,7 +275,7 @@ func (p *parser) rule(path string, v *jvalue, policy string, mode Mode) (Rule, b
 		}
 	}
 
-	if r.Action != ActionLimit { // exempt or deny (actions.go)
+	if r.Action != ActionLimit { // exempt, unlimited or deny (actions.go)
 		p.actionRule(path, f, &r)
 		return r, len(p.errs) == before
 	}

@@ -140,7 +140,8 @@ type Rule struct {
 	// across every Envoy process connected to the fleet backend (fleet.go).
 	Global bool
 	// Action is "action" (actions.go): ActionLimit (the default),
-	// ActionExempt or ActionDeny. Exempt and deny rules have no algorithm.
+	// ActionExempt, ActionUnlimited or ActionDeny. Those three have no
+	// algorithm.
 	Action string
 	// DenyStatus is "deny_status" of a deny rule (default 403), else 0.
 	DenyStatus int

@@ -131,7 +131,7 @@ func schemaProperties() map[string]obj {
 				"description":          "Conditions that must all hold for the rule to apply, one per key source: the exact value, or an object with one operator."},
 			"algorithm": obj{"type": "string", "enum": algorithms, "description": "The limiting algorithm (limit rules only)."},
 			"action": obj{"type": "string", "enum": actions, "default": ActionLimit,
-				"description": "limit: the algorithm limits matching requests; exempt: a matching request is limited by no rule of any policy; deny: a matching request is rejected at once with deny_status."},
+				"description": "limit: the algorithm limits matching requests; exempt: a matching request is limited by no rule of any policy; unlimited: a matching request is not limited by this policy (its later rules are not tried), the other policies apply; deny: a matching request is rejected at once with deny_status."},
 			"deny_status": obj{"type": "integer", "minimum": 200, "maximum": 599, "default": DefaultDenyStatus,
 				"description": "HTTP status of a deny rule's rejection (deny rules only)."},
 			"overrides": obj{"type": "array", "items": obj{"$ref": "#/$defs/override"},
@@ -272,6 +272,7 @@ func schemaDoc() obj {
 						algorithmAlternative("concurrency", AlgorithmConcurrency),
 					}},
 				actionAlternative(ActionExempt),
+				actionAlternative(ActionUnlimited),
 				actionAlternative(ActionDeny),
 			},
 		}),
@@ -356,7 +357,7 @@ func actionAlternative(action string) obj {
 	if action != ActionDeny {
 		props["deny_status"] = never
 	}
-	if action == ActionExempt { // it rejects nothing
+	if RejectsNothing(action) {
 		props["reject_body"], props["reject_content_type"] = never, never
 	}
 	return obj{"required": []string{"action"}, "properties": props}

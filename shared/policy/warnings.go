@@ -40,7 +40,8 @@ func (c *Config) Warnings() []Warning {
 	return out
 }
 
-// blanket reports an exempt or deny rule that applies to every request.
+// blanket reports an exempt, unlimited or deny rule that applies to every
+// request.
 func blanket(r *Rule) []Warning {
 	mode := ""
 	if r.Mode == ModeShadow {
@@ -53,6 +54,8 @@ func blanket(r *Rule) []Warning {
 			what = "no shadow rule of any policy reports any request"
 		}
 		return []Warning{{Rule: r.Name, Message: "this" + mode + " exempt rule has no match, so it exempts every request: " + what + "; give it a match"}}
+	case ActionUnlimited:
+		return []Warning{{Rule: r.Name, Message: "this unlimited rule has no match, so its policy limits no request; give it a match"}}
 	case ActionDeny:
 		what := "every request is rejected with " + strconv.Itoa(r.DenyStatus)
 		if r.Mode == ModeShadow {

@@ -159,8 +159,9 @@ type RuleResult struct {
 	Global bool
 	// Action is the rule's action: policy.ActionLimit, ActionExempt (an
 	// applying exempt rule lets the request through unlimited by any rule;
-	// in shadow mode, unlimited by any shadow rule)
-	// or ActionDeny (rejected at once with deny_status).
+	// in shadow mode, unlimited by any shadow rule), ActionUnlimited (an
+	// applying unlimited rule ends its policy: Why says so) or ActionDeny
+	// (rejected at once with deny_status).
 	Action string
 	// Overridden: the identity has an entry in the rule's overrides, whose
 	// limits decided instead of the rule's.
@@ -235,6 +236,8 @@ func Run(cfg *policy.Config, req Request, opt Options) Result {
 				shadowEx = rr
 			case rr.Action == policy.ActionExempt:
 				exempt = rr
+			case rr.Action == policy.ActionUnlimited:
+				rr.Why = "unlimited: policy " + strconv.Quote(p.Name) + " limits this request no further; the other policies apply"
 			case rr.Action == policy.ActionDeny:
 				denies = append(denies, rr)
 			default:

@@ -406,3 +406,24 @@ func TestGlobalRuleOverrideGivesItsIdentityItsOwnLimit(t *testing.T) {
 			acme.Global, acme.Overridden, acme.Level, beta.Overridden, beta.Level)
 	}
 }
+
+// An unlimited rule ends its policy (its later rules are not tried) and
+// leaves the other policies alone.
+func TestUnlimitedRuleEndsItsPolicyOnly(t *testing.T) {
+	cfg := mustParse(t, `{"policies":[
+ {"name":"keys","rules":[
+  {"name":"internal","action":"unlimited","match":{"header:x-api-key":{"in":["batch"]}}},
+  {"name":"per-key","limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1}}]},
+ {"name":"addresses","rules":[
+  {"name":"per-ip","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":5}}]}]}`)
+	res := Run(cfg, Request{Method: "GET", Path: "/", Host: "a", ClientAddress: "10.0.0.1:1",
+		Headers: map[string]string{"x-api-key": "batch"}}, Options{Now: 1e9})
+	keys, addr := res.Policies[0].Rules, res.Policies[1].Rules
+	if !keys[0].Applies || !strings.Contains(keys[0].Why, "limits this request no further") || keys[1].Applies ||
+		!strings.Contains(keys[1].Why, "before it applies") {
+		t.Errorf("the keys policy: %+v", keys)
+	}
+	if !addr[0].Applies || res.Status != 0 || res.Rule != "per-ip" {
+		t.Errorf("the address policy: %+v, status %d, rule %q", addr[0], res.Status, res.Rule)
+	}
+}
