@@ -70,6 +70,13 @@ func TestPrometheusSeesEveryDashboardQueryAndTheAlertsOnTheRunningStack(t *testi
 	gwURL := startGateway(t, root, bin, wasmFile, bootFile, xdsAddr, adminURL, "sluice_rls=h2c://"+rlsAddr)
 	sendTraffic(t, gwURL)
 	sendChats(t, gwURL)
+	// A few requests without an API key: the per-key rule skips them
+	// (sluice_rule_key_missing_total) while it limits the others.
+	for range 5 {
+		if resp, err := http.Get(gwURL + "/api/items"); err == nil {
+			resp.Body.Close()
+		}
+	}
 
 	promURL := startPrometheus(t, prometheus, promAddr, metricsAddr)
 	// A second version, pushed once Prometheus has seen the first: the

@@ -14,7 +14,7 @@ import (
 
 // TestSimulatorDecidesLikeTheCompiledFilterUnderRandomPolicies is the
 // comparison of TestSimulatorDecidesLikeTheCompiledFilter over random
-// configurations: policies of limit, exempt and deny rules in either mode,
+// configurations: policies of limit, exempt, unlimited and deny rules in either mode,
 // with every local algorithm, match operators on every source, one or two
 // limit keys, costs from headers and query parameters, overrides, and the
 // configuration's response-field, status and X-Forwarded-For settings. Each

@@ -171,7 +171,7 @@ func (g *configGen) rule() map[string]any {
 	}
 	switch g.rng.IntN(8) {
 	case 0:
-		r["action"] = "exempt"
+		r["action"] = g.oneOf("exempt", "exempt", "unlimited")
 		return r
 	case 1:
 		r["action"] = "deny"
