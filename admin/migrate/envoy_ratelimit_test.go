@@ -112,7 +112,9 @@ descriptors:
       - key: method
         rate_limit: {unit: day, requests_per_unit: 7}
 `
-	const actions = `rate_limits:
+	const actions = `cluster: backend
+timeout: 5s
+rate_limits:
   - actions:
       - request_headers: {header_name: x-tenant, descriptor_key: tenant}
       - request_headers: {header_name: x-user, descriptor_key: user}
@@ -160,6 +162,7 @@ func TestWhatCannotBeConvertedIsNamed(t *testing.T) {
 		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 0}\n  - key: k\n    value: v\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
 			header, `requests_per_unit 0 on the key "k" without a value`},
 		{"domain: d\ndescriptors:\n  - key: other\n    rate_limit: {unit: second, requests_per_unit: 1}\n", header, "nothing to convert"},
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n", "cluster: backend\n", "no rate_limits member"},
 	} {
 		_, err := EnvoyRatelimit([]byte(tc.config), []byte(tc.actions), Options{})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -140,24 +140,34 @@ func yamlError(err error) string {
 }
 
 // parseRateLimits reads the route's rate_limits: a list, or an object with
-// a rate_limits member (a route's or virtual host's configuration).
+// a rate_limits member (a route action's or virtual host's configuration,
+// whose other members are not read).
 func parseRateLimits(doc []byte) ([]routeRateLimit, error) {
 	var probe yaml.Node
 	if err := yaml.Unmarshal(doc, &probe); err != nil {
 		return nil, fmt.Errorf("rate_limits: %s", yamlError(err))
 	}
 	if len(probe.Content) == 1 && probe.Content[0].Kind == yaml.MappingNode {
-		var wrapped struct {
-			RateLimits []routeRateLimit `yaml:"rate_limits"`
+		m := probe.Content[0]
+		var list *yaml.Node
+		for i := 0; i+1 < len(m.Content); i += 2 {
+			if m.Content[i].Value == "rate_limits" {
+				list = m.Content[i+1]
+			}
 		}
-		if err := decodeStrict("rate_limits", doc, &wrapped); err != nil {
-			return nil, err
+		if list == nil {
+			return nil, fmt.Errorf("rate_limits: the object has no rate_limits member; give the route's (or virtual host's) rate_limits, or the list itself")
 		}
-		return wrapped.RateLimits, nil
+		// The list alone, decoded strictly: its line numbers count from
+		// the list's first line.
+		var err error
+		if doc, err = yaml.Marshal(list); err != nil {
+			return nil, fmt.Errorf("rate_limits: %w", err)
+		}
 	}
-	var list []routeRateLimit
-	if err := decodeStrict("rate_limits", doc, &list); err != nil {
+	var out []routeRateLimit
+	if err := decodeStrict("rate_limits", doc, &out); err != nil {
 		return nil, err
 	}
-	return list, nil
+	return out, nil
 }
