@@ -208,7 +208,7 @@ func migrateView(m migration) *web.MigrateResult {
 			}
 			var ovs []json.RawMessage
 			if raw, ok := o.Get("overrides"); ok && json.Unmarshal(raw, &ovs) == nil && len(ovs) > 0 {
-				text += "; " + strconv.Itoa(len(ovs)) + " overrides"
+				text += "; " + pluralCount(len(ovs), "override")
 			}
 			v.Rules = append(v.Rules, web.MigratedRule{Policy: doc.PolicyName(p), Name: sum.Name, Summary: text})
 		}

@@ -40,7 +40,7 @@ func TestSummaryInWords(t *testing.T) {
 	if s.Limit != "10/s, burst 20, cost from request header x-cost" || s.Keys != "per header:x-api-key" || s.Mode != "enforce (default)" {
 		t.Errorf("%+v", s)
 	}
-	if !strings.Contains(s.Matches, "header:x-plan is premium") || !strings.Contains(s.Matches, `path {"regex":"^/v[0-9]+/"}`) {
+	if !strings.Contains(s.Matches, "header:x-plan is premium") || !strings.Contains(s.Matches, `path matches ^/v[0-9]+/`) {
 		t.Errorf("matches %q", s.Matches)
 	}
 	if s.Extra != "max_keys, new_field" {
@@ -249,5 +249,29 @@ func TestFormEditsAConcurrencyLimit(t *testing.T) {
 	}
 	if s := Summarize(out, ""); s.Limit != "8 in flight at once" {
 		t.Fatalf("summary %q", s.Limit)
+	}
+}
+
+func TestConditionsInWords(t *testing.T) {
+	for raw, want := range map[string]string{
+		`"premium"`:                         "is premium",
+		`{"exact": "GET"}`:                  "is GET",
+		`{"prefix": "/api/"}`:               "starts with /api/",
+		`{"suffix": ".json"}`:               "ends with .json",
+		`{"regex": "^/v[0-9]+/"}`:           "matches ^/v[0-9]+/",
+		`{"in": ["gold", "platinum"]}`:      "is one of gold, platinum",
+		`{"cidr": ["10.0.0.0/8"]}`:          "is in 10.0.0.0/8",
+		`{"present": false}`:                "is absent",
+		`{"not": {"in": ["a", "b"]}}`:       "is not one of a, b",
+		`{"not": {"prefix": "/internal/"}}`: "does not start with /internal/",
+		`{"not": {"present": true}}`:        "is absent",
+		`{"not": {"not": "x"}}`:             "is x",
+		`{"prefix": "/a", "suffix": "b"}`:   "",
+		`{"between": [1, 2]}`:               "",
+	} {
+		got, ok := describeCondition([]byte(raw), false)
+		if got != want || ok != (want != "") {
+			t.Errorf("%s: %q, %v; want %q", raw, got, ok, want)
+		}
 	}
 }

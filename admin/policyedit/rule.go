@@ -91,13 +91,59 @@ func Summarize(o Object, defaultMode string) Summary {
 
 func describeMatch(c Member) string {
 	var v string
-	if json.Unmarshal(c.Value, &v) != nil {
-		return c.Key + " " + string(c.Value) // an operator the editor has no words for
-	}
-	if c.Key == "path_prefix" {
+	if c.Key == "path_prefix" && json.Unmarshal(c.Value, &v) == nil {
 		return "path starts with " + v
 	}
-	return c.Key + " is " + v
+	if text, ok := describeCondition(c.Value, false); ok {
+		return c.Key + " " + text
+	}
+	return c.Key + " " + string(c.Value) // an operator the editor has no words for
+}
+
+// describeCondition puts a condition (configuration.md, "Conditions") in
+// words, negated under "not": "is premium", "starts with /api/", "is not
+// one of a, b". ok is false for a shape it does not know.
+func describeCondition(raw json.RawMessage, negate bool) (string, bool) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return pick(negate, "is not ", "is ") + s, true
+	}
+	o, err := ParseObject(raw)
+	if err != nil || len(o) != 1 {
+		return "", false
+	}
+	op, val := o[0].Key, o[0].Value
+	var list []string
+	var present bool
+	switch {
+	case op == "not":
+		return describeCondition(val, !negate)
+	case op == "present" && json.Unmarshal(val, &present) == nil:
+		return pick(present != negate, "is present", "is absent"), true
+	case (op == "in" || op == "cidr") && json.Unmarshal(val, &list) == nil:
+		return pick(negate, "is not ", "is ") + pick(op == "in", "one of ", "in ") + strings.Join(list, ", "), true
+	case json.Unmarshal(val, &s) != nil:
+		return "", false
+	}
+	switch op {
+	case "exact":
+		return pick(negate, "is not ", "is ") + s, true
+	case "prefix":
+		return pick(negate, "does not start with ", "starts with ") + s, true
+	case "suffix":
+		return pick(negate, "does not end with ", "ends with ") + s, true
+	case "regex":
+		return pick(negate, "does not match ", "matches ") + s, true
+	}
+	return "", false
+}
+
+// pick is yes when cond holds, else no.
+func pick(cond bool, yes, no string) string {
+	if cond {
+		return yes
+	}
+	return no
 }
 
 func numText(cfg Object, keys ...string) string {

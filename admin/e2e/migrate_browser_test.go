@@ -1,0 +1,43 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+)
+
+// TestBrowserConvertFromEnvoyRatelimit converts an envoyproxy/ratelimit
+// configuration from the policy page: the link below the editor opens the
+// form, Convert lists the rules in words with the notes, Save stores the
+// current policy with the converted policies added. Its screenshot is
+// docs/img/admin-migrate.png (SLUICE_UPDATE_SCREENSHOTS=1).
+func TestBrowserConvertFromEnvoyRatelimit(t *testing.T) {
+	chromium := chromiumPath(t)
+	adminURL := startAdminWith(t, quotaPolicy, "quotas")
+	b := openBrowser(t, chromium, "migrate")
+	run, eval := b.run, b.eval
+	run("log in", append(loginSteps(adminURL+"/", "e2e-migrator"), chromedp.WaitVisible(chromedp.ID("migrate-link")))...)
+	run("open the conversion", chromedp.Click(chromedp.Search(`//*[@id="migrate-link"]/a`)), chromedp.WaitVisible(chromedp.ID("migrate-form")))
+	run("convert",
+		chromedp.SetValue(chromedp.ID("mg-config"), migrateConfig),
+		chromedp.SetValue(chromedp.ID("mg-rate-limits"), migrateActions),
+		chromedp.Click(chromedp.ID("mg-convert")),
+		chromedp.WaitVisible(chromedp.ID("mg-rules")))
+	if row := eval(`document.querySelector('#mg-rules tr[data-rule="api_key"]')?.textContent ?? ""`); !strings.Contains(row, "1 override") || strings.Contains(row, "1 overrides") {
+		t.Errorf("the per-key rule's row: %q", row)
+	}
+	if notes := eval(`document.getElementById("mg-notes").textContent`); !strings.Contains(notes, "xff_trusted_hops") {
+		t.Errorf("notes: %q", notes)
+	}
+	b.screenshotOf("main", "01-converted", "admin-migrate.png")
+
+	run("save", chromedp.SetValue(chromedp.ID("mg-message"), "from envoyproxy/ratelimit"),
+		chromedp.Click(chromedp.ID("mg-save")), flashSays("Saved v3"))
+	p := string(policyJSON(t, adminURL))
+	for _, want := range []string{`"name":"monthly-api"`, `"name":"api_key"`, `"name":"tenant-gold-user"`, `"fleet":{"cluster":"sluice_rls",`} {
+		if !strings.Contains(p, want) {
+			t.Errorf("the saved policy lacks %s: %s", want, p)
+		}
+	}
+}
