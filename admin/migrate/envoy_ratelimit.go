@@ -560,8 +560,14 @@ type outRule struct {
 	Match           map[string]any `json:"match,omitempty"`
 	LimitKeys       []string       `json:"limit_keys,omitempty"`
 	Algorithm       string         `json:"algorithm,omitempty"`
-	AlgorithmConfig *windowConfig  `json:"algorithm_config,omitempty"`
+	AlgorithmConfig any            `json:"algorithm_config,omitempty"` // *windowConfig, *bucketConfig
 	Overrides       []outOverride  `json:"overrides,omitempty"`
+}
+
+// bucketConfig is a token bucket's algorithm_config.
+type bucketConfig struct {
+	TokensPerSecond float64 `json:"tokens_per_second"`
+	Burst           int     `json:"burst"`
 }
 
 type windowConfig struct {

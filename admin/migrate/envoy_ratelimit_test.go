@@ -242,16 +242,7 @@ func FuzzEnvoyRatelimit(f *testing.F) {
 // The policy docs/migrating.md shows for its envoyproxy/ratelimit
 // configuration is what the conversion makes of it.
 func TestTheMigrationGuideShowsTheConversionsOutput(t *testing.T) {
-	page, err := os.ReadFile(filepath.Join("..", "..", "docs", "migrating.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(page), "### Converting a configuration")
-	_, block, ok2 := strings.Cut(section, "```json\n")
-	block, _, ok3 := strings.Cut(block, "```")
-	if !ok || !ok2 || !ok3 {
-		t.Fatal("docs/migrating.md has no JSON block under \"Converting a configuration\"")
-	}
+	block := guideBlock(t, "<!-- example: envoyproxy-ratelimit-converted -->", "json")
 	res, err := EnvoyRatelimit([]byte(guideConfig), []byte(guideActions), Options{Scope: "local"})
 	if err != nil {
 		t.Fatal(err)
