@@ -25,7 +25,8 @@ import (
 
 // The configuration of envoyproxy/ratelimit the migration is checked on:
 // per address, per API key with an unlimited, a revoked and an overridden
-// key, and per tenant and user (nested, with a tenant of its own).
+// key, per tenant and user (nested, with a tenant of its own), and partners
+// refused but for two of their own (one limited, one unlimited).
 const migrateConfig = `domain: edge
 descriptors:
   - key: remote_address
@@ -50,6 +51,14 @@ descriptors:
     descriptors:
       - key: user
         rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: partner
+    rate_limit: {unit: second, requests_per_unit: 0}
+  - key: partner
+    value: p1
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: partner
+    value: p2
+    rate_limit: {unlimited: true}
 `
 
 // migrateActions are the route's rate_limits: three descriptors.
@@ -59,6 +68,7 @@ const migrateActions = `rate_limits:
   - actions:
       - request_headers: {header_name: x-tenant, descriptor_key: tenant}
       - request_headers: {header_name: x-user, descriptor_key: user}
+  - actions: [{request_headers: {header_name: x-partner, descriptor_key: partner}}]
 `
 
 // TestMigratedRatelimitConfigDecidesAsEnvoyproxyRatelimit: the policy
@@ -120,6 +130,10 @@ func TestMigratedRatelimitConfigDecidesAsEnvoyproxyRatelimit(t *testing.T) {
 		}
 		if tenant != "" && user != "" {
 			ds = append(ds, descriptor("tenant", tenant, "user", user))
+		}
+		if partner := pick("", "", "p1", "p2", "p3"); partner != "" {
+			ds = append(ds, descriptor("partner", partner))
+			req.Headers = append(req.Headers, wasmhost.Header{"x-partner", partner})
 		}
 		want, err := service.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: ds})
 		if err != nil {

@@ -3,6 +3,7 @@ package migrate
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -447,14 +448,24 @@ func (w *walker) leaf(d *descriptor, path []step, p *outPolicy) error {
 	return nil
 }
 
-// denyRule: requests_per_unit 0 refuses every request of the path.
+// denyRule: requests_per_unit 0 refuses every request of the path. A
+// deny rule cannot both require a key's value and leave out the values
+// with nodes of their own, so those values are stopped before it by
+// unlimited rules (their own rules come earlier in the policy and win).
 func (w *walker) denyRule(r outRule, path []step, match map[string]any, p *outPolicy) error {
+	valued := map[string]any{} // the conditions of the path's values so far
 	for _, s := range path {
-		if s.fixed != "" || s.value != "" {
+		if s.fixed != "" {
+			continue
+		}
+		if s.value != "" {
+			valued[s.source] = s.value
 			continue
 		}
 		if len(s.exclude) > 0 {
-			return fmt.Errorf("%s: requests_per_unit 0 on the key %q without a value, next to values of its own: not converted (a deny rule cannot both require %s and leave those values out); write it by hand", w.path, s.key, s.source)
+			stop := maps.Clone(valued)
+			stop[s.source] = map[string]any{"in": s.exclude}
+			p.Rules = append(p.Rules, outRule{Name: unique(w.c.rules, r.Name+"-"+s.key+"-values"), Action: policy.ActionUnlimited, Match: stop})
 		}
 		match[s.source] = map[string]any{"present": true} // the service sees the descriptor only when the value is there
 	}

@@ -159,8 +159,6 @@ func TestWhatCannotBeConvertedIsNamed(t *testing.T) {
 			`- actions: [{request_headers: {header_name: x-k, descriptor_key: k, skip_if_absent: true}}]`, "rate_limits[0].actions[0].request_headers.skip_if_absent"},
 		{"domain: d\ndescriptors:\n  - key: generic_key\n    value: v\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
 			`- actions: [{generic_key: {descriptor_value: v}}]`, "rate_limits[0]: every action is a generic_key"},
-		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 0}\n  - key: k\n    value: v\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
-			header, `requests_per_unit 0 on the key "k" without a value`},
 		{"domain: d\ndescriptors:\n  - key: other\n    rate_limit: {unit: second, requests_per_unit: 1}\n", header, "nothing to convert"},
 		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n", "cluster: backend\n", "no rate_limits member"},
 	} {
@@ -256,5 +254,33 @@ func TestTheMigrationGuideShowsTheConversionsOutput(t *testing.T) {
 	}
 	if !reflect.DeepEqual(shown, made) {
 		t.Errorf("the guide shows\n%s\nthe conversion makes\n%s", block, res.Policy)
+	}
+}
+
+// requests_per_unit 0 on a key's own node refuses every other value: the
+// values with nodes of their own are stopped before the deny rule by an
+// unlimited rule, after their own rules.
+func TestARefusedKeyKeepsItsValuesOfTheirOwn(t *testing.T) {
+	const config = `domain: d
+descriptors:
+  - key: partner
+    rate_limit: {unit: second, requests_per_unit: 0}
+  - key: partner
+    value: p1
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: partner
+    value: p2
+    rate_limit: {unlimited: true}
+`
+	cfg := convert(t, config, `- actions: [{request_headers: {header_name: x-partner, descriptor_key: partner}}]`, Options{Scope: "local"})
+	rules := cfg.Policies[0].Rules
+	if len(rules) != 3 || rules[0].Window == nil || rules[1].Action != policy.ActionUnlimited || rules[2].Action != policy.ActionDeny {
+		t.Fatalf("rules %+v", rules)
+	}
+	if c := rules[1].Match[0].Cond; strings.Join(c.Values, ",") != "p1,p2" {
+		t.Errorf("the unlimited rule's values %v", c.Values)
+	}
+	if c := rules[2].Match[0].Cond; c.Op != policy.MatchPresent || !c.Present {
+		t.Errorf("the deny rule's condition %+v", c)
 	}
 }
