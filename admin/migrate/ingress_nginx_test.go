@@ -176,6 +176,9 @@ func TestIngressCommand(t *testing.T) {
 
 func FuzzIngressNginx(f *testing.F) {
 	f.Add([]byte(ingressList))
+	f.Add([]byte("kind: Ingress\nmetadata:\n  name: a\n  annotations:\n    nginx.ingress.kubernetes.io/limit-rps: \"3\"\n" +
+		"    nginx.ingress.kubernetes.io/limit-whitelist: \"10.0.0.1, 192.168.0.0/16\"\n" +
+		"spec: {rules: [{host: a.example, http: {paths: [{path: /x/, pathType: Prefix}, {path: /y, pathType: Exact}]}}, {http: {paths: [{path: /z}]}}]}\n"))
 	f.Fuzz(func(t *testing.T, doc []byte) {
 		res, err := IngressNginx(doc, IngressOptions{})
 		if err != nil {
