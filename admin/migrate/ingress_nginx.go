@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/netip"
 	"regexp"
@@ -107,7 +108,7 @@ func IngressNginx(doc []byte, opt IngressOptions) (Result, error) {
 	if len(pols) == 0 {
 		return Result{}, fmt.Errorf("ingresses: no Ingress has a limit-rps, limit-rpm or limit-connections annotation (prefix %q)", opt.Prefix)
 	}
-	for _, h := range slices.Sorted(mapKeys(hosts)) {
+	for _, h := range slices.Sorted(maps.Keys(hosts)) {
 		if ns := hosts[h]; len(ns) > 1 {
 			c.note("host %s is limited by several Ingresses (%s): a request whose path two of them match is limited by both, where ingress-nginx routes it to one", h, strings.Join(ns, ", "))
 		}
@@ -125,16 +126,6 @@ func IngressNginx(doc []byte, opt IngressOptions) (Result, error) {
 		return Result{}, fmt.Errorf("the converted policy is refused: %w", err)
 	}
 	return Result{Policy: append(out, '\n'), Notes: c.notes}, nil
-}
-
-func mapKeys(m map[string][]string) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 func ingressName(ing ingress) string {
