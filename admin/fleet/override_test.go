@@ -54,6 +54,20 @@ func testGlobalOverrides(t *testing.T, b Backend) {
 	checkStatus(t, "acme|GET under the rule's 6 with 4 counted", s.mustCall(t, "n1", desc("w", acmeGet, 3, false)).Statuses[0], OVER, 2)
 }
 
+// The dashboard's overview counts a global rule's overrides.
+func TestOverviewCountsTheOverridesOfAGlobalRule(t *testing.T) {
+	rules := &PolicyRules{}
+	rules.Set(1, []byte(overridesPolicy))
+	s := NewServer(Options{Backend: &fakeBackend{}, Rules: rules, Timeout: time.Second})
+	got := map[string]int{}
+	for _, r := range s.Overview().Rules {
+		got[r.Name] = r.Overrides
+	}
+	if got["g"] != 1 || got["w"] != 1 || len(got) != 2 {
+		t.Errorf("overrides per rule %v", got)
+	}
+}
+
 func TestPolicyRulesLeaveOutOverridesOfLocalRules(t *testing.T) {
 	rules := &PolicyRules{}
 	rules.Set(1, []byte(`{"fleet": {"cluster": "sluice_rls"}, "rules": [

@@ -8,6 +8,12 @@ type RuleLister interface {
 	Names() []string
 }
 
+// OverrideCounter is implemented by Rules that know how many overrides
+// each global rule has (PolicyRules).
+type OverrideCounter interface {
+	Overrides(rule string) int
+}
+
 // Overview is what the dashboard shows of fleet mode.
 type Overview struct {
 	Backend string // where the buckets are, for people: "redis 10.0.0.7:6379"
@@ -20,8 +26,10 @@ type Overview struct {
 type RuleOverview struct {
 	Name  string
 	Limit redisgcra.Limit
-	Known bool        // in the current policy (else only seen in calls)
-	Usage []RuleUsage // per domain; empty when unused recently
+	Known bool // in the current policy (else only seen in calls)
+	// Overrides is the number of identities with limits of their own.
+	Overrides int
+	Usage     []RuleUsage // per domain; empty when unused recently
 }
 
 // Overview returns the rules of the current policy with their recent use,
@@ -34,6 +42,11 @@ func (s *Server) Overview() Overview {
 			l, known := s.globalLimit(name)
 			byName[name] = len(o.Rules)
 			o.Rules = append(o.Rules, RuleOverview{Name: name, Limit: l, Known: known})
+		}
+	}
+	if oc, ok := s.rules.(OverrideCounter); ok {
+		for i := range o.Rules {
+			o.Rules[i].Overrides = oc.Overrides(o.Rules[i].Name)
 		}
 	}
 	for _, u := range s.Usage() {

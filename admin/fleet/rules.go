@@ -59,6 +59,7 @@ type ruleSet struct {
 	// The overrides of global rules, by rule and sluice_id.
 	limitOverrides  map[ruleIdentity]redisgcra.Limit
 	windowOverrides map[ruleIdentity]Window
+	overrideCounts  map[string]int // per rule, for the dashboard
 }
 
 // ruleIdentity names one identity of a rule: the rule's name and the
@@ -142,7 +143,20 @@ func (p *PolicyRules) Set(version int64, doc []byte) {
 	windows, windowNames := globalWindows(cfg)
 	s := &ruleSet{version: version, limits: limits, windows: windows, names: append(names, windowNames...)}
 	s.limitOverrides, s.windowOverrides = globalOverrides(cfg)
+	s.overrideCounts = map[string]int{}
+	for _, r := range globalRulesOf(cfg) {
+		s.overrideCounts[r.Name] = len(r.Overrides)
+	}
 	p.cur.Store(s)
+}
+
+// Overrides returns how many overrides the global rule named rule has in
+// the current policy.
+func (p *PolicyRules) Overrides(rule string) int {
+	if s := p.cur.Load(); s != nil {
+		return s.overrideCounts[rule]
+	}
+	return 0
 }
 
 // globalOverrides returns the overrides of the global rules of cfg by rule

@@ -72,6 +72,9 @@ func (s *server) addRLS(f *web.FleetSection, b *fleetRules, now time.Time, ov fl
 		if r.Known {
 			limit = num(r.Limit.Rate) + "/s, burst " + num(r.Limit.Burst)
 		}
+		if r.Overrides > 0 {
+			limit += "; " + pluralCount(r.Overrides, "override")
+		}
 		if len(r.Usage) == 0 {
 			b.rule(r.Name, limit, r.Known)
 			continue

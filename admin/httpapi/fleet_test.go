@@ -27,7 +27,7 @@ func TestDashboardGlobalRules(t *testing.T) {
 					{Node: "<script>x</script>\x07", LastLease: 5, Granted: 25, LastSeen: now},
 				},
 			}}},
-			{Name: "idle-global", Limit: fleet.Limit{Rate: 0.5, Burst: 3}, Known: true},
+			{Name: "idle-global", Limit: fleet.Limit{Rate: 0.5, Burst: 3}, Known: true, Overrides: 2},
 		},
 	}
 	e := newEnv(t, func(c *Config) {
@@ -43,7 +43,7 @@ func TestDashboardGlobalRules(t *testing.T) {
 		`data-rule="api-global" data-domain="sluice"`, `10/s, burst 20`, `<b>12.5/s</b> granted`,
 		`data-node="envoy-1"`, `<td class="num">25</td>`,
 		`&lt;script&gt;x&lt;/script&gt;\a`, // escaped, control character shown as \a
-		`data-rule="idle-global"`, `0.5/s, burst 3`, `No lease in the last minute.`,
+		`data-rule="idle-global"`, `0.5/s, burst 3; 2 overrides`, `No lease in the last minute.`,
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the Global rules section lacks %s", want)
