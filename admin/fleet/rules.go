@@ -142,11 +142,7 @@ func (p *PolicyRules) Set(version int64, doc []byte) {
 	limits, names := globalBuckets(cfg)
 	windows, windowNames := globalWindows(cfg)
 	s := &ruleSet{version: version, limits: limits, windows: windows, names: append(names, windowNames...)}
-	s.limitOverrides, s.windowOverrides = globalOverrides(cfg)
-	s.overrideCounts = map[string]int{}
-	for _, r := range globalRulesOf(cfg) {
-		s.overrideCounts[r.Name] = len(r.Overrides)
-	}
+	s.limitOverrides, s.windowOverrides, s.overrideCounts = globalOverrides(cfg)
 	p.cur.Store(s)
 }
 
@@ -161,10 +157,12 @@ func (p *PolicyRules) Overrides(rule string) int {
 
 // globalOverrides returns the overrides of the global rules of cfg by rule
 // and sluice_id, checked as the rules themselves (an override the service
-// could not apply is left out: the identity keeps the rule's limit).
-func globalOverrides(cfg *policy.Config) (map[ruleIdentity]redisgcra.Limit, map[ruleIdentity]Window) {
-	limits, windows := map[ruleIdentity]redisgcra.Limit{}, map[ruleIdentity]Window{}
+// could not apply is left out: the identity keeps the rule's limit), and
+// how many each rule has.
+func globalOverrides(cfg *policy.Config) (map[ruleIdentity]redisgcra.Limit, map[ruleIdentity]Window, map[string]int) {
+	limits, windows, counts := map[ruleIdentity]redisgcra.Limit{}, map[ruleIdentity]Window{}, map[string]int{}
 	for _, r := range globalRulesOf(cfg) {
+		counts[r.Name] = len(r.Overrides)
 		for i := range r.Overrides {
 			o := &r.Overrides[i]
 			k := ruleIdentity{r.Name, state.SluiceIDOfKey(o.Key)}
@@ -185,7 +183,7 @@ func globalOverrides(cfg *policy.Config) (map[ruleIdentity]redisgcra.Limit, map[
 			}
 		}
 	}
-	return limits, windows
+	return limits, windows, counts
 }
 
 // globalRulesOf lists the global rules of cfg (none for nil) in policy

@@ -53,9 +53,12 @@ func convert(in migrateInput, cur policies.Version) (migration, error) {
 		opt.Taken = migrate.Names(cur.JSON)
 	}
 	res, err := migrate.EnvoyRatelimit([]byte(in.Config), []byte(in.RateLimits), opt)
+	var ie *migrate.InputError
+	if errors.As(err, &ie) {
+		return migration{}, &policies.InputError{Field: ie.Input, Message: strings.TrimPrefix(err.Error(), ie.Input+": ")}
+	}
 	if err != nil {
-		field := migrateField(err)
-		return migration{}, &policies.InputError{Field: field, Message: strings.TrimPrefix(err.Error(), field+": ")}
+		return migration{}, err
 	}
 	m := migration{policy: res.Policy, converted: res.Policy, notes: res.Notes}
 	if in.AddToCurrent {
@@ -64,19 +67,6 @@ func convert(in migrateInput, cur policies.Version) (migration, error) {
 		}
 	}
 	return m, nil
-}
-
-// migrateField is the input a conversion error is about: its message
-// starts with the document's name ("config: line 3: ...",
-// "rate_limits[0].actions[1]: ..."), else the pair of them.
-func migrateField(err error) string {
-	msg := err.Error()
-	for _, f := range []string{"config", "rate_limits", "scope"} {
-		if strings.HasPrefix(msg, f) {
-			return f
-		}
-	}
-	return "config"
 }
 
 // apiMigrate is POST /api/v1/policy/migrate: the policy converted from an

@@ -55,17 +55,17 @@ var windowSeconds = map[string]int{
 func EnvoyRatelimit(config, routeLimits []byte, opt Options) (Result, error) {
 	var cfg serviceConfig
 	if err := decodeStrict("config", config, &cfg); err != nil {
-		return Result{}, err
+		return Result{}, &InputError{"config", err}
 	}
 	rls, err := parseRateLimits(routeLimits)
 	if err != nil {
-		return Result{}, err
+		return Result{}, &InputError{"rate_limits", err}
 	}
 	if opt.Scope == "" {
 		opt.Scope = "global"
 	}
 	if opt.Scope != "global" && opt.Scope != "local" {
-		return Result{}, fmt.Errorf("scope %q: want global or local", opt.Scope)
+		return Result{}, &InputError{"scope", fmt.Errorf("scope %q: want global or local", opt.Scope)}
 	}
 	if opt.FleetCluster == "" {
 		opt.FleetCluster = "sluice_rls"
@@ -75,18 +75,32 @@ func EnvoyRatelimit(config, routeLimits []byte, opt Options) (Result, error) {
 		c.rules[n], c.pols[n] = true, true
 	}
 	if err := c.checkTree("config.descriptors", cfg.Descriptors); err != nil {
-		return Result{}, err
+		return Result{}, &InputError{"config", err}
 	}
 	if len(rls) == 0 {
-		return Result{}, fmt.Errorf("rate_limits: empty; give the route's rate_limits, whose actions say what each descriptor key is")
+		return Result{}, &InputError{"rate_limits", fmt.Errorf("rate_limits: empty; give the route's rate_limits, whose actions say what each descriptor key is")}
 	}
 	for i, rl := range rls {
 		if err := c.convertActions(fmt.Sprintf("rate_limits[%d]", i), rl, cfg.Descriptors); err != nil {
-			return Result{}, err
+			return Result{}, &InputError{"rate_limits", err}
 		}
 	}
-	return c.result(cfg.Domain)
+	res, err := c.result(cfg.Domain)
+	if err != nil {
+		return Result{}, &InputError{"config", err} // nothing of the configuration converted, or its policy refused
+	}
+	return res, nil
 }
+
+// InputError is a conversion's error with the input it is about ("config",
+// "rate_limits", "scope"); its message names the place within it.
+type InputError struct {
+	Input string
+	Err   error
+}
+
+func (e *InputError) Error() string { return e.Err.Error() }
+func (e *InputError) Unwrap() error { return e.Err }
 
 // converter accumulates the policies of one conversion.
 type converter struct {
@@ -195,7 +209,7 @@ func (c *converter) convertActions(path string, rl routeRateLimit, tree []descri
 		return err
 	}
 	if len(p.Rules) == 0 {
-		c.note("%s (%s): no descriptor of the configuration matches what its actions build, so it limits nothing; left out", path, keysOf(entries))
+		c.note("%s (%s): no descriptor of the configuration matches what its actions build, so it limits nothing; left out", path, policyName(entries))
 		return nil
 	}
 	c.policies = append(c.policies, p)
@@ -488,8 +502,6 @@ func policyName(entries []entry) string {
 	}
 	return strings.Join(parts, "-")
 }
-
-func keysOf(entries []entry) string { return policyName(entries) }
 
 // ruleName is the rate limit's name when it has a valid one, else the
 // path's keys and values.
