@@ -16,10 +16,13 @@ type MigratePage struct {
 type MigrateForm struct {
 	CSRF        string
 	BaseVersion int64
-	CanEdit     bool   // the session may save
-	Config      string // envoyproxy/ratelimit's configuration (YAML)
-	RateLimits  string // the route's rate_limits (YAML)
-	Scope       string // "global" or "local"
+	CanEdit     bool // the session may save
+	Sources     []MigrateSource
+	From        string // the chosen source's Name ("" for the first)
+	Config      string // its configuration
+	RateLimits  string // envoyproxy/ratelimit: the route's rate_limits (YAML)
+	Scope       string // envoyproxy/ratelimit: "global" or "local"
+	Status      string // ingress-nginx: the rejection status
 	Replace     bool   // replace the current policy instead of adding to it
 	Message     string
 }
@@ -36,4 +39,11 @@ type MigrateResult struct {
 // MigratedRule is one converted rule, summarized.
 type MigratedRule struct {
 	Policy, Name, Summary string
+}
+
+// MigrateSource is a rate limiter the form converts from.
+type MigrateSource struct {
+	Name, Title string
+	Config      string   // what its configuration document is
+	Reads       []string // the form's other fields it reads
 }

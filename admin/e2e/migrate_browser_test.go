@@ -19,6 +19,17 @@ func TestBrowserConvertFromEnvoyRatelimit(t *testing.T) {
 	run, eval := b.run, b.eval
 	run("log in", append(loginSteps(adminURL+"/", "e2e-migrator"), chromedp.WaitVisible(chromedp.ID("migrate-link")))...)
 	run("open the conversion", chromedp.Click(chromedp.Search(`//*[@id="migrate-link"]/a`)), chromedp.WaitVisible(chromedp.ID("migrate-form")))
+	// The form shows the fields the chosen source reads.
+	shown := func(from string) string {
+		return eval(`(() => { const s = document.getElementById("mg-from"); s.value = "` + from + `"; s.dispatchEvent(new Event("change"));
+			return [...document.querySelectorAll("[data-field]")].filter((p) => !p.hidden).map((p) => p.dataset.field).join(" "); })()`)
+	}
+	if got := shown("ingress-nginx"); got != "status" {
+		t.Errorf("ingress-nginx's fields: %q", got)
+	}
+	if got := shown("envoy-ratelimit"); got != "rate_limits scope" {
+		t.Errorf("envoyproxy/ratelimit's fields: %q", got)
+	}
 	run("convert",
 		chromedp.SetValue(chromedp.ID("mg-config"), migrateConfig),
 		chromedp.SetValue(chromedp.ID("mg-rate-limits"), migrateActions),

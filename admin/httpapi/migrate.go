@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -16,17 +17,19 @@ import (
 	"github.com/sluice-rl/sluice/web"
 )
 
-// Converting envoyproxy/ratelimit's configuration (admin/migrate): the
+// Converting another rate limiter's configuration (admin/migrate): the
 // API answers the policy, the page previews it and saves it as a new
 // version. Neither stores anything without a save.
 
 // migrateInput is what a conversion reads, from the API's body or the
 // page's form.
 type migrateInput struct {
+	From         string `json:"from"`
 	Config       string `json:"config"`
 	RateLimits   string `json:"rate_limits"`
 	Scope        string `json:"scope"`
 	FleetCluster string `json:"fleet_cluster"`
+	Status       int    `json:"status"`
 	// AddToCurrent adds the converted policies to the current version
 	// (renamed where a name is taken) instead of answering them alone.
 	AddToCurrent bool `json:"add_to_current"`
@@ -42,17 +45,12 @@ type migration struct {
 // convert runs the conversion for in, on the current version cur.
 // Problems with the input are *policies.InputError naming its field.
 func convert(in migrateInput, cur policies.Version) (migration, error) {
-	switch {
-	case strings.TrimSpace(in.Config) == "":
-		return migration{}, &policies.InputError{Field: "config", Message: "required: envoyproxy/ratelimit's configuration (YAML, a domain and its descriptors)"}
-	case strings.TrimSpace(in.RateLimits) == "":
-		return migration{}, &policies.InputError{Field: "rate_limits", Message: "required: the Envoy route's rate_limits (YAML), whose actions say what each descriptor key is"}
-	}
-	opt := migrate.Options{Scope: in.Scope, FleetCluster: in.FleetCluster}
+	mi := migrate.Input{From: in.From, Config: []byte(in.Config), RateLimits: []byte(in.RateLimits),
+		Scope: in.Scope, FleetCluster: in.FleetCluster, Status: in.Status}
 	if in.AddToCurrent {
-		opt.Taken = migrate.Names(cur.JSON)
+		mi.Taken = migrate.Names(cur.JSON)
 	}
-	res, err := migrate.EnvoyRatelimit([]byte(in.Config), []byte(in.RateLimits), opt)
+	res, err := migrate.Convert(mi)
 	var ie *migrate.InputError
 	if errors.As(err, &ie) {
 		return migration{}, &policies.InputError{Field: ie.Input, Message: strings.TrimPrefix(err.Error(), ie.Input+": ")}
@@ -69,13 +67,13 @@ func convert(in migrateInput, cur policies.Version) (migration, error) {
 	return m, nil
 }
 
-// apiMigrate is POST /api/v1/policy/migrate: the policy converted from an
-// envoyproxy/ratelimit configuration, with notes on what differs. It saves
+// apiMigrate is POST /api/v1/policy/migrate: the policy converted from
+// another rate limiter's configuration, with notes on what differs. It saves
 // nothing: POST /api/v1/policy saves the answer (with base_version when
 // add_to_current was set).
 func (s *server) apiMigrate(w http.ResponseWriter, r *http.Request) error {
 	var in migrateInput
-	if err := s.decodeJSON(w, r, &in, []string{"config", "rate_limits", "scope", "fleet_cluster", "add_to_current"}); err != nil {
+	if err := s.decodeJSON(w, r, &in, []string{"from", "config", "rate_limits", "scope", "fleet_cluster", "status", "add_to_current"}); err != nil {
 		return err
 	}
 	cur, err := s.Policies.Current(r.Context()) // secrets masked: a save restores them
@@ -100,7 +98,8 @@ func (s *server) migratePage(w http.ResponseWriter, r *http.Request, sess auth.S
 	if err != nil {
 		return err
 	}
-	p := web.MigratePage{Nav: nav(sess, "policy"), Form: web.MigrateForm{CSRF: sess.CSRF, BaseVersion: cur.Number, CanEdit: canEdit(sess)}}
+	p := web.MigratePage{Nav: nav(sess, "policy"), Form: migrateForm(sess, cur)}
+	p.Form.From = r.URL.Query().Get("from")
 	if !p.Form.CanEdit {
 		p.Flashes = []web.Flash{{Kind: "warn", Text: "Converting saves nothing; saving the result as a new version needs the editor role."}}
 	}
@@ -116,9 +115,10 @@ func (s *server) migrateSubmit(w http.ResponseWriter, r *http.Request, sess auth
 		return err
 	}
 	f := r.PostForm
-	p := web.MigratePage{Nav: nav(sess, "policy"), Form: web.MigrateForm{CSRF: sess.CSRF, BaseVersion: cur.Number, CanEdit: canEdit(sess),
-		Config: crlf(f.Get("config")), RateLimits: crlf(f.Get("rate_limits")), Scope: f.Get("scope"),
-		Replace: f.Get("replace") != "", Message: f.Get("message")}}
+	p := web.MigratePage{Nav: nav(sess, "policy"), Form: migrateForm(sess, cur)}
+	p.Form.From, p.Form.Config, p.Form.RateLimits = f.Get("from"), crlf(f.Get("config")), crlf(f.Get("rate_limits"))
+	p.Form.Scope, p.Form.Status = f.Get("scope"), strings.TrimSpace(f.Get("status"))
+	p.Form.Replace, p.Form.Message = f.Get("replace") != "", f.Get("message")
 	fail := func(status int, text string) error {
 		p.Flashes = []web.Flash{{Kind: "error", Text: text}}
 		s.render(w, r, status, web.Migrate(p))
@@ -128,7 +128,11 @@ func (s *server) migrateSubmit(w http.ResponseWriter, r *http.Request, sess auth
 	if err != nil {
 		return fail(http.StatusBadRequest, "Not converted: "+err.Error())
 	}
-	m, err := convert(migrateInput{Config: p.Form.Config, RateLimits: p.Form.RateLimits, Scope: p.Form.Scope, AddToCurrent: !p.Form.Replace}, cur)
+	in, err := formInput(p.Form)
+	if err != nil {
+		return fail(http.StatusBadRequest, "Not converted: "+err.Error())
+	}
+	m, err := convert(in, cur)
 	var ie *policies.InputError
 	if errors.As(err, &ie) {
 		return fail(http.StatusBadRequest, "Not converted: "+ie.Error())
@@ -151,7 +155,7 @@ func (s *server) migrateSubmit(w http.ResponseWriter, r *http.Request, sess auth
 	}
 	msg := p.Form.Message
 	if msg == "" {
-		msg = fmt.Sprintf("Converted %d rules from envoyproxy/ratelimit", len(p.Result.Rules))
+		msg = fmt.Sprintf("Converted %d rules from %s", len(p.Result.Rules), sourceTitle(in.From))
 	}
 	v, err := s.Policies.Save(r.Context(), policies.SaveRequest{Base: base, JSON: m.policy, Author: sess.Author, Message: msg, Scope: scopeOf(principal(r))})
 	var ce *policies.ConflictError
@@ -171,6 +175,48 @@ func (s *server) migrateSubmit(w http.ResponseWriter, r *http.Request, sess auth
 		return fail(http.StatusForbidden, "Not saved: "+err.Error())
 	}
 	return err
+}
+
+// migrateForm is the empty form on the current version cur.
+func migrateForm(sess auth.Session, cur policies.Version) web.MigrateForm {
+	f := web.MigrateForm{CSRF: sess.CSRF, BaseVersion: cur.Number, CanEdit: canEdit(sess)}
+	for _, src := range migrate.Sources {
+		f.Sources = append(f.Sources, web.MigrateSource{Name: src.Name, Title: src.Title, Config: src.Config, Reads: src.Reads})
+	}
+	return f
+}
+
+// formInput is the conversion the form asks for. The form shows every
+// source's choices, so it sends each of them: those the chosen source
+// does not read are left out, where the API refuses them.
+func formInput(f web.MigrateForm) (migrateInput, error) {
+	in := migrateInput{From: f.From, Config: f.Config, AddToCurrent: !f.Replace}
+	src, ok := migrate.SourceNamed(f.From)
+	if !ok {
+		return in, nil // convert names the source at fault
+	}
+	if slices.Contains(src.Reads, "rate_limits") {
+		in.RateLimits = f.RateLimits
+	}
+	if slices.Contains(src.Reads, "scope") {
+		in.Scope = f.Scope
+	}
+	if slices.Contains(src.Reads, "status") && f.Status != "" {
+		n, err := strconv.Atoi(f.Status)
+		if err != nil {
+			return in, fmt.Errorf("status: %q is not a whole number; give the rejection status, e.g. 503", f.Status)
+		}
+		in.Status = n
+	}
+	return in, nil
+}
+
+// sourceTitle is the name users know a source by.
+func sourceTitle(name string) string {
+	if src, ok := migrate.SourceNamed(name); ok {
+		return src.Title
+	}
+	return name
 }
 
 // crlf turns a text area's CRLF line ends into LF.

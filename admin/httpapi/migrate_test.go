@@ -75,6 +75,9 @@ func TestAPIMigrateNamesTheInputAtFault(t *testing.T) {
 		{`{"config": "domain: d\ndescriptors:\n  - key: k\n    colour: red\n", "rate_limits": "- actions: []"}`, "config", "line 4: field colour not found"},
 		{migrateBody(`, "scope": "everywhere"`), "scope", `"everywhere": want global or local`},
 		{`{"config": ` + jsonString(ratelimitConfig) + `, "rate_limits": "- actions: [{source_cluster: {}}]"}`, "rate_limits", "rate_limits[0].actions[0]: source_cluster is not converted"},
+		{`{"from": "ingress-nginx", "config": ` + jsonString(shopIngress) + `, "rate_limits": "- actions: []"}`, "rate_limits", "not read when converting from ingress-nginx"},
+		{`{"from": "ingress-nginx", "config": ` + jsonString(shopIngress) + `, "status": 700}`, "status", "want an HTTP status from 400 to 599"},
+		{`{"from": "haproxy", "config": "x"}`, "from", `"haproxy": want one of`},
 	} {
 		resp, body := e.apiJSON(t, "POST", "/api/v1/policy/migrate", tc.body)
 		msg, _ := body["error"].(string)
@@ -161,5 +164,57 @@ func TestThePolicyPageLinksToTheConversion(t *testing.T) {
 	e := newEnv(t, nil)
 	if page := get(t, login(t, e, "ed"), e.srv.URL+"/"); !strings.Contains(page, `<a href="/policy/migrate">`) {
 		t.Errorf("no link to the conversion:\n%s", page)
+	}
+}
+
+const shopIngress = `apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: shop
+  namespace: web
+  annotations:
+    nginx.ingress.kubernetes.io/limit-rps: "5"
+    nginx.ingress.kubernetes.io/limit-connections: "10"
+spec:
+  rules: [{host: shop.example.com}]
+`
+
+func TestAPIMigrateConvertsFromTheSourceItNames(t *testing.T) {
+	e := newEnv(t, nil)
+	resp, body := e.apiJSON(t, "POST", "/api/v1/policy/migrate", `{"from": "ingress-nginx", "status": 429, "config": `+jsonString(shopIngress)+`}`)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%d %v", resp.StatusCode, body)
+	}
+	cfg := parsePolicyOf(t, body)
+	if cfg.RejectStatus != 429 || cfg.RuleByName("web-shop-rps") == nil || cfg.RuleByName("web-shop-connections") == nil {
+		t.Errorf("converted: %+v", body["policy"])
+	}
+}
+
+func TestMigratePageConvertsFromTheChosenSourceAndIgnoresTheOthersFields(t *testing.T) {
+	e := newEnv(t, nil)
+	c := login(t, e, "ed")
+	page := get(t, c, e.srv.URL+"/policy/migrate?from=ingress-nginx")
+	if !strings.Contains(page, `<option value="ingress-nginx" selected data-reads="status">`) {
+		t.Errorf("the source asked for is not chosen:\n%s", page)
+	}
+	// The form sends every source's fields: scope and rate_limits are
+	// envoyproxy/ratelimit's, and not read here.
+	form := url.Values{"csrf": {csrfOf(t, page)}, "base_version": {"1"}, "from": {"ingress-nginx"}, "config": {shopIngress},
+		"rate_limits": {""}, "scope": {"global"}, "status": {"abc"}, "op": {"preview"}}
+	resp, body := post(t, c, e.srv.URL+"/policy/migrate", form)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "status: &#34;abc&#34; is not a whole number") {
+		t.Errorf("a status that is not a number: %d\n%s", resp.StatusCode, body)
+	}
+	form.Set("status", "429")
+	form.Set("op", "save")
+	resp, body = post(t, c, e.srv.URL+"/policy/migrate", form)
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("save: %d\n%s", resp.StatusCode, body)
+	}
+	cur, _ := e.svc.Current(context.Background())
+	cfg, err := policy.Parse(cur.JSON)
+	if err != nil || cfg.RejectStatus != 429 || cfg.RuleByName("web-shop-rps") == nil || cur.Message != "Converted 2 rules from ingress-nginx annotations" {
+		t.Errorf("v%d %q: %v\n%s", cur.Number, cur.Message, err, cur.JSON)
 	}
 }

@@ -70,10 +70,8 @@ func EnvoyRatelimit(config, routeLimits []byte, opt Options) (Result, error) {
 	if opt.FleetCluster == "" {
 		opt.FleetCluster = "sluice_rls"
 	}
-	c := &converter{opt: opt, rules: map[string]bool{}, pols: map[string]bool{}}
-	for _, n := range opt.Taken {
-		c.rules[n], c.pols[n] = true, true
-	}
+	c := newConverter(opt.Taken)
+	c.opt = opt
 	if err := c.checkTree("config.descriptors", cfg.Descriptors); err != nil {
 		return Result{}, &InputError{"config", err}
 	}
@@ -112,6 +110,15 @@ type converter struct {
 	// YAML aliases can make a small file a huge tree.
 	nodes, visits int
 	notes         []string
+}
+
+// newConverter starts a conversion that uses none of the names taken.
+func newConverter(taken []string) *converter {
+	c := &converter{rules: map[string]bool{}, pols: map[string]bool{}}
+	for _, n := range taken {
+		c.rules[n], c.pols[n] = true, true
+	}
+	return c
 }
 
 // entry is what one action puts in the descriptor: a key, and either a

@@ -29,6 +29,9 @@ type IngressOptions struct {
 	// Status is the rejection status (default 503, the controller's
 	// limit-req-status-code and limit-conn-status-code).
 	Status int
+	// Taken are rule and policy names the conversion must not use
+	// (Options.Taken).
+	Taken []string
 }
 
 // ingress is the part of a Kubernetes Ingress the conversion reads.
@@ -79,7 +82,7 @@ func IngressNginx(doc []byte, opt IngressOptions) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	c := &converter{rules: map[string]bool{}, pols: map[string]bool{}}
+	c := newConverter(opt.Taken)
 	hosts := map[string][]string{} // host -> the Ingresses limiting it
 	var pols []outPolicy
 	for i, ing := range ings {

@@ -37,6 +37,19 @@ document.addEventListener("DOMContentLoaded", () => {
 
   // Live regions that refresh themselves (the nodes table).
   document.querySelectorAll("[data-refresh]").forEach((el) => refresh(el));
+
+  // The conversion form: show only the fields the chosen source reads.
+  const from = document.getElementById("mg-from");
+  if (from) {
+    const showFields = () => {
+      const reads = (from.selectedOptions[0]?.dataset.reads || "").split(" ");
+      document.querySelectorAll("#migrate-form [data-field]").forEach((p) => {
+        p.hidden = !reads.includes(p.dataset.field);
+      });
+    };
+    from.addEventListener("change", showFields);
+    showFields();
+  }
 });
 
 function selectLine(textarea, line) {

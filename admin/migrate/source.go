@@ -1,0 +1,100 @@
+package migrate
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// A Source is a rate limiter whose configuration converts. The admin's
+// API and page offer every one of Sources by its Name.
+type Source struct {
+	Name   string // as the command and the API name it: "envoy-ratelimit"
+	Title  string // as its users know it: "envoyproxy/ratelimit"
+	Config string // what its configuration document is, for a form's label
+	// Reads are the inputs it reads besides the configuration, by their
+	// API names ("rate_limits", "scope", "fleet_cluster", "status").
+	Reads   []string
+	convert func(Input) (Result, error)
+}
+
+// Input is one conversion's documents and choices, as the admin's API and
+// page take them. A choice the source does not read must be left zero.
+type Input struct {
+	From         string // a Source's Name; "envoy-ratelimit" when empty
+	Config       []byte // the source's configuration
+	RateLimits   []byte // envoy-ratelimit: the Envoy route's rate_limits
+	Scope        string // envoy-ratelimit: "global" (default) or "local"
+	FleetCluster string // the fleet block's cluster of global rules
+	Status       int    // ingress-nginx: the rejection status (default 503)
+	Taken        []string
+}
+
+// Sources are the rate limiters a configuration converts from.
+var Sources = []Source{
+	{Name: "envoy-ratelimit", Title: "envoyproxy/ratelimit", Config: "the service's configuration (YAML: domain, descriptors)",
+		Reads: []string{"rate_limits", "scope", "fleet_cluster"}, convert: convertEnvoyRatelimit},
+	{Name: "ingress-nginx", Title: "ingress-nginx annotations", Config: "the Ingresses (YAML: kubectl get ingress -A -o yaml)",
+		Reads: []string{"status"}, convert: convertIngressNginx},
+}
+
+// SourceNamed returns the source called name; "" is the first source,
+// envoy-ratelimit.
+func SourceNamed(name string) (Source, bool) {
+	if name == "" {
+		return Sources[0], true
+	}
+	for _, s := range Sources {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Source{}, false
+}
+
+// Convert runs the conversion in.From names. Its errors are *InputError
+// naming the input at fault: "from", "config", or one of Source.Reads.
+func Convert(in Input) (Result, error) {
+	src, ok := SourceNamed(in.From)
+	if !ok {
+		return Result{}, &InputError{"from", fmt.Errorf("from %q: want one of %s", in.From, sourceNames())}
+	}
+	set := map[string]bool{"rate_limits": len(in.RateLimits) > 0, "scope": in.Scope != "", "fleet_cluster": in.FleetCluster != "", "status": in.Status != 0}
+	for _, field := range []string{"rate_limits", "scope", "fleet_cluster", "status"} {
+		if set[field] && !slices.Contains(src.Reads, field) {
+			return Result{}, &InputError{field, fmt.Errorf("%s: not read when converting from %s; leave it out", field, src.Name)}
+		}
+	}
+	if strings.TrimSpace(string(in.Config)) == "" {
+		return Result{}, &InputError{"config", fmt.Errorf("config: required: %s", src.Config)}
+	}
+	res, err := src.convert(in)
+	var ie *InputError
+	if err != nil && !errors.As(err, &ie) {
+		err = &InputError{"config", err}
+	}
+	return res, err
+}
+
+func sourceNames() string {
+	names := make([]string, len(Sources))
+	for i, s := range Sources {
+		names[i] = s.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+func convertEnvoyRatelimit(in Input) (Result, error) {
+	if strings.TrimSpace(string(in.RateLimits)) == "" {
+		return Result{}, &InputError{"rate_limits", fmt.Errorf("rate_limits: required: the Envoy route's rate_limits (YAML), whose actions say what each descriptor key is")}
+	}
+	return EnvoyRatelimit(in.Config, in.RateLimits, Options{Scope: in.Scope, FleetCluster: in.FleetCluster, Taken: in.Taken})
+}
+
+func convertIngressNginx(in Input) (Result, error) {
+	if in.Status != 0 && (in.Status < 400 || in.Status > 599) {
+		return Result{}, &InputError{"status", fmt.Errorf("status: %d: want an HTTP status from 400 to 599 (default 503)", in.Status)}
+	}
+	return IngressNginx(in.Config, IngressOptions{Status: in.Status, Taken: in.Taken})
+}

@@ -1,0 +1,53 @@
+package migrate
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/sluice-rl/sluice/shared/policy"
+)
+
+func TestConvertNamesTheInputItCannotUse(t *testing.T) {
+	for _, tc := range []struct {
+		in          Input
+		field, want string
+	}{
+		{Input{From: "haproxy", Config: []byte("x")}, "from", `from "haproxy": want one of envoy-ratelimit, ingress-nginx`},
+		{Input{From: "ingress-nginx", Config: []byte(ingressList), RateLimits: []byte("- actions: []")}, "rate_limits", "not read when converting from ingress-nginx"},
+		{Input{From: "ingress-nginx", Config: []byte(ingressList), Scope: "local"}, "scope", "not read"},
+		{Input{Config: []byte("domain: d"), RateLimits: []byte("- actions: []"), Status: 429}, "status", "not read when converting from envoy-ratelimit"},
+		{Input{From: "ingress-nginx", Config: []byte(ingressList), Status: 200}, "status", "200: want an HTTP status from 400 to 599"},
+		{Input{From: "ingress-nginx", Config: []byte(" \n")}, "config", "required: the Ingresses"},
+		{Input{Config: []byte("domain: d")}, "rate_limits", "required"},
+		{Input{From: "ingress-nginx", Config: []byte("kind: Ingress\n  bad: [")}, "config", "ingresses: document 1"},
+	} {
+		_, err := Convert(tc.in)
+		var ie *InputError
+		if !errors.As(err, &ie) || ie.Input != tc.field || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want an error on %s saying %q", tc.in, err, tc.field, tc.want)
+		}
+	}
+}
+
+func TestConvertRunsTheNamedSourceWithItsChoices(t *testing.T) {
+	res, err := Convert(Input{From: "ingress-nginx", Config: []byte(ingressList), Status: 429, Taken: []string{"shop-api-rps"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := policy.Parse(res.Policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.RejectStatus != 429 || cfg.RuleByName("shop-api-rps") != nil || cfg.RuleByName("shop-api-rps-2") == nil {
+		t.Errorf("status %d, a taken name reused or renamed otherwise:\n%s", cfg.RejectStatus, res.Policy)
+	}
+	res, err = Convert(Input{Config: []byte("domain: d\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 5}}]\n"),
+		RateLimits: []byte("- actions: [{request_headers: {header_name: x-k, descriptor_key: k}}]\n"), Scope: "local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err := policy.Parse(res.Policy); err != nil || cfg.Fleet != nil || len(cfg.Policies) != 1 {
+		t.Errorf("envoy-ratelimit, the default source, local: %v\n%s", err, res.Policy)
+	}
+}
