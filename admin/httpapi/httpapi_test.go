@@ -216,7 +216,7 @@ func TestAPISaveConflictValidationRollback(t *testing.T) {
 	}
 
 	// Invalid: 422 with exactly the parser's errors.
-	bad := `{"rules":[{"name":"free","limit_keys":["cookie:x"],"algorithm":"leaky_bucket","algorithm_config":{"tokens_per_second":10,"burst":5}}]}`
+	bad := `{"rules":[{"name":"free","limit_keys":["form:x"],"algorithm":"leaky_bucket","algorithm_config":{"tokens_per_second":10,"burst":5}}]}`
 	resp, body = e.apiJSON(t, "POST", "/api/v1/policy", `{"base_version":2,"policy":`+bad+`}`)
 	_, perr := policy.Parse([]byte(bad))
 	var want []map[string]any

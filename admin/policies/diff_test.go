@@ -138,7 +138,7 @@ func TestLocator(t *testing.T) {
         "burst": 5
       }
     },
-    {"name": "free", "limit_keys": ["cookie:session"], "algorithm": "leaky_bucket",
+    {"name": "free", "limit_keys": ["form:session"], "algorithm": "leaky_bucket",
      "algorithm_config": {"rps": 1}}
   ]
 }`

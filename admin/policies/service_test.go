@@ -145,7 +145,7 @@ func TestInvalidRefusedWithParserMessages(t *testing.T) {
 		`[]`,
 		`{"mode":"audit","rules":[]}`,
 		`{"rules":[{"name":"free","limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":10,"burst":5}},
-		  {"name":"free","limit_keys":["cookie:session"],"algorithm":"leaky_bucket","algorithm_config":{"rps":1,"burst":1}}]}`,
+		  {"name":"free","limit_keys":["form:session"],"algorithm":"leaky_bucket","algorithm_config":{"rps":1,"burst":1}}]}`,
 		`{"rules":[{"name":"r","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10,"bursts":1}}]}`,
 		`{"rules":[{"name":"r","limit_keys":["ip:address"],"match":{"jwt:plan":1},"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}}]}`,
 		// Windowed algorithms: the same parser, the same paths.

@@ -158,7 +158,7 @@ func BenchmarkEnvoyHostStream(b *testing.B) {
 // without the response fields, with the older (opt-in) ones too, a request no
 // rule applies to (one header read, nothing else), the bucket keyed by
 // the client certificate, the route or a value of the dynamic metadata (a
-// property read) instead of a header, charged by the response's status instead of per request, and a
+// property read) or a cookie instead of a header, charged by the response's status instead of per request, and a
 // concurrency rule in its place (a place taken, then given back when the
 // stream ends) (x-base: against the allowed request's configuration, same
 // request).
@@ -180,6 +180,11 @@ func BenchmarkEnvoyHostProbe(b *testing.B) {
 		counted := strings.Replace(benchConfig, `"burst": 1e12}`, `"burst": 1e12, "cost_source": "response_status:401,403"}`, 1)
 		return streamCase{name, counted, r, false, benchConfig}
 	}
+	// Keyed by a cookie of a browser's Cookie header instead of the
+	// header: the same request, carrying both.
+	withCookie := hdr("x-api-key", "k")
+	withCookie.Headers = append(withCookie.Headers, scenario.Header{"cookie", "_ga=GA1.2.1234567.1700000000; theme=dark; lang=en; sid=s-4f1c2a"})
+	byCookie := streamCase{"cookie", strings.Replace(benchConfig, `"header:x-api-key"`, `"cookie:sid"`, 1), withCookie, false, benchConfig}
 	inFlight := strings.Replace(benchConfig, `"algorithm": "token_bucket",
   "algorithm_config": {"rps": 1e9, "burst": 1e12}}`, `"algorithm": "concurrency",
   "algorithm_config": {"limit": 1000}}`, 1)
@@ -189,6 +194,7 @@ func BenchmarkEnvoyHostProbe(b *testing.B) {
 		countedBy("response-status-counted", "401"),
 		keyedBy("peer-principal", "peer:principal", simulate.PeerPrincipalProperty, "spiffe://cluster.local/ns/shop/sa/web"),
 		keyedBy("route", "route", simulate.RouteProperty, "checkout"),
+		byCookie,
 		keyedBy("metadata", "metadata:envoy.filters.http.jwt_authn:jwt_payload.sub",
 			"metadata.filter_metadata.envoy.filters.http.jwt_authn.jwt_payload.sub", "alice"),
 		{"no-response-headers", with(`"response_headers": false`), hdr("x-api-key", "k"), false, ""},

@@ -27,7 +27,11 @@ type compiledConfig struct {
 	headerNames []string
 	queryNames  []string
 	claimNames  []string
+	cookieNames []string
 	metaPaths   []string // serialized property paths of metadata sources
+	// cookieHeader is the headerNames index of "cookie", which cookie
+	// sources read (valid when cookieNames is not empty).
+	cookieHeader int
 
 	// readNames are the distinct request headers the configuration can
 	// read: headerNames and the headers behind the other sources
@@ -320,6 +324,9 @@ func (cc *compiledConfig) ref(k policy.KeySource) sourceRef {
 		return sourceRef{kind: k.Kind, idx: indexOf(&cc.queryNames, k.Name)}
 	case policy.SourceJWT:
 		return sourceRef{kind: k.Kind, idx: indexOf(&cc.claimNames, k.Name)}
+	case policy.SourceCookie:
+		cc.cookieHeader = cc.ref(policy.KeySource{Kind: policy.SourceHeader, Name: "cookie"}).idx
+		return sourceRef{kind: k.Kind, idx: indexOf(&cc.cookieNames, k.Name)}
 	case policy.SourceMetadata:
 		return sourceRef{kind: k.Kind, idx: indexOf(&cc.metaPaths, strings.Join(policy.MetadataPath(k.Name), "\x00"))}
 	}

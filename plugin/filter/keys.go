@@ -49,6 +49,7 @@ type requestSources struct {
 	headers []cachedValue   // by compiledConfig.headerNames index
 	queries []cachedValue   // by compiledConfig.queryNames index
 	claims  []cachedValue   // by compiledConfig.claimNames index
+	cookies []cachedValue   // by compiledConfig.cookieNames index
 	metas   []propertyValue // by compiledConfig.metaPaths index
 
 	rawPath, path, method, host, ip cachedValue
@@ -93,6 +94,7 @@ func (rs *requestSources) reset(cfg *compiledConfig, numHeaders int) {
 		rs.headers = resetCache(rs.headers, len(cfg.headerNames))
 		rs.queries = resetCache(rs.queries, len(cfg.queryNames))
 		rs.claims = resetCache(rs.claims, len(cfg.claimNames))
+		rs.cookies = resetCache(rs.cookies, len(cfg.cookieNames))
 		rs.rawPath, rs.path, rs.method, rs.host, rs.ip = cachedValue{}, cachedValue{}, cachedValue{}, cachedValue{}, cachedValue{}
 		rs.peer.c, rs.route.c = cachedValue{}, cachedValue{}
 		rs.metas = resetProperties(rs.metas, len(cfg.metaPaths))
@@ -150,6 +152,12 @@ func (rs *requestSources) get(s sourceRef) (string, bool) {
 		c = &rs.claims[s.idx]
 		if rs.unread(c) {
 			c.set(rs.claim(rs.cfg.claimNames[s.idx]))
+		}
+	case policy.SourceCookie:
+		c = &rs.cookies[s.idx]
+		if rs.unread(c) {
+			h, _ := rs.get(sourceRef{kind: policy.SourceHeader, idx: rs.cfg.cookieHeader})
+			c.set(request.CookieValue(h, rs.cfg.cookieNames[s.idx]))
 		}
 	case policy.SourcePath:
 		c = &rs.path

@@ -30,7 +30,7 @@ var invalidConfigs = []string{
 	`{"rules": [
 	  {"name": "free", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
 	   "algorithm_config": {"tokens_per_second": 10, "burst": 5}},
-	  {"name": "free", "limit_keys": ["cookie:session"], "algorithm": "leaky_bucket",
+	  {"name": "free", "limit_keys": ["form:session"], "algorithm": "leaky_bucket",
 	   "algorithm_config": {"rps": 1, "burst": 1}}]}`,
 	`{"rules": [`,
 	``,
@@ -93,7 +93,7 @@ func invalidConfigurationRefused(t *testing.T, start Starter) {
 	for _, problem := range []string{
 		"rules[0].algorithm_config.burst: 5 is below tokens_per_second 10; burst must be >= tokens_per_second",
 		`rules[1].name: duplicate rule name "free" (also at rules[0].name)`,
-		`rules[1].limit_keys[0]: "cookie:session" is not a known source`,
+		`rules[1].limit_keys[0]: "form:session" is not a known source`,
 		`rules[1].algorithm: unknown algorithm "leaky_bucket"`,
 	} {
 		if logsContaining(h, problem) == 0 {

@@ -162,7 +162,11 @@ func TestParseErrors(t *testing.T) {
 		{"metadata too long", withKeys(`["metadata:ns:` + strings.Repeat("k", 254) + `"]`), "rules[0].limit_keys[0]", []string{"longer than 256 bytes"}, 0},
 		{"peer source without principal", withKeys(`["peer:address"]`), "rules[0].limit_keys[0]", []string{`"peer:address" is not a valid peer source`, `write "peer:principal"`}, 0},
 		{"peer source upper case", withKeys(`["Peer:principal"]`), "rules[0].limit_keys[0]", []string{"source kinds are lower-case", `"peer:principal"`}, 0},
-		{"key unknown kind", withKeys(`["cookie:session"]`), "rules[0].limit_keys[0]", []string{`"cookie:session" is not a known source`, `"ip:address", "peer:principal", "header:<name>"`}, 0},
+		{"key unknown kind", withKeys(`["form:session"]`), "rules[0].limit_keys[0]", []string{`"form:session" is not a known source`, `"ip:address", "peer:principal", "header:<name>"`}, 0},
+		{"cookie alone", withKeys(`["cookie"]`), "rules[0].limit_keys[0]", []string{`needs a cookie name, e.g. "cookie:session"`}, 0},
+		{"cookie empty", withKeys(`["cookie:"]`), "rules[0].limit_keys[0]", []string{"invalid cookie name", "name is empty"}, 0},
+		{"cookie space", withMatch(`{"cookie:a b":"x"}`), `rules[0].match["cookie:a b"]`, []string{"invalid cookie name", `contains ' '`}, 0},
+		{"cookie upper case", withKeys(`["Cookie:sid"]`), "rules[0].limit_keys[0]", []string{"source kinds are lower-case", `"cookie:sid"`}, 0},
 		{"key upper-case kind", withKeys(`["Header:X-Key"]`), "rules[0].limit_keys[0]", []string{"source kinds are lower-case", `"header:X-Key"`}, 0},
 		{"key ip alone", withKeys(`["ip"]`), "rules[0].limit_keys[0]", []string{`"ip" is not a valid IP source`, `write "ip:address"`}, 0},
 		{"key ip other", withKeys(`["ip:port"]`), "rules[0].limit_keys[0]", []string{`write "ip:address"`}, 0},
@@ -184,7 +188,7 @@ func TestParseErrors(t *testing.T) {
 		{"match value number", withMatch(`{"jwt:plan":1}`), `rules[0].match["jwt:plan"]`, []string{"must be a string", "got a number"}, 0},
 		{"match value null", withMatch(`{"method":null}`), "rules[0].match.method", []string{"must be a string", "got null"}, 0},
 		{"match value empty", withMatch(`{"path_prefix":""}`), "rules[0].match.path_prefix", []string{"is empty"}, 0},
-		{"match bad source", withMatch(`{"cookie:a":"b"}`), `rules[0].match["cookie:a"]`, []string{`"cookie:a" is not a known source`, `"path_prefix" is also accepted`}, 0},
+		{"match bad source", withMatch(`{"form:a":"b"}`), `rules[0].match["form:a"]`, []string{`"form:a" is not a known source`, `"path_prefix" is also accepted`}, 0},
 		{"match prefix typo", withMatch(`{"path-prefix":"/a"}`), "rules[0].match.path-prefix", []string{"is not a known source"}, 0},
 		{"match duplicate header", withMatch(`{"header:X-Plan":"a","header:x-plan":"b"}`), `rules[0].match["header:x-plan"]`, []string{`matches the same source as rules[0].match["header:X-Plan"]`}, 0},
 		{"match duplicate key", withMatch(`{"method":"GET","method":"PUT"}`), "rules[0].match.method", []string{`duplicate field "method"`}, 0},
@@ -431,7 +435,7 @@ func TestMarshalJSONGolden(t *testing.T) {
 }
 
 func TestKeySourceString(t *testing.T) {
-	for _, s := range []string{"ip:address", "peer:principal", "header:x-api-key", "query:k", "jwt:sub", "path", "method", "host", "route"} {
+	for _, s := range []string{"ip:address", "peer:principal", "header:x-api-key", "query:k", "jwt:sub", "cookie:Session_ID", "path", "method", "host", "route"} {
 		k, ok := ParseSource(s)
 		if !ok || k.String() != s {
 			t.Errorf("ParseSource(%q) = %+v %v; String() = %q", s, k, ok, k.String())
@@ -440,8 +444,8 @@ func TestKeySourceString(t *testing.T) {
 	if k, ok := ParseSource("header:X-Api-Key"); !ok || k != (KeySource{SourceHeader, "x-api-key"}) {
 		t.Errorf("header not lower-cased: %+v", k)
 	}
-	if _, ok := ParseSource("cookie:x"); ok {
-		t.Error("ParseSource(cookie:x) ok")
+	if _, ok := ParseSource("form:x"); ok {
+		t.Error("ParseSource(form:x) ok")
 	}
 	if s := (KeySource{}).String(); s != "invalid" {
 		t.Errorf("zero KeySource = %q", s)

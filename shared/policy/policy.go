@@ -178,12 +178,15 @@ const (
 	// write (jwt_authn's verified claims, json_to_metadata's body fields,
 	// ext_authz's answers). Name is "<namespace>:<keys>" (metadata.go).
 	SourceMetadata
+	// SourceCookie is "cookie:<name>": the value of a cookie of the
+	// request's Cookie header (request.CookieValue).
+	SourceCookie
 )
 
 // KeySource names one request attribute.
 type KeySource struct {
 	Kind SourceKind
-	Name string // header (lower-cased), query parameter or claim name, metadata "<namespace>:<keys>"; "" otherwise
+	Name string // header (lower-cased), query parameter, claim or cookie name, metadata "<namespace>:<keys>"; "" otherwise
 }
 
 // String returns the source in configuration syntax: "header:x-api-key",
@@ -210,6 +213,8 @@ func (k KeySource) String() string {
 		return "route"
 	case SourceMetadata:
 		return "metadata:" + k.Name
+	case SourceCookie:
+		return "cookie:" + k.Name
 	}
 	return "invalid"
 }

@@ -165,7 +165,7 @@ func TestSchemaRefusesInvalid(t *testing.T) {
 		withAlg("fixed_window", `{"limit":10,"window_seconds":1.5}`),
 		withAlg("fixed_window", `{"limit":0,"window_seconds":60}`),
 		withMatch(`{"jwt:plan":1}`),
-		withMatch(`{"cookie:x":"1"}`),
+		withMatch(`{"form:x":"1"}`),
 		withMatch(`{"path":""}`),
 		withMatch(`{"path":{"prefix":"/a","suffix":"b"}}`),
 		withMatch(`{"path":{"prefx":"/a"}}`),

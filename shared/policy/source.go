@@ -7,7 +7,7 @@ import (
 	"github.com/sluice-rl/sluice/shared/bodyscan"
 )
 
-const sourceForms = `"ip:address", "peer:principal", "header:<name>", "query:<name>", "jwt:<claim>", "metadata:<namespace>:<key>", "path", "method", "host" or "route"`
+const sourceForms = `"ip:address", "peer:principal", "header:<name>", "query:<name>", "jwt:<claim>", "cookie:<name>", "metadata:<namespace>:<key>", "path", "method", "host" or "route"`
 
 // maxSourceName bounds header, query and claim names.
 const maxSourceName = 256
@@ -69,6 +69,14 @@ func parseSource(s string) (KeySource, string) {
 			return KeySource{Kind: SourceQuery, Name: name}, ""
 		}
 		return KeySource{Kind: SourceJWT, Name: name}, ""
+	case "cookie":
+		if !hasColon {
+			return bad(`needs a cookie name, e.g. "cookie:session"`)
+		}
+		if msg := checkCookieName(name); msg != "" {
+			return bad("has an invalid cookie name: " + msg)
+		}
+		return KeySource{Kind: SourceCookie, Name: name}, ""
 	case "metadata":
 		if msg := checkMetadataName(name); msg != "" {
 			return bad(msg)
@@ -76,7 +84,7 @@ func parseSource(s string) (KeySource, string) {
 		return KeySource{Kind: SourceMetadata, Name: name}, ""
 	}
 	switch strings.ToLower(kind) {
-	case "path", "method", "host", "route", "ip", "peer", "header", "query", "jwt", "metadata":
+	case "path", "method", "host", "route", "ip", "peer", "header", "query", "jwt", "cookie", "metadata":
 		return bad("is not a known source: source kinds are lower-case, e.g. " + quoteShort(strings.ToLower(kind)+s[len(kind):]))
 	}
 	return bad("is not a known source; use " + sourceForms)
@@ -85,17 +93,28 @@ func parseSource(s string) (KeySource, string) {
 // checkHeaderName returns "" if s is a valid HTTP header name (an RFC 9110
 // token), else what is wrong.
 func checkHeaderName(s string) string {
+	if s != "" && s[0] == ':' && len(s) <= maxSourceName {
+		return "pseudo-headers such as " + quoteShort(s) + ` cannot be used; use the "path", "method" or "host" sources`
+	}
+	return checkToken(s, "header")
+}
+
+// checkCookieName returns "" if s is a valid cookie name (an RFC 6265
+// token, compared case-sensitively), else what is wrong.
+func checkCookieName(s string) string { return checkToken(s, "cookie") }
+
+// checkToken returns "" if s is a token of at most maxSourceName bytes,
+// else what is wrong with the name of a what ("header", "cookie").
+func checkToken(s, what string) string {
 	switch {
 	case s == "":
 		return "the name is empty"
 	case len(s) > maxSourceName:
 		return "the name is longer than 256 bytes"
-	case s[0] == ':':
-		return "pseudo-headers such as " + quoteShort(s) + ` cannot be used; use the "path", "method" or "host" sources`
 	}
 	for i := 0; i < len(s); i++ {
 		if !isTokenChar(s[i]) {
-			return quoteShort(s) + " contains " + quoteByte(s, i) + "; header names use letters, digits and !#$%&'*+-.^_`|~"
+			return quoteShort(s) + " contains " + quoteByte(s, i) + "; " + what + " names use letters, digits and !#$%&'*+-.^_`|~"
 		}
 	}
 	return ""

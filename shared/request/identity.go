@@ -10,10 +10,10 @@ import (
 
 // DisplayIdentity renders a bucket's identity for operators: its key
 // components as "<source>=<value>" joined with "|". Unless the rule says
-// "telemetry_identity": "clear", the values of header:, jwt:, query: and
-// metadata: sources are masked (MaskValue): they often are credentials
-// (API keys, subjects, tokens in query strings, what an authorization
-// service returned). ip:address, path, method and host are
+// "telemetry_identity": "clear", the values of header:, jwt:, query:,
+// cookie: and metadata: sources are masked (MaskValue): they often are
+// credentials (API keys, subjects, tokens in query strings, session
+// cookies, what an authorization service returned). ip:address, path, method and host are
 // shown as is: they are what operators search for and are not secrets.
 // A composite too long to be stored verbatim (AppendComposite) is shown as its hash
 // only when the rule has a masked source.
@@ -21,7 +21,7 @@ func DisplayIdentity(keys []policy.KeySource, clear bool, id string) string {
 	masked := false
 	if !clear {
 		for _, k := range keys {
-			if sensitive(k.Kind) {
+			if Sensitive(k.Kind) {
 				masked = true
 			}
 		}
@@ -49,7 +49,7 @@ func DisplayIdentity(keys []policy.KeySource, clear bool, id string) string {
 		}
 		sb.WriteString(keys[i].String())
 		sb.WriteByte('=')
-		if masked && sensitive(keys[i].Kind) {
+		if masked && Sensitive(keys[i].Kind) {
 			sb.WriteString(MaskValue(c))
 		} else {
 			sb.WriteString(c)
@@ -58,8 +58,10 @@ func DisplayIdentity(keys []policy.KeySource, clear bool, id string) string {
 	return sb.String()
 }
 
-func sensitive(k policy.SourceKind) bool {
-	return k == policy.SourceHeader || k == policy.SourceJWT || k == policy.SourceQuery || k == policy.SourceMetadata
+// Sensitive tells whether values of a source may be secrets (API keys,
+// tokens, session cookies): displays mask them.
+func Sensitive(k policy.SourceKind) bool {
+	return k == policy.SourceHeader || k == policy.SourceJWT || k == policy.SourceQuery || k == policy.SourceMetadata || k == policy.SourceCookie
 }
 
 // SplitComposite undoes AppendComposite's joining and escaping.

@@ -63,6 +63,11 @@ func (s *sources) raw(k policy.KeySource) (string, bool) {
 		return s.req.PeerPrincipal, s.req.PeerPrincipal != ""
 	case policy.SourceRoute:
 		return s.req.Route, s.req.Route != ""
+	case policy.SourceCookie:
+		if h, ok := s.header("cookie"); ok {
+			return request.CookieValue(h, k.Name)
+		}
+		return "", false
 	case policy.SourceMetadata:
 		v, ok := s.req.metadataValue(k.Name)
 		return request.MetadataText(v), ok
@@ -81,7 +86,7 @@ func (s *sources) raw(k policy.KeySource) (string, bool) {
 
 // mismatch returns why a rule's match does not hold ("" when it holds).
 // The values of sources that may carry secrets (headers, query
-// parameters, claims) are not repeated.
+// parameters, claims, cookies) are not repeated.
 func (s *sources) mismatch(r *policy.Rule) string {
 	for i := range r.Match {
 		m := &r.Match[i]
@@ -94,8 +99,7 @@ func (s *sources) mismatch(r *policy.Rule) string {
 			return want + "; the request has no value"
 		}
 		shown := strconv.Quote(v)
-		switch m.Source.Kind {
-		case policy.SourceHeader, policy.SourceQuery, policy.SourceJWT, policy.SourceMetadata:
+		if request.Sensitive(m.Source.Kind) {
 			shown = "another value"
 		}
 		return want + "; the request has " + shown

@@ -104,6 +104,9 @@ func Request(rng *rand.Rand, shadowHeader string) simulate.Request {
 			jwt["https://idp.example.com"] = map[string]any{"groups": []any{[]any{"dev"}, []any{"ops", "dev"}, []any{}}[rng.IntN(3)]}
 		}
 	}
+	if rng.IntN(3) > 0 { // a browser's cookies: a session, an experiment group
+		r.Headers["cookie"] = oneOf("sid=s-1; ab=blue", `ab="green"; sid=s-2`, "theme=dark", "sid=; ab=blue", "sid=s-1;sid=s-2")
+	}
 	return r
 }
 
@@ -228,14 +231,14 @@ func (g *configGen) reply(into map[string]any) {
 func (g *configGen) key() string {
 	return g.oneOf("header:x-api-key", "header:x-api-key", "ip:address", "query:account", "jwt:sub", "header:x-plan", "host", "jwt:tier", "peer:principal", "route",
 		"metadata:envoy.filters.http.jwt_authn:jwt_payload.sub", "metadata:envoy.filters.http.jwt_authn:jwt_payload.tier",
-		"metadata:envoy.filters.http.jwt_authn:[https://idp.example.com].groups.0")
+		"metadata:envoy.filters.http.jwt_authn:[https://idp.example.com].groups.0", "cookie:sid")
 }
 
 // match returns zero to two conditions.
 func (g *configGen) match() map[string]any {
 	m := map[string]any{}
 	for range g.rng.IntN(3) {
-		switch g.rng.IntN(12) {
+		switch g.rng.IntN(13) {
 		case 0:
 			m["path_prefix"] = g.oneOf("/api/", "/reports", "/")
 		case 1:
@@ -260,6 +263,8 @@ func (g *configGen) match() map[string]any {
 			m["route"] = g.condition("checkout", "catalog")
 		case 11:
 			m["metadata:envoy.filters.http.json_to_metadata:model"] = g.condition("gpt-4o", "o1")
+		case 12:
+			m["cookie:ab"] = g.condition("blue", "green")
 		}
 	}
 	return m
