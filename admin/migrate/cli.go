@@ -8,44 +8,89 @@ import (
 	"os"
 )
 
-const usage = `usage: ratelimit-admin migrate envoy-ratelimit -config CONFIG.yaml -rate-limits RATE_LIMITS.yaml [-scope global|local] [-fleet-cluster NAME] [-o POLICY.json]
-       ratelimit-admin migrate ingress-nginx -f INGRESSES.yaml [-status 503] [-annotations-prefix PREFIX] [-o POLICY.json]
+const usage = `usage: ratelimit-admin migrate SOURCE [flags] [-o POLICY.json]
 
-envoy-ratelimit converts envoyproxy/ratelimit's configuration (CONFIG.yaml,
-the service's domain and descriptors) for the descriptors the Envoy route's
-rate_limits build (RATE_LIMITS.yaml: a list of {actions: [...]}, or a route
-action or virtual host holding rate_limits).
+SOURCE is one of:
 
-ingress-nginx converts the limit annotations (limit-rps, limit-rpm,
-limit-burst-multiplier, limit-connections, limit-whitelist) of the Ingresses
-in INGRESSES.yaml (kubectl get ingress -A -o yaml; other kinds are skipped).
+  envoy-ratelimit -config CONFIG.yaml -rate-limits RATE_LIMITS.yaml [-scope global|local] [-fleet-cluster NAME]
+      envoyproxy/ratelimit's configuration (CONFIG.yaml, the service's
+      domain and descriptors) for the descriptors the Envoy route's
+      rate_limits build (RATE_LIMITS.yaml: a list of {actions: [...]}, or a
+      route action or virtual host holding rate_limits).
+
+  ingress-nginx -f INGRESSES.yaml [-status 503] [-annotations-prefix PREFIX]
+      the limit annotations (limit-rps, limit-rpm, limit-burst-multiplier,
+      limit-connections, limit-whitelist) of the Ingresses in INGRESSES.yaml
+      (kubectl get ingress -A -o yaml; other kinds are skipped).
 
 The policy goes to standard output (or -o), what differs to standard error.
 Check it, then save it with "ratelimit-admin policy apply" or on the policy
-page.
+page, whose conversion form and API (POST /api/v1/policy/migrate) take the
+same sources.
 `
+
+// errUsage says the command line is incomplete: Main prints the usage.
+var errUsage = errors.New("usage")
+
+// A command declares a source's flags and returns what reads them, after
+// parsing, into the conversion's Input.
+type command func(fs *flag.FlagSet) func() (Input, error)
+
+var commands = map[string]command{
+	"envoy-ratelimit": func(fs *flag.FlagSet) func() (Input, error) {
+		config := fs.String("config", "", "envoyproxy/ratelimit's configuration file (YAML)")
+		limits := fs.String("rate-limits", "", "the Envoy route's rate_limits (YAML)")
+		scope := fs.String("scope", "global", `"global" (across Envoys, through the admin's fleet mode) or "local" (per Envoy process)`)
+		cluster := fs.String("fleet-cluster", "sluice_rls", "the fleet block's cluster (global scope)")
+		return func() (Input, error) {
+			if *config == "" || *limits == "" {
+				return Input{}, errUsage
+			}
+			in := Input{From: "envoy-ratelimit", Scope: *scope, FleetCluster: *cluster}
+			var err error
+			if in.Config, err = readInput(*config); err != nil {
+				return in, err
+			}
+			in.RateLimits, err = readInput(*limits)
+			return in, err
+		}
+	},
+	"ingress-nginx": func(fs *flag.FlagSet) func() (Input, error) {
+		path := fs.String("f", "", "the Ingresses (YAML)")
+		status := fs.Int("status", 503, "the rejection status (the controller's limit-req-status-code)")
+		prefix := fs.String("annotations-prefix", "nginx.ingress.kubernetes.io/", "the controller's annotations prefix")
+		return func() (Input, error) {
+			in := Input{From: "ingress-nginx", Status: *status, AnnotationsPrefix: *prefix}
+			return in, readFile(*path, &in.Config)
+		}
+	},
+}
+
+// readFile reads the file a -f flag names into dst; an empty path is a
+// usage error.
+func readFile(path string, dst *[]byte) error {
+	if path == "" {
+		return errUsage
+	}
+	var err error
+	*dst, err = readInput(path)
+	return err
+}
 
 // Main runs "ratelimit-admin migrate ARGS" and returns the exit code: 0,
 // 1 for a conversion error, 2 for a usage error.
 func Main(args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == "ingress-nginx" {
-		return ingressMain(args[1:], stdout, stderr)
-	}
-	if len(args) == 0 || args[0] != "envoy-ratelimit" {
+	if len(args) == 0 || commands[args[0]] == nil {
 		fmt.Fprint(stderr, usage)
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "help" || args[0] == "--help") {
 			return 0
 		}
 		return 2
 	}
-	fs := flag.NewFlagSet("ratelimit-admin migrate envoy-ratelimit", flag.ContinueOnError)
+	fs := flag.NewFlagSet("ratelimit-admin migrate "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage) }
-	configPath := fs.String("config", "", "envoyproxy/ratelimit's configuration file (YAML)")
-	limitsPath := fs.String("rate-limits", "", "the Envoy route's rate_limits (YAML)")
-	var opt Options
-	fs.StringVar(&opt.Scope, "scope", "global", `"global" (across Envoys, through the admin's fleet mode) or "local" (per Envoy process)`)
-	fs.StringVar(&opt.FleetCluster, "fleet-cluster", "sluice_rls", "the fleet block's cluster (global scope)")
+	read := commands[args[0]](fs)
 	out := fs.String("o", "", "write the policy to this file instead of standard output")
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -53,39 +98,15 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	if *configPath == "" || *limitsPath == "" || fs.NArg() > 0 {
+	in, err := read()
+	if errors.Is(err, errUsage) || fs.NArg() > 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
-	res, err := convertFiles(*configPath, *limitsPath, opt)
-	return finish(res, err, *out, stdout, stderr)
-}
-
-// ingressMain runs "ratelimit-admin migrate ingress-nginx ARGS".
-func ingressMain(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("ratelimit-admin migrate ingress-nginx", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usage) }
-	path := fs.String("f", "", "the Ingresses (YAML)")
-	var opt IngressOptions
-	fs.IntVar(&opt.Status, "status", 503, "the rejection status (the controller's limit-req-status-code)")
-	fs.StringVar(&opt.Prefix, "annotations-prefix", "nginx.ingress.kubernetes.io/", "the controller's annotations prefix")
-	out := fs.String("o", "", "write the policy to this file instead of standard output")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if *path == "" || fs.NArg() > 0 {
-		fmt.Fprint(stderr, usage)
-		return 2
-	}
-	doc, err := readInput(*path)
 	if err != nil {
 		return finish(Result{}, err, "", stdout, stderr)
 	}
-	res, err := IngressNginx(doc, opt)
+	res, err := Convert(in)
 	return finish(res, err, *out, stdout, stderr)
 }
 
@@ -108,18 +129,6 @@ func finish(res Result, err error, out string, stdout, stderr io.Writer) int {
 	}
 	_, _ = stdout.Write(res.Policy)
 	return 0
-}
-
-func convertFiles(configPath, limitsPath string, opt Options) (Result, error) {
-	config, err := readInput(configPath)
-	if err != nil {
-		return Result{}, err
-	}
-	limits, err := readInput(limitsPath)
-	if err != nil {
-		return Result{}, err
-	}
-	return EnvoyRatelimit(config, limits, opt)
 }
 
 // readInput reads a file of at most maxInput bytes (more is refused by

@@ -207,7 +207,7 @@ func TestCommandWritesThePolicyAndTheNotes(t *testing.T) {
 	if _, err := policy.Parse(doc); err != nil || !strings.Contains(stderr.String(), "note: the rules are local") {
 		t.Errorf("policy %v; stderr %s", err, stderr.String())
 	}
-	for _, args := range [][]string{{}, {"envoy-ratelimit"}, {"nginx"}, {"envoy-ratelimit", "-config", cfgPath}} {
+	for _, args := range [][]string{{}, {"envoy-ratelimit"}, {"haproxy"}, {"envoy-ratelimit", "-config", cfgPath}} {
 		if code := Main(args, &stdout, &stderr); code != 2 {
 			t.Errorf("%q: exit %d, want 2 (usage)", args, code)
 		}

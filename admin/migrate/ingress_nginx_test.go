@@ -169,6 +169,10 @@ func TestIngressCommand(t *testing.T) {
 	if cfg, err := policy.Parse(stdout.Bytes()); err != nil || cfg.RejectStatus != 503 || !strings.Contains(stderr.String(), "note: ") {
 		t.Errorf("%v %+v; stderr %s", err, cfg, stderr.String())
 	}
+	stderr.Reset()
+	if code := Main([]string{"ingress-nginx", "-f", f, "-annotations-prefix", "custom.io/"}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), `(prefix "custom.io/")`) {
+		t.Errorf("another prefix: exit %d, %s", code, stderr.String())
+	}
 	if code := Main([]string{"ingress-nginx"}, &stdout, &stderr); code != 2 {
 		t.Errorf("no -f: exit %d, want 2", code)
 	}

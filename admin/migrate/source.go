@@ -3,6 +3,7 @@ package migrate
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -14,7 +15,7 @@ type Source struct {
 	Title  string // as its users know it: "envoyproxy/ratelimit"
 	Config string // what its configuration document is, for a form's label
 	// Reads are the inputs it reads besides the configuration, by their
-	// API names ("rate_limits", "scope", "fleet_cluster", "status").
+	// API names (Input's fields).
 	Reads   []string
 	convert func(Input) (Result, error)
 }
@@ -28,7 +29,10 @@ type Input struct {
 	Scope        string // envoy-ratelimit: "global" (default) or "local"
 	FleetCluster string // the fleet block's cluster of global rules
 	Status       int    // ingress-nginx: the rejection status (default 503)
-	Taken        []string
+	// AnnotationsPrefix is ingress-nginx's annotations prefix (default
+	// "nginx.ingress.kubernetes.io/").
+	AnnotationsPrefix string
+	Taken             []string
 }
 
 // Sources are the rate limiters a configuration converts from.
@@ -36,7 +40,7 @@ var Sources = []Source{
 	{Name: "envoy-ratelimit", Title: "envoyproxy/ratelimit", Config: "the service's configuration (YAML: domain, descriptors)",
 		Reads: []string{"rate_limits", "scope", "fleet_cluster"}, convert: convertEnvoyRatelimit},
 	{Name: "ingress-nginx", Title: "ingress-nginx annotations", Config: "the Ingresses (YAML: kubectl get ingress -A -o yaml)",
-		Reads: []string{"status"}, convert: convertIngressNginx},
+		Reads: []string{"status", "annotations_prefix"}, convert: convertIngressNginx},
 }
 
 // SourceNamed returns the source called name; "" is the first source,
@@ -60,9 +64,9 @@ func Convert(in Input) (Result, error) {
 	if !ok {
 		return Result{}, &InputError{"from", fmt.Errorf("from %q: want one of %s", in.From, sourceNames())}
 	}
-	set := map[string]bool{"rate_limits": len(in.RateLimits) > 0, "scope": in.Scope != "", "fleet_cluster": in.FleetCluster != "", "status": in.Status != 0}
-	for _, field := range []string{"rate_limits", "scope", "fleet_cluster", "status"} {
-		if set[field] && !slices.Contains(src.Reads, field) {
+	choices := in.choices()
+	for _, field := range slices.Sorted(maps.Keys(choices)) {
+		if choices[field] && !slices.Contains(src.Reads, field) {
 			return Result{}, &InputError{field, fmt.Errorf("%s: not read when converting from %s; leave it out", field, src.Name)}
 		}
 	}
@@ -75,6 +79,12 @@ func Convert(in Input) (Result, error) {
 		err = &InputError{"config", err}
 	}
 	return res, err
+}
+
+// choices tells, by API name, which of the choices in sets.
+func (in Input) choices() map[string]bool {
+	return map[string]bool{"rate_limits": len(in.RateLimits) > 0, "scope": in.Scope != "", "fleet_cluster": in.FleetCluster != "",
+		"status": in.Status != 0, "annotations_prefix": in.AnnotationsPrefix != ""}
 }
 
 func sourceNames() string {
@@ -96,5 +106,5 @@ func convertIngressNginx(in Input) (Result, error) {
 	if in.Status != 0 && (in.Status < 400 || in.Status > 599) {
 		return Result{}, &InputError{"status", fmt.Errorf("status: %d: want an HTTP status from 400 to 599 (default 503)", in.Status)}
 	}
-	return IngressNginx(in.Config, IngressOptions{Status: in.Status, Taken: in.Taken})
+	return IngressNginx(in.Config, IngressOptions{Status: in.Status, Prefix: in.AnnotationsPrefix, Taken: in.Taken})
 }

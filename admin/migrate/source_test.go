@@ -17,6 +17,7 @@ func TestConvertNamesTheInputItCannotUse(t *testing.T) {
 		{Input{From: "ingress-nginx", Config: []byte(ingressList), RateLimits: []byte("- actions: []")}, "rate_limits", "not read when converting from ingress-nginx"},
 		{Input{From: "ingress-nginx", Config: []byte(ingressList), Scope: "local"}, "scope", "not read"},
 		{Input{Config: []byte("domain: d"), RateLimits: []byte("- actions: []"), Status: 429}, "status", "not read when converting from envoy-ratelimit"},
+		{Input{Config: []byte("domain: d"), RateLimits: []byte("- actions: []"), AnnotationsPrefix: "x/", Status: 429}, "annotations_prefix", "not read"},
 		{Input{From: "ingress-nginx", Config: []byte(ingressList), Status: 200}, "status", "200: want an HTTP status from 400 to 599"},
 		{Input{From: "ingress-nginx", Config: []byte(" \n")}, "config", "required: the Ingresses"},
 		{Input{Config: []byte("domain: d")}, "rate_limits", "required"},
