@@ -271,7 +271,7 @@ func migrateForm(f MigrateForm, canSave bool) templ.Component {
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 21, "</textarea></p><p data-field=\"scope\"><label for=\"mg-scope\">Limits hold (envoyproxy/ratelimit)</label> <select id=\"mg-scope\" name=\"scope\"><option value=\"global\"")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 21, "</textarea></p><p data-field=\"scope\"><label for=\"mg-scope\">Limits hold</label> <select id=\"mg-scope\" name=\"scope\"><option value=\"global\"")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}

@@ -30,8 +30,10 @@ type migrateInput struct {
 	Scope        string `json:"scope"`
 	FleetCluster string `json:"fleet_cluster"`
 	Status       int    `json:"status"`
-	// AnnotationsPrefix is ingress-nginx's (the API only).
+	// The API only (the page leaves them at their defaults).
 	AnnotationsPrefix string `json:"annotations_prefix"`
+	Plugin            string `json:"plugin"`
+	DefaultCost       int    `json:"default_cost"`
 	// AddToCurrent adds the converted policies to the current version
 	// (renamed where a name is taken) instead of answering them alone.
 	AddToCurrent bool `json:"add_to_current"`
@@ -48,7 +50,8 @@ type migration struct {
 // Problems with the input are *policies.InputError naming its field.
 func convert(in migrateInput, cur policies.Version) (migration, error) {
 	mi := migrate.Input{From: in.From, Config: []byte(in.Config), RateLimits: []byte(in.RateLimits),
-		Scope: in.Scope, FleetCluster: in.FleetCluster, Status: in.Status, AnnotationsPrefix: in.AnnotationsPrefix}
+		Scope: in.Scope, FleetCluster: in.FleetCluster, Status: in.Status, AnnotationsPrefix: in.AnnotationsPrefix,
+		Plugin: in.Plugin, DefaultCost: in.DefaultCost}
 	if in.AddToCurrent {
 		mi.Taken = migrate.Names(cur.JSON)
 	}
@@ -75,7 +78,7 @@ func convert(in migrateInput, cur policies.Version) (migration, error) {
 // add_to_current was set).
 func (s *server) apiMigrate(w http.ResponseWriter, r *http.Request) error {
 	var in migrateInput
-	if err := s.decodeJSON(w, r, &in, []string{"from", "config", "rate_limits", "scope", "fleet_cluster", "status", "annotations_prefix", "add_to_current"}); err != nil {
+	if err := s.decodeJSON(w, r, &in, []string{"from", "config", "rate_limits", "scope", "fleet_cluster", "status", "annotations_prefix", "plugin", "default_cost", "add_to_current"}); err != nil {
 		return err
 	}
 	cur, err := s.Policies.Current(r.Context()) // secrets masked: a save restores them

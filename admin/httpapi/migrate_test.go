@@ -78,6 +78,8 @@ func TestAPIMigrateNamesTheInputAtFault(t *testing.T) {
 		{`{"from": "ingress-nginx", "config": ` + jsonString(shopIngress) + `, "rate_limits": "- actions: []"}`, "rate_limits", "not read when converting from ingress-nginx"},
 		{`{"from": "ingress-nginx", "config": ` + jsonString(shopIngress) + `, "status": 700}`, "status", "want an HTTP status from 400 to 599"},
 		{`{"from": "haproxy", "config": "x"}`, "from", `"haproxy": want one of`},
+		{`{"from": "higress", "config": "rule_name: r\nrule_items: []\n", "plugin": "quota"}`, "plugin", `plugin "quota": want key-rate-limit`},
+		{`{"from": "ingress-nginx", "config": "x", "default_cost": 5}`, "default_cost", "not read when converting from ingress-nginx"},
 	} {
 		resp, body := e.apiJSON(t, "POST", "/api/v1/policy/migrate", tc.body)
 		msg, _ := body["error"].(string)
@@ -188,6 +190,21 @@ func TestAPIMigrateConvertsFromTheSourceItNames(t *testing.T) {
 	cfg := parsePolicyOf(t, body)
 	if cfg.RejectStatus != 429 || cfg.RuleByName("web-shop-rps") == nil || cfg.RuleByName("web-shop-connections") == nil {
 		t.Errorf("converted: %+v", body["policy"])
+	}
+}
+
+func TestAPIMigrateConvertsHigressPluginsWithTheirChoices(t *testing.T) {
+	e := newEnv(t, nil)
+	body := `{"from": "higress", "plugin": "ai-token-ratelimit", "default_cost": 250, "add_to_current": true, "config": ` +
+		jsonString("rule_name: llm\nrule_items:\n  - limit_by_per_header: x-api-key\n    limit_keys: [{key: '*', token_per_minute: 1000}]\n") + `}`
+	resp, answer := e.apiJSON(t, "POST", "/api/v1/policy/migrate", body)
+	if resp.StatusCode != http.StatusOK || answer["base_version"] != float64(1) {
+		t.Fatalf("%d %v", resp.StatusCode, answer)
+	}
+	cfg := parsePolicyOf(t, answer)
+	r := cfg.RuleByName("llm")
+	if len(cfg.Policies) != 2 || r == nil || r.TokenBucket == nil || r.TokenBucket.DefaultCost != 250 {
+		t.Errorf("converted: %+v", answer["policy"])
 	}
 }
 

@@ -23,6 +23,12 @@ SOURCE is one of:
       limit-connections, limit-whitelist) of the Ingresses in INGRESSES.yaml
       (kubectl get ingress -A -o yaml; other kinds are skipped).
 
+  higress -f WASMPLUGINS.yaml [-plugin NAME] [-scope global|local] [-fleet-cluster NAME] [-default-cost N]
+      Higress's key-rate-limit, cluster-key-rate-limit and ai-token-ratelimit:
+      the WasmPlugins in WASMPLUGINS.yaml (kubectl get wasmplugins -A -o yaml;
+      other kinds and plugins are skipped), or one plugin's configuration
+      (-plugin names it when its fields do not).
+
 The policy goes to standard output (or -o), what differs to standard error.
 Check it, then save it with "ratelimit-admin policy apply" or on the policy
 page, whose conversion form and API (POST /api/v1/policy/migrate) take the
@@ -61,6 +67,17 @@ var commands = map[string]command{
 		prefix := fs.String("annotations-prefix", "nginx.ingress.kubernetes.io/", "the controller's annotations prefix")
 		return func() (Input, error) {
 			in := Input{From: "ingress-nginx", Status: *status, AnnotationsPrefix: *prefix}
+			return in, readFile(*path, &in.Config)
+		}
+	},
+	"higress": func(fs *flag.FlagSet) func() (Input, error) {
+		path := fs.String("f", "", "the WasmPlugins, or one plugin's configuration (YAML)")
+		plugin := fs.String("plugin", "", "the plugin of a bare configuration: key-rate-limit, cluster-key-rate-limit or ai-token-ratelimit")
+		scope := fs.String("scope", "global", `cluster-key-rate-limit's rules: "global" (counted across Envoys, as in Higress's Redis) or "local"`)
+		cluster := fs.String("fleet-cluster", "sluice_rls", "the fleet block's cluster (global scope)")
+		cost := fs.Int("default-cost", 100, "ai-token-ratelimit: the tokens an answer that reports no usage costs")
+		return func() (Input, error) {
+			in := Input{From: "higress", Plugin: *plugin, Scope: *scope, FleetCluster: *cluster, DefaultCost: *cost}
 			return in, readFile(*path, &in.Config)
 		}
 	},

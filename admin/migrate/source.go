@@ -26,21 +26,25 @@ type Input struct {
 	From         string // a Source's Name; "envoy-ratelimit" when empty
 	Config       []byte // the source's configuration
 	RateLimits   []byte // envoy-ratelimit: the Envoy route's rate_limits
-	Scope        string // envoy-ratelimit: "global" (default) or "local"
+	Scope        string // envoy-ratelimit, higress: "global" (default) or "local"
 	FleetCluster string // the fleet block's cluster of global rules
 	Status       int    // ingress-nginx: the rejection status (default 503)
 	// AnnotationsPrefix is ingress-nginx's annotations prefix (default
 	// "nginx.ingress.kubernetes.io/").
 	AnnotationsPrefix string
+	Plugin            string // higress: the plugin of a bare configuration
+	DefaultCost       int    // higress: ai-token-ratelimit's tokens for an answer without usage
 	Taken             []string
 }
 
 // Sources are the rate limiters a configuration converts from.
 var Sources = []Source{
 	{Name: "envoy-ratelimit", Title: "envoyproxy/ratelimit", Config: "the service's configuration (YAML: domain, descriptors)",
-		Reads: []string{"rate_limits", "scope", "fleet_cluster"}, convert: convertEnvoyRatelimit},
+		Reads: []string{"rate_limits", "scope", "fleet_cluster"}, convert: convertEnvoyRatelimitInput},
 	{Name: "ingress-nginx", Title: "ingress-nginx annotations", Config: "the Ingresses (YAML: kubectl get ingress -A -o yaml)",
-		Reads: []string{"status", "annotations_prefix"}, convert: convertIngressNginx},
+		Reads: []string{"status", "annotations_prefix"}, convert: convertIngressNginxInput},
+	{Name: "higress", Title: "Higress", Config: "WasmPlugins of key-rate-limit, cluster-key-rate-limit or ai-token-ratelimit (YAML), or one plugin's configuration",
+		Reads: []string{"scope", "fleet_cluster", "plugin", "default_cost"}, convert: convertHigressInput},
 }
 
 // SourceNamed returns the source called name; "" is the first source,
@@ -84,7 +88,7 @@ func Convert(in Input) (Result, error) {
 // choices tells, by API name, which of the choices in sets.
 func (in Input) choices() map[string]bool {
 	return map[string]bool{"rate_limits": len(in.RateLimits) > 0, "scope": in.Scope != "", "fleet_cluster": in.FleetCluster != "",
-		"status": in.Status != 0, "annotations_prefix": in.AnnotationsPrefix != ""}
+		"status": in.Status != 0, "annotations_prefix": in.AnnotationsPrefix != "", "plugin": in.Plugin != "", "default_cost": in.DefaultCost != 0}
 }
 
 func sourceNames() string {
@@ -95,16 +99,20 @@ func sourceNames() string {
 	return strings.Join(names, ", ")
 }
 
-func convertEnvoyRatelimit(in Input) (Result, error) {
+func convertEnvoyRatelimitInput(in Input) (Result, error) {
 	if strings.TrimSpace(string(in.RateLimits)) == "" {
 		return Result{}, &InputError{"rate_limits", fmt.Errorf("rate_limits: required: the Envoy route's rate_limits (YAML), whose actions say what each descriptor key is")}
 	}
 	return EnvoyRatelimit(in.Config, in.RateLimits, Options{Scope: in.Scope, FleetCluster: in.FleetCluster, Taken: in.Taken})
 }
 
-func convertIngressNginx(in Input) (Result, error) {
+func convertIngressNginxInput(in Input) (Result, error) {
 	if in.Status != 0 && (in.Status < 400 || in.Status > 599) {
 		return Result{}, &InputError{"status", fmt.Errorf("status: %d: want an HTTP status from 400 to 599 (default 503)", in.Status)}
 	}
 	return IngressNginx(in.Config, IngressOptions{Status: in.Status, Prefix: in.AnnotationsPrefix, Taken: in.Taken})
+}
+
+func convertHigressInput(in Input) (Result, error) {
+	return Higress(in.Config, HigressOptions{Plugin: in.Plugin, Scope: in.Scope, FleetCluster: in.FleetCluster, DefaultCost: in.DefaultCost, Taken: in.Taken})
 }

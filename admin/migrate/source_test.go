@@ -1,7 +1,10 @@
 package migrate
 
 import (
+	"bytes"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -20,6 +23,9 @@ func TestConvertNamesTheInputItCannotUse(t *testing.T) {
 		{Input{Config: []byte("domain: d"), RateLimits: []byte("- actions: []"), AnnotationsPrefix: "x/", Status: 429}, "annotations_prefix", "not read"},
 		{Input{From: "ingress-nginx", Config: []byte(ingressList), Status: 200}, "status", "200: want an HTTP status from 400 to 599"},
 		{Input{From: "ingress-nginx", Config: []byte(" \n")}, "config", "required: the Ingresses"},
+		{Input{From: "ingress-nginx", Config: []byte(ingressList), Plugin: "key-rate-limit"}, "plugin", "not read"},
+		{Input{From: "higress", Config: []byte("limit_by_header: x\nlimit_keys: [{key: a, query_per_second: 1}]\n"), Plugin: "rate-limit"}, "plugin", `plugin "rate-limit": want key-rate-limit, `},
+		{Input{From: "higress", Config: []byte("x: 1\n"), DefaultCost: -5}, "default_cost", "want a number of tokens"},
 		{Input{Config: []byte("domain: d")}, "rate_limits", "required"},
 		{Input{From: "ingress-nginx", Config: []byte("kind: Ingress\n  bad: [")}, "config", "ingresses: document 1"},
 	} {
@@ -50,5 +56,27 @@ func TestConvertRunsTheNamedSourceWithItsChoices(t *testing.T) {
 	}
 	if cfg, err := policy.Parse(res.Policy); err != nil || cfg.Fleet != nil || len(cfg.Policies) != 1 {
 		t.Errorf("envoy-ratelimit, the default source, local: %v\n%s", err, res.Policy)
+	}
+}
+
+func TestTheHigressCommandConvertsWasmPlugins(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "wasmplugins.yaml")
+	if err := os.WriteFile(f, []byte(higressStream), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"higress", "-f", f, "-scope", "local"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	cfg, err := policy.Parse(stdout.Bytes())
+	if err != nil || cfg.Fleet != nil || cfg.RuleByName("x-api-key-partner-7f3a") == nil || !strings.Contains(stderr.String(), "note: ") {
+		t.Errorf("%v, fleet %+v:\n%s\n%s", err, cfg.Fleet, stdout.String(), stderr.String())
+	}
+	stderr.Reset()
+	if code := Main([]string{"higress", "-f", f, "-plugin", "quota"}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), `plugin "quota"`) {
+		t.Errorf("an unknown plugin: exit %d, %s", code, stderr.String())
+	}
+	if code := Main([]string{"higress"}, &stdout, &stderr); code != 2 {
+		t.Errorf("no -f: exit %d, want 2", code)
 	}
 }
