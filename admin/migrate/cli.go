@@ -23,6 +23,11 @@ SOURCE is one of:
       limit-connections, limit-whitelist) of the Ingresses in INGRESSES.yaml
       (kubectl get ingress -A -o yaml; other kinds are skipped).
 
+  nginx -f NGINX.conf
+      the limit_req and limit_conn limits of an nginx configuration (nginx.conf,
+      or a part of its http block; include directives are not followed:
+      paste the included files in place).
+
   higress -f WASMPLUGINS.yaml [-plugin NAME] [-scope global|local] [-fleet-cluster NAME] [-default-cost N]
       Higress's key-rate-limit, cluster-key-rate-limit and ai-token-ratelimit:
       the WasmPlugins in WASMPLUGINS.yaml (kubectl get wasmplugins -A -o yaml;
@@ -67,6 +72,13 @@ var commands = map[string]command{
 		prefix := fs.String("annotations-prefix", "nginx.ingress.kubernetes.io/", "the controller's annotations prefix")
 		return func() (Input, error) {
 			in := Input{From: "ingress-nginx", Status: *status, AnnotationsPrefix: *prefix}
+			return in, readFile(*path, &in.Config)
+		}
+	},
+	"nginx": func(fs *flag.FlagSet) func() (Input, error) {
+		path := fs.String("f", "", "the nginx configuration")
+		return func() (Input, error) {
+			in := Input{From: "nginx"}
 			return in, readFile(*path, &in.Config)
 		}
 	},

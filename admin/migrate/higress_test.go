@@ -48,16 +48,6 @@ func ruleNames(cfg *policy.Config) [][]string {
 	return out
 }
 
-func notesContain(t *testing.T, notes []string, want ...string) {
-	t.Helper()
-	all := strings.Join(notes, "\n")
-	for _, w := range want {
-		if !strings.Contains(all, w) {
-			t.Errorf("the notes lack %q:\n%s", w, all)
-		}
-	}
-}
-
 // The guide's three Higress configurations convert to the guide's
 // policies: the same configuration once parsed, and the same JSON.
 func TestTheGuidesHigressExamplesConvertToTheGuidesPolicies(t *testing.T) {

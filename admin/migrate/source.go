@@ -43,6 +43,8 @@ var Sources = []Source{
 		Reads: []string{"rate_limits", "scope", "fleet_cluster"}, convert: convertEnvoyRatelimitInput},
 	{Name: "ingress-nginx", Title: "ingress-nginx annotations", Config: "the Ingresses (YAML: kubectl get ingress -A -o yaml)",
 		Reads: []string{"status", "annotations_prefix"}, convert: convertIngressNginxInput},
+	{Name: "nginx", Title: "nginx limit_req and limit_conn", Config: "nginx.conf, or a part of its http block (include directives are not followed)",
+		convert: func(in Input) (Result, error) { return Nginx(in.Config, NginxOptions{Taken: in.Taken}) }},
 	{Name: "higress", Title: "Higress", Config: "WasmPlugins of key-rate-limit, cluster-key-rate-limit or ai-token-ratelimit (YAML), or one plugin's configuration",
 		Reads: []string{"scope", "fleet_cluster", "plugin", "default_cost"}, convert: convertHigressInput},
 }

@@ -16,7 +16,7 @@ func TestConvertNamesTheInputItCannotUse(t *testing.T) {
 		in          Input
 		field, want string
 	}{
-		{Input{From: "haproxy", Config: []byte("x")}, "from", `from "haproxy": want one of envoy-ratelimit, ingress-nginx`},
+		{Input{From: "haproxy", Config: []byte("x")}, "from", `from "haproxy": want one of envoy-ratelimit, ingress-nginx, nginx, higress`},
 		{Input{From: "ingress-nginx", Config: []byte(ingressList), RateLimits: []byte("- actions: []")}, "rate_limits", "not read when converting from ingress-nginx"},
 		{Input{From: "ingress-nginx", Config: []byte(ingressList), Scope: "local"}, "scope", "not read"},
 		{Input{Config: []byte("domain: d"), RateLimits: []byte("- actions: []"), Status: 429}, "status", "not read when converting from envoy-ratelimit"},
@@ -78,5 +78,28 @@ func TestTheHigressCommandConvertsWasmPlugins(t *testing.T) {
 	}
 	if code := Main([]string{"higress"}, &stdout, &stderr); code != 2 {
 		t.Errorf("no -f: exit %d, want 2", code)
+	}
+}
+
+func TestTheNginxCommandConvertsAConfiguration(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "nginx.conf")
+	conf := "limit_req_zone $binary_remote_addr zone=api:10m rate=10r/s;\nlocation /api/ { limit_req zone=api burst=20 nodelay; }\n"
+	if err := os.WriteFile(f, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"nginx", "-f", f}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	cfg, err := policy.Parse(stdout.Bytes())
+	if r := cfg.RuleByName("api"); err != nil || r == nil || r.TokenBucket.Burst != 21 || cfg.RejectStatus != 503 {
+		t.Errorf("%v:\n%s", err, stdout.String())
+	}
+	if err := os.WriteFile(f, []byte("location / { limit_req zone=nope; }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stderr.Reset()
+	if code := Main([]string{"nginx", "-f", f}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "nginx.conf: line 1: limit_req zone=nope") {
+		t.Errorf("an undefined zone: exit %d, %s", code, stderr.String())
 	}
 }
