@@ -32,6 +32,7 @@ type migrateInput struct {
 	Status       int    `json:"status"`
 	// The API only (the page leaves them at their defaults).
 	AnnotationsPrefix string `json:"annotations_prefix"`
+	ConsumerKey       string `json:"consumer_key"`
 	Plugin            string `json:"plugin"`
 	DefaultCost       int    `json:"default_cost"`
 	// AddToCurrent adds the converted policies to the current version
@@ -51,7 +52,7 @@ type migration struct {
 func convert(in migrateInput, cur policies.Version) (migration, error) {
 	mi := migrate.Input{From: in.From, Config: []byte(in.Config), RateLimits: []byte(in.RateLimits),
 		Scope: in.Scope, FleetCluster: in.FleetCluster, Status: in.Status, AnnotationsPrefix: in.AnnotationsPrefix,
-		Plugin: in.Plugin, DefaultCost: in.DefaultCost}
+		ConsumerKey: in.ConsumerKey, Plugin: in.Plugin, DefaultCost: in.DefaultCost}
 	if in.AddToCurrent {
 		mi.Taken = migrate.Names(cur.JSON)
 	}
@@ -78,7 +79,7 @@ func convert(in migrateInput, cur policies.Version) (migration, error) {
 // add_to_current was set).
 func (s *server) apiMigrate(w http.ResponseWriter, r *http.Request) error {
 	var in migrateInput
-	if err := s.decodeJSON(w, r, &in, []string{"from", "config", "rate_limits", "scope", "fleet_cluster", "status", "annotations_prefix", "plugin", "default_cost", "add_to_current"}); err != nil {
+	if err := s.decodeJSON(w, r, &in, []string{"from", "config", "rate_limits", "scope", "fleet_cluster", "status", "annotations_prefix", "consumer_key", "plugin", "default_cost", "add_to_current"}); err != nil {
 		return err
 	}
 	cur, err := s.Policies.Current(r.Context()) // secrets masked: a save restores them

@@ -80,6 +80,9 @@ func TestAPIMigrateNamesTheInputAtFault(t *testing.T) {
 		{`{"from": "haproxy", "config": "x"}`, "from", `"haproxy": want one of`},
 		{`{"from": "higress", "config": "rule_name: r\nrule_items: []\n", "plugin": "quota"}`, "plugin", `plugin "quota": want key-rate-limit`},
 		{`{"from": "ingress-nginx", "config": "x", "default_cost": 5}`, "default_cost", "not read when converting from ingress-nginx"},
+		{`{"from": "kong", "config": "plugins: []", "consumer_key": "form:x"}`, "consumer_key", `"form:x" is not a key source`},
+		{`{"from": "nginx", "config": "limit_req zone=z;", "scope": "local"}`, "scope", "not read when converting from nginx"},
+		{`{"from": "nginx", "config": "location / {"}`, "config", "nginx.conf: line 1"},
 	} {
 		resp, body := e.apiJSON(t, "POST", "/api/v1/policy/migrate", tc.body)
 		msg, _ := body["error"].(string)

@@ -28,6 +28,13 @@ SOURCE is one of:
       or a part of its http block; include directives are not followed:
       paste the included files in place).
 
+  kong -f KONG.yaml [-consumer-key SOURCE] [-fleet-cluster NAME]
+      the rate-limiting plugins of Kong's declarative configuration (decK or
+      DB-less kong.yaml: services, routes, consumers, plugins), or of
+      KongPlugin and KongClusterPlugin objects; -consumer-key is the key
+      source consumers are known by (default: the header of key-auth's first
+      key_names, else header:apikey).
+
   higress -f WASMPLUGINS.yaml [-plugin NAME] [-scope global|local] [-fleet-cluster NAME] [-default-cost N]
       Higress's key-rate-limit, cluster-key-rate-limit and ai-token-ratelimit:
       the WasmPlugins in WASMPLUGINS.yaml (kubectl get wasmplugins -A -o yaml;
@@ -79,6 +86,15 @@ var commands = map[string]command{
 		path := fs.String("f", "", "the nginx configuration")
 		return func() (Input, error) {
 			in := Input{From: "nginx"}
+			return in, readFile(*path, &in.Config)
+		}
+	},
+	"kong": func(fs *flag.FlagSet) func() (Input, error) {
+		path := fs.String("f", "", "Kong's declarative configuration, or KongPlugin objects (YAML or JSON)")
+		consumer := fs.String("consumer-key", "", "the key source consumers are known by (default: key-auth's header)")
+		cluster := fs.String("fleet-cluster", "sluice_rls", "the fleet block's cluster (plugins with policy redis or cluster)")
+		return func() (Input, error) {
+			in := Input{From: "kong", ConsumerKey: *consumer, FleetCluster: *cluster}
 			return in, readFile(*path, &in.Config)
 		}
 	},

@@ -66,29 +66,7 @@ func TestTheGuidesHigressExamplesConvertToTheGuidesPolicies(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var want, got any
-			if err := json.Unmarshal([]byte(shown), &want); err != nil {
-				t.Fatal(err)
-			}
-			if err := json.Unmarshal(res.Policy, &got); err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(want, got) {
-				t.Errorf("the guide shows\n%s\nthe conversion makes\n%s", shown, res.Policy)
-			}
-			wantCfg, err := policy.Parse([]byte(shown))
-			if err != nil {
-				t.Fatal(err)
-			}
-			gotCfg, err := policy.Parse(res.Policy)
-			if err != nil {
-				t.Fatal(err)
-			}
-			a, _ := wantCfg.MarshalJSON()
-			b, _ := gotCfg.MarshalJSON()
-			if string(a) != string(b) {
-				t.Errorf("normalized, the guide's is\n%s\nthe conversion's\n%s", a, b)
-			}
+			sameAsGuide(t, shown, res.Policy)
 		})
 	}
 }

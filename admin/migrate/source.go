@@ -32,6 +32,7 @@ type Input struct {
 	// AnnotationsPrefix is ingress-nginx's annotations prefix (default
 	// "nginx.ingress.kubernetes.io/").
 	AnnotationsPrefix string
+	ConsumerKey       string // kong: the key source consumers are known by
 	Plugin            string // higress: the plugin of a bare configuration
 	DefaultCost       int    // higress: ai-token-ratelimit's tokens for an answer without usage
 	Taken             []string
@@ -45,6 +46,10 @@ var Sources = []Source{
 		Reads: []string{"status", "annotations_prefix"}, convert: convertIngressNginxInput},
 	{Name: "nginx", Title: "nginx limit_req and limit_conn", Config: "nginx.conf, or a part of its http block (include directives are not followed)",
 		convert: func(in Input) (Result, error) { return Nginx(in.Config, NginxOptions{Taken: in.Taken}) }},
+	{Name: "kong", Title: "Kong rate-limiting", Config: "Kong's declarative configuration (kong.yaml, YAML or JSON), or KongPlugin and KongClusterPlugin objects",
+		Reads: []string{"consumer_key", "fleet_cluster"}, convert: func(in Input) (Result, error) {
+			return Kong(in.Config, KongOptions{ConsumerKey: in.ConsumerKey, FleetCluster: in.FleetCluster, Taken: in.Taken})
+		}},
 	{Name: "higress", Title: "Higress", Config: "WasmPlugins of key-rate-limit, cluster-key-rate-limit or ai-token-ratelimit (YAML), or one plugin's configuration",
 		Reads: []string{"scope", "fleet_cluster", "plugin", "default_cost"}, convert: convertHigressInput},
 }
@@ -90,7 +95,7 @@ func Convert(in Input) (Result, error) {
 // choices tells, by API name, which of the choices in sets.
 func (in Input) choices() map[string]bool {
 	return map[string]bool{"rate_limits": len(in.RateLimits) > 0, "scope": in.Scope != "", "fleet_cluster": in.FleetCluster != "",
-		"status": in.Status != 0, "annotations_prefix": in.AnnotationsPrefix != "", "plugin": in.Plugin != "", "default_cost": in.DefaultCost != 0}
+		"status": in.Status != 0, "annotations_prefix": in.AnnotationsPrefix != "", "consumer_key": in.ConsumerKey != "", "plugin": in.Plugin != "", "default_cost": in.DefaultCost != 0}
 }
 
 func sourceNames() string {

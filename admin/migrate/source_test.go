@@ -16,7 +16,7 @@ func TestConvertNamesTheInputItCannotUse(t *testing.T) {
 		in          Input
 		field, want string
 	}{
-		{Input{From: "haproxy", Config: []byte("x")}, "from", `from "haproxy": want one of envoy-ratelimit, ingress-nginx, nginx, higress`},
+		{Input{From: "haproxy", Config: []byte("x")}, "from", `from "haproxy": want one of envoy-ratelimit, ingress-nginx, nginx, kong, higress`},
 		{Input{From: "ingress-nginx", Config: []byte(ingressList), RateLimits: []byte("- actions: []")}, "rate_limits", "not read when converting from ingress-nginx"},
 		{Input{From: "ingress-nginx", Config: []byte(ingressList), Scope: "local"}, "scope", "not read"},
 		{Input{Config: []byte("domain: d"), RateLimits: []byte("- actions: []"), Status: 429}, "status", "not read when converting from envoy-ratelimit"},
@@ -101,5 +101,25 @@ func TestTheNginxCommandConvertsAConfiguration(t *testing.T) {
 	stderr.Reset()
 	if code := Main([]string{"nginx", "-f", f}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "nginx.conf: line 1: limit_req zone=nope") {
 		t.Errorf("an undefined zone: exit %d, %s", code, stderr.String())
+	}
+}
+
+func TestTheKongCommandConvertsPlugins(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "kong.yaml")
+	conf := "_format_version: \"3.0\"\nplugins:\n  - {name: rate-limiting, config: {second: 5, limit_by: consumer}}\n"
+	if err := os.WriteFile(f, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"kong", "-f", f, "-consumer-key", "jwt:sub"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	cfg, err := policy.Parse(stdout.Bytes())
+	if err != nil || len(cfg.Policies) != 1 || cfg.Policies[0].Rules[0].Keys[0].String() != "jwt:sub" || !cfg.LegacyHeaders {
+		t.Errorf("%v:\n%s", err, stdout.String())
+	}
+	stderr.Reset()
+	if code := Main([]string{"kong", "-f", f, "-consumer-key", "form:x"}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), `consumer_key: "form:x"`) {
+		t.Errorf("a consumer key that is no source: exit %d, %s", code, stderr.String())
 	}
 }

@@ -271,7 +271,7 @@ func migratingKong(t *testing.T, start Starter) {
 	for m := range 10 {
 		fields := []string{"content-type", "application/json", "ratelimit-remaining", "0"}
 		if m < 9 { // in the tenth minute the hour is used up too
-			fields = append(fields, "ratelimit-policy", `"key-minute";q=100;w=60`)
+			fields = append(fields, "ratelimit-policy", `"global-minute";q=100;w=60`)
 		}
 		wantRejection(t, "the 101st of a minute", lastOf(t, h, 101, key), 429, kongMessage, fields...)
 		if m < 9 {
@@ -280,7 +280,7 @@ func migratingKong(t *testing.T, start Starter) {
 	}
 	h.Advance(time.Minute) // 12:10: a new minute, but the hour is used up
 	res := do(t, h, key)
-	wantRejection(t, "the 1,001st of the hour", res, 429, kongMessage, "ratelimit-policy", `"key-hour";q=1000;w=3600`)
+	wantRejection(t, "the 1,001st of the hour", res, 429, kongMessage, "ratelimit-policy", `"global-hour";q=1000;w=3600`)
 	if ra := atoi(t, "retry-after", header(res.ResponseHeaders, "retry-after")); ra < 50*60 {
 		t.Errorf("Retry-After %d, want at least the 50 minutes to 13:00", ra)
 	}
