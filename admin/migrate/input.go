@@ -130,13 +130,19 @@ func decodeStrict(what string, doc []byte, v any) error {
 var inType = regexp.MustCompile(` in type [\w.\[\]*]+`)
 
 // yamlError says what yaml.v3 found wrong, each problem with its line,
-// without the Go types it decodes into.
+// in the file's words: without the Go types it decodes into ("a mapping
+// where a list belongs", not "[]migrate.kongRoute").
 func yamlError(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
 	var te *yaml.TypeError
 	if errors.As(err, &te) {
-		return inType.ReplaceAllString(strings.Join(te.Errors, "; "), "")
+		msg = strings.Join(te.Errors, "; ")
 	}
-	return strings.TrimPrefix(err.Error(), "yaml: ")
+	msg = unmarshalMsg.ReplaceAllStringFunc(msg, func(m string) string {
+		sub := unmarshalMsg.FindStringSubmatch(m)
+		return fmt.Sprintf("a %s where %s belongs", yamlKind(sub[1]), goKind(sub[2]))
+	})
+	return inType.ReplaceAllString(msg, "")
 }
 
 // parseRateLimits reads the route's rate_limits: a list, or an object with
@@ -170,4 +176,38 @@ func parseRateLimits(doc []byte) ([]routeRateLimit, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// unmarshalMsg is yaml.v3's message on a value of the wrong kind, which
+// names the Go type it decodes into.
+var unmarshalMsg = regexp.MustCompile("cannot unmarshal !!(\\w+)(?: `[^`]*`)? into ([\\w.\\[\\]*]+)")
+
+// yamlKind names a YAML tag as the file's author knows it.
+func yamlKind(tag string) string {
+	switch tag {
+	case "map":
+		return "mapping"
+	case "seq":
+		return "list"
+	case "str":
+		return "string"
+	case "int", "float":
+		return "number"
+	}
+	return tag
+}
+
+// goKind says what a Go type the file decodes into holds.
+func goKind(goType string) string {
+	switch {
+	case strings.HasPrefix(goType, "[]"):
+		return "a list"
+	case strings.HasPrefix(goType, "map["), strings.HasPrefix(goType, "migrate."), strings.HasPrefix(goType, "struct"):
+		return "a mapping"
+	case goType == "string":
+		return "a string"
+	case goType == "bool":
+		return "true or false"
+	}
+	return "a number"
 }

@@ -220,7 +220,7 @@ func kongDocuments(doc []byte) ([]*yaml.Node, error) {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("config: document %d: %s", i, kongYAMLError(err))
+			return nil, fmt.Errorf("config: document %d: %s", i, yamlError(err))
 		}
 		if len(n.Content) == 1 && n.Content[0].Tag != "!!null" {
 			out = append(out, n)
@@ -230,46 +230,6 @@ func kongDocuments(doc []byte) ([]*yaml.Node, error) {
 		return nil, fmt.Errorf("config: empty; give kong.yaml (decK's or DB-less Kong's declarative configuration) or the KongPlugin objects")
 	}
 	return out, nil
-}
-
-// kongUnmarshal is yaml.v3's message on a value of the wrong kind, which
-// names the Go type it decodes into.
-var kongUnmarshal = regexp.MustCompile("cannot unmarshal !!(\\w+)(?: `[^`]*`)? into ([\\w.\\[\\]*]+)")
-
-// kongYAMLError says what yaml.v3 found wrong in the file's words.
-func kongYAMLError(err error) string {
-	return kongUnmarshal.ReplaceAllStringFunc(yamlError(err), func(m string) string {
-		sub := kongUnmarshal.FindStringSubmatch(m)
-		return fmt.Sprintf("a %s where %s belongs", kongKind(sub[1]), kongWant(sub[2]))
-	})
-}
-
-func kongKind(tag string) string {
-	switch tag {
-	case "map":
-		return "mapping"
-	case "seq":
-		return "list"
-	case "str":
-		return "string"
-	case "int", "float":
-		return "number"
-	}
-	return tag
-}
-
-func kongWant(goType string) string {
-	switch {
-	case strings.HasPrefix(goType, "[]"):
-		return "a list"
-	case strings.HasPrefix(goType, "map["), strings.HasPrefix(goType, "migrate."), strings.HasPrefix(goType, "struct"):
-		return "a mapping"
-	case goType == "string":
-		return "a string"
-	case goType == "bool":
-		return "true or false"
-	}
-	return "a number"
 }
 
 // ---- The plugin's configuration ----
@@ -570,7 +530,7 @@ func (k *kongConv) readDeclarative(docs []*yaml.Node) error {
 	}
 	var f kongFile
 	if err := docs[0].Decode(&f); err != nil {
-		return fmt.Errorf("config: %s", kongYAMLError(err))
+		return fmt.Errorf("config: %s", yamlError(err))
 	}
 	switch v := f.FormatVersion; {
 	case v == "1.1" || v == "2.1":
@@ -885,7 +845,7 @@ func (k *kongConv) keyAuth(path string, p *kongPlugin, sc kongScope) error {
 	}
 	if n := kongDeref(&p.Config); n.Kind != 0 {
 		if err := n.Decode(&cfg); err != nil {
-			return fmt.Errorf("%s.config: %s", path, kongYAMLError(err))
+			return fmt.Errorf("%s.config: %s", path, yamlError(err))
 		}
 	}
 	if len(cfg.KeyNames) == 0 {
@@ -1886,7 +1846,7 @@ func (k *kongConv) readKubernetes(docs []*yaml.Node) error {
 	for i, d := range docs {
 		var obj kongKubeObject
 		if err := d.Decode(&obj); err != nil {
-			return fmt.Errorf("config: document %d: %s", i+1, kongYAMLError(err))
+			return fmt.Errorf("config: document %d: %s", i+1, yamlError(err))
 		}
 		objs := append([]kongKubeObject{obj}, obj.Items...)
 		if err := k.count(fmt.Sprintf("document %d", i+1), len(objs)); err != nil {

@@ -123,3 +123,17 @@ func TestTheKongCommandConvertsPlugins(t *testing.T) {
 		t.Errorf("a consumer key that is no source: exit %d, %s", code, stderr.String())
 	}
 }
+
+func TestYAMLErrorsNameNoGoType(t *testing.T) {
+	for _, in := range []Input{
+		{Config: []byte("domain: d\ndescriptors: {key: k}\n"), RateLimits: []byte("- actions: []\n")},
+		{Config: []byte("domain: d\ndescriptors: []\n"), RateLimits: []byte("- actions: {a: 1}\n")},
+		{From: "kong", Config: []byte("_format_version: \"3.0\"\nservices: {name: s}\n")},
+		{From: "ingress-nginx", Config: []byte("kind: Ingress\nmetadata: [a]\n")},
+	} {
+		_, err := Convert(in)
+		if err == nil || strings.Contains(err.Error(), "migrate.") || strings.Contains(err.Error(), "[]") || !strings.Contains(err.Error(), "line ") {
+			t.Errorf("%s: %v, want the line and no Go type", in.Config, err)
+		}
+	}
+}
