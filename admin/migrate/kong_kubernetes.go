@@ -1,0 +1,126 @@
+package migrate
+
+// The converter of Kong's configurations (kong.go): kong Ingress Controller objects.
+
+import (
+	"fmt"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// kongKubeObject is a Kubernetes object of the stream; Lists are opened.
+type kongKubeObject struct {
+	APIVersion string `yaml:"apiVersion"`
+	Kind       string `yaml:"kind"`
+	Metadata   struct {
+		Name      string            `yaml:"name"`
+		Namespace string            `yaml:"namespace"`
+		Labels    map[string]string `yaml:"labels"`
+	} `yaml:"metadata"`
+	Plugin       string           `yaml:"plugin"`
+	InstanceName string           `yaml:"instance_name"`
+	Config       yaml.Node        `yaml:"config"`
+	ConfigFrom   yaml.Node        `yaml:"configFrom"`
+	Disabled     bool             `yaml:"disabled"`
+	Items        []kongKubeObject `yaml:"items"`
+}
+
+// kongIsKubernetes: a stream of Kubernetes objects rather than kong.yaml.
+func kongIsKubernetes(docs []*yaml.Node) bool {
+	for _, d := range docs {
+		root := d.Content[0]
+		if root.Kind != yaml.MappingNode {
+			continue
+		}
+		for i := 0; i+1 < len(root.Content); i += 2 {
+			if k := root.Content[i].Value; k == "apiVersion" || k == "kind" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (k *kongConv) readKubernetes(docs []*yaml.Node) error {
+	for i, d := range docs {
+		var obj kongKubeObject
+		if err := d.Decode(&obj); err != nil {
+			return fmt.Errorf("config: document %d: %s", i+1, yamlError(err))
+		}
+		objs := append([]kongKubeObject{obj}, obj.Items...)
+		if err := k.count(fmt.Sprintf("document %d", i+1), len(objs)); err != nil {
+			return err
+		}
+		for j := range objs {
+			if err := k.kubePlugin(fmt.Sprintf("document %d", i+1), &objs[j]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (k *kongConv) kubePlugin(doc string, o *kongKubeObject) error {
+	if o.Kind != "KongPlugin" && o.Kind != "KongClusterPlugin" {
+		return nil
+	}
+	name := o.Metadata.Name
+	if o.Metadata.Namespace != "" {
+		name = o.Metadata.Namespace + "/" + name
+	}
+	path := fmt.Sprintf("%s (%s %s)", doc, o.Kind, name)
+	switch {
+	case o.Plugin == "key-auth":
+		return k.keyAuth(path, &kongPlugin{Config: o.Config, line: o.Config.Line}, kongScope{})
+	case kongOtherLimiter(o.Plugin):
+		k.note("%s: %s is not converted (only rate-limiting is); write its rules by hand", path, o.Plugin)
+		k.skipped = append(k.skipped, fmt.Sprintf("%s at %s is not converted", o.Plugin, path))
+		return nil
+	case o.Plugin != "rate-limiting":
+		return nil
+	case o.Disabled:
+		k.note("%s: disabled; skipped", path)
+		k.skipped = append(k.skipped, fmt.Sprintf("%s is disabled", path))
+		return nil
+	case o.ConfigFrom.Kind != 0 && o.ConfigFrom.Tag != "!!null":
+		return fmt.Errorf("%s.configFrom: a configuration in a Secret is not read; give the plugin's config inline", path)
+	}
+	lim, err := k.readLimit(path+".config", &o.Config)
+	if err != nil {
+		return err
+	}
+	rl := &kongRL{path: path, lim: lim, level: 8, targets: []kongTarget{{conds: kongConds{}}},
+		label: kongFirst(o.InstanceName, strings.ReplaceAll(name, "/", "-"))}
+	if o.Kind == "KongClusterPlugin" && o.Metadata.Labels["global"] == "true" {
+		rl.note = fmt.Sprintf("%s: a global plugin: its rules apply to every request, as Kong's", path)
+	} else {
+		rl.note = fmt.Sprintf("%s: its rules apply to every request; add to each the match of the routes of the Ingresses and Services whose konghq.com/plugins annotation names it", path)
+	}
+	k.limits = append(k.limits, rl)
+	return nil
+}
+
+// buildKubernetes makes each plugin's policies, one per period.
+func (k *kongConv) buildKubernetes() error {
+	for _, rl := range k.limits {
+		if rl.lim.limitBy == "service" {
+			return fmt.Errorf("%s.config.limit_by: service needs the plugin's routes, which the object does not say; write the rule by hand", rl.path)
+		}
+		for _, period := range kongPeriods {
+			if _, ok := rl.lim.limits[period]; !ok {
+				continue
+			}
+			rules, err := k.targetRules(rl, rl.targets[0], period)
+			if err != nil {
+				return err
+			}
+			k.out = append(k.out, kongPolicy{Name: unique(k.pols, rl.label+"-"+period), Rules: rules})
+		}
+		k.note("%s", rl.note)
+	}
+	if len(k.limits) > 1 {
+		k.noteOnce("each plugin's policies apply to every request; Kong applies one plugin per request, the most specific for its consumer, route and service")
+	}
+	return nil
+}
