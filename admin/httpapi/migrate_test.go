@@ -83,6 +83,7 @@ func TestAPIMigrateNamesTheInputAtFault(t *testing.T) {
 		{`{"from": "kong", "config": "plugins: []", "consumer_key": "form:x"}`, "consumer_key", `"form:x" is not a key source`},
 		{`{"from": "nginx", "config": "limit_req zone=z;", "scope": "local"}`, "scope", "not read when converting from nginx"},
 		{`{"from": "nginx", "config": "location / {"}`, "config", "nginx.conf: line 1"},
+		{`{"from": "envoy-local-ratelimit", "config": "static_resources: {listeners: []}"}`, "config", "no local_ratelimit filter"},
 	} {
 		resp, body := e.apiJSON(t, "POST", "/api/v1/policy/migrate", tc.body)
 		msg, _ := body["error"].(string)

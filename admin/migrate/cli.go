@@ -18,6 +18,12 @@ SOURCE is one of:
       rate_limits build (RATE_LIMITS.yaml: a list of {actions: [...]}, or a
       route action or virtual host holding rate_limits).
 
+  envoy-local-ratelimit -f ENVOY.yaml
+      Envoy's local_ratelimit filters and their per-route configurations, with
+      the route actions that build their descriptors: a bootstrap, listeners,
+      a connection manager or route configurations (YAML or JSON), or Istio
+      EnvoyFilters.
+
   ingress-nginx -f INGRESSES.yaml [-status 503] [-annotations-prefix PREFIX]
       the limit annotations (limit-rps, limit-rpm, limit-burst-multiplier,
       limit-connections, limit-whitelist) of the Ingresses in INGRESSES.yaml
@@ -73,6 +79,7 @@ var commands = map[string]command{
 			return in, err
 		}
 	},
+	"envoy-local-ratelimit": fileOnly("envoy-local-ratelimit", "Envoy's configuration, or Istio EnvoyFilters (YAML or JSON)"),
 	"ingress-nginx": func(fs *flag.FlagSet) func() (Input, error) {
 		path := fs.String("f", "", "the Ingresses (YAML)")
 		status := fs.Int("status", 503, "the rejection status (the controller's limit-req-status-code)")
@@ -82,13 +89,7 @@ var commands = map[string]command{
 			return in, readFile(*path, &in.Config)
 		}
 	},
-	"nginx": func(fs *flag.FlagSet) func() (Input, error) {
-		path := fs.String("f", "", "the nginx configuration")
-		return func() (Input, error) {
-			in := Input{From: "nginx"}
-			return in, readFile(*path, &in.Config)
-		}
-	},
+	"nginx": fileOnly("nginx", "the nginx configuration"),
 	"kong": func(fs *flag.FlagSet) func() (Input, error) {
 		path := fs.String("f", "", "Kong's declarative configuration, or KongPlugin objects (YAML or JSON)")
 		consumer := fs.String("consumer-key", "", "the key source consumers are known by (default: key-auth's header)")
@@ -109,6 +110,18 @@ var commands = map[string]command{
 			return in, readFile(*path, &in.Config)
 		}
 	},
+}
+
+// fileOnly is the command of a source that reads one file (-f) and no
+// choice.
+func fileOnly(from, what string) command {
+	return func(fs *flag.FlagSet) func() (Input, error) {
+		path := fs.String("f", "", what)
+		return func() (Input, error) {
+			in := Input{From: from}
+			return in, readFile(*path, &in.Config)
+		}
+	}
 }
 
 // readFile reads the file a -f flag names into dst; an empty path is a

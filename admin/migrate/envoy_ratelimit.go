@@ -104,8 +104,8 @@ func (e *InputError) Unwrap() error { return e.Err }
 type converter struct {
 	opt      Options
 	policies []outPolicy
-	rules    map[string]bool // rule names used
-	pols     map[string]bool // policy names used
+	rules    *nameSet // rule names used
+	pols     *nameSet // policy names used
 	// nodes and visits count the tree's nodes as checked and as walked:
 	// YAML aliases can make a small file a huge tree.
 	nodes, visits int
@@ -114,11 +114,7 @@ type converter struct {
 
 // newConverter starts a conversion that uses none of the names taken.
 func newConverter(taken []string) *converter {
-	c := &converter{rules: map[string]bool{}, pols: map[string]bool{}}
-	for _, n := range taken {
-		c.rules[n], c.pols[n] = true, true
-	}
-	return c
+	return &converter{rules: newNameSet(taken), pols: newNameSet(taken)}
 }
 
 // entry is what one action puts in the descriptor: a key, and either a
@@ -210,7 +206,7 @@ func (c *converter) convertActions(path string, rl routeRateLimit, tree []descri
 		sources[e.source] = true
 		entries[j] = e
 	}
-	p := outPolicy{Name: unique(c.pols, policyName(entries))}
+	p := outPolicy{Name: c.pols.take(policyName(entries))}
 	w := walker{c: c, entries: entries, path: path}
 	if err := w.walk(0, tree, nil, &p); err != nil {
 		return err
@@ -486,7 +482,7 @@ func (w *walker) denyRule(r outRule, path []step, match map[string]any, p *outPo
 		if len(s.exclude) > 0 {
 			stop := maps.Clone(valued)
 			stop[s.source] = map[string]any{"in": s.exclude}
-			p.Rules = append(p.Rules, outRule{Name: unique(w.c.rules, r.Name+"-"+s.key+"-values"), Action: policy.ActionUnlimited, Match: stop})
+			p.Rules = append(p.Rules, outRule{Name: w.c.rules.take(r.Name + "-" + s.key + "-values"), Action: policy.ActionUnlimited, Match: stop})
 		}
 		match[s.source] = map[string]any{"present": true} // the service sees the descriptor only when the value is there
 	}
@@ -523,25 +519,50 @@ func (c *converter) ruleName(name string, path []step) string {
 		}
 		name = strings.Join(parts, "-")
 	}
-	return unique(c.rules, name)
+	return c.rules.take(name)
 }
 
-// unique makes name a valid rule or policy name (letters, digits, _.-, at
-// most 64 bytes) not in used, and adds it.
-func unique(used map[string]bool, name string) string {
-	name = strings.Trim(nameUnsafe.ReplaceAllString(name, "_"), "_")
-	if name == "" {
-		name = "rule"
+// nameSet is the names a conversion has used (rule names, or policy
+// names), so that each new one is unique.
+type nameSet struct {
+	used map[string]bool
+	next map[string]int // per base name, the first suffix that may be free
+}
+
+func newNameSet(taken []string) *nameSet {
+	ns := &nameSet{used: map[string]bool{}, next: map[string]int{}}
+	for _, n := range taken {
+		ns.used[n] = true
 	}
-	if len(name) > policy.MaxNameLen-6 {
-		name = name[:policy.MaxNameLen-6]
+	return ns
+}
+
+// has tells whether name is used.
+func (ns *nameSet) has(name string) bool { return ns.used[name] }
+
+// take returns name as a valid rule or policy name (letters, digits,
+// _.-, at most policy.MaxNameLen bytes), with a suffix -2, -3, ... when it
+// is used, and marks it used. The next suffix of each base is remembered:
+// converters repeat names (a route's in many policies), and counting from
+// 2 each time would make a conversion quadratic in them.
+func (ns *nameSet) take(name string) string {
+	base := strings.Trim(nameUnsafe.ReplaceAllString(name, "_"), "_")
+	if base == "" {
+		base = "rule"
 	}
-	base := name
-	for n := 2; used[name]; n++ {
-		name = base + "-" + strconv.Itoa(n)
+	if len(base) > policy.MaxNameLen-6 {
+		base = base[:policy.MaxNameLen-6]
 	}
-	used[name] = true
-	return name
+	for n := max(ns.next[base], 1); ; n++ {
+		cand := base
+		if n > 1 {
+			cand = base + "-" + strconv.Itoa(n)
+		}
+		if !ns.used[cand] {
+			ns.used[cand], ns.next[base] = true, n+1
+			return cand
+		}
+	}
 }
 
 // escapeKey writes a value as an override key: a backslash before a

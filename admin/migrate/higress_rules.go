@@ -69,11 +69,11 @@ const tokenCost = "response_json:usage.total_tokens"
 // after it by an unlimited rule, as Higress applies one configuration
 // only.
 func (h *higressConverter) addPolicy(name, path string, configs []scoped) error {
-	p := higressPolicy{Name: unique(h.pols, name)}
+	p := higressPolicy{Name: h.pols.take(name)}
 	for i, sc := range configs {
 		p.Rules = append(p.Rules, h.configRules(sc)...)
 		if sc.host != nil && i < len(configs)-1 && sc.cfg.global == nil {
-			p.Rules = append(p.Rules, higressRule{Name: unique(h.rules, p.Name+"-"+sc.label+"-others"),
+			p.Rules = append(p.Rules, higressRule{Name: h.rules.take(p.Name + "-" + sc.label + "-others"),
 				Action: policy.ActionUnlimited, Match: map[string]any{"host": sc.host}})
 		}
 	}
@@ -122,10 +122,10 @@ func (h *higressConverter) configRules(sc scoped) []higressRule {
 // configuration's rule_name before a name another rule has.
 func (h *higressConverter) ruleNameFor(cfg *higressConfig, name string) string {
 	clean := strings.Trim(nameUnsafe.ReplaceAllString(name, "_"), "_")
-	if h.rules[clean] && cfg.ruleName != "" && name != cfg.ruleName {
+	if h.rules.has(clean) && cfg.ruleName != "" && name != cfg.ruleName {
 		name = cfg.ruleName + "-" + name
 	}
-	return unique(h.rules, name)
+	return h.rules.take(name)
 }
 
 // keyRuleName names a listed key's rule: key-rate-limit's by the value,

@@ -269,12 +269,12 @@ func (c *converter) ingressPolicies(ing ingress, lim ingressLimits, match map[st
 	base := strings.ReplaceAll(ingressName(ing), "/", "-")
 	var out []outPolicy
 	add := func(suffix string, r outRule) {
-		r.Name = unique(c.rules, base+"-"+suffix)
+		r.Name = c.rules.take(base + "-" + suffix)
 		r.LimitKeys = []string{"ip:address"}
 		if len(match) > 0 {
 			r.Match = match
 		}
-		out = append(out, outPolicy{Name: unique(c.pols, base+"-"+suffix), Rules: []outRule{r}})
+		out = append(out, outPolicy{Name: c.pols.take(base + "-" + suffix), Rules: []outRule{r}})
 	}
 	// nginx's burst=B nodelay admits 1 + B at once: Sluice's burst is one more.
 	if lim.rps > 0 {

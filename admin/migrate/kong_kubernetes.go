@@ -1,6 +1,7 @@
 package migrate
 
-// The converter of Kong's configurations (kong.go): kong Ingress Controller objects.
+// The converter of Kong's configurations (kong.go): kong Ingress Controller
+// objects.
 
 import (
 	"fmt"
@@ -115,7 +116,7 @@ func (k *kongConv) buildKubernetes() error {
 			if err != nil {
 				return err
 			}
-			k.out = append(k.out, kongPolicy{Name: unique(k.pols, rl.label+"-"+period), Rules: rules})
+			k.out = append(k.out, kongPolicy{Name: k.pols.take(rl.label + "-" + period), Rules: rules})
 		}
 		k.note("%s", rl.note)
 	}

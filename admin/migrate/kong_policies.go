@@ -224,7 +224,7 @@ func (k *kongConv) buildDeclarative() error {
 			return err
 		}
 		if len(p.Rules) > 0 {
-			p.Name = unique(k.pols, period)
+			p.Name = k.pols.take(period)
 			k.out = append(k.out, p)
 		}
 	}
@@ -364,10 +364,10 @@ func (k *kongConv) targetRules(rl *kongRL, t kongTarget, period string) ([]kongR
 	}
 	n, ok := rl.lim.limits[period]
 	if !ok {
-		return []kongRule{{outRule: outRule{Name: unique(k.rules, base+"-"+period), Action: policy.ActionUnlimited, Match: match}}}, nil
+		return []kongRule{{outRule: outRule{Name: k.rules.take(base + "-" + period), Action: policy.ActionUnlimited, Match: match}}}, nil
 	}
 	limit := func(suffix string, keys []string, match map[string]any) kongRule {
-		r := kongRule{outRule: outRule{Name: unique(k.rules, base+suffix+"-"+period), Match: match, LimitKeys: keys}}
+		r := kongRule{outRule: outRule{Name: k.rules.take(base + suffix + "-" + period), Match: match, LimitKeys: keys}}
 		if w, ok := kongWindow[period]; ok {
 			r.Algorithm, r.AlgorithmConfig = policy.AlgorithmFixedWindow, &windowConfig{Limit: n, WindowSeconds: w}
 		} else {

@@ -242,15 +242,15 @@ func (b *ngxBuilder) emit(pols []*ngxPolicy, keys map[*ngxZone]ngxKey) (ngxOut, 
 func (b *ngxBuilder) policyName(p *ngxPolicy, n int) string {
 	switch {
 	case len(p.zones) == 1:
-		return unique(b.c.pols, p.zones[0].name)
+		return b.c.pols.take(p.zones[0].name)
 	case n == 1:
-		return unique(b.c.pols, policy.DefaultPolicyName)
+		return b.c.pols.take(policy.DefaultPolicyName)
 	}
 	names := make([]string, len(p.zones))
 	for i, z := range p.zones {
 		names[i] = z.name
 	}
-	return unique(b.c.pols, strings.Join(names, "-"))
+	return b.c.pols.take(strings.Join(names, "-"))
 }
 
 // ruleNames names a zone's rules: the zone's name for its only limit
@@ -275,7 +275,7 @@ func (b *ngxBuilder) ruleNames(z *ngxZone, rules []*ngxRule) []string {
 				parts = append(parts, l)
 			}
 		}
-		names[i] = unique(b.c.rules, strings.Join(parts, "-"))
+		names[i] = b.c.rules.take(strings.Join(parts, "-"))
 	}
 	return names
 }

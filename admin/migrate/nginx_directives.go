@@ -1,7 +1,7 @@
 package migrate
 
-// The converter of nginx configurations (nginx.go): what the directives
-// say, read into zones, servers and locations with nginx's inheritance.
+// The converter of nginx configurations (nginx.go): what the directives say,
+// read into zones, servers and locations with nginx's inheritance.
 
 import (
 	"fmt"

@@ -1,7 +1,7 @@
 package migrate
 
-// The converter of nginx configurations (nginx.go): servers and their
-// names, as host conditions in the order nginx looks a host up.
+// The converter of nginx configurations (nginx.go): servers and their names,
+// as host conditions in the order nginx looks a host up.
 
 import (
 	"regexp"

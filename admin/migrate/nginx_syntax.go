@@ -1,7 +1,7 @@
 package migrate
 
-// The converter of nginx configurations (nginx.go): its tokenizer and parser,
-// which follow nginx's own (ngx_conf_read_token).
+// The converter of nginx configurations (nginx.go): its tokenizer and
+// parser, which follow nginx's own (ngx_conf_read_token).
 
 import (
 	"strconv"

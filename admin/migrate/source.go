@@ -42,6 +42,8 @@ type Input struct {
 var Sources = []Source{
 	{Name: "envoy-ratelimit", Title: "envoyproxy/ratelimit", Config: "the service's configuration (YAML: domain, descriptors)",
 		Reads: []string{"rate_limits", "scope", "fleet_cluster"}, convert: convertEnvoyRatelimitInput},
+	{Name: "envoy-local-ratelimit", Title: "Envoy local_ratelimit", Config: "Envoy's configuration (YAML or JSON: a bootstrap, listeners, a connection manager, route configurations) or Istio EnvoyFilters",
+		convert: func(in Input) (Result, error) { return EnvoyLocalRatelimit(in.Config, LocalOptions{Taken: in.Taken}) }},
 	{Name: "ingress-nginx", Title: "ingress-nginx annotations", Config: "the Ingresses (YAML: kubectl get ingress -A -o yaml)",
 		Reads: []string{"status", "annotations_prefix"}, convert: convertIngressNginxInput},
 	{Name: "nginx", Title: "nginx limit_req and limit_conn", Config: "nginx.conf, or a part of its http block (include directives are not followed)",

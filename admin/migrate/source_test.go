@@ -16,7 +16,7 @@ func TestConvertNamesTheInputItCannotUse(t *testing.T) {
 		in          Input
 		field, want string
 	}{
-		{Input{From: "haproxy", Config: []byte("x")}, "from", `from "haproxy": want one of envoy-ratelimit, ingress-nginx, nginx, kong, higress`},
+		{Input{From: "haproxy", Config: []byte("x")}, "from", `from "haproxy": want one of envoy-ratelimit, envoy-local-ratelimit, ingress-nginx, nginx, kong, higress`},
 		{Input{From: "ingress-nginx", Config: []byte(ingressList), RateLimits: []byte("- actions: []")}, "rate_limits", "not read when converting from ingress-nginx"},
 		{Input{From: "ingress-nginx", Config: []byte(ingressList), Scope: "local"}, "scope", "not read"},
 		{Input{Config: []byte("domain: d"), RateLimits: []byte("- actions: []"), Status: 429}, "status", "not read when converting from envoy-ratelimit"},
@@ -135,5 +135,43 @@ func TestYAMLErrorsNameNoGoType(t *testing.T) {
 		if err == nil || strings.Contains(err.Error(), "migrate.") || strings.Contains(err.Error(), "[]") || !strings.Contains(err.Error(), "line ") {
 			t.Errorf("%s: %v, want the line and no Go type", in.Config, err)
 		}
+	}
+}
+
+func TestNameSetTakesEachNameOnce(t *testing.T) {
+	ns := newNameSet([]string{"api", "api-2"})
+	if got := ns.take("api"); got != "api-3" {
+		t.Errorf("a taken name: %q, want api-3", got)
+	}
+	if got := ns.take("a b/c"); got != "a_b_c" {
+		t.Errorf("a name with spaces: %q", got)
+	}
+	seen := map[string]bool{}
+	for range 20000 { // linear: each take starts from the suffix after the last
+		n := ns.take("route")
+		if seen[n] {
+			t.Fatalf("%q taken twice", n)
+		}
+		seen[n] = true
+	}
+	if !ns.has("route-20000") || ns.has("route-20001") {
+		t.Error("the 20,000th name is not route-20000")
+	}
+}
+
+func TestTheEnvoyLocalCommandConvertsABootstrap(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "envoy.yaml")
+	if err := os.WriteFile(f, []byte(localBootstrap), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"envoy-local-ratelimit", "-f", f}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if cfg, err := policy.Parse(stdout.Bytes()); err != nil || cfg.RuleByName("api-api_key") == nil {
+		t.Errorf("%v:\n%s", err, stdout.String())
+	}
+	if code := Main([]string{"envoy-local-ratelimit", "-f", f, "-scope", "local"}, &stdout, &stderr); code != 2 {
+		t.Errorf("a flag the source does not have: exit %d, want 2", code)
 	}
 }

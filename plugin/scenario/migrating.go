@@ -20,6 +20,7 @@ import (
 func init() {
 	register(
 		Case{Name: "MigratingFromEnvoyLocalRateLimit", Run: migratingEnvoyLocal},
+		Case{Name: "MigratingFromEnvoyLocalRateLimitConverted", Run: migratingEnvoyLocalConverted},
 		Case{Name: "MigratingFromEnvoyproxyRatelimit", Run: migratingEnvoyproxyRatelimit},
 		Case{Name: "MigratingFromEnvoyproxyRatelimitConverted", Run: migratingEnvoyproxyRatelimitConverted},
 		Case{Name: "MigratingFromNginxLimitReq", Run: migratingNginx},
@@ -36,7 +37,7 @@ func init() {
 const MigrationGuide = "docs/migrating.md"
 
 var MigrationExamples = []string{
-	"envoy-local", "envoyproxy-ratelimit", "envoyproxy-ratelimit-converted", "nginx-limit-req", "ingress-nginx", "kong", "higress-key-rate-limit", "higress-cluster-key-rate-limit",
+	"envoy-local", "envoy-local-converted", "envoyproxy-ratelimit", "envoyproxy-ratelimit-converted", "nginx-limit-req", "ingress-nginx", "kong", "higress-key-rate-limit", "higress-cluster-key-rate-limit",
 	"higress-ai-token-ratelimit",
 }
 
@@ -113,6 +114,37 @@ func migratingEnvoyLocal(t *testing.T, start Starter) {
 	h.Advance(200 * time.Millisecond)
 	if got := admitted(t, h, 2, key); got != 1 {
 		t.Errorf("200 ms later: %d of 2 admitted, want 1", got)
+	}
+	noRecoveredPanics(t, h)
+}
+
+// migratingEnvoyLocalConverted runs what the converter makes of a
+// bootstrap: a listener's bucket of 200, /api's own 1,000 and 20 per key
+// (400 for a partner), /health not limited.
+func migratingEnvoyLocalConverted(t *testing.T, start Starter) {
+	h := startExample(t, start, "envoy-local-converted", noon)
+	api := func(key string) Request {
+		return req(":path", "/api/items", ":authority", "shop.example.com", "x-api-key", key)
+	}
+	wantRejection(t, "a key's 21st at once", lastOf(t, h, 21, api("k1")), 429, "local_rate_limited",
+		"ratelimit-policy", `"api-api_key";q=20;w=2`)
+	if got := admitted(t, h, 401, api("partner-7f3a")); got != 400 {
+		t.Errorf("the partner: %d of 401 admitted at once, want its 400", got)
+	}
+	// The route's 1,000 hold every key: 20 and 400 taken, 580 left.
+	for i := range 29 {
+		if got := admitted(t, h, 20, api("key-"+strconv.Itoa(i))); got != 20 {
+			t.Fatalf("key %d: %d of 20 admitted", i, got)
+		}
+	}
+	wantRejection(t, "the route's 1,001st at once", do(t, h, api("key-29")), 429, "local_rate_limited",
+		"ratelimit-policy", `"api";q=1000;w=2`)
+	// Not from the listener's bucket, which /api does not take from.
+	site := req(":path", "/", ":authority", "shop.example.com")
+	wantRejection(t, "the site's 201st at once", lastOf(t, h, 201, site), 429, "local_rate_limited",
+		"ratelimit-policy", `"http_local_rate_limiter";q=200;w=2`)
+	if got := admitted(t, h, 300, req(":path", "/health", ":authority", "shop.example.com")); got != 300 {
+		t.Errorf("/health: %d of 300 admitted, want all", got)
 	}
 	noRecoveredPanics(t, h)
 }
