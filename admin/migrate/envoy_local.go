@@ -800,7 +800,7 @@ func (c *elConv) variantRules(f *elFilter, g *elGroup, b elBlock, l elRateLimit,
 			continue
 		}
 		r, err := c.descRule(f, g, b, l, v, ds[i])
-		if errors.Is(err, elErrNever) {
+		if errors.Is(err, errElNever) {
 			c.note("%s: left out: %v", ds[i].path, err)
 			continue
 		}
@@ -811,7 +811,7 @@ func (c *elConv) variantRules(f *elFilter, g *elGroup, b elBlock, l elRateLimit,
 	}
 	for _, i := range wild {
 		r, err := c.descRule(f, g, b, l, v, ds[i])
-		if errors.Is(err, elErrNever) {
+		if errors.Is(err, errElNever) {
 			c.note("%s: left out: %v", ds[i].path, err)
 			continue
 		}

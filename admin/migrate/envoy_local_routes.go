@@ -29,14 +29,14 @@ func elAddCond(m map[string]any, src string, cond any, path string) error {
 	case !known:
 		return fmt.Errorf("%s: a second condition on %s; Sluice takes one condition per source: write the rule by hand", path, src)
 	case !holds:
-		return fmt.Errorf("%s: %w on %s", path, elErrNever, src)
+		return fmt.Errorf("%s: %w on %s", path, errElNever, src)
 	}
 	m[src] = both
 	return nil
 }
 
-// elErrNever: two conditions on one source that no value meets.
-var elErrNever = errors.New("conditions no request meets")
+// errElNever: two conditions on one source that no value meets.
+var errElNever = errors.New("conditions no request meets")
 
 // elBoth is one condition meaning both a and b, when one is an exact
 // value (the other must hold for it) or a presence (which the other's
