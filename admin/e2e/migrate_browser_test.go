@@ -27,6 +27,12 @@ func TestBrowserConvertFromEnvoyRatelimit(t *testing.T) {
 	if got := shown("ingress-nginx"); got != "status" {
 		t.Errorf("ingress-nginx's fields: %q", got)
 	}
+	if got := eval(`[...document.querySelectorAll("#mg-from option")].map((o) => o.value).join(" ")`); got != "envoy-ratelimit envoy-local-ratelimit ingress-nginx nginx kong higress" {
+		t.Errorf("the sources offered: %q", got)
+	}
+	if got := shown("higress"); got != "scope" {
+		t.Errorf("Higress's fields: %q", got)
+	}
 	if got := shown("envoy-ratelimit"); got != "rate_limits scope" {
 		t.Errorf("envoyproxy/ratelimit's fields: %q", got)
 	}
