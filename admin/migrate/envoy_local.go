@@ -193,31 +193,10 @@ type elStop struct {
 	match map[string]any
 }
 
-type elPolicy struct {
-	Name  string   `json:"name"`
-	Rules []elRule `json:"rules"`
-}
-
-type elRule struct {
-	Name            string         `json:"name"`
-	Mode            string         `json:"mode,omitempty"`
-	Action          string         `json:"action,omitempty"`
-	Match           map[string]any `json:"match,omitempty"`
-	LimitKeys       []string       `json:"limit_keys,omitempty"`
-	Algorithm       string         `json:"algorithm,omitempty"`
-	AlgorithmConfig *elBucket      `json:"algorithm_config,omitempty"`
-	Overrides       []elOverride   `json:"overrides,omitempty"`
-}
-
 type elBucket struct {
 	TokensPerSecond float64 `json:"tokens_per_second"`
 	Burst           int     `json:"burst"`
 	FixedCost       int     `json:"fixed_cost,omitempty"`
-}
-
-type elOverride struct {
-	Key             string   `json:"key"`
-	AlgorithmConfig elBucket `json:"algorithm_config"`
 }
 
 // routes are the filter's routes in Envoy's order.
@@ -402,7 +381,7 @@ func (c *elConv) convertGroup(f *elFilter, g *elGroup, routes []*elRoute, of map
 		return err
 	}
 	used := map[int]int{}
-	var descRules []elRule
+	var descRules []outRule
 	for _, b := range blocks {
 		for _, l := range b.lists {
 			rules, err := c.slotRules(f, g, b, l, used)
@@ -424,7 +403,7 @@ func (c *elConv) convertGroup(f *elFilter, g *elGroup, routes []*elRoute, of map
 		if !cfg.alwaysConsume {
 			rules = append(rules, c.instead(descRules)...)
 		}
-		r := elRule{Name: c.ruleName(g.label), Mode: cfg.mode(), LimitKeys: []string{c.scopeKey(route)},
+		r := outRule{Name: c.ruleName(g.label), Mode: cfg.mode(), LimitKeys: []string{c.scopeKey(route)},
 			Algorithm: policy.AlgorithmTokenBucket, AlgorithmConfig: c.bucketOf(cfg.bucket, elJoin(cfg.path, "token_bucket"))}
 		if len(cond) > 0 {
 			r.Match = cond
@@ -536,18 +515,18 @@ func (c *elConv) step() error {
 }
 
 // addPolicy adds a policy, within elMaxRules rules in all.
-func (c *elConv) addPolicy(name string, rules []elRule) error {
+func (c *elConv) addPolicy(name string, rules []outRule) error {
 	if c.ruleN += len(rules); c.ruleN > elMaxRules {
 		return fmt.Errorf("config: the policy would have more than %d rules (each route configured on its own needs rules in the policies around it); convert fewer routes at a time, or name the routes", elMaxRules)
 	}
-	c.made = append(c.made, elPolicy{Name: c.pols.take(name), Rules: rules})
+	c.made = append(c.made, outPolicy{Name: c.pols.take(name), Rules: rules})
 	return nil
 }
 
-func (c *elConv) stopRules(stops []elStop) []elRule {
-	out := make([]elRule, 0, len(stops))
+func (c *elConv) stopRules(stops []elStop) []outRule {
+	out := make([]outRule, 0, len(stops))
 	for _, s := range stops {
-		r := elRule{Name: c.ruleName(s.name), Action: policy.ActionUnlimited}
+		r := outRule{Name: c.ruleName(s.name), Action: policy.ActionUnlimited}
 		if len(s.match) > 0 {
 			r.Match = s.match
 		}
@@ -752,12 +731,12 @@ func elFits(d elDesc, v elVariant) bool {
 // slotRules are the rules of one rate_limits entry: for each descriptor
 // it can match, Envoy's exact ones first (unless a rule with keys takes
 // them as overrides), then those with wildcards, the most specific first.
-func (c *elConv) slotRules(f *elFilter, g *elGroup, b elBlock, l elRateLimit, used map[int]int) ([]elRule, error) {
+func (c *elConv) slotRules(f *elFilter, g *elGroup, b elBlock, l elRateLimit, used map[int]int) ([]outRule, error) {
 	vs, err := elVariantsOf(l)
 	if err != nil {
 		return nil, err
 	}
-	var out []elRule
+	var out []outRule
 	for _, v := range vs {
 		var exact, wild []int
 		for i, d := range g.cfg.descriptors {
@@ -786,13 +765,13 @@ func (c *elConv) slotRules(f *elFilter, g *elGroup, b elBlock, l elRateLimit, us
 	return out, nil
 }
 
-func (c *elConv) variantRules(f *elFilter, g *elGroup, b elBlock, l elRateLimit, v elVariant, exact, wild []int) ([]elRule, error) {
+func (c *elConv) variantRules(f *elFilter, g *elGroup, b elBlock, l elRateLimit, v elVariant, exact, wild []int) ([]outRule, error) {
 	ds := g.cfg.descriptors
 	all := -1 // the descriptor whose every source is a wildcard: it takes overrides
 	if n := len(wild); n > 0 && elHasSource(v) && elAllWild(ds[wild[n-1]], v) {
 		all = wild[n-1]
 	}
-	var out, tail []elRule
+	var out, tail []outRule
 	var folded []int
 	for _, i := range exact {
 		if all >= 0 && elFoldable(ds[i], ds[all], wild[:len(wild)-1], v, ds) {
@@ -865,8 +844,8 @@ func elFoldable(d, all elDesc, before []int, v elVariant, ds []elDesc) bool {
 
 // overrides are the exact descriptors folded into the all-wildcard rule,
 // keyed by their values in the order of its limit_keys.
-func (c *elConv) overrides(ds []elDesc, folded []int, v elVariant, l elRateLimit) ([]elOverride, error) {
-	var out []elOverride
+func (c *elConv) overrides(ds []elDesc, folded []int, v elVariant, l elRateLimit) ([]outOverride, error) {
+	var out []outOverride
 	for _, i := range folded {
 		var vals []string
 		for k, a := range v.acts {
@@ -878,21 +857,21 @@ func (c *elConv) overrides(ds []elDesc, folded []int, v elVariant, l elRateLimit
 		if err := elCheckCost(l, bc, ds[i].path); err != nil {
 			return nil, err
 		}
-		out = append(out, elOverride{Key: strings.Join(vals, "|"), AlgorithmConfig: *bc})
+		out = append(out, outOverride{Key: strings.Join(vals, "|"), AlgorithmConfig: *bc})
 	}
 	return out, nil
 }
 
 // descRule is the rule of descriptor d for a variant: its values are
 // conditions, its wildcards the limit keys.
-func (c *elConv) descRule(f *elFilter, g *elGroup, b elBlock, l elRateLimit, v elVariant, d elDesc) (elRule, error) {
+func (c *elConv) descRule(f *elFilter, g *elGroup, b elBlock, l elRateLimit, v elVariant, d elDesc) (outRule, error) {
 	match := maps.Clone(b.cond)
 	if match == nil {
 		match = map[string]any{}
 	}
 	for _, src := range v.absent {
 		if err := elAddCond(match, src, map[string]any{"present": false}, l.path); err != nil {
-			return elRule{}, err
+			return outRule{}, err
 		}
 	}
 	var keys, valued []string
@@ -907,7 +886,7 @@ func (c *elConv) descRule(f *elFilter, g *elGroup, b elBlock, l elRateLimit, v e
 		switch a.kind {
 		case elActSource:
 			if slices.Contains(keys, a.source) || slices.Contains(valued, a.source) {
-				return elRule{}, fmt.Errorf("%s: reads %s a second time; write the rule by hand", a.path, a.source)
+				return outRule{}, fmt.Errorf("%s: reads %s a second time; write the rule by hand", a.path, a.source)
 			}
 			if val == "" {
 				keys = append(keys, a.source)
@@ -926,7 +905,7 @@ func (c *elConv) descRule(f *elFilter, g *elGroup, b elBlock, l elRateLimit, v e
 			}
 		}
 		if err != nil {
-			return elRule{}, err
+			return outRule{}, err
 		}
 	}
 	switch {
@@ -942,9 +921,9 @@ func (c *elConv) descRule(f *elFilter, g *elGroup, b elBlock, l elRateLimit, v e
 	}
 	bc := c.bucketOf(d.bucket, elJoin(d.path, "token_bucket"))
 	if err := elCheckCost(l, bc, d.path); err != nil {
-		return elRule{}, err
+		return outRule{}, err
 	}
-	r := elRule{Name: c.ruleName(strings.Join(name, "-")), Mode: mode, LimitKeys: keys,
+	r := outRule{Name: c.ruleName(strings.Join(name, "-")), Mode: mode, LimitKeys: keys,
 		Algorithm: policy.AlgorithmTokenBucket, AlgorithmConfig: bc}
 	if len(match) > 0 {
 		r.Match = match
@@ -967,13 +946,13 @@ func elCheckCost(l elRateLimit, bc *elBucket, path string) error {
 // instead are unlimited copies of descriptor rules: without
 // always_consume_default_token_bucket, a request a descriptor matches
 // takes nothing from the default bucket.
-func (c *elConv) instead(rules []elRule) []elRule {
-	out := make([]elRule, 0, len(rules))
+func (c *elConv) instead(rules []outRule) []outRule {
+	out := make([]outRule, 0, len(rules))
 	for _, r := range rules {
 		if r.Action != "" {
 			continue
 		}
-		out = append(out, elRule{Name: c.ruleName(r.Name + "-no-default"), Action: policy.ActionUnlimited, Match: r.Match, LimitKeys: r.LimitKeys})
+		out = append(out, outRule{Name: c.ruleName(r.Name + "-no-default"), Action: policy.ActionUnlimited, Match: r.Match, LimitKeys: r.LimitKeys})
 	}
 	return out
 }
@@ -1063,13 +1042,13 @@ func (c *elConv) addressHops(f *elFilter) {
 }
 
 type elOut struct {
-	RejectStatus     int        `json:"reject_status,omitempty"`
-	RejectGRPCStatus string     `json:"reject_grpc_status"`
-	RejectBody       string     `json:"reject_body"`
-	LegacyHeaders    bool       `json:"legacy_headers,omitempty"`
-	ShadowHeader     string     `json:"shadow_header,omitempty"`
-	TrustedHops      int        `json:"xff_trusted_hops,omitempty"`
-	Policies         []elPolicy `json:"policies"`
+	RejectStatus     int         `json:"reject_status,omitempty"`
+	RejectGRPCStatus string      `json:"reject_grpc_status"`
+	RejectBody       string      `json:"reject_body"`
+	LegacyHeaders    bool        `json:"legacy_headers,omitempty"`
+	ShadowHeader     string      `json:"shadow_header,omitempty"`
+	TrustedHops      int         `json:"xff_trusted_hops,omitempty"`
+	Policies         []outPolicy `json:"policies"`
 }
 
 func (c *elConv) result() (Result, error) {

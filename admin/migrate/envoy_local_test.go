@@ -229,14 +229,7 @@ const localEnvoyFilterPolicy = `{
 func lrConvert(t *testing.T, doc string, opt LocalOptions) (*policy.Config, Result) {
 	t.Helper()
 	res, err := EnvoyLocalRatelimit([]byte(doc), opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := policy.Parse(res.Policy)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, res.Policy)
-	}
-	return cfg, res
+	return parsed(t, doc, res, err)
 }
 
 func lrSameJSON(t *testing.T, want string, got []byte) {

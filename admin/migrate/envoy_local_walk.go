@@ -92,7 +92,7 @@ type elConv struct {
 	pers     map[string]*elPer
 	limits   map[string][]elRateLimit
 	conds    map[*elRoute]map[string]any
-	made     []elPolicy
+	made     []outPolicy
 	limiting []*elConfig // the configurations converted, for the top-level fields
 	hops     []string    // xff_trusted_hops choices, as "N: why"
 	steps    int         // comparisons made, against elMaxSteps

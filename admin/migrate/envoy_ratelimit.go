@@ -611,8 +611,9 @@ type outRule struct {
 	Match           map[string]any `json:"match,omitempty"`
 	LimitKeys       []string       `json:"limit_keys,omitempty"`
 	Algorithm       string         `json:"algorithm,omitempty"`
-	AlgorithmConfig any            `json:"algorithm_config,omitempty"` // *windowConfig, *bucketConfig
+	AlgorithmConfig any            `json:"algorithm_config,omitempty"` // *windowConfig, *bucketConfig, or a converter's own
 	Overrides       []outOverride  `json:"overrides,omitempty"`
+	RejectBody      *string        `json:"reject_body,omitempty"`
 }
 
 // bucketConfig is a token bucket's algorithm_config.
@@ -627,8 +628,8 @@ type windowConfig struct {
 }
 
 type outOverride struct {
-	Key             string       `json:"key"`
-	AlgorithmConfig windowConfig `json:"algorithm_config"`
+	Key             string `json:"key"`
+	AlgorithmConfig any    `json:"algorithm_config"` // windowConfig, or a converter's own
 }
 
 // result writes the policy and checks it with the filter's own parser.

@@ -48,3 +48,16 @@ func sameAsGuide(t *testing.T, shown string, converted []byte) {
 		t.Errorf("normalized, the guide's is\n%s\nthe conversion's\n%s", a, b)
 	}
 }
+
+// parsed is a conversion of in that worked, parsed by the filter's parser.
+func parsed(t *testing.T, in string, res Result, err error) (*policy.Config, Result) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, in)
+	}
+	cfg, err := policy.Parse(res.Policy)
+	if err != nil {
+		t.Fatalf("the policy is refused: %v\n%s", err, res.Policy)
+	}
+	return cfg, res
+}

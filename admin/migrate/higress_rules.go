@@ -26,17 +26,10 @@ type higressPolicy struct {
 	Rules []higressRule `json:"rules"`
 }
 
+// higressRule is a rule and the configuration it comes from.
 type higressRule struct {
-	Name            string         `json:"name"`
-	Scope           string         `json:"scope,omitempty"`
-	Action          string         `json:"action,omitempty"`
-	Match           map[string]any `json:"match,omitempty"`
-	LimitKeys       []string       `json:"limit_keys,omitempty"`
-	Algorithm       string         `json:"algorithm,omitempty"`
-	AlgorithmConfig any            `json:"algorithm_config,omitempty"`
-	RejectBody      *string        `json:"reject_body,omitempty"`
-
-	cfg *higressConfig // the configuration it comes from
+	outRule
+	cfg *higressConfig
 }
 
 // tokenBucket is a token bucket charged from the response.
@@ -73,8 +66,8 @@ func (h *higressConverter) addPolicy(name, path string, configs []scoped) error 
 	for i, sc := range configs {
 		p.Rules = append(p.Rules, h.configRules(sc)...)
 		if sc.host != nil && i < len(configs)-1 && sc.cfg.global == nil {
-			p.Rules = append(p.Rules, higressRule{Name: h.rules.take(p.Name + "-" + sc.label + "-others"),
-				Action: policy.ActionUnlimited, Match: map[string]any{"host": sc.host}})
+			p.Rules = append(p.Rules, higressRule{outRule: outRule{Name: h.rules.take(p.Name + "-" + sc.label + "-others"),
+				Action: policy.ActionUnlimited, Match: map[string]any{"host": sc.host}}})
 		}
 	}
 	if len(p.Rules) == 0 {
@@ -142,7 +135,7 @@ func keyRuleName(cfg *higressConfig, it higressItem, k higressKey) string {
 }
 
 func (h *higressConverter) limitRule(cfg *higressConfig, cond any, source string, l higressLimit, host any) higressRule {
-	r := higressRule{LimitKeys: []string{source}, cfg: cfg}
+	r := higressRule{outRule: outRule{LimitKeys: []string{source}}, cfg: cfg}
 	match := map[string]any{}
 	if cond != nil {
 		match[source] = cond

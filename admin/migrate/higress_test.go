@@ -15,14 +15,7 @@ import (
 func convertHigress(t *testing.T, in string, opt HigressOptions) (*policy.Config, Result) {
 	t.Helper()
 	res, err := Higress([]byte(in), opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := policy.Parse(res.Policy)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, res.Policy)
-	}
-	return cfg, res
+	return parsed(t, in, res, err)
 }
 
 // condition is r's match condition on source, nil if none.

@@ -105,14 +105,7 @@ const kongRealisticPolicy = `{
 func kongConvert(t *testing.T, doc string, opt KongOptions) (*policy.Config, Result) {
 	t.Helper()
 	res, err := Kong([]byte(doc), opt)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, doc)
-	}
-	cfg, err := policy.Parse(res.Policy)
-	if err != nil {
-		t.Fatalf("the policy is refused: %v\n%s", err, res.Policy)
-	}
-	return cfg, res
+	return parsed(t, doc, res, err)
 }
 
 // applied is the rule each policy applies to req (policies where none

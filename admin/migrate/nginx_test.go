@@ -20,14 +20,7 @@ import (
 func convertNginx(t *testing.T, conf string) (*policy.Config, Result) {
 	t.Helper()
 	res, err := Nginx([]byte(conf), NginxOptions{})
-	if err != nil {
-		t.Fatalf("%v\n%s", err, conf)
-	}
-	cfg, err := policy.Parse(res.Policy)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, res.Policy)
-	}
-	return cfg, res
+	return parsed(t, conf, res, err)
 }
 
 // limitedBy is the names of the limit rules that apply to a request for
