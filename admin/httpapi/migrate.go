@@ -66,9 +66,11 @@ func convert(in migrateInput, cur policies.Version) (migration, error) {
 	}
 	m := migration{policy: res.Policy, converted: res.Policy, notes: res.Notes}
 	if in.AddToCurrent {
-		if m.policy, err = migrate.AddTo(cur.JSON, res.Policy); err != nil {
+		var notes []string
+		if m.policy, notes, err = migrate.AddTo(cur.JSON, res.Policy); err != nil {
 			return migration{}, err
 		}
+		m.notes = append(m.notes, notes...)
 	}
 	return m, nil
 }

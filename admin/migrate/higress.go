@@ -32,7 +32,7 @@ type HigressOptions struct {
 	DefaultCost int
 	// Taken are rule and policy names the conversion must not use
 	// (Options.Taken). With names taken the output is meant for AddTo, so it
-	// is always written as named policies.
+	// is written as named policies even for one plugin's configuration.
 	Taken []string
 }
 
@@ -287,9 +287,6 @@ func (h *higressConverter) result() (Result, error) {
 	}
 	out.RejectBody = h.placeBodies()
 	h.scopeNotes(&out)
-	if len(h.opt.Taken) > 0 && (out.RejectStatus != 0 || out.ResponseHeaders != nil) {
-		h.note("reject_status and response_headers hold for the whole configuration: set them in the policy this is added to, which keeps its own")
-	}
 	if h.bare && len(h.opt.Taken) == 0 {
 		out.Rules = h.policies[0].Rules
 	} else {
@@ -338,9 +335,7 @@ func (h *higressConverter) responseHeaders() *bool {
 }
 
 // placeBodies sets rejected_msg as the top-level reject_body when every
-// rule has the same, else on each rule. Output added to another policy
-// (names taken) always carries it on its rules, as AddTo keeps policies
-// only.
+// rule has the same, else on each rule.
 func (h *higressConverter) placeBodies() *string {
 	var bodies []*string
 	for _, p := range h.policies {
@@ -350,7 +345,7 @@ func (h *higressConverter) placeBodies() *string {
 			}
 		}
 	}
-	same := len(h.opt.Taken) == 0
+	same := true
 	if len(bodies) == 0 {
 		return nil
 	}

@@ -556,17 +556,19 @@ func TestTakenNamesAreAvoidedAndTheOutputIsNamedPolicies(t *testing.T) {
 	if got := ruleNames(cfg)[0]; !reflect.DeepEqual(got, []string{"gold-key-2", "trial-key"}) {
 		t.Errorf("rules %v", got)
 	}
-	// AddTo keeps the policies only: the body goes on each rule.
-	if cfg.Reply != nil || cfg.RuleByName("trial-key").Reply == nil || cfg.RuleByName("trial-key").Reply.Body != "Too many requests" {
-		t.Errorf("%s", res.Policy)
-	}
 	var doc map[string]any
 	json.Unmarshal(res.Policy, &doc)
 	if _, ok := doc["rules"]; ok {
 		t.Errorf("top-level rules in output meant for AddTo")
 	}
-	if _, err := AddTo([]byte(`{"rules":[{"name":"gold-key","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1}}]}`), res.Policy); err != nil {
-		t.Errorf("AddTo: %v", err)
+	// Added to a policy with a body of its own, the rules keep Higress's.
+	merged, _, err := AddTo([]byte(`{"reject_body": "slow down", "rules":[{"name":"gold-key","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1}}]}`), res.Policy)
+	if err != nil {
+		t.Fatalf("AddTo: %v", err)
+	}
+	mcfg, err := policy.Parse(merged)
+	if err != nil || mcfg.Reply.Body != "slow down" || mcfg.RuleByName("trial-key").Reply == nil || mcfg.RuleByName("trial-key").Reply.Body != "Too many requests" {
+		t.Errorf("%v:\n%s", err, merged)
 	}
 }
 

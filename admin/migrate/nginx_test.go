@@ -625,7 +625,7 @@ func TestNamesTakenAreNotUsed(t *testing.T) {
 			t.Errorf("%s is taken:\n%s", n, res.Policy)
 		}
 	}
-	if _, err := AddTo([]byte(`{"rules": [{"name": "api", "limit_keys": ["ip:address"], "algorithm": "token_bucket", "algorithm_config": {"rps": 1, "burst": 1}}]}`), res.Policy); err != nil {
+	if _, _, err := AddTo([]byte(`{"rules": [{"name": "api", "limit_keys": ["ip:address"], "algorithm": "token_bucket", "algorithm_config": {"rps": 1, "burst": 1}}]}`), res.Policy); err != nil {
 		t.Errorf("adding the conversion to a policy: %v", err)
 	}
 }
