@@ -23,8 +23,11 @@ type MigrateForm struct {
 	RateLimits  string // envoyproxy/ratelimit: the route's rate_limits (YAML)
 	Scope       string // envoyproxy/ratelimit: "global" or "local"
 	Status      string // ingress-nginx: the rejection status
-	Replace     bool   // replace the current policy instead of adding to it
-	Message     string
+	// The other choices, by their API names (fleet_cluster,
+	// annotations_prefix, consumer_key, plugin, default_cost).
+	FleetCluster, AnnotationsPrefix, ConsumerKey, Plugin, DefaultCost string
+	Replace                                                           bool // replace the current policy instead of adding to it
+	Message                                                           string
 }
 
 // MigrateResult is a conversion that worked: the policy that Save would

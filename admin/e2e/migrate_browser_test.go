@@ -24,16 +24,16 @@ func TestBrowserConvertFromEnvoyRatelimit(t *testing.T) {
 		return eval(`(() => { const s = document.getElementById("mg-from"); s.value = "` + from + `"; s.dispatchEvent(new Event("change"));
 			return [...document.querySelectorAll("[data-field]")].filter((p) => !p.hidden).map((p) => p.dataset.field).join(" "); })()`)
 	}
-	if got := shown("ingress-nginx"); got != "status" {
+	if got := shown("ingress-nginx"); got != "status annotations_prefix" {
 		t.Errorf("ingress-nginx's fields: %q", got)
 	}
 	if got := eval(`[...document.querySelectorAll("#mg-from option")].map((o) => o.value).join(" ")`); got != "envoy-ratelimit envoy-local-ratelimit ingress-nginx nginx kong higress" {
 		t.Errorf("the sources offered: %q", got)
 	}
-	if got := shown("higress"); got != "scope" {
+	if got := shown("higress"); got != "scope plugin default_cost fleet_cluster" {
 		t.Errorf("Higress's fields: %q", got)
 	}
-	if got := shown("envoy-ratelimit"); got != "rate_limits scope" {
+	if got := shown("envoy-ratelimit"); got != "rate_limits scope fleet_cluster" {
 		t.Errorf("envoyproxy/ratelimit's fields: %q", got)
 	}
 	run("convert",

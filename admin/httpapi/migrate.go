@@ -30,7 +30,7 @@ type migrateInput struct {
 	Scope        string `json:"scope"`
 	FleetCluster string `json:"fleet_cluster"`
 	Status       int    `json:"status"`
-	// The API only (the page leaves them at their defaults).
+	// The choices of one source each (Input).
 	AnnotationsPrefix string `json:"annotations_prefix"`
 	ConsumerKey       string `json:"consumer_key"`
 	Plugin            string `json:"plugin"`
@@ -126,6 +126,9 @@ func (s *server) migrateSubmit(w http.ResponseWriter, r *http.Request, sess auth
 	p := web.MigratePage{Nav: nav(sess, "policy"), Form: migrateForm(sess, cur)}
 	p.Form.From, p.Form.Config, p.Form.RateLimits = f.Get("from"), crlf(f.Get("config")), crlf(f.Get("rate_limits"))
 	p.Form.Scope, p.Form.Status = f.Get("scope"), strings.TrimSpace(f.Get("status"))
+	p.Form.FleetCluster, p.Form.AnnotationsPrefix = strings.TrimSpace(f.Get("fleet_cluster")), strings.TrimSpace(f.Get("annotations_prefix"))
+	p.Form.ConsumerKey, p.Form.Plugin = strings.TrimSpace(f.Get("consumer_key")), f.Get("plugin")
+	p.Form.DefaultCost = strings.TrimSpace(f.Get("default_cost"))
 	p.Form.Replace, p.Form.Message = f.Get("replace") != "", f.Get("message")
 	fail := func(status int, text string) error {
 		p.Flashes = []web.Flash{{Kind: "error", Text: text}}
@@ -209,14 +212,32 @@ func formInput(f web.MigrateForm) (migrateInput, error) {
 	if slices.Contains(src.Reads, "scope") {
 		in.Scope = f.Scope
 	}
-	if slices.Contains(src.Reads, "status") && f.Status != "" {
-		n, err := strconv.Atoi(f.Status)
-		if err != nil {
-			return in, fmt.Errorf("status: %q is not a whole number; give the rejection status, e.g. 503", f.Status)
+	reads := func(field, v string) string {
+		if slices.Contains(src.Reads, field) {
+			return v
 		}
-		in.Status = n
+		return ""
 	}
-	return in, nil
+	in.FleetCluster, in.AnnotationsPrefix = reads("fleet_cluster", f.FleetCluster), reads("annotations_prefix", f.AnnotationsPrefix)
+	in.ConsumerKey, in.Plugin = reads("consumer_key", f.ConsumerKey), reads("plugin", f.Plugin)
+	var err error
+	if in.Status, err = formInt("status", reads("status", f.Status), "the rejection status, e.g. 503"); err != nil {
+		return in, err
+	}
+	in.DefaultCost, err = formInt("default_cost", reads("default_cost", f.DefaultCost), "a number of tokens, e.g. 100")
+	return in, err
+}
+
+// formInt reads a form's number ("" is 0: the default).
+func formInt(field, v, want string) (int, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %q is not a whole number; give %s", field, v, want)
+	}
+	return n, nil
 }
 
 // sourceTitle is the name users know a source by.

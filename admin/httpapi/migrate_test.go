@@ -239,3 +239,31 @@ func TestMigratePageConvertsFromTheChosenSourceAndIgnoresTheOthersFields(t *test
 		t.Errorf("v%d %q: %v\n%s", cur.Number, cur.Message, err, cur.JSON)
 	}
 }
+
+func TestMigratePageTakesEachSourcesChoices(t *testing.T) {
+	e := newEnv(t, nil)
+	c := login(t, e, "ed")
+	page := get(t, c, e.srv.URL+"/policy/migrate?from=higress")
+	for _, field := range []string{"plugin", "default_cost", "consumer_key", "annotations_prefix", "fleet_cluster"} {
+		if !strings.Contains(page, `data-field="`+field+`"`) {
+			t.Errorf("the form has no %s", field)
+		}
+	}
+	form := url.Values{"csrf": {csrfOf(t, page)}, "base_version": {"1"}, "from": {"higress"}, "plugin": {"ai-token-ratelimit"}, "default_cost": {"lots"},
+		"config":       {"rule_name: llm\nrule_items:\n  - limit_by_per_header: x-api-key\n    limit_keys: [{key: '*', token_per_minute: 1000}]\n"},
+		"consumer_key": {"jwt:sub"}, "scope": {"global"}, "op": {"preview"}}
+	resp, body := post(t, c, e.srv.URL+"/policy/migrate", form)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "default_cost: &#34;lots&#34; is not a whole number") {
+		t.Errorf("a cost that is not a number: %d\n%s", resp.StatusCode, body)
+	}
+	form.Set("default_cost", "250")
+	form.Set("op", "save")
+	if resp, body = post(t, c, e.srv.URL+"/policy/migrate", form); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("save: %d\n%s", resp.StatusCode, body)
+	}
+	cur, _ := e.svc.Current(context.Background())
+	cfg, err := policy.Parse(cur.JSON)
+	if r := cfg.RuleByName("llm"); err != nil || r == nil || r.TokenBucket.DefaultCost != 250 {
+		t.Errorf("%v\n%s", err, cur.JSON)
+	}
+}
