@@ -541,8 +541,7 @@ func (c *elConv) scopeKey(r *elRoute) string {
 	if r != nil && r.byName {
 		return "route"
 	}
-	c.noteOnce(`a bucket Envoy keeps for a whole listener, virtual host or unnamed route is one per host name here (limit_keys ["host"]): the same for a site served under one name; clients sending other host names get buckets of their own (name the routes to key their buckets by route)`)
-	return "host"
+	return "all" // one bucket for every request of the listener, virtual host or route
 }
 
 // blocks are the sets of requests of a configuration with the same

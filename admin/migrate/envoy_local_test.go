@@ -98,12 +98,12 @@ const localBootstrapPolicy = `{
        "overrides": [{"key": "partner-7f3a", "algorithm_config": {"tokens_per_second": 200, "burst": 400}}]}]},
     {"name": "api", "rules": [
       {"name": "api", "mode": "enforce", "match": {"path": {"prefix": "/api"}},
-       "limit_keys": ["host"], "algorithm": "token_bucket",
+       "limit_keys": ["all"], "algorithm": "token_bucket",
        "algorithm_config": {"tokens_per_second": 500, "burst": 1000}}]},
     {"name": "http_local_rate_limiter", "rules": [
       {"name": "api-own-limits", "action": "unlimited", "match": {"path": {"prefix": "/api"}}},
       {"name": "health-unlimited", "action": "unlimited", "match": {"path": "/health"}},
-      {"name": "http_local_rate_limiter", "mode": "enforce", "limit_keys": ["host"], "algorithm": "token_bucket",
+      {"name": "http_local_rate_limiter", "mode": "enforce", "limit_keys": ["all"], "algorithm": "token_bucket",
        "algorithm_config": {"tokens_per_second": 100, "burst": 200}}]}
   ]
 }`
@@ -220,7 +220,7 @@ const localEnvoyFilterPolicy = `{
     {"name": "http_local_rate_limiter", "rules": [
       {"name": "api-own-limits", "action": "unlimited", "match": {"route": "api"}},
       {"name": "health-unlimited", "action": "unlimited", "match": {"route": "health"}},
-      {"name": "http_local_rate_limiter", "mode": "enforce", "limit_keys": ["host"], "algorithm": "token_bucket",
+      {"name": "http_local_rate_limiter", "mode": "enforce", "limit_keys": ["all"], "algorithm": "token_bucket",
        "algorithm_config": {"tokens_per_second": 100, "burst": 200}}]}
   ]
 }`
@@ -291,7 +291,7 @@ func TestTheBootstrapsRoutesKeepTheirOwnLimits(t *testing.T) {
 	}
 	notes := strings.Join(res.Notes, "\n")
 	for _, want := range []string{"routes[1].typed_per_filter_config.envoy.filters.http.local_ratelimit: filter_enabled is 0%",
-		"runtime keys local_rate_limit_enabled, local_rate_limit_enforced are not read", `limit_keys ["host"]`, "takes nothing from the others"} {
+		"runtime keys local_rate_limit_enabled, local_rate_limit_enforced are not read", "takes nothing from the others"} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("notes lack %q:\n%s", want, notes)
 		}
@@ -499,7 +499,7 @@ func TestDescriptorActionsBecomeKeysAndConditions(t *testing.T) {
 	if r := lrRule(t, cfg, "edge-remote_address-method"); len(r.Keys) != 2 || r.Keys[1].Kind != policy.SourceMethod {
 		t.Errorf("per address and method %+v", r)
 	}
-	if r := lrRule(t, cfg, "edge-query_match-debug"); r.Match[0].Source.String() != "query:debug" || !r.Match[0].Cond.Present || r.Keys[0].Kind != policy.SourceHost {
+	if r := lrRule(t, cfg, "edge-query_match-debug"); r.Match[0].Source.String() != "query:debug" || !r.Match[0].Cond.Present || r.Keys[0].Kind != policy.SourceAll {
 		t.Errorf("the query match %+v", r)
 	}
 	if r := lrRule(t, cfg, "edge-tenant-generic_key-api"); r.Keys[0].String() != "query:tenant" || len(r.Match) != 0 {

@@ -87,10 +87,8 @@ func (h *higressConverter) configRules(sc scoped) []higressRule {
 	var names []string
 	if cfg.global != nil {
 		// Higress keeps one counter for every request the configuration
-		// applies to; host is the one key source every request has, and is
-		// constant when the configuration applies to one domain.
-		h.noteOnce("global_threshold is one counter for every request in Higress; the rule keys on host, so each host has its own counter: with several hosts, lower the limit or match one host per rule")
-		out = append(out, h.limitRule(cfg, nil, "host", *cfg.global, sc.host))
+		// applies to: the "all" key.
+		out = append(out, h.limitRule(cfg, nil, "all", *cfg.global, sc.host))
 		names = append(names, cmp.Or(cfg.ruleName, cfg.plugin))
 	}
 	for _, it := range cfg.items {

@@ -388,8 +388,7 @@ func (k *kongConv) targetRules(rl *kongRL, t kongTarget, period string) ([]kongR
 	case rl.lim.limitBy == "ip" || rl.byAddress:
 		return []kongRule{limit("", []string{"ip:address"}, match)}, nil
 	case rl.lim.limitBy == "service":
-		k.noteOnce("limit_by service: the counter is keyed by the request's host, so a service answering several hosts (or any host) counts each host apart")
-		return []kongRule{limit("", []string{"host"}, match)}, nil
+		return []kongRule{limit("", []string{"all"}, match)}, nil // one counter for the service's routes
 	case rl.lim.limitBy == "header":
 		r := limit("", []string{"header:" + rl.lim.header}, match)
 		return []kongRule{r, byAddress()}, nil

@@ -626,8 +626,8 @@ plugins: [{name: rate-limiting, config: {minute: 5, limit_by: service}}]
 			t.Errorf("%s: %s, want %s", host, got, want)
 		}
 	}
-	if k := cfg.RuleByName("global-a-minute").Keys[0].String(); k != "host" {
-		t.Errorf("service a's counter is keyed by %s, want host", k)
+	if k := cfg.RuleByName("global-a-minute").Keys[0].String(); k != "all" {
+		t.Errorf("service a's counter is keyed by %s, want all (one for the service)", k)
 	}
 }
 
@@ -1180,8 +1180,8 @@ func (f modelFile) partlyAuthenticated(p *modelPlugin) bool {
 func (p *modelPlugin) identity(req simulate.Request, cons string) string {
 	path, _, _ := strings.Cut(req.Path, "?")
 	switch {
-	case p.limitBy == "service":
-		return "host"
+	case p.limitBy == "service": // one counter per service
+		return "all"
 	case p.limitBy == "header" && req.Headers["x-api-key"] != "":
 		return "header:x-api-key"
 	case p.limitBy == "path" && path == p.path:

@@ -32,7 +32,8 @@ func (b *ngxBuilder) key(z *ngxZone) (ngxKey, error) {
 			k.never = "its key is empty"
 			return k, nil
 		}
-		return k, lineErr(z.line, "%s %s: key %q is a constant: nginx keeps one state for every request; Sluice keys on a request attribute (write the rule by hand with limit_keys [\"host\"] or [\"route\"])", z.directive(), z.name, z.key)
+		k.sources = []string{"all"} // a constant: one state for every request
+		return k, nil
 	}
 	for _, v := range vars {
 		src, cond, never, err := b.keyVariable(z, v)

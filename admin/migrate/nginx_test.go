@@ -215,6 +215,7 @@ func TestKeysBecomeLimitKeys(t *testing.T) {
 		{"$http_x_api_key", "header:x-api-key", ""},
 		{"$arg_token", "query:token", ""},
 		{"$cookie_Session_ID", "cookie:session_id", "nginx compares cookie names ignoring case"},
+		{"global", "all", ""},
 		{"$host", "host", ""},
 		{"$server_name", "host", "one state for all its names"},
 		{"$uri", "path", ""},
@@ -240,7 +241,6 @@ func TestKeysBecomeLimitKeys(t *testing.T) {
 
 func TestKeysWithoutASourceAreRefused(t *testing.T) {
 	for _, tc := range []struct{ key, want string }{
-		{"global", "key \"global\" is a constant"},
 		{"$1", "key variable $1 has no Sluice source"},
 		{"${x", "unterminated ${"},
 		{"$tenant", "key variable $tenant is assigned with set (line 3)"},

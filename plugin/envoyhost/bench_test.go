@@ -158,7 +158,7 @@ func BenchmarkEnvoyHostStream(b *testing.B) {
 // without the response fields, with the older (opt-in) ones too, a request no
 // rule applies to (one header read, nothing else), the bucket keyed by
 // the client certificate, the route or a value of the dynamic metadata (a
-// property read) or a cookie instead of a header, charged by the response's status instead of per request, and a
+// property read), a cookie or nothing ("all") instead of a header, charged by the response's status instead of per request, and a
 // concurrency rule in its place (a place taken, then given back when the
 // stream ends) (x-base: against the allowed request's configuration, same
 // request).
@@ -195,6 +195,7 @@ func BenchmarkEnvoyHostProbe(b *testing.B) {
 		keyedBy("peer-principal", "peer:principal", simulate.PeerPrincipalProperty, "spiffe://cluster.local/ns/shop/sa/web"),
 		keyedBy("route", "route", simulate.RouteProperty, "checkout"),
 		byCookie,
+		{"all", strings.Replace(benchConfig, `"header:x-api-key"`, `"all"`, 1), hdr("x-api-key", "k"), false, benchConfig},
 		keyedBy("metadata", "metadata:envoy.filters.http.jwt_authn:jwt_payload.sub",
 			"metadata.filter_metadata.envoy.filters.http.jwt_authn.jwt_payload.sub", "alice"),
 		{"no-response-headers", with(`"response_headers": false`), hdr("x-api-key", "k"), false, ""},

@@ -187,6 +187,8 @@ func (rs *requestSources) get(s sourceRef) (string, bool) {
 		c = rs.route.read(rs, routeNamePath)
 	case policy.SourceMetadata:
 		c = rs.metas[s.idx].readMetadata(rs, rs.cfg.metaPaths[s.idx])
+	case policy.SourceAll:
+		return policy.AllValue, true
 	case sourceRawPath:
 		c = &rs.rawPath
 		if rs.unread(c) {

@@ -235,6 +235,10 @@ func (p *parser) match(path string, v *jvalue) []Matcher {
 				p.errorf(mpath, msg, `; "path_prefix" is also accepted in match`)
 				continue
 			}
+			if k.Kind == SourceAll {
+				p.errorf(mpath, `"all" is the same for every request, so a condition on it decides nothing; use it in limit_keys (one bucket for every request the rule applies to)`)
+				continue
+			}
 			mt.Source = k
 		}
 		if mt.PathPrefix {

@@ -163,6 +163,8 @@ func TestParseErrors(t *testing.T) {
 		{"peer source without principal", withKeys(`["peer:address"]`), "rules[0].limit_keys[0]", []string{`"peer:address" is not a valid peer source`, `write "peer:principal"`}, 0},
 		{"peer source upper case", withKeys(`["Peer:principal"]`), "rules[0].limit_keys[0]", []string{"source kinds are lower-case", `"peer:principal"`}, 0},
 		{"key unknown kind", withKeys(`["form:session"]`), "rules[0].limit_keys[0]", []string{`"form:session" is not a known source`, `"ip:address", "peer:principal", "header:<name>"`}, 0},
+		{"all with an argument", withKeys(`["all:requests"]`), "rules[0].limit_keys[0]", []string{`takes no argument; write "all"`}, 0},
+		{"a condition on all", withMatch(`{"all": "*"}`), "rules[0].match.all", []string{`"all" is the same for every request`, "use it in limit_keys"}, 0},
 		{"cookie alone", withKeys(`["cookie"]`), "rules[0].limit_keys[0]", []string{`needs a cookie name, e.g. "cookie:session"`}, 0},
 		{"cookie empty", withKeys(`["cookie:"]`), "rules[0].limit_keys[0]", []string{"invalid cookie name", "name is empty"}, 0},
 		{"cookie space", withMatch(`{"cookie:a b":"x"}`), `rules[0].match["cookie:a b"]`, []string{"invalid cookie name", `contains ' '`}, 0},
@@ -435,7 +437,7 @@ func TestMarshalJSONGolden(t *testing.T) {
 }
 
 func TestKeySourceString(t *testing.T) {
-	for _, s := range []string{"ip:address", "peer:principal", "header:x-api-key", "query:k", "jwt:sub", "cookie:Session_ID", "path", "method", "host", "route"} {
+	for _, s := range []string{"ip:address", "peer:principal", "header:x-api-key", "query:k", "jwt:sub", "cookie:Session_ID", "path", "method", "host", "route", "all"} {
 		k, ok := ParseSource(s)
 		if !ok || k.String() != s {
 			t.Errorf("ParseSource(%q) = %+v %v; String() = %q", s, k, ok, k.String())

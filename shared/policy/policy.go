@@ -181,7 +181,14 @@ const (
 	// SourceCookie is "cookie:<name>": the value of a cookie of the
 	// request's Cookie header (request.CookieValue).
 	SourceCookie
+	// SourceAll is "all": the same value for every request (AllValue), so
+	// a rule keyed by it alone has one bucket for every request it applies
+	// to, like Envoy local_ratelimit's bucket of a listener or route.
+	SourceAll
 )
+
+// AllValue is the value of the "all" source.
+const AllValue = "*"
 
 // KeySource names one request attribute.
 type KeySource struct {
@@ -215,6 +222,8 @@ func (k KeySource) String() string {
 		return "metadata:" + k.Name
 	case SourceCookie:
 		return "cookie:" + k.Name
+	case SourceAll:
+		return "all"
 	}
 	return "invalid"
 }

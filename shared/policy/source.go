@@ -7,7 +7,7 @@ import (
 	"github.com/sluice-rl/sluice/shared/bodyscan"
 )
 
-const sourceForms = `"ip:address", "peer:principal", "header:<name>", "query:<name>", "jwt:<claim>", "cookie:<name>", "metadata:<namespace>:<key>", "path", "method", "host" or "route"`
+const sourceForms = `"ip:address", "peer:principal", "header:<name>", "query:<name>", "jwt:<claim>", "cookie:<name>", "metadata:<namespace>:<key>", "path", "method", "host", "route" or "all"`
 
 // maxSourceName bounds header, query and claim names.
 const maxSourceName = 256
@@ -26,11 +26,11 @@ func parseSource(s string) (KeySource, string) {
 		return KeySource{}, quoteShort(s) + " " + why
 	}
 	switch kind {
-	case "path", "method", "host", "route":
+	case "path", "method", "host", "route", "all":
 		if hasColon {
 			return bad("takes no argument; write " + strconv.Quote(kind))
 		}
-		return KeySource{Kind: map[string]SourceKind{"path": SourcePath, "method": SourceMethod, "host": SourceHost, "route": SourceRoute}[kind]}, ""
+		return KeySource{Kind: map[string]SourceKind{"path": SourcePath, "method": SourceMethod, "host": SourceHost, "route": SourceRoute, "all": SourceAll}[kind]}, ""
 	case "ip":
 		if name != "address" {
 			return bad(`is not a valid IP source; write "ip:address" (the client address)`)
@@ -84,7 +84,7 @@ func parseSource(s string) (KeySource, string) {
 		return KeySource{Kind: SourceMetadata, Name: name}, ""
 	}
 	switch strings.ToLower(kind) {
-	case "path", "method", "host", "route", "ip", "peer", "header", "query", "jwt", "cookie", "metadata":
+	case "path", "method", "host", "route", "all", "ip", "peer", "header", "query", "jwt", "cookie", "metadata":
 		return bad("is not a known source: source kinds are lower-case, e.g. " + quoteShort(strings.ToLower(kind)+s[len(kind):]))
 	}
 	return bad("is not a known source; use " + sourceForms)

@@ -63,6 +63,8 @@ func (s *sources) raw(k policy.KeySource) (string, bool) {
 		return s.req.PeerPrincipal, s.req.PeerPrincipal != ""
 	case policy.SourceRoute:
 		return s.req.Route, s.req.Route != ""
+	case policy.SourceAll:
+		return policy.AllValue, true
 	case policy.SourceCookie:
 		if h, ok := s.header("cookie"); ok {
 			return request.CookieValue(h, k.Name)

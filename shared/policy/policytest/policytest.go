@@ -231,7 +231,7 @@ func (g *configGen) reply(into map[string]any) {
 func (g *configGen) key() string {
 	return g.oneOf("header:x-api-key", "header:x-api-key", "ip:address", "query:account", "jwt:sub", "header:x-plan", "host", "jwt:tier", "peer:principal", "route",
 		"metadata:envoy.filters.http.jwt_authn:jwt_payload.sub", "metadata:envoy.filters.http.jwt_authn:jwt_payload.tier",
-		"metadata:envoy.filters.http.jwt_authn:[https://idp.example.com].groups.0", "cookie:sid")
+		"metadata:envoy.filters.http.jwt_authn:[https://idp.example.com].groups.0", "cookie:sid", "all")
 }
 
 // match returns zero to two conditions.
