@@ -33,6 +33,16 @@ func TestUntouchedDocumentRoundTripsExactly(t *testing.T) {
 	}
 }
 
+func TestSummaryOfAnAllKeyedRuleSaysItIsOneBucket(t *testing.T) {
+	o, err := ParseObject([]byte(`{"name": "site", "limit_keys": ["all"], "algorithm": "token_bucket", "algorithm_config": {"rps": 100, "burst": 200}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := Summarize(o, ""); s.Keys != "one bucket for all its requests" {
+		t.Errorf("keys %q", s.Keys)
+	}
+}
+
 func TestSummaryInWords(t *testing.T) {
 	d, _ := ParseDoc([]byte(doc))
 	o, _ := d.Rule(Ref{0, 0})

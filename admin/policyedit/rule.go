@@ -48,6 +48,9 @@ func Summarize(o Object, defaultMode string) Summary {
 		json.Unmarshal(v, &keys)
 	}
 	s.Keys = "per " + strings.Join(keys, " + ")
+	if len(keys) == 1 && keys[0] == "all" {
+		s.Keys = "one bucket for all its requests"
+	}
 	if len(keys) == 0 {
 		s.Keys = "no limit keys"
 	}
