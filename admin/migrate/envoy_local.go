@@ -2,7 +2,6 @@ package migrate
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -1078,14 +1077,7 @@ func (c *elConv) result() (Result, error) {
 	if len(c.made) > 1 {
 		c.noteOnce("a request one policy rejects takes nothing from the others, where local_ratelimit takes a token from each matching descriptor's bucket, the lowest refill first, until one refuses, and from the default bucket last")
 	}
-	doc, err := json.MarshalIndent(out, "", "  ")
-	if err != nil {
-		return Result{}, err
-	}
-	if _, err := policy.Parse(doc); err != nil {
-		return Result{}, fmt.Errorf("config: the converted policy is refused: %w", err)
-	}
-	return Result{Policy: append(doc, '\n'), Notes: c.notes}, nil
+	return c.policyOf(out)
 }
 
 // agree is a top-level setting every converted configuration should

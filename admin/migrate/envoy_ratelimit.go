@@ -117,6 +117,19 @@ func newConverter(taken []string) *converter {
 	return &converter{rules: newNameSet(taken), pols: newNameSet(taken)}
 }
 
+// policyOf writes a conversion's output (a document of its own type) as
+// indented JSON, checked by the filter's own parser, with the notes.
+func (c *converter) policyOf(out any) (Result, error) {
+	doc, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return Result{}, err
+	}
+	if _, err := policy.Parse(doc); err != nil {
+		return Result{}, fmt.Errorf("the converted policy is refused: %w", err)
+	}
+	return Result{Policy: append(doc, '\n'), Notes: c.notes}, nil
+}
+
 // entry is what one action puts in the descriptor: a key, and either a
 // fixed value (generic_key) or the Sluice key source holding it.
 type entry struct {
@@ -649,12 +662,5 @@ func (c *converter) result(domain string) (Result, error) {
 	if domain != "" {
 		c.noteOnce(fmt.Sprintf("domain %q: a Sluice policy belongs to the filter that loads it, so the domain is not needed", domain))
 	}
-	doc, err := json.MarshalIndent(out, "", "  ")
-	if err != nil {
-		return Result{}, err
-	}
-	if _, err := policy.Parse(doc); err != nil {
-		return Result{}, fmt.Errorf("the converted policy is refused: %w", err)
-	}
-	return Result{Policy: append(doc, '\n'), Notes: c.notes}, nil
+	return c.policyOf(out)
 }

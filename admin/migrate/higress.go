@@ -1,7 +1,6 @@
 package migrate
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -292,14 +291,7 @@ func (h *higressConverter) result() (Result, error) {
 	} else {
 		out.Policies = h.policies
 	}
-	doc, err := json.MarshalIndent(out, "", "  ")
-	if err != nil {
-		return Result{}, err
-	}
-	if _, err := policy.Parse(doc); err != nil {
-		return Result{}, fmt.Errorf("the converted policy is refused: %w", err)
-	}
-	return Result{Policy: append(doc, '\n'), Notes: h.notes}, nil
+	return h.policyOf(out)
 }
 
 // rejectStatus is the configurations' rejected_code; Sluice has one for

@@ -2,7 +2,6 @@ package migrate
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -118,17 +117,10 @@ func IngressNginx(doc []byte, opt IngressOptions) (Result, error) {
 	}
 	c.noteOnce("limits hold per Envoy process, as ingress-nginx's per controller pod")
 	c.noteOnce("set the policy's xff_trusted_hops as the controller's use-forwarded-headers and proxy setup require, so both read the same client address")
-	out, err := json.MarshalIndent(struct {
+	return c.policyOf(struct {
 		RejectStatus int         `json:"reject_status"`
 		Policies     []outPolicy `json:"policies"`
-	}{opt.Status, pols}, "", "  ")
-	if err != nil {
-		return Result{}, err
-	}
-	if _, err := policy.Parse(out); err != nil {
-		return Result{}, fmt.Errorf("the converted policy is refused: %w", err)
-	}
-	return Result{Policy: append(out, '\n'), Notes: c.notes}, nil
+	}{opt.Status, pols})
 }
 
 func ingressName(ing ingress) string {

@@ -13,8 +13,6 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
-
-	"github.com/sluice-rl/sluice/shared/policy"
 )
 
 // KongOptions are the choices a conversion of Kong's configuration cannot
@@ -474,14 +472,11 @@ func (k *kongConv) result() (Result, error) {
 		out.ResponseHeaders = new(bool)
 	}
 	k.scopeNotes(&out)
-	doc, err := json.MarshalIndent(out, "", "  ")
+	res, err := k.policyOf(out)
 	if err != nil {
-		return Result{}, err
+		return Result{}, &InputError{"config", err}
 	}
-	if _, err := policy.Parse(doc); err != nil {
-		return Result{}, &InputError{"config", fmt.Errorf("the converted policy is refused: %w", err)}
-	}
-	return Result{Policy: append(doc, '\n'), Notes: k.notes}, nil
+	return res, nil
 }
 
 // scopeNotes adds the fleet block when a plugin counted in Redis or the

@@ -1,7 +1,6 @@
 package migrate
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
@@ -149,14 +148,7 @@ func (b *ngxBuilder) result() (Result, error) {
 		return Result{}, err
 	}
 	b.generalNotes(pols)
-	doc, err := json.MarshalIndent(out, "", "  ")
-	if err != nil {
-		return Result{}, err
-	}
-	if _, err := policy.Parse(doc); err != nil {
-		return Result{}, fmt.Errorf("%s: the converted policy is refused: %w", nginxDoc, err)
-	}
-	return Result{Policy: append(doc, '\n'), Notes: b.c.notes}, nil
+	return b.c.policyOf(out)
 }
 
 // checkZones checks that every limit names a zone of its kind.
