@@ -159,17 +159,6 @@ func stop(cmd *exec.Cmd) {
 	}
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort(tb testing.TB) int {
-	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 func waitPing(addr string, tlsConfig *tls.Config, within time.Duration) error {
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond, TLSConfig: tlsConfig})
 	defer c.Close()
