@@ -392,9 +392,11 @@ type simRuleJSON struct {
 	Decision   *simRuleDecis `json:"decision,omitempty"`
 	Global     bool          `json:"global,omitempty"`
 	// Overridden: one of the rule's overrides gave this identity its
-	// limits; ChargedLater: the cost comes from the response.
+	// limits; ChargedLater: the cost comes from the response; Spared:
+	// the rule is enforced on a share of its identities, not this one.
 	Overridden   bool `json:"overridden,omitempty"`
 	ChargedLater bool `json:"charged_later,omitempty"`
+	Spared       bool `json:"spared,omitempty"`
 	// Response: what the sample response is charged (charged_later
 	// rules that admitted the request, when the request has a response).
 	Response *simChargeJSON `json:"response,omitempty"`
@@ -433,7 +435,7 @@ func simJSON(label string, res simulate.Result) simResultJSON {
 		}
 		for _, r := range p.Rules {
 			rj := simRuleJSON{Name: r.Name, Mode: string(r.Mode), Algorithm: r.Algorithm, Action: r.Action, Applies: r.Applies, Why: r.Why, Global: r.Global,
-				Overridden: r.Overridden, ChargedLater: r.ChargedLater}
+				Overridden: r.Overridden, ChargedLater: r.ChargedLater, Spared: r.Spared}
 			if r.Applies && r.Action == policy.ActionLimit {
 				level := r.Level
 				rj.Identity, rj.Cost, rj.StateKnown, rj.Level = r.Identity, r.Cost, r.Known, &level

@@ -195,6 +195,8 @@ func simView(label string, res simulate.Result) web.SimView {
 					rv.Decision = "allowed, " + num(d.Remaining) + " left"
 				case r.Mode == policy.ModeShadow:
 					rv.Decision, rv.Rejects = "would reject (shadow: let through), retry in "+num(d.Wait)+" s", true
+				case r.Spared:
+					rv.Decision, rv.Rejects = "would reject, but the rule is not enforced on this identity yet (enforce_percent): let through, retry in "+num(d.Wait)+" s", true
 				default:
 					rv.Decision, rv.Rejects = "rejects, retry in "+num(d.Wait)+" s", true
 				}

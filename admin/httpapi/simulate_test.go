@@ -7,11 +7,13 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/sluice-rl/sluice/admin/telemetry"
 	"github.com/sluice-rl/sluice/shared/policy"
+	"github.com/sluice-rl/sluice/shared/request"
 	"github.com/sluice-rl/sluice/shared/simulate"
 )
 
@@ -108,6 +110,37 @@ func TestSimulateRejectsWithTheFiltersResponse(t *testing.T) {
 	}
 	if id := rulesOf(t, m, 0)[0]["identity"]; id != "ip:address=10.1.2.3" {
 		t.Errorf("identity %v, want the address without its port", id)
+	}
+}
+
+func TestSimulateSaysARuleEnforcedOnAShareSparesTheIdentity(t *testing.T) {
+	e := newEnv(t, nil)
+	pol := `{"rules":[{"name":"ramp","enforce_percent":50,"limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":1,"burst":2,"cost_source":"header:x-cost"}}]}`
+	seen := map[bool]bool{}
+	for i := 0; len(seen) < 2 && i < 100; i++ {
+		key := "k" + strconv.Itoa(i)
+		enforced := request.Enforced(key, 50)
+		if seen[enforced] {
+			continue
+		}
+		seen[enforced] = true
+		resp, m := simulateCall(t, e, `{"policy":`+pol+`,"request":{"headers":{"x-api-key":"`+key+`","x-cost":"3"}}}`)
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d: %v", resp.StatusCode, m)
+		}
+		d, rule := m["decision"].(map[string]any), rulesOf(t, m, 0)[0]
+		if enforced {
+			if d["allowed"] != false || d["status"] != 429.0 || rule["spared"] != nil {
+				t.Errorf("key %s is enforced: decision %v, rule %v", key, d, rule)
+			}
+			continue
+		}
+		if d["allowed"] != true || rule["spared"] != true || !hasField(d["upstream_headers"], "x-sluice-shadow", "ramp") {
+			t.Errorf("key %s is spared: decision %v, rule %v", key, d, rule)
+		}
+	}
+	if len(seen) < 2 {
+		t.Fatal("a hundred keys, all enforced or all spared at 50%")
 	}
 }
 
@@ -346,6 +379,18 @@ func TestSimulatorViewSaysPlacesForAConcurrencyRule(t *testing.T) {
 		if got := v.Policies[i].Rules[0].State; !strings.HasPrefix(got, want) {
 			t.Errorf("policy %d: state %q, want it to start %q", i, got, want)
 		}
+	}
+}
+
+func TestSimulatorViewSaysASparedIdentityIsLetThrough(t *testing.T) {
+	cfg, err := policy.Parse([]byte(`{"rules":[{"name":"ramp","enforce_percent":0,"limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":1,"burst":1,"cost_source":"header:x-cost"}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := simulate.Run(cfg, simulate.Request{Method: "GET", Path: "/", ClientAddress: "10.0.0.1", Headers: map[string]string{"x-api-key": "k", "x-cost": "2"}}, simulate.Options{Now: 1000})
+	rv := simView("draft", res).Policies[0].Rules[0]
+	if !rv.Rejects || !strings.Contains(rv.Decision, "not enforced on this identity yet") {
+		t.Errorf("decision %q (rejects %v), want it to say the identity is spared", rv.Decision, rv.Rejects)
 	}
 }
 

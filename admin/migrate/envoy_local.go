@@ -906,22 +906,28 @@ func (c *elConv) descRule(f *elFilter, g *elGroup, b elBlock, l elRateLimit, v e
 			return outRule{}, err
 		}
 	}
+	perClient := len(keys) > 0
 	switch {
-	case len(keys) > 0:
+	case perClient:
 	case len(valued) > 0:
 		keys = valued // every source fixed by the match: one bucket
 	default:
 		keys = []string{c.scopeKey(b.route)}
 	}
-	mode := g.cfg.mode()
-	if d.shadow {
+	mode, share := g.cfg.mode(), (*float64)(nil)
+	switch {
+	case d.shadow:
 		mode = string(policy.ModeShadow)
+	case perClient && g.cfg.partial():
+		// A bucket per client: enforced on filter_enforced's share of the
+		// clients (one bucket is all or none, so it stays in shadow mode).
+		mode, share = string(policy.ModeEnforce), &g.cfg.enforced
 	}
 	bc := c.bucketOf(d.bucket, elJoin(d.path, "token_bucket"))
 	if err := elCheckCost(l, bc, d.path); err != nil {
 		return outRule{}, err
 	}
-	r := outRule{Name: c.ruleName(strings.Join(name, "-")), Mode: mode, LimitKeys: keys,
+	r := outRule{Name: c.ruleName(strings.Join(name, "-")), Mode: mode, EnforcePercent: share, LimitKeys: keys,
 		Algorithm: policy.AlgorithmTokenBucket, AlgorithmConfig: bc}
 	if len(match) > 0 {
 		r.Match = match
@@ -991,8 +997,8 @@ func (c *elConv) configNotes(f *elFilter, cfg *elConfig) {
 	switch {
 	case cfg.enforced == 0:
 		c.note("%s: filter_enforced is 0%% or absent (Envoy's default): the rules are in shadow mode, which counts and marks but never rejects", p)
-	case cfg.enforced < 100:
-		c.note("%s: filter_enforced %g%%: the rules are in shadow mode; Sluice enforces a rule for every request or none", p, cfg.enforced)
+	case cfg.partial():
+		c.note("%s: filter_enforced %g%%: the rules with a bucket per client are enforced on %g%% of their clients (enforce_percent: Sluice chooses clients, each always or never refused, where Envoy draws requests); the others, one bucket each, are in shadow mode", p, cfg.enforced, cfg.enforced)
 	}
 	if len(cfg.runtimeKeys) > 0 {
 		c.note("%s: the runtime keys %s are not read: the rules follow their default_value", p, strings.Join(cfg.runtimeKeys, ", "))

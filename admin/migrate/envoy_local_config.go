@@ -80,6 +80,11 @@ func (cfg *elConfig) mode() string {
 	return string(policy.ModeShadow)
 }
 
+// partial reports whether filter_enforced enforces some requests but not
+// all: Sluice enforces a rule with a bucket per client on that share of
+// its clients.
+func (cfg *elConfig) partial() bool { return cfg.enforced > 0 && cfg.enforced < 100 }
+
 // parseConfig reads a LocalRateLimit, refusing fields it does not know (a
 // misspelt one would be dropped silently).
 func (c *elConv) parseConfig(n *yaml.Node, path string, perRoute bool) (*elConfig, error) {

@@ -432,6 +432,50 @@ func TestEnabledAndEnforcedPercentagesChooseTheMode(t *testing.T) {
 	}
 }
 
+// filter_enforced under 100%: a rule with a bucket per client is enforced
+// on that share of its clients; a single bucket, all or none, stays in
+// shadow mode.
+func TestAPartlyEnforcedFilterEnforcesPerClientRulesOnAShareOfClients(t *testing.T) {
+	const fields = `filter_enabled: {default_value: {numerator: 100}}
+filter_enforced: {default_value: {numerator: 30}}
+descriptors:
+- entries: [{key: remote_address}]
+  token_bucket: {max_tokens: 20, tokens_per_fill: 10, fill_interval: 1s}
+- entries: [{key: method, value: POST}]
+  token_bucket: {max_tokens: 2, tokens_per_fill: 1, fill_interval: 1s}
+`
+	routes := `virtual_hosts:
+- name: all
+  domains: ['*']
+  rate_limits:
+  - actions: [{remote_address: {}}]
+  - actions: [{request_headers: {header_name: ":method", descriptor_key: method}}]
+  routes:
+  - match: {prefix: /}
+    route: {cluster: c}
+`
+	cfg, res := lrConvert(t, lrHCM(lrFilter("stat_prefix: edge\n"+lrBucket10+fields), routes), LocalOptions{})
+	var perClient, oneBucket int
+	for _, p := range cfg.Policies {
+		for _, r := range p.Rules {
+			switch {
+			case r.Partial() && *r.EnforcePercent == 30 && r.Keys[0].String() == "ip:address":
+				perClient++
+			case r.EnforcePercent == nil && r.Mode == "shadow":
+				oneBucket++
+			default:
+				t.Errorf("rule %s: mode %s, keys %v, enforce_percent %v", r.Name, r.Mode, r.Keys, r.EnforcePercent)
+			}
+		}
+	}
+	if perClient != 1 || oneBucket != 2 {
+		t.Errorf("%d rules per client enforced on 30%%, %d single buckets in shadow mode; want 1 and 2 (the POST bucket, the default)", perClient, oneBucket)
+	}
+	if !strings.Contains(strings.Join(res.Notes, "\n"), "enforced on 30% of their clients") {
+		t.Errorf("notes do not say what the share means: %q", res.Notes)
+	}
+}
+
 // A filter not enabled (filter_enabled absent is 0%) limits nothing:
 // with nothing else to convert, the conversion says so.
 func TestAFilterNeverEnabledHasNothingToConvert(t *testing.T) {

@@ -618,6 +618,7 @@ type outPolicy struct {
 type outRule struct {
 	Name            string         `json:"name"`
 	Mode            string         `json:"mode,omitempty"`
+	EnforcePercent  *float64       `json:"enforce_percent,omitempty"`
 	Scope           string         `json:"scope,omitempty"`
 	Action          string         `json:"action,omitempty"`
 	DenyStatus      int            `json:"deny_status,omitempty"`

@@ -87,6 +87,22 @@ func TestSummarySaysWhereACostComesFrom(t *testing.T) {
 	}
 }
 
+func TestSummarySaysWhatShareARuleIsEnforcedOn(t *testing.T) {
+	for _, c := range []struct{ rule, defaultMode, want string }{
+		{`{"name":"ramp","enforce_percent":25,"limit_keys":["ip:address"]}`, "", "enforce (default), on 25% of its identities"},
+		{`{"name":"ramp","mode":"enforce","enforce_percent":2.5,"shadow_mark":false,"limit_keys":["ip:address"]}`, "", "enforce, on 2.5% of its identities, the others not marked upstream"},
+		{`{"name":"full","enforce_percent":100,"limit_keys":["ip:address"]}`, "enforce", "enforce (default)"},
+	} {
+		o, err := ParseObject([]byte(c.rule))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := Summarize(o, c.defaultMode); s.Mode != c.want || !strings.Contains(s.Extra, "enforce_percent") {
+			t.Errorf("%s: mode %q, extra %q; want mode %q", c.rule, s.Mode, s.Extra, c.want)
+		}
+	}
+}
+
 func TestSummarySaysAShadowRuleDoesNotMark(t *testing.T) {
 	o, err := ParseObject([]byte(`{"name":"quiet","mode":"shadow","shadow_mark":false,"limit_keys":["ip:address"]}`))
 	if err != nil {

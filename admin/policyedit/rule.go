@@ -15,7 +15,7 @@ type Summary struct {
 	Keys      string // "per header:x-api-key"
 	Limit     string // "10/s, burst 20"
 	Algorithm string
-	Mode      string // "enforce", "shadow", or "enforce (policy default)"; ", not marked upstream" with "shadow_mark": false
+	Mode      string // "enforce", "shadow", or "enforce (policy default)"; ", not marked upstream" with "shadow_mark": false; ", on 25% of its identities" with "enforce_percent"
 	Extra     string // members the form does not edit, by name
 }
 
@@ -37,10 +37,22 @@ func Summarize(o Object, defaultMode string) Summary {
 		}
 		s.Mode = defaultMode + " (default)"
 	}
-	if strings.HasPrefix(s.Mode, string(policy.ModeShadow)) {
-		var mark bool
-		if v, ok := o.Get("shadow_mark"); ok && json.Unmarshal(v, &mark) == nil && !mark {
+	var mark, pct = true, 100.0
+	if v, ok := o.Get("shadow_mark"); ok {
+		json.Unmarshal(v, &mark)
+	}
+	if v, ok := o.Get("enforce_percent"); ok {
+		json.Unmarshal(v, &pct)
+	}
+	switch {
+	case strings.HasPrefix(s.Mode, string(policy.ModeShadow)):
+		if !mark {
 			s.Mode += ", not marked upstream"
+		}
+	case pct < 100:
+		s.Mode += ", on " + strconv.FormatFloat(pct, 'f', -1, 64) + "% of its identities"
+		if !mark {
+			s.Mode += ", the others not marked upstream"
 		}
 	}
 	var keys []string

@@ -53,6 +53,9 @@ type Pair struct {
 // limits). A draft's exempt rules are tried like its other rules: in shadow
 // mode an exempt rule exempts requests from shadow rules only, so the draft
 // is evaluated with its own exemptions and enforcement does not change.
+// A draft rule enforced on a share of its identities ("enforce_percent")
+// is tried as if enforced on all of them: its would-be rejections are
+// every identity's.
 func Merge(current, draft []byte) ([]byte, []Pair, error) {
 	normDraft, err := policies.Validate(draft)
 	if err != nil {
@@ -103,6 +106,7 @@ func Merge(current, draft []byte) ([]byte, []Pair, error) {
 			r.Set("name", tn)
 			r.Set("mode", policy.ModeShadow)
 			r.Set("shadow_mark", false) // a trial leaves the upstream request as it is
+			r.Delete("enforce_percent") // counted as if enforced on every identity
 			rules[j], _ = r.MarshalJSON()
 			pairs = append(pairs, Pair{Draft: name, Trial: tn})
 		}

@@ -47,6 +47,24 @@ func TestMergeAddsTheDraftInShadowUnderTrialNames(t *testing.T) {
 	}
 }
 
+func TestADraftRuleEnforcedOnAShareIsTriedOnEveryIdentity(t *testing.T) {
+	partial := strings.Replace(draft, `"name":"premium"`, `"name":"premium","enforce_percent":20`, 1)
+	if partial == draft {
+		t.Fatal("the draft has no rule named premium")
+	}
+	merged, _, err := Merge([]byte(current), []byte(partial))
+	if err != nil {
+		t.Fatalf("a draft rule with enforce_percent: %v", err)
+	}
+	cfg, err := policy.Parse(merged)
+	if err != nil {
+		t.Fatalf("the merged configuration is invalid: %v", err)
+	}
+	if tried := cfg.RuleByName("trial-premium"); tried == nil || tried.EnforcePercent != nil || tried.Mode != policy.ModeShadow {
+		t.Errorf("the trial rule should be a shadow rule without enforce_percent: %+v", tried)
+	}
+}
+
 func TestMergeRefusesLikeASave(t *testing.T) {
 	bad := strings.Replace(draft, `"burst":10`, `"burst":1`, 1)
 	_, _, err := Merge([]byte(current), []byte(bad))

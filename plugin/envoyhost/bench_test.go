@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-rl/sluice/plugin/bench"
 	"github.com/sluice-rl/sluice/plugin/envoyhost"
 	"github.com/sluice-rl/sluice/plugin/scenario"
+	"github.com/sluice-rl/sluice/shared/request"
 	"github.com/sluice-rl/sluice/shared/simulate"
 )
 
@@ -158,7 +159,10 @@ func BenchmarkEnvoyHostStream(b *testing.B) {
 // without the response fields, with the older (opt-in) ones too, a request no
 // rule applies to (one header read, nothing else), the bucket keyed by
 // the client certificate, the route or a value of the dynamic metadata (a
-// property read), a cookie or nothing ("all") instead of a header, charged by the response's status instead of per request, and a
+// property read), a cookie or nothing ("all") instead of a header, the
+// rule enforced on a share of its identities (the identity hashed on every
+// request; while the rule marks, the filter owns the shadow header, as
+// beside a shadow rule), charged by the response's status instead of per request, and a
 // concurrency rule in its place (a place taken, then given back when the
 // stream ends) (x-base: against the allowed request's configuration, same
 // request).
@@ -196,12 +200,31 @@ func BenchmarkEnvoyHostProbe(b *testing.B) {
 		keyedBy("route", "route", simulate.RouteProperty, "checkout"),
 		byCookie,
 		{"all", strings.Replace(benchConfig, `"header:x-api-key"`, `"all"`, 1), hdr("x-api-key", "k"), false, benchConfig},
+		sharedBy("enforce-percent", true, ""),
+		sharedBy("enforce-percent-spared", false, ""),
+		sharedBy("enforce-percent-unmarked", true, ` "shadow_mark": false,`),
+		{"shadow-rule-beside", strings.Replace(benchConfig, `{"name": "deny",`, `{"name": "deny", "mode": "shadow",`, 1), hdr("x-api-key", "k"), false, benchConfig},
 		keyedBy("metadata", "metadata:envoy.filters.http.jwt_authn:jwt_payload.sub",
 			"metadata.filter_metadata.envoy.filters.http.jwt_authn.jwt_payload.sub", "alice"),
 		{"no-response-headers", with(`"response_headers": false`), hdr("x-api-key", "k"), false, ""},
 		{"legacy-headers", with(`"legacy_headers": true`), hdr("x-api-key", "k"), false, ""},
 		{"no-rule-applies", benchConfig, hdr("x-other", "k"), false, ""},
 	})
+}
+
+// sharedBy is the allowed request's case with the rule enforced on half of
+// its identities (and extra fields), for an API key the rule enforces on
+// (enforced) or spares. A spared identity's request gets no RateLimit
+// fields from the rule.
+func sharedBy(name string, enforced bool, extra string) streamCase {
+	key := ""
+	for i := 0; key == ""; i++ {
+		if k := "k" + strconv.Itoa(i); request.Enforced(k, 50) == enforced {
+			key = k
+		}
+	}
+	return streamCase{name, strings.Replace(benchConfig, `"name": "bench",`, `"name": "bench", "enforce_percent": 50,`+extra, 1),
+		hdr("x-api-key", key), false, benchConfig}
 }
 
 // benchStreams measures each case against the empty plugin, interleaved.

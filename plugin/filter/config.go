@@ -66,12 +66,18 @@ type compiledConfig struct {
 type compiledRule struct {
 	name   string
 	shadow bool
-	// mark: a shadow rule that names itself in the shadow header when it
-	// would have refused ("shadow_mark", default true); false for enforce
-	// rules and for shadow rules that only count.
-	mark  bool
-	keys  []sourceRef
-	match []compiledMatch
+	// mark: a shadow rule, or a rule enforced on a share of its
+	// identities, that names itself in the shadow header when it would
+	// have refused a request it does not refuse ("shadow_mark", default
+	// true); false for other rules and for those that only count.
+	mark bool
+	// partial: an enforce rule with "enforce_percent" under 100 refuses
+	// only the identities request.Enforced chooses at enforcePct; the
+	// others' applications are spared (treated as in shadow mode).
+	partial    bool
+	enforcePct float64
+	keys       []sourceRef
+	match      []compiledMatch
 	// oneHeader is 1 + the header cache index when match is one exact
 	// condition on a header (its value oneValue, never ""), else 0:
 	// selectRules then decides a rule whose header is read already without
@@ -214,7 +220,8 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 	cr := &compiledRule{
 		name:      r.Name,
 		shadow:    r.Mode == policy.ModeShadow,
-		mark:      r.Mode == policy.ModeShadow && !r.Unmarked,
+		mark:      (r.Mode == policy.ModeShadow || r.Partial()) && !r.Unmarked,
+		partial:   r.Partial(),
 		keyPrefix: keyPrefix(r.Algorithm) + r.Name + ":",
 		algorithm: r.Algorithm,
 		reason:    reasonTokenBucket,
@@ -222,6 +229,9 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 		tc:        vm.tally(r.Name),
 
 		clearIdentity: r.ClearIdentity,
+	}
+	if cr.partial {
+		cr.enforcePct = *r.EnforcePercent
 	}
 	cr.maxKeys = r.MaxKeys
 	if cr.maxKeys < 0 { // Parse never returns one; be defensive

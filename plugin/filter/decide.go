@@ -56,7 +56,15 @@ type appState struct {
 	// noSeed: the deployment's hash key could not be read, so a bounded
 	// rule cannot place the identity: it fails open (hashseed.go).
 	noSeed bool
+	// spared: the rule enforces on a share of its identities
+	// ("enforce_percent") and not on this one, so it decides as a shadow
+	// rule: counts and marks what it would refuse, never refuses or holds.
+	spared bool
 }
+
+// shadow reports whether the application refuses nothing: its rule is in
+// shadow mode, or spares this identity.
+func (a *application) shadow() bool { return a.rule.shadow || a.spared }
 
 // appBuffers are an application slot's buffers, kept across requests when
 // the slot is reused (p.apps), so that building keys and reading shared
@@ -157,7 +165,7 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 		if a.rule.fleet != nil {
 			p.fleetRejectCounts(a)
 		}
-		if a.rule.shadow {
+		if a.shadow() {
 			p.shadowReject(a)
 			anyShadow = true
 			continue
@@ -202,7 +210,7 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 		case commitFailed:
 			// counted and logged by commit; the rule is skipped
 		case commitRefused:
-			if a.rule.shadow {
+			if a.shadow() {
 				p.shadowReject(a)
 				anyShadow = true
 				continue
@@ -239,7 +247,7 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 		if p.cfg.telemetry != nil {
 			p.vm.tel.hot.touch(a, false)
 		}
-		if !a.rule.shadow && (best == nil || a.dec.Remaining < best.dec.Remaining) {
+		if !a.shadow() && (best == nil || a.dec.Remaining < best.dec.Remaining) {
 			best = a
 		}
 	}
@@ -366,6 +374,9 @@ policies:
 			}
 			a.key = bytesView(kb)
 			a.identity = a.key[len(r.keyPrefix):]
+			if r.partial { // gradual enforcement: a share of the identities
+				a.spared = !request.Enforced(a.identity, r.enforcePct)
+			}
 			if r.overrides != nil { // actions.go: this identity's own limits
 				a.rule = r.override(a.identity, !again)
 			}

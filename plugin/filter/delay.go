@@ -81,7 +81,7 @@ func heldFor(apps []application) float64 {
 	wait := 0.0
 	for i := range apps {
 		a := &apps[i]
-		if a.committed && !a.rule.shadow && a.dec.Delay > wait {
+		if a.committed && !a.shadow() && a.dec.Delay > wait {
 			wait = a.dec.Delay
 		}
 	}
@@ -99,7 +99,7 @@ func (p *pluginContext) rejectQueueFull(h *httpContext, apps []application, wait
 	p.vm.globals().delayQueueFull.inc()
 	for i := range apps {
 		a := &apps[i]
-		if !a.rule.shadow && a.dec.Delay == wait {
+		if !a.shadow() && a.dec.Delay == wait {
 			a.dec.Wait = wait
 			p.countRejected(a)
 			return p.reject(h, a)
@@ -116,7 +116,7 @@ func countDelays(apps []application) {
 		if !a.committed || a.dec.Delay <= 0 {
 			continue
 		}
-		if a.rule.shadow {
+		if a.shadow() {
 			a.rule.m.shadowDelayed.inc()
 			continue
 		}

@@ -14,7 +14,8 @@ import (
 
 // TestSimulatorDecidesLikeTheCompiledFilterUnderRandomPolicies is the
 // comparison of TestSimulatorDecidesLikeTheCompiledFilter over random
-// configurations: policies of limit, exempt, unlimited and deny rules in either mode,
+// configurations: policies of limit, exempt, unlimited and deny rules in either mode
+// (limit rules now and then enforced on a share of their identities),
 // with every local algorithm, match operators on every source, one or two
 // limit keys, costs from headers and query parameters, overrides, and the
 // configuration's response-field, status and X-Forwarded-For settings. Each
@@ -33,16 +34,18 @@ func TestSimulatorDecidesLikeTheCompiledFilterUnderRandomPolicies(t *testing.T) 
 		f := start(t, doc, 1)
 		total.add(compareRequests(t, f, cfg, rng, 150, fmt.Sprintf("configuration %d:\n%s\n", c, doc)))
 	}
-	if total.rejected < 100 || total.allowed < 100 || total.denied < 10 || total.shadowMarked < 5 || total.withFields < 50 {
+	if total.rejected < 100 || total.allowed < 100 || total.denied < 10 || total.shadowMarked < 5 || total.withFields < 50 || total.spared < 5 {
 		t.Errorf("the configurations exercised too little: %+v", total)
+
 	}
 }
 
-type outcomeCounts struct{ allowed, rejected, denied, shadowMarked, withFields int }
+type outcomeCounts struct{ allowed, rejected, denied, shadowMarked, withFields, spared int }
 
 func (c *outcomeCounts) add(o outcomeCounts) {
 	c.allowed, c.rejected, c.denied = c.allowed+o.allowed, c.rejected+o.rejected, c.denied+o.denied
 	c.shadowMarked, c.withFields = c.shadowMarked+o.shadowMarked, c.withFields+o.withFields
+	c.spared += o.spared
 }
 
 // compareRequests sends n random requests through the filter and the
@@ -60,7 +63,7 @@ func compareRequests(t *testing.T, f *fixture, cfg *policy.Config, rng *rand.Ran
 	marking := false // a shadow rule marks: the filter owns the shadow header
 	for _, p := range cfg.Policies {
 		for _, r := range p.Rules {
-			marking = marking || r.Mode == policy.ModeShadow && !r.Unmarked
+			marking = marking || (r.Mode == policy.ModeShadow || r.Partial()) && !r.Unmarked
 		}
 	}
 	var out outcomeCounts
@@ -91,6 +94,13 @@ func compareRequests(t *testing.T, f *fixture, cfg *policy.Config, rng *rand.Ran
 			}
 			if up := pick(got.UpstreamHeaders, []string{shadowHeader}); len(up) > 0 && up[0][1] != "forged" {
 				out.shadowMarked++
+			}
+		}
+		for _, p := range sim.Policies {
+			for _, r := range p.Rules {
+				if r.Spared && !r.Decision.Allowed {
+					out.spared++
+				}
 			}
 		}
 		for _, s := range sim.Stores() {

@@ -99,7 +99,7 @@ func RejectsNothing(action string) bool {
 // actionRule checks an exempt, unlimited or deny rule: it limits nothing, so it takes
 // none of a limit rule's fields.
 func (p *parser) actionRule(path string, f map[string]*jvalue, r *Rule) {
-	for _, name := range []string{"algorithm", "algorithm_config", "max_keys", "scope", "overrides"} {
+	for _, name := range []string{"algorithm", "algorithm_config", "max_keys", "scope", "overrides", "enforce_percent"} {
 		if f[name] != nil {
 			p.errorf(join(path, name), "does not apply to an ", strconv.Quote(r.Action), ` rule, which limits nothing; remove it (or use "action": "limit")`)
 		}

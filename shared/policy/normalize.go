@@ -56,6 +56,7 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 			if r.ClearIdentity {
 				nr.TelemetryIdentity = IdentityClear
 			}
+			nr.EnforcePercent = r.EnforcePercent
 			if r.Unmarked {
 				mark := false
 				nr.ShadowMark = &mark
@@ -177,6 +178,8 @@ type normRule struct {
 	Scope string `json:"scope,omitempty"`
 	// Written only when false, for the same reason.
 	ShadowMark *bool `json:"shadow_mark,omitempty"`
+	// Written only when set, for the same reason.
+	EnforcePercent *float64 `json:"enforce_percent,omitempty"`
 	// Written only when set, for the same reason.
 	RejectBody        *string `json:"reject_body,omitempty"`
 	RejectContentType string  `json:"reject_content_type,omitempty"`

@@ -125,6 +125,11 @@ type Rule struct {
 	// header, nor makes the filter touch that header. No effect in enforce
 	// mode. The zero value marks, as shadow rules always did.
 	Unmarked bool
+	// EnforcePercent is "enforce_percent" of a limit rule in enforce mode
+	// (rollout.go): the rule refuses only the identities of that share
+	// (request.Enforced) and treats the others as in shadow mode. nil
+	// enforces on every identity, as does 100.
+	EnforcePercent *float64
 	// MaxKeys is "max_keys": the most identities whose buckets (or windows)
 	// The rule keeps at once, four to a shared-data key (so at most
 	// MaxKeys/4 keys, rounded up), 1 to MaxMaxKeys; Parse fills in DefaultMaxKeys when

@@ -143,6 +143,8 @@ func schemaProperties() map[string]obj {
 			"reject_content_type": withDesc(rejectContentType, "Content type of this rule's reject_body; default application/json for a JSON body, text/plain; charset=utf-8 otherwise, none for an empty body.", nil),
 			"shadow_mark": obj{"type": "boolean", "default": true,
 				"description": "Shadow mode only: true names the rule in shadow_header when it would have refused; false only counts and logs, and leaves the upstream request as the client sent it."},
+			"enforce_percent": obj{"type": "number", "minimum": 0, "maximum": 100, "default": 100,
+				"description": "Gradual enforcement (limit rules in enforce mode, not keyed by all alone): the rule refuses only this percentage of its identities, chosen by a hash of the identity that every Envoy shares; the others are treated as in shadow mode."},
 			"max_keys": obj{"type": "integer", "minimum": 0, "maximum": MaxMaxKeys, "default": DefaultMaxKeys,
 				"description": "The most identities (distinct limit-key values) whose buckets the rule keeps at once, four to a shared-data key; 0 for one key per identity, without bound."},
 			"telemetry_identity": obj{"type": "string", "enum": []string{IdentityMasked, IdentityClear}, "default": IdentityMasked,

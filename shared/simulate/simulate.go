@@ -166,6 +166,10 @@ type RuleResult struct {
 	// Overridden: the identity has an entry in the rule's overrides, whose
 	// limits decided instead of the rule's.
 	Overridden bool
+	// Spared: the rule enforces its limit on a share of its identities
+	// ("enforce_percent") and not on this one, so it decides as a shadow
+	// rule would: it never refuses the request, only marks it.
+	Spared bool
 	// ChargedLater: the rule's cost comes from the response
 	// (response_header:, response_trailer: or response_status:). The
 	// request is admitted while the bucket (or quota) is not in debt (a
@@ -227,6 +231,7 @@ func Run(cfg *policy.Config, req Request, opt Options) Result {
 			composite, _ := request.AppendComposite(nil, nil, comps)
 			rr.composed = string(composite)
 			rr.Identity = request.DisplayIdentity(r.Keys, r.ClearIdentity, rr.composed)
+			rr.Spared = r.Partial() && !request.Enforced(rr.composed, *r.EnforcePercent)
 			rr.Applies = true
 			pr.Applied = i
 			switch {
@@ -449,7 +454,7 @@ func (res *Result) finish(cfg *policy.Config, shadowDeny *RuleResult, apps []*Ru
 		if a.Decision.Allowed {
 			continue
 		}
-		if a.Mode == policy.ModeShadow {
+		if a.shadow() {
 			if a.marks() {
 				shadow = append(shadow, a.Name)
 			}
@@ -464,7 +469,7 @@ func (res *Result) finish(cfg *policy.Config, shadowDeny *RuleResult, apps []*Ru
 		return
 	}
 	for _, a := range apps {
-		if a.Mode == policy.ModeShadow {
+		if a.shadow() {
 			continue
 		}
 		if best == nil || a.Decision.Remaining < best.Decision.Remaining {
@@ -541,16 +546,21 @@ func (res *Result) reject(cfg *policy.Config, a *RuleResult) {
 	}
 }
 
+// shadow reports whether the rule refuses nothing for this request: it
+// is in shadow mode, or spares the identity.
+func (rr *RuleResult) shadow() bool { return rr.Mode == policy.ModeShadow || rr.Spared }
+
 // marks reports whether the rule, in shadow mode, names itself in the
 // shadow header when it would have refused ("shadow_mark").
 func (rr *RuleResult) marks() bool { return rr.rule == nil || !rr.rule.Unmarked }
 
-// anyShadow reports whether some shadow rule marks the upstream request:
+// anyShadow reports whether some shadow rule (or rule enforced on a share
+// of its identities) marks the upstream request:
 // only then does the filter set (or remove) the shadow header.
 func anyShadow(cfg *policy.Config) bool {
 	for _, p := range cfg.Policies {
 		for _, r := range p.Rules {
-			if r.Mode == policy.ModeShadow && !r.Unmarked {
+			if (r.Mode == policy.ModeShadow || r.Partial()) && !r.Unmarked {
 				return true
 			}
 		}

@@ -135,6 +135,7 @@ func Config(rng *rand.Rand) string {
 	}
 	if rng.IntN(10) == 0 {
 		doc["mode"] = "shadow"
+		g.shadowMode = true
 	}
 	g.reply(doc)
 	var policies []any
@@ -154,8 +155,9 @@ func Config(rng *rand.Rand) string {
 }
 
 type configGen struct {
-	rng   *rand.Rand
-	rules int
+	rng        *rand.Rand
+	rules      int
+	shadowMode bool // the configuration's mode is shadow
 }
 
 func (g *configGen) oneOf(xs ...string) string { return xs[g.rng.IntN(len(xs))] }
@@ -199,6 +201,13 @@ func (g *configGen) rule() map[string]any {
 	}
 	algorithm, config := g.algorithm()
 	r["algorithm"], r["algorithm_config"] = algorithm, config
+	enforced := r["mode"] == "enforce" || r["mode"] == nil && !g.shadowMode
+	if enforced && !(len(keys) == 1 && keys[0] == "all") && g.rng.IntN(5) == 0 {
+		r["enforce_percent"] = []float64{0, 25, 50, 50, 75, 99.9}[g.rng.IntN(6)]
+		if g.rng.IntN(3) == 0 {
+			r["shadow_mark"] = false
+		}
+	}
 	if len(keys) == 1 && keys[0] == "header:x-api-key" && g.rng.IntN(2) == 0 {
 		_, override := g.algorithmOf(algorithm)
 		delete(override, "cost_source")
