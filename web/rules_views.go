@@ -50,21 +50,24 @@ type RuleFormView struct {
 	Mode       string
 	Action     string // "" or "limit", "exempt", "unlimited", "deny"
 	DenyStatus string
-	Algorithm  string
-	Rate       string
-	Burst      string
-	Limit      string
-	Window     string
-	Period     string
-	Keys       []LimitKeyRow
-	Match      []MatchCondRow
-	Kept       []string // match conditions kept as they are
+	// EnforcePercent: the share of identities a limit rule is enforced
+	// on, "" for all.
+	EnforcePercent string
+	Algorithm      string
+	Rate           string
+	Burst          string
+	Limit          string
+	Window         string
+	Period         string
+	Keys           []LimitKeyRow
+	Match          []MatchCondRow
+	Kept           []string // match conditions kept as they are
 	// Reject: the rule has its own rejection body, RejectBody (maybe
 	// empty), sent as RejectContentType ("": from the body).
 	Reject            bool
 	RejectBody        string
 	RejectContentType string
-	Errors            map[string]string // by field: name, mode, action, deny_status, reject_body, reject_content_type, algorithm, rate, burst, limit, window, period, keys, match, ""
+	Errors            map[string]string // by field: name, mode, action, deny_status, enforce_percent, reject_body, reject_content_type, algorithm, rate, burst, limit, window, period, keys, match, ""
 }
 
 // LimitKeyRow is one limit key: a source kind and, for header/query/jwt, a name.

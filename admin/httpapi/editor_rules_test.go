@@ -242,3 +242,49 @@ func TestStructuredEditorKeysARuleByEnvoyMetadata(t *testing.T) {
 		t.Fatalf("edit: %d, the key picker does not show the metadata source", resp.StatusCode)
 	}
 }
+
+// A limit being rolled out: the form edits the share of identities the
+// rule is enforced on, and each error is next to that field.
+func TestStructuredEditorRollsALimitOutOnAShareOfClients(t *testing.T) {
+	e := newEnv(t, nil)
+	c := login(t, e, "alice")
+	tok := csrfOf(t, get(t, c, e.srv.URL+"/"))
+	draft := `{"policies":[{"name":"p","rules":[{"name":"api","enforce_percent":10,"limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}}]}]}`
+	resp, body := post(t, c, e.srv.URL+"/policy/rules", url.Values{"csrf": {tok}, "base_version": {"1"}, "policy": {draft}, "op": {"edit:0:0"}})
+	if resp.StatusCode != 200 || !strings.Contains(body, `name="rf_enforce_percent" value="10"`) {
+		t.Fatalf("edit a rule with enforce_percent: %d, the form does not show it", resp.StatusCode)
+	}
+	if !strings.Contains(body, "on 10% of its identities") {
+		t.Error("the list does not say the share")
+	}
+	apply := func(draft string, fields url.Values) (int, string) {
+		t.Helper()
+		form := url.Values{"csrf": {tok}, "base_version": {"1"}, "policy": {draft}, "op": {"apply:0:0"},
+			"rf_name": {"api"}, "rf_algorithm": {"token_bucket"}, "rf_rate": {"5"}, "rf_burst": {"10"},
+			"rf_key_kind0": {"header"}, "rf_key_name0": {"x-api-key"}}
+		for k, v := range fields {
+			form[k] = v
+		}
+		resp, body := post(t, c, e.srv.URL+"/policy/rules", form)
+		return resp.StatusCode, body
+	}
+	status, body := apply(draft, url.Values{"rf_enforce_percent": {"25"}})
+	got := draftOf(t, body)
+	if status != 200 || !strings.Contains(got, `"enforce_percent": 25`) {
+		t.Fatalf("raise the share to 25: %d\n%s", status, got)
+	}
+	for _, bad := range []url.Values{
+		{"rf_enforce_percent": {"lots"}},
+		{"rf_enforce_percent": {"120"}},
+		{"rf_enforce_percent": {"50"}, "rf_mode": {"shadow"}},
+	} {
+		if status, body := apply(got, bad); status != http.StatusUnprocessableEntity || !strings.Contains(body, `id="rf-err-enforce_percent"`) {
+			t.Errorf("%v: %d, no error next to the field", bad, status)
+		}
+	}
+	// Emptied, the rule is enforced on every identity.
+	status, body = apply(got, url.Values{"rf_enforce_percent": {""}})
+	if got = draftOf(t, body); status != 200 || strings.Contains(got, "enforce_percent") {
+		t.Fatalf("empty the share: %d\n%s", status, got)
+	}
+}

@@ -97,8 +97,8 @@ func TestSummarySaysWhatShareARuleIsEnforcedOn(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s := Summarize(o, c.defaultMode); s.Mode != c.want || !strings.Contains(s.Extra, "enforce_percent") {
-			t.Errorf("%s: mode %q, extra %q; want mode %q", c.rule, s.Mode, s.Extra, c.want)
+		if s := Summarize(o, c.defaultMode); s.Mode != c.want || strings.Contains(s.Extra, "enforce_percent") {
+			t.Errorf("%s: mode %q, extra %q; want mode %q (and the form edits enforce_percent)", c.rule, s.Mode, s.Extra, c.want)
 		}
 	}
 }

@@ -21,7 +21,7 @@ type Summary struct {
 
 // formFields are the rule members the form edits; the others are kept.
 var formFields = map[string]bool{"name": true, "mode": true, "action": true, "deny_status": true,
-	"limit_keys": true, "match": true, "algorithm": true, "algorithm_config": true}
+	"limit_keys": true, "match": true, "algorithm": true, "algorithm_config": true, "enforce_percent": true}
 
 // limitsNothing reports whether action is one of a rule that limits nothing
 // (exempt, unlimited, deny): it has no limit keys and no algorithm.
@@ -228,14 +228,17 @@ type Form struct {
 	Mode       string // "" (the document's), "enforce", "shadow"
 	Action     string // "" (limit), "limit", "exempt", "deny"
 	DenyStatus string // a deny rule's deny_status, "" for the default
-	Algorithm  string
-	Rate       string // token_bucket tokens_per_second
-	Burst      string
-	Limit      string // windows
-	Window     string
-	Period     string // rolling_window period_seconds
-	Keys       []string
-	Match      []MatchRow
+	// EnforcePercent is a limit rule's enforce_percent, "" for every
+	// identity.
+	EnforcePercent string
+	Algorithm      string
+	Rate           string // token_bucket tokens_per_second
+	Burst          string
+	Limit          string // windows
+	Window         string
+	Period         string // rolling_window period_seconds
+	Keys           []string
+	Match          []MatchRow
 	// Kept lists the match conditions the form cannot edit (operators it
 	// has no fields for): they stay as they are.
 	Kept []string
@@ -252,6 +255,9 @@ func FormOf(o Object) Form {
 	f := Form{Name: o.String("name"), Mode: o.String("mode"), Action: o.String("action"), Algorithm: o.String("algorithm")}
 	if v, ok := o.Get("deny_status"); ok {
 		f.DenyStatus = strings.TrimSpace(string(v))
+	}
+	if v, ok := o.Get("enforce_percent"); ok {
+		f.EnforcePercent = strings.TrimSpace(string(v))
 	}
 	if _, ok := o.Get("reject_body"); ok {
 		f.Reject, f.RejectBody, f.RejectContentType = true, o.String("reject_body"), o.String("reject_content_type")
@@ -287,7 +293,7 @@ func FormOf(o Object) Form {
 
 // FieldError is a problem with one of the form's fields.
 type FieldError struct {
-	Field   string // "name", "mode", "action", "deny_status", "reject_body", "reject_content_type", "algorithm", "rate", "burst", "limit", "window", "period", "keys", "match", "" (the rule)
+	Field   string // "name", "mode", "action", "deny_status", "enforce_percent", "reject_body", "reject_content_type", "algorithm", "rate", "burst", "limit", "window", "period", "keys", "match", "" (the rule)
 	Message string
 }
 
@@ -340,6 +346,7 @@ func (f Form) Apply(o Object) (Object, []FieldError) {
 	}
 	f.applyReject(&out, action)
 	if limitsNothing(action) {
+		out.Delete("enforce_percent")
 		out.Delete("limit_keys")
 		out.Delete("algorithm")
 		out.Delete("algorithm_config")
@@ -355,6 +362,7 @@ func (f Form) Apply(o Object) (Object, []FieldError) {
 		keys = []string{}
 	}
 	out.Set("limit_keys", keys)
+	num(&out, "enforce_percent", "enforce_percent", f.EnforcePercent)
 
 	cfg := Object{}
 	if v, ok := o.Get("algorithm_config"); ok && o.String("algorithm") == f.Algorithm {
@@ -447,8 +455,8 @@ func Locate(e policy.FieldError, rulePath string) (FieldError, bool) {
 		field = "algorithm"
 	case rest == "action":
 		field = "action"
-	case rest == "deny_status":
-		field = "deny_status"
+	case rest == "deny_status" || rest == "enforce_percent":
+		field = rest
 	case rest == "reject_body" || rest == "reject_content_type":
 		field = rest
 	case strings.HasPrefix(rest, "limit_keys"):
