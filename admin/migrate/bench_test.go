@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"testing/fstest"
 )
 
 // BenchmarkConvert converts a large configuration of each source, as the
@@ -19,6 +20,7 @@ func BenchmarkConvert(b *testing.B) {
 		{"envoy-local-ratelimit-300-routes", Input{From: "envoy-local-ratelimit", Config: envoyRoutes(300)}},
 		{"ingress-nginx-300-ingresses", Input{From: "ingress-nginx", Config: ingresses(300)}},
 		{"nginx-300-locations", Input{From: "nginx", Config: nginxLocations(300)}},
+		{"nginx-300-locations-in-300-files", nginxSplit(300)},
 		{"kong-300-routes", Input{From: "kong", Config: kongRoutes(300)}},
 		{"higress-1000-keys", Input{From: "higress", Config: higressKeys(1000), Scope: "local"}},
 	} {
@@ -121,6 +123,23 @@ func nginxLocations(n int) []byte {
 	}
 	sb.WriteString("}\n")
 	return []byte(sb.String())
+}
+
+// nginxSplit is nginxLocations(n) with its zones in a file of their own
+// and each location in its own file, included.
+func nginxSplit(n int) Input {
+	files := fstest.MapFS{"conf.d/zones.conf": {Data: []byte("limit_req_zone $binary_remote_addr zone=perip:10m rate=10r/s;\n" +
+		"limit_req_zone $http_x_api_key zone=key:10m rate=50r/s;\n")}}
+	for i := range n {
+		loc := fmt.Sprintf("location /svc-%d/ { proxy_pass http://svc; }\n", i)
+		if i%2 == 0 {
+			loc = fmt.Sprintf("location /svc-%d/ { limit_req zone=key burst=100 nodelay; }\n", i)
+		}
+		files[fmt.Sprintf("locations/svc-%03d.conf", i)] = &fstest.MapFile{Data: []byte(loc)}
+	}
+	conf := "include /etc/nginx/conf.d/*.conf;\nlimit_req zone=perip burst=20 nodelay;\nserver {\n  server_name example.com;\n" +
+		"  location = /health { }\n  location ~* \\.(css|js)$ { }\n  include locations/*.conf;\n}\n"
+	return Input{From: "nginx", Config: []byte(conf), Files: files}
 }
 
 func kongRoutes(n int) []byte {

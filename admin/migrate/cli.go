@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 )
 
 const usage = `usage: ratelimit-admin migrate SOURCE [flags] [-o POLICY.json]
@@ -29,10 +30,12 @@ SOURCE is one of:
       limit-connections, limit-whitelist) of the Ingresses in INGRESSES.yaml
       (kubectl get ingress -A -o yaml; other kinds are skipped).
 
-  nginx -f NGINX.conf
+  nginx -f NGINX.conf [-conf-dir /etc/nginx]
       the limit_req and limit_conn limits of an nginx configuration (nginx.conf,
-      or a part of its http block; include directives are not followed:
-      paste the included files in place).
+      or a part of its http block), following its include directives as nginx
+      does: relative names are read from the directory of NGINX.conf, and so
+      are absolute names under -conf-dir (default /etc/nginx), so a copy of
+      /etc/nginx converts like the original.
 
   kong -f KONG.yaml [-consumer-key SOURCE] [-fleet-cluster NAME]
       the rate-limiting plugins of Kong's declarative configuration (decK or
@@ -89,7 +92,17 @@ var commands = map[string]command{
 			return in, readFile(*path, &in.Config)
 		}
 	},
-	"nginx": fileOnly("nginx", "the nginx configuration"),
+	"nginx": func(fs *flag.FlagSet) func() (Input, error) {
+		path := fs.String("f", "", "the nginx configuration (nginx.conf); its includes are read from its directory")
+		confDir := fs.String("conf-dir", DefaultNginxConfDir, "the directory of -f as the configuration's absolute include paths name it")
+		return func() (Input, error) {
+			in := Input{From: "nginx", ConfDir: *confDir}
+			if *path != "" {
+				in.Files = os.DirFS(filepath.Dir(*path))
+			}
+			return in, readFile(*path, &in.Config)
+		}
+	},
 	"kong": func(fs *flag.FlagSet) func() (Input, error) {
 		path := fs.String("f", "", "Kong's declarative configuration, or KongPlugin objects (YAML or JSON)")
 		consumer := fs.String("consumer-key", "", "the key source consumers are known by (default: key-auth's header)")

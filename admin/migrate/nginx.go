@@ -2,9 +2,9 @@ package migrate
 
 import (
 	"fmt"
+	"io/fs"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/sluice-rl/sluice/shared/policy"
@@ -16,7 +16,18 @@ type NginxOptions struct {
 	// Taken are rule and policy names the conversion must not use: those
 	// of the policy its output is added to (AddTo).
 	Taken []string
+	// Files is the configuration's directory, where its include
+	// directives are followed (nginx_include.go): relative names are
+	// read from it, and absolute names under ConfDir. Without it an
+	// include is noted, not followed.
+	Files fs.FS
+	// ConfDir is the directory Files stands for, as the configuration's
+	// absolute include names write it (default "/etc/nginx").
+	ConfDir string
 }
+
+// DefaultNginxConfDir is where distributions keep nginx's configuration.
+const DefaultNginxConfDir = "/etc/nginx"
 
 // nginxDoc names the input in errors.
 const nginxDoc = "nginx.conf"
@@ -38,12 +49,25 @@ func Nginx(conf []byte, opt NginxOptions) (Result, error) {
 	if len(conf) > maxInput {
 		return fail(fmt.Errorf("%s: %d bytes, more than the %d a conversion reads", nginxDoc, len(conf), maxInput))
 	}
-	top, err := parseNginxConf(conf)
+	top, err := parseNginxConf(conf, "")
 	if err != nil {
 		return fail(err)
 	}
+	if opt.Files != nil {
+		if opt.ConfDir == "" {
+			opt.ConfDir = DefaultNginxConfDir
+		}
+		in := &ngxIncluder{files: opt.Files, confDir: opt.ConfDir, bytes: len(conf)}
+		if top, err = in.expand(top, 0); err != nil {
+			return fail(err)
+		}
+	}
 	c := newConverter(opt.Taken)
-	r := &ngxReader{c: c, zones: map[string]*ngxZone{}, vars: map[string]*ngxVarDef{}, sets: map[string]int{}}
+	r := &ngxReader{c: c, zones: map[string]*ngxZone{}, vars: map[string]*ngxVarDef{}, sets: map[string]ngxPos{},
+		unfollowed: "this conversion reads one file: run ratelimit-admin migrate nginx -f nginx.conf, which follows includes, or put the included files' text in place of their include lines"}
+	if opt.Files != nil {
+		r.unfollowed = "it is outside the configuration's directory " + opt.ConfDir + " (-conf-dir): the limits it holds are not converted"
+	}
 	if err := r.read(top); err != nil {
 		return fail(err)
 	}
@@ -54,8 +78,8 @@ func Nginx(conf []byte, opt NginxOptions) (Result, error) {
 	return res, nil
 }
 
-func lineErr(line int, format string, args ...any) error {
-	return fmt.Errorf("%s: line %d: %s", nginxDoc, line, fmt.Sprintf(format, args...))
+func lineErr(at ngxPos, format string, args ...any) error {
+	return fmt.Errorf("%s: line %d: %s", at.doc(), at.n, fmt.Sprintf(format, args...))
 }
 
 // ngxBucketConfig is a token bucket's algorithm_config with delayed
@@ -126,7 +150,7 @@ func (b *ngxBuilder) result() (Result, error) {
 		}
 		rules = simplify(rules)
 		if !slices.ContainsFunc(rules, func(r *ngxRule) bool { return r.limit }) {
-			b.c.note("zone %s (line %d) limits no request: no limit_req or limit_conn that applies uses it", z.name, z.line)
+			b.c.note("zone %s (%s) limits no request: no limit_req or limit_conn that applies uses it", z.name, z.line)
 			continue
 		}
 		k, err := b.key(z)
@@ -134,7 +158,7 @@ func (b *ngxBuilder) result() (Result, error) {
 			return Result{}, err
 		}
 		if k.never != "" {
-			b.c.note("zone %s (line %d) limits no request: %s, and nginx does not limit a request whose key is empty", z.name, z.line, k.never)
+			b.c.note("zone %s (%s) limits no request: %s, and nginx does not limit a request whose key is empty", z.name, z.line, k.never)
 			continue
 		}
 		keys[z] = k
@@ -160,7 +184,7 @@ func (b *ngxBuilder) checkZones() error {
 			case z == nil:
 				return lineErr(q.line, "limit_req zone=%s: no limit_req_zone defines it; add the http block's limit_req_zone lines to the input", q.zone)
 			case z.conn:
-				return lineErr(q.line, "limit_req zone=%s: %s is a limit_conn_zone (line %d)", q.zone, q.zone, z.line)
+				return lineErr(q.line, "limit_req zone=%s: %s is a limit_conn_zone (%s)", q.zone, q.zone, z.line)
 			}
 		}
 		for _, x := range c.conns {
@@ -169,7 +193,7 @@ func (b *ngxBuilder) checkZones() error {
 			case z == nil:
 				return lineErr(x.line, "limit_conn %s: no limit_conn_zone defines it; add the http block's limit_conn_zone lines to the input", x.zone)
 			case !z.conn:
-				return lineErr(x.line, "limit_conn %s: %s is a limit_req_zone (line %d)", x.zone, x.zone, z.line)
+				return lineErr(x.line, "limit_conn %s: %s is a limit_req_zone (%s)", x.zone, x.zone, z.line)
 			}
 		}
 		return nil
@@ -343,10 +367,10 @@ func (b *ngxBuilder) zoneNotes(z *ngxZone, rules []*ngxRule, names []string) {
 		}
 		cfg, raised, clamped := ngxBucket(z.rate, r.req)
 		if raised > 0 {
-			b.c.noteOnce(fmt.Sprintf("line %d: zone %s admits %d request(s) at once at rate=%s; Sluice's burst is at least its rate, so rule %s admits %d at once where nginx paces them", r.req.line, z.name, raised, z.rateText, names[i], cfg.Burst))
+			b.c.noteOnce(fmt.Sprintf("%s: zone %s admits %d request(s) at once at rate=%s; Sluice's burst is at least its rate, so rule %s admits %d at once where nginx paces them", r.req.line, z.name, raised, z.rateText, names[i], cfg.Burst))
 		}
 		if clamped > 0 {
-			b.c.noteOnce(fmt.Sprintf("line %d: zone %s holds requests up to %d ms; Sluice holds at most %d ms (max_delay_ms), so rule %s rejects those nginx would send later", r.req.line, z.name, clamped, policy.MaxDelayMS, names[i]))
+			b.c.noteOnce(fmt.Sprintf("%s: zone %s holds requests up to %d ms; Sluice holds at most %d ms (max_delay_ms), so rule %s rejects those nginx would send later", r.req.line, z.name, clamped, policy.MaxDelayMS, names[i]))
 		}
 	}
 	if len(limits) > 1 {
@@ -365,36 +389,36 @@ func (b *ngxBuilder) zoneNotes(z *ngxZone, rules []*ngxRule, names []string) {
 func (b *ngxBuilder) generalNotes(pols []*ngxPolicy) {
 	r := b.r
 	if len(r.includes) > 0 {
-		b.c.note("include is not followed: %s; the conversion reads one file: put the included files' text in place of their include lines (cat) and convert the result", strings.Join(r.includes, ", "))
+		b.c.note("include is not followed: %s; %s", strings.Join(r.includes, ", "), r.unfollowed)
 	}
 	if len(b.bigZones) > 0 {
 		b.c.note("zones keep more states in nginx than a Sluice rule keeps clients exactly by default (%d; beyond them it shares buckets, never letting a client go unlimited): %s; raise the rules' max_keys (up to %d) to keep as many", policy.DefaultMaxKeys, strings.Join(b.bigZones, ", "), policy.MaxMaxKeys)
 	}
 	if len(r.rewrites) > 0 {
-		b.c.note("rewrite (lines %s) changes the URI nginx selects a location by, or redirects before the limits run; Sluice matches the request's own path", strings.Join(r.rewrites, ", "))
+		b.c.note("rewrite (%s) changes the URI nginx selects a location by, or redirects before the limits run; Sluice matches the request's own path", ngxLines(r.rewrites))
 	}
 	paths, conns, hosts := false, false, false
-	var returns []string
+	var returns []ngxPos
 	for _, p := range pols {
 		for _, rule := range p.rules {
 			pa := &rule.spot.path
 			paths = paths || pa.isExact || pa.prefix != "" || pa.regex != ""
 			conns = conns || rule.conn != nil
 			hosts = hosts || !rule.group.host.any()
-			line := 0
+			var line ngxPos
 			switch l, s := rule.spot.loc, rule.group.server; {
 			case s.redirect() && s.eff.limits():
 				line = s.conf.returnLine
 			case l != nil && l.eff.returns && l.eff.limits():
 				line = l.conf.returnLine
 			}
-			if line > 0 && !slices.Contains(returns, strconv.Itoa(line)) {
-				returns = append(returns, strconv.Itoa(line))
+			if line.known() && !slices.Contains(returns, line) {
+				returns = append(returns, line)
 			}
 		}
 	}
 	if len(returns) > 0 {
-		b.c.note("the return directives at lines %s answer before nginx's limits run: their requests are not limited here either", strings.Join(returns, ", "))
+		b.c.note("the return directives at %s answer before nginx's limits run: their requests are not limited here either", ngxLines(returns))
 	}
 	if paths {
 		b.c.noteOnce("nginx selects locations by the decoded, normalized URI (%XX decoded, // merged, dot segments resolved); Sluice's path conditions see the path as the request sends it: let Envoy normalize paths (normalize_path, merge_slashes) to match")

@@ -22,7 +22,7 @@ type ngxZone struct {
 	rateText string
 	size     int64
 	sync     bool
-	line     int
+	line     ngxPos
 }
 
 func (z *ngxZone) directive() string {
@@ -36,14 +36,14 @@ func (z *ngxZone) directive() string {
 type ngxReq struct {
 	zone         string
 	burst, delay int // delay -1: nodelay
-	line         int
+	line         ngxPos
 }
 
 // ngxConn is a limit_conn directive.
 type ngxConn struct {
 	zone string
 	n    int
-	line int
+	line ngxPos
 }
 
 // ngxConf is what one context (http, server, location) sets itself.
@@ -54,7 +54,7 @@ type ngxConf struct {
 	conns      []ngxConn
 	connStatus int
 	connDry    *bool
-	returnLine int // an unconditional return
+	returnLine ngxPos // an unconditional return
 }
 
 // ngxEff is a context's configuration once inherited. nginx's
@@ -93,7 +93,7 @@ func (e ngxEff) with(c ngxConf) ngxEff {
 		e.connDry = *c.connDry
 	}
 	// rewrite-module directives are not inherited by nested locations
-	e.returns = c.returnLine != 0
+	e.returns = c.returnLine.known()
 	return e
 }
 
@@ -102,7 +102,7 @@ func (e *ngxEff) limits() bool { return len(e.reqs)+len(e.conns) > 0 }
 // ngxLoc is a location block.
 type ngxLoc struct {
 	mod, path string // mod: "", "=", "^~", "~", "~*"
-	line      int
+	line      ngxPos
 	re        *regexp.Regexp // regex locations, as RE2
 	reErr     error
 	conf      ngxConf
@@ -124,7 +124,7 @@ func (l *ngxLoc) String() string {
 // ngxServer is a server block (or, for a part of an http block without
 // one, the locations and limits as one server).
 type ngxServer struct {
-	line     int
+	line     ngxPos
 	names    []string
 	def      bool // listen ... default_server
 	ports    []string
@@ -136,23 +136,23 @@ type ngxServer struct {
 
 // redirect: the server answers every request with return in its rewrite
 // phase, before any limit runs.
-func (s *ngxServer) redirect() bool { return s.conf.returnLine != 0 }
+func (s *ngxServer) redirect() bool { return s.conf.returnLine.known() }
 
 func (s *ngxServer) String() string {
 	if s.implicit {
 		return "the configuration"
 	}
 	if len(s.names) > 0 {
-		return fmt.Sprintf("server %s (line %d)", s.names[0], s.line)
+		return fmt.Sprintf("server %s (%s)", s.names[0], s.line)
 	}
-	return fmt.Sprintf("the server at line %d", s.line)
+	return fmt.Sprintf("the server at %s", s.line)
 }
 
 // ngxVarDef is a map or geo block defining a variable.
 type ngxVarDef struct {
 	kind    string // "map" or "geo"
 	name    string
-	line    int
+	line    ngxPos
 	source  string // map: the source value; geo: the address variable ("" for $remote_addr)
 	def     string
 	entries []ngxVarEntry
@@ -163,7 +163,7 @@ type ngxVarEntry struct {
 	key, value      string
 	regex, caseless bool
 	cidr            netip.Prefix
-	line            int
+	line            ngxPos
 }
 
 // ngxReader reads the directives into zones, servers and locations.
@@ -172,13 +172,15 @@ type ngxReader struct {
 	zones    map[string]*ngxZone
 	zoneList []*ngxZone
 	vars     map[string]*ngxVarDef
-	sets     map[string]int // variables assigned with set, and where
+	sets     map[string]ngxPos // variables assigned with set, and where
 	http     ngxConf
 	servers  []*ngxServer
 	stray    []*ngxLoc // locations outside a server, in a part of an http block
 	includes []string
-	rewrites []string
-	realIP   bool
+	// unfollowed says why includes are not followed (a note).
+	unfollowed string
+	rewrites   []ngxPos
+	realIP     bool
 }
 
 func (r *ngxReader) read(top []*ngxDirective) error {
@@ -188,7 +190,7 @@ func (r *ngxReader) read(top []*ngxDirective) error {
 			continue
 		}
 		if http != nil {
-			return lineErr(d.line, "http is duplicate (also line %d)", http.line)
+			return lineErr(d.line, "http is duplicate (also %s)", http.line)
 		}
 		http = d
 	}
@@ -307,13 +309,13 @@ func (r *ngxReader) common(d *ngxDirective, conf *ngxConf, ctx string) (done boo
 		}
 		return true, nil
 	case "return":
-		if ctx != "http" && conf.returnLine == 0 {
+		if ctx != "http" && !conf.returnLine.known() {
 			conf.returnLine = d.line
 		}
 		return true, nil
 	case "rewrite":
 		if n := len(d.args); n >= 2 && d.args[n-1] != "break" {
-			r.rewrites = append(r.rewrites, strconv.Itoa(d.line))
+			r.rewrites = append(r.rewrites, d.line)
 		}
 		return true, nil
 	case "limit_req_zone", "limit_conn_zone", "map", "geo":
@@ -332,7 +334,7 @@ func (r *ngxReader) include(d *ngxDirective) {
 	if len(d.args) == 1 && ngxStandardIncludes.MatchString(d.args[0]) {
 		return
 	}
-	r.includes = append(r.includes, fmt.Sprintf("%s (line %d)", strings.Join(d.args, " "), d.line))
+	r.includes = append(r.includes, fmt.Sprintf("%s (%s)", strings.Join(d.args, " "), d.line))
 }
 
 // other is a directive the conversion does not read: a block of another
@@ -343,7 +345,7 @@ func (r *ngxReader) other(d *ngxDirective) {
 	}
 	if d.isBlock {
 		if x := findLimit(d.block); x != nil {
-			r.c.note("line %d: %s inside %s is not converted (nginx applies limit_req and limit_conn of http, server and location only; stream limits are TCP connections)", x.line, x.name, d.name)
+			r.c.note("%s: %s inside %s is not converted (nginx applies limit_req and limit_conn of http, server and location only; stream limits are TCP connections)", x.line, x.name, d.name)
 		}
 	}
 }
@@ -498,7 +500,7 @@ func ngxLocationArgs(d *ngxDirective) (mod, path string, err error) {
 // checkDuplicateLocations refuses two exact or two prefix locations of
 // one level with the same URI, as nginx does.
 func checkDuplicateLocations(locs []*ngxLoc) error {
-	seen := map[string]int{}
+	seen := map[string]ngxPos{}
 	for _, l := range locs {
 		if l.regex() {
 			continue
@@ -508,7 +510,7 @@ func checkDuplicateLocations(locs []*ngxLoc) error {
 			k = "exact " + l.path
 		}
 		if line, dup := seen[k]; dup {
-			return lineErr(l.line, "duplicate location %q (also line %d)", l.path, line)
+			return lineErr(l.line, "duplicate location %q (also %s)", l.path, line)
 		}
 		seen[k] = l.line
 	}
@@ -544,7 +546,7 @@ func (r *ngxReader) zone(d *ngxDirective) error {
 		return lineErr(d.line, "%s must have the zone parameter", d.name)
 	}
 	if prev := r.zones[z.name]; prev != nil {
-		return lineErr(d.line, "zone %q is already defined (line %d)", z.name, prev.line)
+		return lineErr(d.line, "zone %q is already defined (%s)", z.name, prev.line)
 	}
 	r.zones[z.name] = z
 	r.zoneList = append(r.zoneList, z)
@@ -623,7 +625,7 @@ func (r *ngxReader) limitReq(d *ngxDirective, conf *ngxConf) error {
 	}
 	for _, x := range conf.reqs {
 		if x.zone == q.zone {
-			return lineErr(d.line, "limit_req zone=%s is duplicate (also line %d)", q.zone, x.line)
+			return lineErr(d.line, "limit_req zone=%s is duplicate (also %s)", q.zone, x.line)
 		}
 	}
 	conf.reqs = append(conf.reqs, q)
@@ -640,7 +642,7 @@ func (r *ngxReader) limitConn(d *ngxDirective, conf *ngxConf) error {
 	}
 	for _, x := range conf.conns {
 		if x.zone == d.args[0] {
-			return lineErr(d.line, "limit_conn %s is duplicate (also line %d)", x.zone, x.line)
+			return lineErr(d.line, "limit_conn %s is duplicate (also %s)", x.zone, x.line)
 		}
 	}
 	conf.conns = append(conf.conns, ngxConn{zone: d.args[0], n: n, line: d.line})
@@ -697,7 +699,7 @@ func (r *ngxReader) mapBlock(d *ngxDirective) error {
 		case x.name == "default":
 			v.def = x.args[0]
 		case x.name == "include":
-			v.refuse = fmt.Sprintf("its entries are in an included file (line %d)", x.line)
+			v.refuse = fmt.Sprintf("its entries are in an included file (%s)", x.line)
 		default:
 			e := ngxVarEntry{key: x.name, value: x.args[0], line: x.line}
 			if strings.HasPrefix(e.key, "~") {
@@ -728,7 +730,7 @@ func (r *ngxReader) geoBlock(d *ngxDirective) error {
 		case x.name == "default" && len(x.args) == 1:
 			v.def = x.args[0]
 		case x.name == "ranges", x.name == "proxy", x.name == "proxy_recursive", x.name == "delete", x.name == "include":
-			v.refuse = fmt.Sprintf("its %s (line %d) is not converted", x.name, x.line)
+			v.refuse = fmt.Sprintf("its %s (%s) is not converted", x.name, x.line)
 		case len(x.args) == 1:
 			p, err := netip.ParsePrefix(x.name)
 			if err != nil {
@@ -753,7 +755,7 @@ func (r *ngxReader) define(d *ngxDirective, v *ngxVarDef, variable string) error
 	}
 	v.name = strings.ToLower(name)
 	if prev := r.vars[v.name]; prev != nil {
-		return lineErr(d.line, "variable $%s is already defined (line %d)", v.name, prev.line)
+		return lineErr(d.line, "variable $%s is already defined (%s)", v.name, prev.line)
 	}
 	r.vars[v.name] = v
 	return nil

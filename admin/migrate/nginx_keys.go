@@ -147,12 +147,12 @@ func (b *ngxBuilder) keyVariable(z *ngxZone, name string) (src string, cond *ngx
 	where := fmt.Sprintf("%s %s: key variable $%s", z.directive(), z.name, name)
 	def := b.r.vars[name]
 	switch {
-	case def == nil && b.r.sets[name] != 0:
-		return "", nil, "", lineErr(z.line, "%s is assigned with set (line %d); not converted: key the zone on a request variable", where, b.r.sets[name])
+	case def == nil && b.r.sets[name].known():
+		return "", nil, "", lineErr(z.line, "%s is assigned with set (%s); not converted: key the zone on a request variable", where, b.r.sets[name])
 	case def == nil:
 		return "", nil, "", lineErr(z.line, "%s has no Sluice source (Sluice keys on $remote_addr, $http_<header>, $arg_<name>, $cookie_<name>, $host, $uri, $request_method; a map or geo of its own must be in the input)", where)
 	case def.kind == "geo":
-		return "", nil, "", lineErr(z.line, "%s is a geo (line %d) of fixed values: every client with one value shares one nginx state; not converted", where, def.line)
+		return "", nil, "", lineErr(z.line, "%s is a geo (%s) of fixed values: every client with one value shares one nginx state; not converted", where, def.line)
 	}
 	return b.mapKey(z, where, def)
 }
@@ -192,7 +192,7 @@ func (b *ngxBuilder) mapKey(z *ngxZone, where string, m *ngxVarDef) (string, *ng
 		}
 	}
 	if target == "" {
-		return "", nil, fmt.Sprintf("map $%s (line %d) is empty for every request", m.name, m.line), nil
+		return "", nil, fmt.Sprintf("map $%s (%s) is empty for every request", m.name, m.line), nil
 	}
 	src := b.ngxDirectSource(target)
 	if src == "" {
@@ -205,7 +205,7 @@ func (b *ngxBuilder) mapKey(z *ngxZone, where string, m *ngxVarDef) (string, *ng
 	if err != nil {
 		return "", nil, "", err
 	}
-	b.c.note("zone %s keys on map $%s (line %d): the requests for which it is empty are not limited by nginx, and are left out by the rules' match (%s)", z.name, m.name, m.line, cond.source)
+	b.c.note("zone %s keys on map $%s (%s): the requests for which it is empty are not limited by nginx, and are left out by the rules' match (%s)", z.name, m.name, m.line, cond.source)
 	return src, cond, "", nil
 }
 
@@ -218,7 +218,7 @@ func (b *ngxBuilder) mapCondition(z *ngxZone, m *ngxVarDef, outcomes []bool, def
 	if err != nil || len(vars) != 1 || literal != "" {
 		return nil, lineErr(m.line, "map $%s (the key of zone %s): its source %q is not one variable; not converted", m.name, z.name, m.source)
 	}
-	refuse := func(line int, why string, args ...any) error {
+	refuse := func(line ngxPos, why string, args ...any) error {
 		return lineErr(line, "map $%s (the key of zone %s): %s; not converted", m.name, z.name, fmt.Sprintf(why, args...))
 	}
 	if g := b.r.vars[vars[0]]; g != nil {
@@ -289,7 +289,7 @@ func (b *ngxBuilder) mapCondition(z *ngxZone, m *ngxVarDef, outcomes []bool, def
 // geoCondition is the condition on a geo's address under which a map of
 // the geo's values gives its variable: the geo's blocks, looked up as
 // nginx does (the longest matching block, else the default).
-func (b *ngxBuilder) geoCondition(m, g *ngxVarDef, outcomes []bool, defLimited bool, refuse func(int, string, ...any) error) (*ngxCond, error) {
+func (b *ngxBuilder) geoCondition(m, g *ngxVarDef, outcomes []bool, defLimited bool, refuse func(ngxPos, string, ...any) error) (*ngxCond, error) {
 	lookup := func(v string) bool {
 		for i, e := range m.entries {
 			if !e.regex && strings.EqualFold(e.key, v) {
@@ -333,7 +333,7 @@ func (b *ngxBuilder) geoCondition(m, g *ngxVarDef, outcomes []bool, defLimited b
 	for _, y := range yes {
 		for _, n := range no {
 			if y.cidr.Overlaps(n.cidr) {
-				return nil, refuse(n.line, "geo $%s: %s and %s (line %d) nest with different outcomes", g.name, n.key, y.key, y.line)
+				return nil, refuse(n.line, "geo $%s: %s and %s (%s) nest with different outcomes", g.name, n.key, y.key, y.line)
 			}
 		}
 	}

@@ -244,7 +244,7 @@ func (b *ngxBuilder) nestedInRegex(l *ngxLoc) {
 		return false
 	}
 	if differs(l.kids) {
-		b.c.noteOnce(fmt.Sprintf("line %d: the locations nested in %s limit differently from it, and are converted as it (a rule's path holds one regular expression)", l.line, l))
+		b.c.noteOnce(fmt.Sprintf("%s: the locations nested in %s limit differently from it, and are converted as it (a rule's path holds one regular expression)", l.line, l))
 	}
 }
 

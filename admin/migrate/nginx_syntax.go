@@ -5,16 +5,60 @@ package migrate
 
 import (
 	"strconv"
+	"strings"
 )
 
 // ngxDirective is one directive: "name args;" or "name args { block }".
 type ngxDirective struct {
 	name    string
 	args    []string
-	line    int
+	line    ngxPos
 	isBlock bool
 	block   []*ngxDirective
 }
+
+// ngxPos is where a directive is: a line of the configuration given, or of
+// a file it includes.
+type ngxPos struct {
+	file string // "" for the configuration given; an included file's name as its include found it
+	n    int    // the line, from 1; 0 for none
+}
+
+// String is the position in a message: "line 12", or "line 12 of
+// conf.d/api.conf" in an included file.
+func (p ngxPos) String() string {
+	if p.file == "" {
+		return "line " + strconv.Itoa(p.n)
+	}
+	return "line " + strconv.Itoa(p.n) + " of " + p.file
+}
+
+// doc names the file of p in an error.
+func (p ngxPos) doc() string {
+	if p.file == "" {
+		return nginxDoc
+	}
+	return p.file
+}
+
+// ngxLines lists positions: "lines 3, 7" in the configuration given,
+// each in full ("line 3, line 4 of conf.d/api.conf") once a file it
+// includes has some.
+func ngxLines(ps []ngxPos) string {
+	nums, full := make([]string, len(ps)), make([]string, len(ps))
+	given := true // every position is in the configuration given
+	for i, p := range ps {
+		nums[i], full[i] = strconv.Itoa(p.n), p.String()
+		given = given && p.file == ""
+	}
+	if !given {
+		return strings.Join(full, ", ")
+	}
+	return "lines " + strings.Join(nums, ", ")
+}
+
+// known reports whether p is a position, not the zero value.
+func (p ngxPos) known() bool { return p.n != 0 }
 
 // Bounds on what the parser reads: real configurations nest http, server
 // and a few locations, and hold thousands of directives at most.
@@ -38,17 +82,20 @@ const (
 // quoted words with backslash escapes, "${" kept in a word.
 type ngxLexer struct {
 	src        []byte
+	file       string // ngxPos.file
 	pos, line  int
 	directives int
 }
 
-func parseNginxConf(src []byte) ([]*ngxDirective, error) {
-	l := &ngxLexer{src: src, line: 1}
+// parseNginxConf parses one file: file is "" for the configuration given,
+// else the included file's name.
+func parseNginxConf(src []byte, file string) ([]*ngxDirective, error) {
+	l := &ngxLexer{src: src, file: file, line: 1}
 	return l.block(0)
 }
 
 func (l *ngxLexer) errorf(format string, args ...any) error {
-	return lineErr(l.line, format, args...)
+	return lineErr(ngxPos{l.file, l.line}, format, args...)
 }
 
 func (l *ngxLexer) block(depth int) ([]*ngxDirective, error) {
@@ -73,7 +120,7 @@ func (l *ngxLexer) block(depth int) ([]*ngxDirective, error) {
 		if l.directives++; l.directives > ngxMaxDirectives {
 			return nil, l.errorf("more than %d directives; convert the part of the configuration that holds the limits", ngxMaxDirectives)
 		}
-		d := &ngxDirective{name: args[0], args: args[1:], line: line}
+		d := &ngxDirective{name: args[0], args: args[1:], line: ngxPos{l.file, line}}
 		if tok == ngxOpen {
 			if depth+1 > ngxMaxDepth {
 				return nil, l.errorf("blocks nested more than %d deep", ngxMaxDepth)

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/fstest"
 
 	"github.com/sluice-rl/sluice/shared/policy"
 	"github.com/sluice-rl/sluice/shared/simulate"
@@ -77,12 +78,12 @@ func TestTheGuidesNginxLocationsConvertToTheGuidesPolicy(t *testing.T) {
 // ---- Syntax ----
 
 func TestTheParserReadsNginxSyntax(t *testing.T) {
-	dirs, err := parseNginxConf([]byte("# comment\n" +
-		"a 'single quoted' \"double \\\"escaped\\\" \\t\" plain\\;semi ${var}x $v{ # trailing comment\n" +
-		"  b#not-a-comment;\n" +
-		"  c \"\"; d{e;}\n" +
-		"}\n" +
-		"if ($a = \"b\") { f; }\n"))
+	dirs, err := parseNginxConf([]byte("# comment\n"+
+		"a 'single quoted' \"double \\\"escaped\\\" \\t\" plain\\;semi ${var}x $v{ # trailing comment\n"+
+		"  b#not-a-comment;\n"+
+		"  c \"\"; d{e;}\n"+
+		"}\n"+
+		"if ($a = \"b\") { f; }\n"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +91,7 @@ func TestTheParserReadsNginxSyntax(t *testing.T) {
 	var walk func([]*ngxDirective, string)
 	walk = func(ds []*ngxDirective, indent string) {
 		for _, d := range ds {
-			got = append(got, fmt.Sprintf("%s%d %q %q %v", indent, d.line, d.name, d.args, d.isBlock))
+			got = append(got, fmt.Sprintf("%s%d %q %q %v", indent, d.line.n, d.name, d.args, d.isBlock))
 			walk(d.block, indent+"  ")
 		}
 	}
@@ -586,7 +587,7 @@ http {
     server { server_name b.example.com; location / { limit_req zone=z; } }
 }`)
 	notesContain(t, res.Notes,
-		"include is not followed: /etc/nginx/conf.d/*.conf (line 6); the conversion reads one file",
+		"include is not followed: /etc/nginx/conf.d/*.conf (line 6); this conversion reads one file: run ratelimit-admin migrate nginx",
 		"inside stream is not converted",
 		"realip module",
 		"zone z is synchronized across NGINX Plus instances",
@@ -865,8 +866,8 @@ func TestConvertedRulesLimitWhatNginxLimits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		top, _ := parseNginxConf([]byte(conf))
-		r := &ngxReader{c: &converter{}, zones: map[string]*ngxZone{}, vars: map[string]*ngxVarDef{}, sets: map[string]int{}}
+		top, _ := parseNginxConf([]byte(conf), "")
+		r := &ngxReader{c: &converter{}, zones: map[string]*ngxZone{}, vars: map[string]*ngxVarDef{}, sets: map[string]ngxPos{}}
 		if err := r.read(top); err != nil {
 			t.Fatal(err)
 		}
@@ -1014,8 +1015,16 @@ func FuzzNginx(f *testing.F) {
 	f.Add([]byte(nginxConf))
 	f.Add([]byte(randomNginx(rand.New(rand.NewPCG(3, 4)))))
 	f.Add([]byte("geo $g { default 1; 10.0.0.0/8 0; }\nmap $g $k { 0 \"\"; 1 $binary_remote_addr; }\nlimit_req_zone $k zone=z:1m rate=1r/s;\nlimit_req zone=z burst=2 delay=1;\n"))
+	f.Add([]byte(debianMain))
+	f.Add([]byte("include loop.conf;\ninclude conf.d/*.conf;\nhttp { include /etc/nginx/sites-enabled/*; }\n"))
+	// The files its includes can reach: the split layout and a file that
+	// includes itself.
+	files := fstest.MapFS{"loop.conf": {Data: []byte("include loop.conf;\n")}}
+	for name, file := range debianLayout {
+		files[name] = file
+	}
 	f.Fuzz(func(t *testing.T, conf []byte) {
-		res, err := Nginx(conf, NginxOptions{Taken: []string{"default"}})
+		res, err := Nginx(conf, NginxOptions{Taken: []string{"default"}, Files: files})
 		if err != nil {
 			return
 		}

@@ -3,6 +3,7 @@ package migrate
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"slices"
 	"strings"
@@ -36,6 +37,11 @@ type Input struct {
 	Plugin            string // higress: the plugin of a bare configuration
 	DefaultCost       int    // higress: ai-token-ratelimit's tokens for an answer without usage
 	Taken             []string
+	// Files and ConfDir are nginx's configuration directory, where its
+	// includes are followed (NginxOptions): the command line sets them,
+	// the API and the policy page, which take one text, do not.
+	Files   fs.FS
+	ConfDir string
 }
 
 // Sources are the rate limiters a configuration converts from.
@@ -46,8 +52,10 @@ var Sources = []Source{
 		convert: func(in Input) (Result, error) { return EnvoyLocalRatelimit(in.Config, LocalOptions{Taken: in.Taken}) }},
 	{Name: "ingress-nginx", Title: "ingress-nginx annotations", Config: "the Ingresses (YAML: kubectl get ingress -A -o yaml)",
 		Reads: []string{"status", "annotations_prefix"}, convert: convertIngressNginxInput},
-	{Name: "nginx", Title: "nginx limit_req and limit_conn", Config: "nginx.conf, or a part of its http block (include directives are not followed)",
-		convert: func(in Input) (Result, error) { return Nginx(in.Config, NginxOptions{Taken: in.Taken}) }},
+	{Name: "nginx", Title: "nginx limit_req and limit_conn", Config: "nginx.conf, or a part of its http block (include directives are followed by the command line only)",
+		convert: func(in Input) (Result, error) {
+			return Nginx(in.Config, NginxOptions{Taken: in.Taken, Files: in.Files, ConfDir: in.ConfDir})
+		}},
 	{Name: "kong", Title: "Kong rate-limiting", Config: "Kong's declarative configuration (kong.yaml, YAML or JSON), or KongPlugin and KongClusterPlugin objects",
 		Reads: []string{"consumer_key", "fleet_cluster"}, convert: func(in Input) (Result, error) {
 			return Kong(in.Config, KongOptions{ConsumerKey: in.ConsumerKey, FleetCluster: in.FleetCluster, Taken: in.Taken})
