@@ -14,7 +14,7 @@ import (
 
 // A configuration that reads every kind of source, so arbitrary headers
 // reach every parser: keys, matches (every operator), costs, XFF, JWT,
-// query, overrides, actions.
+// query, overrides, actions, a rule enforced on half of its identities.
 const fuzzConfig = `{"xff_trusted_hops": 2, "mode": "enforce", "policies": [
   {"name": "a", "rules": [
     {"name": "jwt", "limit_keys": ["jwt:sub", "header:x-api-key"], "match": {"jwt:plan": "gold"}, "algorithm": "token_bucket",
@@ -47,7 +47,7 @@ const fuzzConfig = `{"xff_trusted_hops": 2, "mode": "enforce", "policies": [
     {"name": "hosts", "limit_keys": ["host"], "match": {"host": {"suffix": ".example.com"}, "header:x-cost": {"present": true}},
      "algorithm": "quota", "algorithm_config": {"limit": 100, "period": "day", "time_zone": "Europe/Berlin"},
      "overrides": [{"key": "api.example.com", "algorithm_config": {"limit": 5}}]},
-    {"name": "plans", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket", "algorithm_config": {"rps": 1, "burst": 2},
+    {"name": "plans", "enforce_percent": 50, "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket", "algorithm_config": {"rps": 1, "burst": 2},
      "overrides": [{"key": "k1", "algorithm_config": {"rps": 10, "burst": 20}}]}
   ]}
 ]}`
