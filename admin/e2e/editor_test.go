@@ -36,6 +36,11 @@ func TestBrowserRaiseATierAndSimulate(t *testing.T) {
 	if got := eval(`document.getElementById("rf_rate").value`); got != "10" {
 		t.Errorf("the rate field shows %q", got)
 	}
+	// Every field is in view beside its label, however long the labels.
+	if off := eval(`[...document.querySelectorAll("#rule-form input:not([type=hidden]), #rule-form select, #rule-form textarea")]
+		.filter(e => e.getBoundingClientRect().right > document.documentElement.clientWidth).map(e => e.name).join(" ")`); off != "" {
+		t.Errorf("fields out of view to the right: %s", off)
+	}
 	// The rejection body belongs to limit and deny rules: an exempt rule's
 	// form hides it.
 	shown := func(action string) string {
