@@ -22,6 +22,7 @@ func BenchmarkConvert(b *testing.B) {
 		{"nginx-300-locations", Input{From: "nginx", Config: nginxLocations(300)}},
 		{"nginx-300-locations-in-300-files", nginxSplit(300)},
 		{"kong-300-routes", Input{From: "kong", Config: kongRoutes(300)}},
+		{"kong-300-ingresses", Input{From: "kong", Config: kongIngresses(300)}},
 		{"higress-1000-keys", Input{From: "higress", Config: higressKeys(1000), Scope: "local"}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
@@ -140,6 +141,22 @@ func nginxSplit(n int) Input {
 	conf := "include /etc/nginx/conf.d/*.conf;\nlimit_req zone=perip burst=20 nodelay;\nserver {\n  server_name example.com;\n" +
 		"  location = /health { }\n  location ~* \\.(css|js)$ { }\n  include locations/*.conf;\n}\n"
 	return Input{From: "nginx", Config: []byte(conf), Files: files}
+}
+
+// kongIngresses is n Ingresses of the Kong Ingress Controller, each with
+// its own KongPlugin, and a global one.
+func kongIngresses(n int) []byte {
+	var sb strings.Builder
+	sb.WriteString("apiVersion: configuration.konghq.com/v1\nkind: KongClusterPlugin\nmetadata: {name: all, labels: {global: \"true\"}}\n" +
+		"plugin: rate-limiting\nconfig: {minute: 600, limit_by: ip}\n")
+	for i := range n {
+		fmt.Fprintf(&sb, "---\nkind: KongPlugin\nmetadata: {name: rl-%d, namespace: shop}\nplugin: rate-limiting\n"+
+			"config: {second: 5, hour: 1000, limit_by: header, header_name: x-api-key}\n"+
+			"---\nkind: Ingress\nmetadata: {name: svc-%d, namespace: shop, annotations: {konghq.com/plugins: rl-%d}}\n"+
+			"spec: {rules: [{host: api.example.com, http: {paths: [{path: /svc-%d, pathType: Prefix, backend: {service: {name: svc-%d, port: {number: 80}}}}]}}]}\n",
+			i, i, i, i, i)
+	}
+	return []byte(sb.String())
 }
 
 func kongRoutes(n int) []byte {

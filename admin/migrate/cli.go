@@ -40,7 +40,9 @@ SOURCE is one of:
   kong -f KONG.yaml [-consumer-key SOURCE] [-fleet-cluster NAME]
       the rate-limiting plugins of Kong's declarative configuration (decK or
       DB-less kong.yaml: services, routes, consumers, plugins), or of
-      KongPlugin and KongClusterPlugin objects; -consumer-key is the key
+      KongPlugin and KongClusterPlugin objects, applied where the
+      konghq.com/plugins annotations of the Ingresses, Services and
+      KongConsumers given with them attach them; -consumer-key is the key
       source consumers are known by (default: the header of key-auth's first
       key_names, else header:apikey).
 

@@ -83,7 +83,7 @@ func Kong(doc []byte, opt KongOptions) (Result, error) {
 		return Result{}, &InputError{input, k.nothingToConvert()}
 	}
 	k.chooseReply()
-	if kube {
+	if kube && !k.scoped {
 		err = k.buildKubernetes()
 	} else {
 		err = k.buildDeclarative()

@@ -15,16 +15,54 @@ type kongKubeObject struct {
 	APIVersion string `yaml:"apiVersion"`
 	Kind       string `yaml:"kind"`
 	Metadata   struct {
-		Name      string            `yaml:"name"`
-		Namespace string            `yaml:"namespace"`
-		Labels    map[string]string `yaml:"labels"`
+		Name        string            `yaml:"name"`
+		Namespace   string            `yaml:"namespace"`
+		Labels      map[string]string `yaml:"labels"`
+		Annotations map[string]string `yaml:"annotations"`
 	} `yaml:"metadata"`
-	Plugin       string           `yaml:"plugin"`
-	InstanceName string           `yaml:"instance_name"`
-	Config       yaml.Node        `yaml:"config"`
-	ConfigFrom   yaml.Node        `yaml:"configFrom"`
-	Disabled     bool             `yaml:"disabled"`
-	Items        []kongKubeObject `yaml:"items"`
+	// KongPlugin, KongClusterPlugin
+	Plugin       string    `yaml:"plugin"`
+	InstanceName string    `yaml:"instance_name"`
+	Config       yaml.Node `yaml:"config"`
+	ConfigFrom   yaml.Node `yaml:"configFrom"`
+	Disabled     bool      `yaml:"disabled"`
+	// Ingress (decoded into ingress)
+	Spec    yaml.Node `yaml:"spec"`
+	ingress kubeIngressSpec
+	// KongConsumer
+	Username    string   `yaml:"username"`
+	CustomID    string   `yaml:"custom_id"`
+	Credentials []string `yaml:"credentials"`
+	// Secret
+	Data       map[string]string `yaml:"data"`
+	StringData map[string]string `yaml:"stringData"`
+	Items      []kongKubeObject  `yaml:"items"`
+}
+
+// kubeIngressSpec is the part of an Ingress's spec the controller makes
+// routes of.
+type kubeIngressSpec struct {
+	DefaultBackend *kubeBackend `yaml:"defaultBackend"`
+	Rules          []struct {
+		Host string `yaml:"host"`
+		HTTP struct {
+			Paths []struct {
+				Path     string      `yaml:"path"`
+				PathType string      `yaml:"pathType"`
+				Backend  kubeBackend `yaml:"backend"`
+			} `yaml:"paths"`
+		} `yaml:"http"`
+	} `yaml:"rules"`
+}
+
+type kubeBackend struct {
+	Service *struct {
+		Name string `yaml:"name"`
+		Port struct {
+			Number int    `yaml:"number"`
+			Name   string `yaml:"name"`
+		} `yaml:"port"`
+	} `yaml:"service"`
 }
 
 // kongIsKubernetes: a stream of Kubernetes objects rather than kong.yaml.
@@ -44,6 +82,7 @@ func kongIsKubernetes(docs []*yaml.Node) bool {
 }
 
 func (k *kongConv) readKubernetes(docs []*yaml.Node) error {
+	kube := &kongKube{plugins: map[string]*kongKubePlugin{}, services: map[string]*kongKubeObject{}, secrets: map[string]*kongKubeObject{}}
 	for i, d := range docs {
 		var obj kongKubeObject
 		if err := d.Decode(&obj); err != nil {
@@ -54,23 +93,72 @@ func (k *kongConv) readKubernetes(docs []*yaml.Node) error {
 			return err
 		}
 		for j := range objs {
-			if err := k.kubePlugin(fmt.Sprintf("document %d", i+1), &objs[j]); err != nil {
+			if err := kube.add(fmt.Sprintf("document %d", i+1), &objs[j]); err != nil {
 				return err
 			}
 		}
 	}
+	if len(kube.ingresses) == 0 { // the plugins alone: each applies to every request
+		for _, p := range kube.order {
+			if err := k.kubePlugin(p.path, p.obj); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	k.scoped = true
+	for _, p := range kube.order {
+		if err := k.checkKubePlugin(p.path, p.obj); err != nil {
+			return err
+		}
+	}
+	return k.readIngressScoped(kube)
+}
+
+// add records one object of the stream.
+func (kube *kongKube) add(doc string, o *kongKubeObject) error {
+	ref := kubeNS(o) + "/" + o.Metadata.Name
+	switch o.Kind {
+	case "KongPlugin", "KongClusterPlugin":
+		if o.Kind == "KongClusterPlugin" {
+			ref = o.Metadata.Name
+		}
+		p := &kongKubePlugin{path: fmt.Sprintf("%s (%s %s)", doc, o.Kind, kubeName(o)), obj: o,
+			global: o.Kind == "KongClusterPlugin" && o.Metadata.Labels["global"] == "true"}
+		kube.plugins[ref] = p
+		kube.order = append(kube.order, p)
+	case "Ingress":
+		if err := o.Spec.Decode(&o.ingress); err != nil {
+			return fmt.Errorf("config: %s (Ingress %s).spec: %s", doc, kubeName(o), yamlError(err))
+		}
+		kube.ingresses = append(kube.ingresses, o)
+	case "Service":
+		kube.services[ref] = o
+	case "KongConsumer":
+		kube.consumers = append(kube.consumers, o)
+	case "Secret":
+		kube.secrets[ref] = o
+	}
 	return nil
 }
 
-func (k *kongConv) kubePlugin(doc string, o *kongKubeObject) error {
-	if o.Kind != "KongPlugin" && o.Kind != "KongClusterPlugin" {
+// checkKubePlugin checks a plugin the annotations may attach, so that its
+// errors name the object.
+func (k *kongConv) checkKubePlugin(path string, o *kongKubeObject) error {
+	if o.Plugin != "rate-limiting" || o.Disabled {
 		return nil
 	}
-	name := o.Metadata.Name
-	if o.Metadata.Namespace != "" {
-		name = o.Metadata.Namespace + "/" + name
+	if o.ConfigFrom.Kind != 0 && o.ConfigFrom.Tag != "!!null" {
+		return fmt.Errorf("%s.configFrom: a configuration in a Secret is not read; give the plugin's config inline", path)
 	}
-	path := fmt.Sprintf("%s (%s %s)", doc, o.Kind, name)
+	_, err := k.readLimit(path+".config", &o.Config)
+	return err
+}
+
+// kubePlugin reads a plugin of a stream without Ingresses: it applies to
+// every request.
+func (k *kongConv) kubePlugin(path string, o *kongKubeObject) error {
+	name := kubeName(o)
 	switch {
 	case o.Plugin == "key-auth":
 		return k.keyAuth(path, &kongPlugin{Config: o.Config, line: o.Config.Line}, kongScope{})

@@ -12,6 +12,7 @@ type kongConv struct {
 	*converter
 	opts        KongOptions
 	legacyPaths bool // a 1.1 or 2.1 file: paths without ~ may be regular expressions
+	scoped      bool // Kubernetes objects with Ingresses: plugins are where annotations attach them
 	services    []*kongSvc
 	svcByRef    map[string]*kongSvc
 	rtByRef     map[string]*kongRt
@@ -34,6 +35,7 @@ type kongConv struct {
 type kongSvc struct {
 	name   string
 	routes []*kongRt
+	kube   string // the Kubernetes Service ("ns/name") the controller made it of
 }
 
 type kongRt struct {

@@ -845,6 +845,7 @@ func FuzzKong(f *testing.F) {
 	f.Add([]byte(kongLevels))
 	f.Add([]byte(kongIngressPlugins))
 	f.Add([]byte(kongLegacyFile))
+	f.Add([]byte(kongIngressStream))
 	f.Fuzz(func(t *testing.T, doc []byte) {
 		res, err := Kong(doc, KongOptions{})
 		if err != nil {
