@@ -24,13 +24,17 @@ import (
 )
 
 // The configuration of envoyproxy/ratelimit the migration is checked on:
-// per address, per API key with an unlimited, a revoked and an overridden
-// key, per tenant and user (nested, with a tenant of its own), and partners
-// refused but for two of their own (one limited, one unlimited).
+// per address, per API key with an unlimited, a revoked
+// and an overridden key, per tenant and user (nested, with a tenant of its
+// own), partners refused but for two of their own (one limited, one
+// unlimited), and one counter for every request (a generic_key alone).
 const migrateConfig = `domain: edge
 descriptors:
   - key: remote_address
     rate_limit: {unit: hour, requests_per_unit: 80}
+  - key: generic_key
+    value: everyone
+    rate_limit: {unit: hour, requests_per_unit: 50}
   - key: api_key
     value: internal-batch
     rate_limit: {unlimited: true}
@@ -61,9 +65,10 @@ descriptors:
     rate_limit: {unlimited: true}
 `
 
-// migrateActions are the route's rate_limits: three descriptors.
+// migrateActions are the route's rate_limits.
 const migrateActions = `rate_limits:
   - actions: [{remote_address: {}}]
+  - actions: [{generic_key: {descriptor_value: everyone}}]
   - actions: [{request_headers: {header_name: x-api-key, descriptor_key: api_key}}]
   - actions:
       - request_headers: {header_name: x-tenant, descriptor_key: tenant}
@@ -116,7 +121,7 @@ func TestMigratedRatelimitConfigDecidesAsEnvoyproxyRatelimit(t *testing.T) {
 		key, tenant, user := pick("", "acme", "beta", "gamma", "internal-batch", "revoked-key"), pick("", "gold", "silver"), pick("", "u1", "u2")
 		// What Envoy asks the service: a descriptor per rate_limits entry
 		// whose actions all found their value.
-		ds := []*ratelimitv3.RateLimitDescriptor{descriptor("remote_address", addr)}
+		ds := []*ratelimitv3.RateLimitDescriptor{descriptor("remote_address", addr), descriptor("generic_key", "everyone")}
 		req := &wasmhost.Request{Properties: wasmhost.Properties{"source.address": []byte(addr + ":5555")}}
 		if key != "" {
 			ds = append(ds, descriptor("api_key", key))

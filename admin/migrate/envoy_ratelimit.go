@@ -459,11 +459,12 @@ func (w *walker) leaf(d *descriptor, path []step, p *outPolicy) error {
 	if *rl.RequestsPerUnit == 0 {
 		return w.denyRule(r, path, match, p)
 	}
-	if len(keys) == 0 {
-		if lastValued == "" {
-			return fmt.Errorf("%s: every action is a generic_key, so the service keeps one bucket for all requests; a Sluice rule needs a request attribute to key on: add a request_headers or remote_address action, or write the rule by hand with limit_keys [\"route\"] or [\"host\"]", w.path)
-		}
+	switch {
+	case len(keys) > 0:
+	case lastValued != "":
 		keys = []string{lastValued} // one value: one bucket
+	default:
+		keys = []string{"all"} // generic_key only: the service keeps one bucket for all requests
 	}
 	r.LimitKeys = keys
 	if len(match) > 0 {

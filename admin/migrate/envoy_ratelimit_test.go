@@ -142,6 +142,36 @@ rate_limits:
 	}
 }
 
+// A descriptor of generic_keys alone is one bucket for every request, as
+// the service keeps one counter.
+func TestGenericKeysAloneConvertToOneBucket(t *testing.T) {
+	config := `domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: generic_key
+    value: everyone
+    rate_limit: {unit: hour, requests_per_unit: 10000}
+`
+	actions := `- actions: [{request_headers: {header_name: x-k, descriptor_key: k}}]
+- actions: [{generic_key: {descriptor_value: everyone}}]
+`
+	res, err := EnvoyRatelimit([]byte(config), []byte(actions), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := policy.Parse(res.Policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := cfg.Policies[0].Rules[0]; r.Window == nil || r.Window.WindowSeconds != 60 || r.Window.Limit != 100 || r.Keys[0].Kind != policy.SourceHeader {
+		t.Errorf("per key: %+v", r)
+	}
+	if r := cfg.Policies[1].Rules[0]; len(r.Keys) != 1 || r.Keys[0].Kind != policy.SourceAll || r.Window.WindowSeconds != 3600 {
+		t.Errorf("generic_key only: keys %v, window %+v; want one bucket for all requests", r.Keys, r.Window)
+	}
+}
+
 func TestWhatCannotBeConvertedIsNamed(t *testing.T) {
 	header := `- actions: [{request_headers: {header_name: x-k, descriptor_key: k}}]`
 	for _, tc := range []struct{ config, actions, want string }{
@@ -157,8 +187,9 @@ func TestWhatCannotBeConvertedIsNamed(t *testing.T) {
 			`- actions: [{header_value_match: {descriptor_value: x, headers: []}}]`, "rate_limits[0].actions[0]: header_value_match is not converted"},
 		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
 			`- actions: [{request_headers: {header_name: x-k, descriptor_key: k, skip_if_absent: true}}]`, "rate_limits[0].actions[0].request_headers.skip_if_absent"},
-		{"domain: d\ndescriptors:\n  - key: generic_key\n    value: v\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
-			`- actions: [{generic_key: {descriptor_value: v}}]`, "rate_limits[0]: every action is a generic_key"},
+		{"domain: d\ndescriptors:\n  - key: generic_key\n    value: v\n    rate_limit: {unit: second, requests_per_unit: 0}\n",
+			`- actions: [{generic_key: {descriptor_value: v}}]`, "requests_per_unit 0 with generic_key actions only would refuse every request"},
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1, unit_multiplier: 5}\n", header, "rate_limit.unit_multiplier: not converted"},
 		{"domain: d\ndescriptors:\n  - key: other\n    rate_limit: {unit: second, requests_per_unit: 1}\n", header, "nothing to convert"},
 		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n", "cluster: backend\n", "no rate_limits member"},
 	} {
