@@ -24,7 +24,8 @@ import (
 )
 
 // The configuration of envoyproxy/ratelimit the migration is checked on:
-// per address, per API key with an unlimited, a revoked
+// per address (with a tighter limit of its bulk requests, a
+// header_value_match), per API key with an unlimited, a revoked
 // and an overridden key, per tenant and user (nested, with a tenant of its
 // own), partners refused but for two of their own (one limited, one
 // unlimited), and one counter for every request (a generic_key alone).
@@ -32,6 +33,10 @@ const migrateConfig = `domain: edge
 descriptors:
   - key: remote_address
     rate_limit: {unit: hour, requests_per_unit: 80}
+    descriptors:
+      - key: header_match
+        value: bulk
+        rate_limit: {unit: hour, requests_per_unit: 6}
   - key: generic_key
     value: everyone
     rate_limit: {unit: hour, requests_per_unit: 50}
@@ -68,6 +73,9 @@ descriptors:
 // migrateActions are the route's rate_limits.
 const migrateActions = `rate_limits:
   - actions: [{remote_address: {}}]
+  - actions:
+      - remote_address: {}
+      - header_value_match: {descriptor_value: bulk, headers: [{name: x-bulk, present_match: true}]}
   - actions: [{generic_key: {descriptor_value: everyone}}]
   - actions: [{request_headers: {header_name: x-api-key, descriptor_key: api_key}}]
   - actions:
@@ -123,6 +131,10 @@ func TestMigratedRatelimitConfigDecidesAsEnvoyproxyRatelimit(t *testing.T) {
 		// whose actions all found their value.
 		ds := []*ratelimitv3.RateLimitDescriptor{descriptor("remote_address", addr), descriptor("generic_key", "everyone")}
 		req := &wasmhost.Request{Properties: wasmhost.Properties{"source.address": []byte(addr + ":5555")}}
+		if pick("", "", "1") != "" {
+			ds = append(ds, descriptor("remote_address", addr, "header_match", "bulk"))
+			req.Headers = append(req.Headers, wasmhost.Header{"x-bulk", "1"})
+		}
 		if key != "" {
 			ds = append(ds, descriptor("api_key", key))
 			req.Headers = append(req.Headers, wasmhost.Header{"x-api-key", key})

@@ -1,6 +1,7 @@
 package migrate
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -8,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"gopkg.in/yaml.v3"
 
 	"github.com/sluice-rl/sluice/shared/policy"
 )
@@ -131,9 +134,12 @@ func (c *converter) policyOf(out any) (Result, error) {
 }
 
 // entry is what one action puts in the descriptor: a key, and either a
-// fixed value (generic_key) or the Sluice key source holding it.
+// fixed value (generic_key; header_value_match and
+// query_parameter_value_match when conds hold) or the Sluice key source
+// holding it.
 type entry struct {
 	key, fixed, source string
+	conds              map[string]any // the match a value match puts on its rules
 }
 
 // step is the path's choice at one level of the tree.
@@ -275,12 +281,32 @@ func (c *converter) entryOf(path string, a action) (entry, error) {
 			return entry{}, fmt.Errorf("%s.query_parameters.skip_if_absent: not converted (a Sluice rule applies only when all its keys are present)", path)
 		}
 		return entry{key: q.DescriptorKey, source: "query:" + q.QueryParameterName}, nil
+	case a.HeaderValueMatch != nil:
+		return valueMatchEntry(path+".header_value_match", a.HeaderValueMatch, "header_value_match")
+	case a.QueryParameterValue != nil:
+		return valueMatchEntry(path+".query_parameter_value_match", a.QueryParameterValue, "query_parameter_value_match")
 	case a.Metadata != nil:
 		return metadataEntry(path+".metadata", a.Metadata)
 	case a.DynamicMetadata != nil:
 		return metadataEntry(path+".dynamic_metadata", a.DynamicMetadata)
 	}
-	return entry{}, fmt.Errorf("%s: %s is not converted; Sluice reads headers, query parameters, the client address and dynamic metadata (header_value_match becomes a rule's match, written by hand)", path, actionKind(a))
+	return entry{}, fmt.Errorf("%s: %s is not converted; Sluice reads headers, query parameters, the client address and dynamic metadata", path, actionKind(a))
+}
+
+// valueMatchEntry reads header_value_match or query_parameter_value_match
+// as Envoy's local_ratelimit converter does (elValueMatch): a fixed value
+// the descriptor gets only when the conditions hold, so the rules of its
+// paths carry those conditions.
+func valueMatchEntry(path string, v any, kind string) (entry, error) {
+	var n yaml.Node
+	if err := n.Encode(v); err != nil {
+		return entry{}, fmt.Errorf("%s: %w", path, err)
+	}
+	act, err := elValueMatch(&n, path, kind)
+	if err != nil {
+		return entry{}, err
+	}
+	return entry{key: act.key, fixed: act.value, conds: act.conds}, nil
 }
 
 func metadataEntry(path string, m *metadataAction) (entry, error) {
@@ -445,6 +471,9 @@ func (w *walker) leaf(d *descriptor, path []step, p *outPolicy) error {
 	match := map[string]any{}
 	lastValued := ""
 	for _, s := range path {
+		if err := addConds(match, s.conds, w.path); err != nil {
+			return err
+		}
 		switch {
 		case s.fixed != "":
 		case s.value != "":
@@ -486,6 +515,9 @@ func (w *walker) leaf(d *descriptor, path []step, p *outPolicy) error {
 func (w *walker) denyRule(r outRule, path []step, match map[string]any, p *outPolicy) error {
 	valued := map[string]any{} // the conditions of the path's values so far
 	for _, s := range path {
+		if err := addConds(valued, s.conds, w.path); err != nil {
+			return err
+		}
 		if s.fixed != "" {
 			continue
 		}
@@ -508,6 +540,16 @@ func (w *walker) denyRule(r outRule, path []step, match map[string]any, p *outPo
 	return nil
 }
 
+// addConds adds a value match's conditions to a rule's match.
+func addConds(match, conds map[string]any, path string) error {
+	for _, src := range slices.Sorted(maps.Keys(conds)) {
+		if err := elAddCond(match, src, conds[src], path); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // ---- Names and output ----
 
 var nameUnsafe = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
@@ -527,7 +569,7 @@ func (c *converter) ruleName(name string, path []step) string {
 		parts := make([]string, 0, 2*len(path))
 		for _, s := range path {
 			parts = append(parts, s.key)
-			if v := s.value + s.fixed; v != "" {
+			if v := cmp.Or(s.value, s.fixed); v != "" { // a fixed value picks the node of that value
 				parts = append(parts, v)
 			}
 		}

@@ -142,6 +142,50 @@ rate_limits:
 	}
 }
 
+// header_value_match and query_parameter_value_match put a fixed value in
+// the descriptor when their conditions hold: the rules of its paths carry
+// the conditions (negated with expect_match false).
+func TestValueMatchesBecomeTheRulesConditions(t *testing.T) {
+	config := `domain: d
+descriptors:
+  - key: remote_address
+    descriptors:
+      - key: header_match
+        value: bulk
+        rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: query_match
+    value: no-debug
+    descriptors:
+      - key: api_key
+        rate_limit: {unit: hour, requests_per_unit: 50}
+`
+	actions := `- actions:
+    - remote_address: {}
+    - header_value_match:
+        descriptor_value: bulk
+        headers: [{name: x-bulk, present_match: true}, {name: x-plan, string_match: {prefix: batch-}}]
+- actions:
+    - query_parameter_value_match:
+        descriptor_value: no-debug
+        expect_match: false
+        query_parameters: [{name: debug, present_match: true}]
+    - request_headers: {header_name: x-api-key, descriptor_key: api_key}
+`
+	res, err := EnvoyRatelimit([]byte(config), []byte(actions), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameJSON(t, res.Policy, `{"policies": [
+  {"name": "remote_address-header_match", "rules": [{"name": "remote_address-header_match-bulk", "scope": "global",
+    "match": {"header:x-bulk": {"present": true}, "header:x-plan": {"prefix": "batch-"}},
+    "limit_keys": ["ip:address"], "algorithm": "fixed_window", "algorithm_config": {"limit": 2, "window_seconds": 60}}]},
+  {"name": "query_match-api_key", "rules": [{"name": "query_match-no-debug-api_key", "scope": "global",
+    "match": {"query:debug": {"present": false}},
+    "limit_keys": ["header:x-api-key"], "algorithm": "fixed_window", "algorithm_config": {"limit": 50, "window_seconds": 3600}}]}
+ ],
+ "fleet": {"cluster": "sluice_rls"}}`)
+}
+
 // A descriptor of generic_keys alone is one bucket for every request, as
 // the service keeps one counter.
 func TestGenericKeysAloneConvertToOneBucket(t *testing.T) {
@@ -184,7 +228,9 @@ func TestWhatCannotBeConvertedIsNamed(t *testing.T) {
 		{"domain: d\ndescriptors:\n  - {value: v}\n", header, "config.descriptors[0].key: missing"},
 		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n", "", "rate_limits: empty"},
 		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
-			`- actions: [{header_value_match: {descriptor_value: x, headers: []}}]`, "rate_limits[0].actions[0]: header_value_match is not converted"},
+			`- actions: [{header_value_match: {descriptor_value: x, headers: []}}]`, "rate_limits[0].actions[0].header_value_match: headers: missing"},
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			`- actions: [{masked_remote_address: {v4_prefix_mask_len: 24}}]`, "rate_limits[0].actions[0]: masked_remote_address is not converted"},
 		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
 			`- actions: [{request_headers: {header_name: x-k, descriptor_key: k, skip_if_absent: true}}]`, "rate_limits[0].actions[0].request_headers.skip_if_absent"},
 		{"domain: d\ndescriptors:\n  - key: generic_key\n    value: v\n    rate_limit: {unit: second, requests_per_unit: 0}\n",
