@@ -27,7 +27,8 @@ import (
 // per address (with a tighter limit of its bulk requests, a
 // header_value_match), per API key with an unlimited, a revoked
 // and an overridden key, per tenant and user (nested, with a tenant of its
-// own), partners refused but for two of their own (one limited, one
+// own, and per user in the eu region or, without a region, alone, a
+// skip_if_absent), partners refused but for two of their own (one limited, one
 // unlimited), and one counter for every request (a generic_key alone).
 const migrateConfig = `domain: edge
 descriptors:
@@ -60,6 +61,13 @@ descriptors:
     descriptors:
       - key: user
         rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: region
+    value: eu
+    descriptors:
+      - key: user
+        rate_limit: {unit: hour, requests_per_unit: 4}
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 7}
   - key: partner
     rate_limit: {unit: second, requests_per_unit: 0}
   - key: partner
@@ -82,6 +90,9 @@ const migrateActions = `rate_limits:
       - request_headers: {header_name: x-tenant, descriptor_key: tenant}
       - request_headers: {header_name: x-user, descriptor_key: user}
   - actions: [{request_headers: {header_name: x-partner, descriptor_key: partner}}]
+  - actions:
+      - request_headers: {header_name: x-region, descriptor_key: region, skip_if_absent: true}
+      - request_headers: {header_name: x-user, descriptor_key: user}
 `
 
 // TestMigratedRatelimitConfigDecidesAsEnvoyproxyRatelimit: the policy
@@ -147,6 +158,16 @@ func TestMigratedRatelimitConfigDecidesAsEnvoyproxyRatelimit(t *testing.T) {
 		}
 		if tenant != "" && user != "" {
 			ds = append(ds, descriptor("tenant", tenant, "user", user))
+		}
+		region := pick("", "eu", "us")
+		if region != "" {
+			req.Headers = append(req.Headers, wasmhost.Header{"x-region", region})
+		}
+		switch {
+		case user != "" && region != "":
+			ds = append(ds, descriptor("region", region, "user", user))
+		case user != "": // skip_if_absent: the descriptor without the region
+			ds = append(ds, descriptor("user", user))
 		}
 		if partner := pick("", "", "p1", "p2", "p3"); partner != "" {
 			ds = append(ds, descriptor("partner", partner))

@@ -140,6 +140,7 @@ func (c *converter) policyOf(out any) (Result, error) {
 type entry struct {
 	key, fixed, source string
 	conds              map[string]any // the match a value match puts on its rules
+	skip               bool           // skip_if_absent: without the value, the descriptor is built without the entry
 }
 
 // step is the path's choice at one level of the tree.
@@ -225,10 +226,16 @@ func (c *converter) convertActions(path string, rl routeRateLimit, tree []descri
 		sources[e.source] = true
 		entries[j] = e
 	}
-	p := outPolicy{Name: c.pols.take(policyName(entries))}
-	w := walker{c: c, entries: entries, path: path}
-	if err := w.walk(0, tree, nil, &p); err != nil {
+	variants, err := skipVariants(path, entries)
+	if err != nil {
 		return err
+	}
+	p := outPolicy{Name: c.pols.take(policyName(entries))}
+	for _, v := range variants {
+		w := walker{c: c, entries: v.entries, absent: v.absent, path: path}
+		if err := w.walk(0, tree, nil, &p); err != nil {
+			return err
+		}
 	}
 	if len(p.Rules) == 0 {
 		c.note("%s (%s): no descriptor of the configuration matches what its actions build, so it limits nothing; left out", path, policyName(entries))
@@ -236,6 +243,52 @@ func (c *converter) convertActions(path string, rl routeRateLimit, tree []descri
 	}
 	c.policies = append(c.policies, p)
 	return nil
+}
+
+// maxSkips bounds the skip_if_absent actions of one rate_limits entry:
+// each doubles the descriptors it can build.
+const maxSkips = 4
+
+// variant is a descriptor the actions build: the entries whose values
+// are there, and the conditions saying the others' are not.
+type variant struct {
+	entries []entry
+	absent  map[string]any
+}
+
+// skipVariants are the descriptors Envoy builds from entries: with each
+// skip_if_absent entry, or without it when its value is missing (every
+// entry missing builds none).
+func skipVariants(path string, entries []entry) ([]variant, error) {
+	var skips []int
+	for i, e := range entries {
+		if e.skip {
+			skips = append(skips, i)
+		}
+	}
+	if len(skips) > maxSkips {
+		return nil, fmt.Errorf("%s: more than %d skip_if_absent actions, %d descriptors; write the rules by hand", path, maxSkips, 1<<len(skips))
+	}
+	var out []variant
+	for mask := range 1 << len(skips) {
+		v := variant{absent: map[string]any{}}
+		gone := map[int]bool{}
+		for b, i := range skips {
+			if mask&(1<<b) != 0 {
+				gone[i] = true
+				v.absent[entries[i].source] = map[string]any{"present": false}
+			}
+		}
+		for i, e := range entries {
+			if !gone[i] {
+				v.entries = append(v.entries, e)
+			}
+		}
+		if len(v.entries) > 0 {
+			out = append(out, v)
+		}
+	}
+	return out, nil
 }
 
 // entryOf reads one action.
@@ -246,18 +299,15 @@ func (c *converter) entryOf(path string, a action) (entry, error) {
 		if h.HeaderName == "" || h.DescriptorKey == "" {
 			return entry{}, fmt.Errorf("%s.request_headers: header_name and descriptor_key are required", path)
 		}
-		if h.SkipIfAbsent {
-			return entry{}, fmt.Errorf("%s.request_headers.skip_if_absent: not converted (a Sluice rule applies only when all its keys are present)", path)
-		}
 		switch name := strings.ToLower(h.HeaderName); {
 		case name == ":method":
-			return entry{key: h.DescriptorKey, source: "method"}, nil
+			return entry{key: h.DescriptorKey, source: "method"}, nil // always there
 		case name == ":authority":
-			return entry{key: h.DescriptorKey, source: "host"}, nil
+			return entry{key: h.DescriptorKey, source: "host", skip: h.SkipIfAbsent}, nil
 		case strings.HasPrefix(name, ":"):
 			return entry{}, fmt.Errorf("%s.request_headers.header_name %q: not converted (Sluice's path source has no query string; write the rule by hand)", path, h.HeaderName)
 		default:
-			return entry{key: h.DescriptorKey, source: "header:" + name}, nil
+			return entry{key: h.DescriptorKey, source: "header:" + name, skip: h.SkipIfAbsent}, nil
 		}
 	case a.RemoteAddress != nil:
 		c.noteOnce("remote_address is Sluice's ip:address; set the policy's xff_trusted_hops to the HTTP connection manager's xff_num_trusted_hops so both read the same address")
@@ -277,10 +327,7 @@ func (c *converter) entryOf(path string, a action) (entry, error) {
 		if q.QueryParameterName == "" || q.DescriptorKey == "" {
 			return entry{}, fmt.Errorf("%s.query_parameters: query_parameter_name and descriptor_key are required", path)
 		}
-		if q.SkipIfAbsent {
-			return entry{}, fmt.Errorf("%s.query_parameters.skip_if_absent: not converted (a Sluice rule applies only when all its keys are present)", path)
-		}
-		return entry{key: q.DescriptorKey, source: "query:" + q.QueryParameterName}, nil
+		return entry{key: q.DescriptorKey, source: "query:" + q.QueryParameterName, skip: q.SkipIfAbsent}, nil
 	case a.HeaderValueMatch != nil:
 		return valueMatchEntry(path+".header_value_match", a.HeaderValueMatch, "header_value_match")
 	case a.QueryParameterValue != nil:
@@ -317,8 +364,6 @@ func metadataEntry(path string, m *metadataAction) (entry, error) {
 		return entry{}, fmt.Errorf("%s.default_value: not converted (a Sluice rule does not apply to a request without the value)", path)
 	case m.Source != "" && m.Source != "DYNAMIC":
 		return entry{}, fmt.Errorf("%s.source %q: only DYNAMIC (dynamic metadata) is converted", path, m.Source)
-	case m.SkipIfAbsent:
-		return entry{}, fmt.Errorf("%s.skip_if_absent: not converted (a Sluice rule applies only when all its keys are present)", path)
 	}
 	keys := make([]string, len(m.MetadataKey.Path))
 	for i, seg := range m.MetadataKey.Path {
@@ -327,7 +372,7 @@ func metadataEntry(path string, m *metadataAction) (entry, error) {
 			keys[i] = "[" + seg.Key + "]"
 		}
 	}
-	return entry{key: m.DescriptorKey, source: "metadata:" + m.MetadataKey.Key + ":" + strings.Join(keys, ".")}, nil
+	return entry{key: m.DescriptorKey, source: "metadata:" + m.MetadataKey.Key + ":" + strings.Join(keys, "."), skip: m.SkipIfAbsent}, nil
 }
 
 func actionKind(a action) string {
@@ -352,6 +397,7 @@ func actionKind(a action) string {
 type walker struct {
 	c       *converter
 	entries []entry
+	absent  map[string]any // the conditions of the skipped entries (skipVariants)
 	path    string
 }
 
@@ -470,6 +516,9 @@ func (w *walker) leaf(d *descriptor, path []step, p *outPolicy) error {
 	var keys []string
 	match := map[string]any{}
 	lastValued := ""
+	if err := addConds(match, w.absent, w.path); err != nil {
+		return err
+	}
 	for _, s := range path {
 		if err := addConds(match, s.conds, w.path); err != nil {
 			return err
@@ -514,6 +563,9 @@ func (w *walker) leaf(d *descriptor, path []step, p *outPolicy) error {
 // unlimited rules (their own rules come earlier in the policy and win).
 func (w *walker) denyRule(r outRule, path []step, match map[string]any, p *outPolicy) error {
 	valued := map[string]any{} // the conditions of the path's values so far
+	if err := addConds(valued, w.absent, w.path); err != nil {
+		return err
+	}
 	for _, s := range path {
 		if err := addConds(valued, s.conds, w.path); err != nil {
 			return err

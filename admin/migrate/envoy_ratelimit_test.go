@@ -186,6 +186,33 @@ descriptors:
  "fleet": {"cluster": "sluice_rls"}}`)
 }
 
+// With skip_if_absent, Envoy builds the descriptor without the entry when
+// the value is missing: the shorter descriptor's rules say the value is
+// not there.
+func TestSkipIfAbsentBuildsTheShorterDescriptorsRules(t *testing.T) {
+	config := `domain: d
+descriptors:
+  - key: region
+    descriptors:
+      - key: user
+        rate_limit: {unit: hour, requests_per_unit: 4}
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 7}
+`
+	actions := `- actions:
+    - request_headers: {header_name: x-region, descriptor_key: region, skip_if_absent: true}
+    - request_headers: {header_name: x-user, descriptor_key: user}
+`
+	res, err := EnvoyRatelimit([]byte(config), []byte(actions), Options{Scope: "local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameJSON(t, res.Policy, `{"policies": [{"name": "region-user", "rules": [
+  {"name": "region-user", "limit_keys": ["header:x-region", "header:x-user"], "algorithm": "fixed_window", "algorithm_config": {"limit": 4, "window_seconds": 3600}},
+  {"name": "user", "match": {"header:x-region": {"present": false}}, "limit_keys": ["header:x-user"], "algorithm": "fixed_window", "algorithm_config": {"limit": 7, "window_seconds": 3600}}
+ ]}]}`)
+}
+
 // A descriptor of generic_keys alone is one bucket for every request, as
 // the service keeps one counter.
 func TestGenericKeysAloneConvertToOneBucket(t *testing.T) {
@@ -232,7 +259,9 @@ func TestWhatCannotBeConvertedIsNamed(t *testing.T) {
 		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
 			`- actions: [{masked_remote_address: {v4_prefix_mask_len: 24}}]`, "rate_limits[0].actions[0]: masked_remote_address is not converted"},
 		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
-			`- actions: [{request_headers: {header_name: x-k, descriptor_key: k, skip_if_absent: true}}]`, "rate_limits[0].actions[0].request_headers.skip_if_absent"},
+			"- actions: [{request_headers: {header_name: x-a, descriptor_key: a, skip_if_absent: true}}, {request_headers: {header_name: x-b, descriptor_key: b, skip_if_absent: true}}, " +
+				"{request_headers: {header_name: x-c, descriptor_key: c, skip_if_absent: true}}, {request_headers: {header_name: x-d, descriptor_key: d, skip_if_absent: true}}, " +
+				"{query_parameters: {query_parameter_name: e, descriptor_key: e, skip_if_absent: true}}]", "more than 4 skip_if_absent actions"},
 		{"domain: d\ndescriptors:\n  - key: generic_key\n    value: v\n    rate_limit: {unit: second, requests_per_unit: 0}\n",
 			`- actions: [{generic_key: {descriptor_value: v}}]`, "requests_per_unit 0 with generic_key actions only would refuse every request"},
 		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1, unit_multiplier: 5}\n", header, "rate_limit.unit_multiplier: not converted"},
