@@ -119,15 +119,10 @@ func TestStructuredEditorEditsExemptAndDenyRules(t *testing.T) {
 			t.Errorf("the list does not say %q", words)
 		}
 	}
+	hidden := url.Values{"rf_algorithm": {"token_bucket"}, "rf_rate": {"5"}, "rf_key_kind0": {"ip:address"}} // what a browser sends from hidden fields
 	apply := func(draft, ref string, fields url.Values) (int, string) {
 		t.Helper()
-		form := url.Values{"csrf": {tok}, "base_version": {"1"}, "policy": {draft}, "op": {"apply:" + ref},
-			"rf_algorithm": {"token_bucket"}, "rf_rate": {"5"}, "rf_key_kind0": {"ip:address"}} // what a browser sends from hidden fields
-		for k, v := range fields {
-			form[k] = v
-		}
-		resp, body := post(t, c, e.srv.URL+"/policy/rules", form)
-		return resp.StatusCode, body
+		return applyRuleForm(t, c, e, tok, draft, ref, hidden, fields)
 	}
 	status, body := apply(draft, "0:0", url.Values{"rf_name": {"blocked"}, "rf_action": {"deny"}, "rf_deny_status": {"403"},
 		"rf_match_src0": {"header:x-api-key"}, "rf_match_val0": {"leaked"}})
@@ -166,14 +161,7 @@ func TestStructuredEditorSetsARulesRejectionBody(t *testing.T) {
 	}
 	apply := func(draft, ref string, fields url.Values) (int, string) {
 		t.Helper()
-		form := url.Values{"csrf": {tok}, "base_version": {"1"}, "policy": {draft}, "op": {"apply:" + ref},
-			"rf_name": {"api"}, "rf_algorithm": {"token_bucket"}, "rf_rate": {"5"}, "rf_burst": {"10"},
-			"rf_key_kind0": {"header"}, "rf_key_name0": {"x-api-key"}}
-		for k, v := range fields {
-			form[k] = v
-		}
-		resp, body := post(t, c, e.srv.URL+"/policy/rules", form)
-		return resp.StatusCode, body
+		return applyRuleForm(t, c, e, tok, draft, ref, apiRuleForm, fields)
 	}
 	// A body typed in, with a browser's line ends, and its content type.
 	status, body := apply(draft, "0:0", url.Values{"rf_reject_body": {"Too many requests.\r\nSee /limits"}, "rf_reject_content_type": {"text/plain"}})
@@ -259,14 +247,7 @@ func TestStructuredEditorRollsALimitOutOnAShareOfClients(t *testing.T) {
 	}
 	apply := func(draft string, fields url.Values) (int, string) {
 		t.Helper()
-		form := url.Values{"csrf": {tok}, "base_version": {"1"}, "policy": {draft}, "op": {"apply:0:0"},
-			"rf_name": {"api"}, "rf_algorithm": {"token_bucket"}, "rf_rate": {"5"}, "rf_burst": {"10"},
-			"rf_key_kind0": {"header"}, "rf_key_name0": {"x-api-key"}}
-		for k, v := range fields {
-			form[k] = v
-		}
-		resp, body := post(t, c, e.srv.URL+"/policy/rules", form)
-		return resp.StatusCode, body
+		return applyRuleForm(t, c, e, tok, draft, "0:0", apiRuleForm, fields)
 	}
 	status, body := apply(draft, url.Values{"rf_enforce_percent": {"25"}})
 	got := draftOf(t, body)
@@ -287,4 +268,24 @@ func TestStructuredEditorRollsALimitOutOnAShareOfClients(t *testing.T) {
 	if got = draftOf(t, body); status != 200 || strings.Contains(got, "enforce_percent") {
 		t.Fatalf("empty the share: %d\n%s", status, got)
 	}
+}
+
+// apiRuleForm is the rule form of a token bucket rule "api" keyed by
+// x-api-key, as a browser sends it.
+var apiRuleForm = url.Values{"rf_name": {"api"}, "rf_algorithm": {"token_bucket"}, "rf_rate": {"5"}, "rf_burst": {"10"},
+	"rf_key_kind0": {"header"}, "rf_key_name0": {"x-api-key"}}
+
+// applyRuleForm posts the rule form of rule ref of draft: the fields of
+// base, with those of fields instead; it returns the status and the page.
+func applyRuleForm(t *testing.T, c *http.Client, e *env, tok, draft, ref string, base, fields url.Values) (int, string) {
+	t.Helper()
+	form := url.Values{"csrf": {tok}, "base_version": {"1"}, "policy": {draft}, "op": {"apply:" + ref}}
+	for k, v := range base {
+		form[k] = v
+	}
+	for k, v := range fields {
+		form[k] = v
+	}
+	resp, body := post(t, c, e.srv.URL+"/policy/rules", form)
+	return resp.StatusCode, body
 }

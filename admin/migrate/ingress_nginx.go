@@ -41,18 +41,8 @@ type ingress struct {
 		Namespace   string            `yaml:"namespace"`
 		Annotations map[string]string `yaml:"annotations"`
 	} `yaml:"metadata"`
-	Spec struct {
-		Rules []struct {
-			Host string `yaml:"host"`
-			HTTP struct {
-				Paths []struct {
-					Path     string `yaml:"path"`
-					PathType string `yaml:"pathType"`
-				} `yaml:"paths"`
-			} `yaml:"http"`
-		} `yaml:"rules"`
-	} `yaml:"spec"`
-	Items []ingress `yaml:"items"` // a List
+	Spec  kubeIngressSpec `yaml:"spec"`
+	Items []ingress       `yaml:"items"` // a List
 }
 
 // ingressLimits are the limit annotations of one Ingress.

@@ -39,8 +39,9 @@ type kongKubeObject struct {
 	Items      []kongKubeObject  `yaml:"items"`
 }
 
-// kubeIngressSpec is the part of an Ingress's spec the controller makes
-// routes of.
+// kubeIngressSpec is the part of an Ingress's spec the conversions read:
+// the hosts and paths, and the backends the Kong Ingress Controller makes
+// services of.
 type kubeIngressSpec struct {
 	DefaultBackend *kubeBackend `yaml:"defaultBackend"`
 	Rules          []struct {
