@@ -37,6 +37,19 @@ type kongKube struct {
 // separated.
 const kongPluginsAnnotation = "konghq.com/plugins"
 
+// kongIngressClass is the Kong Ingress Controller's default class: an
+// Ingress of another class is another controller's.
+const kongIngressClass = "kong"
+
+// kubeIngressClass is an Ingress's class: spec.ingressClassName, else the
+// older kubernetes.io/ingress.class annotation ("" for none).
+func kubeIngressClass(o *kongKubeObject) string {
+	if c := o.ingress.IngressClassName; c != "" {
+		return c
+	}
+	return o.Metadata.Annotations["kubernetes.io/ingress.class"]
+}
+
 // kicService is the Kong service the controller makes of a Service port.
 func (k *kongConv) kicService(ns string, b *kubeBackend) *kongSvc {
 	port := b.Service.Port.Name
@@ -95,6 +108,10 @@ func (k *kongConv) readIngressScoped(kube *kongKube) error {
 		}
 	}
 	for _, ing := range kube.ingresses {
+		if class := kubeIngressClass(ing); class != "" && class != kongIngressClass {
+			k.note("Ingress %s: of class %s, not %s: the Kong Ingress Controller makes no routes of it; left out", kubeName(ing), class, kongIngressClass)
+			continue
+		}
 		if err := k.ingressRoutes(kube, ing); err != nil {
 			return err
 		}

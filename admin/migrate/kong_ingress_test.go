@@ -55,6 +55,13 @@ spec:
       paths:
       - {path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 8080}}}}
 ---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: other, namespace: shop, annotations: {konghq.com/plugins: per-ip}}
+spec:
+  ingressClassName: nginx
+  rules: [{host: other.example.com, http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 8080}}}}]}}]
+---
 apiVersion: v1
 kind: Service
 metadata:
@@ -102,7 +109,8 @@ func TestKongPluginsApplyWhereTheIngressAnnotationsAttachThem(t *testing.T) {
 	}
 	notesContain(t, kube.Notes,
 		"document 3 (KongPlugin shop/forgotten): no Ingress, Service or KongConsumer of the input names it in konghq.com/plugins, so the controller attaches it nowhere; not converted",
-		"Ingress shop/api: konghq.com/plugins names missing, which the input has no KongPlugin or KongClusterPlugin of")
+		"Ingress shop/api: konghq.com/plugins names missing, which the input has no KongPlugin or KongClusterPlugin of",
+		"Ingress shop/other: of class nginx, not kong: the Kong Ingress Controller makes no routes of it; left out")
 	cfg, _ := kongConvert(t, kongIngressStream, KongOptions{})
 	for _, c := range []struct {
 		host, path string

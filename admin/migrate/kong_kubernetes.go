@@ -43,8 +43,9 @@ type kongKubeObject struct {
 // the hosts and paths, and the backends the Kong Ingress Controller makes
 // services of.
 type kubeIngressSpec struct {
-	DefaultBackend *kubeBackend `yaml:"defaultBackend"`
-	Rules          []struct {
+	IngressClassName string       `yaml:"ingressClassName"`
+	DefaultBackend   *kubeBackend `yaml:"defaultBackend"`
+	Rules            []struct {
 		Host string `yaml:"host"`
 		HTTP struct {
 			Paths []struct {
