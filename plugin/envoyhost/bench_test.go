@@ -12,7 +12,6 @@ import (
 	"github.com/sluice-rl/sluice/plugin/bench"
 	"github.com/sluice-rl/sluice/plugin/envoyhost"
 	"github.com/sluice-rl/sluice/plugin/scenario"
-	"github.com/sluice-rl/sluice/shared/request"
 	"github.com/sluice-rl/sluice/shared/simulate"
 )
 
@@ -217,12 +216,7 @@ func BenchmarkEnvoyHostProbe(b *testing.B) {
 // (enforced) or spares. A spared identity's request gets no RateLimit
 // fields from the rule.
 func sharedBy(name string, enforced bool, extra string) streamCase {
-	key := ""
-	for i := 0; key == ""; i++ {
-		if k := "k" + strconv.Itoa(i); request.Enforced(k, 50) == enforced {
-			key = k
-		}
-	}
+	key := scenario.KeyAt(50, enforced)
 	return streamCase{name, strings.Replace(benchConfig, `"name": "bench",`, `"name": "bench", "enforce_percent": 50,`+extra, 1),
 		hdr("x-api-key", key), false, benchConfig}
 }

@@ -7,6 +7,7 @@ package scenario
 // and named in the shadow header (unless "shadow_mark": false).
 
 import (
+	"fmt"
 	"strconv"
 	"testing"
 
@@ -16,6 +17,7 @@ import (
 func init() {
 	register(Case{Name: "RuleEnforcedOnAShareOfIdentitiesRefusesOnlyThoseAndMarksTheRest", Run: rolloutShare})
 	register(Case{Name: "UnmarkedRuleEnforcedOnAShareLeavesTheSparedRequestsAsSent", Run: rolloutUnmarked})
+	register(Case{Name: "GlobalRuleEnforcedOnAShareDeniesOnlyThoseWhenTheBackendIsDown", Run: rolloutGlobalBackendDown})
 }
 
 // rolloutKeys is how many API keys the cases send: enough that a share of
@@ -85,4 +87,47 @@ func rolloutUnmarked(t *testing.T, start Starter) {
 	if logsContaining(h, "shadow rule ramp would have rejected") == 0 {
 		t.Errorf("a spared refusal is not logged: %q", h.Logs())
 	}
+}
+
+// A global rule enforced on a share: with the backend down and
+// "on_backend_down": "deny", the identities it enforces on are refused
+// and the others let through, marked.
+func rolloutGlobalBackendDown(t *testing.T, start Starter) {
+	h := startConfig(t, start, `{"fleet": {"cluster": "rls", "timeout_ms": 50, "sync_interval_ms": 100, "lease_ttl_ms": 1000, "lease_max": 40,
+	  "on_backend_down": "deny"},
+	 "rules": [{"name": "g", "scope": "global", "enforce_percent": 50, "limit_keys": ["header:x-tenant"], "algorithm": "token_bucket",
+	   "algorithm_config": {"tokens_per_second": 100, "burst": 100}}]}`)
+	enforced, spared := KeyAt(50, true), KeyAt(50, false)
+	res := do(t, h, req("x-tenant", enforced))
+	if !res.Paused {
+		t.Fatalf("the first request of a global rule was not paused for a lease (rejected %v)", res.Rejected)
+	}
+	failCall(t, h, onlyCall(t, h, "the first ask"))
+	if final := settled(t, "the enforced tenant's first request", res); !final.Rejected || final.Status != 429 {
+		t.Fatalf("the enforced tenant, backend down: rejected %v, status %d; want 429", final.Rejected, final.Status)
+	}
+	res = do(t, h, req("x-tenant", spared))
+	if res.Paused {
+		res = settled(t, "the spared tenant's request", res)
+	}
+	if res.Rejected {
+		t.Fatalf("the spared tenant, backend down: rejected (%d)", res.Status)
+	}
+	wantHeaders(t, "spared, backend down", res.UpstreamHeaders, "x-sluice-shadow", "g")
+	if res := do(t, h, req("x-tenant", enforced)); !res.Rejected {
+		t.Fatal("the enforced tenant's second request was let through while the backend is down")
+	}
+	wantMetrics(t, h, map[string]uint64{"sluice.rule.g.rejected": 2, "sluice.rule.g.shadow_rejected": 1})
+}
+
+// KeyAt is the first of k0, k1, ... that a rule keyed by it alone,
+// enforced on percent of its identities, enforces on (enforced) or
+// spares; percent is between 0 and 100, exclusive.
+func KeyAt(percent float64, enforced bool) string {
+	for i := range 1_000_000 {
+		if k := "k" + strconv.Itoa(i); request.Enforced(k, percent) == enforced {
+			return k
+		}
+	}
+	panic(fmt.Sprintf("no key among a million is %v at %v%%", map[bool]string{true: "enforced", false: "spared"}[enforced], percent))
 }
