@@ -28,8 +28,9 @@ import (
 // header_value_match), per API key with an unlimited, a revoked
 // and an overridden key, per tenant and user (nested, with a tenant of its
 // own, and per user in the eu region or, without a region, alone, a
-// skip_if_absent), partners refused but for two of their own (one limited, one
-// unlimited), and one counter for every request (a generic_key alone).
+// skip_if_absent), partners refused but for two of their own (one limited,
+// one unlimited) and those of two wildcards (a counter per partner, and
+// one shared), and one counter for every request (a generic_key alone).
 const migrateConfig = `domain: edge
 descriptors:
   - key: remote_address
@@ -76,6 +77,13 @@ descriptors:
   - key: partner
     value: p2
     rate_limit: {unlimited: true}
+  - key: partner
+    value: "p9*"
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: partner
+    value: "q*"
+    share_threshold: true
+    rate_limit: {unit: hour, requests_per_unit: 3}
 `
 
 // migrateActions are the route's rate_limits.
@@ -169,7 +177,7 @@ func TestMigratedRatelimitConfigDecidesAsEnvoyproxyRatelimit(t *testing.T) {
 		case user != "": // skip_if_absent: the descriptor without the region
 			ds = append(ds, descriptor("user", user))
 		}
-		if partner := pick("", "", "p1", "p2", "p3"); partner != "" {
+		if partner := pick("", "", "p1", "p2", "p3", "p90", "p91", "q1", "q2"); partner != "" {
 			ds = append(ds, descriptor("partner", partner))
 			req.Headers = append(req.Headers, wasmhost.Header{"x-partner", partner})
 		}

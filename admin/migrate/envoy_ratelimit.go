@@ -148,7 +148,15 @@ type step struct {
 	entry
 	value   string   // the node's value; "" for the key's own node (any value)
 	exclude []string // for the key's own node: the values with nodes of their own
+	// prefix is a wildcard node's value without its "*": the values
+	// starting with it, each its own counter unless shared
+	// (share_threshold: one counter for them all).
+	prefix string
+	shared bool
 }
+
+// prefixCond is the match of the values a wildcard takes.
+func prefixCond(prefix string) map[string]any { return map[string]any{"prefix": prefix} }
 
 // Bounds on the work of one conversion.
 const (
@@ -168,8 +176,10 @@ func (c *converter) checkTree(path string, ds []descriptor) error {
 		switch {
 		case d.Key == "":
 			return fmt.Errorf("%s.key: missing", p)
-		case strings.Contains(d.Value, "*"):
-			return fmt.Errorf("%s.value %q: wildcard values are not converted; write the rule by hand with a prefix condition (docs/migrating.md)", p, d.Value)
+		case d.ShareThreshold && !strings.HasSuffix(d.Value, "*"):
+			return fmt.Errorf("%s.share_threshold: only for a wildcard value (ending with *); the service refuses it here", p)
+		case d.QuotaMode:
+			return fmt.Errorf("%s.quota_mode: not converted; write the rule by hand", p)
 		}
 		k := d.Key + "\x00" + d.Value
 		if j, dup := seen[k]; dup {
@@ -406,12 +416,14 @@ type walker struct {
 func (w *walker) walk(i int, nodes []descriptor, path []step, p *outPolicy) error {
 	e := w.entries[i]
 	var own *descriptor // the key's own node (any value)
-	var valued []*descriptor
+	var valued, wild []*descriptor
 	for k := range nodes {
 		switch d := &nodes[k]; {
 		case d.Key != e.key:
 		case d.Value == "":
 			own = d
+		case strings.HasSuffix(d.Value, "*"):
+			wild = append(wild, d) // the service tries them in order, after the exact values
 		default:
 			valued = append(valued, d)
 		}
@@ -433,13 +445,18 @@ func (w *walker) walk(i int, nodes []descriptor, path []step, p *outPolicy) erro
 				return visit(d, step{entry: e, value: d.Value})
 			}
 		}
+		for _, d := range wild {
+			if strings.HasPrefix(e.fixed, strings.TrimSuffix(d.Value, "*")) {
+				return visit(d, step{entry: e, value: e.fixed})
+			}
+		}
 		if own != nil {
 			return visit(own, step{entry: e})
 		}
 		return nil
 	}
 	folded := map[*descriptor]bool{}
-	if last && own != nil {
+	if last && own != nil && len(wild) == 0 { // a wildcard between them would take a folded value first
 		folded = w.foldable(own, valued, path)
 	}
 	var exclude []string
@@ -451,6 +468,9 @@ func (w *walker) walk(i int, nodes []descriptor, path []step, p *outPolicy) erro
 		if err := visit(d, step{entry: e, value: d.Value}); err != nil {
 			return err
 		}
+	}
+	if err := w.wildcards(wild, own != nil, exclude, e, path, p, visit); err != nil {
+		return err
 	}
 	if own == nil {
 		return nil
@@ -472,6 +492,72 @@ func (w *walker) walk(i int, nodes []descriptor, path []step, p *outPolicy) erro
 		}
 	}
 	return nil
+}
+
+// wildcards visits a level's wildcard nodes in order, after its exact
+// values and before its own node, as the service tries them. A value the
+// service decides by an exact node, or by an earlier wildcard, stops its
+// policy before the next wildcard's rules (an "unlimited" rule): those
+// rules must not take a request whose chosen node limits nothing.
+func (w *walker) wildcards(wild []*descriptor, ownNext bool, exact []string, e entry, path []step, p *outPolicy, visit func(*descriptor, step) error) error {
+	if len(wild) == 0 {
+		return nil
+	}
+	stop := func(name string, cond any) error {
+		match, err := w.pathConds(path)
+		if err != nil {
+			return err
+		}
+		if err := elAddCond(match, e.source, cond, w.path); err != nil {
+			return err
+		}
+		base := pathName(path)
+		if base != "" {
+			base += "-"
+		}
+		p.Rules = append(p.Rules, outRule{Name: w.c.rules.take(base + name), Action: policy.ActionUnlimited, Match: match})
+		return nil
+	}
+	if len(exact) > 0 {
+		if err := stop(e.key+"-values", map[string]any{"in": slices.Sorted(slices.Values(exact))}); err != nil {
+			return err
+		}
+	}
+	for i, d := range wild {
+		q := strings.TrimSuffix(d.Value, "*")
+		if err := visit(d, step{entry: e, prefix: q, shared: d.ShareThreshold}); err != nil {
+			return err
+		}
+		if i < len(wild)-1 || ownNext {
+			if err := stop(e.key+"-"+q+"-prefix", prefixCond(q)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// pathConds are the conditions of the values a path chose (exact values
+// and wildcard prefixes, and the skipped entries' absence), which a stop
+// rule needs so as to take only the requests of that path.
+func (w *walker) pathConds(path []step) (map[string]any, error) {
+	match := map[string]any{}
+	if err := addConds(match, w.absent, w.path); err != nil {
+		return nil, err
+	}
+	for _, s := range path {
+		if err := addConds(match, s.conds, w.path); err != nil {
+			return nil, err
+		}
+		switch {
+		case s.fixed != "":
+		case s.value != "":
+			match[s.source] = s.value
+		case s.prefix != "":
+			match[s.source] = prefixCond(s.prefix)
+		}
+	}
+	return match, nil
 }
 
 // foldable picks the value nodes at the last level that can be overrides
@@ -527,6 +613,11 @@ func (w *walker) leaf(d *descriptor, path []step, p *outPolicy) error {
 		case s.fixed != "":
 		case s.value != "":
 			match[s.source], lastValued = s.value, s.source
+		case s.prefix != "":
+			match[s.source] = prefixCond(s.prefix)
+			if !s.shared {
+				keys = append(keys, s.source) // each value its own counter
+			}
 		default:
 			keys = append(keys, s.source)
 			if len(s.exclude) > 0 {
@@ -577,6 +668,10 @@ func (w *walker) denyRule(r outRule, path []step, match map[string]any, p *outPo
 			valued[s.source] = s.value
 			continue
 		}
+		if s.prefix != "" {
+			valued[s.source] = prefixCond(s.prefix)
+			continue
+		}
 		if len(s.exclude) > 0 {
 			stop := maps.Clone(valued)
 			stop[s.source] = map[string]any{"in": s.exclude}
@@ -618,16 +713,23 @@ func policyName(entries []entry) string {
 // path's keys and values.
 func (c *converter) ruleName(name string, path []step) string {
 	if name == "" {
-		parts := make([]string, 0, 2*len(path))
-		for _, s := range path {
-			parts = append(parts, s.key)
-			if v := cmp.Or(s.value, s.fixed); v != "" { // a fixed value picks the node of that value
-				parts = append(parts, v)
-			}
-		}
-		name = strings.Join(parts, "-")
+		name = pathName(path)
 	}
 	return c.rules.take(name)
+}
+
+// pathName names a path by its keys and the values it chose.
+func pathName(path []step) string {
+	parts := make([]string, 0, 2*len(path))
+	for _, s := range path {
+		parts = append(parts, s.key)
+		if v := cmp.Or(s.value, s.fixed); v != "" { // a fixed value picks the node of that value
+			parts = append(parts, v)
+		} else if v := strings.TrimRight(s.prefix, "-_."); v != "" { // a wildcard: its prefix
+			parts = append(parts, v)
+		}
+	}
+	return strings.Join(parts, "-")
 }
 
 // nameSet is the names a conversion has used (rule names, or policy

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sluice-rl/sluice/shared/policy"
+	"github.com/sluice-rl/sluice/shared/simulate"
 )
 
 // guideConfig is docs/migrating.md's envoyproxy/ratelimit example, with a
@@ -213,6 +214,58 @@ descriptors:
  ]}]}`)
 }
 
+// Wildcard values (ending with *) take the values starting with the rest,
+// after the exact values and in order, each value its own counter unless
+// share_threshold makes one for them all; a value the service decides by
+// an exact node or an earlier wildcard is kept from the later ones.
+func TestWildcardValuesBecomePrefixConditions(t *testing.T) {
+	config := `domain: d
+descriptors:
+  - key: partner
+    value: p-vip
+    rate_limit: {unit: hour, requests_per_unit: 100}
+  - key: partner
+    value: p-free-trial
+    rate_limit: {unlimited: true}
+  - key: partner
+    value: "p-free*"
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: partner
+    value: "p-*"
+    share_threshold: true
+    rate_limit: {unit: hour, requests_per_unit: 50}
+  - key: partner
+    rate_limit: {unit: hour, requests_per_unit: 10}
+`
+	actions := "- actions: [{request_headers: {header_name: x-partner, descriptor_key: partner}}]\n"
+	res, err := EnvoyRatelimit([]byte(config), []byte(actions), Options{Scope: "local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := policy.Parse(res.Policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for partner, want := range map[string]string{
+		"p-vip": "partner-p-vip", "p-free-trial": "partner-values", "p-free-9": "partner-p-free",
+		"p-other": "partner-p", "x": "partner",
+	} {
+		got := applied(cfg, simulate.Request{Path: "/", Headers: map[string]string{"x-partner": partner}})["partner"]
+		if got != want {
+			t.Errorf("partner %s: rule %q applies, want %q\n%s", partner, got, want, res.Policy)
+		}
+	}
+	keys := map[string]string{}
+	for _, r := range cfg.Policies[0].Rules {
+		if len(r.Keys) > 0 {
+			keys[r.Name] = r.Keys[0].String()
+		}
+	}
+	if keys["partner-p-free"] != "header:x-partner" || keys["partner-p"] != "all" {
+		t.Errorf("keys %v: p-free* counts each value, p-* (share_threshold) one for all", keys)
+	}
+}
+
 // A descriptor of generic_keys alone is one bucket for every request, as
 // the service keeps one counter.
 func TestGenericKeysAloneConvertToOneBucket(t *testing.T) {
@@ -250,7 +303,8 @@ func TestWhatCannotBeConvertedIsNamed(t *testing.T) {
 		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second}\n", header, "config.descriptors[0].rate_limit.requests_per_unit: missing"},
 		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n", header, `config.descriptors[0].rate_limit.unit "fortnight"`},
 		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: x}]}\n", header, "rate_limit.replaces: not converted"},
-		{"domain: d\ndescriptors:\n  - key: k\n    value: a*\n    rate_limit: {unit: second, requests_per_unit: 1}\n", header, `config.descriptors[0].value "a*": wildcard`},
+		{"domain: d\ndescriptors:\n  - key: k\n    value: a\n    share_threshold: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n", header, "config.descriptors[0].share_threshold: only for a wildcard value"},
+		{"domain: d\ndescriptors:\n  - key: k\n    quota_mode: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n", header, "config.descriptors[0].quota_mode: not converted"},
 		{"domain: d\ndescriptors:\n  - key: k\n  - key: k\n", header, "config.descriptors[1]: key \"k\" value \"\" again"},
 		{"domain: d\ndescriptors:\n  - {value: v}\n", header, "config.descriptors[0].key: missing"},
 		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n", "", "rate_limits: empty"},
@@ -328,6 +382,10 @@ func FuzzEnvoyRatelimit(f *testing.F) {
 	f.Add([]byte(guideConfig), []byte(guideActions), true)
 	f.Add([]byte("domain: d\ndescriptors:\n  - key: k\n    descriptors: [{key: j, rate_limit: {unit: day, requests_per_unit: 3}}]\n"),
 		[]byte("rate_limits: [{actions: [{request_headers: {header_name: a, descriptor_key: k}}, {query_parameters: {query_parameter_name: q, descriptor_key: j}}]}]"), false)
+	f.Add([]byte("domain: d\ndescriptors:\n  - {key: k, value: a, rate_limit: {unlimited: true}}\n  - {key: k, value: \"a*\", descriptors: [{key: j, value: \"x*\", share_threshold: true, rate_limit: {unit: hour, requests_per_unit: 0}}]}\n"+
+		"  - {key: k, rate_limit: {unit: hour, requests_per_unit: 2}}\n  - {key: header_match, value: m, rate_limit: {unit: minute, requests_per_unit: 9}}\n"),
+		[]byte("- actions: [{request_headers: {header_name: a, descriptor_key: k}}, {query_parameters: {query_parameter_name: q, descriptor_key: j, skip_if_absent: true}}]\n"+
+			"- actions: [{header_value_match: {descriptor_value: m, headers: [{name: b, string_match: {prefix: z}}]}}]\n"), true)
 	f.Fuzz(func(t *testing.T, config, actions []byte, global bool) {
 		opt := Options{Scope: "local"}
 		if global {

@@ -29,6 +29,10 @@ type descriptor struct {
 	RateLimit   *rateLimit   `yaml:"rate_limit"`
 	Descriptors []descriptor `yaml:"descriptors"`
 	ShadowMode  bool         `yaml:"shadow_mode"`
+	// A value ending with "*" is a wildcard: the values starting with
+	// the rest, each its own counter, or one shared (ShareThreshold).
+	ShareThreshold bool `yaml:"share_threshold"`
+	QuotaMode      bool `yaml:"quota_mode"`
 	// Statistics options of the service: nothing to convert.
 	DetailedMetric bool `yaml:"detailed_metric"`
 	ValueToMetric  bool `yaml:"value_to_metric"`
