@@ -83,8 +83,11 @@ func formView(d *policyedit.Doc, ref policyedit.Ref, f policyedit.Form, errs []p
 	}
 	for _, k := range f.Keys {
 		kind, name, _ := strings.Cut(k, ":")
-		if k == "ip:address" || k == "peer:principal" { // a kind with its one argument
+		switch {
+		case k == "ip:address" || k == "peer:principal": // a kind with its one argument
 			kind, name = k, ""
+		case strings.HasPrefix(k, "ip:network"): // its prefix lengths, if not the default
+			kind, name = "ip:network", strings.TrimPrefix(strings.TrimPrefix(k, "ip:network"), ":")
 		}
 		v.Keys = append(v.Keys, web.LimitKeyRow{Kind: kind, Name: name})
 	}
@@ -126,7 +129,9 @@ func formFromPost(f url.Values) policyedit.Form {
 		name := strings.TrimSpace(f.Get("rf_key_name" + strconv.Itoa(i)))
 		switch {
 		case kind == "":
-		case kind == "header" || kind == "query" || kind == "jwt" || kind == "metadata":
+		case kind == "header" || kind == "query" || kind == "jwt" || kind == "cookie" || kind == "metadata":
+			out.Keys = append(out.Keys, kind+":"+name)
+		case kind == "ip:network" && name != "": // its prefix lengths, "16:48"
 			out.Keys = append(out.Keys, kind+":"+name)
 		default:
 			out.Keys = append(out.Keys, kind)

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -288,4 +289,33 @@ func applyRuleForm(t *testing.T, c *http.Client, e *env, tok, draft, ref string,
 	}
 	resp, body := post(t, c, e.srv.URL+"/policy/rules", form)
 	return resp.StatusCode, body
+}
+
+// Keys by a cookie and by a client network keep their names through the
+// form: opened and applied unchanged, the rule is as it was.
+func TestStructuredEditorKeepsCookieAndNetworkKeys(t *testing.T) {
+	e := newEnv(t, nil)
+	c := login(t, e, "alice")
+	tok := csrfOf(t, get(t, c, e.srv.URL+"/"))
+	draft := `{"policies":[{"name":"p","rules":[{"name":"api","limit_keys":["cookie:sid","ip:network:16:48","ip:network"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}}]}]}`
+	resp, body := post(t, c, e.srv.URL+"/policy/rules", url.Values{"csrf": {tok}, "base_version": {"1"}, "policy": {draft}, "op": {"edit:0:0"}})
+	if resp.StatusCode != 200 {
+		t.Fatalf("edit: %d", resp.StatusCode)
+	}
+	// What the browser sends back: the form's own fields.
+	fields := url.Values{"rf_name": {"api"}, "rf_algorithm": {"token_bucket"}, "rf_rate": {"5"}, "rf_burst": {"10"}}
+	for i, want := range [][2]string{{"cookie", "sid"}, {"ip:network", "16:48"}, {"ip:network", ""}} {
+		n := strconv.Itoa(i)
+		if !strings.Contains(body, `<option value="`+want[0]+`" selected`) && !strings.Contains(body, `value="`+want[0]+`" selected`) {
+			t.Errorf("key %d: the form does not select %s", i, want[0])
+		}
+		if want[1] != "" && !strings.Contains(body, `name="rf_key_name`+n+`" value="`+want[1]+`"`) {
+			t.Errorf("key %d: the form does not show %q", i, want[1])
+		}
+		fields["rf_key_kind"+n], fields["rf_key_name"+n] = []string{want[0]}, []string{want[1]}
+	}
+	status, body := applyRuleForm(t, c, e, tok, draft, "0:0", nil, fields)
+	if got := draftOf(t, body); status != 200 || !strings.Contains(got, `"cookie:sid"`) || !strings.Contains(got, `"ip:network:16:48"`) || !strings.Contains(got, `"ip:network"`) {
+		t.Fatalf("applied unchanged: %d\n%s", status, got)
+	}
 }

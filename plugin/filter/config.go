@@ -29,6 +29,8 @@ type compiledConfig struct {
 	claimNames  []string
 	cookieNames []string
 	metaPaths   []string // serialized property paths of metadata sources
+	netBits     []string // the prefix lengths of ip:network sources ("24:64")
+	netMasks    [][2]int // netBits parsed: IPv4 and IPv6 bits
 	// cookieHeader is the headerNames index of "cookie", which cookie
 	// sources read (valid when cookieNames is not empty).
 	cookieHeader int
@@ -339,6 +341,13 @@ func (cc *compiledConfig) ref(k policy.KeySource) sourceRef {
 		return sourceRef{kind: k.Kind, idx: indexOf(&cc.cookieNames, k.Name)}
 	case policy.SourceMetadata:
 		return sourceRef{kind: k.Kind, idx: indexOf(&cc.metaPaths, strings.Join(policy.MetadataPath(k.Name), "\x00"))}
+	case policy.SourceIPNetwork:
+		idx := indexOf(&cc.netBits, k.Name)
+		if idx == len(cc.netMasks) {
+			v4, v6 := k.NetworkBits()
+			cc.netMasks = append(cc.netMasks, [2]int{v4, v6})
+		}
+		return sourceRef{kind: k.Kind, idx: idx}
 	}
 	return sourceRef{kind: k.Kind}
 }
@@ -373,7 +382,7 @@ func fixedOf(k policy.SourceKind, trustedHops int) (int, bool) {
 		return fixedHost, true
 	case policy.SourceJWT:
 		return fixedAuthz, true
-	case policy.SourceIP:
+	case policy.SourceIP, policy.SourceIPNetwork:
 		return fixedXFF, trustedHops > 0
 	}
 	return 0, false

@@ -51,6 +51,7 @@ type requestSources struct {
 	claims  []cachedValue   // by compiledConfig.claimNames index
 	cookies []cachedValue   // by compiledConfig.cookieNames index
 	metas   []propertyValue // by compiledConfig.metaPaths index
+	nets    []cachedValue   // by compiledConfig.netBits index
 
 	rawPath, path, method, host, ip cachedValue
 	peer, route                     propertyValue
@@ -95,6 +96,7 @@ func (rs *requestSources) reset(cfg *compiledConfig, numHeaders int) {
 		rs.queries = resetCache(rs.queries, len(cfg.queryNames))
 		rs.claims = resetCache(rs.claims, len(cfg.claimNames))
 		rs.cookies = resetCache(rs.cookies, len(cfg.cookieNames))
+		rs.nets = resetCache(rs.nets, len(cfg.netBits))
 		rs.rawPath, rs.path, rs.method, rs.host, rs.ip = cachedValue{}, cachedValue{}, cachedValue{}, cachedValue{}, cachedValue{}
 		rs.peer.c, rs.route.c = cachedValue{}, cachedValue{}
 		rs.metas = resetProperties(rs.metas, len(cfg.metaPaths))
@@ -189,6 +191,11 @@ func (rs *requestSources) get(s sourceRef) (string, bool) {
 		c = rs.metas[s.idx].readMetadata(rs, rs.cfg.metaPaths[s.idx])
 	case policy.SourceAll:
 		return policy.AllValue, true
+	case policy.SourceIPNetwork:
+		c = &rs.nets[s.idx]
+		if rs.unread(c) {
+			rs.readNetwork(c, rs.cfg.netMasks[s.idx])
+		}
 	case sourceRawPath:
 		c = &rs.rawPath
 		if rs.unread(c) {
@@ -198,6 +205,19 @@ func (rs *requestSources) get(s sourceRef) (string, bool) {
 		return "", false
 	}
 	return c.v, c.state == present
+}
+
+// readNetwork sets c to the client address's network: masked, written
+// into vals (so reading it allocates nothing once vals has grown).
+func (rs *requestSources) readNetwork(c *cachedValue, bits [2]int) {
+	ip, ok := rs.get(sourceRef{kind: policy.SourceIP})
+	if !ok {
+		c.set("", false)
+		return
+	}
+	start := len(rs.vals)
+	rs.vals, ok = request.AppendNetwork(rs.vals, ip, bits[0], bits[1])
+	c.set(bytesView(rs.vals[start:]), ok)
 }
 
 // cachedHeader returns s's cached value when s is a header already read

@@ -239,6 +239,10 @@ func (p *parser) match(path string, v *jvalue) []Matcher {
 				p.errorf(mpath, `"all" is the same for every request, so a condition on it decides nothing; use it in limit_keys (one bucket for every request the rule applies to)`)
 				continue
 			}
+			if k.Kind == SourceIPNetwork {
+				p.errorf(mpath, `a network is a key only; to match client networks write "ip:address": {"cidr": ["203.0.113.0/24"]}`)
+				continue
+			}
 			mt.Source = k
 		}
 		if mt.PathPrefix {

@@ -162,7 +162,7 @@ func TestParseErrors(t *testing.T) {
 		{"metadata too long", withKeys(`["metadata:ns:` + strings.Repeat("k", 254) + `"]`), "rules[0].limit_keys[0]", []string{"longer than 256 bytes"}, 0},
 		{"peer source without principal", withKeys(`["peer:address"]`), "rules[0].limit_keys[0]", []string{`"peer:address" is not a valid peer source`, `write "peer:principal"`}, 0},
 		{"peer source upper case", withKeys(`["Peer:principal"]`), "rules[0].limit_keys[0]", []string{"source kinds are lower-case", `"peer:principal"`}, 0},
-		{"key unknown kind", withKeys(`["form:session"]`), "rules[0].limit_keys[0]", []string{`"form:session" is not a known source`, `"ip:address", "peer:principal", "header:<name>"`}, 0},
+		{"key unknown kind", withKeys(`["form:session"]`), "rules[0].limit_keys[0]", []string{`"form:session" is not a known source`, `"ip:address", "ip:network", "peer:principal", "header:<name>"`}, 0},
 		{"all with an argument", withKeys(`["all:requests"]`), "rules[0].limit_keys[0]", []string{`takes no argument; write "all"`}, 0},
 		{"a condition on all", withMatch(`{"all": "*"}`), "rules[0].match.all", []string{`"all" is the same for every request`, "use it in limit_keys"}, 0},
 		{"cookie alone", withKeys(`["cookie"]`), "rules[0].limit_keys[0]", []string{`needs a cookie name, e.g. "cookie:session"`}, 0},

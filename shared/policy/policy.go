@@ -190,6 +190,12 @@ const (
 	// a rule keyed by it alone has one bucket for every request it applies
 	// to, like Envoy local_ratelimit's bucket of a listener or route.
 	SourceAll
+	// SourceIPNetwork is "ip:network[:<v4 bits>:<v6 bits>]": the client
+	// address's network, the address masked to a prefix (default /24 for
+	// IPv4, /64 for IPv6, the block a household or a host usually has),
+	// written as the prefix ("203.0.113.0/24"). Name holds the bits,
+	// "24:64" (ip.go).
+	SourceIPNetwork
 )
 
 // AllValue is the value of the "all" source.
@@ -229,6 +235,11 @@ func (k KeySource) String() string {
 		return "cookie:" + k.Name
 	case SourceAll:
 		return "all"
+	case SourceIPNetwork:
+		if k.Name == DefaultNetworkBits {
+			return "ip:network"
+		}
+		return "ip:network:" + k.Name
 	}
 	return "invalid"
 }

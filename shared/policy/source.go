@@ -7,7 +7,7 @@ import (
 	"github.com/sluice-rl/sluice/shared/bodyscan"
 )
 
-const sourceForms = `"ip:address", "peer:principal", "header:<name>", "query:<name>", "jwt:<claim>", "cookie:<name>", "metadata:<namespace>:<key>", "path", "method", "host", "route" or "all"`
+const sourceForms = `"ip:address", "ip:network", "peer:principal", "header:<name>", "query:<name>", "jwt:<claim>", "cookie:<name>", "metadata:<namespace>:<key>", "path", "method", "host", "route" or "all"`
 
 // maxSourceName bounds header, query and claim names.
 const maxSourceName = 256
@@ -32,10 +32,17 @@ func parseSource(s string) (KeySource, string) {
 		}
 		return KeySource{Kind: map[string]SourceKind{"path": SourcePath, "method": SourceMethod, "host": SourceHost, "route": SourceRoute, "all": SourceAll}[kind]}, ""
 	case "ip":
-		if name != "address" {
-			return bad(`is not a valid IP source; write "ip:address" (the client address)`)
+		switch {
+		case name == "address":
+			return KeySource{Kind: SourceIP}, ""
+		case name == "network" || strings.HasPrefix(name, "network:"):
+			bits, msg := parseNetworkBits(strings.TrimPrefix(strings.TrimPrefix(name, "network"), ":"))
+			if msg != "" {
+				return bad(msg)
+			}
+			return KeySource{Kind: SourceIPNetwork, Name: bits}, ""
 		}
-		return KeySource{Kind: SourceIP}, ""
+		return bad(`is not a valid IP source; write "ip:address" (the client address) or "ip:network" (its network: /24 for IPv4, /64 for IPv6)`)
 	case "peer":
 		if name != "principal" {
 			return bad(`is not a valid peer source; write "peer:principal" (the URI SAN of the client's TLS certificate, such as its SPIFFE ID)`)

@@ -73,6 +73,14 @@ func (s *sources) raw(k policy.KeySource) (string, bool) {
 	case policy.SourceMetadata:
 		v, ok := s.req.metadataValue(k.Name)
 		return request.MetadataText(v), ok
+	case policy.SourceIPNetwork:
+		ip, ok := s.get(policy.KeySource{Kind: policy.SourceIP})
+		if !ok {
+			return "", false
+		}
+		v4, v6 := k.NetworkBits()
+		n, ok := request.AppendNetwork(nil, ip, v4, v6)
+		return string(n), ok
 	case policy.SourceIP:
 		if s.hops > 0 {
 			if xff, ok := s.header("x-forwarded-for"); ok {

@@ -40,7 +40,7 @@ func Seed(tb testing.TB) uint64 {
 func Request(rng *rand.Rand, shadowHeader string) simulate.Request {
 	oneOf := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
 	r := simulate.Request{Method: oneOf("GET", "GET", "POST", "DELETE"), Host: oneOf("api.example.com", "www.example.org"),
-		Headers: map[string]string{}, ClientAddress: oneOf("10.0.0.1:5555", "10.0.0.2:1234", "192.0.2.7:80", "[2001:db8::1]:443")}
+		Headers: map[string]string{}, ClientAddress: oneOf("10.0.0.1:5555", "10.0.0.2:1234", "192.0.2.7:80", "[2001:db8::1]:443", "[2001:db8::2]:443")}
 	query := []string{}
 	if rng.IntN(2) == 0 {
 		query = append(query, "account="+oneOf("a1", "a2"))
@@ -240,7 +240,7 @@ func (g *configGen) reply(into map[string]any) {
 func (g *configGen) key() string {
 	return g.oneOf("header:x-api-key", "header:x-api-key", "ip:address", "query:account", "jwt:sub", "header:x-plan", "host", "jwt:tier", "peer:principal", "route",
 		"metadata:envoy.filters.http.jwt_authn:jwt_payload.sub", "metadata:envoy.filters.http.jwt_authn:jwt_payload.tier",
-		"metadata:envoy.filters.http.jwt_authn:[https://idp.example.com].groups.0", "cookie:sid", "all")
+		"metadata:envoy.filters.http.jwt_authn:[https://idp.example.com].groups.0", "cookie:sid", "all", "ip:network", "ip:network:16:128")
 }
 
 // match returns zero to two conditions.
