@@ -25,7 +25,7 @@ import (
 
 // The configuration of envoyproxy/ratelimit the migration is checked on:
 // per address (with a tighter limit of its bulk requests, a
-// header_value_match), per API key with an unlimited, a revoked
+// header_value_match) and per /24 (masked_remote_address), per API key with an unlimited, a revoked
 // and an overridden key, per tenant and user (nested, with a tenant of its
 // own, and per user in the eu region or, without a region, alone, a
 // skip_if_absent), partners refused but for two of their own (one limited,
@@ -39,6 +39,8 @@ descriptors:
       - key: header_match
         value: bulk
         rate_limit: {unit: hour, requests_per_unit: 6}
+  - key: masked_remote_address
+    rate_limit: {unit: hour, requests_per_unit: 35}
   - key: generic_key
     value: everyone
     rate_limit: {unit: hour, requests_per_unit: 50}
@@ -92,6 +94,7 @@ const migrateActions = `rate_limits:
   - actions:
       - remote_address: {}
       - header_value_match: {descriptor_value: bulk, headers: [{name: x-bulk, present_match: true}]}
+  - actions: [{masked_remote_address: {v4_prefix_mask_len: 24}}]
   - actions: [{generic_key: {descriptor_value: everyone}}]
   - actions: [{request_headers: {header_name: x-api-key, descriptor_key: api_key}}]
   - actions:
@@ -148,7 +151,8 @@ func TestMigratedRatelimitConfigDecidesAsEnvoyproxyRatelimit(t *testing.T) {
 		key, tenant, user := pick("", "acme", "beta", "gamma", "internal-batch", "revoked-key"), pick("", "gold", "silver"), pick("", "u1", "u2")
 		// What Envoy asks the service: a descriptor per rate_limits entry
 		// whose actions all found their value.
-		ds := []*ratelimitv3.RateLimitDescriptor{descriptor("remote_address", addr), descriptor("generic_key", "everyone")}
+		ds := []*ratelimitv3.RateLimitDescriptor{descriptor("remote_address", addr), descriptor("masked_remote_address", "10.0.0.0/24"),
+			descriptor("generic_key", "everyone")}
 		req := &wasmhost.Request{Properties: wasmhost.Properties{"source.address": []byte(addr + ":5555")}}
 		if pick("", "", "1") != "" {
 			ds = append(ds, descriptor("remote_address", addr, "header_match", "bulk"))

@@ -929,6 +929,9 @@ func (c *elConv) descRule(f *elFilter, g *elGroup, b elBlock, l elRateLimit, v e
 	}
 	r := outRule{Name: c.ruleName(strings.Join(name, "-")), Mode: mode, EnforcePercent: share, LimitKeys: keys,
 		Algorithm: policy.AlgorithmTokenBucket, AlgorithmConfig: bc}
+	if err := networkConds(match, d.path); err != nil { // a masked address's value: a CIDR match on the address
+		return outRule{}, err
+	}
 	if len(match) > 0 {
 		r.Match = match
 	}

@@ -115,6 +115,8 @@ func (c *elConv) action(n *yaml.Node, path string) (elAct, error) {
 		return c.requestHeaders(v, p)
 	case "remote_address":
 		return elAct{kind: elActSource, key: "remote_address", source: "ip:address", path: p}, nil
+	case "masked_remote_address":
+		return elMaskedAddress(v, p)
 	case "generic_key":
 		val := elStr(elField(v, "descriptor_value"))
 		if val == "" {
@@ -145,6 +147,27 @@ func (c *elConv) action(n *yaml.Node, path string) (elAct, error) {
 		return elAct{kind: elActSourceCluster, key: "source_cluster", path: p}, nil
 	}
 	return elAct{}, fmt.Errorf("%s: not converted; Sluice reads headers, query parameters, the client address and dynamic metadata (write the rule by hand)", elAt(v, p))
+}
+
+// elMaskedAddress reads masked_remote_address: the client's network,
+// Sluice's ip:network with the same prefix lengths (Envoy's defaults, 32
+// and 128, are the address itself).
+func elMaskedAddress(n *yaml.Node, path string) (elAct, error) {
+	bits := [2]int{32, 128}
+	for i, f := range []string{"v4_prefix_mask_len", "v6_prefix_mask_len"} {
+		if v := elField(n, f); v != nil {
+			b, err := elIntOf(elWrapped(v), elJoin(path, f), 1, bits[i])
+			if err != nil {
+				return elAct{}, err
+			}
+			bits[i] = b
+		}
+	}
+	src := "ip:address"
+	if bits != [2]int{32, 128} {
+		src = fmt.Sprintf("ip:network:%d:%d", bits[0], bits[1])
+	}
+	return elAct{kind: elActSource, key: "masked_remote_address", source: src, path: path}, nil
 }
 
 func elKeyOr(n *yaml.Node, dflt string) string {

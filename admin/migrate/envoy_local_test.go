@@ -432,6 +432,31 @@ func TestEnabledAndEnforcedPercentagesChooseTheMode(t *testing.T) {
 	}
 }
 
+// masked_remote_address is the client's network; a descriptor of one
+// network is that network's override.
+func TestMaskedAddressesBecomeNetworkKeys(t *testing.T) {
+	const fields = `descriptors:
+- entries: [{key: masked_remote_address}]
+  token_bucket: {max_tokens: 20, tokens_per_fill: 10, fill_interval: 1s}
+- entries: [{key: masked_remote_address, value: 10.0.0.0/24}]
+  token_bucket: {max_tokens: 200, tokens_per_fill: 100, fill_interval: 1s}
+`
+	routes := `virtual_hosts:
+- name: all
+  domains: ['*']
+  rate_limits: [{actions: [{masked_remote_address: {v4_prefix_mask_len: 24, v6_prefix_mask_len: 64}}]}]
+  routes:
+  - match: {prefix: /}
+    route: {cluster: c}
+`
+	cfg, _ := lrConvert(t, lrHCM(lrFilter("stat_prefix: edge\n"+lrOnEnforced+fields), routes), LocalOptions{})
+	r := cfg.Policies[0].Rules[0]
+	if len(r.Keys) != 1 || r.Keys[0].String() != "ip:network" || len(r.Overrides) != 1 || r.Overrides[0].Key != "10.0.0.0/24" ||
+		r.Overrides[0].TokenBucket.Burst != 200 {
+		t.Errorf("want a rule keyed by ip:network with 10.0.0.0/24's override: %+v", r)
+	}
+}
+
 // filter_enforced under 100%: a rule with a bucket per client is enforced
 // on that share of its clients; a single bucket, all or none, stays in
 // shadow mode.
@@ -958,7 +983,8 @@ func TestLocalConversionRefusalsNameTheField(t *testing.T) {
 		{"stat_prefix: edge\ndescriptors: [{entries: [{key: a}], token_bucket: {max_tokens: 1, fill_interval: 1s}}, {entries: [{key: a}], token_bucket: {max_tokens: 2, fill_interval: 1s}}]\n",
 			"descriptors[1] (line 2): the same entries as descriptors[0]"},
 		{withRoute("{prefix: /p, runtime_fraction: {default_value: {numerator: 5}}}", header), "routes[1].match.runtime_fraction (line 19): not converted"},
-		{withRoute("{prefix: /p}", "{masked_remote_address: {v4_prefix_mask_len: 24}}"), "rate_limits[0].actions[0].masked_remote_address (line 22): not converted"},
+		{withRoute("{prefix: /p}", "{extension: {name: custom}}"), "rate_limits[0].actions[0].extension (line 22): not converted"},
+		{withRoute("{prefix: /p}", "{masked_remote_address: {v4_prefix_mask_len: 33}}"), "v4_prefix_mask_len (line 22): \"33\": want a whole number from 1 to 32"},
 		{withRoute("{prefix: /p}", "{request_headers: {header_name: ':path', descriptor_key: k, skip_if_absent: maybe}}"), "skip_if_absent (line 22): want true or false"},
 		{withRoute("{prefix: /p}", "{request_headers: {header_name: ':scheme', descriptor_key: k}}"), `":scheme": Sluice reads headers`},
 		{withRoute("{prefix: /public/x}", header), "routes[1]: route typed_config.route_config.virtual_hosts[0].routes[0], limited by edge, comes before this route"},

@@ -322,6 +322,8 @@ func (c *converter) entryOf(path string, a action) (entry, error) {
 	case a.RemoteAddress != nil:
 		c.noteOnce("remote_address is Sluice's ip:address; set the policy's xff_trusted_hops to the HTTP connection manager's xff_num_trusted_hops so both read the same address")
 		return entry{key: "remote_address", source: "ip:address"}, nil
+	case a.MaskedRemoteAddress != nil:
+		return c.maskedAddress(path+".masked_remote_address", a.MaskedRemoteAddress)
 	case a.GenericKey != nil:
 		g := a.GenericKey
 		key := g.DescriptorKey
@@ -348,6 +350,75 @@ func (c *converter) entryOf(path string, a action) (entry, error) {
 		return metadataEntry(path+".dynamic_metadata", a.DynamicMetadata)
 	}
 	return entry{}, fmt.Errorf("%s: %s is not converted; Sluice reads headers, query parameters, the client address and dynamic metadata", path, actionKind(a))
+}
+
+// maskedAddress reads masked_remote_address: the client's network, Sluice's
+// ip:network with the same prefix lengths (Envoy's defaults 32 and 128:
+// the address itself).
+func (c *converter) maskedAddress(path string, v any) (entry, error) {
+	var m struct {
+		V4 *int `yaml:"v4_prefix_mask_len"`
+		V6 *int `yaml:"v6_prefix_mask_len"`
+	}
+	var n yaml.Node
+	err := n.Encode(v)
+	if err == nil {
+		err = n.Decode(&m)
+	}
+	if err != nil {
+		return entry{}, fmt.Errorf("%s: want {v4_prefix_mask_len: <bits>, v6_prefix_mask_len: <bits>}: %s", path, yamlError(err))
+	}
+	v4, v6 := 32, 128
+	if m.V4 != nil {
+		v4 = *m.V4
+	}
+	if m.V6 != nil {
+		v6 = *m.V6
+	}
+	switch {
+	case v4 < 1 || v4 > 32 || v6 < 1 || v6 > 128:
+		return entry{}, fmt.Errorf("%s: prefix lengths %d and %d; Sluice's networks are 1 to 32 bits (IPv4) and 1 to 128 (IPv6)", path, v4, v6)
+	case v4 == 32 && v6 == 128:
+		return entry{key: "masked_remote_address", source: "ip:address"}, nil
+	}
+	c.noteOnce("masked_remote_address is Sluice's ip:network, the client address masked the same way; set the policy's xff_trusted_hops to the HTTP connection manager's xff_num_trusted_hops so both read the same address")
+	return entry{key: "masked_remote_address", source: fmt.Sprintf("ip:network:%d:%d", v4, v6)}, nil
+}
+
+// networkConds turns the conditions of match on a network (a
+// masked_remote_address's values, "203.0.113.0/24") into conditions on
+// the address: Sluice keys on networks but matches addresses, by CIDR.
+func networkConds(match map[string]any, path string) error {
+	for _, src := range slices.Sorted(maps.Keys(match)) {
+		if !strings.HasPrefix(src, "ip:network") {
+			continue
+		}
+		c := match[src]
+		delete(match, src)
+		var addr any
+		switch c := c.(type) {
+		case string:
+			addr = map[string]any{"cidr": []string{c}}
+		case map[string]any:
+			switch {
+			case c["in"] != nil:
+				addr = map[string]any{"cidr": c["in"]}
+			case c["present"] != nil:
+				addr = c
+			case c["not"] != nil:
+				if in, ok := c["not"].(map[string]any); ok && in["in"] != nil {
+					addr = map[string]any{"not": map[string]any{"cidr": in["in"]}}
+				}
+			}
+		}
+		if addr == nil {
+			return fmt.Errorf("%s: a masked_remote_address value by prefix (a wildcard) is not converted; write the rule by hand", path)
+		}
+		if err := elAddCond(match, "ip:address", addr, path); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // valueMatchEntry reads header_value_match or query_parameter_value_match
@@ -515,6 +586,9 @@ func (w *walker) wildcards(wild []*descriptor, ownNext bool, exact []string, e e
 		if base != "" {
 			base += "-"
 		}
+		if err := networkConds(match, w.path); err != nil {
+			return err
+		}
 		p.Rules = append(p.Rules, outRule{Name: w.c.rules.take(base + name), Action: policy.ActionUnlimited, Match: match})
 		return nil
 	}
@@ -636,6 +710,9 @@ func (w *walker) leaf(d *descriptor, path []step, p *outPolicy) error {
 		keys = []string{"all"} // generic_key only: the service keeps one bucket for all requests
 	}
 	r.LimitKeys = keys
+	if err := networkConds(match, w.path); err != nil {
+		return err
+	}
 	if len(match) > 0 {
 		r.Match = match
 	}
@@ -675,12 +752,18 @@ func (w *walker) denyRule(r outRule, path []step, match map[string]any, p *outPo
 		if len(s.exclude) > 0 {
 			stop := maps.Clone(valued)
 			stop[s.source] = map[string]any{"in": s.exclude}
+			if err := networkConds(stop, w.path); err != nil {
+				return err
+			}
 			p.Rules = append(p.Rules, outRule{Name: w.c.rules.take(r.Name + "-" + s.key + "-values"), Action: policy.ActionUnlimited, Match: stop})
 		}
 		match[s.source] = map[string]any{"present": true} // the service sees the descriptor only when the value is there
 	}
 	if len(match) == 0 {
 		return fmt.Errorf("%s: requests_per_unit 0 with generic_key actions only would refuse every request; write a deny rule by hand", w.path)
+	}
+	if err := networkConds(match, w.path); err != nil {
+		return err
 	}
 	r.Action, r.DenyStatus, r.Match = "deny", 429, match
 	p.Rules = append(p.Rules, r)

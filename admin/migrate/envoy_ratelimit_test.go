@@ -266,6 +266,51 @@ descriptors:
 	}
 }
 
+// masked_remote_address is the client's network (ip:network); a value of
+// its own, a network, is a CIDR condition on the address.
+func TestMaskedAddressesKeyOnTheClientsNetwork(t *testing.T) {
+	config := `domain: d
+descriptors:
+  - key: masked_remote_address
+    value: 10.0.0.0/24
+    rate_limit: {unit: hour, requests_per_unit: 500}
+  - key: masked_remote_address
+    value: 192.0.2.0/24
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: masked_remote_address
+    rate_limit: {unit: hour, requests_per_unit: 30}
+`
+	actions := "- actions: [{masked_remote_address: {v4_prefix_mask_len: 24, v6_prefix_mask_len: 56}}]\n"
+	res, err := EnvoyRatelimit([]byte(config), []byte(actions), Options{Scope: "local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := policy.Parse(res.Policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 10.0.0.0/24 is an override of the network rule; 192.0.2.0/24, in
+	// shadow mode, a rule of its own matching the addresses of that network.
+	for addr, want := range map[string]string{"10.0.0.9:1": "masked_remote_address", "192.0.2.9:1": "masked_remote_address-192.0.2.0_24",
+		"10.0.1.9:1": "masked_remote_address", "[2001:db8::1]:1": "masked_remote_address"} {
+		sim := simulate.Run(cfg, simulate.Request{Method: "GET", Path: "/", ClientAddress: addr}, simulate.Options{Now: 1e9})
+		p := sim.Policies[0]
+		if p.Applied < 0 || p.Rules[p.Applied].Name != want || p.Rules[p.Applied].Overridden != (addr == "10.0.0.9:1") {
+			t.Errorf("%s: %+v, want rule %s (overridden for 10.0.0.0/24)\n%s", addr, p, want, res.Policy)
+		}
+	}
+	for _, r := range cfg.Policies[0].Rules {
+		if r.Keys[0].String() != "ip:network:24:56" {
+			t.Errorf("rule %s keyed by %s, want ip:network:24:56", r.Name, r.Keys[0])
+		}
+	}
+	if res, err := EnvoyRatelimit([]byte(config), []byte("- actions: [{masked_remote_address: {}}]\n"), Options{Scope: "local"}); err != nil ||
+		!strings.Contains(string(res.Policy), `"ip:address"`) || strings.Contains(string(res.Policy), "ip:network") {
+		t.Errorf("Envoy's default masks (32, 128) are the address itself: %v\n%s", err, res.Policy)
+	}
+}
+
 // A descriptor of generic_keys alone is one bucket for every request, as
 // the service keeps one counter.
 func TestGenericKeysAloneConvertToOneBucket(t *testing.T) {
@@ -311,7 +356,11 @@ func TestWhatCannotBeConvertedIsNamed(t *testing.T) {
 		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
 			`- actions: [{header_value_match: {descriptor_value: x, headers: []}}]`, "rate_limits[0].actions[0].header_value_match: headers: missing"},
 		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
-			`- actions: [{masked_remote_address: {v4_prefix_mask_len: 24}}]`, "rate_limits[0].actions[0]: masked_remote_address is not converted"},
+			`- actions: [{destination_cluster: {}}]`, "rate_limits[0].actions[0]: destination_cluster is not converted"},
+		{"domain: d\ndescriptors:\n  - key: masked_remote_address\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			`- actions: [{masked_remote_address: {v4_prefix_mask_len: 0}}]`, "prefix lengths 0 and 128"},
+		{"domain: d\ndescriptors:\n  - key: masked_remote_address\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			`- actions: [{masked_remote_address: {v4_prefix_mask_len: many}}]`, "masked_remote_address: want {v4_prefix_mask_len"},
 		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
 			"- actions: [{request_headers: {header_name: x-a, descriptor_key: a, skip_if_absent: true}}, {request_headers: {header_name: x-b, descriptor_key: b, skip_if_absent: true}}, " +
 				"{request_headers: {header_name: x-c, descriptor_key: c, skip_if_absent: true}}, {request_headers: {header_name: x-d, descriptor_key: d, skip_if_absent: true}}, " +

@@ -158,7 +158,8 @@ func BenchmarkEnvoyHostStream(b *testing.B) {
 // without the response fields, with the older (opt-in) ones too, a request no
 // rule applies to (one header read, nothing else), the bucket keyed by
 // the client certificate, the route or a value of the dynamic metadata (a
-// property read), a cookie or nothing ("all") instead of a header, the
+// property read), the client address or its network (masked), a cookie or
+// nothing ("all") instead of a header, the
 // rule enforced on a share of its identities (the identity hashed on every
 // request; while the rule marks, the filter owns the shadow header, as
 // beside a shadow rule), charged by the response's status instead of per request, and a
@@ -197,6 +198,8 @@ func BenchmarkEnvoyHostProbe(b *testing.B) {
 		countedBy("response-status-counted", "401"),
 		keyedBy("peer-principal", "peer:principal", simulate.PeerPrincipalProperty, "spiffe://cluster.local/ns/shop/sa/web"),
 		keyedBy("route", "route", simulate.RouteProperty, "checkout"),
+		keyedBy("ip-address", "ip:address", "source.address", "203.0.113.7:5555"),
+		keyedBy("ip-network", "ip:network", "source.address", "[2001:db8:1:2::7]:5555"),
 		byCookie,
 		{"all", strings.Replace(benchConfig, `"header:x-api-key"`, `"all"`, 1), hdr("x-api-key", "k"), false, benchConfig},
 		sharedBy("enforce-percent", true, ""),
