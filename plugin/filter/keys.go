@@ -52,6 +52,11 @@ type requestSources struct {
 	cookies []cachedValue   // by compiledConfig.cookieNames index
 	metas   []propertyValue // by compiledConfig.metaPaths index
 	nets    []cachedValue   // by compiledConfig.netBits index
+	// lastNets is, by compiledConfig.netBits index, the last client
+	// address masked and its network, kept across requests: the next
+	// request of the same client (keep-alive, HTTP/2 streams) reuses it
+	// instead of parsing and writing a prefix again.
+	lastNets []lastNetwork
 
 	rawPath, path, method, host, ip cachedValue
 	peer, route                     propertyValue
@@ -97,6 +102,7 @@ func (rs *requestSources) reset(cfg *compiledConfig, numHeaders int) {
 		rs.claims = resetCache(rs.claims, len(cfg.claimNames))
 		rs.cookies = resetCache(rs.cookies, len(cfg.cookieNames))
 		rs.nets = resetCache(rs.nets, len(cfg.netBits))
+		rs.lastNets = make([]lastNetwork, len(cfg.netBits))
 		rs.rawPath, rs.path, rs.method, rs.host, rs.ip = cachedValue{}, cachedValue{}, cachedValue{}, cachedValue{}, cachedValue{}
 		rs.peer.c, rs.route.c = cachedValue{}, cachedValue{}
 		rs.metas = resetProperties(rs.metas, len(cfg.metaPaths))
@@ -194,7 +200,7 @@ func (rs *requestSources) get(s sourceRef) (string, bool) {
 	case policy.SourceIPNetwork:
 		c = &rs.nets[s.idx]
 		if rs.unread(c) {
-			rs.readNetwork(c, rs.cfg.netMasks[s.idx])
+			rs.readNetwork(c, &rs.lastNets[s.idx], rs.cfg.netMasks[s.idx])
 		}
 	case sourceRawPath:
 		c = &rs.rawPath
@@ -207,17 +213,28 @@ func (rs *requestSources) get(s sourceRef) (string, bool) {
 	return c.v, c.state == present
 }
 
-// readNetwork sets c to the client address's network: masked, written
-// into vals (so reading it allocates nothing once vals has grown).
-func (rs *requestSources) readNetwork(c *cachedValue, bits [2]int) {
+// lastNetwork is a client address and its network, in buffers reused
+// from one client to the next (so reading allocates nothing once they
+// have grown).
+type lastNetwork struct {
+	ip, network []byte
+	ok          bool
+}
+
+// readNetwork sets c to the client address's network, masked with bits.
+// The view it sets is valid until another client's network is read here,
+// which no request does while it still holds its values.
+func (rs *requestSources) readNetwork(c *cachedValue, last *lastNetwork, bits [2]int) {
 	ip, ok := rs.get(sourceRef{kind: policy.SourceIP})
 	if !ok {
 		c.set("", false)
 		return
 	}
-	start := len(rs.vals)
-	rs.vals, ok = request.AppendNetwork(rs.vals, ip, bits[0], bits[1])
-	c.set(bytesView(rs.vals[start:]), ok)
+	if len(last.ip) == 0 || bytesView(last.ip) != ip {
+		last.ip = append(last.ip[:0], ip...)
+		last.network, last.ok = request.AppendNetwork(last.network[:0], ip, bits[0], bits[1])
+	}
+	c.set(bytesView(last.network), last.ok)
 }
 
 // cachedHeader returns s's cached value when s is a header already read
