@@ -238,14 +238,7 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 10}
 `
 	actions := "- actions: [{request_headers: {header_name: x-partner, descriptor_key: partner}}]\n"
-	res, err := EnvoyRatelimit([]byte(config), []byte(actions), Options{Scope: "local"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := policy.Parse(res.Policy)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res, cfg := ratelimitConvert(t, config, actions, Options{Scope: "local"})
 	for partner, want := range map[string]string{
 		"p-vip": "partner-p-vip", "p-free-trial": "partner-values", "p-free-9": "partner-p-free",
 		"p-other": "partner-p", "x": "partner",
@@ -282,14 +275,7 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 30}
 `
 	actions := "- actions: [{masked_remote_address: {v4_prefix_mask_len: 24, v6_prefix_mask_len: 56}}]\n"
-	res, err := EnvoyRatelimit([]byte(config), []byte(actions), Options{Scope: "local"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := policy.Parse(res.Policy)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res, cfg := ratelimitConvert(t, config, actions, Options{Scope: "local"})
 	// 10.0.0.0/24 is an override of the network rule; 192.0.2.0/24, in
 	// shadow mode, a rule of its own matching the addresses of that network.
 	for addr, want := range map[string]string{"10.0.0.9:1": "masked_remote_address", "192.0.2.9:1": "masked_remote_address-192.0.2.0_24",
@@ -325,14 +311,7 @@ descriptors:
 	actions := `- actions: [{request_headers: {header_name: x-k, descriptor_key: k}}]
 - actions: [{generic_key: {descriptor_value: everyone}}]
 `
-	res, err := EnvoyRatelimit([]byte(config), []byte(actions), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := policy.Parse(res.Policy)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, cfg := ratelimitConvert(t, config, actions, Options{})
 	if r := cfg.Policies[0].Rules[0]; r.Window == nil || r.Window.WindowSeconds != 60 || r.Window.Limit != 100 || r.Keys[0].Kind != policy.SourceHeader {
 		t.Errorf("per key: %+v", r)
 	}
@@ -496,4 +475,18 @@ descriptors:
 	if c := rules[2].Match[0].Cond; c.Op != policy.MatchPresent || !c.Present {
 		t.Errorf("the deny rule's condition %+v", c)
 	}
+}
+
+// ratelimitConvert converts config and actions and parses the policy.
+func ratelimitConvert(t *testing.T, config, actions string, opt Options) (Result, *policy.Config) {
+	t.Helper()
+	res, err := EnvoyRatelimit([]byte(config), []byte(actions), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := policy.Parse(res.Policy)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, res.Policy)
+	}
+	return res, cfg
 }
