@@ -66,11 +66,17 @@ func (k *kongConv) kicService(ns string, b *kubeBackend) *kongSvc {
 	return s
 }
 
+// kicRegexPrefix starts an ImplementationSpecific path the controller
+// reads as a regular expression, unless the Ingress's
+// konghq.com/regex-prefix annotation names another.
+const kicRegexPrefix = "/~"
+
 // kicPaths are the Kong paths the controller makes of an Ingress path
-// (its translator's PathsFromIngressPaths, with the /~ regex prefix):
+// (its translator's PathsFromIngressPaths, then the regex prefix):
 // Prefix /a is the prefix /a/ and the regular expression /a$; Exact /a
-// is /a$; an ImplementationSpecific path is a Kong path as written.
-func kicPaths(path, pathType string) []string {
+// is /a$; an ImplementationSpecific path is a Kong path as written, a
+// regular expression after regexPrefix.
+func kicPaths(path, pathType, regexPrefix string) []string {
 	switch pathType {
 	case "Prefix":
 		base := strings.TrimSuffix(path, "/")
@@ -87,8 +93,8 @@ func kicPaths(path, pathType string) []string {
 	switch {
 	case path == "":
 		return []string{"/"}
-	case strings.HasPrefix(path, "/~"):
-		return []string{"~" + path[2:]}
+	case regexPrefix != "" && strings.HasPrefix(path, regexPrefix):
+		return []string{"~" + path[len(regexPrefix):]}
 	}
 	return []string{path}
 }
@@ -144,6 +150,10 @@ func (k *kongConv) readIngressScoped(kube *kongKube) error {
 // ingressRoutes makes the routes of one Ingress and attaches its plugins.
 func (k *kongConv) ingressRoutes(kube *kongKube, o *kongKubeObject) error {
 	ns, what := kubeNS(o), "Ingress "+kubeName(o)
+	regexPrefix := kicRegexPrefix
+	if p, ok := o.Metadata.Annotations["konghq.com/regex-prefix"]; ok {
+		regexPrefix = p
+	}
 	ing := o.ingress
 	plugins := k.annotated(kube, o, "Ingress")
 	methods := kongSplit(o.Metadata.Annotations["konghq.com/methods"])
@@ -175,7 +185,7 @@ func (k *kongConv) ingressRoutes(kube *kongKube, o *kongKubeObject) error {
 	}
 	for i, rule := range ing.Rules {
 		for j, p := range rule.HTTP.Paths {
-			r := kongRoute{Name: fmt.Sprintf("%s.%s.%d%d", ns, o.Metadata.Name, i, j), Paths: kicPaths(p.Path, p.PathType)}
+			r := kongRoute{Name: fmt.Sprintf("%s.%s.%d%d", ns, o.Metadata.Name, i, j), Paths: kicPaths(p.Path, p.PathType, regexPrefix)}
 			if rule.Host != "" {
 				r.Hosts = []string{rule.Host}
 			}

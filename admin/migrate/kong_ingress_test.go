@@ -197,19 +197,25 @@ func TestTheControllersPathsOfEachPathType(t *testing.T) {
 	for _, c := range []struct {
 		path, pathType string
 		want           []string
+		regexPrefix    string
 	}{
-		{"/v1/api/packages", "Prefix", []string{"/v1/api/packages/", "~/v1/api/packages$"}},
-		{"/v1/api/packages/", "Prefix", []string{"/v1/api/packages/", "~/v1/api/packages$"}},
-		{"", "Prefix", []string{"/"}},
-		{"/", "Prefix", []string{"/"}},
-		{"/v1/api/packages", "Exact", []string{"~/v1/api/packages$"}},
-		{"/v1/api/packages/", "Exact", []string{"~/v1/api/packages/$"}},
-		{"", "Exact", []string{"~/$"}},
-		{"/asdf$", "ImplementationSpecific", []string{"/asdf$"}},
-		{"/~/v1/[0-9]+", "ImplementationSpecific", []string{"~/v1/[0-9]+"}},
-		{"", "", []string{"/"}},
+		{"/v1/api/packages", "Prefix", []string{"/v1/api/packages/", "~/v1/api/packages$"}, ""},
+		{"/v1/api/packages/", "Prefix", []string{"/v1/api/packages/", "~/v1/api/packages$"}, ""},
+		{"", "Prefix", []string{"/"}, ""},
+		{"/", "Prefix", []string{"/"}, ""},
+		{"/v1/api/packages", "Exact", []string{"~/v1/api/packages$"}, ""},
+		{"/v1/api/packages/", "Exact", []string{"~/v1/api/packages/$"}, ""},
+		{"", "Exact", []string{"~/$"}, ""},
+		{"/asdf$", "ImplementationSpecific", []string{"/asdf$"}, ""},
+		{"/~/v1/[0-9]+", "ImplementationSpecific", []string{"~/v1/[0-9]+"}, ""},
+		{"", "", []string{"/"}, ""},
+		{"##/v1/[0-9]+", "ImplementationSpecific", []string{"~/v1/[0-9]+"}, "##"}, // konghq.com/regex-prefix
+		{"/~/v1", "ImplementationSpecific", []string{"/~/v1"}, "##"},
 	} {
-		if got := kicPaths(c.path, c.pathType); !slices.Equal(got, c.want) {
+		if c.regexPrefix == "" {
+			c.regexPrefix = kicRegexPrefix
+		}
+		if got := kicPaths(c.path, c.pathType, c.regexPrefix); !slices.Equal(got, c.want) {
 			t.Errorf("%q %s: %q, want %q", c.path, c.pathType, got, c.want)
 		}
 	}
