@@ -352,37 +352,22 @@ func (c *converter) entryOf(path string, a action) (entry, error) {
 	return entry{}, fmt.Errorf("%s: %s is not converted; Sluice reads headers, query parameters, the client address and dynamic metadata", path, actionKind(a))
 }
 
-// maskedAddress reads masked_remote_address: the client's network, Sluice's
-// ip:network with the same prefix lengths (Envoy's defaults 32 and 128:
-// the address itself).
+// maskedAddress reads masked_remote_address as Envoy's local_ratelimit
+// converter does (elMaskedAddress): the client's network, Sluice's
+// ip:network with the same prefix lengths.
 func (c *converter) maskedAddress(path string, v any) (entry, error) {
-	var m struct {
-		V4 *int `yaml:"v4_prefix_mask_len"`
-		V6 *int `yaml:"v6_prefix_mask_len"`
-	}
 	var n yaml.Node
-	err := n.Encode(v)
-	if err == nil {
-		err = n.Decode(&m)
+	if err := n.Encode(v); err != nil {
+		return entry{}, fmt.Errorf("%s: %w", path, err)
 	}
+	act, err := elMaskedAddress(&n, path)
 	if err != nil {
-		return entry{}, fmt.Errorf("%s: want {v4_prefix_mask_len: <bits>, v6_prefix_mask_len: <bits>}: %s", path, yamlError(err))
+		return entry{}, err
 	}
-	v4, v6 := 32, 128
-	if m.V4 != nil {
-		v4 = *m.V4
+	if act.source != "ip:address" {
+		c.noteOnce("masked_remote_address is Sluice's ip:network, the client address masked the same way; set the policy's xff_trusted_hops to the HTTP connection manager's xff_num_trusted_hops so both read the same address")
 	}
-	if m.V6 != nil {
-		v6 = *m.V6
-	}
-	switch {
-	case v4 < 1 || v4 > 32 || v6 < 1 || v6 > 128:
-		return entry{}, fmt.Errorf("%s: prefix lengths %d and %d; Sluice's networks are 1 to 32 bits (IPv4) and 1 to 128 (IPv6)", path, v4, v6)
-	case v4 == 32 && v6 == 128:
-		return entry{key: "masked_remote_address", source: "ip:address"}, nil
-	}
-	c.noteOnce("masked_remote_address is Sluice's ip:network, the client address masked the same way; set the policy's xff_trusted_hops to the HTTP connection manager's xff_num_trusted_hops so both read the same address")
-	return entry{key: "masked_remote_address", source: fmt.Sprintf("ip:network:%d:%d", v4, v6)}, nil
+	return entry{key: act.key, source: act.source}, nil
 }
 
 // networkConds turns the conditions of match on a network (a

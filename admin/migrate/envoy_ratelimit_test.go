@@ -38,14 +38,7 @@ const guideActions = `- actions: [{remote_address: {}}]
 
 func convert(t *testing.T, config, actions string, opt Options) *policy.Config {
 	t.Helper()
-	res, err := EnvoyRatelimit([]byte(config), []byte(actions), opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := policy.Parse(res.Policy)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, res.Policy)
-	}
+	_, cfg := ratelimitConvert(t, config, actions, opt)
 	return cfg
 }
 
@@ -311,7 +304,7 @@ descriptors:
 	actions := `- actions: [{request_headers: {header_name: x-k, descriptor_key: k}}]
 - actions: [{generic_key: {descriptor_value: everyone}}]
 `
-	_, cfg := ratelimitConvert(t, config, actions, Options{})
+	cfg := convert(t, config, actions, Options{})
 	if r := cfg.Policies[0].Rules[0]; r.Window == nil || r.Window.WindowSeconds != 60 || r.Window.Limit != 100 || r.Keys[0].Kind != policy.SourceHeader {
 		t.Errorf("per key: %+v", r)
 	}
@@ -337,9 +330,9 @@ func TestWhatCannotBeConvertedIsNamed(t *testing.T) {
 		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
 			`- actions: [{destination_cluster: {}}]`, "rate_limits[0].actions[0]: destination_cluster is not converted"},
 		{"domain: d\ndescriptors:\n  - key: masked_remote_address\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
-			`- actions: [{masked_remote_address: {v4_prefix_mask_len: 0}}]`, "prefix lengths 0 and 128"},
+			`- actions: [{masked_remote_address: {v4_prefix_mask_len: 0}}]`, `masked_remote_address.v4_prefix_mask_len: "0": want a whole number from 1 to 32`},
 		{"domain: d\ndescriptors:\n  - key: masked_remote_address\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
-			`- actions: [{masked_remote_address: {v4_prefix_mask_len: many}}]`, "masked_remote_address: want {v4_prefix_mask_len"},
+			`- actions: [{masked_remote_address: {v4_prefix_mask_len: many}}]`, `masked_remote_address.v4_prefix_mask_len: "many": want a whole number`},
 		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
 			"- actions: [{request_headers: {header_name: x-a, descriptor_key: a, skip_if_absent: true}}, {request_headers: {header_name: x-b, descriptor_key: b, skip_if_absent: true}}, " +
 				"{request_headers: {header_name: x-c, descriptor_key: c, skip_if_absent: true}}, {request_headers: {header_name: x-d, descriptor_key: d, skip_if_absent: true}}, " +

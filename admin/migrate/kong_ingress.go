@@ -258,7 +258,7 @@ func (k *kongConv) attach(p *kongKubePlugin, path string, sc kongScope) error {
 		k.note("%s: disabled; skipped", path)
 		return nil
 	}
-	return k.plugin(path, &kongPlugin{Name: o.Plugin, InstanceName: o.InstanceName, Config: o.Config, line: o.Config.Line}, sc)
+	return k.plugin(path, o.plugin(), sc)
 }
 
 // credential is a credential Secret's type (konghq.com/credential

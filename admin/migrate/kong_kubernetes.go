@@ -150,37 +150,39 @@ func (k *kongConv) checkKubePlugin(path string, o *kongKubeObject) error {
 	if o.Plugin != "rate-limiting" || o.Disabled {
 		return nil
 	}
-	if o.ConfigFrom.Kind != 0 && o.ConfigFrom.Tag != "!!null" {
-		return fmt.Errorf("%s.configFrom: a configuration in a Secret is not read; give the plugin's config inline", path)
-	}
-	_, err := k.readLimit(path+".config", &o.Config)
+	_, err := k.kubeLimit(path, o)
 	return err
+}
+
+// kubeLimit reads a rate-limiting plugin object's limits.
+func (k *kongConv) kubeLimit(path string, o *kongKubeObject) (kongLimit, error) {
+	if o.ConfigFrom.Kind != 0 && o.ConfigFrom.Tag != "!!null" {
+		return kongLimit{}, fmt.Errorf("%s.configFrom: a configuration in a Secret is not read; give the plugin's config inline", path)
+	}
+	return k.readLimit(path+".config", &o.Config)
+}
+
+// plugin is the object as kong.yaml would hold the plugin.
+func (o *kongKubeObject) plugin() *kongPlugin {
+	return &kongPlugin{Name: o.Plugin, InstanceName: o.InstanceName, Config: o.Config, line: o.Config.Line}
 }
 
 // kubePlugin reads a plugin of a stream without Ingresses: it applies to
 // every request.
 func (k *kongConv) kubePlugin(path string, o *kongKubeObject) error {
-	name := kubeName(o)
 	switch {
-	case o.Plugin == "key-auth":
-		return k.keyAuth(path, &kongPlugin{Config: o.Config, line: o.Config.Line}, kongScope{})
-	case kongOtherLimiter(o.Plugin):
-		k.note("%s: %s is not converted (only rate-limiting is); write its rules by hand", path, o.Plugin)
-		k.skipped = append(k.skipped, fmt.Sprintf("%s at %s is not converted", o.Plugin, path))
-		return nil
-	case o.Plugin != "rate-limiting":
-		return nil
+	case o.Plugin != "rate-limiting": // key-auth, or another limiter to note, as in kong.yaml
+		return k.plugin(path, o.plugin(), kongScope{})
 	case o.Disabled:
 		k.note("%s: disabled; skipped", path)
 		k.skipped = append(k.skipped, fmt.Sprintf("%s is disabled", path))
 		return nil
-	case o.ConfigFrom.Kind != 0 && o.ConfigFrom.Tag != "!!null":
-		return fmt.Errorf("%s.configFrom: a configuration in a Secret is not read; give the plugin's config inline", path)
 	}
-	lim, err := k.readLimit(path+".config", &o.Config)
+	lim, err := k.kubeLimit(path, o)
 	if err != nil {
 		return err
 	}
+	name := kubeName(o)
 	rl := &kongRL{path: path, lim: lim, level: 8, targets: []kongTarget{{conds: kongConds{}}},
 		label: kongFirst(o.InstanceName, strings.ReplaceAll(name, "/", "-"))}
 	if o.Kind == "KongClusterPlugin" && o.Metadata.Labels["global"] == "true" {

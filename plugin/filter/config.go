@@ -222,7 +222,7 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 	cr := &compiledRule{
 		name:      r.Name,
 		shadow:    r.Mode == policy.ModeShadow,
-		mark:      (r.Mode == policy.ModeShadow || r.Partial()) && !r.Unmarked,
+		mark:      r.Marks(),
 		partial:   r.Partial(),
 		keyPrefix: keyPrefix(r.Algorithm) + r.Name + ":",
 		algorithm: r.Algorithm,

@@ -63,7 +63,7 @@ func compareRequests(t *testing.T, f *fixture, cfg *policy.Config, rng *rand.Ran
 	marking := false // a shadow rule marks: the filter owns the shadow header
 	for _, p := range cfg.Policies {
 		for _, r := range p.Rules {
-			marking = marking || (r.Mode == policy.ModeShadow || r.Partial()) && !r.Unmarked
+			marking = marking || r.Marks()
 		}
 	}
 	var out outcomeCounts

@@ -29,6 +29,14 @@ func onlyAll(keys []KeySource) bool {
 	return len(keys) == 1 && keys[0].Kind == SourceAll
 }
 
+// Marks reports whether the rule names itself in the shadow header when
+// it lets through a request it would refuse: a shadow rule, or one that
+// spares some identities, unless "shadow_mark": false. The filter owns
+// that header while some rule marks.
+func (r *Rule) Marks() bool {
+	return (r.Mode == ModeShadow || r.Partial()) && !r.Unmarked
+}
+
 // Partial reports whether the rule enforces its limit on some of its
 // identities only (an "enforce_percent" under 100, in enforce mode).
 func (r *Rule) Partial() bool {

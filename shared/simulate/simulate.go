@@ -560,7 +560,7 @@ func (rr *RuleResult) marks() bool { return rr.rule == nil || !rr.rule.Unmarked 
 func anyShadow(cfg *policy.Config) bool {
 	for _, p := range cfg.Policies {
 		for _, r := range p.Rules {
-			if (r.Mode == policy.ModeShadow || r.Partial()) && !r.Unmarked {
+			if r.Marks() {
 				return true
 			}
 		}
