@@ -69,15 +69,15 @@ func headerLines(field, text string) (map[string]string, error) {
 
 // sampleResponse is the form's sample response, or nil when its fields
 // are empty.
-func sampleResponse(f web.SimForm) (*simResponse, error) {
+func sampleResponse(f web.SimForm) (*simulate.ResponseSpec, error) {
 	if f.RespStatus == "" && strings.TrimSpace(f.RespHeaders+f.RespTrailers+f.RespBody) == "" {
 		return nil, nil
 	}
-	resp := &simResponse{Body: f.RespBody}
+	resp := &simulate.ResponseSpec{Body: f.RespBody}
 	if f.RespStatus != "" {
 		n, err := strconv.Atoi(f.RespStatus)
 		if err != nil {
-			return nil, &policies.InputError{Field: "request.response.status", Message: fmt.Sprintf("%q is not an HTTP status", shortText(f.RespStatus))}
+			return nil, &policies.InputError{Field: "request.response.status", Message: fmt.Sprintf("%q is not an HTTP status", f.RespStatus)}
 		}
 		resp.Status = n
 	}
@@ -100,7 +100,7 @@ func (s *server) simulateForm(r *http.Request, f web.SimForm, draft []byte) (sim
 	fail := func(field, msg string) (simFormResult, int) {
 		return simFormResult{SimView: web.SimView{Field: field, Error: msg}}, http.StatusBadRequest
 	}
-	req := simRequest{Method: f.Method, Path: f.Path, Host: f.Host, ClientAddress: f.Client, PeerPrincipal: f.Peer, Route: f.Route}
+	req := simulate.RequestSpec{Method: f.Method, Path: f.Path, Host: f.Host, ClientAddress: f.Client, PeerPrincipal: f.Peer, Route: f.Route}
 	if m := strings.TrimSpace(f.Metadata); m != "" {
 		req.Metadata = json.RawMessage(m)
 	}
@@ -118,7 +118,7 @@ func (s *server) simulateForm(r *http.Request, f web.SimForm, draft []byte) (sim
 	} else {
 		req.JWT = jwt
 	}
-	sreq, err := req.build()
+	sreq, err := buildSimRequest(req)
 	if errors.As(err, &ie) {
 		return fail(ie.Field, ie.Message)
 	} else if err != nil {
