@@ -9,7 +9,7 @@
 //	ratelimit-admin -data-dir ./data -new-token      # replace the admin token, print it, exit
 //	ratelimit-admin -metrics-listen 10.0.0.5:9090    # Prometheus on an internal port, no token
 //	ratelimit-admin -rls-listen 10.0.0.5:18081 -redis-addrs 10.0.0.7:6379   # fleet mode (global rules)
-//	ratelimit-admin policy validate|diff|apply|export ...   # GitOps client of a running admin (docs/kubernetes.md)
+//	ratelimit-admin policy validate|diff|apply|export|test ...   # GitOps client of a running admin, policy tests (docs/kubernetes.md, docs/policy-tests.md)
 //	SLUICE_POSTGRES_URL=postgres://sluice@10.0.0.8/sluice ratelimit-admin -rls-listen 10.0.0.5:18081
 //
 // With -rls-listen the admin also serves Envoy's rate limit service API

@@ -5,11 +5,16 @@
 //	ratelimit-admin policy validate FILE                 the filter's own validation, errors with JSON paths
 //	ratelimit-admin policy diff     FILE                 unified diff against the current version
 //	ratelimit-admin policy apply    FILE -m MESSAGE [-base N]
+//	ratelimit-admin policy test     FILE TESTS [-v]      the policy's tests, offline (shared/policycheck)
+//
+// validate, diff and apply take -tests TESTS too: the policy must pass
+// them before anything is shown or saved.
 //
 // The admin's URL and token come from -url and -token, or SLUICE_ADMIN_URL
-// and SLUICE_ADMIN_TOKEN. Exit codes: 0 ok (valid, no changes, applied),
-// 1 changes found or the policy is invalid, 2 any other error (the admin
-// unreachable, a refused token, a stale base version).
+// and SLUICE_ADMIN_TOKEN (test needs neither). Exit codes: 0 ok (valid,
+// no changes, applied, tests passed), 1 changes found, the policy invalid
+// or a test failed, 2 any other error (the admin unreachable, a refused
+// token, a stale base version, a test file that cannot be read).
 package gitops
 
 import (
@@ -28,6 +33,8 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/admin/policies"
+	"github.com/sluice-rl/sluice/shared/policy"
+	"github.com/sluice-rl/sluice/shared/policycheck"
 )
 
 // Exit codes.
@@ -44,17 +51,21 @@ const usage = `usage: ratelimit-admin policy COMMAND [flags] [FILE]
 
 Commands (FILE is a policy JSON file, "-" for standard input):
   export   [-o FILE]                 write the current policy (stdout by default)
-  validate FILE                      validate with the filter's parser; exit 1 if invalid
-  diff     FILE                      show the change against the current version; exit 1 if any
-  apply    FILE -m MESSAGE [-base N] save FILE as a new version based on N (default: the current one);
+  validate FILE [-tests TESTS]       validate with the filter's parser; exit 1 if invalid
+  diff     FILE [-tests TESTS]       show the change against the current version; exit 1 if any
+  apply    FILE -m MESSAGE [-base N] [-tests TESTS]
+                                     save FILE as a new version based on N (default: the current one);
                                      a stale base is refused (exit 2)
+  test     FILE TESTS [-v]           run the policy's tests (a YAML file, docs/policy-tests.md) with the
+                                     filter's own decisions, offline; exit 1 if one fails
 
-Flags of every command:
+Flags of validate, diff, apply and export:
   -url URL      the admin (SLUICE_ADMIN_URL, default ` + DefaultURL + `)
   -token TOKEN  the admin token (SLUICE_ADMIN_TOKEN)
   -timeout D    per request (default 30s)
+  -tests TESTS  validate, diff, apply: the policy must pass these tests first (exit 1 otherwise)
 
-Exit codes: 0 ok, 1 changes or invalid, 2 error.
+Exit codes: 0 ok, 1 changes, invalid or a test failed, 2 error.
 `
 
 // Main runs one command and returns its exit code.
@@ -91,6 +102,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) 
 	message := fs.String("m", "", "apply: the version's message")
 	author := fs.String("author", envOr("SLUICE_AUTHOR", "gitops"), "apply: the version's author")
 	base := fs.Int64("base", 0, "apply: the version FILE is based on (default: the current one)")
+	testsFile := fs.String("tests", "", "validate, diff, apply: a test file the policy must pass first")
+	verbose := fs.Bool("v", false, "test: list every test, not only the failing ones")
 	// Flags may come before or after FILE (apply FILE -m "message").
 	var positional []string
 	rest := args[1:]
@@ -107,6 +120,24 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) 
 		positional = append(positional, fs.Arg(0))
 		rest = fs.Args()[1:]
 	}
+	if cmd == "test" {
+		if len(positional) != 2 {
+			return ExitError, errors.New("test: give the policy file and its test file (policy.json policy.tests.yaml; - reads the policy from standard input)")
+		}
+		doc, err := readInput(positional[0], stdin)
+		if err != nil {
+			return ExitError, fmt.Errorf("reading the policy: %w", err)
+		}
+		norm, err := policies.Validate(doc)
+		var ve *policies.ValidationError
+		if errors.As(err, &ve) {
+			printValidation(stdout, ve)
+			return ExitChanges, nil
+		} else if err != nil {
+			return ExitError, err
+		}
+		return runTests(norm, positional[1], *verbose, stdout)
+	}
 	u, err := url.Parse(*adminURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return ExitError, fmt.Errorf("-url: %q is not an http:// or https:// URL of the admin", *adminURL)
@@ -121,18 +152,18 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) 
 		if len(positional) != 1 {
 			return nil, fmt.Errorf("%s: give one policy file (or - for standard input)", cmd)
 		}
-		name := positional[0]
-		var b []byte
-		var err error
-		if name == "-" {
-			b, err = io.ReadAll(io.LimitReader(stdin, policies.MaxConfigBytes+1))
-		} else {
-			b, err = os.ReadFile(name)
-		}
+		b, err := readInput(positional[0], stdin)
 		if err != nil {
 			return nil, fmt.Errorf("reading the policy: %w", err)
 		}
 		return b, nil
+	}
+	// testsPass runs -tests on the normalized policy (ExitOK without it).
+	testsPass := func(norm []byte) (int, error) {
+		if *testsFile == "" {
+			return ExitOK, nil
+		}
+		return runTests(norm, *testsFile, false, stdout)
 	}
 
 	switch cmd {
@@ -157,8 +188,11 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) 
 		if err != nil {
 			return ExitError, err
 		}
-		_, code, err := c.validate(ctx, doc, stdout)
+		norm, code, err := c.validate(ctx, doc, stdout)
 		if err != nil || code != ExitOK {
+			return code, err
+		}
+		if code, err := testsPass(norm); err != nil || code != ExitOK {
 			return code, err
 		}
 		fmt.Fprintf(stdout, "%s: valid\n", positional[0])
@@ -173,6 +207,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) 
 		}
 		norm, code, err := c.validate(ctx, doc, stdout)
 		if err != nil || code != ExitOK {
+			return code, err
+		}
+		if code, err := testsPass(norm); err != nil || code != ExitOK {
 			return code, err
 		}
 		cur, err := c.current(ctx)
@@ -202,6 +239,51 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) 
 	}
 	fmt.Fprint(stderr, usage)
 	return ExitError, fmt.Errorf("unknown command %q", cmd)
+}
+
+// readInput reads a named file, or standard input for "-".
+func readInput(name string, stdin io.Reader) ([]byte, error) {
+	if name == "-" {
+		return io.ReadAll(io.LimitReader(stdin, policies.MaxConfigBytes+1))
+	}
+	return os.ReadFile(name)
+}
+
+// runTests runs the test file against the normalized policy and prints
+// the report: ExitChanges when a test fails, ExitError when the file
+// cannot be read.
+func runTests(norm []byte, testsFile string, verbose bool, stdout io.Writer) (int, error) {
+	b, err := os.ReadFile(testsFile)
+	if err != nil {
+		return ExitError, fmt.Errorf("reading the tests: %w", err)
+	}
+	suite, err := policycheck.Parse(b)
+	if err != nil {
+		return ExitError, fmt.Errorf("%s:\n%w", testsFile, err)
+	}
+	cfg, err := policy.Parse(norm)
+	if err != nil {
+		return ExitError, err // the admin has validated it
+	}
+	rep := policycheck.Run(cfg, suite, policycheck.Options{})
+	io.WriteString(stdout, rep.Text(verbose))
+	if rep.Failed() > 0 {
+		return ExitChanges, nil
+	}
+	return ExitOK, nil
+}
+
+// printValidation prints a policy's problems, each at its JSON path, as
+// the admin's answer prints them.
+func printValidation(w io.Writer, ve *policies.ValidationError) {
+	fmt.Fprintln(w, "invalid: the policy has errors")
+	for _, e := range ve.Errors {
+		path := e.Path
+		if path == "" {
+			path = "(policy)"
+		}
+		fmt.Fprintf(w, "  %s: %s\n", path, e.Message)
+	}
 }
 
 func envOr(name, def string) string {

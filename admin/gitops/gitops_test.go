@@ -203,3 +203,80 @@ func TestValidatePrintsWarningsAndStillExitsZero(t *testing.T) {
 		t.Errorf("the tiers policy warns: %q", out)
 	}
 }
+
+// tiersTests pass against tiers (a burst of 20 per key).
+const tiersTests = `
+tests:
+  - name: a key gets a burst of 20
+    request: {headers: {x-api-key: k1}}
+    steps:
+      - repeat: 20
+        expect: {status: 200, rule: free}
+      - expect: {status: 429, rule: free}
+`
+
+func writeTests(t *testing.T, content string) string {
+	p := filepath.Join(t.TempDir(), "policy.tests.yaml")
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func runOffline(stdin string, args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := Main(args, strings.NewReader(stdin), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestTestRunsThePolicysTestsWithoutAnAdmin(t *testing.T) {
+	t.Setenv("SLUICE_ADMIN_TOKEN", "")
+	demo, demoTests := "../../plugin/gateway/demo-config.json", "../../plugin/gateway/demo-config.tests.yaml"
+	if code, out, errs := runOffline("", "test", demo, demoTests); code != ExitOK || !strings.HasPrefix(out, "PASS: 7 tests, ") {
+		t.Errorf("demo policy: exit %d, %q %q", code, out, errs)
+	}
+	if code, out, _ := runOffline("", "test", "-v", writeFile(t, tiers), writeTests(t, tiersTests)); code != ExitOK ||
+		out != "ok    a key gets a burst of 20 (21 requests)\nPASS: 1 test, 21 requests\n" {
+		t.Errorf("-v: exit %d, %q", code, out)
+	}
+	burst30 := strings.Replace(tiers, `"burst":20`, `"burst":30`, 1)
+	code, out, _ := runOffline(burst30, "test", "-", writeTests(t, tiersTests))
+	if code != ExitChanges || !strings.Contains(out, "FAIL  a key gets a burst of 20 (line 3)\n      tests[0].steps[1] (line 8), request 1 of 1, at +0s:\n        status: got 200, want 429\n") {
+		t.Errorf("failing test: exit %d, %q", code, out)
+	}
+	if code, out, _ := runOffline(perIP, "test", "-", writeTests(t, tiersTests)); code != ExitChanges || !strings.Contains(out, `rule: no rule is named "free"`) {
+		t.Errorf("a rule the policy lacks: exit %d, %q", code, out)
+	}
+	if code, out, _ := runOffline("", "test", writeFile(t, bad), writeTests(t, tiersTests)); code != ExitChanges || !strings.Contains(out, "rules[0].algorithm_config.burst: ") {
+		t.Errorf("invalid policy: exit %d, %q", code, out)
+	}
+	code, _, errs := runOffline("", "test", writeFile(t, tiers), writeTests(t, "tests:\n  - name: a\n    expect: {status: 2000}\n"))
+	if code != ExitError || !strings.Contains(errs, `tests[0].expect.status (line 3): "2000" is not a whole number from 100 to 599`) {
+		t.Errorf("invalid tests: exit %d, %q", code, errs)
+	}
+	if code, _, errs := runOffline("", "test", writeFile(t, tiers)); code != ExitError || !strings.Contains(errs, "give the policy file and its test file") {
+		t.Errorf("one file: exit %d, %q", code, errs)
+	}
+}
+
+func TestApplyWithTestsSavesNothingUnlessTheyPass(t *testing.T) {
+	a := startAdmin(t)
+	failing := writeTests(t, strings.Replace(tiersTests, "repeat: 20", "repeat: 21", 1))
+	code, out, _ := a.run(t, "apply", writeFile(t, tiers), "-m", "free tier", "-tests", failing)
+	if code != ExitChanges || !strings.Contains(out, "FAIL: 1 of 1 test failed") {
+		t.Fatalf("failing tests: exit %d, %q", code, out)
+	}
+	if cur, _ := a.svc.Current(context.Background()); cur.Number != 1 {
+		t.Fatalf("a failing test saved v%d", cur.Number)
+	}
+	if code, out, _ := a.run(t, "diff", writeFile(t, tiers), "-tests", failing); code != ExitChanges || strings.Contains(out, "--- v1") {
+		t.Errorf("diff with failing tests: exit %d, %q; want the failure, no diff", code, out)
+	}
+	code, out, errs := a.run(t, "apply", writeFile(t, tiers), "-m", "free tier", "-tests", writeTests(t, tiersTests))
+	if code != ExitOK || !strings.Contains(out, "PASS: 1 test, 21 requests") || !strings.Contains(out, "applied: v2") {
+		t.Fatalf("passing tests: exit %d, %q %q", code, out, errs)
+	}
+	if code, out, _ := a.run(t, "validate", writeFile(t, tiers), "-tests", failing); code != ExitChanges || strings.Contains(out, "valid\n") {
+		t.Errorf("validate with failing tests: exit %d, %q", code, out)
+	}
+}

@@ -30,6 +30,9 @@ type ResponseCharge struct {
 	// After is the tokens (quota) left after the charge: below zero in
 	// debt, down to -max_debt.
 	After float64
+	// Next is the state the filter stores with the charge (the rule's
+	// state before the request when nothing is charged).
+	Next State
 }
 
 // respond charges the request's sample response to a rule that admitted
@@ -47,12 +50,15 @@ func (rr *RuleResult) respond(src *sources, r *policy.Rule, st State, tb limiter
 			w := st.Window
 			q.Charge(&w, rr.Known, now, c.Cost, maxDebt) // w is now the period's
 			c.After = q.Limit - w.Counts[0]
+			c.Next = State{Window: w.Stored()}
 		} else {
 			next, _ := tb.Charge(st.Bucket, rr.Known, now, c.Cost, maxDebt)
 			c.After = next.Tokens
+			c.Next = State{Bucket: next.Stored()}
 		}
 	} else {
 		c.After = rr.Level
+		c.Next = st
 	}
 	rr.Response = &c
 }

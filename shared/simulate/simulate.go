@@ -140,8 +140,10 @@ type RuleResult struct {
 	// Why is, for a rule that does not apply, the reason in words.
 	Why string
 	// Identity is the applying rule's identity as the dashboard shows it
-	// (sensitive components masked).
+	// (sensitive components masked); Key is the same identity unmasked,
+	// for whoever wrote the request (a policy test), never for a page.
 	Identity string
+	Key      string
 	// Cost is the request's cost for the rule.
 	Cost float64
 	// Known reports whether Lookup knew the identity's state; Level is
@@ -231,6 +233,7 @@ func Run(cfg *policy.Config, req Request, opt Options) Result {
 			composite, _ := request.AppendComposite(nil, nil, comps)
 			rr.composed = string(composite)
 			rr.Identity = request.DisplayIdentity(r.Keys, r.ClearIdentity, rr.composed)
+			rr.Key = request.DisplayIdentity(r.Keys, true, rr.composed)
 			rr.Spared = r.Partial() && !request.Enforced(rr.composed, *r.EnforcePercent)
 			rr.Applies = true
 			pr.Applied = i
@@ -577,8 +580,10 @@ type Store struct {
 
 // Stores returns the states the filter would write for the request: every
 // admitting rule's, or none when the request is rejected (a rejected
-// request consumes from no rule). Feeding them back through Lookup
-// simulates a sequence of requests.
+// request consumes from no rule). A rule whose cost comes from the
+// response stores its charge for the request's sample Response (its state
+// unchanged without one). Feeding them back through Lookup simulates a
+// sequence of requests.
 func (res *Result) Stores() []Store {
 	if res.Status != 0 {
 		return nil
@@ -590,7 +595,11 @@ func (res *Result) Stores() []Store {
 		}
 		r := &p.Rules[p.Applied]
 		if r.Decision.Allowed {
-			out = append(out, Store{Rule: r.Name, Identity: r.Identity, State: r.Next})
+			next := r.Next
+			if r.Response != nil {
+				next = r.Response.Next
+			}
+			out = append(out, Store{Rule: r.Name, Identity: r.Identity, State: next})
 		}
 	}
 	return out

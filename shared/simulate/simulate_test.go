@@ -427,3 +427,24 @@ func TestUnlimitedRuleEndsItsPolicyOnly(t *testing.T) {
 		t.Errorf("the address policy: %+v, status %d, rule %q", addr[0], res.Status, res.Rule)
 	}
 }
+
+// TestStoresKeepTheSampleResponsesCharge: a rule charged from the response
+// stores the charge for the request's sample response, so a sequence of
+// simulated requests spends what the answers report; without a sample it
+// stores the bucket as it was.
+func TestStoresKeepTheSampleResponsesCharge(t *testing.T) {
+	cfg := mustParse(t, `{"rules":[{"name":"llm","limit_keys":["header:x-api-key"],"algorithm":"token_bucket",
+   "algorithm_config":{"tokens_per_second":1,"burst":100,"cost_source":"response_json:usage.total_tokens","default_cost":5}}]}`)
+	req := Request{Method: "POST", Path: "/", ClientAddress: "10.0.0.1", Headers: map[string]string{"x-api-key": "k"},
+		Response: &Response{Status: 200, Headers: map[string]string{"content-type": "application/json"}, Body: []byte(`{"usage":{"total_tokens":30}}`)}}
+	res := Run(cfg, req, Options{Now: 1000})
+	s := res.Stores()
+	if len(s) != 1 || s[0].State.Bucket.Tokens != 70 || s[0].State.Bucket.LastRefill != 1000 {
+		t.Fatalf("stores %+v, want 70 tokens left at 1000", s)
+	}
+	req.Response = nil
+	res = Run(cfg, req, Options{Now: 1000})
+	if s := res.Stores(); len(s) != 1 || s[0].State.Bucket != (state.Bucket{}) {
+		t.Fatalf("without a sample: stores %+v, want the state unchanged (new)", s)
+	}
+}

@@ -1,0 +1,337 @@
+package policycheck_test
+
+import (
+	"errors"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/shared/policy"
+	"github.com/sluice-rl/sluice/shared/policycheck"
+	"github.com/sluice-rl/sluice/shared/simulate"
+)
+
+func parseConfig(t *testing.T, doc string) *policy.Config {
+	t.Helper()
+	cfg, err := policy.Parse([]byte(doc))
+	if err != nil {
+		t.Fatalf("policy: %v", err)
+	}
+	return cfg
+}
+
+func parseSuite(t *testing.T, doc string) *policycheck.Suite {
+	t.Helper()
+	s, err := policycheck.Parse([]byte(doc))
+	if err != nil {
+		t.Fatalf("tests: %v", err)
+	}
+	return s
+}
+
+func readFile(t *testing.T, name string) string {
+	t.Helper()
+	return readFileB(t, name)
+}
+
+func readFileB(tb testing.TB, name string) string {
+	tb.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return string(b)
+}
+
+func parseConfigB(doc string) (*policy.Config, error) { return policy.Parse([]byte(doc)) }
+
+const demoConfig = "../../plugin/gateway/demo-config.json"
+const demoTests = "../../plugin/gateway/demo-config.tests.yaml"
+
+func TestTheDemoPolicyPassesItsTests(t *testing.T) {
+	rep := policycheck.Run(parseConfig(t, readFile(t, demoConfig)), parseSuite(t, readFile(t, demoTests)), policycheck.Options{})
+	if rep.Failed() != 0 || len(rep.Tests) < 7 {
+		t.Fatalf("%d tests:\n%s", len(rep.Tests), rep.Text(true))
+	}
+}
+
+// The same tests catch a change to the policy's numbers: a free burst of
+// 6 lets the sixth request through, and the report says where.
+func TestAChangedLimitFailsTheTestsThatPinIt(t *testing.T) {
+	doc := strings.Replace(readFile(t, demoConfig), `"tokens_per_second": 1, "burst": 5`, `"tokens_per_second": 1, "burst": 6`, 1)
+	rep := policycheck.Run(parseConfig(t, doc), parseSuite(t, readFile(t, demoTests)), policycheck.Options{})
+	if rep.Failed() == 0 {
+		t.Fatal("no test failed")
+	}
+	f := rep.Tests[0].Failure
+	if f == nil || f.Step != "tests[0].steps[1]" || f.Request != 1 || f.Line != 11 {
+		t.Fatalf("first test's failure %+v\n%s", f, rep.Text(false))
+	}
+	if len(f.Mismatches) != 3 || f.Mismatches[0] != "status: got 200, want 429" ||
+		f.Mismatches[1] != `headers.retry-after: absent, want "1"` || f.Mismatches[2] != `headers.ratelimit-policy: got '"free";q=6;w=6', want '"free";q=5;w=5'` {
+		t.Fatalf("mismatches %q", f.Mismatches) // the rule is "free", as expected
+	}
+	text := rep.Text(false)
+	for _, want := range []string{"FAIL  a free key gets a burst of 5", "tests[0].steps[1] (line 11), request 1 of 1, at +0s:",
+		`policy "tiers": rule "free" applies to header:x-api-key=free…`, "admits, 0 left", "FAIL: "} {
+		if !strings.Contains(text, want) {
+			t.Errorf("report lacks %q:\n%s", want, text)
+		}
+	}
+}
+
+const gatePolicy = `{
+  "policies": [
+    {"name": "gate", "rules": [
+      {"name": "health", "action": "exempt", "match": {"path": "/healthz"}},
+      {"name": "blocked", "action": "deny", "deny_status": 403, "match": {"header:x-api-key": "stolen"}},
+      {"name": "bots", "action": "deny", "mode": "shadow", "match": {"header:user-agent": {"suffix": "bot"}}}
+    ]},
+    {"name": "keys", "rules": [
+      {"name": "per-key", "limit_keys": ["header:x-api-key"], "algorithm": "fixed_window",
+       "algorithm_config": {"limit": 2, "window_seconds": 10}},
+      {"name": "search-watch", "mode": "shadow", "match": {"query:q": {"present": true}}, "limit_keys": ["ip:address"],
+       "algorithm": "fixed_window", "algorithm_config": {"limit": 1, "window_seconds": 60}}
+    ]},
+    {"name": "daily", "rules": [
+      {"name": "exports", "match": {"path_prefix": "/export"}, "limit_keys": ["jwt:sub"],
+       "algorithm": "quota", "algorithm_config": {"limit": 2, "period": "day", "time_zone": "Europe/Berlin"}}
+    ]}
+  ]
+}`
+
+func TestExemptDenyAndShadowRulesAreChecked(t *testing.T) {
+	suite := parseSuite(t, `
+tests:
+  - name: health checks are exempt from every limit
+    request: {path: /healthz, headers: {x-api-key: k1}}
+    repeat: 5
+    expect: {status: 200, applies: {gate: health, keys: ""}, rule: ""}
+  - name: a stolen key is denied
+    request: {headers: {x-api-key: stolen}}
+    expect: {status: 403, rule: blocked, headers: {x-ratelimit-reason: denied}}
+  - name: bots are only marked, and a step can drop a header
+    request: {headers: {x-api-key: k2, user-agent: crawlbot}}
+    steps:
+      - expect: {status: 200, shadow_rejected: [bots], upstream_headers: {x-sluice-shadow: bots}}
+      - request: {headers: {user-agent: null}}
+        expect: {status: 200, rule: per-key, shadow_rejected: [], upstream_headers: {x-sluice-shadow: null}}
+      - expect: {status: 429, rule: per-key, shadow_rejected: [bots]}
+  - name: searches without a key are watched per address, in shadow
+    request: {path: "/search?q=shoes"}
+    steps:
+      - expect: {status: 200, shadow_rejected: [], applies: {keys: search-watch}}
+      - expect: {status: 200, shadow_rejected: [search-watch], upstream_headers: {x-sluice-shadow: search-watch}}
+`)
+	rep := policycheck.Run(parseConfig(t, gatePolicy), suite, policycheck.Options{})
+	if rep.Failed() != 0 {
+		t.Fatal(rep.Text(true))
+	}
+}
+
+func TestQuotaDaysEndInTheRulesTimeZone(t *testing.T) {
+	suite := parseSuite(t, `
+start: 2026-03-02T22:59:50Z   # 23:59:50 in Berlin
+tests:
+  - name: two exports a Berlin day
+    request: {path: /export, claims: {sub: alice}}
+    steps:
+      - repeat: 2
+        expect: {status: 200, rule: exports, identity: jwt:sub=alice}
+      - expect: {status: 429, rule: exports, identity: "jwt:sub=…#65a03907"}  # as the dashboard shows it
+      - wait: 10s
+        expect: {status: 200, rule: exports}
+  - name: the same, from a Berlin morning, waits for the next midnight
+    start: 2026-03-02T08:00:00Z
+    request: {path: /export, claims: {sub: alice}}
+    steps:
+      - repeat: 2
+        expect: {status: 200}
+      - wait: 10s
+        expect: {status: 429}
+`)
+	rep := policycheck.Run(parseConfig(t, gatePolicy), suite, policycheck.Options{})
+	if rep.Failed() != 0 {
+		t.Fatal(rep.Text(true))
+	}
+}
+
+func TestNamesThePolicyLacksFailTheTestBeforeAnyRequest(t *testing.T) {
+	suite := parseSuite(t, `
+tests:
+  - name: typos
+    steps:
+      - expect: {status: 200}
+      - expect: {rule: per-kye, applies: {gate: nope, kees: per-key}, shadow_rejected: [bot]}
+`)
+	rep := policycheck.Run(parseConfig(t, gatePolicy), suite, policycheck.Options{})
+	f := rep.Tests[0].Failure
+	if f == nil || f.Request != 0 || rep.Tests[0].Requests != 0 || f.Step != "tests[0].steps[1]" {
+		t.Fatalf("%+v\n%s", f, rep.Text(false))
+	}
+	want := []string{`rule: no rule is named "per-kye"`, `applies.gate: policy "gate" has no rule named "nope"`,
+		`applies: no policy is named "kees"`, `shadow_rejected: no rule is named "bot"`}
+	if strings.Join(f.Mismatches, "|") != strings.Join(want, "|") {
+		t.Fatalf("mismatches %q", f.Mismatches)
+	}
+}
+
+func TestAFailureExplainsWhyAnExpectedRuleDoesNotApply(t *testing.T) {
+	suite := parseSuite(t, `
+tests:
+  - name: health without its path
+    request: {path: /health}
+    expect: {applies: {gate: health}}
+`)
+	rep := policycheck.Run(parseConfig(t, gatePolicy), suite, policycheck.Options{})
+	text := rep.Text(false)
+	if rep.Failed() != 1 || !strings.Contains(text, `applies.gate: got none, want "health"`) || !strings.Contains(text, `rule "health" does not apply: `) {
+		t.Fatal(text)
+	}
+}
+
+func TestRequestsAreSpacedByEveryAndWait(t *testing.T) {
+	// A window of 2 per 10 s: 3 requests 5 s apart cross a window
+	// boundary and pass; 3 at once do not.
+	suite := parseSuite(t, `
+tests:
+  - name: spaced
+    request: {headers: {x-api-key: k}}
+    repeat: 3
+    every: 5s
+    expect: {status: 200}
+  - name: at once
+    request: {headers: {x-api-key: k}}
+    repeat: 3
+    expect: {status: 200}
+`)
+	rep := policycheck.Run(parseConfig(t, gatePolicy), suite, policycheck.Options{})
+	if rep.Tests[0].Failure != nil || rep.Tests[1].Failure == nil || rep.Tests[1].Failure.Request != 3 {
+		t.Fatal(rep.Text(true))
+	}
+	if f := rep.Tests[1].Failure; f.Repeat != 3 || f.At != 0 {
+		t.Fatalf("%+v", f)
+	}
+}
+
+func TestObserveSeesEveryRequestAtItsTime(t *testing.T) {
+	suite := parseSuite(t, `
+start: 2026-01-01T00:00:10Z
+tests:
+  - name: a
+    request: {headers: {x-api-key: k}}
+    steps:
+      - expect: {status: 200}
+      - wait: 1500ms
+        repeat: 2
+        every: 1s
+        expect: {rule: per-key}
+`)
+	var times []time.Time
+	var statuses []int
+	policycheck.Run(parseConfig(t, gatePolicy), suite, policycheck.Options{Observe: func(test int, at time.Time, req simulate.Request, res simulate.Result) {
+		if test != 0 || req.Headers["x-api-key"] != "k" {
+			t.Errorf("test %d, request %+v", test, req)
+		}
+		times = append(times, at)
+		statuses = append(statuses, res.Status)
+	}})
+	if !slices.Equal(statuses, []int{0, 0, 429}) { // 2 a window of 10 s
+		t.Errorf("statuses %v", statuses)
+	}
+	start := time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
+	if want := []time.Time{start, start.Add(1500 * time.Millisecond), start.Add(2500 * time.Millisecond)}; !slices.Equal(times, want) {
+		t.Fatalf("times %v, want %v", times, want)
+	}
+}
+
+func TestParseErrorsNameTheFieldAndItsLine(t *testing.T) {
+	for _, c := range []struct{ doc, want string }{
+		{"", "the file: empty; a test file has a list of tests"},
+		{"tests: [", "the file: not YAML: "},
+		{"tests: []", "tests (line 1): required: a list of tests"},
+		{"test: []", `test (line 1): unknown field; the fields here are start, tests`},
+		{"start: yesterday\ntests: [{name: a, expect: {status: 200}}]", `start (line 1): "yesterday" is not a time like`},
+		{"tests:\n- name: a\n  steps:\n  - expect: {status: abc}", `tests[0].steps[0].expect.status (line 4): "abc" is not a whole number from 100 to 599`},
+		{"tests:\n- name: a\n  steps:\n  - expect: {}\n", `tests[0].steps[0].expect (line 4): empty; say what the request must get`},
+		{"tests:\n- name: a\n  steps:\n  - wait: 1s", `tests[0].steps[0].expect (line 4): required: what the request must get`},
+		{"tests:\n- name: a\n  expect: {status: 200}\n  steps: []", `tests[0] (line 2): give either steps, or expect`},
+		{"tests:\n- name: a\n  request: {path: /x}", `tests[0].expect (line 2): required`},
+		{"tests:\n- expect: {status: 200}", `tests[0].name (line 2): required: what the test checks`},
+		{"tests:\n- {name: a, expect: {status: 200}}\n- {name: a, expect: {status: 200}}", `tests[1].name (line 3): "a" is also the name of tests[0]`},
+		{"tests:\n- {name: a, repeat: 0, expect: {status: 200}}", `tests[0].repeat (line 2): "0" is not a whole number from 1 to 100000`},
+		{"tests:\n- {name: a, every: -1s, expect: {status: 200}}", `tests[0].every (line 2): "-1s" is not a duration`},
+		{"tests:\n- {name: a, request: {path: nope}, expect: {status: 200}}", `tests[0].request.path (line 2): "nope" must start with /`},
+		{"tests:\n- name: a\n  request: {headers: {x: y}}\n  steps:\n  - request: {headers: {\"bad name\": v}}\n    expect: {status: 200}", `tests[0].steps[0].request.headers.bad name (line 5): not a valid header name`},
+		{"tests:\n- {name: a, request: {client_address: 300.1.1.1}, expect: {status: 200}}", `tests[0].request.client_address (line 2): "300.1.1.1" is not an IP address`},
+		{"tests:\n- {name: a, request: {jwt: x, claims: {sub: a}}, expect: {status: 200}}", `tests[0].request.jwt (line 2): give a token or claims, not both`},
+		{"tests:\n- {name: a, request: {claims: [1]}, expect: {status: 200}}", `tests[0].request.claims (line 2): must be a mapping`},
+		{"tests:\n- {name: a, request: {heders: {}}, expect: {status: 200}}", `tests[0].request.heders (line 2): unknown field; the fields here are method, path`},
+		{"tests:\n- {name: a, expect: {headers: {ratelimit: [1]}}}", `tests[0].expect.headers.ratelimit (line 2): must be a single value`},
+		{"tests:\n- {name: a, expect: {shadow_rejected: bots}}", `tests[0].expect.shadow_rejected (line 2): must be a list of rule names`},
+		{"tests:\n- {name: a, expect: {applies: [gate]}}", `tests[0].expect.applies (line 2): must be a mapping of policy names`},
+		{"tests:\n- {name: a, expect: {status: 200, status: 429}}", `tests[0].expect.status (line 2): given twice`},
+		{"tests:\n- {name: a, repeat: 100000, expect: {status: 200}}\n- {name: b, repeat: 100000, expect: {status: 200}}\n" +
+			strings.Repeat("- {name: c, repeat: 100000, expect: {status: 200}}\n", 0), ""},
+	} {
+		_, err := policycheck.Parse([]byte(c.doc))
+		if c.want == "" {
+			if err != nil {
+				t.Errorf("%q: %v", c.doc, err)
+			}
+			continue
+		}
+		var es policycheck.Errors
+		if !errors.As(err, &es) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q:\n got %v\nwant %s", c.doc, err, c.want)
+		}
+	}
+}
+
+func TestAFileSendsAtMostAMillionRequests(t *testing.T) {
+	doc := "tests:\n" + strings.Repeat("- {name: n%d, repeat: 100000, expect: {status: 200}}\n", 11)
+	for i := 0; i < 11; i++ {
+		doc = strings.Replace(doc, "%d", string(rune('a'+i)), 1)
+	}
+	_, err := policycheck.Parse([]byte(doc))
+	if err == nil || !strings.Contains(err.Error(), "tests[10].repeat (line 12): the file sends more than 1000000 requests") {
+		t.Fatal(err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add(readFileB(f, demoTests))
+	f.Add("tests:\n- {name: a, request: {headers: {x: &v y}, query: {q: *v}}, expect: {status: 200}}")
+	f.Add("tests: [{name: a, steps: [{request: {claims: {sub: 1}}, expect: {applies: {p: r}, headers: {h: null}}}]}]")
+	f.Add("tests: *a")
+	f.Fuzz(func(t *testing.T, doc string) {
+		s, err := policycheck.Parse([]byte(doc))
+		if err != nil {
+			var es policycheck.Errors
+			if !errors.As(err, &es) || len(es) == 0 {
+				t.Fatalf("error %v is not a list of problems", err)
+			}
+			for _, e := range es {
+				if e.Message == "" {
+					t.Fatalf("an empty message in %v", es)
+				}
+			}
+			return
+		}
+		if len(s.Tests) == 0 {
+			t.Fatal("a suite without tests")
+		}
+		for _, tc := range s.Tests {
+			if strings.TrimSpace(tc.Name) == "" || len(tc.Steps) == 0 {
+				t.Fatalf("test %+v", tc)
+			}
+			for _, st := range tc.Steps {
+				if st.Repeat < 1 || st.Request.Path == "" || st.Request.Path[0] != '/' {
+					t.Fatalf("step %+v", st)
+				}
+			}
+		}
+	})
+}

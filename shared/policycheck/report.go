@@ -1,0 +1,49 @@
+package policycheck
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Text is the report as `ratelimit-admin policy test` prints it: every
+// failure with what differed and how the request was decided, each
+// passing test too when verbose, and a last line with the totals.
+func (r Report) Text(verbose bool) string {
+	var b strings.Builder
+	requests := 0
+	for _, t := range r.Tests {
+		requests += t.Requests
+		f := t.Failure
+		if f == nil {
+			if verbose {
+				fmt.Fprintf(&b, "ok    %s (%d %s)\n", t.Name, t.Requests, plural(t.Requests, "request"))
+			}
+			continue
+		}
+		fmt.Fprintf(&b, "FAIL  %s (line %d)\n", t.Name, t.Line)
+		if f.Request == 0 { // names the configuration lacks: nothing was sent
+			fmt.Fprintf(&b, "      %s (line %d):\n", f.Step, f.Line)
+		} else {
+			fmt.Fprintf(&b, "      %s (line %d), request %d of %d, at +%s:\n", f.Step, f.Line, f.Request, f.Repeat, f.At)
+		}
+		for _, m := range f.Mismatches {
+			fmt.Fprintf(&b, "        %s\n", m)
+		}
+		for _, c := range f.Context {
+			fmt.Fprintf(&b, "      %s\n", c)
+		}
+	}
+	if n := r.Failed(); n > 0 {
+		fmt.Fprintf(&b, "FAIL: %d of %d %s failed\n", n, len(r.Tests), plural(len(r.Tests), "test"))
+	} else {
+		fmt.Fprintf(&b, "PASS: %d %s, %d %s\n", len(r.Tests), plural(len(r.Tests), "test"), requests, plural(requests, "request"))
+	}
+	return b.String()
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
+}
