@@ -144,14 +144,22 @@ func checkPolicyCLI(t *testing.T, l string, f []string) {
 		msg := l[i+4 : strings.Index(l[i+4:], `"`)+i+4]
 		joined = strings.Replace(joined, msg, strings.ReplaceAll(msg, " ", "_"), 1)
 	}
+	joined, _, _ = strings.Cut(joined, " #") // a comment
 	args = strings.Fields(joined)
-	args = append(args, "-url", "http://127.0.0.1:1", "-token", "docs-check-token-0123", "-timeout", "1s")
 	dir := t.TempDir()
-	os.WriteFile(dir+"/policy.json", []byte(`{"rules": []}`), 0o644)
+	os.WriteFile(dir+"/policy.json", []byte(`{"rules": [{"name": "per-ip", "limit_keys": ["ip:address"], "algorithm": "token_bucket", "algorithm_config": {"rps": 5, "burst": 10}}]}`), 0o644)
+	os.WriteFile(dir+"/policy.tests.yaml", []byte("tests: [{name: anything passes, expect: {status: 200}}]\n"), 0o644)
 	wd, _ := os.Getwd()
 	os.Chdir(dir)
 	defer os.Chdir(wd)
 	var out, errb bytes.Buffer
+	if args[0] == "test" { // offline: runs the tests
+		if code := gitops.Main(args, strings.NewReader(""), &out, &errb); code != gitops.ExitOK || !strings.HasPrefix(out.String(), "PASS: 1 test") {
+			t.Errorf("%q: exit %d, %q %q; want the tests to run and pass", l, code, out.String(), errb.String())
+		}
+		return
+	}
+	args = append(args, "-url", "http://127.0.0.1:1", "-token", "docs-check-token-0123", "-timeout", "1s")
 	code := gitops.Main(args, strings.NewReader(""), &out, &errb)
 	if code != gitops.ExitError || !strings.Contains(errb.String(), "the admin at http://127.0.0.1:1") {
 		t.Errorf("%q: exit %d, %q; want it to parse and then fail only to reach the admin", l, code, errb.String())
