@@ -75,6 +75,8 @@ type Store interface {
 	Current(ctx context.Context) (store.Version, error)
 	Get(ctx context.Context, n int64) (store.Version, error)
 	List(ctx context.Context, before int64, limit int) ([]store.Version, error)
+	PolicyTests(ctx context.Context) (store.PolicyTests, error)
+	PutPolicyTests(ctx context.Context, base int64, body, author string, now time.Time) (store.PolicyTests, error)
 }
 
 // ConflictError is returned when a change is based on a version that is no
@@ -362,6 +364,13 @@ type SaveRequest struct {
 	Author  string
 	Message string
 	Scope   Scope // the policies the author may change (empty: all)
+	// SkipTests saves without running the saved tests (the caller
+	// records that it did).
+	SkipTests bool
+	// Tests, when set, replaces the saved tests in the same save: the
+	// configuration must pass these instead of the saved ones, and they
+	// are saved with it ("" removes them). SkipTests does not apply.
+	Tests *string
 }
 
 // Validate parses a configuration as the filter would and returns it
@@ -390,8 +399,9 @@ func Check(doc []byte) (norm []byte, warnings []policy.Warning, err error) {
 	return norm, cfg.Warnings(), err
 }
 
-// Save validates the configuration, stores it as version Base+1 and
-// publishes it. Errors: *ValidationError (nothing stored or published),
+// Save validates the configuration, checks it against the saved tests
+// (unless SkipTests), stores it as version Base+1 and publishes it.
+// Errors: *ValidationError (nothing stored or published), *TestsFailedError,
 // *ConflictError (Base is stale), *InputError.
 func (s *Service) Save(ctx context.Context, r SaveRequest) (Version, error) {
 	author, msg, err := cleanMeta(r.Author, r.Message)
@@ -407,6 +417,14 @@ func (s *Service) Save(ctx context.Context, r SaveRequest) (Version, error) {
 	}
 	if err := s.checkScope(ctx, r.Scope, r.Base, norm); err != nil {
 		return Version{}, err
+	}
+	if r.Tests != nil {
+		return s.saveWithTests(ctx, r.Base, norm, author, msg, *r.Tests)
+	}
+	if !r.SkipTests {
+		if err := s.checkTests(ctx, norm); err != nil {
+			return Version{}, err
+		}
 	}
 	return s.append(ctx, r.Base, store.NewVersion{JSON: norm, Author: author, Message: msg})
 }

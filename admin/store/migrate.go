@@ -103,6 +103,17 @@ BEGIN SELECT RAISE(ABORT, 'audit entries younger than a day cannot be deleted');
 	`
 ALTER TABLE users ADD COLUMN policy_scope TEXT NOT NULL DEFAULT '';
 `,
+	// 5: the saved policy tests every save is checked against: one test
+	// file, its revision counting the changes (docs/policy-tests.md).
+	`
+CREATE TABLE policy_tests (
+	id         INTEGER NOT NULL PRIMARY KEY CHECK (id = 1),
+	revision   INTEGER NOT NULL CHECK (revision > 0),
+	body       TEXT    NOT NULL,
+	author     TEXT    NOT NULL,
+	updated_at TEXT    NOT NULL
+) STRICT;
+`,
 }
 
 // SchemaVersion is the schema version this binary writes.

@@ -171,6 +171,16 @@ FOR EACH STATEMENT EXECUTE FUNCTION audit_log_append_only();
 	`
 ALTER TABLE users ADD COLUMN policy_scope TEXT NOT NULL DEFAULT '';
 `,
+	// 5: the saved policy tests.
+	`
+CREATE TABLE policy_tests (
+	id         INTEGER NOT NULL PRIMARY KEY CHECK (id = 1),
+	revision   BIGINT  NOT NULL CHECK (revision > 0),
+	body       TEXT    NOT NULL,
+	author     TEXT    NOT NULL,
+	updated_at TEXT    NOT NULL
+);
+`,
 }
 
 func migratePostgres(ctx context.Context, db *sqlDB) (err error) {
