@@ -105,6 +105,11 @@ type EditorPage struct {
 	// Import is the form that imports a CSV of overrides (nil: not shown,
 	// e.g. to a viewer).
 	Import *OverridesForm
+	// TestReport is the last run of the saved tests on the draft (nil:
+	// none); OfferSkipTests shows "save without the tests" after a save
+	// they refused.
+	TestReport     *TestReport
+	OfferSkipTests bool
 }
 
 // Conflict explains a refused save whose base version was stale.

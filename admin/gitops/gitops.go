@@ -8,7 +8,9 @@
 //	ratelimit-admin policy test     FILE TESTS [-v]      the policy's tests, offline (shared/policycheck)
 //
 // validate, diff and apply take -tests TESTS too: the policy must pass
-// them before anything is shown or saved.
+// them before anything is shown or saved, and apply saves them as the
+// admin's saved tests with the version. The admin also runs its saved
+// tests on every save (apply -skip-tests saves without them).
 //
 // The admin's URL and token come from -url and -token, or SLUICE_ADMIN_URL
 // and SLUICE_ADMIN_TOKEN (test needs neither). Exit codes: 0 ok (valid,
@@ -53,9 +55,10 @@ Commands (FILE is a policy JSON file, "-" for standard input):
   export   [-o FILE]                 write the current policy (stdout by default)
   validate FILE [-tests TESTS]       validate with the filter's parser; exit 1 if invalid
   diff     FILE [-tests TESTS]       show the change against the current version; exit 1 if any
-  apply    FILE -m MESSAGE [-base N] [-tests TESTS]
+  apply    FILE -m MESSAGE [-base N] [-tests TESTS | -skip-tests]
                                      save FILE as a new version based on N (default: the current one);
-                                     a stale base is refused (exit 2)
+                                     a stale base is refused (exit 2); with -tests, the tests are saved
+                                     with it as the admin's; a save its saved tests refuse exits 1
   test     FILE TESTS [-v]           run the policy's tests (a YAML file, docs/policy-tests.md) with the
                                      filter's own decisions, offline; exit 1 if one fails
 
@@ -64,6 +67,7 @@ Flags of validate, diff, apply and export:
   -token TOKEN  the admin token (SLUICE_ADMIN_TOKEN)
   -timeout D    per request (default 30s)
   -tests TESTS  validate, diff, apply: the policy must pass these tests first (exit 1 otherwise)
+  -skip-tests   apply: save without running the admin's saved tests (its audit log records it)
 
 Exit codes: 0 ok, 1 changes, invalid or a test failed, 2 error.
 `
@@ -104,6 +108,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) 
 	base := fs.Int64("base", 0, "apply: the version FILE is based on (default: the current one)")
 	testsFile := fs.String("tests", "", "validate, diff, apply: a test file the policy must pass first")
 	verbose := fs.Bool("v", false, "test: list every test, not only the failing ones")
+	skipTests := fs.Bool("skip-tests", false, "apply: save without running the admin's saved tests (recorded in its audit log)")
 	// Flags may come before or after FILE (apply FILE -m "message").
 	var positional []string
 	rest := args[1:]
@@ -230,7 +235,19 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) 
 		if b == 0 {
 			b = cur.Version
 		}
-		v, code, err := c.save(ctx, doc, b, *message, *author, stdout)
+		if *skipTests && *testsFile != "" {
+			return ExitError, errors.New("apply: -skip-tests and -tests: give one (-tests replaces the admin's saved tests, which the policy must then pass)")
+		}
+		var tests *string
+		if *testsFile != "" {
+			t, err := os.ReadFile(*testsFile)
+			if err != nil {
+				return ExitError, fmt.Errorf("reading the tests: %w", err)
+			}
+			s := string(t)
+			tests = &s
+		}
+		v, code, err := c.save(ctx, saveBody{doc: doc, base: b, message: *message, author: *author, tests: tests, skipTests: *skipTests}, stdout)
 		if err != nil || code != ExitOK {
 			return code, err
 		}
@@ -383,10 +400,27 @@ func (c *client) validate(ctx context.Context, doc []byte, stdout io.Writer) (js
 	return nil, ExitError, fmt.Errorf("POST /api/v1/policy/validate: %d: %v", status, e["error"])
 }
 
-func (c *client) save(ctx context.Context, doc []byte, base int64, message, author string, stdout io.Writer) (int64, int, error) {
+// saveBody is what apply saves.
+type saveBody struct {
+	doc       []byte
+	base      int64
+	message   string
+	author    string
+	tests     *string // the tests saved with the version (nil: the admin's stay)
+	skipTests bool
+}
+
+func (c *client) save(ctx context.Context, sb saveBody, stdout io.Writer) (int64, int, error) {
 	var v currentJSON
-	body := map[string]any{"base_version": base, "policy": json.RawMessage(doc), "message": message, "author": author}
+	body := map[string]any{"base_version": sb.base, "policy": json.RawMessage(sb.doc), "message": sb.message, "author": sb.author}
+	if sb.tests != nil {
+		body["tests"] = *sb.tests
+	}
+	if sb.skipTests {
+		body["skip_tests"] = true
+	}
 	status, e, err := c.do(ctx, "POST", "/api/v1/policy", body, &v)
+	tests, _ := e["tests"].(map[string]any)
 	switch {
 	case err != nil:
 		return 0, ExitError, err
@@ -394,7 +428,11 @@ func (c *client) save(ctx context.Context, doc []byte, base int64, message, auth
 		return v.Version, ExitOK, nil
 	case status == http.StatusConflict:
 		return 0, ExitError, fmt.Errorf("refused (409): the base version v%d is stale; the current version is v%v. Run diff again and apply on top of it",
-			base, num(e["current_version"]))
+			sb.base, num(e["current_version"]))
+	case status == http.StatusUnprocessableEntity && tests != nil:
+		fmt.Fprintf(stdout, "refused: %v\n", e["error"])
+		fmt.Fprint(stdout, tests["text"])
+		return 0, ExitChanges, nil
 	case status == http.StatusUnprocessableEntity:
 		printProblems(stdout, e)
 		return 0, ExitChanges, nil

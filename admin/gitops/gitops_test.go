@@ -280,3 +280,27 @@ func TestApplyWithTestsSavesNothingUnlessTheyPass(t *testing.T) {
 		t.Errorf("validate with failing tests: exit %d, %q", code, out)
 	}
 }
+
+func TestApplyWithTestsMakesThemTheAdminsAndTheAdminsTestsGuardApply(t *testing.T) {
+	a := startAdmin(t)
+	passing := writeTests(t, tiersTests)
+	if code, out, errs := a.run(t, "apply", writeFile(t, tiers), "-m", "free tier", "-tests", passing); code != ExitOK {
+		t.Fatalf("apply: exit %d, %q %q", code, out, errs)
+	}
+	saved, err := a.svc.Tests(context.Background())
+	if err != nil || saved.Revision != 1 || saved.Body != tiersTests {
+		t.Fatalf("the admin's tests: %+v, %v", saved, err)
+	}
+	// Without -tests, the admin's saved tests still guard the save.
+	burst30 := strings.Replace(tiers, `"burst":20`, `"burst":30`, 1)
+	code, out, _ := a.run(t, "apply", writeFile(t, burst30), "-m", "burst 30")
+	if code != ExitChanges || !strings.Contains(out, "refused: the policy fails 1 of 1 saved tests") || !strings.Contains(out, "status: got 200, want 429") {
+		t.Fatalf("a save the admin's tests refuse: exit %d, %q", code, out)
+	}
+	if code, out, errs := a.run(t, "apply", writeFile(t, burst30), "-m", "burst 30", "-skip-tests"); code != ExitOK || !strings.Contains(out, "applied: v3") {
+		t.Fatalf("-skip-tests: exit %d, %q %q", code, out, errs)
+	}
+	if code, _, errs := a.run(t, "apply", writeFile(t, tiers), "-m", "x", "-skip-tests", "-tests", passing); code != ExitError || !strings.Contains(errs, "give one") {
+		t.Fatalf("both: exit %d, %q", code, errs)
+	}
+}

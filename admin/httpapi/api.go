@@ -100,6 +100,9 @@ func (s *server) writeAPIError(w http.ResponseWriter, r *http.Request, err error
 		nfe *policies.NotFoundError
 		se  *policies.ScopeError
 	)
+	if te := testsError(err); te != err {
+		err = te // the tests' refusals, as API errors
+	}
 	switch {
 	case errors.As(err, &se):
 		writeJSON(w, http.StatusForbidden, map[string]any{"error": se.Error(), "changes": se.Changes, "scope": se.Scope.String()})
@@ -359,9 +362,11 @@ type saveBody struct {
 	Policy      json.RawMessage `json:"policy"`
 	Message     string          `json:"message"`
 	Author      string          `json:"author"`
+	SkipTests   bool            `json:"skip_tests"`
+	Tests       *string         `json:"tests"`
 }
 
-var saveFields = []string{"base_version", "policy", "message", "author"}
+var saveFields = []string{"base_version", "policy", "message", "author", "skip_tests", "tests"}
 
 func (s *server) apiSave(w http.ResponseWriter, r *http.Request) error {
 	var b saveBody
@@ -374,11 +379,21 @@ func (s *server) apiSave(w http.ResponseWriter, r *http.Request) error {
 	if len(b.Policy) == 0 || string(b.Policy) == "null" {
 		return &policies.InputError{Field: "policy", Message: "required: the configuration, a JSON object"}
 	}
-	v, err := s.Policies.Save(r.Context(), policies.SaveRequest{Base: *b.BaseVersion, JSON: b.Policy, Author: apiAuthor(r, b.Author), Message: b.Message, Scope: scopeOf(principal(r))})
+	if p := principal(r); b.Tests != nil && scopeOf(p).Restricted() {
+		return errScopedTests(p)
+	}
+	v, err := s.Policies.Save(r.Context(), policies.SaveRequest{Base: *b.BaseVersion, JSON: b.Policy, Author: apiAuthor(r, b.Author), Message: b.Message,
+		Scope: scopeOf(principal(r)), SkipTests: b.SkipTests, Tests: b.Tests})
 	if err != nil {
 		return err
 	}
-	s.record(r, store.AuditEntry{Action: ActionSave, Version: v.Number, FromVersion: *b.BaseVersion, Detail: b.Message})
+	skipped := b.SkipTests && b.Tests == nil
+	s.record(r, store.AuditEntry{Action: ActionSave, Version: v.Number, FromVersion: *b.BaseVersion, Detail: saveDetail(b.Message, skipped)})
+	if b.Tests != nil {
+		if t, err := s.Policies.Tests(r.Context()); err == nil {
+			s.record(r, store.AuditEntry{Action: ActionTestsSave, Version: v.Number, Detail: testsDetail(t) + fmt.Sprintf(", with v%d", v.Number)})
+		}
+	}
 	w.Header().Set("Location", "/api/v1/policy/versions/"+strconv.FormatInt(v.Number, 10))
 	writeJSON(w, http.StatusCreated, toJSON(v, true))
 	return nil

@@ -180,7 +180,7 @@ func (s *server) migrateSubmit(w http.ResponseWriter, r *http.Request, sess auth
 		p.Conflict = ce.Error()
 		s.render(w, r, http.StatusConflict, web.Migrate(p))
 		return nil
-	case errors.As(err, &ve), errors.As(err, &ie):
+	case errors.As(err, &ve), errors.As(err, &ie), errors.As(err, new(*policies.TestsFailedError)):
 		return fail(http.StatusUnprocessableEntity, "Not saved: "+err.Error())
 	case errors.As(err, new(*policies.ScopeError)):
 		return fail(http.StatusForbidden, "Not saved: "+err.Error())

@@ -141,6 +141,9 @@ func (s *server) overridesSubmit(w http.ResponseWriter, r *http.Request, sess au
 	case errors.As(err, new(*policies.ScopeError)):
 		p.Flashes = []web.Flash{{Kind: "error", Text: "Not saved: " + err.Error()}}
 		s.render(w, r, http.StatusForbidden, web.Overrides(p))
+	case errors.As(err, new(*policies.TestsFailedError)):
+		p.Flashes = []web.Flash{{Kind: "error", Text: "Not saved: " + err.Error() + ". See the Tests page."}}
+		s.render(w, r, http.StatusUnprocessableEntity, web.Overrides(p))
 	default:
 		return err
 	}

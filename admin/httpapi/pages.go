@@ -343,16 +343,23 @@ func (s *server) editorSubmit(w http.ResponseWriter, r *http.Request, sess auth.
 		return nil
 	}
 	p.BaseVersion = base
-	v, err := s.Policies.Save(r.Context(), policies.SaveRequest{Base: base, JSON: []byte(draft), Author: sess.Author, Message: msg, Scope: scopeOf(principal(r))})
+	skip := r.PostForm.Get("skip_tests") == "on"
+	v, err := s.Policies.Save(r.Context(), policies.SaveRequest{Base: base, JSON: []byte(draft), Author: sess.Author, Message: msg,
+		Scope: scopeOf(principal(r)), SkipTests: skip})
 	var (
 		ve *policies.ValidationError
 		ce *policies.ConflictError
 		ie *policies.InputError
+		tf *policies.TestsFailedError
 	)
 	switch {
 	case err == nil:
-		s.record(r, store.AuditEntry{Action: ActionSave, Version: v.Number, FromVersion: base, Detail: msg})
+		s.record(r, store.AuditEntry{Action: ActionSave, Version: v.Number, FromVersion: base, Detail: saveDetail(msg, skip)})
 		http.Redirect(w, r, "/?saved="+strconv.FormatInt(v.Number, 10), http.StatusSeeOther)
+	case errors.As(err, &tf):
+		p.Flashes = []web.Flash{{Kind: "error", Text: "Not saved: " + tf.Error() + "."}}
+		p.TestReport, p.OfferSkipTests = reportView("the draft", tf.Revision, tf.Report), true
+		s.render(w, r, http.StatusUnprocessableEntity, web.Editor(p))
 	case errors.As(err, &ve):
 		p.Problems, p.Listing = annotate([]byte(draft), ve.Errors)
 		s.render(w, r, http.StatusUnprocessableEntity, web.Editor(p))

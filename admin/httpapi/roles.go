@@ -20,12 +20,15 @@ var adminPaths = []string{
 
 // readOnlyPosts are POST routes that change nothing, open to viewers.
 var readOnlyPosts = map[string]bool{
-	"/api/v1/policy/validate": true,
-	"/api/v1/policy/simulate": true, // evaluates a request; stores nothing
-	"/simulate":               true,
-	"/api/v1/policy/migrate":  true, // converts; stores nothing
-	"/policy/migrate":         true, // converts; its save (op=save) checks the editor role itself
-	"/logout":                 true,
+	"/api/v1/policy/validate":  true,
+	"/api/v1/policy/simulate":  true, // evaluates a request; stores nothing
+	"/simulate":                true,
+	"/api/v1/policy/migrate":   true, // converts; stores nothing
+	"/policy/migrate":          true, // converts; its save (op=save) checks the editor role itself
+	"/logout":                  true,
+	"/api/v1/policy/tests/run": true, // runs tests; stores nothing
+	"/tests/run":               true,
+	"/policy/test":             true,
 }
 
 // requiredRole is the role a request needs. Deny by default: every method

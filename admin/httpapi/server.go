@@ -28,6 +28,7 @@ import (
 	"github.com/sluice-rl/sluice/admin/istio"
 	"github.com/sluice-rl/sluice/admin/policies"
 	"github.com/sluice-rl/sluice/admin/store"
+	"github.com/sluice-rl/sluice/shared/policycheck"
 	"github.com/sluice-rl/sluice/web"
 )
 
@@ -41,6 +42,9 @@ type Policies interface {
 	Rollback(ctx context.Context, r policies.RollbackRequest) (policies.Version, error)
 	LastPublish() policies.PublishStatus
 	CheckScope(ctx context.Context, sc policies.Scope, base int64, draft []byte) error
+	Tests(ctx context.Context) (policies.Tests, error)
+	SaveTests(ctx context.Context, r policies.SaveTestsRequest) (policies.Tests, error)
+	RunTests(ctx context.Context, doc []byte, body string) (policycheck.Report, int64, error)
 }
 
 // Auth checks credentials and manages sessions, accounts and API tokens
@@ -192,6 +196,7 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	s.registerAccounts(mux)
 	s.registerTrial(mux)
+	s.registerTests(mux)
 	mux.Handle("/api/", s.api(func(w http.ResponseWriter, r *http.Request) error {
 		return &apiErr{status: http.StatusNotFound, msg: "no such endpoint: " + r.Method + " " + r.URL.Path + " (see docs/admin.md)"}
 	}))

@@ -21,9 +21,11 @@ func (r Report) Text(verbose bool) string {
 			continue
 		}
 		fmt.Fprintf(&b, "FAIL  %s (line %d)\n", t.Name, t.Line)
-		if f.Request == 0 { // names the configuration lacks: nothing was sent
+		switch {
+		case f.Step == "": // not about a step
+		case f.Request == 0: // names the configuration lacks: nothing was sent
 			fmt.Fprintf(&b, "      %s (line %d):\n", f.Step, f.Line)
-		} else {
+		default:
 			fmt.Fprintf(&b, "      %s (line %d), request %d of %d, at +%s:\n", f.Step, f.Line, f.Request, f.Repeat, f.At)
 		}
 		for _, m := range f.Mismatches {
