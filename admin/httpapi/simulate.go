@@ -39,6 +39,9 @@ type simPolicy struct {
 }
 
 func (s *server) loadSimPolicy(ctx context.Context, draft []byte, version *int64) (simPolicy, error) {
+	if string(draft) == "null" { // JSON's null: no draft
+		draft = nil
+	}
 	if len(draft) > 0 && version != nil {
 		return simPolicy{}, &policies.InputError{Field: "version", Message: "give a draft policy or a version, not both"}
 	}
@@ -209,11 +212,7 @@ func (s *server) apiSimulate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var draft []byte
-	if len(b.Policy) > 0 && string(b.Policy) != "null" {
-		draft = b.Policy
-	}
-	sp, err := s.loadSimPolicy(r.Context(), draft, b.Version)
+	sp, err := s.loadSimPolicy(r.Context(), b.Policy, b.Version)
 	if err != nil {
 		return err
 	}

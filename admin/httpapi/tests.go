@@ -116,11 +116,7 @@ func (s *server) apiRunTests(w http.ResponseWriter, r *http.Request) error {
 	if err := s.decodeJSON(w, r, &b, []string{"tests", "policy", "version"}); err != nil {
 		return err
 	}
-	var draft []byte
-	if len(b.Policy) > 0 && string(b.Policy) != "null" {
-		draft = b.Policy
-	}
-	sp, err := s.loadSimPolicy(r.Context(), draft, b.Version)
+	sp, err := s.loadSimPolicy(r.Context(), b.Policy, b.Version)
 	if err != nil {
 		return err
 	}
@@ -210,14 +206,7 @@ func reportView(against string, rev int64, rep policycheck.Report) *web.TestRepo
 		v.Requests += t.Requests
 		tv := web.TestResultView{Name: t.Name, Line: t.Line, Requests: t.Requests, OK: t.Failure == nil}
 		if f := t.Failure; f != nil {
-			tv.Mismatches, tv.Context = f.Mismatches, f.Context
-			switch {
-			case f.Step == "":
-			case f.Request == 0:
-				tv.Where = fmt.Sprintf("%s (line %d)", f.Step, f.Line)
-			default:
-				tv.Where = fmt.Sprintf("%s (line %d), request %d of %d, at +%s", f.Step, f.Line, f.Request, f.Repeat, f.At)
-			}
+			tv.Mismatches, tv.Context, tv.Where = f.Mismatches, f.Context, f.Where()
 		}
 		v.Tests = append(v.Tests, tv)
 	}

@@ -44,6 +44,7 @@ const (
 	MaxFileBytes = 4 << 20
 	MaxRepeat    = 100_000   // requests in one step
 	MaxRequests  = 1_000_000 // requests in one file
+	MaxSteps     = 10_000    // steps (and one-step tests) in one file, YAML aliases expanded
 	MaxWait      = 400 * 24 * time.Hour
 )
 
@@ -170,6 +171,13 @@ func Parse(data []byte) (*Suite, error) {
 type reader struct {
 	errs     Errors
 	requests int
+	steps    int
+}
+
+// done reports whether reading should stop: too many problems, or a file
+// larger than a test file may be once its aliases are expanded.
+func (r *reader) done() bool {
+	return len(r.errs) >= maxErrors || r.requests > MaxRequests || r.steps > MaxSteps
 }
 
 func (r *reader) fail(path string, n *yaml.Node, format string, args ...any) {
@@ -315,6 +323,9 @@ func (r *reader) suite(doc *yaml.Node) *Suite {
 	s := &Suite{}
 	names := map[string]string{}
 	for i, tn := range resolve(list).Content {
+		if r.done() {
+			break
+		}
 		path := "tests[" + strconv.Itoa(i) + "]"
 		t := r.test(tn, path, start)
 		if t == nil {
@@ -368,6 +379,9 @@ func (r *reader) test(n *yaml.Node, path string, start time.Time) *Test {
 		return nil
 	}
 	for j, stn := range sn.Content {
+		if r.done() {
+			break
+		}
 		sp := path + ".steps[" + strconv.Itoa(j) + "]"
 		sf := r.fields(stn, sp, "wait", "request", "repeat", "every", "expect")
 		if sf == nil {
@@ -415,8 +429,12 @@ func (r *reader) step(f map[string]*yaml.Node, n *yaml.Node, path string, base p
 	}
 	st.Expect = r.expect(f["expect"], path+".expect")
 	r.requests += st.Repeat
+	r.steps++
 	if r.requests > MaxRequests {
 		r.fail(path+".repeat", n, "the file sends more than %d requests; split it", MaxRequests)
+	}
+	if r.steps > MaxSteps {
+		r.fail(path, n, "the file has more than %d steps; split it", MaxSteps)
 	}
 	return st, len(r.errs) == before
 }

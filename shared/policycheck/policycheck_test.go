@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -297,6 +298,21 @@ func TestAFileSendsAtMostAMillionRequests(t *testing.T) {
 	}
 	_, err := policycheck.Parse([]byte(doc))
 	if err == nil || !strings.Contains(err.Error(), "tests[10].repeat (line 12): the file sends more than 1000000 requests") {
+		t.Fatal(err)
+	}
+}
+
+// Aliases cannot make a small file a huge one: a list of a step repeated
+// by alias is counted step by step.
+func TestAliasesCountTowardsTheStepLimit(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("tests:\n  - {name: t0, steps: &l [&s {expect: {status: 200}}" + strings.Repeat(", *s", 999) + "]}\n")
+	for i := 1; i <= 10; i++ {
+		b.WriteString("  - {name: t" + strconv.Itoa(i) + ", steps: *l}\n")
+	}
+	_, err := policycheck.Parse([]byte(b.String()))
+	var es policycheck.Errors
+	if !errors.As(err, &es) || len(es) != 1 || es[0].Error() != "tests[10].steps[0] (line 2): the file has more than 10000 steps; split it" {
 		t.Fatal(err)
 	}
 }

@@ -21,12 +21,8 @@ func (r Report) Text(verbose bool) string {
 			continue
 		}
 		fmt.Fprintf(&b, "FAIL  %s (line %d)\n", t.Name, t.Line)
-		switch {
-		case f.Step == "": // not about a step
-		case f.Request == 0: // names the configuration lacks: nothing was sent
-			fmt.Fprintf(&b, "      %s (line %d):\n", f.Step, f.Line)
-		default:
-			fmt.Fprintf(&b, "      %s (line %d), request %d of %d, at +%s:\n", f.Step, f.Line, f.Request, f.Repeat, f.At)
+		if w := f.Where(); w != "" {
+			fmt.Fprintf(&b, "      %s:\n", w)
 		}
 		for _, m := range f.Mismatches {
 			fmt.Fprintf(&b, "        %s\n", m)
@@ -41,6 +37,18 @@ func (r Report) Text(verbose bool) string {
 		fmt.Fprintf(&b, "PASS: %d %s, %d %s\n", len(r.Tests), plural(len(r.Tests), "test"), requests, plural(requests, "request"))
 	}
 	return b.String()
+}
+
+// Where says which request failed: its step, line, number and time ("" for
+// a failure of no step).
+func (f *Failure) Where() string {
+	switch {
+	case f.Step == "":
+		return ""
+	case f.Request == 0: // names the configuration lacks: nothing was sent
+		return fmt.Sprintf("%s (line %d)", f.Step, f.Line)
+	}
+	return fmt.Sprintf("%s (line %d), request %d of %d, at +%s", f.Step, f.Line, f.Request, f.Repeat, f.At)
 }
 
 func plural(n int, word string) string {
