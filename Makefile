@@ -132,7 +132,8 @@ run: build ## start the stack: admin (SQLite in ./data) + dev gateway on ECDS + 
 	sed 's/"mode": "enforce",/"mode": "enforce", "telemetry": {"cluster": "sluice_admin", "token_env": "SLUICE_TELEMETRY_TOKEN"},/' \
 	  plugin/gateway/demo-config.json > $(DATA)/initial-policy.json; \
 	SLUICE_ADMIN_TOKEN=$$token SLUICE_TELEMETRY_TOKEN=$$ttoken ./$(BIN)/ratelimit-admin -data-dir $(DATA) \
-	  -initial-policy $(DATA)/initial-policy.json -listen 127.0.0.1:9000 -xds-listen 127.0.0.1:18000 \
+	  -initial-policy $(DATA)/initial-policy.json -initial-tests plugin/gateway/demo-config.tests.yaml \
+	  -listen 127.0.0.1:9000 -xds-listen 127.0.0.1:18000 \
 	  -wasm-path $(BIN)/ratelimit.wasm & admin=$$!; \
 	trap 'kill $$admin 2>/dev/null; wait $$admin 2>/dev/null' EXIT INT TERM; \
 	sleep 1; echo; echo "Admin dashboard: http://127.0.0.1:9000   login token: $$token"; echo; \

@@ -91,6 +91,7 @@ type options struct {
 	IstioSelector string
 	LogLevel      string
 	InitialPolicy string
+	InitialTests  string
 
 	TelemetryToken    string
 	TelemetryTokenEnv string
@@ -135,6 +136,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	egFlags(fs, &o.EnvoyGateway)
 	fs.StringVar(&o.IstioSelector, "istio-selector", env("SLUICE_ISTIO_SELECTOR", ""), "workload labels for the WasmPlugin, e.g. istio=ingressgateway (SLUICE_ISTIO_SELECTOR)")
 	fs.StringVar(&o.InitialPolicy, "initial-policy", env("SLUICE_INITIAL_POLICY", ""), "policy file stored as version 1 when the database is empty (default: a shadow-mode per-IP limit) (SLUICE_INITIAL_POLICY)")
+	fs.StringVar(&o.InitialTests, "initial-tests", env("SLUICE_INITIAL_TESTS", ""), "policy tests file saved as the first tests when none were ever saved; every save must pass them (SLUICE_INITIAL_TESTS)")
 	fs.StringVar(&o.LogLevel, "log-level", env("SLUICE_LOG_LEVEL", "info"), "debug, info, warn or error (SLUICE_LOG_LEVEL)")
 	fs.StringVar(&o.TelemetryToken, "telemetry-token", env("SLUICE_TELEMETRY_TOKEN", ""), "token the plugins send with their telemetry reports, at least 16 characters; empty: the stored one, or generate one at first start and print it once (SLUICE_TELEMETRY_TOKEN)")
 	fs.StringVar(&o.TelemetryTokenEnv, "telemetry-token-env", env("SLUICE_TELEMETRY_TOKEN_ENV", DefaultTokenEnv), "VM environment variable for policies with telemetry.token_env: pushed over ECDS with the token when -telemetry-token is set,\n"+
@@ -456,6 +458,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := seedTests(ctx, svc, o.InitialTests, logger); err != nil {
+		return err
+	}
 	throttle := auth.NewThrottle(auth.DefaultThrottle)
 	if err := throttle.Register(metrics.Registry()); err != nil {
 		return fmt.Errorf("auth metrics: %w", err)
@@ -655,4 +660,28 @@ func (a xdsNodes) Nodes() []httpapi.NodeStatus {
 		out[i] = httpapi.NodeStatus(n)
 	}
 	return out
+}
+
+// seedTests saves the -initial-tests file as the first tests. A file that
+// cannot be read or has mistakes stops the admin; tests the current
+// version fails are logged and not saved (they describe another policy).
+func seedTests(ctx context.Context, svc *policies.Service, file string, logger *slog.Logger) error {
+	if file == "" {
+		return nil
+	}
+	body, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("-initial-tests: %w", err)
+	}
+	saved, err := svc.SeedTests(ctx, string(body))
+	var tf *policies.TestsFailedError
+	switch {
+	case errors.As(err, &tf):
+		logger.Error("-initial-tests: not saved", "err", err, "report", tf.Report.Text(false))
+	case err != nil:
+		return fmt.Errorf("-initial-tests %s: %w", file, err)
+	case saved:
+		logger.Info("saved the initial policy tests", "file", file)
+	}
+	return nil
 }

@@ -96,6 +96,24 @@ func (s *Service) SaveTests(ctx context.Context, r SaveTestsRequest) (Tests, err
 	return s.store.PutPolicyTests(ctx, r.Base, body, author, s.now())
 }
 
+// SeedTests saves body as the first tests when none were ever saved
+// (revision 0), as -initial-tests asks, and reports whether it did. Like
+// any saved tests they must pass against the current version: otherwise
+// nothing is saved and the error is a *TestsFailedError. Another admin
+// seeding at the same time is not an error.
+func (s *Service) SeedTests(ctx context.Context, body string) (bool, error) {
+	cur, err := s.store.PolicyTests(ctx)
+	if err != nil || cur.Revision > 0 {
+		return false, err
+	}
+	_, err = s.SaveTests(ctx, SaveTestsRequest{Base: 0, Body: body, Author: "sluice"})
+	var ce *TestsConflictError
+	if errors.As(err, &ce) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // RunTests runs tests (the saved ones when body is "") against a
 // configuration, which the caller has validated, and returns the report
 // and the saved tests' revision (0 for body's).

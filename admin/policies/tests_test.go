@@ -95,6 +95,32 @@ func TestTestsMustPassAgainstTheCurrentVersionToBeSaved(t *testing.T) {
 	}
 }
 
+func TestSeedTestsSavesOnlyTheFirstTests(t *testing.T) {
+	ctx := context.Background()
+	s, _, _ := newService(t)
+	if _, err := s.Save(ctx, SaveRequest{Base: 1, JSON: []byte(perIP), Author: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	var tf *TestsFailedError
+	if ok, err := s.SeedTests(ctx, strings.Replace(burst10, "repeat: 10", "repeat: 11", 1)); ok || !errors.As(err, &tf) {
+		t.Fatalf("failing seed: %v %v", ok, err)
+	}
+	if ok, err := s.SeedTests(ctx, burst10); !ok || err != nil {
+		t.Fatalf("seed: %v %v", ok, err)
+	}
+	if got, _ := s.Tests(ctx); got.Revision != 1 || got.Author != "sluice" || got.Body != burst10 {
+		t.Fatalf("seeded %+v", got)
+	}
+	// Once tests were saved, even removed, a seed changes nothing.
+	saveTests(t, s, 1, "")
+	if ok, err := s.SeedTests(ctx, burst10); ok || err != nil {
+		t.Fatalf("second seed: %v %v", ok, err)
+	}
+	if got, _ := s.Tests(ctx); got.Revision != 2 || got.Body != "" {
+		t.Fatalf("after a second seed %+v", got)
+	}
+}
+
 func TestRunTestsRunsGivenOrSavedTests(t *testing.T) {
 	ctx := context.Background()
 	s, _, _ := newService(t)
