@@ -30,6 +30,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -59,15 +60,17 @@ Commands (FILE is a policy JSON file, "-" for standard input):
                                      save FILE as a new version based on N (default: the current one);
                                      a stale base is refused (exit 2); with -tests, the tests are saved
                                      with it as the admin's; a save its saved tests refuse exits 1
-  test     FILE TESTS [-v]           run the policy's tests (a YAML file, docs/policy-tests.md) with the
+  test     FILE TESTS [-v] [-junit OUT]
+                                     run the policy's tests (a YAML file, docs/policy-tests.md) with the
                                      filter's own decisions, offline; exit 1 if one fails
 
-Flags of validate, diff, apply and export:
-  -url URL      the admin (SLUICE_ADMIN_URL, default ` + DefaultURL + `)
-  -token TOKEN  the admin token (SLUICE_ADMIN_TOKEN)
+Flags:
+  -url URL      the admin (SLUICE_ADMIN_URL, default ` + DefaultURL + `); not for test
+  -token TOKEN  the admin token (SLUICE_ADMIN_TOKEN); not for test
   -timeout D    per request (default 30s)
   -tests TESTS  validate, diff, apply: the policy must pass these tests first (exit 1 otherwise)
   -skip-tests   apply: save without running the admin's saved tests (its audit log records it)
+  -junit OUT    test, and with -tests: also write the report as JUnit XML to OUT
 
 Exit codes: 0 ok, 1 changes, invalid or a test failed, 2 error.
 `
@@ -108,6 +111,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) 
 	base := fs.Int64("base", 0, "apply: the version FILE is based on (default: the current one)")
 	testsFile := fs.String("tests", "", "validate, diff, apply: a test file the policy must pass first")
 	verbose := fs.Bool("v", false, "test: list every test, not only the failing ones")
+	junit := fs.String("junit", "", "test, and -tests: also write the report as JUnit XML to this file, for CI")
 	skipTests := fs.Bool("skip-tests", false, "apply: save without running the admin's saved tests (recorded in its audit log)")
 	// Flags may come before or after FILE (apply FILE -m "message").
 	var positional []string
@@ -141,7 +145,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) 
 		} else if err != nil {
 			return ExitError, err
 		}
-		return runTests(norm, positional[1], *verbose, stdout)
+		return runTests(norm, positional[1], *verbose, *junit, stdout)
 	}
 	u, err := url.Parse(*adminURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -168,7 +172,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) 
 		if *testsFile == "" {
 			return ExitOK, nil
 		}
-		return runTests(norm, *testsFile, false, stdout)
+		return runTests(norm, *testsFile, false, *junit, stdout)
 	}
 
 	switch cmd {
@@ -267,9 +271,9 @@ func readInput(name string, stdin io.Reader) ([]byte, error) {
 }
 
 // runTests runs the test file against the normalized policy and prints
-// the report: ExitChanges when a test fails, ExitError when the file
-// cannot be read.
-func runTests(norm []byte, testsFile string, verbose bool, stdout io.Writer) (int, error) {
+// the report (and writes it as JUnit XML to junit, unless ""):
+// ExitChanges when a test fails, ExitError when the file cannot be read.
+func runTests(norm []byte, testsFile string, verbose bool, junit string, stdout io.Writer) (int, error) {
 	b, err := os.ReadFile(testsFile)
 	if err != nil {
 		return ExitError, fmt.Errorf("reading the tests: %w", err)
@@ -284,6 +288,11 @@ func runTests(norm []byte, testsFile string, verbose bool, stdout io.Writer) (in
 	}
 	rep := policycheck.Run(cfg, suite, policycheck.Options{})
 	io.WriteString(stdout, rep.Text(verbose))
+	if junit != "" {
+		if err := os.WriteFile(junit, rep.JUnit(filepath.Base(testsFile)), 0o644); err != nil {
+			return ExitError, fmt.Errorf("-junit: %w", err)
+		}
+	}
 	if rep.Failed() > 0 {
 		return ExitChanges, nil
 	}

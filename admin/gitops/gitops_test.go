@@ -254,6 +254,14 @@ func TestTestRunsThePolicysTestsWithoutAnAdmin(t *testing.T) {
 	if code != ExitError || !strings.Contains(errs, `tests[0].expect.status (line 3): "2000" is not a whole number from 100 to 599`) {
 		t.Errorf("invalid tests: exit %d, %q", code, errs)
 	}
+	junit := filepath.Join(t.TempDir(), "report.xml")
+	if code, _, _ := runOffline(burst30, "test", "-junit", junit, "-", writeTests(t, tiersTests)); code != ExitChanges {
+		t.Errorf("-junit: exit %d", code)
+	}
+	if x, err := os.ReadFile(junit); err != nil || !strings.Contains(string(x), `<testsuite name="policy.tests.yaml" tests="1" failures="1">`) ||
+		!strings.Contains(string(x), `<failure message="status: got 200, want 429">`) {
+		t.Errorf("the JUnit report: %v\n%s", err, x)
+	}
 	if code, _, errs := runOffline("", "test", writeFile(t, tiers)); code != ExitError || !strings.Contains(errs, "give the policy file and its test file") {
 		t.Errorf("one file: exit %d, %q", code, errs)
 	}

@@ -1,6 +1,7 @@
 package policycheck_test
 
 import (
+	"encoding/xml"
 	"errors"
 	"os"
 	"slices"
@@ -350,4 +351,41 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestJUnitHasATestcasePerTestAndTheFailure(t *testing.T) {
+	doc := strings.Replace(readFile(t, demoConfig), `"tokens_per_second": 1, "burst": 5`, `"tokens_per_second": 1, "burst": 6`, 1)
+	rep := policycheck.Run(parseConfig(t, doc), parseSuite(t, readFile(t, demoTests)), policycheck.Options{})
+	var got struct {
+		Suite struct {
+			Name     string `xml:"name,attr"`
+			Tests    int    `xml:"tests,attr"`
+			Failures int    `xml:"failures,attr"`
+			Cases    []struct {
+				Name    string `xml:"name,attr"`
+				Failure *struct {
+					Message string `xml:"message,attr"`
+					Text    string `xml:",chardata"`
+				} `xml:"failure"`
+			} `xml:"testcase"`
+		} `xml:"testsuite"`
+	}
+	out := rep.JUnit("demo-config.tests.yaml")
+	if err := xml.Unmarshal(out, &got); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	s := got.Suite
+	if s.Name != "demo-config.tests.yaml" || s.Tests != len(rep.Tests) || s.Failures != rep.Failed() || s.Failures == 0 || len(s.Cases) != s.Tests {
+		t.Fatalf("suite %+v", s)
+	}
+	f := s.Cases[0].Failure
+	if s.Cases[0].Name != rep.Tests[0].Name || f == nil || !strings.HasPrefix(f.Message, "status: got 200, want 429") ||
+		!strings.Contains(f.Text, "tests[0].steps[1] (line 11), request 1 of 1, at +0s:") || !strings.Contains(f.Text, `policy "tiers": rule "free" applies`) {
+		t.Fatalf("first case %+v", s.Cases[0])
+	}
+	for i, c := range s.Cases {
+		if (c.Failure == nil) != (rep.Tests[i].Failure == nil) {
+			t.Errorf("case %q: failure %v, report %v", c.Name, c.Failure != nil, rep.Tests[i].Failure != nil)
+		}
+	}
 }
