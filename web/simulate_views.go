@@ -37,6 +37,9 @@ type SimView struct {
 	Body       string
 	DelayMS    int64
 	Policies   []SimPolicyView
+	// AsTest is the request as a policy test, with what it gets from
+	// fresh state ("" when it cannot be written).
+	AsTest string
 }
 
 // SimPolicyView is one policy's rules for the simulated request.

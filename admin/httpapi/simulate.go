@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-rl/sluice/admin/policies"
 	"github.com/sluice-rl/sluice/shared/limiter"
 	"github.com/sluice-rl/sluice/shared/policy"
+	"github.com/sluice-rl/sluice/shared/policycheck"
 	"github.com/sluice-rl/sluice/shared/simulate"
 	"github.com/sluice-rl/sluice/shared/state"
 )
@@ -99,6 +100,9 @@ type simResultJSON struct {
 	Policy   string          `json:"policy"`
 	Decision simDecisionJSON `json:"decision"`
 	Policies []simPolicyJSON `json:"policies"`
+	// AsTest is the request as a policy test (YAML), with what it gets
+	// from fresh state.
+	AsTest string `json:"as_test,omitempty"`
 }
 
 type simDecisionJSON struct {
@@ -218,6 +222,8 @@ func (s *server) apiSimulate(w http.ResponseWriter, r *http.Request) error {
 	}
 	now := s.now()
 	res := simulate.Run(sp.cfg, req, simulate.Options{Now: limiter.Seconds(now.UnixNano()), Lookup: s.telemetryLookup(now)})
-	writeJSON(w, http.StatusOK, simJSON(sp.label, res))
+	out := simJSON(sp.label, res)
+	out.AsTest, _ = policycheck.TestFor(sp.cfg, *b.Request)
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-rl/sluice/admin/policies"
 	"github.com/sluice-rl/sluice/shared/limiter"
 	"github.com/sluice-rl/sluice/shared/policy"
+	"github.com/sluice-rl/sluice/shared/policycheck"
 	"github.com/sluice-rl/sluice/shared/simulate"
 	"github.com/sluice-rl/sluice/web"
 )
@@ -161,7 +162,9 @@ func (s *server) simulateForm(r *http.Request, f web.SimForm, draft []byte) (sim
 	}
 	now := s.now()
 	res := simulate.Run(sp.cfg, sreq, simulate.Options{Now: limiter.Seconds(now.UnixNano()), Lookup: s.telemetryLookup(now)})
-	return simFormResult{SimView: simView(sp.label, res)}, http.StatusOK
+	v := simView(sp.label, res)
+	v.AsTest, _ = policycheck.TestFor(sp.cfg, req) // the request was built above: it builds again
+	return simFormResult{SimView: v}, http.StatusOK
 }
 
 // simView renders a simulation's outcome for people.

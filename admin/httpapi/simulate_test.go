@@ -51,6 +51,10 @@ func TestSimulateDraftPicksTheTierAndExplainsTheOthers(t *testing.T) {
 	if m["policy"] != "the draft" {
 		t.Errorf("policy = %v, want the draft", m["policy"])
 	}
+	if tc, _ := m["as_test"].(string); !strings.Contains(tc, "headers: {X-Api-Key: secret-key-12345, x-plan: free}") ||
+		!strings.Contains(tc, "claims: {sub: alice}") || !strings.Contains(tc, `expect: {status: 200, rule: free, applies: {tiers: free, users: per-user}}`) {
+		t.Errorf("as_test:\n%s", tc)
+	}
 	rules := rulesOf(t, m, 0)
 	if rules[0]["applies"] != false || !strings.Contains(rules[0]["why_not"].(string), "header:x-plan") {
 		t.Errorf("premium: %v", rules[0])
@@ -237,6 +241,10 @@ func TestSimulatorFormRunsTheUnsavedDraft(t *testing.T) {
 	}
 	if !strings.Contains(body, "x-api-key: abcdefghijk") {
 		t.Error("the simulator's fields are not kept")
+	}
+	// The request as a policy test, with what it gets from fresh state.
+	if !regexp.MustCompile(`(?s)<pre id="sim-as-test">- name: GET /v1/items is let through \(rule premium\)\n.*headers: \{x-api-key: abcdefghijk, x-plan: premium\}\n.*expect: \{status: 200, rule: premium, applies: \{tiers: premium, users: &#34;&#34;\}\}`).MatchString(body) {
+		t.Errorf("the request as a test:\n%s", body)
 	}
 
 	form.Set("policy", `{"rules":[{"name":"tiny","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":1,"burst":2,"cost_source":"header:x-cost"}}]}`)

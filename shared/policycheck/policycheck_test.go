@@ -1,6 +1,7 @@
 package policycheck_test
 
 import (
+	"encoding/json"
 	"encoding/xml"
 	"errors"
 	"os"
@@ -388,4 +389,68 @@ func TestJUnitHasATestcasePerTestAndTheFailure(t *testing.T) {
 			t.Errorf("case %q: failure %v, report %v", c.Name, c.Failure != nil, rep.Tests[i].Failure != nil)
 		}
 	}
+}
+
+// A test written from a request runs, and passes, against the policy it
+// was written from; its expectations fail against another.
+func TestTestForWritesATestThatPasses(t *testing.T) {
+	cfg := parseConfig(t, readFile(t, demoConfig))
+	for _, spec := range []simulate.RequestSpec{
+		{Path: "/v1/orders", Headers: map[string]string{"x-api-key": "free-1", "X-Request-Weight": "6"}},
+		{Method: "POST", Path: "/v1/chat/completions", Headers: map[string]string{"x-api-key": "k"}, Query: map[string]string{"q": "200"},
+			Claims: json.RawMessage(`{"sub":"alice","n":1}`), Response: &simulate.ResponseSpec{Status: 200, Body: `{"usage":{"total_tokens":7}}`}},
+		{Path: "/ip/x", ClientAddress: "198.51.100.7"},
+		{},
+	} {
+		doc, err := policycheck.TestFor(cfg, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		suite := parseSuite(t, "tests:\n"+indent(doc))
+		if rep := policycheck.Run(cfg, suite, policycheck.Options{}); rep.Failed() != 0 {
+			t.Errorf("the test written for %+v fails:\n%s\n%s", spec, doc, rep.Text(false))
+		}
+	}
+	doc, _ := policycheck.TestFor(cfg, simulate.RequestSpec{Path: "/v1/orders", Headers: map[string]string{"x-api-key": "free-1", "x-request-weight": "6"}})
+	if !strings.Contains(doc, "expect: {status: 429, rule: free, applies: {tiers: free, per-ip: \"\", llm: \"\"}}") || !strings.Contains(doc, "name: GET /v1/orders gets 429 (rule free)") {
+		t.Errorf("the weighted request's test:\n%s", doc)
+	}
+	other := strings.Replace(readFile(t, demoConfig), `"tokens_per_second": 1, "burst": 5`, `"tokens_per_second": 1, "burst": 10`, 1)
+	if rep := policycheck.Run(parseConfig(t, other), parseSuite(t, "tests:\n"+indent(doc)), policycheck.Options{}); rep.Failed() != 1 {
+		t.Errorf("against a burst of 10:\n%s", rep.Text(true))
+	}
+	if _, err := policycheck.TestFor(cfg, simulate.RequestSpec{Path: "nope"}); err == nil {
+		t.Error("a bad request was written as a test")
+	}
+}
+
+func indent(s string) string {
+	return "  " + strings.ReplaceAll(strings.TrimSuffix(s, "\n"), "\n", "\n  ") + "\n"
+}
+
+// Whatever a request holds, the test written from it reads back as the
+// same request and passes.
+func FuzzTestForRoundTrips(f *testing.F) {
+	f.Add("GET", "/v1/orders", "x-api-key", "free-1", "q", "v", `{"sub":"a"}`, "")
+	f.Add("POST", "/ip/x?a=b", "x-plan", "*alias: #not a comment", "n", "yes", `{"n":[1,{"k":null}]}`, `{"usage":{"total_tokens":3}}`)
+	f.Add("DELETE", "/", "X-Request-Weight", "6", "", "", "", "'\"")
+	cfg, err := parseConfigB(readFileB(f, demoConfig))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, method, path, hname, hval, qk, qv, claims, body string) {
+		spec := simulate.RequestSpec{Method: method, Path: path, Headers: map[string]string{hname: hval}, Query: map[string]string{qk: qv},
+			Claims: json.RawMessage(claims), Response: &simulate.ResponseSpec{Body: body}}
+		doc, err := policycheck.TestFor(cfg, spec)
+		if err != nil {
+			return // a request the simulator refuses
+		}
+		suite, err := policycheck.Parse([]byte("tests:\n" + indent(doc)))
+		if err != nil {
+			t.Fatalf("the written test does not read back: %v\n%s", err, doc)
+		}
+		if rep := policycheck.Run(cfg, suite, policycheck.Options{}); rep.Failed() != 0 {
+			t.Fatalf("the written test fails:\n%s\n%s", doc, rep.Text(false))
+		}
+	})
 }
