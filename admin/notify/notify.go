@@ -227,6 +227,8 @@ func Text(e store.AuditEntry) string {
 		what = "ended " + e.Target
 	case "trial.promote":
 		what = fmt.Sprintf("promoted %s as policy v%d", e.Target, e.Version)
+	case "policy.tests":
+		what = "changed the policy tests"
 	default:
 		what = e.Action
 		if e.Target != "" {

@@ -163,6 +163,9 @@ func TestTextSaysWhatHappened(t *testing.T) {
 		{store.AuditEntry{Actor: "bo", Action: "trial.start", Target: "trial 3", FromVersion: 8}, "Sluice: bo started trial 3 over v8"},
 		{store.AuditEntry{Actor: "bo", Action: "trial.promote", Target: "trial 3", Version: 10}, "Sluice: bo promoted trial 3 as policy v10"},
 		{store.AuditEntry{Actor: "admin", Action: "user.update", Target: "pay", Detail: "policies payments-*"}, "Sluice: admin user.update pay: policies payments-*"},
+		{store.AuditEntry{Actor: "ann", Action: "policy.tests", Detail: "revision 2, 340 bytes"}, "Sluice: ann changed the policy tests: revision 2, 340 bytes"},
+		{store.AuditEntry{Actor: "ann", Action: "policy.save", Version: 5, FromVersion: 4, Detail: "burst 40 [saved without running the tests]"},
+			"Sluice: ann saved policy v5 (on v4): burst 40 [saved without running the tests]"},
 	} {
 		if got := Text(c.e); got != c.want {
 			t.Errorf("Text = %q, want %q", got, c.want)
