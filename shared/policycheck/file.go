@@ -35,6 +35,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/sluice-rl/sluice/shared/policy"
 	"github.com/sluice-rl/sluice/shared/simulate"
 )
 
@@ -105,6 +106,11 @@ type Expect struct {
 	ShadowRejected *[]string
 	// DelayMS is how long the filter holds the request (max_delay_ms).
 	DelayMS *int64
+	// GRPCStatus is the status a gRPC call gets, by name: "ok" when let
+	// through, else the rejection's ("resource_exhausted").
+	GRPCStatus *string
+	// Body is the rejection's body ("" when let through).
+	Body *string
 }
 
 // PolicyRule is one entry of Expect.Applies.
@@ -441,7 +447,7 @@ func (r *reader) step(f map[string]*yaml.Node, n *yaml.Node, path string, base p
 
 func (r *reader) expect(n *yaml.Node, path string) Expect {
 	var e Expect
-	f := r.fields(n, path, "status", "rule", "identity", "applies", "headers", "upstream_headers", "shadow_rejected", "delay_ms")
+	f := r.fields(n, path, "status", "rule", "identity", "applies", "headers", "upstream_headers", "shadow_rejected", "delay_ms", "grpc_status", "body")
 	if f == nil {
 		return e
 	}
@@ -481,7 +487,36 @@ func (r *reader) expect(n *yaml.Node, path string) Expect {
 			e.DelayMS = &v
 		}
 	}
+	if gn := f["grpc_status"]; gn != nil {
+		if v, ok := r.text(gn, path+".grpc_status"); ok {
+			if name, known := grpcName(v); known {
+				e.GRPCStatus = &name
+			} else {
+				r.fail(path+".grpc_status", gn, "%q is not a gRPC status: ok, resource_exhausted, unavailable, ... or a code from 0 to 16", v)
+			}
+		}
+	}
+	if bn := f["body"]; bn != nil {
+		if v, ok := r.text(bn, path+".body"); ok {
+			e.Body = &v
+		}
+	}
 	return e
+}
+
+// grpcName is a gRPC status as the report names it: "ok", or the
+// configuration's lower-case name, given by name (any case) or number.
+func grpcName(v string) (string, bool) {
+	v = strings.ToLower(strings.TrimSpace(v))
+	if v == "ok" || v == "0" {
+		return "ok", true
+	}
+	for c := 1; c <= 16; c++ {
+		if name := policy.GRPCCodeName(c); v == name || v == strconv.Itoa(c) {
+			return name, true
+		}
+	}
+	return "", false
 }
 
 // pairs returns a mapping's keys and values in file order (a duplicate

@@ -134,6 +134,36 @@ tests:
 	}
 }
 
+func TestGRPCStatusAndBodyAreChecked(t *testing.T) {
+	cfg := parseConfig(t, `{"reject_grpc_status": "unavailable", "rules": [
+	  {"name": "blocked", "action": "deny", "deny_status": 403, "match": {"header:x-api-key": "stolen"}},
+	  {"name": "per-key", "limit_keys": ["header:x-api-key"], "algorithm": "fixed_window", "algorithm_config": {"limit": 1, "window_seconds": 60},
+	   "reject_body": "slow down"}]}`)
+	suite := parseSuite(t, `
+tests:
+  - name: the second call is refused with the configured status and body
+    request: {headers: {x-api-key: k, content-type: application/grpc}}
+    steps:
+      - expect: {grpc_status: ok, body: ""}
+      - expect: {grpc_status: UNAVAILABLE, body: slow down, status: 429}
+  - name: a denied call gets what Envoy maps 403 to
+    request: {headers: {x-api-key: stolen}}
+    expect: {grpc_status: 7}
+`)
+	rep := policycheck.Run(cfg, suite, policycheck.Options{})
+	if rep.Failed() != 0 {
+		t.Fatal(rep.Text(true))
+	}
+	wrong := parseSuite(t, "tests: [{name: w, request: {headers: {x-api-key: k}}, repeat: 2, expect: {grpc_status: resource_exhausted, body: x}}]")
+	f := policycheck.Run(cfg, wrong, policycheck.Options{}).Tests[0].Failure
+	if f == nil || strings.Join(f.Mismatches, "|") != `grpc_status: got ok, want resource_exhausted|body: got "", want "x"` {
+		t.Fatalf("%+v", f)
+	}
+	if _, err := policycheck.Parse([]byte("tests: [{name: a, expect: {grpc_status: slow}}]")); err == nil || !strings.Contains(err.Error(), `tests[0].expect.grpc_status (line 1): "slow" is not a gRPC status`) {
+		t.Fatal(err)
+	}
+}
+
 func TestQuotaDaysEndInTheRulesTimeZone(t *testing.T) {
 	suite := parseSuite(t, `
 start: 2026-03-02T22:59:50Z   # 23:59:50 in Berlin

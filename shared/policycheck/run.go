@@ -189,6 +189,18 @@ func mismatches(e *Expect, res *simulate.Result) []string {
 	if e.DelayMS != nil && res.DelayMS != *e.DelayMS {
 		differ("delay_ms", strconv.FormatInt(res.DelayMS, 10), strconv.FormatInt(*e.DelayMS, 10))
 	}
+	if e.GRPCStatus != nil {
+		got := "ok"
+		if res.Status != 0 {
+			got = policy.GRPCCodeName(res.GRPCStatus)
+		}
+		if got != *e.GRPCStatus {
+			differ("grpc_status", got, *e.GRPCStatus)
+		}
+	}
+	if e.Body != nil && res.Body != *e.Body {
+		differ("body", strconv.Quote(res.Body), strconv.Quote(*e.Body))
+	}
 	return bad
 }
 
