@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -75,6 +76,10 @@ type Store interface {
 	Current(ctx context.Context) (store.Version, error)
 	Get(ctx context.Context, n int64) (store.Version, error)
 	List(ctx context.Context, before int64, limit int) ([]store.Version, error)
+	ProposeChange(ctx context.Context, c store.NewChange) (store.Change, error)
+	Change(ctx context.Context, id int64) (store.Change, error)
+	Changes(ctx context.Context, state string, limit int) ([]store.Change, error)
+	CloseChange(ctx context.Context, id int64, state, by, reason string, version int64, at time.Time) error
 	PolicyTests(ctx context.Context) (store.PolicyTests, error)
 	PutPolicyTests(ctx context.Context, base int64, body, author string, now time.Time) (store.PolicyTests, error)
 }
@@ -162,6 +167,8 @@ type Service struct {
 	pubStat PublishStatus
 
 	initial []byte // version 1 of an empty database (nil: DefaultConfig)
+
+	review atomic.Bool // saves are proposed, and saved once approved (review.go)
 }
 
 // PublishStatus is the outcome of the last publication.
@@ -367,6 +374,9 @@ type SaveRequest struct {
 	// SkipTests saves without running the saved tests (the caller
 	// records that it did).
 	SkipTests bool
+	// approvedBy is the reviewer whose approval saves the change (Approve):
+	// with review required, a save without one is only proposed.
+	approvedBy string
 	// Tests, when set, replaces the saved tests in the same save: the
 	// configuration must pass these instead of the saved ones, and they
 	// are saved with it ("" removes them). SkipTests does not apply.
@@ -418,15 +428,26 @@ func (s *Service) Save(ctx context.Context, r SaveRequest) (Version, error) {
 	if err := s.checkScope(ctx, r.Scope, r.Base, norm); err != nil {
 		return Version{}, err
 	}
+	var tests *string
 	if r.Tests != nil {
-		return s.saveWithTests(ctx, r.Base, norm, author, msg, *r.Tests)
-	}
-	if !r.SkipTests {
+		body, err := checkGivenTests(norm, *r.Tests)
+		if err != nil {
+			return Version{}, err
+		}
+		tests = &body
+	} else if !r.SkipTests {
 		if err := s.checkTests(ctx, norm); err != nil {
 			return Version{}, err
 		}
 	}
-	return s.append(ctx, r.Base, store.NewVersion{JSON: norm, Author: author, Message: msg})
+	if s.review.Load() && r.approvedBy == "" {
+		return Version{}, s.propose(ctx, r.Base, norm, tests, author, msg)
+	}
+	v, err := s.append(ctx, r.Base, store.NewVersion{JSON: norm, Author: author, Message: msg})
+	if err != nil || tests == nil {
+		return v, err
+	}
+	return v, s.replaceTests(ctx, v, *tests, author)
 }
 
 // CheckScope is Save's scope check without saving: it refuses, with a

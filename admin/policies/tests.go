@@ -136,27 +136,27 @@ func (s *Service) RunTests(ctx context.Context, doc []byte, body string) (policy
 	return runOn(doc, suite), rev, nil
 }
 
-// saveWithTests is Save with new tests: the configuration must pass
-// them, then both are saved, the version first.
-func (s *Service) saveWithTests(ctx context.Context, base int64, norm []byte, author, msg, body string) (Version, error) {
+// checkGivenTests checks that the configuration passes the tests a save
+// brings, and returns them as they are saved ("" for none).
+func checkGivenTests(norm []byte, body string) (string, error) {
 	body = strings.ReplaceAll(body, "\r\n", "\n")
 	if strings.TrimSpace(body) == "" {
-		body = ""
-	} else {
-		suite, err := parseTests(body)
-		if err != nil {
-			return Version{}, err
-		}
-		if rep := runOn(norm, suite); rep.Failed() > 0 {
-			return Version{}, &TestsFailedError{Report: rep}
-		}
+		return "", nil
 	}
-	v, err := s.append(ctx, base, store.NewVersion{JSON: norm, Author: author, Message: msg})
+	suite, err := parseTests(body)
 	if err != nil {
-		return v, err
+		return "", err
 	}
-	// The version's base check ordered this save; whatever tests were
-	// saved meanwhile, these replace them.
+	if rep := runOn(norm, suite); rep.Failed() > 0 {
+		return "", &TestsFailedError{Report: rep}
+	}
+	return body, nil
+}
+
+// replaceTests saves the tests a save brought, after its version v: the
+// version's base check ordered this save, so whatever tests were saved
+// meanwhile, these replace them.
+func (s *Service) replaceTests(ctx context.Context, v Version, body, author string) error {
 	for try := 0; ; try++ {
 		cur, err := s.store.PolicyTests(ctx)
 		if err == nil {
@@ -165,9 +165,9 @@ func (s *Service) saveWithTests(ctx context.Context, base int64, norm []byte, au
 		var ce *TestsConflictError
 		if err == nil || !errors.As(err, &ce) || try == 2 {
 			if err != nil {
-				return v, fmt.Errorf("v%d was saved and published, but its tests were not: %w", v.Number, err)
+				return fmt.Errorf("v%d was saved and published, but its tests were not: %w", v.Number, err)
 			}
-			return v, nil
+			return nil
 		}
 	}
 }

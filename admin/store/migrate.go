@@ -114,6 +114,26 @@ CREATE TABLE policy_tests (
 	updated_at TEXT    NOT NULL
 ) STRICT;
 `,
+	// 6: changes waiting for review (-review required): a proposed
+	// configuration on a base version, and what a reviewer decided.
+	`
+CREATE TABLE policy_changes (
+	id         INTEGER NOT NULL PRIMARY KEY,
+	base       INTEGER NOT NULL,
+	config     TEXT    NOT NULL,
+	tests      TEXT,
+	author     TEXT    NOT NULL,
+	message    TEXT    NOT NULL,
+	created_at TEXT    NOT NULL,
+	state      TEXT    NOT NULL CHECK (state IN ('open', 'approved', 'rejected', 'withdrawn')),
+	decided_by TEXT    NOT NULL DEFAULT '',
+	decided_at TEXT    NOT NULL DEFAULT '',
+	reason     TEXT    NOT NULL DEFAULT '',
+	version    INTEGER NOT NULL DEFAULT 0
+) STRICT;
+
+CREATE INDEX policy_changes_by_state ON policy_changes(state, id);
+`,
 }
 
 // SchemaVersion is the schema version this binary writes.

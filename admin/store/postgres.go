@@ -181,6 +181,25 @@ CREATE TABLE policy_tests (
 	updated_at TEXT    NOT NULL
 );
 `,
+	// 6: changes waiting for review.
+	`
+CREATE TABLE policy_changes (
+	id         BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	base       BIGINT NOT NULL,
+	config     TEXT   NOT NULL,
+	tests      TEXT,
+	author     TEXT   NOT NULL,
+	message    TEXT   NOT NULL,
+	created_at TEXT   NOT NULL,
+	state      TEXT   NOT NULL CHECK (state IN ('open', 'approved', 'rejected', 'withdrawn')),
+	decided_by TEXT   NOT NULL DEFAULT '',
+	decided_at TEXT   NOT NULL DEFAULT '',
+	reason     TEXT   NOT NULL DEFAULT '',
+	version    BIGINT NOT NULL DEFAULT 0
+);
+
+CREATE INDEX policy_changes_by_state ON policy_changes(state, id);
+`,
 }
 
 func migratePostgres(ctx context.Context, db *sqlDB) (err error) {
