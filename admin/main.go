@@ -92,6 +92,7 @@ type options struct {
 	LogLevel      string
 	InitialPolicy string
 	InitialTests  string
+	RequireReview bool
 
 	TelemetryToken    string
 	TelemetryTokenEnv string
@@ -136,6 +137,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	egFlags(fs, &o.EnvoyGateway)
 	fs.StringVar(&o.IstioSelector, "istio-selector", env("SLUICE_ISTIO_SELECTOR", ""), "workload labels for the WasmPlugin, e.g. istio=ingressgateway (SLUICE_ISTIO_SELECTOR)")
 	fs.StringVar(&o.InitialPolicy, "initial-policy", env("SLUICE_INITIAL_POLICY", ""), "policy file stored as version 1 when the database is empty (default: a shadow-mode per-IP limit) (SLUICE_INITIAL_POLICY)")
+	fs.BoolVar(&o.RequireReview, "require-review", envBool("SLUICE_REQUIRE_REVIEW"), "every save of the policy waits for another person's approval on the Changes page (a rollback never does) (SLUICE_REQUIRE_REVIEW)")
 	fs.StringVar(&o.InitialTests, "initial-tests", env("SLUICE_INITIAL_TESTS", ""), "policy tests file saved as the first tests when none were ever saved; every save must pass them (SLUICE_INITIAL_TESTS)")
 	fs.StringVar(&o.LogLevel, "log-level", env("SLUICE_LOG_LEVEL", "info"), "debug, info, warn or error (SLUICE_LOG_LEVEL)")
 	fs.StringVar(&o.TelemetryToken, "telemetry-token", env("SLUICE_TELEMETRY_TOKEN", ""), "token the plugins send with their telemetry reports, at least 16 characters; empty: the stored one, or generate one at first start and print it once (SLUICE_TELEMETRY_TOKEN)")
@@ -407,6 +409,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		trialsHTTP = trials
 	}
 	svc := policies.New(st, svcPub, logger)
+	svc.SetReviewRequired(o.RequireReview)
 	if trials != nil {
 		trials.SetPolicies(svc)
 	}

@@ -110,6 +110,8 @@ type EditorPage struct {
 	// they refused.
 	TestReport     *TestReport
 	OfferSkipTests bool
+	// Review: saves wait for another person's approval (-require-review).
+	Review bool
 }
 
 // Conflict explains a refused save whose base version was stale.

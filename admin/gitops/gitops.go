@@ -252,7 +252,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) 
 			tests = &s
 		}
 		v, code, err := c.save(ctx, saveBody{doc: doc, base: b, message: *message, author: *author, tests: tests, skipTests: *skipTests}, stdout)
-		if err != nil || code != ExitOK {
+		if err != nil || code != ExitOK || v == 0 { // 0: proposed for review
 			return code, err
 		}
 		fmt.Fprintf(stdout, "applied: v%d (based on v%d)\n", v, b)
@@ -322,6 +322,12 @@ func envOr(name, def string) string {
 type currentJSON struct {
 	Version int64           `json:"version"`
 	Policy  json.RawMessage `json:"policy"`
+	// Proposed is the change a save became on an admin that requires
+	// review (202): nothing is saved until another person approves it.
+	Proposed *struct {
+		ID  int64  `json:"id"`
+		URL string `json:"url"`
+	} `json:"proposed"`
 }
 
 // do sends one request and decodes a JSON answer into out; it returns the
@@ -433,6 +439,10 @@ func (c *client) save(ctx context.Context, sb saveBody, stdout io.Writer) (int64
 	switch {
 	case err != nil:
 		return 0, ExitError, err
+	case e == nil && v.Proposed != nil:
+		fmt.Fprintf(stdout, "proposed as change %d (based on v%d): the admin requires review; another editor approves it on its Changes page (or POST %s/approve), which saves and pushes it\n",
+			v.Proposed.ID, sb.base, v.Proposed.URL)
+		return 0, ExitOK, nil
 	case e == nil:
 		return v.Version, ExitOK, nil
 	case status == http.StatusConflict:

@@ -312,3 +312,15 @@ func TestApplyWithTestsMakesThemTheAdminsAndTheAdminsTestsGuardApply(t *testing.
 		t.Fatalf("both: exit %d, %q", code, errs)
 	}
 }
+
+func TestApplyOnAnAdminRequiringReviewProposesTheChange(t *testing.T) {
+	a := startAdmin(t)
+	a.svc.SetReviewRequired(true)
+	code, out, errs := a.run(t, "apply", writeFile(t, tiers), "-m", "free tier")
+	if code != ExitOK || !strings.Contains(out, "proposed as change 1 (based on v1)") || strings.Contains(out, "applied") {
+		t.Fatalf("apply under review: exit %d, %q %q", code, out, errs)
+	}
+	if cur, _ := a.svc.Current(context.Background()); cur.Number != 1 {
+		t.Fatalf("a proposal saved v%d", cur.Number)
+	}
+}

@@ -103,6 +103,10 @@ func (s *server) writeAPIError(w http.ResponseWriter, r *http.Request, err error
 	if te := testsError(err); te != err {
 		err = te // the tests' refusals, as API errors
 	}
+	if status, body, ok := s.reviewError(r, err); ok {
+		writeJSON(w, status, body)
+		return
+	}
 	switch {
 	case errors.As(err, &se):
 		writeJSON(w, http.StatusForbidden, map[string]any{"error": se.Error(), "changes": se.Changes, "scope": se.Scope.String()})

@@ -167,6 +167,7 @@ func (s *server) rulesSubmit(w http.ResponseWriter, r *http.Request, sess auth.S
 		Nav: nav(sess, "policy"), Current: versionInfo(cur, cur.Number), BaseVersion: cur.Number,
 		Message: f.Get("message"),
 		Sim:     simFormOf(f),
+		Review:  s.Policies.ReviewRequired(),
 	}
 	if base, err := parseVersion(f.Get("base_version"), "base_version"); err == nil {
 		p.BaseVersion = base

@@ -94,6 +94,16 @@ func (s *server) parsePostForm(r *http.Request) error {
 func (s *server) pageError(w http.ResponseWriter, r *http.Request, sess auth.Session, err error) {
 	var ie *policies.InputError
 	var nfe *policies.NotFoundError
+	var pe *policies.ProposedError
+	if errors.As(err, &pe) { // a save under review: see the change
+		s.recordProposal(r, pe.Change)
+		http.Redirect(w, r, "/changes/"+i64s(pe.Change.ID)+"?proposed=1", http.StatusSeeOther)
+		return
+	}
+	if status, body, ok := s.reviewError(r, err); ok {
+		s.renderError(w, r, nav(sess, ""), status, http.StatusText(status), fmt.Sprint(body["error"])+".")
+		return
+	}
 	switch {
 	case errors.As(err, &nfe):
 		s.renderError(w, r, nav(sess, ""), http.StatusNotFound, "Not found", nfe.Error()+".")
@@ -288,7 +298,7 @@ func (s *server) editorPage(w http.ResponseWriter, r *http.Request, sess auth.Se
 	}
 	draft := cur.Pretty()
 	p := web.EditorPage{
-		Nav: nav(sess, "policy"), Flashes: flashFromQuery(r.URL.Query()),
+		Nav: nav(sess, "policy"), Flashes: flashFromQuery(r.URL.Query()), Review: s.Policies.ReviewRequired(),
 		Current: versionInfo(cur, cur.Number), BaseVersion: cur.Number, Draft: draft, Rows: rows(draft),
 		Rules: rulesView(draft, nil, scopeOf(sess.Principal())),
 	}
@@ -327,7 +337,9 @@ func (s *server) submittedDraft(r *http.Request, sess auth.Session) (p web.Edito
 	if cur, err = s.Policies.Current(r.Context()); err != nil {
 		return p, cur, err
 	}
-	return draftPage(sess, cur, draft, r.PostForm.Get("message")), cur, nil
+	p = draftPage(sess, cur, draft, r.PostForm.Get("message"))
+	p.Review = s.Policies.ReviewRequired()
+	return p, cur, nil
 }
 
 func (s *server) editorSubmit(w http.ResponseWriter, r *http.Request, sess auth.Session) error {

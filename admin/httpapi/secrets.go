@@ -83,3 +83,36 @@ func (m maskingPolicies) Save(ctx context.Context, r policies.SaveRequest) (poli
 func (m maskingPolicies) Rollback(ctx context.Context, r policies.RollbackRequest) (policies.Version, error) {
 	return maskResult(m.Policies.Rollback(ctx, r))
 }
+
+// A change's proposed configuration is masked as a version's is.
+func maskChange(c policies.Change) policies.Change {
+	c.JSON = policy.MaskSecrets(c.JSON)
+	return c
+}
+
+func (m maskingPolicies) Change(ctx context.Context, id int64) (policies.Change, error) {
+	c, err := m.Policies.Change(ctx, id)
+	return maskChange(c), err
+}
+
+func (m maskingPolicies) Changes(ctx context.Context, state string, limit int) ([]policies.Change, error) {
+	cs, err := m.Policies.Changes(ctx, state, limit)
+	for i := range cs {
+		cs[i] = maskChange(cs[i])
+	}
+	return cs, err
+}
+
+func (m maskingPolicies) Approve(ctx context.Context, r policies.ReviewRequest) (policies.Version, error) {
+	return maskResult(m.Policies.Approve(ctx, r))
+}
+
+func (m maskingPolicies) Reject(ctx context.Context, r policies.ReviewRequest) (policies.Change, error) {
+	c, err := m.Policies.Reject(ctx, r)
+	return maskChange(c), err
+}
+
+func (m maskingPolicies) Withdraw(ctx context.Context, r policies.ReviewRequest) (policies.Change, error) {
+	c, err := m.Policies.Withdraw(ctx, r)
+	return maskChange(c), err
+}

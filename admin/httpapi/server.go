@@ -45,6 +45,12 @@ type Policies interface {
 	Tests(ctx context.Context) (policies.Tests, error)
 	SaveTests(ctx context.Context, r policies.SaveTestsRequest) (policies.Tests, error)
 	RunTests(ctx context.Context, doc []byte, body string) (policycheck.Report, int64, error)
+	ReviewRequired() bool
+	Changes(ctx context.Context, state string, limit int) ([]policies.Change, error)
+	Change(ctx context.Context, id int64) (policies.Change, error)
+	Approve(ctx context.Context, r policies.ReviewRequest) (policies.Version, error)
+	Reject(ctx context.Context, r policies.ReviewRequest) (policies.Change, error)
+	Withdraw(ctx context.Context, r policies.ReviewRequest) (policies.Change, error)
 }
 
 // Auth checks credentials and manages sessions, accounts and API tokens
@@ -197,6 +203,7 @@ func New(cfg Config) (http.Handler, error) {
 	s.registerAccounts(mux)
 	s.registerTrial(mux)
 	s.registerTests(mux)
+	s.registerChanges(mux)
 	mux.Handle("/api/", s.api(func(w http.ResponseWriter, r *http.Request) error {
 		return &apiErr{status: http.StatusNotFound, msg: "no such endpoint: " + r.Method + " " + r.URL.Path + " (see docs/admin.md)"}
 	}))

@@ -373,6 +373,8 @@ func (s *server) trialPromoteSubmit(w http.ResponseWriter, r *http.Request, sess
 		return s.trialPageWith(w, r, sess, http.StatusUnprocessableEntity, web.Flash{Kind: "error", Text: "Not promoted: " + err.Error()})
 	case errors.As(err, new(*policies.ScopeError)):
 		return s.trialPageWith(w, r, sess, http.StatusForbidden, web.Flash{Kind: "error", Text: "Not promoted: " + err.Error()})
+	case errors.As(err, new(*policies.ProposedError)):
+		return err // the change to review (pageError shows it)
 	}
 	return s.trialPageWith(w, r, sess, http.StatusConflict, web.Flash{Kind: "error", Text: "Not promoted: " + err.Error()})
 }

@@ -229,6 +229,14 @@ func Text(e store.AuditEntry) string {
 		what = fmt.Sprintf("promoted %s as policy v%d", e.Target, e.Version)
 	case "policy.tests":
 		what = "changed the policy tests"
+	case "policy.propose":
+		what = fmt.Sprintf("proposed %s on v%d for review", e.Target, e.FromVersion)
+	case "policy.approve":
+		what = fmt.Sprintf("approved %s as policy v%d", e.Target, e.Version)
+	case "policy.reject":
+		what = "rejected " + e.Target
+	case "policy.withdraw":
+		what = "withdrew " + e.Target
 	default:
 		what = e.Action
 		if e.Target != "" {

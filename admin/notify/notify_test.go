@@ -164,6 +164,9 @@ func TestTextSaysWhatHappened(t *testing.T) {
 		{store.AuditEntry{Actor: "bo", Action: "trial.promote", Target: "trial 3", Version: 10}, "Sluice: bo promoted trial 3 as policy v10"},
 		{store.AuditEntry{Actor: "admin", Action: "user.update", Target: "pay", Detail: "policies payments-*"}, "Sluice: admin user.update pay: policies payments-*"},
 		{store.AuditEntry{Actor: "ann", Action: "policy.tests", Detail: "revision 2, 340 bytes"}, "Sluice: ann changed the policy tests: revision 2, 340 bytes"},
+		{store.AuditEntry{Actor: "ann", Action: "policy.propose", Target: "change 3", FromVersion: 7, Detail: "burst 40"}, "Sluice: ann proposed change 3 on v7 for review: burst 40"},
+		{store.AuditEntry{Actor: "bob", Action: "policy.approve", Target: "change 3", Version: 8}, "Sluice: bob approved change 3 as policy v8"},
+		{store.AuditEntry{Actor: "bob", Action: "policy.reject", Target: "change 4", Detail: "too wide"}, "Sluice: bob rejected change 4: too wide"},
 		{store.AuditEntry{Actor: "ann", Action: "policy.save", Version: 5, FromVersion: 4, Detail: "burst 40 [saved without running the tests]"},
 			"Sluice: ann saved policy v5 (on v4): burst 40 [saved without running the tests]"},
 	} {
