@@ -69,3 +69,29 @@ func TestChartCarriesThePolicyTests(t *testing.T) {
 		t.Error("a list for policyTests rendered; the values schema should refuse it")
 	}
 }
+
+// requireReview turns the admin's review on; off, the variable is absent.
+func TestChartRequiresReviewWhenAsked(t *testing.T) {
+	env := func(vals string) (string, bool) {
+		objs, _, err := render(t, vals)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := decode[appsv1.Deployment](t, objs["Deployment"][0])
+		for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+			if e.Name == "SLUICE_REQUIRE_REVIEW" {
+				return e.Value, true
+			}
+		}
+		return "", false
+	}
+	if _, ok := env(""); ok {
+		t.Error("review required by default")
+	}
+	if v, ok := env("requireReview: true\n"); !ok || v != "true" {
+		t.Errorf("requireReview: true: %q %v", v, ok)
+	}
+	if _, _, err := render(t, "requireReview: yes please\n"); err == nil {
+		t.Error("a string for requireReview rendered")
+	}
+}
