@@ -9,7 +9,9 @@ import (
 	"testing"
 
 	"github.com/sluice-rl/sluice/admin/auth"
+	"github.com/sluice-rl/sluice/admin/policies"
 	"github.com/sluice-rl/sluice/admin/store"
+	"github.com/sluice-rl/sluice/admin/trial"
 )
 
 func TestAPIReviewedSaveWaitsForAnotherEditor(t *testing.T) {
@@ -114,5 +116,31 @@ func TestPolicyPageProposesAndTheChangesPageApproves(t *testing.T) {
 	}
 	if page := get(t, bob, e.srv.URL+"/changes/2"); !strings.Contains(page, "withdrawn") || !strings.Contains(page, "stale") {
 		t.Fatalf("withdrawn:\n%s", page)
+	}
+}
+
+// A trial's promotion under review is a change like any save.
+func TestTrialPromotionUnderReviewIsProposed(t *testing.T) {
+	te := &trialEnv{xds: &fakeXDS{}}
+	var svc *policies.Service
+	te.env = newEnv(t, func(c *Config) {
+		st := c.Audit.(*store.Store)
+		te.trials = trial.NewService(nil, te.xds, nil)
+		svc = policies.New(st, te.trials.Publisher(te.xds), nil)
+		if _, err := svc.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		te.trials.SetPolicies(svc)
+		c.Policies, c.Trials = svc, te.trials
+	})
+	t.Cleanup(func() { te.trials.Stop(context.Background()) })
+	svc.SetReviewRequired(true)
+	te.apiJSON(t, "POST", "/api/v1/trial", `{"policy":`+trialDraft+`}`)
+	resp, m := te.apiJSON(t, "POST", "/api/v1/trial/promote", `{"message":"tighter per-ip"}`)
+	if proposed, _ := m["proposed"].(map[string]any); resp.StatusCode != http.StatusAccepted || proposed == nil || proposed["message"] != "tighter per-ip" {
+		t.Fatalf("promote under review: %d %v", resp.StatusCode, m)
+	}
+	if cur, _ := svc.Current(context.Background()); cur.Number != 1 {
+		t.Fatalf("the promotion saved v%d", cur.Number)
 	}
 }
