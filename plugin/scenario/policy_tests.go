@@ -21,7 +21,10 @@ import (
 )
 
 func init() {
-	register(Case{Name: "PolicyTestsDecideAsTheFilter", Run: policyTestsDecideAsTheFilter})
+	register(
+		Case{Name: "PolicyTestsDecideAsTheFilter", Run: policyTestsDecideAsTheFilter},
+		Case{Name: "PolicyTestsHoldConcurrencyPlacesAsTheFilter", Run: policyTestsHoldConcurrencyPlaces},
+	)
 }
 
 // The demo policy and its tests, from the module root.
@@ -47,47 +50,93 @@ func policyTestsDecideAsTheFilter(t *testing.T, start Starter) {
 		}
 		return b
 	}
-	doc := read(DemoPolicy)
+	got := replayPolicyTests(t, start, read(DemoPolicy), read(DemoPolicyTests))
+	if got.requests < 250 || got.rejected < 6 || got.charged < 2 {
+		t.Fatalf("replayed %+v: the tests exercise too little", got)
+	}
+}
+
+// A test's requests in flight (in_flight: true) keep their concurrency
+// places in the filter as in the simulator: the fourth upload is
+// refused while three are held, and the places return after two leases.
+func policyTestsHoldConcurrencyPlaces(t *testing.T, start Starter) {
+	got := replayPolicyTests(t, start, []byte(`{"rules": [{"name": "uploads", "limit_keys": ["header:x-api-key"],
+	  "algorithm": "concurrency", "algorithm_config": {"limit": 3, "max_request_seconds": 30}}]}`), []byte(`
+tests:
+  - name: three uploads at once, the fourth waits
+    request: {method: PUT, path: /files, headers: {x-api-key: k}}
+    steps:
+      - repeat: 3
+        in_flight: true
+        expect: {status: 200}
+      - expect: {status: 429, rule: uploads}
+      - request: {headers: {x-api-key: other}}
+        expect: {status: 200}
+      - wait: 60s
+        expect: {status: 200}
+  - name: uploads that end give their place back
+    request: {method: PUT, path: /files, headers: {x-api-key: k}}
+    repeat: 10
+    every: 1s
+    expect: {status: 200}
+`))
+	if got.requests != 16 || got.rejected != 1 || got.held != 3 {
+		t.Fatalf("replayed %+v", got)
+	}
+}
+
+// replayed counts what a replay sent.
+type replayed struct{ requests, rejected, charged, held int }
+
+// replayPolicyTests runs tests against the policy doc with the simulator,
+// replays every request at its time through the filter (each test on a
+// new host, as each test starts from fresh state; a request in flight
+// held open until its test ends) and requires the same answers.
+func replayPolicyTests(t *testing.T, start Starter, doc, tests []byte) replayed {
+	t.Helper()
 	cfg, err := policy.Parse(doc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	suite, err := policycheck.Parse(read(DemoPolicyTests))
+	suite, err := policycheck.Parse(tests)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var h Host
-	current, replayed, rejected, charged := -1, 0, 0, 0
+	var got replayed
+	current := -1
 	var clock time.Time
-	rep := policycheck.Run(cfg, suite, policycheck.Options{Observe: func(test int, at time.Time, r simulate.Request, sim simulate.Result) {
-		if test != current { // each test from fresh state, as policycheck runs it
+	rep := policycheck.Run(cfg, suite, policycheck.Options{Observe: func(s policycheck.Sent) {
+		if s.Test != current {
 			if h != nil {
 				h.Close()
 			}
-			h, current, clock = mustStart(t, start, Options{Config: doc, Start: at}), test, at
+			h, current, clock = mustStart(t, start, Options{Config: doc, Start: s.At}), s.Test, s.At
 		}
-		h.Advance(at.Sub(clock))
-		clock = at
-		got := do(t, h, fromSimulated(r))
-		where := suite.Tests[test].Name + ", request at +" + at.Sub(suite.Tests[test].Start).String()
-		sameDecision(t, where, got, sim)
-		replayed++
-		if got.Rejected {
-			rejected++
-		}
-		if r.Response != nil && !got.Rejected {
-			charged++
+		h.Advance(s.At.Sub(clock))
+		clock = s.At
+		r := fromSimulated(s.Request)
+		r.HoldUpstream = s.InFlight
+		res := do(t, h, r)
+		// A request in flight has no response yet: only its admission is compared.
+		sameDecision(t, suite.Tests[s.Test].Name+", request at +"+s.At.Sub(suite.Tests[s.Test].Start).String(), res, s.Result, !s.InFlight)
+		got.requests++
+		switch {
+		case res.Rejected:
+			got.rejected++
+		case s.InFlight:
+			got.held++
+		case s.Request.Response != nil:
+			got.charged++
 		}
 	}})
 	if h != nil {
 		h.Close()
 	}
 	if rep.Failed() != 0 {
-		t.Fatalf("the demo policy fails its tests:\n%s", rep.Text(false))
+		t.Fatalf("the policy fails its tests:\n%s", rep.Text(false))
 	}
-	if replayed < 250 || rejected < 6 || charged < 2 {
-		t.Fatalf("replayed %d requests, %d rejected, %d charged from the response: the tests exercise too little", replayed, rejected, charged)
-	}
+	return got
 }
 
 // fromSimulated is the simulated request as a host runs it, answered as
@@ -131,14 +180,18 @@ func mapKeys(m map[string]string) func(func(string) bool) {
 }
 
 // sameDecision fails the test unless the filter answered as the simulator
-// decided.
-func sameDecision(t *testing.T, where string, got Response, sim simulate.Result) {
+// decided; for a request not answered yet (in flight), only whether it
+// was admitted.
+func sameDecision(t *testing.T, where string, got Response, sim simulate.Result, answered bool) {
 	t.Helper()
 	if got.Rejected != (sim.Status != 0) {
 		t.Fatalf("%s: filter rejected=%v (status %d), simulator status %d (rule %q)", where, got.Rejected, got.Status, sim.Status, sim.Rule)
 	}
 	if got.Rejected && (got.Status != sim.Status || string(got.LocalBody) != sim.Body) {
 		t.Fatalf("%s: filter %d %s, simulator %d %s", where, got.Status, got.LocalBody, sim.Status, sim.Body)
+	}
+	if !answered && !got.Rejected {
+		return
 	}
 	var want, have []Header
 	for _, n := range answerFields {

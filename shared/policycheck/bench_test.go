@@ -29,8 +29,8 @@ func BenchmarkRunTheDemoTests(b *testing.B) {
 		req  simulate.Request
 	}
 	var all []sent
-	policycheck.Run(cfg, suite, policycheck.Options{Observe: func(test int, at time.Time, req simulate.Request, _ simulate.Result) {
-		all = append(all, sent{test, at, req})
+	policycheck.Run(cfg, suite, policycheck.Options{Observe: func(s policycheck.Sent) {
+		all = append(all, sent{s.Test, s.At, s.Request})
 	}})
 	b.Run("suite", func(b *testing.B) {
 		for b.Loop() {

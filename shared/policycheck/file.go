@@ -69,13 +69,17 @@ type Test struct {
 // Step sends one request Repeat times, Every apart, after Wait, and
 // checks each answer against Expect.
 type Step struct {
-	Line    int
-	Path    string // "tests[0].steps[1]", for messages
-	Wait    time.Duration
-	Repeat  int
-	Every   time.Duration
-	Request simulate.Request
-	Expect  Expect
+	Line   int
+	Path   string // "tests[0].steps[1]", for messages
+	Wait   time.Duration
+	Repeat int
+	Every  time.Duration
+	// InFlight: the step's admitted requests do not end; a concurrency
+	// rule counts their places until the test ends (or its lease
+	// expires, as in the filter).
+	InFlight bool
+	Request  simulate.Request
+	Expect   Expect
 }
 
 // Expect is what each request of a step must get. A nil field is not
@@ -347,7 +351,7 @@ func (r *reader) suite(doc *yaml.Node) *Suite {
 }
 
 func (r *reader) test(n *yaml.Node, path string, start time.Time) *Test {
-	f := r.fields(n, path, "name", "start", "request", "steps", "repeat", "every", "expect")
+	f := r.fields(n, path, "name", "start", "request", "steps", "repeat", "every", "in_flight", "expect")
 	if f == nil {
 		return nil
 	}
@@ -365,7 +369,7 @@ func (r *reader) test(n *yaml.Node, path string, start time.Time) *Test {
 		base = r.partial(rn, path+".request")
 	}
 	steps := f["steps"]
-	single := f["expect"] != nil || f["repeat"] != nil || f["every"] != nil
+	single := f["expect"] != nil || f["repeat"] != nil || f["every"] != nil || f["in_flight"] != nil
 	switch {
 	case steps != nil && single:
 		r.fail(path, n, "give either steps, or expect (with repeat and every) for a test of one step, not both")
@@ -389,7 +393,7 @@ func (r *reader) test(n *yaml.Node, path string, start time.Time) *Test {
 			break
 		}
 		sp := path + ".steps[" + strconv.Itoa(j) + "]"
-		sf := r.fields(stn, sp, "wait", "request", "repeat", "every", "expect")
+		sf := r.fields(stn, sp, "wait", "request", "repeat", "every", "in_flight", "expect")
 		if sf == nil {
 			continue
 		}
@@ -418,6 +422,15 @@ func (r *reader) step(f map[string]*yaml.Node, n *yaml.Node, path string, base p
 	}
 	if en := f["every"]; en != nil {
 		st.Every, _ = r.duration(en, path+".every")
+	}
+	if in := f["in_flight"]; in != nil {
+		switch v, _ := r.text(in, path+".in_flight"); v {
+		case "true":
+			st.InFlight = true
+		case "false":
+		default:
+			r.fail(path+".in_flight", in, "%q is not true or false", v)
+		}
 	}
 	spec := base
 	reqPath := path + ".request"

@@ -264,12 +264,12 @@ tests:
 `)
 	var times []time.Time
 	var statuses []int
-	policycheck.Run(parseConfig(t, gatePolicy), suite, policycheck.Options{Observe: func(test int, at time.Time, req simulate.Request, res simulate.Result) {
-		if test != 0 || req.Headers["x-api-key"] != "k" {
-			t.Errorf("test %d, request %+v", test, req)
+	policycheck.Run(parseConfig(t, gatePolicy), suite, policycheck.Options{Observe: func(s policycheck.Sent) {
+		if s.Test != 0 || s.Request.Headers["x-api-key"] != "k" || s.InFlight {
+			t.Errorf("sent %+v", s)
 		}
-		times = append(times, at)
-		statuses = append(statuses, res.Status)
+		times = append(times, s.At)
+		statuses = append(statuses, s.Result.Status)
 	}})
 	if !slices.Equal(statuses, []int{0, 0, 429}) { // 2 a window of 10 s
 		t.Errorf("statuses %v", statuses)
@@ -483,4 +483,33 @@ func FuzzTestForRoundTrips(f *testing.F) {
 			t.Fatalf("the written test fails:\n%s\n%s", doc, rep.Text(false))
 		}
 	})
+}
+
+func TestRequestsInFlightHoldTheirConcurrencyPlaces(t *testing.T) {
+	cfg := parseConfig(t, `{"rules": [{"name": "uploads", "limit_keys": ["header:x-api-key"], "algorithm": "concurrency",
+	  "algorithm_config": {"limit": 3, "max_request_seconds": 30}}]}`)
+	suite := parseSuite(t, `
+tests:
+  - name: three uploads at once, the fourth waits
+    request: {headers: {x-api-key: k}}
+    steps:
+      - repeat: 3
+        in_flight: true
+        expect: {status: 200}
+      - expect: {status: 429, rule: uploads, headers: {retry-after: "1"}}
+      - request: {headers: {x-api-key: other}}
+        expect: {status: 200}
+      - wait: 60s # two leases: the places the filter never got back return
+        expect: {status: 200}
+  - name: requests that end give their place back
+    request: {headers: {x-api-key: k}}
+    repeat: 10
+    expect: {status: 200}
+`)
+	if rep := policycheck.Run(cfg, suite, policycheck.Options{}); rep.Failed() != 0 {
+		t.Fatal(rep.Text(true))
+	}
+	if _, err := policycheck.Parse([]byte("tests: [{name: a, in_flight: maybe, expect: {status: 200}}]")); err == nil || !strings.Contains(err.Error(), `tests[0].in_flight (line 1): "maybe" is not true or false`) {
+		t.Fatal(err)
+	}
 }

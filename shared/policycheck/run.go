@@ -57,10 +57,18 @@ type Failure struct {
 
 // Options are hooks for tests of this package's users.
 type Options struct {
-	// Observe, when set, sees every request decided (test is its test's
-	// index in the suite), at its time: the tests comparing the simulator
-	// with the compiled filter replay them.
-	Observe func(test int, at time.Time, req simulate.Request, res simulate.Result)
+	// Observe, when set, sees every request decided: the tests comparing
+	// the simulator with the compiled filter replay them.
+	Observe func(Sent)
+}
+
+// Sent is a request a test sent, and how the simulator decided it.
+type Sent struct {
+	Test     int // its test's index in the suite
+	At       time.Time
+	Request  simulate.Request
+	Result   simulate.Result
+	InFlight bool // the request does not end (the step's in_flight)
 }
 
 // Run runs every test of s against cfg.
@@ -97,7 +105,7 @@ func runTest(cfg *policy.Config, index int, t *Test, opt Options) Result {
 			res := simulate.Run(cfg, st.Request, simulate.Options{Now: limiter.Seconds(when.UnixNano()), Lookup: lookup})
 			out.Requests++
 			if opt.Observe != nil {
-				opt.Observe(index, when, st.Request, res)
+				opt.Observe(Sent{Test: index, At: when, Request: st.Request, Result: res, InFlight: st.InFlight})
 			}
 			if bad := mismatches(&st.Expect, &res); len(bad) > 0 {
 				out.Failure = &Failure{Step: st.Path, Line: st.Line, Request: n, Repeat: st.Repeat, At: at,
@@ -107,9 +115,28 @@ func runTest(cfg *policy.Config, index int, t *Test, opt Options) Result {
 			for _, s := range res.Stores() {
 				states[stateKey{s.Rule, s.Identity}] = s.State
 			}
+			if st.InFlight {
+				keepInFlight(&res, states)
+			}
 		}
 	}
 	return out
+}
+
+// keepInFlight stores, for the concurrency rules that admitted a request
+// that does not end, the state with its place taken.
+func keepInFlight(res *simulate.Result, states map[stateKey]simulate.State) {
+	if res.Status != 0 {
+		return
+	}
+	for _, p := range res.Policies {
+		if p.Applied < 0 {
+			continue
+		}
+		if rr := &p.Rules[p.Applied]; rr.Held != nil {
+			states[stateKey{rr.Name, rr.Identity}] = *rr.Held
+		}
+	}
 }
 
 // unknownNames fails a test that names a policy or rule the

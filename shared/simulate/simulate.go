@@ -157,6 +157,10 @@ type RuleResult struct {
 	// rejected, and for a concurrency rule: a simulated request ends at
 	// once, giving its place back).
 	Next State
+	// Held is, for a concurrency rule that admitted the request, the
+	// state while it is still in flight (its place taken), as the filter
+	// stores it on admission; nil otherwise.
+	Held *State
 	// Global: a fleet rule, decided here as a local bucket of its limit.
 	Global bool
 	// Action is the rule's action: policy.ActionLimit, ActionExempt (an
@@ -414,6 +418,10 @@ func (rr *RuleResult) decide(src *sources, opt Options) {
 		}
 		rr.Decision = win.Take(&w, rr.Known, opt.Now, rr.Cost)
 		rr.Next = State{Window: w.Stored()}
+		if rr.Decision.Allowed && r.Algorithm == policy.AlgorithmConcurrency {
+			held := rr.Next
+			rr.Held = &held
+		}
 		if !rr.Decision.Allowed || r.Algorithm == policy.AlgorithmConcurrency {
 			rr.Next = st // refused; or a place, given back when the request ends
 		}
