@@ -23,6 +23,7 @@ func BenchmarkConvert(b *testing.B) {
 		{"nginx-300-locations-in-300-files", nginxSplit(300)},
 		{"kong-300-routes", Input{From: "kong", Config: kongRoutes(300)}},
 		{"kong-300-ingresses", Input{From: "kong", Config: kongIngresses(300)}},
+		{"kong-300-httproutes", Input{From: "kong", Config: kongHTTPRoutes(300)}},
 		{"higress-1000-keys", Input{From: "higress", Config: higressKeys(1000), Scope: "local"}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
@@ -154,6 +155,24 @@ func kongIngresses(n int) []byte {
 			"config: {second: 5, hour: 1000, limit_by: header, header_name: x-api-key}\n"+
 			"---\nkind: Ingress\nmetadata: {name: svc-%d, namespace: shop, annotations: {konghq.com/plugins: rl-%d}}\n"+
 			"spec: {rules: [{host: api.example.com, http: {paths: [{path: /svc-%d, pathType: Prefix, backend: {service: {name: svc-%d, port: {number: 80}}}}]}}]}\n",
+			i, i, i, i, i)
+	}
+	return []byte(sb.String())
+}
+
+// kongHTTPRoutes is kongIngresses with HTTPRoutes, their plugins by
+// ExtensionRef filters.
+func kongHTTPRoutes(n int) []byte {
+	var sb strings.Builder
+	sb.WriteString("apiVersion: configuration.konghq.com/v1\nkind: KongClusterPlugin\nmetadata: {name: all, labels: {global: \"true\"}}\n" +
+		"plugin: rate-limiting\nconfig: {minute: 600, limit_by: ip}\n")
+	for i := range n {
+		fmt.Fprintf(&sb, "---\nkind: KongPlugin\nmetadata: {name: rl-%d, namespace: shop}\nplugin: rate-limiting\n"+
+			"config: {second: 5, hour: 1000, limit_by: header, header_name: x-api-key}\n"+
+			"---\nkind: HTTPRoute\nmetadata: {name: svc-%d, namespace: shop}\n"+
+			"spec: {hostnames: [api.example.com], rules: [{matches: [{path: {type: PathPrefix, value: /svc-%d}}], "+
+			"filters: [{type: ExtensionRef, extensionRef: {group: configuration.konghq.com, kind: KongPlugin, name: rl-%d}}], "+
+			"backendRefs: [{name: svc-%d, port: 80}]}]}\n",
 			i, i, i, i, i)
 	}
 	return []byte(sb.String())

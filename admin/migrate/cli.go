@@ -41,8 +41,9 @@ SOURCE is one of:
       the rate-limiting plugins of Kong's declarative configuration (decK or
       DB-less kong.yaml: services, routes, consumers, plugins), or of
       KongPlugin and KongClusterPlugin objects, applied where the
-      konghq.com/plugins annotations of the Ingresses, Services and
-      KongConsumers given with them attach them; -consumer-key is the key
+      konghq.com/plugins annotations of the Ingresses, HTTPRoutes, Services
+      and KongConsumers given with them (and HTTPRoute ExtensionRef filters)
+      attach them; -consumer-key is the key
       source consumers are known by (default: the header of key-auth's first
       key_names, else header:apikey).
 

@@ -25,12 +25,13 @@ type kongKubePlugin struct {
 
 // kongKube is what a stream of Kubernetes objects holds.
 type kongKube struct {
-	plugins   map[string]*kongKubePlugin // "ns/name" of KongPlugins, "name" of KongClusterPlugins
-	order     []*kongKubePlugin
-	ingresses []*kongKubeObject
-	services  map[string]*kongKubeObject // "ns/name"
-	consumers []*kongKubeObject
-	secrets   map[string]*kongKubeObject // "ns/name"
+	plugins    map[string]*kongKubePlugin // "ns/name" of KongPlugins, "name" of KongClusterPlugins
+	order      []*kongKubePlugin
+	ingresses  []*kongKubeObject
+	httpRoutes []*kongKubeObject          // Gateway API, taken as Kong's (Gateways are not read)
+	services   map[string]*kongKubeObject // "ns/name"
+	consumers  []*kongKubeObject
+	secrets    map[string]*kongKubeObject // "ns/name"
 }
 
 // kongPluginsAnnotation attaches plugins to an object, by name, comma
@@ -122,6 +123,11 @@ func (k *kongConv) readIngressScoped(kube *kongKube) error {
 			return err
 		}
 	}
+	for _, hr := range kube.httpRoutes {
+		if err := k.httpRouteRoutes(kube, hr); err != nil {
+			return err
+		}
+	}
 	for _, s := range k.services {
 		svc := kube.services[s.kube]
 		if svc == nil {
@@ -140,7 +146,7 @@ func (k *kongConv) readIngressScoped(kube *kongKube) error {
 	}
 	for _, p := range kube.order {
 		if !p.used && p.obj.Plugin == "rate-limiting" {
-			k.note("%s: no Ingress, Service or KongConsumer of the input names it in konghq.com/plugins, so the controller attaches it nowhere; not converted", p.path)
+			k.note("%s: no Ingress, HTTPRoute, Service or KongConsumer of the input names it in konghq.com/plugins (or an HTTPRoute filter), so the controller attaches it nowhere; not converted", p.path)
 			k.skipped = append(k.skipped, fmt.Sprintf("%s is attached nowhere", p.path))
 		}
 	}

@@ -108,7 +108,7 @@ func TestKongPluginsApplyWhereTheIngressAnnotationsAttachThem(t *testing.T) {
 		t.Errorf("the objects convert to\n%s\nthe controller's kong.yaml to\n%s", kube.Policy, decl.Policy)
 	}
 	notesContain(t, kube.Notes,
-		"document 3 (KongPlugin shop/forgotten): no Ingress, Service or KongConsumer of the input names it in konghq.com/plugins, so the controller attaches it nowhere; not converted",
+		"document 3 (KongPlugin shop/forgotten): no Ingress, HTTPRoute, Service or KongConsumer of the input names it in konghq.com/plugins (or an HTTPRoute filter), so the controller attaches it nowhere; not converted",
 		"Ingress shop/api: konghq.com/plugins names missing, which the input has no KongPlugin or KongClusterPlugin of",
 		"Ingress shop/other: of class nginx, not kong: the Kong Ingress Controller makes no routes of it; left out")
 	cfg, _ := kongConvert(t, kongIngressStream, KongOptions{})

@@ -26,9 +26,10 @@ type kongKubeObject struct {
 	Config       yaml.Node `yaml:"config"`
 	ConfigFrom   yaml.Node `yaml:"configFrom"`
 	Disabled     bool      `yaml:"disabled"`
-	// Ingress (decoded into ingress)
-	Spec    yaml.Node `yaml:"spec"`
-	ingress kubeIngressSpec
+	// Ingress, HTTPRoute (decoded into ingress, httpRoute)
+	Spec      yaml.Node `yaml:"spec"`
+	ingress   kubeIngressSpec
+	httpRoute kubeHTTPRouteSpec
 	// KongConsumer
 	Username    string   `yaml:"username"`
 	CustomID    string   `yaml:"custom_id"`
@@ -58,13 +59,16 @@ type kubeIngressSpec struct {
 }
 
 type kubeBackend struct {
-	Service *struct {
-		Name string `yaml:"name"`
-		Port struct {
-			Number int    `yaml:"number"`
-			Name   string `yaml:"name"`
-		} `yaml:"port"`
-	} `yaml:"service"`
+	Service *kubeServiceRef `yaml:"service"`
+}
+
+// kubeServiceRef is a Service port a route sends to.
+type kubeServiceRef struct {
+	Name string `yaml:"name"`
+	Port struct {
+		Number int    `yaml:"number"`
+		Name   string `yaml:"name"`
+	} `yaml:"port"`
 }
 
 // kongIsKubernetes: a stream of Kubernetes objects rather than kong.yaml.
@@ -100,7 +104,7 @@ func (k *kongConv) readKubernetes(docs []*yaml.Node) error {
 			}
 		}
 	}
-	if len(kube.ingresses) == 0 { // the plugins alone: each applies to every request
+	if len(kube.ingresses) == 0 && len(kube.httpRoutes) == 0 { // the plugins alone: each applies to every request
 		for _, p := range kube.order {
 			if err := k.kubePlugin(p.path, p.obj); err != nil {
 				return err
@@ -134,6 +138,11 @@ func (kube *kongKube) add(doc string, o *kongKubeObject) error {
 			return fmt.Errorf("config: %s (Ingress %s).spec: %s", doc, kubeName(o), yamlError(err))
 		}
 		kube.ingresses = append(kube.ingresses, o)
+	case "HTTPRoute":
+		if err := o.Spec.Decode(&o.httpRoute); err != nil {
+			return fmt.Errorf("config: %s (HTTPRoute %s).spec: %s", doc, kubeName(o), yamlError(err))
+		}
+		kube.httpRoutes = append(kube.httpRoutes, o)
 	case "Service":
 		kube.services[ref] = o
 	case "KongConsumer":

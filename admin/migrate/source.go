@@ -56,7 +56,7 @@ var Sources = []Source{
 		convert: func(in Input) (Result, error) {
 			return Nginx(in.Config, NginxOptions{Taken: in.Taken, Files: in.Files, ConfDir: in.ConfDir})
 		}},
-	{Name: "kong", Title: "Kong rate-limiting", Config: "Kong's declarative configuration (kong.yaml, YAML or JSON), or KongPlugin and KongClusterPlugin objects with the Ingresses, Services and KongConsumers that attach them",
+	{Name: "kong", Title: "Kong rate-limiting", Config: "Kong's declarative configuration (kong.yaml, YAML or JSON), or KongPlugin and KongClusterPlugin objects with the Ingresses, HTTPRoutes, Services and KongConsumers that attach them",
 		Reads: []string{"consumer_key", "fleet_cluster"}, convert: func(in Input) (Result, error) {
 			return Kong(in.Config, KongOptions{ConsumerKey: in.ConsumerKey, FleetCluster: in.FleetCluster, Taken: in.Taken})
 		}},
