@@ -213,6 +213,22 @@ func reportView(against string, rev int64, rep policycheck.Report) *web.TestRepo
 	return v
 }
 
+// draftTestsWarning warns, on the trial page, that the trial's draft fails
+// the saved tests, so promoting it will be refused (false: it passes,
+// there are none, or they cannot run).
+func (s *server) draftTestsWarning(r *http.Request, draft []byte) (web.Flash, bool) {
+	norm, err := policies.Validate(draft)
+	if err != nil {
+		return web.Flash{}, false
+	}
+	rep, rev, err := s.Policies.RunTests(r.Context(), norm, "")
+	if err != nil || rep.Failed() == 0 {
+		return web.Flash{}, false
+	}
+	return web.Flash{Kind: "warn", Text: fmt.Sprintf("The draft fails %d of %d saved tests (revision %d): promoting it will be refused until the draft or the tests change. Run them from the policy editor or the Tests page.",
+		rep.Failed(), len(rep.Tests), rev)}, true
+}
+
 // testsView is the Tests page showing body (the saved file unless a form
 // sent another).
 func (s *server) testsView(r *http.Request, sess auth.Session, body *string) (web.TestsPage, error) {

@@ -216,3 +216,21 @@ func TestAPISaveWithTestsReplacesThem(t *testing.T) {
 		t.Fatalf("a save with tests that have a mistake: %d %v", resp.StatusCode, m)
 	}
 }
+
+// The trial page warns when the trial's draft fails the saved tests: its
+// promotion would be refused.
+func TestTrialPageWarnsThatTheDraftFailsTheSavedTests(t *testing.T) {
+	e := newTrialEnv(t)
+	tests := "tests: [{name: ten requests pass, request: {client_address: 10.0.0.1}, repeat: 10, expect: {status: 200}}]\n"
+	if resp, m := e.apiJSON(t, "PUT", "/api/v1/policy/tests", `{"base_revision":0,"tests":`+jsonString(tests)+`}`); resp.StatusCode != http.StatusOK {
+		t.Fatalf("saving tests: %d %v", resp.StatusCode, m)
+	}
+	c := login(t, e.env, "alice")
+	if page := get(t, c, e.srv.URL+"/trial"); strings.Contains(page, "saved tests") {
+		t.Fatal("a warning without a trial")
+	}
+	e.apiJSON(t, "POST", "/api/v1/trial", `{"policy":`+trialDraft+`}`) // a burst of 2
+	if page := get(t, c, e.srv.URL+"/trial"); !strings.Contains(page, "The draft fails 1 of 1 saved tests (revision 1): promoting it will be refused") {
+		t.Fatalf("no warning:\n%s", page)
+	}
+}

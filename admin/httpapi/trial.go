@@ -396,6 +396,9 @@ func (s *server) trialPageWith(w http.ResponseWriter, r *http.Request, sess auth
 	if s.Trials != nil {
 		if t, ok := s.Trials.Running(); ok {
 			p.Trial = trialView(t, s.compareTrial(t), s.now())
+			if f, ok := s.draftTestsWarning(r, t.Draft); ok {
+				p.Flashes = append(p.Flashes, f)
+			}
 		}
 	}
 	s.render(w, r, status, web.Trial(p))
