@@ -6,6 +6,7 @@
 //	ratelimit-admin policy diff     FILE                 unified diff against the current version
 //	ratelimit-admin policy apply    FILE -m MESSAGE [-base N]
 //	ratelimit-admin policy test     FILE TESTS [-v]      the policy's tests, offline (shared/policycheck)
+//	ratelimit-admin policy changes | approve N | reject N  changes waiting for review (-require-review)
 //
 // validate, diff and apply take -tests TESTS too: the policy must pass
 // them before anything is shown or saved, and apply saves them as the
@@ -60,6 +61,9 @@ Commands (FILE is a policy JSON file, "-" for standard input):
                                      save FILE as a new version based on N (default: the current one);
                                      a stale base is refused (exit 2); with -tests, the tests are saved
                                      with it as the admin's; a save its saved tests refuse exits 1
+  changes                            list the changes waiting for review (an admin with -require-review)
+  approve  N [-skip-tests]           approve change N: it is saved and pushed
+  reject   N [-m REASON]             reject change N
   test     FILE TESTS [-v] [-junit OUT]
                                      run the policy's tests (a YAML file, docs/policy-tests.md) with the
                                      filter's own decisions, offline; exit 1 if one fails
@@ -176,6 +180,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) 
 	}
 
 	switch cmd {
+	case "changes":
+		return c.changes(ctx, stdout)
+	case "approve", "reject":
+		if len(positional) != 1 {
+			return ExitError, fmt.Errorf("%s: give the change's number (ratelimit-admin policy changes lists them)", cmd)
+		}
+		return c.decide(ctx, cmd, positional[0], *message, *skipTests, stdout)
 	case "export":
 		if len(positional) != 0 {
 			return ExitError, fmt.Errorf("export: unexpected argument %q (use -o FILE)", positional[0])
@@ -480,4 +491,67 @@ func printProblems(w io.Writer, e map[string]any) {
 	if f, ok := e["field"].(string); ok && f != "" {
 		fmt.Fprintf(w, "  %s\n", f)
 	}
+}
+
+// changes lists the open changes.
+func (c *client) changes(ctx context.Context, stdout io.Writer) (int, error) {
+	var out struct {
+		ReviewRequired bool `json:"review_required"`
+		Changes        []struct {
+			ID      int64  `json:"id"`
+			Base    int64  `json:"base_version"`
+			Author  string `json:"author"`
+			Message string `json:"message"`
+			Created string `json:"created"`
+		} `json:"changes"`
+	}
+	status, e, err := c.do(ctx, "GET", "/api/v1/changes?state=open", nil, &out)
+	if err != nil {
+		return ExitError, err
+	}
+	if e != nil {
+		return ExitError, fmt.Errorf("GET /api/v1/changes: %d: %v", status, e["error"])
+	}
+	if !out.ReviewRequired {
+		fmt.Fprintln(stdout, "the admin does not require review (-require-review): saves are pushed at once")
+	}
+	for _, ch := range out.Changes {
+		fmt.Fprintf(stdout, "change %d on v%d by %s, %s: %s\n", ch.ID, ch.Base, ch.Author, ch.Created, ch.Message)
+	}
+	if len(out.Changes) == 0 {
+		fmt.Fprintln(stdout, "no change waits for review")
+	}
+	return ExitOK, nil
+}
+
+// decide approves or rejects change id.
+func (c *client) decide(ctx context.Context, cmd, id, reason string, skipTests bool, stdout io.Writer) (int, error) {
+	n, err := strconv.ParseInt(id, 10, 64)
+	if err != nil || n <= 0 {
+		return ExitError, fmt.Errorf("%s: %q is not a change number", cmd, id)
+	}
+	body := map[string]any{}
+	if cmd == "reject" {
+		body["reason"] = reason
+	} else if skipTests {
+		body["skip_tests"] = true
+	}
+	var v currentJSON
+	status, e, err := c.do(ctx, "POST", fmt.Sprintf("/api/v1/changes/%d/%s", n, cmd), body, &v)
+	tests, _ := e["tests"].(map[string]any)
+	switch {
+	case err != nil:
+		return ExitError, err
+	case e == nil && cmd == "approve":
+		fmt.Fprintf(stdout, "approved: change %d saved as v%d\n", n, v.Version)
+		return ExitOK, nil
+	case e == nil:
+		fmt.Fprintf(stdout, "rejected: change %d\n", n)
+		return ExitOK, nil
+	case status == http.StatusUnprocessableEntity && tests != nil:
+		fmt.Fprintf(stdout, "refused: %v\n", e["error"])
+		fmt.Fprint(stdout, tests["text"])
+		return ExitChanges, nil
+	}
+	return ExitError, fmt.Errorf("%s change %d: %d: %v", cmd, n, status, e["error"])
 }

@@ -323,4 +323,22 @@ func TestApplyOnAnAdminRequiringReviewProposesTheChange(t *testing.T) {
 	if cur, _ := a.svc.Current(context.Background()); cur.Number != 1 {
 		t.Fatalf("a proposal saved v%d", cur.Number)
 	}
+	if code, out, _ := a.run(t, "changes"); code != ExitOK || !strings.Contains(out, "change 1 on v1 by gitops") || !strings.Contains(out, "free tier") {
+		t.Fatalf("changes: exit %d, %q", code, out)
+	}
+	// The admin token proposed it as "gitops" and approves it as "api":
+	// with accounts' tokens, each is its account.
+	code, out, errs = a.run(t, "approve", "1")
+	if code != ExitOK || !strings.Contains(out, "approved: change 1 saved as v2") {
+		t.Fatalf("approve: exit %d, %q %q", code, out, errs)
+	}
+	if code, _, errs := a.run(t, "reject", "1", "-m", "late"); code != ExitError || !strings.Contains(errs, "409") {
+		t.Fatalf("rejecting a decided change: exit %d, %q", code, errs)
+	}
+	if code, out, _ := a.run(t, "changes"); code != ExitOK || !strings.Contains(out, "no change waits for review") {
+		t.Fatalf("changes after: exit %d, %q", code, out)
+	}
+	if code, _, errs := a.run(t, "approve", "x"); code != ExitError || !strings.Contains(errs, `"x" is not a change number`) {
+		t.Fatalf("a bad number: exit %d, %q", code, errs)
+	}
 }
