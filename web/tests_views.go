@@ -32,6 +32,8 @@ type TestReport struct {
 	Failed   int
 	Requests int
 	Tests    []TestResultView
+	// Unexercised are the rules no request applied ("policy/rule").
+	Unexercised []string
 }
 
 // TestResultView is one test's outcome.

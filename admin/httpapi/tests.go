@@ -165,6 +165,9 @@ type testReportJSON struct {
 	Failed   int              `json:"failed"`
 	Tests    []testResultJSON `json:"tests"`
 	Text     string           `json:"text"`
+	// Unexercised are the rules no request of the tests applied
+	// ("policy/rule").
+	Unexercised []string `json:"unexercised"`
 }
 
 type testResultJSON struct {
@@ -185,7 +188,8 @@ type testFailureJSON struct {
 }
 
 func reportJSON(against string, rev int64, rep policycheck.Report) testReportJSON {
-	out := testReportJSON{Against: against, Revision: rev, Failed: rep.Failed(), Tests: []testResultJSON{}, Text: rep.Text(false)}
+	out := testReportJSON{Against: against, Revision: rev, Failed: rep.Failed(), Tests: []testResultJSON{}, Text: rep.Text(false),
+		Unexercised: append([]string{}, rep.Unexercised...)}
 	out.Passed = len(rep.Tests) - out.Failed
 	for _, t := range rep.Tests {
 		tj := testResultJSON{Name: t.Name, Line: t.Line, Requests: t.Requests, Passed: t.Failure == nil}
@@ -200,7 +204,7 @@ func reportJSON(against string, rev int64, rep policycheck.Report) testReportJSO
 
 // reportView is a run of tests on a page.
 func reportView(against string, rev int64, rep policycheck.Report) *web.TestReport {
-	v := &web.TestReport{Against: against, Revision: rev, Failed: rep.Failed()}
+	v := &web.TestReport{Against: against, Revision: rev, Failed: rep.Failed(), Unexercised: rep.Unexercised}
 	v.Passed = len(rep.Tests) - v.Failed
 	for _, t := range rep.Tests {
 		v.Requests += t.Requests

@@ -234,3 +234,21 @@ func TestTrialPageWarnsThatTheDraftFailsTheSavedTests(t *testing.T) {
 		t.Fatalf("no warning:\n%s", page)
 	}
 }
+
+// A run names the rules no request of the tests applied.
+func TestTestRunsNameTheRulesTheyDoNotExercise(t *testing.T) {
+	e := newEnv(t, nil)
+	two := `{"rules":[{"name":"admin","match":{"path_prefix":"/admin"},"limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1}},` +
+		`{"name":"per-ip","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}}]}`
+	tests := "tests: [{name: any, request: {path: /x}, expect: {status: 200, rule: per-ip}}]"
+	resp, m := e.apiJSON(t, "POST", "/api/v1/policy/tests/run", `{"policy":`+two+`,"tests":`+jsonString(tests)+`}`)
+	if un, _ := m["unexercised"].([]any); resp.StatusCode != http.StatusOK || len(un) != 1 || un[0] != "default/admin" {
+		t.Fatalf("run: %d %v", resp.StatusCode, m)
+	}
+	e.savePolicy(t, 1, two)
+	c := login(t, e, "alice")
+	tok := csrfOf(t, get(t, c, e.srv.URL+"/tests"))
+	if _, body := post(t, c, e.srv.URL+"/tests/run", url.Values{"csrf": {tok}, "tests": {tests}}); !strings.Contains(body, "Not exercised (no request of the tests applies them): default/admin") {
+		t.Fatalf("the page:\n%s", body)
+	}
+}

@@ -513,3 +513,31 @@ tests:
 		t.Fatal(err)
 	}
 }
+
+// The report names the rules no request applied: what the tests leave
+// uncovered.
+func TestTheReportNamesTheRulesNoTestExercises(t *testing.T) {
+	suite := parseSuite(t, `
+tests:
+  - name: a key
+    request: {headers: {x-api-key: k}}
+    expect: {status: 200}
+  - name: health
+    request: {path: /healthz}
+    expect: {status: 200}
+`)
+	rep := policycheck.Run(parseConfig(t, gatePolicy), suite, policycheck.Options{})
+	want := []string{"gate/blocked", "gate/bots", "keys/search-watch", "daily/exports"}
+	if !slices.Equal(rep.Unexercised, want) {
+		t.Fatalf("unexercised %q, want %q", rep.Unexercised, want)
+	}
+	if text := rep.Text(true); !strings.Contains(text, "not exercised: gate/blocked, gate/bots, keys/search-watch, daily/exports (no request of the tests applies them)\n") {
+		t.Fatal(text)
+	}
+	if strings.Contains(rep.Text(false), "not exercised") {
+		t.Error("the short report lists them")
+	}
+	if rep := policycheck.Run(parseConfig(t, readFile(t, demoConfig)), parseSuite(t, readFile(t, demoTests)), policycheck.Options{}); len(rep.Unexercised) != 0 {
+		t.Errorf("the demo tests leave %q", rep.Unexercised)
+	}
+}

@@ -7,7 +7,8 @@ import (
 
 // Text is the report as `ratelimit-admin policy test` prints it: every
 // failure with what differed and how the request was decided, each
-// passing test too when verbose, and a last line with the totals.
+// passing test and the rules no test exercises too when verbose, and a
+// last line with the totals.
 func (r Report) Text(verbose bool) string {
 	var b strings.Builder
 	requests := 0
@@ -30,6 +31,13 @@ func (r Report) Text(verbose bool) string {
 		for _, c := range f.Context {
 			fmt.Fprintf(&b, "      %s\n", c)
 		}
+	}
+	if verbose && len(r.Unexercised) > 0 {
+		them := "it"
+		if len(r.Unexercised) > 1 {
+			them = "them"
+		}
+		fmt.Fprintf(&b, "not exercised: %s (no request of the tests applies %s)\n", strings.Join(r.Unexercised, ", "), them)
 	}
 	if n := r.Failed(); n > 0 {
 		fmt.Fprintf(&b, "FAIL: %d of %d %s failed\n", n, len(r.Tests), plural(len(r.Tests), "test"))

@@ -15,6 +15,9 @@ import (
 // Report is the outcome of a suite: one result per test, in file order.
 type Report struct {
 	Tests []Result
+	// Unexercised are the rules no request of the tests applied, in the
+	// configuration's order ("policy/rule"): what the tests do not cover.
+	Unexercised []string
 }
 
 // Failed counts the tests that failed.
@@ -74,8 +77,27 @@ type Sent struct {
 // Run runs every test of s against cfg.
 func Run(cfg *policy.Config, s *Suite, opt Options) Report {
 	rep := Report{Tests: make([]Result, 0, len(s.Tests))}
+	seen := map[string]bool{}
+	observe := opt.Observe
+	opt.Observe = func(sent Sent) {
+		for _, p := range sent.Result.Policies {
+			if p.Applied >= 0 {
+				seen[p.Name+"/"+p.Rules[p.Applied].Name] = true
+			}
+		}
+		if observe != nil {
+			observe(sent)
+		}
+	}
 	for i := range s.Tests {
 		rep.Tests = append(rep.Tests, runTest(cfg, i, &s.Tests[i], opt))
+	}
+	for _, p := range cfg.Policies {
+		for _, r := range p.Rules {
+			if name := p.Name + "/" + r.Name; !seen[name] {
+				rep.Unexercised = append(rep.Unexercised, name)
+			}
+		}
 	}
 	return rep
 }
