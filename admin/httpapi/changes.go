@@ -139,10 +139,8 @@ func (s *server) apiApprove(w http.ResponseWriter, r *http.Request) error {
 	var b struct {
 		SkipTests bool `json:"skip_tests"`
 	}
-	if r.ContentLength != 0 {
-		if err := s.decodeJSON(w, r, &b, []string{"skip_tests"}); err != nil {
-			return err
-		}
+	if err := s.decodeOptionalJSON(w, r, &b, []string{"skip_tests"}); err != nil {
+		return err
 	}
 	v, err := s.approve(r, id, apiAuthor(r, ""), b.SkipTests)
 	if err != nil {
@@ -151,6 +149,14 @@ func (s *server) apiApprove(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Location", "/api/v1/policy/versions/"+i64s(v.Number))
 	writeJSON(w, http.StatusCreated, toJSON(v, true))
 	return nil
+}
+
+// decodeOptionalJSON is decodeJSON for a body that may be left out.
+func (s *server) decodeOptionalJSON(w http.ResponseWriter, r *http.Request, dst any, fields []string) error {
+	if r.ContentLength == 0 {
+		return nil
+	}
+	return s.decodeJSON(w, r, dst, fields)
 }
 
 // approve approves change id as reviewer and records it.
@@ -174,10 +180,8 @@ func (s *server) apiDecide(action string) func(http.ResponseWriter, *http.Reques
 		var b struct {
 			Reason string `json:"reason"`
 		}
-		if r.ContentLength != 0 {
-			if err := s.decodeJSON(w, r, &b, []string{"reason"}); err != nil {
-				return err
-			}
+		if err := s.decodeOptionalJSON(w, r, &b, []string{"reason"}); err != nil {
+			return err
 		}
 		c, err := s.decide(r, action, id, apiAuthor(r, ""), b.Reason)
 		if err != nil {

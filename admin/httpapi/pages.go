@@ -268,7 +268,7 @@ func (s *server) logout(w http.ResponseWriter, r *http.Request, sess auth.Sessio
 func versionInfo(v policies.Version, current int64) web.VersionInfo {
 	return web.VersionInfo{
 		Number: v.Number, Parent: v.Parent, RollbackOf: v.RollbackOf, Author: v.Author, Message: v.Message,
-		Created: timeText(v.Created), CreatedISO: v.Created.UTC().Format("2006-01-02T15:04:05Z"), Current: v.Number == current,
+		Created: timeText(v.Created), CreatedISO: isoTime(v.Created), Current: v.Number == current,
 	}
 }
 

@@ -42,7 +42,7 @@ type testsJSON struct {
 func toTestsJSON(t policies.Tests) testsJSON {
 	out := testsJSON{Revision: t.Revision, Tests: t.Body, Author: t.Author}
 	if !t.Updated.IsZero() {
-		out.Updated = t.Updated.UTC().Format("2006-01-02T15:04:05Z")
+		out.Updated = isoTime(t.Updated)
 	}
 	return out
 }

@@ -55,12 +55,8 @@ type kubeHTTPRouteMatch struct {
 	Method string `yaml:"method"`
 }
 
-// kongHeaderRegexPrefix marks a header value Kong reads as a regular
-// expression.
-const kongHeaderRegexPrefix = "~*"
-
 // httpRoutePaths are the Kong paths the controller makes of a match's
-// path: PathPrefix /a is the regular expression /a$ and the prefix /a/;
+// path ("~" starts a regular expression): PathPrefix /a is the regular expression /a$ and the prefix /a/;
 // Exact /a is /a$; RegularExpression is the expression. The Gateway API's
 // defaults: PathPrefix, "/".
 func httpRoutePaths(m kubeHTTPRouteMatch) []string {
@@ -75,19 +71,16 @@ func httpRoutePaths(m kubeHTTPRouteMatch) []string {
 	}
 	switch typ {
 	case "Exact":
-		return []string{kicRegexPrefixKong + value + "$"}
+		return []string{"~" + value + "$"}
 	case "RegularExpression":
-		return []string{kicRegexPrefixKong + value}
+		return []string{"~" + value}
 	}
 	prefix := value
 	if !strings.HasSuffix(prefix, "/") {
 		prefix += "/"
 	}
-	return []string{kicRegexPrefixKong + value + "$", prefix}
+	return []string{"~" + value + "$", prefix}
 }
-
-// kicRegexPrefixKong starts a Kong path that is a regular expression.
-const kicRegexPrefixKong = "~"
 
 // httpRouteMatchKey groups matches the controller puts in one route.
 func httpRouteMatchKey(m kubeHTTPRouteMatch) string {
@@ -172,7 +165,7 @@ func (k *kongConv) httpRouteRoutes(kube *kongKube, o *kongKubeObject) error {
 					}
 					v := h.Value
 					if h.Type == "RegularExpression" {
-						v = kongHeaderRegexPrefix + v
+						v = "~*" + v // Kong reads it as a regular expression
 					}
 					g.r.Headers[name] = []string{v}
 				}
@@ -187,18 +180,8 @@ func (k *kongConv) httpRouteRoutes(kube *kongKube, o *kongKubeObject) error {
 			}
 		}
 		for _, g := range groups {
-			path := fmt.Sprintf("%s: spec.rules[%d].matches[%d]", what, i, g.first)
-			rt, err := k.addRoute(path, &g.r, svc, g.r.Name)
-			if err != nil {
+			if err := k.addPluggedRoute(fmt.Sprintf("%s: spec.rules[%d].matches[%d]", what, i, g.first), &g.r, svc, rulePlugins); err != nil {
 				return err
-			}
-			if svc == nil {
-				k.routes = append(k.routes, rt)
-			}
-			for _, p := range rulePlugins {
-				if err := k.attach(p, fmt.Sprintf("%s on route %s", p.path, rt.name), kongScope{rt: rt}); err != nil {
-					return err
-				}
 			}
 		}
 	}

@@ -175,19 +175,7 @@ func (k *kongConv) ingressRoutes(kube *kongKube, o *kongKubeObject) error {
 		if b != nil && b.Service != nil {
 			svc = k.kicService(ns, b)
 		}
-		rt, err := k.addRoute(path, &r, svc, r.Name)
-		if err != nil {
-			return err
-		}
-		if svc == nil {
-			k.routes = append(k.routes, rt)
-		}
-		for _, p := range plugins {
-			if err := k.attach(p, fmt.Sprintf("%s on route %s", p.path, rt.name), kongScope{rt: rt}); err != nil {
-				return err
-			}
-		}
-		return nil
+		return k.addPluggedRoute(path, &r, svc, plugins)
 	}
 	for i, rule := range ing.Rules {
 		for j, p := range rule.HTTP.Paths {
@@ -203,6 +191,24 @@ func (k *kongConv) ingressRoutes(kube *kongKube, o *kongKubeObject) error {
 	if ing.DefaultBackend != nil {
 		r := kongRoute{Name: fmt.Sprintf("%s.%s.default", ns, o.Metadata.Name), Paths: []string{"/"}}
 		return add(what+": spec.defaultBackend", r, ing.DefaultBackend)
+	}
+	return nil
+}
+
+// addPluggedRoute adds a route the controller makes, to svc (nil: to no
+// service), and attaches plugins to it.
+func (k *kongConv) addPluggedRoute(path string, r *kongRoute, svc *kongSvc, plugins []*kongKubePlugin) error {
+	rt, err := k.addRoute(path, r, svc, r.Name)
+	if err != nil {
+		return err
+	}
+	if svc == nil {
+		k.routes = append(k.routes, rt)
+	}
+	for _, p := range plugins {
+		if err := k.attach(p, fmt.Sprintf("%s on route %s", p.path, rt.name), kongScope{rt: rt}); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package filter_test
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -67,26 +68,16 @@ func withResponse(r simulate.Request) *wasmhost.Request {
 	w := toWasmRequest(r)
 	resp := r.Response
 	w.ResponseHeaders = []wasmhost.Header{{":status", fmt.Sprint(resp.Status)}}
-	for _, n := range slices.Sorted(mapKeys(resp.Headers)) {
+	for _, n := range slices.Sorted(maps.Keys(resp.Headers)) {
 		w.ResponseHeaders = append(w.ResponseHeaders, wasmhost.Header{n, resp.Headers[n]})
 	}
-	for _, n := range slices.Sorted(mapKeys(resp.Trailers)) {
+	for _, n := range slices.Sorted(maps.Keys(resp.Trailers)) {
 		w.ResponseTrailers = append(w.ResponseTrailers, wasmhost.Header{n, resp.Trailers[n]})
 	}
 	if len(resp.Body) > 0 {
 		w.ResponseBody = [][]byte{resp.Body[:len(resp.Body)/2], resp.Body[len(resp.Body)/2:]}
 	}
 	return w
-}
-
-func mapKeys(m map[string]string) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // TestSimulatorChargesResponsesLikeTheCompiledFilter sends requests with

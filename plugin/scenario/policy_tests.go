@@ -7,6 +7,7 @@ package scenario
 // RateLimit and Retry-After fields, the same shadow header upstream.
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -147,7 +148,7 @@ func fromSimulated(r simulate.Request) Request {
 		out.Properties[k] = v
 	}
 	out.Headers = []Header{{":method", r.Method}, {":path", r.Path}, {":authority", r.Host}}
-	for _, n := range slices.Sorted(mapKeys(r.Headers)) {
+	for _, n := range slices.Sorted(maps.Keys(r.Headers)) {
 		out.Headers = append(out.Headers, Header{n, r.Headers[n]})
 	}
 	if resp := r.Response; resp != nil {
@@ -156,10 +157,10 @@ func fromSimulated(r simulate.Request) Request {
 			status = 200
 		}
 		out.ResponseHeaders = []Header{{":status", strconv.Itoa(status)}}
-		for _, n := range slices.Sorted(mapKeys(resp.Headers)) {
+		for _, n := range slices.Sorted(maps.Keys(resp.Headers)) {
 			out.ResponseHeaders = append(out.ResponseHeaders, Header{n, resp.Headers[n]})
 		}
-		for _, n := range slices.Sorted(mapKeys(resp.Trailers)) {
+		for _, n := range slices.Sorted(maps.Keys(resp.Trailers)) {
 			out.ResponseTrailers = append(out.ResponseTrailers, Header{n, resp.Trailers[n]})
 		}
 		if len(resp.Body) > 0 {
@@ -167,16 +168,6 @@ func fromSimulated(r simulate.Request) Request {
 		}
 	}
 	return out
-}
-
-func mapKeys(m map[string]string) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // sameDecision fails the test unless the filter answered as the simulator
