@@ -62,10 +62,12 @@ const (
 // maxAttempts bounds the tries of one call. The function cannot fail with
 // 40001 or 40P01 at READ COMMITTED, which the admin's sessions use; the
 // retries are for a session whose level was changed behind its back (a
-// pooler between the admin and the database). There, a hot window row
-// (one statement per op, no lock taken first) fails a call once per
-// concurrent update: the bound is high, and the call's budget (its
-// context) ends the retries first.
+// pooler between the admin and the database). There a call that waited
+// for a hot row's lock fails once with 40001, and is sent again in an
+// explicit READ COMMITTED transaction, where it waits instead of failing:
+// one retry. The bound matters only on a database that does not honour
+// READ COMMITTED, and the call's budget (its context) ends the retries
+// first.
 const maxAttempts = 16
 
 // maxBackoff bounds the random pause before a retry after a serialization
@@ -271,8 +273,9 @@ func (b *Buckets) Run(ctx context.Context, ops []redisgcra.Op) ([]redisgcra.Outc
 		return nil, nil
 	}
 	c := newCall(ops)
+	readCommitted := false
 	for attempt := 1; ; attempt++ {
-		out, err := b.send(ctx, c)
+		out, err := c.send(ctx, b.pool, readCommitted)
 		if err == nil {
 			return out, nil
 		}
@@ -280,13 +283,20 @@ func (b *Buckets) Run(ctx context.Context, ops []redisgcra.Op) ([]redisgcra.Outc
 		if reason == "" || attempt >= maxAttempts || ctx.Err() != nil {
 			return nil, classify(ctx, err)
 		}
-		switch reason {
-		case RetrySchema:
+		b.retries.WithLabelValues(reason).Inc()
+		switch {
+		case reason == RetrySchema:
 			// A database restored without them, or dropped by hand.
 			if err := migrate(ctx, b.pool); err != nil {
 				return nil, classify(ctx, err)
 			}
-		case RetrySerialization, RetryDeadlock:
+		case reason == RetrySerialization && !readCommitted:
+			// The session runs at a stricter level than the one set
+			// on connecting, and the call met a concurrent update.
+			// At READ COMMITTED it waits for the row's lock instead:
+			// no pause, and no second failure to race for.
+			readCommitted = true
+		case reason == RetrySerialization, reason == RetryDeadlock:
 			// Callers that lost a race on one row would otherwise meet
 			// again at once: a random pause, doubling, at most maxBackoff.
 			pause := time.NewTimer(rand.N(min(time.Millisecond<<attempt, maxBackoff)))
@@ -297,7 +307,6 @@ func (b *Buckets) Run(ctx context.Context, ops []redisgcra.Op) ([]redisgcra.Outc
 			case <-pause.C:
 			}
 		}
-		b.retries.WithLabelValues(reason).Inc()
 	}
 }
 
@@ -330,27 +339,52 @@ func newCall(ops []redisgcra.Op) call {
 	return c
 }
 
-// send makes one attempt of c.
-func (b *Buckets) send(ctx context.Context, c call) ([]redisgcra.Outcome, error) {
+// send makes one attempt of c: one round trip. With readCommitted it runs
+// in an explicit READ COMMITTED transaction, whatever the session's level
+// (or a pooler's): BEGIN and COMMIT go in the same batch, so the rows'
+// locks are still released without waiting for the client. A failure
+// there leaves the session in the failed transaction, and the pool closes
+// that connection on release: a cost paid on retries only.
+func (c call) send(ctx context.Context, pool *pgxpool.Pool, readCommitted bool) ([]redisgcra.Outcome, error) {
 	out := make([]redisgcra.Outcome, c.n)
 	bk, wn := &c.buckets, &c.windows
 	switch {
+	case readCommitted:
 	case len(wn.at) == 0:
-		rows, err := b.pool.Query(ctx, callSQL, bk.keys, bk.amounts, bk.taus, bk.rets)
+		rows, err := pool.Query(ctx, callSQL, bk.keys, bk.amounts, bk.taus, bk.rets)
 		return out, bk.read(rows, err, out)
 	case len(bk.at) == 0:
-		rows, err := b.pool.Query(ctx, windowSQL, wn.args()...)
+		rows, err := pool.Query(ctx, windowSQL, wn.args()...)
 		return out, wn.read(rows, err, out)
 	}
 	batch := &pgx.Batch{}
-	batch.Queue(callSQL, bk.keys, bk.amounts, bk.taus, bk.rets)
-	batch.Queue(windowSQL, wn.args()...)
-	br := b.pool.SendBatch(ctx, batch)
-	rows, err := br.Query()
-	err = bk.read(rows, err, out)
-	if err == nil {
-		rows, err = br.Query()
-		err = wn.read(rows, err, out)
+	if readCommitted {
+		batch.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
+	}
+	if len(bk.at) > 0 {
+		batch.Queue(callSQL, bk.keys, bk.amounts, bk.taus, bk.rets)
+	}
+	if len(wn.at) > 0 {
+		batch.Queue(windowSQL, wn.args()...)
+	}
+	if readCommitted {
+		batch.Queue(`COMMIT`)
+	}
+	br := pool.SendBatch(ctx, batch)
+	var err error
+	if readCommitted {
+		_, err = br.Exec()
+	}
+	if err == nil && len(bk.at) > 0 {
+		rows, qerr := br.Query()
+		err = bk.read(rows, qerr, out)
+	}
+	if err == nil && len(wn.at) > 0 {
+		rows, qerr := br.Query()
+		err = wn.read(rows, qerr, out)
+	}
+	if err == nil && readCommitted {
+		_, err = br.Exec()
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
