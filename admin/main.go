@@ -89,6 +89,7 @@ type options struct {
 	Istio         istio.Options
 	EnvoyGateway  envoygateway.Options
 	IstioSelector string
+	IstioTarget   string
 	LogLevel      string
 	InitialPolicy string
 	InitialTests  string
@@ -135,7 +136,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.Istio.Name, "istio-name", env("SLUICE_ISTIO_NAME", istio.DefaultName), "metadata.name of the WasmPlugin (SLUICE_ISTIO_NAME)")
 	fs.StringVar(&o.Istio.Namespace, "istio-namespace", env("SLUICE_ISTIO_NAMESPACE", istio.DefaultNamespace), "metadata.namespace of the WasmPlugin; the root namespace applies mesh-wide (SLUICE_ISTIO_NAMESPACE)")
 	egFlags(fs, &o.EnvoyGateway)
+	fs.StringVar(&o.Istio.GOGC, "istio-gogc", env("SLUICE_ISTIO_GOGC", istio.DefaultGOGC), "GOGC of the plugin VM in the WasmPlugin: a percentage or off (SLUICE_ISTIO_GOGC)")
 	fs.StringVar(&o.IstioSelector, "istio-selector", env("SLUICE_ISTIO_SELECTOR", ""), "workload labels for the WasmPlugin, e.g. istio=ingressgateway (SLUICE_ISTIO_SELECTOR)")
+	fs.StringVar(&o.IstioTarget, "istio-target", env("SLUICE_ISTIO_TARGET", ""), "targetRefs of the WasmPlugin instead of a selector: Gateway/<name>, GatewayClass/<name>, Service/<name> or ServiceEntry/<name>, comma-separated (SLUICE_ISTIO_TARGET)")
 	fs.StringVar(&o.InitialPolicy, "initial-policy", env("SLUICE_INITIAL_POLICY", ""), "policy file stored as version 1 when the database is empty (default: a shadow-mode per-IP limit) (SLUICE_INITIAL_POLICY)")
 	fs.BoolVar(&o.RequireReview, "require-review", envBool("SLUICE_REQUIRE_REVIEW"), "every save of the policy waits for another person's approval on the Changes page (a rollback never does) (SLUICE_REQUIRE_REVIEW)")
 	fs.StringVar(&o.InitialTests, "initial-tests", env("SLUICE_INITIAL_TESTS", ""), "policy tests file saved as the first tests when none were ever saved; every save must pass them (SLUICE_INITIAL_TESTS)")
@@ -235,6 +238,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-istio-selector: %w", err)
 	}
 	o.Istio.Selector = sel
+	if o.Istio.Targets, err = istio.ParseTargets(o.IstioTarget); err != nil {
+		return o, fmt.Errorf("-istio-target: %w", err)
+	}
 	if _, err := istio.Render([]byte("{}"), 0, o.Istio); err != nil {
 		return o, fmt.Errorf("-istio-* flags: %w", err)
 	}

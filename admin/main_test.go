@@ -5,10 +5,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluice-rl/sluice/admin/istio"
 )
 
 func TestParseOptions(t *testing.T) {
-	for _, k := range []string{"SLUICE_ADMIN_LISTEN", "SLUICE_XDS_LISTEN", "SLUICE_DATA_DIR", "SLUICE_ADMIN_TOKEN", "SLUICE_WASM_PATH", "SLUICE_ISTIO_URL", "SLUICE_ISTIO_SELECTOR"} {
+	for _, k := range []string{"SLUICE_ADMIN_LISTEN", "SLUICE_XDS_LISTEN", "SLUICE_DATA_DIR", "SLUICE_ADMIN_TOKEN", "SLUICE_WASM_PATH", "SLUICE_ISTIO_URL", "SLUICE_ISTIO_SELECTOR", "SLUICE_ISTIO_TARGET"} {
 		t.Setenv(k, "")
 	}
 	o, err := parseOptions([]string{"-listen", ":9999", "-istio-selector", "istio=ingressgateway", "-wasm-path", "x.wasm"}, io.Discard)
@@ -17,6 +19,10 @@ func TestParseOptions(t *testing.T) {
 	}
 	if o.Listen != ":9999" || o.Istio.Selector["istio"] != "ingressgateway" || !filepath.IsAbs(o.WasmPath) || o.TelemetryMaxBytes != 64<<20 {
 		t.Errorf("options %+v", o)
+	}
+	o, err = parseOptions([]string{"-istio-target", "Gateway/public,Service/reviews", "-wasm-path", "x.wasm"}, io.Discard)
+	if err != nil || len(o.Istio.Targets) != 2 || o.Istio.Targets[1] != (istio.TargetRef{Group: "", Kind: "Service", Name: "reviews"}) {
+		t.Errorf("-istio-target: %+v, %v", o.Istio.Targets, err)
 	}
 	if o, _ := parseOptions([]string{"-telemetry-max-bytes", "1GiB"}, io.Discard); o.TelemetryMaxBytes != 1<<30 {
 		t.Errorf("-telemetry-max-bytes 1GiB: %d", o.TelemetryMaxBytes)
@@ -33,6 +39,8 @@ func TestParseOptions(t *testing.T) {
 		{[]string{"-istio-url", "ftp://x"}, "url:"},
 		{[]string{"-istio-namespace", "Bad"}, "namespace:"},
 		{[]string{"-istio-selector", "novalue"}, "-istio-selector"},
+		{[]string{"-istio-target", "HTTPRoute/r"}, "-istio-target"},
+		{[]string{"-istio-target", "Gateway/a", "-istio-selector", "app=x"}, "one or the other"},
 		{[]string{"-tls-cert", "c.pem"}, "-tls-key"},
 		{[]string{"-wasm-path", ""}, "-wasm-path"},
 		{[]string{"extra"}, "unexpected argument"},

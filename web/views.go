@@ -184,6 +184,8 @@ type IstioPage struct {
 	Version  int64
 	Error    string
 	Warnings []string // what will not work under Istio as the policy stands
+	Target   string   // the form's targets (Kind/name, comma-separated); "": the flags'
+	Attached string   // what the WasmPlugin attaches to, in words
 }
 
 // ErrorPage is shown for errors a person can act on.

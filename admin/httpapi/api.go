@@ -469,36 +469,59 @@ func (s *server) apiSchema(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// renderIstio renders the WasmPlugin for the current version.
-func (s *server) renderIstio(r *http.Request, format string) ([]byte, string, policies.Version, error) {
+// istioManifest is a rendered WasmPlugin in the format asked for.
+type istioManifest struct {
+	body        []byte
+	contentType string
+	version     policies.Version
+	warnings    []string // what will not work under Istio as it stands
+}
+
+// renderIstio renders the WasmPlugin for the current version; the query's
+// target (Kind/name, comma-separated) overrides the -istio-selector and
+// -istio-target flags.
+func (s *server) renderIstio(r *http.Request, format string) (istioManifest, error) {
 	if format == "" {
 		format = "yaml"
 	}
 	if format != "yaml" && format != "json" {
-		return nil, "", policies.Version{}, &policies.InputError{Field: "format", Message: fmt.Sprintf("%q is not supported; use yaml or json", format)}
+		return istioManifest{}, &policies.InputError{Field: "format", Message: fmt.Sprintf("%q is not supported; use yaml or json", format)}
+	}
+	opts := s.Istio
+	if t := r.URL.Query().Get("target"); t != "" {
+		targets, err := istio.ParseTargets(t)
+		if err != nil {
+			return istioManifest{}, &policies.InputError{Field: "target", Message: strings.TrimPrefix(err.Error(), "target: ")}
+		}
+		// Istio takes targets or a selector: the query's targets replace
+		// the -istio-selector.
+		opts.Targets, opts.Selector = targets, nil
 	}
 	v, err := s.Policies.Current(r.Context())
 	if err != nil {
-		return nil, "", v, err
+		return istioManifest{}, err
 	}
-	m, err := istio.Render(v.JSON, v.Number, s.Istio)
+	m, err := istio.Render(v.JSON, v.Number, opts)
 	if err != nil {
-		return nil, "", v, err
+		return istioManifest{version: v}, err
 	}
+	out := istioManifest{version: v, warnings: m.Warnings()}
 	if format == "json" {
-		return m.JSON(), "application/json; charset=utf-8", v, nil
+		out.body, out.contentType = m.JSON(), "application/json; charset=utf-8"
+		return out, nil
 	}
-	y, err := m.YAML()
-	return y, "application/yaml; charset=utf-8", v, err
+	out.body, err = m.YAML()
+	out.contentType = "application/yaml; charset=utf-8"
+	return out, err
 }
 
 func (s *server) apiIstio(w http.ResponseWriter, r *http.Request) error {
-	body, ct, _, err := s.renderIstio(r, r.URL.Query().Get("format"))
+	m, err := s.renderIstio(r, r.URL.Query().Get("format"))
 	if err != nil {
 		return err
 	}
-	w.Header().Set("Content-Type", ct)
-	w.Write(body)
+	w.Header().Set("Content-Type", m.contentType)
+	w.Write(m.body)
 	return nil
 }
 

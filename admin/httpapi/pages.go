@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"mime"
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -577,8 +579,10 @@ func (s *server) istioPage(w http.ResponseWriter, r *http.Request, sess auth.Ses
 	if format != "json" {
 		format = "yaml"
 	}
-	body, _, v, err := s.renderIstio(r, format)
-	p := web.IstioPage{Nav: nav(sess, "istio"), Format: format, Manifest: string(body), Version: v.Number, Warnings: istio.ClusterWarnings(v.JSON)}
+	target := r.URL.Query().Get("target")
+	m, err := s.renderIstio(r, format)
+	p := web.IstioPage{Nav: nav(sess, "istio"), Format: format, Manifest: string(m.body), Version: m.version.Number,
+		Warnings: m.warnings, Target: target, Attached: s.istioAttachment(target)}
 	if err != nil {
 		s.log.Error("rendering the WasmPlugin failed", "err", err)
 		p.Error = "The manifest could not be rendered: " + err.Error()
@@ -587,15 +591,39 @@ func (s *server) istioPage(w http.ResponseWriter, r *http.Request, sess auth.Ses
 	return nil
 }
 
+// istioAttachment says in words what the WasmPlugin attaches to: the
+// query's targets, or the flags' targets or selector.
+func (s *server) istioAttachment(target string) string {
+	targets := s.Istio.Targets
+	if target != "" {
+		targets, _ = istio.ParseTargets(target)
+	}
+	switch {
+	case len(targets) > 0:
+		names := make([]string, len(targets))
+		for i, t := range targets {
+			names[i] = t.String()
+		}
+		return "the proxies of " + strings.Join(names, ", ")
+	case len(s.Istio.Selector) > 0:
+		var labels []string
+		for _, k := range slices.Sorted(maps.Keys(s.Istio.Selector)) {
+			labels = append(labels, k+"="+s.Istio.Selector[k])
+		}
+		return "the workloads labelled " + strings.Join(labels, ",")
+	}
+	return "every workload of its namespace (mesh-wide from the root namespace)"
+}
+
 func (s *server) istioDownload(w http.ResponseWriter, r *http.Request, _ auth.Session) error {
 	format := strings.TrimPrefix(path.Ext(r.URL.Path), ".")
-	body, ct, v, err := s.renderIstio(r, format)
+	m, err := s.renderIstio(r, format)
 	if err != nil {
 		return err
 	}
-	w.Header().Set("Content-Type", ct)
-	w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="sluice-wasmplugin-v%d.%s"`, v.Number, format))
-	w.Write(body)
+	w.Header().Set("Content-Type", m.contentType)
+	w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="sluice-wasmplugin-v%d.%s"`, m.version.Number, format))
+	w.Write(m.body)
 	return nil
 }
 

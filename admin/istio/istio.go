@@ -12,6 +12,8 @@
 //     not become an outage). Sluice itself fails open on storage errors too.
 //   - pluginName "sluice" (Envoy's root_id) and vmConfig GOGC, which makes
 //     the Go runtime collect less often (see README: golang/go#78513).
+//   - attached by a workload selector, or by targetRefs (targets.go) to
+//     Gateway API gateways and waypoints, which ignore selectors.
 package istio
 
 import (
@@ -62,7 +64,11 @@ type Options struct {
 	URL       string            // the module: oci://, file://, http(s):// (default DefaultURL)
 	SHA256    string            // optional checksum of the module, 64 hex digits
 	Selector  map[string]string // workload labels; empty: every workload in Namespace
-	GOGC      string            // the Go GC target for the plugin VM (default DefaultGOGC)
+	// Targets attach the plugin to Gateway API Gateways, or to the
+	// waypoints of Services, instead of Selector (Istio takes one or
+	// the other; waypoints only take targets).
+	Targets []TargetRef
+	GOGC    string // the Go GC target for the plugin VM (default DefaultGOGC)
 	// TokenEnv, when set, is passed to the plugin VM from the proxy's own
 	// environment (vmConfig.env valueFrom HOST): the telemetry token of
 	// policies with telemetry.token_env. Set it in the istio-proxy
@@ -125,6 +131,12 @@ func (o Options) withDefaults() (Options, error) {
 		if !labelValue.MatchString(o.Selector[k]) {
 			errs = append(errs, fmt.Errorf("selector: %q is not a valid value for label %q", o.Selector[k], k))
 		}
+	}
+	if err := checkTargets(o.Targets); err != nil {
+		errs = append(errs, err)
+	}
+	if len(o.Selector) > 0 && len(o.Targets) > 0 {
+		errs = append(errs, errors.New("selector and target: Istio takes one or the other; a selector picks workloads (sidecars, gateways by label), targets name Gateways or waypoints' Services"))
 	}
 	return o, errors.Join(errs...)
 }
@@ -220,6 +232,10 @@ func (m *Manifest) WithWarnings(ws []string) *Manifest {
 	return m
 }
 
+// Warnings are what will not work under Istio as the policy and the
+// options stand (they head the YAML as comments).
+func (m *Manifest) Warnings() []string { return m.warnings }
+
 // Masked reports whether the policy's literal telemetry token was masked.
 func (m *Manifest) Masked() bool { return m.masked }
 
@@ -264,11 +280,13 @@ func Render(config []byte, version int64, opts Options) (*Manifest, error) {
 	if len(opts.Selector) > 0 {
 		m.Spec.Selector = &selector{MatchLabels: opts.Selector}
 	}
+	m.Spec.TargetRefs = opts.Targets
 	doc, err := json.Marshal(m)
 	if err != nil {
 		return nil, fmt.Errorf("rendering the WasmPlugin: %w", err)
 	}
-	return &Manifest{doc: doc, masked: masked, note: MaskedTokenNote, warnings: ClusterWarnings(trimmed)}, nil
+	warnings := append(ClusterWarnings(trimmed), targetWarnings(trimmed, opts)...)
+	return &Manifest{doc: doc, masked: masked, note: MaskedTokenNote, warnings: warnings}, nil
 }
 
 // JSON returns the manifest as indented JSON (kubectl accepts it).
@@ -359,6 +377,7 @@ type ObjectMeta struct {
 
 type spec struct {
 	Selector     *selector       `json:"selector,omitempty"`
+	TargetRefs   []TargetRef     `json:"targetRefs,omitempty"`
 	URL          string          `json:"url"`
 	SHA256       string          `json:"sha256,omitempty"`
 	PluginName   string          `json:"pluginName"`

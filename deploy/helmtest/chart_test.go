@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sluice-rl/sluice/admin/envoygateway/crdcheck"
+	"github.com/sluice-rl/sluice/admin/istio/istiocrd"
 	"github.com/sluice-rl/sluice/shared/policy"
 )
 
@@ -118,6 +119,9 @@ func checkStrict(t *testing.T, kind string, doc []byte) {
 		json.Unmarshal(j, &w)
 		if err := (protojson.UnmarshalOptions{}).Unmarshal(w.Spec, &extensions.WasmPlugin{}); err != nil {
 			t.Errorf("WasmPlugin spec is not istio.io/api's: %v\n%s", err, doc)
+		}
+		if err := istiocrd.Check(doc); err != nil {
+			t.Errorf("WasmPlugin does not match Istio's CRD: %v\n%s", err, doc)
 		}
 		return
 	case "ServiceMonitor":

@@ -70,3 +70,35 @@ Any other cluster name is the policy's own.
 {{- define "sluice.serviceHost" -}}
 {{- printf "%s.%s.svc.%s" (include "sluice.fullname" .) .Release.Namespace .Values.clusterDomain -}}
 {{- end -}}
+
+{{/*
+The API group of a WasmPlugin target's kind (the kinds values.schema.json
+allows).
+*/}}
+{{- define "sluice.targetGroup" -}}
+{{- get (dict "Gateway" "gateway.networking.k8s.io" "GatewayClass" "gateway.networking.k8s.io" "Service" "" "ServiceEntry" "networking.istio.io") . -}}
+{{- end -}}
+
+{{/*
+The admin's -istio-* settings, so that the WasmPlugin its Istio page renders
+for each new version replaces the chart's (same name and namespace, same
+attachment and module).
+*/}}
+{{- define "sluice.istioEnv" -}}
+- {name: SLUICE_ISTIO_NAME, value: {{ include "sluice.fullname" . | quote }}}
+- {name: SLUICE_ISTIO_NAMESPACE, value: {{ .Values.istio.namespace | quote }}}
+- {name: SLUICE_ISTIO_GOGC, value: {{ .Values.istio.gogc | quote }}}
+{{- with .Values.istio.selector }}
+{{- $labels := list }}
+{{- range $k, $v := . }}{{ $labels = append $labels (printf "%s=%s" $k $v) }}{{ end }}
+- {name: SLUICE_ISTIO_SELECTOR, value: {{ join "," $labels | quote }}}
+{{- end }}
+{{- with .Values.istio.targetRefs }}
+{{- $targets := list }}
+{{- range . }}{{ $targets = append $targets (printf "%s/%s" .kind .name) }}{{ end }}
+- {name: SLUICE_ISTIO_TARGET, value: {{ join "," $targets | quote }}}
+{{- end }}
+{{- with .Values.wasmImage.sha256 }}
+- {name: SLUICE_ISTIO_SHA256, value: {{ . | quote }}}
+{{- end }}
+{{- end -}}
