@@ -76,10 +76,62 @@ func TestPolicyRulesLeaveOutOverridesOfLocalRules(t *testing.T) {
 	  {"name": "local", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
 	   "algorithm_config": {"tokens_per_second": 1, "burst": 2},
 	   "overrides": [{"key": "acme", "algorithm_config": {"burst": 5}}]}]}`))
-	if _, ok := rules.IdentityLimit("local", state.SluiceIDOfKey("acme")); ok {
+	now := time.Now()
+	if _, ok := rules.IdentityLimit("local", state.SluiceIDOfKey("acme"), now); ok {
 		t.Error("a local rule's override is served as a global limit")
 	}
-	if l, ok := rules.IdentityLimit("g", state.SluiceIDOfKey("acme")); !ok || l.Burst != 2 {
+	if l, ok := rules.IdentityLimit("g", state.SluiceIDOfKey("acme"), now); !ok || l.Burst != 2 {
 		t.Errorf("acme on the global rule: %+v %v, want the rule's burst 2", l, ok)
+	}
+}
+
+// An override with from and until holds its identity to its own limit
+// only from from (inclusive) until until (exclusive), on the service's
+// clock, with no new version: before and after, the rule's.
+func TestGlobalOverridesApplyOnlyInTheirTime(t *testing.T) {
+	forEachBackend(t, testTimedGlobalOverrides)
+}
+
+func testTimedGlobalOverrides(t *testing.T, b Backend) {
+	clock := newWindowClock() // hour n, 10 s in
+	hour := func(n int) string {
+		return clock.base.Truncate(time.Hour).Add(time.Duration(n) * time.Hour).Format(time.RFC3339)
+	}
+	rules := &PolicyRules{}
+	rules.Set(1, []byte(`{"fleet": {"cluster": "sluice_rls"}, "rules": [
+	  {"name": "w", "scope": "global", "limit_keys": ["header:x-user", "method"], "algorithm": "fixed_window",
+	   "algorithm_config": {"limit": 2, "window_seconds": 3600},
+	   "overrides": [{"key": "acme|GET", "algorithm_config": {"limit": 4}, "from": "`+hour(1)+`", "until": "`+hour(2)+`"}]},
+	  {"name": "g", "scope": "global", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
+	   "algorithm_config": {"tokens_per_second": 1, "burst": 2},
+	   "overrides": [{"key": "acme", "algorithm_config": {"burst": 5}, "until": "`+hour(1)+`"}]}]}`))
+	s := startRLS(t, Options{Backend: b, Rules: rules, Timeout: time.Second, Now: clock.now})
+	OK, OVER := rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT
+	acmeGet := state.SluiceIDOfKey("acme|GET")
+	for n, c := range []struct {
+		ask  int64
+		want rlsv3.RateLimitResponse_Code
+		left uint32
+		why  string
+	}{
+		{3, OVER, 2, "before from: the rule's 2"},
+		{4, OK, 0, "from from: the override's 4"},
+		{3, OVER, 2, "from until: the rule's 2 again"},
+	} {
+		clock.n.Store(int64(n))
+		checkStatus(t, c.why, s.mustCall(t, "n1", desc("w", acmeGet, c.ask, false)).Statuses[0], c.want, c.left)
+	}
+	acme := state.SluiceIDOfKey("acme")
+	for _, c := range []struct {
+		at        time.Time
+		wantBurst float64
+	}{
+		{clock.base, 5},
+		{clock.base.Truncate(time.Hour).Add(time.Hour - time.Nanosecond), 5},
+		{clock.base.Truncate(time.Hour).Add(time.Hour), 2},
+	} {
+		if l, ok := rules.IdentityLimit("g", acme, c.at); !ok || l.Burst != c.wantBurst {
+			t.Errorf("acme's bucket at %s: burst %v (%v), want %v", c.at.Format(time.RFC3339Nano), l.Burst, ok, c.wantBurst)
+		}
 	}
 }

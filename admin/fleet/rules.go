@@ -11,6 +11,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluice-rl/sluice/admin/fleet/redisgcra"
 	"github.com/sluice-rl/sluice/admin/policies"
@@ -40,8 +41,8 @@ type WindowRules interface {
 // the sluice_id the filter sends for it, is its override's or else the
 // rule's.
 type IdentityRules interface {
-	IdentityLimit(rule, id string) (redisgcra.Limit, bool)
-	IdentityWindow(rule, id string) (Window, bool)
+	IdentityLimit(rule, id string, now time.Time) (redisgcra.Limit, bool)
+	IdentityWindow(rule, id string, now time.Time) (Window, bool)
 }
 
 // PolicyRules follows the admin's current policy: it sits in the chain of
@@ -57,8 +58,8 @@ type ruleSet struct {
 	windows map[string]Window
 	names   []string // in policy order, for the dashboard
 	// The overrides of global rules, by rule and sluice_id.
-	limitOverrides  map[ruleIdentity]redisgcra.Limit
-	windowOverrides map[ruleIdentity]Window
+	limitOverrides  map[ruleIdentity]timed[redisgcra.Limit]
+	windowOverrides map[ruleIdentity]timed[Window]
 	overrideCounts  map[string]int // per rule, for the dashboard
 }
 
@@ -67,32 +68,45 @@ type ruleSet struct {
 type ruleIdentity struct{ rule, id string }
 
 // IdentityLimit returns the rate and burst that identity id (a sluice_id)
-// of the global token-bucket rule has: its override's, or the rule's.
-func (p *PolicyRules) IdentityLimit(rule, id string) (redisgcra.Limit, bool) {
+// of the global token-bucket rule has at now: its override's, if it
+// applies then, or the rule's.
+func (p *PolicyRules) IdentityLimit(rule, id string, now time.Time) (redisgcra.Limit, bool) {
 	s := p.cur.Load()
 	if s == nil {
 		return redisgcra.Limit{}, false
 	}
-	if l, ok := s.limitOverrides[ruleIdentity{rule, id}]; ok {
-		return l, true
+	if o, ok := s.limitOverrides[ruleIdentity{rule, id}]; ok && o.activeAt(now) {
+		return o.v, true
 	}
 	l, ok := s.limits[rule]
 	return l, ok
 }
 
 // IdentityWindow returns the window or quota that identity id (a
-// sluice_id) of the global window or quota rule has: its override's, or
-// the rule's.
-func (p *PolicyRules) IdentityWindow(rule, id string) (Window, bool) {
+// sluice_id) of the global window or quota rule has at now: its
+// override's, if it applies then, or the rule's.
+func (p *PolicyRules) IdentityWindow(rule, id string, now time.Time) (Window, bool) {
 	s := p.cur.Load()
 	if s == nil {
 		return Window{}, false
 	}
-	if w, ok := s.windowOverrides[ruleIdentity{rule, id}]; ok {
-		return w, true
+	if o, ok := s.windowOverrides[ruleIdentity{rule, id}]; ok && o.activeAt(now) {
+		return o.v, true
 	}
 	w, ok := s.windows[rule]
 	return w, ok
+}
+
+// timed is an override's limit with when it applies (policy.Override's
+// From and Until).
+type timed[T any] struct {
+	v           T
+	from, until int64
+}
+
+func (t timed[T]) activeAt(now time.Time) bool {
+	o := policy.Override{From: t.from, Until: t.until}
+	return o.ActiveAt(now.UnixNano())
 }
 
 // GlobalWindow returns the global fixed window or quota named rule in the
@@ -159,8 +173,8 @@ func (p *PolicyRules) Overrides(rule string) int {
 // and sluice_id, checked as the rules themselves (an override the service
 // could not apply is left out: the identity keeps the rule's limit), and
 // how many each rule has.
-func globalOverrides(cfg *policy.Config) (map[ruleIdentity]redisgcra.Limit, map[ruleIdentity]Window, map[string]int) {
-	limits, windows, counts := map[ruleIdentity]redisgcra.Limit{}, map[ruleIdentity]Window{}, map[string]int{}
+func globalOverrides(cfg *policy.Config) (map[ruleIdentity]timed[redisgcra.Limit], map[ruleIdentity]timed[Window], map[string]int) {
+	limits, windows, counts := map[ruleIdentity]timed[redisgcra.Limit]{}, map[ruleIdentity]timed[Window]{}, map[string]int{}
 	for _, r := range globalRulesOf(cfg) {
 		counts[r.Name] = len(r.Overrides)
 		for i := range r.Overrides {
@@ -170,7 +184,7 @@ func globalOverrides(cfg *policy.Config) (map[ruleIdentity]redisgcra.Limit, map[
 			switch {
 			case o.TokenBucket != nil && r.TokenBucket != nil:
 				if l := (redisgcra.Limit{Rate: o.TokenBucket.TokensPerSecond, Burst: o.TokenBucket.Burst}); l.Valid() {
-					limits[k] = l
+					limits[k] = timed[redisgcra.Limit]{l, o.From, o.Until}
 				}
 				continue
 			case o.Window != nil:
@@ -179,7 +193,7 @@ func globalOverrides(cfg *policy.Config) (map[ruleIdentity]redisgcra.Limit, map[
 				wr.Quota = o.Quota
 			}
 			if w, ok := windowOf(wr); ok {
-				windows[k] = w
+				windows[k] = timed[Window]{w, o.From, o.Until}
 			}
 		}
 	}

@@ -285,7 +285,7 @@ const (
 func (s *Server) plan(domain string, items []item, now time.Time) plan {
 	p := plan{limits: make([]limitOf, len(items)), opOf: make([]int, len(items))}
 	for i, it := range items {
-		l := s.limitFor(it)
+		l := s.limitFor(it, now)
 		p.limits[i], p.opOf[i] = l, -1
 		if l.kind == counted {
 			p.limits[i].start, p.limits[i].end = l.win.Bounds(now)
@@ -336,14 +336,14 @@ func counterOp(domain string, it item, l limitOf, now time.Time) redisgcra.Op {
 	return op
 }
 
-func (s *Server) limitFor(it item) limitOf {
+func (s *Server) limitFor(it item, now time.Time) limitOf {
 	if !it.sluice {
 		return limitOf{kind: unlimited}
 	}
-	if w, ok := s.windowFor(it); ok {
+	if w, ok := s.windowFor(it, now); ok {
 		return limitOf{win: w, kind: counted, global: true}
 	}
-	if l, ok := s.bucketFor(it); ok {
+	if l, ok := s.bucketFor(it, now); ok {
 		return limitOf{limit: l, kind: limited, global: true}
 	}
 	o := it.override
@@ -358,10 +358,10 @@ func (s *Server) limitFor(it item) limitOf {
 }
 
 // windowFor returns the global window or quota limiting the descriptor's
-// identity: its override's, or its rule's.
-func (s *Server) windowFor(it item) (Window, bool) {
+// identity at now: its override's, or its rule's.
+func (s *Server) windowFor(it item, now time.Time) (Window, bool) {
 	if ir, ok := s.rules.(IdentityRules); ok {
-		return ir.IdentityWindow(it.rule, it.id)
+		return ir.IdentityWindow(it.rule, it.id, now)
 	}
 	if wr, ok := s.rules.(WindowRules); ok {
 		return wr.GlobalWindow(it.rule)
@@ -370,10 +370,10 @@ func (s *Server) windowFor(it item) (Window, bool) {
 }
 
 // bucketFor returns the global token bucket limiting the descriptor's
-// identity: its override's, or its rule's.
-func (s *Server) bucketFor(it item) (redisgcra.Limit, bool) {
+// identity at now: its override's, or its rule's.
+func (s *Server) bucketFor(it item, now time.Time) (redisgcra.Limit, bool) {
 	if ir, ok := s.rules.(IdentityRules); ok {
-		return ir.IdentityLimit(it.rule, it.id)
+		return ir.IdentityLimit(it.rule, it.id, now)
 	}
 	return s.rules.GlobalLimit(it.rule)
 }

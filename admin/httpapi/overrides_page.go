@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -36,7 +37,7 @@ func importForm(sess auth.Session, cur policies.Version) *web.OverridesForm {
 			}
 			f.Rules = append(f.Rules, web.RuleChoice{
 				Name: r.Name, Policy: p.Name, Algorithm: r.Algorithm,
-				Columns: strings.Join(policy.OverrideFields(r.Algorithm), ","), Overrides: len(r.Overrides),
+				Columns: strings.Join(slices.Concat(policy.OverrideFields(r.Algorithm), policies.TimeColumns), ","), Overrides: len(r.Overrides),
 			})
 		}
 	}

@@ -10,12 +10,18 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
 // OverrideColumns are the columns a CSV of overrides may have besides the
-// first, "key": the limits an override's algorithm_config may set.
-var OverrideColumns = []string{"tokens_per_second", "rps", "burst", "limit", "max_per_period"}
+// first, "key": the limits an override's algorithm_config may set, and
+// TimeColumns.
+var OverrideColumns = []string{"tokens_per_second", "rps", "burst", "limit", "max_per_period", "from", "until"}
+
+// TimeColumns are the columns that bound when an override applies: RFC
+// 3339 times, an empty cell for no bound.
+var TimeColumns = []string{"from", "until"}
 
 // MaxOverrideRows bounds the rows of one CSV import.
 const MaxOverrideRows = 100000
@@ -186,11 +192,19 @@ func (sc *csvScan) row(line int, rec []string, seen map[string]int) (csvRow, boo
 	default:
 		seen[r.key] = line
 	}
-	limits := map[string]any{}
+	limits, times := map[string]any{}, map[string]any{}
 	for i, cell := range rec[1:] {
 		cell = strings.TrimSpace(cell)
 		r.cells[i] = cell
 		if cell == "" {
+			continue
+		}
+		if col := sc.columns[i]; slices.Contains(TimeColumns, col) {
+			if _, err := time.Parse(time.RFC3339Nano, cell); err != nil {
+				sc.problem(line, col, "%s: %q is not an RFC 3339 time such as 2026-12-24T18:00:00Z", col, cell)
+			} else {
+				times[col] = cell
+			}
 			continue
 		}
 		x, err := strconv.ParseFloat(cell, 64)
@@ -204,6 +218,9 @@ func (sc *csvScan) row(line int, rec []string, seen map[string]int) (csvRow, boo
 		sc.problem(line, "", "key %q has no limits; fill in at least one column", r.key)
 	}
 	r.obj = map[string]any{"key": r.key, "algorithm_config": limits}
+	for col, t := range times {
+		r.obj[col] = t
+	}
 	return r, len(sc.problems) == before
 }
 

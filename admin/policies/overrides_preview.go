@@ -86,8 +86,8 @@ func (m merged) place(path, msg string) CSVProblem {
 	}
 	column := ""
 	switch field = strings.TrimPrefix(field, "."); {
-	case field == "key":
-		column = "key"
+	case field == "key", field == "from", field == "until":
+		column = field
 	case strings.HasPrefix(field, "algorithm_config."):
 		column = strings.TrimPrefix(field, "algorithm_config.")
 	}

@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -81,4 +82,44 @@ func FuzzPreviewOverridesCSV(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The from and until columns bound when an imported override applies:
+// written into the override as given, a cell that is not a time refused
+// on its line and column, and a row whose until is not after its from
+// refused by the filter on that row's line, in the until column.
+func TestCSVFromAndUntilColumnsBoundTheOverrides(t *testing.T) {
+	csv := "key,limit,from,until\nholiday,5000,2026-12-24T00:00:00Z,2026-12-27T00:00:00Z\nlaunch,3000,,2026-12-01T12:00:00+01:00\n"
+	out, stats, err := MergeOverridesCSV([]byte(quotaDoc), "monthly", []byte(csv), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"from": "2026-12-24T00:00:00Z"`, `"until": "2026-12-27T00:00:00Z"`, `"until": "2026-12-01T12:00:00+01:00"`} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("merged policy lacks %s:\n%s", want, out)
+		}
+	}
+	if strings.Count(string(out), `"from"`) != 1 || stats.Added != 2 {
+		t.Errorf("an empty from cell was written, or rows lost (%+v):\n%s", stats, out)
+	}
+
+	pv, err := PreviewOverridesCSV([]byte(quotaDoc), "monthly", []byte("key,limit,until\na,10,tomorrow\nb,10,2026-12-24\n"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []CSVProblem{
+		{2, "until", `until: "tomorrow" is not an RFC 3339 time such as 2026-12-24T18:00:00Z`},
+		{3, "until", `until: "2026-12-24" is not an RFC 3339 time such as 2026-12-24T18:00:00Z`},
+	}
+	if !slices.Equal(pv.Problems, want) {
+		t.Errorf("problems %+v, want %+v", pv.Problems, want)
+	}
+
+	pv, err = PreviewOverridesCSV([]byte(quotaDoc), "monthly", []byte("key,limit,from,until\na,10,2026-12-24T00:00:00Z,2026-12-23T00:00:00Z\n"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pv.Problems) != 1 || pv.Problems[0].Line != 2 || pv.Problems[0].Column != "until" || !strings.Contains(pv.Problems[0].Message, "must be after from") {
+		t.Errorf("an until before from: %+v", pv.Problems)
+	}
 }

@@ -50,13 +50,18 @@ func (v Version) Pretty() string { return Pretty(v.JSON) }
 func (v Version) Warnings() []policy.Warning { return Warnings(v.JSON) }
 
 // Warnings are the findings of policy.Config.Warnings for a configuration
-// document; none for one that does not parse (its errors say more).
+// document, and its overrides that have ended by now; none for one that
+// does not parse (its errors say more).
 func Warnings(doc []byte) []policy.Warning {
 	cfg, err := policy.Parse(doc)
 	if err != nil {
 		return nil
 	}
-	return cfg.Warnings()
+	return warningsOf(cfg)
+}
+
+func warningsOf(cfg *policy.Config) []policy.Warning {
+	return append(cfg.Warnings(), cfg.EndedOverrides(time.Now().UnixNano())...)
 }
 
 // Pretty indents a JSON document with two spaces (and returns it unchanged
@@ -406,7 +411,7 @@ func Check(doc []byte) (norm []byte, warnings []policy.Warning, err error) {
 		return nil, nil, &ValidationError{Errors: es}
 	}
 	norm, err = cfg.MarshalJSON()
-	return norm, cfg.Warnings(), err
+	return norm, warningsOf(cfg), err
 }
 
 // Save validates the configuration, checks it against the saved tests

@@ -37,9 +37,13 @@ func tenThousandOverrides() string {
 // against the empty plugin, and each against its plain counterpart in one
 // interleaved run ("-vs-" cases: x-floor is then the ratio of the two
 // configurations): a regex and a CIDR condition against two exact ones,
-// and a key missing from 10,000 overrides against a rule without any.
+// a key missing from 10,000 overrides against a rule without any, and the
+// request's own override bounded in time (it reads the clock) against the
+// same override for good.
 func BenchmarkMatch(b *testing.B) {
 	overrides := tenThousandOverrides()
+	const own = `, "overrides": [{"key": "k1", "algorithm_config": {"burst": 2e9}`
+	timed, untimed := matchLimits(`{}`, own+`, "until": "2199-01-01T00:00:00Z"}]`), matchLimits(`{}`, own+`}]`)
 	k := same(Headers("x-api-key", "k1"))
 	for _, c := range []struct{ name, config, floorConfig string }{
 		{"exact", exactMatch, ""},
@@ -48,6 +52,7 @@ func BenchmarkMatch(b *testing.B) {
 		{"no-overrides", noOverride, ""},
 		{"overrides-10000-miss", overrides, ""},
 		{"overrides-10000-miss-vs-none", overrides, noOverride},
+		{"override-timed-vs-untimed", timed, untimed},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			floor := floorWasm(b)
@@ -58,6 +63,9 @@ func BenchmarkMatch(b *testing.B) {
 				After: func(b *testing.B, h *wasmhost.Host) {
 					if n, _ := h.Metric("sluice.rule.open.allowed"); n == 0 {
 						b.Fatal("the rule did not apply to the benchmark's requests")
+					}
+					if n, _ := h.Metric("sluice.rule.open.overridden"); strings.Contains(c.name, "override-") && n == 0 {
+						b.Fatal("the override did not decide the benchmark's requests")
 					}
 				}})
 		})

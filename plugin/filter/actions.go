@@ -77,6 +77,7 @@ func (cr *compiledRule) compileAction(r *policy.Rule, vm *vmContext) {
 // same limits (a plan) share one compiled rule.
 type overrideLimits struct {
 	rate, burst, limit, perPeriod float64
+	from, until                   int64 // when it applies (policy.Override)
 }
 
 // compileOverrides builds the rule's override table: each distinct set of
@@ -102,11 +103,13 @@ func (cr *compiledRule) compileOverrides(r *policy.Rule, vm *vmContext) {
 		default:
 			continue
 		}
+		k.from, k.until = o.From, o.Until
 		ov := shared[k]
 		if ov == nil {
 			ov = new(compiledRule)
 			*ov = *cr
 			ov.overrides, ov.fleetOverrides, ov.overridden = nil, nil, true
+			ov.activeFrom, ov.activeUntil = o.From, o.Until
 			wr := *r // the rule with the override's limits
 			switch {
 			case o.Quota != nil:
@@ -131,7 +134,8 @@ func (cr *compiledRule) compileOverrides(r *policy.Rule, vm *vmContext) {
 // override returns the rule deciding identity: its override, or r.
 // count: count the override's use (not when a request is decided again).
 func (r *compiledRule) override(identity string, count bool) *compiledRule {
-	if ov := r.overrides[identity]; ov != nil {
+	// An override for a time reads the clock; the others never do.
+	if ov := r.overrides[identity]; ov != nil && (!ov.bounded() || ov.activeAt(nowNanos())) {
 		if count {
 			r.m.overridden.inc()
 			r.tc.overridden++
@@ -222,4 +226,13 @@ func appendActionCounts(b []byte, c *ruleTally) []byte {
 		}
 	}
 	return b
+}
+
+// bounded reports whether r is an override that applies only for a time.
+func (r *compiledRule) bounded() bool { return r.activeFrom != 0 || r.activeUntil != 0 }
+
+// activeAt reports whether r, an override, applies at now (Unix
+// nanoseconds): from activeFrom, inclusive, until activeUntil, exclusive.
+func (r *compiledRule) activeAt(now int64) bool {
+	return (r.activeFrom == 0 || now >= r.activeFrom) && (r.activeUntil == 0 || now < r.activeUntil)
 }

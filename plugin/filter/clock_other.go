@@ -10,7 +10,10 @@ import (
 
 // nowSeconds is the realtime clock in unix seconds, in whole microseconds
 // (native builds: tests).
-func nowSeconds() float64 { return limiter.Seconds(time.Now().UnixNano()) }
+func nowSeconds() float64 { return limiter.Seconds(nowNanos()) }
+
+// nowNanos is the realtime clock in unix nanoseconds.
+func nowNanos() int64 { return time.Now().UnixNano() }
 
 var monoOrigin = time.Now()
 

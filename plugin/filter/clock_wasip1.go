@@ -23,12 +23,15 @@ const (
 
 // nowSeconds is the WASI realtime clock (Envoy's clock) in unix seconds,
 // in whole microseconds (limiter.Seconds).
-func nowSeconds() float64 {
+func nowSeconds() float64 { return limiter.Seconds(nowNanos()) }
+
+// nowNanos is the WASI realtime clock (Envoy's clock) in unix nanoseconds.
+func nowNanos() int64 {
 	var ns uint64
 	if clockTimeGet(clockRealtime, 1, &ns) != 0 {
-		return limiter.Seconds(time.Now().UnixNano())
+		return time.Now().UnixNano()
 	}
-	return limiter.Seconds(int64(ns))
+	return int64(ns)
 }
 
 // monoNanos is the WASI monotonic clock in nanoseconds (an arbitrary

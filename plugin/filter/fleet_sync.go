@@ -238,7 +238,7 @@ func (p *pluginContext) buildSync(now int64, hot map[hotKeyFleet]*hotPool) *sync
 		if r == nil || r.fleet == nil {
 			continue
 		}
-		a := refApp(r.fleetRule(k.id), e.ref)
+		a := refApp(r.fleetRule(k.id, now), e.ref)
 		if err := p.readPool(&a, float64(now)/1000); err != nil {
 			continue
 		}

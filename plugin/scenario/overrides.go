@@ -13,7 +13,10 @@ import (
 )
 
 func init() {
-	register(Case{Name: "OverridesGiveIdentitiesTheirOwnLimits", Run: overridesGiveIdentitiesTheirOwnLimits})
+	register(
+		Case{Name: "OverridesGiveIdentitiesTheirOwnLimits", Run: overridesGiveIdentitiesTheirOwnLimits},
+		Case{Name: "TimedOverridesApplyOnlyInTheirTime", Run: timedOverridesApplyOnlyInTheirTime},
+	)
 }
 
 // overridesConfig is a per-key rule (burst 5) with n overrides
@@ -82,4 +85,52 @@ func overridesGiveIdentitiesTheirOwnLimits(t *testing.T, start Starter) {
 		t.Error("the bad override key is not logged with its path")
 	}
 	noRecoveredPanics(t, h)
+}
+
+// An override with from and until gives its identity its own limits from
+// from (inclusive) until until (exclusive), on the proxy's clock, with no
+// new configuration: the filter decides each request of these policy
+// tests, before, at and after both bounds, as the simulator does.
+func timedOverridesApplyOnlyInTheirTime(t *testing.T, start Starter) {
+	got := replayPolicyTests(t, start, []byte(`{"rules": [{"name": "api", "limit_keys": ["header:x-api-key"],
+	  "algorithm": "fixed_window", "algorithm_config": {"limit": 2, "window_seconds": 60},
+	  "overrides": [
+	    {"key": "acme", "algorithm_config": {"limit": 5}, "from": "2026-12-24T10:01:00Z", "until": "2026-12-24T10:02:00Z"},
+	    {"key": "globex", "algorithm_config": {"limit": 4}, "until": "2026-12-24T10:00:30.5Z"}]}]}`), []byte(`
+tests:
+  - name: acme has 5 a minute only from 10:01 until 10:02
+    start: 2026-12-24T10:00:00Z
+    request: {headers: {x-api-key: acme}}
+    steps:
+      - repeat: 2
+        expect: {status: 200}
+      - expect: {status: 429, rule: api}
+      - wait: 59.999s
+        expect: {status: 429, rule: api}
+      - wait: 1ms
+        repeat: 5
+        expect: {status: 200}
+      - expect: {status: 429, rule: api}
+      - wait: 60s
+        repeat: 2
+        expect: {status: 200}
+      - expect: {status: 429, rule: api}
+  - name: globex has 4 a minute until 10:00:30.5
+    start: 2026-12-24T10:00:00Z
+    request: {headers: {x-api-key: globex}}
+    steps:
+      - repeat: 3
+        expect: {status: 200}
+      - wait: 30.499s
+        expect: {status: 200}
+      - wait: 1ms
+        expect: {status: 429, rule: api}
+      - wait: 29.5s
+        repeat: 2
+        expect: {status: 200}
+      - expect: {status: 429, rule: api}
+`))
+	if got.requests != 21 || got.rejected != 6 {
+		t.Fatalf("replayed %+v", got)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // This file parses a rule's "action" (limit, exempt, unlimited, deny) with deny_status,
@@ -32,7 +33,7 @@ const (
 
 var (
 	actions        = []string{ActionLimit, ActionExempt, ActionUnlimited, ActionDeny}
-	overrideFields = []string{"key", "algorithm_config"}
+	overrideFields = []string{"key", "algorithm_config", "from", "until"}
 	// What an override's algorithm_config may set: the limits, never what
 	// shapes the state (window lengths) or the cost.
 	tokenBucketOverrideFields = []string{"tokens_per_second", "rps", "burst"}
@@ -53,7 +54,19 @@ type Override struct {
 	TokenBucket *TokenBucket
 	Window      *Window
 	Quota       *Quota
+	// From and Until bound when the override applies, in Unix nanoseconds
+	// (0: unbounded): from From, inclusive, until Until, exclusive.
+	// Outside, the identity has the rule's limits, with no push needed.
+	From, Until int64
 }
+
+// ActiveAt reports whether the override applies at now (Unix nanoseconds).
+func (o *Override) ActiveAt(now int64) bool {
+	return (o.From == 0 || now >= o.From) && (o.Until == 0 || now < o.Until)
+}
+
+// Bounded reports whether the override applies only for a time.
+func (o *Override) Bounded() bool { return o.From != 0 || o.Until != 0 }
 
 // action reads "action" and "deny_status".
 func (p *parser) action(path string, f map[string]*jvalue) (string, int) {
@@ -185,6 +198,10 @@ func (p *parser) override(path string, i int, ov *jvalue, r *Rule, cfg *jvalue, 
 			o.Key = kv.s
 		}
 	}
+	o.From = p.overrideTime(join(opath, "from"), f["from"])
+	if o.Until = p.overrideTime(join(opath, "until"), f["until"]); o.Until != 0 && o.From != 0 && o.Until <= o.From {
+		p.errorf(join(opath, "until"), "must be after from (", f["from"].s, "); the override would never apply")
+	}
 	cpath := join(opath, "algorithm_config")
 	cv := f["algorithm_config"]
 	switch {
@@ -213,6 +230,29 @@ func (p *parser) override(path string, i int, ov *jvalue, r *Rule, cfg *jvalue, 
 		keepRuleDebt(&o, r)
 	}
 	return o, len(p.errs) == before
+}
+
+// overrideTime reads an override's "from" or "until": an RFC 3339 time,
+// as Unix nanoseconds (0 when absent or wrong, which is reported).
+func (p *parser) overrideTime(path string, v *jvalue) int64 {
+	if v == nil {
+		return 0
+	}
+	const example = `such as "2026-12-24T18:00:00Z" or "2026-12-24T19:00:00+01:00"`
+	if v.kind != jString {
+		p.errorf(path, "must be an RFC 3339 time ", example, ", got ", v.kind.String())
+		return 0
+	}
+	t, err := time.Parse(time.RFC3339Nano, v.s)
+	switch {
+	case err != nil:
+		p.errorf(path, quoteShort(v.s), " is not an RFC 3339 time ", example)
+		return 0
+	case t.Year() < 1970 || t.Year() > 2200:
+		p.errorf(path, quoteShort(v.s), " is out of range; give a time from 1970 to 2200")
+		return 0
+	}
+	return t.UnixNano()
 }
 
 // keepRuleDebt gives an override the rule's max_debt, even when the rule

@@ -47,6 +47,7 @@ func FuzzParse(f *testing.F) {
 		ruleWith(`"name":"p","limit_keys":["header:k","method"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10},` +
 			`"overrides":[{"key":"a\\|b|GET","algorithm_config":{"burst":20}},{"key":"c|POST","algorithm_config":{"rps":1,"burst":2}},{"key":"c|","algorithm_config":{"limit":1}}]}`),
 		withAlg("rolling_window", `{"limit":100,"window_seconds":60,"period_seconds":10},"overrides":[{"key":"1.2.3.4","algorithm_config":{"limit":50,"max_per_period":10}}]`),
+		withAlg("fixed_window", `{"limit":10,"window_seconds":60},"overrides":[{"key":"a","algorithm_config":{"limit":50},"from":"2026-12-24T10:00:00+01:00","until":"2026-12-25T00:00:00.5Z"},{"key":"b","algorithm_config":{"limit":5},"until":"1969-12-31T23:59:59Z","from":7}]`),
 		withAlg("quota", `{"limit":1000,"period":"month","time_zone":"Europe/Berlin"},"overrides":[{"key":"1.2.3.4","algorithm_config":{"limit":5000}},{"key":"5.6.7.8","algorithm_config":{"period":"day"}}]`),
 		withAlg("quota", `{"limit":1e4,"period":"day","cost_source":"response_header:x-cost"},"overrides":[{"key":"1.2.3.4","algorithm_config":{"limit":10}}]`),
 		`{"reject_body":"{\"message\":\"API rate limit exceeded\"}","rules":[{"name":"d","action":"deny","reject_body":"","reject_content_type":"text/plain; charset=utf-8"},` + baseRule + `]}`,

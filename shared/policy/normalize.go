@@ -1,6 +1,9 @@
 package policy
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"time"
+)
 
 // MarshalJSON renders the configuration in its normalized form: the
 // "policies" layout with every default written out, tokens_per_second
@@ -245,6 +248,16 @@ func normalizeWindow(alg string, w *Window) *normWindow {
 type normOverride struct {
 	Key    string `json:"key"`
 	Config any    `json:"algorithm_config"`
+	From   string `json:"from,omitempty"`
+	Until  string `json:"until,omitempty"`
+}
+
+// overrideTimeText writes an override's bound in UTC (RFC 3339).
+func overrideTimeText(ns int64) string {
+	if ns == 0 {
+		return ""
+	}
+	return time.Unix(0, ns).UTC().Format(time.RFC3339Nano)
 }
 
 type normOverrideTB struct {
@@ -264,6 +277,7 @@ func normalizeOverrides(os []Override) []normOverride {
 	out := make([]normOverride, len(os))
 	for i, o := range os {
 		out[i].Key = o.Key
+		out[i].From, out[i].Until = overrideTimeText(o.From), overrideTimeText(o.Until)
 		switch {
 		case o.TokenBucket != nil:
 			out[i].Config = normOverrideTB{TokensPerSecond: o.TokenBucket.TokensPerSecond, Burst: o.TokenBucket.Burst}

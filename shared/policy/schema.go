@@ -195,6 +195,8 @@ func schemaProperties() map[string]obj {
 					"max_per_period":    obj{"type": "number", "exclusiveMinimum": 0, "maximum": MaxBurst, "description": "rolling_window: the identity's cap per period."},
 				},
 				"description": "The limits that differ from the rule's; the rest (costs, window lengths) is the rule's."},
+			"from":  obj{"type": "string", "pattern": rfc3339Pattern, "description": "RFC 3339 time from which the override applies (inclusive); before it the identity has the rule's limits."},
+			"until": obj{"type": "string", "pattern": rfc3339Pattern, "description": "RFC 3339 time at which the override ends (exclusive); from then on the identity has the rule's limits again, with no push."},
 		},
 	}
 }
@@ -395,3 +397,7 @@ func windowProperties(rolling bool, cost func(string) obj) obj {
 	}
 	return props
 }
+
+// rfc3339Pattern is the shape of an RFC 3339 time as the parser reads it
+// (time.RFC3339Nano): the parser also checks the values.
+const rfc3339Pattern = `^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$`

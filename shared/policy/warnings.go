@@ -1,6 +1,10 @@
 package policy
 
-import "strconv"
+import (
+	"strconv"
+	"strings"
+	"time"
+)
 
 // This file finds what is valid but almost certainly not meant: a rule no
 // request can reach, an exempt rule that lifts every limit, a deny rule
@@ -150,6 +154,37 @@ func metadataMistakes(r *Rule) []Warning {
 		case ns == "envoy.filters.http.jwt_authn" && len(keys) == 1:
 			out = append(out, Warning{Rule: r.Name, Message: strconv.Quote(k.String()) + " reads no claim: jwt_authn keeps a token's claims under its payload_in_metadata key (" +
 				"Istio's: payload); write \"metadata:envoy.filters.http.jwt_authn:<that key>." + keys[0] + "\", e.g. \"metadata:envoy.filters.http.jwt_authn:payload." + keys[0] + "\""})
+		}
+	}
+	return out
+}
+
+// EndedOverrides reports, per rule, the overrides whose until is at or
+// before now (Unix nanoseconds): valid, but their identities have the
+// rule's limits again, so they are dead weight. The overrides are named
+// by position, not by key: a key may be a secret (an API key).
+func (c *Config) EndedOverrides(now int64) []Warning {
+	var out []Warning
+	for _, p := range c.Policies {
+		for i := range p.Rules {
+			r := &p.Rules[i]
+			var ended []string
+			last := int64(0)
+			for j := range r.Overrides {
+				if u := r.Overrides[j].Until; u != 0 && u <= now {
+					ended = append(ended, "overrides["+strconv.Itoa(j)+"]")
+					last = max(last, u)
+				}
+			}
+			if len(ended) == 0 {
+				continue
+			}
+			list := ended
+			if len(list) > 5 {
+				list = append(list[:5:5], "and "+strconv.Itoa(len(ended)-5)+" more")
+			}
+			out = append(out, Warning{Rule: r.Name, Message: strings.Join(list, ", ") + " ended (the last on " +
+				time.Unix(0, last).UTC().Format(time.RFC3339) + "): those identities have the rule's limits again; remove them"})
 		}
 	}
 	return out

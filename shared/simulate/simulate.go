@@ -16,6 +16,7 @@
 package simulate
 
 import (
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -348,16 +349,20 @@ func replyOf(cfg *policy.Config, r *policy.Rule, def string) (body, contentType 
 	return def, policy.ContentTypeJSON
 }
 
-// limitsFor returns the rule deciding identity: r, or a copy of r with the
-// limits of the identity's override (matched as the filter matches it: the
-// key as the rule builds the identity).
-func limitsFor(r *policy.Rule, identity string) (*policy.Rule, bool) {
+// limitsFor returns the rule deciding identity at now (unix seconds): r,
+// or a copy of r with the limits of the identity's override (matched as
+// the filter matches it: the key as the rule builds the identity), if it
+// applies then.
+func limitsFor(r *policy.Rule, identity string, now float64) (*policy.Rule, bool) {
 	var id []byte
 	for i := range r.Overrides {
 		o := &r.Overrides[i]
 		id = state.AppendIdentity(id[:0], o.Key)
 		if string(id) != identity {
 			continue
+		}
+		if !o.ActiveAt(int64(math.Round(now*1e6)) * 1000) { // now: whole microseconds (limiter.Seconds)
+			return r, false
 		}
 		wr := *r
 		if o.Quota != nil {
@@ -377,7 +382,7 @@ func limitsFor(r *policy.Rule, identity string) (*policy.Rule, bool) {
 // decide runs the rule's algorithm for the request.
 func (rr *RuleResult) decide(src *sources, opt Options) {
 	r := rr.rule
-	r, rr.Overridden = limitsFor(r, rr.composed)
+	r, rr.Overridden = limitsFor(r, rr.composed, opt.Now)
 	rr.fields = request.RuleFields(r)
 	costSrc, fixed, def := request.RuleCost(r)
 	rr.Cost = fixed
