@@ -123,3 +123,24 @@ func TestTargetWarnings(t *testing.T) {
 		})
 	}
 }
+
+// FuzzParseTargets: the flag's and the query's targets never panic the
+// parser, and what it accepts renders a WasmPlugin.
+func FuzzParseTargets(f *testing.F) {
+	for _, s := range []string{"Gateway/public", "Service/reviews, ServiceEntry/api.example.com", "GatewayClass/istio-waypoint",
+		"HTTPRoute/x", "Gateway/", "/x", ",", "Gateway/a,Gateway/a", "Service/Reviews", "Gateway/a/b", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		targets, err := ParseTargets(s)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "target") {
+				t.Fatalf("%q: an error that does not name the field: %v", s, err)
+			}
+			return
+		}
+		if _, err := Render([]byte(policyJSON), 1, Options{Targets: targets}); err != nil {
+			t.Fatalf("%q parsed to %v, which does not render: %v", s, targets, err)
+		}
+	})
+}

@@ -62,6 +62,8 @@ func FuzzPreviewOverridesCSV(f *testing.F) {
 	for _, s := range []string{
 		"key,limit\na,10\nb,x\n", "key,limit\n\"a,b\",1\n", "\ufeffkey,limit,burst\na,1,2\n", "key\n", "",
 		"key,limit\n\"unterminated,1\n", "key,limit\na,1,2\n", "key,max_per_period\na|b,1e300\n", "key,limit\nold,-1\n",
+		"key,limit,from,until\na,5,2026-12-24T00:00:00Z,2026-12-27T00:00:00+01:00\nb,6,,2026-01-01T00:00:00.5Z\n",
+		"key,limit,until,until\na,5,x,y\n", "key,limit,from,until\na,5,2026-12-27T00:00:00Z,2026-12-24T00:00:00Z\n",
 	} {
 		f.Add(s, false)
 	}
