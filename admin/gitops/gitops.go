@@ -7,6 +7,7 @@
 //	ratelimit-admin policy apply    FILE -m MESSAGE [-base N]
 //	ratelimit-admin policy test     FILE TESTS [-v]      the policy's tests, offline (shared/policycheck)
 //	ratelimit-admin policy changes | approve N | reject N  changes waiting for review (-require-review)
+//	ratelimit-admin policy overrides CSV -rule R [-m MESSAGE]  a table of overrides merged into rule R
 //
 // validate, diff and apply take -tests TESTS too: the policy must pass
 // them before anything is shown or saved, and apply saves them as the
@@ -61,6 +62,10 @@ Commands (FILE is a policy JSON file, "-" for standard input):
                                      save FILE as a new version based on N (default: the current one);
                                      a stale base is refused (exit 2); with -tests, the tests are saved
                                      with it as the admin's; a save its saved tests refuse exits 1
+  overrides CSV -rule RULE [-replace] [-m MESSAGE [-base N]]
+                                     merge a CSV of overrides (key, limits, from, until) into RULE, as the
+                                     admin's import does: without -m, show the change (exit 1 if any); with
+                                     -m, save it as apply does; -replace makes the CSV the rule's whole table
   changes                            list the changes waiting for review (an admin with -require-review)
   approve  N [-skip-tests]           approve change N: it is saved and pushed
   reject   N [-m REASON]             reject change N
@@ -117,6 +122,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) 
 	verbose := fs.Bool("v", false, "test: list every test, not only the failing ones")
 	junit := fs.String("junit", "", "test, and -tests: also write the report as JUnit XML to this file, for CI")
 	skipTests := fs.Bool("skip-tests", false, "apply: save without running the admin's saved tests (recorded in its audit log)")
+	rule := fs.String("rule", "", "overrides: the rule that gets the CSV's overrides")
+	replace := fs.Bool("replace", false, "overrides: the CSV becomes the rule's whole table")
 	// Flags may come before or after FILE (apply FILE -m "message").
 	var positional []string
 	rest := args[1:]
@@ -180,6 +187,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) 
 	}
 
 	switch cmd {
+	case "overrides":
+		return c.overrides(ctx, overridesRequest{positional: positional, rule: *rule, replace: *replace,
+			save: saveBody{base: *base, message: *message, author: *author, skipTests: *skipTests}}, stdin, stdout)
 	case "changes":
 		return c.changes(ctx, stdout)
 	case "approve", "reject":
@@ -554,4 +564,97 @@ func (c *client) decide(ctx context.Context, cmd, id, reason string, skipTests b
 		return ExitChanges, nil
 	}
 	return ExitError, fmt.Errorf("%s change %d: %d: %v", cmd, n, status, e["error"])
+}
+
+// overridesRequest is what the overrides command was given.
+type overridesRequest struct {
+	positional []string
+	rule       string
+	replace    bool
+	save       saveBody // message, author, base (0: the merge's), skipTests; doc is the merge's
+}
+
+// overrides merges a CSV of overrides into a rule on the admin (POST
+// /api/v1/policy/overrides, which saves nothing) and shows the change, or,
+// with a message, saves it on the version the merge read.
+func (c *client) overrides(ctx context.Context, r overridesRequest, stdin io.Reader, stdout io.Writer) (int, error) {
+	switch {
+	case len(r.positional) != 1:
+		return ExitError, errors.New("overrides: give one CSV file (or - for standard input)")
+	case strings.TrimSpace(r.rule) == "":
+		return ExitError, errors.New("overrides: -rule: give the rule that gets the overrides")
+	}
+	csv, err := readCSV(r.positional[0], stdin)
+	if err != nil {
+		return ExitError, fmt.Errorf("reading the CSV: %w", err)
+	}
+	var merged struct {
+		Base     int64           `json:"base_version"`
+		Added    int             `json:"added"`
+		Replaced int             `json:"replaced"`
+		Total    int             `json:"total"`
+		Policy   json.RawMessage `json:"policy"`
+	}
+	status, e, err := c.do(ctx, "POST", "/api/v1/policy/overrides", map[string]any{"rule": r.rule, "csv": string(csv), "replace": r.replace}, &merged)
+	switch {
+	case err != nil:
+		return ExitError, err
+	case e != nil && e["field"] == "rule":
+		return ExitError, fmt.Errorf("-rule: %s", strings.TrimPrefix(fmt.Sprint(e["error"]), "rule: "))
+	case e != nil && (status == http.StatusBadRequest || status == http.StatusUnprocessableEntity):
+		printProblems(stdout, e) // the CSV's problem, by line, or the filter's
+		return ExitChanges, nil
+	case e != nil:
+		return ExitError, fmt.Errorf("POST /api/v1/policy/overrides: %d: %v", status, e["error"])
+	}
+	norm, code, err := c.validate(ctx, merged.Policy, stdout)
+	if err != nil || code != ExitOK {
+		return code, err
+	}
+	cur, err := c.current(ctx)
+	if err != nil {
+		return ExitError, err
+	}
+	fmt.Fprintf(stdout, "rule %q: %d added, %d replaced, %d overrides\n", r.rule, merged.Added, merged.Replaced, merged.Total)
+	hunks := policies.LineDiff(policies.Pretty(cur.Policy), policies.Pretty(norm))
+	if len(hunks) == 0 {
+		fmt.Fprintf(stdout, "no changes against the current version v%d\n", cur.Version)
+		return ExitOK, nil
+	}
+	if strings.TrimSpace(r.save.message) == "" {
+		io.WriteString(stdout, policies.Unified(fmt.Sprintf("v%d", cur.Version), r.positional[0], hunks))
+		fmt.Fprintf(stdout, "current version: %d\n", cur.Version)
+		return ExitChanges, nil
+	}
+	sb := r.save
+	sb.doc = norm
+	if sb.base == 0 {
+		sb.base = merged.Base // the version the merge read: a save since is a conflict
+	}
+	v, code, err := c.save(ctx, sb, stdout)
+	if err != nil || code != ExitOK || v == 0 { // 0: proposed for review
+		return code, err
+	}
+	fmt.Fprintf(stdout, "applied: v%d (based on v%d)\n", v, sb.base)
+	return ExitOK, nil
+}
+
+// readCSV reads a named CSV file, or standard input for "-", up to the
+// admin's request limit.
+func readCSV(name string, stdin io.Reader) ([]byte, error) {
+	const max = 4 << 20
+	var rd io.Reader = stdin
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		rd = f
+	}
+	b, err := io.ReadAll(io.LimitReader(rd, max+1))
+	if err == nil && len(b) > max {
+		err = fmt.Errorf("more than %d bytes, the admin's limit for one request; split the table", max)
+	}
+	return b, err
 }

@@ -180,6 +180,7 @@ func FuzzArgs(f *testing.F) {
 	f.Add("diff - -url http://127.0.0.1:1")
 	f.Add("export -o")
 	f.Add("validate -timeout x")
+	f.Add("overrides - -rule r -replace -m msg")
 	f.Fuzz(func(t *testing.T, line string) {
 		args := strings.Fields(line)
 		args = append(args, "-url", "http://127.0.0.1:1", "-token", "fuzz-token-0123456789", "-timeout", "50ms")
@@ -340,5 +341,61 @@ func TestApplyOnAnAdminRequiringReviewProposesTheChange(t *testing.T) {
 	}
 	if code, _, errs := a.run(t, "approve", "x"); code != ExitError || !strings.Contains(errs, `"x" is not a change number`) {
 		t.Fatalf("a bad number: exit %d, %q", code, errs)
+	}
+}
+
+func writeCSV(t *testing.T, content string) string {
+	p := filepath.Join(t.TempDir(), "plans.csv")
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// overrides merges a CSV into a rule as the admin's import does: without
+// -m it shows the change and exits 1; with -m it saves on the version the
+// merge read; a bad CSV names its line, an unknown rule exits 2.
+func TestOverridesMergesACSVIntoARuleAndSavesItWithAMessage(t *testing.T) {
+	a := startAdmin(t)
+	csv := writeCSV(t, "key,burst,until\n10.0.0.1,40,2199-01-01T00:00:00Z\n10.0.0.2,30,\n")
+	code, out, errs := a.run(t, "overrides", csv, "-rule", "per-ip")
+	if code != ExitChanges || !strings.Contains(out, `rule "per-ip": 2 added, 0 replaced, 2 overrides`) ||
+		!regexp.MustCompile(`(?m)^\+\s+"until": "2199-01-01T00:00:00Z"$`).MatchString(out) || !strings.Contains(out, "current version: 1") {
+		t.Fatalf("preview: exit %d, %q %q", code, out, errs)
+	}
+	if cur, _ := a.svc.Current(context.Background()); cur.Number != 1 {
+		t.Fatalf("the preview saved v%d", cur.Number)
+	}
+	code, out, errs = a.run(t, "overrides", csv, "-rule", "per-ip", "-m", "contracts from billing")
+	if code != ExitOK || !strings.Contains(out, "applied: v2 (based on v1)") {
+		t.Fatalf("save: exit %d, %q %q", code, out, errs)
+	}
+	cur, err := a.svc.Current(context.Background())
+	if err != nil || cur.Message != "contracts from billing" || !strings.Contains(string(cur.JSON), `"until":"2199-01-01T00:00:00Z"`) {
+		t.Fatalf("current %s %v", cur.JSON, err)
+	}
+	if code, out, _ := a.run(t, "overrides", csv, "-rule", "per-ip", "-m", "again"); code != ExitOK || !strings.Contains(out, "no changes against the current version v2") {
+		t.Errorf("the same table again: exit %d, %q", code, out)
+	}
+	// A save based on a version someone else saved after is refused.
+	if code, _, errs := a.run(t, "overrides", writeCSV(t, "key,burst\n10.0.0.3,50\n"), "-rule", "per-ip", "-m", "late", "-base", "1"); code != ExitError || !strings.Contains(errs, "stale") {
+		t.Errorf("stale base: exit %d, %q", code, errs)
+	}
+	for _, c := range []struct {
+		args     []string
+		code     int
+		out, err string
+	}{
+		{[]string{writeCSV(t, "key,burst\n10.0.0.1,ten\n"), "-rule", "per-ip"}, ExitChanges, `csv: line 2: burst: "ten" is not a number`, ""},
+		{[]string{writeCSV(t, "key,burst,until\n10.0.0.1,40,soon\n"), "-rule", "per-ip"}, ExitChanges, `until: "soon" is not an RFC 3339 time`, ""},
+		{[]string{writeCSV(t, "key,burst\n10.0.0.1,4\n"), "-rule", "per-ip"}, ExitChanges, "rules[0].overrides[0].algorithm_config.burst", ""},
+		{[]string{csv, "-rule", "nope"}, ExitError, "", `-rule: no rule named "nope"`},
+		{[]string{csv}, ExitError, "", "-rule: give the rule"},
+		{[]string{"-rule", "per-ip"}, ExitError, "", "give one CSV file"},
+	} {
+		code, out, errs := a.run(t, append([]string{"overrides"}, c.args...)...)
+		if code != c.code || !strings.Contains(out, c.out) || !strings.Contains(errs, c.err) {
+			t.Errorf("%v: exit %d, %q %q; want %d with %q %q", c.args, code, out, errs, c.code, c.out, c.err)
+		}
 	}
 }

@@ -149,6 +149,7 @@ func checkPolicyCLI(t *testing.T, l string, f []string) {
 	dir := t.TempDir()
 	os.WriteFile(dir+"/policy.json", []byte(`{"rules": [{"name": "per-ip", "limit_keys": ["ip:address"], "algorithm": "token_bucket", "algorithm_config": {"rps": 5, "burst": 10}}]}`), 0o644)
 	os.WriteFile(dir+"/policy.tests.yaml", []byte("tests: [{name: anything passes, expect: {status: 200}}]\n"), 0o644)
+	os.WriteFile(dir+"/plans.csv", []byte("key,burst,until\n10.0.0.1,40,2027-01-01T00:00:00Z\n"), 0o644)
 	wd, _ := os.Getwd()
 	os.Chdir(dir)
 	defer os.Chdir(wd)
