@@ -1,5 +1,7 @@
 package web
 
+import "strconv"
+
 // RulesView is the structured view of the draft: its policies and rules
 // in words.
 type RulesView struct {
@@ -29,8 +31,22 @@ type RuleRow struct {
 	Mode      string
 	Extra     string // members the form keeps without editing them
 	Overrides int    // entries of its "overrides"
-	First     bool
-	Last      bool
+	// Timed counts the overrides bounded in time (from, until); Next is
+	// when the next of them starts or ends ("" when none will).
+	Timed int
+	Next  string
+	First bool
+	Last  bool
+}
+
+// TimedText says how many overrides hold for a time and when the next
+// bound comes: "(2 for a time; the next starts or ends ...)".
+func (r RuleRow) TimedText() string {
+	s := "(" + strconv.Itoa(r.Timed) + " for a time"
+	if r.Next != "" {
+		s += "; the next starts or ends " + r.Next
+	}
+	return s + ")"
 }
 
 // LimitText is the rule's limit and keys in words: "10/s, burst 20, per

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sluice-rl/sluice/admin/auth"
 	"github.com/sluice-rl/sluice/admin/policies"
@@ -47,11 +48,13 @@ func rulesView(draft string, editing *web.RuleFormView, scope policies.Scope) we
 				continue
 			}
 			s := policyedit.Summarize(o, mode)
-			rp.Rules = append(rp.Rules, web.RuleRow{
+			row := web.RuleRow{
 				Ref: strconv.Itoa(p) + ":" + strconv.Itoa(i), Name: s.Name, Matches: s.Matches, Keys: s.Keys,
 				Limit: s.Limit, Algorithm: s.Algorithm, Mode: s.Mode, Extra: s.Extra, First: i == 0, Last: i == len(rs)-1,
 				Overrides: countOverrides(o),
-			})
+			}
+			row.Timed, row.Next = overrideTimes(o, time.Now())
+			rp.Rules = append(rp.Rules, row)
 		}
 		v.Policies = append(v.Policies, rp)
 	}
@@ -70,6 +73,36 @@ func countOverrides(o policyedit.Object) int {
 		return 0
 	}
 	return len(list)
+}
+
+// overrideTimes counts a rule's overrides bounded in time and says when
+// the next of their bounds after now comes ("" when none will).
+func overrideTimes(o policyedit.Object, now time.Time) (int, string) {
+	raw, ok := o.Get("overrides")
+	if !ok {
+		return 0, ""
+	}
+	var list []struct{ From, Until string }
+	if json.Unmarshal(raw, &list) != nil {
+		return 0, ""
+	}
+	timed := 0
+	var next time.Time
+	for _, ov := range list {
+		if ov.From == "" && ov.Until == "" {
+			continue
+		}
+		timed++
+		for _, b := range []string{ov.From, ov.Until} {
+			if t, err := time.Parse(time.RFC3339Nano, b); err == nil && t.After(now) && (next.IsZero() || t.Before(next)) {
+				next = t
+			}
+		}
+	}
+	if next.IsZero() {
+		return timed, ""
+	}
+	return timed, timeText(next)
 }
 
 // formView fills the rule form from a form model.
