@@ -23,6 +23,9 @@ type ChangeInfo struct {
 	Reason     string
 	Version    int64 // the version an approval saved
 	WithTests  bool  // the change brings its own tests
+	// StaleBy is the current version when it is open on an older base:
+	// an approval would be refused (0 otherwise).
+	StaleBy int64
 }
 
 // ChangePage shows one change: what it changes against its base, and the

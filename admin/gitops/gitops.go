@@ -513,6 +513,7 @@ func (c *client) changes(ctx context.Context, stdout io.Writer) (int, error) {
 			Author  string `json:"author"`
 			Message string `json:"message"`
 			Created string `json:"created"`
+			Stale   bool   `json:"stale"`
 		} `json:"changes"`
 	}
 	status, e, err := c.do(ctx, "GET", "/api/v1/changes?state=open", nil, &out)
@@ -526,7 +527,11 @@ func (c *client) changes(ctx context.Context, stdout io.Writer) (int, error) {
 		fmt.Fprintln(stdout, "the admin does not require review (-require-review): saves are pushed at once")
 	}
 	for _, ch := range out.Changes {
-		fmt.Fprintf(stdout, "change %d on v%d by %s, %s: %s\n", ch.ID, ch.Base, ch.Author, ch.Created, ch.Message)
+		stale := ""
+		if ch.Stale {
+			stale = " [stale: a newer version was saved; approving it is refused until it is proposed again]"
+		}
+		fmt.Fprintf(stdout, "change %d on v%d by %s, %s: %s%s\n", ch.ID, ch.Base, ch.Author, ch.Created, ch.Message, stale)
 	}
 	if len(out.Changes) == 0 {
 		fmt.Fprintln(stdout, "no change waits for review")

@@ -324,7 +324,7 @@ func TestApplyOnAnAdminRequiringReviewProposesTheChange(t *testing.T) {
 	if cur, _ := a.svc.Current(context.Background()); cur.Number != 1 {
 		t.Fatalf("a proposal saved v%d", cur.Number)
 	}
-	if code, out, _ := a.run(t, "changes"); code != ExitOK || !strings.Contains(out, "change 1 on v1 by gitops") || !strings.Contains(out, "free tier") {
+	if code, out, _ := a.run(t, "changes"); code != ExitOK || !strings.Contains(out, "change 1 on v1 by gitops") || !strings.Contains(out, "free tier") || strings.Contains(out, "stale") {
 		t.Fatalf("changes: exit %d, %q", code, out)
 	}
 	// The admin token proposed it as "gitops" and approves it as "api":
@@ -397,5 +397,22 @@ func TestOverridesMergesACSVIntoARuleAndSavesItWithAMessage(t *testing.T) {
 		if code != c.code || !strings.Contains(out, c.out) || !strings.Contains(errs, c.err) {
 			t.Errorf("%v: exit %d, %q %q; want %d with %q %q", c.args, code, out, errs, c.code, c.out, c.err)
 		}
+	}
+}
+
+// changes marks a change whose base is no longer the current version:
+// approving it would be refused.
+func TestChangesMarksAChangeOnAStaleBase(t *testing.T) {
+	a := startAdmin(t)
+	a.svc.SetReviewRequired(true)
+	if code, out, errs := a.run(t, "apply", writeFile(t, tiers), "-m", "free tier"); code != ExitOK || !strings.Contains(out, "proposed as change 1") {
+		t.Fatalf("apply under review: exit %d, %q %q", code, out, errs)
+	}
+	a.svc.SetReviewRequired(false)
+	if code, out, errs := a.run(t, "apply", writeFile(t, `{"rules":[{"name":"per-ip","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":20}}]}`), "-m", "shadow"); code != ExitOK || !strings.Contains(out, "applied: v2") {
+		t.Fatalf("a save meanwhile: exit %d, %q %q", code, out, errs)
+	}
+	if code, out, _ := a.run(t, "changes"); code != ExitOK || !strings.Contains(out, "change 1 on v1 by gitops, ") || !strings.Contains(out, "free tier [stale: a newer version was saved") {
+		t.Errorf("changes: exit %d, %q", code, out)
 	}
 }

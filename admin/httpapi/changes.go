@@ -53,12 +53,17 @@ type changeJSON struct {
 	Reason    string `json:"reason,omitempty"`
 	Version   int64  `json:"version,omitempty"`
 	WithTests bool   `json:"with_tests,omitempty"`
-	URL       string `json:"url"`
+	// Stale: open on a base that is no longer the current version, so an
+	// approval would be refused (409) until its author proposes it again.
+	Stale bool   `json:"stale,omitempty"`
+	URL   string `json:"url"`
 }
 
-func toChangeJSON(c policies.Change) changeJSON {
+// toChangeJSON is c for the API; current is the current version number.
+func toChangeJSON(c policies.Change, current int64) changeJSON {
 	out := changeJSON{ID: c.ID, Base: c.Base, Author: c.Author, Message: c.Message, Created: isoTime(c.Created), State: c.State,
-		DecidedBy: c.DecidedBy, Reason: c.Reason, Version: c.Version, WithTests: c.Tests != nil, URL: "/api/v1/changes/" + i64s(c.ID)}
+		DecidedBy: c.DecidedBy, Reason: c.Reason, Version: c.Version, WithTests: c.Tests != nil, URL: "/api/v1/changes/" + i64s(c.ID),
+		Stale: staleBy(c, current) > 0}
 	if !c.Decided.IsZero() {
 		out.Decided = isoTime(c.Decided)
 	}
@@ -89,9 +94,13 @@ func (s *server) apiChanges(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	cur, err := s.Policies.Current(r.Context())
+	if err != nil {
+		return err
+	}
 	out := []changeJSON{}
 	for _, c := range cs {
-		out = append(out, toChangeJSON(c))
+		out = append(out, toChangeJSON(c, cur.Number))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"review_required": s.Policies.ReviewRequired(), "changes": out})
 	return nil
@@ -110,7 +119,11 @@ func (s *server) apiChange(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := map[string]any{"change": toChangeJSON(c), "policy": jsonRaw(c.JSON), "diff": policies.Unified("v"+i64s(c.Base), "change "+i64s(c.ID), hunks)}
+	cur, err := s.Policies.Current(r.Context())
+	if err != nil {
+		return err
+	}
+	out := map[string]any{"change": toChangeJSON(c, cur.Number), "policy": jsonRaw(c.JSON), "diff": policies.Unified("v"+i64s(c.Base), "change "+i64s(c.ID), hunks)}
 	if c.Tests != nil {
 		out["tests"] = *c.Tests
 	}
@@ -187,7 +200,7 @@ func (s *server) apiDecide(action string) func(http.ResponseWriter, *http.Reques
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, toChangeJSON(c))
+		writeJSON(w, http.StatusOK, toChangeJSON(c, c.Base)) // closed: never stale
 		return nil
 	}
 }
@@ -222,11 +235,11 @@ func (s *server) reviewError(r *http.Request, err error) (status int, body map[s
 	switch {
 	case errors.As(err, &pe):
 		s.recordProposal(r, pe.Change)
-		return http.StatusAccepted, map[string]any{"proposed": toChangeJSON(pe.Change), "message": pe.Error()}, true
+		return http.StatusAccepted, map[string]any{"proposed": toChangeJSON(pe.Change, pe.Change.Base), "message": pe.Error()}, true
 	case errors.As(err, &nf):
 		return http.StatusNotFound, map[string]any{"error": nf.Error()}, true
 	case errors.As(err, &cc):
-		return http.StatusConflict, map[string]any{"error": cc.Error(), "change": toChangeJSON(cc.Change)}, true
+		return http.StatusConflict, map[string]any{"error": cc.Error(), "change": toChangeJSON(cc.Change, cc.Change.Base)}, true
 	case errors.As(err, &se):
 		return http.StatusForbidden, map[string]any{"error": se.Error()}, true
 	}
@@ -238,9 +251,18 @@ func (s *server) recordProposal(r *http.Request, c policies.Change) {
 }
 
 // changeInfo is a change on a page.
-func changeInfo(c policies.Change) web.ChangeInfo {
+// staleBy is the current version when c is open on an older base (0
+// otherwise): approving it would be refused.
+func staleBy(c policies.Change, current int64) int64 {
+	if c.State != store.ChangeOpen || c.Base == current {
+		return 0
+	}
+	return current
+}
+
+func changeInfo(c policies.Change, current int64) web.ChangeInfo {
 	out := web.ChangeInfo{ID: c.ID, Base: c.Base, Author: c.Author, Message: c.Message, Created: timeText(c.Created), CreatedISO: isoTime(c.Created),
-		State: c.State, DecidedBy: c.DecidedBy, Reason: c.Reason, Version: c.Version, WithTests: c.Tests != nil}
+		State: c.State, DecidedBy: c.DecidedBy, Reason: c.Reason, Version: c.Version, WithTests: c.Tests != nil, StaleBy: staleBy(c, current)}
 	if !c.Decided.IsZero() {
 		out.Decided = timeText(c.Decided)
 	}
@@ -256,13 +278,17 @@ func (s *server) changesPage(w http.ResponseWriter, r *http.Request, sess auth.S
 	if err != nil {
 		return err
 	}
+	cur, err := s.Policies.Current(r.Context())
+	if err != nil {
+		return err
+	}
 	p := web.ChangesPage{Nav: nav(sess, "changes"), Required: s.Policies.ReviewRequired()}
 	for _, c := range open {
-		p.Open = append(p.Open, changeInfo(c))
+		p.Open = append(p.Open, changeInfo(c, cur.Number))
 	}
 	for _, c := range all {
 		if c.State != store.ChangeOpen {
-			p.Decided = append(p.Decided, changeInfo(c))
+			p.Decided = append(p.Decided, changeInfo(c, cur.Number))
 		}
 	}
 	s.render(w, r, http.StatusOK, web.Changes(p))
@@ -283,7 +309,7 @@ func (s *server) changeView(r *http.Request, sess auth.Session, id int64) (web.C
 	if err != nil {
 		return web.ChangePage{}, err
 	}
-	p := web.ChangePage{Nav: nav(sess, "changes"), Change: changeInfo(c), Current: cur.Number, Mine: sess.Author == c.Author,
+	p := web.ChangePage{Nav: nav(sess, "changes"), Change: changeInfo(c, cur.Number), Current: cur.Number, Mine: sess.Author == c.Author,
 		CanReview: sess.Role.Allows(auth.RoleEditor), Diff: diffView("v"+i64s(c.Base), "change "+i64s(c.ID), hunks)}
 	if c.Tests != nil {
 		p.Tests = *c.Tests

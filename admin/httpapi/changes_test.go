@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -105,6 +106,12 @@ func TestPolicyPageProposesAndTheChangesPageApproves(t *testing.T) {
 	page = get(t, bob, e.srv.URL+"/changes/2")
 	if !strings.Contains(page, `id="stale-base"`) {
 		t.Fatalf("no stale warning:\n%s", page)
+	}
+	if list := get(t, bob, e.srv.URL+"/changes"); !strings.Contains(list, `<span class="badge error stale" title="v2 was saved since`) {
+		t.Errorf("the list does not mark change 2 stale:\n%s", list)
+	}
+	if _, j := e.apiJSON(t, "GET", "/api/v1/changes?state=open", ""); fmt.Sprint(j["changes"]) == "" || !strings.Contains(fmt.Sprint(j["changes"]), "stale:true") {
+		t.Errorf("the API does not mark change 2 stale: %v", j)
 	}
 	resp, body := post(t, bob, e.srv.URL+"/changes/2/approve", url.Values{"csrf": {csrfOf(t, page)}})
 	if resp.StatusCode != http.StatusConflict || !strings.Contains(body, "Not approved: version conflict") {
