@@ -249,6 +249,11 @@ type kongLimit struct {
 	hide    bool
 	code    int
 	message string
+	// advanced: a rate-limiting-advanced plugin (kong_advanced.go), whose
+	// periods are windows of any length, fixed or sliding.
+	advanced bool
+	windows  map[string]int // advanced: period -> window seconds
+	sliding  bool
 }
 
 func (l *kongLimit) global() bool { return l.policy == "redis" || l.policy == "cluster" }

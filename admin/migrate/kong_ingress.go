@@ -145,7 +145,7 @@ func (k *kongConv) readIngressScoped(kube *kongKube) error {
 		}
 	}
 	for _, p := range kube.order {
-		if !p.used && p.obj.Plugin == "rate-limiting" {
+		if !p.used && kongLimiter(p.obj.Plugin) {
 			k.note("%s: no Ingress, HTTPRoute, Service or KongConsumer of the input names it in konghq.com/plugins (or an HTTPRoute filter), so the controller attaches it nowhere; not converted", p.path)
 			k.skipped = append(k.skipped, fmt.Sprintf("%s is attached nowhere", p.path))
 		}

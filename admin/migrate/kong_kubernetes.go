@@ -156,7 +156,7 @@ func (kube *kongKube) add(doc string, o *kongKubeObject) error {
 // checkKubePlugin checks a plugin the annotations may attach, so that its
 // errors name the object.
 func (k *kongConv) checkKubePlugin(path string, o *kongKubeObject) error {
-	if o.Plugin != "rate-limiting" || o.Disabled {
+	if !kongLimiter(o.Plugin) || o.Disabled {
 		return nil
 	}
 	_, err := k.kubeLimit(path, o)
@@ -168,7 +168,7 @@ func (k *kongConv) kubeLimit(path string, o *kongKubeObject) (kongLimit, error) 
 	if o.ConfigFrom.Kind != 0 && o.ConfigFrom.Tag != "!!null" {
 		return kongLimit{}, fmt.Errorf("%s.configFrom: a configuration in a Secret is not read; give the plugin's config inline", path)
 	}
-	return k.readLimit(path+".config", &o.Config)
+	return k.readPluginLimit(o.Plugin, path+".config", &o.Config)
 }
 
 // plugin is the object as kong.yaml would hold the plugin.
@@ -180,7 +180,7 @@ func (o *kongKubeObject) plugin() *kongPlugin {
 // every request.
 func (k *kongConv) kubePlugin(path string, o *kongKubeObject) error {
 	switch {
-	case o.Plugin != "rate-limiting": // key-auth, or another limiter to note, as in kong.yaml
+	case !kongLimiter(o.Plugin): // key-auth, or another limiter to note, as in kong.yaml
 		return k.plugin(path, o.plugin(), kongScope{})
 	case o.Disabled:
 		k.note("%s: disabled; skipped", path)
@@ -209,7 +209,7 @@ func (k *kongConv) buildKubernetes() error {
 		if rl.lim.limitBy == "service" {
 			return fmt.Errorf("%s.config.limit_by: service needs the plugin's routes, which the object does not say; write the rule by hand", rl.path)
 		}
-		for _, period := range kongPeriods {
+		for _, period := range k.periods() {
 			if _, ok := rl.lim.limits[period]; !ok {
 				continue
 			}

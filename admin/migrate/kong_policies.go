@@ -218,7 +218,7 @@ func (k *kongConv) buildDeclarative() error {
 	for _, rl := range k.limits {
 		routed = routed || rl.rt != nil || rl.svc != nil
 	}
-	for _, period := range kongPeriods {
+	for _, period := range k.periods() {
 		p, err := k.periodPolicy(period)
 		if err != nil {
 			return err
@@ -245,7 +245,7 @@ func (k *kongConv) periodPolicy(period string) (kongPolicy, error) {
 	seen := map[string]bool{}
 	main := -1
 	for level := 1; level <= 8; level++ {
-		for _, lt := range k.levelTargets(level) {
+		for _, lt := range k.levelTargets(level, period) {
 			if g != nil && level == 5 && k.overridable(lt.rl, g, period) {
 				overrides = k.consumerOverrides(overrides, seen, lt.rl, g, period)
 				continue
@@ -278,12 +278,12 @@ type kongLevelTarget struct {
 	t  kongTarget
 }
 
-// levelTargets are the targets of one level's plugins, the routes Kong
-// tries first before the others.
-func (k *kongConv) levelTargets(level int) []kongLevelTarget {
+// levelTargets are the targets of one level's plugins of period's kind
+// (inPeriod), the routes Kong tries first before the others.
+func (k *kongConv) levelTargets(level int, period string) []kongLevelTarget {
 	var out []kongLevelTarget
 	for _, rl := range k.limits {
-		if rl.level == level {
+		if rl.level == level && inPeriod(rl, period) {
 			for _, t := range rl.targets {
 				out = append(out, kongLevelTarget{rl, t})
 			}
@@ -308,6 +308,9 @@ func (k *kongConv) levelTargets(level int) []kongLevelTarget {
 func (k *kongConv) overrideTarget(period string) *kongRL {
 	var g *kongRL
 	for _, rl := range k.limits {
+		if !inPeriod(rl, period) {
+			continue
+		}
 		if rl.level == 6 || rl.level == 7 {
 			return nil
 		}
@@ -368,7 +371,11 @@ func (k *kongConv) targetRules(rl *kongRL, t kongTarget, period string) ([]kongR
 	}
 	limit := func(suffix string, keys []string, match map[string]any) kongRule {
 		r := kongRule{outRule: outRule{Name: k.rules.take(base + suffix + "-" + period), Match: match, LimitKeys: keys}}
-		if w, ok := kongWindow[period]; ok {
+		if w, ok := rl.lim.windows[period]; ok && rl.lim.sliding {
+			r.Algorithm, r.AlgorithmConfig = policy.AlgorithmSlidingWindow, &windowConfig{Limit: n, WindowSeconds: w}
+		} else if w, ok := rl.lim.windows[period]; ok {
+			r.Algorithm, r.AlgorithmConfig = policy.AlgorithmFixedWindow, &windowConfig{Limit: n, WindowSeconds: w}
+		} else if w, ok := kongWindow[period]; ok {
 			r.Algorithm, r.AlgorithmConfig = policy.AlgorithmFixedWindow, &windowConfig{Limit: n, WindowSeconds: w}
 		} else {
 			r.Algorithm, r.AlgorithmConfig = policy.AlgorithmQuota, &kongQuota{Limit: n, Period: period}

@@ -214,7 +214,7 @@ func (k *kongConv) readPlugins(f *kongFile) error {
 
 // kongOtherLimiter: Kong's other rate limiting plugins, not converted.
 func kongOtherLimiter(name string) bool {
-	return name != "rate-limiting" && (strings.Contains(name, "rate-limiting") || strings.Contains(name, "ratelimiting"))
+	return !kongLimiter(name) && (strings.Contains(name, "rate-limiting") || strings.Contains(name, "ratelimiting"))
 }
 
 // plugin reads one plugin: a key-auth (where keys come from), a
@@ -228,10 +228,10 @@ func (k *kongConv) plugin(path string, p *kongPlugin, in kongScope) error {
 		}
 		return k.keyAuth(path, p, sc)
 	case kongOtherLimiter(p.Name):
-		k.note("%s: %s is not converted (only rate-limiting is); write its rules by hand", path, p.Name)
+		k.note("%s: %s is not converted (only rate-limiting and rate-limiting-advanced are); write its rules by hand", path, p.Name)
 		k.skipped = append(k.skipped, fmt.Sprintf("%s at %s is not converted", p.Name, path))
 		return nil
-	case p.Name != "rate-limiting":
+	case !kongLimiter(p.Name):
 		return nil
 	case p.Enabled != nil && !*p.Enabled:
 		k.note("%s: a disabled rate-limiting plugin (enabled: false); skipped", path)
@@ -246,16 +246,17 @@ func (k *kongConv) plugin(path string, p *kongPlugin, in kongScope) error {
 	if err != nil {
 		return err
 	}
-	lim, err := k.readLimit(path+".config", &p.Config)
+	lim, err := k.readPluginLimit(p.Name, path+".config", &p.Config)
 	if err != nil {
 		return err
 	}
 	rl := &kongRL{path: path, lim: lim, svc: sc.svc, rt: sc.rt, cons: sc.cons, level: kongLevel(sc.cons != nil, sc.rt != nil, sc.svc != nil)}
 	rl.label = kongFirst(p.InstanceName, kongLabel(sc))
-	if other, dup := k.scopes[kongScopeKey(sc)]; dup {
-		return fmt.Errorf("%s: a second rate-limiting plugin for %s (also %s); Kong keeps one per scope", path, kongLabel(sc), other)
+	scope := p.Name + "|" + kongScopeKey(sc) // a scope may hold one of each
+	if other, dup := k.scopes[scope]; dup {
+		return fmt.Errorf("%s: a second %s plugin for %s (also %s); Kong keeps one per scope", path, p.Name, kongLabel(sc), other)
 	}
-	k.scopes[kongScopeKey(sc)] = path
+	k.scopes[scope] = path
 	if rl.rt != nil && rl.svc != nil && rl.rt.svc != rl.svc {
 		k.note("%s: route %s is not a route of service %s, so the plugin never applies; skipped", path, rl.rt.name, rl.svc.name)
 		return nil

@@ -702,8 +702,21 @@ func TestKongProblemsNameTheField(t *testing.T) {
 		{"a: 1\n---\nb: 2\n", "config: 2 YAML documents"},
 		{"- just\n- a list\n", "config (line 1): want Kong's declarative configuration"},
 		{"_format_version: '3.0'\nservices: []\n", "config: nothing to convert: no enabled rate-limiting plugin"},
-		{"plugins: [{name: rate-limiting, enabled: false, config: {minute: 1}}, {name: rate-limiting-advanced, config: {}}]",
-			"nothing to convert: no enabled rate-limiting plugin (the plugin at plugins[0] is disabled; rate-limiting-advanced at plugins[1] is not converted)"},
+		{"plugins: [{name: rate-limiting, enabled: false, config: {minute: 1}}, {name: graphql-rate-limiting-advanced, config: {}}]",
+			"nothing to convert: no enabled rate-limiting plugin (the plugin at plugins[0] is disabled; graphql-rate-limiting-advanced at plugins[1] is not converted)"},
+		{"plugins: [{name: rate-limiting-advanced, config: {}}]", "plugins[0].config: limit and window_size are required"},
+		{"plugins: [{name: rate-limiting-advanced, config: {limit: [5, 10], window_size: [60]}}]", "plugins[0].config.limit (line 1): 2 limits for 1 window sizes"},
+		{"plugins: [{name: rate-limiting-advanced, config: {limit: [5, 10], window_size: [60, 60]}}]", "window_size (line 1)[1]: 60 seconds twice"},
+		{"plugins: [{name: rate-limiting-advanced, config: {limit: [5], window_size: [0.5]}}]", "window_size (line 1)[0]: 0.5; want whole seconds"},
+		{"plugins: [{name: rate-limiting-advanced, config: {limit: [0], window_size: [60]}}]", "limit (line 1)[0]: 0; want more than 0"},
+		{"plugins: [{name: rate-limiting-advanced, config: {limit: [5], window_size: [60], window_type: rolling}}]", `window_type (line 1): "rolling"; want sliding or fixed`},
+		{"plugins: [{name: rate-limiting-advanced, config: {limit: [5], window_size: [60], identifier: consumer-group}}]", `identifier (line 1): "consumer-group" is not converted`},
+		{"plugins: [{name: rate-limiting-advanced, config: {limit: [5], window_size: [60], enforce_consumer_groups: true, consumer_groups: [gold]}}]", "enforce_consumer_groups (line 1): consumer groups' own limits are not converted"},
+		{"plugins: [{name: rate-limiting-advanced, config: {limit: [5], window_size: [60], compound_identifier: [ip, path]}}]", "compound_identifier (line 1): a compound identifier is not converted"},
+		{"plugins: [{name: rate-limiting-advanced, config: {limit: [5], window_size: [60], throttling: {enabled: true, queue_limit: 5}}}]", "throttling (line 1): throttling (queueing requests over the limit) is not converted"},
+		{"plugins: [{name: rate-limiting-advanced, config: {limit: [5], window_size: [60], minute: 5}}]", "minute (line 1): not a field of Kong's rate-limiting-advanced plugin"},
+		{"plugins: [{name: rate-limiting-advanced, config: {limit: [5], window_size: [60], identifier: header}}]", "header_name: required with identifier header"},
+		{"plugins: [{name: rate-limiting-advanced, config: {limit: [5], window_size: [60]}}, {name: rate-limiting-advanced, config: {limit: [6], window_size: [60]}}]", "plugins[1]: a second rate-limiting-advanced plugin for global (also plugins[0])"},
 	} {
 		_, err := Kong([]byte(tc.doc), KongOptions{})
 		var ie *InputError
@@ -846,6 +859,8 @@ func FuzzKong(f *testing.F) {
 	f.Add([]byte(kongIngressPlugins))
 	f.Add([]byte(kongLegacyFile))
 	f.Add([]byte(kongIngressStream))
+	f.Add([]byte("services: [{name: s, routes: [{name: r, paths: [/r]}], plugins: [{name: rate-limiting-advanced, config: {limit: [3, 9], window_size: [1, 3600], window_type: fixed, identifier: header, header_name: x-k, strategy: cluster}}]}]\nplugins: [{name: rate-limiting-advanced, config: {limit: [2.5], window_size: [60]}}, {name: rate-limiting, config: {minute: 5}}]\n"))
+	f.Add([]byte("kind: KongPlugin\nmetadata: {name: a}\nplugin: rate-limiting-advanced\nconfig: {limit: [1], window_size: [31536000], throttling: {enabled: false}, consumer_groups: [], compound_identifier: []}\n"))
 	f.Fuzz(func(t *testing.T, doc []byte) {
 		res, err := Kong(doc, KongOptions{})
 		if err != nil {

@@ -1,0 +1,125 @@
+package migrate
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/sluice-rl/sluice/shared/policy"
+	"github.com/sluice-rl/sluice/shared/simulate"
+)
+
+// rate-limiting-advanced's windows become policies of their own, one per
+// window length, sliding or fixed as the plugin says, ordered by Kong's
+// precedence among the advanced plugins only: Kong runs them apart from
+// rate-limiting, so a request meets the most specific of each.
+func TestKongAdvancedWindowsBecomePoliciesOfTheirOwn(t *testing.T) {
+	cfg, res := kongConvert(t, `_format_version: "3.0"
+services:
+  - name: s
+    routes: [{name: r, paths: [/r]}]
+    plugins:
+      - {name: rate-limiting-advanced, config: {limit: [3], window_size: [60], window_type: fixed, identifier: ip, strategy: redis, namespace: s, sync_rate: 0.5}}
+      - {name: rate-limiting, config: {hour: 100, limit_by: ip}}
+plugins:
+  - name: rate-limiting-advanced
+    config: {limit: [10, 100], window_size: [10, 60], identifier: ip, error_code: 429, error_message: slow down, retry_after_jitter_max: 2, disable_penalty: false}
+`, KongOptions{})
+	var names []string
+	for _, p := range cfg.Policies {
+		names = append(names, p.Name)
+	}
+	if want := []string{"hour", "advanced-10s", "advanced-60s"}; !reflect.DeepEqual(names, want) {
+		t.Fatalf("policies %v, want %v", names, want)
+	}
+	rule := func(name string) *policy.Rule {
+		r := cfg.RuleByName(name)
+		if r == nil {
+			t.Fatalf("no rule %s", name)
+		}
+		return r
+	}
+	if r := rule("global-advanced-10s"); r.Algorithm != policy.AlgorithmSlidingWindow || r.Window.Limit != 10 || r.Window.WindowSeconds != 10 || r.Keys[0].String() != "ip:address" {
+		t.Errorf("the global 10 s window: %s %+v %v", r.Algorithm, r.Window, r.Keys)
+	}
+	if r := rule("s-advanced-60s"); r.Algorithm != policy.AlgorithmFixedWindow || r.Window.Limit != 3 || !r.Global {
+		t.Errorf("the service's 60 s window: %s %+v global %v, want a fixed window of 3 across the fleet", r.Algorithm, r.Window, r.Global)
+	}
+	// The service's plugin has no 10 s window: Kong applies only it to
+	// its requests, so the global plugin's 10 s window does not limit them.
+	if r := rule("s-advanced-10s"); r.Action != policy.ActionUnlimited {
+		t.Errorf("s-advanced-10s: %+v, want an unlimited rule", r)
+	}
+	for _, c := range []struct {
+		path string
+		want map[string]string
+	}{
+		{"/r", map[string]string{"hour": "s-hour", "advanced-10s": "s-advanced-10s", "advanced-60s": "s-advanced-60s"}},
+		{"/x", map[string]string{"advanced-10s": "global-advanced-10s", "advanced-60s": "global-advanced-60s"}},
+	} {
+		if got := applied(cfg, simulate.Request{Path: c.path}); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: %v, want %v", c.path, got, c.want)
+		}
+	}
+	notesHave(t, res.Notes, "sliding windows become sliding_window rules", "Kong also counts the requests it rejects",
+		"retry_after_jitter_max is not converted")
+}
+
+// A KongPlugin of rate-limiting-advanced converts as in kong.yaml: its
+// windows, each a policy.
+func TestKongAdvancedKongPluginObjectConverts(t *testing.T) {
+	cfg, _ := kongConvert(t, `apiVersion: configuration.konghq.com/v1
+kind: KongClusterPlugin
+metadata:
+  name: per-ip
+  labels: {global: "true"}
+plugin: rate-limiting-advanced
+config: {limit: [5, 50], window_size: [1, 60], window_type: fixed, identifier: ip}
+`, KongOptions{})
+	if len(cfg.Policies) != 2 {
+		t.Fatalf("%d policies, want one per window", len(cfg.Policies))
+	}
+	for i, want := range []float64{5, 50} {
+		r := cfg.Policies[i].Rules[0]
+		if r.Algorithm != policy.AlgorithmFixedWindow || r.Window.Limit != want {
+			t.Errorf("policy %s: %s %+v, want a fixed window of %v", cfg.Policies[i].Name, r.Algorithm, r.Window, want)
+		}
+	}
+}
+
+// Attached by an Ingress's konghq.com/plugins, a rate-limiting-advanced
+// KongPlugin limits that Ingress's routes, beside a rate-limiting one on
+// the same Ingress (Kong runs both).
+func TestKongAdvancedPluginOnAnIngressLimitsItsRoutes(t *testing.T) {
+	cfg, _ := kongConvert(t, `apiVersion: configuration.konghq.com/v1
+kind: KongPlugin
+metadata: {name: burst, namespace: shop}
+plugin: rate-limiting-advanced
+config: {limit: [20], window_size: [30], identifier: ip}
+---
+apiVersion: configuration.konghq.com/v1
+kind: KongPlugin
+metadata: {name: hourly, namespace: shop}
+plugin: rate-limiting
+config: {hour: 1000, limit_by: ip}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: api, namespace: shop, annotations: {konghq.com/plugins: "burst, hourly"}}
+spec:
+  ingressClassName: kong
+  rules:
+  - http:
+      paths:
+      - {path: /v1, pathType: Prefix, backend: {service: {name: api, port: {number: 80}}}}
+`, KongOptions{})
+	got := applied(cfg, simulate.Request{Path: "/v1/items"})
+	if len(got) != 2 || got["advanced-30s"] == "" || got["hour"] == "" {
+		t.Fatalf("a request to the Ingress's path meets %v, want the 30 s window and the hour", got)
+	}
+	if r := cfg.RuleByName(got["advanced-30s"]); r.Algorithm != policy.AlgorithmSlidingWindow || r.Window.Limit != 20 {
+		t.Errorf("the 30 s rule: %s %+v", r.Algorithm, r.Window)
+	}
+	if got := applied(cfg, simulate.Request{Path: "/elsewhere"}); len(got) != 0 {
+		t.Errorf("a request to no Ingress path meets %v", got)
+	}
+}
