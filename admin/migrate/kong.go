@@ -251,9 +251,10 @@ type kongLimit struct {
 	message string
 	// advanced: a rate-limiting-advanced plugin (kong_advanced.go), whose
 	// periods are windows of any length, fixed or sliding.
-	advanced bool
-	windows  map[string]int // advanced: period -> window seconds
-	sliding  bool
+	advanced  bool
+	windows   map[string]int // advanced: period -> window seconds
+	sliding   bool
+	noPenalty bool // advanced: disable_penalty, rejected requests not counted
 }
 
 func (l *kongLimit) global() bool { return l.policy == "redis" || l.policy == "cluster" }

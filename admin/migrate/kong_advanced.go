@@ -97,8 +97,11 @@ func (k *kongConv) readAdvanced(path string, n *yaml.Node) (kongLimit, error) {
 			k.note("%s[%d]: %v is %d whole requests, as Kong counts", limitsAt, i, limits[i], lim.limits[p])
 		}
 	}
-	if lim.sliding {
+	switch {
+	case lim.sliding && !lim.noPenalty:
 		k.noteOnce("rate-limiting-advanced's sliding windows become sliding_window rules, which weigh the previous window's count the same way; Kong also counts the requests it rejects (disable_penalty: false, its default), Sluice never does, so a client that keeps sending over the limit gets through again sooner than under Kong")
+	case lim.sliding:
+		k.noteOnce("rate-limiting-advanced's sliding windows become sliding_window rules, which weigh the previous window's count the same way and, as Kong's with disable_penalty: true, count only the requests they admit")
 	}
 	return lim, nil
 }
@@ -126,7 +129,7 @@ func (k *kongConv) advancedField(lim *kongLimit, field, name string, v *yaml.Nod
 	case "header_name", "path", "hide_client_headers", "error_code", "error_message":
 		return k.limitField(lim, field, name, v)
 	case "disable_penalty":
-		_, err = kongBool(field, v)
+		lim.noPenalty, err = kongBool(field, v)
 	case "retry_after_jitter_max":
 		var f float64
 		if f, err = kongNumber(field, v); err == nil && f > 0 {

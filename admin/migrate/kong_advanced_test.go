@@ -2,6 +2,7 @@ package migrate
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/sluice-rl/sluice/shared/policy"
@@ -121,5 +122,15 @@ spec:
 	}
 	if got := applied(cfg, simulate.Request{Path: "/elsewhere"}); len(got) != 0 {
 		t.Errorf("a request to no Ingress path meets %v", got)
+	}
+}
+
+// With disable_penalty: true, Kong counts only the requests it admits, as
+// Sluice does: the note says so instead of naming the difference.
+func TestKongAdvancedWithoutPenaltyIsNotedAsTheSame(t *testing.T) {
+	_, res := kongConvert(t, `plugins: [{name: rate-limiting-advanced, config: {limit: [5], window_size: [60], identifier: ip, disable_penalty: true}}]`, KongOptions{})
+	notesHave(t, res.Notes, "as Kong's with disable_penalty: true, count only the requests they admit")
+	if strings.Contains(strings.Join(res.Notes, "\n"), "Kong also counts the requests it rejects") {
+		t.Errorf("the penalty note with disable_penalty: true:\n%s", strings.Join(res.Notes, "\n"))
 	}
 }
