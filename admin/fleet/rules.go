@@ -97,17 +97,13 @@ func (p *PolicyRules) IdentityWindow(rule, id string, now time.Time) (Window, bo
 	return w, ok
 }
 
-// timed is an override's limit with when it applies (policy.Override's
-// From and Until).
+// timed is an override's limit with when it applies.
 type timed[T any] struct {
-	v           T
-	from, until int64
+	v      T
+	bounds policy.Bounds
 }
 
-func (t timed[T]) activeAt(now time.Time) bool {
-	o := policy.Override{From: t.from, Until: t.until}
-	return o.ActiveAt(now.UnixNano())
-}
+func (t timed[T]) activeAt(now time.Time) bool { return t.bounds.ActiveAt(now.UnixNano()) }
 
 // GlobalWindow returns the global fixed window or quota named rule in the
 // current policy.
@@ -184,7 +180,7 @@ func globalOverrides(cfg *policy.Config) (map[ruleIdentity]timed[redisgcra.Limit
 			switch {
 			case o.TokenBucket != nil && r.TokenBucket != nil:
 				if l := (redisgcra.Limit{Rate: o.TokenBucket.TokensPerSecond, Burst: o.TokenBucket.Burst}); l.Valid() {
-					limits[k] = timed[redisgcra.Limit]{l, o.From, o.Until}
+					limits[k] = timed[redisgcra.Limit]{l, o.Bounds}
 				}
 				continue
 			case o.Window != nil:
@@ -193,7 +189,7 @@ func globalOverrides(cfg *policy.Config) (map[ruleIdentity]timed[redisgcra.Limit
 				wr.Quota = o.Quota
 			}
 			if w, ok := windowOf(wr); ok {
-				windows[k] = timed[Window]{w, o.From, o.Until}
+				windows[k] = timed[Window]{w, o.Bounds}
 			}
 		}
 	}

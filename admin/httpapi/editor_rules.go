@@ -51,9 +51,8 @@ func rulesView(draft string, editing *web.RuleFormView, scope policies.Scope) we
 			row := web.RuleRow{
 				Ref: strconv.Itoa(p) + ":" + strconv.Itoa(i), Name: s.Name, Matches: s.Matches, Keys: s.Keys,
 				Limit: s.Limit, Algorithm: s.Algorithm, Mode: s.Mode, Extra: s.Extra, First: i == 0, Last: i == len(rs)-1,
-				Overrides: countOverrides(o),
 			}
-			row.Timed, row.Next = overrideTimes(o, time.Now())
+			row.Overrides, row.Timed, row.Next = overridesOf(o, time.Now())
 			rp.Rules = append(rp.Rules, row)
 		}
 		v.Policies = append(v.Policies, rp)
@@ -61,48 +60,34 @@ func rulesView(draft string, editing *web.RuleFormView, scope policies.Scope) we
 	return v
 }
 
-// countOverrides is the number of entries of a rule's "overrides" (0 when
-// it has none or they are not a list).
-func countOverrides(o policyedit.Object) int {
+// overridesOf reads a rule's "overrides" once: how many there are (0
+// when none or not a list), how many hold for a time, and when the next
+// of their bounds after now comes ("" when none will).
+func overridesOf(o policyedit.Object, now time.Time) (count, timed int, next string) {
 	raw, ok := o.Get("overrides")
 	if !ok {
-		return 0
+		return 0, 0, ""
 	}
-	var list []json.RawMessage
-	if json.Unmarshal(raw, &list) != nil {
-		return 0
-	}
-	return len(list)
-}
-
-// overrideTimes counts a rule's overrides bounded in time and says when
-// the next of their bounds after now comes ("" when none will).
-func overrideTimes(o policyedit.Object, now time.Time) (int, string) {
-	raw, ok := o.Get("overrides")
-	if !ok {
-		return 0, ""
-	}
+	// A type error (an entry that is not an object, a bound that is not
+	// a string) leaves the rest decoded: every entry still counts.
 	var list []struct{ From, Until string }
-	if json.Unmarshal(raw, &list) != nil {
-		return 0, ""
+	var typeErr *json.UnmarshalTypeError
+	if err := json.Unmarshal(raw, &list); err != nil && !errors.As(err, &typeErr) {
+		return 0, 0, ""
 	}
-	timed := 0
-	var next time.Time
+	var soonest time.Time
 	for _, ov := range list {
 		if ov.From == "" && ov.Until == "" {
 			continue
 		}
 		timed++
 		for _, b := range []string{ov.From, ov.Until} {
-			if t, err := time.Parse(time.RFC3339Nano, b); err == nil && t.After(now) && (next.IsZero() || t.Before(next)) {
-				next = t
+			if t, err := time.Parse(time.RFC3339Nano, b); err == nil && t.After(now) && (soonest.IsZero() || t.Before(soonest)) {
+				soonest = t
 			}
 		}
 	}
-	if next.IsZero() {
-		return timed, ""
-	}
-	return timed, timeText(next)
+	return len(list), timed, timeText(soonest)
 }
 
 // formView fills the rule form from a form model.

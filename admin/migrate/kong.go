@@ -280,23 +280,10 @@ func (k *kongConv) readLimit(path string, n *yaml.Node) (kongLimit, error) {
 	if n.Kind == 0 || n.Tag == "!!null" {
 		return lim, fmt.Errorf("%s: missing; Kong needs at least one of second, minute, hour, day, month and year", path)
 	}
-	if n.Kind != yaml.MappingNode {
-		return lim, fmt.Errorf("%s (line %d): want a mapping of the plugin's fields", path, n.Line)
-	}
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		key, v := n.Content[i], kongDeref(n.Content[i+1])
-		field := fmt.Sprintf("%s.%s (line %d)", path, key.Value, key.Line)
-		if seen[key.Value] {
-			return lim, fmt.Errorf("%s: set twice", field)
-		}
-		seen[key.Value] = true
-		if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
-			continue
-		}
-		if err := k.limitField(&lim, field, key.Value, v); err != nil {
-			return lim, err
-		}
+	if err := kongEachField(path, n, func(field, name string, v *yaml.Node) error {
+		return k.limitField(&lim, field, name, v)
+	}); err != nil {
+		return lim, err
 	}
 	switch {
 	case len(lim.limits) == 0:
@@ -307,6 +294,32 @@ func (k *kongConv) readLimit(path string, n *yaml.Node) (kongLimit, error) {
 		return lim, fmt.Errorf("%s.path: required with limit_by path", path)
 	}
 	return lim, nil
+}
+
+// kongEachField calls f for each field of a plugin's config mapping n that
+// is set (null is unset, as in decK's dumps), with the field's name for
+// errors ("plugins[0].config.minute (line 7)"); a field set twice is an
+// error.
+func kongEachField(path string, n *yaml.Node, f func(field, name string, v *yaml.Node) error) error {
+	if n.Kind != yaml.MappingNode {
+		return fmt.Errorf("%s (line %d): want a mapping of the plugin's fields", path, n.Line)
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key, v := n.Content[i], kongDeref(n.Content[i+1])
+		field := fmt.Sprintf("%s.%s (line %d)", path, key.Value, key.Line)
+		if seen[key.Value] {
+			return fmt.Errorf("%s: set twice", field)
+		}
+		seen[key.Value] = true
+		if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+			continue
+		}
+		if err := f(field, key.Value, v); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // limitField reads one field of a rate-limiting config.

@@ -38,25 +38,10 @@ var kongAdvancedIdentifiers = []string{"consumer", "credential", "ip", "service"
 func (k *kongConv) readAdvanced(path string, n *yaml.Node) (kongLimit, error) {
 	lim := kongLimit{limits: map[string]int{}, windows: map[string]int{}, advanced: true, sliding: true,
 		limitBy: "consumer", policy: "local", code: 429, message: "API rate limit exceeded"}
-	n = kongDeref(n)
-	if n.Kind != yaml.MappingNode {
-		return lim, fmt.Errorf("%s: want a mapping with limit and window_size", path)
-	}
 	var limits, sizes []float64
 	var limitsAt, sizesAt string
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		key, v := n.Content[i], kongDeref(n.Content[i+1])
-		field := fmt.Sprintf("%s.%s (line %d)", path, key.Value, key.Line)
-		if seen[key.Value] {
-			return lim, fmt.Errorf("%s: set twice", field)
-		}
-		seen[key.Value] = true
-		if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
-			continue
-		}
-		var err error
-		switch key.Value {
+	if err := kongEachField(path, kongDeref(n), func(field, name string, v *yaml.Node) (err error) {
+		switch name {
 		case "limit":
 			limits, err = kongNumbers(field, v)
 			limitsAt = field
@@ -64,11 +49,11 @@ func (k *kongConv) readAdvanced(path string, n *yaml.Node) (kongLimit, error) {
 			sizes, err = kongNumbers(field, v)
 			sizesAt = field
 		default:
-			err = k.advancedField(&lim, field, key.Value, v)
+			err = k.advancedField(&lim, field, name, v)
 		}
-		if err != nil {
-			return lim, err
-		}
+		return err
+	}); err != nil {
+		return lim, err
 	}
 	switch {
 	case len(limits) == 0 || len(sizes) == 0:

@@ -77,7 +77,7 @@ func (cr *compiledRule) compileAction(r *policy.Rule, vm *vmContext) {
 // same limits (a plan) share one compiled rule.
 type overrideLimits struct {
 	rate, burst, limit, perPeriod float64
-	from, until                   int64 // when it applies (policy.Override)
+	active                        policy.Bounds // when it applies
 }
 
 // compileOverrides builds the rule's override table: each distinct set of
@@ -103,13 +103,13 @@ func (cr *compiledRule) compileOverrides(r *policy.Rule, vm *vmContext) {
 		default:
 			continue
 		}
-		k.from, k.until = o.From, o.Until
+		k.active = o.Bounds
 		ov := shared[k]
 		if ov == nil {
 			ov = new(compiledRule)
 			*ov = *cr
 			ov.overrides, ov.fleetOverrides, ov.overridden = nil, nil, true
-			ov.activeFrom, ov.activeUntil = o.From, o.Until
+			ov.active = o.Bounds
 			wr := *r // the rule with the override's limits
 			switch {
 			case o.Quota != nil:
@@ -135,7 +135,7 @@ func (cr *compiledRule) compileOverrides(r *policy.Rule, vm *vmContext) {
 // count: count the override's use (not when a request is decided again).
 func (r *compiledRule) override(identity string, count bool) *compiledRule {
 	// An override for a time reads the clock; the others never do.
-	if ov := r.overrides[identity]; ov != nil && (!ov.bounded() || ov.activeAt(nowNanos())) {
+	if ov := r.overrides[identity]; ov != nil && (!ov.active.Bounded() || ov.active.ActiveAt(nowNanos())) {
 		if count {
 			r.m.overridden.inc()
 			r.tc.overridden++
@@ -226,13 +226,4 @@ func appendActionCounts(b []byte, c *ruleTally) []byte {
 		}
 	}
 	return b
-}
-
-// bounded reports whether r is an override that applies only for a time.
-func (r *compiledRule) bounded() bool { return r.activeFrom != 0 || r.activeUntil != 0 }
-
-// activeAt reports whether r, an override, applies at now (Unix
-// nanoseconds): from activeFrom, inclusive, until activeUntil, exclusive.
-func (r *compiledRule) activeAt(now int64) bool {
-	return (r.activeFrom == 0 || now >= r.activeFrom) && (r.activeUntil == 0 || now < r.activeUntil)
 }

@@ -156,10 +156,9 @@ type compiledRule struct {
 	denyStatus uint32
 	overrides  map[string]*compiledRule // identity -> this rule with its override's limits
 	overridden bool                     // this is such an override of a rule
-	// activeFrom and activeUntil bound when such an override applies,
-	// Unix nanoseconds (0: unbounded; both 0 for most): outside, the
-	// identity has the rule's limits.
-	activeFrom, activeUntil int64
+	// active bounds when such an override applies (none for most):
+	// outside, the identity has the rule's limits.
+	active policy.Bounds
 	// fleetOverrides finds a global rule's overrides by sluice_id, the
 	// name under which its pools are synced (fleet.go).
 	fleetOverrides map[[idLen]byte]*compiledRule

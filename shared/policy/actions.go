@@ -54,19 +54,23 @@ type Override struct {
 	TokenBucket *TokenBucket
 	Window      *Window
 	Quota       *Quota
-	// From and Until bound when the override applies, in Unix nanoseconds
-	// (0: unbounded): from From, inclusive, until Until, exclusive.
-	// Outside, the identity has the rule's limits, with no push needed.
-	From, Until int64
+	// Bounds say when the override applies ("from", "until"); outside,
+	// the identity has the rule's limits, with no push needed.
+	Bounds
 }
 
-// ActiveAt reports whether the override applies at now (Unix nanoseconds).
-func (o *Override) ActiveAt(now int64) bool {
-	return (o.From == 0 || now >= o.From) && (o.Until == 0 || now < o.Until)
+// Bounds are when an override applies, in Unix nanoseconds (0: no bound):
+// from From, inclusive, until Until, exclusive. The filter, the simulator
+// and the rate limit service all decide with ActiveAt.
+type Bounds struct{ From, Until int64 }
+
+// ActiveAt reports whether now (Unix nanoseconds) is within the bounds.
+func (b Bounds) ActiveAt(now int64) bool {
+	return (b.From == 0 || now >= b.From) && (b.Until == 0 || now < b.Until)
 }
 
-// Bounded reports whether the override applies only for a time.
-func (o *Override) Bounded() bool { return o.From != 0 || o.Until != 0 }
+// Bounded reports whether there is a bound at all.
+func (b Bounds) Bounded() bool { return b.From != 0 || b.Until != 0 }
 
 // action reads "action" and "deny_status".
 func (p *parser) action(path string, f map[string]*jvalue) (string, int) {
