@@ -35,8 +35,23 @@ type RuleRow struct {
 	// when the next of them starts or ends ("" when none will).
 	Timed int
 	Next  string
-	First bool
-	Last  bool
+	// Time is when the rule applies in words ("from ... until ..."), ""
+	// for always; TimeState is "later", "now" or "ended".
+	Time      string
+	TimeState string
+	First     bool
+	Last      bool
+}
+
+// TimeBadge is the word shown beside a rule's time.
+func (r RuleRow) TimeBadge() string {
+	switch r.TimeState {
+	case "later":
+		return "not yet"
+	case "ended":
+		return "ended"
+	}
+	return "applies now"
 }
 
 // TimedText says how many overrides hold for a time and when the next
@@ -83,7 +98,8 @@ type RuleFormView struct {
 	Reject            bool
 	RejectBody        string
 	RejectContentType string
-	Errors            map[string]string // by field: name, mode, action, deny_status, enforce_percent, reject_body, reject_content_type, algorithm, rate, burst, limit, window, period, keys, match, ""
+	From, Until       string            // when the rule applies (RFC 3339), "" for no bound
+	Errors            map[string]string // by field: name, mode, action, deny_status, enforce_percent, from, until, reject_body, reject_content_type, algorithm, rate, burst, limit, window, period, keys, match, ""
 }
 
 // LimitKeyRow is one limit key: a source kind and, for header/query/jwt, a name.

@@ -52,7 +52,9 @@ func rulesView(draft string, editing *web.RuleFormView, scope policies.Scope) we
 				Ref: strconv.Itoa(p) + ":" + strconv.Itoa(i), Name: s.Name, Matches: s.Matches, Keys: s.Keys,
 				Limit: s.Limit, Algorithm: s.Algorithm, Mode: s.Mode, Extra: s.Extra, First: i == 0, Last: i == len(rs)-1,
 			}
-			row.Overrides, row.Timed, row.Next = overridesOf(o, time.Now())
+			now := time.Now()
+			row.Overrides, row.Timed, row.Next = overridesOf(o, now)
+			row.Time, row.TimeState = ruleTimeOf(o, now)
 			rp.Rules = append(rp.Rules, row)
 		}
 		v.Policies = append(v.Policies, rp)
@@ -90,6 +92,40 @@ func overridesOf(o policyedit.Object, now time.Time) (count, timed int, next str
 	return len(list), timed, timeText(soonest)
 }
 
+// ruleTimeOf puts a rule's "from" and "until" in words and says whether
+// now is before them ("later"), within ("now") or after ("ended"); "" for
+// a rule without bounds. A bound the parser would refuse is shown as
+// written and decides nothing: the save reports it.
+func ruleTimeOf(o policyedit.Object, now time.Time) (text, state string) {
+	from, until := o.String("from"), o.String("until")
+	if from == "" && until == "" {
+		return "", ""
+	}
+	bound := func(s string) (string, time.Time) {
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return s, time.Time{}
+		}
+		return timeText(t), t
+	}
+	state = "now"
+	if from != "" {
+		words, t := bound(from)
+		text = "from " + words
+		if now.Before(t) {
+			state = "later"
+		}
+	}
+	if until != "" {
+		words, t := bound(until)
+		text = strings.TrimSpace(text + " until " + words)
+		if !t.IsZero() && !now.Before(t) {
+			state = "ended"
+		}
+	}
+	return text, state
+}
+
 // formView fills the rule form from a form model.
 func formView(d *policyedit.Doc, ref policyedit.Ref, f policyedit.Form, errs []policyedit.FieldError) *web.RuleFormView {
 	v := &web.RuleFormView{
@@ -98,6 +134,7 @@ func formView(d *policyedit.Doc, ref policyedit.Ref, f policyedit.Form, errs []p
 		Algorithm: f.Algorithm, Rate: f.Rate, Burst: f.Burst,
 		Limit: f.Limit, Window: f.Window, Period: f.Period, Kept: f.Kept, Errors: map[string]string{},
 		Reject: f.Reject, RejectBody: f.RejectBody, RejectContentType: f.RejectContentType,
+		From: f.From, Until: f.Until,
 	}
 	for _, k := range f.Keys {
 		kind, name, _ := strings.Cut(k, ":")
@@ -138,6 +175,7 @@ func formFromPost(f url.Values) policyedit.Form {
 		// A browser sends a textarea's lines ended with CRLF.
 		RejectBody:        strings.ReplaceAll(f.Get("rf_reject_body"), "\r\n", "\n"),
 		RejectContentType: f.Get("rf_reject_content_type"),
+		From:              f.Get("rf_from"), Until: f.Get("rf_until"),
 	}
 	// A body typed in is the rule's own even if its box was left unticked;
 	// the box alone stands for an empty body.

@@ -319,3 +319,54 @@ func TestStructuredEditorKeepsCookieAndNetworkKeys(t *testing.T) {
 		t.Fatalf("applied unchanged: %d\n%s", status, got)
 	}
 }
+
+// A rule for a time: the form sets and clears its from and until, a time
+// the filter would refuse is reported next to its field, and the list says
+// when the rule applies and whether it does now.
+func TestStructuredEditorSchedulesARule(t *testing.T) {
+	e := newEnv(t, nil)
+	c := login(t, e, "alice")
+	tok := csrfOf(t, get(t, c, e.srv.URL+"/"))
+	draft := `{"policies":[{"name":"p","rules":[{"name":"api","limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}},
+	  {"name":"old","until":"2020-01-01T00:00:00Z","limit_keys":["all"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}}]}]}`
+	apply := func(draft string, fields url.Values) (int, string) {
+		t.Helper()
+		return applyRuleForm(t, c, e, tok, draft, "0:0", apiRuleForm, fields)
+	}
+	status, body := apply(draft, url.Values{"rf_from": {"2199-12-24T02:00:00+01:00"}, "rf_until": {" 2199-12-24T03:00:00Z "}})
+	got := draftOf(t, body)
+	if status != 200 || !strings.Contains(got, `"from": "2199-12-24T02:00:00+01:00"`) || !strings.Contains(got, `"until": "2199-12-24T03:00:00Z"`) {
+		t.Fatalf("schedule the rule: %d\n%s", status, got)
+	}
+	for _, want := range []string{
+		`data-time-state="later"`, "from 2199-12-24 01:00:00 UTC until 2199-12-24 03:00:00 UTC", "not yet",
+		`data-time-state="ended"`, "until 2020-01-01 00:00:00 UTC",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the rule list lacks %s", want)
+		}
+	}
+	for _, bad := range []url.Values{
+		{"rf_until": {"tomorrow"}},
+		{"rf_from": {"2199-12-24T02:00:00+01:00"}, "rf_until": {"2199-12-24T00:00:00Z"}},
+	} {
+		if status, body := apply(got, bad); status != http.StatusUnprocessableEntity || !strings.Contains(body, `id="rf-err-until"`) {
+			t.Errorf("%v: %d, no error next to the field", bad, status)
+		}
+	}
+	// Emptied, the rule applies always again.
+	status, body = apply(got, url.Values{"rf_from": {""}, "rf_until": {""}})
+	if got = draftOf(t, body); status != 200 || strings.Count(got, `"until"`) != 1 || strings.Contains(got, `"from"`) {
+		t.Fatalf("clear the time: %d\n%s", status, got)
+	}
+	if edit := post2(t, c, e, tok, got); !strings.Contains(edit, `name="rf_until" value="2020-01-01T00:00:00Z"`) {
+		t.Error("the form of a rule for a time does not show its until")
+	}
+}
+
+// post2 opens the rule form of the second rule of draft's first policy.
+func post2(t *testing.T, c *http.Client, e *env, tok, draft string) string {
+	t.Helper()
+	_, body := post(t, c, e.srv.URL+"/policy/rules", url.Values{"csrf": {tok}, "base_version": {"1"}, "policy": {draft}, "op": {"edit:0:1"}})
+	return body
+}

@@ -61,7 +61,7 @@ func Warnings(doc []byte) []policy.Warning {
 }
 
 func warningsOf(cfg *policy.Config) []policy.Warning {
-	return append(cfg.Warnings(), cfg.EndedOverrides(time.Now().UnixNano())...)
+	return append(cfg.Warnings(), cfg.Ended(time.Now().UnixNano())...)
 }
 
 // Pretty indents a JSON document with two spaces (and returns it unchanged

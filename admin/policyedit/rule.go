@@ -21,7 +21,8 @@ type Summary struct {
 
 // formFields are the rule members the form edits; the others are kept.
 var formFields = map[string]bool{"name": true, "mode": true, "action": true, "deny_status": true,
-	"limit_keys": true, "match": true, "algorithm": true, "algorithm_config": true, "enforce_percent": true}
+	"limit_keys": true, "match": true, "algorithm": true, "algorithm_config": true, "enforce_percent": true,
+	"from": true, "until": true}
 
 // limitsNothing reports whether action is one of a rule that limits nothing
 // (exempt, unlimited, deny): it has no limit keys and no algorithm.
@@ -248,11 +249,15 @@ type Form struct {
 	Reject            bool
 	RejectBody        string
 	RejectContentType string
+	// From and Until bound when the rule applies (RFC 3339), "" for no
+	// bound.
+	From, Until string
 }
 
 // FormOf fills the form from a rule.
 func FormOf(o Object) Form {
-	f := Form{Name: o.String("name"), Mode: o.String("mode"), Action: o.String("action"), Algorithm: o.String("algorithm")}
+	f := Form{Name: o.String("name"), Mode: o.String("mode"), Action: o.String("action"), Algorithm: o.String("algorithm"),
+		From: o.String("from"), Until: o.String("until")}
 	if v, ok := o.Get("deny_status"); ok {
 		f.DenyStatus = strings.TrimSpace(string(v))
 	}
@@ -293,7 +298,7 @@ func FormOf(o Object) Form {
 
 // FieldError is a problem with one of the form's fields.
 type FieldError struct {
-	Field   string // "name", "mode", "action", "deny_status", "enforce_percent", "reject_body", "reject_content_type", "algorithm", "rate", "burst", "limit", "window", "period", "keys", "match", "" (the rule)
+	Field   string // "name", "mode", "action", "deny_status", "enforce_percent", "from", "until", "reject_body", "reject_content_type", "algorithm", "rate", "burst", "limit", "window", "period", "keys", "match", "" (the rule)
 	Message string
 }
 
@@ -338,6 +343,13 @@ func (f Form) Apply(o Object) (Object, []FieldError) {
 		num(&out, "deny_status", "deny_status", f.DenyStatus)
 	} else {
 		out.Delete("deny_status")
+	}
+	for _, b := range []struct{ key, text string }{{"from", f.From}, {"until", f.Until}} {
+		if t := strings.TrimSpace(b.text); t != "" {
+			out.Set(b.key, t) // the parser checks the time, naming the field
+		} else {
+			out.Delete(b.key)
+		}
 	}
 	if match := f.matchOf(o, &errs); len(match) > 0 {
 		out.Set("match", match)
@@ -455,7 +467,7 @@ func Locate(e policy.FieldError, rulePath string) (FieldError, bool) {
 		field = "algorithm"
 	case rest == "action":
 		field = "action"
-	case rest == "deny_status" || rest == "enforce_percent":
+	case rest == "deny_status" || rest == "enforce_percent" || rest == "from" || rest == "until":
 		field = rest
 	case rest == "reject_body" || rest == "reject_content_type":
 		field = rest

@@ -108,7 +108,7 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 		p.stripDelayHeader()
 		return types.ActionContinue
 	}
-	now := nowSeconds()
+	now := limiter.Seconds(p.nowNS()) // as a rule for a time read it
 
 	// Phase 1: read and decide every applying rule, write nothing. The
 	// commonest rule (a fixed cost, bounded storage, a token bucket) is
@@ -287,9 +287,15 @@ func (p *pluginContext) selectRules(again bool) []application {
 	apps := p.apps[:0]
 	p.act, p.shadowEx = nil, nil
 	used := 0 // the limit key values this request put in p.comps
+	p.clockNS = 0
 policies:
 	for _, rules := range p.cfg.policies {
 		for _, r := range rules {
+			// A rule outside its time is passed over as one whose match
+			// does not hold.
+			if r.timed && !r.during.ActiveAt(p.nowNS()) {
+				continue
+			}
 			// One exact condition on a header (the commonest rule that
 			// does not apply, such as each rule of a shadow trial) is
 			// decided here, without matches and its loop over conditions,

@@ -100,6 +100,18 @@ type requestScratch struct {
 	// shadowEx is the first applying exempt rule in shadow mode, else nil:
 	// it exempts the request from shadow rules only (actions.go).
 	shadowEx *compiledRule
+	// clockNS is the clock as the request's decision read it (Unix
+	// nanoseconds), 0 until read: a rule for a time and the algorithms
+	// read it once between them (nowNS).
+	clockNS int64
+}
+
+// nowNS reads the clock once per decision (selectRules resets it).
+func (p *pluginContext) nowNS() int64 {
+	if p.clockNS == 0 {
+		p.clockNS = nowNanos()
+	}
+	return p.clockNS
 }
 
 // OnPluginStart is proxy_on_configure: parse and validate the plugin

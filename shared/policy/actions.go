@@ -59,9 +59,9 @@ type Override struct {
 	Bounds
 }
 
-// Bounds are when an override applies, in Unix nanoseconds (0: no bound):
-// from From, inclusive, until Until, exclusive. The filter, the simulator
-// and the rate limit service all decide with ActiveAt.
+// Bounds are when a rule or an override applies, in Unix nanoseconds (0: no
+// bound): from From, inclusive, until Until, exclusive. The filter, the
+// simulator and the rate limit service all decide with ActiveAt.
 type Bounds struct{ From, Until int64 }
 
 // ActiveAt reports whether now (Unix nanoseconds) is within the bounds.
@@ -202,10 +202,7 @@ func (p *parser) override(path string, i int, ov *jvalue, r *Rule, cfg *jvalue, 
 			o.Key = kv.s
 		}
 	}
-	o.From = p.overrideTime(join(opath, "from"), f["from"])
-	if o.Until = p.overrideTime(join(opath, "until"), f["until"]); o.Until != 0 && o.From != 0 && o.Until <= o.From {
-		p.errorf(join(opath, "until"), "must be after from (", f["from"].s, "); the override would never apply")
-	}
+	o.Bounds = p.bounds(opath, f, "override")
 	cpath := join(opath, "algorithm_config")
 	cv := f["algorithm_config"]
 	switch {
@@ -236,9 +233,19 @@ func (p *parser) override(path string, i int, ov *jvalue, r *Rule, cfg *jvalue, 
 	return o, len(p.errs) == before
 }
 
-// overrideTime reads an override's "from" or "until": an RFC 3339 time,
-// as Unix nanoseconds (0 when absent or wrong, which is reported).
-func (p *parser) overrideTime(path string, v *jvalue) int64 {
+// bounds reads the "from" and "until" of a rule or an override (what) at
+// path; a bound that is absent or wrong (reported) is 0.
+func (p *parser) bounds(path string, f map[string]*jvalue, what string) Bounds {
+	b := Bounds{From: p.boundTime(join(path, "from"), f["from"]), Until: p.boundTime(join(path, "until"), f["until"])}
+	if b.From != 0 && b.Until != 0 && b.Until <= b.From {
+		p.errorf(join(path, "until"), "must be after from (", f["from"].s, "); the ", what, " would never apply")
+	}
+	return b
+}
+
+// boundTime reads a "from" or "until": an RFC 3339 time, as Unix
+// nanoseconds (0 when absent or wrong, which is reported).
+func (p *parser) boundTime(path string, v *jvalue) int64 {
 	if v == nil {
 		return 0
 	}

@@ -60,6 +60,7 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 				nr.TelemetryIdentity = IdentityClear
 			}
 			nr.EnforcePercent = r.EnforcePercent
+			nr.From, nr.Until = boundText(r.From), boundText(r.Until)
 			if r.Unmarked {
 				mark := false
 				nr.ShadowMark = &mark
@@ -186,6 +187,9 @@ type normRule struct {
 	// Written only when set, for the same reason.
 	RejectBody        *string `json:"reject_body,omitempty"`
 	RejectContentType string  `json:"reject_content_type,omitempty"`
+	// Written only when set, for the same reason.
+	From  string `json:"from,omitempty"`
+	Until string `json:"until,omitempty"`
 }
 
 type normTokenBucket struct {
@@ -252,8 +256,8 @@ type normOverride struct {
 	Until  string `json:"until,omitempty"`
 }
 
-// overrideTimeText writes an override's bound in UTC (RFC 3339).
-func overrideTimeText(ns int64) string {
+// boundText writes a rule's or an override's bound in UTC (RFC 3339).
+func boundText(ns int64) string {
 	if ns == 0 {
 		return ""
 	}
@@ -277,7 +281,7 @@ func normalizeOverrides(os []Override) []normOverride {
 	out := make([]normOverride, len(os))
 	for i, o := range os {
 		out[i].Key = o.Key
-		out[i].From, out[i].Until = overrideTimeText(o.From), overrideTimeText(o.Until)
+		out[i].From, out[i].Until = boundText(o.From), boundText(o.Until)
 		switch {
 		case o.TokenBucket != nil:
 			out[i].Config = normOverrideTB{TokensPerSecond: o.TokenBucket.TokensPerSecond, Burst: o.TokenBucket.Burst}

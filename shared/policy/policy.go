@@ -157,6 +157,10 @@ type Rule struct {
 	// and deny rules; reply.go): nil sends the configuration's
 	// (Config.RejectReply).
 	Reply *Reply
+	// Bounds are "from" and "until": the rule applies only between them
+	// (actions.go). Outside, it is passed over as a rule whose match does
+	// not hold: the next rule of its policy is tried.
+	Bounds
 }
 
 // SourceKind is where a key or match value is read from.

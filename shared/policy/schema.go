@@ -151,6 +151,8 @@ func schemaProperties() map[string]obj {
 				"description": "How telemetry shows this rule's header:, jwt:, query: and metadata: key values: masked (default) or clear."},
 			"scope": obj{"type": "string", "enum": []string{ScopeLocal, ScopeGlobal}, "default": ScopeLocal,
 				"description": "local: the limit holds per Envoy process; global: across every process sharing the fleet backend (needs fleet)."},
+			"from":  obj{"type": "string", "pattern": rfc3339Pattern, "description": "RFC 3339 time from which the rule applies (inclusive); before it the rule is passed over and the next rule of its policy is tried."},
+			"until": obj{"type": "string", "pattern": rfc3339Pattern, "description": "RFC 3339 time at which the rule ends (exclusive); from then on it is passed over, with no push."},
 		},
 		"tokenBucket": {
 			"tokens_per_second": rate("Steady refill rate (tokens per second). Exactly one of tokens_per_second and rps."),

@@ -89,14 +89,14 @@ func TestEndedOverridesAreReportedByPosition(t *testing.T) {
 		t.Fatal(err)
 	}
 	day := func(d int) int64 { return time.Date(2026, 12, d, 0, 0, 0, 0, time.UTC).UnixNano() }
-	if w := cfg.EndedOverrides(day(1) - 1); len(w) != 0 {
+	if w := cfg.Ended(day(1) - 1); len(w) != 0 {
 		t.Errorf("before any until: %v", w)
 	}
-	w := cfg.EndedOverrides(day(2))
+	w := cfg.Ended(day(2))
 	if len(w) != 1 || w[0].String() != `rule "api": overrides[0], overrides[1] ended (the last on 2026-12-02T00:00:00Z): those identities have the rule's limits again; remove them` {
 		t.Errorf("on the 2nd: %v", w)
 	}
-	w = cfg.EndedOverrides(day(21))
+	w = cfg.Ended(day(21))
 	if len(w) != 1 || !strings.Contains(w[0].Message, "overrides[4], and 3 more ended (the last on 2026-12-20T00:00:00Z)") || strings.Contains(w[0].Message, "secret") {
 		t.Errorf("on the 21st: %v", w)
 	}

@@ -72,9 +72,11 @@ func blanket(r *Rule) []Warning {
 
 // appliesToEvery reports whether r applies to every request it is tried
 // on: no match conditions, and only limit keys every request has (its
-// path and method, and the client address, which Envoy always knows).
+// path and method, and the client address, which Envoy always knows). A
+// rule for a time does not: outside it, the rules after it apply, and a
+// blanket rule for a time (a maintenance window's deny) is deliberate.
 func appliesToEvery(r *Rule) bool {
-	if len(r.Match) > 0 {
+	if len(r.Match) > 0 || r.Bounded() {
 		return false
 	}
 	for _, k := range r.Keys {
@@ -159,15 +161,21 @@ func metadataMistakes(r *Rule) []Warning {
 	return out
 }
 
-// EndedOverrides reports, per rule, the overrides whose until is at or
-// before now (Unix nanoseconds): valid, but their identities have the
-// rule's limits again, so they are dead weight. The overrides are named
-// by position, not by key: a key may be a secret (an API key).
-func (c *Config) EndedOverrides(now int64) []Warning {
+// Ended reports the rules and the overrides whose until is at or before
+// now (Unix nanoseconds): valid, but dead weight, since such a rule is
+// passed over and such an override's identity has its rule's limits
+// again. Overrides are named by position, not by key: a key may be a
+// secret (an API key).
+func (c *Config) Ended(now int64) []Warning {
 	var out []Warning
 	for _, p := range c.Policies {
 		for i := range p.Rules {
 			r := &p.Rules[i]
+			if r.Until != 0 && r.Until <= now {
+				out = append(out, Warning{Rule: r.Name, Message: "ended on " + time.Unix(0, r.Until).UTC().Format(time.RFC3339) +
+					": the rule applies to no request any more; remove it"})
+				continue
+			}
 			var ended []string
 			last := int64(0)
 			for j := range r.Overrides {

@@ -31,6 +31,10 @@ func TestWarningsFindRulesNoRequestReaches(t *testing.T) {
 			{"name":"all","action":"exempt"},
 			{"name":"per-ip","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":2}}]}`,
 			[]string{"all: this exempt rule has no match, so it exempts every request: no rule of any policy limits", `per-ip: never applies: rule "all"`}},
+		{"a rule for a time is no catch-all, and a blanket deny for a time is a maintenance window", `{"rules":[
+			{"name":"maintenance","action":"deny","deny_status":503,"from":"2026-12-24T02:00:00Z","until":"2026-12-24T03:00:00Z"},
+			{"name":"sale","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":2},"until":"2026-12-27T00:00:00Z"},
+			{"name":"per-ip","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}}]}`, nil},
 		{"a shadow exempt rule without a match", `{"rules":[{"name":"all","action":"exempt","mode":"shadow"}]}`,
 			[]string{"all: this shadow exempt rule has no match, so it exempts every request: no shadow rule"}},
 		{"a deny rule without a match", `{"rules":[{"name":"gone","action":"deny","deny_status":410}]}`,

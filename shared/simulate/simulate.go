@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sluice-rl/sluice/shared/limiter"
 	"github.com/sluice-rl/sluice/shared/policy"
@@ -219,6 +220,10 @@ func Run(cfg *policy.Config, req Request, opt Options) Result {
 				rr.Why = "not evaluated: rule " + strconv.Quote(p.Rules[pr.Applied].Name) + " before it applies (first match wins)"
 				continue
 			}
+			if !r.ActiveAt(nanos(opt.Now)) {
+				rr.Why = outOfTime(r.Bounds)
+				continue
+			}
 			if why := src.mismatch(r); why != "" {
 				rr.Why = why
 				continue
@@ -349,6 +354,22 @@ func replyOf(cfg *policy.Config, r *policy.Rule, def string) (body, contentType 
 	return def, policy.ContentTypeJSON
 }
 
+// nanos is now (unix seconds, in whole microseconds as limiter.Seconds
+// reads the clock) in Unix nanoseconds, as bounds are.
+func nanos(now float64) int64 { return int64(math.Round(now*1e6)) * 1000 }
+
+// outOfTime says why a rule for a time does not apply now.
+func outOfTime(b policy.Bounds) string {
+	text := func(ns int64) string { return time.Unix(0, ns).UTC().Format(time.RFC3339Nano) }
+	switch {
+	case b.From == 0:
+		return "not in its time: it ended at " + text(b.Until) + " (the next rule is tried)"
+	case b.Until == 0:
+		return "not in its time: it applies from " + text(b.From) + " (the next rule is tried)"
+	}
+	return "not in its time: it applies from " + text(b.From) + " until " + text(b.Until) + " (the next rule is tried)"
+}
+
 // limitsFor returns the rule deciding identity at now (unix seconds): r,
 // or a copy of r with the limits of the identity's override (matched as
 // the filter matches it: the key as the rule builds the identity), if it
@@ -361,7 +382,7 @@ func limitsFor(r *policy.Rule, identity string, now float64) (*policy.Rule, bool
 		if string(id) != identity {
 			continue
 		}
-		if !o.ActiveAt(int64(math.Round(now*1e6)) * 1000) { // now: whole microseconds (limiter.Seconds)
+		if !o.ActiveAt(nanos(now)) {
 			return r, false
 		}
 		wr := *r

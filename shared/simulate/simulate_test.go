@@ -448,3 +448,40 @@ func TestStoresKeepTheSampleResponsesCharge(t *testing.T) {
 		t.Fatalf("without a sample: stores %+v, want the state unchanged (new)", s)
 	}
 }
+
+// A rule outside its time does not apply and says when it does; the next
+// rule of its policy is tried, as the filter tries it.
+func TestRuleOutsideItsTimeSaysWhenItApplies(t *testing.T) {
+	cfg := mustParse(t, `{"rules":[
+  {"name":"maintenance","action":"deny","deny_status":503,"from":"2026-12-24T02:00:00Z","until":"2026-12-24T03:00:00Z"},
+  {"name":"sale","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":2},"until":"2026-12-27T00:00:00Z"},
+  {"name":"api","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}}]}`)
+	at := func(s string) float64 {
+		tm, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return float64(tm.Unix())
+	}
+	req := Request{Method: "GET", Path: "/", ClientAddress: "10.0.0.1:1"}
+	for _, c := range []struct {
+		at, rule string
+		status   int
+		whys     []string
+	}{
+		{"2026-12-24T01:59:59Z", "sale", 0, []string{"not in its time: it applies from 2026-12-24T02:00:00Z until 2026-12-24T03:00:00Z (the next rule is tried)"}},
+		{"2026-12-24T02:00:00Z", "maintenance", 503, nil},
+		{"2026-12-27T00:00:00Z", "api", 0, []string{"not in its time: it applies from 2026-12-24T02:00:00Z until", "not in its time: it ended at 2026-12-27T00:00:00Z (the next rule is tried)"}},
+	} {
+		res := Run(cfg, req, Options{Now: at(c.at)})
+		p := res.Policies[0]
+		if applied := p.Rules[p.Applied].Name; applied != c.rule || res.Status != c.status {
+			t.Errorf("at %s: %s applied, status %d; want %s, %d", c.at, applied, res.Status, c.rule, c.status)
+		}
+		for i, want := range c.whys {
+			if !strings.HasPrefix(p.Rules[i].Why, want) {
+				t.Errorf("at %s: %s says %q, want %q", c.at, p.Rules[i].Name, p.Rules[i].Why, want)
+			}
+		}
+	}
+}

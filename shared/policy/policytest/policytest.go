@@ -168,6 +168,7 @@ func (g *configGen) rule() map[string]any {
 	if match := g.match(); len(match) > 0 {
 		r["match"] = match
 	}
+	g.bounds(r)
 	if g.rng.IntN(3) == 0 {
 		r["mode"] = g.oneOf("shadow", "shadow", "enforce")
 		if r["mode"] == "shadow" && g.rng.IntN(3) == 0 {
@@ -223,6 +224,21 @@ func (g *configGen) rule() map[string]any {
 	}
 	g.reply(r)
 	return r
+}
+
+// bounds gives one rule in eight a time: ended, started or current at
+// any clock from 2000 to 2200, so that whoever runs the configuration
+// needs no particular clock to see the same rules apply.
+func (g *configGen) bounds(r map[string]any) {
+	const y2000, y2200 = "2000-01-01T00:00:00Z", "2200-01-01T00:00:00Z"
+	switch g.rng.IntN(24) {
+	case 0:
+		r["until"] = y2000
+	case 1:
+		r["from"] = y2000
+	case 2:
+		r["from"], r["until"] = y2000, y2200
+	}
 }
 
 // reply gives one object in five (the configuration, a limit or a deny
