@@ -94,6 +94,7 @@ type options struct {
 	InitialPolicy string
 	InitialTests  string
 	RequireReview bool
+	PolicyFile    policyFileOptions // policy_file.go
 
 	TelemetryToken    string
 	TelemetryTokenEnv string
@@ -142,6 +143,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.InitialPolicy, "initial-policy", env("SLUICE_INITIAL_POLICY", ""), "policy file stored as version 1 when the database is empty (default: a shadow-mode per-IP limit) (SLUICE_INITIAL_POLICY)")
 	fs.BoolVar(&o.RequireReview, "require-review", envBool("SLUICE_REQUIRE_REVIEW"), "every save of the policy waits for another person's approval on the Changes page (a rollback never does) (SLUICE_REQUIRE_REVIEW)")
 	fs.StringVar(&o.InitialTests, "initial-tests", env("SLUICE_INITIAL_TESTS", ""), "policy tests file saved as the first tests when none were ever saved; every save must pass them (SLUICE_INITIAL_TESTS)")
+	o.PolicyFile.register(fs)
 	fs.StringVar(&o.LogLevel, "log-level", env("SLUICE_LOG_LEVEL", "info"), "debug, info, warn or error (SLUICE_LOG_LEVEL)")
 	fs.StringVar(&o.TelemetryToken, "telemetry-token", env("SLUICE_TELEMETRY_TOKEN", ""), "token the plugins send with their telemetry reports, at least 16 characters; empty: the stored one, or generate one at first start and print it once (SLUICE_TELEMETRY_TOKEN)")
 	fs.StringVar(&o.TelemetryTokenEnv, "telemetry-token-env", env("SLUICE_TELEMETRY_TOKEN_ENV", DefaultTokenEnv), "VM environment variable for policies with telemetry.token_env: pushed over ECDS with the token when -telemetry-token is set,\n"+
@@ -243,6 +245,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	if _, err := istio.Render([]byte("{}"), 0, o.Istio); err != nil {
 		return o, fmt.Errorf("-istio-* flags: %w", err)
+	}
+	if err := o.PolicyFile.check(o.InitialPolicy, o.InitialTests); err != nil {
+		return o, err
 	}
 	if o.WasmPath == "" {
 		return o, errors.New("-wasm-path: empty")
@@ -487,6 +492,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	var audit httpapi.AuditLog = st
 	if hook != nil {
 		audit = notify.Log{AuditLog: st, Hook: hook}
+	}
+	if err := o.PolicyFile.follow(ctx, svc, audit, metrics.Registry(), logger); err != nil {
+		return err
 	}
 	hcfg := httpapi.Config{
 		Policies: svc, Auth: authn, Nodes: nodes, Istio: o.Istio, EnvoyGateway: o.EnvoyGateway, Logger: logger, SecureCookies: o.SecureCookies,

@@ -112,6 +112,19 @@ type EditorPage struct {
 	OfferSkipTests bool
 	// Review: saves wait for another person's approval (-require-review).
 	Review bool
+	// Follows is the file the policy follows (nil: none): saves here are
+	// refused, and the page says whether the file is applied.
+	Follows *FileFollow
+}
+
+// FileFollow is what the admin found at its last look at the policy file
+// it follows.
+type FileFollow struct {
+	Path, Tests string
+	SHA256      string // short
+	Version     int64  // the current version when it is the file's, else 0
+	Checked     string // the last look
+	Err         string // why the file is not applied, "" when it is
 }
 
 // Conflict explains a refused save whose base version was stale.

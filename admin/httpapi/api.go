@@ -107,9 +107,12 @@ func (s *server) writeAPIError(w http.ResponseWriter, r *http.Request, err error
 		writeJSON(w, status, body)
 		return
 	}
+	var me *policies.ManagedError
 	switch {
 	case errors.As(err, &se):
 		writeJSON(w, http.StatusForbidden, map[string]any{"error": se.Error(), "changes": se.Changes, "scope": se.Scope.String()})
+	case errors.As(err, &me):
+		writeJSON(w, http.StatusConflict, map[string]any{"error": me.Error(), "follows": me.Path})
 	case errors.As(err, &ae):
 		body := map[string]any{"error": ae.msg}
 		for k, v := range ae.extra {
@@ -181,6 +184,18 @@ type versionJSON struct {
 	Message    string          `json:"message"`
 	Created    time.Time       `json:"created"`
 	Policy     json.RawMessage `json:"policy,omitempty"`
+	// Follows is, on the current version, the file the policy follows.
+	Follows *followsJSON `json:"follows,omitempty"`
+}
+
+// followsJSON is the last look at the file the policy follows.
+type followsJSON struct {
+	File    string    `json:"file"`
+	Tests   string    `json:"tests,omitempty"`
+	SHA256  string    `json:"sha256,omitempty"`
+	Applied bool      `json:"applied"` // the current version is the file's content
+	Error   string    `json:"error,omitempty"`
+	Checked time.Time `json:"checked"`
 }
 
 func toJSON(v policies.Version, withPolicy bool) versionJSON {
@@ -197,7 +212,12 @@ func (s *server) apiCurrent(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	w.Header().Set("ETag", strconv.Quote(strconv.FormatInt(v.Number, 10)))
-	writeJSON(w, http.StatusOK, toJSON(v, true))
+	out := toJSON(v, true)
+	if st, ok := s.Policies.FileStatus(); ok {
+		out.Follows = &followsJSON{File: st.Policy, Tests: st.Tests, SHA256: st.SHA256, Applied: st.Err == "" && st.Version == v.Number,
+			Error: st.Err, Checked: st.Checked.UTC()}
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 

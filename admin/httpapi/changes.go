@@ -356,11 +356,8 @@ func (s *server) approveSubmit(w http.ResponseWriter, r *http.Request, sess auth
 		status = http.StatusUnprocessableEntity
 		p.Flashes = []web.Flash{{Kind: "error", Text: "Not approved: " + tf.Error() + "."}}
 		p.TestReport = reportView("change "+i64s(id), tf.Revision, tf.Report)
-	case errors.As(err, new(*policies.ConflictError)), errors.As(err, new(*policies.ScopeError)), errors.As(err, new(*policies.ValidationError)):
-		status = http.StatusConflict
-		if errors.As(err, new(*policies.ScopeError)) {
-			status = http.StatusForbidden
-		}
+	case errors.As(err, new(*policies.ConflictError)), refused(err) != 0, errors.As(err, new(*policies.ValidationError)):
+		status = max(http.StatusConflict, refused(err))
 		p.Flashes = []web.Flash{{Kind: "error", Text: "Not approved: " + err.Error()}}
 	default:
 		return err

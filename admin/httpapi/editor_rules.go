@@ -224,6 +224,7 @@ func (s *server) rulesSubmit(w http.ResponseWriter, r *http.Request, sess auth.S
 		Message: f.Get("message"),
 		Sim:     simFormOf(f),
 		Review:  s.Policies.ReviewRequired(),
+		Follows: s.follows(),
 	}
 	if base, err := parseVersion(f.Get("base_version"), "base_version"); err == nil {
 		p.BaseVersion = base

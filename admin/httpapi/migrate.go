@@ -182,8 +182,8 @@ func (s *server) migrateSubmit(w http.ResponseWriter, r *http.Request, sess auth
 		return nil
 	case errors.As(err, &ve), errors.As(err, &ie), errors.As(err, new(*policies.TestsFailedError)):
 		return fail(http.StatusUnprocessableEntity, "Not saved: "+err.Error())
-	case errors.As(err, new(*policies.ScopeError)):
-		return fail(http.StatusForbidden, "Not saved: "+err.Error())
+	case refused(err) != 0:
+		return fail(refused(err), "Not saved: "+err.Error())
 	}
 	return err
 }

@@ -139,7 +139,7 @@ func (s *server) overridesSubmit(w http.ResponseWriter, r *http.Request, sess au
 	case errors.As(err, &ie):
 		p.Flashes = []web.Flash{{Kind: "error", Text: "Not saved: " + ie.Error()}}
 		s.render(w, r, http.StatusBadRequest, web.Overrides(p))
-	case errors.As(err, new(*policies.ScopeError)):
+	case refused(err) != 0:
 		p.Flashes = []web.Flash{{Kind: "error", Text: "Not saved: " + err.Error()}}
 		s.render(w, r, http.StatusForbidden, web.Overrides(p))
 	case errors.As(err, new(*policies.TestsFailedError)):

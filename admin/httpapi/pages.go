@@ -302,7 +302,7 @@ func (s *server) editorPage(w http.ResponseWriter, r *http.Request, sess auth.Se
 	p := web.EditorPage{
 		Nav: nav(sess, "policy"), Flashes: flashFromQuery(r.URL.Query()), Review: s.Policies.ReviewRequired(),
 		Current: versionInfo(cur, cur.Number), BaseVersion: cur.Number, Draft: draft, Rows: rows(draft),
-		Rules: rulesView(draft, nil, scopeOf(sess.Principal())),
+		Rules: rulesView(draft, nil, scopeOf(sess.Principal())), Follows: s.follows(),
 	}
 	if canEdit(sess) {
 		p.Import = importForm(sess, cur) // overrides_page.go
@@ -394,9 +394,9 @@ func (s *server) editorSubmit(w http.ResponseWriter, r *http.Request, sess auth.
 	case errors.As(err, &ie):
 		p.Flashes = []web.Flash{{Kind: "error", Text: "Not saved: " + ie.Error()}}
 		s.render(w, r, http.StatusBadRequest, web.Editor(p))
-	case errors.As(err, new(*policies.ScopeError)):
+	case refused(err) != 0:
 		p.Flashes = []web.Flash{{Kind: "error", Text: "Not saved: " + err.Error()}}
-		s.render(w, r, http.StatusForbidden, web.Editor(p))
+		s.render(w, r, refused(err), web.Editor(p))
 	default:
 		return err
 	}
@@ -539,8 +539,8 @@ func (s *server) rollbackSubmit(w http.ResponseWriter, r *http.Request, sess aut
 		s.renderError(w, r, nav(sess, "history"), http.StatusUnprocessableEntity, "Not rolled back",
 			fmt.Sprintf("v%d is not valid for the current filter, so it cannot be restored: %s", to, ve.Errors.Error()))
 		return nil
-	case errors.As(err, new(*policies.ScopeError)):
-		s.renderError(w, r, nav(sess, "history"), http.StatusForbidden, "Not rolled back", err.Error())
+	case refused(err) != 0:
+		s.renderError(w, r, nav(sess, "history"), refused(err), "Not rolled back", err.Error())
 		return nil
 	}
 	return err

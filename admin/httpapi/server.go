@@ -46,6 +46,9 @@ type Policies interface {
 	SaveTests(ctx context.Context, r policies.SaveTestsRequest) (policies.Tests, error)
 	RunTests(ctx context.Context, doc []byte, body string) (policycheck.Report, int64, error)
 	ReviewRequired() bool
+	// FileStatus is the last look at the file the policy follows; ok is
+	// false when it follows none.
+	FileStatus() (st policies.FileStatus, ok bool)
 	Changes(ctx context.Context, state string, limit int) ([]policies.Change, error)
 	Change(ctx context.Context, id int64) (policies.Change, error)
 	Approve(ctx context.Context, r policies.ReviewRequest) (policies.Version, error)

@@ -343,6 +343,9 @@ func (s *server) testsRefusal(r *http.Request, p *web.TestsPage, err error) (int
 	case errors.As(err, &ie):
 		p.Flashes = []web.Flash{{Kind: "error", Text: "Not saved: " + ie.Error()}}
 		return http.StatusBadRequest, nil
+	case refused(err) != 0:
+		p.Flashes = []web.Flash{{Kind: "error", Text: "Not saved: " + err.Error()}}
+		return refused(err), nil
 	}
 	return 0, err
 }

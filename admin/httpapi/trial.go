@@ -344,8 +344,8 @@ func (s *server) trialStartSubmit(w http.ResponseWriter, r *http.Request, sess a
 		return refuse(http.StatusConflict, re.Error()+".")
 	case errors.As(err, &ce):
 		return refuse(http.StatusConflict, ce.Error()+": your draft was written on an older version. Reload the policy page and edit the current one.")
-	case errors.As(err, new(*policies.ScopeError)):
-		return refuse(http.StatusForbidden, err.Error())
+	case refused(err) != 0:
+		return refuse(refused(err), err.Error())
 	}
 	return err
 }
@@ -371,8 +371,8 @@ func (s *server) trialPromoteSubmit(w http.ResponseWriter, r *http.Request, sess
 			". The draft was written against an older version: end the trial, edit the current policy and try again."})
 	case errors.As(err, new(*policies.ValidationError)):
 		return s.trialPageWith(w, r, sess, http.StatusUnprocessableEntity, web.Flash{Kind: "error", Text: "Not promoted: " + err.Error()})
-	case errors.As(err, new(*policies.ScopeError)):
-		return s.trialPageWith(w, r, sess, http.StatusForbidden, web.Flash{Kind: "error", Text: "Not promoted: " + err.Error()})
+	case refused(err) != 0:
+		return s.trialPageWith(w, r, sess, refused(err), web.Flash{Kind: "error", Text: "Not promoted: " + err.Error()})
 	case errors.As(err, new(*policies.ProposedError)):
 		return err // the change to review (pageError shows it)
 	}

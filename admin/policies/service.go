@@ -174,6 +174,8 @@ type Service struct {
 	initial []byte // version 1 of an empty database (nil: DefaultConfig)
 
 	review atomic.Bool // saves are proposed, and saved once approved (review.go)
+
+	file atomic.Pointer[fileState] // the file the policy follows (file.go), nil for none
 }
 
 // PublishStatus is the outcome of the last publication.
@@ -417,8 +419,18 @@ func Check(doc []byte) (norm []byte, warnings []policy.Warning, err error) {
 // Save validates the configuration, checks it against the saved tests
 // (unless SkipTests), stores it as version Base+1 and publishes it.
 // Errors: *ValidationError (nothing stored or published), *TestsFailedError,
-// *ConflictError (Base is stale), *InputError.
+// *ConflictError (Base is stale), *InputError, *ManagedError (the policy
+// follows a file).
 func (s *Service) Save(ctx context.Context, r SaveRequest) (Version, error) {
+	if err := s.managed("save"); err != nil {
+		return Version{}, err
+	}
+	return s.save(ctx, r, false)
+}
+
+// save is Save; fromFile saves the followed file's content, reviewed in
+// Git: it is never proposed for review here.
+func (s *Service) save(ctx context.Context, r SaveRequest, fromFile bool) (Version, error) {
 	author, msg, err := cleanMeta(r.Author, r.Message)
 	if err != nil {
 		return Version{}, err
@@ -445,7 +457,7 @@ func (s *Service) Save(ctx context.Context, r SaveRequest) (Version, error) {
 			return Version{}, err
 		}
 	}
-	if s.review.Load() && r.approvedBy == "" {
+	if s.review.Load() && r.approvedBy == "" && !fromFile {
 		return Version{}, s.propose(ctx, r.Base, norm, tests, author, msg)
 	}
 	v, err := s.append(ctx, r.Base, store.NewVersion{JSON: norm, Author: author, Message: msg})
@@ -508,6 +520,9 @@ type RollbackRequest struct {
 // "rollback to vN" and publishes it. The old configuration is validated
 // again: one that today's parser refuses is not restored.
 func (s *Service) Rollback(ctx context.Context, r RollbackRequest) (Version, error) {
+	if err := s.managed("rollback"); err != nil {
+		return Version{}, err
+	}
 	author, _, err := cleanMeta(r.Author, "")
 	if err != nil {
 		return Version{}, err

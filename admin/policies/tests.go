@@ -68,8 +68,16 @@ func (s *Service) Tests(ctx context.Context) (Tests, error) {
 
 // SaveTests stores new tests as revision Base+1 once they pass against
 // the current version. Errors: *TestsFileError, *TestsFailedError,
-// *TestsConflictError, *InputError.
+// *TestsConflictError, *InputError, *ManagedError (the tests follow a
+// file).
 func (s *Service) SaveTests(ctx context.Context, r SaveTestsRequest) (Tests, error) {
+	if err := s.managed("tests"); err != nil {
+		return Tests{}, err
+	}
+	return s.saveTests(ctx, r)
+}
+
+func (s *Service) saveTests(ctx context.Context, r SaveTestsRequest) (Tests, error) {
 	author, _, err := cleanMeta(r.Author, "")
 	if err != nil {
 		return Tests{}, err

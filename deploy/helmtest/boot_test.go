@@ -128,6 +128,7 @@ const chartAdminToken = "chart-admin-token-0123456789"
 type podAdmin struct {
 	url, metrics string
 	out          *strings.Builder
+	dir          string // where the ConfigMap's files are, as /etc/sluice in the pod
 }
 
 // startPodAdmin runs bin as the Deployment d would, on the initial policy
@@ -136,14 +137,17 @@ type podAdmin struct {
 func startPodAdmin(t *testing.T, bin string, objs map[string][]map[string]any, d *appsv1.Deployment, extra map[string]string) *podAdmin {
 	t.Helper()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "policy.json"), []byte(objs["ConfigMap"][0]["data"].(map[string]any)["policy.json"].(string)), 0o600); err != nil {
-		t.Fatal(err)
+	for name, body := range objs["ConfigMap"][0]["data"].(map[string]any) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body.(string)), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	local := func() string { return fmt.Sprintf("127.0.0.1:%d", fleettest.FreePort(t)) }
 	addr, metrics := local(), local()
-	a := &podAdmin{url: "http://" + addr, metrics: "http://" + metrics, out: &strings.Builder{}}
+	a := &podAdmin{url: "http://" + addr, metrics: "http://" + metrics, out: &strings.Builder{}, dir: dir}
 	env := map[string]string{ // podEnv takes only those the Deployment has
-		"SLUICE_DATA_DIR": dir, "SLUICE_INITIAL_POLICY": filepath.Join(dir, "policy.json"),
+		"SLUICE_DATA_DIR": dir, "SLUICE_INITIAL_POLICY": filepath.Join(dir, "policy.json"), "SLUICE_INITIAL_TESTS": filepath.Join(dir, "policy.tests.yaml"),
+		"SLUICE_POLICY_FILE": filepath.Join(dir, "policy.json"), "SLUICE_POLICY_TESTS_FILE": filepath.Join(dir, "policy.tests.yaml"),
 		"SLUICE_ADMIN_LISTEN": addr, "SLUICE_METRICS_LISTEN": metrics, "SLUICE_XDS_LISTEN": local(), "SLUICE_RLS_LISTEN": local(),
 		"SLUICE_ADMIN_TOKEN": chartAdminToken, "SLUICE_TELEMETRY_TOKEN": "chart-telemetry-token-0123456789",
 	}
