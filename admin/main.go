@@ -94,6 +94,7 @@ type options struct {
 	InitialPolicy string
 	InitialTests  string
 	RequireReview bool
+	ReviewOnly    string            // -review-policies
 	PolicyFile    policyFileOptions // policy_file.go
 
 	TelemetryToken    string
@@ -142,6 +143,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.IstioTarget, "istio-target", env("SLUICE_ISTIO_TARGET", ""), "targetRefs of the WasmPlugin instead of a selector: Gateway/<name>, GatewayClass/<name>, Service/<name> or ServiceEntry/<name>, comma-separated (SLUICE_ISTIO_TARGET)")
 	fs.StringVar(&o.InitialPolicy, "initial-policy", env("SLUICE_INITIAL_POLICY", ""), "policy file stored as version 1 when the database is empty (default: a shadow-mode per-IP limit) (SLUICE_INITIAL_POLICY)")
 	fs.BoolVar(&o.RequireReview, "require-review", envBool("SLUICE_REQUIRE_REVIEW"), "every save of the policy waits for another person's approval on the Changes page (a rollback never does) (SLUICE_REQUIRE_REVIEW)")
+	fs.StringVar(&o.ReviewOnly, "review-policies", env("SLUICE_REVIEW_POLICIES", ""), "with -require-review, only saves that change these policies (names and prefixes ending in *, comma-separated) or a top-level setting wait for review (SLUICE_REVIEW_POLICIES)")
 	fs.StringVar(&o.InitialTests, "initial-tests", env("SLUICE_INITIAL_TESTS", ""), "policy tests file saved as the first tests when none were ever saved; every save must pass them (SLUICE_INITIAL_TESTS)")
 	o.PolicyFile.register(fs)
 	fs.StringVar(&o.LogLevel, "log-level", env("SLUICE_LOG_LEVEL", "info"), "debug, info, warn or error (SLUICE_LOG_LEVEL)")
@@ -248,6 +250,12 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	if err := o.PolicyFile.check(o.InitialPolicy, o.InitialTests); err != nil {
 		return o, err
+	}
+	if o.ReviewOnly != "" && !o.RequireReview {
+		return o, errors.New("-review-policies needs -require-review")
+	}
+	if _, err := policies.ParseScope(o.ReviewOnly); err != nil {
+		return o, fmt.Errorf("-review-policies: %w", err)
 	}
 	if o.WasmPath == "" {
 		return o, errors.New("-wasm-path: empty")
@@ -421,6 +429,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	svc := policies.New(st, svcPub, logger)
 	svc.SetReviewRequired(o.RequireReview)
+	reviewOnly, _ := policies.ParseScope(o.ReviewOnly) // checked by parseOptions
+	svc.SetReviewPolicies(reviewOnly)
 	if trials != nil {
 		trials.SetPolicies(svc)
 	}

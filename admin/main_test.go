@@ -11,7 +11,7 @@ import (
 
 func TestParseOptions(t *testing.T) {
 	for _, k := range []string{"SLUICE_ADMIN_LISTEN", "SLUICE_XDS_LISTEN", "SLUICE_DATA_DIR", "SLUICE_ADMIN_TOKEN", "SLUICE_WASM_PATH", "SLUICE_ISTIO_URL", "SLUICE_ISTIO_SELECTOR", "SLUICE_ISTIO_TARGET",
-		"SLUICE_POLICY_FILE", "SLUICE_POLICY_TESTS_FILE", "SLUICE_INITIAL_POLICY", "SLUICE_INITIAL_TESTS"} {
+		"SLUICE_POLICY_FILE", "SLUICE_POLICY_TESTS_FILE", "SLUICE_INITIAL_POLICY", "SLUICE_INITIAL_TESTS", "SLUICE_REQUIRE_REVIEW", "SLUICE_REVIEW_POLICIES"} {
 		t.Setenv(k, "")
 	}
 	o, err := parseOptions([]string{"-listen", ":9999", "-istio-selector", "istio=ingressgateway", "-wasm-path", "x.wasm"}, io.Discard)
@@ -50,6 +50,8 @@ func TestParseOptions(t *testing.T) {
 		{[]string{"-database", "mysql://db"}, "-database"},
 		{[]string{"-telemetry-max-bytes", "10KiB"}, "-telemetry-max-bytes"},
 		{[]string{"-policy-tests-file", "t.yaml"}, "-policy-tests-file needs -policy-file"},
+		{[]string{"-review-policies", "payments-*"}, "-review-policies needs -require-review"},
+		{[]string{"-require-review", "-review-policies", "pay*ments"}, `-review-policies: policies: "pay*ments" is not a policy name`},
 		{[]string{"-policy-file", "p.json", "-initial-policy", "i.json"}, "-initial-policy and -policy-file: give one"},
 		{[]string{"-policy-file", "p.json", "-policy-tests-file", "t.yaml", "-initial-tests", "i.yaml"}, "-initial-tests and -policy-tests-file"},
 		{[]string{"-policy-file", "p.json", "-policy-file-interval", "soon"}, `-policy-file-interval: "soon" is not a duration`},

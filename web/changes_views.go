@@ -2,6 +2,9 @@ package web
 
 // ChangesPage lists the changes waiting for review, and recent decisions.
 type ChangesPage struct {
+	// Only, when review is required, lists the policies whose changes
+	// wait for it ("payments-*,checkout"); "" for every change.
+	Only     string
 	Nav      Nav
 	Flashes  []Flash
 	Required bool // saves wait for review on this admin

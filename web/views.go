@@ -110,8 +110,11 @@ type EditorPage struct {
 	// they refused.
 	TestReport     *TestReport
 	OfferSkipTests bool
-	// Review: saves wait for another person's approval (-require-review).
-	Review bool
+	// Review: saves wait for another person's approval (-require-review);
+	// ReviewOnly, when set, lists the policies whose changes wait for it
+	// (the others are saved at once).
+	Review     bool
+	ReviewOnly string
 	// Follows is the file the policy follows (nil: none): saves here are
 	// refused, and the page says whether the file is applied.
 	Follows *FileFollow

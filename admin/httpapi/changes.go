@@ -102,7 +102,11 @@ func (s *server) apiChanges(w http.ResponseWriter, r *http.Request) error {
 	for _, c := range cs {
 		out = append(out, toChangeJSON(c, cur.Number))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"review_required": s.Policies.ReviewRequired(), "changes": out})
+	body := map[string]any{"review_required": s.Policies.ReviewRequired(), "changes": out}
+	if sc := s.Policies.ReviewPolicies(); s.Policies.ReviewRequired() && sc.Restricted() {
+		body["review_policies"] = []string(sc)
+	}
+	writeJSON(w, http.StatusOK, body)
 	return nil
 }
 
@@ -282,7 +286,7 @@ func (s *server) changesPage(w http.ResponseWriter, r *http.Request, sess auth.S
 	if err != nil {
 		return err
 	}
-	p := web.ChangesPage{Nav: nav(sess, "changes"), Required: s.Policies.ReviewRequired()}
+	p := web.ChangesPage{Nav: nav(sess, "changes"), Required: s.Policies.ReviewRequired(), Only: s.Policies.ReviewPolicies().String()}
 	for _, c := range open {
 		p.Open = append(p.Open, changeInfo(c, cur.Number))
 	}

@@ -151,3 +151,33 @@ func TestTrialPromotionUnderReviewIsProposed(t *testing.T) {
 		t.Fatalf("the promotion saved v%d", cur.Number)
 	}
 }
+
+// With review limited to some policies, the API saves a change to another
+// policy at once (201) and proposes one to a listed policy (202); the
+// changes list names the policies, and the pages say which saves wait.
+func TestReviewOfSomePoliciesOnlyIsSaidWhereSavesHappen(t *testing.T) {
+	e := newEnv(t, nil)
+	e.svc.SetReviewRequired(true)
+	sc, _ := policies.ParseScope("payments-*")
+	e.svc.SetReviewPolicies(sc)
+	ann := addUser(t, e, "ann", auth.RoleEditor)
+	shadowPerIP := strings.Replace(perIP, `{"rules"`, `{"mode":"shadow","rules"`, 1) // the default version's mode kept
+	if resp, m := e.call(t, "POST", "/api/v1/policy", ann, "application/json", `{"base_version":1,"policy":`+shadowPerIP+`}`); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("a save of the default policy only: %d %v", resp.StatusCode, m)
+	}
+	payments := `{"mode":"shadow","policies":[{"name":"default","rules":[{"name":"per-ip","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}}]},{"name":"payments-api","rules":[{"name":"p","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}}]}]}`
+	if resp, m := e.call(t, "POST", "/api/v1/policy", ann, "application/json", `{"base_version":2,"policy":`+payments+`}`); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("a save adding payments-api: %d %v", resp.StatusCode, m)
+	}
+	_, m := e.call(t, "GET", "/api/v1/changes", ann, "", "")
+	if got, _ := m["review_policies"].([]any); len(got) != 1 || got[0] != "payments-*" {
+		t.Errorf("the changes list: %v", m)
+	}
+	c := login(t, e, "bob")
+	if page := get(t, c, e.srv.URL+"/changes"); !strings.Contains(page, `id="review-only"`) || !strings.Contains(page, "<code>payments-*</code>") {
+		t.Error("the changes page does not name the reviewed policies")
+	}
+	if page := get(t, c, e.srv.URL+"/"); !strings.Contains(page, "Save, or propose for review") || !strings.Contains(page, "A change to payments-* or to a top-level setting waits") {
+		t.Error("the policy page's Save button does not say which saves wait")
+	}
+}

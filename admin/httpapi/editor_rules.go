@@ -221,10 +221,11 @@ func (s *server) rulesSubmit(w http.ResponseWriter, r *http.Request, sess auth.S
 	}
 	p := web.EditorPage{
 		Nav: nav(sess, "policy"), Current: versionInfo(cur, cur.Number), BaseVersion: cur.Number,
-		Message: f.Get("message"),
-		Sim:     simFormOf(f),
-		Review:  s.Policies.ReviewRequired(),
-		Follows: s.follows(),
+		Message:    f.Get("message"),
+		Sim:        simFormOf(f),
+		Review:     s.Policies.ReviewRequired(),
+		ReviewOnly: s.Policies.ReviewPolicies().String(),
+		Follows:    s.follows(),
 	}
 	if base, err := parseVersion(f.Get("base_version"), "base_version"); err == nil {
 		p.BaseVersion = base

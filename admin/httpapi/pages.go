@@ -300,7 +300,7 @@ func (s *server) editorPage(w http.ResponseWriter, r *http.Request, sess auth.Se
 	}
 	draft := cur.Pretty()
 	p := web.EditorPage{
-		Nav: nav(sess, "policy"), Flashes: flashFromQuery(r.URL.Query()), Review: s.Policies.ReviewRequired(),
+		Nav: nav(sess, "policy"), Flashes: flashFromQuery(r.URL.Query()), Review: s.Policies.ReviewRequired(), ReviewOnly: s.Policies.ReviewPolicies().String(),
 		Current: versionInfo(cur, cur.Number), BaseVersion: cur.Number, Draft: draft, Rows: rows(draft),
 		Rules: rulesView(draft, nil, scopeOf(sess.Principal())), Follows: s.follows(),
 	}

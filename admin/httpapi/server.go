@@ -46,6 +46,9 @@ type Policies interface {
 	SaveTests(ctx context.Context, r policies.SaveTestsRequest) (policies.Tests, error)
 	RunTests(ctx context.Context, doc []byte, body string) (policycheck.Report, int64, error)
 	ReviewRequired() bool
+	// ReviewPolicies are the policies whose changes wait for review
+	// (empty: every change, when review is required).
+	ReviewPolicies() policies.Scope
 	// FileStatus is the last look at the file the policy follows; ok is
 	// false when it follows none.
 	FileStatus() (st policies.FileStatus, ok bool)

@@ -30,6 +30,47 @@ func (s *Service) SetReviewRequired(on bool) { s.review.Store(on) }
 // ReviewRequired reports whether saves wait for review.
 func (s *Service) ReviewRequired() bool { return s.review.Load() }
 
+// SetReviewPolicies limits review to the saves that change a policy sc
+// allows, or a top-level setting (which every policy depends on); the
+// other saves are saved at once. An empty sc reviews every save.
+func (s *Service) SetReviewPolicies(sc Scope) { s.reviewed.Store(&sc) }
+
+// ReviewPolicies returns the policies whose changes wait for review (empty:
+// every change, when review is required).
+func (s *Service) ReviewPolicies() Scope {
+	if sc := s.reviewed.Load(); sc != nil {
+		return *sc
+	}
+	return nil
+}
+
+// needsReview reports whether a save of norm on version base waits for
+// review. When the base cannot be read the save is reviewed: better a
+// wait than an unreviewed change (a stale base is refused at approval).
+func (s *Service) needsReview(ctx context.Context, base int64, norm []byte) bool {
+	sc := s.ReviewPolicies()
+	switch {
+	case !s.review.Load():
+		return false
+	case !sc.Restricted():
+		return true
+	}
+	before, err := s.normalized(ctx, base)
+	if err != nil {
+		return true
+	}
+	settings, policies, err := changesOf(before, norm)
+	if err != nil || len(settings) > 0 {
+		return true
+	}
+	for _, c := range policies {
+		if sc.Allows(c.name) {
+			return true
+		}
+	}
+	return false
+}
+
 // ProposedError is Save's answer when review is required: nothing was
 // saved; the change waits for approval.
 type ProposedError struct {

@@ -3,6 +3,7 @@ package policies
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -118,5 +119,47 @@ func TestAnApprovalRunsTheSavedTestsAndSavesTheChangesTests(t *testing.T) {
 	}
 	if got, _ := s.Tests(ctx); got.Body != burst20 {
 		t.Fatalf("tests after the approval: %+v", got)
+	}
+}
+
+// With review limited to some policies, a save that changes only others is
+// saved at once; one that changes a listed policy, adds or removes one, or
+// changes a top-level setting waits for review.
+func TestReviewHoldsOnlyTheListedPolicies(t *testing.T) {
+	ctx := context.Background()
+	s, _, _ := newService(t)
+	s.SetReviewRequired(true)
+	sc, err := ParseScope("payments-*, checkout")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetReviewPolicies(sc)
+	doc := func(mode string, payments, search int) string {
+		return `{"mode":"` + mode + `","policies":[
+		  {"name":"payments-api","rules":[{"name":"p","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":` + strconv.Itoa(payments) + `,"burst":100}}]},
+		  {"name":"search","rules":[{"name":"s","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":` + strconv.Itoa(search) + `,"burst":100}}]}]}`
+	}
+	var pe *ProposedError
+	// The first save adds payments-api: reviewed, approved.
+	if _, err := s.Save(ctx, SaveRequest{Base: 1, JSON: []byte(doc("enforce", 10, 10)), Author: "ann"}); !errors.As(err, &pe) {
+		t.Fatalf("adding payments-api: %v", err)
+	}
+	if _, err := s.Approve(ctx, ReviewRequest{ID: pe.Change.ID, Reviewer: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := s.Save(ctx, SaveRequest{Base: 2, JSON: []byte(doc("enforce", 10, 20)), Author: "ann"})
+	if err != nil || v.Number != 3 {
+		t.Fatalf("changing search only: %+v %v", v, err)
+	}
+	for _, c := range []struct{ what, doc string }{
+		{"changing payments-api", doc("enforce", 20, 20)},
+		{"changing the mode", doc("shadow", 10, 20)},
+	} {
+		if _, err := s.Save(ctx, SaveRequest{Base: 3, JSON: []byte(c.doc), Author: "ann"}); !errors.As(err, &pe) {
+			t.Errorf("%s: %v, want it proposed", c.what, err)
+		}
+	}
+	if got := s.ReviewPolicies().String(); got != "checkout,payments-*" {
+		t.Errorf("review policies %q", got)
 	}
 }

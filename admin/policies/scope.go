@@ -99,42 +99,59 @@ func CheckScope(sc Scope, before, after []byte) error {
 	if !sc.Restricted() {
 		return nil
 	}
-	b, err := splitConfig(before)
+	settings, policies, err := changesOf(before, after)
 	if err != nil {
-		return fmt.Errorf("reading the base version: %w", err)
-	}
-	a, err := splitConfig(after)
-	if err != nil {
-		return fmt.Errorf("reading the new configuration: %w", err)
+		return err
 	}
 	var changes []string
-	for _, k := range unionKeys(b.settings, a.settings) {
-		if !bytes.Equal(b.settings[k], a.settings[k]) {
-			changes = append(changes, fmt.Sprintf("the top-level setting %q changed; only an account without a scope may change it", k))
-		}
+	for _, k := range settings {
+		changes = append(changes, fmt.Sprintf("the top-level setting %q changed; only an account without a scope may change it", k))
 	}
-	for _, name := range unionKeys(b.policies, a.policies) {
-		old, inBefore := b.policies[name]
-		cur, inAfter := a.policies[name]
-		what := ""
-		switch {
-		case !inBefore:
-			what = "added"
-		case !inAfter:
-			what = "removed"
-		case !bytes.Equal(old, cur):
-			what = "changed"
-		default:
-			continue
-		}
-		if !sc.Allows(name) {
-			changes = append(changes, fmt.Sprintf("policy %q %s", name, what))
+	for _, c := range policies {
+		if !sc.Allows(c.name) {
+			changes = append(changes, fmt.Sprintf("policy %q %s", c.name, c.what))
 		}
 	}
 	if len(changes) > 0 {
 		return &ScopeError{Scope: sc, Changes: changes}
 	}
 	return nil
+}
+
+// policyChange is a policy added, removed or changed between two
+// configurations.
+type policyChange struct{ name, what string }
+
+// changesOf lists the top-level settings and the policies that differ
+// between before and after (normalized configurations; nil is the empty
+// one).
+func changesOf(before, after []byte) (settings []string, policies []policyChange, err error) {
+	b, err := splitConfig(before)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the base version: %w", err)
+	}
+	a, err := splitConfig(after)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the new configuration: %w", err)
+	}
+	for _, k := range unionKeys(b.settings, a.settings) {
+		if !bytes.Equal(b.settings[k], a.settings[k]) {
+			settings = append(settings, k)
+		}
+	}
+	for _, name := range unionKeys(b.policies, a.policies) {
+		old, inBefore := b.policies[name]
+		cur, inAfter := a.policies[name]
+		switch {
+		case !inBefore:
+			policies = append(policies, policyChange{name, "added"})
+		case !inAfter:
+			policies = append(policies, policyChange{name, "removed"})
+		case !bytes.Equal(old, cur):
+			policies = append(policies, policyChange{name, "changed"})
+		}
+	}
+	return settings, policies, nil
 }
 
 // splitDoc holds a normalized configuration's top-level settings and its

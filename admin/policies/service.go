@@ -174,6 +174,9 @@ type Service struct {
 	initial []byte // version 1 of an empty database (nil: DefaultConfig)
 
 	review atomic.Bool // saves are proposed, and saved once approved (review.go)
+	// reviewed limits review to saves that change these policies (or a
+	// top-level setting); nil reviews every save (review.go).
+	reviewed atomic.Pointer[Scope]
 
 	file atomic.Pointer[fileState] // the file the policy follows (file.go), nil for none
 }
@@ -457,7 +460,7 @@ func (s *Service) save(ctx context.Context, r SaveRequest, fromFile bool) (Versi
 			return Version{}, err
 		}
 	}
-	if s.review.Load() && r.approvedBy == "" && !fromFile {
+	if r.approvedBy == "" && !fromFile && s.needsReview(ctx, r.Base, norm) {
 		return Version{}, s.propose(ctx, r.Base, norm, tests, author, msg)
 	}
 	v, err := s.append(ctx, r.Base, store.NewVersion{JSON: norm, Author: author, Message: msg})

@@ -94,4 +94,20 @@ func TestChartRequiresReviewWhenAsked(t *testing.T) {
 	if _, _, err := render(t, "requireReview: yes please\n"); err == nil {
 		t.Error("a string for requireReview rendered")
 	}
+	objs, _, err := render(t, "requireReview: true\nreviewPolicies: [payments-*, checkout]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range decode[appsv1.Deployment](t, objs["Deployment"][0]).Spec.Template.Spec.Containers[0].Env {
+		found = found || e.Name == "SLUICE_REVIEW_POLICIES" && e.Value == "payments-*,checkout"
+	}
+	if !found {
+		t.Error("reviewPolicies did not become SLUICE_REVIEW_POLICIES")
+	}
+	for _, bad := range []string{"reviewPolicies: [payments-*]\n", "requireReview: true\nreviewPolicies: [pay*ments]\n"} {
+		if _, _, err := render(t, bad); err == nil {
+			t.Errorf("%q rendered", bad)
+		}
+	}
 }
