@@ -24,6 +24,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sluice-rl/sluice/admin/envoygateway/crdcheck"
@@ -111,6 +112,8 @@ func checkStrict(t *testing.T, kind string, doc []byte) {
 		target = &corev1.PersistentVolumeClaim{}
 	case "NetworkPolicy":
 		target = &networkingv1.NetworkPolicy{}
+	case "PodDisruptionBudget":
+		target = &policyv1.PodDisruptionBudget{}
 	case "WasmPlugin":
 		var w struct {
 			Spec json.RawMessage `json:"spec"`
