@@ -506,6 +506,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err := o.PolicyFile.follow(ctx, svc, audit, metrics.Registry(), logger); err != nil {
 		return err
 	}
+	if cur, err = svc.Current(ctx); err != nil { // the file's version, if it brought one
+		return err
+	}
 	hcfg := httpapi.Config{
 		Policies: svc, Auth: authn, Nodes: nodes, Istio: o.Istio, EnvoyGateway: o.EnvoyGateway, Logger: logger, SecureCookies: o.SecureCookies,
 		Telemetry: telCfg, Audit: audit, Throttle: throttle, TrustedProxies: o.TrustedProxies, Trials: trialsHTTP,

@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -168,8 +170,23 @@ func startGateway(t *testing.T, root, bin, wasmFile, bootFile, xdsAddr, adminURL
 	gw := start(t, "gateway", root, filepath.Join(bin, "ratelimit-gateway"), args,
 		[]string{"SLUICE_TELEMETRY_TOKEN=", "SLUICE_VM_ENV="},
 		regexp.MustCompile(`gateway is running: (http://\S+)`))
-	waitAcked(t, adminURL, "1")
+	waitAcked(t, adminURL, currentVersion(t, adminURL))
 	return gw[1]
+}
+
+// currentVersion is the admin's current policy version: 1 on a new
+// database, later when the admin follows a policy file.
+func currentVersion(t *testing.T, adminURL string) string {
+	t.Helper()
+	resp := apiDo(t, "GET", adminURL+"/api/v1/policy", token, nil)
+	defer resp.Body.Close()
+	var cur struct {
+		Version int64 `json:"version"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&cur); err != nil || cur.Version == 0 {
+		t.Fatalf("the admin's current version: %v", err)
+	}
+	return strconv.FormatInt(cur.Version, 10)
 }
 
 // sendTraffic sends testTraffic to url until the test ends.

@@ -43,7 +43,7 @@ const monitoredPolicy = `{"mode": "enforce",
 
 // TestPrometheusSeesEveryDashboardQueryAndTheAlertsOnTheRunningStack runs
 // Debian's Prometheus against the real stack (the admin binary in fleet
-// mode on Redis with change notifications, the gateway binary on the
+// mode on Redis with change notifications, following its policy file, the gateway binary on the
 // compiled plugin over xDS, traffic), with the shipped rules file loaded. Every query of the shipped
 // dashboard returns data, every metric an alert reads exists, no alert
 // fires on the healthy stack, and the one problem the test causes (a
@@ -62,7 +62,7 @@ func TestPrometheusSeesEveryDashboardQueryAndTheAlertsOnTheRunningStack(t *testi
 
 	admin := start(t, "admin", root, filepath.Join(bin, "ratelimit-admin"),
 		[]string{"-listen", "127.0.0.1:0", "-xds-listen", xdsAddr, "-rls-listen", rlsAddr, "-redis-addrs", redis.Addr,
-			"-metrics-listen", metricsAddr, "-data-dir", t.TempDir(), "-wasm-path", wasmFile, "-initial-policy", policyFile,
+			"-metrics-listen", metricsAddr, "-data-dir", t.TempDir(), "-wasm-path", wasmFile, "-policy-file", policyFile, "-policy-file-interval", "1s",
 			"-notify-url", hook.URL},
 		[]string{"SLUICE_ADMIN_TOKEN=" + token, "SLUICE_TELEMETRY_TOKEN=" + telemetryToken},
 		regexp.MustCompile(`dashboard (http://\S+)/\s`))
@@ -79,16 +79,18 @@ func TestPrometheusSeesEveryDashboardQueryAndTheAlertsOnTheRunningStack(t *testi
 	}
 
 	promURL := startPrometheus(t, prometheus, promAddr, metricsAddr)
-	// A second version, pushed once Prometheus has seen the first: the
-	// dashboard's annotation of policy pushes has something to show.
-	poll.Watch(t, 30*time.Second, 200*time.Millisecond, "Prometheus to scrape version 1", func() (bool, string) {
-		return len(promQuery(t, promURL, "sluice_xds_published_version == 1")) > 0, "not yet"
+	// The admin follows the policy file (version 2, over the default
+	// version 1). A change of the file, once Prometheus has seen version
+	// 2, is the next version: the dashboard's annotation of policy pushes
+	// has something to show.
+	poll.Watch(t, 30*time.Second, 200*time.Millisecond, "Prometheus to scrape version 2", func() (bool, string) {
+		return len(promQuery(t, promURL, "sluice_xds_published_version == 2")) > 0, "not yet"
 	})
-	v2 := strings.Replace(monitoredPolicy, `"tokens_per_second": 100`, `"tokens_per_second": 99`, 1)
-	if resp := apiDo(t, "POST", adminURL+"/api/v1/policy", token, []byte(`{"base_version": 1, "message": "v2", "policy": `+v2+`}`)); resp.StatusCode != http.StatusCreated {
-		t.Fatalf("saving v2: %s", resp.Status)
+	v3 := strings.Replace(monitoredPolicy, `"tokens_per_second": 100`, `"tokens_per_second": 99`, 1)
+	if err := os.WriteFile(policyFile, []byte(v3), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	waitAcked(t, adminURL, "2")
+	waitAcked(t, adminURL, "3")
 	var missing []string
 	poll.Watch(t, 45*time.Second, time.Second, "every dashboard query to return data", func() (bool, string) {
 		missing = missing[:0]
