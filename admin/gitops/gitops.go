@@ -6,6 +6,7 @@
 //	ratelimit-admin policy diff     FILE                 unified diff against the current version
 //	ratelimit-admin policy apply    FILE -m MESSAGE [-base N]
 //	ratelimit-admin policy test     FILE TESTS [-v]      the policy's tests, offline (shared/policycheck)
+//	ratelimit-admin policy check    FILE [TESTS] | -values VALUES  offline, what an admin following the file would do (check.go)
 //	ratelimit-admin policy changes | approve N | reject N  changes waiting for review (-require-review)
 //	ratelimit-admin policy overrides CSV -rule R [-m MESSAGE]  a table of overrides merged into rule R
 //
@@ -15,7 +16,7 @@
 // tests on every save (apply -skip-tests saves without them).
 //
 // The admin's URL and token come from -url and -token, or SLUICE_ADMIN_URL
-// and SLUICE_ADMIN_TOKEN (test needs neither). Exit codes: 0 ok (valid,
+// and SLUICE_ADMIN_TOKEN (test and check need neither). Exit codes: 0 ok (valid,
 // no changes, applied, tests passed), 1 changes found, the policy invalid
 // or a test failed, 2 any other error (the admin unreachable, a refused
 // token, a stale base version, a test file that cannot be read).
@@ -72,14 +73,20 @@ Commands (FILE is a policy JSON file, "-" for standard input):
   test     FILE TESTS [-v] [-junit OUT]
                                      run the policy's tests (a YAML file, docs/policy-tests.md) with the
                                      filter's own decisions, offline; exit 1 if one fails
+  check    FILE [TESTS] | -values VALUES [-v] [-junit OUT]
+                                     offline, what an admin following the policy (-policy-file, the chart's
+                                     policySource: git) does with it: the filter's parser, the warnings, the
+                                     tests; -values reads the chart's policy and policyTests; exit 1 if the
+                                     admin would not apply it
 
 Flags:
-  -url URL      the admin (SLUICE_ADMIN_URL, default ` + DefaultURL + `); not for test
-  -token TOKEN  the admin token (SLUICE_ADMIN_TOKEN); not for test
+  -url URL      the admin (SLUICE_ADMIN_URL, default ` + DefaultURL + `); not for test and check
+  -token TOKEN  the admin token (SLUICE_ADMIN_TOKEN); not for test and check
   -timeout D    per request (default 30s)
   -tests TESTS  validate, diff, apply: the policy must pass these tests first (exit 1 otherwise)
   -skip-tests   apply: save without running the admin's saved tests (its audit log records it)
-  -junit OUT    test, and with -tests: also write the report as JUnit XML to OUT
+  -junit OUT    test, check, and with -tests: also write the report as JUnit XML to OUT
+  -values FILE  check: a Helm values file of the chart, whose policy and policyTests are checked
 
 Exit codes: 0 ok, 1 changes, invalid or a test failed, 2 error.
 `
@@ -124,6 +131,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) 
 	skipTests := fs.Bool("skip-tests", false, "apply: save without running the admin's saved tests (recorded in its audit log)")
 	rule := fs.String("rule", "", "overrides: the rule that gets the CSV's overrides")
 	replace := fs.Bool("replace", false, "overrides: the CSV becomes the rule's whole table")
+	values := fs.String("values", "", "check: a Helm values file whose policy and policyTests are checked")
 	// Flags may come before or after FILE (apply FILE -m "message").
 	var positional []string
 	rest := args[1:]
@@ -139,6 +147,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) 
 		}
 		positional = append(positional, fs.Arg(0))
 		rest = fs.Args()[1:]
+	}
+	if cmd == "check" {
+		return check(positional, *values, *verbose, *junit, stdin, stdout)
 	}
 	if cmd == "test" {
 		if len(positional) != 2 {
@@ -299,6 +310,11 @@ func runTests(norm []byte, testsFile string, verbose bool, junit string, stdout 
 	if err != nil {
 		return ExitError, fmt.Errorf("reading the tests: %w", err)
 	}
+	return runTestsOf(norm, b, testsFile, verbose, junit, stdout)
+}
+
+// runTestsOf is runTests on a test file's content, named testsFile.
+func runTestsOf(norm, b []byte, testsFile string, verbose bool, junit string, stdout io.Writer) (int, error) {
 	suite, err := policycheck.Parse(b)
 	if err != nil {
 		return ExitError, fmt.Errorf("%s:\n%w", testsFile, err)

@@ -54,7 +54,7 @@ func TestDocsCommands(t *testing.T) {
 		case "helm":
 			checkHelm(t, l, f, values)
 		case "ratelimit-admin":
-			checkPolicyCLI(t, l, f)
+			checkPolicyCLI(t, l, f, values)
 		case "make":
 			if !bytes.Contains(makefile, []byte("\n"+f[1]+":")) {
 				t.Errorf("%q: no make target %s", l, f[1])
@@ -128,7 +128,7 @@ func checkHelm(t *testing.T, l string, f []string, values map[string]string) {
 	}
 }
 
-func checkPolicyCLI(t *testing.T, l string, f []string) {
+func checkPolicyCLI(t *testing.T, l string, f []string, values map[string]string) {
 	t.Helper()
 	if len(f) < 3 || f[1] != "policy" {
 		t.Errorf("%q: want ratelimit-admin policy ...", l)
@@ -153,7 +153,16 @@ func checkPolicyCLI(t *testing.T, l string, f []string) {
 	wd, _ := os.Getwd()
 	os.Chdir(dir)
 	defer os.Chdir(wd)
+	for name, body := range values { // for check -values NAME
+		os.WriteFile(dir+"/"+name, []byte(body), 0o644)
+	}
 	var out, errb bytes.Buffer
+	if args[0] == "check" { // offline: what an admin following the policy would do
+		if code := gitops.Main(args, strings.NewReader(""), &out, &errb); code != gitops.ExitOK || !strings.Contains(out.String(), "would apply it") {
+			t.Errorf("%q: exit %d, %q %q; want the policy applied", l, code, out.String(), errb.String())
+		}
+		return
+	}
 	if args[0] == "test" { // offline: runs the tests
 		if code := gitops.Main(args, strings.NewReader(""), &out, &errb); code != gitops.ExitOK || !strings.HasPrefix(out.String(), "PASS: 1 test") {
 			t.Errorf("%q: exit %d, %q %q; want the tests to run and pass", l, code, out.String(), errb.String())
