@@ -35,8 +35,9 @@ type RuleRow struct {
 	// when the next of them starts or ends ("" when none will).
 	Timed int
 	Next  string
-	// Time is when the rule applies in words ("from ... until ..."), ""
-	// for always; TimeState is "later", "now" or "ended".
+	// Time is when the rule applies in words ("from ... until ...",
+	// "weekly: ..."), "" for always; TimeState is "later", "now", "ended"
+	// or "weekly".
 	Time      string
 	TimeState string
 	First     bool
@@ -50,6 +51,8 @@ func (r RuleRow) TimeBadge() string {
 		return "not yet"
 	case "ended":
 		return "ended"
+	case "weekly":
+		return "on a schedule"
 	}
 	return "applies now"
 }

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -92,15 +93,25 @@ func overridesOf(o policyedit.Object, now time.Time) (count, timed int, next str
 	return len(list), timed, timeText(soonest)
 }
 
-// ruleTimeOf puts a rule's "from" and "until" in words and says whether
-// now is before them ("later"), within ("now") or after ("ended"); "" for
-// a rule without bounds. A bound the parser would refuse is shown as
+// ruleTimeOf puts a rule's "from", "until" and "schedule" in words and
+// says whether now is before its bounds ("later"), within ("now") or
+// after ("ended"), or, with a schedule and no bounds, "weekly"; "" for a
+// rule that always applies. A bound the parser would refuse is shown as
 // written and decides nothing: the save reports it.
 func ruleTimeOf(o policyedit.Object, now time.Time) (text, state string) {
 	from, until := o.String("from"), o.String("until")
+	weekly := scheduleText(o)
 	if from == "" && until == "" {
+		if weekly != "" {
+			return weekly, "weekly"
+		}
 		return "", ""
 	}
+	defer func() {
+		if weekly != "" {
+			text += ", " + weekly
+		}
+	}()
 	bound := func(s string) (string, time.Time) {
 		t, err := time.Parse(time.RFC3339Nano, s)
 		if err != nil {
@@ -124,6 +135,30 @@ func ruleTimeOf(o policyedit.Object, now time.Time) (text, state string) {
 		}
 	}
 	return text, state
+}
+
+// scheduleText puts a rule's "schedule" in words as written ("weekly:
+// mon, tue 09:00-18:00 Europe/Berlin"), "" for none.
+func scheduleText(o policyedit.Object) string {
+	raw, ok := o.Get("schedule")
+	if !ok {
+		return ""
+	}
+	var s struct {
+		Days     []string `json:"days"`
+		From     string   `json:"from"`
+		Until    string   `json:"until"`
+		TimeZone string   `json:"time_zone"`
+	}
+	var typeErr *json.UnmarshalTypeError
+	if err := json.Unmarshal(raw, &s); err != nil && !errors.As(err, &typeErr) {
+		return "weekly (see the JSON)"
+	}
+	days := strings.Join(s.Days, ", ")
+	if days == "" {
+		days = "every day"
+	}
+	return "weekly: " + days + " " + cmp.Or(s.From, "00:00") + "-" + cmp.Or(s.Until, "24:00") + " " + cmp.Or(s.TimeZone, "UTC")
 }
 
 // formView fills the rule form from a form model.

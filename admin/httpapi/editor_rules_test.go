@@ -364,6 +364,26 @@ func TestStructuredEditorSchedulesARule(t *testing.T) {
 	}
 }
 
+// A rule on a weekly schedule is listed with it in words; the form keeps
+// the schedule it has no fields for.
+func TestRuleListShowsAWeeklySchedule(t *testing.T) {
+	e := newEnv(t, nil)
+	c := login(t, e, "alice")
+	tok := csrfOf(t, get(t, c, e.srv.URL+"/"))
+	draft := `{"policies":[{"name":"p","rules":[{"name":"api","schedule":{"days":["mon","fri"],"from":"09:00","time_zone":"Europe/Berlin"},
+	  "limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}}]}]}`
+	status, body := applyRuleForm(t, c, e, tok, draft, "0:0", apiRuleForm, url.Values{"rf_burst": {"20"}})
+	got := draftOf(t, body)
+	if status != 200 || !strings.Contains(got, `"schedule": {`) || !strings.Contains(got, `"burst": 20`) {
+		t.Fatalf("apply the form: %d\n%s", status, got)
+	}
+	for _, want := range []string{`data-time-state="weekly"`, "weekly: mon, fri 09:00-24:00 Europe/Berlin", "on a schedule", "also: schedule"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the rule list lacks %s", want)
+		}
+	}
+}
+
 // post2 opens the rule form of the second rule of draft's first policy.
 func post2(t *testing.T, c *http.Client, e *env, tok, draft string) string {
 	t.Helper()

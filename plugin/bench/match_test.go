@@ -39,8 +39,8 @@ func tenThousandOverrides() string {
 // configurations): a regex and a CIDR condition against two exact ones,
 // a key missing from 10,000 overrides against a rule without any, and the
 // request's own override bounded in time (it reads the clock) against the
-// same override for good, and a rule bounded in time (it reads the clock)
-// against the same rule for good.
+// same override for good, and a rule bounded in time or on a weekly
+// schedule (it reads the clock) against the same rule for good.
 func BenchmarkMatch(b *testing.B) {
 	overrides := tenThousandOverrides()
 	const own = `, "overrides": [{"key": "k1", "algorithm_config": {"burst": 2e9}`
@@ -55,6 +55,7 @@ func BenchmarkMatch(b *testing.B) {
 		{"overrides-10000-miss-vs-none", overrides, noOverride},
 		{"override-timed-vs-untimed", timed, untimed},
 		{"rule-timed-vs-untimed", matchLimits(`{}`, `, "from": "2000-01-01T00:00:00Z", "until": "2199-01-01T00:00:00Z"`), noOverride},
+		{"rule-scheduled-vs-untimed", matchLimits(`{}`, `, "schedule": {"from": "00:00", "until": "24:00", "time_zone": "Europe/Berlin"}`), noOverride},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			floor := floorWasm(b)

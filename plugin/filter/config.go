@@ -78,12 +78,15 @@ type compiledRule struct {
 	// others' applications are spared (treated as in shadow mode).
 	partial    bool
 	enforcePct float64
-	// timed: the rule applies only during its bounds ("from", "until");
-	// selectRules reads the clock for such rules only.
-	timed  bool
-	during policy.Bounds
-	keys   []sourceRef
-	match  []compiledMatch
+	// timed: the rule applies only during its bounds ("from", "until")
+	// or its schedule's windows (schedule.go); selectRules reads the clock
+	// for such rules only.
+	timed      bool
+	during     policy.Bounds
+	sched      *policy.Schedule
+	schedCache scheduleCache
+	keys       []sourceRef
+	match      []compiledMatch
 	// oneHeader is 1 + the header cache index when match is one exact
 	// condition on a header (its value oneValue, never ""), else 0:
 	// selectRules then decides a rule whose header is read already without
@@ -242,7 +245,7 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 	if cr.partial {
 		cr.enforcePct = *r.EnforcePercent
 	}
-	cr.timed, cr.during = r.Bounded(), r.Bounds
+	cr.timed, cr.during, cr.sched = r.Timed(), r.Bounds, r.Schedule
 	cr.maxKeys = r.MaxKeys
 	if cr.maxKeys < 0 { // Parse never returns one; be defensive
 		cr.maxKeys = policy.DefaultMaxKeys

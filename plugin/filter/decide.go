@@ -293,7 +293,7 @@ policies:
 		for _, r := range rules {
 			// A rule outside its time is passed over as one whose match
 			// does not hold.
-			if r.timed && !r.during.ActiveAt(p.nowNS()) {
+			if r.timed && !r.activeAt(p.nowNS()) { // schedule.go
 				continue
 			}
 			// One exact condition on a header (the commonest rule that

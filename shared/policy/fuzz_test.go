@@ -43,6 +43,7 @@ func FuzzParse(f *testing.F) {
 		withMatch(`{"header:x-debug":{"present":false},"host":{"not":{"suffix":".internal"}},"method":{"exact":"GET"},"query:v":{"prefix":"2"}}`),
 		withMatch(`{"path":{"regex":"(["},"ip:address":{"cidr":["10.0.0.0/33","::ffff:1.2.3.4/100"]},"jwt:plan":{"in":[]},"path_prefix":{"x":1}}`),
 		rules(`{"name":"h","action":"exempt","match":{"path":"/healthz"}}`, `{"name":"d","action":"deny","deny_status":451,"limit_keys":["path"]}`, baseRule),
+		rules(`{"name":"w","action":"deny","schedule":{"days":["sun","mon"],"from":"23:00","until":"01:00","time_zone":"America/New_York"}}`, `{"name":"x","action":"exempt","schedule":{"days":[],"from":"9:00","until":"24:01","time_zone":"Local","tz":1}}`, baseRule),
 		rules(`{"name":"m","action":"deny","from":"2026-12-24T02:00:00+01:00","until":"2026-12-24T03:00:00+01:00"}`, `{"name":"s","until":"2026-12-27T00:00:00.5Z","from":"2027-01-01T00:00:00Z","limit_keys":["all"],"action":"exempt"}`, baseRule),
 		rules(`{"name":"x","action":"exempt","algorithm":"token_bucket","deny_status":1}`),
 		ruleWith(`"name":"p","limit_keys":["header:k","method"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10},` +

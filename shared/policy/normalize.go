@@ -61,6 +61,9 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 			}
 			nr.EnforcePercent = r.EnforcePercent
 			nr.From, nr.Until = boundText(r.From), boundText(r.Until)
+			if sc := r.Schedule; sc != nil {
+				nr.Schedule = &normSchedule{Days: sc.dayNames(), From: clockText(sc.From), Until: clockText(sc.Until), TimeZone: sc.TimeZone}
+			}
 			if r.Unmarked {
 				mark := false
 				nr.ShadowMark = &mark
@@ -188,8 +191,17 @@ type normRule struct {
 	RejectBody        *string `json:"reject_body,omitempty"`
 	RejectContentType string  `json:"reject_content_type,omitempty"`
 	// Written only when set, for the same reason.
-	From  string `json:"from,omitempty"`
-	Until string `json:"until,omitempty"`
+	From     string        `json:"from,omitempty"`
+	Until    string        `json:"until,omitempty"`
+	Schedule *normSchedule `json:"schedule,omitempty"`
+}
+
+// normSchedule is a schedule with every field written out.
+type normSchedule struct {
+	Days     []string `json:"days"`
+	From     string   `json:"from"`
+	Until    string   `json:"until"`
+	TimeZone string   `json:"time_zone"`
 }
 
 type normTokenBucket struct {

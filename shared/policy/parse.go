@@ -45,7 +45,7 @@ func (p *parser) errorf(path string, parts ...string) {
 var (
 	configFields      = []string{"mode", "policies", "rules", "reject_status", "response_headers", "legacy_headers", "shadow_header", "xff_trusted_hops", "telemetry", "fleet", "reject_body", "reject_content_type", "reject_grpc_status"}
 	policyFields      = []string{"name", "rules"}
-	ruleFields        = []string{"name", "limit_keys", "match", "algorithm", "algorithm_config", "mode", "max_keys", "telemetry_identity", "scope", "action", "deny_status", "overrides", "shadow_mark", "reject_body", "reject_content_type", "enforce_percent", "from", "until"}
+	ruleFields        = []string{"name", "limit_keys", "match", "algorithm", "algorithm_config", "mode", "max_keys", "telemetry_identity", "scope", "action", "deny_status", "overrides", "shadow_mark", "reject_body", "reject_content_type", "enforce_percent", "from", "until", "schedule"}
 	telemetryFields   = []string{"cluster", "authority", "path", "interval_ms", "token", "token_env", "top_n", "timeout_ms"}
 	tokenBucketFields = []string{"tokens_per_second", "rps", "burst", "cost_source", "fixed_cost", "default_cost", "max_delay_ms", "max_debt"}
 	algorithms        = []string{AlgorithmTokenBucket, AlgorithmFixedWindow, AlgorithmSlidingWindow, AlgorithmRollingWindow, AlgorithmQuota, AlgorithmConcurrency}
@@ -224,6 +224,9 @@ func (p *parser) rule(path string, v *jvalue, policy string, mode Mode) (Rule, b
 	}
 
 	r.Bounds = p.bounds(path, f, "rule")
+	if sv := f["schedule"]; sv != nil { // schedule.go
+		r.Schedule = p.schedule(join(path, "schedule"), sv)
+	}
 	if r.Action, r.DenyStatus = p.action(path, f); r.Action == "" { // actions.go
 		return r, false // which fields apply depends on the action
 	}

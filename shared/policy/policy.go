@@ -161,6 +161,10 @@ type Rule struct {
 	// (actions.go). Outside, it is passed over as a rule whose match does
 	// not hold: the next rule of its policy is tried.
 	Bounds
+	// Schedule is "schedule" (schedule.go): the days and times of day the
+	// rule applies, week after week; nil for always. Outside, it is passed
+	// over as outside its Bounds.
+	Schedule *Schedule
 }
 
 // SourceKind is where a key or match value is read from.

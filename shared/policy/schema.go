@@ -153,6 +153,15 @@ func schemaProperties() map[string]obj {
 				"description": "local: the limit holds per Envoy process; global: across every process sharing the fleet backend (needs fleet)."},
 			"from":  obj{"type": "string", "pattern": rfc3339Pattern, "description": "RFC 3339 time from which the rule applies (inclusive); before it the rule is passed over and the next rule of its policy is tried."},
 			"until": obj{"type": "string", "pattern": rfc3339Pattern, "description": "RFC 3339 time at which the rule ends (exclusive); from then on it is passed over, with no push."},
+			"schedule": obj{"type": "object", "additionalProperties": false, "minProperties": 1,
+				"description": "The days and times of day the rule applies, week after week, in a time zone; outside, the next rule of its policy is tried. until at or before from crosses midnight.",
+				"properties": obj{
+					"days": obj{"type": "array", "minItems": 1, "uniqueItems": true, "items": obj{"type": "string", "enum": weekdays},
+						"description": "The days a window starts on; default every day."},
+					"from":      obj{"type": "string", "pattern": `^([01][0-9]|2[0-3]):[0-5][0-9]$`, "default": "00:00", "description": "The time of day a window starts (HH:MM)."},
+					"until":     obj{"type": "string", "pattern": `^(([01][0-9]|2[0-3]):[0-5][0-9]|24:00)$`, "default": "24:00", "description": "The time of day a window ends (HH:MM, exclusive); at or before from, the next day."},
+					"time_zone": obj{"type": "string", "default": "UTC", "description": "IANA time zone of from and until (e.g. Europe/Berlin)."},
+				}},
 		},
 		"tokenBucket": {
 			"tokens_per_second": rate("Steady refill rate (tokens per second). Exactly one of tokens_per_second and rps."),

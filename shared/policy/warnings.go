@@ -76,7 +76,7 @@ func blanket(r *Rule) []Warning {
 // rule for a time does not: outside it, the rules after it apply, and a
 // blanket rule for a time (a maintenance window's deny) is deliberate.
 func appliesToEvery(r *Rule) bool {
-	if len(r.Match) > 0 || r.Bounded() {
+	if len(r.Match) > 0 || r.Timed() {
 		return false
 	}
 	for _, k := range r.Keys {

@@ -220,8 +220,8 @@ func Run(cfg *policy.Config, req Request, opt Options) Result {
 				rr.Why = "not evaluated: rule " + strconv.Quote(p.Rules[pr.Applied].Name) + " before it applies (first match wins)"
 				continue
 			}
-			if !r.ActiveAt(nanos(opt.Now)) {
-				rr.Why = outOfTime(r.Bounds)
+			if now := nanos(opt.Now); !r.AppliesAt(now) {
+				rr.Why = outOfTime(r, now)
 				continue
 			}
 			if why := src.mismatch(r); why != "" {
@@ -358,9 +358,15 @@ func replyOf(cfg *policy.Config, r *policy.Rule, def string) (body, contentType 
 // reads the clock) in Unix nanoseconds, as bounds are.
 func nanos(now float64) int64 { return int64(math.Round(now*1e6)) * 1000 }
 
-// outOfTime says why a rule for a time does not apply now.
-func outOfTime(b policy.Bounds) string {
+// outOfTime says why a rule for a time does not apply at now: outside its
+// bounds, or outside its schedule's windows (and when the next starts).
+func outOfTime(r *policy.Rule, now int64) string {
 	text := func(ns int64) string { return time.Unix(0, ns).UTC().Format(time.RFC3339Nano) }
+	b := r.Bounds
+	if s := r.Schedule; s != nil && b.ActiveAt(now) {
+		start, _, _ := s.Window(now)
+		return "not in its schedule (" + s.String() + "): the next window starts at " + text(start) + " (the next rule is tried)"
+	}
 	switch {
 	case b.From == 0:
 		return "not in its time: it ended at " + text(b.Until) + " (the next rule is tried)"

@@ -485,3 +485,23 @@ func TestRuleOutsideItsTimeSaysWhenItApplies(t *testing.T) {
 		}
 	}
 }
+
+// A rule outside its weekly schedule says it and when its next window
+// starts.
+func TestRuleOutsideItsScheduleSaysWhenTheNextWindowStarts(t *testing.T) {
+	cfg := mustParse(t, `{"rules":[
+  {"name":"office","schedule":{"days":["mon","tue","wed","thu","fri"],"from":"09:00","until":"18:00","time_zone":"Europe/Berlin"},
+   "limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":2}},
+  {"name":"api","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}}]}`)
+	saturday := float64(time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC).Unix())
+	res := Run(cfg, Request{Method: "GET", Path: "/", ClientAddress: "10.0.0.1:1"}, Options{Now: saturday})
+	p := res.Policies[0]
+	want := "not in its schedule (mon-fri 09:00-18:00 Europe/Berlin): the next window starts at 2026-12-07T08:00:00Z (the next rule is tried)"
+	if p.Applied != 1 || p.Rules[0].Why != want {
+		t.Errorf("applied %d; office says %q, want %q", p.Applied, p.Rules[0].Why, want)
+	}
+	monday := float64(time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC).Unix())
+	if res := Run(cfg, Request{Method: "GET", Path: "/", ClientAddress: "10.0.0.1:1"}, Options{Now: monday}); res.Policies[0].Applied != 0 {
+		t.Errorf("Monday 09:00 in Berlin: applied %d", res.Policies[0].Applied)
+	}
+}

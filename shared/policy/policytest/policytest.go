@@ -228,7 +228,9 @@ func (g *configGen) rule() map[string]any {
 
 // bounds gives one rule in eight a time: ended, started or current at
 // any clock from 2000 to 2200, so that whoever runs the configuration
-// needs no particular clock to see the same rules apply.
+// needs no particular clock to see the same rules apply; and one in
+// twelve a weekly schedule, which depends on the clock the comparison
+// gives both sides.
 func (g *configGen) bounds(r map[string]any) {
 	const y2000, y2200 = "2000-01-01T00:00:00Z", "2200-01-01T00:00:00Z"
 	switch g.rng.IntN(24) {
@@ -238,7 +240,27 @@ func (g *configGen) bounds(r map[string]any) {
 		r["from"] = y2000
 	case 2:
 		r["from"], r["until"] = y2000, y2200
+	case 3, 4:
+		r["schedule"] = g.schedule()
 	}
+}
+
+// schedule is a random valid weekly schedule.
+func (g *configGen) schedule() map[string]any {
+	var days []string
+	for _, d := range []string{"mon", "tue", "wed", "thu", "fri", "sat", "sun"} {
+		if g.rng.IntN(2) == 0 {
+			days = append(days, d)
+		}
+	}
+	if len(days) == 0 {
+		days = []string{"thu"} // 2026-01-01, the comparisons' usual start, is a Thursday
+	}
+	from := g.rng.IntN(24 * 60)
+	until := (from + 1 + g.rng.IntN(24*60-1)) % (24 * 60) // never from itself; before it crosses midnight
+	hhmm := func(m int) string { return fmt.Sprintf("%02d:%02d", m/60, m%60) }
+	return map[string]any{"days": days, "from": hhmm(from), "until": hhmm(until),
+		"time_zone": g.oneOf("UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata")}
 }
 
 // reply gives one object in five (the configuration, a limit or a deny
