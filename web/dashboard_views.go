@@ -69,6 +69,10 @@ type RuleCard struct {
 	// in the window, shown as a warning.
 	KeyMissing string
 	NeverKeyed bool
+	// Time says when a rule for a time ("from", "until", "schedule")
+	// applies ("" for always); TimeNow whether it does now.
+	Time    string
+	TimeNow bool
 }
 
 // RuleOverflow is what the rule's overflow limits decided: requests whose

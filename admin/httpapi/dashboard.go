@@ -97,8 +97,12 @@ func (s *server) dashboardView(r *http.Request, sess auth.Session) (web.Dashboar
 		}
 		l.Totals = append(l.Totals, st)
 	}
+	timed := s.versions.get(r.Context(), s.Policies, l.Current).timed
 	for _, rv := range ov.Rules {
 		card := web.RuleCard{Name: rv.Name, Nodes: rv.Nodes}
+		if tr := timed[rv.Name]; tr != nil {
+			card.Time, card.TimeNow = ruleTimeText(tr, now)
+		}
 		series := make([]web.ChartSeries, telemetry.NumDecisions)
 		for d := range telemetry.NumDecisions {
 			card.Stats = append(card.Stats, web.Stat{Kind: d.String(), Label: decisionLabel(d), Count: count(rv.Window[d]), Rate: rate(rv.Rates[d])})

@@ -33,7 +33,7 @@ func (s *server) fleetSection(ctx context.Context, now time.Time, current int64,
 		s.addRLS(f, b, now, s.Fleet.Overview())
 	} else {
 		// No RLS here: the rules and limits come from the current policy.
-		info := s.fleetPolicies.get(ctx, s.Policies, current)
+		info := s.versions.get(ctx, s.Policies, current)
 		for _, name := range info.names {
 			l := info.limits[name]
 			b.rule(name, num(l.Rate)+"/s, burst "+num(l.Burst), true)
@@ -98,14 +98,14 @@ func (s *server) addRLS(f *web.FleetSection, b *fleetRules, now time.Time, ov fl
 func (s *server) addNodeViews(ctx context.Context, f *web.FleetSection, b *fleetRules, now time.Time, current int64, nodes []telemetry.NodeFleet) {
 	leased := map[int]float64{}
 	for _, nv := range nodes {
-		mode := s.fleetPolicies.get(ctx, s.Policies, nv.Version).mode
+		mode := s.versions.get(ctx, s.Policies, nv.Version).mode
 		inFallback := false
 		for _, r := range nv.Rules {
 			ri := b.first(r.Rule)
 			if ri < 0 {
 				// A rule the RLS has not seen (or no RLS): known if the
 				// current policy has it.
-				l, known := s.fleetPolicies.get(ctx, s.Policies, current).limits[r.Rule]
+				l, known := s.versions.get(ctx, s.Policies, current).limits[r.Rule]
 				limit := "not in the current policy"
 				if known {
 					limit = num(l.Rate) + "/s, burst " + num(l.Burst)

@@ -146,7 +146,7 @@ type server struct {
 	log *slog.Logger
 	cop *http.CrossOriginProtection
 
-	fleetPolicies fleetPolicyCache // the Global rules section's view of policy versions
+	versions versionFactsCache // the dashboard's view of policy versions (version_facts.go)
 }
 
 // New returns the admin's HTTP handler.
