@@ -1,6 +1,9 @@
 package web
 
-import "strconv"
+import (
+	"slices"
+	"strconv"
+)
 
 // RulesView is the structured view of the draft: its policies and rules
 // in words.
@@ -101,9 +104,19 @@ type RuleFormView struct {
 	Reject            bool
 	RejectBody        string
 	RejectContentType string
-	From, Until       string            // when the rule applies (RFC 3339), "" for no bound
-	Errors            map[string]string // by field: name, mode, action, deny_status, enforce_percent, from, until, reject_body, reject_content_type, algorithm, rate, burst, limit, window, period, keys, match, ""
+	From, Until       string // when the rule applies (RFC 3339), "" for no bound
+	// The weekly schedule: its days ("mon".."sun"), from, until and time
+	// zone ("" for the defaults).
+	Days                                []string
+	WeeklyFrom, WeeklyUntil, WeeklyZone string
+	Errors                              map[string]string // by field: name, mode, action, deny_status, enforce_percent, from, until, reject_body, reject_content_type, algorithm, rate, burst, limit, window, period, keys, match, ""
 }
+
+// Weekdays are the days the rule form offers for a schedule.
+var Weekdays = []string{"mon", "tue", "wed", "thu", "fri", "sat", "sun"}
+
+// HasDay reports whether the schedule lists day.
+func (f *RuleFormView) HasDay(day string) bool { return slices.Contains(f.Days, day) }
 
 // LimitKeyRow is one limit key: a source kind and, for header/query/jwt, a name.
 type LimitKeyRow struct{ Kind, Name string }

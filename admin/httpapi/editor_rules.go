@@ -170,6 +170,7 @@ func formView(d *policyedit.Doc, ref policyedit.Ref, f policyedit.Form, errs []p
 		Limit: f.Limit, Window: f.Window, Period: f.Period, Kept: f.Kept, Errors: map[string]string{},
 		Reject: f.Reject, RejectBody: f.RejectBody, RejectContentType: f.RejectContentType,
 		From: f.From, Until: f.Until,
+		Days: f.Schedule.Days, WeeklyFrom: f.Schedule.From, WeeklyUntil: f.Schedule.Until, WeeklyZone: f.Schedule.TimeZone,
 	}
 	for _, k := range f.Keys {
 		kind, name, _ := strings.Cut(k, ":")
@@ -211,6 +212,8 @@ func formFromPost(f url.Values) policyedit.Form {
 		RejectBody:        strings.ReplaceAll(f.Get("rf_reject_body"), "\r\n", "\n"),
 		RejectContentType: f.Get("rf_reject_content_type"),
 		From:              f.Get("rf_from"), Until: f.Get("rf_until"),
+		Schedule: policyedit.ScheduleFields{Days: f["rf_day"], From: f.Get("rf_weekly_from"), Until: f.Get("rf_weekly_until"),
+			TimeZone: f.Get("rf_weekly_zone")},
 	}
 	// A body typed in is the rule's own even if its box was left unticked;
 	// the box alone stands for an empty body.

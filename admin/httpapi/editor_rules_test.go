@@ -364,23 +364,49 @@ func TestStructuredEditorSchedulesARule(t *testing.T) {
 	}
 }
 
-// A rule on a weekly schedule is listed with it in words; the form keeps
-// the schedule it has no fields for.
-func TestRuleListShowsAWeeklySchedule(t *testing.T) {
+// A rule on a weekly schedule: the form shows, sets and clears its days,
+// times and zone, a mistake is reported next to the schedule, and the list
+// says the schedule in words.
+func TestStructuredEditorSetsAWeeklySchedule(t *testing.T) {
 	e := newEnv(t, nil)
 	c := login(t, e, "alice")
 	tok := csrfOf(t, get(t, c, e.srv.URL+"/"))
 	draft := `{"policies":[{"name":"p","rules":[{"name":"api","schedule":{"days":["mon","fri"],"from":"09:00","time_zone":"Europe/Berlin"},
 	  "limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}}]}]}`
-	status, body := applyRuleForm(t, c, e, tok, draft, "0:0", apiRuleForm, url.Values{"rf_burst": {"20"}})
+	_, body := post(t, c, e.srv.URL+"/policy/rules", url.Values{"csrf": {tok}, "base_version": {"1"}, "policy": {draft}, "op": {"edit:0:0"}})
+	for _, want := range []string{`name="rf_day" value="mon" checked`, `name="rf_day" value="fri" checked`, `name="rf_weekly_from" value="09:00"`, `name="rf_weekly_zone" value="Europe/Berlin"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the form lacks %s", want)
+		}
+	}
+	if strings.Contains(body, `name="rf_day" value="tue" checked`) {
+		t.Error("the form ticks a day the schedule does not list")
+	}
+	form := url.Values{"rf_burst": {"20"}, "rf_day": {"mon", "fri"}, "rf_weekly_from": {"09:00"}, "rf_weekly_zone": {"Europe/Berlin"}}
+	status, body := applyRuleForm(t, c, e, tok, draft, "0:0", apiRuleForm, form)
 	got := draftOf(t, body)
 	if status != 200 || !strings.Contains(got, `"schedule": {`) || !strings.Contains(got, `"burst": 20`) {
 		t.Fatalf("apply the form: %d\n%s", status, got)
 	}
-	for _, want := range []string{`data-time-state="weekly"`, "weekly: mon, fri 09:00-24:00 Europe/Berlin", "on a schedule", "also: schedule"} {
+	for _, want := range []string{`data-time-state="weekly"`, "weekly: mon, fri 09:00-24:00 Europe/Berlin", "on a schedule"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the rule list lacks %s", want)
 		}
+	}
+	// Set from the form, checked by the filter's parser next to its field.
+	status, body = applyRuleForm(t, c, e, tok, got, "0:0", apiRuleForm, url.Values{"rf_day": {"sat", "sun"}, "rf_weekly_from": {"22:00"}, "rf_weekly_until": {"06:00"}})
+	if got := draftOf(t, body); status != 200 || !strings.Contains(got, `"days": [`) || !strings.Contains(got, `"until": "06:00"`) || strings.Contains(got, "Europe/Berlin") {
+		t.Fatalf("a weekend night: %d\n%s", status, got)
+	}
+	for _, bad := range []url.Values{{"rf_day": {"someday"}}, {"rf_weekly_from": {"9am"}}, {"rf_weekly_zone": {"Mars/Olympus"}}} {
+		if status, body := applyRuleForm(t, c, e, tok, got, "0:0", apiRuleForm, bad); status != http.StatusUnprocessableEntity || !strings.Contains(body, `id="rf-err-schedule"`) {
+			t.Errorf("%v: %d, no error next to the schedule", bad, status)
+		}
+	}
+	// Emptied, the rule applies every day again.
+	status, body = applyRuleForm(t, c, e, tok, got, "0:0", apiRuleForm, nil)
+	if got := draftOf(t, body); status != 200 || strings.Contains(got, "schedule") {
+		t.Fatalf("clear the schedule: %d\n%s", status, got)
 	}
 }
 

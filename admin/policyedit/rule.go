@@ -22,7 +22,7 @@ type Summary struct {
 // formFields are the rule members the form edits; the others are kept.
 var formFields = map[string]bool{"name": true, "mode": true, "action": true, "deny_status": true,
 	"limit_keys": true, "match": true, "algorithm": true, "algorithm_config": true, "enforce_percent": true,
-	"from": true, "until": true}
+	"from": true, "until": true, "schedule": true}
 
 // limitsNothing reports whether action is one of a rule that limits nothing
 // (exempt, unlimited, deny): it has no limit keys and no algorithm.
@@ -252,12 +252,33 @@ type Form struct {
 	// From and Until bound when the rule applies (RFC 3339), "" for no
 	// bound.
 	From, Until string
+	// Schedule is the rule's weekly "schedule"; all empty for none.
+	Schedule ScheduleFields
+}
+
+// ScheduleFields are a schedule's fields as text: the days ("mon".."sun")
+// and from, until and the time zone, "" for their defaults.
+type ScheduleFields struct {
+	Days                  []string
+	From, Until, TimeZone string
+}
+
+// empty reports whether the form sets no schedule.
+func (s ScheduleFields) empty() bool {
+	return len(s.Days) == 0 && strings.TrimSpace(s.From+s.Until+s.TimeZone) == ""
 }
 
 // FormOf fills the form from a rule.
 func FormOf(o Object) Form {
 	f := Form{Name: o.String("name"), Mode: o.String("mode"), Action: o.String("action"), Algorithm: o.String("algorithm"),
 		From: o.String("from"), Until: o.String("until")}
+	if v, ok := o.Get("schedule"); ok {
+		sc, _ := ParseObject(v)
+		f.Schedule = ScheduleFields{From: sc.String("from"), Until: sc.String("until"), TimeZone: sc.String("time_zone")}
+		if d, ok := sc.Get("days"); ok {
+			json.Unmarshal(d, &f.Schedule.Days)
+		}
+	}
 	if v, ok := o.Get("deny_status"); ok {
 		f.DenyStatus = strings.TrimSpace(string(v))
 	}
@@ -350,6 +371,11 @@ func (f Form) Apply(o Object) (Object, []FieldError) {
 		} else {
 			out.Delete(b.key)
 		}
+	}
+	if f.Schedule.empty() {
+		out.Delete("schedule")
+	} else {
+		out.Set("schedule", f.Schedule.object()) // the parser checks it, naming the field
 	}
 	if match := f.matchOf(o, &errs); len(match) > 0 {
 		out.Set("match", match)
@@ -469,6 +495,8 @@ func Locate(e policy.FieldError, rulePath string) (FieldError, bool) {
 		field = "action"
 	case rest == "deny_status" || rest == "enforce_percent" || rest == "from" || rest == "until":
 		field = rest
+	case strings.HasPrefix(rest, "schedule"):
+		field = "schedule"
 	case rest == "reject_body" || rest == "reject_content_type":
 		field = rest
 	case strings.HasPrefix(rest, "limit_keys"):
@@ -491,4 +519,19 @@ func Locate(e policy.FieldError, rulePath string) (FieldError, bool) {
 		msg = rest + ": " + msg
 	}
 	return FieldError{Field: field, Message: msg}, true
+}
+
+// object is the schedule as the configuration writes it, its fields in
+// their usual order and the empty ones left out (the defaults).
+func (s ScheduleFields) object() Object {
+	var o Object
+	if len(s.Days) > 0 {
+		o.Set("days", s.Days)
+	}
+	for _, f := range []struct{ key, text string }{{"from", s.From}, {"until", s.Until}, {"time_zone", s.TimeZone}} {
+		if t := strings.TrimSpace(f.text); t != "" {
+			o.Set(f.key, t)
+		}
+	}
+	return o
 }
