@@ -75,7 +75,9 @@ func newEnv(t *testing.T, mod func(*Config)) *env {
 	return &env{srv: srv, svc: svc, st: st, auth: am}
 }
 
-// call sends an API request; token "" sends none.
+// call sends an API request; token "" sends none. An answer to an
+// /api/v1 request must be one the OpenAPI document allows
+// (checkOpenAPIResponse in openapi_test.go).
 func (e *env) call(t *testing.T, method, path, token, contentType, body string) (*http.Response, map[string]any) {
 	t.Helper()
 	req, _ := http.NewRequest(method, e.srv.URL+path, strings.NewReader(body))
@@ -91,6 +93,7 @@ func (e *env) call(t *testing.T, method, path, token, contentType, body string) 
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
+	checkOpenAPIResponse(t, method, path, resp, raw)
 	var m map[string]any
 	json.Unmarshal(raw, &m)
 	if m == nil {
@@ -100,6 +103,7 @@ func (e *env) call(t *testing.T, method, path, token, contentType, body string) 
 }
 
 func (e *env) apiJSON(t *testing.T, method, path, body string) (*http.Response, map[string]any) {
+	t.Helper()
 	return e.call(t, method, path, testToken, "application/json", body)
 }
 

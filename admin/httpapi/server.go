@@ -210,6 +210,7 @@ func New(cfg Config) (http.Handler, error) {
 	s.registerTrial(mux)
 	s.registerTests(mux)
 	s.registerChanges(mux)
+	s.registerOpenAPI(mux)
 	mux.Handle("/api/", s.api(func(w http.ResponseWriter, r *http.Request) error {
 		return &apiErr{status: http.StatusNotFound, msg: "no such endpoint: " + r.Method + " " + r.URL.Path + " (see docs/admin.md)"}
 	}))
