@@ -141,12 +141,18 @@ func (s *server) apiUpdateUser(w http.ResponseWriter, r *http.Request) error {
 	if err := s.updateUser(r, name, b.Role, b.Password, b.Policies); err != nil {
 		return err
 	}
-	out := map[string]any{"name": name, "role": b.Role}
-	if b.Policies != nil {
-		out["policies"] = scopeList(strings.Join(*b.Policies, ","))
+	// The account as it is now, whatever the request left out.
+	us, err := s.Auth.Users(r.Context())
+	if err != nil {
+		return err
 	}
-	writeJSON(w, http.StatusOK, out)
-	return nil
+	for _, u := range us {
+		if u.Name == name {
+			writeJSON(w, http.StatusOK, userJSON{Name: u.Name, Role: u.Role, Policies: scopeList(u.Policies), Created: u.Created.UTC()})
+			return nil
+		}
+	}
+	return &apiErr{status: http.StatusNotFound, msg: "user " + name + " was removed meanwhile"}
 }
 
 // updateUser changes an account's role and password (when role is given)

@@ -115,7 +115,10 @@ func TestScopedEditorChangesOnlyItsPolicies(t *testing.T) {
 	}
 
 	// Clearing the scope applies to the token at once.
-	if resp, m := e.apiJSON(t, "PATCH", "/api/v1/users/pay", `{"policies":[]}`); resp.StatusCode != http.StatusOK {
+	// The answer is the account as it is now: its role too, which the
+	// request left out.
+	if resp, m := e.apiJSON(t, "PATCH", "/api/v1/users/pay", `{"policies":[]}`); resp.StatusCode != http.StatusOK ||
+		m["role"] != "editor" || len(m["policies"].([]any)) != 0 || m["created"] == nil {
 		t.Fatalf("clearing the scope: %d %v", resp.StatusCode, m)
 	}
 	if resp, m := e.call(t, "POST", "/api/v1/policy", tok, "application/json", saveRequestBody(cur, twoTeams("50", "99"))); resp.StatusCode != http.StatusCreated {

@@ -280,7 +280,11 @@ func (s *server) apiTelemetryRotate(w http.ResponseWriter, r *http.Request) erro
 	s.log.Info("rotated the telemetry token", "grace", grace)
 	s.record(r, store.AuditEntry{Action: ActionTelemetryRotate, Detail: "grace " + grace.String()})
 	info := s.Telemetry.Tokens.Info()
-	writeJSON(w, http.StatusOK, map[string]any{"token": tok, "hint": info.Hint, "previous_valid_until": info.PreviousValidUntil})
+	out := map[string]any{"token": tok, "hint": info.Hint}
+	if !info.PreviousValidUntil.IsZero() { // without grace the previous token stops at once: as GET .../token says
+		out["previous_valid_until"] = info.PreviousValidUntil
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 

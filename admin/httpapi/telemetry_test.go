@@ -238,7 +238,7 @@ func TestTelemetryTokenRotation(t *testing.T) {
 	// API: rotate without grace: the old token stops at once.
 	resp, body := te.apiJSON(t, "POST", "/api/v1/telemetry/token/rotate", `{"grace_seconds":0}`)
 	newTok, _ := body["token"].(string)
-	if resp.StatusCode != 200 || !strings.HasPrefix(newTok, telemetry.TokenPrefix) {
+	if _, graced := body["previous_valid_until"]; resp.StatusCode != 200 || !strings.HasPrefix(newTok, telemetry.TokenPrefix) || graced {
 		t.Fatalf("rotate: %d %v", resp.StatusCode, body)
 	}
 	if r, _ := te.send(t, telToken, "application/json", report("n", "a", 1, 1, 0)); r.StatusCode != 401 {
