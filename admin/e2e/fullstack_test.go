@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -158,8 +157,8 @@ func (tr *testTraffic) wait() { tr.done.Wait() }
 // startGateway runs the gateway binary on two VMs, subscribed to the
 // admin's xDS at xdsAddr and reporting telemetry to adminURL (with the
 // token the admin pushes: it knows none), plus the other clusters given
-// as name=url; it waits until the gateway ACKs version 1 and returns the
-// gateway's URL.
+// as name=url; it waits until the gateway ACKs the admin's current version
+// and returns the gateway's URL.
 func startGateway(t *testing.T, root, bin, wasmFile, bootFile, xdsAddr, adminURL string, clusters ...string) string {
 	t.Helper()
 	args := []string{"-listen", "127.0.0.1:0", "-upstream", "demo", "-wasm", wasmFile, "-config", bootFile, "-xds", xdsAddr,
@@ -170,23 +169,8 @@ func startGateway(t *testing.T, root, bin, wasmFile, bootFile, xdsAddr, adminURL
 	gw := start(t, "gateway", root, filepath.Join(bin, "ratelimit-gateway"), args,
 		[]string{"SLUICE_TELEMETRY_TOKEN=", "SLUICE_VM_ENV="},
 		regexp.MustCompile(`gateway is running: (http://\S+)`))
-	waitAcked(t, adminURL, currentVersion(t, adminURL))
+	waitAcked(t, adminURL, strconv.FormatInt(policyVersion(t, adminURL), 10)) // 1, or the policy file's version
 	return gw[1]
-}
-
-// currentVersion is the admin's current policy version: 1 on a new
-// database, later when the admin follows a policy file.
-func currentVersion(t *testing.T, adminURL string) string {
-	t.Helper()
-	resp := apiDo(t, "GET", adminURL+"/api/v1/policy", token, nil)
-	defer resp.Body.Close()
-	var cur struct {
-		Version int64 `json:"version"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&cur); err != nil || cur.Version == 0 {
-		t.Fatalf("the admin's current version: %v", err)
-	}
-	return strconv.FormatInt(cur.Version, 10)
 }
 
 // sendTraffic sends testTraffic to url until the test ends.

@@ -179,8 +179,7 @@ func (p *parser) scheduleDays(path string, v *jvalue) (days [7]bool) {
 	}
 	for i, e := range v.arr {
 		epath := index(path, i)
-		name := strings.ToLower(e.s)
-		wd, ok := weekdayOf[name]
+		wd, ok := weekdayOf[e.s] // lower case, as the schema's enum
 		switch {
 		case e.kind != jString || !ok:
 			got := e.kind.String()
