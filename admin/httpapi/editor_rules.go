@@ -99,19 +99,23 @@ func overridesOf(o policyedit.Object, now time.Time) (count, timed int, next str
 // rule that always applies. A bound the parser would refuse is shown as
 // written and decides nothing: the save reports it.
 func ruleTimeOf(o policyedit.Object, now time.Time) (text, state string) {
-	from, until := o.String("from"), o.String("until")
-	weekly := scheduleText(o)
+	text, state = boundsText(o.String("from"), o.String("until"), now)
+	switch weekly := scheduleText(o); {
+	case weekly == "":
+	case text == "":
+		text, state = weekly, "weekly"
+	default:
+		text += ", " + weekly
+	}
+	return text, state
+}
+
+// boundsText puts a rule's from and until in words with the state of now
+// against them; "" for neither.
+func boundsText(from, until string, now time.Time) (text, state string) {
 	if from == "" && until == "" {
-		if weekly != "" {
-			return weekly, "weekly"
-		}
 		return "", ""
 	}
-	defer func() {
-		if weekly != "" {
-			text += ", " + weekly
-		}
-	}()
 	bound := func(s string) (string, time.Time) {
 		t, err := time.Parse(time.RFC3339Nano, s)
 		if err != nil {

@@ -8,7 +8,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/sluice-rl/sluice/admin/policyedit"
 	"github.com/sluice-rl/sluice/shared/policy"
 )
 
@@ -415,4 +417,24 @@ func post2(t *testing.T, c *http.Client, e *env, tok, draft string) string {
 	t.Helper()
 	_, body := post(t, c, e.srv.URL+"/policy/rules", url.Values{"csrf": {tok}, "base_version": {"1"}, "policy": {draft}, "op": {"edit:0:1"}})
 	return body
+}
+
+// A rule's bounds and schedule are said together, the state from the
+// bounds; a schedule alone is "weekly".
+func TestRuleTimeInWordsJoinsBoundsAndSchedule(t *testing.T) {
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	for _, c := range []struct{ rule, text, state string }{
+		{`{"until":"2027-01-01T00:00:00Z","schedule":{"days":["mon"]}}`, "until 2027-01-01 00:00:00 UTC, weekly: mon 00:00-24:00 UTC", "now"},
+		{`{"from":"2027-01-01T00:00:00Z"}`, "from 2027-01-01 00:00:00 UTC", "later"},
+		{`{"schedule":{"from":"22:00","until":"06:00","time_zone":"Asia/Tokyo"}}`, "weekly: every day 22:00-06:00 Asia/Tokyo", "weekly"},
+		{`{}`, "", ""},
+	} {
+		o, err := policyedit.ParseObject([]byte(c.rule))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if text, state := ruleTimeOf(o, now); text != c.text || state != c.state {
+			t.Errorf("%s: %q %q, want %q %q", c.rule, text, state, c.text, c.state)
+		}
+	}
 }
