@@ -92,7 +92,7 @@ func (s *server) apiMigrate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	answer := map[string]any{"policy": json.RawMessage(m.policy), "notes": m.notes}
+	answer := map[string]any{"policy": json.RawMessage(m.policy), "notes": append([]string{}, m.notes...)} // [] rather than null
 	if in.AddToCurrent {
 		answer["base_version"] = cur.Number
 	}

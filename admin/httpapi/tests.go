@@ -195,7 +195,7 @@ func reportJSON(against string, rev int64, rep policycheck.Report) testReportJSO
 		tj := testResultJSON{Name: t.Name, Line: t.Line, Requests: t.Requests, Passed: t.Failure == nil}
 		if f := t.Failure; f != nil {
 			tj.Failure = &testFailureJSON{Step: f.Step, Line: f.Line, Request: f.Request, AtMS: f.At.Milliseconds(),
-				Mismatches: f.Mismatches, Context: f.Context}
+				Mismatches: append([]string{}, f.Mismatches...), Context: f.Context} // [] rather than null
 		}
 		out.Tests = append(out.Tests, tj)
 	}
