@@ -179,3 +179,27 @@ func TestReplicasFollowingOneFileSaveItOnce(t *testing.T) {
 		t.Errorf("current v%d, want the file saved once as v2", cur.Number)
 	}
 }
+
+// A version saved behind the file's back (an admin that does not follow
+// it, sharing the database) is replaced by the file at the next look, even
+// though the file did not change.
+func TestAVersionSavedBehindTheFilesBackIsReplaced(t *testing.T) {
+	ctx := context.Background()
+	s, _, st := newService(t)
+	dir := t.TempDir()
+	writeConfigMap(t, dir, map[string]string{"policy.json": perKey})
+	s.FollowFile(FileSource{Policy: filepath.Join(dir, "policy.json")})
+	if got := s.LookAtFile(ctx); got.Version != 2 {
+		t.Fatalf("first look: %+v", got)
+	}
+	other := New(st, &recorder{}, nil) // follows no file
+	if _, err := other.Save(ctx, SaveRequest{Base: 2, JSON: []byte(perIP), Author: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.LookAtFile(ctx); got.Err != "" || got.Version != 4 {
+		t.Fatalf("the look after another admin's save: %+v", got)
+	}
+	if cur, _ := s.Current(ctx); cur.Author != FileAuthor {
+		t.Errorf("current v%d by %s, want the file's content again", cur.Number, cur.Author)
+	}
+}

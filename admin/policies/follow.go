@@ -38,15 +38,8 @@ func (s *Service) Sync(ctx context.Context) (bool, error) {
 // Follow calls Sync every interval until ctx ends, logging its errors
 // (the database unreachable: the replica keeps serving what it has).
 func (s *Service) Follow(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
 	failing := false
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick(ctx, every, func() {
 		_, err := s.Sync(ctx)
 		switch {
 		case err != nil && !failing && ctx.Err() == nil:
@@ -55,6 +48,20 @@ func (s *Service) Follow(ctx context.Context, every time.Duration) {
 		case err == nil && failing:
 			s.log.Info("the database answers again")
 			failing = false
+		}
+	})
+}
+
+// tick calls fn every interval until ctx ends.
+func tick(ctx context.Context, every time.Duration, fn func()) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fn()
 		}
 	}
 }
