@@ -54,7 +54,7 @@ func TestAddToCarriesTheConvertedSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg, err := policy.Parse(doc)
-	if err != nil || len(notes) != 0 || cfg.RejectStatus != 503 || !cfg.LegacyHeaders || cfg.Reply == nil || cfg.Reply.Body != `{"message":"API rate limit exceeded"}` ||
+	if err != nil || len(notes) != 0 || cfg.RejectStatus != 503 || cfg.LegacyHeaders != policy.LegacyRateLimit || cfg.Reply == nil || cfg.Reply.Body != `{"message":"API rate limit exceeded"}` ||
 		len(cfg.Policies) != 2 || cfg.Policies[1].Name != "converted" {
 		t.Fatalf("%v, notes %v:\n%s", err, notes, doc)
 	}
@@ -70,7 +70,7 @@ func TestAddToCarriesTheConvertedSettings(t *testing.T) {
 	}
 	minute, own := cfg.RuleByName("kong-minute"), cfg.RuleByName("kong-own")
 	if cfg.RejectStatus != 429 || cfg.Reply.Body != "slow down" || minute.Reply == nil || minute.Reply.Body != `{"message":"API rate limit exceeded"}` ||
-		own.Reply.Body != "own" || cfg.Policies[1].Name != "converted-2" || !cfg.LegacyHeaders {
+		own.Reply.Body != "own" || cfg.Policies[1].Name != "converted-2" || cfg.LegacyHeaders != policy.LegacyRateLimit {
 		t.Errorf("merged:\n%s", doc)
 	}
 	if len(notes) != 1 || !strings.Contains(notes[0], "reject_status: the current policy's 429 is kept; the converted configuration's was 503") {

@@ -1052,7 +1052,7 @@ type elOut struct {
 	RejectStatus     int         `json:"reject_status,omitempty"`
 	RejectGRPCStatus string      `json:"reject_grpc_status"`
 	RejectBody       string      `json:"reject_body"`
-	LegacyHeaders    bool        `json:"legacy_headers,omitempty"`
+	LegacyHeaders    string      `json:"legacy_headers,omitempty"`
 	ShadowHeader     string      `json:"shadow_header,omitempty"`
 	TrustedHops      int         `json:"xff_trusted_hops,omitempty"`
 	Policies         []outPolicy `json:"policies"`
@@ -1074,9 +1074,9 @@ func (c *elConv) result() (Result, error) {
 		}
 		return "unavailable"
 	}).(string)
-	out.LegacyHeaders = c.agree("enable_x_ratelimit_headers", func(cfg *elConfig) any { return cfg.xHeaders }).(bool)
-	if out.LegacyHeaders {
-		c.noteOnce("enable_x_ratelimit_headers DRAFT_VERSION_03 is legacy_headers: RateLimit-Limit, -Remaining and -Reset (without the X- prefix), besides the draft-10 RateLimit and RateLimit-Policy Sluice always sends")
+	if c.agree("enable_x_ratelimit_headers", func(cfg *elConfig) any { return cfg.xHeaders }).(bool) {
+		out.LegacyHeaders = "x-ratelimit"
+		c.noteOnce(`enable_x_ratelimit_headers DRAFT_VERSION_03 is "legacy_headers": "x-ratelimit": X-RateLimit-Limit, -Remaining and -Reset, besides the draft-10 RateLimit and RateLimit-Policy Sluice always sends; X-RateLimit-Limit is the burst alone, without Envoy's quota policy ("10, 10;w=60")`)
 	}
 	out.ShadowHeader = c.shadowHeader()
 	out.TrustedHops = c.trustedHops()

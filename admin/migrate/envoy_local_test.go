@@ -399,8 +399,8 @@ func TestTheFiltersSettingsBecomeTheTopLevelFields(t *testing.T) {
 		{"status: {code: OK}", func(c *policy.Config) bool { return c.RejectStatus == 429 }},
 		{"", func(c *policy.Config) bool { return c.RejectGRPCStatus == 14 && c.Reply.Body == "local_rate_limited" }},
 		{"rate_limited_as_resource_exhausted: true", func(c *policy.Config) bool { return c.RejectGRPCStatus == 8 }},
-		{"enable_x_ratelimit_headers: DRAFT_VERSION_03", func(c *policy.Config) bool { return c.LegacyHeaders }},
-		{"enable_x_ratelimit_headers: OFF", func(c *policy.Config) bool { return !c.LegacyHeaders }},
+		{"enable_x_ratelimit_headers: DRAFT_VERSION_03", func(c *policy.Config) bool { return c.LegacyHeaders == policy.LegacyXRateLimit }},
+		{"enable_x_ratelimit_headers: OFF", func(c *policy.Config) bool { return !c.LegacyHeaders.On() }},
 	} {
 		cfg, _ := lrConvert(t, "stat_prefix: edge\n"+lrOnEnforced+lrBucket10+tc.fields+"\n", LocalOptions{})
 		if !tc.check(cfg) {

@@ -280,7 +280,7 @@ func (h *higressConverter) result() (Result, error) {
 	if len(h.policies) == 0 {
 		return Result{}, fmt.Errorf("config: nothing to convert")
 	}
-	out := higressOutput{RejectStatus: h.rejectStatus(), ResponseHeaders: h.responseHeaders()}
+	out := higressOutput{RejectStatus: h.rejectStatus(), ResponseHeaders: h.responseHeaders(), LegacyHeaders: h.legacyHeaders()}
 	if out.RejectStatus == policy.DefaultRejectStatus {
 		out.RejectStatus = 0
 	}
@@ -324,6 +324,18 @@ func (h *higressConverter) responseHeaders() *bool {
 		return &f
 	}
 	return nil
+}
+
+// legacyHeaders is "x-ratelimit" when a configuration shows its quota
+// (show_limit_quota_header: true): clients that read Higress's
+// X-RateLimit-Limit and -Remaining find them, with X-RateLimit-Reset.
+func (h *higressConverter) legacyHeaders() string {
+	for _, c := range h.configs {
+		if c.quota != nil && *c.quota {
+			return "x-ratelimit"
+		}
+	}
+	return ""
 }
 
 // placeBodies sets rejected_msg as the top-level reject_body when every

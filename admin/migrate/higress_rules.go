@@ -16,6 +16,7 @@ type higressOutput struct {
 	RejectStatus    int             `json:"reject_status,omitempty"`
 	RejectBody      *string         `json:"reject_body,omitempty"`
 	ResponseHeaders *bool           `json:"response_headers,omitempty"`
+	LegacyHeaders   string          `json:"legacy_headers,omitempty"`
 	Fleet           *outFleet       `json:"fleet,omitempty"`
 	Rules           []higressRule   `json:"rules,omitempty"`
 	Policies        []higressPolicy `json:"policies,omitempty"`

@@ -524,6 +524,22 @@ func TestOtherRateLimitersAreNamedInANote(t *testing.T) {
 	}
 }
 
+func TestShownQuotaKeepsHigressFieldNames(t *testing.T) {
+	in := `kind: WasmPlugin
+metadata: {name: cluster-key-rate-limit}
+spec:
+  defaultConfig: {rule_name: b, global_threshold: {query_per_second: 9}, show_limit_quota_header: true}
+`
+	cfg, _ := convertHigress(t, in, HigressOptions{})
+	if !cfg.ResponseHeaders || cfg.LegacyHeaders != policy.LegacyXRateLimit {
+		t.Errorf("show_limit_quota_header: true: response headers %v, legacy %v; want X-RateLimit- fields", cfg.ResponseHeaders, cfg.LegacyHeaders)
+	}
+	in = strings.Replace(in, "show_limit_quota_header: true", "show_limit_quota_header: false", 1)
+	if cfg, _ = convertHigress(t, in, HigressOptions{}); cfg.ResponseHeaders || cfg.LegacyHeaders.On() {
+		t.Errorf("show_limit_quota_header: false: response headers %v, legacy %v; want none", cfg.ResponseHeaders, cfg.LegacyHeaders)
+	}
+}
+
 func TestSettingsOfSeveralConfigurationsAreMerged(t *testing.T) {
 	in := `kind: WasmPlugin
 metadata: {name: cluster-key-rate-limit}

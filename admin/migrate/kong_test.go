@@ -649,7 +649,7 @@ func TestKongRejectionsAreKongs(t *testing.T) {
 	cfg, res := kongConvert(t, `plugins:
   - {name: rate-limiting, config: {minute: 5, limit_by: ip, error_code: 503, error_message: "Slow down </please>"}}
 `, KongOptions{})
-	if cfg.RejectStatus != 503 || cfg.Reply == nil || cfg.Reply.Body != `{"message":"Slow down </please>"}` || cfg.Reply.ContentType != "application/json" || !cfg.LegacyHeaders || !cfg.ResponseHeaders {
+	if cfg.RejectStatus != 503 || cfg.Reply == nil || cfg.Reply.Body != `{"message":"Slow down </please>"}` || cfg.Reply.ContentType != "application/json" || cfg.LegacyHeaders != policy.LegacyRateLimit || !cfg.ResponseHeaders {
 		t.Errorf("status %d, reply %+v, legacy %v, headers %v", cfg.RejectStatus, cfg.Reply, cfg.LegacyHeaders, cfg.ResponseHeaders)
 	}
 	cfg, res = kongConvert(t, `services:
@@ -670,7 +670,7 @@ plugins:
 	}
 	notesHave(t, res.Notes, "error_code 503 of services[0].plugins[0]: Sluice rejects with one status, 429", "hide_client_headers of services[0].plugins[0]")
 	cfg, _ = kongConvert(t, `plugins: [{name: rate-limiting, config: {minute: 5, limit_by: ip, hide_client_headers: true}}]`, KongOptions{})
-	if cfg.ResponseHeaders || cfg.LegacyHeaders {
+	if cfg.ResponseHeaders || cfg.LegacyHeaders.On() {
 		t.Errorf("hide_client_headers: response headers %v, legacy %v", cfg.ResponseHeaders, cfg.LegacyHeaders)
 	}
 }

@@ -115,7 +115,7 @@ func TestTheKongCommandConvertsPlugins(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 	cfg, err := policy.Parse(stdout.Bytes())
-	if err != nil || len(cfg.Policies) != 1 || cfg.Policies[0].Rules[0].Keys[0].String() != "jwt:sub" || !cfg.LegacyHeaders {
+	if err != nil || len(cfg.Policies) != 1 || cfg.Policies[0].Rules[0].Keys[0].String() != "jwt:sub" || cfg.LegacyHeaders != policy.LegacyRateLimit {
 		t.Errorf("%v:\n%s", err, stdout.String())
 	}
 	stderr.Reset()

@@ -50,7 +50,8 @@ type compiledConfig struct {
 	rejectStatus    uint32
 	rejectGRPC      int32 // the gRPC status of a limit rejection (Envoy uses it for gRPC requests only)
 	responseHeaders bool
-	legacyHeaders   bool // also RateLimit-Limit, -Remaining, -Reset (headers.go)
+	legacyHeaders   bool      // also the older limit, remaining and reset fields (headers.go)
+	legacyNames     [3]string // their names: RateLimit-Limit, ... or X-RateLimit-Limit, ...
 	shadowHeader    string
 	trustedHops     int
 	anyShadow       bool // some shadow rule marks the upstream request (compiledRule.mark)
@@ -194,13 +195,14 @@ func compile(c *policy.Config, vm *vmContext) *compiledConfig {
 		rejectStatus:    uint32(c.RejectStatus),
 		rejectGRPC:      int32(c.RejectGRPCStatus),
 		responseHeaders: c.ResponseHeaders,
-		legacyHeaders:   c.LegacyHeaders,
+		legacyHeaders:   c.LegacyHeaders.On(),
 		shadowHeader:    strings.ToLower(c.ShadowHeader),
 		trustedHops:     c.TrustedHops,
 		telemetry:       c.Telemetry,
 		fleet:           compileFleet(c.Fleet), // fleet.go
 		byName:          map[string]*compiledRule{},
 	}
+	cc.legacyNames[0], cc.legacyNames[1], cc.legacyNames[2] = c.LegacyHeaders.Names()
 	if cc.rejectStatus < 400 || cc.rejectStatus > 599 {
 		cc.rejectStatus = policy.DefaultRejectStatus
 	}

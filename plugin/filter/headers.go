@@ -9,9 +9,10 @@ import (
 // Response header fields (names lower-case, as Envoy stores them).
 //
 // draft-ietf-httpapi-ratelimit-headers-10's structured fields are sent, and
-// with "legacy_headers": true also the older RateLimit-Limit / -Remaining /
-// -Reset (drafts <= 06; opt-in because each is a host call more on every
-// allowed response, like the Fairvisor token bucket's pair of generations):
+// with "legacy_headers" also the older RateLimit-Limit / -Remaining / -Reset
+// (drafts <= 06) or their X-RateLimit- namesakes (compiledConfig.legacyNames;
+// opt-in because each is a host call more on every allowed response, like
+// the Fairvisor token bucket's pair of generations):
 //
 //	RateLimit:        "<rule>";r=<remaining>;t=<seconds>
 //	RateLimit-Policy: "<rule>";q=<burst>;w=<ceil(burst/rate)>
@@ -33,9 +34,6 @@ import (
 //   - w is the time the bucket takes to refill from empty.
 const (
 	hdrRetryAfter     = "retry-after"
-	hdrLimit          = "ratelimit-limit"
-	hdrRemaining      = "ratelimit-remaining"
-	hdrReset          = "ratelimit-reset"
 	hdrRateLimit      = "ratelimit"
 	hdrPolicy         = "ratelimit-policy"
 	hdrReason         = "x-ratelimit-reason"
@@ -82,9 +80,9 @@ func (p *pluginContext) sendReject(r *compiledRule, wait float64, identity strin
 		{hdrPolicy, r.policyHdr},
 		{hdrReason, r.reason},
 		{hdrContentType, contentType},
-		{hdrLimit, r.limitHdr},
-		{hdrRemaining, "0"},
-		{hdrReset, s[retryEnd:tEnd]},
+		{p.cfg.legacyNames[0], r.limitHdr},
+		{p.cfg.legacyNames[1], "0"},
+		{p.cfg.legacyNames[2], s[retryEnd:tEnd]},
 	}
 	if !p.cfg.legacyHeaders {
 		headers = headers[:5]
@@ -136,9 +134,10 @@ func (p *pluginContext) setAllowedHeaders(h allowedHeaders) {
 	replaceResponseHeader(hdrRateLimit, rl)
 	replaceResponseHeader(hdrPolicy, r.policyHdr)
 	if p.cfg.legacyHeaders {
-		replaceResponseHeader(hdrLimit, r.limitHdr)
-		replaceResponseHeader(hdrRemaining, s[remStart:remEnd])
-		replaceResponseHeader(hdrReset, s[resetStart:])
+		names := &p.cfg.legacyNames
+		replaceResponseHeader(names[0], r.limitHdr)
+		replaceResponseHeader(names[1], s[remStart:remEnd])
+		replaceResponseHeader(names[2], s[resetStart:])
 	}
 }
 

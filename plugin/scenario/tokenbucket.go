@@ -20,6 +20,7 @@ func init() {
 		Case{Name: "TokenBucketAdmitsBurstThenRejects", Run: tokenBucketAdmitsBurstThenRejects},
 		Case{Name: "TokenBucketAllowedResponseFields", Run: tokenBucketAllowedResponseFields},
 		Case{Name: "TokenBucketRejectionFields", Run: tokenBucketRejectionFields},
+		Case{Name: "XRateLimitFieldsForClientsOfOtherLimiters", Run: xRateLimitFields},
 		Case{Name: "TokenBucketRetryAfterNeverEarlyWithPerClientJitter", Run: tokenBucketRetryAfterNeverEarly},
 		Case{Name: "TokenBucketAdmitsAClientSendingAtExactlyTheRate", Run: tokenBucketExactRate},
 	)
@@ -175,6 +176,39 @@ func tokenBucketRejectionFields(t *testing.T, start Starter) {
 	if got := admitted(t, h, 2, r); got != 1 {
 		t.Errorf("10 s after the 429: %d admitted, want 1", got)
 	}
+}
+
+// xRateLimitFields: with "legacy_headers": "x-ratelimit" the older fields
+// are named X-RateLimit-Limit, -Remaining and -Reset, as Envoy's
+// local_ratelimit, envoyproxy/ratelimit and Higress name them, and carry
+// the numbers RateLimit-Limit, -Remaining and -Reset would: on allowed
+// responses (an upstream's own field replaced) and on rejections; the
+// unprefixed names are not sent.
+func xRateLimitFields(t *testing.T, start Starter) {
+	h := startConfig(t, start, `{"legacy_headers": "x-ratelimit", "rules": [{"name": "slow", "limit_keys": ["header:x-api-key"],
+	  "algorithm": "token_bucket", "algorithm_config": {"rps": 0.1, "burst": 2}}]}`)
+	unprefixed := []string{"ratelimit-limit", "-", "ratelimit-remaining", "-", "ratelimit-reset", "-"}
+	r := req("x-api-key", "client-7")
+	r.ResponseHeaders = []Header{{":status", "200"}, {"x-ratelimit-remaining", "999"}}
+	res := do(t, h, r)
+	if res.Rejected {
+		t.Fatal("first request rejected")
+	}
+	// 1 token left of 2; 10 s until full.
+	wantHeaders(t, "allowed", res.ResponseHeaders, append(unprefixed,
+		"x-ratelimit-limit", "2", "x-ratelimit-remaining", "1", "x-ratelimit-reset", "10",
+		"ratelimit", `"slow";r=1;t=10`)...)
+	if n := headerCount(res.ResponseHeaders, "x-ratelimit-remaining"); n != 1 {
+		t.Errorf("x-ratelimit-remaining sent %d times, want the upstream's replaced", n)
+	}
+	do(t, h, req("x-api-key", "client-7"))
+	res = do(t, h, req("x-api-key", "client-7"))
+	if !res.Rejected {
+		t.Fatal("third request admitted")
+	}
+	wantHeaders(t, "rejected", res.ResponseHeaders, append(unprefixed,
+		"x-ratelimit-limit", "2", "x-ratelimit-remaining", "0", "x-ratelimit-reset", "10",
+		"ratelimit", `"slow";r=0;t=10`, "x-ratelimit-reason", "token_bucket_exceeded")...)
 }
 
 // tokenBucketRetryAfterNeverEarly: for buckets whose true wait is whole

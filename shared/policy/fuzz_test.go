@@ -18,6 +18,7 @@ func FuzzParse(f *testing.F) {
 		fragmentRule(fairvisorVariableCost, `"name": "r", "limit_keys": ["ip:address"], "algorithm": "token_bucket"`),
 		configurationExample,
 		`{"mode":"shadow","reject_status":503,"response_headers":false,"shadow_header":"X-S","xff_trusted_hops":2,"reject_grpc_status":"unavailable","rules":[` + baseRule + `]}`,
+		`{"legacy_headers":"x-ratelimit","rules":[` + baseRule + `]}`,
 		withMatch(`{"path_prefix":"/api/","method":"GET","header:X-Tier":"gold"}`),
 		withTB(`{"tokens_per_second":10,"burst":5}`),
 		withAlg("rolling_window", `{"limit":10000,"window_seconds":86400,"period_seconds":3600,"max_per_period":1000,"cost_source":"header:x-c"}`),

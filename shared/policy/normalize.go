@@ -116,7 +116,7 @@ type normConfig struct {
 	RejectStatus     int            `json:"reject_status"`
 	RejectGRPCStatus string         `json:"reject_grpc_status"`
 	ResponseHeaders  bool           `json:"response_headers"`
-	LegacyHeaders    bool           `json:"legacy_headers"`
+	LegacyHeaders    LegacyHeaders  `json:"legacy_headers"`
 	ShadowHeader     string         `json:"shadow_header"`
 	TrustedHops      int            `json:"xff_trusted_hops"`
 	Policies         []normPolicy   `json:"policies"`

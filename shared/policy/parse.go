@@ -92,11 +92,7 @@ func (p *parser) config(root *jvalue) *Config {
 		}
 	}
 	if v := f["legacy_headers"]; v != nil {
-		if v.kind != jBool {
-			p.errorf("legacy_headers", "must be true or false, got ", v.kind.String())
-		} else {
-			cfg.LegacyHeaders = v.b
-		}
+		p.legacyHeaders(cfg, v)
 	}
 	if v := f["shadow_header"]; v != nil {
 		if v.kind != jString {

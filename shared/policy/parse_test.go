@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/json"
 	"errors"
 	"reflect"
 	"strconv"
@@ -78,7 +79,8 @@ func TestParseErrors(t *testing.T) {
 		{"reject_grpc_status ok", top(`"reject_grpc_status":"ok"`), "reject_grpc_status", []string{`unknown gRPC status "ok"`}, 0},
 		{"reject_grpc_status number", top(`"reject_grpc_status":8`), "reject_grpc_status", []string{"must be a gRPC status name", "got a number"}, 0},
 		{"response_headers string", top(`"response_headers":"yes"`), "response_headers", []string{"must be true or false", "got a string"}, 0},
-		{"legacy_headers number", top(`"legacy_headers":0`), "legacy_headers", []string{"must be true or false", "got a number"}, 0},
+		{"legacy_headers number", top(`"legacy_headers":0`), "legacy_headers", []string{`must be true, false, "ratelimit" or "x-ratelimit"`, "got a number"}, 0},
+		{"legacy_headers unknown prefix", top(`"legacy_headers":"X-RateLimit"`), "legacy_headers", []string{`must be true, false, "ratelimit" or "x-ratelimit"`, `got "X-RateLimit"`}, 0},
 		{"shadow_header empty", top(`"shadow_header":""`), "shadow_header", []string{"name is empty"}, 0},
 		{"shadow_header space", top(`"shadow_header":"x shadow"`), "shadow_header", []string{`"x shadow" contains ' '`}, 0},
 		{"shadow_header pseudo", top(`"shadow_header":":path"`), "shadow_header", []string{"pseudo-headers"}, 0},
@@ -347,7 +349,7 @@ func TestFieldErrorString(t *testing.T) {
 
 func TestParseDefaults(t *testing.T) {
 	c := mustParse(t, rules(baseRule))
-	if c.Mode != ModeEnforce || c.RejectStatus != 429 || !c.ResponseHeaders || c.LegacyHeaders || c.ShadowHeader != "x-sluice-shadow" || c.TrustedHops != 0 {
+	if c.Mode != ModeEnforce || c.RejectStatus != 429 || !c.ResponseHeaders || c.LegacyHeaders.On() || c.ShadowHeader != "x-sluice-shadow" || c.TrustedHops != 0 {
 		t.Errorf("defaults = %+v", c)
 	}
 	r := c.Policies[0].Rules[0]
@@ -366,7 +368,7 @@ func TestParseOptions(t *testing.T) {
 		 "match":{"path_prefix":"/api/","method":"POST","header:X-Tier":"gold","path":"/api/v1","jwt:plan":"pro","host":"a.example"},
 		 "algorithm":"token_bucket","algorithm_config":{"tokens_per_second":2.5,"burst":2.5,"cost_source":"header:X-Weight","fixed_cost":2.5,"default_cost":0.5}},
 		{"name":"q.v_1-2","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1,"cost_source":"query:w"}}]}`)
-	if c.Mode != ModeShadow || c.RejectStatus != 503 || c.RejectGRPCStatus != 14 || c.ResponseHeaders || !c.LegacyHeaders || c.ShadowHeader != "x-would-limit" || c.TrustedHops != 2 {
+	if c.Mode != ModeShadow || c.RejectStatus != 503 || c.RejectGRPCStatus != 14 || c.ResponseHeaders || c.LegacyHeaders != LegacyRateLimit || c.ShadowHeader != "x-would-limit" || c.TrustedHops != 2 {
 		t.Errorf("options = %+v", c)
 	}
 	if r := c.RuleByName("r"); r.Mode != ModeShadow {
@@ -557,6 +559,38 @@ func TestGRPCStatusOfHTTPFollowsGRPCsMapping(t *testing.T) {
 		404: "unimplemented", 429: "unavailable", 451: "unknown", 503: "unavailable"} {
 		if got := GRPCCodeName(GRPCStatusOfHTTP(status)); got != want {
 			t.Errorf("HTTP %d maps to %s, want %s", status, got, want)
+		}
+	}
+}
+
+func TestLegacyHeadersNameTheirFields(t *testing.T) {
+	for _, tc := range []struct {
+		value, normalized string
+		want              LegacyHeaders
+		limit             string
+	}{
+		{`false`, `false`, LegacyNone, ""},
+		{`true`, `true`, LegacyRateLimit, "ratelimit-limit"},
+		{`"ratelimit"`, `true`, LegacyRateLimit, "ratelimit-limit"},
+		{`"x-ratelimit"`, `"x-ratelimit"`, LegacyXRateLimit, "x-ratelimit-limit"},
+	} {
+		c := mustParse(t, `{"legacy_headers":`+tc.value+`,"rules":[`+baseRule+`]}`)
+		limit, remaining, reset := c.LegacyHeaders.Names()
+		if c.LegacyHeaders != tc.want || limit != tc.limit || c.LegacyHeaders.On() != (tc.limit != "") {
+			t.Errorf("%s: parsed %v, names %q %q %q", tc.value, c.LegacyHeaders, limit, remaining, reset)
+		}
+		if tc.limit != "" && (remaining != strings.TrimSuffix(tc.limit, "limit")+"remaining" || reset != strings.TrimSuffix(tc.limit, "limit")+"reset") {
+			t.Errorf("%s: names %q %q %q", tc.value, limit, remaining, reset)
+		}
+		norm, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(norm), `"legacy_headers":`+tc.normalized+`,`) {
+			t.Errorf("%s: normalized form %s, want legacy_headers %s", tc.value, norm, tc.normalized)
+		}
+		if again := mustParse(t, string(norm)); again.LegacyHeaders != tc.want {
+			t.Errorf("%s: the normalized form parses to %v", tc.value, again.LegacyHeaders)
 		}
 	}
 }

@@ -59,14 +59,14 @@ type Config struct {
 	// limit rule's rejection of a gRPC request, default 8
 	// (resource_exhausted); grpc.go.
 	RejectGRPCStatus int
-	ResponseHeaders  bool       // "response_headers", default true
-	LegacyHeaders    bool       // "legacy_headers", default false; true: also RateLimit-Limit/-Remaining/-Reset
-	ShadowHeader     string     // "shadow_header", default "x-sluice-shadow"
-	TrustedHops      int        // "xff_trusted_hops", default 0 (X-Forwarded-For ignored; use source.address)
-	Policies         []Policy   // top-level "rules" shorthand becomes one policy named "default"
-	Telemetry        *Telemetry // "telemetry", optional: periodic reports to the admin (nil = off)
-	Fleet            *Fleet     // "fleet", optional: the rate limit service of global rules (fleet.go)
-	Reply            *Reply     // "reject_body", "reject_content_type": limit rules' rejection body (nil: the filter's JSON); reply.go
+	ResponseHeaders  bool          // "response_headers", default true
+	LegacyHeaders    LegacyHeaders // "legacy_headers", default none; legacy_headers.go
+	ShadowHeader     string        // "shadow_header", default "x-sluice-shadow"
+	TrustedHops      int           // "xff_trusted_hops", default 0 (X-Forwarded-For ignored; use source.address)
+	Policies         []Policy      // top-level "rules" shorthand becomes one policy named "default"
+	Telemetry        *Telemetry    // "telemetry", optional: periodic reports to the admin (nil = off)
+	Fleet            *Fleet        // "fleet", optional: the rate limit service of global rules (fleet.go)
+	Reply            *Reply        // "reject_body", "reject_content_type": limit rules' rejection body (nil: the filter's JSON); reply.go
 }
 
 // Telemetry configures the filter's periodic reports to the admin (contract

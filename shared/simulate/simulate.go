@@ -545,11 +545,12 @@ func (res *Result) finish(cfg *policy.Config, shadowDeny *RuleResult, apps []*Ru
 	res.Headers = append(res.Headers,
 		[2]string{"ratelimit", rl},
 		[2]string{"ratelimit-policy", f.Policy})
-	if cfg.LegacyHeaders {
+	if cfg.LegacyHeaders.On() {
+		limit, rem, rst := cfg.LegacyHeaders.Names()
 		res.Headers = append(res.Headers,
-			[2]string{"ratelimit-limit", f.Limit},
-			[2]string{"ratelimit-remaining", remaining},
-			[2]string{"ratelimit-reset", reset})
+			[2]string{limit, f.Limit},
+			[2]string{rem, remaining},
+			[2]string{rst, reset})
 	}
 }
 
@@ -581,11 +582,12 @@ func (res *Result) reject(cfg *policy.Config, a *RuleResult) {
 	if contentType != "" {
 		res.Headers = append(res.Headers, [2]string{"content-type", contentType})
 	}
-	if cfg.LegacyHeaders {
+	if cfg.LegacyHeaders.On() {
+		limit, rem, rst := cfg.LegacyHeaders.Names()
 		res.Headers = append(res.Headers,
-			[2]string{"ratelimit-limit", f.Limit},
-			[2]string{"ratelimit-remaining", "0"},
-			[2]string{"ratelimit-reset", ts})
+			[2]string{limit, f.Limit},
+			[2]string{rem, "0"},
+			[2]string{rst, ts})
 	}
 }
 

@@ -122,7 +122,7 @@ func Config(rng *rand.Rand) string {
 		doc["reject_grpc_status"] = []string{"unavailable", "resource_exhausted", "permission_denied"}[rng.IntN(3)]
 	}
 	if rng.IntN(3) == 0 {
-		doc["legacy_headers"] = true
+		doc["legacy_headers"] = []any{true, "x-ratelimit"}[rng.IntN(2)]
 	}
 	if rng.IntN(6) == 0 {
 		doc["response_headers"] = false
