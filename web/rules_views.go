@@ -104,7 +104,11 @@ type RuleFormView struct {
 	Reject            bool
 	RejectBody        string
 	RejectContentType string
-	From, Until       string // when the rule applies (RFC 3339), "" for no bound
+	// OwnHeaders: the rule has its own reject_headers, RejectHeaders
+	// ("name: value" lines, maybe none).
+	OwnHeaders    bool
+	RejectHeaders string
+	From, Until   string // when the rule applies (RFC 3339), "" for no bound
 	// The weekly schedule: its days ("mon".."sun"), from, until and time
 	// zone ("" for the defaults).
 	Days                                []string

@@ -173,6 +173,7 @@ func formView(d *policyedit.Doc, ref policyedit.Ref, f policyedit.Form, errs []p
 		Algorithm: f.Algorithm, Rate: f.Rate, Burst: f.Burst,
 		Limit: f.Limit, Window: f.Window, Period: f.Period, Kept: f.Kept, Errors: map[string]string{},
 		Reject: f.Reject, RejectBody: f.RejectBody, RejectContentType: f.RejectContentType,
+		OwnHeaders: f.OwnHeaders, RejectHeaders: f.RejectHeaders,
 		From: f.From, Until: f.Until,
 		Days: f.Schedule.Days, WeeklyFrom: f.Schedule.From, WeeklyUntil: f.Schedule.Until, WeeklyZone: f.Schedule.TimeZone,
 	}
@@ -215,6 +216,7 @@ func formFromPost(f url.Values) policyedit.Form {
 		// A browser sends a textarea's lines ended with CRLF.
 		RejectBody:        strings.ReplaceAll(f.Get("rf_reject_body"), "\r\n", "\n"),
 		RejectContentType: f.Get("rf_reject_content_type"),
+		RejectHeaders:     strings.ReplaceAll(f.Get("rf_reject_headers"), "\r\n", "\n"),
 		From:              f.Get("rf_from"), Until: f.Get("rf_until"),
 		Schedule: policyedit.ScheduleFields{Days: f["rf_day"], From: f.Get("rf_weekly_from"), Until: f.Get("rf_weekly_until"),
 			TimeZone: f.Get("rf_weekly_zone")},
@@ -222,6 +224,7 @@ func formFromPost(f url.Values) policyedit.Form {
 	// A body typed in is the rule's own even if its box was left unticked;
 	// the box alone stands for an empty body.
 	out.Reject = f.Get("rf_reject") != "" || out.RejectBody != ""
+	out.OwnHeaders = f.Get("rf_own_headers") != "" || strings.TrimSpace(out.RejectHeaders) != ""
 	for i := 0; i < 16; i++ {
 		kind := f.Get("rf_key_kind" + strconv.Itoa(i))
 		name := strings.TrimSpace(f.Get("rf_key_name" + strconv.Itoa(i)))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -181,6 +182,51 @@ func TestStructuredEditorSetsARulesRejectionBody(t *testing.T) {
 	status, body = apply(got, "0:0", url.Values{"rf_reject": {"1"}, "rf_reject_content_type": {"plain text"}})
 	if status != http.StatusUnprocessableEntity || !strings.Contains(body, `id="rf-err-reject_content_type"`) {
 		t.Errorf("a bad content type: %d, no error next to the field", status)
+	}
+}
+
+func TestStructuredEditorSetsARulesRejectionHeaders(t *testing.T) {
+	e := newEnv(t, nil)
+	c := login(t, e, "alice")
+	tok := csrfOf(t, get(t, c, e.srv.URL+"/"))
+	draft := `{"reject_headers":{"x-local-rate-limit":"true"},"policies":[{"name":"p","rules":[
+	 {"name":"api","limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10},"reject_headers":{}}]}]}`
+	resp, body := post(t, c, e.srv.URL+"/policy/rules", url.Values{"csrf": {tok}, "base_version": {"1"}, "policy": {draft}, "op": {"edit:0:0"}})
+	if resp.StatusCode != 200 || !strings.Contains(body, `name="rf_own_headers" value="1" checked`) {
+		t.Fatalf("edit a rule with an empty reject_headers: %d, its box is not ticked", resp.StatusCode)
+	}
+	apply := func(draft string, fields url.Values) (int, string) {
+		t.Helper()
+		return applyRuleForm(t, c, e, tok, draft, "0:0", apiRuleForm, fields)
+	}
+	// Lines typed in a browser, a value holding a colon, a blank line.
+	status, body := apply(draft, url.Values{"rf_reject_headers": {"X-Limits-Doc: https://example.com/limits\r\n\r\nx-team:  payments "}})
+	got := draftOf(t, body)
+	cfg, err := policy.Parse([]byte(got))
+	if status != 200 || err != nil {
+		t.Fatalf("set rejection headers: %d %v\n%s", status, err, got)
+	}
+	want := []policy.RejectHeader{{Name: "x-limits-doc", Value: "https://example.com/limits"}, {Name: "x-team", Value: "payments"}}
+	if r := cfg.RuleByName("api"); !reflect.DeepEqual(cfg.RejectHeadersOf(r), want) {
+		t.Fatalf("reject headers %+v, want %+v\n%s", cfg.RejectHeadersOf(r), want, got)
+	}
+	// The form shows them as lines again.
+	resp, body = post(t, c, e.srv.URL+"/policy/rules", url.Values{"csrf": {tok}, "base_version": {"1"}, "policy": {got}, "op": {"edit:0:0"}})
+	if resp.StatusCode != 200 || !strings.Contains(body, "X-Limits-Doc: https://example.com/limits\nx-team: payments\n</textarea>") {
+		t.Errorf("the form does not show the headers as lines: %d", resp.StatusCode)
+	}
+	// Neither the box nor a line: the rule takes the configuration's again.
+	status, body = apply(got, nil)
+	if got = draftOf(t, body); status != 200 || strings.Count(got, "reject_headers") != 1 {
+		t.Fatalf("clear the rule's headers: %d\n%s", status, got)
+	}
+	// A line without a colon, and a header the filter sends itself, get
+	// their errors next to the field.
+	for _, lines := range []string{"x-local-rate-limit true", "retry-after: 5"} {
+		status, body = apply(got, url.Values{"rf_reject_headers": {lines}})
+		if status != http.StatusUnprocessableEntity || !strings.Contains(body, `id="rf-err-reject_headers"`) {
+			t.Errorf("%q: %d, no error next to the field", lines, status)
+		}
 	}
 }
 

@@ -366,6 +366,7 @@ func (c *elConv) perConfig(f *elFilter, e elEntry) (*elPer, error) {
 // rate_limits entry building descriptors, and one for its default bucket.
 func (c *elConv) convertGroup(f *elFilter, g *elGroup, routes []*elRoute, of map[*elRoute]*elGroup) error {
 	cfg := g.cfg
+	c.current = cfg
 	c.configNotes(f, cfg)
 	cond, stops, err := c.container(g, routes, of)
 	if err != nil {
@@ -519,6 +520,7 @@ func (c *elConv) addPolicy(name string, rules []outRule) error {
 		return fmt.Errorf("config: the policy would have more than %d rules (each route configured on its own needs rules in the policies around it); convert fewer routes at a time, or name the routes", elMaxRules)
 	}
 	c.made = append(c.made, outPolicy{Name: c.pols.take(name), Rules: rules})
+	c.madeBy = append(c.madeBy, c.current)
 	return nil
 }
 
@@ -1015,9 +1017,6 @@ func (c *elConv) configNotes(f *elFilter, cfg *elConfig) {
 	if cfg.maxDynamic > 0 {
 		c.note("%s: max_dynamic_descriptors %d: Sluice keeps max_keys (default 65536) clients per rule, and beyond that shares buckets rather than forgetting them", p, cfg.maxDynamic)
 	}
-	if len(cfg.respHeaders) > 0 {
-		c.note("%s: response_headers_to_add (%s) is not sent: Sluice's rejections carry X-RateLimit-Reason, RateLimit and Retry-After", p, strings.Join(cfg.respHeaders, ", "))
-	}
 	if len(cfg.reqHeaders) > 0 && cfg.mode() == string(policy.ModeShadow) {
 		c.note("%s: request_headers_to_add_when_not_enforced: Sluice adds %s to a request a shadow rule would have refused, with the rules' names as its value", p, cfg.reqHeaders[0])
 	}
@@ -1049,13 +1048,14 @@ func (c *elConv) addressHops(f *elFilter) {
 }
 
 type elOut struct {
-	RejectStatus     int         `json:"reject_status,omitempty"`
-	RejectGRPCStatus string      `json:"reject_grpc_status"`
-	RejectBody       string      `json:"reject_body"`
-	LegacyHeaders    string      `json:"legacy_headers,omitempty"`
-	ShadowHeader     string      `json:"shadow_header,omitempty"`
-	TrustedHops      int         `json:"xff_trusted_hops,omitempty"`
-	Policies         []outPolicy `json:"policies"`
+	RejectStatus     int               `json:"reject_status,omitempty"`
+	RejectGRPCStatus string            `json:"reject_grpc_status"`
+	RejectBody       string            `json:"reject_body"`
+	RejectHeaders    map[string]string `json:"reject_headers,omitempty"`
+	LegacyHeaders    string            `json:"legacy_headers,omitempty"`
+	ShadowHeader     string            `json:"shadow_header,omitempty"`
+	TrustedHops      int               `json:"xff_trusted_hops,omitempty"`
+	Policies         []outPolicy       `json:"policies"`
 }
 
 func (c *elConv) result() (Result, error) {
@@ -1078,6 +1078,7 @@ func (c *elConv) result() (Result, error) {
 		out.LegacyHeaders = "x-ratelimit"
 		c.noteOnce(`enable_x_ratelimit_headers DRAFT_VERSION_03 is "legacy_headers": "x-ratelimit": X-RateLimit-Limit, -Remaining and -Reset, besides the draft-10 RateLimit and RateLimit-Policy Sluice always sends; X-RateLimit-Limit is the burst alone, without Envoy's quota policy ("10, 10;w=60")`)
 	}
+	out.RejectHeaders = c.rejectHeaders()
 	out.ShadowHeader = c.shadowHeader()
 	out.TrustedHops = c.trustedHops()
 	if len(c.hcmsUsed) > 1 {
@@ -1099,6 +1100,50 @@ func (c *elConv) agree(name string, value func(*elConfig) any) any {
 		}
 	}
 	return first
+}
+
+// rejectHeaders is response_headers_to_add, which Envoy adds to the
+// responses of rate-limited requests: Sluice's reject_headers, for every
+// rule when every configuration has the same, else on the limit rules of
+// each configuration that has some (Envoy's per-route configuration
+// replaces the filter's, fields included). A field Sluice sends itself, or
+// cannot send as written, is left out and noted.
+func (c *elConv) rejectHeaders() map[string]string {
+	of := map[*elConfig]map[string]string{}
+	same := true
+	for _, cfg := range c.limiting {
+		of[cfg] = c.fieldsOf(cfg)
+		same = same && maps.Equal(of[cfg], of[c.limiting[0]])
+	}
+	if same {
+		return of[c.limiting[0]]
+	}
+	for i := range c.made {
+		fields := of[c.madeBy[i]]
+		for j := range c.made[i].Rules {
+			if r := &c.made[i].Rules[j]; r.Action == "" && len(fields) > 0 {
+				r.RejectHeaders = fields
+			}
+		}
+	}
+	return nil
+}
+
+// fieldsOf is cfg's response_headers_to_add as reject_headers, nil when
+// it has none Sluice can send.
+func (c *elConv) fieldsOf(cfg *elConfig) map[string]string {
+	var out map[string]string
+	for _, h := range cfg.respHeaders {
+		if msg := policy.CheckRejectHeader(h[0], h[1]); msg != "" {
+			c.note("%s: response_headers_to_add: %s is left out: %s", cfg.path, h[0], msg)
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[h[0]] = h[1]
+	}
+	return out
 }
 
 func (c *elConv) shadowHeader() string {

@@ -35,7 +35,7 @@ type elConfig struct {
 	own           []elRateLimit
 	hasOwn        bool
 	maxDynamic    int
-	respHeaders   []string
+	respHeaders   [][2]string // name (lower case), value
 	reqHeaders    []string
 	enabledSet    bool
 }
@@ -148,7 +148,7 @@ func (c *elConv) configField(cfg *elConfig, k string, v *yaml.Node, p string) er
 	case "max_dynamic_descriptors":
 		cfg.maxDynamic, err = elIntOf(v, p, 1, math.MaxUint32)
 	case "response_headers_to_add":
-		cfg.respHeaders = elHeaderKeys(v)
+		cfg.respHeaders = elHeaders(v)
 	case "request_headers_to_add_when_not_enforced":
 		cfg.reqHeaders = elHeaderKeys(v)
 	default:
@@ -316,6 +316,17 @@ func elDescriptor(n *yaml.Node, path string) (elDesc, error) {
 }
 
 // elHeaderKeys are the header names of a list of HeaderValueOptions.
+func elHeaders(n *yaml.Node) [][2]string {
+	var out [][2]string
+	for _, h := range elItems(n) {
+		hv := elField(h, "header")
+		if k := elStr(elField(hv, "key")); k != "" {
+			out = append(out, [2]string{strings.ToLower(k), elStr(elField(hv, "value"))})
+		}
+	}
+	return out
+}
+
 func elHeaderKeys(n *yaml.Node) []string {
 	var out []string
 	for _, h := range elItems(n) {

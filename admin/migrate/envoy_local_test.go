@@ -221,7 +221,7 @@ const localEnvoyFilterPolicy = `{
       {"name": "api-own-limits", "action": "unlimited", "match": {"route": "api"}},
       {"name": "health-unlimited", "action": "unlimited", "match": {"route": "health"}},
       {"name": "http_local_rate_limiter", "mode": "enforce", "limit_keys": ["all"], "algorithm": "token_bucket",
-       "algorithm_config": {"tokens_per_second": 100, "burst": 200}}]}
+       "algorithm_config": {"tokens_per_second": 100, "burst": 200}, "reject_headers": {"x-local-rate-limit": "true"}}]}
   ]
 }`
 
@@ -306,7 +306,7 @@ func TestTheEnvoyFilterConvertsToRulesMatchingTheRoutesByName(t *testing.T) {
 		t.Errorf("the health route: %v", got)
 	}
 	notes := strings.Join(res.Notes, "\n")
-	for _, want := range []string{"EnvoyFilter shop/api-local-ratelimit applies to the workloads labelled app=api", "response_headers_to_add (x-local-rate-limit) is not sent"} {
+	for _, want := range []string{"EnvoyFilter shop/api-local-ratelimit applies to the workloads labelled app=api"} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("notes lack %q:\n%s", want, notes)
 		}
@@ -430,6 +430,19 @@ func TestEnabledAndEnforcedPercentagesChooseTheMode(t *testing.T) {
 	if cfg.ShadowHeader != "x-would-limit" {
 		t.Errorf("shadow header %q", cfg.ShadowHeader)
 	}
+}
+
+// response_headers_to_add is reject_headers; a field Sluice sends itself
+// is left out, and said so.
+func TestResponseHeadersToAddAreSentWithRejections(t *testing.T) {
+	cfg, res := lrConvert(t, "stat_prefix: edge\n"+lrOnEnforced+lrBucket10+`response_headers_to_add:
+- {append_action: OVERWRITE_IF_EXISTS_OR_ADD, header: {key: X-Local-Rate-Limit, value: "true"}}
+- {header: {key: retry-after, value: "60"}}
+`, LocalOptions{})
+	if len(cfg.RejectHeaders) != 1 || cfg.RejectHeaders[0] != (policy.RejectHeader{Name: "x-local-rate-limit", Value: "true"}) {
+		t.Errorf("reject headers %+v, want x-local-rate-limit: true", cfg.RejectHeaders)
+	}
+	notesContain(t, res.Notes, `response_headers_to_add: retry-after is left out: "retry-after" cannot be set here`)
 }
 
 // masked_remote_address is the client's network; a descriptor of one

@@ -93,6 +93,8 @@ type elConv struct {
 	limits   map[string][]elRateLimit
 	conds    map[*elRoute]map[string]any
 	made     []outPolicy
+	madeBy   []*elConfig // the configuration each of made comes from
+	current  *elConfig   // the configuration being converted (convertGroup)
 	limiting []*elConfig // the configurations converted, for the top-level fields
 	hops     []string    // xff_trusted_hops choices, as "N: why"
 	steps    int         // comparisons made, against elMaxSteps

@@ -881,18 +881,19 @@ type outPolicy struct {
 }
 
 type outRule struct {
-	Name            string         `json:"name"`
-	Mode            string         `json:"mode,omitempty"`
-	EnforcePercent  *float64       `json:"enforce_percent,omitempty"`
-	Scope           string         `json:"scope,omitempty"`
-	Action          string         `json:"action,omitempty"`
-	DenyStatus      int            `json:"deny_status,omitempty"`
-	Match           map[string]any `json:"match,omitempty"`
-	LimitKeys       []string       `json:"limit_keys,omitempty"`
-	Algorithm       string         `json:"algorithm,omitempty"`
-	AlgorithmConfig any            `json:"algorithm_config,omitempty"` // *windowConfig, *bucketConfig, or a converter's own
-	Overrides       []outOverride  `json:"overrides,omitempty"`
-	RejectBody      *string        `json:"reject_body,omitempty"`
+	Name            string            `json:"name"`
+	Mode            string            `json:"mode,omitempty"`
+	EnforcePercent  *float64          `json:"enforce_percent,omitempty"`
+	Scope           string            `json:"scope,omitempty"`
+	Action          string            `json:"action,omitempty"`
+	DenyStatus      int               `json:"deny_status,omitempty"`
+	Match           map[string]any    `json:"match,omitempty"`
+	LimitKeys       []string          `json:"limit_keys,omitempty"`
+	Algorithm       string            `json:"algorithm,omitempty"`
+	AlgorithmConfig any               `json:"algorithm_config,omitempty"` // *windowConfig, *bucketConfig, or a converter's own
+	Overrides       []outOverride     `json:"overrides,omitempty"`
+	RejectBody      *string           `json:"reject_body,omitempty"`
+	RejectHeaders   map[string]string `json:"reject_headers,omitempty"`
 }
 
 // bucketConfig is a token bucket's algorithm_config.

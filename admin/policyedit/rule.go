@@ -249,6 +249,11 @@ type Form struct {
 	Reject            bool
 	RejectBody        string
 	RejectContentType string
+	// OwnHeaders is whether the rule has its own "reject_headers" (which
+	// may be empty), RejectHeaders them as "name: value" lines
+	// (reject_headers.go).
+	OwnHeaders    bool
+	RejectHeaders string
 	// From and Until bound when the rule applies (RFC 3339), "" for no
 	// bound.
 	From, Until string
@@ -288,6 +293,9 @@ func FormOf(o Object) Form {
 	if _, ok := o.Get("reject_body"); ok {
 		f.Reject, f.RejectBody, f.RejectContentType = true, o.String("reject_body"), o.String("reject_content_type")
 	}
+	if v, ok := o.Get("reject_headers"); ok {
+		f.OwnHeaders, f.RejectHeaders = true, headersText(v)
+	}
 	if v, ok := o.Get("limit_keys"); ok {
 		json.Unmarshal(v, &f.Keys)
 	}
@@ -319,7 +327,7 @@ func FormOf(o Object) Form {
 
 // FieldError is a problem with one of the form's fields.
 type FieldError struct {
-	Field   string // "name", "mode", "action", "deny_status", "enforce_percent", "from", "until", "reject_body", "reject_content_type", "algorithm", "rate", "burst", "limit", "window", "period", "keys", "match", "" (the rule)
+	Field   string // "name", "mode", "action", "deny_status", "enforce_percent", "from", "until", "reject_body", "reject_content_type", "reject_headers", "algorithm", "rate", "burst", "limit", "window", "period", "keys", "match", "" (the rule)
 	Message string
 }
 
@@ -383,6 +391,7 @@ func (f Form) Apply(o Object) (Object, []FieldError) {
 		out.Delete("match")
 	}
 	f.applyReject(&out, action)
+	f.applyRejectHeaders(&out, action, &errs) // reject_headers.go
 	if limitsNothing(action) {
 		out.Delete("enforce_percent")
 		out.Delete("limit_keys")
@@ -499,6 +508,8 @@ func Locate(e policy.FieldError, rulePath string) (FieldError, bool) {
 		field = "schedule"
 	case rest == "reject_body" || rest == "reject_content_type":
 		field = rest
+	case strings.HasPrefix(rest, "reject_headers"):
+		field = "reject_headers"
 	case strings.HasPrefix(rest, "limit_keys"):
 		field = "keys"
 	case strings.HasPrefix(rest, "match"):

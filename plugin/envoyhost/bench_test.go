@@ -156,7 +156,9 @@ func BenchmarkEnvoyHostStream(b *testing.B) {
 // BenchmarkEnvoyHostProbe: variants of the allowed request that isolate
 // parts of its cost (each against the empty plugin, like the cases above):
 // without the response fields, with the older (opt-in) ones too (and under
-// their X-RateLimit- names, x-base against the unprefixed), a request no
+// their X-RateLimit- names, x-base against the unprefixed), a rejection
+// carrying a field of your own ("reject_headers"; x-base against the
+// rejection without), a request no
 // rule applies to (one header read, nothing else), the bucket keyed by
 // the client certificate, the route or a value of the dynamic metadata (a
 // property read), the client address or its network (masked), a cookie or
@@ -212,6 +214,7 @@ func BenchmarkEnvoyHostProbe(b *testing.B) {
 		{"no-response-headers", with(`"response_headers": false`), hdr("x-api-key", "k"), false, ""},
 		{"legacy-headers", with(`"legacy_headers": true`), hdr("x-api-key", "k"), false, ""},
 		{"x-ratelimit-headers", with(`"legacy_headers": "x-ratelimit"`), hdr("x-api-key", "k"), false, with(`"legacy_headers": true`)},
+		{"rejected-reject-headers", with(`"reject_headers": {"x-local-rate-limit": "true"}`), hdr("x-deny", "k"), true, benchConfig},
 		{"no-rule-applies", benchConfig, hdr("x-other", "k"), false, ""},
 	})
 }

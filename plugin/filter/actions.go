@@ -177,13 +177,12 @@ func (p *pluginContext) deny(h *httpContext, r *compiledRule) types.Action {
 	r.tc.denied++
 	p.shadow = p.shadow[:0]
 	h.local = true
-	headers := [][2]string{
-		{hdrReason, reasonDenied},
-		{hdrContentType, r.reply.contentType},
+	headers := append(p.replyHdrs[:0], [2]string{hdrReason, reasonDenied})
+	if r.reply.contentType != "" {
+		headers = append(headers, [2]string{hdrContentType, r.reply.contentType})
 	}
-	if r.reply.contentType == "" {
-		headers = headers[:1]
-	}
+	headers = append(headers, r.rejectHeaders...)
+	p.replyHdrs = headers
 	// No gRPC status: Envoy maps deny_status (403: permission_denied).
 	if err := sendLocalResponse(r.denyStatus, headers, r.reply.body, grpcStatusFromHTTP); err != nil {
 		h.local = false

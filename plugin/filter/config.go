@@ -154,6 +154,9 @@ type compiledRule struct {
 	// "reject_content_type"; a deny rule's own JSON when it has none), nil
 	// for a limit rule that sends the JSON body bodyPre begins.
 	reply *localReply
+	// rejectHeaders are the fields of your own its rejections carry
+	// ("reject_headers"; Config.RejectHeadersOf), after the filter's.
+	rejectHeaders [][2]string
 
 	m ruleMetrics
 
@@ -285,6 +288,9 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 	cr.bodyPre = `{"error":"rate_limited","rule":"` + r.Name + `","retry_after":`
 	if rp := cc.src.RejectReply(r); rp != nil {
 		cr.reply = &localReply{body: []byte(rp.Body), contentType: rp.ContentType}
+	}
+	for _, h := range cc.src.RejectHeadersOf(r) {
+		cr.rejectHeaders = append(cr.rejectHeaders, [2]string{h.Name, h.Value})
 	}
 	cr.compileAction(r, vm)        // actions.go
 	cc.compileRuleFleet(cr, r, vm) // fleet.go

@@ -74,22 +74,23 @@ func (p *pluginContext) sendReject(r *compiledRule, wait float64, identity strin
 	if r.reply != nil {
 		body, contentType = r.reply.body, r.reply.contentType
 	}
-	headers := [][2]string{
-		{hdrRetryAfter, s[:retryEnd]},
-		{hdrRateLimit, s[tEnd:rlEnd]},
-		{hdrPolicy, r.policyHdr},
-		{hdrReason, r.reason},
-		{hdrContentType, contentType},
-		{p.cfg.legacyNames[0], r.limitHdr},
-		{p.cfg.legacyNames[1], "0"},
-		{p.cfg.legacyNames[2], s[retryEnd:tEnd]},
+	headers := append(p.replyHdrs[:0],
+		[2]string{hdrRetryAfter, s[:retryEnd]},
+		[2]string{hdrRateLimit, s[tEnd:rlEnd]},
+		[2]string{hdrPolicy, r.policyHdr},
+		[2]string{hdrReason, r.reason})
+	if contentType != "" { // not an empty reject_body without a content type
+		headers = append(headers, [2]string{hdrContentType, contentType})
 	}
-	if !p.cfg.legacyHeaders {
-		headers = headers[:5]
+	if p.cfg.legacyHeaders {
+		names := &p.cfg.legacyNames
+		headers = append(headers,
+			[2]string{names[0], r.limitHdr},
+			[2]string{names[1], "0"},
+			[2]string{names[2], s[retryEnd:tEnd]})
 	}
-	if contentType == "" { // an empty reject_body without a content type
-		headers = append(headers[:4], headers[5:]...)
-	}
+	headers = append(headers, r.rejectHeaders...)
+	p.replyHdrs = headers
 	return sendLocalResponse(p.cfg.rejectStatus, headers, body, p.cfg.rejectGRPC)
 }
 

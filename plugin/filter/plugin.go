@@ -91,7 +91,9 @@ type requestScratch struct {
 	valBuf  []byte
 	recBuf  []byte // a group's new record (store.go)
 	hdrBuf  []byte
-	shadow  []byte
+	// replyHdrs are a local reply's fields (headers.go), reused.
+	replyHdrs [][2]string
+	shadow    []byte
 	// bodyBuf receives the response body chunks read for response_json
 	// rules (body.go), reused.
 	bodyBuf []byte

@@ -26,6 +26,7 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 		Policies:         make([]normPolicy, len(c.Policies)),
 	}
 	out.RejectBody, out.RejectContentType = normalizeReply(c.Reply)
+	out.RejectHeaders = normalizeRejectHeaders(c.RejectHeaders)
 	if t := c.Telemetry; t != nil {
 		out.Telemetry = &normTelemetry{
 			Cluster: t.Cluster, Authority: t.Authority, Path: t.Path, IntervalMS: t.IntervalMS,
@@ -104,6 +105,7 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 			}
 			nr.Overrides = normalizeOverrides(r.Overrides)
 			nr.RejectBody, nr.RejectContentType = normalizeReply(r.Reply)
+			nr.RejectHeaders = normalizeRejectHeaders(r.RejectHeaders)
 			np.Rules[j] = nr
 		}
 		out.Policies[i] = np
@@ -123,8 +125,9 @@ type normConfig struct {
 	Telemetry        *normTelemetry `json:"telemetry,omitempty"`
 	Fleet            *normFleet     `json:"fleet,omitempty"`
 	// Written only when set, with the content type filled in.
-	RejectBody        *string `json:"reject_body,omitempty"`
-	RejectContentType string  `json:"reject_content_type,omitempty"`
+	RejectBody        *string            `json:"reject_body,omitempty"`
+	RejectContentType string             `json:"reject_content_type,omitempty"`
+	RejectHeaders     *map[string]string `json:"reject_headers,omitempty"`
 }
 
 // normalizeReply writes a custom reply out, its content type explicit
@@ -135,6 +138,19 @@ func normalizeReply(r *Reply) (*string, string) {
 	}
 	body := r.Body
 	return &body, r.ContentType
+}
+
+// normalizeRejectHeaders writes "reject_headers" out as an object (its
+// names sorted by encoding/json), nil when not given.
+func normalizeRejectHeaders(hs []RejectHeader) *map[string]string {
+	if hs == nil {
+		return nil
+	}
+	m := make(map[string]string, len(hs))
+	for _, h := range hs {
+		m[h.Name] = h.Value
+	}
+	return &m
 }
 
 // normFleet is Fleet with its JSON names (same fields, same order).
@@ -190,6 +206,9 @@ type normRule struct {
 	// Written only when set, for the same reason.
 	RejectBody        *string `json:"reject_body,omitempty"`
 	RejectContentType string  `json:"reject_content_type,omitempty"`
+	// Written only when set (an empty object too: it sends none of the
+	// configuration's), for the same reason.
+	RejectHeaders *map[string]string `json:"reject_headers,omitempty"`
 	// Written only when set, for the same reason.
 	From     string        `json:"from,omitempty"`
 	Until    string        `json:"until,omitempty"`

@@ -43,9 +43,9 @@ func (p *parser) errorf(path string, parts ...string) {
 
 // Field names, per object.
 var (
-	configFields      = []string{"mode", "policies", "rules", "reject_status", "response_headers", "legacy_headers", "shadow_header", "xff_trusted_hops", "telemetry", "fleet", "reject_body", "reject_content_type", "reject_grpc_status"}
+	configFields      = []string{"mode", "policies", "rules", "reject_status", "response_headers", "legacy_headers", "shadow_header", "xff_trusted_hops", "telemetry", "fleet", "reject_body", "reject_content_type", "reject_headers", "reject_grpc_status"}
 	policyFields      = []string{"name", "rules"}
-	ruleFields        = []string{"name", "limit_keys", "match", "algorithm", "algorithm_config", "mode", "max_keys", "telemetry_identity", "scope", "action", "deny_status", "overrides", "shadow_mark", "reject_body", "reject_content_type", "enforce_percent", "from", "until", "schedule"}
+	ruleFields        = []string{"name", "limit_keys", "match", "algorithm", "algorithm_config", "mode", "max_keys", "telemetry_identity", "scope", "action", "deny_status", "overrides", "shadow_mark", "reject_body", "reject_content_type", "reject_headers", "enforce_percent", "from", "until", "schedule"}
 	telemetryFields   = []string{"cluster", "authority", "path", "interval_ms", "token", "token_env", "top_n", "timeout_ms"}
 	tokenBucketFields = []string{"tokens_per_second", "rps", "burst", "cost_source", "fixed_cost", "default_cost", "max_delay_ms", "max_debt"}
 	algorithms        = []string{AlgorithmTokenBucket, AlgorithmFixedWindow, AlgorithmSlidingWindow, AlgorithmRollingWindow, AlgorithmQuota, AlgorithmConcurrency}
@@ -78,7 +78,12 @@ func (p *parser) config(root *jvalue) *Config {
 			cfg.RejectStatus = n
 		}
 	}
-	cfg.Reply = p.reply("", f)                  // reply.go
+	cfg.Reply = p.reply("", f)                // reply.go
+	if hv := f["reject_headers"]; hv != nil { // reject_headers.go
+		if cfg.RejectHeaders = p.rejectHeaders("reject_headers", hv); len(cfg.RejectHeaders) == 0 {
+			cfg.RejectHeaders = nil // none at the top level is the default
+		}
+	}
 	if v := f["reject_grpc_status"]; v != nil { // grpc.go
 		if c, ok := p.grpcStatus("reject_grpc_status", v); ok {
 			cfg.RejectGRPCStatus = c
@@ -227,13 +232,16 @@ func (p *parser) rule(path string, v *jvalue, policy string, mode Mode) (Rule, b
 		return r, false // which fields apply depends on the action
 	}
 	if RejectsNothing(r.Action) {
-		for _, name := range []string{"reject_body", "reject_content_type"} {
+		for _, name := range []string{"reject_body", "reject_content_type", "reject_headers"} {
 			if f[name] != nil {
 				p.errorf(join(path, name), `does not apply to an "`, r.Action, `" rule, which rejects nothing; remove it`)
 			}
 		}
 	} else {
 		r.Reply = p.reply(path, f) // reply.go
+		if hv := f["reject_headers"]; hv != nil {
+			r.RejectHeaders = p.rejectHeaders(join(path, "reject_headers"), hv) // reject_headers.go
+		}
 	}
 	if r.Action == ActionLimit || f["limit_keys"] != nil {
 		r.Keys = p.limitKeys(join(path, "limit_keys"), f["limit_keys"])

@@ -59,14 +59,15 @@ type Config struct {
 	// limit rule's rejection of a gRPC request, default 8
 	// (resource_exhausted); grpc.go.
 	RejectGRPCStatus int
-	ResponseHeaders  bool          // "response_headers", default true
-	LegacyHeaders    LegacyHeaders // "legacy_headers", default none; legacy_headers.go
-	ShadowHeader     string        // "shadow_header", default "x-sluice-shadow"
-	TrustedHops      int           // "xff_trusted_hops", default 0 (X-Forwarded-For ignored; use source.address)
-	Policies         []Policy      // top-level "rules" shorthand becomes one policy named "default"
-	Telemetry        *Telemetry    // "telemetry", optional: periodic reports to the admin (nil = off)
-	Fleet            *Fleet        // "fleet", optional: the rate limit service of global rules (fleet.go)
-	Reply            *Reply        // "reject_body", "reject_content_type": limit rules' rejection body (nil: the filter's JSON); reply.go
+	ResponseHeaders  bool           // "response_headers", default true
+	LegacyHeaders    LegacyHeaders  // "legacy_headers", default none; legacy_headers.go
+	ShadowHeader     string         // "shadow_header", default "x-sluice-shadow"
+	TrustedHops      int            // "xff_trusted_hops", default 0 (X-Forwarded-For ignored; use source.address)
+	Policies         []Policy       // top-level "rules" shorthand becomes one policy named "default"
+	Telemetry        *Telemetry     // "telemetry", optional: periodic reports to the admin (nil = off)
+	Fleet            *Fleet         // "fleet", optional: the rate limit service of global rules (fleet.go)
+	Reply            *Reply         // "reject_body", "reject_content_type": limit rules' rejection body (nil: the filter's JSON); reply.go
+	RejectHeaders    []RejectHeader // "reject_headers": limit rules' extra rejection fields, sorted (nil: none); reject_headers.go
 }
 
 // Telemetry configures the filter's periodic reports to the admin (contract
@@ -157,6 +158,10 @@ type Rule struct {
 	// and deny rules; reply.go): nil sends the configuration's
 	// (Config.RejectReply).
 	Reply *Reply
+	// RejectHeaders is the rule's "reject_headers" (limit and deny rules;
+	// reject_headers.go), sorted by name: nil sends the configuration's
+	// (Config.RejectHeadersOf), empty sends none.
+	RejectHeaders []RejectHeader
 	// Bounds are "from" and "until": the rule applies only between them
 	// (actions.go). Outside, it is passed over as a rule whose match does
 	// not hold: the next rule of its policy is tried.

@@ -3,6 +3,7 @@ package policy
 import (
 	"bytes"
 	"encoding/json"
+	"sort"
 	"strconv"
 )
 
@@ -98,6 +99,7 @@ func schemaProperties() map[string]obj {
 			"telemetry":           obj{"$ref": "#/$defs/telemetry"},
 			"fleet":               obj{"$ref": "#/$defs/fleet"},
 			"reject_body":         withDesc(rejectBody, "Body of every limit rule's rejections instead of the filter's JSON (a rule's own reject_body wins).", nil),
+			"reject_headers":      withDesc(rejectHeadersSchema(), `Fields of your own sent with every limit rule's rejections, beside the filter's, such as {"x-local-rate-limit": "true"} (a rule's own reject_headers wins).`, nil),
 			"reject_content_type": withDesc(rejectContentType, "Content type of reject_body; default application/json for a JSON body, text/plain; charset=utf-8 otherwise, none for an empty body.", nil),
 		},
 		"fleet": fleetSchema(),
@@ -140,6 +142,7 @@ func schemaProperties() map[string]obj {
 				"description": "The algorithm's parameters: tokenBucket, window (fixed_window, sliding_window), rollingWindow or quota, chosen by algorithm."},
 			"mode":                withDesc(modeSchema, "This rule's mode; overrides the top-level mode.", nil),
 			"reject_body":         withDesc(rejectBody, "Body of this rule's rejections (limit and deny rules) instead of the top-level reject_body or the filter's JSON.", nil),
+			"reject_headers":      withDesc(rejectHeadersSchema(), "Fields of your own sent with this rule's rejections (limit and deny rules) instead of the top-level reject_headers; {} sends none.", nil),
 			"reject_content_type": withDesc(rejectContentType, "Content type of this rule's reject_body; default application/json for a JSON body, text/plain; charset=utf-8 otherwise, none for an empty body.", nil),
 			"shadow_mark": obj{"type": "boolean", "default": true,
 				"description": "Shadow mode only: true names the rule in shadow_header when it would have refused; false only counts and logs, and leaves the upstream request as the client sent it."},
@@ -359,6 +362,20 @@ var (
 	replyDependency = obj{"reject_content_type": []string{"reject_body"}}
 )
 
+// rejectHeadersSchema is "reject_headers" (reject_headers.go): header names
+// (any case, none the filter or Envoy sets) to printable ASCII values.
+func rejectHeadersSchema() obj {
+	reserved := make([]string, 0, len(reservedRejectHeaders))
+	for name := range reservedRejectHeaders {
+		reserved = append(reserved, name)
+	}
+	sort.Strings(reserved)
+	return obj{"type": "object", "maxProperties": MaxRejectHeaders,
+		"propertyNames":        obj{"pattern": "^" + headerNameRe + "$", "not": obj{"enum": reserved}},
+		"additionalProperties": obj{"type": "string", "minLength": 1, "maxLength": maxRejectHeaderValue, "pattern": `^[\x21-\x7e]([\t\x20-\x7e]*[\x21-\x7e])?$`},
+	}
+}
+
 // never is a schema no value satisfies: the property must be absent.
 var never = obj{"not": obj{}}
 
@@ -373,7 +390,7 @@ func actionAlternative(action string) obj {
 		props["deny_status"] = never
 	}
 	if RejectsNothing(action) {
-		props["reject_body"], props["reject_content_type"] = never, never
+		props["reject_body"], props["reject_content_type"], props["reject_headers"] = never, never, never
 	}
 	return obj{"required": []string{"action"}, "properties": props}
 }

@@ -343,6 +343,15 @@ func (res *Result) deny(cfg *policy.Config, a *RuleResult) {
 	if contentType != "" {
 		res.Headers = append(res.Headers, [2]string{"content-type", contentType})
 	}
+	res.addRejectHeaders(cfg, a.rule)
+}
+
+// addRejectHeaders adds the fields of your own a rejection by r carries
+// ("reject_headers"), after the filter's.
+func (res *Result) addRejectHeaders(cfg *policy.Config, r *policy.Rule) {
+	for _, h := range cfg.RejectHeadersOf(r) {
+		res.Headers = append(res.Headers, [2]string{h.Name, h.Value})
+	}
 }
 
 // replyOf is the body and content type a rejection by r is sent with: its
@@ -589,6 +598,7 @@ func (res *Result) reject(cfg *policy.Config, a *RuleResult) {
 			[2]string{rem, "0"},
 			[2]string{rst, ts})
 	}
+	res.addRejectHeaders(cfg, a.rule)
 }
 
 // shadow reports whether the rule refuses nothing for this request: it

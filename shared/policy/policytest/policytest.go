@@ -266,6 +266,10 @@ func (g *configGen) schedule() map[string]any {
 // reply gives one object in five (the configuration, a limit or a deny
 // rule) a custom rejection body, now and then with its content type.
 func (g *configGen) reply(into map[string]any) {
+	if g.rng.IntN(6) == 0 {
+		into["reject_headers"] = []map[string]string{{}, {"x-local-rate-limit": "true"},
+			{"X-Team": "payments", "x-trace-hint": "rate limited; see https://status.example.com"}}[g.rng.IntN(3)]
+	}
 	if g.rng.IntN(5) != 0 {
 		return
 	}
