@@ -87,6 +87,9 @@ type RuleFormView struct {
 	Mode       string
 	Action     string // "" or "limit", "exempt", "unlimited", "deny"
 	DenyStatus string
+	// RejectStatus is a limit rule's own reject_status, "" for the
+	// configuration's.
+	RejectStatus string
 	// EnforcePercent: the share of identities a limit rule is enforced
 	// on, "" for all.
 	EnforcePercent string

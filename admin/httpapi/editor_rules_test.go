@@ -230,6 +230,38 @@ func TestStructuredEditorSetsARulesRejectionHeaders(t *testing.T) {
 	}
 }
 
+func TestStructuredEditorSetsALimitRulesRejectionStatus(t *testing.T) {
+	e := newEnv(t, nil)
+	c := login(t, e, "alice")
+	tok := csrfOf(t, get(t, c, e.srv.URL+"/"))
+	draft := `{"reject_status":503,"policies":[{"name":"p","rules":[
+	 {"name":"api","limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}}]}]}`
+	apply := func(draft string, fields url.Values) (int, string) {
+		t.Helper()
+		return applyRuleForm(t, c, e, tok, draft, "0:0", apiRuleForm, fields)
+	}
+	status, body := apply(draft, url.Values{"rf_reject_status": {" 420 "}})
+	got := draftOf(t, body)
+	cfg, err := policy.Parse([]byte(got))
+	if status != 200 || err != nil || cfg.RejectStatusOf(cfg.RuleByName("api")) != 420 {
+		t.Fatalf("set the rule's status: %d %v\n%s", status, err, got)
+	}
+	if !strings.Contains(body, "rejected with 420") {
+		t.Errorf("the rule list does not say the rule's own status")
+	}
+	// A deny rule has deny_status, not the limit rule's status.
+	status, body = apply(got, url.Values{"rf_action": {"deny"}, "rf_reject_status": {"420"}})
+	if got = draftOf(t, body); status != 200 || strings.Count(got, "reject_status") != 1 {
+		t.Fatalf("made a deny rule: %d, its reject_status is kept\n%s", status, got)
+	}
+	for _, bad := range []string{"abc", "302"} {
+		status, body = apply(draft, url.Values{"rf_reject_status": {bad}})
+		if status != http.StatusUnprocessableEntity || !strings.Contains(body, `id="rf-err-reject_status"`) {
+			t.Errorf("%q: %d, no error next to the field", bad, status)
+		}
+	}
+}
+
 func TestStructuredEditorKeysARuleByTheClientCertificateAndRoute(t *testing.T) {
 	e := newEnv(t, nil)
 	c := login(t, e, "alice")

@@ -1067,7 +1067,7 @@ func (c *elConv) result() (Result, error) {
 		return Result{}, fmt.Errorf("config: nothing to convert: %s", why)
 	}
 	out := elOut{RejectBody: elLocalRejectBody, Policies: c.made}
-	out.RejectStatus = c.agree("status", func(cfg *elConfig) any { return cfg.status }).(int)
+	out.RejectStatus = c.rejectStatus()
 	out.RejectGRPCStatus = c.agree("rate_limited_as_resource_exhausted", func(cfg *elConfig) any {
 		if cfg.exhausted {
 			return "resource_exhausted"
@@ -1097,6 +1097,38 @@ func (c *elConv) agree(name string, value func(*elConfig) any) any {
 	for _, cfg := range c.limiting[1:] {
 		if v := value(cfg); v != first {
 			c.note("%s: %s differs from %s's; the policy has one for every rule: %v", cfg.path, name, c.limiting[0].path, first)
+		}
+	}
+	return first
+}
+
+// rejectStatus is the status of the most configurations (on a tie the
+// default, 0 for 429, else the first's), the top-level reject_status; the
+// limit rules of a configuration with another status reject with their
+// own.
+func (c *elConv) rejectStatus() int {
+	count := map[int]int{}
+	for _, cfg := range c.limiting {
+		count[cfg.status]++
+	}
+	first := c.limiting[0].status
+	for _, cfg := range c.limiting {
+		if n := count[cfg.status]; n > count[first] || n == count[first] && cfg.status == 0 {
+			first = cfg.status
+		}
+	}
+	for i := range c.made {
+		status := c.madeBy[i].status
+		if status == first {
+			continue
+		}
+		if status == 0 {
+			status = policy.DefaultRejectStatus
+		}
+		for j := range c.made[i].Rules {
+			if r := &c.made[i].Rules[j]; r.Action == "" {
+				r.RejectStatus = status
+			}
 		}
 	}
 	return first

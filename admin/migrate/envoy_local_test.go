@@ -432,6 +432,31 @@ func TestEnabledAndEnforcedPercentagesChooseTheMode(t *testing.T) {
 	}
 }
 
+// A route whose configuration rejects with another status than the
+// filter's keeps it: its limit rules reject with their own.
+func TestARoutesOwnStatusStaysOnItsRules(t *testing.T) {
+	doc := strings.Replace(localBootstrap, "                    stat_prefix: api\n", "                    stat_prefix: api\n                    status: {code: ServiceUnavailable}\n", 1)
+	if doc == localBootstrap {
+		t.Fatal("the bootstrap has no api route configuration to give a status")
+	}
+	cfg, _ := lrConvert(t, doc, LocalOptions{})
+	for _, p := range cfg.Policies {
+		for i := range p.Rules {
+			r := &p.Rules[i]
+			want := policy.DefaultRejectStatus
+			if strings.HasPrefix(r.Name, "api") && r.Action == policy.ActionLimit {
+				want = 503
+			}
+			if r.Action == policy.ActionLimit && cfg.RejectStatusOf(r) != want {
+				t.Errorf("%s rejects with %d, want %d", r.Name, cfg.RejectStatusOf(r), want)
+			}
+		}
+	}
+	if cfg.RejectStatus != policy.DefaultRejectStatus {
+		t.Errorf("top-level status %d, want the filter's 429", cfg.RejectStatus)
+	}
+}
+
 // response_headers_to_add is reject_headers; a field Sluice sends itself
 // is left out, and said so.
 func TestResponseHeadersToAddAreSentWithRejections(t *testing.T) {

@@ -892,6 +892,7 @@ type outRule struct {
 	Algorithm       string            `json:"algorithm,omitempty"`
 	AlgorithmConfig any               `json:"algorithm_config,omitempty"` // *windowConfig, *bucketConfig, or a converter's own
 	Overrides       []outOverride     `json:"overrides,omitempty"`
+	RejectStatus    int               `json:"reject_status,omitempty"`
 	RejectBody      *string           `json:"reject_body,omitempty"`
 	RejectHeaders   map[string]string `json:"reject_headers,omitempty"`
 }

@@ -294,13 +294,16 @@ func (h *higressConverter) result() (Result, error) {
 	return h.policyOf(out)
 }
 
-// rejectStatus is the configurations' rejected_code; Sluice has one for
-// the whole configuration, the first configuration's.
+// rejectStatus is the first configuration's rejected_code, the top-level
+// reject_status; the limit rules of a configuration with another code
+// reject with their own.
 func (h *higressConverter) rejectStatus() int {
 	status := h.configs[0].status
-	for _, c := range h.configs[1:] {
-		if c.status != status {
-			h.noteOnce(fmt.Sprintf("the configurations reject with different statuses (%s: %d, %s: %d); Sluice has one reject_status for every rule: %d", h.configs[0].path, status, c.path, c.status, status))
+	for _, p := range h.policies {
+		for i := range p.Rules {
+			if r := &p.Rules[i]; r.cfg != nil && r.cfg.status != status && r.Action == "" {
+				r.RejectStatus = r.cfg.status
+			}
 		}
 	}
 	return status

@@ -424,8 +424,9 @@ func kongBody(message string) string {
 }
 
 // chooseReply picks the top-level reject_status, reject_body and
-// response_headers among the plugins': Sluice has one status and one
-// header setting; a plugin of another message gets its own body.
+// response_headers among the plugins' (the status and message of the
+// most): Sluice has one header setting; a plugin of another code or
+// message gets its own reject_status or body on its rules.
 func (k *kongConv) chooseReply() {
 	codes, messages := map[int][]string{}, map[string]int{}
 	var order []string
@@ -443,11 +444,6 @@ func (k *kongConv) chooseReply() {
 	for _, c := range slices.Sorted(maps.Keys(codes)) {
 		if k.status == 0 || len(codes[c]) > len(codes[k.status]) {
 			k.status = c
-		}
-	}
-	for _, c := range slices.Sorted(maps.Keys(codes)) {
-		if c != k.status {
-			k.note("error_code %d of %s: Sluice rejects with one status, %d, the code of the most plugins", c, strings.Join(codes[c], ", "), k.status)
 		}
 	}
 	k.body = order[0]

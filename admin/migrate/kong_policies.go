@@ -386,6 +386,9 @@ func (k *kongConv) targetRules(rl *kongRL, t kongTarget, period string) ([]kongR
 		if rl.lim.message != k.body {
 			r.RejectBody = kongBody(rl.lim.message)
 		}
+		if rl.lim.code != k.status {
+			r.RejectStatus = rl.lim.code
+		}
 		return r
 	}
 	byAddress := func() kongRule { return limit("-address", []string{"ip:address"}, match) }

@@ -20,7 +20,7 @@ type Summary struct {
 }
 
 // formFields are the rule members the form edits; the others are kept.
-var formFields = map[string]bool{"name": true, "mode": true, "action": true, "deny_status": true,
+var formFields = map[string]bool{"name": true, "mode": true, "action": true, "deny_status": true, "reject_status": true,
 	"limit_keys": true, "match": true, "algorithm": true, "algorithm_config": true, "enforce_percent": true,
 	"from": true, "until": true, "schedule": true}
 
@@ -94,6 +94,9 @@ func Summarize(o Object, defaultMode string) Summary {
 		s.Limit, s.Keys = "denied with "+status, ""
 	default:
 		s.Limit = describeLimit(s.Algorithm, cfg) + describeCost(cfg)
+		if _, own := o.Get("reject_status"); own {
+			s.Limit += ", rejected with " + numText(o, "reject_status")
+		}
 	}
 	var extra []string
 	for _, m := range o {
@@ -229,6 +232,9 @@ type Form struct {
 	Mode       string // "" (the document's), "enforce", "shadow"
 	Action     string // "" (limit), "limit", "exempt", "deny"
 	DenyStatus string // a deny rule's deny_status, "" for the default
+	// RejectStatus is a limit rule's own reject_status, "" for the
+	// configuration's.
+	RejectStatus string
 	// EnforcePercent is a limit rule's enforce_percent, "" for every
 	// identity.
 	EnforcePercent string
@@ -290,6 +296,9 @@ func FormOf(o Object) Form {
 	if v, ok := o.Get("enforce_percent"); ok {
 		f.EnforcePercent = strings.TrimSpace(string(v))
 	}
+	if v, ok := o.Get("reject_status"); ok {
+		f.RejectStatus = strings.TrimSpace(string(v))
+	}
 	if _, ok := o.Get("reject_body"); ok {
 		f.Reject, f.RejectBody, f.RejectContentType = true, o.String("reject_body"), o.String("reject_content_type")
 	}
@@ -327,7 +336,7 @@ func FormOf(o Object) Form {
 
 // FieldError is a problem with one of the form's fields.
 type FieldError struct {
-	Field   string // "name", "mode", "action", "deny_status", "enforce_percent", "from", "until", "reject_body", "reject_content_type", "reject_headers", "algorithm", "rate", "burst", "limit", "window", "period", "keys", "match", "" (the rule)
+	Field   string // "name", "mode", "action", "deny_status", "reject_status", "enforce_percent", "from", "until", "reject_body", "reject_content_type", "reject_headers", "algorithm", "rate", "burst", "limit", "window", "period", "keys", "match", "" (the rule)
 	Message string
 }
 
@@ -394,6 +403,7 @@ func (f Form) Apply(o Object) (Object, []FieldError) {
 	f.applyRejectHeaders(&out, action, &errs) // reject_headers.go
 	if limitsNothing(action) {
 		out.Delete("enforce_percent")
+		out.Delete("reject_status")
 		out.Delete("limit_keys")
 		out.Delete("algorithm")
 		out.Delete("algorithm_config")
@@ -410,6 +420,7 @@ func (f Form) Apply(o Object) (Object, []FieldError) {
 	}
 	out.Set("limit_keys", keys)
 	num(&out, "enforce_percent", "enforce_percent", f.EnforcePercent)
+	num(&out, "reject_status", "reject_status", strings.TrimSpace(f.RejectStatus))
 
 	cfg := Object{}
 	if v, ok := o.Get("algorithm_config"); ok && o.String("algorithm") == f.Algorithm {
@@ -502,7 +513,7 @@ func Locate(e policy.FieldError, rulePath string) (FieldError, bool) {
 		field = "algorithm"
 	case rest == "action":
 		field = "action"
-	case rest == "deny_status" || rest == "enforce_percent" || rest == "from" || rest == "until":
+	case rest == "deny_status" || rest == "reject_status" || rest == "enforce_percent" || rest == "from" || rest == "until":
 		field = rest
 	case strings.HasPrefix(rest, "schedule"):
 		field = "schedule"

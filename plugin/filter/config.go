@@ -154,6 +154,9 @@ type compiledRule struct {
 	// "reject_content_type"; a deny rule's own JSON when it has none), nil
 	// for a limit rule that sends the JSON body bodyPre begins.
 	reply *localReply
+	// rejectStatus is the HTTP status of its rejections (a limit rule's
+	// "reject_status", else the configuration's).
+	rejectStatus uint32
 	// rejectHeaders are the fields of your own its rejections carry
 	// ("reject_headers"; Config.RejectHeadersOf), after the filter's.
 	rejectHeaders [][2]string
@@ -288,6 +291,10 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 	cr.bodyPre = `{"error":"rate_limited","rule":"` + r.Name + `","retry_after":`
 	if rp := cc.src.RejectReply(r); rp != nil {
 		cr.reply = &localReply{body: []byte(rp.Body), contentType: rp.ContentType}
+	}
+	cr.rejectStatus = cc.rejectStatus // checked in compile
+	if s := r.RejectStatus; s >= 400 && s <= 599 {
+		cr.rejectStatus = uint32(s)
 	}
 	for _, h := range cc.src.RejectHeadersOf(r) {
 		cr.rejectHeaders = append(cr.rejectHeaders, [2]string{h.Name, h.Value})

@@ -91,7 +91,7 @@ func (p *pluginContext) sendReject(r *compiledRule, wait float64, identity strin
 	}
 	headers = append(headers, r.rejectHeaders...)
 	p.replyHdrs = headers
-	return sendLocalResponse(p.cfg.rejectStatus, headers, body, p.cfg.rejectGRPC)
+	return sendLocalResponse(r.rejectStatus, headers, body, p.cfg.rejectGRPC)
 }
 
 // localReply is a rejection's body and content type ("" sends none).

@@ -101,6 +101,32 @@ func (p *parser) action(path string, f map[string]*jvalue) (string, int) {
 	return act, status
 }
 
+// ruleRejectStatus reads a rule's "reject_status": a limit rule's own
+// status for its rejections.
+func (p *parser) ruleRejectStatus(path string, v *jvalue, action string) int {
+	spath := join(path, "reject_status")
+	switch action {
+	case ActionLimit:
+		if n, ok := p.integer(spath, v, 400, 599, "an HTTP status code from 400 to 599 (default: the top-level reject_status)"); ok {
+			return n
+		}
+	case ActionDeny:
+		p.errorf(spath, `applies only to limit rules; a deny rule's status is "deny_status"`)
+	default:
+		p.errorf(spath, `does not apply to an "`, action, `" rule, which rejects nothing; remove it`)
+	}
+	return 0
+}
+
+// RejectStatusOf is the HTTP status of a limit rule's rejections: its own
+// "reject_status", else the configuration's.
+func (c *Config) RejectStatusOf(r *Rule) int {
+	if r.RejectStatus != 0 {
+		return r.RejectStatus
+	}
+	return c.RejectStatus
+}
+
 // LimitsNothing reports whether action is one of a rule without an
 // algorithm: exempt, unlimited and deny rules.
 func LimitsNothing(action string) bool {

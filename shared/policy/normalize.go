@@ -53,6 +53,7 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 				}
 			} else {
 				nr.MaxKeys = &r.MaxKeys
+				nr.RejectStatus = r.RejectStatus
 			}
 			if r.Global {
 				nr.Scope = ScopeGlobal
@@ -184,16 +185,18 @@ type normPolicy struct {
 }
 
 type normRule struct {
-	Name       string         `json:"name"`
-	Action     string         `json:"action,omitempty"`      // written for exempt and deny only
-	DenyStatus int            `json:"deny_status,omitempty"` // deny only
-	LimitKeys  []string       `json:"limit_keys,omitempty"`
-	Match      map[string]any `json:"match,omitempty"` // encoding/json sorts map keys
-	Algorithm  string         `json:"algorithm,omitempty"`
-	Config     any            `json:"algorithm_config,omitempty"` // *normTokenBucket, *normWindow or *normQuota
-	Mode       Mode           `json:"mode"`
-	MaxKeys    *int           `json:"max_keys,omitempty"` // limit rules only
-	Overrides  []normOverride `json:"overrides,omitempty"`
+	Name       string `json:"name"`
+	Action     string `json:"action,omitempty"`      // written for exempt and deny only
+	DenyStatus int    `json:"deny_status,omitempty"` // deny only
+	// Written only when set (limit rules): the configuration's otherwise.
+	RejectStatus int            `json:"reject_status,omitempty"`
+	LimitKeys    []string       `json:"limit_keys,omitempty"`
+	Match        map[string]any `json:"match,omitempty"` // encoding/json sorts map keys
+	Algorithm    string         `json:"algorithm,omitempty"`
+	Config       any            `json:"algorithm_config,omitempty"` // *normTokenBucket, *normWindow or *normQuota
+	Mode         Mode           `json:"mode"`
+	MaxKeys      *int           `json:"max_keys,omitempty"` // limit rules only
+	Overrides    []normOverride `json:"overrides,omitempty"`
 	// Written only when "clear": the default ("masked") is left out so that
 	// configurations without telemetry normalize as before.
 	TelemetryIdentity string `json:"telemetry_identity,omitempty"`

@@ -151,6 +151,9 @@ type Rule struct {
 	Action string
 	// DenyStatus is "deny_status" of a deny rule (default 403), else 0.
 	DenyStatus int
+	// RejectStatus is "reject_status" of a limit rule: the HTTP status of
+	// its rejections, 0 for the configuration's (Config.RejectStatusOf).
+	RejectStatus int
 	// Overrides is "overrides" of a limit rule (actions.go): per-identity
 	// limits, keys unique, in the order written.
 	Overrides []Override

@@ -136,6 +136,8 @@ func schemaProperties() map[string]obj {
 				"description": "limit: the algorithm limits matching requests; exempt: a matching request is limited by no rule of any policy; unlimited: a matching request is not limited by this policy (its later rules are not tried), the other policies apply; deny: a matching request is rejected at once with deny_status."},
 			"deny_status": obj{"type": "integer", "minimum": 200, "maximum": 599, "default": DefaultDenyStatus,
 				"description": "HTTP status of a deny rule's rejection (deny rules only)."},
+			"reject_status": obj{"type": "integer", "minimum": 400, "maximum": 599,
+				"description": "HTTP status of this limit rule's rejections instead of the top-level reject_status (limit rules only)."},
 			"overrides": obj{"type": "array", "items": obj{"$ref": "#/$defs/override"},
 				"description": "Per-identity limits of a limit rule: the identity key (limit_keys values joined by |) gets these limits instead of the rule's; unique keys, looked up in a hash table."},
 			"algorithm_config": obj{"type": "object",
@@ -383,7 +385,7 @@ var never = obj{"not": obj{}}
 // and nothing that configures one (deny_status for deny only).
 func actionAlternative(action string) obj {
 	props := obj{"action": obj{"enum": []string{action}}}
-	for _, f := range []string{"algorithm", "algorithm_config", "max_keys", "scope", "overrides"} {
+	for _, f := range []string{"algorithm", "algorithm_config", "max_keys", "scope", "overrides", "reject_status"} {
 		props[f] = never
 	}
 	if action != ActionDeny {

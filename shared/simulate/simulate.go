@@ -564,7 +564,7 @@ func (res *Result) finish(cfg *policy.Config, shadowDeny *RuleResult, apps []*Ru
 }
 
 func (res *Result) reject(cfg *policy.Config, a *RuleResult) {
-	res.Status = cfg.RejectStatus
+	res.Status = cfg.RejectStatusOf(a.rule)
 	if res.Status < 400 || res.Status > 599 {
 		res.Status = policy.DefaultRejectStatus
 	}

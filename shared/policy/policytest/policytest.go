@@ -222,6 +222,9 @@ func (g *configGen) rule() map[string]any {
 		delete(override, "max_request_seconds")
 		r["overrides"] = []any{map[string]any{"key": g.oneOf("key-1", "key-2"), "algorithm_config": override}}
 	}
+	if g.rng.IntN(6) == 0 {
+		r["reject_status"] = []int{420, 503, 429}[g.rng.IntN(3)]
+	}
 	g.reply(r)
 	return r
 }
