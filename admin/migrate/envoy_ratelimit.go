@@ -202,8 +202,8 @@ func checkRateLimit(path string, rl *rateLimit) error {
 	switch {
 	case len(rl.Replaces) > 0:
 		return fmt.Errorf("%s.replaces: not converted: in Sluice the first rule that applies in a policy decides; order the rules by hand", path)
-	case rl.UnitMultiplier != nil && *rl.UnitMultiplier != 1:
-		return fmt.Errorf("%s.unit_multiplier: not converted; write a fixed_window of window_seconds = unit × multiplier by hand", path)
+	case rl.UnitMultiplier != nil && *rl.UnitMultiplier == 0:
+		return fmt.Errorf("%s.unit_multiplier: 0 multiplies the window to nothing; leave it out for 1", path)
 	case rl.Unlimited:
 		return nil
 	case rl.RequestsPerUnit == nil:
@@ -212,7 +212,22 @@ func checkRateLimit(path string, rl *rateLimit) error {
 	if _, ok := windowSeconds[strings.ToLower(rl.Unit)]; !ok {
 		return fmt.Errorf("%s.unit %q: want second, minute, hour, day, week, month or year", path, rl.Unit)
 	}
+	if w := windowOf(rl); w > policy.MaxWindowSeconds {
+		return fmt.Errorf("%s.unit_multiplier: %d %ss is %d seconds; Sluice's windows are at most %d (366 days)", path, *rl.UnitMultiplier, strings.ToLower(rl.Unit), w, policy.MaxWindowSeconds)
+	}
 	return nil
+}
+
+// windowOf is the length of rl's windows: its unit times unit_multiplier
+// (not in the upstream service: a proposal's field, which the forks that
+// have it read as a window that many units long, aligned on the Unix epoch
+// as Sluice's fixed windows are).
+func windowOf(rl *rateLimit) int64 {
+	w := int64(windowSeconds[strings.ToLower(rl.Unit)])
+	if rl.UnitMultiplier != nil {
+		w *= int64(*rl.UnitMultiplier)
+	}
+	return w
 }
 
 // convertActions makes the policy of one rate_limits entry.
@@ -702,7 +717,7 @@ func (w *walker) leaf(d *descriptor, path []step, p *outPolicy) error {
 		r.Match = match
 	}
 	r.Algorithm = policy.AlgorithmFixedWindow
-	r.AlgorithmConfig = &windowConfig{Limit: int(*rl.RequestsPerUnit), WindowSeconds: windowSeconds[strings.ToLower(rl.Unit)]}
+	r.AlgorithmConfig = &windowConfig{Limit: int(*rl.RequestsPerUnit), WindowSeconds: int(windowOf(rl))}
 	if w.c.opt.Scope == "global" {
 		r.Scope = "global"
 	}

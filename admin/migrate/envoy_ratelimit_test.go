@@ -339,7 +339,8 @@ func TestWhatCannotBeConvertedIsNamed(t *testing.T) {
 				"{query_parameters: {query_parameter_name: e, descriptor_key: e, skip_if_absent: true}}]", "more than 4 skip_if_absent actions"},
 		{"domain: d\ndescriptors:\n  - key: generic_key\n    value: v\n    rate_limit: {unit: second, requests_per_unit: 0}\n",
 			`- actions: [{generic_key: {descriptor_value: v}}]`, "requests_per_unit 0 with generic_key actions only would refuse every request"},
-		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1, unit_multiplier: 5}\n", header, "rate_limit.unit_multiplier: not converted"},
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1, unit_multiplier: 0}\n", header, "rate_limit.unit_multiplier: 0 multiplies the window to nothing"},
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 1, unit_multiplier: 2}\n", header, "rate_limit.unit_multiplier: 2 years is 63072000 seconds; Sluice's windows are at most 31622400"},
 		{"domain: d\ndescriptors:\n  - key: other\n    rate_limit: {unit: second, requests_per_unit: 1}\n", header, "nothing to convert"},
 		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n", "cluster: backend\n", "no rate_limits member"},
 	} {
@@ -482,4 +483,15 @@ func ratelimitConvert(t *testing.T, config, actions string, opt Options) (Result
 		t.Fatalf("%v\n%s", err, res.Policy)
 	}
 	return res, cfg
+}
+
+// unit_multiplier lengthens the window: the service counts per unit ×
+// multiplier seconds, aligned on the epoch, as a fixed window does.
+func TestAMultipliedUnitIsAWindowThatMuchLonger(t *testing.T) {
+	cfg := convert(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 100, unit_multiplier: 5}\n",
+		`- actions: [{request_headers: {header_name: x-k, descriptor_key: k}}]`, Options{})
+	r := &cfg.Policies[0].Rules[0]
+	if r.Algorithm != policy.AlgorithmFixedWindow || r.Window == nil || r.Window.Limit != 100 || r.Window.WindowSeconds != 300 {
+		t.Fatalf("rule %s: %s %+v, want a fixed window of 100 per 300 s", r.Name, r.Algorithm, r.Window)
+	}
 }
