@@ -252,6 +252,20 @@ func (b *ngxBuilder) emit(pols []*ngxPolicy, keys map[*ngxZone]ngxKey) (ngxOut, 
 		out.Policies = append(out.Policies, op)
 	}
 	out.RejectStatus = b.rejectStatus(statuses, order)
+	ownStatus := map[string]int{}
+	for s, names := range statuses {
+		if s != out.RejectStatus && !(out.RejectStatus == 0 && s == policy.DefaultRejectStatus) {
+			for _, n := range names {
+				ownStatus[n] = s
+			}
+		}
+	}
+	for i := range out.Policies {
+		for j := range out.Policies[i].Rules {
+			r := &out.Policies[i].Rules[j]
+			r.RejectStatus = ownStatus[r.Name]
+		}
+	}
 	return out, nil
 }
 
@@ -331,8 +345,9 @@ func (b *ngxBuilder) rule(r *ngxRule, name string, key ngxKey) (outRule, error) 
 }
 
 // rejectStatus is the status most enforced limit rules reject with
-// (nginx's per-context limit_req_status and limit_conn_status; Sluice has
-// one); 0 for Sluice's default, 429.
+// (nginx's per-context limit_req_status and limit_conn_status), the
+// top-level reject_status; 0 for Sluice's default, 429. emit gives the
+// other rules their own.
 func (b *ngxBuilder) rejectStatus(statuses map[int][]string, order []int) int {
 	if len(order) == 0 {
 		return 0
@@ -341,11 +356,6 @@ func (b *ngxBuilder) rejectStatus(statuses map[int][]string, order []int) int {
 	for _, s := range order {
 		if len(statuses[s]) > len(statuses[best]) {
 			best = s
-		}
-	}
-	for _, s := range order {
-		if s != best {
-			b.c.note("nginx rejects with %d at rules %s; Sluice has one reject_status, %d, the status of most rules", s, strings.Join(statuses[s], ", "), best)
 		}
 	}
 	if best == policy.DefaultRejectStatus {

@@ -185,7 +185,14 @@ server {
 	if cfg.RejectStatus != 429 {
 		t.Errorf("reject_status %d, want 429 (two rules of three)", cfg.RejectStatus)
 	}
-	notesContain(t, res.Notes, "nginx rejects with 503 at rules a-three; Sluice has one reject_status, 429")
+	for name, want := range map[string]int{"a-one": 429, "b-two": 429, "a-three": 503} {
+		if r := cfg.RuleByName(name); r == nil || cfg.RejectStatusOf(r) != want {
+			t.Errorf("%s rejects with %v, want %d\n%s", name, r, want, res.Policy)
+		}
+	}
+	if r := cfg.RuleByName("a-one"); r.RejectStatus != 0 {
+		t.Errorf("a-one has its own status %d; the top level's is the same", r.RejectStatus)
+	}
 	if r := cfg.RuleByName("b-trial"); r == nil || r.Mode != policy.ModeShadow {
 		t.Errorf("the dry-run location's rule: %+v\n%s", r, res.Policy)
 	}
