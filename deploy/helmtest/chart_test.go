@@ -1,8 +1,8 @@
 // Package helmtest checks the Helm chart in deploy/helm/sluice: it lints
 // and renders it with Helm's own library for several value sets and
 // decodes every object strictly (unknown fields fail) with the types of
-// the API it belongs to: k8s.io/api, istio.io/api, and Envoy Gateway's
-// CRD schema.
+// the API it belongs to: k8s.io/api, the Gateway API's, istio.io/api, and
+// Envoy Gateway's CRD schema.
 package helmtest
 
 import (
@@ -25,6 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sluice-rl/sluice/admin/envoygateway/crdcheck"
@@ -114,6 +115,10 @@ func checkStrict(t *testing.T, kind string, doc []byte) {
 		target = &networkingv1.NetworkPolicy{}
 	case "PodDisruptionBudget":
 		target = &policyv1.PodDisruptionBudget{}
+	case "Ingress":
+		target = &networkingv1.Ingress{}
+	case "HTTPRoute":
+		target = &gatewayv1.HTTPRoute{}
 	case "WasmPlugin":
 		var w struct {
 			Spec json.RawMessage `json:"spec"`
@@ -144,7 +149,7 @@ func checkStrict(t *testing.T, kind string, doc []byte) {
 		return
 	}
 	if err := yaml.UnmarshalStrict(doc, target); err != nil {
-		t.Errorf("%s does not decode strictly into k8s.io/api: %v\n%s", kind, err, doc)
+		t.Errorf("%s does not decode strictly into %T: %v\n%s", kind, target, err, doc)
 	}
 }
 
