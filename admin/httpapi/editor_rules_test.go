@@ -235,7 +235,7 @@ func TestStructuredEditorSetsALimitRulesRejectionStatus(t *testing.T) {
 	c := login(t, e, "alice")
 	tok := csrfOf(t, get(t, c, e.srv.URL+"/"))
 	draft := `{"reject_status":503,"policies":[{"name":"p","rules":[
-	 {"name":"api","limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}}]}]}`
+	 {"name":"api","limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10},"limit_headers":{"remaining":"x-left"}}]}]}`
 	apply := func(draft string, fields url.Values) (int, string) {
 		t.Helper()
 		return applyRuleForm(t, c, e, tok, draft, "0:0", apiRuleForm, fields)
@@ -243,16 +243,16 @@ func TestStructuredEditorSetsALimitRulesRejectionStatus(t *testing.T) {
 	status, body := apply(draft, url.Values{"rf_reject_status": {" 420 "}})
 	got := draftOf(t, body)
 	cfg, err := policy.Parse([]byte(got))
-	if status != 200 || err != nil || cfg.RejectStatusOf(cfg.RuleByName("api")) != 420 {
-		t.Fatalf("set the rule's status: %d %v\n%s", status, err, got)
+	if status != 200 || err != nil || cfg.RejectStatusOf(cfg.RuleByName("api")) != 420 || cfg.RuleByName("api").LimitHeaders == nil {
+		t.Fatalf("set the rule's status (its limit_headers kept): %d %v\n%s", status, err, got)
 	}
 	if !strings.Contains(body, "rejected with 420") {
 		t.Errorf("the rule list does not say the rule's own status")
 	}
 	// A deny rule has deny_status, not the limit rule's status.
 	status, body = apply(got, url.Values{"rf_action": {"deny"}, "rf_reject_status": {"420"}})
-	if got = draftOf(t, body); status != 200 || strings.Count(got, "reject_status") != 1 {
-		t.Fatalf("made a deny rule: %d, its reject_status is kept\n%s", status, got)
+	if got = draftOf(t, body); status != 200 || strings.Count(got, "reject_status") != 1 || strings.Contains(got, "limit_headers") {
+		t.Fatalf("made a deny rule: %d, its reject_status or limit_headers is kept\n%s", status, got)
 	}
 	for _, bad := range []string{"abc", "302"} {
 		status, body = apply(draft, url.Values{"rf_reject_status": {bad}})

@@ -461,7 +461,7 @@ func (k *kongConv) chooseReply() {
 	}
 	k.noteOnce("rejections are the JSON body Kong sends to JSON clients; Kong answers other Accept headers in HTML, XML or text")
 	if k.showHdrs {
-		k.noteOnce("Kong's X-RateLimit-Limit-<period> and X-RateLimit-Remaining-<period> fields are not sent; RateLimit-Limit, -Remaining and -Reset are (legacy_headers), with the draft-10 RateLimit and RateLimit-Policy")
+		k.noteOnce("Kong's X-RateLimit-Limit-<period> and X-RateLimit-Remaining-<period> are sent as each rule's limit_headers, and RateLimit-Limit, -Remaining and -Reset of the most restrictive rule (legacy_headers), with the draft-10 RateLimit and RateLimit-Policy; on a rejection, only the rejecting period's pair is sent")
 	}
 }
 

@@ -189,10 +189,20 @@ func (k *kongConv) noteLost(rt *kongRt) {
 	}
 }
 
-// kongRule is a rule with its own rejection body.
+// kongRule is a rule with its own rejection body, and the names Kong
+// sends its numbers under.
 type kongRule struct {
 	outRule
-	RejectBody string `json:"reject_body,omitempty"`
+	RejectBody   string            `json:"reject_body,omitempty"`
+	LimitHeaders map[string]string `json:"limit_headers,omitempty"`
+}
+
+// kongPeriodHeaders are the fields rate-limiting sends for one period on
+// every response: X-RateLimit-Limit-Minute and X-RateLimit-Remaining-Minute
+// (Kong capitalizes the period; field names are case-insensitive).
+func kongPeriodHeaders(period string) map[string]string {
+	p := strings.ToUpper(period[:1]) + period[1:]
+	return map[string]string{"limit": "X-RateLimit-Limit-" + p, "remaining": "X-RateLimit-Remaining-" + p}
 }
 
 type kongPolicy struct {
@@ -388,6 +398,9 @@ func (k *kongConv) targetRules(rl *kongRL, t kongTarget, period string) ([]kongR
 		}
 		if rl.lim.code != k.status {
 			r.RejectStatus = rl.lim.code
+		}
+		if !rl.lim.advanced && !rl.lim.hide {
+			r.LimitHeaders = kongPeriodHeaders(period)
 		}
 		return r
 	}

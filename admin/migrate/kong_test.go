@@ -79,25 +79,25 @@ const kongRealisticPolicy = `{
       {"name": "acme-second", "action": "unlimited",
        "match": {"header:x-api-key": {"in": ["acme-prod-7f3a", "acme-staging-91c2"]}}},
       {"name": "search-second", "match": {"host": "api.example.com", "path": {"prefix": "/search"}},
-       "limit_keys": ["header:x-api-key"], "algorithm": "fixed_window", "algorithm_config": {"limit": 5, "window_seconds": 1}},
+       "limit_keys": ["header:x-api-key"], "algorithm": "fixed_window", "algorithm_config": {"limit": 5, "window_seconds": 1}, "limit_headers": {"limit": "X-RateLimit-Limit-Second", "remaining": "X-RateLimit-Remaining-Second"}},
       {"name": "search-address-second", "match": {"host": "api.example.com", "path": {"prefix": "/search"}},
-       "limit_keys": ["ip:address"], "algorithm": "fixed_window", "algorithm_config": {"limit": 5, "window_seconds": 1}}]},
+       "limit_keys": ["ip:address"], "algorithm": "fixed_window", "algorithm_config": {"limit": 5, "window_seconds": 1}, "limit_headers": {"limit": "X-RateLimit-Limit-Second", "remaining": "X-RateLimit-Remaining-Second"}}]},
     {"name": "minute", "rules": [
       {"name": "acme-minute", "match": {"header:x-api-key": {"in": ["acme-prod-7f3a", "acme-staging-91c2"]}},
-       "limit_keys": ["header:x-api-key"], "algorithm": "fixed_window", "algorithm_config": {"limit": 2000, "window_seconds": 60}},
+       "limit_keys": ["header:x-api-key"], "algorithm": "fixed_window", "algorithm_config": {"limit": 2000, "window_seconds": 60}, "limit_headers": {"limit": "X-RateLimit-Limit-Minute", "remaining": "X-RateLimit-Remaining-Minute"}},
       {"name": "search-minute", "action": "unlimited", "match": {"host": "api.example.com", "path": {"prefix": "/search"}}},
       {"name": "orders-minute", "scope": "global", "match": {"host": "api.example.com", "path": {"regex": "^(?:/orders|/carts)"}},
-       "limit_keys": ["header:x-api-key"], "algorithm": "fixed_window", "algorithm_config": {"limit": 100, "window_seconds": 60}},
+       "limit_keys": ["header:x-api-key"], "algorithm": "fixed_window", "algorithm_config": {"limit": 100, "window_seconds": 60}, "limit_headers": {"limit": "X-RateLimit-Limit-Minute", "remaining": "X-RateLimit-Remaining-Minute"}},
       {"name": "orders-address-minute", "scope": "global", "match": {"host": "api.example.com", "path": {"regex": "^(?:/orders|/carts)"}},
-       "limit_keys": ["ip:address"], "algorithm": "fixed_window", "algorithm_config": {"limit": 100, "window_seconds": 60}},
-      {"name": "global-minute", "limit_keys": ["ip:address"], "algorithm": "fixed_window", "algorithm_config": {"limit": 600, "window_seconds": 60}}]},
+       "limit_keys": ["ip:address"], "algorithm": "fixed_window", "algorithm_config": {"limit": 100, "window_seconds": 60}, "limit_headers": {"limit": "X-RateLimit-Limit-Minute", "remaining": "X-RateLimit-Remaining-Minute"}},
+      {"name": "global-minute", "limit_keys": ["ip:address"], "algorithm": "fixed_window", "algorithm_config": {"limit": 600, "window_seconds": 60}, "limit_headers": {"limit": "X-RateLimit-Limit-Minute", "remaining": "X-RateLimit-Remaining-Minute"}}]},
     {"name": "hour", "rules": [
       {"name": "acme-hour", "match": {"header:x-api-key": {"in": ["acme-prod-7f3a", "acme-staging-91c2"]}},
-       "limit_keys": ["header:x-api-key"], "algorithm": "fixed_window", "algorithm_config": {"limit": 50000, "window_seconds": 3600}},
+       "limit_keys": ["header:x-api-key"], "algorithm": "fixed_window", "algorithm_config": {"limit": 50000, "window_seconds": 3600}, "limit_headers": {"limit": "X-RateLimit-Limit-Hour", "remaining": "X-RateLimit-Remaining-Hour"}},
       {"name": "search-hour", "match": {"host": "api.example.com", "path": {"prefix": "/search"}},
-       "limit_keys": ["header:x-api-key"], "algorithm": "fixed_window", "algorithm_config": {"limit": 1000, "window_seconds": 3600}},
+       "limit_keys": ["header:x-api-key"], "algorithm": "fixed_window", "algorithm_config": {"limit": 1000, "window_seconds": 3600}, "limit_headers": {"limit": "X-RateLimit-Limit-Hour", "remaining": "X-RateLimit-Remaining-Hour"}},
       {"name": "search-address-hour", "match": {"host": "api.example.com", "path": {"prefix": "/search"}},
-       "limit_keys": ["ip:address"], "algorithm": "fixed_window", "algorithm_config": {"limit": 1000, "window_seconds": 3600}}]}
+       "limit_keys": ["ip:address"], "algorithm": "fixed_window", "algorithm_config": {"limit": 1000, "window_seconds": 3600}, "limit_headers": {"limit": "X-RateLimit-Limit-Hour", "remaining": "X-RateLimit-Remaining-Hour"}}]}
   ]
 }`
 
@@ -672,6 +672,9 @@ plugins:
 		t.Errorf("statuses %d and %d, want s's own 503 and the top level's 429", cfg.RejectStatusOf(s), cfg.RejectStatusOf(t2))
 	}
 	notesHave(t, res.Notes, "hide_client_headers of services[0].plugins[0]")
+	if s, t2 := cfg.RuleByName("s-minute"), cfg.RuleByName("t-minute"); s.LimitHeaders != nil || t2.LimitHeaders == nil || t2.LimitHeaders.Remaining != "x-ratelimit-remaining-minute" {
+		t.Errorf("per-period fields: hiding plugin %+v, other %+v; want none, and X-RateLimit-Remaining-Minute", s.LimitHeaders, t2.LimitHeaders)
+	}
 	cfg, _ = kongConvert(t, `plugins: [{name: rate-limiting, config: {minute: 5, limit_by: ip, hide_client_headers: true}}]`, KongOptions{})
 	if cfg.ResponseHeaders || cfg.LegacyHeaders.On() {
 		t.Errorf("hide_client_headers: response headers %v, legacy %v", cfg.ResponseHeaders, cfg.LegacyHeaders)

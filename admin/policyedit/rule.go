@@ -404,6 +404,7 @@ func (f Form) Apply(o Object) (Object, []FieldError) {
 	if limitsNothing(action) {
 		out.Delete("enforce_percent")
 		out.Delete("reject_status")
+		out.Delete("limit_headers") // a limit rule's numbers: kept as written on a limit rule
 		out.Delete("limit_keys")
 		out.Delete("algorithm")
 		out.Delete("algorithm_config")

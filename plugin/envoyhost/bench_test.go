@@ -158,7 +158,8 @@ func BenchmarkEnvoyHostStream(b *testing.B) {
 // without the response fields, with the older (opt-in) ones too (and under
 // their X-RateLimit- names, x-base against the unprefixed), a rejection
 // carrying a field of your own ("reject_headers"; x-base against the
-// rejection without), a request no
+// rejection without), the rule's own limit and remaining sent too
+// ("limit_headers"; x-base against the allowed request), a request no
 // rule applies to (one header read, nothing else), the bucket keyed by
 // the client certificate, the route or a value of the dynamic metadata (a
 // property read), the client address or its network (masked), a cookie or
@@ -215,6 +216,8 @@ func BenchmarkEnvoyHostProbe(b *testing.B) {
 		{"legacy-headers", with(`"legacy_headers": true`), hdr("x-api-key", "k"), false, ""},
 		{"x-ratelimit-headers", with(`"legacy_headers": "x-ratelimit"`), hdr("x-api-key", "k"), false, with(`"legacy_headers": true`)},
 		{"rejected-reject-headers", with(`"reject_headers": {"x-local-rate-limit": "true"}`), hdr("x-deny", "k"), true, benchConfig},
+		{"limit-headers", strings.Replace(benchConfig, `"name": "bench",`, `"name": "bench", "limit_headers": {"limit": "x-ratelimit-limit-minute", "remaining": "x-ratelimit-remaining-minute"},`, 1),
+			hdr("x-api-key", "k"), false, benchConfig},
 		{"no-rule-applies", benchConfig, hdr("x-other", "k"), false, ""},
 	})
 }

@@ -149,6 +149,7 @@ func TestRequestPathLeavesTheCollectorIdle(t *testing.T) {
 		{"requests in flight (a place taken, then given back)", `{"rules": [{"name": "inflight", "limit_keys": ["header:x-api-key"], "algorithm": "concurrency",
 		  "algorithm_config": {"limit": 100}}]}`, keys, false},
 		{"rejected", `{"rules": [{"name": "deny", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket", "algorithm_config": {"rps": 1e-9, "burst": 0.5}}]}`, keys, true},
+		{"a rule's own fields (limit_headers)", strings.Replace(headerRule, `"name": "per-key",`, `"name": "per-key", "limit_headers": {"limit": "x-limit-minute", "remaining": "x-remaining-minute"},`, 1), keys, false},
 		{"rejected, with headers of your own", `{"reject_headers": {"x-local-rate-limit": "true", "x-team": "payments"}, "rules": [{"name": "deny", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket", "algorithm_config": {"rps": 1e-9, "burst": 0.5}}]}`, keys, true},
 		{"jwt", `{"rules": [{"name": "plan", "limit_keys": ["jwt:sub"], "match": {"jwt:plan": "pro"}, "algorithm": "token_bucket", "algorithm_config": {"rps": 1e9, "burst": 1e9}}]}`, jwts, false},
 		{"new identities, idle slots reused", slots("1e9"), fresh, false},

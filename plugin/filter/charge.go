@@ -316,6 +316,12 @@ func (p *pluginContext) charge(h *httpContext, c *pendingCharge, cost float64) {
 				h.allowed.remaining, h.allowed.resetF = a.chargedLevel(now)
 				h.allowed.reset = ceilSeconds(h.allowed.resetF)
 			}
+			for i := range h.own { // limit_headers.go
+				if o := &h.own[i]; o.rule == r {
+					o.remaining, o.resetF = a.chargedLevel(now)
+					o.reset = ceilSeconds(o.resetF)
+				}
+			}
 			return
 		}
 		if !errors.Is(err, types.ErrorStatusCasMismatch) {

@@ -154,6 +154,11 @@ type compiledRule struct {
 	// "reject_content_type"; a deny rule's own JSON when it has none), nil
 	// for a limit rule that sends the JSON body bodyPre begins.
 	reply *localReply
+	// ownNames are the names of its own limit, remaining and reset fields
+	// ("limit_headers"; "" for one not sent), ownFields whether it has any
+	// (limit_headers.go).
+	ownNames  [3]string
+	ownFields bool
 	// rejectStatus is the HTTP status of its rejections (a limit rule's
 	// "reject_status", else the configuration's).
 	rejectStatus uint32
@@ -291,6 +296,9 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 	cr.bodyPre = `{"error":"rate_limited","rule":"` + r.Name + `","retry_after":`
 	if rp := cc.src.RejectReply(r); rp != nil {
 		cr.reply = &localReply{body: []byte(rp.Body), contentType: rp.ContentType}
+	}
+	if l := r.LimitHeaders; l != nil {
+		cr.ownNames, cr.ownFields = [3]string{l.Limit, l.Remaining, l.Reset}, true
 	}
 	cr.rejectStatus = cc.rejectStatus // checked in compile
 	if s := r.RejectStatus; s >= 400 && s <= 599 {

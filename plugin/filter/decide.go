@@ -234,6 +234,7 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 
 	// Allowed.
 	var best *application
+	h.own = h.own[:0] // a request decided again after a fleet fetch starts over
 	for i := range apps {
 		a := &apps[i]
 		if !a.committed {
@@ -247,8 +248,11 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 		if p.cfg.telemetry != nil {
 			p.vm.tel.hot.touch(a, false)
 		}
-		if !a.shadow() && (best == nil || a.dec.Remaining < best.dec.Remaining) {
-			best = a
+		if !a.shadow() {
+			if best == nil || a.dec.Remaining < best.dec.Remaining {
+				best = a
+			}
+			h.noteOwnNumbers(a) // limit_headers.go
 		}
 	}
 	if best != nil {

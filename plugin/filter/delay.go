@@ -229,6 +229,9 @@ func (p *pluginContext) resume(h *httpContext, now int64) {
 	if h.allowed.rule != nil {
 		h.allowed.reset = ceilSeconds(hs.resetAt - float64(held)/1e9)
 	}
+	for i := range h.own { // limit_headers.go
+		h.own[i].reset = ceilSeconds(h.own[i].resetF - float64(held)/1e9)
+	}
 	p.hdrBuf = appendDecimal(p.hdrBuf[:0], hs.delayMS)
 	_ = replaceRequestHeader(hdrDelayUpstream, bytesView(p.hdrBuf))
 	if err := resumeRequest(); err != nil {

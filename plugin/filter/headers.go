@@ -89,6 +89,7 @@ func (p *pluginContext) sendReject(r *compiledRule, wait float64, identity strin
 			[2]string{names[1], "0"},
 			[2]string{names[2], s[retryEnd:tEnd]})
 	}
+	headers = appendOwnRejectHeaders(headers, r, s[retryEnd:tEnd]) // limit_headers.go
 	headers = append(headers, r.rejectHeaders...)
 	p.replyHdrs = headers
 	return sendLocalResponse(r.rejectStatus, headers, body, p.cfg.rejectGRPC)

@@ -39,6 +39,9 @@ func (h *httpContext) OnHttpStreamDone() {
 		if len(h.charges) > 0 { // clear is a runtime call (a memory.fill) even when empty
 			clear(h.charges) // do not retain rules of an old configuration
 		}
+		if len(h.own) > 0 {
+			clear(h.own)
+		}
 		h.recycle(p)
 		p.free = append(p.free, h)
 	}
@@ -49,9 +52,9 @@ func (h *httpContext) OnHttpStreamDone() {
 // would build it and copy it over h (in wasm a memory.copy, which Envoy's
 // fast JIT runs as a call into the runtime).
 func (h *httpContext) recycle(p *pluginContext) {
-	charges, keys, scans := h.charges[:0], h.chargeKeys[:0], h.scans[:0]
+	charges, keys, scans, own := h.charges[:0], h.chargeKeys[:0], h.scans[:0], h.own[:0]
 	*h = httpContext{}
-	h.p, h.charges, h.chargeKeys, h.scans = p, charges, keys, scans
+	h.p, h.charges, h.chargeKeys, h.scans, h.own = p, charges, keys, scans, own
 }
 
 // httpContext is one HTTP stream.
@@ -75,6 +78,9 @@ type httpContext struct {
 	// their bucket keys; both kept when the context is recycled.
 	charges    []pendingCharge
 	chargeKeys []byte
+	// The numbers of the rules with fields of their own that admitted
+	// the request (limit_headers.go), kept too.
+	own []ownNumbers
 	// The body scans of response_json rules (body.go), kept too, and
 	// how many still read the body.
 	scans     []bodyscan.Scanner
@@ -138,6 +144,9 @@ func (h *httpContext) setResponseHeaders() {
 		}
 	}()
 	h.p.setAllowedHeaders(h.allowed)
+	if len(h.own) > 0 {
+		h.p.setOwnHeaders(h.own) // limit_headers.go
+	}
 	if h.hold.delayMS > 0 {
 		h.p.setDelayHeader(h)
 	}

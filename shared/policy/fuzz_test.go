@@ -19,6 +19,7 @@ func FuzzParse(f *testing.F) {
 		configurationExample,
 		`{"mode":"shadow","reject_status":503,"response_headers":false,"shadow_header":"X-S","xff_trusted_hops":2,"reject_grpc_status":"unavailable","rules":[` + baseRule + `]}`,
 		`{"legacy_headers":"x-ratelimit","rules":[` + baseRule + `]}`,
+		`{"policies":[{"name":"a","rules":[{"name":"r","limit_keys":["path"],"algorithm":"fixed_window","algorithm_config":{"limit":1,"window_seconds":60},"limit_headers":{"limit":"X-L","remaining":"x-r"}}]},{"name":"b","rules":[{"name":"s","limit_keys":["path"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1},"limit_headers":{"remaining":"X-R","reset":"retry-after"}}]}]}`,
 		`{"reject_status":503,"rules":[{"name":"r","limit_keys":["path"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1},"reject_status":420},{"name":"d","action":"deny","reject_status":429}]}`,
 		withMatch(`{"path_prefix":"/api/","method":"GET","header:X-Tier":"gold"}`),
 		withTB(`{"tokens_per_second":10,"burst":5}`),

@@ -107,6 +107,9 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 			nr.Overrides = normalizeOverrides(r.Overrides)
 			nr.RejectBody, nr.RejectContentType = normalizeReply(r.Reply)
 			nr.RejectHeaders = normalizeRejectHeaders(r.RejectHeaders)
+			if l := r.LimitHeaders; l != nil {
+				nr.LimitHeaders = &normLimitHeaders{l.Limit, l.Remaining, l.Reset}
+			}
 			np.Rules[j] = nr
 		}
 		out.Policies[i] = np
@@ -139,6 +142,13 @@ func normalizeReply(r *Reply) (*string, string) {
 	}
 	body := r.Body
 	return &body, r.ContentType
+}
+
+// normLimitHeaders is LimitHeaders with its JSON names.
+type normLimitHeaders struct {
+	Limit     string `json:"limit,omitempty"`
+	Remaining string `json:"remaining,omitempty"`
+	Reset     string `json:"reset,omitempty"`
 }
 
 // normalizeRejectHeaders writes "reject_headers" out as an object (its
@@ -212,6 +222,8 @@ type normRule struct {
 	// Written only when set (an empty object too: it sends none of the
 	// configuration's), for the same reason.
 	RejectHeaders *map[string]string `json:"reject_headers,omitempty"`
+	// Written only when set, for the same reason.
+	LimitHeaders *normLimitHeaders `json:"limit_headers,omitempty"`
 	// Written only when set, for the same reason.
 	From     string        `json:"from,omitempty"`
 	Until    string        `json:"until,omitempty"`

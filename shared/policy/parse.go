@@ -45,7 +45,7 @@ func (p *parser) errorf(path string, parts ...string) {
 var (
 	configFields      = []string{"mode", "policies", "rules", "reject_status", "response_headers", "legacy_headers", "shadow_header", "xff_trusted_hops", "telemetry", "fleet", "reject_body", "reject_content_type", "reject_headers", "reject_grpc_status"}
 	policyFields      = []string{"name", "rules"}
-	ruleFields        = []string{"name", "limit_keys", "match", "algorithm", "algorithm_config", "mode", "max_keys", "telemetry_identity", "scope", "action", "deny_status", "reject_status", "overrides", "shadow_mark", "reject_body", "reject_content_type", "reject_headers", "enforce_percent", "from", "until", "schedule"}
+	ruleFields        = []string{"name", "limit_keys", "match", "algorithm", "algorithm_config", "mode", "max_keys", "telemetry_identity", "scope", "action", "deny_status", "reject_status", "overrides", "shadow_mark", "reject_body", "reject_content_type", "reject_headers", "limit_headers", "enforce_percent", "from", "until", "schedule"}
 	telemetryFields   = []string{"cluster", "authority", "path", "interval_ms", "token", "token_env", "top_n", "timeout_ms"}
 	tokenBucketFields = []string{"tokens_per_second", "rps", "burst", "cost_source", "fixed_cost", "default_cost", "max_delay_ms", "max_debt"}
 	algorithms        = []string{AlgorithmTokenBucket, AlgorithmFixedWindow, AlgorithmSlidingWindow, AlgorithmRollingWindow, AlgorithmQuota, AlgorithmConcurrency}
@@ -137,6 +137,7 @@ func (p *parser) config(root *jvalue) *Config {
 		cfg.Policies = []Policy{{Name: DefaultPolicyName, Rules: p.rules("rules", rules, DefaultPolicyName, cfg.Mode)}}
 	}
 	p.checkGlobalRules(f["fleet"] != nil) // fleet.go
+	p.checkLimitHeaders(cfg)              // limit_headers.go
 	return cfg
 }
 
@@ -233,6 +234,13 @@ func (p *parser) rule(path string, v *jvalue, policy string, mode Mode) (Rule, b
 	}
 	if sv := f["reject_status"]; sv != nil {
 		r.RejectStatus = p.ruleRejectStatus(path, sv, r.Action) // actions.go
+	}
+	if hv := f["limit_headers"]; hv != nil { // limit_headers.go
+		if r.Action != ActionLimit {
+			p.errorf(join(path, "limit_headers"), `applies only to limit rules, which have numbers to send; remove it`)
+		} else {
+			r.LimitHeaders = p.limitHeaders(join(path, "limit_headers"), hv)
+		}
 	}
 	if RejectsNothing(r.Action) {
 		for _, name := range []string{"reject_body", "reject_content_type", "reject_headers"} {

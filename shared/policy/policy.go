@@ -161,6 +161,9 @@ type Rule struct {
 	// and deny rules; reply.go): nil sends the configuration's
 	// (Config.RejectReply).
 	Reply *Reply
+	// LimitHeaders is a limit rule's "limit_headers" (limit_headers.go):
+	// names its own numbers are sent under, nil for none.
+	LimitHeaders *LimitHeaders
 	// RejectHeaders is the rule's "reject_headers" (limit and deny rules;
 	// reject_headers.go), sorted by name: nil sends the configuration's
 	// (Config.RejectHeadersOf), empty sends none.

@@ -136,6 +136,13 @@ func schemaProperties() map[string]obj {
 				"description": "limit: the algorithm limits matching requests; exempt: a matching request is limited by no rule of any policy; unlimited: a matching request is not limited by this policy (its later rules are not tried), the other policies apply; deny: a matching request is rejected at once with deny_status."},
 			"deny_status": obj{"type": "integer", "minimum": 200, "maximum": 599, "default": DefaultDenyStatus,
 				"description": "HTTP status of a deny rule's rejection (deny rules only)."},
+			"limit_headers": obj{"type": "object", "additionalProperties": false, "minProperties": 1,
+				"properties": obj{
+					"limit":     obj{"type": "string", "pattern": "^" + headerNameRe + "$", "description": "Header the rule's limit (burst, or window limit) is sent as."},
+					"remaining": obj{"type": "string", "pattern": "^" + headerNameRe + "$", "description": "Header the rule's whole tokens left are sent as."},
+					"reset":     obj{"type": "string", "pattern": "^" + headerNameRe + "$", "description": "Header the seconds until the rule's state is whole again are sent as."},
+				},
+				"description": "Names under which this limit rule's own numbers are sent on the responses of the requests it applies to (allowed, and its own rejections), besides the RateLimit fields of the most restrictive rule; rules of different policies need different names."},
 			"reject_status": obj{"type": "integer", "minimum": 400, "maximum": 599,
 				"description": "HTTP status of this limit rule's rejections instead of the top-level reject_status (limit rules only)."},
 			"overrides": obj{"type": "array", "items": obj{"$ref": "#/$defs/override"},
@@ -385,7 +392,7 @@ var never = obj{"not": obj{}}
 // and nothing that configures one (deny_status for deny only).
 func actionAlternative(action string) obj {
 	props := obj{"action": obj{"enum": []string{action}}}
-	for _, f := range []string{"algorithm", "algorithm_config", "max_keys", "scope", "overrides", "reject_status"} {
+	for _, f := range []string{"algorithm", "algorithm_config", "max_keys", "scope", "overrides", "reject_status", "limit_headers"} {
 		props[f] = never
 	}
 	if action != ActionDeny {

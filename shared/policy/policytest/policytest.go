@@ -225,6 +225,12 @@ func (g *configGen) rule() map[string]any {
 	if g.rng.IntN(6) == 0 {
 		r["reject_status"] = []int{420, 503, 429}[g.rng.IntN(3)]
 	}
+	if name, ok := r["name"].(string); ok && g.rng.IntN(5) == 0 { // names of its own: unique, as the rule's
+		r["limit_headers"] = []map[string]string{
+			{"limit": "x-limit-" + name, "remaining": "x-remaining-" + name},
+			{"remaining": "X-Left-" + name, "reset": "x-reset-" + name},
+		}[g.rng.IntN(2)]
+	}
 	g.reply(r)
 	return r
 }
