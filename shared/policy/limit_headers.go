@@ -50,12 +50,8 @@ func (p *parser) limitHeaders(path string, v *jvalue) *LimitHeaders {
 			continue
 		}
 		name := strings.ToLower(nv.s)
-		if msg := checkHeaderName(name); msg != "" {
+		if msg := checkFieldName(name); msg != "" { // reject_headers.go
 			p.errorf(npath, msg)
-			continue
-		}
-		if why, ok := reservedRejectHeaders[name]; ok {
-			p.errorf(npath, strconv.Quote(name), " cannot be used: ", why)
 			continue
 		}
 		if prev, ok := seen[name]; ok {

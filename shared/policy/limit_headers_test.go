@@ -44,7 +44,7 @@ func TestBadLimitHeadersAreRefusedNamingTheField(t *testing.T) {
 		{rules(rule(`, "limit_headers": {"limit": 5}`)), "rules[0].limit_headers.limit", "must be a header name"},
 		{rules(rule(`, "limit_headers": {"limit": "x limit"}`)), "rules[0].limit_headers.limit", "contains ' '"},
 		{rules(rule(`, "limit_headers": {"limit": "RateLimit-Limit"}`)), "rules[0].limit_headers.limit", `"legacy_headers": true`},
-		{rules(rule(`, "limit_headers": {"limit": "retry-after"}`)), "rules[0].limit_headers.limit", "cannot be used"},
+		{rules(rule(`, "limit_headers": {"limit": "retry-after"}`)), "rules[0].limit_headers.limit", "cannot be set here"},
 		{rules(rule(`, "limit_headers": {"limit": "x-a", "remaining": "X-A"}`)), "rules[0].limit_headers.remaining", "names the same header as limit"},
 		{rules(rule(`, "limit_headers": {"limit": "x-a"}, "reject_headers": {"x-a": "1"}`)), "rules[0].limit_headers", "also one of the rule's reject_headers"},
 		{rules(`{"name": "d", "action": "deny", "limit_headers": {"limit": "x-a"}}`), "rules[0].limit_headers", "applies only to limit rules"},

@@ -79,12 +79,8 @@ func (p *parser) rejectHeaders(path string, v *jvalue) []RejectHeader {
 	for _, m := range v.obj {
 		hpath := join(path, m.key)
 		name := strings.ToLower(m.key)
-		if msg := checkHeaderName(name); msg != "" {
+		if msg := checkFieldName(name); msg != "" {
 			p.errorf(hpath, msg)
-			continue
-		}
-		if why, ok := reservedRejectHeaders[name]; ok {
-			p.errorf(hpath, strconv.Quote(name), " cannot be set here: ", why)
 			continue
 		}
 		if prev, ok := seen[name]; ok {
@@ -110,14 +106,24 @@ func (p *parser) rejectHeaders(path string, v *jvalue) []RejectHeader {
 // "reject_headers", or "" if nothing is: for converters, which leave out
 // what the filter would refuse.
 func CheckRejectHeader(name, value string) string {
-	name = strings.ToLower(name)
+	if msg := checkFieldName(strings.ToLower(name)); msg != "" {
+		return msg
+	}
+	return checkHeaderValue(value)
+}
+
+// checkFieldName says what is wrong with name (lower case) as a response
+// field of your own ("reject_headers", "limit_headers"): not a token, a
+// pseudo-header, or a field the filter or Envoy writes itself; "" if
+// nothing is.
+func checkFieldName(name string) string {
 	if msg := checkHeaderName(name); msg != "" {
 		return msg
 	}
 	if why, ok := reservedRejectHeaders[name]; ok {
 		return strconv.Quote(name) + " cannot be set here: " + why
 	}
-	return checkHeaderValue(value)
+	return ""
 }
 
 // checkHeaderValue accepts a non-empty value of printable ASCII (tabs and
