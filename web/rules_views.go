@@ -90,6 +90,9 @@ type RuleFormView struct {
 	// RejectStatus is a limit rule's own reject_status, "" for the
 	// configuration's.
 	RejectStatus string
+	// OwnLimit, OwnRemaining and OwnReset name the fields a limit rule's
+	// own numbers are sent as (limit_headers), "" for none.
+	OwnLimit, OwnRemaining, OwnReset string
 	// EnforcePercent: the share of identities a limit rule is enforced
 	// on, "" for all.
 	EnforcePercent string

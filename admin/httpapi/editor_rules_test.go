@@ -240,17 +240,25 @@ func TestStructuredEditorSetsALimitRulesRejectionStatus(t *testing.T) {
 		t.Helper()
 		return applyRuleForm(t, c, e, tok, draft, "0:0", apiRuleForm, fields)
 	}
-	status, body := apply(draft, url.Values{"rf_reject_status": {" 420 "}})
+	// The form shows the rule's own fields, as a browser posts them back.
+	resp, page := post(t, c, e.srv.URL+"/policy/rules", url.Values{"csrf": {tok}, "base_version": {"1"}, "policy": {draft}, "op": {"edit:0:0"}})
+	if resp.StatusCode != 200 || !strings.Contains(page, `name="rf_own_remaining" value="x-left"`) {
+		t.Fatalf("edit a rule with limit_headers: %d, its remaining field is not shown", resp.StatusCode)
+	}
+	status, body := apply(draft, url.Values{"rf_reject_status": {" 420 "}, "rf_own_remaining": {"x-left"}, "rf_own_limit": {" X-Limit-Minute "}})
 	got := draftOf(t, body)
 	cfg, err := policy.Parse([]byte(got))
-	if status != 200 || err != nil || cfg.RejectStatusOf(cfg.RuleByName("api")) != 420 || cfg.RuleByName("api").LimitHeaders == nil {
-		t.Fatalf("set the rule's status (its limit_headers kept): %d %v\n%s", status, err, got)
+	if status != 200 || err != nil || cfg.RejectStatusOf(cfg.RuleByName("api")) != 420 {
+		t.Fatalf("set the rule's status: %d %v\n%s", status, err, got)
+	}
+	if l := cfg.RuleByName("api").LimitHeaders; l == nil || *l != (policy.LimitHeaders{Limit: "x-limit-minute", Remaining: "x-left"}) {
+		t.Fatalf("the rule's own fields: %+v\n%s", l, got)
 	}
 	if !strings.Contains(body, "rejected with 420") {
 		t.Errorf("the rule list does not say the rule's own status")
 	}
 	// A deny rule has deny_status, not the limit rule's status.
-	status, body = apply(got, url.Values{"rf_action": {"deny"}, "rf_reject_status": {"420"}})
+	status, body = apply(got, url.Values{"rf_action": {"deny"}, "rf_reject_status": {"420"}, "rf_own_remaining": {"x-left"}})
 	if got = draftOf(t, body); status != 200 || strings.Count(got, "reject_status") != 1 || strings.Contains(got, "limit_headers") {
 		t.Fatalf("made a deny rule: %d, its reject_status or limit_headers is kept\n%s", status, got)
 	}
@@ -259,6 +267,16 @@ func TestStructuredEditorSetsALimitRulesRejectionStatus(t *testing.T) {
 		if status != http.StatusUnprocessableEntity || !strings.Contains(body, `id="rf-err-reject_status"`) {
 			t.Errorf("%q: %d, no error next to the field", bad, status)
 		}
+	}
+	// A field name the filter writes itself gets its error next to the
+	// own fields; none at all removes limit_headers.
+	status, body = apply(draft, url.Values{"rf_own_remaining": {"ratelimit"}})
+	if status != http.StatusUnprocessableEntity || !strings.Contains(body, `id="rf-err-limit_headers"`) {
+		t.Errorf("own field ratelimit: %d, no error next to the field", status)
+	}
+	status, body = apply(draft, nil)
+	if got = draftOf(t, body); status != 200 || strings.Contains(got, "limit_headers") {
+		t.Errorf("no own fields: %d, limit_headers kept\n%s", status, got)
 	}
 }
 

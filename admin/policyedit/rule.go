@@ -20,7 +20,7 @@ type Summary struct {
 }
 
 // formFields are the rule members the form edits; the others are kept.
-var formFields = map[string]bool{"name": true, "mode": true, "action": true, "deny_status": true, "reject_status": true,
+var formFields = map[string]bool{"name": true, "mode": true, "action": true, "deny_status": true, "reject_status": true, "limit_headers": true,
 	"limit_keys": true, "match": true, "algorithm": true, "algorithm_config": true, "enforce_percent": true,
 	"from": true, "until": true, "schedule": true}
 
@@ -235,6 +235,10 @@ type Form struct {
 	// RejectStatus is a limit rule's own reject_status, "" for the
 	// configuration's.
 	RejectStatus string
+	// OwnLimit, OwnRemaining and OwnReset are a limit rule's
+	// "limit_headers": the names its own numbers are sent under, "" for
+	// one not sent (limit_headers.go).
+	OwnLimit, OwnRemaining, OwnReset string
 	// EnforcePercent is a limit rule's enforce_percent, "" for every
 	// identity.
 	EnforcePercent string
@@ -299,6 +303,9 @@ func FormOf(o Object) Form {
 	if v, ok := o.Get("reject_status"); ok {
 		f.RejectStatus = strings.TrimSpace(string(v))
 	}
+	if v, ok := o.Get("limit_headers"); ok {
+		f.OwnLimit, f.OwnRemaining, f.OwnReset = limitHeadersOf(v) // limit_headers.go
+	}
 	if _, ok := o.Get("reject_body"); ok {
 		f.Reject, f.RejectBody, f.RejectContentType = true, o.String("reject_body"), o.String("reject_content_type")
 	}
@@ -336,7 +343,7 @@ func FormOf(o Object) Form {
 
 // FieldError is a problem with one of the form's fields.
 type FieldError struct {
-	Field   string // "name", "mode", "action", "deny_status", "reject_status", "enforce_percent", "from", "until", "reject_body", "reject_content_type", "reject_headers", "algorithm", "rate", "burst", "limit", "window", "period", "keys", "match", "" (the rule)
+	Field   string // "name", "mode", "action", "deny_status", "reject_status", "enforce_percent", "from", "until", "reject_body", "reject_content_type", "reject_headers", "limit_headers", "algorithm", "rate", "burst", "limit", "window", "period", "keys", "match", "" (the rule)
 	Message string
 }
 
@@ -422,6 +429,7 @@ func (f Form) Apply(o Object) (Object, []FieldError) {
 	out.Set("limit_keys", keys)
 	num(&out, "enforce_percent", "enforce_percent", f.EnforcePercent)
 	num(&out, "reject_status", "reject_status", strings.TrimSpace(f.RejectStatus))
+	f.applyLimitHeaders(&out, o) // limit_headers.go
 
 	cfg := Object{}
 	if v, ok := o.Get("algorithm_config"); ok && o.String("algorithm") == f.Algorithm {
@@ -522,6 +530,8 @@ func Locate(e policy.FieldError, rulePath string) (FieldError, bool) {
 		field = rest
 	case strings.HasPrefix(rest, "reject_headers"):
 		field = "reject_headers"
+	case strings.HasPrefix(rest, "limit_headers"):
+		field = "limit_headers"
 	case strings.HasPrefix(rest, "limit_keys"):
 		field = "keys"
 	case strings.HasPrefix(rest, "match"):
