@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 )
 
 // crashChildEnv makes the test binary act as the crash test's child: it
@@ -122,6 +125,9 @@ func killMidWrite(t *testing.T, dir string) {
 			}
 		}
 		cmd.Wait()
+		if IsPostgresURL(dir) {
+			waitForDeadSessions(t, dir)
+		}
 		if acks < acksBeforeKill {
 			t.Fatalf("round %d: child stopped after %d acks: %s", round, acks, stderr.String())
 		}
@@ -156,5 +162,31 @@ func killMidWrite(t *testing.T, dir string) {
 		}
 		s.Close()
 		lastAck = cur // the next child continues from what is stored
+	}
+}
+
+// waitForDeadSessions waits until the killed child's PostgreSQL session has
+// ended. The server notices a dead client only when it next reads from it,
+// and may commit the child's last version meanwhile; checking, or starting
+// the next child, before that would read a current version about to move.
+func waitForDeadSessions(t *testing.T, url string) {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := stdlib.OpenDB(*cfg)
+	defer db.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var others int
+		err := db.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()`).Scan(&others)
+		if err == nil && others == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the killed child's session is still open after 30 s (%d others, %v)", others, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
