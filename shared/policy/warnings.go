@@ -30,6 +30,7 @@ func (c *Config) Warnings() []Warning {
 			r := &p.Rules[i]
 			out = append(out, cheapDefault(r)...)
 			out = append(out, metadataMistakes(r)...)
+			out = append(out, unsentFields(c, r)...)
 			if !appliesToEvery(r) {
 				continue
 			}
@@ -68,6 +69,24 @@ func blanket(r *Rule) []Warning {
 		return []Warning{{Rule: r.Name, Message: "this" + mode + " deny rule has no match, so " + what + "; give it a match"}}
 	}
 	return nil
+}
+
+// unsentFields reports limit_headers fields that never carry anything:
+// with "response_headers": false no allowed response carries them, and a
+// concurrency rule has no reset.
+func unsentFields(c *Config, r *Rule) []Warning {
+	l := r.LimitHeaders
+	if l == nil {
+		return nil
+	}
+	var out []Warning
+	if !c.ResponseHeaders {
+		out = append(out, Warning{Rule: r.Name, Message: `its limit_headers are sent on its rejections only: "response_headers" is false, so allowed responses carry no fields; set it to true, or remove limit_headers`})
+	}
+	if l.Reset != "" && r.Algorithm == AlgorithmConcurrency {
+		out = append(out, Warning{Rule: r.Name, Message: "limit_headers.reset " + strconv.Quote(l.Reset) + " is always 0: requests in flight free their places when they end, not at a time; remove it"})
+	}
+	return out
 }
 
 // appliesToEvery reports whether r applies to every request it is tried

@@ -54,6 +54,13 @@ func TestWarningsFindRulesNoRequestReaches(t *testing.T) {
 			[]string{`per-user: "metadata:jwt_authn:payload.sub" reads namespace "jwt_authn", which Envoy never writes`,
 				`per-user: "metadata:json_to_metadata:model" reads namespace "json_to_metadata"`,
 				`per-tenant: "metadata:ext_authz:cost" reads namespace "ext_authz"`}},
+		{"a rule's own fields that carry nothing", `{"response_headers":false,"rules":[
+			{"name":"inflight","limit_keys":["header:x-api-key"],"algorithm":"concurrency","algorithm_config":{"limit":5},"limit_headers":{"remaining":"x-places","reset":"x-free-in"}}]}`,
+			[]string{`inflight: its limit_headers are sent on its rejections only: "response_headers" is false`,
+				`inflight: limit_headers.reset "x-free-in" is always 0`}},
+		{"a rule's own fields that carry something: nothing to say", `{"rules":[
+			{"name":"inflight","limit_keys":["header:x-api-key"],"algorithm":"concurrency","algorithm_config":{"limit":5},"limit_headers":{"remaining":"x-places"}},
+			{"name":"minute","limit_keys":["ip:address"],"algorithm":"fixed_window","algorithm_config":{"limit":5,"window_seconds":60},"limit_headers":{"reset":"x-reset-minute"}}]}`, nil},
 		{"a claim read straight under jwt_authn", `{"rules":[
 			{"name":"per-user","limit_keys":["metadata:envoy.filters.http.jwt_authn:sub"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":2}},
 			{"name":"per-issuer-user","limit_keys":["metadata:envoy.filters.http.jwt_authn:[https://idp.example.com].sub","metadata:envoy.filters.http.jwt_authn:payload.sub"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":2}}]}`,
