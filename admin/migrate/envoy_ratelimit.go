@@ -235,8 +235,12 @@ func (c *converter) convertActions(path string, rl routeRateLimit, tree []descri
 	switch {
 	case len(rl.Actions) == 0:
 		return fmt.Errorf("%s.actions: empty", path)
-	case rl.Stage != nil && *rl.Stage != 0, rl.DisableKey != "", rl.Limit != nil, rl.HitsAddend != nil, rl.ApplyOnStreamDone:
-		return fmt.Errorf("%s: only actions are converted (not stage, disable_key, limit, hits_addend or apply_on_stream_done)", path)
+	case rl.Stage != nil && *rl.Stage != 0, rl.DisableKey != "", rl.Limit != nil, rl.ApplyOnStreamDone:
+		return fmt.Errorf("%s: only actions and hits_addend are converted (not stage, disable_key, limit or apply_on_stream_done)", path)
+	}
+	hits, err := hitsAddend(path, rl.HitsAddend)
+	if err != nil {
+		return err
 	}
 	entries := make([]entry, len(rl.Actions))
 	sources := map[string]bool{}
@@ -266,7 +270,60 @@ func (c *converter) convertActions(path string, rl routeRateLimit, tree []descri
 		c.note("%s (%s): no descriptor of the configuration matches what its actions build, so it limits nothing; left out", path, policyName(entries))
 		return nil
 	}
+	if err := chargeHits(path, hits, &p); err != nil {
+		return err
+	}
 	c.policies = append(c.policies, p)
+	return nil
+}
+
+// hitsAddend reads a rate_limits entry's hits_addend: a fixed number of
+// hits each request adds to its descriptor (1 when absent). A format,
+// which reads the number from the request, is not converted.
+func hitsAddend(path string, h any) (int, error) {
+	if h == nil {
+		return 1, nil
+	}
+	m, ok := h.(map[string]any)
+	if !ok {
+		return 0, fmt.Errorf("%s.hits_addend: want {number: N}", path)
+	}
+	for k := range m {
+		if k != "number" {
+			return 0, fmt.Errorf("%s.hits_addend.%s: not converted (a fixed number is); write the rule by hand, with a cost_source reading the value", path, k)
+		}
+	}
+	n, ok := m["number"].(int)
+	if !ok || n < 1 || n > 1e9 {
+		return 0, fmt.Errorf("%s.hits_addend.number: %v; want a whole number from 1 to 1000000000", path, m["number"])
+	}
+	return n, nil
+}
+
+// chargeHits makes every window rule of p cost hits per request. A limit
+// below it would refuse every request, as the service does; that is
+// refused here, naming the field, rather than written as a rule that
+// admits nothing.
+func chargeHits(path string, hits int, p *outPolicy) error {
+	if hits == 1 {
+		return nil
+	}
+	for i := range p.Rules {
+		r := &p.Rules[i]
+		w, ok := r.AlgorithmConfig.(*windowConfig)
+		if !ok {
+			continue
+		}
+		if w.Limit < hits {
+			return fmt.Errorf("%s.hits_addend.number: %d hits per request, more than rule %s's requests_per_unit %d: the service refuses every request; write a deny rule for that", path, hits, r.Name, w.Limit)
+		}
+		for _, o := range r.Overrides {
+			if ow, ok := o.AlgorithmConfig.(windowConfig); ok && ow.Limit < hits {
+				return fmt.Errorf("%s.hits_addend.number: %d hits per request, more than value %q's requests_per_unit %d: the service refuses every request of it; write that value's rule by hand", path, hits, o.Key, ow.Limit)
+			}
+		}
+		w.FixedCost = hits
+	}
 	return nil
 }
 
@@ -921,6 +978,7 @@ type bucketConfig struct {
 type windowConfig struct {
 	Limit         int `json:"limit"`
 	WindowSeconds int `json:"window_seconds,omitempty"`
+	FixedCost     int `json:"fixed_cost,omitempty"` // envoyproxy/ratelimit's hits_addend
 }
 
 type outOverride struct {

@@ -495,3 +495,25 @@ func TestAMultipliedUnitIsAWindowThatMuchLonger(t *testing.T) {
 		t.Fatalf("rule %s: %s %+v, want a fixed window of 100 per 300 s", r.Name, r.Algorithm, r.Window)
 	}
 }
+
+// hits_addend's number is what each request costs the descriptor's
+// counter: every window rule of the entry gets it as its fixed_cost.
+func TestHitsAddendIsEachRequestsCost(t *testing.T) {
+	cfg := convert(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 100}\n    descriptors: []\n  - key: k\n    value: big\n    rate_limit: {unit: minute, requests_per_unit: 1000}\n",
+		"- actions: [{request_headers: {header_name: x-k, descriptor_key: k}}]\n  hits_addend: {number: 5}\n", Options{})
+	r := &cfg.Policies[0].Rules[len(cfg.Policies[0].Rules)-1]
+	if r.Window == nil || r.Window.FixedCost != 5 || r.Window.Limit != 100 {
+		t.Fatalf("rule %s: %+v, want 100 a minute at 5 a request", r.Name, r.Window)
+	}
+	for _, tc := range []struct{ actions, want string }{
+		{"- actions: [{request_headers: {header_name: x-k, descriptor_key: k}}]\n  hits_addend: {format: '%DYNAMIC_METADATA(ns:n)%'}\n", "hits_addend.format: not converted"},
+		{"- actions: [{request_headers: {header_name: x-k, descriptor_key: k}}]\n  hits_addend: {number: 0}\n", "hits_addend.number: 0; want a whole number from 1"},
+		{"- actions: [{request_headers: {header_name: x-k, descriptor_key: k}}]\n  hits_addend: {number: 101}\n", "101 hits per request, more than rule"},
+		{"- actions: [{request_headers: {header_name: x-k, descriptor_key: k}}]\n  apply_on_stream_done: true\n", "not stage, disable_key, limit or apply_on_stream_done"},
+	} {
+		_, err := EnvoyRatelimit([]byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 100}\n"), []byte(tc.actions), Options{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want an error containing %q", tc.actions, err, tc.want)
+		}
+	}
+}
