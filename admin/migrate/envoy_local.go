@@ -1117,21 +1117,28 @@ func (c *elConv) rejectStatus() int {
 			first = cfg.status
 		}
 	}
+	c.eachLimitRule(func(cfg *elConfig, r *outRule) {
+		switch {
+		case cfg.status == first:
+		case cfg.status == 0:
+			r.RejectStatus = policy.DefaultRejectStatus
+		default:
+			r.RejectStatus = cfg.status
+		}
+	})
+	return first
+}
+
+// eachLimitRule calls set with every limit rule made and the
+// configuration it was made from.
+func (c *elConv) eachLimitRule(set func(cfg *elConfig, r *outRule)) {
 	for i := range c.made {
-		status := c.madeBy[i].status
-		if status == first {
-			continue
-		}
-		if status == 0 {
-			status = policy.DefaultRejectStatus
-		}
 		for j := range c.made[i].Rules {
 			if r := &c.made[i].Rules[j]; r.Action == "" {
-				r.RejectStatus = status
+				set(c.madeBy[i], r)
 			}
 		}
 	}
-	return first
 }
 
 // rejectHeaders is response_headers_to_add, which Envoy adds to the
@@ -1150,14 +1157,11 @@ func (c *elConv) rejectHeaders() map[string]string {
 	if same {
 		return of[c.limiting[0]]
 	}
-	for i := range c.made {
-		fields := of[c.madeBy[i]]
-		for j := range c.made[i].Rules {
-			if r := &c.made[i].Rules[j]; r.Action == "" && len(fields) > 0 {
-				r.RejectHeaders = fields
-			}
+	c.eachLimitRule(func(cfg *elConfig, r *outRule) {
+		if fields := of[cfg]; len(fields) > 0 {
+			r.RejectHeaders = fields
 		}
-	}
+	})
 	return nil
 }
 

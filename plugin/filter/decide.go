@@ -252,7 +252,9 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 			if best == nil || a.dec.Remaining < best.dec.Remaining {
 				best = a
 			}
-			h.noteOwnNumbers(a) // limit_headers.go
+			if a.rule.ownFields {
+				h.noteOwnNumbers(a) // limit_headers.go
+			}
 		}
 	}
 	if best != nil {

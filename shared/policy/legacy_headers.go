@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 )
 
@@ -27,9 +28,9 @@ const (
 	LegacyXRateLimit                      // "x-ratelimit"
 )
 
-// legacyPrefixes are the names "legacy_headers" accepts as a string, each
-// the field names' common prefix.
-var legacyPrefixes = map[string]LegacyHeaders{"ratelimit": LegacyRateLimit, "x-ratelimit": LegacyXRateLimit}
+// legacyPrefixes are the field names' common prefix, by value; the strings
+// "legacy_headers" accepts are these.
+var legacyPrefixes = [...]string{LegacyRateLimit: "ratelimit", LegacyXRateLimit: "x-ratelimit"}
 
 // On reports whether the older fields are sent.
 func (l LegacyHeaders) On() bool { return l != LegacyNone }
@@ -37,15 +38,10 @@ func (l LegacyHeaders) On() bool { return l != LegacyNone }
 // Names returns the lower-case field names of the limit, the remaining
 // tokens and the reset; "" for LegacyNone.
 func (l LegacyHeaders) Names() (limit, remaining, reset string) {
-	var prefix string
-	switch l {
-	case LegacyRateLimit:
-		prefix = "ratelimit"
-	case LegacyXRateLimit:
-		prefix = "x-ratelimit"
-	default:
+	if !l.On() || int(l) >= len(legacyPrefixes) {
 		return "", "", ""
 	}
+	prefix := legacyPrefixes[l]
 	return prefix + "-limit", prefix + "-remaining", prefix + "-reset"
 }
 
@@ -74,12 +70,12 @@ func (p *parser) legacyHeaders(cfg *Config, v *jvalue) {
 			cfg.LegacyHeaders = LegacyRateLimit
 		}
 	case jString:
-		l, ok := legacyPrefixes[v.s]
-		if !ok {
+		i := slices.Index(legacyPrefixes[:], v.s)
+		if i <= 0 { // LegacyNone has no string
 			p.errorf("legacy_headers", want, ", got ", strconv.Quote(v.s))
 			return
 		}
-		cfg.LegacyHeaders = l
+		cfg.LegacyHeaders = LegacyHeaders(i)
 	default:
 		p.errorf("legacy_headers", want, ", got ", v.kind.String())
 	}

@@ -562,39 +562,25 @@ func (res *Result) finish(cfg *policy.Config, shadowDeny *RuleResult, apps []*Ru
 			[2]string{rst, reset})
 	}
 	for _, a := range apps {
-		if !a.shadow() {
-			res.addOwnHeaders(a, request.WholeTokens(a.Decision.Remaining), request.CeilSeconds(a.Decision.Reset))
+		if a.shadow() || a.rule == nil || a.rule.LimitHeaders == nil {
+			continue
 		}
+		reset := request.CeilSeconds(a.Decision.Reset)
+		if a.fields.NoReset {
+			reset = 0 // as in RateLimit
+		}
+		res.addOwnHeaders(a, strconv.FormatInt(request.WholeTokens(a.Decision.Remaining), 10), strconv.FormatInt(reset, 10))
 	}
 }
 
-// addOwnRejectHeaders adds a rejecting rule's own fields: its limit,
-// nothing remaining, and t, the seconds until the request's cost is
-// available.
-func (res *Result) addOwnRejectHeaders(a *RuleResult, t string) {
+// addOwnHeaders adds a rule's own fields ("limit_headers"): its limit,
+// and remaining and reset as given.
+func (res *Result) addOwnHeaders(a *RuleResult, remaining, reset string) {
 	if a.rule == nil || a.rule.LimitHeaders == nil {
 		return
 	}
 	l := a.rule.LimitHeaders
-	for _, h := range [][2]string{{l.Limit, a.fields.Limit}, {l.Remaining, "0"}, {l.Reset, t}} {
-		if h[0] != "" {
-			res.Headers = append(res.Headers, h)
-		}
-	}
-}
-
-// addOwnHeaders adds a rule's own fields ("limit_headers"): its limit, the
-// whole tokens left and the seconds until it is whole again (0 for a rule
-// without a reset, as in RateLimit).
-func (res *Result) addOwnHeaders(a *RuleResult, remaining, reset int64) {
-	if a.rule == nil || a.rule.LimitHeaders == nil {
-		return
-	}
-	if a.fields.NoReset {
-		reset = 0
-	}
-	l := a.rule.LimitHeaders
-	for _, h := range [][2]string{{l.Limit, a.fields.Limit}, {l.Remaining, strconv.FormatInt(remaining, 10)}, {l.Reset, strconv.FormatInt(reset, 10)}} {
+	for _, h := range [][2]string{{l.Limit, a.fields.Limit}, {l.Remaining, remaining}, {l.Reset, reset}} {
 		if h[0] != "" {
 			res.Headers = append(res.Headers, h)
 		}
@@ -636,7 +622,7 @@ func (res *Result) reject(cfg *policy.Config, a *RuleResult) {
 			[2]string{rem, "0"},
 			[2]string{rst, ts})
 	}
-	res.addOwnRejectHeaders(a, ts)
+	res.addOwnHeaders(a, "0", ts) // nothing remaining; reset: until the cost is available
 	res.addRejectHeaders(cfg, a.rule)
 }
 
