@@ -5,6 +5,7 @@ import (
 	"math"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -228,8 +229,11 @@ func testRLSOverGRPC(t *testing.T, b Backend) {
 func TestRLSFleetSizeAndUsage(t *testing.T) {
 	r := fleettest.StartRedis(t)
 	rules := &StaticRules{Limits: map[string]redisgcra.Limit{"api": {Rate: 0.001, Burst: 100}}}
-	clock := time.Unix(1_800_000_000, 0)
-	s := startRLS(t, Options{Backend: redisBackend(t, r.Addr), Rules: rules, Now: func() time.Time { return clock }})
+	// The server's health check reads the clock from its own goroutine.
+	var clock atomic.Int64
+	clock.Store(time.Unix(1_800_000_000, 0).UnixNano())
+	advance := func(d time.Duration) { clock.Add(int64(d)) }
+	s := startRLS(t, Options{Backend: redisBackend(t, r.Addr), Rules: rules, Now: func() time.Time { return time.Unix(0, clock.Load()) }})
 	size := func(node string) string {
 		t.Helper()
 		_, hdr, err := s.call(t, node, &rlsv3.RateLimitRequest{Domain: "sluice",
@@ -249,11 +253,11 @@ func TestRLSFleetSizeAndUsage(t *testing.T) {
 	if got := size("n1"); got != "3" {
 		t.Errorf("n1 again: %q, want 3", got)
 	}
-	clock = clock.Add(20 * time.Second)
+	advance(20 * time.Second)
 	if got := size("n1"); got != "3" {
 		t.Errorf("20 s later: %q, want 3", got)
 	}
-	clock = clock.Add(15 * time.Second) // n2 and n3 last called 35 s ago
+	advance(15 * time.Second) // n2 and n3 last called 35 s ago
 	if got := size("n4"); got != "2" {
 		t.Errorf("35 s later, n1 and n4: %q, want 2", got)
 	}
@@ -261,7 +265,7 @@ func TestRLSFleetSizeAndUsage(t *testing.T) {
 		t.Errorf("a caller without a node id: %q, want 2", got)
 	}
 
-	clock = clock.Add(time.Second)
+	advance(time.Second)
 	u := s.srv.Usage()
 	if len(u) != 1 || u[0].Rule != "api" || u[0].Domain != "sluice" {
 		t.Fatalf("usage = %+v, want one rule", u)
