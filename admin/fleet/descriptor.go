@@ -16,9 +16,10 @@ import (
 const (
 	KeyRule     = "sluice_rule"   // the rule's name in the policy
 	KeyID       = "sluice_id"     // the identity (opaque, chosen by the plugin)
-	KeyOp       = "sluice_op"     // optional; "return" gives tokens back
+	KeyOp       = "sluice_op"     // optional; "return" gives tokens back, "charge" takes them into debt
 	KeyWindow   = "sluice_window" // optional, with sluice_op=return: the start (unix ms) of the window (a rolling window's sub-period) a return belongs to
 	OpReturn    = "return"
+	OpCharge    = "charge"              // a cost the response reported: taken unconditionally, into the bucket's debt
 	NodeHeader  = "x-sluice-node"       // request metadata: the caller's node id
 	FleetHeader = "x-sluice-fleet-size" // response metadata: distinct nodes seen in the last 30 s
 )
@@ -38,7 +39,9 @@ type item struct {
 	rule, id string
 	sluice   bool   // has sluice_rule: the protocol's shape
 	ret      bool   // give tokens back (sluice_op=return, or is_negative_hits)
-	hits     uint64 // tokens asked for or returned
+	charge   bool   // take tokens unconditionally, into debt (sluice_op=charge)
+	opEntry  int    // the index of the sluice_op entry, for errors found later
+	hits     uint64 // tokens asked for, returned or charged
 	override *override
 	// window is sluice_window: the start (unix ms) of the window whose
 	// leased requests a return gives back (hasWindow).
@@ -99,12 +102,8 @@ func parseDescriptor(i int, d *ratelimitv3.RateLimitDescriptor, reqHits uint32) 
 		case KeyID:
 			err = setOnce(&it.id, &hasID, e.Value, MaxIDLen)
 		case KeyOp:
-			if hasOp {
-				err = fmt.Errorf("%s appears twice", KeyOp)
-			} else if e.Value != OpReturn {
-				err = fmt.Errorf("%s %q: the only operation is %q", KeyOp, clip(e.Value), OpReturn)
-			}
-			hasOp, it.ret = true, true
+			err = parseOp(&it, e.Value, hasOp)
+			hasOp, it.opEntry = true, j
 		case KeyWindow:
 			err = parseWindowEntry(&it, e.Value)
 		}
@@ -117,8 +116,11 @@ func parseDescriptor(i int, d *ratelimitv3.RateLimitDescriptor, reqHits uint32) 
 			return it, fmt.Errorf("%s.entries: %w", path, err)
 		}
 	}
-	if it.hasWindow && !hasOp {
+	if it.hasWindow && !it.ret {
 		return it, fmt.Errorf("%s.entries: %s without %s=%s (only a return names its window)", path, KeyWindow, KeyOp, OpReturn)
+	}
+	if it.charge && d.IsNegativeHits {
+		return it, fmt.Errorf("%s.is_negative_hits: true with %s=%s (a charge takes tokens; a return gives them back)", path, KeyOp, OpCharge)
 	}
 	it.ret = it.ret || d.IsNegativeHits
 	it.hits = uint64(reqHits)
@@ -136,6 +138,21 @@ func parseDescriptor(i int, d *ratelimitv3.RateLimitDescriptor, reqHits uint32) 
 		it.override = o
 	}
 	return it, nil
+}
+
+// parseOp reads a sluice_op entry's value into it.
+func parseOp(it *item, v string, seen bool) error {
+	switch {
+	case seen:
+		return fmt.Errorf("%s appears twice", KeyOp)
+	case v == OpReturn:
+		it.ret = true
+	case v == OpCharge:
+		it.charge = true
+	default:
+		return fmt.Errorf("%s %q: want %q or %q", KeyOp, clip(v), OpReturn, OpCharge)
+	}
+	return nil
 }
 
 // maxWindowStart bounds sluice_window (unix ms): the year 9999.

@@ -68,7 +68,7 @@ func TestMalformedRequestsAreRefusedNamingTheField(t *testing.T) {
 		{"empty rule", &rlsv3.RateLimitRequest{Domain: "sluice", Descriptors: d(entries(KeyRule, "", KeyID, "x"))}, "descriptors[0].entries[0]: empty value"},
 		{"long id", &rlsv3.RateLimitRequest{Domain: "sluice", Descriptors: d(entries(KeyRule, "a", KeyID, strings.Repeat("i", 257)))}, "entries[1]: value of 257 bytes"},
 		{"twice", &rlsv3.RateLimitRequest{Domain: "sluice", Descriptors: d(entries(KeyRule, "a", KeyID, "x", KeyID, "y"))}, "entries[2]: appears twice"},
-		{"bad op", &rlsv3.RateLimitRequest{Domain: "sluice", Descriptors: d(entries(KeyRule, "a", KeyID, "x", KeyOp, "refund"))}, `entries[2]: sluice_op "refund": the only operation is "return"`},
+		{"bad op", &rlsv3.RateLimitRequest{Domain: "sluice", Descriptors: d(entries(KeyRule, "a", KeyID, "x", KeyOp, "refund"))}, `entries[2]: sluice_op "refund": want "return" or "charge"`},
 		{"extra key", &rlsv3.RateLimitRequest{Domain: "sluice", Descriptors: d(entries(KeyRule, "a", KeyID, "x", "sluice_idd", "y"))}, `unknown key "sluice_idd"`},
 		{"unknown unit", &rlsv3.RateLimitRequest{Domain: "sluice", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
 			Entries: entries(KeyRule, "a", KeyID, "x"), Limit: &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5}}}},
@@ -184,6 +184,7 @@ func FuzzShouldRateLimit(f *testing.F) {
 	seed(&rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: entries("generic_key", "v")}}})
 	seed(&rlsv3.RateLimitRequest{Domain: "sluice", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("win", "x", 2, false),
 		windowReturn("win", "x", 1, 1772366460000)}})
+	seed(&rlsv3.RateLimitRequest{Domain: "sluice", Descriptors: []*ratelimitv3.RateLimitDescriptor{chargeDesc("api", "x", 1<<40), chargeDesc("win", "x", 1)}})
 	s := NewServer(Options{Backend: &fakeBackend{}, Rules: &StaticRules{Limits: map[string]redisgcra.Limit{"api": {Rate: 2, Burst: 5}},
 		Windows: map[string]Window{"win": {Limit: 10, Seconds: 60}}}})
 	f.Fuzz(func(t *testing.T, wire []byte) {

@@ -16,8 +16,8 @@ import (
 
 // TestEnvoyRatelimitStandsIn checks the protocol's promise that
 // envoyproxy/ratelimit can replace the admin's RLS: it grants and refuses
-// the plugin's lease descriptors, and answers OK to a return (a descriptor
-// it has no limit for). It runs under CI=true, with SLUICE_ENVOY_RATELIMIT=1,
+// the plugin's lease descriptors, and answers OK to a return and to a
+// charge (descriptors it has no limit for), counting neither. It runs under CI=true, with SLUICE_ENVOY_RATELIMIT=1,
 // or when the binary is cached (fleettest.RequireRatelimit): the first run
 // compiles envoyproxy/ratelimit with go install, about a minute.
 func TestEnvoyRatelimitStandsIn(t *testing.T) {
@@ -53,6 +53,14 @@ func TestEnvoyRatelimitStandsIn(t *testing.T) {
 	}
 	if resp := call(desc("api", "x", 2, true)); resp.OverallCode != OK || resp.Statuses[0].CurrentLimit != nil {
 		t.Errorf("a return: %v, want OK without a limit (a descriptor it does not know)", resp)
+	}
+	// A charge (three entries too) is answered OK and not counted: a
+	// response-charged rule's costs beyond the pools go uncounted there.
+	if resp := call(chargeDesc("api", "y", 100)); resp.OverallCode != OK || resp.Statuses[0].CurrentLimit != nil {
+		t.Errorf("a charge: %v, want OK without a limit (a descriptor it does not know)", resp)
+	}
+	if resp := call(desc("api", "y", 5, false)); resp.OverallCode != OK {
+		t.Errorf("lease 5 of 5/min after a charge of 100: %v, want OK (the charge not counted)", resp)
 	}
 	if resp := call(desc("unknown", "x", 100, false)); resp.OverallCode != OK {
 		t.Errorf("an unknown rule: %v, want OK", resp)

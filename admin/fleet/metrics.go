@@ -25,6 +25,7 @@ const (
 	DescriptorOK        = "ok"
 	DescriptorOverLimit = "over_limit"
 	DescriptorReturn    = "return"    // unused tokens given back
+	DescriptorCharge    = "charge"    // a cost the response reported, taken into the bucket's debt
 	DescriptorUnlimited = "unlimited" // unknown rule without a limit override: OK, no limit
 )
 
@@ -61,11 +62,11 @@ func NewMetricsFor(backend string) *Metrics {
 		}, []string{"result"}),
 		descriptors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_fleet_rls_descriptors_total",
-			Help: "Descriptors answered, by result: ok, over_limit, return (unused tokens given back), unlimited (no global rule and no limit override: OK without a limit).",
+			Help: "Descriptors answered, by result: ok, over_limit, return (unused tokens given back), charge (a cost the response reported, taken into the bucket's debt), unlimited (no global rule and no limit override: OK without a limit).",
 		}, []string{"result"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_fleet_tokens_total",
-			Help: "Tokens of global rules by rule and decision: granted, denied (asked for and refused), returned. Rule (other) is descriptors with a limit override.",
+			Help: "Tokens of global rules by rule and decision: granted, denied (asked for and refused), returned, charged (costs the response reported, taken into the bucket's debt, as asked), clamped (the part of those charges the debt's cap, max_debt, dropped). Rule (other) is descriptors with a limit override.",
 		}, []string{"rule", "decision"}),
 		redisErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_fleet_" + backend + "_errors_total",
@@ -80,7 +81,7 @@ func NewMetricsFor(backend string) *Metrics {
 	for _, r := range []string{RequestOK, RequestOverLimit, RequestInvalid, RequestUnavailable} {
 		m.requests.WithLabelValues(r)
 	}
-	for _, r := range []string{DescriptorOK, DescriptorOverLimit, DescriptorReturn, DescriptorUnlimited} {
+	for _, r := range []string{DescriptorOK, DescriptorOverLimit, DescriptorReturn, DescriptorCharge, DescriptorUnlimited} {
 		m.descriptors.WithLabelValues(r)
 	}
 	for _, k := range []string{"timeout", "error"} {

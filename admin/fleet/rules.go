@@ -179,7 +179,10 @@ func globalOverrides(cfg *policy.Config) (map[ruleIdentity]timed[redisgcra.Limit
 			wr := *r // the rule with the override's limits
 			switch {
 			case o.TokenBucket != nil && r.TokenBucket != nil:
-				if l := (redisgcra.Limit{Rate: o.TokenBucket.TokensPerSecond, Burst: o.TokenBucket.Burst}); l.Valid() {
+				// The override's rate and burst, the rule's debt: costs,
+				// and so how far below empty they may go, are the rule's.
+				l := redisgcra.Limit{Rate: o.TokenBucket.TokensPerSecond, Burst: o.TokenBucket.Burst, MaxDebt: chargeDebt(r.TokenBucket)}
+				if l.Valid() {
 					limits[k] = timed[redisgcra.Limit]{l, o.Bounds}
 				}
 				continue
@@ -251,7 +254,7 @@ func globalBuckets(cfg *policy.Config) (map[string]redisgcra.Limit, []string) {
 		if r.TokenBucket == nil {
 			continue
 		}
-		l := redisgcra.Limit{Rate: r.TokenBucket.TokensPerSecond, Burst: r.TokenBucket.Burst}
+		l := redisgcra.Limit{Rate: r.TokenBucket.TokensPerSecond, Burst: r.TokenBucket.Burst, MaxDebt: chargeDebt(r.TokenBucket)}
 		if !l.Valid() {
 			continue
 		}
@@ -259,6 +262,16 @@ func globalBuckets(cfg *policy.Config) (map[string]redisgcra.Limit, []string) {
 		names = append(names, r.Name)
 	}
 	return limits, names
+}
+
+// chargeDebt is the debt a charge may take a global token bucket into:
+// its max_debt when its costs are read from the response (the plugin then
+// charges them after the fact), else 0 (a charge empties it at most).
+func chargeDebt(tb *policy.TokenBucket) float64 {
+	if !tb.Cost.FromResponse() {
+		return 0
+	}
+	return tb.MaxDebt
 }
 
 // GlobalWindows returns the global window and quota rules of a

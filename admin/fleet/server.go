@@ -182,17 +182,19 @@ func (s *Server) checkHealth(ctx context.Context, every time.Duration) {
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	items, err := s.parse(req)
 	if err != nil {
-		s.metrics.requests.WithLabelValues(RequestInvalid).Inc()
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, s.invalid(err)
 	}
 	now := s.now()
+	plan, err := s.plan(req.Domain, items, now)
+	if err != nil {
+		return nil, s.invalid(err)
+	}
 	node := nodeOf(ctx)
 	size := s.fleet.seen(req.Domain, node, now)
 	// The header goes out with the answer or the error: a plugin learns
 	// the fleet size even while Redis is down.
 	_ = grpc.SetHeader(ctx, metadata.Pairs(FleetHeader, strconv.Itoa(size)))
 
-	plan := s.plan(req.Domain, items, now)
 	// A caller giving up (its timeout) must not abort the backend call
 	// half way: its ops would then have an unknown effect, and tokens taken
 	// by a script that ran would be granted to nobody. The call runs to its
@@ -218,6 +220,13 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 	s.metrics.requests.WithLabelValues(result).Inc()
 	return resp, nil
+}
+
+// invalid counts a request refused with INVALID_ARGUMENT and returns its
+// error.
+func (s *Server) invalid(err error) error {
+	s.metrics.requests.WithLabelValues(RequestInvalid).Inc()
+	return status.Error(codes.InvalidArgument, err.Error())
 }
 
 func (s *Server) parse(req *rlsv3.RateLimitRequest) ([]item, error) {
@@ -253,7 +262,7 @@ func nodeOf(ctx context.Context) string {
 	return v[0]
 }
 
-// plan decides each descriptor's limit and the Redis op it needs.
+// plan decides each descriptor's limit and the backend op it needs.
 type plan struct {
 	limits []limitOf
 	opOf   []int // index into ops, or -1 when no Redis call is needed
@@ -282,30 +291,52 @@ const (
 	counted                    // a global fixed window or quota: a counter in the backend
 )
 
-func (s *Server) plan(domain string, items []item, now time.Time) plan {
+// plan decides each descriptor's limit and the backend op it needs. The
+// error is a descriptor the limit makes invalid: a charge of a window or
+// quota (nothing is run for any descriptor then).
+func (s *Server) plan(domain string, items []item, now time.Time) (plan, error) {
 	p := plan{limits: make([]limitOf, len(items)), opOf: make([]int, len(items))}
 	for i, it := range items {
 		l := s.limitFor(it, now)
 		p.limits[i], p.opOf[i] = l, -1
-		if l.kind == counted {
+		switch {
+		case l.kind == counted && it.charge:
+			return plan{}, chargeOfWindow(i, it)
+		case l.kind == counted:
 			p.limits[i].start, p.limits[i].end = l.win.Bounds(now)
 			p.opOf[i] = len(p.ops)
 			p.ops = append(p.ops, counterOp(domain, it, p.limits[i], now))
-			continue
+		case l.kind == limited:
+			p.opOf[i] = len(p.ops)
+			p.ops = append(p.ops, bucketOp(domain, it, l.limit))
 		}
-		if l.kind != limited {
-			continue
-		}
-		op := redisgcra.Op{Key: redisgcra.Key(domain, it.rule, it.id), Tau: l.limit.Tau(), Return: it.ret}
-		if it.ret {
-			op.Amount = l.limit.Credit(it.hits)
-		} else {
-			op.Amount = l.limit.Cost(it.hits)
-		}
-		p.opOf[i] = len(p.ops)
-		p.ops = append(p.ops, op)
 	}
-	return p
+	return p, nil
+}
+
+// chargeOfWindow is the error of descriptors[i], a charge of a global
+// window or quota: those count whole requests leased in a window, which
+// a charge after the fact cannot join (there is no debt to take it into),
+// so the plugin never sends one.
+func chargeOfWindow(i int, it item) error {
+	return fmt.Errorf("descriptors[%d].entries[%d]: %s %q for rule %q, a global window or quota: charges apply to token_bucket rules only",
+		i, it.opEntry, KeyOp, OpCharge, clip(it.rule))
+}
+
+// bucketOp is the op of a descriptor of a bucket of limit l: a take of its
+// tokens' cost, a return of their credit, or a charge of their cost
+// capped at the bucket's burst plus its debt.
+func bucketOp(domain string, it item, l redisgcra.Limit) redisgcra.Op {
+	op := redisgcra.Op{Key: redisgcra.Key(domain, it.rule, it.id), Tau: l.Tau()}
+	switch {
+	case it.ret:
+		op.Return, op.Amount = true, l.Credit(it.hits)
+	case it.charge:
+		op.Charge, op.Amount, op.Tau = true, l.Cost(it.hits), l.ChargeCap()
+	default:
+		op.Amount = l.Cost(it.hits)
+	}
+	return op
 }
 
 // counterOp is the Redis op of a descriptor of a counted limit, l's
@@ -400,8 +431,10 @@ func (s *Server) run(ctx context.Context, ops []redisgcra.Op) ([]redisgcra.Outco
 }
 
 // giveBack returns the tokens a call granted to a caller that gave up
-// before the answer. A failure leaves them taken (an under-admission, as
-// before the fix; never an over-admission), and is logged.
+// before the answer, and undoes its charges (the caller counts the call
+// as failed and sends its charges again). A failure leaves them taken (an
+// under-admission, as before the fix; never an over-admission), and is
+// logged.
 func (s *Server) giveBack(ctx context.Context, items []item, p plan, outs []redisgcra.Outcome) {
 	var ops []redisgcra.Op
 	for i, it := range items {
@@ -409,14 +442,9 @@ func (s *Server) giveBack(ctx context.Context, items []item, p plan, outs []redi
 		if j < 0 || it.ret || !outs[j].Allowed || it.hits == 0 {
 			continue
 		}
-		if p.limits[i].kind == counted {
-			op := p.ops[j]
-			op.Return = true
+		if op, ok := undoOp(p.ops[j], outs[j], p.limits[i].limit, it.hits); ok {
 			ops = append(ops, op)
-			continue
 		}
-		l := p.limits[i].limit
-		ops = append(ops, redisgcra.Op{Key: p.ops[j].Key, Tau: p.ops[j].Tau, Return: true, Amount: l.Credit(it.hits)})
 	}
 	if len(ops) == 0 {
 		return
@@ -424,6 +452,21 @@ func (s *Server) giveBack(ctx context.Context, items []item, p plan, outs []redi
 	if _, err := s.run(context.WithoutCancel(ctx), ops); err != nil {
 		s.log.Warn("fleet: cannot give back the grant of a caller that gave up", "ops", len(ops), "err", err)
 	}
+}
+
+// undoOp is the op that gives back what op did for hits tokens: a
+// window's count; a take's tokens, by their credit; exactly the time a
+// charge added to the TAT (less than its cost when the debt's cap clamped
+// it: crediting the whole cost would free tokens that were never charged).
+func undoOp(op redisgcra.Op, out redisgcra.Outcome, l redisgcra.Limit, hits uint64) (redisgcra.Op, bool) {
+	switch {
+	case op.Counter:
+		op.Return = true
+		return op, true
+	case op.Charge:
+		return redisgcra.Op{Key: op.Key, Tau: op.Tau, Return: true, Amount: out.Charged}, out.Charged > 0
+	}
+	return redisgcra.Op{Key: op.Key, Tau: op.Tau, Return: true, Amount: l.Credit(hits)}, true
 }
 
 func isTimeout(err error) bool {
@@ -524,11 +567,18 @@ func (s *Server) answer(domain, node string, now time.Time, items []item, p plan
 			if !o.Allowed {
 				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			}
+			if op := p.ops[p.opOf[i]]; op.Charge && o.Charged < op.Amount {
+				s.countClamped(it, l, op.Amount-o.Charged)
+			}
 		}
-		if it.ret {
+		switch {
+		case it.ret:
 			result = DescriptorReturn
 			st.Code = rlsv3.RateLimitResponse_OK // a return always succeeds
-		} else if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+		case it.charge:
+			result = DescriptorCharge
+			st.Code = rlsv3.RateLimitResponse_OK // a charge is never refused
+		case st.Code == rlsv3.RateLimitResponse_OVER_LIMIT:
 			result = DescriptorOverLimit
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
@@ -548,17 +598,35 @@ func (s *Server) count(domain, node string, now time.Time, it item, l limitOf, c
 	switch {
 	case it.ret:
 		returned, decision = it.hits, "returned"
+	case it.charge:
+		// Not a grant: tokens spent already, taken into the bucket's
+		// debt. The dashboard's rates count leases; the metric counts these.
+		decision = "charged"
 	case code == rlsv3.RateLimitResponse_OK:
 		granted = it.hits
 	default:
 		denied, decision = it.hits, "denied"
 	}
-	rule := otherRule
 	if l.global {
-		rule = it.rule
 		s.fleet.record(usageKey{domain, it.rule, node}, now, granted, denied, returned)
 	}
-	s.metrics.tokens.WithLabelValues(rule, decision).Add(float64(it.hits))
+	s.metrics.tokens.WithLabelValues(ruleLabel(it, l), decision).Add(float64(it.hits))
+}
+
+// countClamped counts the part of a charge the debt's cap dropped, us
+// microseconds of the bucket's time, in tokens: costs reported beyond
+// max_debt, a sign that it is too small for the answers.
+func (s *Server) countClamped(it item, l limitOf, us int64) {
+	s.metrics.tokens.WithLabelValues(ruleLabel(it, l), "clamped").Add(float64(us) * l.limit.Rate / 1e6)
+}
+
+// ruleLabel is the rule label of a descriptor's tokens: its rule when the
+// policy has it, else otherRule.
+func ruleLabel(it item, l limitOf) string {
+	if l.global {
+		return it.rule
+	}
+	return otherRule
 }
 
 // currentLimit expresses a rate as requests_per_unit per unit: the

@@ -69,6 +69,16 @@ func BenchmarkFleet(b *testing.B) {
 		Run(b, Case{Wasm: pluginWasm(b), Config: fleetLimits, Floor: pluginWasm(b), FloorConfig: limits,
 			Request: same(Headers("x-api-key", "k1")), Rejected: &no, HTTPCalls: grantAll})
 	})
+	// A rule charged from the response: global, its pool paying each
+	// answer's cost, against the same rule local.
+	b.Run("global-charged-over-local-charged", func(b *testing.B) {
+		Run(b, Case{Wasm: pluginWasm(b), Config: charged(fleetLimits), Floor: pluginWasm(b), FloorConfig: charged(limits),
+			Request: same(costReported("k1", "3")), Rejected: &no, HTTPCalls: grantAll,
+			After: func(b *testing.B, h *wasmhost.Host) {
+				owed, _ := h.Metric("sluice.rule.open.global_charged")
+				b.ReportMetric(float64(owed), "charged-to-service")
+			}})
+	})
 	// The request's key among 10,000 overrides of the global rule (its
 	// own limits decide it) against the same global rule without any.
 	b.Run("global-overridden-over-global", func(b *testing.B) {
@@ -97,4 +107,18 @@ func fleetOverridden() string {
 	ov.WriteString(`{"key": "k1", "algorithm_config": {"rps": 2e6, "burst": 2e9}}`)
 	const open = `"algorithm_config": {"rps": 1e6, "burst": 1e9}}`
 	return strings.Replace(fleetLimits, open, `"algorithm_config": {"rps": 1e6, "burst": 1e9}, "overrides": [`+ov.String()+`]}`, 1)
+}
+
+// charged makes the "open" rule of config charge what the response
+// reports in x-cost.
+func charged(config string) string {
+	const open = `"algorithm_config": {"rps": 1e6, "burst": 1e9}}`
+	return strings.Replace(config, open, `"algorithm_config": {"rps": 1e6, "burst": 1e9, "cost_source": "response_header:x-cost"}}`, 1)
+}
+
+// costReported is a request of key k whose answer reports cost in x-cost.
+func costReported(k, cost string) *wasmhost.Request {
+	r := Headers("x-api-key", k)
+	r.ResponseHeaders = []wasmhost.Header{{":status", "200"}, {"x-cost", cost}}
+	return r
 }

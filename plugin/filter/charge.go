@@ -288,6 +288,10 @@ func (h *httpContext) chargeRemaining() {
 // the rule is the one whose RateLimit fields the response carries, they are
 // updated to the state after the charge.
 func (p *pluginContext) charge(h *httpContext, c *pendingCharge, cost float64) {
+	if c.rule.fleet != nil {
+		p.chargePool(h, c, cost) // fleet_charge.go
+		return
+	}
 	a := p.pendingApp(h, c)
 	r := c.rule
 	now := nowSeconds()

@@ -53,7 +53,7 @@ type ruleFleet struct {
 
 // fleetMetrics are the per-rule fleet counters.
 type fleetMetrics struct {
-	granted, denied, returned, backendErrors, fallbackLocal, fetches, evicted counter
+	granted, denied, returned, backendErrors, fallbackLocal, fetches, evicted, charged counter
 }
 
 func (vm *vmContext) fleetMetrics(rule string) fleetMetrics {
@@ -66,6 +66,7 @@ func (vm *vmContext) fleetMetrics(rule string) fleetMetrics {
 		fallbackLocal: vm.counter(p + "fallback_local"),
 		fetches:       vm.counter(p + "global_fetches"),
 		evicted:       vm.counter(p + "global_evicted"),
+		charged:       vm.counter(p + "global_charged"),
 	}
 }
 
@@ -173,8 +174,12 @@ func (p *pluginContext) fleetLoad(a *application, now float64, noFetch bool) {
 	}
 	p.vm.fleet.touchPool(a, int64(now*1000))
 	env := p.poolEnv(a, now, noFetch)
-	a.fl.next, a.fl.v, a.dec.Remaining, a.dec.Wait = decidePool(a.fl.pool, a.fl.exists, a.cost, &env)
-	a.dec.Allowed = a.fl.v == vSpend || a.fl.v == vAllowDown || a.fl.v == vShare || a.fl.v == vFetch
+	cost := a.cost
+	if env.admitOnly = a.rule.respCost; a.rule.respStatus {
+		cost = a.rule.fixedCost // what a counted response will cost must be left
+	}
+	a.fl.next, a.fl.v, a.dec.Remaining, a.dec.Wait = decidePool(a.fl.pool, a.fl.exists, cost, &env)
+	a.dec.Allowed = a.fl.v == vSpend || a.fl.v == vAdmit || a.fl.v == vAllowDown || a.fl.v == vShare || a.fl.v == vFetch
 	a.dec.Reset = 0
 	a.next = state.Bucket{Tokens: float64(a.fl.next.Tokens) / micro, LastRefill: now}
 	if tb := a.rule.fleet.tb; tb.Rate > 0 && a.dec.Allowed {
@@ -453,7 +458,8 @@ func (p *pluginContext) fetchForRequest(h *httpContext, apps []application) bool
 			batch = &syncBatch{requestPath: true}
 		}
 		pk := poolRef{rule: a.rule.name, id: a.fl.id, fp: a.fp}
-		ask := max(p.askFor(a.rule, a.fl.pool, int64(fs.nowMS())), int64(a.cost+0.999999))
+		fs.addOwed(batch, a.rule, pk) // the debt first: the ask is decided after it
+		ask := p.requestAsk(a, int64(fs.nowMS()))
 		batch.add(a.rule, pk, opFetch, ask, a.fl.pool.Spent)
 		a.rule.fleet.m.fetches.inc()
 		fs.pending[key] = &pendingFetch{waiters: []*httpContext{h}}
@@ -469,6 +475,26 @@ func (p *pluginContext) fetchForRequest(h *httpContext, apps []application) bool
 		}
 	}
 	return h.fleetWaits > 0
+}
+
+// requestAsk sizes a request-path ask: the pool's demand (askFor), and at
+// least the request's cost. A rule charged from the response asks for what
+// an answer is expected to cost (default_cost; a response_status rule's
+// fixed_cost) instead: the service's take is all or nothing, so a large
+// demand-sized ask could be refused while the bucket still holds enough
+// for this request, and the answer's true cost is booked whatever the
+// lease (what it cannot pay is charged); the sync refills busy pools to
+// their demand between requests.
+func (p *pluginContext) requestAsk(a *application, nowMS int64) int64 {
+	r := a.rule
+	if !r.respCost {
+		return max(p.askFor(r, a.fl.pool, nowMS), int64(math.Ceil(a.cost)))
+	}
+	expected := r.defaultCost
+	if r.respStatus {
+		expected = r.fixedCost
+	}
+	return max(1, min(int64(math.Ceil(expected)), int64(r.fleet.tb.Burst)))
 }
 
 // resolvePending ends the asks of batch and resumes the requests that no

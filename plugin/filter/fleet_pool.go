@@ -53,6 +53,7 @@ type verdict uint8
 
 const (
 	vSpend     verdict = iota // the pool pays: write it
+	vAdmit                    // the pool holds something: admit, write nothing (the response pays)
 	vDeny                     // refused (the RLS said over limit, or fallback deny)
 	vFetch                    // the pool cannot pay and the backend is healthy: ask it (pause)
 	vAllowDown                // backend down, on_backend_down "allow": admit, write nothing
@@ -62,13 +63,17 @@ const (
 
 // poolEnv is what a decision needs besides the pool.
 type poolEnv struct {
-	nowMS    int64
-	healthy  bool // the backend answered the last call of this process
-	noFetch  bool // this request already waited for a fetch: do not ask again
-	down     string
-	share    limiter.TokenBucket // rate/N, burst/N
-	syncMS   int64
-	leaseTTL int64
+	nowMS   int64
+	healthy bool // the backend answered the last call of this process
+	noFetch bool // this request already waited for a fetch: do not ask again
+	// admitOnly: a rule charged from the response (fleet_charge.go). The
+	// request takes nothing; it is admitted while the pool holds cost (a
+	// response_status rule's fixed_cost), or anything when cost is 0.
+	admitOnly bool
+	down      string
+	share     limiter.TokenBucket // rate/N, burst/N
+	syncMS    int64
+	leaseTTL  int64
 	// prev is the local-share bucket of the pool a claim replaces (hasPrev:
 	// that pool was in mode F): a new pool's share continues it.
 	prev    state.Pool
@@ -81,7 +86,11 @@ func decidePool(p state.Pool, exists bool, cost float64, env *poolEnv) (next sta
 	costU := int64(math.Ceil(cost * micro))
 	now := env.nowMS
 	lease := exists && p.Mode == state.PoolLease && p.Stamp > now
-	if lease && p.Tokens >= costU {
+	if env.admitOnly {
+		if lease && p.Tokens >= max(costU, 1) {
+			return p, vAdmit, float64(p.Tokens) / micro, 0
+		}
+	} else if lease && p.Tokens >= costU {
 		p.Tokens -= costU
 		p.Spent += costU
 		return p, vSpend, float64(p.Tokens) / micro, 0
@@ -121,6 +130,14 @@ func sharePool(p state.Pool, exists bool, cost float64, env *poolEnv) (state.Poo
 	}
 	b := state.Bucket{Tokens: float64(p.Tokens) / micro, LastRefill: float64(p.Stamp) / 1000}
 	nb, dec := env.share.Take(b, true, float64(env.nowMS)/1000, cost)
+	if env.admitOnly { // nothing taken: the response is charged to the share (chargedPool)
+		if cost > 0 {
+			nb, dec = env.share.AdmitCost(b, true, float64(env.nowMS)/1000, cost)
+		} else {
+			nb, dec = env.share.Admit(b, true, float64(env.nowMS)/1000)
+		}
+		cost = 0
+	}
 	if !dec.Allowed {
 		return p, vShareDeny, dec.Remaining, dec.Wait
 	}

@@ -56,6 +56,9 @@ func (p *pluginContext) dispatch(batch *syncBatch) bool {
 	for i, it := range batch.items {
 		d := &req.Descriptors[i]
 		d.Entries = []rls.Entry{{Key: "sluice_rule", Value: it.rule.name}, {Key: "sluice_id", Value: string(it.ref.id[:])}}
+		if it.op == opCharge {
+			d.Entries = append(d.Entries, rls.Entry{Key: "sluice_op", Value: "charge"})
+		}
 		if it.op == opReturn {
 			d.Entries = append(d.Entries, rls.Entry{Key: "sluice_op", Value: "return"})
 			if it.rule.fleet.windowed {
@@ -99,6 +102,7 @@ func (p *pluginContext) backendFailed(batch *syncBatch, why string) {
 			it.rule.fleet.m.backendErrors.inc()
 		}
 	}
+	p.vm.fleet.oweAgain(batch) // fleet_charge.go
 	p.vm.fleet.setHealth(false, 0)
 	p.vm.fleet.failed++
 	p.vm.logLimited(logFleet, "sluice: fleet: rate limit service call failed ("+why+"); leases are spent until they expire, then on_backend_down applies")
@@ -137,6 +141,10 @@ func (p *pluginContext) onRLSResponse(batch *syncBatch, nh, nb, nt int) {
 func (p *pluginContext) finishBatch(batch *syncBatch, now int64) {
 	if batch.requestPath {
 		p.resolvePending(batch)
+		return
+	}
+	if batch.owed {
+		p.vm.fleet.owedCall = nil
 		return
 	}
 	if p.vm.fleet.sync == batch {
@@ -243,6 +251,10 @@ func (p *pluginContext) applyStatus(it *batchItem, st *rls.Status, now, sentMS i
 	m := &it.rule.fleet.m
 	if it.op == opReturn {
 		m.returned.add(uint64(it.amount))
+		return
+	}
+	if it.op == opCharge {
+		m.charged.add(uint64(it.amount)) // never refused: the service takes it into its debt
 		return
 	}
 	e := p.vm.fleet.hot[hotKeyFleet{rule: it.rule.name, id: it.ref.id}]

@@ -43,6 +43,11 @@ type fleetState struct {
 	resp         rls.Response
 	stats        map[string]*fleetRuleStats // for telemetry, per rule name
 	pubBuf       []byte                     // fleet_hot.go
+	// Response costs owed to the service (fleet_charge.go), and the call
+	// carrying them.
+	owed     map[hotKeyFleet]*owedCharge
+	owedCall *syncBatch
+	owedAtMS int64
 }
 
 // hotKeyFleet identifies a pool this VM spent from.
@@ -88,6 +93,7 @@ type fleetOp uint8
 const (
 	opFetch fleetOp = iota
 	opReturn
+	opCharge // a response's cost the pool could not pay (fleet_charge.go)
 )
 
 type batchItem struct {
@@ -104,6 +110,7 @@ type syncBatch struct {
 	items       []batchItem
 	pending     []string // request path: the asks this call answers
 	requestPath bool
+	owed        bool  // a call of owed charges only (fleet_charge.go)
 	sentMS      int64 // when the call went out (windowed leases end relative to it)
 }
 
@@ -202,6 +209,7 @@ func (p *pluginContext) fleetTick() {
 	fs.refreshHealth()
 	fs.pruneHot(now, fc.ttlMS)
 	p.publishHot(now) // fleet_hot.go: the lock holder syncs every VM's keys
+	p.flushOwed(now)  // fleet_charge.go
 	if fs.sync != nil {
 		if now-fs.syncAtMS < 4*int64(fc.src.TimeoutMS)+fc.syncMS {
 			return

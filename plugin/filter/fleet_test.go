@@ -40,12 +40,15 @@ type fakeRLS struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	clock       *wasmhost.ManualClock
 	rate, burst float64
+	maxDebt     float64 // how far below empty a charge may take a bucket
 	fleetSize   string
 
 	mu       sync.Mutex
 	buckets  map[string]*fakeBucket
 	granted  float64
 	returned float64
+	charged  float64 // taken by charges, into debt
+	forgiven float64 // charges beyond the debt limit
 	calls    int
 	nodes    map[string]bool
 	down     atomic.Bool
@@ -97,6 +100,11 @@ func (s *fakeRLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		case op == "return":
 			b.tokens = math.Min(s.burst, b.tokens+hits)
 			s.returned += hits
+		case op == "charge": // never refused: into debt, down to -maxDebt
+			taken := math.Max(0, math.Min(hits, b.tokens+s.maxDebt))
+			b.tokens -= taken
+			s.charged += taken
+			s.forgiven += hits - taken
 		case b.tokens >= hits:
 			b.tokens -= hits
 			s.granted += hits
@@ -106,7 +114,7 @@ func (s *fakeRLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			wait := (hits - b.tokens) / s.rate
 			st.DurationUntilReset = durationpb.New(time.Duration(wait * float64(time.Second)))
 		}
-		st.LimitRemaining = uint32(b.tokens)
+		st.LimitRemaining = uint32(max(0, b.tokens))
 		resp.Statuses = append(resp.Statuses, st)
 	}
 	return resp, nil

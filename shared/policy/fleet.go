@@ -166,11 +166,14 @@ func (p *parser) scope(path string, v *jvalue) bool {
 	return false
 }
 
-// checkScopeAlgorithm: global rules support every algorithm. Not delayed
-// admission (a held request would wait for a lease and for its turn), nor
-// costs read from the response (they are known after the lease was
-// spent). Global windows and quotas count whole requests: limit >= 1 (and
-// a rolling window's max_per_period, when set).
+// checkScopeAlgorithm: global rules support every algorithm but
+// concurrency. Not delayed admission (a held request would wait for a lease
+// and for its turn). A global token bucket may charge a cost read from the
+// response (what its pool cannot cover goes to the rate limit service as a
+// charge, into the bucket's debt); a global window or quota may not: the
+// service counts their leases in whole requests of a window, with no debt.
+// Global windows and quotas count whole requests: limit >= 1 (and a
+// rolling window's max_per_period, when set).
 func (p *parser) checkScopeAlgorithm(path string, r *Rule) {
 	if !r.Global {
 		return
@@ -179,7 +182,6 @@ func (p *parser) checkScopeAlgorithm(path string, r *Rule) {
 	var cost CostSource
 	switch {
 	case r.TokenBucket != nil:
-		cost = r.TokenBucket.Cost
 		if r.TokenBucket.MaxDelayMS > 0 {
 			p.errorf(join(cfgPath, "max_delay_ms"), `delayed admission is not supported on a "global" rule; remove max_delay_ms or make the rule "local"`)
 		}
@@ -196,7 +198,7 @@ func (p *parser) checkScopeAlgorithm(path string, r *Rule) {
 		p.checkGlobalCount(join(cfgPath, "limit"), r.Quota.Limit)
 	}
 	if cost.FromResponse() {
-		p.errorf(join(cfgPath, "cost_source"), `a cost read from the response is not supported on a "global" rule; use a request cost source or make the rule "local"`)
+		p.errorf(join(cfgPath, "cost_source"), `a cost read from the response is not supported on a "global" window or quota (the rate limit service counts their requests, with no debt); use a token_bucket or a quota that is "local"`)
 	}
 }
 

@@ -121,3 +121,20 @@ func TestFleetErrors(t *testing.T) {
 		}
 	}
 }
+
+// A global token bucket may charge what the response reports (the rate
+// limit service takes what a pool cannot pay into its debt); a global
+// window or quota may not.
+func TestGlobalTokenBucketChargedFromTheResponse(t *testing.T) {
+	for _, cs := range []string{`"response_header:x-tokens"`, `"response_json:usage.total_tokens"`, `"response_status:429"`} {
+		rule := strings.Replace(globalRule, `"burst":20`, `"burst":20,"cost_source":`+cs+`,"max_debt":15`, 1)
+		c, err := Parse([]byte(`{"fleet":{"cluster":"rls"},"rules":[` + rule + `]}`))
+		if err != nil {
+			t.Fatalf("%s: %v", cs, err)
+		}
+		r := c.Policies[0].Rules[0]
+		if !r.Global || !r.TokenBucket.Cost.FromResponse() || r.TokenBucket.MaxDebt != 15 {
+			t.Fatalf("%s: global %v, cost %v, max_debt %v", cs, r.Global, r.TokenBucket.Cost, r.TokenBucket.MaxDebt)
+		}
+	}
+}

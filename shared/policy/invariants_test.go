@@ -96,7 +96,7 @@ func checkInvariants(t *testing.T, c *Config) {
 				}
 			}
 			if !tb.Cost.FromResponse() && tb.MaxDebt != 0 || tb.MaxDebt < 0 || tb.MaxDebt > MaxBurst ||
-				tb.Cost.FromResponse() && (tb.MaxDelayMS > 0 || r.Global) {
+				tb.Cost.FromResponse() && tb.MaxDelayMS > 0 {
 				t.Errorf("rule %q response cost %v with max_debt %v, max_delay_ms %d, global %v", r.Name, tb.Cost, tb.MaxDebt, tb.MaxDelayMS, r.Global)
 			}
 			switch tb.Cost.Kind {

@@ -39,13 +39,17 @@ const (
 	PoolShare = 'F' // the local fallback bucket while the service is down
 )
 
+// MaxPoolDebt bounds a fallback bucket's debt in micro-tokens: a billion
+// tokens, the most a response may report.
+const MaxPoolDebt int64 = 1e15
+
 // poolHeader is the size of a pool record before its identity.
 const poolHeader = 50
 
 // Errors returned by DecodePool.
 var (
 	ErrPoolFormat = errors.New("state: pool record is truncated, not in PoolFormat, or has a mode other than 'L' or 'F'")
-	ErrPoolTokens = errors.New("state: pool tokens or spent is negative")
+	ErrPoolTokens = errors.New("state: pool tokens or spent is negative (a fallback bucket's tokens: below -MaxPoolDebt)")
 )
 
 // Pool is one identity's lease pool in one process. Integers, so nothing
@@ -53,8 +57,9 @@ var (
 type Pool struct {
 	// Mode is PoolLease or PoolShare.
 	Mode byte
-	// Tokens are micro-tokens: leased and not yet spent (PoolLease), or
-	// the fallback bucket's level (PoolShare). Never negative.
+	// Tokens are micro-tokens: leased and not yet spent (PoolLease, never
+	// negative), or the fallback bucket's level (PoolShare), which a cost
+	// charged from the response may take into debt, down to -MaxPoolDebt.
 	Tokens int64
 	// Stamp (unix ms) is when the lease lapses (PoolLease), or the
 	// fallback bucket's last refill (PoolShare).
@@ -90,8 +95,8 @@ func EncodePool(dst []byte, fp uint64, p Pool, identity []byte) []byte {
 	return append(dst, identity[:min(len(identity), MaxIdentity)]...)
 }
 
-// DecodePool parses a pool record: PoolFormat, a known mode, tokens and
-// spent >= 0, an identity of 1 to MaxIdentity bytes. It never panics and
+// DecodePool parses a pool record: PoolFormat, a known mode, spent >= 0,
+// tokens >= 0 (a fallback bucket's >= -MaxPoolDebt), an identity of 1 to MaxIdentity bytes. It never panics and
 // does not allocate; the returned Identity aliases v.
 func DecodePool(v []byte) (PoolSlot, error) {
 	if len(v) < poolHeader || v[0] != PoolFormat || (v[9] != PoolLease && v[9] != PoolShare) {
@@ -100,7 +105,7 @@ func DecodePool(v []byte) (PoolSlot, error) {
 	n := func(i int) int64 { return int64(binary.LittleEndian.Uint64(v[10+8*i:])) }
 	p := Pool{Mode: v[9], Tokens: n(0), Stamp: n(1), Spent: n(2), DenyUntil: n(3), LastSync: n(4)}
 	switch id := v[poolHeader:]; {
-	case p.Tokens < 0 || p.Spent < 0:
+	case p.Tokens < 0 && (p.Mode != PoolShare || p.Tokens < -MaxPoolDebt) || p.Spent < 0:
 		return PoolSlot{}, ErrPoolTokens
 	case len(id) == 0 || len(id) > MaxIdentity:
 		return PoolSlot{}, ErrIdentity

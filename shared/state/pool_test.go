@@ -13,6 +13,8 @@ func TestPoolRoundTrip(t *testing.T) {
 	for _, p := range []Pool{
 		{Mode: PoolLease, Tokens: 5_000_000, Stamp: 1_700_000_000_123, Spent: 3, LastSync: 1},
 		{Mode: PoolShare, Stamp: -5, DenyUntil: 99},
+		{Mode: PoolShare, Tokens: -2_500_000, Stamp: 1}, // a fallback bucket in debt
+		{Mode: PoolShare, Tokens: -MaxPoolDebt, Stamp: 1},
 		{Mode: PoolLease, Tokens: math.MaxInt64, Stamp: math.MinInt64, Spent: math.MaxInt64, DenyUntil: -1, LastSync: math.MaxInt64},
 	} {
 		rec := EncodePool(nil, 0xfeedface, p, id)
@@ -34,6 +36,7 @@ func TestDecodePoolRejectsWhatItCannotRead(t *testing.T) {
 		return v
 	}
 	negative := binary.LittleEndian.AppendUint64(nil, uint64(1<<63))
+	beyondDebt := -MaxPoolDebt - 1
 	for _, c := range []struct {
 		name string
 		v    []byte
@@ -45,6 +48,8 @@ func TestDecodePoolRejectsWhatItCannotRead(t *testing.T) {
 		{"another format", with(0, SlotFormat), ErrPoolFormat},
 		{"unknown mode", with(9, 'X'), ErrPoolFormat},
 		{"negative tokens", with(10, negative...), ErrPoolTokens},
+		{"a lease in debt", with(10, binary.LittleEndian.AppendUint64(nil, ^uint64(0))...), ErrPoolTokens},
+		{"a fallback bucket beyond the debt bound", with(9, append([]byte{PoolShare}, binary.LittleEndian.AppendUint64(nil, uint64(beyondDebt))...)...), ErrPoolTokens},
 		{"negative spent", with(26, negative...), ErrPoolTokens},
 		{"identity too long", append(good[:poolHeader:poolHeader], bytes.Repeat([]byte("i"), MaxIdentity+1)...), ErrIdentity},
 		{"text form of earlier versions", []byte("0123456789abcdef0123456789abcdef:L:1:2:3:4:5"), ErrPoolFormat},

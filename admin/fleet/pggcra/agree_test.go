@@ -14,7 +14,8 @@ import (
 )
 
 // The two backends answer every call alike: random calls of one to six
-// ops (bucket takes, returns and queries under bursts that change; fixed
+// ops (bucket takes, returns, charges and queries under bursts and debts
+// that change; fixed
 // window, sliding window and rolling window takes, returns and queries,
 // several in one call, of one identity and of others) go to a Redis
 // server and to PostgreSQL, and each op's outcome must be the same. A
@@ -51,12 +52,16 @@ func TestRandomCallsAgreeWithTheRedisScripts(t *testing.T) {
 			}
 			verdict, _, _ := strings.Cut(w, ",")
 			seen[kindOf(op)+" "+verdict]++
+			if op.Charge && want[i].Charged < op.Amount {
+				seen["bucket-charge clamped"]++
+			}
 		}
 	}
 	// The run must have met every path: each kind of take both granted
 	// and refused, and each kind of return.
 	for _, path := range []string{
 		"bucket-take granted", "bucket-take refused", "bucket-return granted", "bucket-query granted",
+		"bucket-charge granted", "bucket-charge clamped",
 		"fixed-take granted", "fixed-take refused", "fixed-return granted",
 		"sliding-take granted", "sliding-take refused", "sliding-query granted",
 		"rolling-take granted", "rolling-take refused", "rolling-return granted",
@@ -82,7 +87,7 @@ func comparable(op redisgcra.Op, o redisgcra.Outcome) string {
 	if op.Counter {
 		return fmt.Sprintf("%s, count %d", verdict, o.Count)
 	}
-	return fmt.Sprintf("%s, backlog %d units", verdict, (o.Backlog+unit/2)/unit)
+	return fmt.Sprintf("%s, backlog %d units, charged %d units", verdict, (o.Backlog+unit/2)/unit, (o.Charged+unit/2)/unit)
 }
 
 func kindOf(op redisgcra.Op) string {
@@ -98,6 +103,8 @@ func kindOf(op redisgcra.Op) string {
 	switch {
 	case op.Return:
 		return kind + "-return"
+	case op.Charge && op.Amount > 0:
+		return kind + "-charge"
 	case op.Amount == 0:
 		return kind + "-query"
 	}
@@ -107,6 +114,8 @@ func kindOf(op redisgcra.Op) string {
 func describe(op redisgcra.Op, base int64) string {
 	s := fmt.Sprintf("%s %s amount %d", kindOf(op), op.Key, op.Amount)
 	switch {
+	case op.Charge:
+		s = fmt.Sprintf("%s %s amount %d units, burst and debt %d units", kindOf(op), op.Key, op.Amount/unit, op.Tau/unit)
 	case !op.Counter:
 		s = fmt.Sprintf("%s %s amount %d units, burst %d units", kindOf(op), op.Key, op.Amount/unit, op.Tau/unit)
 	case op.Rolling:
@@ -176,7 +185,12 @@ func (g *callGen) op() redisgcra.Op {
 	switch g.rng.IntN(4) {
 	case 0:
 		tau := int64([]int{3, 5, 8}[g.rng.IntN(3)]) * unit
-		return redisgcra.Op{Key: redisgcra.Key("sluice", "bucket", id), Amount: amount * unit, Tau: tau, Return: ret}
+		op := redisgcra.Op{Key: redisgcra.Key("sluice", "bucket", id), Amount: amount * unit, Tau: tau, Return: ret}
+		if !ret && g.rng.IntN(3) == 0 {
+			// A charge: its cap the burst plus a debt of 0 to 3 units.
+			op.Charge, op.Tau = true, tau+int64(g.rng.IntN(4))*unit
+		}
+		return op
 	case 1:
 		start := g.base + (window-int64(g.rng.IntN(2)))*windowMS
 		return redisgcra.Op{Key: redisgcra.WindowKey("sluice", "fixed", id, start), StartMS: start, Counter: true,

@@ -179,7 +179,7 @@ func warmUp(ctx context.Context, c *pgx.Conn) error {
 		sql  string
 		args []any
 	}{
-		{callSQL, []any{[]string{""}, zero, zero, []bool{false}}},
+		{callSQL, []any{[]string{""}, zero, zero, []bool{false}, []bool{false}}},
 		{windowSQL, windowWarmUp()},
 	} {
 		rows, err := tx.Query(ctx, q.sql, q.args...)
@@ -257,7 +257,7 @@ func (b *Buckets) Retries(reason string) float64 {
 	return m.GetCounter().GetValue()
 }
 
-const callSQL = `SELECT allowed, backlog, now_us FROM ` + functionTake + `($1, $2, $3, $4)`
+const callSQL = `SELECT allowed, backlog, now_us, charged FROM ` + functionTake + `($1, $2, $3, $4, $5)`
 
 // Run applies ops in one round trip, in redisgcra.Order, and returns their
 // outcomes in the call's order.
@@ -323,7 +323,11 @@ type bucketArgs struct {
 	amounts []int64
 	taus    []int64
 	rets    []bool
+	charges []bool
 }
+
+// args are the bucket function's arguments.
+func (a *bucketArgs) args() []any { return []any{a.keys, a.amounts, a.taus, a.rets, a.charges} }
 
 func newCall(ops []redisgcra.Op) call {
 	c := call{n: len(ops)}
@@ -333,7 +337,8 @@ func newCall(ops []redisgcra.Op) call {
 		}
 		a := &c.buckets
 		a.at = append(a.at, i)
-		a.keys, a.amounts, a.taus, a.rets = append(a.keys, op.Key), append(a.amounts, op.Amount), append(a.taus, op.Tau), append(a.rets, op.Return)
+		a.keys, a.amounts, a.taus = append(a.keys, op.Key), append(a.amounts, op.Amount), append(a.taus, op.Tau)
+		a.rets, a.charges = append(a.rets, op.Return), append(a.charges, op.Charge)
 	}
 	c.windows = newWindowArgs(ops)
 	return c
@@ -351,7 +356,7 @@ func (c call) send(ctx context.Context, pool *pgxpool.Pool, readCommitted bool) 
 	switch {
 	case readCommitted:
 	case len(wn.at) == 0:
-		rows, err := pool.Query(ctx, callSQL, bk.keys, bk.amounts, bk.taus, bk.rets)
+		rows, err := pool.Query(ctx, callSQL, bk.args()...)
 		return out, bk.read(rows, err, out)
 	case len(bk.at) == 0:
 		rows, err := pool.Query(ctx, windowSQL, wn.args()...)
@@ -362,7 +367,7 @@ func (c call) send(ctx context.Context, pool *pgxpool.Pool, readCommitted bool) 
 		batch.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
 	}
 	if len(bk.at) > 0 {
-		batch.Queue(callSQL, bk.keys, bk.amounts, bk.taus, bk.rets)
+		batch.Queue(callSQL, bk.args()...)
 	}
 	if len(wn.at) > 0 {
 		batch.Queue(windowSQL, wn.args()...)
@@ -395,7 +400,7 @@ func (c call) send(ctx context.Context, pool *pgxpool.Pool, readCommitted bool) 
 // read scans the bucket function's rows into out.
 func (a *bucketArgs) read(rows pgx.Rows, err error, out []redisgcra.Outcome) error {
 	return readRows(rows, err, functionTake, a.at, func(o *redisgcra.Outcome) []any {
-		return []any{&o.Allowed, &o.Backlog, &o.Now}
+		return []any{&o.Allowed, &o.Backlog, &o.Now, &o.Charged}
 	}, out)
 }
 

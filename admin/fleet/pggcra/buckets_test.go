@@ -210,6 +210,15 @@ func TestTakesAndReturnsAsTheRedisScript(t *testing.T) {
 	}
 }
 
+// Charges as gcra.lua's: unconditional, into debt, capped, never moving
+// the TAT back, in order within a call; 64 callers charging one hot
+// bucket at once lose no update (each waits for the row's lock).
+func TestChargesAsTheRedisScript(t *testing.T) {
+	b := open(t, fleettest.StartPostgres(t, fleettest.PostgresOptions{}).URL)
+	fleettest.Charges(t, b.Run, redisgcra.Key("sluice", "charged", "a"))
+	fleettest.ChargesLoseNothing(t, b.Run, redisgcra.Key("sluice", "charged", "hot"), 64, 10)
+}
+
 // Clean deletes the rows of full buckets, in batches, and nothing else;
 // a deleted bucket answers exactly as one never used.
 func TestCleanKeepsOnlyBucketsThatAreNotFull(t *testing.T) {
@@ -276,12 +285,13 @@ func TestSchemaVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 	versions, err = pgx.CollectRows(rows, pgx.RowTo[int])
-	if err != nil || !slices.Equal(versions, []int{1, 2, 3}) {
-		t.Fatalf("schema versions %v %v, want [1 2 3]", versions, err)
+	if err != nil || !slices.Equal(versions, []int{1, 2, 3, 4}) {
+		t.Fatalf("schema versions %v %v, want [1 2 3 4]", versions, err)
 	}
 	// Objects lost (a restore without them, a DROP by hand): created again
 	// by the next call, which succeeds.
-	if _, err := b.Pool().Exec(context.Background(), `DROP TABLE sluice_fleet_buckets; DROP FUNCTION sluice_fleet_gcra; DROP TABLE sluice_fleet_windows`); err != nil {
+	if _, err := b.Pool().Exec(context.Background(), `DROP TABLE sluice_fleet_buckets; DROP FUNCTION sluice_fleet_gcra(text[], bigint[], bigint[], boolean[]),
+		sluice_fleet_gcra(text[], bigint[], bigint[], boolean[], boolean[]); DROP TABLE sluice_fleet_windows`); err != nil {
 		t.Fatal(err)
 	}
 	limit := redisgcra.Limit{Rate: 1, Burst: 1}
@@ -297,6 +307,61 @@ func TestSchemaVersions(t *testing.T) {
 	_, err = pggcra.Open(context.Background(), pggcra.Options{URL: pg.URL})
 	if err == nil || !strings.Contains(err.Error(), "version 99, newer") {
 		t.Fatalf("Open with schema version 99: %v", err)
+	}
+}
+
+// A database of schema version 3 is upgraded by the next admin's start:
+// its buckets kept, charges answered, and the bucket function of version
+// 3 kept for the admins of that version still running during the
+// upgrade, answering on the same buckets.
+func TestSchemaUpgradeAddsChargesAndKeepsTheOldBucketFunction(t *testing.T) {
+	pg := fleettest.StartPostgres(t, fleettest.PostgresOptions{})
+	old := open(t, pg.URL)
+	ctx := context.Background()
+	limit := redisgcra.Limit{Rate: 0.001, Burst: 10, MaxDebt: 5}
+	key := redisgcra.Key("sluice", "tb", "A")
+	if _, err := old.Run(ctx, []redisgcra.Op{{Key: key, Amount: limit.Cost(4), Tau: limit.Tau()}}); err != nil {
+		t.Fatal(err)
+	}
+	// Back to version 3, as an admin of that version left it.
+	if _, err := old.Pool().Exec(ctx, `DROP FUNCTION sluice_fleet_gcra(text[], bigint[], bigint[], boolean[], boolean[]);
+		DELETE FROM sluice_fleet_schema WHERE version >= 4`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Pool().Exec(ctx, pggcra.MigrationSQL(1)); err != nil {
+		t.Fatal(err)
+	}
+	// A call of version 3's admin: one op, no charges.
+	v3 := func(b *pggcra.Buckets, amount int64) (allowed bool, backlog int64) {
+		t.Helper()
+		err := b.Pool().QueryRow(ctx, `SELECT allowed, backlog FROM sluice_fleet_gcra($1, $2, $3, $4)`,
+			[]string{key}, []int64{amount}, []int64{limit.Tau()}, []bool{false}).Scan(&allowed, &backlog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return allowed, backlog
+	}
+	if ok, backlog := v3(old, limit.Cost(1)); !ok || limit.Remaining(backlog) != 5 {
+		t.Fatalf("the version 3 function before the upgrade: %v, %d tokens left, want a grant and 5", ok, limit.Remaining(backlog))
+	}
+	old.Close()
+	b := open(t, pg.URL)
+	var functions int
+	if err := b.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_proc WHERE proname = 'sluice_fleet_gcra'`).Scan(&functions); err != nil || functions != 2 {
+		t.Fatalf("%d bucket functions (%v), want the new one and version 3's", functions, err)
+	}
+	outs, err := b.Run(ctx, []redisgcra.Op{{Key: key, Tau: limit.Tau()}, {Key: key, Amount: limit.Cost(20), Tau: limit.ChargeCap(), Charge: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if limit.Remaining(outs[0].Backlog) != 5 || !outs[1].Allowed || outs[1].Backlog != limit.ChargeCap() {
+		t.Errorf("after the upgrade: %+v, want the bucket's 5 tokens kept and a charge of 20 clamped at 5 in debt", outs)
+	}
+	if ok, backlog := v3(b, limit.Cost(1)); ok || backlog < limit.ChargeCap()-60e6 {
+		t.Errorf("the version 3 function after the upgrade: %v, backlog %d, want the take refused in the debt", ok, backlog)
+	}
+	if n := b.Retries(pggcra.RetrySchema); n != 0 {
+		t.Errorf("%g schema retries: the upgrade should happen at start", n)
 	}
 }
 

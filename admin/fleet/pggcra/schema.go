@@ -16,13 +16,13 @@ const (
 	tableSchema    = "sluice_fleet_schema"
 	functionTake   = "sluice_fleet_gcra"
 	functionWindow = "sluice_fleet_window"
-	schemaVersion  = 3
+	schemaVersion  = 4
 )
 
 // schemaObjects are the tables and functions the latest schema version
 // has: when one is missing, every migration runs again.
 var schemaObjects = []struct{ table, function string }{
-	{tableBuckets, functionTake + "(text[], bigint[], bigint[], boolean[])"},
+	{tableBuckets, functionTake + "(text[], bigint[], bigint[], boolean[], boolean[])"},
 	{tableWindows, functionWindow + "(text[], bigint[], bigint[], bigint[], bigint[], boolean[], smallint[], bigint[], bigint[], bigint[], bigint[])"},
 }
 
@@ -359,6 +359,107 @@ BEGIN
 		RETURN NEXT;
 	END LOOP;
 END
+$fn$;
+`,
+	// 4: charges (a cost read from the response, on a global token
+	// bucket): a bucket function with p_charges, and the function of
+	// versions 1 to 3 kept, on top of it, for the admins of those versions
+	// still running while the replicas are upgraded one by one.
+	`
+-- One ShouldRateLimit call's bucket ops, as sluice_fleet_gcra of schema
+-- version 1 (the locks, the clock, the all-or-nothing takes and the
+-- returns are the same), with a third kind of op: p_charges[i] takes
+-- p_amounts[i] unconditionally, into debt, exactly as gcra.lua's
+-- "charge": the TAT moves by the amount, to a backlog of at most
+-- p_taus[i] (for a charge, tau plus the debt allowed), and never back (a
+-- TAT already past the cap stays). A charge is always allowed; charged
+-- is what it added to the TAT (0 for the other ops).
+CREATE OR REPLACE FUNCTION sluice_fleet_gcra(p_keys text[], p_amounts bigint[], p_taus bigint[],
+	p_returns boolean[], p_charges boolean[])
+RETURNS TABLE (allowed boolean, backlog bigint, now_us bigint, charged bigint)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+	v_keys text[];      -- the distinct keys, sorted
+	v_tats bigint[];    -- their TATs as the ops change them
+	v_dirty boolean[];  -- changed by an op: written back
+	v_now bigint;
+	v_tat bigint;
+	v_new bigint;
+	i int;
+	j int;
+BEGIN
+	IF coalesce(cardinality(p_keys), 0) = 0 THEN
+		RETURN; -- nothing to do (a connection's warm-up)
+	END IF;
+	-- Lock every bucket, in key order (see version 1).
+	IF cardinality(p_keys) = 1 THEN
+		v_keys := p_keys;
+		INSERT INTO sluice_fleet_buckets AS b (key, tat) VALUES (p_keys[1], 0)
+		ON CONFLICT (key) DO UPDATE SET tat = b.tat
+		RETURNING ARRAY[b.tat] INTO v_tats;
+	ELSE
+		SELECT array_agg(k ORDER BY k COLLATE "C") INTO v_keys
+		FROM (SELECT DISTINCT k FROM unnest(p_keys) AS u(k)) AS d;
+		WITH locked AS (
+			INSERT INTO sluice_fleet_buckets AS b (key, tat)
+			SELECT k, 0 FROM unnest(v_keys) AS u(k) ORDER BY k COLLATE "C"
+			ON CONFLICT (key) DO UPDATE SET tat = b.tat
+			RETURNING b.key, b.tat)
+		SELECT array_agg(l.tat ORDER BY l.key COLLATE "C") INTO v_tats FROM locked AS l;
+	END IF;
+
+	v_now := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+	v_dirty := array_fill(false, ARRAY[cardinality(v_keys)]);
+	now_us := v_now;
+
+	FOR i IN 1 .. cardinality(p_keys) LOOP
+		j := array_position(v_keys, p_keys[i]);
+		v_tat := greatest(v_tats[j], v_now);
+		allowed := true;
+		charged := 0;
+		IF p_returns[i] THEN
+			-- A credit moves the TAT back, never before now.
+			v_new := greatest(v_tat - p_amounts[i], v_now);
+		ELSIF coalesce(p_charges[i], false) THEN
+			-- Unconditional, into debt, capped, never moving back.
+			v_new := greatest(least(v_tat + p_amounts[i], v_now + p_taus[i]), v_tat);
+			charged := v_new - v_tat;
+		ELSE
+			-- All or nothing; asking for none is a query and always OK.
+			v_new := v_tat + p_amounts[i];
+			IF p_amounts[i] > 0 AND v_new - v_now > p_taus[i] THEN
+				allowed := false;
+				v_new := v_tat;
+			END IF;
+		END IF;
+		IF v_new <> v_tat OR p_returns[i] THEN
+			v_tats[j] := v_new;
+			v_dirty[j] := true;
+		END IF;
+		backlog := v_new - v_now;
+		RETURN NEXT;
+	END LOOP;
+
+	IF cardinality(v_keys) = 1 THEN
+		IF v_dirty[1] THEN
+			UPDATE sluice_fleet_buckets SET tat = v_tats[1] WHERE key = v_keys[1];
+		END IF;
+	ELSE
+		UPDATE sluice_fleet_buckets AS b SET tat = u.tat
+		FROM unnest(v_keys, v_tats, v_dirty) AS u(key, tat, dirty)
+		WHERE u.dirty AND b.key = u.key;
+	END IF;
+END
+$fn$;
+
+-- The bucket function of versions 1 to 3 (no charges), for admins of
+-- those versions during an upgrade: the function above, without charges.
+CREATE OR REPLACE FUNCTION sluice_fleet_gcra(p_keys text[], p_amounts bigint[], p_taus bigint[], p_returns boolean[])
+RETURNS TABLE (allowed boolean, backlog bigint, now_us bigint)
+LANGUAGE sql AS $fn$
+	SELECT g.allowed, g.backlog, g.now_us
+	FROM sluice_fleet_gcra(p_keys, p_amounts, p_taus, p_returns,
+		array_fill(false, ARRAY[coalesce(cardinality(p_keys), 0)])) AS g
 $fn$;
 `,
 }

@@ -36,9 +36,13 @@ var rollingScript = redis.NewScript(rollingSource)
 // Op is one bucket (or window counter) operation of a batch.
 type Op struct {
 	Key    string // the bucket's Redis key (see Key; WindowKey for a counter)
-	Amount int64  // microseconds: Limit.Cost of the tokens taken, or Limit.Credit of those returned; whole requests for a counter
-	Tau    int64  // Limit.Tau
+	Amount int64  // microseconds: Limit.Cost of the tokens taken or charged, or Limit.Credit of those returned; whole requests for a counter
+	Tau    int64  // Limit.Tau; for a charge, Limit.ChargeCap
 	Return bool   // give Amount back instead of taking it
+	// Charge takes Amount unconditionally, into debt (a bucket's op
+	// only): the TAT moves by Amount but leaves a backlog of at most Tau
+	// (the charge's cap), and never moves back. Always allowed.
+	Charge bool
 	// Counter makes the op a window counter's (window.lua): at most
 	// Limit requests per window, the key expiring at ExpireAtMS (unix ms).
 	Counter    bool
@@ -68,6 +72,9 @@ type Outcome struct {
 	Allowed bool  // the tokens were taken (always true for a return)
 	Backlog int64 // TAT - now after the op, microseconds: the time until the bucket is full again (0 for a counter)
 	Now     int64 // Redis TIME when the op ran, microseconds since the epoch
+	// Charged is the microseconds a charge added to the TAT: its Amount,
+	// or less when the cap clamped it (0 for other ops).
+	Charged int64
 	// Count is a counter's use after the op: its requests in the window
 	// (a fixed window, a quota), or the limit minus the whole requests
 	// that still fit (a sliding window's estimate rounded up; a rolling
@@ -206,7 +213,7 @@ func (b *Buckets) Run(ctx context.Context, ops []Op) ([]Outcome, error) {
 	}
 	out := make([]Outcome, len(ops))
 	for k, i := range order {
-		if out[i], err = decode(cmds[k], ops[i].Counter); err != nil {
+		if out[i], err = decode(cmds[k], ops[i]); err != nil {
 			return nil, fmt.Errorf("bucket %q: %w", ops[i].Key, err)
 		}
 	}
@@ -253,7 +260,7 @@ func (b *Buckets) retryNotRun(ctx context.Context, ops []Op, cmds []*redis.Cmd) 
 func opScript(op Op) (*redis.Script, []string, []any) {
 	switch {
 	case !op.Counter:
-		return script, []string{op.Key}, []any{op.Amount, op.Tau, mode(op.Return)}
+		return script, []string{op.Key}, []any{op.Amount, op.Tau, bucketMode(op)}
 	case op.Rolling:
 		return rollingScript, []string{op.Key}, []any{op.Amount, op.Limit, op.MaxPerPeriod, op.FieldMS, op.OldestMS,
 			op.ExpireAtMS, mode(op.Return)}
@@ -262,6 +269,14 @@ func opScript(op Op) (*redis.Script, []string, []any) {
 			op.NowMS, op.StartMS, max(op.LengthMS, 1)}
 	}
 	return windowScript, []string{op.Key}, []any{op.Amount, op.Limit, op.ExpireAtMS, mode(op.Return)}
+}
+
+// bucketMode is gcra.lua's ARGV[3] for op.
+func bucketMode(op Op) string {
+	if op.Charge {
+		return "charge"
+	}
+	return mode(op.Return)
 }
 
 func mode(ret bool) string {
@@ -290,18 +305,26 @@ func notRun(err error) bool {
 	return false
 }
 
-func decode(cmd *redis.Cmd, counter bool) (Outcome, error) {
+func decode(cmd *redis.Cmd, op Op) (Outcome, error) {
 	vals, err := cmd.Int64Slice()
 	if err != nil {
 		return Outcome{}, err
 	}
-	if len(vals) != 3 {
-		return Outcome{}, fmt.Errorf("script answered %d values, want 3", len(vals))
+	want := 3
+	if op.Charge && !op.Counter {
+		want = 4 // and what the charge added
 	}
-	if counter {
+	if len(vals) != want {
+		return Outcome{}, fmt.Errorf("script answered %d values, want %d", len(vals), want)
+	}
+	if op.Counter {
 		return Outcome{Allowed: vals[0] == 1, Count: vals[1], Now: vals[2]}, nil
 	}
-	return Outcome{Allowed: vals[0] == 1, Backlog: vals[1], Now: vals[2]}, nil
+	o := Outcome{Allowed: vals[0] == 1, Backlog: vals[1], Now: vals[2]}
+	if want == 4 {
+		o.Charged = vals[3]
+	}
+	return o, nil
 }
 
 // Ping checks that Redis answers (every shard of a cluster).

@@ -207,3 +207,23 @@ func TestScriptThroughSentinel(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// A charge takes its tokens unconditionally, into debt, capped at the
+// burst plus the debt, and the key expires when the bucket is full again,
+// as after a take.
+func TestChargesGoIntoDebtCappedAndNeverBack(t *testing.T) {
+	r := fleettest.StartRedis(t)
+	b, c := newBuckets(t, redisgcra.ClientOptions{Addrs: []string{r.Addr}})
+	key := redisgcra.Key("sluice", "charged", "a")
+	fleettest.Charges(t, b.Run, key)
+	outs, err := b.Run(context.Background(), []redisgcra.Op{{Key: key, Tau: fleettest.ChargeLimit.Tau()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pttl, err := c.PTTL(context.Background(), key).Result()
+	want := time.Duration((outs[0].Backlog+999)/1000) * time.Millisecond
+	if err != nil || pttl > want || pttl < want-5*time.Second {
+		t.Errorf("PTTL = %v (%v), want the time until full, %v", pttl, err, want)
+	}
+	fleettest.ChargesLoseNothing(t, b.Run, redisgcra.Key("sluice", "charged", "hot"), 12, 25)
+}

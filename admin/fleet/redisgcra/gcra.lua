@@ -6,13 +6,16 @@
 -- exactly and the bound "admitted <= burst + rate * t" has no float drift.
 --
 -- KEYS[1]  the bucket, sluice:{<domain>:<rule>:<id>}
--- ARGV[1]  amount in microseconds: the cost of the tokens asked for (take),
---          or the credit of the tokens given back (return); integer >= 0
--- ARGV[2]  tau in microseconds: the burst as time (burst / rate)
--- ARGV[3]  "take" or "return"
+-- ARGV[1]  amount in microseconds: the cost of the tokens asked for (take)
+--          or charged (charge), or the credit of the tokens given back
+--          (return); integer >= 0
+-- ARGV[2]  tau in microseconds: the burst as time (burst / rate); for a
+--          charge, the most backlog it may leave: tau plus the debt allowed
+-- ARGV[3]  "take", "return" or "charge"
 --
 -- Returns {allowed (1 or 0), backlog, now}: backlog = TAT - now after the
 -- call, the time until the bucket is full again; now = Redis TIME in us.
+-- A charge returns a fourth value: the microseconds it added to the TAT.
 --
 -- The key expires exactly when the bucket is full again (PX backlog,
 -- rounded up to the millisecond): a missing key and a full bucket are the
@@ -46,6 +49,17 @@ if ARGV[3] == 'return' then
   if newtat < now then newtat = now end
   store(newtat)
   return {1, newtat - now, now}
+end
+
+if ARGV[3] == 'charge' then
+  -- Unconditional, into debt: a charge pays for tokens already spent (a
+  -- cost the response reported), so it is never refused. The debt is
+  -- capped (ARGV[2]); a TAT already past the cap (a lowered burst or
+  -- max_debt) stays where it is: a charge never gives tokens back.
+  local newtat = math.min(tat + amount, now + tau)
+  if newtat < tat then newtat = tat end
+  if newtat > tat then store(newtat) end
+  return {1, newtat - now, now, newtat - tat}
 end
 
 -- All or nothing: the tokens are granted only if all of them fit. Asking

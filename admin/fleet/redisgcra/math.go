@@ -11,7 +11,10 @@
 //
 //	tat' = max(tat, now) + n*T      granted iff tat' - now <= tau
 //
-// and the tokens still available are (tau - (tat - now)) / T. Time is Redis'
+// and the tokens still available are (tau - (tat - now)) / T. A charge
+// takes its n tokens unconditionally, into debt: tat' = max(tat, now) + n*T,
+// at most now + tau + D*T for a debt of at most D tokens (Limit.MaxDebt).
+// Time is Redis'
 // own clock (TIME, microseconds), so the admin replicas' clocks do not
 // matter. Every quantity is a whole number of microseconds; the conversions
 // here round against the caller (costs up, credits and tau down), which is
@@ -36,6 +39,10 @@ const microsPerSecond = 1e6
 type Limit struct {
 	Rate  float64
 	Burst float64
+	// MaxDebt is how far below empty a charge may take the bucket, in
+	// tokens: a global token bucket's max_debt when its costs are read
+	// from the response, else 0 (a charge empties the bucket at most).
+	MaxDebt float64
 }
 
 // Valid reports whether l can be run: a positive, finite rate and burst.
@@ -51,16 +58,35 @@ func (l Limit) Tau() int64 {
 
 // Cost is the time n tokens take to refill: ceil(n/Rate) microseconds,
 // clamped to MaxMicros (a cost above Tau is refused anyway).
-func (l Limit) Cost(n uint64) int64 {
-	exact := float64(n) * microsPerSecond / l.Rate
+func (l Limit) Cost(n uint64) int64 { return l.ceilTime(float64(n)) }
+
+// ceilTime is the time tokens take to refill, rounded up: ceil(tokens/Rate)
+// microseconds, clamped to MaxMicros.
+func (l Limit) ceilTime(tokens float64) int64 {
+	exact := tokens * microsPerSecond / l.Rate
 	c := math.Ceil(exact)
 	// Division rounds to nearest: a true quotient a hair above an integer
-	// may come out as that integer. Never charge less than n tokens' worth.
-	if c < MaxMicros && c*l.Rate < float64(n)*microsPerSecond {
+	// may come out as that integer. Never charge less than the tokens' worth.
+	if c < MaxMicros && c*l.Rate < tokens*microsPerSecond {
 		c++
 	}
 	return clamp(c)
 }
+
+// Debt is MaxDebt as time: ceil(MaxDebt/Rate) microseconds, clamped to
+// MaxMicros; 0 without a debt. Rounded up, against the caller, as a cost:
+// the debt a charge may leave is never less than MaxDebt tokens.
+func (l Limit) Debt() int64 {
+	if !(l.MaxDebt > 0) { // NaN too
+		return 0
+	}
+	return l.ceilTime(l.MaxDebt)
+}
+
+// ChargeCap is the most backlog (TAT - now) a charge may leave: the burst
+// plus the debt, Tau() + Debt(), clamped to MaxMicros so that the scripts'
+// integers stay exact.
+func (l Limit) ChargeCap() int64 { return min(l.Tau()+l.Debt(), MaxMicros) }
 
 // Credit is the time n returned tokens give back: floor(n/Rate)
 // microseconds, clamped to MaxMicros.

@@ -59,7 +59,8 @@ func TestCostNeverBelowTheExactCostAndClamped(t *testing.T) {
 }
 
 func TestLimitValid(t *testing.T) {
-	for _, l := range []Limit{{0, 1}, {1, 0}, {-1, 1}, {math.Inf(1), 1}, {1, math.NaN()}, {math.NaN(), 1}} {
+	for _, l := range []Limit{{Rate: 0, Burst: 1}, {Rate: 1, Burst: 0}, {Rate: -1, Burst: 1}, {Rate: math.Inf(1), Burst: 1},
+		{Rate: 1, Burst: math.NaN()}, {Rate: math.NaN(), Burst: 1}} {
 		if l.Valid() {
 			t.Errorf("%+v is valid", l)
 		}

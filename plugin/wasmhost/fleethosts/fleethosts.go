@@ -136,14 +136,21 @@ func Tenant(tenant string) *wasmhost.Request {
 // whether it was admitted.
 func (f *Fleet) Request(h, vm int, tenant string) bool {
 	f.t.Helper()
-	res, err := f.Hosts[h].VM(vm).HTTP(context.Background(), Tenant(tenant))
+	return f.Send(h, vm, Tenant(tenant))
+}
+
+// Send is Request for a request of your own (one with the upstream's
+// response headers, say).
+func (f *Fleet) Send(h, vm int, req *wasmhost.Request) bool {
+	f.t.Helper()
+	res, err := f.Hosts[h].VM(vm).HTTP(context.Background(), req)
 	if err != nil {
 		f.t.Fatalf("host %d vm %d: %v", h, vm, err)
 	}
 	if res.Paused {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		res, err = res.Stream.Complete(ctx, nil)
+		res, err = res.Stream.CompleteWith(ctx, req)
 		if err != nil {
 			f.t.Fatalf("host %d vm %d: paused request: %v", h, vm, err)
 		}
