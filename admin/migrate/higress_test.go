@@ -222,7 +222,8 @@ rejected_msg: over budget
 `
 	cfg, res := convertHigress(t, in, HigressOptions{DefaultCost: 50, Scope: "global"})
 	rs := cfg.Policies[0].Rules
-	if len(rs) != 3 || cfg.RejectStatus != 403 || cfg.Reply == nil || cfg.Reply.Body != "over budget" || cfg.Fleet != nil {
+	if len(rs) != 3 || cfg.RejectStatus != 403 || cfg.Reply == nil || cfg.Reply.Body != "over budget" || cfg.Fleet == nil ||
+		!rs[0].Global || !rs[1].Global {
 		t.Fatalf("%s", res.Policy)
 	}
 	small, hourly, daily := rs[0].TokenBucket, rs[1].TokenBucket, rs[2].Quota
@@ -236,6 +237,10 @@ rejected_msg: over budget
 		t.Errorf("per day: %+v", daily)
 	}
 	notesContain(t, res.Notes, "cannot be global", "default_cost is lowered", "usage.total_tokens")
+	local, _ := convertHigress(t, in, HigressOptions{DefaultCost: 50, Scope: "local"})
+	if local.Fleet != nil || local.Policies[0].Rules[0].Global {
+		t.Errorf("with scope local: fleet %+v, first rule global %v", local.Fleet, local.Policies[0].Rules[0].Global)
+	}
 }
 
 // The guide's stream: a cluster-key-rate-limit for an API's domains and
@@ -330,7 +335,7 @@ const higressStreamConverted = `{
       {"name": "ip-0.0.0.0_0", "scope": "global", "match": {"ip:address": {"cidr": ["0.0.0.0/0"]}},
        "limit_keys": ["ip:address"], "algorithm": "fixed_window", "algorithm_config": {"limit": 600, "window_seconds": 60}, "reject_body": "Too many requests"}]},
     {"name": "ai-token-ratelimit", "rules": [
-      {"name": "consumer", "limit_keys": ["header:x-mse-consumer"], "algorithm": "token_bucket",
+      {"name": "consumer", "scope": "global", "limit_keys": ["header:x-mse-consumer"], "algorithm": "token_bucket",
        "algorithm_config": {"tokens_per_second": 333.333, "burst": 20000,
                             "cost_source": "response_json:usage.total_tokens", "default_cost": 100}, "reject_body": "Too many requests"},
       {"name": "llm-budget-x-api-key", "limit_keys": ["header:x-api-key"], "algorithm": "quota",

@@ -6,6 +6,7 @@ package scenario
 // Higress rate limit must do what the page says it does.
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -352,8 +353,15 @@ func migratingHigressCluster(t *testing.T, start Starter) {
 	noRecoveredPanics(t, h)
 }
 
+// migratingHigressAIToken runs the guide's ai-token-ratelimit conversion
+// as -scope local writes it (one process's budget); the same rule global
+// is GlobalBudgetChargedFromResponses.
 func migratingHigressAIToken(t *testing.T, start Starter) {
-	h := startExample(t, start, "higress-ai-token-ratelimit", noon)
+	cfg, err := DocExample(MigrationGuide, "higress-ai-token-ratelimit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mustStart(t, start, Options{Config: []byte(asLocal(t, cfg)), Start: noon})
 	used := func(k, tokens string) Request {
 		return llmAnswer("/v1/chat/completions", k, "application/json", `{"usage":{"total_tokens":`+tokens+`}}`)
 	}
@@ -368,4 +376,29 @@ func migratingHigressAIToken(t *testing.T, start Starter) {
 	}
 	admittedLeaving(t, h, "another key", used("other", "1"), "1000")
 	noRecoveredPanics(t, h)
+}
+
+// asLocal is a configuration with its global rules made local and its
+// fleet block removed.
+func asLocal(t *testing.T, cfg string) string {
+	t.Helper()
+	var doc map[string]any
+	if err := json.Unmarshal([]byte(cfg), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := doc["fleet"]; !ok {
+		t.Fatal("the example has no fleet block: it is local already")
+	}
+	delete(doc, "fleet")
+	rules, _ := doc["rules"].([]any)
+	for _, r := range rules {
+		if m, ok := r.(map[string]any); ok {
+			delete(m, "scope")
+		}
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
