@@ -27,8 +27,11 @@ func chargeDesc(rule, id string, hits int64) *ratelimitv3.RateLimitDescriptor {
 
 // chargePolicy: "g" and "fast" charge costs read from the response (g
 // with an override for acme), "plain" costs the request's, "w" is a
-// global window. Slow rates (1 token per 1000 s) refill nothing while
-// a test runs, so backlogs are exact to the test's own pace.
+// global fixed window; the quotas "q" (with an override for acme) and
+// "q-default" charge costs read from the response, "q-plain" costs the
+// request's; "s", "r" and "r1" are sliding and rolling windows. Slow rates
+// (1 token per 1000 s) refill nothing while a test runs, so backlogs are
+// exact to the test's own pace.
 const chargePolicy = `{"fleet": {"cluster": "sluice_rls"}, "rules": [
   {"name": "g", "scope": "global", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
    "algorithm_config": {"tokens_per_second": 0.001, "burst": 10, "cost_source": "response_header:x-tokens", "max_debt": 20},
@@ -42,13 +45,24 @@ const chargePolicy = `{"fleet": {"cluster": "sluice_rls"}, "rules": [
   {"name": "w", "scope": "global", "limit_keys": ["header:x-api-key"], "algorithm": "fixed_window",
    "algorithm_config": {"limit": 10, "window_seconds": 3600}},
   {"name": "q", "scope": "global", "limit_keys": ["header:x-api-key"], "algorithm": "quota",
-   "algorithm_config": {"limit": 10, "period": "day"}}]}`
+   "algorithm_config": {"limit": 10, "period": "day", "cost_source": "response_header:x-tokens", "max_debt": 5},
+   "overrides": [{"key": "acme", "algorithm_config": {"limit": 4}}]},
+  {"name": "q-default", "scope": "global", "limit_keys": ["header:x-api-key"], "algorithm": "quota",
+   "algorithm_config": {"limit": 7, "period": "day", "cost_source": "response_trailer:x-tokens"}},
+  {"name": "q-plain", "scope": "global", "limit_keys": ["header:x-api-key"], "algorithm": "quota",
+   "algorithm_config": {"limit": 10, "period": "day"}},
+  {"name": "s", "scope": "global", "limit_keys": ["header:x-api-key"], "algorithm": "sliding_window",
+   "algorithm_config": {"limit": 10, "window_seconds": 60}},
+  {"name": "r", "scope": "global", "limit_keys": ["header:x-api-key"], "algorithm": "rolling_window",
+   "algorithm_config": {"limit": 10, "window_seconds": 60, "period_seconds": 15}},
+  {"name": "r1", "scope": "global", "limit_keys": ["header:x-api-key"], "algorithm": "rolling_window",
+   "algorithm_config": {"limit": 10, "window_seconds": 60, "period_seconds": 60}}]}`
 
 func chargeRules(t *testing.T) *PolicyRules {
 	t.Helper()
 	rules := &PolicyRules{}
 	rules.Set(1, []byte(chargePolicy))
-	if len(rules.Names()) != 6 {
+	if len(rules.Names()) != 11 {
 		t.Fatalf("the policy's global rules: %v (the parser refused part of it)", rules.Names())
 	}
 	return rules
@@ -79,6 +93,32 @@ func TestPolicyRulesGiveAChargedRuleItsDebt(t *testing.T) {
 	} {
 		if got, ok := rules.IdentityLimit(c.rule, c.id, now); !ok || got != c.want {
 			t.Errorf("%s for %s: %+v (%v), want %+v", c.rule, c.id, got, ok, c.want)
+		}
+	}
+	// Windows: a quota whose costs are read from the response may be
+	// charged past its limit by its max_debt (an override's identity with
+	// its own limit and the rule's max_debt; left at its default, the
+	// limit); a quota charged by the request and a fixed window not past
+	// the limit; sliding and rolling windows (one of a single sub-period
+	// too) not at all.
+	for _, c := range []struct {
+		rule, id    string
+		limit, debt int64
+		chargeable  bool
+	}{
+		{"q", "anyone", 10, 5, true},
+		{"q", state.SluiceIDOfKey("acme"), 4, 5, true},
+		{"q-default", "anyone", 7, 7, true},
+		{"q-plain", "anyone", 10, 0, true},
+		{"w", "anyone", 10, 0, true},
+		{"s", "anyone", 10, 0, false},
+		{"r", "anyone", 10, 0, false},
+		{"r1", "anyone", 10, 0, false},
+	} {
+		w, ok := rules.IdentityWindow(c.rule, c.id, now)
+		if !ok || w.Limit != c.limit || w.MaxDebt != c.debt || w.chargeable() != c.chargeable || w.chargeCap() != c.limit+c.debt {
+			t.Errorf("%s for %s: %+v (%v), chargeable %v, want limit %d, max_debt %d, chargeable %v",
+				c.rule, c.id, w, ok, w.chargeable(), c.limit, c.debt, c.chargeable)
 		}
 	}
 }
@@ -217,10 +257,13 @@ func testTakesWaitForTheDebt(t *testing.T, b Backend) {
 	}
 }
 
-// A charge of a global window or quota is refused naming the entry: those
-// count whole requests in a window, with no debt, and the plugin never
-// sends one. Nothing runs for any descriptor of the call.
-func TestChargesOfWindowsAreRefusedNamingTheEntry(t *testing.T) {
+// A charge of a global sliding or rolling window is refused naming the
+// entry: those weigh leases across windows or sub-periods, which a charge
+// after the fact cannot join, and the plugin never sends one (even for a
+// rolling window of one sub-period, counted as a fixed window). Nothing
+// runs for any descriptor of the call. Fixed windows and quotas are
+// charged.
+func TestChargesOfSlidingAndRollingWindowsAreRefusedNamingTheEntry(t *testing.T) {
 	fb := &fakeBackend{}
 	m := NewMetrics()
 	s := NewServer(Options{Backend: fb, Rules: chargeRules(t), Metrics: m})
@@ -228,10 +271,12 @@ func TestChargesOfWindowsAreRefusedNamingTheEntry(t *testing.T) {
 		ds   []*ratelimitv3.RateLimitDescriptor
 		want string
 	}{
-		{[]*ratelimitv3.RateLimitDescriptor{desc("g", "A", 1, false), chargeDesc("w", "A", 3)},
-			`descriptors[1].entries[2]: sluice_op "charge" for rule "w", a global window or quota: charges apply to token_bucket rules only`},
-		{[]*ratelimitv3.RateLimitDescriptor{{Entries: entries(KeyOp, OpCharge, KeyRule, "q", KeyID, "A")}},
-			`descriptors[0].entries[0]: sluice_op "charge" for rule "q"`},
+		{[]*ratelimitv3.RateLimitDescriptor{desc("g", "A", 1, false), chargeDesc("s", "A", 3)},
+			`descriptors[1].entries[2]: sluice_op "charge" for rule "s", a global sliding or rolling window: charges apply to token_bucket, quota and fixed_window rules only`},
+		{[]*ratelimitv3.RateLimitDescriptor{chargeDesc("q", "A", 1), {Entries: entries(KeyOp, OpCharge, KeyRule, "r", KeyID, "A")}},
+			`descriptors[1].entries[0]: sluice_op "charge" for rule "r", a global sliding or rolling window`},
+		{[]*ratelimitv3.RateLimitDescriptor{chargeDesc("r1", "A", 1)},
+			`descriptors[0].entries[2]: sluice_op "charge" for rule "r1", a global sliding or rolling window`},
 	} {
 		_, err := s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "sluice", Descriptors: c.ds})
 		if status.Code(err) != codes.InvalidArgument || !strings.HasPrefix(status.Convert(err).Message(), c.want) {
@@ -241,8 +286,13 @@ func TestChargesOfWindowsAreRefusedNamingTheEntry(t *testing.T) {
 	if fb.ops != 0 {
 		t.Errorf("%d backend ops for calls refused", fb.ops)
 	}
-	if got := testutil.ToFloat64(m.requests.WithLabelValues(RequestInvalid)); got != 2 {
-		t.Errorf("invalid requests %g, want 2", got)
+	if got := testutil.ToFloat64(m.requests.WithLabelValues(RequestInvalid)); got != 3 {
+		t.Errorf("invalid requests %g, want 3", got)
+	}
+	resp, err := s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "sluice",
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{chargeDesc("w", "A", 3), chargeDesc("q", "A", 3), chargeDesc("q-plain", "A", 3)}})
+	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK || fb.ops != 3 {
+		t.Errorf("charges of a fixed window and quotas: %v %v, %d backend ops, want OK and 3", resp, err, fb.ops)
 	}
 }
 
@@ -281,20 +331,24 @@ func TestChargeDescriptorsParse(t *testing.T) {
 
 // A caller that gave up before the answer sends its charges again (it
 // counts the call as failed): the admin undoes exactly what each charge
-// added, no more. Crediting a clamped charge's whole cost would free
-// tokens that were never charged.
+// added to a bucket or a quota, no more. Crediting a clamped charge's
+// whole cost would free tokens (or room in the quota) that were never
+// charged.
 func TestRLSUndoesTheChargesOfACallerThatGaveUp(t *testing.T) {
 	forEachBackend(t, testUndoCharges)
 }
 
 func testUndoCharges(t *testing.T, b Backend) {
 	m := NewMetrics()
-	s := startRLS(t, Options{Backend: b, Rules: chargeRules(t), Metrics: m, Timeout: 5 * time.Second})
+	now := chargeDay() // the quota's day, for the whole test
+	s := startRLS(t, Options{Backend: b, Rules: chargeRules(t), Metrics: m, Timeout: 5 * time.Second, Now: func() time.Time { return now }})
 	checkStatus(t, "take 5", s.mustCall(t, "n1", desc("g", "A", 5, false)).Statuses[0], rlsv3.RateLimitResponse_OK, 5)
+	checkStatus(t, "take 5 of the quota", s.mustCall(t, "n1", desc("q", "A", 5, false)).Statuses[0], rlsv3.RateLimitResponse_OK, 5)
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := s.srv.ShouldRateLimit(gone, &rlsv3.RateLimitRequest{Domain: "sluice",
-		Descriptors: []*ratelimitv3.RateLimitDescriptor{chargeDesc("g", "A", 100), chargeDesc("g", "B", 3)}})
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{chargeDesc("g", "A", 100), chargeDesc("g", "B", 3),
+			chargeDesc("q", "A", 100), chargeDesc("q", "B", 3)}})
 	if status.Code(err) != codes.Canceled {
 		t.Fatalf("the call of a caller that gave up ended with %v, want Canceled", err)
 	}
@@ -305,4 +359,10 @@ func testUndoCharges(t *testing.T, b Backend) {
 	checkStatus(t, "A as before the abandoned charge (25 of its 100 applied, 25 undone)", resp.Statuses[0], rlsv3.RateLimitResponse_OK, 5)
 	checkReset(t, "A's backlog", resp.Statuses[0], 5000*time.Second)
 	checkStatus(t, "B as before its abandoned charge", resp.Statuses[1], rlsv3.RateLimitResponse_OK, 10)
+	// The quota's count likewise: 10 of A's 100 counted (up to 10 + 5)
+	// and undone, B's 3 undone.
+	resp = s.mustCall(t, "n1", desc("q", "A", 0, false), desc("q", "B", 0, false))
+	checkStatus(t, "the quota's A as before the abandoned charge", resp.Statuses[0], rlsv3.RateLimitResponse_OK, 5)
+	checkStatus(t, "the quota's B as before its abandoned charge", resp.Statuses[1], rlsv3.RateLimitResponse_OK, 10)
+	checkStatus(t, "A's 5 left of the quota", s.mustCall(t, "n1", desc("q", "A", 5, false)).Statuses[0], rlsv3.RateLimitResponse_OK, 0)
 }

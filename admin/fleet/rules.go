@@ -192,6 +192,8 @@ func globalOverrides(cfg *policy.Config) (map[ruleIdentity]timed[redisgcra.Limit
 				wr.Quota = o.Quota
 			}
 			if w, ok := windowOf(wr); ok {
+				// The override's limit, the rule's debt (as for a bucket).
+				w.MaxDebt = quotaDebt(r.Quota)
 				windows[k] = timed[Window]{w, o.Bounds}
 			}
 		}

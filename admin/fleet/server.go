@@ -292,15 +292,15 @@ const (
 )
 
 // plan decides each descriptor's limit and the backend op it needs. The
-// error is a descriptor the limit makes invalid: a charge of a window or
-// quota (nothing is run for any descriptor then).
+// error is a descriptor the limit makes invalid: a charge of a sliding or
+// rolling window (nothing is run for any descriptor then).
 func (s *Server) plan(domain string, items []item, now time.Time) (plan, error) {
 	p := plan{limits: make([]limitOf, len(items)), opOf: make([]int, len(items))}
 	for i, it := range items {
 		l := s.limitFor(it, now)
 		p.limits[i], p.opOf[i] = l, -1
 		switch {
-		case l.kind == counted && it.charge:
+		case l.kind == counted && it.charge && !l.win.chargeable():
 			return plan{}, chargeOfWindow(i, it)
 		case l.kind == counted:
 			p.limits[i].start, p.limits[i].end = l.win.Bounds(now)
@@ -315,11 +315,11 @@ func (s *Server) plan(domain string, items []item, now time.Time) (plan, error) 
 }
 
 // chargeOfWindow is the error of descriptors[i], a charge of a global
-// window or quota: those count whole requests leased in a window, which
-// a charge after the fact cannot join (there is no debt to take it into),
-// so the plugin never sends one.
+// sliding or rolling window: those weigh leases across windows or
+// sub-periods, which a charge after the fact cannot join, so the plugin
+// never sends one (their costs are the request's).
 func chargeOfWindow(i int, it item) error {
-	return fmt.Errorf("descriptors[%d].entries[%d]: %s %q for rule %q, a global window or quota: charges apply to token_bucket rules only",
+	return fmt.Errorf("descriptors[%d].entries[%d]: %s %q for rule %q, a global sliding or rolling window: charges apply to token_bucket, quota and fixed_window rules only",
 		i, it.opEntry, KeyOp, OpCharge, clip(it.rule))
 }
 
@@ -343,7 +343,8 @@ func bucketOp(domain string, it item, l redisgcra.Limit) redisgcra.Op {
 // bounds the current (sub-)window's. A return goes to the (sub-)window it
 // was leased in when it names one: a past window's counter has expired or
 // left the sum (the return does nothing), so it never frees room in a
-// later window.
+// later window. A charge (a fixed window's or quota's only) counts in the
+// current window, unconditionally, up to the limit plus the debt allowed.
 func counterOp(domain string, it item, l limitOf, now time.Time) redisgcra.Op {
 	start := l.start
 	if it.ret && it.hasWindow {
@@ -352,6 +353,9 @@ func counterOp(domain string, it item, l limitOf, now time.Time) redisgcra.Op {
 	w := l.win
 	op := redisgcra.Op{Counter: true, Amount: int64(min(it.hits, math.MaxInt32)), Limit: w.Limit, Return: it.ret,
 		ExpireAtMS: w.keyEnd(l.end).UnixMilli()}
+	if it.charge {
+		op.Charge, op.Limit = true, w.chargeCap()
+	}
 	switch {
 	case w.rolling():
 		period := time.Duration(w.Seconds) * time.Second
@@ -455,11 +459,15 @@ func (s *Server) giveBack(ctx context.Context, items []item, p plan, outs []redi
 }
 
 // undoOp is the op that gives back what op did for hits tokens: a
-// window's count; a take's tokens, by their credit; exactly the time a
-// charge added to the TAT (less than its cost when the debt's cap clamped
-// it: crediting the whole cost would free tokens that were never charged).
+// window's count; a take's tokens, by their credit; exactly what a charge
+// added (to a window's count, or the time to the TAT), less than its cost
+// when the cap clamped it: giving back the whole cost would free room
+// that was never charged.
 func undoOp(op redisgcra.Op, out redisgcra.Outcome, l redisgcra.Limit, hits uint64) (redisgcra.Op, bool) {
 	switch {
+	case op.Counter && op.Charge:
+		op.Charge, op.Return, op.Amount = false, true, out.Charged
+		return op, out.Charged > 0
 	case op.Counter:
 		op.Return = true
 		return op, true
@@ -555,6 +563,10 @@ func (s *Server) answer(domain, node string, now time.Time, items []item, p plan
 			if !o.Allowed {
 				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			}
+			if charged := uint64(max(o.Charged, 0)); it.charge && charged < it.hits {
+				// Requests beyond the limit plus the debt allowed: dropped.
+				s.countClamped(it, l, float64(it.hits-charged))
+			}
 		case limited:
 			o := outs[p.opOf[i]]
 			if l.global {
@@ -568,7 +580,7 @@ func (s *Server) answer(domain, node string, now time.Time, items []item, p plan
 				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			}
 			if op := p.ops[p.opOf[i]]; op.Charge && o.Charged < op.Amount {
-				s.countClamped(it, l, op.Amount-o.Charged)
+				s.countClamped(it, l, float64(op.Amount-o.Charged)*l.limit.Rate/1e6)
 			}
 		}
 		switch {
@@ -613,11 +625,11 @@ func (s *Server) count(domain, node string, now time.Time, it item, l limitOf, c
 	s.metrics.tokens.WithLabelValues(ruleLabel(it, l), decision).Add(float64(it.hits))
 }
 
-// countClamped counts the part of a charge the debt's cap dropped, us
-// microseconds of the bucket's time, in tokens: costs reported beyond
+// countClamped counts the tokens of a charge the debt's cap dropped (a
+// bucket's, or a window's limit plus its debt): costs reported beyond
 // max_debt, a sign that it is too small for the answers.
-func (s *Server) countClamped(it item, l limitOf, us int64) {
-	s.metrics.tokens.WithLabelValues(ruleLabel(it, l), "clamped").Add(float64(us) * l.limit.Rate / 1e6)
+func (s *Server) countClamped(it item, l limitOf, tokens float64) {
+	s.metrics.tokens.WithLabelValues(ruleLabel(it, l), "clamped").Add(tokens)
 }
 
 // ruleLabel is the rule label of a descriptor's tokens: its rule when the

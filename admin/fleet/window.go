@@ -20,6 +20,10 @@ import (
 //     sub-periods of Seconds (and MaxPerPeriod in one, when set), in one
 //     hash per identity with a field per sub-period.
 //
+// A fixed window or quota may also be charged (sluice_op charge): the
+// costs a response reported beyond what the plugin leased count in the
+// current window unconditionally, up to Limit + MaxDebt.
+//
 // Bounds are computed on the admin's clock: windows and sub-periods
 // aligned on the Unix epoch (as the plugin's local ones), quotas the
 // calendar periods of their zone. A lease is counted in the current
@@ -29,8 +33,13 @@ type Window struct {
 	Seconds      int64         // a fixed or sliding window's length, a rolling window's sub-period; 0 for a quota
 	Quota        limiter.Quota // a quota's period and zone (when Seconds is 0)
 	Sliding      bool          // a sliding window
-	Periods      int64         // a rolling window's sub-periods (> 1); 0 or 1 otherwise
+	Periods      int64         // a rolling window's sub-periods (> 1); 1 for a rolling window of one sub-period (counted as a fixed window); 0 otherwise
 	MaxPerPeriod int64         // a rolling window's cap per sub-period, 0 for none
+	// MaxDebt is how far past Limit a charge may count: a quota's
+	// max_debt (whole requests, rounded down) when its costs are read from
+	// the response, else 0 (a charge fills the window up to its limit at
+	// most).
+	MaxDebt int64
 }
 
 // windowKeyGrace keeps a counter a little past its window's end, so that a
@@ -76,6 +85,14 @@ func (w Window) keyEnd(end time.Time) time.Time {
 	return end.Add(windowKeyGrace)
 }
 
+// chargeable reports whether a charge may count in w: a fixed window or a
+// quota. Sliding and rolling windows (even a rolling window of one
+// sub-period) take leases only.
+func (w Window) chargeable() bool { return !w.Sliding && w.Periods == 0 }
+
+// chargeCap is the most a charge may leave counted in one of w's windows.
+func (w Window) chargeCap() int64 { return w.Limit + max(w.MaxDebt, 0) }
+
 // valid reports whether w can count anything.
 func (w Window) valid() bool {
 	return w.Limit >= 1 && (w.Seconds > 0 || w.Quota.Period != 0)
@@ -93,17 +110,31 @@ func windowOf(r policy.Rule) (Window, bool) {
 			w.MaxPerPeriod = int64(math.Floor(r.Window.MaxPerPeriod))
 			if n := int64(r.Window.Periods()); n > 1 {
 				w.Seconds, w.Periods = int64(r.Window.PeriodSeconds), n
-			} else if w.MaxPerPeriod > 0 { // one period: a fixed window of the tighter limit
-				w.Limit, w.MaxPerPeriod = min(w.Limit, w.MaxPerPeriod), 0
+			} else { // one period: a fixed window of the tighter limit
+				w.Periods = 1
+				if w.MaxPerPeriod > 0 {
+					w.Limit, w.MaxPerPeriod = min(w.Limit, w.MaxPerPeriod), 0
+				}
 			}
 		}
 	case r.Quota != nil:
 		// No bounds cache (limiter.NewQuota): the server's calls run
 		// concurrently, and PeriodBounds is cheap next to a Redis call.
-		w = Window{Limit: int64(math.Floor(r.Quota.Limit)),
+		w = Window{Limit: int64(math.Floor(r.Quota.Limit)), MaxDebt: quotaDebt(r.Quota),
 			Quota: limiter.Quota{Limit: r.Quota.Limit, Period: request.QuotaPeriod(r.Quota.Period), Location: r.Quota.Location}}
 	default:
 		return Window{}, false
 	}
 	return w, w.valid()
+}
+
+// quotaDebt is how far past its limit a charge may count in a global
+// quota's period: its max_debt in whole requests when its costs are read
+// from the response (the plugin then charges what its leases could not
+// cover), else 0.
+func quotaDebt(q *policy.Quota) int64 {
+	if q == nil || !q.Cost.FromResponse() {
+		return 0
+	}
+	return int64(math.Floor(max(q.MaxDebt, 0)))
 }

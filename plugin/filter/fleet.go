@@ -184,7 +184,7 @@ func (p *pluginContext) fleetLoad(a *application, now float64, noFetch bool) {
 	a.next = state.Bucket{Tokens: float64(a.fl.next.Tokens) / micro, LastRefill: now}
 	if tb := a.rule.fleet.tb; tb.Rate > 0 && a.dec.Allowed {
 		a.dec.Reset = max(0, (tb.Burst-a.dec.Remaining)/tb.Rate)
-		if a.rule.fleet.windowed && a.fl.v == vSpend {
+		if a.rule.fleet.windowed && (a.fl.v == vSpend || a.fl.v == vAdmit) {
 			a.dec.Reset = max(0, float64(a.fl.next.Stamp)/1000-now) // the window's end
 		}
 	}

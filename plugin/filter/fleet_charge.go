@@ -82,7 +82,7 @@ func (p *pluginContext) chargePool(h *httpContext, c *pendingCharge, cost float6
 		}
 		r.cm.charged.inc()
 		r.tc.respCharged++
-		h.chargedNumbers(r, next, owed > 0)
+		h.chargedNumbers(r, next, owed > 0, now)
 		return
 	}
 }
@@ -111,13 +111,17 @@ func chargedPool(p state.Pool, exists bool, costU int64, env *poolEnv, shareDebt
 
 // chargedNumbers updates the RateLimit fields (and a rule's own fields) of
 // rule r to its pool after a charge: nothing is left once a charge is owed.
-func (h *httpContext) chargedNumbers(r *compiledRule, pl state.Pool, owing bool) {
+// The reset is a quota's lease's end (its period's), else the time the
+// rule's rate takes to refill its burst, as on the request path.
+func (h *httpContext) chargedNumbers(r *compiledRule, pl state.Pool, owing bool, now float64) {
 	left := max(0, float64(pl.Tokens)/micro)
 	if owing {
 		left = 0
 	}
 	reset := 0.0
-	if tb := r.fleet.tb; tb.Rate > 0 {
+	if tb := r.fleet.tb; r.fleet.windowed && pl.Mode == state.PoolLease {
+		reset = max(0, float64(pl.Stamp)/1000-now)
+	} else if tb.Rate > 0 {
 		reset = max(0, (tb.Burst-left)/tb.Rate)
 	}
 	if h.allowed.rule == r {

@@ -20,6 +20,7 @@ import (
 
 func init() {
 	register(Case{Name: "GlobalBudgetChargedFromResponses", Run: globalBudgetChargedFromResponses})
+	register(Case{Name: "GlobalDailyQuotaChargedFromResponses", Run: globalQuotaChargedFromResponses})
 }
 
 const fleetChargeConfig = `{"fleet": {"cluster": "rls", "timeout_ms": 50, "sync_interval_ms": 100, "lease_ttl_ms": 1000, "lease_max": 40},
@@ -39,14 +40,14 @@ func costing(tenant, cost string) Request {
 }
 
 // chargeOf returns the tokens a charge descriptor carries, or -1 for
-// another descriptor. A charge names rule g and a 32-hex sluice_id.
+// another descriptor. A charge names rule g (or w) and a 32-hex sluice_id.
 func chargeOf(t testing.TB, d *ratelimitv3.RateLimitDescriptor) int64 {
 	t.Helper()
 	es := d.GetEntries()
 	if len(es) != 3 || es[2].Key != "sluice_op" || es[2].Value != "charge" {
 		return -1
 	}
-	if es[0].Key != "sluice_rule" || es[0].Value != "g" || es[1].Key != "sluice_id" || !isHex(es[1].Value, 32) {
+	if es[0].Key != "sluice_rule" || (es[0].Value != "g" && es[0].Value != "w") || es[1].Key != "sluice_id" || !isHex(es[1].Value, 32) {
 		t.Fatalf("charge descriptor entries %v", es)
 	}
 	return int64(d.GetHitsAddend().GetValue())
@@ -159,5 +160,59 @@ func globalBudgetChargedFromResponses(t *testing.T, start Starter) {
 		"sluice.rule.g.response_cost_charged": 3,
 		"sluice.rule.g.response_cost_default": 1,
 	})
+	noRecoveredPanics(t, h)
+}
+
+// globalQuotaChargedFromResponses: a global daily quota charged from the
+// response. The lease counts in the service's current day and ends with
+// it; what an answer costs beyond the lease is charged without naming a
+// window (it counts in the day current when it arrives, as a local quota
+// charges at the answer); the RateLimit field's reset is the day's end.
+func globalQuotaChargedFromResponses(t *testing.T, start Starter) {
+	const node = "node-a"
+	config := fleetWindowConfig("quota", `{"limit": 1000, "period": "day", "cost_source": "response_header:x-tokens",
+	  "default_cost": 100, "max_debt": 500}`)
+	h := mustStart(t, start, Options{NodeID: node, Config: []byte(config), Start: alignedStart.Add(23 * time.Hour)})
+	dayLeft := time.Hour
+
+	res := do(t, h, costing("acme", "300"))
+	if !res.Paused {
+		t.Fatalf("first request not paused for a lease (rejected %v)", res.Rejected)
+	}
+	c := onlyCall(t, h, "first lease")
+	r := rlsCall(t, c, node)
+	if len(r.Descriptors) != 1 || r.Descriptors[0].GetHitsAddend().GetValue() != 100 || r.Descriptors[0].GetLimit() != nil {
+		t.Fatalf("first ask %v; want default_cost, 100, and no rate override", r.Descriptors)
+	}
+	answerRLS(t, h, c, "1", windowStatus(rlsv3.RateLimitResponse_OK, 900, dayLeft))
+	final := settled(t, "first request", res)
+	if final.Rejected {
+		t.Fatal("first request rejected with a lease granted")
+	}
+	if field := header(final.ResponseHeaders, "ratelimit"); !strings.HasSuffix(field, ";r=0;t=3600") {
+		t.Fatalf("RateLimit %q after 300 on a lease of 100; want r=0 and the day's end, t=3600", field)
+	}
+
+	res = do(t, h, costing("acme", "1"))
+	if !res.Paused {
+		t.Fatal("an empty pool did not ask")
+	}
+	c = onlyCall(t, h, "ask after the answer")
+	r = rlsCall(t, c, node)
+	if len(r.Descriptors) != 2 || chargeOf(t, r.Descriptors[0]) != 200 || chargeOf(t, r.Descriptors[1]) != -1 {
+		t.Fatalf("descriptors %v; want the charge of 200 (no sluice_window), then the ask", r.Descriptors)
+	}
+	answerRLS(t, h, c, "1", windowStatus(rlsv3.RateLimitResponse_OK, 400, dayLeft),
+		windowStatus(rlsv3.RateLimitResponse_OVER_LIMIT, 0, dayLeft))
+	final = settled(t, "ask after the charge", res)
+	if !final.Rejected || final.Status != 429 {
+		t.Fatalf("after the service refused the ask: rejected %v status %d", final.Rejected, final.Status)
+	}
+	// Refused for the rest of the day: no call until it ends.
+	h.Advance(30 * time.Minute)
+	if res := do(t, h, costing("acme", "1")); !res.Rejected || res.Paused {
+		t.Fatalf("half an hour later: rejected %v paused %v; the day's refusal holds", res.Rejected, res.Paused)
+	}
+	wantMetrics(t, h, map[string]uint64{"sluice.rule.w.global_charged": 200, "sluice.rule.w.response_cost_charged": 1})
 	noRecoveredPanics(t, h)
 }

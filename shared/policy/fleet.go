@@ -168,18 +168,17 @@ func (p *parser) scope(path string, v *jvalue) bool {
 
 // checkScopeAlgorithm: global rules support every algorithm but
 // concurrency. Not delayed admission (a held request would wait for a lease
-// and for its turn). A global token bucket may charge a cost read from the
-// response (what its pool cannot cover goes to the rate limit service as a
-// charge, into the bucket's debt); a global window or quota may not: the
-// service counts their leases in whole requests of a window, with no debt.
-// Global windows and quotas count whole requests: limit >= 1 (and a
-// rolling window's max_per_period, when set).
+// and for its turn). A global token bucket or quota may charge a cost read
+// from the response (what its pool cannot cover goes to the rate limit
+// service as a charge, into the bucket's debt or beyond the quota's limit);
+// the windows take request costs only, local or global. Global windows and
+// quotas count whole requests: limit >= 1 (and a rolling window's
+// max_per_period, when set).
 func (p *parser) checkScopeAlgorithm(path string, r *Rule) {
 	if !r.Global {
 		return
 	}
 	cfgPath := join(path, "algorithm_config")
-	var cost CostSource
 	switch {
 	case r.TokenBucket != nil:
 		if r.TokenBucket.MaxDelayMS > 0 {
@@ -188,17 +187,12 @@ func (p *parser) checkScopeAlgorithm(path string, r *Rule) {
 	case r.Algorithm == AlgorithmConcurrency:
 		p.errorf(join(path, "scope"), `"global" is not supported by a concurrency rule: requests in flight are counted per Envoy process; make the rule "local"`)
 	case r.Window != nil:
-		cost = r.Window.Cost
 		p.checkGlobalCount(join(cfgPath, "limit"), r.Window.Limit)
 		if r.Window.MaxPerPeriod > 0 {
 			p.checkGlobalCount(join(cfgPath, "max_per_period"), r.Window.MaxPerPeriod)
 		}
 	case r.Quota != nil:
-		cost = r.Quota.Cost
 		p.checkGlobalCount(join(cfgPath, "limit"), r.Quota.Limit)
-	}
-	if cost.FromResponse() {
-		p.errorf(join(cfgPath, "cost_source"), `a cost read from the response is not supported on a "global" window or quota (the rate limit service counts their requests, with no debt); use a token_bucket or a quota that is "local"`)
 	}
 }
 

@@ -104,8 +104,6 @@ func TestFleetErrors(t *testing.T) {
 			"rules[0].algorithm_config.max_per_period", "below 1"},
 		{`{"fleet":{"cluster":"x"},"rules":[` + globalWindow("fixed_window", `{"limit":0.5,"window_seconds":60}`) + `]}`,
 			"rules[0].algorithm_config.limit", "below 1"},
-		{`{"fleet":{"cluster":"x"},"rules":[` + globalWindow("quota", `{"limit":100,"period":"day","cost_source":"response_header:x-cost"}`) + `]}`,
-			"rules[0].algorithm_config.cost_source", "not supported"},
 	}
 	for _, c := range cases {
 		_, err := Parse([]byte(c.doc))
@@ -122,9 +120,9 @@ func TestFleetErrors(t *testing.T) {
 	}
 }
 
-// A global token bucket may charge what the response reports (the rate
-// limit service takes what a pool cannot pay into its debt); a global
-// window or quota may not.
+// A global token bucket or quota may charge what the response reports (the
+// rate limit service takes what a pool cannot pay into its debt, or beyond
+// the quota's limit).
 func TestGlobalTokenBucketChargedFromTheResponse(t *testing.T) {
 	for _, cs := range []string{`"response_header:x-tokens"`, `"response_json:usage.total_tokens"`, `"response_status:429"`} {
 		rule := strings.Replace(globalRule, `"burst":20`, `"burst":20,"cost_source":`+cs+`,"max_debt":15`, 1)
@@ -136,5 +134,16 @@ func TestGlobalTokenBucketChargedFromTheResponse(t *testing.T) {
 		if !r.Global || !r.TokenBucket.Cost.FromResponse() || r.TokenBucket.MaxDebt != 15 {
 			t.Fatalf("%s: global %v, cost %v, max_debt %v", cs, r.Global, r.TokenBucket.Cost, r.TokenBucket.MaxDebt)
 		}
+	}
+}
+
+func TestGlobalQuotaChargedFromTheResponse(t *testing.T) {
+	c, err := Parse([]byte(`{"fleet":{"cluster":"x"},"rules":[` +
+		globalWindow("quota", `{"limit":100,"period":"day","cost_source":"response_json:usage.total_tokens","max_debt":40}`) + `]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := c.Policies[0].Rules[0]; !r.Global || !r.Quota.Cost.FromResponse() || r.Quota.MaxDebt != 40 {
+		t.Fatalf("global %v, cost %v, max_debt %v", r.Global, r.Quota.Cost, r.Quota.MaxDebt)
 	}
 }

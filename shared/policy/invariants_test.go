@@ -191,7 +191,7 @@ func checkQuotaInvariants(t *testing.T, r *Rule) {
 		t.Errorf("rule %q costs %v %v", r.Name, q.FixedCost, q.DefaultCost)
 	case q.MaxDebt < 0 || q.MaxDebt > MaxBurst || !q.Cost.FromResponse() && q.MaxDebt != 0:
 		t.Errorf("rule %q max_debt %v with cost %v", r.Name, q.MaxDebt, q.Cost)
-	case r.Global && (q.Cost.FromResponse() || q.Limit < 1):
-		t.Errorf("rule %q: a global quota with cost %v, limit %v", r.Name, q.Cost, q.Limit)
+	case r.Global && q.Limit < 1:
+		t.Errorf("rule %q: a global quota with limit %v", r.Name, q.Limit)
 	}
 }

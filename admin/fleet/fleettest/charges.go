@@ -2,6 +2,7 @@ package fleettest
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -122,5 +123,132 @@ func ChargesLoseNothing(t *testing.T, run RunFunc, key string, goroutines, perCa
 	if got := outs[0].Now + outs[0].Backlog; got != want {
 		t.Errorf("TAT after %d charges %d, want %d (%+d charges' worth)", goroutines*perCaller, got, want,
 			(got-want)/op.Amount)
+	}
+}
+
+// WindowChargeLimit and WindowChargeCap are the window of WindowCharges:
+// a limit of 10, and a debt of 5 (a charge counts up to 15).
+const (
+	WindowChargeLimit = 10
+	WindowChargeCap   = 15
+)
+
+// WindowOp is a fixed window's (or quota's) counter op as the admin's
+// server makes it: the window of identity key starting at startMS, a
+// limit of limit (for a charge, its cap), expiring at expireMS.
+func WindowOp(key string, startMS, expireMS, amount, limit int64) redisgcra.Op {
+	return redisgcra.Op{Key: redisgcra.WindowKey("sluice", "charged-window", key, startMS), StartMS: startMS, Counter: true,
+		Amount: amount, Limit: limit, ExpireAtMS: expireMS}
+}
+
+// WindowCharges runs the cases of a fixed window's (or quota's) charge
+// against a backend, on the window of identity key starting at startMS
+// (which must not exist), expiring at expireMS: unconditional, counted
+// beyond the limit up to the cap (the limit plus the debt), a count past
+// a lower cap left where it is, 0 a query, takes refused while the count
+// leaves no room, several ops of one call in order, what each charge
+// added (Outcome.Charged).
+func WindowCharges(t *testing.T, run RunFunc, key string, startMS, expireMS int64) {
+	t.Helper()
+	do := func(ops ...redisgcra.Op) []redisgcra.Outcome {
+		t.Helper()
+		outs, err := run(context.Background(), ops)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return outs
+	}
+	take := func(n int64) redisgcra.Op { return WindowOp(key, startMS, expireMS, n, WindowChargeLimit) }
+	charge := func(n, limit int64) redisgcra.Op {
+		op := WindowOp(key, startMS, expireMS, n, limit)
+		op.Charge = true
+		return op
+	}
+	give := func(n int64) redisgcra.Op {
+		op := take(n)
+		op.Return = true
+		return op
+	}
+	check := func(what string, o redisgcra.Outcome, allowed bool, count, charged int64) {
+		t.Helper()
+		if o.Allowed != allowed || o.Count != count || o.Charged != charged || o.Now == 0 {
+			t.Fatalf("%s: %+v, want allowed %v, count %d, charged %d and the backend's clock", what, o, allowed, count, charged)
+		}
+	}
+
+	check("charge 3 of a window never leased", do(charge(3, WindowChargeCap))[0], true, 3, 3)
+	check("take 6 with 7 left", do(take(6))[0], true, 9, 0)
+	check("charge 4 with 1 left: past the limit", do(charge(4, WindowChargeCap))[0], true, 13, 4)
+	check("take 1 past the limit", do(take(1))[0], false, 13, 0)
+	check("charge 0: a query", do(charge(0, WindowChargeCap))[0], true, 13, 0)
+	check("charge 10 with 2 left under the cap", do(charge(10, WindowChargeCap))[0], true, WindowChargeCap, 2)
+	check("charge 1 at the cap", do(charge(1, WindowChargeCap))[0], true, WindowChargeCap, 0)
+	// A count past a lower cap (a lowered limit or max_debt) stays.
+	check("charge 5 past a lower cap", do(charge(5, WindowChargeLimit))[0], true, WindowChargeCap, 0)
+	// Several ops in one call, in order: a return back under the limit,
+	// a take, a charge past the limit again, a take refused.
+	outs := do(give(8), take(2), charge(4, WindowChargeCap), take(1))
+	want := []struct {
+		allowed        bool
+		count, charged int64
+	}{{true, 7, 0}, {true, 9, 0}, {true, 13, 4}, {false, 13, 0}}
+	for i, w := range want {
+		check(fmt.Sprintf("op %d of one call", i), outs[i], w.allowed, w.count, w.charged)
+	}
+	// Without a debt (a fixed window, a quota charged by the request) a
+	// charge fills the window up to its limit at most.
+	other := WindowOp(key, startMS+1, expireMS, 25, WindowChargeLimit)
+	other.Charge = true
+	check("charge 25 of a window without a debt", do(other)[0], true, WindowChargeLimit, WindowChargeLimit)
+}
+
+// WindowChargesLoseNothing runs goroutines on one fixed window at once,
+// each perCaller times: odd ones charge 1 (under a cap none of them
+// reaches), even ones take 1 of a limit of limit. Every charge adds
+// exactly 1, and the window ends holding exactly the charges and the
+// takes granted (no update lost, none applied twice); no take is granted
+// past the limit.
+func WindowChargesLoseNothing(t *testing.T, run RunFunc, key string, startMS, expireMS int64, goroutines, perCaller int) {
+	t.Helper()
+	const limit = 100
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var takes, charges int64
+	for g := range goroutines {
+		wg.Go(func() {
+			for range perCaller {
+				op := WindowOp(key, startMS, expireMS, 1, limit)
+				if g%2 == 1 {
+					op.Charge, op.Limit = true, 1<<40
+				}
+				outs, err := run(context.Background(), []redisgcra.Op{op})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				o := outs[0]
+				switch {
+				case op.Charge && (!o.Allowed || o.Charged != 1):
+					t.Errorf("a charge of 1: %+v, want allowed and 1 charged", o)
+				case !op.Charge && o.Allowed && o.Count > limit:
+					t.Errorf("a take granted to a count of %d, over the limit %d", o.Count, limit)
+				}
+				mu.Lock()
+				if op.Charge {
+					charges++
+				} else if o.Allowed {
+					takes++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	outs, err := run(context.Background(), []redisgcra.Op{WindowOp(key, startMS, expireMS, 0, limit)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := outs[0].Count; got != charges+takes || takes > limit {
+		t.Errorf("the window counts %d after %d charges and %d takes granted, want their sum (and at most %d takes)", got, charges, takes, limit)
 	}
 }

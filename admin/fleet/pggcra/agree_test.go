@@ -15,8 +15,8 @@ import (
 
 // The two backends answer every call alike: random calls of one to six
 // ops (bucket takes, returns, charges and queries under bursts and debts
-// that change; fixed
-// window, sliding window and rolling window takes, returns and queries,
+// that change; fixed window takes, returns, charges and queries under
+// caps that change; sliding window and rolling window takes, returns and queries,
 // several in one call, of one identity and of others) go to a Redis
 // server and to PostgreSQL, and each op's outcome must be the same. A
 // window's outcome depends only on the op, so it is compared exactly. A
@@ -53,7 +53,7 @@ func TestRandomCallsAgreeWithTheRedisScripts(t *testing.T) {
 			verdict, _, _ := strings.Cut(w, ",")
 			seen[kindOf(op)+" "+verdict]++
 			if op.Charge && want[i].Charged < op.Amount {
-				seen["bucket-charge clamped"]++
+				seen[kindOf(op)+" clamped"]++
 			}
 		}
 	}
@@ -63,6 +63,7 @@ func TestRandomCallsAgreeWithTheRedisScripts(t *testing.T) {
 		"bucket-take granted", "bucket-take refused", "bucket-return granted", "bucket-query granted",
 		"bucket-charge granted", "bucket-charge clamped",
 		"fixed-take granted", "fixed-take refused", "fixed-return granted",
+		"fixed-charge granted", "fixed-charge clamped",
 		"sliding-take granted", "sliding-take refused", "sliding-query granted",
 		"rolling-take granted", "rolling-take refused", "rolling-return granted",
 	} {
@@ -85,7 +86,7 @@ func comparable(op redisgcra.Op, o redisgcra.Outcome) string {
 		return verdict + " without the backend's clock"
 	}
 	if op.Counter {
-		return fmt.Sprintf("%s, count %d", verdict, o.Count)
+		return fmt.Sprintf("%s, count %d, charged %d", verdict, o.Count, o.Charged)
 	}
 	return fmt.Sprintf("%s, backlog %d units, charged %d units", verdict, (o.Backlog+unit/2)/unit, (o.Charged+unit/2)/unit)
 }
@@ -114,6 +115,8 @@ func kindOf(op redisgcra.Op) string {
 func describe(op redisgcra.Op, base int64) string {
 	s := fmt.Sprintf("%s %s amount %d", kindOf(op), op.Key, op.Amount)
 	switch {
+	case op.Charge && op.Counter:
+		s += fmt.Sprintf(" cap %d", op.Limit)
 	case op.Charge:
 		s = fmt.Sprintf("%s %s amount %d units, burst and debt %d units", kindOf(op), op.Key, op.Amount/unit, op.Tau/unit)
 	case !op.Counter:
@@ -193,8 +196,13 @@ func (g *callGen) op() redisgcra.Op {
 		return op
 	case 1:
 		start := g.base + (window-int64(g.rng.IntN(2)))*windowMS
-		return redisgcra.Op{Key: redisgcra.WindowKey("sluice", "fixed", id, start), StartMS: start, Counter: true,
+		op := redisgcra.Op{Key: redisgcra.WindowKey("sluice", "fixed", id, start), StartMS: start, Counter: true,
 			Amount: amount, Limit: g.limit(), Return: ret, ExpireAtMS: expire}
+		if !ret && g.rng.IntN(3) == 0 {
+			// A charge (a quota's): its cap the limit plus a debt of 0 to 3.
+			op.Charge, op.Limit = true, op.Limit+int64(g.rng.IntN(4))
+		}
+		return op
 	case 2:
 		// A take reads the previous window; a return goes to the window
 		// its lease was counted in, this one or the one before.

@@ -272,6 +272,9 @@ func (b *Buckets) Run(ctx context.Context, ops []redisgcra.Op) ([]redisgcra.Outc
 	if len(ops) == 0 {
 		return nil, nil
 	}
+	if err := redisgcra.Check(ops); err != nil {
+		return nil, err
+	}
 	c := newCall(ops)
 	readCommitted := false
 	for attempt := 1; ; attempt++ {

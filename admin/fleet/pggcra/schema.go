@@ -16,14 +16,14 @@ const (
 	tableSchema    = "sluice_fleet_schema"
 	functionTake   = "sluice_fleet_gcra"
 	functionWindow = "sluice_fleet_window"
-	schemaVersion  = 4
+	schemaVersion  = 5
 )
 
 // schemaObjects are the tables and functions the latest schema version
 // has: when one is missing, every migration runs again.
 var schemaObjects = []struct{ table, function string }{
 	{tableBuckets, functionTake + "(text[], bigint[], bigint[], boolean[], boolean[])"},
-	{tableWindows, functionWindow + "(text[], bigint[], bigint[], bigint[], bigint[], boolean[], smallint[], bigint[], bigint[], bigint[], bigint[])"},
+	{tableWindows, functionWindow + "(text[], bigint[], bigint[], bigint[], bigint[], boolean[], smallint[], bigint[], bigint[], bigint[], bigint[], boolean[])"},
 }
 
 // migrations[i] brings the schema from version i to i+1. Each runs in one
@@ -460,6 +460,154 @@ LANGUAGE sql AS $fn$
 	SELECT g.allowed, g.backlog, g.now_us
 	FROM sluice_fleet_gcra(p_keys, p_amounts, p_taus, p_returns,
 		array_fill(false, ARRAY[coalesce(cardinality(p_keys), 0)])) AS g
+$fn$;
+`,
+	// 5: charges of fixed windows and quotas (a cost read from the
+	// response, on a global quota): a window function with p_charges, and
+	// the function of versions 3 and 4 kept, on top of it, for the admins
+	// of those versions still running while the replicas are upgraded.
+	`
+-- One ShouldRateLimit call's window ops, as sluice_fleet_window of schema
+-- version 3 (the kinds, the order, the locks, the takes, the returns and
+-- the queries are the same), with a fourth kind of op: p_charges[i], a
+-- fixed window's or quota's charge (kind 0 only), counts p_amounts[i] in
+-- its window unconditionally, exactly as window.lua's "charge": the count
+-- grows by the amount to at most p_limits[i] (for a charge, the limit plus
+-- the debt allowed), and never goes back (a count already past the cap
+-- stays). The row is created as by a take, and locked before it is read
+-- (an upsert that changes nothing when the row exists), so that no
+-- concurrent charge or take is lost. A charge is always allowed; charged
+-- is what it added to the count (0 for the other ops).
+CREATE OR REPLACE FUNCTION sluice_fleet_window(p_keys text[], p_starts bigint[], p_expires bigint[],
+	p_amounts bigint[], p_limits bigint[], p_returns boolean[],
+	p_kinds smallint[], p_nows bigint[], p_lengths bigint[], p_oldests bigint[], p_caps bigint[],
+	p_charges boolean[])
+RETURNS TABLE (allowed boolean, counted bigint, now_us bigint, charged bigint)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+	v_n bigint;
+	v_old bigint;   -- a charge: the count before it
+	v_base float8;  -- sliding: prev * (1 - f); rolling: the other sub-periods' sum
+	v_cap bigint;   -- rolling: the sub-period's cap, or the limit
+	v_f float8;
+	v_fits float8;
+	v_charge boolean;
+	v_lock boolean := current_setting('transaction_isolation') = 'read committed';
+	i int;
+BEGIN
+	IF coalesce(cardinality(p_keys), 0) = 0 THEN
+		RETURN; -- nothing to do (a connection's warm-up)
+	END IF;
+	now_us := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+	FOR i IN 1 .. cardinality(p_keys) LOOP
+		v_n := NULL;
+		allowed := true;
+		charged := 0;
+		v_charge := coalesce(p_charges[i], false);
+		IF v_charge AND (p_kinds[i] <> 0 OR p_returns[i]) THEN
+			RAISE EXCEPTION 'sluice_fleet_window: op %: a charge applies to a fixed window or a quota, and is not a return', i;
+		END IF;
+		IF v_lock AND p_kinds[i] <> 0 AND p_amounts[i] > 0 AND NOT p_returns[i] THEN
+			-- A take of a sliding or rolling window: one at a time per
+			-- identity (see version 3).
+			PERFORM pg_advisory_xact_lock(hashtextextended(p_keys[i], 1936487523));
+		END IF;
+
+		IF p_kinds[i] = 1 THEN
+			-- Sliding: the previous window's count, weighted.
+			SELECT w.n INTO v_n FROM sluice_fleet_windows AS w
+			WHERE w.key = p_keys[i] AND w.start_ms = p_starts[i] - p_lengths[i];
+			v_f := (p_nows[i] - p_starts[i])::float8 / greatest(p_lengths[i], 1)::float8;
+			v_f := least(greatest(v_f, 0), 1);
+			v_base := coalesce(v_n, 0)::float8 * (1 - v_f);
+			v_n := NULL;
+			v_cap := p_limits[i];
+			IF p_amounts[i] > 0 THEN
+				-- The epsilon absorbs float rounding of prev * (1 - f) only.
+				INSERT INTO sluice_fleet_windows AS w (key, start_ms, expires_ms, n)
+				SELECT p_keys[i], p_starts[i], p_expires[i], p_amounts[i]
+				WHERE v_base + p_amounts[i] <= p_limits[i] + 1e-9
+				ON CONFLICT (key, start_ms) DO UPDATE SET n = w.n + excluded.n
+				WHERE v_base + w.n + excluded.n <= p_limits[i] + 1e-9
+				RETURNING w.n INTO v_n;
+			END IF;
+		ELSIF p_kinds[i] = 2 THEN
+			-- Rolling: the other sub-periods still in the window.
+			SELECT coalesce(sum(w.n) FILTER (WHERE w.start_ms <> p_starts[i]), 0)
+			INTO v_base FROM sluice_fleet_windows AS w
+			WHERE w.key = p_keys[i] AND w.start_ms >= p_oldests[i];
+			v_cap := CASE WHEN p_caps[i] > 0 THEN least(p_caps[i], p_limits[i]) ELSE p_limits[i] END;
+			IF p_returns[i] THEN
+				UPDATE sluice_fleet_windows AS w SET n = greatest(w.n - p_amounts[i], 0)
+				WHERE w.key = p_keys[i] AND w.start_ms = p_starts[i] AND w.start_ms >= p_oldests[i]
+				RETURNING w.n INTO v_n;
+			ELSIF p_amounts[i] > 0 THEN
+				INSERT INTO sluice_fleet_windows AS w (key, start_ms, expires_ms, n)
+				SELECT p_keys[i], p_starts[i], p_expires[i], p_amounts[i]
+				WHERE v_base + p_amounts[i] <= p_limits[i] AND (p_caps[i] <= 0 OR p_amounts[i] <= p_caps[i])
+				ON CONFLICT (key, start_ms) DO UPDATE SET n = w.n + excluded.n
+				WHERE v_base + w.n + excluded.n <= p_limits[i] AND (p_caps[i] <= 0 OR w.n + excluded.n <= p_caps[i])
+				RETURNING w.n INTO v_n;
+			END IF;
+		ELSIF p_returns[i] THEN
+			UPDATE sluice_fleet_windows AS w SET n = greatest(w.n - p_amounts[i], 0)
+			WHERE w.key = p_keys[i] AND w.start_ms = p_starts[i]
+			RETURNING w.n INTO v_n;
+		ELSIF v_charge AND p_amounts[i] > 0 THEN
+			-- Unconditional, up to the cap, never back. The row is locked
+			-- (created empty if missing) and read, then written once.
+			INSERT INTO sluice_fleet_windows AS w (key, start_ms, expires_ms, n)
+			VALUES (p_keys[i], p_starts[i], p_expires[i], 0)
+			ON CONFLICT (key, start_ms) DO UPDATE SET n = w.n
+			RETURNING w.n INTO v_old;
+			v_n := greatest(v_old, least(v_old + p_amounts[i], p_limits[i]));
+			IF v_n <> v_old THEN
+				UPDATE sluice_fleet_windows AS w SET n = v_n
+				WHERE w.key = p_keys[i] AND w.start_ms = p_starts[i];
+			END IF;
+			charged := v_n - v_old;
+		ELSIF p_amounts[i] > 0 THEN
+			INSERT INTO sluice_fleet_windows AS w (key, start_ms, expires_ms, n)
+			SELECT p_keys[i], p_starts[i], p_expires[i], p_amounts[i] WHERE p_amounts[i] <= p_limits[i]
+			ON CONFLICT (key, start_ms) DO UPDATE SET n = w.n + excluded.n
+			WHERE w.n + excluded.n <= p_limits[i]
+			RETURNING w.n INTO v_n;
+		END IF;
+
+		IF v_n IS NULL THEN
+			-- A refused take (its row, if any, is locked by the INSERT
+			-- above until the call ends), a query, or a return that found
+			-- no row: the count as it stands.
+			allowed := p_returns[i] OR p_amounts[i] <= 0;
+			SELECT w.n INTO v_n FROM sluice_fleet_windows AS w
+			WHERE w.key = p_keys[i] AND w.start_ms = p_starts[i]
+				AND (p_kinds[i] <> 2 OR w.start_ms >= p_oldests[i]);
+			v_n := coalesce(v_n, 0);
+		END IF;
+		IF p_kinds[i] = 0 THEN
+			counted := v_n;
+		ELSE
+			-- The limit minus the whole requests that still fit.
+			v_fits := least(p_limits[i] - (v_base + v_n), v_cap - v_n);
+			v_fits := greatest(floor(v_fits + 1e-9), 0);
+			counted := p_limits[i] - v_fits::bigint;
+		END IF;
+		RETURN NEXT;
+	END LOOP;
+END
+$fn$;
+
+-- The window function of versions 3 and 4 (no charges), for admins of
+-- those versions during an upgrade: the function above, without charges.
+CREATE OR REPLACE FUNCTION sluice_fleet_window(p_keys text[], p_starts bigint[], p_expires bigint[],
+	p_amounts bigint[], p_limits bigint[], p_returns boolean[],
+	p_kinds smallint[], p_nows bigint[], p_lengths bigint[], p_oldests bigint[], p_caps bigint[])
+RETURNS TABLE (allowed boolean, counted bigint, now_us bigint)
+LANGUAGE sql AS $fn$
+	SELECT w.allowed, w.counted, w.now_us
+	FROM sluice_fleet_window(p_keys, p_starts, p_expires, p_amounts, p_limits, p_returns,
+		p_kinds, p_nows, p_lengths, p_oldests, p_caps,
+		array_fill(false, ARRAY[coalesce(cardinality(p_keys), 0)])) AS w
 $fn$;
 `,
 }

@@ -12,9 +12,10 @@ import (
 // sliding window's take reads two rows of its identity (the current
 // window's and the previous one's); a rolling window keeps one row per
 // sub-period under its identity (RollingKey), keyed by the sub-period's
-// start.
+// start. A fixed window's or quota's charge (Op.Charge) is an upsert of
+// its window's row, up to the charge's cap (Op.Limit).
 
-const windowSQL = `SELECT allowed, counted, now_us FROM ` + functionWindow + `($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
+const windowSQL = `SELECT allowed, counted, now_us, charged FROM ` + functionWindow + `($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
 
 // The window function's kinds of op.
 const (
@@ -33,6 +34,7 @@ type windowArgs struct {
 	amounts []int64
 	limits  []int64
 	rets    []bool
+	charges []bool // a fixed window's or quota's charge: Amount counted unconditionally, up to limits[i]
 	kinds   []int16
 	nows    []int64 // sliding: the admin's now, unix ms
 	lengths []int64 // sliding: the window's length, ms
@@ -57,6 +59,7 @@ func newWindowArgs(ops []redisgcra.Op) windowArgs {
 		a.at = append(a.at, i)
 		a.keys, a.starts, a.expires = append(a.keys, op.Identity()), append(a.starts, op.WindowStart()), append(a.expires, op.ExpireAtMS)
 		a.amounts, a.limits, a.rets = append(a.amounts, op.Amount), append(a.limits, op.Limit), append(a.rets, op.Return)
+		a.charges = append(a.charges, op.Charge)
 		a.kinds, a.nows, a.lengths = append(a.kinds, kind), append(a.nows, op.NowMS), append(a.lengths, op.LengthMS)
 		a.oldests, a.caps = append(a.oldests, op.OldestMS), append(a.caps, op.MaxPerPeriod)
 	}
@@ -68,7 +71,7 @@ func newWindowArgs(ops []redisgcra.Op) windowArgs {
 func windowWarmUp() []any {
 	q := windowArgs{}
 	for _, k := range []int16{kindFixed, kindSliding, kindRolling} {
-		q.keys, q.kinds, q.rets = append(q.keys, ""), append(q.kinds, k), append(q.rets, false)
+		q.keys, q.kinds, q.rets, q.charges = append(q.keys, ""), append(q.kinds, k), append(q.rets, false), append(q.charges, false)
 		for _, col := range []*[]int64{&q.starts, &q.expires, &q.amounts, &q.limits, &q.nows, &q.oldests, &q.caps} {
 			*col = append(*col, 0)
 		}
@@ -78,12 +81,12 @@ func windowWarmUp() []any {
 }
 
 func (a *windowArgs) args() []any {
-	return []any{a.keys, a.starts, a.expires, a.amounts, a.limits, a.rets, a.kinds, a.nows, a.lengths, a.oldests, a.caps}
+	return []any{a.keys, a.starts, a.expires, a.amounts, a.limits, a.rets, a.kinds, a.nows, a.lengths, a.oldests, a.caps, a.charges}
 }
 
 // read scans the window function's rows into out.
 func (a *windowArgs) read(rows pgx.Rows, err error, out []redisgcra.Outcome) error {
 	return readRows(rows, err, functionWindow, a.at, func(o *redisgcra.Outcome) []any {
-		return []any{&o.Allowed, &o.Count, &o.Now}
+		return []any{&o.Allowed, &o.Count, &o.Now, &o.Charged}
 	}, out)
 }

@@ -69,6 +69,11 @@ func openAt(t *testing.T, url, level string) *pggcra.Buckets {
 	return pggcra.NewOnPool(pool)
 }
 
+// windowFunctions are the window function's two signatures: the one with
+// charges (schema version 5) and the one of versions 3 and 4.
+const windowFunctions = `sluice_fleet_window(text[], bigint[], bigint[], bigint[], bigint[], boolean[], smallint[], bigint[], bigint[], bigint[], bigint[], boolean[]),
+	sluice_fleet_window(text[], bigint[], bigint[], bigint[], bigint[], boolean[], smallint[], bigint[], bigint[], bigint[], bigint[])`
+
 func windowRows(t *testing.T, b *pggcra.Buckets) int {
 	t.Helper()
 	var n int
@@ -345,7 +350,7 @@ func TestSchemaUpgradeAddsWindowsAndKeepsBuckets(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Back to version 1, as an admin of that version left it.
-	if _, err := old.Pool().Exec(ctx, `DROP TABLE sluice_fleet_windows; DROP FUNCTION sluice_fleet_window; DELETE FROM sluice_fleet_schema WHERE version >= 2`); err != nil {
+	if _, err := old.Pool().Exec(ctx, `DROP TABLE sluice_fleet_windows; DROP FUNCTION `+windowFunctions+`; DELETE FROM sluice_fleet_schema WHERE version >= 2`); err != nil {
 		t.Fatal(err)
 	}
 	old.Close()
@@ -368,8 +373,9 @@ func TestSchemaUpgradeAddsWindowsAndKeepsBuckets(t *testing.T) {
 
 // A database of schema version 2 (fixed windows only, the window function
 // of six arguments) is upgraded by the next admin's start: the old
-// function replaced, its windows' counts kept, sliding and rolling windows
-// counted.
+// function replaced (by the one with charges, and the one of version 3
+// kept on top of it), its windows' counts kept, sliding and rolling
+// windows counted.
 func TestSchemaUpgradeReplacesTheWindowFunctionAndKeepsWindows(t *testing.T) {
 	pg := fleettest.StartPostgres(t, fleettest.PostgresOptions{})
 	old := open(t, pg.URL)
@@ -378,7 +384,7 @@ func TestSchemaUpgradeReplacesTheWindowFunctionAndKeepsWindows(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Back to version 2, as an admin of that version left it.
-	if _, err := old.Pool().Exec(ctx, `DROP FUNCTION sluice_fleet_window; DELETE FROM sluice_fleet_schema WHERE version >= 3`); err != nil {
+	if _, err := old.Pool().Exec(ctx, `DROP FUNCTION `+windowFunctions+`; DELETE FROM sluice_fleet_schema WHERE version >= 3`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := old.Pool().Exec(ctx, pggcra.MigrationSQL(2)); err != nil {
@@ -387,8 +393,8 @@ func TestSchemaUpgradeReplacesTheWindowFunctionAndKeepsWindows(t *testing.T) {
 	old.Close()
 	b := open(t, pg.URL)
 	var functions int
-	if err := b.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_proc WHERE proname = 'sluice_fleet_window'`).Scan(&functions); err != nil || functions != 1 {
-		t.Fatalf("%d window functions (%v), want the new one only", functions, err)
+	if err := b.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_proc WHERE proname = 'sluice_fleet_window'`).Scan(&functions); err != nil || functions != 2 {
+		t.Fatalf("%d window functions (%v), want the new one and version 3's, not version 2's", functions, err)
 	}
 	outs, err := b.Run(ctx, []redisgcra.Op{windowOp("A", 0, 0, 5, false), slidingOp("A", 60_000, 60_000, 90_000, 2, 5),
 		rollingOp("A", 0, 0, 5, 5, 0, false)})
@@ -442,5 +448,104 @@ func TestRollingWindowExactWhenAdminClocksStraddleABoundary(t *testing.T) {
 	}
 	if sum != limit || rows != 2 {
 		t.Errorf("the two sub-periods hold %d in %d rows after the race, want exactly the limit %d in 2", sum, rows, limit)
+	}
+}
+
+// Charges of fixed windows and quotas as window.lua's: unconditional,
+// counted past the limit up to the cap, never back, in order within a
+// call, the row created as by a take (expiring at the window's end); 64
+// callers charging and taking one hot window at once lose no update, at
+// every isolation level (a session at SERIALIZABLE sends a call that lost
+// a race again).
+func TestWindowChargesAsTheRedisScript(t *testing.T) {
+	pg := fleettest.StartPostgres(t, fleettest.PostgresOptions{})
+	b := open(t, pg.URL)
+	ctx := context.Background()
+	const start, expire = 1_000_000, 9_000_000
+	fleettest.WindowCharges(t, b.Run, "a", start, expire)
+	var expires []int64
+	rows, err := b.Pool().Query(ctx, `SELECT expires_ms FROM sluice_fleet_windows WHERE key = $1`, redisgcra.Key("sluice", "charged-window", "a"))
+	if err == nil {
+		expires, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	}
+	if err != nil || len(expires) != 2 || expires[0] != expire || expires[1] != expire {
+		t.Errorf("the charged windows' rows expire at %v (%v), want two at %d", expires, err, expire)
+	}
+	for _, level := range []string{"read committed", "serializable"} {
+		fleettest.WindowChargesLoseNothing(t, openAt(t, pg.URL, level).Run, "hot "+level, start, expire, 64, 10)
+	}
+	sliding := slidingOp("s", start, 60_000, start, 1, 10)
+	sliding.Charge = true
+	rolling := rollingOp("r", start, start, 1, 10, 0, false)
+	rolling.Charge = true
+	for _, op := range []redisgcra.Op{sliding, rolling} {
+		if _, err := b.Run(ctx, []redisgcra.Op{windowOp("x", start, 1, 10, false), op}); err == nil {
+			t.Errorf("a charge of %s: no error", op.Key)
+		}
+	}
+	// The function refuses them too, whoever calls it.
+	_, err = b.Pool().Exec(ctx, `SELECT * FROM sluice_fleet_window($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+		[]string{"k"}, []int64{start}, []int64{expire}, []int64{1}, []int64{10}, []bool{false}, []int16{2},
+		[]int64{0}, []int64{0}, []int64{start}, []int64{0}, []bool{true})
+	if err == nil || !strings.Contains(err.Error(), "a charge applies to a fixed window or a quota") {
+		t.Errorf("the function charging a rolling window: %v, want its error", err)
+	}
+	if n := windowRows(t, b); n != 4 {
+		t.Errorf("%d window rows, want 4 (a's two windows, the two hot ones; the calls refused wrote none)", n)
+	}
+}
+
+// A database of schema version 4 is upgraded by the next admin's start:
+// its windows kept, charges counted, and the window function of versions
+// 3 and 4 kept for the admins of those versions still running during the
+// upgrade, answering on the same rows.
+func TestSchemaUpgradeAddsWindowChargesAndKeepsTheOldWindowFunction(t *testing.T) {
+	pg := fleettest.StartPostgres(t, fleettest.PostgresOptions{})
+	old := open(t, pg.URL)
+	ctx := context.Background()
+	if _, err := old.Run(ctx, []redisgcra.Op{windowOp("A", 0, 3, 10, false)}); err != nil {
+		t.Fatal(err)
+	}
+	// Back to version 4, as an admin of that version left it.
+	if _, err := old.Pool().Exec(ctx, `DROP FUNCTION `+windowFunctions+`; DELETE FROM sluice_fleet_schema WHERE version >= 5`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Pool().Exec(ctx, pggcra.MigrationSQL(3)); err != nil {
+		t.Fatal(err)
+	}
+	// A call of version 4's admin: one fixed window op, no charges.
+	v4 := func(b *pggcra.Buckets, amount int64) (allowed bool, count int64) {
+		t.Helper()
+		err := b.Pool().QueryRow(ctx, `SELECT allowed, counted FROM sluice_fleet_window($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+			[]string{redisgcra.Key("sluice", "win", "A")}, []int64{0}, []int64{3_600_000}, []int64{amount}, []int64{10}, []bool{false},
+			[]int16{0}, []int64{0}, []int64{0}, []int64{0}, []int64{0}).Scan(&allowed, &count)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return allowed, count
+	}
+	if ok, count := v4(old, 2); !ok || count != 5 {
+		t.Fatalf("the version 4 function before the upgrade: %v, count %d, want a grant and 5", ok, count)
+	}
+	old.Close()
+	b := open(t, pg.URL)
+	var functions int
+	if err := b.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_proc WHERE proname = 'sluice_fleet_window'`).Scan(&functions); err != nil || functions != 2 {
+		t.Fatalf("%d window functions (%v), want the new one and version 4's", functions, err)
+	}
+	charge := windowOp("A", 0, 20, 12, false)
+	charge.Charge = true
+	outs, err := b.Run(ctx, []redisgcra.Op{windowOp("A", 0, 0, 10, false), charge})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if outs[0].Count != 5 || !outs[1].Allowed || outs[1].Count != 12 || outs[1].Charged != 7 {
+		t.Errorf("after the upgrade: %+v, want the window's 5 kept and a charge of 20 clamped at 12", outs)
+	}
+	if ok, count := v4(b, 1); ok || count != 12 {
+		t.Errorf("the version 4 function after the upgrade: %v, count %d, want the take refused past the limit, at 12", ok, count)
+	}
+	if n := b.Retries(pggcra.RetrySchema); n != 0 {
+		t.Errorf("%g schema retries: the upgrade should happen at start", n)
 	}
 }

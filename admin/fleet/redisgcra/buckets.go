@@ -39,9 +39,12 @@ type Op struct {
 	Amount int64  // microseconds: Limit.Cost of the tokens taken or charged, or Limit.Credit of those returned; whole requests for a counter
 	Tau    int64  // Limit.Tau; for a charge, Limit.ChargeCap
 	Return bool   // give Amount back instead of taking it
-	// Charge takes Amount unconditionally, into debt (a bucket's op
-	// only): the TAT moves by Amount but leaves a backlog of at most Tau
-	// (the charge's cap), and never moves back. Always allowed.
+	// Charge takes Amount unconditionally, into debt: a bucket's TAT
+	// moves by Amount but leaves a backlog of at most Tau (the charge's
+	// cap); a fixed window's or quota's count (Counter, neither sliding
+	// nor rolling) grows by Amount to at most Limit (for a charge, the
+	// limit plus the debt allowed). Neither ever moves back. Always
+	// allowed.
 	Charge bool
 	// Counter makes the op a window counter's (window.lua): at most
 	// Limit requests per window, the key expiring at ExpireAtMS (unix ms).
@@ -72,8 +75,9 @@ type Outcome struct {
 	Allowed bool  // the tokens were taken (always true for a return)
 	Backlog int64 // TAT - now after the op, microseconds: the time until the bucket is full again (0 for a counter)
 	Now     int64 // Redis TIME when the op ran, microseconds since the epoch
-	// Charged is the microseconds a charge added to the TAT: its Amount,
-	// or less when the cap clamped it (0 for other ops).
+	// Charged is what a charge added: microseconds to a bucket's TAT,
+	// requests to a window's count; its Amount, or less when the cap
+	// clamped it (0 for other ops).
 	Charged int64
 	// Count is a counter's use after the op: its requests in the window
 	// (a fixed window, a quota), or the limit minus the whole requests
@@ -190,6 +194,9 @@ func (b *Buckets) Run(ctx context.Context, ops []Op) ([]Outcome, error) {
 	if len(ops) == 0 {
 		return nil, nil
 	}
+	if err := Check(ops); err != nil {
+		return nil, err
+	}
 	order := Order(ops)
 	sorted := ops // already in Order: buckets only, or one window per identity in start order
 	if !slices.IsSorted(order) {
@@ -256,6 +263,18 @@ func (b *Buckets) retryNotRun(ctx context.Context, ops []Op, cmds []*redis.Cmd) 
 	return cmds, nil
 }
 
+// Check refuses ops no script can run: a charge of a sliding or rolling
+// window (only a bucket, a fixed window or a quota is charged). Both
+// backends check a call before running any of it.
+func Check(ops []Op) error {
+	for _, op := range ops {
+		if op.Charge && (op.Return || op.Counter && (op.Rolling || op.PrevKey != "")) {
+			return fmt.Errorf("op on %q: a charge applies to a bucket, a fixed window or a quota, and is not a return", op.Key)
+		}
+	}
+	return nil
+}
+
 // opScript returns the script of op, its keys and arguments.
 func opScript(op Op) (*redis.Script, []string, []any) {
 	switch {
@@ -268,10 +287,10 @@ func opScript(op Op) (*redis.Script, []string, []any) {
 		return slidingScript, []string{op.Key, op.PrevKey}, []any{op.Amount, op.Limit, op.ExpireAtMS,
 			op.NowMS, op.StartMS, max(op.LengthMS, 1)}
 	}
-	return windowScript, []string{op.Key}, []any{op.Amount, op.Limit, op.ExpireAtMS, mode(op.Return)}
+	return windowScript, []string{op.Key}, []any{op.Amount, op.Limit, op.ExpireAtMS, bucketMode(op)}
 }
 
-// bucketMode is gcra.lua's ARGV[3] for op.
+// bucketMode is gcra.lua's ARGV[3] (window.lua's ARGV[4]) for op.
 func bucketMode(op Op) string {
 	if op.Charge {
 		return "charge"
@@ -311,16 +330,18 @@ func decode(cmd *redis.Cmd, op Op) (Outcome, error) {
 		return Outcome{}, err
 	}
 	want := 3
-	if op.Charge && !op.Counter {
+	if op.Charge {
 		want = 4 // and what the charge added
 	}
 	if len(vals) != want {
 		return Outcome{}, fmt.Errorf("script answered %d values, want %d", len(vals), want)
 	}
+	o := Outcome{Allowed: vals[0] == 1, Now: vals[2]}
 	if op.Counter {
-		return Outcome{Allowed: vals[0] == 1, Count: vals[1], Now: vals[2]}, nil
+		o.Count = vals[1]
+	} else {
+		o.Backlog = vals[1]
 	}
-	o := Outcome{Allowed: vals[0] == 1, Backlog: vals[1], Now: vals[2]}
 	if want == 4 {
 		o.Charged = vals[3]
 	}

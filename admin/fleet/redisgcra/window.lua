@@ -6,12 +6,15 @@
 -- end, so a past window costs no memory and is never read again.
 --
 -- KEYS[1]  the counter
--- ARGV[1]  amount: whole requests asked for (take) or given back (return), >= 0
--- ARGV[2]  limit: the most the window admits, >= 1
+-- ARGV[1]  amount: whole requests asked for (take), given back (return) or
+--          charged (charge), >= 0
+-- ARGV[2]  limit: the most the window admits, >= 1; for a charge, the most
+--          it may count: the limit plus the debt allowed
 -- ARGV[3]  the window's end, unix ms (PEXPIREAT)
--- ARGV[4]  "take" or "return"
+-- ARGV[4]  "take", "return" or "charge"
 --
--- Returns {allowed (1 or 0), count after the call, now in us}.
+-- Returns {allowed (1 or 0), count after the call, now in us}. A charge
+-- returns a fourth value: the requests it added to the count.
 
 if redis.replicate_commands then redis.replicate_commands() end
 
@@ -29,6 +32,20 @@ if ARGV[4] == 'return' then
   if after < 0 then after = 0 end
   redis.call('SET', KEYS[1], string.format('%.0f', after), 'KEEPTTL')
   return {1, after, now}
+end
+
+if ARGV[4] == 'charge' then
+  -- Unconditional: a charge counts requests (tokens) already spent, a
+  -- cost the response reported, so it is never refused. It counts up to
+  -- its cap (ARGV[2]); a count already past it (a lowered limit) stays
+  -- where it is: a charge never gives anything back. The counter is
+  -- created as by a take, expiring at the window's end.
+  local after = math.min(count + amount, limit)
+  if after < count then after = count end
+  if after > count then
+    redis.call('SET', KEYS[1], string.format('%.0f', after), 'PXAT', ARGV[3])
+  end
+  return {1, after, now, after - count}
 end
 
 -- All or nothing: granted only if every request asked for fits.

@@ -110,3 +110,36 @@ func TestRollingWindowStillCountsForAnAdminWhoseClockIsBehind(t *testing.T) {
 		t.Errorf("the admin behind takes the last one: %+v", o)
 	}
 }
+
+// A fixed window's or quota's charge counts unconditionally, past the
+// limit up to its cap, and creates the counter as a take does, expiring at
+// the window's end; concurrent charges and takes lose no update. A charge
+// of a sliding or rolling window runs nothing.
+func TestWindowChargesCountPastTheLimitUpToTheCap(t *testing.T) {
+	b, c := newBuckets(t, redisgcra.ClientOptions{Addrs: []string{fleettest.StartRedis(t).Addr}})
+	ctx := context.Background()
+	start := time.Now().Truncate(time.Hour).UnixMilli()
+	expire := start + 2*3_600_000
+	fleettest.WindowCharges(t, b.Run, "a", start, expire)
+	key := redisgcra.WindowKey("sluice", "charged-window", "a", start)
+	for _, k := range []string{key, redisgcra.WindowKey("sluice", "charged-window", "a", start+1)} {
+		at, err := c.PExpireTime(ctx, k).Result()
+		if err != nil || at.Milliseconds() != expire {
+			t.Errorf("%s expires at %v (%v), want the window's end %d ms", k, at, err, expire)
+		}
+	}
+	fleettest.WindowChargesLoseNothing(t, b.Run, "hot", start, expire, 12, 25)
+
+	sliding := fleettest.WindowOp("s", start, expire, 1, 10)
+	sliding.Charge, sliding.PrevKey, sliding.LengthMS, sliding.NowMS = true, redisgcra.WindowKey("sluice", "charged-window", "s", start-1000), 1000, start
+	rolling := redisgcra.Op{Key: redisgcra.RollingKey("sluice", "r", "a"), Counter: true, Rolling: true, Charge: true, Amount: 1, Limit: 10,
+		FieldMS: start, OldestMS: start, ExpireAtMS: expire}
+	for _, op := range []redisgcra.Op{sliding, rolling} {
+		if _, err := b.Run(ctx, []redisgcra.Op{fleettest.WindowOp("x", start, expire, 1, 10), op}); err == nil {
+			t.Errorf("a charge of %s: no error", op.Key)
+		}
+	}
+	if n, err := c.Exists(ctx, redisgcra.WindowKey("sluice", "charged-window", "x", start), sliding.Key, rolling.Key).Result(); err != nil || n != 0 {
+		t.Errorf("%d keys (%v) after calls refused, want none", n, err)
+	}
+}
