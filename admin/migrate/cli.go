@@ -118,7 +118,7 @@ var commands = map[string]command{
 	"higress": func(fs *flag.FlagSet) func() (Input, error) {
 		path := fs.String("f", "", "the WasmPlugins, or one plugin's configuration (YAML)")
 		plugin := fs.String("plugin", "", "the plugin of a bare configuration: key-rate-limit, cluster-key-rate-limit or ai-token-ratelimit")
-		scope := fs.String("scope", "global", `the rules of cluster-key-rate-limit and ai-token-ratelimit (but its token_per_day): "global" (counted across Envoys, as in Higress's Redis) or "local"`)
+		scope := fs.String("scope", "global", `the rules of cluster-key-rate-limit and ai-token-ratelimit: "global" (counted across Envoys, as in Higress's Redis) or "local"`)
 		cluster := fs.String("fleet-cluster", "sluice_rls", "the fleet block's cluster (global scope)")
 		cost := fs.Int("default-cost", 100, "ai-token-ratelimit: the tokens an answer that reports no usage costs")
 		return func() (Input, error) {

@@ -20,9 +20,7 @@ type HigressOptions struct {
 	// Scope is the scope of cluster-key-rate-limit's and
 	// ai-token-ratelimit's rules: "global" (the default: Higress counts
 	// them in Redis, across gateways) or "local" (per Envoy process).
-	// key-rate-limit counts per gateway in Higress too: always local. So is
-	// ai-token-ratelimit's token_per_day, a quota, which cannot be charged
-	// from the response across the fleet.
+	// key-rate-limit counts per gateway in Higress too: always local.
 	Scope string
 	// FleetCluster is the fleet block's cluster of global rules (default
 	// "sluice_rls", the cluster envoy.yaml and the chart define).
@@ -387,7 +385,7 @@ func (h *higressConverter) scopeNotes(out *higressOutput) {
 			h.noteOnce("cluster-key-rate-limit's windows start at a key's first request; Sluice's fixed windows are aligned to the clock")
 		case c.plugin == pluginAITokenRateLimit && h.opt.Scope == "global":
 			out.Fleet = &outFleet{Cluster: h.opt.FleetCluster}
-			h.noteOnce(fmt.Sprintf(`ai-token-ratelimit's rules are "scope": "global", counted across every Envoy as in Higress's Redis: run the admin as the rate limit service (docs/fleet.md) and give Envoy the cluster %q; a token_per_day limit becomes a local quota (a quota charged from the response cannot be global): give each gateway its share of it`, h.opt.FleetCluster))
+			h.noteOnce(fmt.Sprintf(`ai-token-ratelimit's rules are "scope": "global", counted across every Envoy as in Higress's Redis: run the admin as the rate limit service (docs/fleet.md) and give Envoy the cluster %q`, h.opt.FleetCluster))
 			h.aiTokenCostNote()
 		case c.plugin == pluginAITokenRateLimit:
 			h.noteOnce("ai-token-ratelimit's rules are local: each Envoy process counts on its own, where Higress counted in Redis across gateways; with several gateways, give each its share of the budget")

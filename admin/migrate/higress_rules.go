@@ -148,8 +148,8 @@ func (h *higressConverter) limitRule(cfg *higressConfig, cond any, source string
 	switch cfg.plugin {
 	case pluginAITokenRateLimit:
 		r.Algorithm, r.AlgorithmConfig = h.tokenLimit(l)
-		if r.Algorithm == policy.AlgorithmTokenBucket && h.opt.Scope == "global" {
-			r.Scope = "global" // a day's quota cannot be charged from the response across the fleet: it stays local
+		if h.opt.Scope == "global" {
+			r.Scope = "global"
 		}
 	default:
 		r.Algorithm = policy.AlgorithmFixedWindow

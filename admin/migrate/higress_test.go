@@ -233,10 +233,10 @@ rejected_msg: over budget
 	if hourly == nil || hourly.TokensPerSecond != 0.00027778 || hourly.Burst != 1 || hourly.DefaultCost != 1 {
 		t.Errorf("per hour: %+v", hourly)
 	}
-	if daily == nil || daily.Limit != 2e6 || daily.Period != "day" || daily.DefaultCost != 50 || daily.Cost.String() != tokenCost || rs[2].Global {
+	if daily == nil || daily.Limit != 2e6 || daily.Period != "day" || daily.DefaultCost != 50 || daily.Cost.String() != tokenCost || !rs[2].Global {
 		t.Errorf("per day: %+v", daily)
 	}
-	notesContain(t, res.Notes, "cannot be global", "default_cost is lowered", "usage.total_tokens")
+	notesContain(t, res.Notes, `"scope": "global"`, "default_cost is lowered", "usage.total_tokens")
 	local, _ := convertHigress(t, in, HigressOptions{DefaultCost: 50, Scope: "local"})
 	if local.Fleet != nil || local.Policies[0].Rules[0].Global {
 		t.Errorf("with scope local: fleet %+v, first rule global %v", local.Fleet, local.Policies[0].Rules[0].Global)
@@ -338,7 +338,7 @@ const higressStreamConverted = `{
       {"name": "consumer", "scope": "global", "limit_keys": ["header:x-mse-consumer"], "algorithm": "token_bucket",
        "algorithm_config": {"tokens_per_second": 333.333, "burst": 20000,
                             "cost_source": "response_json:usage.total_tokens", "default_cost": 100}, "reject_body": "Too many requests"},
-      {"name": "llm-budget-x-api-key", "limit_keys": ["header:x-api-key"], "algorithm": "quota",
+      {"name": "llm-budget-x-api-key", "scope": "global", "limit_keys": ["header:x-api-key"], "algorithm": "quota",
        "algorithm_config": {"limit": 1000000, "period": "day",
                             "cost_source": "response_json:usage.total_tokens", "default_cost": 100}, "reject_body": "Too many requests"}]}
   ]
@@ -363,7 +363,7 @@ func TestRealisticWasmPluginsConvert(t *testing.T) {
 		t.Errorf("the policy does not end with a newline")
 	}
 	notesContain(t, res.Notes, "port included", "x-mse-consumer", `"scope": "global"`,
-		"aligned to the clock", "cannot be global", "usage.total_tokens")
+		"aligned to the clock", "ai-token-ratelimit's rules are \"scope\": \"global\"", "usage.total_tokens")
 	again, _ := Higress([]byte(higressStream), HigressOptions{})
 	if string(again.Policy) != string(res.Policy) || !reflect.DeepEqual(again.Notes, res.Notes) {
 		t.Errorf("a second conversion differs")
