@@ -34,6 +34,10 @@ type FleetRule struct {
 	Granted  string // tokens per second, last 10 s, all nodes
 	Denied   string
 	Returned string
+	// Charged: response costs the nodes' pools could not pay, per second;
+	// Charges: the rule had any in the last 10 s (the column shows then).
+	Charged  string
+	Charges  bool
 	Leased   string // tokens held in leases now, every fresh node (telemetry)
 	Fallback int    // fresh nodes in fallback on this rule
 	Nodes    []FleetNode
@@ -48,6 +52,7 @@ type FleetNode struct {
 	Granted   string // tokens in the last 10 s
 	Returned  string
 	Denied    string
+	Charged   string // response costs charged in the last 10 s
 	Seen      string // "1 s ago"
 
 	HasTelemetry bool

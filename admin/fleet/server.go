@@ -605,22 +605,22 @@ func (s *Server) count(domain, node string, now time.Time, it item, l limitOf, c
 	if l.kind == unlimited {
 		return
 	}
-	var granted, denied, returned uint64
+	var c tokenCounts
 	decision := "granted"
 	switch {
 	case it.ret:
-		returned, decision = it.hits, "returned"
+		c.returned, decision = it.hits, "returned"
 	case it.charge:
 		// Not a grant: tokens spent already, taken into the bucket's
-		// debt. The dashboard's rates count leases; the metric counts these.
-		decision = "charged"
+		// debt (past a window's limit), counted apart from leases.
+		c.charged, decision = it.hits, "charged"
 	case code == rlsv3.RateLimitResponse_OK:
-		granted = it.hits
+		c.granted = it.hits
 	default:
-		denied, decision = it.hits, "denied"
+		c.denied, decision = it.hits, "denied"
 	}
 	if l.global {
-		s.fleet.record(usageKey{domain, it.rule, node}, now, granted, denied, returned)
+		s.fleet.record(usageKey{domain, it.rule, node}, now, c)
 	}
 	s.metrics.tokens.WithLabelValues(ruleLabel(it, l), decision).Add(float64(it.hits))
 }

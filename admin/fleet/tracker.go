@@ -37,8 +37,21 @@ type usage struct {
 }
 
 type usageSlot struct {
-	sec                       int64
-	granted, denied, returned uint64
+	sec int64
+	tokenCounts
+}
+
+// tokenCounts are one descriptor's (or a slot's) tokens by what became of
+// them: leased, refused, given back, or charged after a response.
+type tokenCounts struct {
+	granted, denied, returned, charged uint64
+}
+
+func (c *tokenCounts) add(o tokenCounts) {
+	c.granted += o.granted
+	c.denied += o.denied
+	c.returned += o.returned
+	c.charged += o.charged
 }
 
 func newTracker() *tracker {
@@ -72,7 +85,7 @@ func (t *tracker) seen(domain, node string, now time.Time) int {
 }
 
 // record adds one descriptor's outcome for the dashboard.
-func (t *tracker) record(k usageKey, now time.Time, granted, denied, returned uint64) {
+func (t *tracker) record(k usageKey, now time.Time, c tokenCounts) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	u := t.usage[k]
@@ -88,11 +101,9 @@ func (t *tracker) record(k usageKey, now time.Time, granted, denied, returned ui
 	if s.sec != sec {
 		*s = usageSlot{sec: sec}
 	}
-	s.granted += granted
-	s.denied += denied
-	s.returned += returned
-	if granted > 0 {
-		u.lastLease = granted
+	s.add(c)
+	if c.granted > 0 {
+		u.lastLease = c.granted
 	}
 	u.lastSeen = now
 }
@@ -133,16 +144,18 @@ func (t *tracker) nodeCount() int {
 type RuleUsage struct {
 	Domain, Rule string
 	// Per second over the last usageSlots complete seconds, all nodes.
-	GrantedPerSecond, DeniedPerSecond, ReturnedPerSecond float64
-	Nodes                                                []NodeUsage
+	GrantedPerSecond, DeniedPerSecond, ReturnedPerSecond, ChargedPerSecond float64
+	Nodes                                                                  []NodeUsage
 }
 
 // NodeUsage is one node's use of a rule.
 type NodeUsage struct {
-	Node                      string // "" when the node sent no x-sluice-node
-	LastLease                 uint64 // tokens of its last grant
-	Granted, Denied, Returned uint64 // over the last usageSlots seconds
-	LastSeen                  time.Time
+	Node      string // "" when the node sent no x-sluice-node
+	LastLease uint64 // tokens of its last grant
+	// Over the last usageSlots seconds; Charged: response costs its pools
+	// could not pay.
+	Granted, Denied, Returned, Charged uint64
+	LastSeen                           time.Time
 }
 
 // snapshot returns the usage per (domain, rule), sorted, with the
@@ -156,13 +169,13 @@ func (t *tracker) snapshot(now time.Time) []RuleUsage {
 	for k, u := range t.usage {
 		var nu NodeUsage
 		nu.Node, nu.LastLease, nu.LastSeen = k.node, u.lastLease, u.lastSeen
+		var sum tokenCounts
 		for _, s := range u.slots {
 			if s.sec < cur && s.sec >= cur-usageSlots {
-				nu.Granted += s.granted
-				nu.Denied += s.denied
-				nu.Returned += s.returned
+				sum.add(s.tokenCounts)
 			}
 		}
+		nu.Granted, nu.Denied, nu.Returned, nu.Charged = sum.granted, sum.denied, sum.returned, sum.charged
 		r := byRule[rk{k.domain, k.rule}]
 		if r == nil {
 			r = &RuleUsage{Domain: k.domain, Rule: k.rule}
@@ -171,6 +184,7 @@ func (t *tracker) snapshot(now time.Time) []RuleUsage {
 		r.GrantedPerSecond += float64(nu.Granted) / usageSlots
 		r.DeniedPerSecond += float64(nu.Denied) / usageSlots
 		r.ReturnedPerSecond += float64(nu.Returned) / usageSlots
+		r.ChargedPerSecond += float64(nu.Charged) / usageSlots
 		r.Nodes = append(r.Nodes, nu)
 	}
 	out := make([]RuleUsage, 0, len(byRule))

@@ -81,11 +81,12 @@ func (s *server) addRLS(f *web.FleetSection, b *fleetRules, now time.Time, ov fl
 		}
 		for _, u := range r.Usage {
 			ri := b.add(web.FleetRule{Name: r.Name, Domain: printableText(u.Domain), Limit: limit, Known: r.Known,
-				Granted: rate(u.GrantedPerSecond), Denied: rate(u.DeniedPerSecond), Returned: rate(u.ReturnedPerSecond)})
+				Granted: rate(u.GrantedPerSecond), Denied: rate(u.DeniedPerSecond), Returned: rate(u.ReturnedPerSecond),
+				Charged: rate(u.ChargedPerSecond), Charges: u.ChargedPerSecond > 0})
 			for _, n := range u.Nodes {
 				fn := b.node(ri, n.Node)
 				fn.HasRLS, fn.LastLease, fn.Seen = true, count(n.LastLease), ago(now.Sub(n.LastSeen))
-				fn.Granted, fn.Returned, fn.Denied = count(n.Granted), count(n.Returned), count(n.Denied)
+				fn.Granted, fn.Returned, fn.Denied, fn.Charged = count(n.Granted), count(n.Returned), count(n.Denied), count(n.Charged)
 			}
 		}
 	}

@@ -64,3 +64,40 @@ func TestDashboardWithoutFleetHasNoGlobalRules(t *testing.T) {
 		t.Error("the dashboard shows Global rules with fleet mode off")
 	}
 }
+
+// A rule whose pools were charged response costs shows what was charged,
+// per second and per node; a rule without charges shows no such column.
+func TestDashboardGlobalRulesShowResponseCharges(t *testing.T) {
+	now := time.Now()
+	ov := fleet.Overview{
+		Backend: "redis 127.0.0.1:6379", Health: fleet.Health{Up: true, Checked: now}, Nodes: 1,
+		Rules: []fleet.RuleOverview{
+			{Name: "llm-tokens", Limit: fleet.Limit{Rate: 100, Burst: 60000}, Known: true, Usage: []fleet.RuleUsage{{
+				Domain: "sluice", Rule: "llm-tokens", GrantedPerSecond: 50, ChargedPerSecond: 240,
+				Nodes: []fleet.NodeUsage{{Node: "envoy-1", LastLease: 500, Granted: 500, Charged: 2400, LastSeen: now}},
+			}}},
+			{Name: "api-global", Limit: fleet.Limit{Rate: 10, Burst: 20}, Known: true, Usage: []fleet.RuleUsage{{
+				Domain: "sluice", Rule: "api-global", GrantedPerSecond: 1,
+				Nodes: []fleet.NodeUsage{{Node: "envoy-1", LastLease: 10, Granted: 10, LastSeen: now}},
+			}}},
+		},
+	}
+	e := newEnv(t, func(c *Config) {
+		st := telemetry.NewState(telemetry.Options{})
+		c.Telemetry = &Telemetry{State: st, Tokens: &fakeTokens{tok: telToken}, Metrics: telemetry.NewMetrics(st)}
+		c.Fleet = fakeFleet{ov}
+	})
+	page := get(t, login(t, e, "ops"), e.srv.URL+"/dashboard?fragment=1")
+	llm, api, ok := strings.Cut(page[strings.Index(page, `data-rule="llm-tokens"`):], `data-rule="api-global"`)
+	if !ok {
+		t.Fatal("the two rules are not on the page in order")
+	}
+	for _, want := range []string{`<b>240/s</b> charged from responses`, `Charged (10 s)`, `<td class="num charged">2,400</td>`} {
+		if !strings.Contains(llm, want) {
+			t.Errorf("the charged rule lacks %s", want)
+		}
+	}
+	if strings.Contains(api, "Charged") || strings.Contains(api, "charged from responses") {
+		t.Error("a rule without charges shows a charged column")
+	}
+}
