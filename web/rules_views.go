@@ -81,10 +81,13 @@ func (r RuleRow) LimitText() string {
 
 // RuleFormView is the rule form.
 type RuleFormView struct {
-	Ref        string
-	Path       string // the rule's JSON path
-	Name       string
-	Mode       string
+	Ref  string
+	Path string // the rule's JSON path
+	Name string
+	Mode string
+	// Scope is where a limit rule counts: "" (each Envoy process),
+	// "local" (the same, written out) or "global" (across the fleet).
+	Scope      string
 	Action     string // "" or "limit", "exempt", "unlimited", "deny"
 	DenyStatus string
 	// RejectStatus is a limit rule's own reject_status, "" for the

@@ -169,7 +169,7 @@ func scheduleText(o policyedit.Object) string {
 func formView(d *policyedit.Doc, ref policyedit.Ref, f policyedit.Form, errs []policyedit.FieldError) *web.RuleFormView {
 	v := &web.RuleFormView{
 		Ref: strconv.Itoa(ref.Policy) + ":" + strconv.Itoa(ref.Rule), Path: d.RulePath(ref),
-		Name: f.Name, Mode: f.Mode, Action: f.Action, DenyStatus: f.DenyStatus, RejectStatus: f.RejectStatus, EnforcePercent: f.EnforcePercent,
+		Name: f.Name, Mode: f.Mode, Scope: f.Scope, Action: f.Action, DenyStatus: f.DenyStatus, RejectStatus: f.RejectStatus, EnforcePercent: f.EnforcePercent,
 		OwnLimit: f.OwnLimit, OwnRemaining: f.OwnRemaining, OwnReset: f.OwnReset,
 		Algorithm: f.Algorithm, Rate: f.Rate, Burst: f.Burst,
 		Limit: f.Limit, Window: f.Window, Period: f.Period, Kept: f.Kept, Errors: map[string]string{},
@@ -210,7 +210,7 @@ func formView(d *policyedit.Doc, ref policyedit.Ref, f policyedit.Form, errs []p
 // formFromPost reads the rule form's fields.
 func formFromPost(f url.Values) policyedit.Form {
 	out := policyedit.Form{
-		Name: f.Get("rf_name"), Mode: f.Get("rf_mode"), Action: f.Get("rf_action"), DenyStatus: f.Get("rf_deny_status"),
+		Name: f.Get("rf_name"), Mode: f.Get("rf_mode"), Scope: f.Get("rf_scope"), Action: f.Get("rf_action"), DenyStatus: f.Get("rf_deny_status"),
 		RejectStatus: f.Get("rf_reject_status"),
 		OwnLimit:     f.Get("rf_own_limit"), OwnRemaining: f.Get("rf_own_remaining"), OwnReset: f.Get("rf_own_reset"),
 		EnforcePercent: f.Get("rf_enforce_percent"),

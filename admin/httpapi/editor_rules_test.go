@@ -534,3 +534,34 @@ func TestRuleTimeInWordsJoinsBoundsAndSchedule(t *testing.T) {
 		}
 	}
 }
+
+// The form makes a rule count across the fleet; without a fleet block the
+// parser's error stands next to the field, and the list says where the
+// rule counts.
+func TestStructuredEditorMakesARuleGlobal(t *testing.T) {
+	e := newEnv(t, nil)
+	c := login(t, e, "alice")
+	tok := csrfOf(t, get(t, c, e.srv.URL+"/"))
+	rules := `"policies":[{"name":"p","rules":[
+	 {"name":"api","limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"rps":5,"burst":10}}]}]}`
+	apply := func(draft string, fields url.Values) (int, string) {
+		t.Helper()
+		return applyRuleForm(t, c, e, tok, draft, "0:0", apiRuleForm, fields)
+	}
+	status, body := apply(`{`+rules, url.Values{"rf_scope": {"global"}})
+	if status != http.StatusUnprocessableEntity || !strings.Contains(body, `id="rf-err-scope"`) || !strings.Contains(body, "fleet") {
+		t.Fatalf("global without a fleet block: %d, no error next to the field", status)
+	}
+	status, body = apply(`{"fleet":{"cluster":"sluice_rls"},`+rules, url.Values{"rf_scope": {"global"}})
+	got := draftOf(t, body)
+	cfg, err := policy.Parse([]byte(got))
+	if status != 200 || err != nil || !cfg.RuleByName("api").Global {
+		t.Fatalf("made global: %d %v\n%s", status, err, got)
+	}
+	if !strings.Contains(body, "across the fleet") {
+		t.Error("the rule list does not say the rule counts across the fleet")
+	}
+	if status, body = apply(got, nil); status != 200 || strings.Contains(draftOf(t, body), "scope") {
+		t.Errorf("made local again: %d\n%s", status, draftOf(t, body))
+	}
+}

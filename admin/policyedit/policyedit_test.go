@@ -213,6 +213,7 @@ func TestLocatePutsParserErrorsOnFields(t *testing.T) {
 		{"policies[0].rules[1].limit_keys[0]", "keys"},
 		{`policies[0].rules[1].match["header:x"]`, "match"},
 		{"policies[0].rules[1].name", "name"},
+		{"policies[0].rules[1].scope", "scope"},
 		{"policies[0].rules[1]", ""},
 	} {
 		fe, ok := Locate(policy.FieldError{Path: c.path, Message: "m"}, "policies[0].rules[1]")
@@ -299,5 +300,46 @@ func TestConditionsInWords(t *testing.T) {
 		if got != want || ok != (want != "") {
 			t.Errorf("%s: %q, %v; want %q", raw, got, ok, want)
 		}
+	}
+}
+
+// TestFormSetsWhereARuleCounts: the form makes a limit rule global and
+// back, keeps a "local" written out, drops the scope of a rule that limits
+// nothing, and the list says "across the fleet".
+func TestFormSetsWhereARuleCounts(t *testing.T) {
+	rule := func(extra string) Object {
+		o, err := ParseObject([]byte(`{"name":"t","limit_keys":["header:x-k"],"algorithm":"token_bucket",
+		  "algorithm_config":{"tokens_per_second":10,"burst":20}` + extra + `}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	o := rule("")
+	f := FormOf(o)
+	if f.Scope != "" {
+		t.Fatalf("a rule without scope: form scope %q", f.Scope)
+	}
+	f.Scope = "global"
+	g, errs := f.Apply(o)
+	if errs != nil || g.String("scope") != "global" {
+		t.Fatalf("made global: scope %q, %v", g.String("scope"), errs)
+	}
+	if s := Summarize(g, ""); !strings.HasSuffix(s.Limit, ", across the fleet") || s.Extra != "" {
+		t.Errorf("summary of a global rule: limit %q, extra %q", s.Limit, s.Extra)
+	}
+	f = FormOf(g)
+	f.Scope = ""
+	if l, _ := f.Apply(g); l.String("scope") != "" {
+		t.Errorf("made local again: scope %q", l.String("scope"))
+	}
+	written := rule(`,"scope":"local"`)
+	if back, _ := FormOf(written).Apply(written); back.String("scope") != "local" {
+		t.Errorf("a written local scope became %q", back.String("scope"))
+	}
+	f = FormOf(g)
+	f.Action = "exempt"
+	if e, _ := f.Apply(g); e.String("scope") != "" {
+		t.Errorf("an exempt rule keeps scope %q", e.String("scope"))
 	}
 }

@@ -22,7 +22,7 @@ type Summary struct {
 // formFields are the rule members the form edits; the others are kept.
 var formFields = map[string]bool{"name": true, "mode": true, "action": true, "deny_status": true, "reject_status": true, "limit_headers": true,
 	"limit_keys": true, "match": true, "algorithm": true, "algorithm_config": true, "enforce_percent": true,
-	"from": true, "until": true, "schedule": true}
+	"from": true, "until": true, "schedule": true, "scope": true}
 
 // limitsNothing reports whether action is one of a rule that limits nothing
 // (exempt, unlimited, deny): it has no limit keys and no algorithm.
@@ -94,6 +94,9 @@ func Summarize(o Object, defaultMode string) Summary {
 		s.Limit, s.Keys = "denied with "+status, ""
 	default:
 		s.Limit = describeLimit(s.Algorithm, cfg) + describeCost(cfg)
+		if o.String("scope") == policy.ScopeGlobal {
+			s.Limit += ", across the fleet"
+		}
 		if _, own := o.Get("reject_status"); own {
 			s.Limit += ", rejected with " + numText(o, "reject_status")
 		}
@@ -228,8 +231,12 @@ type MatchRow struct {
 
 // Form is the rule form's fields, as text.
 type Form struct {
-	Name       string
-	Mode       string // "" (the document's), "enforce", "shadow"
+	Name string
+	Mode string // "" (the document's), "enforce", "shadow"
+	// Scope is where a limit rule counts: "" (each Envoy process, the
+	// default) or "global" (across the fleet, through the rate limit
+	// service; the configuration needs a "fleet" block).
+	Scope      string
 	Action     string // "" (limit), "limit", "exempt", "deny"
 	DenyStatus string // a deny rule's deny_status, "" for the default
 	// RejectStatus is a limit rule's own reject_status, "" for the
@@ -286,7 +293,7 @@ func (s ScheduleFields) empty() bool {
 // FormOf fills the form from a rule.
 func FormOf(o Object) Form {
 	f := Form{Name: o.String("name"), Mode: o.String("mode"), Action: o.String("action"), Algorithm: o.String("algorithm"),
-		From: o.String("from"), Until: o.String("until")}
+		From: o.String("from"), Until: o.String("until"), Scope: o.String("scope")}
 	if v, ok := o.Get("schedule"); ok {
 		sc, _ := ParseObject(v)
 		f.Schedule = ScheduleFields{From: sc.String("from"), Until: sc.String("until"), TimeZone: sc.String("time_zone")}
@@ -343,7 +350,7 @@ func FormOf(o Object) Form {
 
 // FieldError is a problem with one of the form's fields.
 type FieldError struct {
-	Field   string // "name", "mode", "action", "deny_status", "reject_status", "enforce_percent", "from", "until", "reject_body", "reject_content_type", "reject_headers", "limit_headers", "algorithm", "rate", "burst", "limit", "window", "period", "keys", "match", "" (the rule)
+	Field   string // "name", "mode", "scope", "action", "deny_status", "reject_status", "enforce_percent", "from", "until", "reject_body", "reject_content_type", "reject_headers", "limit_headers", "algorithm", "rate", "burst", "limit", "window", "period", "keys", "match", "" (the rule)
 	Message string
 }
 
@@ -409,6 +416,7 @@ func (f Form) Apply(o Object) (Object, []FieldError) {
 	f.applyReject(&out, action)
 	f.applyRejectHeaders(&out, action, &errs) // reject_headers.go
 	if limitsNothing(action) {
+		out.Delete("scope")
 		out.Delete("enforce_percent")
 		out.Delete("reject_status")
 		out.Delete("limit_headers") // a limit rule's numbers: kept as written on a limit rule
@@ -427,6 +435,11 @@ func (f Form) Apply(o Object) (Object, []FieldError) {
 		keys = []string{}
 	}
 	out.Set("limit_keys", keys)
+	if scope := strings.TrimSpace(f.Scope); scope == "" {
+		out.Delete("scope")
+	} else {
+		out.Set("scope", scope) // the parser checks it, and that a fleet block exists
+	}
 	num(&out, "enforce_percent", "enforce_percent", f.EnforcePercent)
 	num(&out, "reject_status", "reject_status", strings.TrimSpace(f.RejectStatus))
 	f.applyLimitHeaders(&out, o) // limit_headers.go
@@ -518,6 +531,8 @@ func Locate(e policy.FieldError, rulePath string) (FieldError, bool) {
 		field = "name"
 	case rest == "mode":
 		field = "mode"
+	case rest == "scope":
+		field = "scope"
 	case rest == "algorithm":
 		field = "algorithm"
 	case rest == "action":
