@@ -3,6 +3,7 @@ package web
 import (
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // RulesView is the structured view of the draft: its policies and rules
@@ -34,10 +35,11 @@ type RuleRow struct {
 	Mode      string
 	Extra     string // members the form keeps without editing them
 	Overrides int    // entries of its "overrides"
-	// Timed counts the overrides bounded in time (from, until); Next is
-	// when the next of them starts or ends ("" when none will).
-	Timed int
-	Next  string
+	// Timed counts the overrides bounded in time (from, until), Weekly
+	// those with a schedule; Next is when the next bound starts or ends
+	// ("" when none will).
+	Timed, Weekly int
+	Next          string
 	// Time is when the rule applies in words ("from ... until ...",
 	// "weekly: ..."), "" for always; TimeState is "later", "now", "ended"
 	// or "weekly".
@@ -63,7 +65,14 @@ func (r RuleRow) TimeBadge() string {
 // TimedText says how many overrides hold for a time and when the next
 // bound comes: "(2 for a time; the next starts or ends ...)".
 func (r RuleRow) TimedText() string {
-	s := "(" + strconv.Itoa(r.Timed) + " for a time"
+	var parts []string
+	if r.Timed > 0 {
+		parts = append(parts, strconv.Itoa(r.Timed)+" for a time")
+	}
+	if r.Weekly > 0 {
+		parts = append(parts, strconv.Itoa(r.Weekly)+" weekly")
+	}
+	s := "(" + strings.Join(parts, ", ")
 	if r.Next != "" {
 		s += "; the next starts or ends " + r.Next
 	}

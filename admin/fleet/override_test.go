@@ -135,3 +135,38 @@ func testTimedGlobalOverrides(t *testing.T, b Backend) {
 		}
 	}
 }
+
+// An override with a weekly schedule holds its identity to its own limit
+// in its windows only, on the service's clock, in its time zone.
+func TestGlobalOverridesApplyInTheirWeeklyWindows(t *testing.T) {
+	rules := &PolicyRules{}
+	rules.Set(1, []byte(`{"fleet": {"cluster": "sluice_rls"}, "rules": [
+	  {"name": "g", "scope": "global", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
+	   "algorithm_config": {"tokens_per_second": 1, "burst": 2},
+	   "overrides": [{"key": "acme", "algorithm_config": {"burst": 5},
+	     "schedule": {"days": ["mon", "tue", "wed", "thu", "fri"], "from": "09:00", "until": "18:00", "time_zone": "Europe/Berlin"}}]},
+	  {"name": "q", "scope": "global", "limit_keys": ["header:x-api-key"], "algorithm": "quota",
+	   "algorithm_config": {"limit": 10, "period": "day"},
+	   "overrides": [{"key": "acme", "algorithm_config": {"limit": 50}, "schedule": {"days": ["sat", "sun"]}}]}]}`))
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	acme := state.SluiceIDOfKey("acme")
+	for _, c := range []struct {
+		at              time.Time
+		burst, quotaCap float64
+	}{
+		{time.Date(2026, 12, 3, 9, 0, 0, 0, berlin), 5, 10},   // a Thursday, at 09:00
+		{time.Date(2026, 12, 3, 8, 59, 59, 0, berlin), 2, 10}, // before its window
+		{time.Date(2026, 12, 3, 18, 0, 0, 0, berlin), 2, 10},  // at its end
+		{time.Date(2026, 12, 5, 12, 0, 0, 0, berlin), 2, 50},  // a Saturday: the quota's override
+	} {
+		if l, ok := rules.IdentityLimit("g", acme, c.at); !ok || l.Burst != c.burst {
+			t.Errorf("acme's bucket at %s: burst %v (%v), want %v", c.at, l.Burst, ok, c.burst)
+		}
+		if w, ok := rules.IdentityWindow("q", acme, c.at); !ok || float64(w.Limit) != c.quotaCap {
+			t.Errorf("acme's quota at %s: limit %v (%v), want %v", c.at, w.Limit, ok, c.quotaCap)
+		}
+	}
+}

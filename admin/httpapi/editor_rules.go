@@ -54,7 +54,7 @@ func rulesView(draft string, editing *web.RuleFormView, scope policies.Scope) we
 				Limit: s.Limit, Algorithm: s.Algorithm, Mode: s.Mode, Extra: s.Extra, First: i == 0, Last: i == len(rs)-1,
 			}
 			now := time.Now()
-			row.Overrides, row.Timed, row.Next = overridesOf(o, now)
+			row.Overrides, row.Timed, row.Weekly, row.Next = overridesOf(o, now)
 			row.Time, row.TimeState = ruleTimeOf(o, now)
 			rp.Rules = append(rp.Rules, row)
 		}
@@ -64,22 +64,28 @@ func rulesView(draft string, editing *web.RuleFormView, scope policies.Scope) we
 }
 
 // overridesOf reads a rule's "overrides" once: how many there are (0
-// when none or not a list), how many hold for a time, and when the next
-// of their bounds after now comes ("" when none will).
-func overridesOf(o policyedit.Object, now time.Time) (count, timed int, next string) {
+// when none or not a list), how many hold for a time and how many weekly,
+// and when the next of their bounds after now comes ("" when none will).
+func overridesOf(o policyedit.Object, now time.Time) (count, timed, weekly int, next string) {
 	raw, ok := o.Get("overrides")
 	if !ok {
-		return 0, 0, ""
+		return 0, 0, 0, ""
 	}
 	// A type error (an entry that is not an object, a bound that is not
 	// a string) leaves the rest decoded: every entry still counts.
-	var list []struct{ From, Until string }
+	var list []struct {
+		From, Until string
+		Schedule    json.RawMessage
+	}
 	var typeErr *json.UnmarshalTypeError
 	if err := json.Unmarshal(raw, &list); err != nil && !errors.As(err, &typeErr) {
-		return 0, 0, ""
+		return 0, 0, 0, ""
 	}
 	var soonest time.Time
 	for _, ov := range list {
+		if len(ov.Schedule) > 0 {
+			weekly++
+		}
 		if ov.From == "" && ov.Until == "" {
 			continue
 		}
@@ -90,7 +96,7 @@ func overridesOf(o policyedit.Object, now time.Time) (count, timed int, next str
 			}
 		}
 	}
-	return len(list), timed, timeText(soonest)
+	return len(list), timed, weekly, timeText(soonest)
 }
 
 // ruleTimeOf puts a rule's "from", "until" and "schedule" in words and

@@ -224,20 +224,22 @@ func TestImportFormTakesATableForAGlobalRule(t *testing.T) {
 	}
 }
 
-// The rule list says how many overrides hold for a time and when the next
-// of their bounds comes, so an operator sees a raised limit's end.
+// The rule list says how many overrides hold for a time, how many weekly,
+// and when the next of their bounds comes, so an operator sees a raised
+// limit's end.
 func TestRuleListShowsOverridesForATime(t *testing.T) {
 	e := newEnv(t, nil)
 	c := login(t, e, "alice")
 	body := `{"rules":[{"name":"api","limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":2},
 	  "overrides":[{"key":"a","algorithm_config":{"burst":5}},
 	    {"key":"b","algorithm_config":{"burst":5},"from":"2020-01-01T00:00:00Z","until":"2199-06-01T00:00:00Z"},
-	    {"key":"c","algorithm_config":{"burst":5},"from":"2198-01-01T12:30:00+01:00"}]}]}`
+	    {"key":"c","algorithm_config":{"burst":5},"from":"2198-01-01T12:30:00+01:00"},
+	    {"key":"d","algorithm_config":{"burst":5},"schedule":{"days":["sat","sun"]}}]}]}`
 	if _, err := e.svc.Save(context.Background(), policies.SaveRequest{Base: 1, JSON: []byte(body)}); err != nil {
 		t.Fatal(err)
 	}
 	page := get(t, c, e.srv.URL+"/")
-	for _, want := range []string{`data-overrides="3"`, `data-timed="2"`, "the next starts or ends 2198-01-01 11:30:00 UTC"} {
+	for _, want := range []string{`data-overrides="4"`, `data-timed="2"`, `data-weekly="1"`, "(2 for a time, 1 weekly; the next starts or ends 2198-01-01 11:30:00 UTC"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the rule list lacks %s", want)
 		}

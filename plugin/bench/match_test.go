@@ -38,9 +38,9 @@ func tenThousandOverrides() string {
 // interleaved run ("-vs-" cases: x-floor is then the ratio of the two
 // configurations): a regex and a CIDR condition against two exact ones,
 // a key missing from 10,000 overrides against a rule without any, and the
-// request's own override bounded in time (it reads the clock) against the
-// same override for good, and a rule bounded in time or on a weekly
-// schedule (it reads the clock) against the same rule for good.
+// request's own override bounded in time or on a weekly schedule (it reads
+// the clock) against the same override for good, and a rule bounded in
+// time or on a weekly schedule against the same rule for good.
 func BenchmarkMatch(b *testing.B) {
 	overrides := tenThousandOverrides()
 	const own = `, "overrides": [{"key": "k1", "algorithm_config": {"burst": 2e9}`
@@ -54,6 +54,7 @@ func BenchmarkMatch(b *testing.B) {
 		{"overrides-10000-miss", overrides, ""},
 		{"overrides-10000-miss-vs-none", overrides, noOverride},
 		{"override-timed-vs-untimed", timed, untimed},
+		{"override-scheduled-vs-untimed", matchLimits(`{}`, own+`, "schedule": {"from": "00:00", "until": "24:00", "time_zone": "Europe/Berlin"}}]`), untimed},
 		{"rule-timed-vs-untimed", matchLimits(`{}`, `, "from": "2000-01-01T00:00:00Z", "until": "2199-01-01T00:00:00Z"`), noOverride},
 		{"rule-scheduled-vs-untimed", matchLimits(`{}`, `, "schedule": {"from": "00:00", "until": "24:00", "time_zone": "Europe/Berlin"}`), noOverride},
 	} {

@@ -77,7 +77,27 @@ func (cr *compiledRule) compileAction(r *policy.Rule, vm *vmContext) {
 // same limits (a plan) share one compiled rule.
 type overrideLimits struct {
 	rate, burst, limit, perPeriod float64
-	active                        policy.Bounds // when it applies
+	active                        overrideTime // when it applies
+}
+
+// overrideTime is when an override applies: within its bounds and in its
+// weekly schedule's windows (schedule nil: every day, all day).
+type overrideTime struct {
+	bounds   policy.Bounds
+	schedule *policy.Schedule
+}
+
+func timeOf(o *policy.Override) overrideTime { return overrideTime{o.Bounds, o.Schedule} }
+
+// timed reports whether the override applies only at some times: only
+// those read the clock.
+func (t overrideTime) timed() bool { return t.bounds.Bounded() || t.schedule != nil }
+
+// overrideAt reports whether ov, an override's copy of its rule, applies
+// at now (Unix nanoseconds); a schedule's answer is kept for its window.
+func (ov *compiledRule) overrideAt(now int64) bool {
+	t := &ov.active
+	return t.bounds.ActiveAt(now) && (t.schedule == nil || ov.activeCache.in(t.schedule, now))
 }
 
 // compileOverrides builds the rule's override table: each distinct set of
@@ -103,13 +123,13 @@ func (cr *compiledRule) compileOverrides(r *policy.Rule, vm *vmContext) {
 		default:
 			continue
 		}
-		k.active = o.Bounds
+		k.active = timeOf(o)
 		ov := shared[k]
 		if ov == nil {
 			ov = new(compiledRule)
 			*ov = *cr
 			ov.overrides, ov.fleetOverrides, ov.overridden = nil, nil, true
-			ov.active = o.Bounds
+			ov.active, ov.activeCache = k.active, scheduleCache{}
 			wr := *r // the rule with the override's limits
 			switch {
 			case o.Quota != nil:
@@ -135,7 +155,7 @@ func (cr *compiledRule) compileOverrides(r *policy.Rule, vm *vmContext) {
 // count: count the override's use (not when a request is decided again).
 func (r *compiledRule) override(identity string, count bool) *compiledRule {
 	// An override for a time reads the clock; the others never do.
-	if ov := r.overrides[identity]; ov != nil && (!ov.active.Bounded() || ov.active.ActiveAt(nowNanos())) {
+	if ov := r.overrides[identity]; ov != nil && (!ov.active.timed() || ov.overrideAt(nowNanos())) {
 		if count {
 			r.m.overridden.inc()
 			r.tc.overridden++

@@ -175,9 +175,10 @@ type compiledRule struct {
 	denyStatus uint32
 	overrides  map[string]*compiledRule // identity -> this rule with its override's limits
 	overridden bool                     // this is such an override of a rule
-	// active bounds when such an override applies (none for most):
+	// active is when such an override applies (always, for most):
 	// outside, the identity has the rule's limits.
-	active policy.Bounds
+	active      overrideTime
+	activeCache scheduleCache // active's schedule, read once per window
 	// fleetOverrides finds a global rule's overrides by sluice_id, the
 	// name under which its pools are synced (fleet.go).
 	fleetOverrides map[[idLen]byte]*compiledRule

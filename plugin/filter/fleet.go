@@ -128,7 +128,7 @@ func (cr *compiledRule) addFleetOverride(identity []byte, ov *compiledRule) {
 // fleetRule returns the rule deciding the pool of sluice_id id of global
 // rule r at nowMS (Unix milliseconds): its override, or r.
 func (r *compiledRule) fleetRule(id [idLen]byte, nowMS int64) *compiledRule {
-	if ov := r.fleetOverrides[id]; ov != nil && ov.active.ActiveAt(nowMS*1e6) {
+	if ov := r.fleetOverrides[id]; ov != nil && ov.overrideAt(nowMS*1e6) {
 		return ov
 	}
 	return r

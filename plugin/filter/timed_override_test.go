@@ -48,7 +48,7 @@ func TestTimedOverridesApplyOnlyInTheirTime(t *testing.T) {
 			t.Errorf("%s at %s: the fleet pool's burst %v, want %v", c.key, time.UnixMilli(c.at).UTC().Format(time.RFC3339Nano), got, c.burst)
 		}
 	}
-	if a, g := r.overrides[string(state.AppendIdentity(nil, "acme"))], r.overrides[string(state.AppendIdentity(nil, "globex"))]; a == g || !a.active.Bounded() || g.active.Bounded() {
+	if a, g := r.overrides[string(state.AppendIdentity(nil, "acme"))], r.overrides[string(state.AppendIdentity(nil, "globex"))]; a == g || !a.active.timed() || g.active.timed() {
 		t.Error("a timed override shares the compiled rule of an untimed one with its limits")
 	}
 }

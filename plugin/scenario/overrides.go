@@ -16,6 +16,7 @@ func init() {
 	register(
 		Case{Name: "OverridesGiveIdentitiesTheirOwnLimits", Run: overridesGiveIdentitiesTheirOwnLimits},
 		Case{Name: "TimedOverridesApplyOnlyInTheirTime", Run: timedOverridesApplyOnlyInTheirTime},
+		Case{Name: "ScheduledOverridesApplyInTheirWeeklyWindows", Run: scheduledOverridesApplyInTheirWindows},
 	)
 }
 
@@ -131,6 +132,46 @@ tests:
       - expect: {status: 429, rule: api}
 `))
 	if got.requests != 21 || got.rejected != 6 {
+		t.Fatalf("replayed %+v", got)
+	}
+}
+
+// An override with a schedule gives its identity its own limits in its
+// weekly windows only, in its time zone: 24 December 2026 is a Thursday,
+// and the window is Thursdays 11:01 to 11:02 in Berlin (10:01 to 10:02
+// UTC). The filter decides each request as the simulator does.
+func scheduledOverridesApplyInTheirWindows(t *testing.T, start Starter) {
+	got := replayPolicyTests(t, start, []byte(`{"rules": [{"name": "api", "limit_keys": ["header:x-api-key"],
+	  "algorithm": "fixed_window", "algorithm_config": {"limit": 2, "window_seconds": 60},
+	  "overrides": [
+	    {"key": "acme", "algorithm_config": {"limit": 5},
+	     "schedule": {"days": ["thu"], "from": "11:01", "until": "11:02", "time_zone": "Europe/Berlin"}}]}]}`), []byte(`
+tests:
+  - name: acme has 5 a minute in its Thursday window only
+    start: 2026-12-24T10:00:00Z
+    request: {headers: {x-api-key: acme}}
+    steps:
+      - repeat: 2
+        expect: {status: 200}
+      - wait: 59.999s
+        expect: {status: 429, rule: api}
+      - wait: 1ms
+        repeat: 5
+        expect: {status: 200}
+      - expect: {status: 429, rule: api}
+      - wait: 60s
+        repeat: 2
+        expect: {status: 200}
+      - expect: {status: 429, rule: api}
+  - name: the next day at the same time acme has the rule's 2
+    start: 2026-12-25T10:01:00Z
+    request: {headers: {x-api-key: acme}}
+    steps:
+      - repeat: 2
+        expect: {status: 200}
+      - expect: {status: 429, rule: api}
+`))
+	if got.requests != 15 || got.rejected != 4 {
 		t.Fatalf("replayed %+v", got)
 	}
 }

@@ -33,7 +33,7 @@ const (
 
 var (
 	actions        = []string{ActionLimit, ActionExempt, ActionUnlimited, ActionDeny}
-	overrideFields = []string{"key", "algorithm_config", "from", "until"}
+	overrideFields = []string{"key", "algorithm_config", "from", "until", "schedule"}
 	// What an override's algorithm_config may set: the limits, never what
 	// shapes the state (window lengths) or the cost.
 	tokenBucketOverrideFields = []string{"tokens_per_second", "rps", "burst"}
@@ -57,6 +57,20 @@ type Override struct {
 	// Bounds say when the override applies ("from", "until"); outside,
 	// the identity has the rule's limits, with no push needed.
 	Bounds
+	// Schedule is "schedule" (schedule.go): the days and times of day the
+	// override applies, week after week, within its bounds; nil: always.
+	Schedule *Schedule
+}
+
+// Timed reports whether the override applies only at some times: it has
+// bounds or a schedule.
+func (o *Override) Timed() bool { return o.Bounded() || o.Schedule != nil }
+
+// AppliesAt reports whether now (Unix nanoseconds) is within the
+// override's bounds and schedule. The filter, the simulator and the rate
+// limit service all decide with it.
+func (o *Override) AppliesAt(now int64) bool {
+	return o.Bounds.ActiveAt(now) && (o.Schedule == nil || o.Schedule.ActiveAt(now))
 }
 
 // Bounds are when a rule or an override applies, in Unix nanoseconds (0: no
@@ -229,6 +243,9 @@ func (p *parser) override(path string, i int, ov *jvalue, r *Rule, cfg *jvalue, 
 		}
 	}
 	o.Bounds = p.bounds(opath, f, "override")
+	if sv := f["schedule"]; sv != nil {
+		o.Schedule = p.schedule(join(opath, "schedule"), sv)
+	}
 	cpath := join(opath, "algorithm_config")
 	cv := f["algorithm_config"]
 	switch {

@@ -63,9 +63,7 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 			}
 			nr.EnforcePercent = r.EnforcePercent
 			nr.From, nr.Until = boundText(r.From), boundText(r.Until)
-			if sc := r.Schedule; sc != nil {
-				nr.Schedule = &normSchedule{Days: sc.dayNames(), From: clockText(sc.From), Until: clockText(sc.Until), TimeZone: sc.TimeZone}
-			}
+			nr.Schedule = normalizeSchedule(r.Schedule)
 			if r.Unmarked {
 				mark := false
 				nr.ShadowMark = &mark
@@ -230,6 +228,15 @@ type normRule struct {
 	Schedule *normSchedule `json:"schedule,omitempty"`
 }
 
+// normalizeSchedule writes a rule's or an override's schedule out (nil
+// for none).
+func normalizeSchedule(sc *Schedule) *normSchedule {
+	if sc == nil {
+		return nil
+	}
+	return &normSchedule{Days: sc.dayNames(), From: clockText(sc.From), Until: clockText(sc.Until), TimeZone: sc.TimeZone}
+}
+
 // normSchedule is a schedule with every field written out.
 type normSchedule struct {
 	Days     []string `json:"days"`
@@ -296,10 +303,11 @@ func normalizeWindow(alg string, w *Window) *normWindow {
 
 // normOverride is an override with only the limits it can set.
 type normOverride struct {
-	Key    string `json:"key"`
-	Config any    `json:"algorithm_config"`
-	From   string `json:"from,omitempty"`
-	Until  string `json:"until,omitempty"`
+	Key      string        `json:"key"`
+	Config   any           `json:"algorithm_config"`
+	From     string        `json:"from,omitempty"`
+	Until    string        `json:"until,omitempty"`
+	Schedule *normSchedule `json:"schedule,omitempty"`
 }
 
 // boundText writes a rule's or an override's bound in UTC (RFC 3339).
@@ -328,6 +336,7 @@ func normalizeOverrides(os []Override) []normOverride {
 	for i, o := range os {
 		out[i].Key = o.Key
 		out[i].From, out[i].Until = boundText(o.From), boundText(o.Until)
+		out[i].Schedule = normalizeSchedule(o.Schedule)
 		switch {
 		case o.TokenBucket != nil:
 			out[i].Config = normOverrideTB{TokensPerSecond: o.TokenBucket.TokensPerSecond, Burst: o.TokenBucket.Burst}

@@ -163,17 +163,9 @@ func schemaProperties() map[string]obj {
 				"description": "How telemetry shows this rule's header:, jwt:, query: and metadata: key values: masked (default) or clear."},
 			"scope": obj{"type": "string", "enum": []string{ScopeLocal, ScopeGlobal}, "default": ScopeLocal,
 				"description": "local: the limit holds per Envoy process; global: across every process sharing the fleet backend (needs fleet)."},
-			"from":  obj{"type": "string", "pattern": rfc3339Pattern, "description": "RFC 3339 time from which the rule applies (inclusive); before it the rule is passed over and the next rule of its policy is tried."},
-			"until": obj{"type": "string", "pattern": rfc3339Pattern, "description": "RFC 3339 time at which the rule ends (exclusive); from then on it is passed over, with no push."},
-			"schedule": obj{"type": "object", "additionalProperties": false, "minProperties": 1,
-				"description": "The days and times of day the rule applies, week after week, in a time zone; outside, the next rule of its policy is tried. until at or before from crosses midnight.",
-				"properties": obj{
-					"days": obj{"type": "array", "minItems": 1, "uniqueItems": true, "items": obj{"type": "string", "enum": weekdays},
-						"description": "The days a window starts on; default every day."},
-					"from":      obj{"type": "string", "pattern": `^([01][0-9]|2[0-3]):[0-5][0-9]$`, "default": "00:00", "description": "The time of day a window starts (HH:MM)."},
-					"until":     obj{"type": "string", "pattern": `^(([01][0-9]|2[0-3]):[0-5][0-9]|24:00)$`, "default": "24:00", "description": "The time of day a window ends (HH:MM, exclusive); at or before from, the next day."},
-					"time_zone": obj{"type": "string", "default": "UTC", "description": "IANA time zone of from and until (e.g. Europe/Berlin)."},
-				}},
+			"from":     obj{"type": "string", "pattern": rfc3339Pattern, "description": "RFC 3339 time from which the rule applies (inclusive); before it the rule is passed over and the next rule of its policy is tried."},
+			"until":    obj{"type": "string", "pattern": rfc3339Pattern, "description": "RFC 3339 time at which the rule ends (exclusive); from then on it is passed over, with no push."},
+			"schedule": scheduleSchema("The days and times of day the rule applies, week after week, in a time zone; outside, the next rule of its policy is tried. until at or before from crosses midnight."),
 		},
 		"tokenBucket": {
 			"tokens_per_second": rate("Steady refill rate (tokens per second). Exactly one of tokens_per_second and rps."),
@@ -218,8 +210,9 @@ func schemaProperties() map[string]obj {
 					"max_per_period":    obj{"type": "number", "exclusiveMinimum": 0, "maximum": MaxBurst, "description": "rolling_window: the identity's cap per period."},
 				},
 				"description": "The limits that differ from the rule's; the rest (costs, window lengths) is the rule's."},
-			"from":  obj{"type": "string", "pattern": rfc3339Pattern, "description": "RFC 3339 time from which the override applies (inclusive); before it the identity has the rule's limits."},
-			"until": obj{"type": "string", "pattern": rfc3339Pattern, "description": "RFC 3339 time at which the override ends (exclusive); from then on the identity has the rule's limits again, with no push."},
+			"from":     obj{"type": "string", "pattern": rfc3339Pattern, "description": "RFC 3339 time from which the override applies (inclusive); before it the identity has the rule's limits."},
+			"until":    obj{"type": "string", "pattern": rfc3339Pattern, "description": "RFC 3339 time at which the override ends (exclusive); from then on the identity has the rule's limits again, with no push."},
+			"schedule": scheduleSchema("The days and times of day the override applies, week after week, in a time zone, within from and until; outside, the identity has the rule's limits. until at or before from crosses midnight."),
 		},
 	}
 }
@@ -438,3 +431,16 @@ func windowProperties(rolling bool, cost func(string) obj) obj {
 // rfc3339Pattern is the shape of an RFC 3339 time as the parser reads it
 // (time.RFC3339Nano): the parser also checks the values.
 const rfc3339Pattern = `^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$`
+
+// scheduleSchema is a rule's or an override's "schedule".
+func scheduleSchema(description string) obj {
+	return obj{"type": "object", "additionalProperties": false, "minProperties": 1,
+		"description": description,
+		"properties": obj{
+			"days": obj{"type": "array", "minItems": 1, "uniqueItems": true, "items": obj{"type": "string", "enum": weekdays},
+				"description": "The days a window starts on; default every day."},
+			"from":      obj{"type": "string", "pattern": `^([01][0-9]|2[0-3]):[0-5][0-9]$`, "default": "00:00", "description": "The time of day a window starts (HH:MM)."},
+			"until":     obj{"type": "string", "pattern": `^(([01][0-9]|2[0-3]):[0-5][0-9]|24:00)$`, "default": "24:00", "description": "The time of day a window ends (HH:MM, exclusive); at or before from, the next day."},
+			"time_zone": obj{"type": "string", "default": "UTC", "description": "IANA time zone of from and until (e.g. Europe/Berlin)."},
+		}}
+}

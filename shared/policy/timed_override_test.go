@@ -101,3 +101,55 @@ func TestEndedOverridesAreReportedByPosition(t *testing.T) {
 		t.Errorf("on the 21st: %v", w)
 	}
 }
+
+// An override may apply weekly: within its bounds, in its schedule's
+// windows (a customer's raise for business hours in its own time zone).
+func TestOverridesApplyOnTheirSchedule(t *testing.T) {
+	cfg, err := Parse([]byte(`{"rules": [{"name": "api", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
+	  "algorithm_config": {"rps": 10, "burst": 20},
+	  "overrides": [{"key": "acme", "algorithm_config": {"rps": 100, "burst": 200},
+	    "schedule": {"days": ["mon", "tue", "wed", "thu", "fri"], "from": "09:00", "until": "18:00", "time_zone": "Europe/Berlin"},
+	    "until": "2027-01-01T00:00:00Z"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &cfg.Policies[0].Rules[0].Overrides[0]
+	berlin, _ := time.LoadLocation("Europe/Berlin")
+	at := func(y int, m time.Month, d, h, min int) int64 {
+		return time.Date(y, m, d, h, min, 0, 0, berlin).UnixNano()
+	}
+	for _, c := range []struct {
+		name string
+		at   int64
+		want bool
+	}{
+		{"Thursday 09:00 in Berlin", at(2026, 12, 3, 9, 0), true},
+		{"Thursday 08:59", at(2026, 12, 3, 8, 59), false},
+		{"Thursday 18:00", at(2026, 12, 3, 18, 0), false},
+		{"Saturday noon", at(2026, 12, 5, 12, 0), false},
+		{"a Monday after until", at(2027, 1, 4, 12, 0), false},
+	} {
+		if got := o.AppliesAt(c.at); got != c.want {
+			t.Errorf("%s: applies %v, want %v", c.name, got, c.want)
+		}
+	}
+	if !o.Timed() || (&Override{}).Timed() {
+		t.Error("Timed: a scheduled override is not timed, or one without bounds and schedule is")
+	}
+	norm, err := cfg.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `"schedule":{"days":["mon","tue","wed","thu","fri"],"from":"09:00","until":"18:00","time_zone":"Europe/Berlin"}`; !strings.Contains(string(norm), want) {
+		t.Errorf("normalized form lacks %s:\n%s", want, norm)
+	}
+	if back, err := Parse(norm); err != nil || back.Policies[0].Rules[0].Overrides[0].Schedule == nil {
+		t.Errorf("the normalized form does not parse back with the schedule: %v", err)
+	}
+	_, err = Parse([]byte(`{"rules": [{"name": "api", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
+	  "algorithm_config": {"rps": 10, "burst": 20},
+	  "overrides": [{"key": "acme", "algorithm_config": {"burst": 40}, "schedule": {"days": ["someday"]}}]}]}`))
+	if err == nil || !strings.Contains(err.Error(), `overrides[0].schedule.days[0]: must be one of`) {
+		t.Errorf("a bad day: %v", err)
+	}
+}

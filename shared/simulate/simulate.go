@@ -397,7 +397,7 @@ func limitsFor(r *policy.Rule, identity string, now float64) (*policy.Rule, bool
 		if string(id) != identity {
 			continue
 		}
-		if !o.ActiveAt(nanos(now)) {
+		if !o.AppliesAt(nanos(now)) {
 			return r, false
 		}
 		wr := *r
