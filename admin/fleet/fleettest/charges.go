@@ -22,14 +22,7 @@ var ChargeLimit = redisgcra.Limit{Rate: 0.01, Burst: 20, MaxDebt: 10}
 func Charges(t *testing.T, run RunFunc, key string) {
 	t.Helper()
 	l := ChargeLimit
-	do := func(ops ...redisgcra.Op) []redisgcra.Outcome {
-		t.Helper()
-		outs, err := run(context.Background(), ops)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return outs
-	}
+	do := mustRun(t, run)
 	take := func(n uint64) redisgcra.Op { return redisgcra.Op{Key: key, Amount: l.Cost(n), Tau: l.Tau()} }
 	charge := func(n uint64, cap int64) redisgcra.Op {
 		return redisgcra.Op{Key: key, Amount: l.Cost(n), Tau: cap, Charge: true}
@@ -150,14 +143,7 @@ func WindowOp(key string, startMS, expireMS, amount, limit int64) redisgcra.Op {
 // added (Outcome.Charged).
 func WindowCharges(t *testing.T, run RunFunc, key string, startMS, expireMS int64) {
 	t.Helper()
-	do := func(ops ...redisgcra.Op) []redisgcra.Outcome {
-		t.Helper()
-		outs, err := run(context.Background(), ops)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return outs
-	}
+	do := mustRun(t, run)
 	take := func(n int64) redisgcra.Op { return WindowOp(key, startMS, expireMS, n, WindowChargeLimit) }
 	charge := func(n, limit int64) redisgcra.Op {
 		op := WindowOp(key, startMS, expireMS, n, limit)
@@ -250,5 +236,17 @@ func WindowChargesLoseNothing(t *testing.T, run RunFunc, key string, startMS, ex
 	}
 	if got := outs[0].Count; got != charges+takes || takes > limit {
 		t.Errorf("the window counts %d after %d charges and %d takes granted, want their sum (and at most %d takes)", got, charges, takes, limit)
+	}
+}
+
+// mustRun is run as a function of the ops, failing the test on an error.
+func mustRun(t *testing.T, run RunFunc) func(ops ...redisgcra.Op) []redisgcra.Outcome {
+	return func(ops ...redisgcra.Op) []redisgcra.Outcome {
+		t.Helper()
+		outs, err := run(context.Background(), ops)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return outs
 	}
 }
