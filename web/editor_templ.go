@@ -362,7 +362,7 @@ func Editor(p EditorPage) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 36, " <p class=\"muted\" id=\"migrate-link\">Coming from another rate limiter (envoyproxy/ratelimit, nginx, ingress-nginx, Higress, …)? <a href=\"/policy/migrate\">Convert its configuration</a> into rules.</p><script src=\"")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 36, " <p class=\"muted\" id=\"migrate-link\">Coming from another rate limiter (envoyproxy/ratelimit, nginx, ingress-nginx, Kong, Higress, Envoy Gateway, …)? <a href=\"/policy/migrate\">Convert its configuration</a> into rules.</p><script src=\"")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

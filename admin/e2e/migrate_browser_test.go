@@ -27,11 +27,14 @@ func TestBrowserConvertFromEnvoyRatelimit(t *testing.T) {
 	if got := shown("ingress-nginx"); got != "status annotations_prefix" {
 		t.Errorf("ingress-nginx's fields: %q", got)
 	}
-	if got := eval(`[...document.querySelectorAll("#mg-from option")].map((o) => o.value).join(" ")`); got != "envoy-ratelimit envoy-local-ratelimit ingress-nginx nginx kong higress" {
+	if got := eval(`[...document.querySelectorAll("#mg-from option")].map((o) => o.value).join(" ")`); got != "envoy-ratelimit envoy-local-ratelimit ingress-nginx nginx kong higress envoy-gateway" {
 		t.Errorf("the sources offered: %q", got)
 	}
 	if got := shown("higress"); got != "scope plugin default_cost fleet_cluster" {
 		t.Errorf("Higress's fields: %q", got)
+	}
+	if got := shown("envoy-gateway"); got != "scope fleet_cluster" {
+		t.Errorf("Envoy Gateway's fields: %q", got)
 	}
 	if got := shown("envoy-ratelimit"); got != "rate_limits scope fleet_cluster" {
 		t.Errorf("envoyproxy/ratelimit's fields: %q", got)

@@ -212,6 +212,26 @@ func TestAPIMigrateConvertsHigressPluginsWithTheirChoices(t *testing.T) {
 	}
 }
 
+func TestAPIMigrateConvertsEnvoyGatewayPoliciesWithTheirScope(t *testing.T) {
+	e := newEnv(t, nil)
+	objects := "apiVersion: gateway.envoyproxy.io/v1alpha1\nkind: BackendTrafficPolicy\nmetadata: {name: api, namespace: shop}\n" +
+		"spec:\n  targetRefs: [{kind: HTTPRoute, name: api}]\n" +
+		"  rateLimit: {global: {rules: [{clientSelectors: [{headers: [{name: x-api-key, type: Distinct}]}], limit: {requests: 100, unit: Minute}}]}}\n"
+	resp, answer := e.apiJSON(t, "POST", "/api/v1/policy/migrate", `{"from": "envoy-gateway", "scope": "local", "config": `+jsonString(objects)+`}`)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%d %v", resp.StatusCode, answer)
+	}
+	cfg := parsePolicyOf(t, answer)
+	r := cfg.RuleByName("shop-api-rule-0")
+	if r == nil || r.Global || cfg.Fleet != nil || r.Window == nil || r.Window.Limit != 100 || r.Window.WindowSeconds != 60 {
+		t.Errorf("converted: %+v", answer["policy"])
+	}
+	resp, answer = e.apiJSON(t, "POST", "/api/v1/policy/migrate", `{"from": "envoy-gateway", "plugin": "x", "config": `+jsonString(objects)+`}`)
+	if resp.StatusCode != http.StatusBadRequest || answer["field"] != "plugin" {
+		t.Errorf("a choice Envoy Gateway's conversion does not read: %d %v", resp.StatusCode, answer)
+	}
+}
+
 func TestMigratePageConvertsFromTheChosenSourceAndIgnoresTheOthersFields(t *testing.T) {
 	e := newEnv(t, nil)
 	c := login(t, e, "ed")

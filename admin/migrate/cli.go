@@ -53,6 +53,13 @@ SOURCE is one of:
       other kinds and plugins are skipped), or one plugin's configuration
       (-plugin names it when its fields do not).
 
+  envoy-gateway -f OBJECTS.yaml [-scope global|local] [-fleet-cluster NAME]
+      Envoy Gateway's rate limits: the rateLimit of the BackendTrafficPolicies
+      in OBJECTS.yaml, with the HTTPRoutes, GRPCRoutes and Gateways they
+      target (kubectl get backendtrafficpolicy,httproute,grpcroute,gateway
+      -A -o yaml; other kinds are skipped); -scope is that of the rules of
+      rateLimit.global.
+
 The policy goes to standard output (or -o), what differs to standard error.
 Check it, then save it with "ratelimit-admin policy apply" or on the policy
 page, whose conversion form and API (POST /api/v1/policy/migrate) take the
@@ -123,6 +130,15 @@ var commands = map[string]command{
 		cost := fs.Int("default-cost", 100, "ai-token-ratelimit: the tokens an answer that reports no usage costs")
 		return func() (Input, error) {
 			in := Input{From: "higress", Plugin: *plugin, Scope: *scope, FleetCluster: *cluster, DefaultCost: *cost}
+			return in, readFile(*path, &in.Config)
+		}
+	},
+	"envoy-gateway": func(fs *flag.FlagSet) func() (Input, error) {
+		path := fs.String("f", "", "the BackendTrafficPolicies, with the routes and Gateways they target (YAML)")
+		scope := fs.String("scope", "global", `the rules of rateLimit.global: "global" (counted across Envoys, as in Envoy Gateway's rate limit service) or "local"`)
+		cluster := fs.String("fleet-cluster", "sluice_rls", "the fleet block's cluster (global scope)")
+		return func() (Input, error) {
+			in := Input{From: "envoy-gateway", Scope: *scope, FleetCluster: *cluster}
 			return in, readFile(*path, &in.Config)
 		}
 	},

@@ -27,7 +27,7 @@ type Input struct {
 	From         string // a Source's Name; "envoy-ratelimit" when empty
 	Config       []byte // the source's configuration
 	RateLimits   []byte // envoy-ratelimit: the Envoy route's rate_limits
-	Scope        string // envoy-ratelimit, higress: "global" (default) or "local"
+	Scope        string // envoy-ratelimit, higress, envoy-gateway: "global" (default) or "local"
 	FleetCluster string // the fleet block's cluster of global rules
 	Status       int    // ingress-nginx: the rejection status (default 503)
 	// AnnotationsPrefix is ingress-nginx's annotations prefix (default
@@ -62,6 +62,10 @@ var Sources = []Source{
 		}},
 	{Name: "higress", Title: "Higress", Config: "WasmPlugins of key-rate-limit, cluster-key-rate-limit or ai-token-ratelimit (YAML), or one plugin's configuration",
 		Reads: []string{"scope", "fleet_cluster", "plugin", "default_cost"}, convert: convertHigressInput},
+	{Name: "envoy-gateway", Title: "Envoy Gateway", Config: "BackendTrafficPolicies with a rateLimit, with the HTTPRoutes, GRPCRoutes and Gateways they target (YAML: kubectl get backendtrafficpolicy,httproute,grpcroute,gateway -A -o yaml)",
+		Reads: []string{"scope", "fleet_cluster"}, convert: func(in Input) (Result, error) {
+			return EnvoyGateway(in.Config, EnvoyGatewayOptions{Scope: in.Scope, FleetCluster: in.FleetCluster, Taken: in.Taken})
+		}},
 }
 
 // SourceNamed returns the source called name; "" is the first source,

@@ -16,7 +16,7 @@ func TestConvertNamesTheInputItCannotUse(t *testing.T) {
 		in          Input
 		field, want string
 	}{
-		{Input{From: "haproxy", Config: []byte("x")}, "from", `from "haproxy": want one of envoy-ratelimit, envoy-local-ratelimit, ingress-nginx, nginx, kong, higress`},
+		{Input{From: "haproxy", Config: []byte("x")}, "from", `from "haproxy": want one of envoy-ratelimit, envoy-local-ratelimit, ingress-nginx, nginx, kong, higress, envoy-gateway`},
 		{Input{From: "ingress-nginx", Config: []byte(ingressList), RateLimits: []byte("- actions: []")}, "rate_limits", "not read when converting from ingress-nginx"},
 		{Input{From: "ingress-nginx", Config: []byte(ingressList), Scope: "local"}, "scope", "not read"},
 		{Input{Config: []byte("domain: d"), RateLimits: []byte("- actions: []"), Status: 429}, "status", "not read when converting from envoy-ratelimit"},

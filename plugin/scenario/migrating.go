@@ -2,8 +2,9 @@ package scenario
 
 // The examples of docs/migrating.md, each read from the page and run as it
 // stands: a configuration that replaces Envoy's local_ratelimit,
-// envoyproxy/ratelimit, nginx's limit_req, Kong's rate-limiting or a
-// Higress rate limit must do what the page says it does.
+// envoyproxy/ratelimit, nginx's limit_req, Kong's rate-limiting, a
+// Higress rate limit or an Envoy Gateway BackendTrafficPolicy must do what
+// the page says it does.
 
 import (
 	"encoding/json"
@@ -30,6 +31,8 @@ func init() {
 		Case{Name: "MigratingFromHigressKeyRateLimit", Run: migratingHigressKey},
 		Case{Name: "MigratingFromHigressClusterKeyRateLimit", Run: migratingHigressCluster},
 		Case{Name: "MigratingFromHigressAITokenRateLimit", Run: migratingHigressAIToken},
+		Case{Name: "MigratingFromEnvoyGatewayLocal", Run: migratingEnvoyGatewayLocal},
+		Case{Name: "MigratingFromEnvoyGatewayGlobal", Run: migratingEnvoyGatewayGlobal},
 	)
 }
 
@@ -39,7 +42,7 @@ const MigrationGuide = "docs/migrating.md"
 
 var MigrationExamples = []string{
 	"envoy-local", "envoy-local-converted", "envoyproxy-ratelimit", "envoyproxy-ratelimit-converted", "nginx-limit-req", "ingress-nginx", "kong", "higress-key-rate-limit", "higress-cluster-key-rate-limit",
-	"higress-ai-token-ratelimit",
+	"higress-ai-token-ratelimit", "envoy-gateway-local", "envoy-gateway-global",
 }
 
 // ExampleMarker is the comment before an example's block.
@@ -378,8 +381,8 @@ func migratingHigressAIToken(t *testing.T, start Starter) {
 	noRecoveredPanics(t, h)
 }
 
-// asLocal is a configuration with its global rules made local and its
-// fleet block removed.
+// asLocal is a configuration with its global rules (top-level, or of its
+// policies) made local and its fleet block removed.
 func asLocal(t *testing.T, cfg string) string {
 	t.Helper()
 	var doc map[string]any
@@ -391,6 +394,13 @@ func asLocal(t *testing.T, cfg string) string {
 	}
 	delete(doc, "fleet")
 	rules, _ := doc["rules"].([]any)
+	policies, _ := doc["policies"].([]any)
+	for _, p := range policies {
+		if m, ok := p.(map[string]any); ok {
+			more, _ := m["rules"].([]any)
+			rules = append(rules, more...)
+		}
+	}
 	for _, r := range rules {
 		if m, ok := r.(map[string]any); ok {
 			delete(m, "scope")
@@ -401,4 +411,75 @@ func asLocal(t *testing.T, cfg string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// migratingEnvoyGatewayLocal: the guide's HTTPRoute policy, 10 a second
+// per API key and the route's default bucket of 100 a second for the
+// requests without one; other hosts and paths not limited.
+func migratingEnvoyGatewayLocal(t *testing.T, start Starter) {
+	h := startExample(t, start, "envoy-gateway-local", noon)
+	at := func(host, path string, kv ...string) Request {
+		return req(append([]string{":authority", host, ":path", path}, kv...)...)
+	}
+	key := at("api.example.com", "/v1/orders", "x-api-key", "k1")
+	wantRejection(t, "a key's 11th at once", lastOf(t, h, 11, key), 429, `{"error":"rate_limited","rule":"shop-api-rule-0",...`,
+		"x-ratelimit-limit", "10", "ratelimit-policy", `"shop-api-rule-0";q=10;w=1`)
+	h.Advance(100 * time.Millisecond)
+	if got := admitted(t, h, 2, key); got != 1 {
+		t.Errorf("100 ms later: %d of 2 admitted, want 1", got)
+	}
+	// Keyed requests took nothing from the default bucket: its 100 are
+	// whole for the requests without a key.
+	anon := at("api.example.com", "/v1")
+	wantRejection(t, "the 101st without a key", lastOf(t, h, 101, anon), 429, `{"error":"rate_limited","rule":"shop-api-default",...`,
+		"ratelimit-policy", `"shop-api-default";q=100;w=1`)
+	if got := admitted(t, h, 10, at("api.example.com", "/v1/orders", "x-api-key", "k2")); got != 10 {
+		t.Errorf("another key while the default bucket is empty: %d of 10 admitted", got)
+	}
+	for _, r := range []Request{at("api.example.com", "/v10"), at("www.example.com", "/v1/orders")} {
+		if got := admitted(t, h, 150, r); got != 150 {
+			t.Errorf("%s%s: %d of 150 admitted; not the route's", header(r.Headers, ":authority"), header(r.Headers, ":path"), got)
+		}
+	}
+	noRecoveredPanics(t, h)
+}
+
+// migratingEnvoyGatewayGlobal runs the guide's global conversion as
+// -scope local writes it (one process's counts): a user's hourly token
+// budget for one model, charged from the answers, and 600 requests a
+// minute per address on each Envoy route.
+func migratingEnvoyGatewayGlobal(t *testing.T, start Starter) {
+	cfg, err := DocExample(MigrationGuide, "envoy-gateway-global")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mustStart(t, start, Options{Config: []byte(asLocal(t, cfg)), Start: noon})
+	call := func(user, model, route, tokens string) Request {
+		r := llmAnswer("/v1/chat/completions", "k", "application/json", `{"usage":{"total_tokens":`+tokens+`}}`)
+		r.Headers = append(r.Headers, Header{"x-user-id", user}, Header{"x-ai-eg-model", model}, Header{"@route", route})
+		return r
+	}
+	const route = "httproute/ai/chat/rule/0/match/0/llm_example_com"
+	admittedLeaving(t, h, "the first call", call("u1", "gpt-4o-mini", route, "60000"), "100000")
+	admittedLeaving(t, h, "a call with 40,000 tokens left", call("u1", "gpt-4o-mini", route, "50000"), "40000")
+	res := do(t, h, call("u1", "gpt-4o-mini", route, "1"))
+	if !res.Rejected || res.Status != 429 {
+		t.Fatalf("10,000 tokens over the hour's budget: rejected %v status %d, want 429", res.Rejected, res.Status)
+	}
+	if ra := atoi(t, "retry-after", header(res.ResponseHeaders, "retry-after")); ra != 3600 {
+		t.Errorf("retry-after %d, want the hour to 13:00", ra)
+	}
+	admittedLeaving(t, h, "another user", call("u2", "gpt-4o-mini", route, "1"), "100000")
+	if res := do(t, h, call("u1", "gpt-4o", route, "1")); res.Rejected {
+		t.Error("another model is not under the budget")
+	}
+	// 600 a minute per address on one route; another route counts apart.
+	other := req(":path", "/v1/models", "@route", "httproute/ai/models/rule/0/match/0/llm_example_com")
+	if got := admitted(t, h, 601, other); got != 600 {
+		t.Errorf("one address on one route: %d of 601 admitted in a minute, want 600", got)
+	}
+	if got := admitted(t, h, 10, req(":path", "/v1/files", "@route", "httproute/ai/files/rule/0/match/0/llm_example_com")); got != 10 {
+		t.Errorf("the same address on another route: %d of 10 admitted", got)
+	}
+	noRecoveredPanics(t, h)
 }
