@@ -25,6 +25,7 @@ func BenchmarkConvert(b *testing.B) {
 		{"kong-300-ingresses", Input{From: "kong", Config: kongIngresses(300)}},
 		{"kong-300-httproutes", Input{From: "kong", Config: kongHTTPRoutes(300)}},
 		{"higress-1000-keys", Input{From: "higress", Config: higressKeys(1000), Scope: "local"}},
+		{"envoy-gateway-300-httproutes", Input{From: "envoy-gateway", Config: envoyGatewayRoutes(300)}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			if _, err := Convert(c.in); err != nil {
@@ -193,6 +194,22 @@ func higressKeys(n int) []byte {
 	sb.WriteString("rule_name: per-key\nrule_items:\n  - limit_by_header: x-api-key\n    limit_keys:\n")
 	for i := range n {
 		fmt.Fprintf(&sb, "      - {key: key-%d, query_per_minute: %d}\n", i, 100+i)
+	}
+	return []byte(sb.String())
+}
+
+// envoyGatewayRoutes is n HTTPRoutes, each with a BackendTrafficPolicy of
+// a local per-key limit and a global per-address one.
+func envoyGatewayRoutes(n int) []byte {
+	var sb strings.Builder
+	for i := range n {
+		fmt.Fprintf(&sb, "---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: svc-%d, namespace: shop}\n"+
+			"spec: {hostnames: [api.example.com], rules: [{matches: [{path: {type: PathPrefix, value: /svc-%d}}], backendRefs: [{name: svc-%d, port: 80}]}]}\n"+
+			"---\napiVersion: gateway.envoyproxy.io/v1alpha1\nkind: BackendTrafficPolicy\nmetadata: {name: rl-%d, namespace: shop}\n"+
+			"spec:\n  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: svc-%d}]\n"+
+			"  rateLimit:\n    local: {rules: [{clientSelectors: [{headers: [{name: x-api-key, type: Distinct}]}], limit: {requests: 5, unit: Second}}]}\n"+
+			"    global: {rules: [{clientSelectors: [{sourceCIDR: {type: Distinct, value: 0.0.0.0/0}}], limit: {requests: 1000, unit: Hour}}]}\n",
+			i, i, i, i, i)
 	}
 	return []byte(sb.String())
 }
