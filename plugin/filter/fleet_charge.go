@@ -62,8 +62,11 @@ func (p *pluginContext) chargePool(h *httpContext, c *pendingCharge, cost float6
 			return
 		}
 		next, owed, clamped := chargedPool(a.fl.pool, a.fl.exists, costU, &env, shareDebt)
-		if a.fl.exists {
-			err := p.putPool(a, a.fl.way, next, a.fl.stored, a.fl.cas)
+		if a.fl.exists && next != a.fl.pool { // a lapsed lease is left as it is
+			err := errZeroCAS
+			if !a.fl.stored || a.fl.cas != 0 {
+				err = p.putPool(a, a.fl.way, next, a.fl.stored, a.fl.cas)
+			}
 			if errors.Is(err, types.ErrorStatusCasMismatch) && attempt < maxChargeAttempts {
 				r.m.casRetries.inc()
 				continue
