@@ -484,7 +484,8 @@ func (p *pluginContext) fetchForRequest(h *httpContext, apps []application) bool
 // demand-sized ask could be refused while the bucket still holds enough
 // for this request, and the answer's true cost is booked whatever the
 // lease (what it cannot pay is charged); the sync refills busy pools to
-// their demand between requests.
+// their demand between requests. lease_max and the burst bound it, as they
+// bound every lease.
 func (p *pluginContext) requestAsk(a *application, nowMS int64) int64 {
 	r := a.rule
 	if !r.respCost {
@@ -494,7 +495,7 @@ func (p *pluginContext) requestAsk(a *application, nowMS int64) int64 {
 	if r.respStatus {
 		expected = r.fixedCost
 	}
-	return max(1, min(int64(math.Ceil(expected)), int64(r.fleet.tb.Burst)))
+	return max(1, min(int64(math.Ceil(expected)), r.fleet.fc.leaseMax, int64(r.fleet.tb.Burst)))
 }
 
 // resolvePending ends the asks of batch and resumes the requests that no

@@ -181,8 +181,8 @@ func globalQuotaChargedFromResponses(t *testing.T, start Starter) {
 	}
 	c := onlyCall(t, h, "first lease")
 	r := rlsCall(t, c, node)
-	if len(r.Descriptors) != 1 || r.Descriptors[0].GetHitsAddend().GetValue() != 100 || r.Descriptors[0].GetLimit() != nil {
-		t.Fatalf("first ask %v; want default_cost, 100, and no rate override", r.Descriptors)
+	if len(r.Descriptors) != 1 || r.Descriptors[0].GetHitsAddend().GetValue() != 4 || r.Descriptors[0].GetLimit() != nil {
+		t.Fatalf("first ask %v; want default_cost (100) within lease_max, 4, and no rate override", r.Descriptors)
 	}
 	answerRLS(t, h, c, "1", windowStatus(rlsv3.RateLimitResponse_OK, 900, dayLeft))
 	final := settled(t, "first request", res)
@@ -190,7 +190,7 @@ func globalQuotaChargedFromResponses(t *testing.T, start Starter) {
 		t.Fatal("first request rejected with a lease granted")
 	}
 	if field := header(final.ResponseHeaders, "ratelimit"); !strings.HasSuffix(field, ";r=0;t=3600") {
-		t.Fatalf("RateLimit %q after 300 on a lease of 100; want r=0 and the day's end, t=3600", field)
+		t.Fatalf("RateLimit %q after 300 on a lease of 4; want r=0 and the day's end, t=3600", field)
 	}
 
 	res = do(t, h, costing("acme", "1"))
@@ -199,8 +199,8 @@ func globalQuotaChargedFromResponses(t *testing.T, start Starter) {
 	}
 	c = onlyCall(t, h, "ask after the answer")
 	r = rlsCall(t, c, node)
-	if len(r.Descriptors) != 2 || chargeOf(t, r.Descriptors[0]) != 200 || chargeOf(t, r.Descriptors[1]) != -1 {
-		t.Fatalf("descriptors %v; want the charge of 200 (no sluice_window), then the ask", r.Descriptors)
+	if len(r.Descriptors) != 2 || chargeOf(t, r.Descriptors[0]) != 296 || chargeOf(t, r.Descriptors[1]) != -1 {
+		t.Fatalf("descriptors %v; want the charge of 296 (no sluice_window), then the ask", r.Descriptors)
 	}
 	answerRLS(t, h, c, "1", windowStatus(rlsv3.RateLimitResponse_OK, 400, dayLeft),
 		windowStatus(rlsv3.RateLimitResponse_OVER_LIMIT, 0, dayLeft))
@@ -213,6 +213,6 @@ func globalQuotaChargedFromResponses(t *testing.T, start Starter) {
 	if res := do(t, h, costing("acme", "1")); !res.Rejected || res.Paused {
 		t.Fatalf("half an hour later: rejected %v paused %v; the day's refusal holds", res.Rejected, res.Paused)
 	}
-	wantMetrics(t, h, map[string]uint64{"sluice.rule.w.global_charged": 200, "sluice.rule.w.response_cost_charged": 1})
+	wantMetrics(t, h, map[string]uint64{"sluice.rule.w.global_charged": 296, "sluice.rule.w.response_cost_charged": 1})
 	noRecoveredPanics(t, h)
 }
