@@ -255,6 +255,9 @@ type kongLimit struct {
 	windows   map[string]int // advanced: period -> window seconds
 	sliding   bool
 	noPenalty bool // advanced: disable_penalty, rejected requests not counted
+	// throttle: advanced, throttling enabled (kong_advanced.go): requests
+	// over the limit wait their turn instead of being refused.
+	throttle *kongThrottle
 }
 
 func (l *kongLimit) global() bool { return l.policy == "redis" || l.policy == "cluster" }

@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/sluice-rl/sluice/shared/policy"
 )
 
 // kongAdvanced is the plugin's name.
@@ -64,6 +66,8 @@ func (k *kongConv) readAdvanced(path string, n *yaml.Node) (kongLimit, error) {
 		return lim, fmt.Errorf("%s.header_name: required with identifier header", path)
 	case lim.limitBy == "path" && lim.path == "":
 		return lim, fmt.Errorf("%s.path: required with identifier path", path)
+	case lim.throttle != nil && lim.global():
+		return lim, fmt.Errorf("%s: with strategy %s: Sluice holds requests only in each Envoy process (a rule counted across the fleet cannot hold them); set strategy local, or turn throttling off", lim.throttle.field, lim.policy)
 	}
 	for i, s := range sizes {
 		if s != math.Trunc(s) || s < 1 || s > 31536000 {
@@ -83,6 +87,8 @@ func (k *kongConv) readAdvanced(path string, n *yaml.Node) (kongLimit, error) {
 		}
 	}
 	switch {
+	case lim.throttle != nil:
+		k.noteOnce("rate-limiting-advanced's throttled windows become token_bucket rules (limit per window as the burst, refilled over the window) with max_delay_ms: a request over the limit is held until its turn, at most interval x retry_times and no longer than the refill of queue_limit requests takes, where Kong retries it every interval; the others are refused with 429 at once")
 	case lim.sliding && !lim.noPenalty:
 		k.noteOnce("rate-limiting-advanced's sliding windows become sliding_window rules, which weigh the previous window's count the same way; Kong also counts the requests it rejects (disable_penalty: false, its default), Sluice never does, so a client that keeps sending over the limit gets through again sooner than under Kong")
 	case lim.sliding:
@@ -138,7 +144,7 @@ func (k *kongConv) advancedField(lim *kongLimit, field, name string, v *yaml.Nod
 			err = fmt.Errorf("%s: a compound identifier is not converted; write the rule by hand with several limit_keys", field)
 		}
 	case "throttling":
-		err = kongThrottling(field, v)
+		lim.throttle, err = kongThrottling(field, v)
 	default:
 		if !kongRedisFields[name] {
 			return fmt.Errorf("%s: not a field of Kong's rate-limiting-advanced plugin; remove it or correct its name", field)
@@ -147,23 +153,64 @@ func (k *kongConv) advancedField(lim *kongLimit, field, name string, v *yaml.Nod
 	return err
 }
 
-// kongThrottling refuses an enabled throttling (Kong queues requests over
-// the limit and retries them): not converted.
-func kongThrottling(field string, v *yaml.Node) error {
+// kongThrottle is an enabled throttling: Kong queues a request over the
+// limit (at most queueLimit of them) and retries it every interval
+// seconds, at most retries times, before it refuses it.
+type kongThrottle struct {
+	field                         string
+	interval, retries, queueLimit float64
+}
+
+// kongThrottling reads throttling: nil when it is not enabled. Kong's
+// defaults: interval 5 s, retry_times 3, queue_limit 5.
+func kongThrottling(field string, v *yaml.Node) (*kongThrottle, error) {
 	if v.Kind != yaml.MappingNode {
-		return fmt.Errorf("%s: want a mapping", field)
+		return nil, fmt.Errorf("%s: want a mapping", field)
 	}
+	t := &kongThrottle{field: field, interval: 5, retries: 3, queueLimit: 5}
+	on := false
 	for i := 0; i+1 < len(v.Content); i += 2 {
-		if v.Content[i].Value == "enabled" {
-			if on, err := kongBool(field+".enabled", kongDeref(v.Content[i+1])); err != nil || on {
-				if err != nil {
-					return err
-				}
-				return fmt.Errorf("%s: throttling (queueing requests over the limit) is not converted; a token_bucket rule with max_delay_ms delays requests instead", field)
-			}
+		name, fv := v.Content[i].Value, kongDeref(v.Content[i+1])
+		var err error
+		switch name {
+		case "enabled":
+			on, err = kongBool(field+".enabled", fv)
+		case "interval":
+			t.interval, err = kongCount(field+"."+name, fv)
+		case "retry_times":
+			t.retries, err = kongCount(field+"."+name, fv)
+		case "queue_limit":
+			t.queueLimit, err = kongCount(field+"."+name, fv)
+		default:
+			err = fmt.Errorf("%s.%s: not a field of Kong's throttling; remove it or correct its name", field, name)
+		}
+		if err != nil {
+			return nil, err
 		}
 	}
-	return nil
+	if !on {
+		return nil, nil
+	}
+	return t, nil
+}
+
+// kongCount reads a whole number from 1 to a million.
+func kongCount(field string, v *yaml.Node) (float64, error) {
+	n, err := kongNumber(field, v)
+	if err == nil && (n < 1 || n > 1e6 || n != math.Trunc(n)) {
+		err = fmt.Errorf("%s: %v; want a whole number from 1 to 1000000", field, n)
+	}
+	return n, err
+}
+
+// maxDelayMS is how long Sluice may hold a request of a throttled window
+// of limit requests per window seconds: Kong's longest wait (interval x
+// retry_times), and no longer than the refill of queue_limit requests
+// takes (a token bucket holds at most rate x max_delay_ms requests' worth,
+// Kong's queue at most queue_limit), within Sluice's 60 s.
+func (t *kongThrottle) maxDelayMS(limit, window int) int {
+	wait := min(t.interval*t.retries, t.queueLimit*float64(window)/float64(limit))
+	return int(max(1, min(math.Floor(wait*1000), policy.MaxDelayMS)))
 }
 
 // kongNumbers reads a list of numbers.

@@ -134,3 +134,49 @@ func TestKongAdvancedWithoutPenaltyIsNotedAsTheSame(t *testing.T) {
 		t.Errorf("the penalty note with disable_penalty: true:\n%s", strings.Join(res.Notes, "\n"))
 	}
 }
+
+// An enabled throttling holds requests over the limit instead of refusing
+// them: the window becomes a token bucket of its limit, refilled over the
+// window, with max_delay_ms the shorter of Kong's longest wait (interval x
+// retry_times) and the refill of queue_limit requests.
+func TestKongThrottledWindowsHoldRequests(t *testing.T) {
+	cfg, res := kongConvert(t, `_format_version: "3.0"
+plugins:
+  - name: rate-limiting-advanced
+    config: {limit: [5, 100], window_size: [60, 3600], identifier: ip, throttling: {enabled: true, interval: 10, retry_times: 3, queue_limit: 5}}
+services:
+  - name: s
+    routes: [{name: r, paths: [/r]}]
+    plugins:
+      - {name: rate-limiting-advanced, config: {limit: [10], window_size: [60], identifier: ip, throttling: {enabled: false}}}
+`, KongOptions{})
+	bucket := func(name string) *policy.TokenBucket {
+		r := cfg.RuleByName(name)
+		if r == nil || r.TokenBucket == nil {
+			t.Fatalf("rule %s: %+v, want a token bucket", name, r)
+		}
+		return r.TokenBucket
+	}
+	// 5 a minute: 30 s of waiting, but 5 queued requests refill in 60 s:
+	// 30 s. 100 an hour: 5 queued take 180 s, Kong waits 30 s at most.
+	if b := bucket("global-advanced-60s"); b.TokensPerSecond != 0.083333 || b.Burst != 5 || b.MaxDelayMS != 30000 {
+		t.Errorf("the minute's bucket %+v, want 0.083333/s, burst 5, held up to 30 s", b)
+	}
+	if b := bucket("global-advanced-3600s"); b.Burst != 100 || b.MaxDelayMS != 30000 {
+		t.Errorf("the hour's bucket %+v, want burst 100, held up to 30 s", b)
+	}
+	if r := cfg.RuleByName("s-advanced-60s"); r == nil || r.Algorithm != policy.AlgorithmSlidingWindow {
+		t.Errorf("a plugin with throttling off: %+v, want its sliding window", r)
+	}
+	notesContain(t, res.Notes, "throttled windows become token_bucket rules")
+	// A queue shorter than the wait bounds the hold: 2 queued of 10 a
+	// minute refill in 12 s.
+	cfg, _ = kongConvert(t, `_format_version: "3.0"
+plugins:
+  - name: rate-limiting-advanced
+    config: {limit: [10], window_size: [60], identifier: ip, throttling: {enabled: true, queue_limit: 2}}
+`, KongOptions{})
+	if b := cfg.RuleByName("global-advanced-60s").TokenBucket; b == nil || b.MaxDelayMS != 12000 {
+		t.Errorf("queue_limit 2 of 10 a minute: %+v, want held up to 12 s", b)
+	}
+}

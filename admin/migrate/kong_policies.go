@@ -342,7 +342,8 @@ func (k *kongConv) overrideTarget(period string) *kongRL {
 // and answers the same.
 func (k *kongConv) overridable(rl, g *kongRL, period string) bool {
 	_, ok := rl.lim.limits[period]
-	return ok && kongByConsumer(rl) && rl.lim.global() == g.lim.global() && rl.lim.message == g.lim.message
+	return ok && kongByConsumer(rl) && rl.lim.global() == g.lim.global() && rl.lim.message == g.lim.message &&
+		rl.lim.throttle == nil && g.lim.throttle == nil // an override sets a window's limit, not a throttled bucket's
 }
 
 func kongByConsumer(rl *kongRL) bool {
@@ -381,7 +382,10 @@ func (k *kongConv) targetRules(rl *kongRL, t kongTarget, period string) ([]kongR
 	}
 	limit := func(suffix string, keys []string, match map[string]any) kongRule {
 		r := kongRule{outRule: outRule{Name: k.rules.take(base + suffix + "-" + period), Match: match, LimitKeys: keys}}
-		if w, ok := rl.lim.windows[period]; ok && rl.lim.sliding {
+		if w, ok := rl.lim.windows[period]; ok && rl.lim.throttle != nil {
+			r.Algorithm, r.AlgorithmConfig = policy.AlgorithmTokenBucket, &kongThrottledBucket{
+				TokensPerSecond: perSecond(int64(n), w), Burst: n, MaxDelayMS: rl.lim.throttle.maxDelayMS(n, w)}
+		} else if w, ok := rl.lim.windows[period]; ok && rl.lim.sliding {
 			r.Algorithm, r.AlgorithmConfig = policy.AlgorithmSlidingWindow, &windowConfig{Limit: n, WindowSeconds: w}
 		} else if w, ok := rl.lim.windows[period]; ok {
 			r.Algorithm, r.AlgorithmConfig = policy.AlgorithmFixedWindow, &windowConfig{Limit: n, WindowSeconds: w}
@@ -444,4 +448,12 @@ func kongPathMatch(c kongConds, path string) (map[string]any, bool) {
 	c["path"] = []kongAlt{{kongExact, path}}
 	m, err := c.json()
 	return m, err == nil
+}
+
+// kongThrottledBucket is a throttled rate-limiting-advanced window: its
+// limit per window as a bucket that holds requests over it.
+type kongThrottledBucket struct {
+	TokensPerSecond float64 `json:"tokens_per_second"`
+	Burst           int     `json:"burst"`
+	MaxDelayMS      int     `json:"max_delay_ms"`
 }
