@@ -32,7 +32,7 @@ func isAdvancedPeriod(period string) bool { return strings.HasPrefix(period, "ad
 
 // kongAdvancedIdentifiers are the identifier values converted, with the
 // rate-limiting plugin's limit_by of the same meaning.
-var kongAdvancedIdentifiers = []string{"consumer", "credential", "ip", "service", "header", "path"}
+var kongAdvancedIdentifiers = []string{"consumer", "credential", "ip", "service", "header", "path", "route"}
 
 // readAdvanced reads a rate-limiting-advanced config: every field Kong
 // knows, null being unset as in decK's dumps; an unknown field is an

@@ -180,3 +180,42 @@ plugins:
 		t.Errorf("queue_limit 2 of 10 a minute: %+v, want held up to 12 s", b)
 	}
 }
+
+// identifier route counts each route apart: a rule per route matching its
+// requests, one counter for all of them; on a service, its routes only.
+func TestKongAdvancedCountsPerRoute(t *testing.T) {
+	cfg, _ := kongConvert(t, `_format_version: "3.0"
+services:
+  - name: s
+    routes: [{name: a, paths: [/a]}, {name: b, paths: [/b]}]
+    plugins:
+      - {name: rate-limiting-advanced, config: {limit: [3], window_size: [60], window_type: fixed, identifier: route}}
+  - name: t
+    routes: [{name: c, paths: [/c]}]
+`, KongOptions{})
+	for _, c := range []struct{ path, rule string }{{"/a", "s-a-advanced-60s"}, {"/b", "s-b-advanced-60s"}} {
+		r := cfg.RuleByName(c.rule)
+		if r == nil || r.Window == nil || r.Window.Limit != 3 || len(r.Keys) != 1 || r.Keys[0].String() != "all" {
+			t.Fatalf("rule %s: %+v, want a window of 3 with one counter", c.rule, r)
+		}
+		if got := applied(cfg, simulate.Request{Path: c.path}); got["advanced-60s"] != c.rule {
+			t.Errorf("a request for %s is limited by %v, want %s", c.path, got, c.rule)
+		}
+	}
+	if got := applied(cfg, simulate.Request{Path: "/c"}); len(got) != 0 {
+		t.Errorf("a request of the other service is limited by %v", got)
+	}
+	_, err := Kong([]byte(`_format_version: "3.0"
+consumers:
+  - username: ann
+    keyauth_credentials: [{key: k1}]
+    plugins: [{name: rate-limiting-advanced, config: {limit: [3], window_size: [60], identifier: route}}]
+services:
+  - name: s
+    routes: [{name: a, paths: [/a]}]
+    plugins: [{name: key-auth}]
+`), KongOptions{})
+	if err == nil || !strings.Contains(err.Error(), "identifier route on a consumer's plugin is not converted") {
+		t.Errorf("identifier route on a consumer's plugin: %v", err)
+	}
+}

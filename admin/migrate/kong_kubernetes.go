@@ -206,8 +206,8 @@ func (k *kongConv) kubePlugin(path string, o *kongKubeObject) error {
 // buildKubernetes makes each plugin's policies, one per period.
 func (k *kongConv) buildKubernetes() error {
 	for _, rl := range k.limits {
-		if rl.lim.limitBy == "service" {
-			return fmt.Errorf("%s.config.limit_by: service needs the plugin's routes, which the object does not say; write the rule by hand", rl.path)
+		if rl.lim.limitBy == "service" || rl.lim.limitBy == "route" {
+			return fmt.Errorf("%s.config: counting by %s needs the plugin's routes, which the object does not say; write the rule by hand", rl.path, rl.lim.limitBy)
 		}
 		for _, period := range k.periods() {
 			if _, ok := rl.lim.limits[period]; !ok {

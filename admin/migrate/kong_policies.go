@@ -16,6 +16,29 @@ import (
 func (k *kongConv) targets(rl *kongRL) ([]kongTarget, error) {
 	var ts []kongTarget
 	switch {
+	case rl.lim.limitBy == "route" && rl.cons != nil:
+		return nil, fmt.Errorf("%s: identifier route on a consumer's plugin is not converted; write the rule by hand", rl.path)
+	case rl.lim.limitBy == "route" && rl.rt == nil:
+		// A counter per route: the routes of the plugin's service, or
+		// every route. Kong proxies no request that matches none.
+		routes := k.allRoutes()
+		if rl.svc != nil {
+			routes = rl.svc.routes
+		}
+		for _, rt := range routes {
+			rts, err := k.routeTargets([]*kongRt{rt})
+			if err != nil {
+				return nil, fmt.Errorf("%s (identifier route): %w", rl.path, err)
+			}
+			for i := range rts {
+				rts[i].label = rt.name
+			}
+			ts = append(ts, rts...)
+		}
+		if len(ts) == 0 {
+			k.note("%s: identifier route and no route in the file, so its plugin limits nothing; skipped", rl.path)
+			return nil, nil
+		}
 	case rl.cons != nil && rl.rt != nil && !k.authenticated(rl.rt):
 		k.note("%s: key-auth does not run on route %s, so Kong never knows consumer %s there and the plugin never applies; skipped", rl.path, rl.rt.name, rl.cons.name)
 		return nil, nil
@@ -414,8 +437,8 @@ func (k *kongConv) targetRules(rl *kongRL, t kongTarget, period string) ([]kongR
 		return []kongRule{byAddress()}, nil
 	case rl.lim.limitBy == "ip" || rl.byAddress:
 		return []kongRule{limit("", []string{"ip:address"}, match)}, nil
-	case rl.lim.limitBy == "service":
-		return []kongRule{limit("", []string{"all"}, match)}, nil // one counter for the service's routes
+	case rl.lim.limitBy == "service", rl.lim.limitBy == "route":
+		return []kongRule{limit("", []string{"all"}, match)}, nil // one counter for the service's (the route's) requests
 	case rl.lim.limitBy == "header":
 		r := limit("", []string{"header:" + rl.lim.header}, match)
 		return []kongRule{r, byAddress()}, nil
@@ -456,4 +479,14 @@ type kongThrottledBucket struct {
 	TokensPerSecond float64 `json:"tokens_per_second"`
 	Burst           int     `json:"burst"`
 	MaxDelayMS      int     `json:"max_delay_ms"`
+}
+
+// allRoutes are the top-level routes, then each service's, in the file's
+// order.
+func (k *kongConv) allRoutes() []*kongRt {
+	out := slices.Clone(k.routes)
+	for _, s := range k.services {
+		out = append(out, s.routes...)
+	}
+	return out
 }
