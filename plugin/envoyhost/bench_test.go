@@ -146,6 +146,10 @@ type streamCase struct {
 	baseConfig string
 }
 
+// benchPrimers ready each new plugin host of a configuration (not the
+// base) before its first streams: a global rule's lease, say.
+var benchPrimers = map[string]func(b *testing.B, bh *benchHost){}
+
 func BenchmarkEnvoyHostStream(b *testing.B) {
 	benchStreams(b, []streamCase{
 		{"allowed", benchConfig, hdr("x-api-key", "k"), false, ""},
@@ -244,6 +248,9 @@ func benchStreams(b *testing.B, cases []streamCase) {
 		for _, c := range cases {
 			b.Run(string(mode)+"/"+c.name, func(b *testing.B) {
 				p := benchHostFor(b, mode, plugin(b), c.config)
+				if prime := benchPrimers[c.config]; prime != nil && p.next == 0 {
+					prime(b, p)
+				}
 				e := benchHostFor(b, mode, module(b, "./plugin/wasmhost/testdata/empty"), "")
 				var base *benchHost
 				switch {
