@@ -97,19 +97,14 @@ func (p *PolicyRules) IdentityWindow(rule, id string, now time.Time) (Window, bo
 	return w, ok
 }
 
-// timed is an override's limit with when it applies: its bounds and weekly
-// schedule, read from the override (policy.Override.AppliesAt).
+// timed is an override's limit with the override, which says when it
+// applies (its bounds and weekly schedule: policy.Override.AppliesAt).
 type timed[T any] struct {
-	v    T
-	when policy.Override
+	v  T
+	ov *policy.Override
 }
 
-func (t timed[T]) activeAt(now time.Time) bool { return t.when.AppliesAt(now.UnixNano()) }
-
-// whenOf is what of an override says when it applies.
-func whenOf(o *policy.Override) policy.Override {
-	return policy.Override{Bounds: o.Bounds, Schedule: o.Schedule}
-}
+func (t timed[T]) activeAt(now time.Time) bool { return t.ov.AppliesAt(now.UnixNano()) }
 
 // GlobalWindow returns the global fixed window or quota named rule in the
 // current policy.
@@ -189,7 +184,7 @@ func globalOverrides(cfg *policy.Config) (map[ruleIdentity]timed[redisgcra.Limit
 				// and so how far below empty they may go, are the rule's.
 				l := redisgcra.Limit{Rate: o.TokenBucket.TokensPerSecond, Burst: o.TokenBucket.Burst, MaxDebt: chargeDebt(r.TokenBucket)}
 				if l.Valid() {
-					limits[k] = timed[redisgcra.Limit]{l, whenOf(o)}
+					limits[k] = timed[redisgcra.Limit]{l, o}
 				}
 				continue
 			case o.Window != nil:
@@ -200,7 +195,7 @@ func globalOverrides(cfg *policy.Config) (map[ruleIdentity]timed[redisgcra.Limit
 			if w, ok := windowOf(wr); ok {
 				// The override's limit, the rule's debt (as for a bucket).
 				w.MaxDebt = quotaDebt(r.Quota)
-				windows[k] = timed[Window]{w, whenOf(o)}
+				windows[k] = timed[Window]{w, o}
 			}
 		}
 	}

@@ -182,12 +182,22 @@ func (p *pluginContext) fleetLoad(a *application, now float64, noFetch bool) {
 	a.dec.Allowed = a.fl.v == vSpend || a.fl.v == vAdmit || a.fl.v == vAllowDown || a.fl.v == vShare || a.fl.v == vFetch
 	a.dec.Reset = 0
 	a.next = state.Bucket{Tokens: float64(a.fl.next.Tokens) / micro, LastRefill: now}
-	if tb := a.rule.fleet.tb; tb.Rate > 0 && a.dec.Allowed {
-		a.dec.Reset = max(0, (tb.Burst-a.dec.Remaining)/tb.Rate)
-		if a.rule.fleet.windowed && (a.fl.v == vSpend || a.fl.v == vAdmit) {
-			a.dec.Reset = max(0, float64(a.fl.next.Stamp)/1000-now) // the window's end
-		}
+	if a.dec.Allowed {
+		a.dec.Reset = a.rule.fleet.poolReset(a.dec.Remaining, a.fl.v == vSpend || a.fl.v == vAdmit, a.fl.next.Stamp, now)
 	}
+}
+
+// poolReset is the RateLimit reset (seconds) of a pool holding left tokens
+// at now: a windowed lease's end (its stamp), else the time the rule's rate
+// takes to refill its burst; 0 without a rate.
+func (rf *ruleFleet) poolReset(left float64, lease bool, stamp int64, now float64) float64 {
+	switch {
+	case rf.tb.Rate <= 0:
+		return 0
+	case rf.windowed && lease:
+		return max(0, float64(stamp)/1000-now) // the window's end
+	}
+	return max(0, (rf.tb.Burst-left)/rf.tb.Rate)
 }
 
 // poolEnv gathers what decidePool needs: this VM's view of the backend's

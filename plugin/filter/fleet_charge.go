@@ -121,12 +121,7 @@ func (h *httpContext) chargedNumbers(r *compiledRule, pl state.Pool, owing bool,
 	if owing {
 		left = 0
 	}
-	reset := 0.0
-	if tb := r.fleet.tb; r.fleet.windowed && pl.Mode == state.PoolLease {
-		reset = max(0, float64(pl.Stamp)/1000-now)
-	} else if tb.Rate > 0 {
-		reset = max(0, (tb.Burst-left)/tb.Rate)
-	}
+	reset := r.fleet.poolReset(left, pl.Mode == state.PoolLease, pl.Stamp, now)
 	if h.allowed.rule == r {
 		h.allowed.remaining, h.allowed.resetF, h.allowed.reset = wholeTokens(left), reset, ceilSeconds(reset)
 	}
