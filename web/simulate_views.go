@@ -35,8 +35,11 @@ type SimView struct {
 	Headers    [][2]string
 	Upstream   [][2]string
 	Body       string
-	DelayMS    int64
-	Policies   []SimPolicyView
+	// Details are the rejection's response code details, as Envoy's
+	// access logs print them.
+	Details  string
+	DelayMS  int64
+	Policies []SimPolicyView
 	// AsTest is the request as a policy test, with what it gets from
 	// fresh state ("" when it cannot be written).
 	AsTest string

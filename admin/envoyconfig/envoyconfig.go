@@ -31,6 +31,7 @@ import (
 	// Every type a bootstrap may name in an "@type" must be registered to
 	// be resolved. These are the ones Sluice's envoy.yaml uses (besides the
 	// packages imported above); add the package of any new one.
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/stream/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 )
 

@@ -112,6 +112,7 @@ type simDecisionJSON struct {
 	Headers         [][2]string `json:"headers"`
 	Body            string      `json:"body,omitempty"`
 	GRPCStatus      string      `json:"grpc_status,omitempty"` // a gRPC call's status, by name
+	Details         string      `json:"response_code_details,omitempty"`
 	UpstreamHeaders [][2]string `json:"upstream_headers,omitempty"`
 	DelayMS         int64       `json:"delay_ms,omitempty"`
 }
@@ -166,7 +167,7 @@ type simRuleDecis struct {
 func simJSON(label string, res simulate.Result) simResultJSON {
 	out := simResultJSON{Policy: label, Decision: simDecisionJSON{
 		Allowed: res.Status == 0, Status: res.Status, Rule: res.Rule, Headers: res.Headers,
-		Body: res.Body, UpstreamHeaders: res.Upstream, DelayMS: res.DelayMS,
+		Body: res.Body, Details: res.Details, UpstreamHeaders: res.Upstream, DelayMS: res.DelayMS,
 	}, Policies: []simPolicyJSON{}}
 	if res.GRPCStatus != 0 {
 		out.Decision.GRPCStatus = policy.GRPCCodeName(res.GRPCStatus)

@@ -170,7 +170,7 @@ func (s *server) simulateForm(r *http.Request, f web.SimForm, draft []byte) (sim
 // simView renders a simulation's outcome for people.
 func simView(label string, res simulate.Result) web.SimView {
 	v := web.SimView{Policy: label, Allowed: res.Status == 0, Status: res.Status, GRPCStatus: policy.GRPCCodeName(res.GRPCStatus), Rule: res.Rule,
-		Headers: res.Headers, Upstream: res.Upstream, Body: res.Body, DelayMS: res.DelayMS}
+		Headers: res.Headers, Upstream: res.Upstream, Body: res.Body, Details: res.Details, DelayMS: res.DelayMS}
 	for _, p := range res.Policies {
 		pv := web.SimPolicyView{Name: p.Name}
 		for _, r := range p.Rules {

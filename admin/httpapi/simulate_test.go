@@ -106,7 +106,8 @@ func TestSimulateRejectsWithTheFiltersResponse(t *testing.T) {
 		t.Fatalf("status %d: %v", resp.StatusCode, m)
 	}
 	d := m["decision"].(map[string]any)
-	if d["allowed"] != false || d["status"] != 429.0 || d["rule"] != "tiny" || d["grpc_status"] != "unavailable" {
+	if d["allowed"] != false || d["status"] != 429.0 || d["rule"] != "tiny" || d["grpc_status"] != "unavailable" ||
+		d["response_code_details"] != "sluice_rate_limited{tiny}" {
 		t.Fatalf("decision %v", d)
 	}
 	if !hasField(d["headers"], "x-ratelimit-reason", "token_bucket_exceeded") || !strings.Contains(d["body"].(string), `"rule":"tiny"`) {
@@ -250,8 +251,9 @@ func TestSimulatorFormRunsTheUnsavedDraft(t *testing.T) {
 	form.Set("policy", `{"rules":[{"name":"tiny","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":1,"burst":2,"cost_source":"header:x-cost"}}]}`)
 	form.Set("sim_headers", "x-cost: 3")
 	if _, body := post(t, c, e.srv.URL+"/simulate", form); !strings.Contains(body, "Rejected by the draft: 429") ||
-		!strings.Contains(body, "(a gRPC call: resource_exhausted)") {
-		t.Errorf("a rejection does not say what a gRPC call receives:\n%s", body)
+		!strings.Contains(body, "(a gRPC call: resource_exhausted)") ||
+		!strings.Contains(body, `id="sim-details">Envoy's access log: <code>sluice_rate_limited{tiny}</code>`) {
+		t.Errorf("a rejection does not say what a gRPC call receives and what Envoy logs:\n%s", body)
 	}
 
 	form.Set("sim_client", "not-an-address")

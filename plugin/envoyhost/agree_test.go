@@ -114,7 +114,7 @@ func summary(rejected bool, status int, up, resp []scenario.Header) string {
 // answerText is a filter's answer as the random comparisons compare it.
 func answerText(res scenario.Response) string {
 	return summary(res.Rejected, res.Status, res.UpstreamHeaders, res.ResponseHeaders) +
-		fmt.Sprintf(" paused=%v body=%q", res.Paused, res.LocalBody)
+		fmt.Sprintf(" paused=%v body=%q details=%q", res.Paused, res.LocalBody, res.LocalDetails)
 }
 
 // The lifecycle the probe logs (root and plugin start, configuration,

@@ -292,6 +292,7 @@ func (h *Host) response(t *tokens) (scenario.Response, error) {
 	if body := t.str(); body != "" {
 		r.LocalBody = []byte(body)
 	}
+	r.LocalDetails = t.str()
 	r.UpstreamHeaders = t.headers()
 	r.ResponseHeaders = t.headers()
 	if body := t.str(); body != "" {

@@ -204,7 +204,7 @@ func (p *pluginContext) deny(h *httpContext, r *compiledRule) types.Action {
 	headers = append(headers, r.rejectHeaders...)
 	p.replyHdrs = headers
 	// No gRPC status: Envoy maps deny_status (403: permission_denied).
-	if err := sendLocalResponse(r.denyStatus, headers, r.reply.body, grpcStatusFromHTTP); err != nil {
+	if err := sendLocalResponse(r.denyStatus, r.details, headers, r.reply.body, grpcStatusFromHTTP); err != nil {
 		h.local = false
 		p.vm.logLimited(logFailOpen, "sluice: cannot send the denial: "+err.Error())
 		return types.ActionContinue

@@ -150,6 +150,11 @@ type compiledRule struct {
 	policyHdr   string // RateLimit-Policy: "<rule>";q=<burst>;w=<window>
 	rlPrefix    string // RateLimit: `"<rule>";r=`
 	bodyPre     string // `{"error":"rate_limited","rule":"<rule>","retry_after":`
+	// details is what the rule's local reply passes as Envoy's response
+	// code details (%RESPONSE_CODE_DETAILS% in access logs):
+	// sluice_rate_limited{<rule>}, or sluice_denied{<rule>} for a deny
+	// rule. Built once: a rejection allocates nothing for it.
+	details string
 	// reply is the rejection's custom body and content type ("reject_body",
 	// "reject_content_type"; a deny rule's own JSON when it has none), nil
 	// for a limit rule that sends the JSON body bodyPre begins.
@@ -295,6 +300,7 @@ func (cc *compiledConfig) compileRule(r *policy.Rule, vm *vmContext) *compiledRu
 	cr.compileLimits(r)
 	cr.concurrent = r.Algorithm == policy.AlgorithmConcurrency
 	cr.bodyPre = `{"error":"rate_limited","rule":"` + r.Name + `","retry_after":`
+	cr.details = request.ReplyDetails(r)
 	if rp := cc.src.RejectReply(r); rp != nil {
 		cr.reply = &localReply{body: []byte(rp.Body), contentType: rp.ContentType}
 	}

@@ -92,7 +92,7 @@ func (p *pluginContext) sendReject(r *compiledRule, wait float64, identity strin
 	headers = appendOwnRejectHeaders(headers, r, s[retryEnd:tEnd]) // limit_headers.go
 	headers = append(headers, r.rejectHeaders...)
 	p.replyHdrs = headers
-	return sendLocalResponse(r.rejectStatus, headers, body, p.cfg.rejectGRPC)
+	return sendLocalResponse(r.rejectStatus, r.details, headers, body, p.cfg.rejectGRPC)
 }
 
 // localReply is a rejection's body and content type ("" sends none).

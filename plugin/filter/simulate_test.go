@@ -260,8 +260,9 @@ func sameAnswer(t *testing.T, where string, got *wasmhost.Result, sim simulate.R
 		t.Fatalf("%s: filter rejected=%v, simulator status %d (rule %q)", where, got.Rejected, sim.Status, sim.Rule)
 	}
 	if got.Rejected {
-		if got.Local.Status != sim.Status || string(got.Local.Body) != sim.Body {
-			t.Fatalf("%s: filter %d %s, simulator %d %s", where, got.Local.Status, got.Local.Body, sim.Status, sim.Body)
+		if got.Local.Status != sim.Status || string(got.Local.Body) != sim.Body || got.Local.Details != sim.Details {
+			t.Fatalf("%s: filter %d %s (%s), simulator %d %s (%s)", where, got.Local.Status, got.Local.Body,
+				got.Local.Details, sim.Status, sim.Body, sim.Details)
 		}
 		grpc := int(got.Local.GRPCStatus) // none: Envoy maps the HTTP status
 		if got.Local.GRPCStatus < 0 {

@@ -59,9 +59,13 @@ type Request struct {
 
 // Response is the outcome of a request.
 type Response struct {
-	Rejected        bool     // the plugin sent a local response
-	Status          int      // status sent downstream
-	LocalBody       []byte   // body of the local response, if any
+	Rejected  bool   // the plugin sent a local response
+	Status    int    // status sent downstream
+	LocalBody []byte // body of the local response, if any
+	// LocalDetails: the response code details the local response passed
+	// (white space replaced by '_', as Envoy keeps them), which access logs
+	// print for %RESPONSE_CODE_DETAILS%; "" without a local response.
+	LocalDetails    string
 	UpstreamHeaders []Header // request headers as forwarded upstream (nil if rejected before that)
 	ResponseHeaders []Header // response headers sent downstream, after on_response_headers
 	Paused          bool     // on_request_headers paused and nothing resumed it within the call

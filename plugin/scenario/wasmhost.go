@@ -142,7 +142,7 @@ func fromResult(res *wasmhost.Result) Response {
 		Paused:          res.Paused,
 	}
 	if res.Local != nil {
-		out.LocalBody = res.Local.Body
+		out.LocalBody, out.LocalDetails = res.Local.Body, res.Local.Details
 	}
 	if res.Stream != nil {
 		out.Stream = &wazeroStream{s: res.Stream}

@@ -210,7 +210,7 @@ func hSendLocalResponse(vm *VM, st []uint64) Status {
 	}
 	local := &LocalResponse{
 		Status:     int(u32(st[0])),
-		Details:    string(details),
+		Details:    replaceEmptySpace(details),
 		Headers:    headers,
 		Body:       append([]byte(nil), body...),
 		GRPCStatus: int32(u32(st[7])),
@@ -596,3 +596,17 @@ var smallInts = func() (s [1000]string) {
 	}
 	return
 }()
+
+// replaceEmptySpace is the details of a local reply as Envoy keeps them
+// (StringUtil::replaceAllEmptySpace): space, tab, form feed, vertical tab,
+// newline and carriage return each become '_'.
+func replaceEmptySpace(b []byte) string {
+	out := []byte(string(b))
+	for i, c := range out {
+		switch c {
+		case ' ', '\t', '\f', '\v', '\n', '\r':
+			out[i] = '_'
+		}
+	}
+	return string(out)
+}

@@ -86,7 +86,9 @@ type Result struct {
 
 // LocalResponse is what the plugin passed to proxy_send_local_response.
 type LocalResponse struct {
-	Status     int
+	Status int
+	// Details: the response code details, with white space replaced by
+	// '_' as Envoy does; what access logs print for %RESPONSE_CODE_DETAILS%.
 	Details    string
 	Headers    []Header
 	Body       []byte

@@ -155,3 +155,17 @@ func QuotaPeriod(name string) limiter.Period { return quotaPeriods[name] }
 func quotaOf(q *policy.Quota) limiter.Quota {
 	return limiter.NewQuota(q.Limit, QuotaPeriod(q.Period), q.Location)
 }
+
+// ReplyDetails is the response code details of rule r's local reply,
+// which Envoy writes where access logs read %RESPONSE_CODE_DETAILS%:
+// sluice_rate_limited{<rule>} when a limit refuses the request,
+// sluice_denied{<rule>} for a deny rule. It follows the form of Envoy's
+// own details (local_rate_limited, upstream_reset_before_response_started{...}):
+// a log line tells Sluice's rejections from an upstream's 429 and names
+// the rule. Rule names have no white space, which Envoy would replace.
+func ReplyDetails(r *policy.Rule) string {
+	if r.Action == policy.ActionDeny {
+		return "sluice_denied{" + r.Name + "}"
+	}
+	return "sluice_rate_limited{" + r.Name + "}"
+}

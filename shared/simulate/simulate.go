@@ -111,6 +111,9 @@ type Result struct {
 	Headers [][2]string
 	// Body is the rejection's body ("" when allowed).
 	Body string
+	// Details are the rejection's response code details, which Envoy's
+	// access logs print for %RESPONSE_CODE_DETAILS% ("" when allowed).
+	Details string
 	// GRPCStatus is the gRPC status code a gRPC call receives when the
 	// filter rejects it (0 when allowed): Envoy answers such a call with
 	// HTTP 200, this code in grpc-status and Body in grpc-message.
@@ -335,7 +338,7 @@ func (res *Result) deny(cfg *policy.Config, a *RuleResult) {
 	if res.Status < 200 || res.Status > 599 {
 		res.Status = policy.DefaultDenyStatus
 	}
-	res.Rule = a.Name
+	res.Rule, res.Details = a.Name, request.ReplyDetails(a.rule)
 	res.GRPCStatus = policy.GRPCStatusOfHTTP(res.Status) // the filter names none
 	var contentType string
 	res.Body, contentType = replyOf(cfg, a.rule, `{"error":"denied","rule":"`+a.Name+`"}`)
@@ -593,7 +596,7 @@ func (res *Result) reject(cfg *policy.Config, a *RuleResult) {
 		res.Status = policy.DefaultRejectStatus
 	}
 	res.GRPCStatus = cfg.RejectGRPCStatus
-	res.Rule = a.Name
+	res.Rule, res.Details = a.Name, request.ReplyDetails(a.rule)
 	retry, t := request.RejectTimes(a.Decision.Wait, a.composed)
 	if a.fields.ExactRetry {
 		retry = t // a quota: the time to the reset, without jitter

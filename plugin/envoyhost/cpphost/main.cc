@@ -332,6 +332,8 @@ struct StreamState {
   bool local_sent = false, rejected = false;
   int status = 0;
   std::string local_body;
+  // The reply's response code details, white space replaced as Envoy does.
+  std::string local_details;
   // continue_stream ran (after its callback).
   bool continued = false;
   bool forwarded = false; // upstream_headers valid
@@ -503,7 +505,7 @@ public:
 
   // Local replies and continue_stream take effect after the callback.
   WasmResult sendLocalResponse(uint32_t code, std::string_view body, Pairs additional,
-                               proxy_wasm::GrpcStatusCode, std::string_view) override;
+                               proxy_wasm::GrpcStatusCode, std::string_view details) override;
   WasmResult continueStream(WasmStreamType type) override {
     if (!stream || type != WasmStreamType::Request) return WasmResult::BadArgument;
     StreamState *s = stream;
@@ -621,7 +623,7 @@ struct Integration : proxy_wasm::WasmVmIntegration {
 struct Response {
   bool rejected = false, paused = false, held = false, forwarded = false;
   int status = 0;
-  std::string body, down_body;
+  std::string body, details, down_body;
   Headers upstream, resp;
   uint64_t stream = 0;
 };
@@ -934,6 +936,7 @@ struct Worker {
     r.rejected = s->rejected;
     r.status = s->status;
     r.body = s->local_body;
+    r.details = s->local_details;
     r.forwarded = s->forwarded;
     r.upstream = s->upstream_headers;
     r.resp = s->resp;
@@ -1137,10 +1140,14 @@ proxy_wasm::CallOnThreadFunction HostWasm::callOnThreadFunction() {
 }
 
 WasmResult HostContext::sendLocalResponse(uint32_t code, std::string_view body, Pairs additional,
-                                          proxy_wasm::GrpcStatusCode grpc_status, std::string_view) {
+                                          proxy_wasm::GrpcStatusCode grpc_status, std::string_view details) {
   if (!stream) return WasmResult::BadArgument;
   if (stream->local_sent) return WasmResult::BadArgument; // one local reply per stream
   stream->local_sent = true;
+  // Envoy (Context::sendLocalResponse): StringUtil::replaceAllEmptySpace.
+  stream->local_details.assign(details.data(), details.size());
+  for (auto &c : stream->local_details)
+    if (c == ' ' || c == '\t' || c == '\f' || c == '\v' || c == '\n' || c == '\r') c = '_';
   Headers extra;
   for (auto &kv : additional) extra.emplace_back(lower(kv.first), std::string(kv.second));
   Worker *w = hw()->worker;
@@ -1313,11 +1320,12 @@ void Integration::trace(std::string_view message) {
 // ---------------------------------------------------------------- commands
 
 // encodeResponse answers a stream: rejected, status, open (1 paused, 2 held),
-// stream id, local reply body, upstream request headers (-1: none),
-// response headers, the response body that went downstream.
+// stream id, local reply body and details, upstream request headers (-1:
+// none), response headers, the response body that went downstream.
 std::string encodeResponse(const Response &r) {
   std::string out = "ok " + std::string(r.rejected ? "1" : "0") + " " + std::to_string(r.status) + " " +
-                    (r.paused ? "1" : r.held ? "2" : "0") + " " + std::to_string(r.stream) + " " + esc(r.body);
+                    (r.paused ? "1" : r.held ? "2" : "0") + " " + std::to_string(r.stream) + " " + esc(r.body) +
+                    " " + esc(r.details);
   if (r.forwarded) appendHeaders(out, r.upstream);
   else out += " -1";
   appendHeaders(out, r.resp);
