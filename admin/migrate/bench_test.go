@@ -17,6 +17,7 @@ func BenchmarkConvert(b *testing.B) {
 		in   Input
 	}{
 		{"envoy-ratelimit-1000-values", Input{Config: ratelimitTable(1000), RateLimits: []byte("- actions: [{request_headers: {header_name: x-api-key, descriptor_key: api_key}}]\n"), Scope: "local"}},
+		{"envoy-ratelimit-1000-values-stream-done", Input{Config: ratelimitTable(1000), RateLimits: []byte(streamDonePair), Scope: "local"}},
 		{"envoy-local-ratelimit-300-routes", Input{From: "envoy-local-ratelimit", Config: envoyRoutes(300)}},
 		{"ingress-nginx-300-ingresses", Input{From: "ingress-nginx", Config: ingresses(300)}},
 		{"nginx-300-locations", Input{From: "nginx", Config: nginxLocations(300)}},
@@ -39,6 +40,16 @@ func BenchmarkConvert(b *testing.B) {
 		})
 	}
 }
+
+// streamDonePair is Envoy AI Gateway's pair of rate_limits entries on the
+// descriptors of ratelimitTable: the tokens of each call, counted when the
+// stream is done.
+const streamDonePair = `- actions: [{request_headers: {header_name: x-api-key, descriptor_key: api_key}}]
+  hits_addend: {number: 0}
+- actions: [{request_headers: {header_name: x-api-key, descriptor_key: api_key}}]
+  apply_on_stream_done: true
+  hits_addend: {format: '%DYNAMIC_METADATA(io.envoy.ai_gateway:llm_total_token)%'}
+`
 
 func ratelimitTable(n int) []byte {
 	var sb strings.Builder

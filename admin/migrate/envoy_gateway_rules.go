@@ -704,7 +704,7 @@ func (g *egConverter) cost(r *egRule, v yval) error {
 	if resp.key != "" {
 		if path, ok := aiGatewayUsage[resp.key]; ok && resp.ns == aiGatewayMetadata {
 			r.costSource = "response_json:" + path
-			g.noteOnce(fmt.Sprintf("Envoy AI Gateway's %s is read by Sluice from the answer's body itself (%s, in the OpenAI format the AI Gateway answers in): the rule admits a request while tokens are left and charges the usage when the answer ends; an answer reporting none (an error, a stream without usage) costs 1 (default_cost)", resp.key, r.costSource))
+			g.noteOnce(aiGatewayCostNote(r.costSource)) // envoy_ratelimit_stream_done.go
 			switch {
 			case req.key != "" || req.number != nil && *req.number > 0:
 				g.note("%s: the request's own cost is left out: a rule charged from the answer charges its usage alone", f["request"].path)

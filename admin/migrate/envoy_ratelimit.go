@@ -81,8 +81,15 @@ func EnvoyRatelimit(config, routeLimits []byte, opt Options) (Result, error) {
 	if len(rls) == 0 {
 		return Result{}, &InputError{"rate_limits", fmt.Errorf("rate_limits: empty; give the route's rate_limits, whose actions say what each descriptor key is")}
 	}
+	plans, err := planEntries(rls)
+	if err != nil {
+		return Result{}, &InputError{"rate_limits", err}
+	}
 	for i, rl := range rls {
-		if err := c.convertActions(fmt.Sprintf("rate_limits[%d]", i), rl, cfg.Descriptors); err != nil {
+		if plans[i].checks {
+			continue // converted with the stream-done entry it checks
+		}
+		if err := c.convertActions(fmt.Sprintf("rate_limits[%d]", i), rl, cfg.Descriptors, plans[i].cost); err != nil {
 			return Result{}, &InputError{"rate_limits", err}
 		}
 	}
@@ -230,17 +237,21 @@ func windowOf(rl *rateLimit) int64 {
 	return w
 }
 
-// convertActions makes the policy of one rate_limits entry.
-func (c *converter) convertActions(path string, rl routeRateLimit, tree []descriptor) error {
+// convertActions makes the policy of one rate_limits entry; cost, when
+// not "", is the cost source of a stream-done entry's hits (planEntries).
+func (c *converter) convertActions(path string, rl routeRateLimit, tree []descriptor, cost string) error {
 	switch {
 	case len(rl.Actions) == 0:
 		return fmt.Errorf("%s.actions: empty", path)
-	case rl.Stage != nil && *rl.Stage != 0, rl.DisableKey != "", rl.Limit != nil, rl.ApplyOnStreamDone:
-		return fmt.Errorf("%s: only actions and hits_addend are converted (not stage, disable_key, limit or apply_on_stream_done)", path)
+	case rl.Stage != nil && *rl.Stage != 0, rl.DisableKey != "", rl.Limit != nil:
+		return fmt.Errorf("%s: only actions, hits_addend and apply_on_stream_done are converted (not stage, disable_key or limit)", path)
 	}
-	hits, err := hitsAddend(path, rl.HitsAddend)
-	if err != nil {
-		return err
+	hits := 1 // a stream-done entry's hits are its cost, read from the answer
+	if cost == "" {
+		var err error
+		if hits, err = hitsAddend(path, rl.HitsAddend); err != nil {
+			return err
+		}
 	}
 	entries := make([]entry, len(rl.Actions))
 	sources := map[string]bool{}
@@ -261,7 +272,7 @@ func (c *converter) convertActions(path string, rl routeRateLimit, tree []descri
 	}
 	p := outPolicy{Name: c.pols.take(policyName(entries))}
 	for _, v := range variants {
-		w := walker{c: c, entries: v.entries, absent: v.absent, path: path}
+		w := walker{c: c, entries: v.entries, absent: v.absent, path: path, cost: cost}
 		if err := w.walk(0, tree, nil, &p); err != nil {
 			return err
 		}
@@ -294,6 +305,9 @@ func hitsAddend(path string, h any) (int, error) {
 		}
 	}
 	n, ok := m["number"].(int)
+	if ok && n == 0 {
+		return 0, fmt.Errorf("%s.hits_addend.number: 0 counts nothing, so the entry only checks; it converts with the apply_on_stream_done entry of the same actions whose hits it checks, and there is none", path)
+	}
 	if !ok || n < 1 || n > 1e9 {
 		return 0, fmt.Errorf("%s.hits_addend.number: %v; want a whole number from 1 to 1000000000", path, m["number"])
 	}
@@ -537,6 +551,7 @@ type walker struct {
 	entries []entry
 	absent  map[string]any // the conditions of the skipped entries (skipVariants)
 	path    string
+	cost    string // the rules' cost read from the answer ("": the request counts)
 }
 
 // walk visits level i of the tree (nodes: the children of the path so
@@ -615,11 +630,21 @@ func (w *walker) walk(i int, nodes []descriptor, path []step, p *outPolicy) erro
 	r := &p.Rules[len(p.Rules)-1]
 	for _, d := range valued {
 		if folded[d] {
-			r.Overrides = append(r.Overrides, outOverride{Key: escapeKey(d.Value),
-				AlgorithmConfig: windowConfig{Limit: int(*d.RateLimit.RequestsPerUnit)}})
+			r.Overrides = append(r.Overrides, outOverride{Key: escapeKey(d.Value), AlgorithmConfig: w.overrideLimit(d.RateLimit)})
 		}
 	}
 	return nil
+}
+
+// overrideLimit is the algorithm_config of a value's override with limit
+// rl: a window's limit, or for a rule charged from the answer
+// (answerLimit) its token bucket's or its quota's.
+func (w *walker) overrideLimit(rl *rateLimit) any {
+	n := int(*rl.RequestsPerUnit)
+	if secs := windowSeconds[strings.ToLower(rl.Unit)]; w.cost != "" && secs < 3600 {
+		return bucketConfig{TokensPerSecond: perSecond(int64(n), secs), Burst: n}
+	}
+	return windowConfig{Limit: n}
 }
 
 // wildcards visits a level's wildcard nodes in order, after its exact
@@ -707,7 +732,7 @@ func (w *walker) foldable(own *descriptor, valued []*descriptor, path []step) ma
 	}
 	for _, d := range valued {
 		if limits(d) && len(d.Descriptors) == 0 && d.ShadowMode == own.ShadowMode &&
-			strings.EqualFold(d.RateLimit.Unit, own.RateLimit.Unit) && d.RateLimit.Name == "" {
+			strings.EqualFold(d.RateLimit.Unit, own.RateLimit.Unit) && windowOf(d.RateLimit) == windowOf(own.RateLimit) && d.RateLimit.Name == "" {
 			out[d] = true
 		}
 	}
@@ -757,6 +782,9 @@ func (w *walker) leaf(d *descriptor, path []step, p *outPolicy) error {
 		}
 	}
 	if *rl.RequestsPerUnit == 0 {
+		if w.cost != "" {
+			return fmt.Errorf("%s: rule %s: requests_per_unit 0 on descriptors charged when the stream is done is not converted; write a deny rule by hand", w.path, r.Name)
+		}
 		return w.denyRule(r, path, match, p)
 	}
 	switch {
@@ -773,8 +801,14 @@ func (w *walker) leaf(d *descriptor, path []step, p *outPolicy) error {
 	if len(match) > 0 {
 		r.Match = match
 	}
-	r.Algorithm = policy.AlgorithmFixedWindow
-	r.AlgorithmConfig = &windowConfig{Limit: int(*rl.RequestsPerUnit), WindowSeconds: int(windowOf(rl))}
+	if w.cost != "" {
+		if err := w.c.answerLimit(w.path, &r, rl, w.cost); err != nil {
+			return err
+		}
+	} else {
+		r.Algorithm = policy.AlgorithmFixedWindow
+		r.AlgorithmConfig = &windowConfig{Limit: int(*rl.RequestsPerUnit), WindowSeconds: int(windowOf(rl))}
+	}
 	if w.c.opt.Scope == "global" {
 		r.Scope = "global"
 	}

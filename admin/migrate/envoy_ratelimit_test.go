@@ -2,10 +2,8 @@ package migrate
 
 import (
 	"bytes"
-	"encoding/json"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 
@@ -426,22 +424,20 @@ func FuzzEnvoyRatelimit(f *testing.F) {
 // The policy docs/migrating.md shows for its envoyproxy/ratelimit
 // configuration is what the conversion makes of it.
 func TestTheMigrationGuideShowsTheConversionsOutput(t *testing.T) {
-	block := guideBlock(t, "<!-- example: envoyproxy-ratelimit-converted -->", "json")
-	res, err := EnvoyRatelimit([]byte(guideConfig), []byte(guideActions), Options{Scope: "local"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var shown, made any
-	if err := json.Unmarshal([]byte(block), &shown); err != nil {
-		t.Fatalf("the guide's JSON: %v", err)
-	}
-	if err := json.Unmarshal(res.Policy, &made); err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(shown, made) {
-		t.Errorf("the guide shows\n%s\nthe conversion makes\n%s", block, res.Policy)
+	for example, in := range map[string][2]string{
+		"envoyproxy-ratelimit-converted":   {guideConfig, guideActions},
+		"envoyproxy-ratelimit-stream-done": {streamDoneGuideConfig, strings.ReplaceAll(streamDoneActions, "x-user", "x-user-id")},
+	} {
+		res, err := EnvoyRatelimit([]byte(in[0]), []byte(in[1]), Options{Scope: "local"})
+		if err != nil {
+			t.Fatalf("%s: %v", example, err)
+		}
+		sameAsGuide(t, guideBlock(t, "<!-- example: "+example+" -->", "json"), res.Policy)
 	}
 }
+
+// streamDoneGuideConfig is streamDoneConfig without vip, as the guide shows it.
+var streamDoneGuideConfig = streamDoneConfig[:strings.Index(streamDoneConfig, "  - key: user\n    value: vip")]
 
 // requests_per_unit 0 on a key's own node refuses every other value: the
 // values with nodes of their own are stopped before the deny rule by an
@@ -494,6 +490,14 @@ func TestAMultipliedUnitIsAWindowThatMuchLonger(t *testing.T) {
 	if r.Algorithm != policy.AlgorithmFixedWindow || r.Window == nil || r.Window.Limit != 100 || r.Window.WindowSeconds != 300 {
 		t.Fatalf("rule %s: %s %+v, want a fixed window of 100 per 300 s", r.Name, r.Algorithm, r.Window)
 	}
+	// A value of another multiple of the key's unit keeps its own window:
+	// it is a rule of its own, not an override of the key's.
+	cfg = convert(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 100}\n  - key: k\n    value: slow\n    rate_limit: {unit: minute, requests_per_unit: 10, unit_multiplier: 5}\n",
+		`- actions: [{request_headers: {header_name: x-k, descriptor_key: k}}]`, Options{})
+	rules := cfg.Policies[0].Rules
+	if len(rules) != 2 || rules[0].Window.WindowSeconds != 300 || rules[0].Window.Limit != 10 || rules[1].Window.WindowSeconds != 60 || len(rules[1].Overrides) != 0 {
+		t.Errorf("a value of 10 per 5 minutes under a key of 100 a minute: %+v", rules)
+	}
 }
 
 // hits_addend's number is what each request costs the descriptor's
@@ -507,13 +511,108 @@ func TestHitsAddendIsEachRequestsCost(t *testing.T) {
 	}
 	for _, tc := range []struct{ actions, want string }{
 		{"- actions: [{request_headers: {header_name: x-k, descriptor_key: k}}]\n  hits_addend: {format: '%DYNAMIC_METADATA(ns:n)%'}\n", "hits_addend.format: not converted"},
-		{"- actions: [{request_headers: {header_name: x-k, descriptor_key: k}}]\n  hits_addend: {number: 0}\n", "hits_addend.number: 0; want a whole number from 1"},
+		{"- actions: [{request_headers: {header_name: x-k, descriptor_key: k}}]\n  hits_addend: {number: 0}\n", "hits_addend.number: 0 counts nothing, so the entry only checks"},
 		{"- actions: [{request_headers: {header_name: x-k, descriptor_key: k}}]\n  hits_addend: {number: 101}\n", "101 hits per request, more than rule"},
-		{"- actions: [{request_headers: {header_name: x-k, descriptor_key: k}}]\n  apply_on_stream_done: true\n", "not stage, disable_key, limit or apply_on_stream_done"},
+		{"- actions: [{request_headers: {header_name: x-k, descriptor_key: k}}]\n  stage: 1\n", "not stage, disable_key or limit"},
 	} {
 		_, err := EnvoyRatelimit([]byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 100}\n"), []byte(tc.actions), Options{})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want an error containing %q", tc.actions, err, tc.want)
+		}
+	}
+}
+
+// streamDoneConfig limits each user's LLM tokens per minute, and a
+// customer's per day.
+const streamDoneConfig = `domain: ai
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 6000}
+  - key: user
+    value: acme
+    rate_limit: {unit: day, requests_per_unit: 1000000}
+  - key: user
+    value: vip
+    rate_limit: {unit: minute, requests_per_unit: 60000}
+`
+
+// streamDoneActions are Envoy AI Gateway's pair: the request-path check and
+// the tokens counted when the stream is done.
+const streamDoneActions = `- actions: [{request_headers: {header_name: x-user, descriptor_key: user}}]
+  hits_addend: {number: 0}
+- actions: [{request_headers: {header_name: x-user, descriptor_key: user}}]
+  apply_on_stream_done: true
+  hits_addend: {format: '%DYNAMIC_METADATA(io.envoy.ai_gateway:llm_total_token)%'}
+`
+
+// A request-path check and an apply_on_stream_done entry of the same
+// actions convert to one policy whose rules charge the answer's usage:
+// a minute's limit is a token bucket, a day's a calendar quota; a value
+// of the key's own unit is an override of the key's rule, with the
+// bucket's or the quota's numbers.
+func TestStreamDoneTokenCountsBecomeRulesChargedFromTheAnswer(t *testing.T) {
+	res, cfg := ratelimitConvert(t, streamDoneConfig, streamDoneActions, Options{})
+	if len(cfg.Policies) != 1 {
+		t.Fatalf("%d policies, want one for the pair", len(cfg.Policies))
+	}
+	rules := cfg.Policies[0].Rules
+	if len(rules) != 2 {
+		t.Fatalf("rules %+v", rules)
+	}
+	acme, each := rules[0], rules[1]
+	if acme.Quota == nil || acme.Quota.Limit != 1000000 || acme.Quota.Period != "day" || !acme.Global ||
+		acme.Quota.Cost.String() != "response_json:usage.total_tokens" || len(acme.Match) != 1 || acme.Match[0].Cond.Value != "acme" {
+		t.Errorf("acme's rule %+v (quota %+v)", acme, acme.Quota)
+	}
+	if each.TokenBucket == nil || each.TokenBucket.Burst != 6000 || each.TokenBucket.TokensPerSecond != 100 || !each.Global ||
+		each.TokenBucket.Cost.String() != "response_json:usage.total_tokens" || len(each.Overrides) != 1 {
+		t.Fatalf("the per-user rule %+v (bucket %+v)", each, each.TokenBucket)
+	}
+	if o := each.Overrides[0]; o.Key != "vip" || o.TokenBucket == nil || o.TokenBucket.Burst != 60000 || o.TokenBucket.TokensPerSecond != 1000 {
+		t.Errorf("vip's override %+v (bucket %+v), want 60,000 refilled over a minute", o, o.TokenBucket)
+	}
+	// A day's value under a day's key: an override of the quota's limit.
+	daily := convert(t, "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 100000}\n  - key: user\n    value: acme\n    rate_limit: {unit: day, requests_per_unit: 1000000}\n",
+		streamDoneActions, Options{})
+	if r := daily.Policies[0].Rules; len(r) != 1 || r[0].Quota == nil || r[0].Quota.Limit != 100000 || len(r[0].Overrides) != 1 ||
+		r[0].Overrides[0].Quota == nil || r[0].Overrides[0].Quota.Limit != 1000000 {
+		t.Errorf("a daily table: %+v", r)
+	}
+	notes := strings.Join(res.Notes, "\n")
+	for _, want := range []string{"read by Sluice from the answer's body itself (response_json:usage.total_tokens", "a token bucket of the limit"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("the notes do not say %q:\n%s", want, notes)
+		}
+	}
+	// Each of the AI Gateway's counts is read from its place in the answer.
+	for count, want := range map[string]string{"llm_input_token": "usage.prompt_tokens", "llm_output_token": "usage.completion_tokens"} {
+		cfg := convert(t, streamDoneConfig, strings.Replace(streamDoneActions, "llm_total_token", count, 1), Options{Scope: "local"})
+		if got := cfg.Policies[0].Rules[1].TokenBucket.Cost.String(); got != "response_json:"+want || cfg.Policies[0].Rules[1].Global {
+			t.Errorf("%s: cost %s, want response_json:%s on a local rule", count, got, want)
+		}
+	}
+}
+
+// What a stream-done entry cannot convert to is refused, naming the field.
+func TestStreamDoneEntriesThatCannotConvertAreNamed(t *testing.T) {
+	const check = "- actions: [{request_headers: {header_name: x-user, descriptor_key: user}}]\n  hits_addend: {number: 0}\n"
+	const done = "- actions: [{request_headers: {header_name: x-user, descriptor_key: user}}]\n  apply_on_stream_done: true\n"
+	const tokens = "  hits_addend: {format: '%DYNAMIC_METADATA(io.envoy.ai_gateway:llm_total_token)%'}\n"
+	minute := "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 100}\n"
+	for _, tc := range []struct{ config, actions, want string }{
+		{minute, done + tokens, "rate_limits[0].apply_on_stream_done: no rate_limits entry of the same actions checks"},
+		{minute, strings.Replace(check, "number: 0", "number: 1", 1) + done + tokens, "rate_limits[0].hits_addend: it checks rate_limits[1]'s descriptors and counts each request too"},
+		{minute, check + done + "  hits_addend: {number: 3}\n", "rate_limits[1].hits_addend: an apply_on_stream_done entry is converted when"},
+		{minute, check + done, "rate_limits[1].hits_addend: an apply_on_stream_done entry"},
+		{minute, check + done + "  hits_addend: {format: '%DYNAMIC_METADATA(acme:tokens)%'}\n", `rate_limits[1].hits_addend.format "%DYNAMIC_METADATA(acme:tokens)%": not converted`},
+		{minute, check + done + "  hits_addend: {format: '%DYNAMIC_METADATA(io.envoy.ai_gateway:my_cost)%'}\n", "my_cost is not one of Envoy AI Gateway's token counts"},
+		{minute, check + done + tokens + done + tokens, "rate_limits[2]: rate_limits[0] already checks the same descriptors for rate_limits[1]"},
+		{"domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, unit_multiplier: 5, requests_per_unit: 100}\n", check + done + tokens, "rule user: unit_multiplier on descriptors charged when the stream is done"},
+		{"domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 0}\n", check + done + tokens, "rule user: requests_per_unit 0 on descriptors charged"},
+	} {
+		_, err := EnvoyRatelimit([]byte(tc.config), []byte(tc.actions), Options{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error containing %q", tc.actions, err, tc.want)
 		}
 	}
 }

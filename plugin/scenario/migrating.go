@@ -31,6 +31,7 @@ func init() {
 		Case{Name: "MigratingFromHigressKeyRateLimit", Run: migratingHigressKey},
 		Case{Name: "MigratingFromHigressClusterKeyRateLimit", Run: migratingHigressCluster},
 		Case{Name: "MigratingFromHigressAITokenRateLimit", Run: migratingHigressAIToken},
+		Case{Name: "MigratingFromEnvoyproxyRatelimitTokensCountedWhenTheStreamIsDone", Run: migratingRatelimitStreamDone},
 		Case{Name: "MigratingFromEnvoyGatewayLocal", Run: migratingEnvoyGatewayLocal},
 		Case{Name: "MigratingFromEnvoyGatewayGlobal", Run: migratingEnvoyGatewayGlobal},
 	)
@@ -41,7 +42,7 @@ func init() {
 const MigrationGuide = "docs/migrating.md"
 
 var MigrationExamples = []string{
-	"envoy-local", "envoy-local-converted", "envoyproxy-ratelimit", "envoyproxy-ratelimit-converted", "nginx-limit-req", "ingress-nginx", "kong", "higress-key-rate-limit", "higress-cluster-key-rate-limit",
+	"envoy-local", "envoy-local-converted", "envoyproxy-ratelimit", "envoyproxy-ratelimit-converted", "envoyproxy-ratelimit-stream-done", "nginx-limit-req", "ingress-nginx", "kong", "higress-key-rate-limit", "higress-cluster-key-rate-limit",
 	"higress-ai-token-ratelimit", "envoy-gateway-local", "envoy-gateway-global",
 }
 
@@ -378,6 +379,40 @@ func migratingHigressAIToken(t *testing.T, start Starter) {
 		t.Errorf("retry-after %d, want the 12 s the refill takes to pay 200 tokens back", ra)
 	}
 	admittedLeaving(t, h, "another key", used("other", "1"), "1000")
+	noRecoveredPanics(t, h)
+}
+
+// migratingRatelimitStreamDone runs the guide's conversion of Envoy AI
+// Gateway's pair of rate_limits entries: each user's tokens per minute as
+// a token bucket charged from the answer's usage, acme's per day as a
+// calendar quota.
+func migratingRatelimitStreamDone(t *testing.T, start Starter) {
+	h := startExample(t, start, "envoyproxy-ratelimit-stream-done", noon)
+	used := func(user, tokens string) Request {
+		r := req(":path", "/v1/chat/completions", "x-user-id", user)
+		r.ResponseHeaders = []Header{{":status", "200"}, {"content-type", "application/json"}}
+		r.ResponseBody = [][]byte{[]byte(`{"usage":{"prompt_tokens":10,"total_tokens":` + tokens + `}}`)}
+		return r
+	}
+	admittedLeaving(t, h, "a user's first call", used("u1", "5000"), "6000")
+	admittedLeaving(t, h, "a call with 1,000 tokens left", used("u1", "2000"), "1000")
+	res := do(t, h, used("u1", "1"))
+	if !res.Rejected || res.Status != 429 {
+		t.Fatalf("1,000 tokens in debt: rejected %v status %d, want 429", res.Rejected, res.Status)
+	}
+	if ra := atoi(t, "retry-after", header(res.ResponseHeaders, "retry-after")); ra < 10 || ra > 16 {
+		t.Errorf("retry-after %d, want the 10 s the refill of 100 a second takes to pay 1,000 tokens back, and its jitter", ra)
+	}
+	admittedLeaving(t, h, "another user", used("u2", "1"), "6000")
+
+	// acme's day: a million tokens, then refused until midnight UTC.
+	wantAdmitted(t, h, "acme's first call", used("acme", "999999"))
+	wantAdmitted(t, h, "acme's call with one token left", used("acme", "5"))
+	res = do(t, h, used("acme", "1"))
+	if !res.Rejected || header(res.ResponseHeaders, "retry-after") != "43200" {
+		t.Fatalf("acme over its day: rejected %v, retry-after %q; want refused until midnight, 43200 s", res.Rejected,
+			header(res.ResponseHeaders, "retry-after"))
+	}
 	noRecoveredPanics(t, h)
 }
 
