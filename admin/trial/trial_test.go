@@ -65,6 +65,26 @@ func TestADraftRuleEnforcedOnAShareIsTriedOnEveryIdentity(t *testing.T) {
 	}
 }
 
+// A draft that keeps a rule's limit_headers (Kong's per-minute fields,
+// say) is tried beside the current rule of the same names: the trial's
+// copy is a shadow rule, which sends no fields.
+func TestADraftKeepingARulesOwnFieldsCanBeTried(t *testing.T) {
+	const withFields = `{"policies":[{"name":"api","rules":[{"name":"per-key","limit_keys":["header:x-api-key"],` +
+		`"limit_headers":{"remaining":"x-ratelimit-remaining-minute"},"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":60}}]}]}`
+	raised := strings.Replace(withFields, `"burst":60`, `"burst":120`, 1)
+	merged, _, err := Merge([]byte(withFields), []byte(raised))
+	if err != nil {
+		t.Fatalf("a draft raising a rule with its own fields: %v", err)
+	}
+	cfg, err := policy.Parse(merged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tried := cfg.RuleByName("trial-per-key"); tried == nil || tried.Mode != policy.ModeShadow || tried.TokenBucket.Burst != 120 {
+		t.Errorf("the trial rule: %+v", tried)
+	}
+}
+
 func TestMergeRefusesLikeASave(t *testing.T) {
 	bad := strings.Replace(draft, `"burst":10`, `"burst":1`, 1)
 	_, _, err := Merge([]byte(current), []byte(bad))

@@ -80,7 +80,9 @@ func (p *parser) limitHeaders(path string, v *jvalue) *LimitHeaders {
 // checkLimitHeaders refuses a name that two rules of different policies
 // give (both can apply to one request, and one would overwrite the other),
 // or that a rule's rejections already carry as one of its reject_headers.
-// Rules of one policy may share names: only one of them applies.
+// Rules of one policy may share names: only one of them applies. A shadow
+// rule sends no fields, so its names overwrite nothing (a shadow trial of
+// a draft keeps the names of the rules it copies).
 func (p *parser) checkLimitHeaders(cfg *Config) {
 	type owner struct{ policy, rule string }
 	first := map[string]owner{}
@@ -88,7 +90,7 @@ func (p *parser) checkLimitHeaders(cfg *Config) {
 		pol := &cfg.Policies[pi]
 		for ri := range pol.Rules {
 			r := &pol.Rules[ri]
-			if r.LimitHeaders == nil {
+			if r.LimitHeaders == nil || r.Mode == ModeShadow {
 				continue
 			}
 			path := p.rulePaths[r.Name]

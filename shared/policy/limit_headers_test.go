@@ -54,4 +54,10 @@ func TestBadLimitHeadersAreRefusedNamingTheField(t *testing.T) {
 	} {
 		wantError(t, tc.in, tc.path, tc.msg)
 	}
+	// A shadow rule sends no fields: its names may be another policy's.
+	shadow := policies(`{"name": "p1", "rules": [`+rule(`, "limit_headers": {"remaining": "x-left"}`)+`]}`,
+		`{"name": "p2", "rules": [`+strings.Replace(rule(`, "mode": "shadow", "limit_headers": {"remaining": "x-left"}`), `"r"`, `"s"`, 1)+`]}`)
+	if _, err := Parse([]byte(shadow)); err != nil {
+		t.Errorf("a shadow rule with another policy's limit_headers: %v", err)
+	}
 }
