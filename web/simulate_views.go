@@ -11,6 +11,7 @@ type SimForm struct {
 	Client  string // client address
 	Peer    string // the client certificate's URI SAN (peer:principal)
 	Route   string // the Envoy route's name (route)
+	Cluster string // the upstream cluster's name (cluster)
 	// Metadata is the Envoy dynamic metadata as JSON (metadata: sources).
 	Metadata string
 	JWT      string // a bearer token, or a JSON object of claims

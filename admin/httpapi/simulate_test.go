@@ -186,6 +186,8 @@ func TestSimulateRefusesBadInputNamingTheField(t *testing.T) {
 		{`{"request":{"client_address":"example.com:80"}}`, "request.client_address"},
 		{`{"request":{"peer_principal":"spiffe://cluster.local/ns/a b"}}`, "request.peer_principal"},
 		{`{"request":{"route":"check\nout"}}`, "request.route"},
+		{`{"request":{"cluster":"outbound|80||a\u0000b"}}`, "request.cluster"},
+		{`{"request":{"cluster":"` + strings.Repeat("c", 2000) + `"}}`, "request.cluster"},
 		{`{"request":{"metadata":["a"]}}`, "request.metadata"},
 		{`{"request":{"metadata":{"envoy.filters.http.jwt_authn":"alice"}}}`, "request.metadata.envoy.filters.http.jwt_authn"},
 		{`{"request":{"metadata":{"ns":{"k":"` + strings.Repeat("m", 16<<10) + `"}}}}`, "request.metadata"},
@@ -462,5 +464,18 @@ func TestSimulatorFormTakesASampleResponseAndTheClientCertificate(t *testing.T) 
 	form.Set("sim_metadata", `{"envoy.filters.http.jwt_authn": `)
 	if resp, body := post(t, c, e.srv.URL+"/simulate", form); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "request.metadata") {
 		t.Errorf("bad metadata JSON: %d", resp.StatusCode)
+	}
+}
+
+func TestSimulateKeysByTheUpstreamCluster(t *testing.T) {
+	e := newEnv(t, nil)
+	pol := `{"rules":[{"name":"payments","limit_keys":["cluster"],"match":{"cluster":{"suffix":"|payments.prod.svc.cluster.local"}},"algorithm":"concurrency","algorithm_config":{"limit":50}}]}`
+	_, m := simulateCall(t, e, `{"policy":`+pol+`,"request":{"cluster":"outbound|8080||payments.prod.svc.cluster.local"}}`)
+	if r := rulesOf(t, m, 0)[0]; r["applies"] != true || r["identity"] != "cluster=outbound|8080||payments.prod.svc.cluster.local" {
+		t.Errorf("to the payments service: %v", r)
+	}
+	_, m = simulateCall(t, e, `{"policy":`+pol+`,"request":{"route":"health"}}`)
+	if r := rulesOf(t, m, 0)[0]; r["applies"] != false {
+		t.Errorf("a request without a cluster: %v", r)
 	}
 }

@@ -206,6 +206,7 @@ func BenchmarkEnvoyHostProbe(b *testing.B) {
 		countedBy("response-status-counted", "401"),
 		keyedBy("peer-principal", "peer:principal", simulate.PeerPrincipalProperty, "spiffe://cluster.local/ns/shop/sa/web"),
 		keyedBy("route", "route", simulate.RouteProperty, "checkout"),
+		keyedBy("cluster", "cluster", simulate.ClusterProperty, "outbound|8080||payments.prod.svc.cluster.local"),
 		keyedBy("ip-address", "ip:address", "source.address", "203.0.113.7:5555"),
 		keyedBy("ip-network", "ip:network", "source.address", "[2001:db8:1:2::7]:5555"),
 		byCookie,

@@ -59,7 +59,7 @@ type requestSources struct {
 	lastNets []lastNetwork
 
 	rawPath, path, method, host, ip cachedValue
-	peer, route                     propertyValue
+	peer, route, cluster            propertyValue
 
 	gen      uint32 // this request's generation, from 1 (see cachedValue)
 	jwtState uint8
@@ -104,7 +104,7 @@ func (rs *requestSources) reset(cfg *compiledConfig, numHeaders int) {
 		rs.nets = resetCache(rs.nets, len(cfg.netBits))
 		rs.lastNets = make([]lastNetwork, len(cfg.netBits))
 		rs.rawPath, rs.path, rs.method, rs.host, rs.ip = cachedValue{}, cachedValue{}, cachedValue{}, cachedValue{}, cachedValue{}
-		rs.peer.c, rs.route.c = cachedValue{}, cachedValue{}
+		rs.peer.c, rs.route.c, rs.cluster.c = cachedValue{}, cachedValue{}, cachedValue{}
 		rs.metas = resetProperties(rs.metas, len(cfg.metaPaths))
 		rs.gen = 1
 	}
@@ -193,6 +193,8 @@ func (rs *requestSources) get(s sourceRef) (string, bool) {
 		c = rs.peer.read(rs, peerPrincipalPath)
 	case policy.SourceRoute:
 		c = rs.route.read(rs, routeNamePath)
+	case policy.SourceCluster:
+		c = rs.cluster.read(rs, clusterNamePath)
 	case policy.SourceMetadata:
 		c = rs.metas[s.idx].readMetadata(rs, rs.cfg.metaPaths[s.idx])
 	case policy.SourceAll:
@@ -306,10 +308,12 @@ const sourceAddressPath = "source\x00address"
 // "peer:principal", the first URI SAN of the client's TLS certificate,
 // which Envoy does not have (NotFound) on a connection without one, and
 // "route", the name of the route the request matched ("" for a route
-// without a name: missing).
+// without a name: missing), and "cluster", the upstream cluster its route
+// sends it to (none for a direct response: missing).
 const (
 	peerPrincipalPath = "connection\x00uri_san_peer_certificate"
 	routeNamePath     = "xds\x00route_name"
+	clusterNamePath   = "xds\x00cluster_name"
 )
 
 // propertyValue is a source read from an Envoy property: its cached value,

@@ -33,15 +33,17 @@ func startConfig(t testing.TB, start Starter, config string) Host {
 
 // requestProperties are req's pseudo names of request properties.
 var requestProperties = map[string]string{
-	"@ip":    "source.address",
-	"@peer":  simulate.PeerPrincipalProperty,
-	"@route": simulate.RouteProperty,
+	"@ip":      "source.address",
+	"@peer":    simulate.PeerPrincipalProperty,
+	"@route":   simulate.RouteProperty,
+	"@cluster": simulate.ClusterProperty,
 }
 
 // req builds a request from name/value pairs. A pseudo name of
 // requestProperties sets that property instead of a header: "@ip" the
 // client address (default "10.0.0.1:5555"), "@peer" the client
-// certificate's URI SAN, "@route" the Envoy route's name (default none);
+// certificate's URI SAN, "@route" the Envoy route's name, "@cluster" the
+// upstream cluster's (default none);
 // "@metadata:<namespace>:<keys>" a value of the dynamic metadata, as the
 // source of that name reads it.
 func req(kv ...string) Request {

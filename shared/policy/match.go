@@ -427,7 +427,7 @@ func (p *parser) inList(path string, v *jvalue, src KeySource, c *Condition) boo
 
 func (p *parser) cidrs(path string, v *jvalue, src KeySource, c *Condition) bool {
 	switch src.Kind {
-	case SourcePath, SourceMethod, SourceHost, SourceRoute, SourcePeer:
+	case SourcePath, SourceMethod, SourceHost, SourceRoute, SourceCluster, SourcePeer:
 		p.errorf(path, "cidr compares IP addresses; use it on \"ip:address\" or on a header, query parameter, claim or metadata value holding an address, not on ",
 			strconv.Quote(src.String()))
 		return false

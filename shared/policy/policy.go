@@ -215,6 +215,12 @@ const (
 	// written as the prefix ("203.0.113.0/24"). Name holds the bits,
 	// "24:64" (ip.go).
 	SourceIPNetwork
+	// SourceCluster is "cluster": the name of the upstream cluster the
+	// request's route sends it to (Envoy's xds.cluster_name; under Istio,
+	// outbound|<port>|<subset>|<service FQDN>), for a limit per backend
+	// whatever route leads to it. A route without a cluster (a direct
+	// response, a redirect) has none: the value is missing.
+	SourceCluster
 )
 
 // AllValue is the value of the "all" source.
@@ -248,6 +254,8 @@ func (k KeySource) String() string {
 		return "peer:principal"
 	case SourceRoute:
 		return "route"
+	case SourceCluster:
+		return "cluster"
 	case SourceMetadata:
 		return "metadata:" + k.Name
 	case SourceCookie:

@@ -541,3 +541,24 @@ tests:
 		t.Errorf("the demo tests leave %q", rep.Unexercised)
 	}
 }
+
+// A test's request names its upstream cluster, for rules keyed or matched
+// on cluster: a step's cluster replaces the test's.
+func TestRequestsNameTheirUpstreamCluster(t *testing.T) {
+	cfg := parseConfig(t, `{"rules": [{"name": "payments", "match": {"cluster": {"suffix": "|payments.prod.svc.cluster.local"}},
+	  "limit_keys": ["cluster"], "algorithm": "fixed_window", "algorithm_config": {"limit": 1, "window_seconds": 60}}]}`)
+	suite := parseSuite(t, `
+tests:
+  - name: one call a minute to the payments service, whatever the route
+    request: {cluster: "outbound|8080||payments.prod.svc.cluster.local", route: checkout}
+    steps:
+      - expect: {status: 200, rule: payments}
+      - request: {route: refunds}
+        expect: {status: 429, rule: payments}
+      - request: {cluster: "outbound|80||web.prod.svc.cluster.local"}
+        expect: {status: 200}
+`)
+	if rep := policycheck.Run(cfg, suite, policycheck.Options{}); rep.Failed() != 0 {
+		t.Fatal(rep.Text(true))
+	}
+}

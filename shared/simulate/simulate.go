@@ -47,6 +47,9 @@ type Request struct {
 	// Route is the name of the Envoy route the request matched (Envoy's
 	// xds.route_name), "" for none.
 	Route string
+	// Cluster is the upstream cluster the request's route sends it to
+	// (Envoy's xds.cluster_name), "" for none.
+	Cluster string
 	// Metadata is the request's Envoy dynamic metadata (filter_metadata),
 	// for metadata: sources: by namespace, each a JSON object as
 	// encoding/json decodes it (metadata.go).
@@ -67,16 +70,20 @@ func (r Request) Properties() map[string][]byte {
 	if r.Route != "" {
 		p[RouteProperty] = []byte(r.Route)
 	}
+	if r.Cluster != "" {
+		p[ClusterProperty] = []byte(r.Cluster)
+	}
 	for ns, st := range r.Metadata {
 		addMetadataProperties(p, "metadata.filter_metadata."+ns, map[string]any(st))
 	}
 	return p
 }
 
-// The Envoy properties behind "peer:principal" and "route".
+// The Envoy properties behind "peer:principal", "route" and "cluster".
 const (
 	PeerPrincipalProperty = "connection.uri_san_peer_certificate"
 	RouteProperty         = "xds.route_name"
+	ClusterProperty       = "xds.cluster_name"
 )
 
 // State is a rule's stored state for one identity: Bucket for a token

@@ -63,6 +63,8 @@ func (s *sources) raw(k policy.KeySource) (string, bool) {
 		return s.req.PeerPrincipal, s.req.PeerPrincipal != ""
 	case policy.SourceRoute:
 		return s.req.Route, s.req.Route != ""
+	case policy.SourceCluster:
+		return s.req.Cluster, s.req.Cluster != ""
 	case policy.SourceAll:
 		return policy.AllValue, true
 	case policy.SourceCookie:

@@ -55,6 +55,9 @@ type RequestSpec struct {
 	// Route is the name of the Envoy route the request matched, for the
 	// route source ("" for none).
 	Route string `json:"route"`
+	// Cluster is the upstream cluster the request's route sends it to,
+	// for the cluster source ("" for none).
+	Cluster string `json:"cluster"`
 	// Metadata is the request's Envoy dynamic metadata, for metadata:
 	// sources: an object of namespaces, each an object (specMetadata).
 	Metadata json.RawMessage `json:"metadata"`
@@ -144,6 +147,9 @@ func (b RequestSpec) Build() (Request, error) {
 		return req, err
 	}
 	if req.Route, err = specText("route", b.Route, maxSpecRoute, unicode.IsControl, "contains a control character"); err != nil {
+		return req, err
+	}
+	if req.Cluster, err = specText("cluster", b.Cluster, maxSpecRoute, unicode.IsControl, "contains a control character"); err != nil {
 		return req, err
 	}
 	if req.Metadata, err = specMetadata(b.Metadata); err != nil {

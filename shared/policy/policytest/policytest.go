@@ -82,6 +82,9 @@ func Request(rng *rand.Rand, shadowHeader string) simulate.Request {
 	if rng.IntN(4) > 0 { // the name of the Envoy route it matched
 		r.Route = oneOf("checkout", "catalog")
 	}
+	if rng.IntN(4) > 0 { // the upstream cluster its route sends it to
+		r.Cluster = oneOf("outbound|8080||payments.prod.svc.cluster.local", "outbound|80||web.prod.svc.cluster.local", "upstream")
+	}
 	if rng.IntN(6) == 0 { // gRPC calls get their rejections trailers-only
 		r.Headers["content-type"] = oneOf("application/grpc", "application/grpc+proto", "application/grpc-web")
 	}
@@ -289,7 +292,7 @@ func (g *configGen) reply(into map[string]any) {
 }
 
 func (g *configGen) key() string {
-	return g.oneOf("header:x-api-key", "header:x-api-key", "ip:address", "query:account", "jwt:sub", "header:x-plan", "host", "jwt:tier", "peer:principal", "route",
+	return g.oneOf("header:x-api-key", "header:x-api-key", "ip:address", "query:account", "jwt:sub", "header:x-plan", "host", "jwt:tier", "peer:principal", "route", "cluster",
 		"metadata:envoy.filters.http.jwt_authn:jwt_payload.sub", "metadata:envoy.filters.http.jwt_authn:jwt_payload.tier",
 		"metadata:envoy.filters.http.jwt_authn:[https://idp.example.com].groups.0", "cookie:sid", "all", "ip:network", "ip:network:16:128")
 }
@@ -298,7 +301,7 @@ func (g *configGen) key() string {
 func (g *configGen) match() map[string]any {
 	m := map[string]any{}
 	for range g.rng.IntN(3) {
-		switch g.rng.IntN(13) {
+		switch g.rng.IntN(14) {
 		case 0:
 			m["path_prefix"] = g.oneOf("/api/", "/reports", "/")
 		case 1:
@@ -325,6 +328,8 @@ func (g *configGen) match() map[string]any {
 			m["metadata:envoy.filters.http.json_to_metadata:model"] = g.condition("gpt-4o", "o1")
 		case 12:
 			m["cookie:ab"] = g.condition("blue", "green")
+		case 13:
+			m["cluster"] = map[string]any{"suffix": g.oneOf("|payments.prod.svc.cluster.local", "|web.prod.svc.cluster.local")}
 		}
 	}
 	return m
