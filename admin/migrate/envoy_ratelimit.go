@@ -434,8 +434,12 @@ func (c *converter) entryOf(path string, a action) (entry, error) {
 		return metadataEntry(path+".metadata", a.Metadata)
 	case a.DynamicMetadata != nil:
 		return metadataEntry(path+".dynamic_metadata", a.DynamicMetadata)
+	case a.DestinationCluster != nil:
+		// The cluster the route sends the request to: Sluice's cluster
+		// source reads the same (xds.cluster_name).
+		return entry{key: "destination_cluster", source: "cluster"}, nil
 	}
-	return entry{}, fmt.Errorf("%s: %s is not converted; Sluice reads headers, query parameters, the client address and dynamic metadata", path, actionKind(a))
+	return entry{}, fmt.Errorf("%s: %s is not converted; Sluice reads headers, query parameters, the client address, the upstream cluster and dynamic metadata", path, actionKind(a))
 }
 
 // maskedAddress reads masked_remote_address as Envoy's local_ratelimit

@@ -326,7 +326,7 @@ func TestWhatCannotBeConvertedIsNamed(t *testing.T) {
 		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
 			`- actions: [{header_value_match: {descriptor_value: x, headers: []}}]`, "rate_limits[0].actions[0].header_value_match: headers: missing"},
 		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
-			`- actions: [{destination_cluster: {}}]`, "rate_limits[0].actions[0]: destination_cluster is not converted"},
+			`- actions: [{source_cluster: {}}]`, "rate_limits[0].actions[0]: source_cluster is not converted"},
 		{"domain: d\ndescriptors:\n  - key: masked_remote_address\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
 			`- actions: [{masked_remote_address: {v4_prefix_mask_len: 0}}]`, `masked_remote_address.v4_prefix_mask_len: "0": want a whole number from 1 to 32`},
 		{"domain: d\ndescriptors:\n  - key: masked_remote_address\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
@@ -614,5 +614,28 @@ func TestStreamDoneEntriesThatCannotConvertAreNamed(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error containing %q", tc.actions, err, tc.want)
 		}
+	}
+}
+
+// destination_cluster is the cluster the route sends the request to:
+// Sluice's cluster source, each cluster its own counter, a cluster's own
+// limit an override.
+func TestDestinationClusterKeysOnTheUpstreamCluster(t *testing.T) {
+	cfg := convert(t, `domain: backends
+descriptors:
+  - key: destination_cluster
+    rate_limit: {unit: second, requests_per_unit: 100}
+  - key: destination_cluster
+    value: payments
+    rate_limit: {unit: second, requests_per_unit: 10}
+`, "- actions: [{destination_cluster: {}}]\n", Options{Scope: "local"})
+	r := cfg.Policies[0].Rules[0]
+	if len(r.Keys) != 1 || r.Keys[0].Kind != policy.SourceCluster || r.Window == nil || r.Window.Limit != 100 ||
+		len(r.Overrides) != 1 || r.Overrides[0].Key != "payments" || r.Overrides[0].Window.Limit != 10 {
+		t.Fatalf("rule %+v", r)
+	}
+	res := simulate.Run(cfg, simulate.Request{Method: "GET", Path: "/", Cluster: "payments"}, simulate.Options{Now: 1e9})
+	if res.Policies[0].Applied != 0 || res.Policies[0].Rules[0].Identity != "cluster=payments" {
+		t.Errorf("a request to the payments cluster: %+v", res.Policies[0])
 	}
 }
