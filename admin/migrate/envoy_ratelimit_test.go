@@ -406,6 +406,7 @@ func FuzzEnvoyRatelimit(f *testing.F) {
 		"  - {key: k, rate_limit: {unit: hour, requests_per_unit: 2}}\n  - {key: header_match, value: m, rate_limit: {unit: minute, requests_per_unit: 9}}\n"),
 		[]byte("- actions: [{request_headers: {header_name: a, descriptor_key: k}}, {query_parameters: {query_parameter_name: q, descriptor_key: j, skip_if_absent: true}}]\n"+
 			"- actions: [{header_value_match: {descriptor_value: m, headers: [{name: b, string_match: {prefix: z}}]}}]\n"), true)
+	f.Add([]byte(streamDoneConfig), []byte(streamDoneActions+"- actions: [{destination_cluster: {}}]\n"), true)
 	f.Fuzz(func(t *testing.T, config, actions []byte, global bool) {
 		opt := Options{Scope: "local"}
 		if global {
