@@ -210,6 +210,10 @@ func (gw *Gateway) Close(ctx context.Context) error {
 	return err
 }
 
+// UpstreamCluster is the name of the cluster every request goes to, as the
+// plugin reads it (xds.cluster_name): envoy.yaml's name for its upstream.
+const UpstreamCluster = "upstream"
+
 // ServeHTTP runs one request through the plugin: request headers, then
 // (unless the plugin answered locally) the upstream, then response headers,
 // body and trailers.
@@ -221,6 +225,9 @@ func (gw *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	stream, err := vm.NewStream(r.Context(), wasmhost.Properties{
 		"source.address": []byte(r.RemoteAddr),
 		"request.time":   []byte(time.Now().UTC().Format(time.RFC3339Nano)),
+		// Every request goes to the one upstream, named as envoy.yaml
+		// names its cluster: rules on "cluster" apply here as there.
+		"xds.cluster_name": []byte(UpstreamCluster),
 	})
 	if err != nil {
 		gw.fail(w, "plugin unavailable", err)

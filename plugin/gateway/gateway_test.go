@@ -309,3 +309,19 @@ func TestGatewayChargesCostsReportedByTheUpstream(t *testing.T) {
 		t.Fatalf("over the daily quota: status %d reason %q", resp.StatusCode, resp.Header.Get("X-RateLimit-Reason"))
 	}
 }
+
+// Every request goes to the upstream cluster envoy.yaml names, so a rule
+// on "cluster" applies through the gateway as through Envoy.
+func TestGatewayRequestsGoToTheUpstreamCluster(t *testing.T) {
+	up := newUpstream(t)
+	gw, _, _ := startGateway(t, up.srv.URL, `{"rules": [{"name": "backend", "match": {"cluster": "`+UpstreamCluster+`"},
+	  "limit_keys": ["cluster"], "algorithm": "fixed_window", "algorithm_config": {"limit": 2, "window_seconds": 3600}}]}`)
+	for i := range 2 {
+		if resp, _ := get(t, gw.URL()+"/x"); resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d, want 200", i, resp.StatusCode)
+		}
+	}
+	if resp, body := get(t, gw.URL()+"/y"); resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(body, `"rule":"backend"`) {
+		t.Fatalf("third request to the cluster: %d %s, want the cluster rule's 429", resp.StatusCode, body)
+	}
+}
