@@ -633,7 +633,9 @@ func elEnabledLists(rls []elRateLimit, stage int) []elRateLimit {
 }
 
 // resolve fixes what depends on the route: destination_cluster is its
-// cluster.
+// cluster. A route without a single one (weighted_clusters, cluster_header,
+// an EnvoyFilter patch) picks it per request: the cluster source reads the
+// one picked (xds.cluster_name, the cluster Envoy's action names too).
 func (c *elConv) resolve(rls []elRateLimit, r *elRoute) ([]elRateLimit, error) {
 	out := make([]elRateLimit, len(rls))
 	for i, rl := range rls {
@@ -643,7 +645,8 @@ func (c *elConv) resolve(rls []elRateLimit, r *elRoute) ([]elRateLimit, error) {
 				continue
 			}
 			if r.cluster == "" {
-				return nil, fmt.Errorf("%s: destination_cluster on route %s, which has no single cluster (weighted_clusters, cluster_header or an EnvoyFilter patch); write the rule by hand", a.path, r.path)
+				rl.acts[j] = elAct{kind: elActSource, key: a.key, source: "cluster", path: a.path}
+				continue
 			}
 			rl.acts[j] = elAct{kind: elActFixed, key: a.key, value: r.cluster, path: a.path}
 		}

@@ -1117,3 +1117,35 @@ func TestTheGuidesEnvoyConfigurationConvertsToTheGuidesPolicy(t *testing.T) {
 	}
 	sameAsGuide(t, guideBlock(t, "<!-- example: envoy-local-converted -->", "json"), res.Policy)
 }
+
+// destination_cluster is the route's cluster: a fixed value on a route
+// with one, and on a route that picks one per request (weighted_clusters)
+// the cluster source, which reads the cluster picked.
+func TestDestinationClusterIsTheRoutesClusterOrTheOnePicked(t *testing.T) {
+	weighted := strings.Replace(localBootstrap, "                  cluster: api\n",
+		"                  weighted_clusters: {clusters: [{name: api-v1, weight: 90}, {name: api-v2, weight: 10}]}\n", 1)
+	weighted = strings.Replace(weighted, "                    - request_headers: {header_name: x-api-key, descriptor_key: api_key}\n",
+		"                    - destination_cluster: {}\n", 1)
+	weighted = strings.Replace(weighted, "                    - entries: [{key: api_key}]\n", "                    - entries: [{key: destination_cluster}]\n", 1)
+	weighted = strings.Replace(weighted, "                    - entries: [{key: api_key, value: partner-7f3a}]\n",
+		"                    - entries: [{key: destination_cluster, value: api-v2}]\n", 1)
+	if weighted == localBootstrap || strings.Contains(weighted, "api_key") {
+		t.Fatal("the bootstrap's /api route was not rewritten")
+	}
+	cfg, _ := lrConvert(t, weighted, LocalOptions{})
+	r := cfg.RuleByName("api-destination_cluster")
+	if r == nil || len(r.Keys) != 1 || r.Keys[0].Kind != policy.SourceCluster || r.TokenBucket.Burst != 20 ||
+		len(r.Overrides) != 1 || r.Overrides[0].Key != "api-v2" || r.Overrides[0].TokenBucket.Burst != 400 {
+		t.Fatalf("the weighted route's rule: %+v", r)
+	}
+
+	// The same on a route with one cluster: its name, whose own bucket
+	// the route's requests take (the rule first in its policy).
+	single := strings.Replace(weighted, "                  weighted_clusters: {clusters: [{name: api-v1, weight: 90}, {name: api-v2, weight: 10}]}\n",
+		"                  cluster: api-v2\n", 1)
+	cfg, _ = lrConvert(t, single, LocalOptions{})
+	r = cfg.RuleByName("api-destination_cluster-api-v2")
+	if r == nil || cfg.Policies[0].Rules[0].Name != r.Name || len(r.Keys) != 1 || r.Keys[0].Kind != policy.SourceAll || r.TokenBucket.Burst != 400 {
+		t.Fatalf("the single-cluster route's rule: %+v", r)
+	}
+}
