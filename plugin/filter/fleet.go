@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluice-rl/sluice/shared/limiter"
 	"github.com/sluice-rl/sluice/shared/policy"
+	"github.com/sluice-rl/sluice/shared/request"
 	"github.com/sluice-rl/sluice/shared/state"
 )
 
@@ -38,6 +39,9 @@ type ruleFleet struct {
 	lastHot     *hotPool // the pool this rule touched last (a cache of the VM's table)
 	exactPrefix string   // "fl:<rule>:="
 	m           fleetMetrics
+	// downDetails are the details of a refusal decided by on_backend_down
+	// (request.BackendDownDetails).
+	downDetails string
 	// tb is the lease's shape: the token bucket's own rate and burst, or
 	// for a global fixed window or quota (windowed) its limit as the burst
 	// (the most one lease may ask) and limit/period as the rate (the first
@@ -91,6 +95,7 @@ func (cc *compiledConfig) compileRuleFleet(cr *compiledRule, r *policy.Rule, vm 
 		fc:          cc.fleet,
 		exactPrefix: "fl:" + r.Name + ":=",
 		m:           vm.fleetMetrics(r.Name),
+		downDetails: request.BackendDownDetails(r),
 		tb:          cr.tb,
 	}
 	cr.fleet.compileWindow(cr) // fleet_window.go
@@ -393,10 +398,17 @@ func (p *pluginContext) fleetRefund(a *application) bool {
 
 // fleetRejectCounts counts a global rule's refusal by cause.
 func (p *pluginContext) fleetRejectCounts(a *application) {
-	if a.fl.v == vShareDeny || (a.fl.v == vDeny && !p.vm.fleet.healthy) {
+	if p.fellBack(a) {
 		a.rule.fleet.m.fallbackLocal.inc()
 		p.vm.fleet.fallbackUsed = true
 	}
+}
+
+// fellBack reports whether global rule a's refusal was decided by
+// on_backend_down: the local share spent, or a refusal while the rate
+// limit service does not answer.
+func (p *pluginContext) fellBack(a *application) bool {
+	return a.fl.v == vShareDeny || (a.fl.v == vDeny && !p.vm.fleet.healthy)
 }
 
 // ---- Request-path fetch ----

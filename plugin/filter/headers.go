@@ -43,9 +43,10 @@ const (
 )
 
 // sendReject sends the local reply for a request rejected by rule r with
-// decision wait (seconds until its cost is available). identity is the
-// composite key: it seeds Retry-After's jitter.
-func (p *pluginContext) sendReject(r *compiledRule, wait float64, identity string) error {
+// decision wait (seconds until its cost is available), passing details to
+// Envoy (the rule's, or a fallback's). identity is the composite key: it
+// seeds Retry-After's jitter.
+func (p *pluginContext) sendReject(r *compiledRule, details string, wait float64, identity string) error {
 	retry, t := request.RejectTimes(wait, identity)
 	if r.exactRetry {
 		retry = t // a quota: the time to the reset, without jitter
@@ -92,7 +93,7 @@ func (p *pluginContext) sendReject(r *compiledRule, wait float64, identity strin
 	headers = appendOwnRejectHeaders(headers, r, s[retryEnd:tEnd]) // limit_headers.go
 	headers = append(headers, r.rejectHeaders...)
 	p.replyHdrs = headers
-	return sendLocalResponse(r.rejectStatus, r.details, headers, body, p.cfg.rejectGRPC)
+	return sendLocalResponse(r.rejectStatus, details, headers, body, p.cfg.rejectGRPC)
 }
 
 // localReply is a rejection's body and content type ("" sends none).

@@ -122,7 +122,11 @@ func (p *pluginContext) setShadowHeader(would bool) {
 func (p *pluginContext) reject(h *httpContext, a *application) types.Action {
 	p.shadow = p.shadow[:0]
 	h.local = true
-	if err := p.sendReject(a.rule, a.dec.Wait, a.identity); err != nil {
+	details := a.rule.details
+	if a.rule.fleet != nil && p.fellBack(a) {
+		details = a.rule.fleet.downDetails
+	}
+	if err := p.sendReject(a.rule, details, a.dec.Wait, a.identity); err != nil {
 		// The host refused the local reply: let the request through.
 		h.local = false
 		p.vm.logLimited(logFailOpen, "sluice: cannot send the rejection: "+err.Error())

@@ -222,8 +222,8 @@ func fleetLeases(t *testing.T, start Starter, onDown string) {
 	answerRLS(t, h, c, "2", &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT,
 		DurationUntilReset: durationpb.New(80 * time.Millisecond)})
 	final := settled(t, "refused ask", res)
-	if !final.Rejected || final.Status != 429 {
-		t.Fatalf("after the service's refusal: rejected %v status %d", final.Rejected, final.Status)
+	if !final.Rejected || final.Status != 429 || final.LocalDetails != "sluice_rate_limited{g}" {
+		t.Fatalf("after the service's refusal: rejected %v status %d details %q", final.Rejected, final.Status, final.LocalDetails)
 	}
 	// The refusal is cached: rejected at once, no call.
 	if res := do(t, h, acme); !res.Rejected || res.Paused || len(pending(t, h)) != 0 {
@@ -247,9 +247,15 @@ func fleetLeases(t *testing.T, start Starter, onDown string) {
 		t.Errorf("the failed call is not logged once with its cause: %q", h.Logs())
 	}
 	first := settled(t, "waiter of the failed ask", res)
-	downAdmitted := admitted(t, h, 59, acme)
+	downAdmitted := admitted(t, h, 58, acme)
 	if !first.Rejected {
 		downAdmitted++
+	}
+	// A refusal decided by on_backend_down says so in Envoy's access log.
+	if last := do(t, h, acme); !last.Rejected {
+		downAdmitted++
+	} else if last.LocalDetails != "sluice_backend_down{g}" {
+		t.Errorf("a refusal while the backend is down (%s): details %q, want sluice_backend_down{g}", onDown, last.LocalDetails)
 	}
 	// local_share: rate/N, burst/N with N = 2, the size the service
 	// reported: 50 of 60 at one instant.

@@ -169,3 +169,12 @@ func ReplyDetails(r *policy.Rule) string {
 	}
 	return "sluice_rate_limited{" + r.Name + "}"
 }
+
+// BackendDownDetails is the response code details of a global rule's
+// refusal decided while the rate limit service does not answer, by its
+// on_backend_down ("deny", or the local share spent): Envoy's own
+// ratelimit filter tells a refusal for want of its service apart the same
+// way (rate_limiter_error).
+func BackendDownDetails(r *policy.Rule) string {
+	return "sluice_backend_down{" + r.Name + "}"
+}
