@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/proxy-wasm/proxy-wasm-go-sdk/proxywasm/types"
 
@@ -151,11 +152,11 @@ func (fs *fleetState) owe(ref poolRef, amount int64) bool {
 }
 
 // addOwed puts what the identity of ref owes ahead of an ask in batch, and
-// clears it from the table.
+// clears it from the table. While charges are held, they stay owed.
 func (fs *fleetState) addOwed(batch *syncBatch, r *compiledRule, ref poolRef) {
 	k := hotKeyFleet{rule: ref.rule, id: ref.id}
 	o := fs.owed[k]
-	if o == nil {
+	if o == nil || fs.nowMS() < fs.chargesHeldUntilMS {
 		return
 	}
 	delete(fs.owed, k)
@@ -171,7 +172,7 @@ func wholeOwed(u int64) int64 { return (u + micro - 1) / micro }
 // the backend is down: the sync's asks probe it.
 func (p *pluginContext) flushOwed(now int64) {
 	fs, fc := &p.vm.fleet, p.cfg.fleet
-	if len(fs.owed) == 0 || !fs.healthy {
+	if len(fs.owed) == 0 || !fs.healthy || now < fs.chargesHeldUntilMS {
 		return
 	}
 	if fs.owedCall != nil {
@@ -196,6 +197,48 @@ func (p *pluginContext) flushOwed(now int64) {
 	if len(batch.items) > 0 && p.dispatch(batch) {
 		fs.owedCall, fs.owedAtMS = batch, now
 	}
+}
+
+// chargeRetryMS is how long charges are held after the service refused
+// them as an operation it does not know.
+const chargeRetryMS = 60_000
+
+// refusesCharges reports whether a call's gRPC error says the service does
+// not know the charge operation: an admin older than the plugin (mid
+// rolling upgrade) refuses the whole call with INVALID_ARGUMENT naming the
+// descriptor's sluice_op "charge".
+func refusesCharges(grpcStatus, grpcMessage string) bool {
+	return grpcStatus == "3" && strings.Contains(grpcMessage, `sluice_op "charge"`)
+}
+
+func (b *syncBatch) hasCharges() bool {
+	return slices.ContainsFunc(b.items, func(it batchItem) bool { return it.op == opCharge })
+}
+
+// resendWithoutCharges handles a call refused for its charges: they are
+// owed again and held for chargeRetryMS, so that the other operations of
+// this VM (asks, refills, returns) go on against an older admin instead of
+// failing with them; the rest of the call goes out again at once, for the
+// same waiting requests. False when there is no rest, or it could not be
+// sent (dispatch then counted the failure): the call is then finished.
+func (p *pluginContext) resendWithoutCharges(batch *syncBatch, now int64) bool {
+	fs := &p.vm.fleet
+	fs.oweAgain(batch)
+	fs.chargesHeldUntilMS = now + chargeRetryMS
+	p.vm.logLimited(logFleet, `sluice: fleet: the rate limit service refuses charges (sluice_op "charge"; an admin older than this plugin?): response costs beyond the leases are kept and sent again in 60 s; upgrade the admins`)
+	rest := &syncBatch{pending: batch.pending, requestPath: batch.requestPath}
+	for _, it := range batch.items {
+		if it.op != opCharge {
+			rest.items = append(rest.items, it)
+		}
+	}
+	if batch.owed || len(rest.items) == 0 || !p.dispatch(rest) {
+		return false
+	}
+	if fs.sync == batch {
+		fs.sync = rest
+	}
+	return true
 }
 
 // oweAgain puts back the charges of a call that failed.

@@ -123,7 +123,11 @@ func (p *pluginContext) onRLSResponse(batch *syncBatch, nh, nb, nt int) {
 		return
 	}
 	size, err := p.readRLSResponse(nh, nb, nt, len(batch.items))
-	if err != "" {
+	if err != "" && refusesCharges(fs.failedStatus, fs.failedMessage) && batch.hasCharges() {
+		if p.resendWithoutCharges(batch, now) { // fleet_charge.go
+			return // the rest of the call answers the same requests
+		}
+	} else if err != "" {
 		p.backendFailed(batch, err)
 	} else {
 		if fs.failed > 0 {
@@ -159,6 +163,7 @@ func (p *pluginContext) finishBatch(batch *syncBatch, now int64) {
 // response into vm.fleet.resp. It returns the x-sluice-fleet-size (0 if
 // absent) and an error text ("" when fine).
 func (p *pluginContext) readRLSResponse(nh, nb, nt, want int) (int, string) {
+	p.vm.fleet.failedStatus, p.vm.fleet.failedMessage = "", ""
 	if nh == 0 {
 		return 0, "no response: the call timed out or the cluster could not reach the service (a gRPC rate limit service needs an HTTP/2 cluster)"
 	}
@@ -199,6 +204,7 @@ func (p *pluginContext) readRLSResponse(nh, nb, nt, want int) (int, string) {
 	case grpcStatus == "":
 		return 0, "no grpc-status"
 	case grpcStatus != "0":
+		p.vm.fleet.failedStatus, p.vm.fleet.failedMessage = grpcStatus, grpcMessage
 		return 0, grpcStatusText(grpcStatus, grpcMessage)
 	case nb > rls.MaxMessage+5:
 		return 0, "response too large"

@@ -48,6 +48,12 @@ type fleetState struct {
 	owed     map[hotKeyFleet]*owedCharge
 	owedCall *syncBatch
 	owedAtMS int64
+	// chargesHeldUntilMS: until then, owed charges are not sent: the
+	// service refused them as an operation it does not know.
+	chargesHeldUntilMS int64
+	// The gRPC status and message of the last call the service answered
+	// with an error ("" otherwise), as sent (readRLSResponse).
+	failedStatus, failedMessage string
 }
 
 // hotKeyFleet identifies a pool this VM spent from.

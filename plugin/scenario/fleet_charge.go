@@ -21,6 +21,7 @@ import (
 func init() {
 	register(Case{Name: "GlobalBudgetChargedFromResponses", Run: globalBudgetChargedFromResponses})
 	register(Case{Name: "GlobalDailyQuotaChargedFromResponses", Run: globalQuotaChargedFromResponses})
+	register(Case{Name: "ChargesAnOlderAdminRefusesAreHeldWhileItsAsksGoOn", Run: chargesRefusedByAnOlderAdmin})
 }
 
 const fleetChargeConfig = `{"fleet": {"cluster": "rls", "timeout_ms": 50, "sync_interval_ms": 100, "lease_ttl_ms": 1000, "lease_max": 40},
@@ -214,5 +215,106 @@ func globalQuotaChargedFromResponses(t *testing.T, start Starter) {
 		t.Fatalf("half an hour later: rejected %v paused %v; the day's refusal holds", res.Rejected, res.Paused)
 	}
 	wantMetrics(t, h, map[string]uint64{"sluice.rule.w.global_charged": 296, "sluice.rule.w.response_cost_charged": 1})
+	noRecoveredPanics(t, h)
+}
+
+// chargesRefusedByAnOlderAdmin: mid rolling upgrade, an admin that does not
+// know the charge operation refuses the whole call carrying one (gRPC
+// INVALID_ARGUMENT naming sluice_op "charge"). The ask of that call goes
+// out again at once without the charge, for the same waiting request, and
+// the backend is not taken for down; charges are held for a minute (asks
+// go out without them), then sent again.
+func chargesRefusedByAnOlderAdmin(t *testing.T, start Starter) {
+	const node = "node-a"
+	h := mustStart(t, start, Options{NodeID: node, Config: []byte(fleetChargeConfig)})
+	res := do(t, h, costing("acme", "30"))
+	c := onlyCall(t, h, "first lease")
+	lease := leaseAsk(t, rlsCall(t, c, node))
+	answerRLS(t, h, c, "1", okStatus())
+	if settled(t, "first request", res).Rejected {
+		t.Fatal("first request rejected with a lease granted")
+	}
+	owed := 30 - int64(lease)
+
+	// The next ask carries the charge; the older admin refuses the call.
+	res = do(t, h, costing("acme", "1"))
+	c = onlyCall(t, h, "ask with the charge")
+	if r := rlsCall(t, c, node); len(r.Descriptors) != 2 || chargeOf(t, r.Descriptors[0]) != owed {
+		t.Fatalf("descriptors %v, want the charge of %d and the ask", r.Descriptors, owed)
+	}
+	refused := []Header{{":status", "200"}, {"content-type", "application/grpc"}, {"grpc-status", "3"},
+		{"grpc-message", `descriptors[0].entries[2]: sluice_op "charge": the only operation is "return"`}}
+	if err := h.Respond(c.ID, refused, nil); err != nil {
+		t.Fatal(err)
+	}
+	if res.Stream == nil {
+		t.Fatal("the request was not waiting for the ask")
+	}
+	c = onlyCall(t, h, "the ask again, without the charge")
+	if r := rlsCall(t, c, node); len(r.Descriptors) != 1 || chargeOf(t, r.Descriptors[0]) != -1 {
+		t.Fatalf("descriptors %v, want the ask alone", r.Descriptors)
+	}
+	answerRLS(t, h, c, "1", okStatus())
+	if settled(t, "the request of the refused call", res).Rejected {
+		t.Fatal("the request of the refused call was rejected")
+	}
+	if logsContaining(h, "refuses charges") != 1 {
+		t.Errorf("the refusal is not logged once: %q", h.Logs())
+	}
+	wantMetrics(t, h, map[string]uint64{"sluice.rule.g.backend_errors": 0, "sluice.rule.g.fallback_local": 0,
+		"sluice.rule.g.global_charged": 0})
+
+	// For a minute the charge is held: ticks and asks carry none.
+	for i := 0; i < 5; i++ {
+		step(t, h, 100*time.Millisecond)
+		for _, c := range pending(t, h) {
+			r := rlsCall(t, c, node)
+			var st []*rlsv3.RateLimitResponse_DescriptorStatus
+			for _, d := range r.Descriptors {
+				if chargeOf(t, d) > 0 {
+					t.Fatalf("a charge went out %d ms after the refusal", (i+1)*100)
+				}
+				st = append(st, okStatus())
+			}
+			answerRLS(t, h, c, "1", st...)
+		}
+	}
+	// An ask in that minute (the lease lapsed) goes without it too.
+	h.Advance(time.Second)
+	res = do(t, h, costing("acme", "1"))
+	if res.Paused {
+		c := onlyCall(t, h, "an ask while charges are held")
+		r := rlsCall(t, c, node)
+		for _, d := range r.Descriptors {
+			if chargeOf(t, d) > 0 {
+				t.Fatal("a charge went ahead of an ask while charges are held")
+			}
+		}
+		answerRLS(t, h, c, "1", okStatus())
+		res = settled(t, "the ask while charges are held", res)
+	}
+	if res.Rejected {
+		t.Fatal("a request while charges are held was rejected")
+	}
+	// Then it is sent again, whole.
+	h.Advance(time.Minute)
+	var sent int64
+	for i := 0; i < 3 && sent == 0; i++ {
+		step(t, h, 100*time.Millisecond)
+		for _, c := range pending(t, h) {
+			r := rlsCall(t, c, node)
+			var st []*rlsv3.RateLimitResponse_DescriptorStatus
+			for _, d := range r.Descriptors {
+				if n := chargeOf(t, d); n > 0 {
+					sent += n
+				}
+				st = append(st, okStatus())
+			}
+			answerRLS(t, h, c, "1", st...)
+		}
+	}
+	if sent != owed {
+		t.Fatalf("after a minute %d tokens were charged, want the %d held", sent, owed)
+	}
 	noRecoveredPanics(t, h)
 }
