@@ -280,6 +280,21 @@ func wantRejection(t *testing.T, what string, res Response, status int, body str
 	wantHeaders(t, what, res.ResponseHeaders, kv...)
 }
 
+// wantRefusedInDebt sends r, which a key in debt must have refused with 429
+// and a Retry-After from lo to hi seconds: the time its refill takes to pay
+// the debt back, jitter included.
+func wantRefusedInDebt(t *testing.T, h Host, what string, r Request, lo, hi int) Response {
+	t.Helper()
+	res := do(t, h, r)
+	if !res.Rejected || res.Status != 429 {
+		t.Fatalf("%s: rejected %v status %d, want 429", what, res.Rejected, res.Status)
+	}
+	if ra := atoi(t, "retry-after", header(res.ResponseHeaders, "retry-after")); ra < lo || ra > hi {
+		t.Errorf("%s: retry-after %d, want %d to %d", what, ra, lo, hi)
+	}
+	return res
+}
+
 // wantAdmitted sends r and fails the test if it is rejected.
 func wantAdmitted(t testing.TB, h Host, what string, r Request) {
 	t.Helper()

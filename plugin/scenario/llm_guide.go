@@ -35,13 +35,7 @@ func llmGuideOpenAI(t *testing.T, start Starter) {
 	// debt (20,000), paid back at 1666.67 a second: 12 s.
 	admittedLeaving(t, h, "the first call", usedTokens("k", "60000"), "100000")
 	admittedLeaving(t, h, "a call with 40,000 left", usedTokens("k", "60000"), "40000")
-	res := do(t, h, usedTokens("k", "1"))
-	if !res.Rejected || res.Status != 429 {
-		t.Fatalf("20,000 tokens in debt: rejected %v status %d, want 429", res.Rejected, res.Status)
-	}
-	if ra := atoi(t, "retry-after", header(res.ResponseHeaders, "retry-after")); ra < 12 || ra > 13 {
-		t.Errorf("retry-after %d, want the 12 s the refill takes to pay 20,000 tokens back", ra)
-	}
+	res := wantRefusedInDebt(t, h, "20,000 tokens in debt", usedTokens("k", "1"), 12, 13)
 	// The daily quota counted both answers too: 2,000,000 - 120,000.
 	h.Advance(13 * time.Second)
 	res = do(t, h, usedTokens("k", "0"))
