@@ -977,9 +977,16 @@ func (c *converter) noteOnce(s string) {
 }
 
 type outConfig struct {
-	Fleet    *outFleet   `json:"fleet,omitempty"`
-	Policies []outPolicy `json:"policies"`
+	Fleet         *outFleet         `json:"fleet,omitempty"`
+	RejectHeaders map[string]string `json:"reject_headers,omitempty"`
+	Policies      []outPolicy       `json:"policies"`
 }
+
+// envoyRateLimited is the field Envoy's ratelimit filter adds to the
+// responses it refuses (unless disable_x_envoy_ratelimited_header): an
+// Envoy that finds it on an upstream's answer does not retry the request,
+// unless its retry policy says envoy-ratelimited.
+const envoyRateLimited = "x-envoy-ratelimited"
 
 type outFleet struct {
 	Cluster string `json:"cluster"`
@@ -1029,7 +1036,8 @@ func (c *converter) result(domain string) (Result, error) {
 	if len(c.policies) == 0 {
 		return Result{}, fmt.Errorf("nothing to convert: no rate_limits entry builds a descriptor the configuration limits")
 	}
-	out := outConfig{Policies: c.policies}
+	out := outConfig{Policies: c.policies, RejectHeaders: map[string]string{envoyRateLimited: "true"}}
+	c.noteOnce(`refusals carry x-envoy-ratelimited: true (reject_headers), as Envoy's ratelimit filter adds it, so that an Envoy calling this one does not retry them; remove it if the filter had disable_x_envoy_ratelimited_header`)
 	global := c.opt.Scope == "global"
 	if global {
 		out.Fleet = &outFleet{Cluster: c.opt.FleetCluster}

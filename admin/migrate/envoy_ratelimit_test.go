@@ -167,7 +167,7 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	sameJSON(t, res.Policy, `{"policies": [
+	sameJSON(t, res.Policy, `{"reject_headers": {"x-envoy-ratelimited": "true"}, "policies": [
   {"name": "remote_address-header_match", "rules": [{"name": "remote_address-header_match-bulk", "scope": "global",
     "match": {"header:x-bulk": {"present": true}, "header:x-plan": {"prefix": "batch-"}},
     "limit_keys": ["ip:address"], "algorithm": "fixed_window", "algorithm_config": {"limit": 2, "window_seconds": 60}}]},
@@ -199,7 +199,7 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	sameJSON(t, res.Policy, `{"policies": [{"name": "region-user", "rules": [
+	sameJSON(t, res.Policy, `{"reject_headers": {"x-envoy-ratelimited": "true"}, "policies": [{"name": "region-user", "rules": [
   {"name": "region-user", "limit_keys": ["header:x-region", "header:x-user"], "algorithm": "fixed_window", "algorithm_config": {"limit": 4, "window_seconds": 3600}},
   {"name": "user", "match": {"header:x-region": {"present": false}}, "limit_keys": ["header:x-user"], "algorithm": "fixed_window", "algorithm_config": {"limit": 7, "window_seconds": 3600}}
  ]}]}`)

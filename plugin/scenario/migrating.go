@@ -394,6 +394,8 @@ func migratingRatelimitStreamDone(t *testing.T, start Starter) {
 	// The refill of 100 a second takes 10 s to pay 1,000 tokens back, and
 	// Retry-After adds its jitter.
 	res := wantRefusedInDebt(t, h, "1,000 tokens in debt", used("u1", "1"), 10, 16)
+	// As Envoy's ratelimit filter, the refusal says so to an Envoy calling this one.
+	wantHeaders(t, "the refusal", res.ResponseHeaders, "x-envoy-ratelimited", "true")
 	admittedLeaving(t, h, "another user", used("u2", "1"), "6000")
 
 	// acme's day: a million tokens, then refused until midnight UTC.
