@@ -457,17 +457,17 @@ func (g *egConverter) algorithm(r *egRule, rule *outRule) error {
 	secs := egUnitSeconds[r.unit]
 	fromAnswer := strings.HasPrefix(r.costSource, "response_")
 	switch {
-	case r.unit == "month" || r.unit == "year" || fromAnswer && secs >= 3600:
+	case r.unit == "month" || r.unit == "year" || fromAnswer && secs >= answerQuotaFromSeconds:
 		rule.Algorithm, rule.AlgorithmConfig = "quota", egQuota{Limit: r.requests, Period: r.unit, egCost: cost}
 		if r.unit == "month" || r.unit == "year" {
 			g.noteOnce(fmt.Sprintf("a limit per %s is a quota of the calendar %s (UTC); Envoy Gateway's %s is %d days from the Unix epoch", r.unit, r.unit, r.unit, secs/86400))
 		}
 		if r.unit == "week" {
-			g.noteOnce("a weekly limit charged from the answer is a quota of calendar weeks from Monday (UTC); the rate limit service's weeks start on the epoch's Thursday")
+			g.noteOnce(noteAnswerWeek)
 		}
 	case fromAnswer:
 		rule.Algorithm, rule.AlgorithmConfig = policy.AlgorithmTokenBucket, egBucket{TokensPerSecond: perSecond(r.requests, int(secs)), Burst: r.requests, egCost: cost}
-		g.noteOnce("a limit per second or minute charged from the answer is a token bucket of the limit, refilled over the unit (Sluice's windows take request costs only)")
+		g.noteOnce(noteAnswerBucket)
 	case r.global:
 		rule.Algorithm, rule.AlgorithmConfig = policy.AlgorithmFixedWindow, egWindow{Limit: r.requests, WindowSeconds: secs, egCost: cost}
 	default:

@@ -304,7 +304,7 @@ func hitsAddend(path string, h any) (int, error) {
 			return 0, fmt.Errorf("%s.hits_addend.%s: not converted (a fixed number is); write the rule by hand, with a cost_source reading the value", path, k)
 		}
 	}
-	n, ok := m["number"].(int)
+	n, ok := fixedHits(h) // envoy_ratelimit_stream_done.go
 	if ok && n == 0 {
 		return 0, fmt.Errorf("%s.hits_addend.number: 0 counts nothing, so the entry only checks; it converts with the apply_on_stream_done entry of the same actions whose hits it checks, and there is none", path)
 	}
@@ -645,7 +645,7 @@ func (w *walker) walk(i int, nodes []descriptor, path []step, p *outPolicy) erro
 // (answerLimit) its token bucket's or its quota's.
 func (w *walker) overrideLimit(rl *rateLimit) any {
 	n := int(*rl.RequestsPerUnit)
-	if secs := windowSeconds[strings.ToLower(rl.Unit)]; w.cost != "" && secs < 3600 {
+	if secs := windowSeconds[strings.ToLower(rl.Unit)]; w.cost != "" && secs < answerQuotaFromSeconds {
 		return bucketConfig{TokensPerSecond: perSecond(int64(n), secs), Burst: n}
 	}
 	return windowConfig{Limit: n}

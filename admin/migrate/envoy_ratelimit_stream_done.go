@@ -72,7 +72,7 @@ func planEntries(rls []routeRateLimit) ([]entryPlan, error) {
 	return plans, nil
 }
 
-// fixedHits reads hits_addend {number: N}.
+// fixedHits reads hits_addend {number: N}: false for anything else.
 func fixedHits(h any) (int, bool) {
 	m, ok := h.(map[string]any)
 	if !ok || len(m) != 1 {
@@ -93,14 +93,28 @@ func streamDoneCost(path string, h any) (string, error) {
 	}
 	sub := aiGatewayHits.FindStringSubmatch(format)
 	if sub == nil {
-		return "", fmt.Errorf("%s.hits_addend.format %q: not converted; Sluice reads Envoy AI Gateway's token counts (%%DYNAMIC_METADATA(%s:<count>)%%, the count one of %s) from the answer itself; for another cost, write the rule by hand with a cost_source read from the response", path, format, aiGatewayMetadata, strings.Join(slices.Sorted(maps.Keys(aiGatewayUsage)), ", "))
+		return "", fmt.Errorf("%s.hits_addend.format %q: not converted; Sluice reads Envoy AI Gateway's token counts (%%DYNAMIC_METADATA(%s:<count>)%%, the count one of %s) from the answer itself; for another cost, write the rule by hand with a cost_source read from the response", path, format, aiGatewayMetadata, aiGatewayCounts())
 	}
 	usage, ok := aiGatewayUsage[sub[1]]
 	if !ok {
-		return "", fmt.Errorf("%s.hits_addend.format %q: %s is not one of Envoy AI Gateway's token counts (%s); for a cost of your own, write the rule by hand with a cost_source read from the response", path, format, sub[1], strings.Join(slices.Sorted(maps.Keys(aiGatewayUsage)), ", "))
+		return "", fmt.Errorf("%s.hits_addend.format %q: %s is not one of Envoy AI Gateway's token counts (%s); for a cost of your own, write the rule by hand with a cost_source read from the response", path, format, sub[1], aiGatewayCounts())
 	}
 	return "response_json:" + usage, nil
 }
+
+// aiGatewayCounts lists the AI Gateway's token counts, for errors.
+func aiGatewayCounts() string { return strings.Join(slices.Sorted(maps.Keys(aiGatewayUsage)), ", ") }
+
+// A limit charged from the answer, converted from another limiter's limit
+// per unit: Sluice's windows take request costs only, so a unit shorter
+// than an hour is a token bucket of the limit refilled over the unit, a
+// longer one a calendar quota (the Envoy Gateway converter writes the same).
+const answerQuotaFromSeconds = 3600
+
+const (
+	noteAnswerBucket = "a limit per second or minute charged from the answer is a token bucket of the limit, refilled over the unit (Sluice's windows take request costs only)"
+	noteAnswerWeek   = "a weekly limit charged from the answer is a quota of calendar weeks from Monday (UTC); the rate limit service's weeks start on the epoch's Thursday"
+)
 
 // answerLimit sets the limit of rule r, charged from the answer (cost),
 // for the descriptor's rate_limit rl: Sluice's windows take request costs
@@ -114,15 +128,15 @@ func (c *converter) answerLimit(path string, r *outRule, rl *rateLimit, cost str
 	n, secs := int64(*rl.RequestsPerUnit), windowSeconds[unit]
 	c.noteOnce(aiGatewayCostNote(cost))
 	withCost := egCost{CostSource: cost}
-	if secs < 3600 {
+	if secs < answerQuotaFromSeconds {
 		r.Algorithm, r.AlgorithmConfig = policy.AlgorithmTokenBucket, egBucket{TokensPerSecond: perSecond(n, secs), Burst: n, egCost: withCost}
-		c.noteOnce("a limit per second or minute charged from the answer is a token bucket of the limit, refilled over the unit (Sluice's windows take request costs only)")
+		c.noteOnce(noteAnswerBucket)
 		return nil
 	}
 	r.Algorithm, r.AlgorithmConfig = policy.AlgorithmQuota, egQuota{Limit: n, Period: unit, egCost: withCost}
 	switch unit {
 	case "week":
-		c.noteOnce("a weekly limit charged from the answer is a quota of calendar weeks from Monday (UTC); the rate limit service's weeks start on the epoch's Thursday")
+		c.noteOnce(noteAnswerWeek)
 	case "month", "year":
 		c.noteOnce(fmt.Sprintf("a limit per %s charged from the answer is a quota of the calendar %s (UTC); the rate limit service's %s is %d days from the Unix epoch", unit, unit, unit, secs/86400))
 	}

@@ -122,8 +122,8 @@ func (p *pluginContext) onRLSResponse(batch *syncBatch, nh, nb, nt int) {
 		p.finishBatch(batch, now)
 		return
 	}
-	size, err := p.readRLSResponse(nh, nb, nt, len(batch.items))
-	if err != "" && refusesCharges(fs.failedStatus, fs.failedMessage) && batch.hasCharges() {
+	size, err, refusesCharge := p.readRLSResponse(nh, nb, nt, len(batch.items))
+	if err != "" && refusesCharge && batch.hasCharges() {
 		if p.resendWithoutCharges(batch, now) { // fleet_charge.go
 			return // the rest of the call answers the same requests
 		}
@@ -161,15 +161,15 @@ func (p *pluginContext) finishBatch(batch *syncBatch, now int64) {
 
 // readRLSResponse checks the HTTP and gRPC status and decodes the
 // response into vm.fleet.resp. It returns the x-sluice-fleet-size (0 if
-// absent) and an error text ("" when fine).
-func (p *pluginContext) readRLSResponse(nh, nb, nt, want int) (int, string) {
-	p.vm.fleet.failedStatus, p.vm.fleet.failedMessage = "", ""
+// absent), an error text ("" when fine), and whether the error is the
+// service refusing charges (refusesCharges).
+func (p *pluginContext) readRLSResponse(nh, nb, nt, want int) (int, string, bool) {
 	if nh == 0 {
-		return 0, "no response: the call timed out or the cluster could not reach the service (a gRPC rate limit service needs an HTTP/2 cluster)"
+		return 0, "no response: the call timed out or the cluster could not reach the service (a gRPC rate limit service needs an HTTP/2 cluster)", false
 	}
 	hs, err := httpCallResponseHeaders()
 	if err != nil {
-		return 0, "response headers: " + err.Error()
+		return 0, "response headers: " + err.Error(), false
 	}
 	status, grpcStatus, grpcMessage, size := "", "", "", 0
 	for _, h := range hs {
@@ -200,31 +200,30 @@ func (p *pluginContext) readRLSResponse(nh, nb, nt, want int) (int, string) {
 	}
 	switch {
 	case status != "200":
-		return 0, "HTTP status " + limitText(status)
+		return 0, "HTTP status " + limitText(status), false
 	case grpcStatus == "":
-		return 0, "no grpc-status"
+		return 0, "no grpc-status", false
 	case grpcStatus != "0":
-		p.vm.fleet.failedStatus, p.vm.fleet.failedMessage = grpcStatus, grpcMessage
-		return 0, grpcStatusText(grpcStatus, grpcMessage)
+		return 0, grpcStatusText(grpcStatus, grpcMessage), refusesCharges(grpcStatus, grpcMessage)
 	case nb > rls.MaxMessage+5:
-		return 0, "response too large"
+		return 0, "response too large", false
 	}
 	body, err := httpCallResponseBody(0, nb)
 	if err != nil && nb > 0 {
-		return 0, "response body: " + err.Error()
+		return 0, "response body: " + err.Error(), false
 	}
 	msg, ferr := rls.Unframe(body)
 	if ferr != nil {
-		return 0, ferr.Error()
+		return 0, ferr.Error(), false
 	}
 	fs := &p.vm.fleet
 	if derr := fs.resp.Unmarshal(msg); derr != nil {
-		return 0, derr.Error()
+		return 0, derr.Error(), false
 	}
 	if len(fs.resp.Statuses) != want {
-		return 0, "expected " + strconv.Itoa(want) + " descriptor statuses, got " + strconv.Itoa(len(fs.resp.Statuses))
+		return 0, "expected " + strconv.Itoa(want) + " descriptor statuses, got " + strconv.Itoa(len(fs.resp.Statuses)), false
 	}
-	return size, ""
+	return size, "", false
 }
 
 // grpcCodes names the gRPC status codes, by number.

@@ -51,9 +51,6 @@ type fleetState struct {
 	// chargesHeldUntilMS: until then, owed charges are not sent: the
 	// service refused them as an operation it does not know.
 	chargesHeldUntilMS int64
-	// The gRPC status and message of the last call the service answered
-	// with an error ("" otherwise), as sent (readRLSResponse).
-	failedStatus, failedMessage string
 }
 
 // hotKeyFleet identifies a pool this VM spent from.
