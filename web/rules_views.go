@@ -147,7 +147,7 @@ type LimitKeyRow struct{ Kind, Name string }
 type MatchCondRow struct{ Source, Value string }
 
 // KeyKinds are the key sources offered by the picker.
-var KeyKinds = []string{"ip:address", "ip:network", "peer:principal", "header", "query", "jwt", "cookie", "metadata", "path", "method", "host", "route", "cluster", "all"}
+var KeyKinds = []string{"ip:address", "ip:network", "peer:principal", "header", "query", "jwt", "cookie", "metadata", "path", "method", "host", "route", "cluster", "connection", "all"}
 
 // Algorithms offered by the rule form.
 var Algorithms = []string{"token_bucket", "fixed_window", "sliding_window", "rolling_window", "quota", "concurrency"}

@@ -12,6 +12,8 @@ type SimForm struct {
 	Peer    string // the client certificate's URI SAN (peer:principal)
 	Route   string // the Envoy route's name (route)
 	Cluster string // the upstream cluster's name (cluster)
+	// Connection is the downstream connection's number (connection).
+	Connection string
 	// Metadata is the Envoy dynamic metadata as JSON (metadata: sources).
 	Metadata string
 	JWT      string // a bearer token, or a JSON object of claims

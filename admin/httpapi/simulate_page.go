@@ -46,7 +46,7 @@ func simFormOf(f url.Values) web.SimForm {
 	return web.SimForm{
 		Against: f.Get("sim_against"), Version: strings.TrimSpace(f.Get("sim_version")), Method: f.Get("sim_method"),
 		Path: f.Get("sim_path"), Host: f.Get("sim_host"), Headers: f.Get("sim_headers"), Client: f.Get("sim_client"),
-		Peer: f.Get("sim_peer"), Route: f.Get("sim_route"), Cluster: f.Get("sim_cluster"), Metadata: f.Get("sim_metadata"), JWT: f.Get("sim_jwt"),
+		Peer: f.Get("sim_peer"), Route: f.Get("sim_route"), Cluster: f.Get("sim_cluster"), Connection: f.Get("sim_connection"), Metadata: f.Get("sim_metadata"), JWT: f.Get("sim_jwt"),
 		RespStatus: strings.TrimSpace(f.Get("sim_resp_status")), RespHeaders: f.Get("sim_resp_headers"),
 		RespTrailers: f.Get("sim_resp_trailers"), RespBody: f.Get("sim_resp_body"),
 	}
@@ -101,7 +101,8 @@ func (s *server) simulateForm(r *http.Request, f web.SimForm, draft []byte) (sim
 	fail := func(field, msg string) (simFormResult, int) {
 		return simFormResult{SimView: web.SimView{Field: field, Error: msg}}, http.StatusBadRequest
 	}
-	req := simulate.RequestSpec{Method: f.Method, Path: f.Path, Host: f.Host, ClientAddress: f.Client, PeerPrincipal: f.Peer, Route: f.Route, Cluster: f.Cluster}
+	req := simulate.RequestSpec{Method: f.Method, Path: f.Path, Host: f.Host, ClientAddress: f.Client, PeerPrincipal: f.Peer, Route: f.Route, Cluster: f.Cluster,
+		Connection: simulate.ConnectionSpec(f.Connection)}
 	if m := strings.TrimSpace(f.Metadata); m != "" {
 		req.Metadata = json.RawMessage(m)
 	}

@@ -188,6 +188,11 @@ func TestSimulateRefusesBadInputNamingTheField(t *testing.T) {
 		{`{"request":{"route":"check\nout"}}`, "request.route"},
 		{`{"request":{"cluster":"outbound|80||a\u0000b"}}`, "request.cluster"},
 		{`{"request":{"cluster":"` + strings.Repeat("c", 2000) + `"}}`, "request.cluster"},
+		{`{"request":{"connection":-1}}`, "request.connection"},
+		{`{"request":{"connection":1.5}}`, "request.connection"},
+		{`{"request":{"connection":"seven"}}`, "request.connection"},
+		{`{"request":{"connection":"18446744073709551616"}}`, "request.connection"},
+		{`{"request":{"connection":true}}`, "request.connection"},
 		{`{"request":{"metadata":["a"]}}`, "request.metadata"},
 		{`{"request":{"metadata":{"envoy.filters.http.jwt_authn":"alice"}}}`, "request.metadata.envoy.filters.http.jwt_authn"},
 		{`{"request":{"metadata":{"ns":{"k":"` + strings.Repeat("m", 16<<10) + `"}}}}`, "request.metadata"},
@@ -477,5 +482,20 @@ func TestSimulateKeysByTheUpstreamCluster(t *testing.T) {
 	_, m = simulateCall(t, e, `{"policy":`+pol+`,"request":{"route":"health"}}`)
 	if r := rulesOf(t, m, 0)[0]; r["applies"] != false {
 		t.Errorf("a request without a cluster: %v", r)
+	}
+}
+
+func TestSimulateKeysByConnection(t *testing.T) {
+	e := newEnv(t, nil)
+	pol := `{"rules":[{"name":"per-connection","limit_keys":["connection"],"algorithm":"token_bucket","algorithm_config":{"rps":20,"burst":40}}]}`
+	for _, conn := range []string{`7`, `"7"`, `"007"`} {
+		_, m := simulateCall(t, e, `{"policy":`+pol+`,"request":{"connection":`+conn+`}}`)
+		if r := rulesOf(t, m, 0)[0]; r["applies"] != true || r["identity"] != "connection=7" {
+			t.Errorf("on connection %s: %v", conn, r)
+		}
+	}
+	_, m := simulateCall(t, e, `{"policy":`+pol+`,"request":{}}`)
+	if r := rulesOf(t, m, 0)[0]; r["applies"] != false {
+		t.Errorf("a request without a connection: %v", r)
 	}
 }

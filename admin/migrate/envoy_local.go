@@ -403,7 +403,7 @@ func (c *elConv) convertGroup(f *elFilter, g *elGroup, routes []*elRoute, of map
 		if !cfg.alwaysConsume {
 			rules = append(rules, c.instead(descRules)...)
 		}
-		r := outRule{Name: c.ruleName(g.label), Mode: cfg.mode(), LimitKeys: []string{c.scopeKey(route)},
+		r := outRule{Name: c.ruleName(g.label), Mode: cfg.mode(), LimitKeys: perConnection(cfg, []string{c.scopeKey(route)}),
 			Algorithm: policy.AlgorithmTokenBucket, AlgorithmConfig: c.bucketOf(cfg.bucket, elJoin(cfg.path, "token_bucket"))}
 		if len(cond) > 0 {
 			r.Match = cond
@@ -532,6 +532,22 @@ func (c *elConv) stopRules(stops []elStop) []outRule {
 			r.Match = s.match
 		}
 		out = append(out, r)
+	}
+	return out
+}
+
+// perConnection keys a configuration's buckets by connection first when it
+// has local_rate_limit_per_downstream_connection, as Envoy keeps each of
+// them per connection ("all" then adds nothing).
+func perConnection(cfg *elConfig, keys []string) []string {
+	if !cfg.perConnection {
+		return keys
+	}
+	out := []string{"connection"}
+	for _, k := range keys {
+		if k != "all" {
+			out = append(out, k)
+		}
 	}
 	return out
 }
@@ -919,6 +935,8 @@ func (c *elConv) descRule(f *elFilter, g *elGroup, b elBlock, l elRateLimit, v e
 	default:
 		keys = []string{c.scopeKey(b.route)}
 	}
+	keys = perConnection(g.cfg, keys)
+	perClient = perClient || g.cfg.perConnection // a bucket per connection is one per client too
 	mode, share := g.cfg.mode(), (*float64)(nil)
 	switch {
 	case d.shadow:
@@ -1012,7 +1030,7 @@ func (c *elConv) configNotes(f *elFilter, cfg *elConfig) {
 		c.note("%s: the runtime keys %s are not read: the rules follow their default_value", p, strings.Join(cfg.runtimeKeys, ", "))
 	}
 	if cfg.perConnection {
-		c.note("%s: local_rate_limit_per_downstream_connection: Sluice's buckets are per Envoy process, shared by every connection", p)
+		c.note(`%s: local_rate_limit_per_downstream_connection: the rules are keyed by "connection" first, a bucket per downstream connection as in Envoy; a closed connection's bucket is given to a new identity once it has refilled, not freed at once`, p)
 	}
 	if cfg.clusterShared {
 		c.note(`%s: local_cluster_rate_limit shares the limit among the local cluster's Envoys; Sluice's local rules hold per Envoy process (for one limit across Envoys, make the rules "scope": "global" with a fleet, docs/fleet.md)`, p)

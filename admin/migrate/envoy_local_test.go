@@ -1118,6 +1118,14 @@ func TestTheGuidesEnvoyConfigurationConvertsToTheGuidesPolicy(t *testing.T) {
 	sameAsGuide(t, guideBlock(t, "<!-- example: envoy-local-converted -->", "json"), res.Policy)
 }
 
+func TestTheGuidesPerConnectionFilterConvertsToTheGuidesPolicy(t *testing.T) {
+	res, err := EnvoyLocalRatelimit([]byte(guideBlock(t, "### A bucket per connection", "yaml")), LocalOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameAsGuide(t, guideBlock(t, "<!-- example: envoy-local-per-connection -->", "json"), res.Policy)
+}
+
 // destination_cluster is the route's cluster: a fixed value on a route
 // with one, and on a route that picks one per request (weighted_clusters)
 // the cluster source, which reads the cluster picked.
@@ -1147,5 +1155,36 @@ func TestDestinationClusterIsTheRoutesClusterOrTheOnePicked(t *testing.T) {
 	r = cfg.RuleByName("api-destination_cluster-api-v2")
 	if r == nil || cfg.Policies[0].Rules[0].Name != r.Name || len(r.Keys) != 1 || r.Keys[0].Kind != policy.SourceAll || r.TokenBucket.Burst != 400 {
 		t.Fatalf("the single-cluster route's rule: %+v", r)
+	}
+}
+
+// local_rate_limit_per_downstream_connection keeps each bucket per
+// connection: every rule is keyed by connection first, and a bucket Envoy
+// keeps for the whole filter is one per connection.
+func TestPerConnectionBucketsAreKeyedByConnection(t *testing.T) {
+	fields := "stat_prefix: edge\n" + lrOnEnforced + lrBucket10 + "local_rate_limit_per_downstream_connection: true\n" +
+		"descriptors: [{entries: [{key: user}], token_bucket: {max_tokens: 5, tokens_per_fill: 1, fill_interval: 1s}}]\n" +
+		"rate_limits: [{actions: [{request_headers: {header_name: x-user, descriptor_key: user}}]}]\n"
+	cfg, res := lrConvert(t, fields, LocalOptions{})
+	keys := func(name string) []string {
+		var out []string
+		for _, k := range lrRule(t, cfg, name).Keys {
+			out = append(out, k.String())
+		}
+		return out
+	}
+	if got := keys("edge"); !slices.Equal(got, []string{"connection"}) {
+		t.Errorf("the filter's bucket is keyed by %v, want connection", got)
+	}
+	if got := keys("edge-user"); !slices.Equal(got, []string{"connection", "header:x-user"}) {
+		t.Errorf("the descriptor's bucket is keyed by %v, want connection then the user", got)
+	}
+	if !strings.Contains(strings.Join(res.Notes, "\n"), `keyed by "connection" first`) {
+		t.Errorf("notes %q", res.Notes)
+	}
+	// The same configuration without the field: one bucket per process.
+	cfg, _ = lrConvert(t, strings.Replace(fields, "local_rate_limit_per_downstream_connection: true\n", "", 1), LocalOptions{})
+	if got := keys("edge"); !slices.Equal(got, []string{"all"}) {
+		t.Errorf("without per-connection buckets: %v", got)
 	}
 }

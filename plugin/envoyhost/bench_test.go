@@ -1,6 +1,7 @@
 package envoyhost_test
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"slices"
@@ -207,6 +208,7 @@ func BenchmarkEnvoyHostProbe(b *testing.B) {
 		keyedBy("peer-principal", "peer:principal", simulate.PeerPrincipalProperty, "spiffe://cluster.local/ns/shop/sa/web"),
 		keyedBy("route", "route", simulate.RouteProperty, "checkout"),
 		keyedBy("cluster", "cluster", simulate.ClusterProperty, "outbound|8080||payments.prod.svc.cluster.local"),
+		keyedBy("connection", "connection", simulate.ConnectionProperty, string(binary.LittleEndian.AppendUint64(nil, 4294967303))),
 		keyedBy("ip-address", "ip:address", "source.address", "203.0.113.7:5555"),
 		keyedBy("ip-network", "ip:network", "source.address", "[2001:db8:1:2::7]:5555"),
 		byCookie,

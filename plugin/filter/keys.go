@@ -1,6 +1,9 @@
 package filter
 
 import (
+	"encoding/binary"
+	"strconv"
+
 	"github.com/sluice-rl/sluice/plugin/headermap"
 	"github.com/sluice-rl/sluice/shared/policy"
 	"github.com/sluice-rl/sluice/shared/request"
@@ -59,7 +62,7 @@ type requestSources struct {
 	lastNets []lastNetwork
 
 	rawPath, path, method, host, ip cachedValue
-	peer, route, cluster            propertyValue
+	peer, route, cluster, conn      propertyValue
 
 	gen      uint32 // this request's generation, from 1 (see cachedValue)
 	jwtState uint8
@@ -104,7 +107,7 @@ func (rs *requestSources) reset(cfg *compiledConfig, numHeaders int) {
 		rs.nets = resetCache(rs.nets, len(cfg.netBits))
 		rs.lastNets = make([]lastNetwork, len(cfg.netBits))
 		rs.rawPath, rs.path, rs.method, rs.host, rs.ip = cachedValue{}, cachedValue{}, cachedValue{}, cachedValue{}, cachedValue{}
-		rs.peer.c, rs.route.c, rs.cluster.c = cachedValue{}, cachedValue{}, cachedValue{}
+		rs.peer.c, rs.route.c, rs.cluster.c, rs.conn.c = cachedValue{}, cachedValue{}, cachedValue{}, cachedValue{}
 		rs.metas = resetProperties(rs.metas, len(cfg.metaPaths))
 		rs.gen = 1
 	}
@@ -195,6 +198,8 @@ func (rs *requestSources) get(s sourceRef) (string, bool) {
 		c = rs.route.read(rs, routeNamePath)
 	case policy.SourceCluster:
 		c = rs.cluster.read(rs, clusterNamePath)
+	case policy.SourceConnection:
+		c = rs.conn.readNumber(rs, connectionIDPath)
 	case policy.SourceMetadata:
 		c = rs.metas[s.idx].readMetadata(rs, rs.cfg.metaPaths[s.idx])
 	case policy.SourceAll:
@@ -314,6 +319,10 @@ const (
 	peerPrincipalPath = "connection\x00uri_san_peer_certificate"
 	routeNamePath     = "xds\x00route_name"
 	clusterNamePath   = "xds\x00cluster_name"
+	// connectionIDPath is "connection": the downstream connection's
+	// number, a uint64 Envoy hands over as 8 bytes in its own (little-
+	// endian) byte order.
+	connectionIDPath = "connection\x00id"
 )
 
 // propertyValue is a source read from an Envoy property: its cached value,
@@ -334,6 +343,25 @@ func (pv *propertyValue) read(rs *requestSources, path string) *cachedValue {
 // (request.AppendMetadataText), written after the value in the same buffer.
 func (pv *propertyValue) readMetadata(rs *requestSources, path string) *cachedValue {
 	return pv.readAs(rs, path, true)
+}
+
+// readNumber is read for a uint64 property, which Envoy hands over as 8
+// bytes: its value is the number in decimal, written after the bytes in
+// the same buffer. Any other length is missing, not a trap.
+func (pv *propertyValue) readNumber(rs *requestSources, path string) *cachedValue {
+	if rs.unread(&pv.c) {
+		b, ok := getProperty(path, pv.buf)
+		if ok && len(b) == 8 {
+			n := len(b)
+			b = strconv.AppendUint(b, binary.LittleEndian.Uint64(b), 10)
+			pv.buf = b
+			pv.c.set(bytesView(b[n:]), true)
+		} else {
+			pv.buf = b
+			pv.c.set("", false)
+		}
+	}
+	return &pv.c
 }
 
 func (pv *propertyValue) readAs(rs *requestSources, path string, metadata bool) *cachedValue {

@@ -68,13 +68,13 @@ func TestRequestSourcesGenerations(t *testing.T) {
 	// its own.
 	rs.reset(cfg, 0)
 	old := cachedValue{v: "old", state: present, gen: 1}
-	rs.ip, rs.host, rs.peer.c, rs.route.c, rs.cluster.c, rs.metas[0].c = old, old, old, old, old, old
+	rs.ip, rs.host, rs.peer.c, rs.route.c, rs.cluster.c, rs.conn.c, rs.metas[0].c = old, old, old, old, old, old, old
 	other := &compiledConfig{headerNames: []string{"a", "b"}, metaPaths: []string{"m1", "m2"}}
 	rs.reset(other, 0)
 	if len(rs.headers) != 2 || len(rs.metas) != 2 || rs.cfg != other || rs.gen != 1 {
 		t.Fatalf("a new configuration: %d header caches, %d metadata caches, gen %d", len(rs.headers), len(rs.metas), rs.gen)
 	}
-	for name, c := range map[string]*cachedValue{"ip": &rs.ip, "host": &rs.host, "peer": &rs.peer.c, "route": &rs.route.c, "cluster": &rs.cluster.c, "metadata": &rs.metas[0].c} {
+	for name, c := range map[string]*cachedValue{"ip": &rs.ip, "host": &rs.host, "peer": &rs.peer.c, "route": &rs.route.c, "cluster": &rs.cluster.c, "connection": &rs.conn.c, "metadata": &rs.metas[0].c} {
 		if !rs.unread(c) {
 			t.Errorf("a new configuration reads the old %s %q as this request's", name, c.v)
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -69,6 +70,7 @@ type Gateway struct {
 	listener net.Listener
 	demo     *http.Server // built-in upstream, when Upstream is "demo"
 	next     atomic.Uint64
+	conns    atomic.Uint64 // connections accepted: the next one's number (connection.id)
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	retiring sync.WaitGroup // previous plugin VMs being closed (vmenv.go)
@@ -160,7 +162,7 @@ func Start(ctx context.Context, opts Options, logger *slog.Logger) (*Gateway, er
 		Transport:     transport,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	gw.server = &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second}
+	gw.server = &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second, ConnContext: gw.numberConnection}
 	gw.wg.Add(2)
 	go func() {
 		defer gw.wg.Done()
@@ -214,6 +216,22 @@ func (gw *Gateway) Close(ctx context.Context) error {
 // plugin reads it (xds.cluster_name): envoy.yaml's name for its upstream.
 const UpstreamCluster = "upstream"
 
+// connectionKey is the context key of a connection's number.
+type connectionKey struct{}
+
+// numberConnection gives each accepted connection the next number, from 0
+// as Envoy numbers them, for rules keyed by "connection".
+func (gw *Gateway) numberConnection(ctx context.Context, _ net.Conn) context.Context {
+	return context.WithValue(ctx, connectionKey{}, gw.conns.Add(1)-1)
+}
+
+// connectionID is the request's connection number as Envoy hands over its
+// connection.id: 8 bytes, little-endian.
+func connectionID(ctx context.Context) []byte {
+	n, _ := ctx.Value(connectionKey{}).(uint64)
+	return binary.LittleEndian.AppendUint64(nil, n)
+}
+
 // ServeHTTP runs one request through the plugin: request headers, then
 // (unless the plugin answered locally) the upstream, then response headers,
 // body and trailers.
@@ -228,6 +246,7 @@ func (gw *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Every request goes to the one upstream, named as envoy.yaml
 		// names its cluster: rules on "cluster" apply here as there.
 		"xds.cluster_name": []byte(UpstreamCluster),
+		"connection.id":    connectionID(r.Context()),
 	})
 	if err != nil {
 		gw.fail(w, "plugin unavailable", err)

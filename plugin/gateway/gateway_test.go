@@ -325,3 +325,34 @@ func TestGatewayRequestsGoToTheUpstreamCluster(t *testing.T) {
 		t.Fatalf("third request to the cluster: %d %s, want the cluster rule's 429", resp.StatusCode, body)
 	}
 }
+
+func TestGatewayNumbersEachConnection(t *testing.T) {
+	up := newUpstream(t)
+	gw, _, _ := startGateway(t, up.srv.URL, `{"rules": [{"name": "per-connection", "limit_keys": ["connection"],
+	  "algorithm": "fixed_window", "algorithm_config": {"limit": 2, "window_seconds": 3600}}]}`)
+	// A client keeps its connection alive: its requests share a bucket.
+	status := func(c *http.Client) int {
+		t.Helper()
+		resp, err := c.Get(gw.URL() + "/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	first := &http.Client{Transport: &http.Transport{}}
+	for i := range 2 {
+		if got := status(first); got != 200 {
+			t.Fatalf("request %d on the first connection: %d, want 200", i+1, got)
+		}
+	}
+	if got := status(first); got != http.StatusTooManyRequests {
+		t.Fatalf("third request on the first connection: %d, want 429", got)
+	}
+	// Another connection from the same address has a bucket of its own.
+	second := &http.Client{Transport: &http.Transport{}}
+	if got := status(second); got != 200 {
+		t.Fatalf("a second connection: %d, want 200", got)
+	}
+}

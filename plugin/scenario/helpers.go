@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"encoding/base64"
+	"encoding/binary"
 	"fmt"
 	"hash/fnv"
 	"strconv"
@@ -43,12 +44,22 @@ var requestProperties = map[string]string{
 // requestProperties sets that property instead of a header: "@ip" the
 // client address (default "10.0.0.1:5555"), "@peer" the client
 // certificate's URI SAN, "@route" the Envoy route's name, "@cluster" the
-// upstream cluster's (default none);
+// upstream cluster's (default none); "@connection" the downstream
+// connection's number, in decimal, which the hosts hand over as Envoy does
+// (8 bytes, little-endian);
 // "@metadata:<namespace>:<keys>" a value of the dynamic metadata, as the
 // source of that name reads it.
 func req(kv ...string) Request {
 	r := Request{Properties: map[string][]byte{"source.address": []byte("10.0.0.1:5555")}}
 	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i] == "@connection" {
+			n, err := strconv.ParseUint(kv[i+1], 10, 64)
+			if err != nil {
+				panic("req: @connection " + kv[i+1] + " is not a uint64")
+			}
+			r.Properties[simulate.ConnectionProperty] = binary.LittleEndian.AppendUint64(nil, n)
+			continue
+		}
 		if prop, ok := requestProperties[kv[i]]; ok {
 			r.Properties[prop] = []byte(kv[i+1])
 			continue

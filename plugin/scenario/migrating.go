@@ -23,6 +23,7 @@ func init() {
 	register(
 		Case{Name: "MigratingFromEnvoyLocalRateLimit", Run: migratingEnvoyLocal},
 		Case{Name: "MigratingFromEnvoyLocalRateLimitConverted", Run: migratingEnvoyLocalConverted},
+		Case{Name: "MigratingFromEnvoyLocalRateLimitPerConnection", Run: migratingEnvoyLocalPerConnection},
 		Case{Name: "MigratingFromEnvoyproxyRatelimit", Run: migratingEnvoyproxyRatelimit},
 		Case{Name: "MigratingFromEnvoyproxyRatelimitConverted", Run: migratingEnvoyproxyRatelimitConverted},
 		Case{Name: "MigratingFromNginxLimitReq", Run: migratingNginx},
@@ -42,7 +43,7 @@ func init() {
 const MigrationGuide = "docs/migrating.md"
 
 var MigrationExamples = []string{
-	"envoy-local", "envoy-local-converted", "envoyproxy-ratelimit", "envoyproxy-ratelimit-converted", "envoyproxy-ratelimit-stream-done", "nginx-limit-req", "ingress-nginx", "kong", "higress-key-rate-limit", "higress-cluster-key-rate-limit",
+	"envoy-local", "envoy-local-converted", "envoy-local-per-connection", "envoyproxy-ratelimit", "envoyproxy-ratelimit-converted", "envoyproxy-ratelimit-stream-done", "nginx-limit-req", "ingress-nginx", "kong", "higress-key-rate-limit", "higress-cluster-key-rate-limit",
 	"higress-ai-token-ratelimit", "envoy-gateway-local", "envoy-gateway-global",
 }
 
@@ -119,6 +120,18 @@ func migratingEnvoyLocal(t *testing.T, start Starter) {
 	h.Advance(200 * time.Millisecond)
 	if got := admitted(t, h, 2, key); got != 1 {
 		t.Errorf("200 ms later: %d of 2 admitted, want 1", got)
+	}
+	noRecoveredPanics(t, h)
+}
+
+// migratingEnvoyLocalPerConnection: local_rate_limit_per_downstream_connection
+// converted, 40 at once on each connection.
+func migratingEnvoyLocalPerConnection(t *testing.T, start Starter) {
+	h := startExample(t, start, "envoy-local-per-connection", noon)
+	wantRejection(t, "a connection's 41st at once", lastOf(t, h, 41, req("@connection", "3")), 429, "local_rate_limited",
+		"ratelimit-policy", `"per_connection";q=40;w=2`)
+	if got := admitted(t, h, 41, req("@connection", "4")); got != 40 {
+		t.Errorf("another connection from the same address: %d of 41 admitted at once, want its 40", got)
 	}
 	noRecoveredPanics(t, h)
 }

@@ -178,6 +178,11 @@ func (p *parser) checkScopeAlgorithm(path string, r *Rule) {
 	if !r.Global {
 		return
 	}
+	for _, k := range r.Keys {
+		if k.Kind == SourceConnection {
+			p.errorf(join(path, "scope"), `"global" cannot key by "connection": a connection's number is unique only within one Envoy, so across the fleet different clients would share a bucket; make the rule "local"`)
+		}
+	}
 	cfgPath := join(path, "algorithm_config")
 	switch {
 	case r.TokenBucket != nil:

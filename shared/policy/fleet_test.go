@@ -104,6 +104,8 @@ func TestFleetErrors(t *testing.T) {
 			"rules[0].algorithm_config.max_per_period", "below 1"},
 		{`{"fleet":{"cluster":"x"},"rules":[` + globalWindow("fixed_window", `{"limit":0.5,"window_seconds":60}`) + `]}`,
 			"rules[0].algorithm_config.limit", "below 1"},
+		{`{"fleet":{"cluster":"x"},"rules":[` + strings.Replace(globalRule, `["header:x-k"]`, `["header:x-k","connection"]`, 1) + `]}`,
+			"rules[0].scope", `cannot key by "connection"`},
 	}
 	for _, c := range cases {
 		_, err := Parse([]byte(c.doc))

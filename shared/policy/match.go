@@ -239,6 +239,10 @@ func (p *parser) match(path string, v *jvalue) []Matcher {
 				p.errorf(mpath, `"all" is the same for every request, so a condition on it decides nothing; use it in limit_keys (one bucket for every request the rule applies to)`)
 				continue
 			}
+			if k.Kind == SourceConnection {
+				p.errorf(mpath, `a connection's number is a key only (a bucket per connection); it says nothing about the request to match on`)
+				continue
+			}
 			if k.Kind == SourceIPNetwork {
 				p.errorf(mpath, `a network is a key only; to match client networks write "ip:address": {"cidr": ["203.0.113.0/24"]}`)
 				continue

@@ -221,6 +221,13 @@ const (
 	// whatever route leads to it. A route without a cluster (a direct
 	// response, a redirect) has none: the value is missing.
 	SourceCluster
+	// SourceConnection is "connection": the downstream connection's number
+	// (Envoy's connection.id, unique within an Envoy process), written in
+	// decimal, for a bucket per connection like local_ratelimit's
+	// local_rate_limit_per_downstream_connection: a client's requests over
+	// one keep-alive or HTTP/2 connection share it. It is a key only: the
+	// numbers mean nothing to match on, nor across Envoys.
+	SourceConnection
 )
 
 // AllValue is the value of the "all" source.
@@ -256,6 +263,8 @@ func (k KeySource) String() string {
 		return "route"
 	case SourceCluster:
 		return "cluster"
+	case SourceConnection:
+		return "connection"
 	case SourceMetadata:
 		return "metadata:" + k.Name
 	case SourceCookie:

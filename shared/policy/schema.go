@@ -42,7 +42,7 @@ const (
 	claimNameRe      = `[^\x00-\x20\x7f]{1,256}`
 	metadataKeyRe    = `([^\x00-\x20\x7f:.\[\]]+|\[[^\x00-\x20\x7f\[\]]+\])`
 	metadataRe       = `metadata:[^\x00-\x20\x7f:]+:` + metadataKeyRe + `(\.` + metadataKeyRe + `){0,7}`
-	keySourcePattern = `^(ip:address|ip:network(:[0-9]{1,2}:[0-9]{1,3})?|peer:principal|path|method|host|route|cluster|all|header:` + headerNameRe + `|query:` + queryNameRe + `|jwt:` + claimNameRe + `|cookie:` + headerNameRe + `|` + metadataRe + `)$`
+	keySourcePattern = `^(ip:address|ip:network(:[0-9]{1,2}:[0-9]{1,3})?|peer:principal|path|method|host|route|cluster|connection|all|header:` + headerNameRe + `|query:` + queryNameRe + `|jwt:` + claimNameRe + `|cookie:` + headerNameRe + `|` + metadataRe + `)$`
 	matchKeyPattern  = `^(path_prefix|ip:address|peer:principal|path|method|host|route|cluster|header:` + headerNameRe + `|query:` + queryNameRe + `|jwt:` + claimNameRe + `|cookie:` + headerNameRe + `|` + metadataRe + `)$`
 	costPattern      = `^(fixed|header:` + headerNameRe + `|query:` + queryNameRe + `|` + metadataRe + `)$`
 	// responseCostPattern: token_bucket and quota also read a cost from
@@ -310,8 +310,8 @@ func schemaDoc() obj {
 		"quota":         closed("quota", []string{"limit", "period"}, nil),
 		"concurrency":   closed("concurrency", []string{"limit"}, nil),
 		"keySource": obj{"type": "string", "pattern": keySourcePattern,
-			"description": `"ip:address", "ip:network", "peer:principal", "header:<name>", "query:<name>", "jwt:<claim>", "cookie:<name>", "metadata:<namespace>:<key>", "path", "method", "host", "route", "cluster" (the upstream cluster) or "all" (one bucket for every request).`,
-			"examples":    []string{"ip:address", "peer:principal", "header:x-api-key", "jwt:sub", "query:api_key", "cookie:session", "metadata:envoy.filters.http.jwt_authn:jwt_payload.sub", "path", "method", "host", "route", "cluster", "all"}},
+			"description": `"ip:address", "ip:network", "peer:principal", "header:<name>", "query:<name>", "jwt:<claim>", "cookie:<name>", "metadata:<namespace>:<key>", "path", "method", "host", "route", "cluster" (the upstream cluster), "connection" (a bucket per downstream connection) or "all" (one bucket for every request).`,
+			"examples":    []string{"ip:address", "peer:principal", "header:x-api-key", "jwt:sub", "query:api_key", "cookie:session", "metadata:envoy.filters.http.jwt_authn:jwt_payload.sub", "path", "method", "host", "route", "cluster", "connection", "all"}},
 	}
 	return top
 }

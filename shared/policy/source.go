@@ -7,7 +7,7 @@ import (
 	"github.com/sluice-rl/sluice/shared/bodyscan"
 )
 
-const sourceForms = `"ip:address", "ip:network", "peer:principal", "header:<name>", "query:<name>", "jwt:<claim>", "cookie:<name>", "metadata:<namespace>:<key>", "path", "method", "host", "route", "cluster" or "all"`
+const sourceForms = `"ip:address", "ip:network", "peer:principal", "header:<name>", "query:<name>", "jwt:<claim>", "cookie:<name>", "metadata:<namespace>:<key>", "path", "method", "host", "route", "cluster", "connection" or "all"`
 
 // maxSourceName bounds header, query and claim names.
 const maxSourceName = 256
@@ -26,12 +26,12 @@ func parseSource(s string) (KeySource, string) {
 		return KeySource{}, quoteShort(s) + " " + why
 	}
 	switch kind {
-	case "path", "method", "host", "route", "cluster", "all":
+	case "path", "method", "host", "route", "cluster", "connection", "all":
 		if hasColon {
 			return bad("takes no argument; write " + strconv.Quote(kind))
 		}
 		return KeySource{Kind: map[string]SourceKind{"path": SourcePath, "method": SourceMethod, "host": SourceHost, "route": SourceRoute,
-			"cluster": SourceCluster, "all": SourceAll}[kind]}, ""
+			"cluster": SourceCluster, "connection": SourceConnection, "all": SourceAll}[kind]}, ""
 	case "ip":
 		switch {
 		case name == "address":
@@ -92,7 +92,7 @@ func parseSource(s string) (KeySource, string) {
 		return KeySource{Kind: SourceMetadata, Name: name}, ""
 	}
 	switch strings.ToLower(kind) {
-	case "path", "method", "host", "route", "cluster", "all", "ip", "peer", "header", "query", "jwt", "cookie", "metadata":
+	case "path", "method", "host", "route", "cluster", "connection", "all", "ip", "peer", "header", "query", "jwt", "cookie", "metadata":
 		return bad("is not a known source: source kinds are lower-case, e.g. " + quoteShort(strings.ToLower(kind)+s[len(kind):]))
 	}
 	return bad("is not a known source; use " + sourceForms)

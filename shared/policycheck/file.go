@@ -604,7 +604,7 @@ func (r *reader) names(n *yaml.Node, path string) *[]string {
 // partial is a request as a test or a step writes it: the fields given,
 // which a step's request lays over its test's.
 type partial struct {
-	text     map[string]string  // method, path, host, client_address, peer_principal, route, cluster
+	text     map[string]string  // method, path, host, client_address, peer_principal, route, cluster, connection
 	headers  map[string]*string // nil: the step removes the test's header
 	query    map[string]*string
 	metadata json.RawMessage
@@ -613,7 +613,7 @@ type partial struct {
 	response *simulate.ResponseSpec
 }
 
-var textFields = []string{"method", "path", "host", "client_address", "peer_principal", "route", "cluster"}
+var textFields = []string{"method", "path", "host", "client_address", "peer_principal", "route", "cluster", "connection"}
 
 func (r *reader) partial(n *yaml.Node, path string) partial {
 	p := partial{text: map[string]string{}}
@@ -757,7 +757,8 @@ func merge(a, b map[string]*string, fold func(string) string) map[string]*string
 func (p partial) spec() simulate.RequestSpec {
 	s := simulate.RequestSpec{Method: p.text["method"], Path: p.text["path"], Host: p.text["host"],
 		ClientAddress: p.text["client_address"], PeerPrincipal: p.text["peer_principal"], Route: p.text["route"], Cluster: p.text["cluster"],
-		Metadata: p.metadata, Claims: p.claims, Response: p.response}
+		Connection: simulate.ConnectionSpec(p.text["connection"]),
+		Metadata:   p.metadata, Claims: p.claims, Response: p.response}
 	if p.jwt != nil {
 		s.JWT = *p.jwt
 	}

@@ -562,3 +562,32 @@ tests:
 		t.Fatal(rep.Text(true))
 	}
 }
+
+// A test's request names its connection, for rules keyed by connection: a
+// step with another number is a request on another connection.
+func TestRequestsNameTheirConnection(t *testing.T) {
+	cfg := parseConfig(t, `{"rules": [{"name": "per-connection", "limit_keys": ["connection"],
+	  "algorithm": "fixed_window", "algorithm_config": {"limit": 1, "window_seconds": 60}}]}`)
+	suite := parseSuite(t, `
+tests:
+  - name: one request a minute on each connection
+    request: {connection: 7}
+    steps:
+      - expect: {status: 200, rule: per-connection}
+      - expect: {status: 429, rule: per-connection}
+      - request: {connection: "8"}
+        expect: {status: 200}
+`)
+	if rep := policycheck.Run(cfg, suite, policycheck.Options{}); rep.Failed() != 0 {
+		t.Fatal(rep.Text(true))
+	}
+	_, err := policycheck.Parse([]byte(`
+tests:
+  - name: not a number
+    request: {connection: seven}
+    expect: {status: 200}
+`))
+	if err == nil || !strings.Contains(err.Error(), "tests[0].request.connection (line 3)") {
+		t.Errorf("a connection that is not a number: %v", err)
+	}
+}

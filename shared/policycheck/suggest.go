@@ -66,7 +66,7 @@ func requestNode(spec simulate.RequestSpec) *yaml.Node {
 	n := &yaml.Node{Kind: yaml.MappingNode}
 	for _, f := range []struct{ name, value string }{
 		{"method", spec.Method}, {"path", spec.Path}, {"host", spec.Host}, {"client_address", spec.ClientAddress},
-		{"peer_principal", spec.PeerPrincipal}, {"route", spec.Route}, {"cluster", spec.Cluster}, {"jwt", spec.JWT},
+		{"peer_principal", spec.PeerPrincipal}, {"route", spec.Route}, {"cluster", spec.Cluster}, {"connection", string(spec.Connection)}, {"jwt", spec.JWT},
 	} {
 		if strings.TrimSpace(f.value) != "" {
 			add(n, f.name, strings.TrimSpace(f.value))

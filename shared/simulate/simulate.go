@@ -16,6 +16,7 @@
 package simulate
 
 import (
+	"encoding/binary"
 	"math"
 	"slices"
 	"strconv"
@@ -50,6 +51,9 @@ type Request struct {
 	// Cluster is the upstream cluster the request's route sends it to
 	// (Envoy's xds.cluster_name), "" for none.
 	Cluster string
+	// Connection is the downstream connection's number (Envoy's
+	// connection.id) in decimal, "" for none.
+	Connection string
 	// Metadata is the request's Envoy dynamic metadata (filter_metadata),
 	// for metadata: sources: by namespace, each a JSON object as
 	// encoding/json decodes it (metadata.go).
@@ -73,17 +77,22 @@ func (r Request) Properties() map[string][]byte {
 	if r.Cluster != "" {
 		p[ClusterProperty] = []byte(r.Cluster)
 	}
+	if n, err := strconv.ParseUint(r.Connection, 10, 64); err == nil {
+		p[ConnectionProperty] = binary.LittleEndian.AppendUint64(nil, n)
+	}
 	for ns, st := range r.Metadata {
 		addMetadataProperties(p, "metadata.filter_metadata."+ns, map[string]any(st))
 	}
 	return p
 }
 
-// The Envoy properties behind "peer:principal", "route" and "cluster".
+// The Envoy properties behind "peer:principal", "route", "cluster" and
+// "connection" (a uint64, which Envoy hands over as 8 little-endian bytes).
 const (
 	PeerPrincipalProperty = "connection.uri_san_peer_certificate"
 	RouteProperty         = "xds.route_name"
 	ClusterProperty       = "xds.cluster_name"
+	ConnectionProperty    = "connection.id"
 )
 
 // State is a rule's stored state for one identity: Bucket for a token

@@ -65,6 +65,8 @@ func (s *sources) raw(k policy.KeySource) (string, bool) {
 		return s.req.Route, s.req.Route != ""
 	case policy.SourceCluster:
 		return s.req.Cluster, s.req.Cluster != ""
+	case policy.SourceConnection:
+		return s.req.Connection, s.req.Connection != ""
 	case policy.SourceAll:
 		return policy.AllValue, true
 	case policy.SourceCookie:

@@ -5,8 +5,10 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/netip"
 	"sort"
+	"strconv"
 	"strings"
 	"unicode"
 
@@ -58,6 +60,9 @@ type RequestSpec struct {
 	// Cluster is the upstream cluster the request's route sends it to,
 	// for the cluster source ("" for none).
 	Cluster string `json:"cluster"`
+	// Connection is the downstream connection's number, for the
+	// connection source ("" for none).
+	Connection ConnectionSpec `json:"connection"`
 	// Metadata is the request's Envoy dynamic metadata, for metadata:
 	// sources: an object of namespaces, each an object (specMetadata).
 	Metadata json.RawMessage `json:"metadata"`
@@ -68,6 +73,40 @@ type RequestSpec struct {
 	Claims json.RawMessage `json:"claims"`
 	// Response is a sample of the upstream's answer (optional).
 	Response *ResponseSpec `json:"response"`
+}
+
+// ConnectionSpec is a connection's number as people write it: a JSON
+// number or a string of digits ("" or null: none). Build checks it.
+type ConnectionSpec string
+
+// UnmarshalJSON keeps a string's text, and any other value's JSON as it is
+// written, so that Build refuses what is not a connection's number with
+// the field's name.
+func (c *ConnectionSpec) UnmarshalJSON(b []byte) error {
+	var s string
+	switch {
+	case string(b) == "null":
+		*c = ""
+	case json.Unmarshal(b, &s) == nil:
+		*c = ConnectionSpec(s)
+	default:
+		*c = ConnectionSpec(b)
+	}
+	return nil
+}
+
+// number is the connection's number in decimal as the filter writes it
+// (no leading zeros), "" for none.
+func (c ConnectionSpec) number() (string, error) {
+	v := strings.TrimSpace(string(c))
+	if v == "" {
+		return "", nil
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return "", fieldError("connection", fmt.Sprintf("%q is not a connection's number: a whole number from 0 to %d", shortText(v), uint64(math.MaxUint64)))
+	}
+	return strconv.FormatUint(n, 10), nil
 }
 
 // specText checks a text field read from an Envoy property: trimmed, at
@@ -150,6 +189,9 @@ func (b RequestSpec) Build() (Request, error) {
 		return req, err
 	}
 	if req.Cluster, err = specText("cluster", b.Cluster, maxSpecRoute, unicode.IsControl, "contains a control character"); err != nil {
+		return req, err
+	}
+	if req.Connection, err = b.Connection.number(); err != nil {
 		return req, err
 	}
 	if req.Metadata, err = specMetadata(b.Metadata); err != nil {

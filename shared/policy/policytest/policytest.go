@@ -85,6 +85,9 @@ func Request(rng *rand.Rand, shadowHeader string) simulate.Request {
 	if rng.IntN(4) > 0 { // the upstream cluster its route sends it to
 		r.Cluster = oneOf("outbound|8080||payments.prod.svc.cluster.local", "outbound|80||web.prod.svc.cluster.local", "upstream")
 	}
+	if rng.IntN(4) > 0 { // the downstream connection it came on
+		r.Connection = oneOf("0", "7", "18446744073709551615")
+	}
 	if rng.IntN(6) == 0 { // gRPC calls get their rejections trailers-only
 		r.Headers["content-type"] = oneOf("application/grpc", "application/grpc+proto", "application/grpc-web")
 	}
@@ -292,7 +295,7 @@ func (g *configGen) reply(into map[string]any) {
 }
 
 func (g *configGen) key() string {
-	return g.oneOf("header:x-api-key", "header:x-api-key", "ip:address", "query:account", "jwt:sub", "header:x-plan", "host", "jwt:tier", "peer:principal", "route", "cluster",
+	return g.oneOf("header:x-api-key", "header:x-api-key", "ip:address", "query:account", "jwt:sub", "header:x-plan", "host", "jwt:tier", "peer:principal", "route", "cluster", "connection",
 		"metadata:envoy.filters.http.jwt_authn:jwt_payload.sub", "metadata:envoy.filters.http.jwt_authn:jwt_payload.tier",
 		"metadata:envoy.filters.http.jwt_authn:[https://idp.example.com].groups.0", "cookie:sid", "all", "ip:network", "ip:network:16:128")
 }
