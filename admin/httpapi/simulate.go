@@ -144,6 +144,9 @@ type simRuleJSON struct {
 	Overridden   bool `json:"overridden,omitempty"`
 	ChargedLater bool `json:"charged_later,omitempty"`
 	Spared       bool `json:"spared,omitempty"`
+	// Blocked: the rule's refusal puts the identity in its block
+	// (block_seconds); the decision's wait covers it.
+	Blocked bool `json:"blocked,omitempty"`
 	// Response: what the sample response is charged (charged_later
 	// rules that admitted the request, when the request has a response).
 	Response *simChargeJSON `json:"response,omitempty"`
@@ -182,7 +185,7 @@ func simJSON(label string, res simulate.Result) simResultJSON {
 		}
 		for _, r := range p.Rules {
 			rj := simRuleJSON{Name: r.Name, Mode: string(r.Mode), Algorithm: r.Algorithm, Action: r.Action, Applies: r.Applies, Why: r.Why, Global: r.Global,
-				Overridden: r.Overridden, ChargedLater: r.ChargedLater, Spared: r.Spared}
+				Overridden: r.Overridden, ChargedLater: r.ChargedLater, Spared: r.Spared, Blocked: r.Blocked}
 			if r.Applies && r.Action == policy.ActionLimit {
 				level := r.Level
 				rj.Identity, rj.Cost, rj.StateKnown, rj.Level = r.Identity, r.Cost, r.Known, &level

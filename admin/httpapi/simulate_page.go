@@ -207,6 +207,9 @@ func simView(label string, res simulate.Result) web.SimView {
 				if r.Global {
 					rv.Decision += " (global rule: decided as one local bucket of its limit)"
 				}
+				if r.Blocked {
+					rv.Decision += "; the identity is blocked (block_seconds), so the wait covers the block"
+				}
 				if c := r.Response; c != nil && c.Charged {
 					rv.Response = "charged " + num(c.Cost) + " (" + c.Why + "), leaving " + num(c.After)
 				} else if c != nil {

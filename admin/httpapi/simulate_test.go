@@ -499,3 +499,41 @@ func TestSimulateKeysByConnection(t *testing.T) {
 		t.Errorf("a request without a connection: %v", r)
 	}
 }
+
+func TestSimulateSaysARefusalBlocks(t *testing.T) {
+	e := newEnv(t, nil)
+	pol := `{"rules":[{"name":"uploads","limit_keys":["header:x-user"],"algorithm":"token_bucket",
+	  "algorithm_config":{"rps":1,"burst":2,"cost_source":"header:x-cost","block_seconds":60}}]}`
+	_, m := simulateCall(t, e, `{"policy":`+pol+`,"request":{"headers":{"x-user":"u","x-cost":"5"}}}`)
+	r := rulesOf(t, m, 0)[0]
+	d, _ := r["decision"].(map[string]any)
+	if r["blocked"] != true || d["allowed"] != false || d["wait_seconds"] != 65.0 {
+		t.Errorf("a request costing more than the burst: %v", r)
+	}
+	_, m = simulateCall(t, e, `{"policy":`+pol+`,"request":{"headers":{"x-user":"u","x-cost":"1"}}}`)
+	if r := rulesOf(t, m, 0)[0]; r["blocked"] != nil {
+		t.Errorf("an admitted request: %v", r)
+	}
+}
+
+func TestSimulatorFormSaysARefusalBlocksAndTakesAConnection(t *testing.T) {
+	e := newEnv(t, nil)
+	c := login(t, e, "alice")
+	tok := csrfOf(t, get(t, c, e.srv.URL+"/"))
+	pol := `{"policies":[{"name":"a","rules":[{"name":"uploads","limit_keys":["header:x-user"],"algorithm":"token_bucket",
+	  "algorithm_config":{"rps":1,"burst":2,"cost_source":"header:x-cost","block_seconds":60}}]},
+	  {"name":"b","rules":[{"name":"per-connection","limit_keys":["connection"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":2}}]}]}`
+	form := url.Values{"csrf": {tok}, "base_version": {"1"}, "policy": {pol}, "sim_against": {"draft"},
+		"sim_headers": {"x-user: u\nx-cost: 5"}, "sim_connection": {"42"}}
+	resp, body := post(t, c, e.srv.URL+"/simulate", form)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, "rejects, retry in 65 s; the identity is blocked (block_seconds)") {
+		t.Fatalf("status %d; the refusal does not say it blocks:\n%s", resp.StatusCode, body)
+	}
+	if !strings.Contains(body, "connection=42") || !strings.Contains(body, `name="sim_connection" value="42"`) {
+		t.Error("the connection's number is not the identity, or not kept in the form")
+	}
+	form.Set("sim_connection", "-3")
+	if resp, body := post(t, c, e.srv.URL+"/simulate", form); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "request.connection") {
+		t.Errorf("a bad connection number: %d", resp.StatusCode)
+	}
+}

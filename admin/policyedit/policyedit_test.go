@@ -70,6 +70,7 @@ func TestSummarySaysWhereACostComesFrom(t *testing.T) {
 		`{"rps":1,"burst":5,"cost_source":"metadata:envoy.filters.http.json_to_metadata:n"}`: "1/s, burst 5, cost from Envoy metadata envoy.filters.http.json_to_metadata:n",
 		`{"rps":1,"burst":5,"cost_source":"response_grpc_status:unauthenticated"}`:           "1/s, burst 5, counting gRPC responses unauthenticated",
 		`{"rps":1,"burst":5,"cost_source":"fixed","fixed_cost":2}`:                           "1/s, burst 5",
+		`{"rps":0.02,"burst":3,"cost_source":"response_status:401","block_seconds":900}`:     "0.02/s, burst 3, a refused identity blocked 900 s, counting responses 401",
 		`{"limit":9,"period":"day","cost_source":"response_trailer:x-rows"}`:                 "9 per day (UTC), charged from response trailer x-rows",
 		`{"limit":9,"period":"day","cost_source":"response_json:usage.total_tokens"}`:        "9 per day (UTC), charged from response body usage.total_tokens",
 	} {

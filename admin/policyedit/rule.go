@@ -184,6 +184,9 @@ func describeLimit(alg string, cfg Object) string {
 		if _, ok := cfg.Get("max_delay_ms"); ok {
 			s += ", delays up to " + numText(cfg, "max_delay_ms") + " ms"
 		}
+		if _, ok := cfg.Get("block_seconds"); ok {
+			s += ", a refused identity blocked " + numText(cfg, "block_seconds") + " s"
+		}
 		return s
 	case policy.AlgorithmFixedWindow, policy.AlgorithmSlidingWindow:
 		return numText(cfg, "limit") + " per " + numText(cfg, "window_seconds") + " s"

@@ -147,9 +147,26 @@ type streamCase struct {
 	baseConfig string
 }
 
-// benchPrimers ready each new plugin host of a configuration (not the
-// base) before its first streams: a global rule's lease, say.
-var benchPrimers = map[string]func(b *testing.B, bh *benchHost){}
+// benchPrimers ready each new host of a configuration before its first
+// streams: a global rule's lease, say.
+var benchPrimers = map[string]func(b *testing.B, bh *benchHost){
+	spentConfig: spendDeny, blockedConfig: spendDeny,
+}
+
+// spentConfig's "deny" admits one request: once it has, the identity's
+// bucket is stored and empty, as a client's that spent its burst, and its
+// requests are refused. blockedConfig blocks it when it is refused.
+var (
+	spentConfig   = strings.Replace(benchConfig, `"burst": 0.5}`, `"burst": 1}`, 1)
+	blockedConfig = strings.Replace(spentConfig, `"burst": 1}`, `"burst": 1, "block_seconds": 60}`, 1)
+)
+
+func spendDeny(b *testing.B, bh *benchHost) {
+	b.Helper()
+	if res, err := bh.h.HTTP(0, hdr("x-deny", "k")); err != nil || res.Rejected {
+		b.Fatalf("the first request of x-deny: %v (rejected %v)", err, res.Rejected)
+	}
+}
 
 func BenchmarkEnvoyHostStream(b *testing.B) {
 	benchStreams(b, []streamCase{
@@ -222,6 +239,10 @@ func BenchmarkEnvoyHostProbe(b *testing.B) {
 		{"no-response-headers", with(`"response_headers": false`), hdr("x-api-key", "k"), false, ""},
 		{"legacy-headers", with(`"legacy_headers": true`), hdr("x-api-key", "k"), false, ""},
 		{"x-ratelimit-headers", with(`"legacy_headers": "x-ratelimit"`), hdr("x-api-key", "k"), false, with(`"legacy_headers": true`)},
+		// A blocked identity's refusals (block_seconds): its first refusal
+		// wrote the block; x-base against the refusals of a bucket spent
+		// the same way, without the block.
+		{"rejected-blocked", blockedConfig, hdr("x-deny", "k"), true, spentConfig},
 		{"rejected-reject-headers", with(`"reject_headers": {"x-local-rate-limit": "true"}`), hdr("x-deny", "k"), true, benchConfig},
 		{"limit-headers", strings.Replace(benchConfig, `"name": "bench",`, `"name": "bench", "limit_headers": {"limit": "x-ratelimit-limit-minute", "remaining": "x-ratelimit-remaining-minute"},`, 1),
 			hdr("x-api-key", "k"), false, benchConfig},
@@ -259,6 +280,9 @@ func benchStreams(b *testing.B, cases []streamCase) {
 				switch {
 				case c.baseConfig != "":
 					base = benchHostFor(b, mode, plugin(b), c.baseConfig)
+					if prime := benchPrimers[c.baseConfig]; prime != nil && base.next == 0 {
+						prime(b, base)
+					}
 				case basePath != "":
 					base = benchHostFor(b, mode, basePath, c.config)
 				}

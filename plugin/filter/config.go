@@ -109,6 +109,8 @@ type compiledRule struct {
 	// concurrent: a concurrency rule; an admitted request gives its place
 	// back when its stream ends (concurrency.go).
 	concurrent bool
+	// blockSecs is the token bucket's block_seconds (block.go), 0 for none.
+	blockSecs float64
 	// nearLimit: an admitted request leaving less than this is counted in
 	// near_limit (metrics.go); 0 for a global rule, whose local pool says
 	// little about the fleet's limit.
@@ -336,6 +338,10 @@ func (cr *compiledRule) compileLimits(r *policy.Rule) {
 	f := request.RuleFields(r)
 	cr.limitHdr, cr.policyHdr, cr.reason, cr.rlPrefix = f.Limit, f.Policy, f.Reason, f.RatePrefix
 	cr.exactRetry, cr.noReset = f.ExactRetry, f.NoReset
+	cr.blockSecs = 0
+	if r.TokenBucket != nil {
+		cr.blockSecs = float64(r.TokenBucket.BlockSeconds)
+	}
 	cr.nearLimit = 0
 	if !r.Global {
 		cr.nearLimit = nearLimitShare * cr.capacity()

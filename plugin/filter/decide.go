@@ -162,6 +162,9 @@ func (p *pluginContext) decide(h *httpContext) types.Action {
 		if a.failed || a.dec.Allowed {
 			continue
 		}
+		if a.rule.blockSecs > 0 {
+			p.block(a) // block.go
+		}
 		if a.rule.fleet != nil {
 			p.fleetRejectCounts(a)
 		}

@@ -53,6 +53,7 @@ package filter
 type ruleMetrics struct {
 	allowed, nearLimit, rejected, shadowRejected, failOpen, casRetries, keyMissing, overflowed counter
 	delayed, delayMS, shadowDelayed                                                            counter
+	blocked                                                                                    counter // block.go
 	exempted, denied, overridden                                                               counter // actions.go
 	overflowIdentities                                                                         gauge
 }
@@ -76,6 +77,7 @@ func (vm *vmContext) ruleMetrics(rule string) ruleMetrics {
 		delayed:        vm.counter(p + "delayed"),
 		delayMS:        vm.counter(p + "delay_ms"),
 		shadowDelayed:  vm.counter(p + "shadow_delayed"),
+		blocked:        vm.counter(p + "blocked"),
 
 		overflowIdentities: vm.gauge(p + "overflow_identities"),
 	}

@@ -95,3 +95,40 @@ func ParseReportedCost(v string) (float64, bool) {
 	}
 	return f, true
 }
+
+// storedUnit is the least amount of tokens shared data keeps: a bucket is
+// stored in micro-tokens (state.Bucket.Stored).
+const storedUnit = 1e-6
+
+// Block is what a refusal does to the bucket of a rule that blocks
+// ("block_seconds"): s, the bucket Take, Admit or AdmitCost returned with
+// the refusal d (refilled to now, nothing taken), is put seconds of refill
+// below empty, so that the identity is refused for at least that long
+// whatever it sends, and d says so: Wait is the time until the bucket
+// holds cost again (the refused request's cost: its own for Take, the
+// fixed cost for AdmitCost, 0 for Admit), Reset the time until it is full.
+//
+// A bucket already below empty (in debt, or blocked) is left as it is and
+// ok is false: requests refused during a block do not lengthen it, and a
+// debt the responses ran up is not turned into a block. An admitted
+// request, or seconds <= 0 (or NaN), blocks nothing either. The bucket goes
+// at least a micro-token below empty, the least shared data keeps
+// (state.Bucket.Stored), so that a block of a rule refilling next to
+// nothing is still a block once stored: it then lasts longer than seconds.
+func (tb *TokenBucket) Block(d *Decision, s state.Bucket, cost, seconds float64) (state.Bucket, bool) {
+	if d.Allowed || !(seconds > 0) || !(s.Tokens >= 0) {
+		return s, false
+	}
+	rate, burst := tb.Rate, tb.Burst
+	if !(rate > 0) || math.IsInf(rate, 0) {
+		rate = math.SmallestNonzeroFloat64
+	}
+	if !(burst >= 0) || math.IsInf(burst, 0) {
+		burst = 0
+	}
+	s.Tokens = min(-rate*finite(seconds), -storedUnit)
+	d.Remaining = 0
+	d.Wait = max(finite((validCost(cost)-s.Tokens)/rate), minWait)
+	d.Reset = finite((burst - s.Tokens) / rate)
+	return s, true
+}

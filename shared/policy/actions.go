@@ -479,7 +479,7 @@ func fastOverride(v *jvalue, r *Rule, nkeys int) (Override, bool) {
 		if nums[3] >= 0 || nums[4] >= 0 || (nums[0] >= 0 && nums[1] >= 0) {
 			return o, false
 		}
-		t := *tb // the rule's costs, max_delay_ms and max_debt (keepRuleDebt)
+		t := *tb // the rule's costs, max_delay_ms, block_seconds and max_debt (keepRuleDebt)
 		if nums[0] >= 0 {
 			t.TokensPerSecond = nums[0]
 		} else if nums[1] >= 0 {

@@ -114,9 +114,9 @@ func TestDocsErrorSamples(t *testing.T) {
 			{"name":"s","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":10,"burst":5}}]}`),
 		`policies[0].rules[2].name: duplicate rule name "free" (also at policies[0].rules[0].name); rule names must be unique across all policies because they key the bucket state`: policies(`{"name":"p","rules":[` +
 			strings.Replace(baseRule, `"r"`, `"free"`, 1) + "," + strings.Replace(baseRule, `"r"`, `"x"`, 1) + "," + strings.Replace(baseRule, `"r"`, `"free"`, 1) + `]}`),
-		`rules[0].algorithm_config.bursts: unknown field "bursts" (did you mean "burst"?); allowed fields here: tokens_per_second, rps, burst, cost_source, fixed_cost, default_cost, max_delay_ms, max_debt`: withTB(`{"rps":5,"burst":10,"bursts":1}`),
-		`rules[0].match["jwt:plan"]: must be a string (the exact value to match) or an object with one operator such as {"prefix": "/api/"}, got a number`:                                                    withMatch(`{"jwt:plan":1}`),
-		`invalid JSON at byte offset 13 (line 2, column 12): invalid character 'x' looking for beginning of value`:                                                                                            "{\n  \"rules\": x\n}",
+		`rules[0].algorithm_config.bursts: unknown field "bursts" (did you mean "burst"?); allowed fields here: tokens_per_second, rps, burst, cost_source, fixed_cost, default_cost, max_delay_ms, max_debt, block_seconds`: withTB(`{"rps":5,"burst":10,"bursts":1}`),
+		`rules[0].match["jwt:plan"]: must be a string (the exact value to match) or an object with one operator such as {"prefix": "/api/"}, got a number`:                                                                   withMatch(`{"jwt:plan":1}`),
+		`invalid JSON at byte offset 13 (line 2, column 12): invalid character 'x' looking for beginning of value`:                                                                                                           "{\n  \"rules\": x\n}",
 	}
 	var docs strings.Builder
 	for _, b := range docBlocks(t) {

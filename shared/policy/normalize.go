@@ -89,6 +89,7 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 					FixedCost:       tb.FixedCost,
 					DefaultCost:     tb.DefaultCost,
 					MaxDelayMS:      tb.MaxDelayMS,
+					BlockSeconds:    tb.BlockSeconds,
 					MaxDebt:         debtOf(tb.Cost, tb.MaxDebt),
 				}
 			}
@@ -253,7 +254,8 @@ type normTokenBucket struct {
 	DefaultCost     float64 `json:"default_cost"`
 	// Written only when set, so that configurations without delays
 	// normalize as before.
-	MaxDelayMS int `json:"max_delay_ms,omitempty"`
+	MaxDelayMS   int `json:"max_delay_ms,omitempty"`
+	BlockSeconds int `json:"block_seconds,omitempty"`
 	// Written only with a response cost source.
 	MaxDebt *float64 `json:"max_debt,omitempty"`
 }

@@ -47,7 +47,7 @@ var (
 	policyFields      = []string{"name", "rules"}
 	ruleFields        = []string{"name", "limit_keys", "match", "algorithm", "algorithm_config", "mode", "max_keys", "telemetry_identity", "scope", "action", "deny_status", "reject_status", "overrides", "shadow_mark", "reject_body", "reject_content_type", "reject_headers", "limit_headers", "enforce_percent", "from", "until", "schedule"}
 	telemetryFields   = []string{"cluster", "authority", "path", "interval_ms", "token", "token_env", "top_n", "timeout_ms"}
-	tokenBucketFields = []string{"tokens_per_second", "rps", "burst", "cost_source", "fixed_cost", "default_cost", "max_delay_ms", "max_debt"}
+	tokenBucketFields = []string{"tokens_per_second", "rps", "burst", "cost_source", "fixed_cost", "default_cost", "max_delay_ms", "max_debt", "block_seconds"}
 	algorithms        = []string{AlgorithmTokenBucket, AlgorithmFixedWindow, AlgorithmSlidingWindow, AlgorithmRollingWindow, AlgorithmQuota, AlgorithmConcurrency}
 )
 
@@ -437,6 +437,15 @@ func (p *parser) tokenBucket(path string, v *jvalue) *TokenBucket {
 	}
 	if tb.MaxDelayMS > 0 && tb.Cost.FromResponse() {
 		p.errorf(join(path, "max_delay_ms"), "delayed admission needs the cost before the request proceeds; it cannot be combined with a response cost_source")
+	}
+	if bv := f["block_seconds"]; bv != nil {
+		if s, ok := p.integer(join(path, "block_seconds"), bv, 0, MaxBlockSeconds, "an integer from 0 (no block, the default) to "+
+			strconv.Itoa(MaxBlockSeconds)+": how long an identity stays refused after the rule refuses it, in seconds"); ok {
+			tb.BlockSeconds = s
+		}
+	}
+	if tb.BlockSeconds > 0 && tb.MaxDelayMS > 0 {
+		p.errorf(join(path, "block_seconds"), "blocks an identity the rule refuses, and with max_delay_ms the rule holds requests instead of refusing them; use one or the other")
 	}
 	if len(p.errs) != before {
 		return nil

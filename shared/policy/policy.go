@@ -40,6 +40,9 @@ const (
 	// stream_idle_timeout (default 300 s) and any request_timeout, and the
 	// clients' own timeouts, must be longer.
 	MaxDelayMS = 60000
+	// MaxBlockSeconds is the largest token_bucket block_seconds accepted
+	// (a week).
+	MaxBlockSeconds = 7 * 24 * 3600
 )
 
 // Algorithm names.
@@ -296,6 +299,11 @@ type TokenBucket struct {
 	// empty a response's cost may take the bucket (default Burst). 0
 	// otherwise.
 	MaxDebt float64
+	// BlockSeconds is "block_seconds": once the rule refuses an identity
+	// (its bucket empty, not in debt), the identity is refused for this
+	// many seconds more, its bucket put that much refill below empty
+	// (limiter.TokenBucket.Block). 0 (the default) blocks nothing.
+	BlockSeconds int
 }
 
 // CostKind is where a request's cost comes from.

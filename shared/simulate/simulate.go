@@ -209,8 +209,15 @@ type RuleResult struct {
 	// Response is what a ChargedLater rule that admitted the request
 	// charges for the request's sample Response (nil without one).
 	Response *ResponseCharge
+	// Blocked: the rule refused the request and, with block_seconds, put
+	// the identity in a block; Next is the blocked bucket the filter stores
+	// although the request is rejected (Stores).
+	Blocked bool
 
-	rule     *policy.Rule
+	rule *policy.Rule
+	// blocker is what a refusal of a token-bucket rule with block_seconds
+	// needs to block (block), nil otherwise.
+	blocker  *blocker
 	fields   request.Fields
 	composed string // the composite key (Retry-After's jitter seed)
 }
@@ -493,20 +500,59 @@ func (rr *RuleResult) decide(src *sources, opt Options) {
 		rr.Level = tb.Burst
 	}
 	if rr.ChargedLater {
+		var refill state.Bucket
 		if byStatus {
-			_, rr.Decision = tb.AdmitCost(st.Bucket, rr.Known, opt.Now, rr.Cost)
+			refill, rr.Decision = tb.AdmitCost(st.Bucket, rr.Known, opt.Now, rr.Cost)
 		} else {
-			_, rr.Decision = tb.Admit(st.Bucket, rr.Known, opt.Now)
+			refill, rr.Decision = tb.Admit(st.Bucket, rr.Known, opt.Now)
 		}
 		rr.Next = st // the charge comes with the response
 		rr.respond(src, r, st, tb, win, opt.Now)
+		cost := 0.0
+		if byStatus {
+			cost = rr.Cost
+		}
+		rr.mayBlock(r, tb, refill, cost)
 		return
 	}
 	next, dec := tb.Take(st.Bucket, rr.Known, opt.Now, rr.Cost)
+	rr.mayBlock(r, tb, next, rr.Cost)
 	rr.Decision = dec
 	rr.Next = State{Bucket: next.Stored()}
 	if !dec.Allowed {
 		rr.Next = st
+	}
+}
+
+// blocker is a refusing token-bucket rule's block: its limits, the bucket
+// refilled to the request's time, and the cost the refused request needed
+// (limiter.TokenBucket.Block).
+type blocker struct {
+	tb      limiter.TokenBucket
+	refill  state.Bucket
+	cost    float64
+	seconds float64
+}
+
+// mayBlock keeps what a refusal by rule r (its limits tb, after overrides)
+// needs to block the identity, when r blocks.
+func (rr *RuleResult) mayBlock(r *policy.Rule, tb limiter.TokenBucket, refill state.Bucket, cost float64) {
+	if rr.Decision.Allowed || r.TokenBucket == nil || r.TokenBucket.BlockSeconds <= 0 || rr.Global {
+		return
+	}
+	rr.blocker = &blocker{tb: tb, refill: refill, cost: cost, seconds: float64(r.TokenBucket.BlockSeconds)}
+}
+
+// block puts the identity of a refusing rule in its block, as the filter
+// does once the request is decided by limits (plugin/filter/block.go): the
+// refusal's wait covers the block, and Next is the blocked bucket.
+func (rr *RuleResult) block() {
+	b := rr.blocker
+	if b == nil {
+		return
+	}
+	if next, ok := b.tb.Block(&rr.Decision, b.refill, b.cost, b.seconds); ok {
+		rr.Blocked, rr.Next = true, State{Bucket: next.Stored()}
 	}
 }
 
@@ -525,6 +571,7 @@ func (res *Result) finish(cfg *policy.Config, shadowDeny *RuleResult, apps []*Ru
 		if a.Decision.Allowed {
 			continue
 		}
+		a.block()
 		if a.shadow() {
 			if a.marks() {
 				shadow = append(shadow, a.Name)
@@ -676,20 +723,25 @@ type Store struct {
 
 // Stores returns the states the filter would write for the request: every
 // admitting rule's, or none when the request is rejected (a rejected
-// request consumes from no rule). A rule whose cost comes from the
+// request consumes from no rule), and the blocked bucket of every rule
+// whose refusal blocked its identity (block_seconds) either way. A rule whose cost comes from the
 // response stores its charge for the request's sample Response (its state
 // unchanged without one). Feeding them back through Lookup simulates a
 // sequence of requests.
 func (res *Result) Stores() []Store {
-	if res.Status != 0 {
-		return nil
-	}
 	var out []Store
 	for _, p := range res.Policies {
 		if p.Applied < 0 {
 			continue
 		}
 		r := &p.Rules[p.Applied]
+		if r.Blocked { // the one write of a refusal
+			out = append(out, Store{Rule: r.Name, Identity: r.Identity, State: r.Next})
+			continue
+		}
+		if res.Status != 0 {
+			continue
+		}
 		if r.Decision.Allowed {
 			next := r.Next
 			if r.Response != nil {

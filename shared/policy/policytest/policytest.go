@@ -226,6 +226,7 @@ func (g *configGen) rule() map[string]any {
 		delete(override, "time_zone")
 		delete(override, "max_per_period")
 		delete(override, "max_request_seconds")
+		delete(override, "block_seconds")
 		r["overrides"] = []any{map[string]any{"key": g.oneOf("key-1", "key-2"), "algorithm_config": override}}
 	}
 	if g.rng.IntN(6) == 0 {
@@ -369,6 +370,9 @@ func (g *configGen) algorithmOf(algorithm string) (string, map[string]any) {
 	case "token_bucket":
 		c["tokens_per_second"] = []float64{0.2, 0.5, 1, 2}[g.rng.IntN(4)] // at most the burst
 		c["burst"] = small()
+		if g.rng.IntN(4) == 0 { // refused identities blocked for a while
+			c["block_seconds"] = []int{2, 5}[g.rng.IntN(2)]
+		}
 	case "fixed_window", "sliding_window":
 		c["limit"] = small()
 		c["window_seconds"] = []int{1, 5, 30}[g.rng.IntN(3)]

@@ -1,0 +1,66 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestBlockSeconds(t *testing.T) {
+	const path = "rules[0].algorithm_config.block_seconds"
+	for _, c := range []struct {
+		in   string
+		want int
+		err  string // substring of the error at path; "" = valid
+	}{
+		{`{"rps":5,"burst":10}`, 0, ""},
+		{`{"rps":5,"burst":10,"block_seconds":0}`, 0, ""},
+		{`{"rps":5,"burst":10,"block_seconds":600}`, 600, ""},
+		{`{"rps":1,"burst":5,"cost_source":"response_status:401","block_seconds":900}`, 900, ""},
+		{`{"rps":5,"burst":10,"block_seconds":604800}`, 604800, ""},
+		{`{"rps":5,"burst":10,"block_seconds":604801}`, 0, "out of range"},
+		{`{"rps":5,"burst":10,"block_seconds":-1}`, 0, "out of range"},
+		{`{"rps":5,"burst":10,"block_seconds":1.5}`, 0, "not an integer"},
+		{`{"rps":5,"burst":10,"block_seconds":"60"}`, 0, "must be an integer"},
+		{`{"rps":5,"burst":10,"block_seconds":60,"max_delay_ms":100}`, 0, "use one or the other"},
+	} {
+		cfg, err := Parse([]byte(withTB(c.in)))
+		if c.err == "" {
+			if err != nil {
+				t.Errorf("%s: %v", c.in, err)
+				continue
+			}
+			if got := cfg.Policies[0].Rules[0].TokenBucket.BlockSeconds; got != c.want {
+				t.Errorf("%s: BlockSeconds %d, want %d", c.in, got, c.want)
+			}
+			continue
+		}
+		es, ok := err.(Errors)
+		if !ok || len(es) != 1 || es[0].Path != path || !strings.Contains(es[0].Message, c.err) {
+			t.Errorf("%s: got %v, want one error at %s containing %q", c.in, err, path, c.err)
+		}
+	}
+}
+
+// A windowed rule has no block_seconds, nor a global token bucket.
+func TestBlockSecondsOnlyOnLocalTokenBuckets(t *testing.T) {
+	wantError(t, withAlg("fixed_window", `{"limit":10,"window_seconds":60,"block_seconds":60}`),
+		"rules[0].algorithm_config.block_seconds", "unknown field")
+	wantError(t, `{"fleet":{"cluster":"rls"},"rules":[`+strings.Replace(globalRule, `"burst":20`, `"burst":20,"block_seconds":60`, 1)+`]}`,
+		"rules[0].algorithm_config.block_seconds", `not supported on a "global" rule`)
+}
+
+// A block changes the normalized form, and an override keeps the rule's.
+func TestBlockSecondsNormalizedAndKeptByOverrides(t *testing.T) {
+	cfg, err := Parse([]byte(strings.Replace(withTB(`{"rps":5,"burst":10,"block_seconds":300}`), `"algorithm":`,
+		`"overrides":[{"key":"vip","algorithm_config":{"rps":50,"burst":100}}],"algorithm":`, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := cfg.MarshalJSON()
+	if !strings.Contains(string(b), `"block_seconds":300`) {
+		t.Errorf("normalized: %s", b)
+	}
+	if o := cfg.Policies[0].Rules[0].Overrides; len(o) != 1 || o[0].TokenBucket.BlockSeconds != 300 {
+		t.Errorf("the override's bucket: %+v", o)
+	}
+}
