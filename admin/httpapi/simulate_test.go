@@ -537,3 +537,15 @@ func TestSimulatorFormSaysARefusalBlocksAndTakesAConnection(t *testing.T) {
 		t.Errorf("a bad connection number: %d", resp.StatusCode)
 	}
 }
+
+func TestSimulateChargesAResponseItsBodysSize(t *testing.T) {
+	e := newEnv(t, nil)
+	pol := `{"rules":[{"name":"exports","limit_keys":["header:x-api-key"],"algorithm":"quota",
+	  "algorithm_config":{"limit":1e10,"period":"day","cost_source":"response_bytes"}}]}`
+	_, m := simulateCall(t, e, `{"policy":`+pol+`,"request":{"headers":{"x-api-key":"k"},"response":{"body":"0123456789"}}}`)
+	r := rulesOf(t, m, 0)[0]
+	c, _ := r["response"].(map[string]any)
+	if r["charged_later"] != true || c["charged"] != true || c["cost"] != 10.0 || c["why"] != "response body of 10 bytes" {
+		t.Errorf("a 10-byte answer: %v", r)
+	}
+}

@@ -73,6 +73,7 @@ func TestSummarySaysWhereACostComesFrom(t *testing.T) {
 		`{"rps":0.02,"burst":3,"cost_source":"response_status:401","block_seconds":900}`:     "0.02/s, burst 3, a refused identity blocked 900 s, counting responses 401",
 		`{"limit":9,"period":"day","cost_source":"response_trailer:x-rows"}`:                 "9 per day (UTC), charged from response trailer x-rows",
 		`{"limit":9,"period":"day","cost_source":"response_json:usage.total_tokens"}`:        "9 per day (UTC), charged from response body usage.total_tokens",
+		`{"limit":1e9,"period":"day","cost_source":"response_bytes"}`:                        "1e9 per day (UTC), charged the response body's bytes",
 	} {
 		alg := "token_bucket"
 		if strings.Contains(cfg, "period") {

@@ -212,6 +212,9 @@ func describeLimit(alg string, cfg Object) string {
 // ", counting responses 401,403".
 func describeCost(cfg Object) string {
 	src := cfg.String("cost_source")
+	if src == "response_bytes" {
+		return ", charged the response body's bytes"
+	}
 	for _, c := range []struct{ prefix, words string }{
 		{"header:", "cost from request header "}, {"query:", "cost from query parameter "},
 		{"metadata:", "cost from Envoy metadata "},

@@ -50,8 +50,35 @@ func (h *httpContext) startBodyScan(c *pendingCharge, end bool) {
 	h.bodyScans++
 }
 
-// scanBody reads a chunk of the body (on_response_body) into the scans;
-// at the end of the body it charges them.
+// Costs in bytes ("cost_source": "response_bytes"): the size of the body,
+// which on_response_body reports chunk by chunk, counted without reading
+// the body and charged when it ends (with the trailers, or the last
+// chunk). A response without a body costs nothing; a stream that ends
+// before its body does is charged the bytes that passed.
+
+// startByteCount starts counting the body's bytes for c, or charges
+// nothing now when there is none (end).
+func (h *httpContext) startByteCount(c *pendingCharge, end bool) {
+	if end {
+		h.p.charge(h, c, 0)
+		return
+	}
+	c.counting, c.bytes = true, 0
+	h.bodyScans++
+}
+
+// chargeBytes charges c the bytes its count found: the body has ended, or
+// the stream has.
+func (h *httpContext) chargeBytes(c *pendingCharge) {
+	if c.counting {
+		c.counting = false
+		h.bodyScans--
+	}
+	h.p.charge(h, c, c.bytes)
+}
+
+// scanBody counts a chunk of the body (on_response_body) and reads it into
+// the scans; at the end of the body it charges them.
 func (h *httpContext) scanBody(size int, end bool) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -59,10 +86,19 @@ func (h *httpContext) scanBody(size int, end bool) {
 		}
 	}()
 	p := h.p
-	if p.bodyBuf == nil {
+	reads := false
+	for i := range h.charges {
+		switch c := &h.charges[i]; {
+		case c.counting:
+			c.bytes += float64(max(size, 0))
+		case c.scanning:
+			reads = true
+		}
+	}
+	if reads && p.bodyBuf == nil {
 		p.bodyBuf = make([]byte, 0, maxBodyRead)
 	}
-	for start := 0; start < size; start += maxBodyRead {
+	for start := 0; reads && start < size; start += maxBodyRead {
 		chunk := getResponseBody(start, min(size-start, maxBodyRead), p.bodyBuf[:0])
 		for i := range h.charges {
 			if c := &h.charges[i]; c.scanning {
@@ -77,8 +113,12 @@ func (h *httpContext) scanBody(size int, end bool) {
 		return
 	}
 	for i := range h.charges {
-		if c := &h.charges[i]; c.scanning && !c.done {
+		switch c := &h.charges[i]; {
+		case c.done:
+		case c.scanning:
 			h.chargeBody(c)
+		case c.counting:
+			h.chargeBytes(c)
 		}
 	}
 }

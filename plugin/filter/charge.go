@@ -66,6 +66,10 @@ type pendingCharge struct {
 	// scanning.
 	scanning bool
 	scan     int
+	// A response_bytes rule's count of the body's bytes, while counting
+	// (body.go).
+	counting bool
+	bytes    float64
 }
 
 // chargeMetrics are a response-charged rule's counters (docs/filter.md).
@@ -111,6 +115,7 @@ func (cr *compiledRule) compileCharge(cs policy.CostSource, maxDebt float64, vm 
 	cr.respStatus = cs.ByStatus()
 	cr.respGRPC = cs.Kind == policy.CostResponseGRPCStatus
 	cr.respName = cs.Name
+	cr.respBytes = cs.Kind == policy.CostResponseBytes
 	if cr.respJSON = cs.Kind == policy.CostResponseJSON; cr.respJSON {
 		cr.jsonPaths, _ = bodyscan.ParsePaths(cs.Name) // valid: policy.Parse checked it
 	}
@@ -183,6 +188,14 @@ func (h *httpContext) chargeResponse(trailer, end bool) {
 				h.chargeBody(c)
 			} else {
 				h.startBodyScan(c, end)
+			}
+			continue
+		}
+		if c.rule.respBytes { // body.go
+			if trailer {
+				h.chargeBytes(c)
+			} else {
+				h.startByteCount(c, end)
 			}
 			continue
 		}
@@ -278,6 +291,10 @@ func (h *httpContext) chargeRemaining() {
 		}
 		if c.rule.respStatus { // no response: nothing to count
 			c.done = true
+			continue
+		}
+		if c.counting { // the bytes that passed (body.go)
+			h.chargeBytes(c)
 			continue
 		}
 		h.chargeDefault(c)

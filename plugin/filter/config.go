@@ -125,6 +125,7 @@ type compiledRule struct {
 	respGRPC    bool
 	respName    string
 	respJSON    bool // the cost is at jsonPaths of the body (body.go)
+	respBytes   bool // the cost is the body's size (body.go)
 	jsonPaths   bodyscan.Paths
 	statuses    policy.StatusSet
 	grpcCodes   policy.GRPCCodeSet
@@ -484,7 +485,7 @@ func (r *compiledRule) cost(rs *requestSources) float64 {
 	switch r.costKind {
 	case policy.CostFixed:
 		return r.fixedCost
-	case policy.CostResponseHeader, policy.CostResponseTrailer, policy.CostResponseJSON, policy.CostResponseStatus, policy.CostResponseGRPCStatus:
+	case policy.CostResponseHeader, policy.CostResponseTrailer, policy.CostResponseJSON, policy.CostResponseBytes, policy.CostResponseStatus, policy.CostResponseGRPCStatus:
 		return 0 // charged from the response (charge.go)
 	}
 	if v, ok := rs.get(r.costSrc); ok {

@@ -26,14 +26,16 @@ const responseCostPolicy = `{"rules": [
   {"name": "by-status", "match": {"path_prefix": "/status"}, "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
    "algorithm_config": {"rps": 1e-9, "burst": 1000, "cost_source": "response_status:401,5xx", "fixed_cost": 13}},
   {"name": "by-grpc", "match": {"path_prefix": "/grpc"}, "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
-   "algorithm_config": {"rps": 1e-9, "burst": 1000, "cost_source": "response_grpc_status:unavailable", "fixed_cost": 17}}]}`
+   "algorithm_config": {"rps": 1e-9, "burst": 1000, "cost_source": "response_grpc_status:unavailable", "fixed_cost": 17}},
+  {"name": "by-bytes", "match": {"path_prefix": "/bytes"}, "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
+   "algorithm_config": {"rps": 1e-9, "burst": 1000, "cost_source": "response_bytes"}}]}`
 
 // randomResponse draws a request to one of the rules and the upstream's
 // answer: usable, unusable and absent reports of each kind.
 func randomResponse(rng *rand.Rand) simulate.Request {
 	pick := func(options ...string) string { return options[rng.IntN(len(options))] }
 	resp := &simulate.Response{Status: 200, Headers: map[string]string{}, Trailers: map[string]string{}}
-	path := pick("/header", "/trailer", "/body", "/status", "/grpc")
+	path := pick("/header", "/trailer", "/body", "/status", "/grpc", "/bytes")
 	switch path {
 	case "/header":
 		if v := pick("", "25", "1.5", "-3", "many", "1e15"); v != "" {
@@ -58,6 +60,11 @@ func randomResponse(rng *rand.Rand) simulate.Request {
 	case "/grpc":
 		resp.Headers["content-type"] = "application/grpc"
 		resp.Trailers["grpc-status"] = pick("0", "14", "16", "x")
+	case "/bytes":
+		resp.Body = make([]byte, []int{0, 1, 7, 120, 999}[rng.IntN(5)])
+		if rng.IntN(3) == 0 {
+			resp.Headers["content-encoding"] = "gzip" // counted as it passes, readable or not
+		}
 	}
 	return simulate.Request{Method: "POST", Path: path, Host: "api.example.com", ClientAddress: "10.0.0.1:5555",
 		Headers: map[string]string{"x-api-key": "k"}, Response: resp}
@@ -136,12 +143,12 @@ func TestSimulatorChargesResponsesLikeTheCompiledFilter(t *testing.T) {
 		} else {
 			uncharged[rr.Name]++
 		}
-		if b.Tokens < 0 { // paid back: the next exchanges are admitted again
+		if b.Tokens <= 0 { // paid back (an empty bucket too): the next exchanges are admitted again
 			b.Tokens += 1000
 			f.putBucket(rr.Name, "k", b)
 		}
 	}
-	for _, r := range []string{"by-header", "by-trailer", "by-body", "by-status", "by-grpc"} {
+	for _, r := range []string{"by-header", "by-trailer", "by-body", "by-status", "by-grpc", "by-bytes"} {
 		if charged[r] < 5 {
 			t.Errorf("rule %s charged %d times: the exchanges did not cover it", r, charged[r])
 		}

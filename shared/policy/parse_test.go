@@ -230,7 +230,9 @@ func TestParseErrors(t *testing.T) {
 		{"burst bool", withTB(`{"rps":5,"burst":true}`), tb + "burst", []string{"must be a number", "got a boolean"}, 0},
 
 		// token_bucket: costs.
-		{"cost_source unknown", withTB(`{"rps":5,"burst":10,"cost_source":"cookie:w"}`), tb + "cost_source", []string{`"cookie:w" is not a cost source`, `"fixed", "header:<name>", "query:<name>", "metadata:<namespace>:<key>", "response_header:<name>", "response_trailer:<name>", "response_status:<statuses>", "response_grpc_status:<codes>" or "response_json:<path>"`}, 0},
+		{"response_bytes with an argument", withTB(`{"rps":5,"burst":10,"cost_source":"response_bytes:body"}`), tb + "cost_source", []string{`takes no argument; write "response_bytes"`}, 0},
+		{"response_bytes on a window", withAlg("fixed_window", `{"limit":10,"window_seconds":60,"cost_source":"response_bytes"}`), "rules[0].algorithm_config.cost_source", []string{"is a response cost source, supported by token_bucket and quota only"}, 0},
+		{"cost_source unknown", withTB(`{"rps":5,"burst":10,"cost_source":"cookie:w"}`), tb + "cost_source", []string{`"cookie:w" is not a cost source`, `"fixed", "header:<name>", "query:<name>", "metadata:<namespace>:<key>", "response_header:<name>", "response_trailer:<name>", "response_status:<statuses>", "response_grpc_status:<codes>", "response_json:<path>" or "response_bytes"`}, 0},
 		{"cost_source jwt", withTB(`{"rps":5,"burst":10,"cost_source":"jwt:w"}`), tb + "cost_source", []string{"is not a cost source"}, 0},
 		{"cost_source header empty", withTB(`{"rps":5,"burst":10,"cost_source":"header:"}`), tb + "cost_source", []string{"invalid header name"}, 0},
 		{"cost_source query bad", withTB(`{"rps":5,"burst":10,"cost_source":"query:a&b"}`), tb + "cost_source", []string{"containing '&'"}, 0},

@@ -337,11 +337,16 @@ const (
 	// or server-sent events of JSON (package bodyscan), charged when the
 	// body ends; otherwise as CostResponseHeader.
 	CostResponseJSON
+	// CostResponseBytes: the cost is the number of bytes of the response
+	// body, counted as it passes and charged when it ends (a stream that
+	// ends first: the bytes that passed). A response without a body costs
+	// nothing. Otherwise as CostResponseHeader.
+	CostResponseBytes
 )
 
 // FromResponse reports whether the cost is read from the response.
 func (c CostSource) FromResponse() bool {
-	return c.Kind == CostResponseHeader || c.Kind == CostResponseTrailer || c.Kind == CostResponseJSON || c.ByStatus()
+	return c.Kind == CostResponseHeader || c.Kind == CostResponseTrailer || c.Kind == CostResponseJSON || c.Kind == CostResponseBytes || c.ByStatus()
 }
 
 // ByStatus reports whether the cost is charged by the response's status
@@ -380,6 +385,8 @@ func (c CostSource) String() string {
 		return "response_grpc_status:" + c.GRPCCodes.String()
 	case CostResponseJSON:
 		return "response_json:" + c.Name
+	case CostResponseBytes:
+		return "response_bytes"
 	}
 	return "fixed"
 }

@@ -129,7 +129,7 @@ func (p *parser) costSource(path string, f map[string]*jvalue, cs *CostSource, r
 		return
 	}
 	cpath := join(path, "cost_source")
-	want := `"fixed", "header:<name>", "query:<name>", "metadata:<namespace>:<key>", "response_header:<name>", "response_trailer:<name>", "response_status:<statuses>", "response_grpc_status:<codes>" or "response_json:<path>"`
+	want := `"fixed", "header:<name>", "query:<name>", "metadata:<namespace>:<key>", "response_header:<name>", "response_trailer:<name>", "response_status:<statuses>", "response_grpc_status:<codes>", "response_json:<path>" or "response_bytes"`
 	if !response {
 		want = `"fixed", "header:<name>", "query:<name>" or "metadata:<namespace>:<key>"`
 	}
@@ -155,7 +155,7 @@ func (p *parser) maxDebt(path string, f map[string]*jvalue, cs CostSource, capOK
 	dpath := join(path, "max_debt")
 	if !cs.FromResponse() {
 		if dv != nil {
-			p.errorf(dpath, `applies only to a cost read from the response; set cost_source to one of the response sources ("response_header:<name>", "response_trailer:<name>", "response_status:<statuses>", "response_grpc_status:<codes>", "response_json:<path>"), or remove max_debt`)
+			p.errorf(dpath, `applies only to a cost read from the response; set cost_source to one of the response sources ("response_header:<name>", "response_trailer:<name>", "response_status:<statuses>", "response_grpc_status:<codes>", "response_json:<path>", "response_bytes"), or remove max_debt`)
 		}
 		return 0
 	}

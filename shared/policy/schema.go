@@ -47,7 +47,7 @@ const (
 	costPattern      = `^(fixed|header:` + headerNameRe + `|query:` + queryNameRe + `|` + metadataRe + `)$`
 	// responseCostPattern: token_bucket and quota also read a cost from
 	// the response (quota.go).
-	responseCostPattern = `^(fixed|header:` + headerNameRe + `|query:` + queryNameRe + `|` + metadataRe + `|response_header:` + headerNameRe + `|response_trailer:` + headerNameRe + `|response_status:` + statusListRe + `|response_grpc_status:` + grpcListRe + `|response_json:` + jsonPathsRe + `)$`
+	responseCostPattern = `^(fixed|header:` + headerNameRe + `|query:` + queryNameRe + `|` + metadataRe + `|response_header:` + headerNameRe + `|response_trailer:` + headerNameRe + `|response_status:` + statusListRe + `|response_grpc_status:` + grpcListRe + `|response_json:` + jsonPathsRe + `|response_bytes)$`
 	statusRe            = `[1-5]([0-9][0-9]|[xX][xX])`
 	statusListRe        = statusRe + `(,` + statusRe + `)*`
 	grpcNameRe          = `(ok|cancelled|unknown|invalid_argument|deadline_exceeded|not_found|already_exists|permission_denied|resource_exhausted|failed_precondition|aborted|out_of_range|unimplemented|internal|unavailable|data_loss|unauthenticated)`
@@ -71,7 +71,7 @@ func schemaProperties() map[string]obj {
 	}
 	responseCost := func(capacity string) obj {
 		return obj{"type": "string", "pattern": responseCostPattern, "default": "fixed",
-			"description": `Where a request's cost comes from: "fixed", "header:<name>", "query:<name>", "metadata:<namespace>:<key>", or the response: "response_header:<name>", "response_trailer:<name>" (admitted while the ` + capacity + ` is not used up, charged when the response arrives), "response_status:<statuses>" (fixed_cost charged for each response with one of the statuses, such as "response_status:401,403" or "response_status:5xx"), "response_grpc_status:<codes>" (the same for a gRPC call's status, such as "response_grpc_status:unauthenticated"), "response_json:<path>" (the number at a path of the JSON body or its server-sent events, such as "response_json:usage.total_tokens"; "+" sums terms, "|" gives a term alternatives, the first found counting; charged when the body ends).`}
+			"description": `Where a request's cost comes from: "fixed", "header:<name>", "query:<name>", "metadata:<namespace>:<key>", or the response: "response_header:<name>", "response_trailer:<name>" (admitted while the ` + capacity + ` is not used up, charged when the response arrives), "response_status:<statuses>" (fixed_cost charged for each response with one of the statuses, such as "response_status:401,403" or "response_status:5xx"), "response_grpc_status:<codes>" (the same for a gRPC call's status, such as "response_grpc_status:unauthenticated"), "response_json:<path>" (the number at a path of the JSON body or its server-sent events, such as "response_json:usage.total_tokens"; "+" sums terms, "|" gives a term alternatives, the first found counting; charged when the body ends), "response_bytes" (the bytes of the response body, counted as it passes, charged when it ends).`}
 	}
 	maxDebt := func(capacity string) obj {
 		return obj{"type": "number", "minimum": 0, "maximum": MaxBurst,

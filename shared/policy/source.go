@@ -162,6 +162,12 @@ func parseCostSource(s string) (CostSource, string) {
 		}
 		return CostSource{Kind: CostResponseGRPCStatus, GRPCCodes: set}, ""
 	}
+	if s == "response_bytes" {
+		return CostSource{Kind: CostResponseBytes}, ""
+	}
+	if strings.HasPrefix(s, "response_bytes:") {
+		return CostSource{}, quoteShort(s) + ` takes no argument; write "response_bytes" (the bytes of the response body)`
+	}
 	if paths, ok := strings.CutPrefix(s, "response_json:"); ok {
 		if _, msg := bodyscan.ParsePaths(paths); msg != "" {
 			return CostSource{}, quoteShort(s) + " " + msg
@@ -179,5 +185,5 @@ func parseCostSource(s string) (CostSource, string) {
 			return CostSource{Kind: rk.kind, Name: strings.ToLower(name)}, ""
 		}
 	}
-	return CostSource{}, quoteShort(s) + ` is not a cost source; use "fixed", "header:<name>", "query:<name>", "metadata:<namespace>:<key>", "response_header:<name>", "response_trailer:<name>", "response_status:<statuses>", "response_grpc_status:<codes>" or "response_json:<path>"`
+	return CostSource{}, quoteShort(s) + ` is not a cost source; use "fixed", "header:<name>", "query:<name>", "metadata:<namespace>:<key>", "response_header:<name>", "response_trailer:<name>", "response_status:<statuses>", "response_grpc_status:<codes>", "response_json:<path>" or "response_bytes"`
 }

@@ -103,6 +103,9 @@ func responseCost(cs policy.CostSource, fixed, def float64, resp *Response) Resp
 		return ResponseCharge{Charged: true, Cost: cost, Why: where + cs.Name}
 	case policy.CostResponseJSON:
 		return bodyCost(cs.Name, resp, dflt)
+	case policy.CostResponseBytes:
+		n := len(resp.Body)
+		return ResponseCharge{Charged: true, Cost: float64(n), Why: "response body of " + strconv.Itoa(n) + " bytes"}
 	case policy.CostResponseStatus:
 		if cs.Statuses.Has(status) {
 			return ResponseCharge{Charged: true, Cost: fixed, Why: "status " + strconv.Itoa(status) + " is counted"}

@@ -454,6 +454,8 @@ func (rr *RuleResult) decide(src *sources, opt Options) {
 	case policy.CostFixed, policy.CostResponseStatus, policy.CostResponseGRPCStatus: // fixed_cost: each request's, or each counted response's
 	case policy.CostResponseHeader, policy.CostResponseTrailer, policy.CostResponseJSON:
 		rr.Cost = def // what a response reporting no cost is charged
+	case policy.CostResponseBytes:
+		rr.Cost = 0 // the body's bytes, known when it has passed
 	default: // a request header, query parameter or metadata value
 		rr.Cost = def
 		kind := map[policy.CostKind]policy.SourceKind{policy.CostHeader: policy.SourceHeader,
