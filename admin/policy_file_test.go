@@ -44,20 +44,29 @@ func TestAdminFollowsItsPolicyFile(t *testing.T) {
 	if code != http.StatusConflict || out["follows"] != path {
 		t.Errorf("a save from the API: %d %v", code, out)
 	}
-	req, _ := http.NewRequest("GET", "http://"+r.http+"/metrics", nil)
-	req.Header.Set("Authorization", "Bearer "+replicaToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	// A save is pushed before it is counted and audited: wait for both.
+	var metrics []byte
+	var audit map[string]any
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		req, _ := http.NewRequest("GET", "http://"+r.http+"/metrics", nil)
+		req.Header.Set("Authorization", "Bearer "+replicaToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		metrics, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		_, audit = r.call("GET", "/api/v1/audit?action=policy.save", nil)
+		entries, _ := audit["entries"].([]any)
+		if strings.Contains(string(metrics), `sluice_admin_policy_file_saves_total{what="policy"} 2`) && len(entries) == 2 || time.Now().After(deadline) {
+			break
+		}
 	}
-	metrics, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
 	for _, want := range []string{"sluice_admin_policy_file_in_sync 1", `sluice_admin_policy_file_saves_total{what="policy"} 2`} {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
-	_, audit := r.call("GET", "/api/v1/audit?action=policy.save", nil)
 	if entries, _ := audit["entries"].([]any); len(entries) != 2 || entries[0].(map[string]any)["actor"] != "git" {
 		t.Errorf("the audit log: %v", audit)
 	}
