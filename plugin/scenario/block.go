@@ -124,3 +124,37 @@ func blockFailedLogins(t *testing.T, start Starter) {
 	}
 	noRecoveredPanics(t, h)
 }
+
+func init() {
+	register(Case{Name: "BlockSecondsLiftedEarlyByATimedOverride", Run: blockLifted})
+}
+
+// An operator lifts a block early with an override for the identity that
+// refills at once (a rate and burst far above the rule's) and ends a few
+// seconds later: the blocked bucket refills during it, and the identity is
+// back to the rule's limits, its bucket full, when it ends.
+func blockLifted(t *testing.T, start Starter) {
+	h := mustStart(t, start, Options{Config: []byte(blockConfig), Start: noon})
+	erin := req("x-user", "erin")
+	admitted(t, h, 4, erin) // three, then the refusal that blocks her
+	h.Advance(10 * time.Second)
+	if res := do(t, h, erin); !res.Rejected {
+		t.Fatal("erin, 10 s into her block: admitted")
+	}
+	until := noon.Add(15 * time.Second).Format(time.RFC3339)
+	lift := strings.Replace(blockConfig, `"block_seconds": 60}`, `"block_seconds": 60},
+   "overrides": [{"key": "erin", "algorithm_config": {"rps": 1e9, "burst": 1e9}, "until": "`+until+`"}]`, 1)
+	if err := h.Reconfigure([]byte(lift)); err != nil {
+		t.Fatal(err)
+	}
+	h.Advance(time.Second)
+	wantAdmitted(t, h, "erin, the override lifting her block", erin)
+	h.Advance(5 * time.Second) // the override has ended: the rule's burst of 3, full
+	if got := admitted(t, h, 4, erin); got != 3 {
+		t.Errorf("erin after the override: %d of 4 admitted, want the rule's 3", got)
+	}
+	if n := metric(h, "sluice.rule.login.blocked"); n != 2 {
+		t.Errorf("blocked %d times, want 2: her first block, and her fourth request after the override", n)
+	}
+	noRecoveredPanics(t, h)
+}
