@@ -111,6 +111,7 @@ type RuleFormView struct {
 	Algorithm      string
 	Rate           string
 	Burst          string
+	Block          string // block_seconds
 	Limit          string
 	Window         string
 	Period         string

@@ -177,7 +177,7 @@ func formView(d *policyedit.Doc, ref policyedit.Ref, f policyedit.Form, errs []p
 		Ref: strconv.Itoa(ref.Policy) + ":" + strconv.Itoa(ref.Rule), Path: d.RulePath(ref),
 		Name: f.Name, Mode: f.Mode, Scope: f.Scope, Action: f.Action, DenyStatus: f.DenyStatus, RejectStatus: f.RejectStatus, EnforcePercent: f.EnforcePercent,
 		OwnLimit: f.OwnLimit, OwnRemaining: f.OwnRemaining, OwnReset: f.OwnReset,
-		Algorithm: f.Algorithm, Rate: f.Rate, Burst: f.Burst,
+		Algorithm: f.Algorithm, Rate: f.Rate, Burst: f.Burst, Block: f.Block,
 		Limit: f.Limit, Window: f.Window, Period: f.Period, Kept: f.Kept, Errors: map[string]string{},
 		Reject: f.Reject, RejectBody: f.RejectBody, RejectContentType: f.RejectContentType,
 		OwnHeaders: f.OwnHeaders, RejectHeaders: f.RejectHeaders,
@@ -221,7 +221,7 @@ func formFromPost(f url.Values) policyedit.Form {
 		OwnLimit:     f.Get("rf_own_limit"), OwnRemaining: f.Get("rf_own_remaining"), OwnReset: f.Get("rf_own_reset"),
 		EnforcePercent: f.Get("rf_enforce_percent"),
 		Algorithm:      f.Get("rf_algorithm"),
-		Rate:           f.Get("rf_rate"), Burst: f.Get("rf_burst"), Limit: f.Get("rf_limit"), Window: f.Get("rf_window"), Period: f.Get("rf_period"),
+		Rate:           f.Get("rf_rate"), Burst: f.Get("rf_burst"), Block: f.Get("rf_block"), Limit: f.Get("rf_limit"), Window: f.Get("rf_window"), Period: f.Get("rf_period"),
 		// A browser sends a textarea's lines ended with CRLF.
 		RejectBody:        strings.ReplaceAll(f.Get("rf_reject_body"), "\r\n", "\n"),
 		RejectContentType: f.Get("rf_reject_content_type"),

@@ -345,3 +345,34 @@ func TestFormSetsWhereARuleCounts(t *testing.T) {
 		t.Errorf("an exempt rule keeps scope %q", e.String("scope"))
 	}
 }
+
+// The form sets, changes and removes a token bucket's block_seconds, and
+// names the field of a value that is not a number.
+func TestFormEditsABlock(t *testing.T) {
+	o, err := ParseObject([]byte(`{"name":"login","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":3}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := FormOf(o)
+	if f.Block != "" {
+		t.Fatalf("form block %q for a rule without one", f.Block)
+	}
+	f.Block = "900"
+	out, errs := f.Apply(o)
+	cfg, _ := out.Get("algorithm_config")
+	if len(errs) != 0 || compact(t, cfg) != `{"block_seconds":900,"burst":3,"tokens_per_second":1}` {
+		t.Fatalf("set: %v %s", errs, compact(t, cfg))
+	}
+	if f := FormOf(out); f.Block != "900" {
+		t.Fatalf("read back: %q", f.Block)
+	}
+	f.Block = ""
+	out, _ = f.Apply(out)
+	if cfg, _ := out.Get("algorithm_config"); compact(t, cfg) != `{"burst":3,"tokens_per_second":1}` {
+		t.Fatalf("removed: %s", compact(t, cfg))
+	}
+	f.Block = "ten minutes"
+	if _, errs := f.Apply(o); len(errs) != 1 || errs[0].Field != "block" {
+		t.Fatalf("not a number: %v", errs)
+	}
+}

@@ -258,6 +258,7 @@ type Form struct {
 	Algorithm      string
 	Rate           string // token_bucket tokens_per_second
 	Burst          string
+	Block          string // token_bucket block_seconds, "" for none
 	Limit          string // windows
 	Window         string
 	Period         string // rolling_window period_seconds
@@ -349,14 +350,14 @@ func FormOf(o Object) Form {
 		}
 		return ""
 	}
-	f.Rate, f.Burst = get("tokens_per_second", "rps"), get("burst")
+	f.Rate, f.Burst, f.Block = get("tokens_per_second", "rps"), get("burst"), get("block_seconds")
 	f.Limit, f.Window, f.Period = get("limit"), get("window_seconds"), get("period_seconds")
 	return f
 }
 
 // FieldError is a problem with one of the form's fields.
 type FieldError struct {
-	Field   string // "name", "mode", "scope", "action", "deny_status", "reject_status", "enforce_percent", "from", "until", "reject_body", "reject_content_type", "reject_headers", "limit_headers", "algorithm", "rate", "burst", "limit", "window", "period", "keys", "match", "" (the rule)
+	Field   string // "name", "mode", "scope", "action", "deny_status", "reject_status", "enforce_percent", "from", "until", "reject_body", "reject_content_type", "reject_headers", "limit_headers", "algorithm", "rate", "burst", "block", "limit", "window", "period", "keys", "match", "" (the rule)
 	Message string
 }
 
@@ -459,6 +460,7 @@ func (f Form) Apply(o Object) (Object, []FieldError) {
 	case policy.AlgorithmTokenBucket:
 		num(&cfg, "rate", "tokens_per_second", f.Rate, "rps")
 		num(&cfg, "burst", "burst", f.Burst)
+		num(&cfg, "block", "block_seconds", f.Block)
 	case policy.AlgorithmFixedWindow, policy.AlgorithmSlidingWindow, policy.AlgorithmRollingWindow:
 		num(&cfg, "limit", "limit", f.Limit)
 		num(&cfg, "window", "window_seconds", f.Window)
