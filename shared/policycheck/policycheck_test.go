@@ -591,3 +591,33 @@ tests:
 		t.Errorf("a connection that is not a number: %v", err)
 	}
 }
+
+// A lockout carries from one step to the next: the refusal blocks the
+// client, which stays refused past its next token, and is admitted once
+// the block and a token's refill have passed.
+func TestPolicyTestsCarryALockout(t *testing.T) {
+	cfg := parseConfig(t, `{"rules": [{"name": "login", "limit_keys": ["ip:address"], "algorithm": "token_bucket",
+	  "algorithm_config": {"rps": 1, "burst": 2, "block_seconds": 60}}]}`)
+	suite := parseSuite(t, `
+tests:
+  - name: a client refused once stays out a minute
+    request: {client_address: 203.0.113.7}
+    steps:
+      - repeat: 2
+        expect: {status: 200}
+      - expect: {status: 429, rule: login}
+      - wait: 30s
+        expect: {status: 429, rule: login}
+      - wait: 31s
+        expect: {status: 200}
+`)
+	if rep := policycheck.Run(cfg, suite, policycheck.Options{}); rep.Failed() != 0 {
+		t.Fatal(rep.Text(true))
+	}
+	// Without the block, the client's next token comes a second later.
+	cfg = parseConfig(t, `{"rules": [{"name": "login", "limit_keys": ["ip:address"], "algorithm": "token_bucket",
+	  "algorithm_config": {"rps": 1, "burst": 2}}]}`)
+	if rep := policycheck.Run(cfg, suite, policycheck.Options{}); rep.Failed() != 1 {
+		t.Errorf("without block_seconds the test should fail at its 30 s step:\n%s", rep.Text(true))
+	}
+}
