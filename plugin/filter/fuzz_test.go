@@ -36,6 +36,10 @@ const fuzzConfig = `{"xff_trusted_hops": 2, "mode": "enforce", "policies": [
     {"name": "sliding", "limit_keys": ["query:tenant", "path"], "algorithm": "sliding_window",
      "algorithm_config": {"limit": 10, "window_seconds": 60, "cost_source": "query:cost", "default_cost": 2}}
   ]},
+  {"name": "connections", "rules": [
+    {"name": "conn", "limit_keys": ["connection", "header:x-api-key"], "algorithm": "token_bucket",
+     "algorithm_config": {"rps": 1, "burst": 2, "block_seconds": 30}}
+  ]},
   {"name": "fixed", "rules": [
     {"name": "fixed", "max_keys": 3, "limit_keys": ["jwt:sub"], "algorithm": "fixed_window", "algorithm_config": {"limit": 4, "window_seconds": 10}}
   ]},
@@ -112,7 +116,7 @@ func FuzzRequestHeaders(f *testing.F) {
 				{strings.ToLower(name), value}, {"x-api-key", value},
 				{"authorization", authz}, {"x-forwarded-for", xff}, {"x-cost", cost},
 			},
-			Properties: wasmhost.Properties{"source.address": []byte(value),
+			Properties: wasmhost.Properties{"source.address": []byte(value), "connection.id": []byte(name),
 				"metadata.filter_metadata.ns.user": []byte(value), "metadata.filter_metadata.ns.a.b.n.0": []byte(name),
 				"metadata.filter_metadata.ns.tier": []byte(cost), "metadata.filter_metadata.ns.cost": []byte(cost)},
 		}
@@ -176,6 +180,9 @@ func TestRandomizedHeadersNoTrap(t *testing.T) {
 		}
 		if rng.Intn(10) == 0 {
 			delete(props, "source.address")
+		}
+		if rng.Intn(2) == 0 { // a connection's number: Envoy's 8 bytes, or any other length
+			props["connection.id"] = []byte(pick("\x07\x00\x00\x00\x00\x00\x00\x00", "\xff\xff\xff\xff\xff\xff\xff\xff", "", "\x01", randBytes(12)))
 		}
 		if res := sendArbitrary(t, h, &wasmhost.Request{Headers: hs, Properties: props}); res.Status == 403 {
 			denied++
