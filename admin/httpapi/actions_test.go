@@ -22,9 +22,11 @@ func TestDashboardShowsWhatActionsAndOverridesDecided(t *testing.T) {
 		telemetry.RuleCounters{Rule: "health", Exempted: 31},
 		telemetry.RuleCounters{Rule: "blocked", Denied: 7},
 		telemetry.RuleCounters{Rule: "calm", Allowed: 3},
+		telemetry.RuleCounters{Rule: "login", Rejected: 40, Blocked: 12},
 	)
 	page := get(t, login(t, te.env, "ops"), te.srv.URL+"/dashboard?fragment=1")
 	for rule, want := range map[string]string{
+		"login":   `>12 clients blocked (since`,
 		"plans":   `<p class="rule-actions muted" data-actions>1,204 decided by an override (since the admin started)</p>`,
 		"health":  `>31 exempted (since`,
 		"blocked": `>7 denied (since`,

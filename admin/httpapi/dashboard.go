@@ -179,7 +179,7 @@ func ruleActions(a telemetry.Actions) string {
 	for _, x := range []struct {
 		n    uint64
 		what string
-	}{{a.Exempted, "exempted"}, {a.Denied, "denied"}, {a.Overridden, "decided by an override"}} {
+	}{{a.Exempted, "exempted"}, {a.Denied, "denied"}, {a.Overridden, "decided by an override"}, {a.Blocked, "clients blocked"}} {
 		if x.n > 0 {
 			parts = append(parts, count(x.n)+" "+x.what)
 		}

@@ -89,6 +89,9 @@ var (
 	descOverridden = prometheus.NewDesc("sluice_rule_overridden_total",
 		"Requests the rule decided with an override's limits (also counted in sluice_requests_total), per rule and node, since the admin first saw the node; only for rules that did.",
 		[]string{"rule", "node"}, nil)
+	descBlocked = prometheus.NewDesc("sluice_rule_blocked_total",
+		"Identities the rule's refusals blocked (block_seconds), per rule and node, since the admin first saw the node; only for rules that did.",
+		[]string{"rule", "node"}, nil)
 	descExempted = prometheus.NewDesc("sluice_rule_exempted_total",
 		"Requests an exempt rule let through, limited by no rule, per rule and node, since the admin first saw the node; only for rules that did.",
 		[]string{"rule", "node"}, nil)
@@ -122,7 +125,7 @@ var (
 type stateCollector struct{ s *State }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRequests, descOverflowed, descOverflowIdentities, descKeyMissing, descOverridden, descExempted, descDenied, descResponseCosts, descLastReport, descDropped, descVMs, descNodeConfig, descBuckets, descEvicted, descNodes, descRefused, descStateBytes, descStateMaxBytes} {
+	for _, d := range []*prometheus.Desc{descRequests, descOverflowed, descOverflowIdentities, descKeyMissing, descOverridden, descExempted, descDenied, descBlocked, descResponseCosts, descLastReport, descDropped, descVMs, descNodeConfig, descBuckets, descEvicted, descNodes, descRefused, descStateBytes, descStateMaxBytes} {
 		ch <- d
 	}
 	describeFleet(ch)
@@ -184,7 +187,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, a := range []struct {
 			desc *prometheus.Desc
 			n    uint64
-		}{{descKeyMissing, sm.acts.KeyMissing}, {descOverridden, sm.acts.Overridden}, {descExempted, sm.acts.Exempted}, {descDenied, sm.acts.Denied}} {
+		}{{descKeyMissing, sm.acts.KeyMissing}, {descOverridden, sm.acts.Overridden}, {descExempted, sm.acts.Exempted}, {descDenied, sm.acts.Denied},
+			{descBlocked, sm.acts.Blocked}} {
 			if a.n > 0 {
 				ch <- prometheus.MustNewConstMetric(a.desc, prometheus.CounterValue, float64(a.n), sm.rule, sm.node)
 			}

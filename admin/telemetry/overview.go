@@ -98,6 +98,8 @@ type Actions struct {
 	// KeyMissing: requests the rule matched but skipped, a limit key
 	// having no value.
 	KeyMissing uint64 `json:"key_missing"`
+	// Blocked: identities the rule's refusals blocked (block_seconds).
+	Blocked uint64 `json:"blocked"`
 }
 
 func (a *Actions) add(d Actions) {
@@ -105,15 +107,18 @@ func (a *Actions) add(d Actions) {
 	a.Denied = satAdd(a.Denied, d.Denied)
 	a.Overridden = satAdd(a.Overridden, d.Overridden)
 	a.KeyMissing = satAdd(a.KeyMissing, d.KeyMissing)
+	a.Blocked = satAdd(a.Blocked, d.Blocked)
 }
 
 // since returns a's counts since prev, and whether one of them went back
 // (the VM's counters restarted).
 func (a Actions) since(prev Actions) (Actions, bool) {
-	if a.Exempted < prev.Exempted || a.Denied < prev.Denied || a.Overridden < prev.Overridden || a.KeyMissing < prev.KeyMissing {
+	if a.Exempted < prev.Exempted || a.Denied < prev.Denied || a.Overridden < prev.Overridden || a.KeyMissing < prev.KeyMissing ||
+		a.Blocked < prev.Blocked {
 		return a, true
 	}
-	return Actions{a.Exempted - prev.Exempted, a.Denied - prev.Denied, a.Overridden - prev.Overridden, a.KeyMissing - prev.KeyMissing}, false
+	return Actions{a.Exempted - prev.Exempted, a.Denied - prev.Denied, a.Overridden - prev.Overridden, a.KeyMissing - prev.KeyMissing,
+		a.Blocked - prev.Blocked}, false
 }
 
 // Overflow is what a rule's overflow limits decided: requests whose

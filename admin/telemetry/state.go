@@ -331,7 +331,7 @@ func (s *State) Ingest(r *Report, now time.Time) Result {
 		cur := vmRule{
 			c:          Counts{rc.Allowed, rc.Rejected, rc.ShadowRejected, rc.FailOpen},
 			overflowed: rc.Overflowed, identities: rc.OverflowIdentities, mark: mark,
-			acts: Actions{Exempted: rc.Exempted, Denied: rc.Denied, Overridden: rc.Overridden, KeyMissing: rc.KeyMissing},
+			acts: Actions{Exempted: rc.Exempted, Denied: rc.Denied, Overridden: rc.Overridden, KeyMissing: rc.KeyMissing, Blocked: rc.Blocked},
 			resp: ResponseCosts{Charged: rc.ResponseCharged, Default: rc.ResponseDefault, Invalid: rc.ResponseInvalid},
 		}
 		prev, known := vm.counters[rc.Rule]

@@ -224,8 +224,10 @@ func (p *pluginContext) shadowDeny(r *compiledRule, count bool) {
 }
 
 // appendActionCounts appends a telemetry report's optional per-rule counts
-// of exempted, denied and overridden requests, of response charges and of
-// requests skipped for a missing key, each only when non-zero.
+// of exempted, denied and overridden requests, of response charges, of
+// requests skipped for a missing key and of blocks, each only when
+// non-zero (an admin that predates a field sees it only from a rule that
+// needs the admin's own version to be pushed).
 func appendActionCounts(b []byte, c *ruleTally) []byte {
 	for _, f := range [...]struct {
 		name string
@@ -238,6 +240,7 @@ func appendActionCounts(b []byte, c *ruleTally) []byte {
 		{`,"` + telfmt.RuleFieldResponseDefault + `":`, c.respDefault},
 		{`,"` + telfmt.RuleFieldResponseInvalid + `":`, c.respInvalid},
 		{`,"` + telfmt.RuleFieldKeyMissing + `":`, c.keyMissing},
+		{`,"` + telfmt.RuleFieldBlocked + `":`, c.blocked},
 	} {
 		if f.n > 0 {
 			b = append(b, f.name...)

@@ -30,6 +30,7 @@ func (p *pluginContext) block(a *application) {
 	a.next = next
 	if p.store(a) == nil {
 		r.m.blocked.inc()
+		r.tc.blocked++
 	}
 }
 

@@ -45,6 +45,9 @@ type ruleTally struct {
 	// keyMissing counts requests the rule matched but skipped: a limit key
 	// had no value (decide.go).
 	keyMissing uint64
+	// blocked counts the identities the rule's refusals blocked
+	// (block_seconds, block.go).
+	blocked uint64
 }
 
 // tally returns the VM's counters for rule name.

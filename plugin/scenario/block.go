@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	telfmt "github.com/sluice-rl/sluice/shared/telemetry"
 )
 
 func init() {
@@ -87,7 +89,8 @@ const lockoutConfig = `{"policies": [
      "algorithm_config": {"rps": 0.0166667, "burst": 2, "cost_source": "response_status:401", "block_seconds": 900}}]}]}`
 
 func blockFailedLogins(t *testing.T, start Starter) {
-	h := mustStart(t, start, Options{Config: []byte(lockoutConfig), Start: noon})
+	h := mustStart(t, start, Options{Config: []byte(`{"telemetry": {"cluster": "sluice_admin", "token": "t", "interval_ms": 1000}, ` + lockoutConfig[1:]),
+		Start: noon, Clusters: []string{"sluice_admin"}})
 	failed := req(":path", "/login", ":method", "POST", "x-user", "carol")
 	failed.ResponseHeaders = []Header{{":status", "401"}}
 	marked := func(r Response) bool {
@@ -121,6 +124,11 @@ func blockFailedLogins(t *testing.T, start Starter) {
 	}
 	if n := metric(h, "sluice.rule.trial-failed-logins.blocked"); n != 1 {
 		t.Errorf("the shadow rule blocked %d identities, want 1", n)
+	}
+	// Telemetry reports the blocks per rule.
+	got := sumCounts([]*telfmt.Report{decodeReport(t, reportsByVM(t, h, time.Second)[0], "sluice_admin", "/api/v1/telemetry", "t")})
+	if got["failed-logins"].Blocked != 1 || got["trial-failed-logins"].Blocked != 1 {
+		t.Errorf("the report's blocks: %d and %d, want 1 each", got["failed-logins"].Blocked, got["trial-failed-logins"].Blocked)
 	}
 	noRecoveredPanics(t, h)
 }

@@ -99,6 +99,7 @@ func sumCounts(rs []*telfmt.Report) map[string]telfmt.RuleCounters {
 			s.ResponseDefault += x.ResponseDefault
 			s.ResponseInvalid += x.ResponseInvalid
 			s.KeyMissing += x.KeyMissing
+			s.Blocked += x.Blocked
 			sum[x.Rule] = s
 		}
 	}

@@ -41,6 +41,7 @@ const (
 	RuleFieldResponseDefault    = "response_default"    // optional
 	RuleFieldResponseInvalid    = "response_invalid"    // optional
 	RuleFieldKeyMissing         = "key_missing"         // optional
+	RuleFieldBlocked            = "blocked"             // optional
 )
 
 // Fields of an entry of "buckets".

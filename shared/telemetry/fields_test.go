@@ -13,7 +13,7 @@ import (
 func TestKnownFieldsAreTheDecodersFields(t *testing.T) {
 	body := strings.Replace(overflowBody("1", "2"), `"overflow_identities": 2}`,
 		`"overflow_identities": 2, "exempted": 1, "denied": 2, "overridden": 3,
-		  "response_charged": 9, "response_default": 4, "response_invalid": 1, "key_missing": 6}`, 1)
+		  "response_charged": 9, "response_default": 4, "response_invalid": 1, "key_missing": 6, "blocked": 2}`, 1)
 	body = strings.Replace(body, `"rejects": 12}`, `"rejects": 12, "algorithm": "fixed_window"}`, 1)
 	body = strings.Replace(body, `"reports_dropped": 0`, `"reports_dropped": 0,
   "fleet": {"backend_healthy": false, "fleet_size": 3,

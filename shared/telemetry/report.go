@@ -89,6 +89,9 @@ type RuleCounters struct {
 	// one of its limit keys had no value (a header absent, metadata a
 	// filter did not write). Optional (0).
 	KeyMissing uint64 `json:"key_missing,omitempty"`
+	// Blocked counts the identities the rule's refusals put in a block
+	// (block_seconds). Optional (0).
+	Blocked uint64 `json:"blocked,omitempty"`
 }
 
 // Bucket is the state of one bucket as a VM last saw it. Rejects are the
@@ -335,6 +338,7 @@ const (
 	rRespDefault   // optional
 	rRespInvalid   // optional
 	rKeyMissing    // optional
+	rBlocked       // optional
 )
 
 var ruleFields = []objField{
@@ -344,12 +348,13 @@ var ruleFields = []objField{
 	{RuleFieldExempted, rExempted, false}, {RuleFieldDenied, rDenied, false}, {RuleFieldOverridden, rOverridden, false},
 	{RuleFieldResponseCharged, rRespCharged, false}, {RuleFieldResponseDefault, rRespDefault, false},
 	{RuleFieldResponseInvalid, rRespInvalid, false}, {RuleFieldKeyMissing, rKeyMissing, false},
+	{RuleFieldBlocked, rBlocked, false},
 }
 
 const ruleFieldList = RuleFieldRule + ", " + RuleFieldAllowed + ", " + RuleFieldRejected + ", " + RuleFieldShadowRejected + ", " +
 	RuleFieldFailOpen + " and optionally " + RuleFieldOverflowed + ", " + RuleFieldOverflowIdentities + ", " +
 	RuleFieldExempted + ", " + RuleFieldDenied + ", " + RuleFieldOverridden + ", " +
-	RuleFieldResponseCharged + ", " + RuleFieldResponseDefault + ", " + RuleFieldResponseInvalid + ", " + RuleFieldKeyMissing
+	RuleFieldResponseCharged + ", " + RuleFieldResponseDefault + ", " + RuleFieldResponseInvalid + ", " + RuleFieldKeyMissing + ", " + RuleFieldBlocked
 
 // bucketRequired lists a bucket's required fields.
 const bucketRequired = BucketFieldRule + ", " + BucketFieldIdentity + ", " + BucketFieldTokens + ", " + BucketFieldBurst + ", " +
@@ -393,6 +398,8 @@ func (p *parser) rule(l loc) RuleCounters {
 			rc.ResponseDefault, _ = p.uint64(fl)
 		case rRespInvalid:
 			rc.ResponseInvalid, _ = p.uint64(fl)
+		case rBlocked:
+			rc.Blocked, _ = p.uint64(fl)
 		case rKeyMissing:
 			rc.KeyMissing, _ = p.uint64(fl)
 		}
