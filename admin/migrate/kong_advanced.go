@@ -90,7 +90,7 @@ func (k *kongConv) readAdvanced(path string, n *yaml.Node) (kongLimit, error) {
 	case lim.throttle != nil:
 		k.noteOnce("rate-limiting-advanced's throttled windows become token_bucket rules (limit per window as the burst, refilled over the window) with max_delay_ms: a request over the limit is held until its turn, at most interval x retry_times and no longer than the refill of queue_limit requests takes, where Kong retries it every interval; the others are refused with 429 at once")
 	case lim.sliding && !lim.noPenalty:
-		k.noteOnce("rate-limiting-advanced's sliding windows become sliding_window rules, which weigh the previous window's count the same way; Kong also counts the requests it rejects (disable_penalty: false, its default), Sluice never does, so a client that keeps sending over the limit gets through again sooner than under Kong")
+		k.noteOnce("rate-limiting-advanced's sliding windows become sliding_window rules, which weigh the previous window's count the same way; Kong also counts the requests it rejects (disable_penalty: false, its default), Sluice never does, so a client that keeps sending over the limit gets through again sooner than under Kong (a token_bucket rule of the same key with block_seconds keeps such a client out for a time)")
 	case lim.sliding:
 		k.noteOnce("rate-limiting-advanced's sliding windows become sliding_window rules, which weigh the previous window's count the same way and, as Kong's with disable_penalty: true, count only the requests they admit")
 	}
