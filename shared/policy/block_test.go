@@ -6,12 +6,7 @@ import (
 )
 
 func TestBlockSeconds(t *testing.T) {
-	const path = "rules[0].algorithm_config.block_seconds"
-	for _, c := range []struct {
-		in   string
-		want int
-		err  string // substring of the error at path; "" = valid
-	}{
+	checkTokenBucketInt(t, "rules[0].algorithm_config.block_seconds", func(tb *TokenBucket) int { return tb.BlockSeconds }, []intCase{
 		{`{"rps":5,"burst":10}`, 0, ""},
 		{`{"rps":5,"burst":10,"block_seconds":0}`, 0, ""},
 		{`{"rps":5,"burst":10,"block_seconds":600}`, 600, ""},
@@ -22,23 +17,7 @@ func TestBlockSeconds(t *testing.T) {
 		{`{"rps":5,"burst":10,"block_seconds":1.5}`, 0, "not an integer"},
 		{`{"rps":5,"burst":10,"block_seconds":"60"}`, 0, "must be an integer"},
 		{`{"rps":5,"burst":10,"block_seconds":60,"max_delay_ms":100}`, 0, "use one or the other"},
-	} {
-		cfg, err := Parse([]byte(withTB(c.in)))
-		if c.err == "" {
-			if err != nil {
-				t.Errorf("%s: %v", c.in, err)
-				continue
-			}
-			if got := cfg.Policies[0].Rules[0].TokenBucket.BlockSeconds; got != c.want {
-				t.Errorf("%s: BlockSeconds %d, want %d", c.in, got, c.want)
-			}
-			continue
-		}
-		es, ok := err.(Errors)
-		if !ok || len(es) != 1 || es[0].Path != path || !strings.Contains(es[0].Message, c.err) {
-			t.Errorf("%s: got %v, want one error at %s containing %q", c.in, err, path, c.err)
-		}
-	}
+	})
 }
 
 // A windowed rule has no block_seconds, nor a global token bucket.

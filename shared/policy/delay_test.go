@@ -6,12 +6,7 @@ import (
 )
 
 func TestMaxDelayMS(t *testing.T) {
-	const path = "rules[0].algorithm_config.max_delay_ms"
-	for _, c := range []struct {
-		in   string
-		want int
-		err  string // substring of the error at path; "" = valid
-	}{
+	checkTokenBucketInt(t, "rules[0].algorithm_config.max_delay_ms", func(tb *TokenBucket) int { return tb.MaxDelayMS }, []intCase{
 		{`{"rps":5,"burst":10}`, 0, ""},
 		{`{"rps":5,"burst":10,"max_delay_ms":0}`, 0, ""},
 		{`{"rps":5,"burst":10,"max_delay_ms":250}`, 250, ""},
@@ -22,15 +17,30 @@ func TestMaxDelayMS(t *testing.T) {
 		{`{"rps":5,"burst":10,"max_delay_ms":"100"}`, 0, "must be an integer"},
 		{`{"rps":5,"burst":10,"max_delay_ms":null}`, 0, "must be an integer"},
 		{`{"rps":5,"burst":10,"max_delay_ms":1e400}`, 0, "not an integer"},
-	} {
+	})
+}
+
+// intCase is a token_bucket algorithm_config and the integer field it
+// gives, or a substring of the one error it gets at the field's path.
+type intCase struct {
+	in   string
+	want int
+	err  string // "" = valid
+}
+
+// checkTokenBucketInt parses each case's rule and checks the field get
+// reads, or the error at path.
+func checkTokenBucketInt(t *testing.T, path string, get func(*TokenBucket) int, cases []intCase) {
+	t.Helper()
+	for _, c := range cases {
 		cfg, err := Parse([]byte(withTB(c.in)))
 		if c.err == "" {
 			if err != nil {
 				t.Errorf("%s: %v", c.in, err)
 				continue
 			}
-			if got := cfg.Policies[0].Rules[0].TokenBucket.MaxDelayMS; got != c.want {
-				t.Errorf("%s: MaxDelayMS %d, want %d", c.in, got, c.want)
+			if got := get(cfg.Policies[0].Rules[0].TokenBucket); got != c.want {
+				t.Errorf("%s: %d, want %d", c.in, got, c.want)
 			}
 			continue
 		}
