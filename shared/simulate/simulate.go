@@ -518,8 +518,8 @@ func (rr *RuleResult) decide(src *sources, opt Options) {
 		return
 	}
 	next, dec := tb.Take(st.Bucket, rr.Known, opt.Now, rr.Cost)
-	rr.mayBlock(r, tb, next, rr.Cost)
 	rr.Decision = dec
+	rr.mayBlock(r, tb, next, rr.Cost)
 	rr.Next = State{Bucket: next.Stored()}
 	if !dec.Allowed {
 		rr.Next = st
