@@ -77,6 +77,7 @@ func (cr *compiledRule) compileAction(r *policy.Rule, vm *vmContext) {
 // same limits (a plan) share one compiled rule.
 type overrideLimits struct {
 	rate, burst, limit, perPeriod float64
+	block                         int          // a token bucket's block_seconds
 	active                        overrideTime // when it applies
 }
 
@@ -115,7 +116,7 @@ func (cr *compiledRule) compileOverrides(r *policy.Rule, vm *vmContext) {
 		var k overrideLimits
 		switch {
 		case o.TokenBucket != nil:
-			k = overrideLimits{rate: o.TokenBucket.TokensPerSecond, burst: o.TokenBucket.Burst}
+			k = overrideLimits{rate: o.TokenBucket.TokensPerSecond, burst: o.TokenBucket.Burst, block: o.TokenBucket.BlockSeconds}
 		case o.Window != nil:
 			k = overrideLimits{limit: o.Window.Limit, perPeriod: o.Window.MaxPerPeriod}
 		case o.Quota != nil: // only the limit differs: period, zone and costs are the rule's

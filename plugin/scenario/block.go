@@ -166,3 +166,31 @@ func blockLifted(t *testing.T, start Starter) {
 	}
 	noRecoveredPanics(t, h)
 }
+
+func init() {
+	register(Case{Name: "BlockSecondsOfAnOverride", Run: blockOverridden})
+}
+
+// An override sets its identity's own block: 0 never blocks a partner the
+// rule refuses, and a bot gets a longer one.
+func blockOverridden(t *testing.T, start Starter) {
+	config := strings.Replace(blockConfig, `"block_seconds": 60}`, `"block_seconds": 60},
+   "overrides": [{"key": "partner", "algorithm_config": {"block_seconds": 0}},
+                 {"key": "bot", "algorithm_config": {"block_seconds": 600}}]`, 1)
+	h := mustStart(t, start, Options{Config: []byte(config), Start: noon})
+	partner, bot := req("x-user", "partner"), req("x-user", "bot")
+	admitted(t, h, 4, partner) // three, then an ordinary refusal
+	admitted(t, h, 4, bot)     // three, then a ten-minute block
+	h.Advance(time.Second)
+	wantAdmitted(t, h, "the partner, a second after its refusal", partner)
+	h.Advance(5 * time.Minute)
+	if res := do(t, h, bot); !res.Rejected {
+		t.Fatal("the bot, 5 minutes into its block: admitted")
+	}
+	h.Advance(5*time.Minute + time.Second)
+	wantAdmitted(t, h, "the bot, once its 600 s and a token's second have passed", bot)
+	if n := metric(h, "sluice.rule.login.blocked"); n != 1 {
+		t.Errorf("blocked %d identities, want the bot only", n)
+	}
+	noRecoveredPanics(t, h)
+}

@@ -36,7 +36,7 @@ var (
 	overrideFields = []string{"key", "algorithm_config", "from", "until", "schedule"}
 	// What an override's algorithm_config may set: the limits, never what
 	// shapes the state (window lengths) or the cost.
-	tokenBucketOverrideFields = []string{"tokens_per_second", "rps", "burst"}
+	tokenBucketOverrideFields = []string{"tokens_per_second", "rps", "burst", "block_seconds"}
 	windowOverrideFields      = []string{"limit"}
 	rollingOverrideFields     = []string{"limit", "max_per_period"}
 	// A quota's identities share its calendar period and time zone (one
@@ -211,6 +211,8 @@ func (p *parser) globalOverride(path string, r *Rule, o *Override) bool {
 		}
 	case o.Quota != nil:
 		p.checkGlobalCount(join(cfgPath, "limit"), o.Quota.Limit)
+	case o.TokenBucket != nil && o.TokenBucket.BlockSeconds > 0:
+		p.errorf(join(cfgPath, "block_seconds"), `blocking is not supported on a "global" rule: the rate limit service decides its refusals; remove block_seconds`)
 	}
 	return len(p.errs) == before
 }

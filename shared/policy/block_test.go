@@ -43,3 +43,25 @@ func TestBlockSecondsNormalizedAndKeptByOverrides(t *testing.T) {
 		t.Errorf("the override's bucket: %+v", o)
 	}
 }
+
+// An override sets its identity's own block_seconds: 0 never blocks it, on
+// a rule that blocks the others; not on a global rule.
+func TestOverridesSetTheirOwnBlock(t *testing.T) {
+	doc := strings.Replace(withTB(`{"rps":1,"burst":3,"block_seconds":600}`), `"algorithm":`,
+		`"overrides":[{"key":"partner","algorithm_config":{"block_seconds":0}},{"key":"bot","algorithm_config":{"rps":0.1,"burst":1,"block_seconds":3600}}],"algorithm":`, 1)
+	cfg, err := Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := cfg.Policies[0].Rules[0].Overrides
+	if len(o) != 2 || o[0].TokenBucket.BlockSeconds != 0 || o[0].TokenBucket.Burst != 3 || o[1].TokenBucket.BlockSeconds != 3600 {
+		t.Errorf("overrides %+v, %+v", o[0].TokenBucket, o[1].TokenBucket)
+	}
+	wantError(t, strings.Replace(doc, `"block_seconds":0}`, `"block_seconds":-1}`, 1),
+		"rules[0].overrides[0].algorithm_config.block_seconds", "out of range")
+	wantError(t, `{"fleet":{"cluster":"rls"},"rules":[`+strings.Replace(globalRule, `"algorithm":`,
+		`"overrides":[{"key":"k","algorithm_config":{"block_seconds":60}}],"algorithm":`, 1)+`]}`,
+		"rules[0].overrides[0].algorithm_config.block_seconds", `not supported on a "global" rule`)
+	wantError(t, withAlg("fixed_window", `{"limit":10,"window_seconds":60},"overrides":[{"key":"k","algorithm_config":{"block_seconds":60}}]`),
+		"rules[0].overrides[0].algorithm_config.block_seconds", "unknown field")
+}

@@ -210,6 +210,7 @@ func schemaProperties() map[string]obj {
 					"burst":             obj{"type": "number", "exclusiveMinimum": 0, "maximum": MaxBurst, "description": "token_bucket: the identity's bucket capacity."},
 					"limit":             obj{"type": "number", "exclusiveMinimum": 0, "maximum": MaxBurst, "description": "Windows and quota: the identity's limit per window or calendar period (a quota's period and time_zone are the rule's, shared by every identity)."},
 					"max_per_period":    obj{"type": "number", "exclusiveMinimum": 0, "maximum": MaxBurst, "description": "rolling_window: the identity's cap per period."},
+					"block_seconds":     obj{"type": "integer", "minimum": 0, "maximum": MaxBlockSeconds, "description": "token_bucket: how long the identity stays refused once the rule refuses it; 0: never blocked."},
 				},
 				"description": "The limits that differ from the rule's; the rest (costs, window lengths) is the rule's."},
 			"from":     obj{"type": "string", "pattern": rfc3339Pattern, "description": "RFC 3339 time from which the override applies (inclusive); before it the identity has the rule's limits."},

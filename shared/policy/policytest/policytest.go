@@ -226,7 +226,9 @@ func (g *configGen) rule() map[string]any {
 		delete(override, "time_zone")
 		delete(override, "max_per_period")
 		delete(override, "max_request_seconds")
-		delete(override, "block_seconds")
+		if g.rng.IntN(2) == 0 { // the identity's own block, or the rule's
+			delete(override, "block_seconds")
+		}
 		r["overrides"] = []any{map[string]any{"key": g.oneOf("key-1", "key-2"), "algorithm_config": override}}
 	}
 	if g.rng.IntN(6) == 0 {
