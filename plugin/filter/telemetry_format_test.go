@@ -32,7 +32,7 @@ const actionsTelemetryConfig = `{"telemetry": {"cluster": "sluice_admin", "token
     {"name": "ids", "rules": [{"name": "small", "max_keys": 4, "limit_keys": ["header:x-id"], "algorithm": "token_bucket",
       "algorithm_config": {"tokens_per_second": 0.001, "burst": 10}}]},
     {"name": "keys", "rules": [{"name": "per-key", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
-      "algorithm_config": {"tokens_per_second": 1, "burst": 2}, "telemetry_identity": "clear",
+      "algorithm_config": {"tokens_per_second": 1, "burst": 2, "block_seconds": 60}, "telemetry_identity": "clear",
       "overrides": [{"key": "gold", "algorithm_config": {"burst": 5}}]}]},
     {"name": "users", "rules": [
       {"name": "teams", "limit_keys": ["header:x-team"], "algorithm": "token_bucket", "algorithm_config": {"tokens_per_second": 1, "burst": 2}},
@@ -74,7 +74,7 @@ func TestTelemetryReportDecodesToThePluginsCounters(t *testing.T) {
 		for name, got := range map[string]uint64{
 			"allowed": rc.Allowed, "rejected": rc.Rejected, "shadow_rejected": rc.ShadowRejected, "fail_open": rc.FailOpen,
 			"exempted": rc.Exempted, "denied": rc.Denied, "overridden": rc.Overridden, "overflowed": rc.Overflowed,
-			"key_missing": rc.KeyMissing,
+			"key_missing": rc.KeyMissing, "blocked": rc.Blocked,
 		} {
 			if want := f.metric("sluice.rule." + rc.Rule + "." + name); got != want {
 				t.Errorf("rule %s: %s %d in the report, %d in the metrics", rc.Rule, name, got, want)
@@ -84,7 +84,7 @@ func TestTelemetryReportDecodesToThePluginsCounters(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{"allowed", "rejected", "exempted", "denied", "overridden", "overflowed", "key_missing"} {
+	for _, name := range []string{"allowed", "rejected", "exempted", "denied", "overridden", "overflowed", "key_missing", "blocked"} {
 		if !nonzero[name] {
 			t.Errorf("no rule has %s above 0: the traffic does not exercise it\n%s", name, calls[0].Body)
 		}
