@@ -20,8 +20,11 @@ func TestBlockSeconds(t *testing.T) {
 	})
 }
 
-// A windowed rule has no block_seconds, nor a global token bucket.
+// A windowed rule has no block_seconds, nor a global token bucket, nor a
+// rule with one identity for every request, which one refusal would shut.
 func TestBlockSecondsOnlyOnLocalTokenBuckets(t *testing.T) {
+	wantError(t, strings.Replace(withTB(`{"rps":5,"burst":10,"block_seconds":60}`), `"limit_keys":["ip:address"]`, `"limit_keys":["all"]`, 1),
+		"rules[0].algorithm_config.block_seconds", `a rule keyed by "all" has one identity`)
 	wantError(t, withAlg("fixed_window", `{"limit":10,"window_seconds":60,"block_seconds":60}`),
 		"rules[0].algorithm_config.block_seconds", "unknown field")
 	wantError(t, `{"fleet":{"cluster":"rls"},"rules":[`+strings.Replace(globalRule, `"burst":20`, `"burst":20,"block_seconds":60`, 1)+`]}`,

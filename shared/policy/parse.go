@@ -338,6 +338,9 @@ func (p *parser) rule(path string, v *jvalue, policy string, mode Mode) (Rule, b
 		p.errorf(algPath, "unknown algorithm ", quoteShort(av.s), "; use one of: ", quoteList(algorithms))
 	}
 	p.checkScopeAlgorithm(path, &r) // fleet.go
+	if r.TokenBucket != nil && r.TokenBucket.BlockSeconds > 0 && onlyAll(r.Keys) {
+		p.errorf(join(cfgPath, "block_seconds"), `would block every request the rule applies to for that long: a rule keyed by "all" has one identity; key it by the client (such as "ip:address") to block the clients it refuses`)
+	}
 
 	if ov := f["overrides"]; ov != nil { // actions.go
 		r.Overrides = p.overrides(join(path, "overrides"), ov, &r, cv)

@@ -207,6 +207,9 @@ func (g *configGen) rule() map[string]any {
 		r["telemetry_identity"] = "clear"
 	}
 	algorithm, config := g.algorithm()
+	if len(keys) == 1 && keys[0] == "all" {
+		delete(config, "block_seconds") // one identity: a block would shut the rule's every request
+	}
 	r["algorithm"], r["algorithm_config"] = algorithm, config
 	enforced := r["mode"] == "enforce" || r["mode"] == nil && !g.shadowMode
 	if enforced && !(len(keys) == 1 && keys[0] == "all") && g.rng.IntN(5) == 0 {
