@@ -56,11 +56,12 @@ func (h *httpContext) startBodyScan(c *pendingCharge, end bool) {
 // chunk). A response without a body costs nothing; a stream that ends
 // before its body does is charged the bytes that passed.
 
-// startByteCount starts counting the body's bytes for c, or charges
-// nothing now when there is none (end).
+// startByteCount starts counting the body's bytes for c; a response
+// without a body (end) costs nothing, and nothing is written for it, as
+// for a status a response_status rule does not count.
 func (h *httpContext) startByteCount(c *pendingCharge, end bool) {
 	if end {
-		h.p.charge(h, c, 0)
+		c.done = true
 		return
 	}
 	c.counting, c.bytes = true, 0

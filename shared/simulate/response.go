@@ -105,6 +105,9 @@ func responseCost(cs policy.CostSource, fixed, def float64, resp *Response) Resp
 		return bodyCost(cs.Name, resp, dflt)
 	case policy.CostResponseBytes:
 		n := len(resp.Body)
+		if n == 0 {
+			return ResponseCharge{Why: "no response body: nothing to charge"}
+		}
 		return ResponseCharge{Charged: true, Cost: float64(n), Why: "response body of " + strconv.Itoa(n) + " bytes"}
 	case policy.CostResponseStatus:
 		if cs.Statuses.Has(status) {
