@@ -61,6 +61,7 @@ type ruleMetrics struct {
 type globalMetrics struct {
 	configRejected, panicsRecovered, refundFailed  counter
 	delayCancelled, delayQueueFull, hashSeedFailed counter
+	resetApplied, resetFailed                      counter // resets.go
 }
 
 func (vm *vmContext) ruleMetrics(rule string) ruleMetrics {
@@ -92,6 +93,8 @@ func (vm *vmContext) globals() *globalMetrics {
 			delayCancelled:  vm.counter("sluice.delay.cancelled"),
 			delayQueueFull:  vm.counter("sluice.delay.queue_full"),
 			hashSeedFailed:  vm.counter("sluice.hash_seed_failed"),
+			resetApplied:    vm.counter("sluice.resets_applied"),
+			resetFailed:     vm.counter("sluice.resets_failed"),
 		}
 	}
 	return vm.global

@@ -119,8 +119,9 @@ func (p *pluginContext) nowNS() int64 {
 // OnPluginStart is proxy_on_configure: parse and validate the plugin
 // configuration with the same code the admin uses. On any problem, every
 // problem is logged at error level with its JSON path and false is returned,
-// so Envoy keeps the previous configuration. Buckets are never reset: they
-// live in shared data keyed by rule name.
+// so Envoy keeps the previous configuration. Buckets are never reset by a
+// new configuration (they live in shared data keyed by rule name), only by
+// the resets it carries (resets.go).
 func (p *pluginContext) OnPluginStart(int) (ok types.OnPluginStartStatus) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -152,6 +153,7 @@ func (p *pluginContext) OnPluginStart(int) (ok types.OnPluginStartStatus) {
 	p.cfg = compile(cfg, p.vm)
 	p.cfg.hash = configHash(data)
 	p.apps = make([]application, 0, len(p.cfg.policies))
+	p.applyResets(cfg.Resets) // resets.go
 	if p.cfg.fleet != nil {
 		p.startFleet() // fleet_sync.go
 	}

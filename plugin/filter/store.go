@@ -266,7 +266,7 @@ func (a *application) readValue(key string) (v []byte, cas, st uint32) {
 // must be written with the cas read.
 func (a *application) readBucket(r *bucketRead) (corrupt bool, err error) {
 	v, err := a.readKey(a.key, r)
-	if err != nil || !r.stored {
+	if err != nil || !r.stored || len(v) == 0 { // empty: forgotten by a reset (resets.go)
 		return false, err
 	}
 	b, derr := state.DecodeBucket(v)

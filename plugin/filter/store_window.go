@@ -21,7 +21,7 @@ func (p *pluginContext) loadWindow(a *application, now float64) (corrupt bool, e
 		return p.probeWindow(a, now)
 	}
 	v, err := a.readKey(a.key, &a.read)
-	if err != nil || !a.read.stored {
+	if err != nil || !a.read.stored || len(v) == 0 { // empty: forgotten by a reset (resets.go)
 		return false, err
 	}
 	if state.DecodeWindow(v, &a.ws.read) != nil {

@@ -62,6 +62,7 @@ func FuzzParse(f *testing.F) {
 		`{"reject_headers":{"X-Local-Rate-Limit":"true","x-b":"a\tb"},"rules":[{"name":"d","action":"deny","reject_headers":{}},{"name":"r","limit_keys":["path"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1},"reject_headers":{"retry-after":"1","x-a":"\r"}}]}`,
 		rules(`{"name":"t","mode":"shadow","shadow_mark":false,"limit_keys":["path"],"algorithm":"fixed_window","algorithm_config":{"limit":1,"window_seconds":1}}`, `{"name":"u","shadow_mark":"no","action":"exempt"}`),
 		rules(`{"name":"p","enforce_percent":12.5,"shadow_mark":false,"limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":1}}`, `{"name":"q","enforce_percent":1e3,"limit_keys":["all"],"action":"deny"}`),
+		`{"rules":[` + baseRule + `],"resets":[{"id":"a","rule":"r","key":"1.2.3.4"},{"id":"a","rule":"x","key":"a|b"},{"id":"b c","rule":7},"x"]}`,
 		`{"rules":[1,]}`, `[]`, `null`, `{"policies":[],"rules":[]}`, "",
 	} {
 		f.Add([]byte(s))

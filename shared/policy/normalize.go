@@ -37,6 +37,9 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 		nf := normFleet(*f)
 		out.Fleet = &nf
 	}
+	for _, r := range c.Resets {
+		out.Resets = append(out.Resets, normReset(r))
+	}
 	for i, p := range c.Policies {
 		np := normPolicy{Name: p.Name, Rules: make([]normRule, len(p.Rules))}
 		for j, r := range p.Rules {
@@ -131,6 +134,14 @@ type normConfig struct {
 	RejectBody        *string            `json:"reject_body,omitempty"`
 	RejectContentType string             `json:"reject_content_type,omitempty"`
 	RejectHeaders     *map[string]string `json:"reject_headers,omitempty"`
+	Resets            []normReset        `json:"resets,omitempty"`
+}
+
+// normReset is Reset with its JSON names.
+type normReset struct {
+	ID   string `json:"id"`
+	Rule string `json:"rule"`
+	Key  string `json:"key"`
 }
 
 // normalizeReply writes a custom reply out, its content type explicit

@@ -43,7 +43,7 @@ func (p *parser) errorf(path string, parts ...string) {
 
 // Field names, per object.
 var (
-	configFields      = []string{"mode", "policies", "rules", "reject_status", "response_headers", "legacy_headers", "shadow_header", "xff_trusted_hops", "telemetry", "fleet", "reject_body", "reject_content_type", "reject_headers", "reject_grpc_status"}
+	configFields      = []string{"mode", "policies", "rules", "reject_status", "response_headers", "legacy_headers", "shadow_header", "xff_trusted_hops", "telemetry", "fleet", "reject_body", "reject_content_type", "reject_headers", "reject_grpc_status", "resets"}
 	policyFields      = []string{"name", "rules"}
 	ruleFields        = []string{"name", "limit_keys", "match", "algorithm", "algorithm_config", "mode", "max_keys", "telemetry_identity", "scope", "action", "deny_status", "reject_status", "overrides", "shadow_mark", "reject_body", "reject_content_type", "reject_headers", "limit_headers", "enforce_percent", "from", "until", "schedule"}
 	telemetryFields   = []string{"cluster", "authority", "path", "interval_ms", "token", "token_env", "top_n", "timeout_ms"}
@@ -138,6 +138,10 @@ func (p *parser) config(root *jvalue) *Config {
 	}
 	p.checkGlobalRules(f["fleet"] != nil) // fleet.go
 	p.checkLimitHeaders(cfg)              // limit_headers.go
+	if v := f["resets"]; v != nil {       // resets.go
+		cfg.Resets = p.resets("resets", v)
+		p.checkResets(cfg)
+	}
 	return cfg
 }
 

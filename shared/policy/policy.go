@@ -71,6 +71,7 @@ type Config struct {
 	Fleet            *Fleet         // "fleet", optional: the rate limit service of global rules (fleet.go)
 	Reply            *Reply         // "reject_body", "reject_content_type": limit rules' rejection body (nil: the filter's JSON); reply.go
 	RejectHeaders    []RejectHeader // "reject_headers": limit rules' extra rejection fields, sorted (nil: none); reject_headers.go
+	Resets           []Reset        // "resets": identities whose state the filter forgets, written by the admin (resets.go)
 }
 
 // Telemetry configures the filter's periodic reports to the admin (contract

@@ -96,13 +96,20 @@ func schemaProperties() map[string]obj {
 				"description": "Request header added upstream when a shadow rule would have rejected the request."},
 			"xff_trusted_hops": obj{"type": "integer", "minimum": 0, "maximum": MaxTrustedHops, "default": 0,
 				"description": "How many trusted proxies in front of Envoy append to X-Forwarded-For; 0 ignores the header."},
-			"telemetry":           obj{"$ref": "#/$defs/telemetry"},
-			"fleet":               obj{"$ref": "#/$defs/fleet"},
+			"telemetry": obj{"$ref": "#/$defs/telemetry"},
+			"fleet":     obj{"$ref": "#/$defs/fleet"},
+			"resets": obj{"type": "array", "maxItems": MaxResets, "items": obj{"$ref": "#/$defs/reset"},
+				"description": "Identities whose stored state the filter forgets, each once per Envoy process. Written by the admin's reset command into the configuration it pushes; not part of a policy."},
 			"reject_body":         withDesc(rejectBody, "Body of every limit rule's rejections instead of the filter's JSON (a rule's own reject_body wins).", nil),
 			"reject_headers":      withDesc(rejectHeadersSchema(), `Fields of your own sent with every limit rule's rejections, beside the filter's, such as {"x-local-rate-limit": "true"} (a rule's own reject_headers wins).`, nil),
 			"reject_content_type": withDesc(rejectContentType, "Content type of reject_body; default application/json for a JSON body, text/plain; charset=utf-8 otherwise, none for an empty body.", nil),
 		},
 		"fleet": fleetSchema(),
+		"reset": {
+			"id":   obj{"type": "string", "pattern": namePattern, "description": "Unique in the list: each Envoy process applies a reset once, by its id."},
+			"rule": obj{"type": "string", "pattern": namePattern, "description": "The rule whose state for the identity is forgotten: a local limit rule other than concurrency."},
+			"key":  obj{"type": "string", "minLength": 1, "maxLength": MaxOverrideKey, "description": "The identity, written as an override's key."},
+		},
 		"telemetry": {
 			"cluster":   obj{"type": "string", "pattern": `^[\x21-\x7e]+$`, "description": "Envoy cluster of the Sluice admin that receives the reports."},
 			"authority": obj{"type": "string", "pattern": `^[\x21-\x7e]+$`, "default": DefaultTelemetryAuthority, "description": ":authority of the report requests."},
@@ -305,6 +312,7 @@ func schemaDoc() obj {
 			"oneOf": []obj{{"required": []string{"token"}}, {"required": []string{"token_env"}}},
 		}),
 		"fleet": closed("fleet", []string{"cluster"}, nil),
+		"reset": closed("reset", []string{"id", "rule", "key"}, nil),
 		"tokenBucket": closed("tokenBucket", []string{"burst"}, obj{
 			"oneOf": []obj{{"required": []string{"tokens_per_second"}}, {"required": []string{"rps"}}},
 		}),
@@ -334,6 +342,7 @@ func schemaObjects() map[string][]string {
 		"telemetry":     telemetryFields,
 		"fleet":         fleetFields,
 		"override":      overrideFields,
+		"reset":         resetFields,
 	}
 }
 

@@ -232,7 +232,7 @@ var knownKeywords = map[string]bool{
 	"$schema": true, "$id": true, "$defs": true, "title": true, "description": true, "default": true, "examples": true,
 	"$ref": true, "type": true, "enum": true, "properties": true, "additionalProperties": true, "required": true,
 	"oneOf": true, "propertyNames": true, "pattern": true, "minLength": true, "minimum": true, "maximum": true,
-	"exclusiveMinimum": true, "minItems": true, "uniqueItems": true, "items": true,
+	"exclusiveMinimum": true, "minItems": true, "maxItems": true, "uniqueItems": true, "items": true,
 	"minProperties": true, "maxProperties": true, "not": true, "maxLength": true, "dependentRequired": true,
 }
 
@@ -312,6 +312,9 @@ func (v *validator) check(s map[string]any, inst any, path string) []string {
 	if arr, ok := inst.([]any); ok {
 		if m, ok := s["minItems"].(float64); ok && float64(len(arr)) < m {
 			fail("fewer than %v items", m)
+		}
+		if m, ok := s["maxItems"].(float64); ok && float64(len(arr)) > m {
+			fail("more than %v items", m)
 		}
 		if s["uniqueItems"] == true {
 			seen := map[string]bool{}

@@ -1,0 +1,136 @@
+package policy
+
+import "strconv"
+
+// Resets ("resets", top level): identities whose stored state the filter
+// forgets, so that their next request starts as a new identity's would
+// (a full bucket, an empty window, nothing of a quota used, no debt, no
+// block). The admin writes them into the configuration it pushes, as the
+// only channel to every Envoy's shared data; a saved policy holds none.
+// Each Envoy process applies a reset once, by its id, however many pushes
+// carry it.
+
+// Reset is one entry of "resets".
+type Reset struct {
+	ID   string // "id": 1 to 64 characters of A-Z a-z 0-9 _ . -, unique in the list
+	Rule string // "rule": a local rule with state per identity
+	Key  string // "key": the identity, written as an override's key
+}
+
+// MaxResets bounds "resets".
+const MaxResets = 256
+
+var resetFields = []string{"id", "rule", "key"}
+
+// resets parses "resets"; the rules they name are checked once every
+// rule is known (checkResets).
+func (p *parser) resets(path string, v *jvalue) []Reset {
+	if v.kind != jArray {
+		p.errorf(path, `must be an array such as [{"id": "r1", "rule": "per-key", "key": "alice"}], got `, v.kind.String())
+		return nil
+	}
+	if len(v.arr) > MaxResets {
+		p.errorf(path, "has ", strconv.Itoa(len(v.arr)), " entries; at most ", strconv.Itoa(MaxResets))
+		return nil
+	}
+	out := make([]Reset, 0, len(v.arr))
+	ids := make(map[string]int, len(v.arr))
+	for i, rv := range v.arr {
+		at := index(path, i)
+		if rv.kind != jObject {
+			p.errorf(at, `must be an object such as {"id": "r1", "rule": "per-key", "key": "alice"}, got `, rv.kind.String())
+			continue
+		}
+		f := p.object(at, rv, resetFields)
+		r, ok := Reset{}, true
+		if r.ID, ok = p.resetID(at+".id", f["id"]); ok {
+			if j, dup := ids[r.ID]; dup {
+				p.errorf(at+".id", quoteShort(r.ID), " is also the id of ", index(path, j), "; ids are unique")
+				ok = false
+			}
+			ids[r.ID] = i
+		}
+		var rok, kok bool
+		r.Rule, rok = p.requiredString(at+".rule", f["rule"], "the name of the rule whose state is reset")
+		r.Key, kok = p.requiredString(at+".key", f["key"], "the identity, written as an override's key")
+		if ok && rok && kok {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// resetID checks a reset's id: a rule name's characters.
+func (p *parser) resetID(path string, v *jvalue) (string, bool) {
+	const want = "1 to 64 characters from A-Z a-z 0-9 _ . -"
+	switch {
+	case v == nil:
+		p.errorf(path, "missing; every reset needs an id (", want, "), by which each Envoy applies it once")
+		return "", false
+	case v.kind != jString:
+		p.errorf(path, "must be a string (", want, "), got ", v.kind.String())
+		return "", false
+	case v.s == "" || len(v.s) > MaxNameLen:
+		p.errorf(path, "is ", strconv.Itoa(len(v.s)), " characters long; an id is ", want)
+		return "", false
+	}
+	for i := 0; i < len(v.s); i++ {
+		if !isNameChar(v.s[i]) {
+			p.errorf(path, quoteShort(v.s), " contains ", quoteByte(v.s, i), "; an id is ", want)
+			return "", false
+		}
+	}
+	return v.s, true
+}
+
+// requiredString reads a string field that must be present.
+func (p *parser) requiredString(path string, v *jvalue, what string) (string, bool) {
+	switch {
+	case v == nil:
+		p.errorf(path, "missing; give ", what)
+		return "", false
+	case v.kind != jString:
+		p.errorf(path, "must be a string (", what, "), got ", v.kind.String())
+		return "", false
+	}
+	return v.s, true
+}
+
+// checkResets checks that each reset names a rule with state per identity
+// and an identity that rule can build.
+func (p *parser) checkResets(cfg *Config) {
+	rules := map[string]*Rule{}
+	for i := range cfg.Policies {
+		for j := range cfg.Policies[i].Rules {
+			r := &cfg.Policies[i].Rules[j]
+			rules[r.Name] = r
+		}
+	}
+	for i, rs := range cfg.Resets {
+		at := index("resets", i)
+		r := rules[rs.Rule]
+		if msg := resettable(r, rs.Rule); msg != "" {
+			p.errorf(at+".rule", msg)
+			continue
+		}
+		if msg := checkOverrideKey(rs.Key, len(r.Keys)); msg != "" {
+			p.errorf(at+".key", msg)
+		}
+	}
+}
+
+// resettable says why rule r (named name; nil: no such rule) has no state
+// a reset could forget, or "".
+func resettable(r *Rule, name string) string {
+	switch {
+	case r == nil:
+		return quoteShort(name) + " is not a rule of this configuration"
+	case r.Action != ActionLimit:
+		return quoteShort(name) + ` has "action": "` + r.Action + `" and keeps no state`
+	case r.Algorithm == AlgorithmConcurrency:
+		return quoteShort(name) + " counts requests in flight; forgetting them would admit more than its limit while they run"
+	case r.Global:
+		return quoteShort(name) + ` is a global rule: its state is in the fleet's backend, not in Envoy`
+	}
+	return ""
+}
