@@ -124,7 +124,7 @@ func (k *kongConv) advancedField(lim *kongLimit, field, name string, v *yaml.Nod
 	case "retry_after_jitter_max":
 		var f float64
 		if f, err = kongNumber(field, v); err == nil && f > 0 {
-			k.noteOnce("retry_after_jitter_max is not converted: Sluice's Retry-After is the exact wait, without jitter")
+			k.noteOnce("retry_after_jitter_max is not converted: Sluice spreads refused clients itself, adding 0 to 50% of the wait to each client's Retry-After (the same share for a client every time), where Kong adds a random 0 to retry_after_jitter_max seconds")
 		}
 	case "sync_rate":
 		_, err = kongNumber(field, v)
