@@ -133,17 +133,20 @@ func resetIDs(resets []policy.Reset) []byte {
 // forget forgets rs's identity's state in its rule.
 func (p *pluginContext) forget(rs policy.Reset) resetOutcome {
 	r := p.cfg.byName[rs.Rule]
-	if r == nil || r.fleet != nil || r.concurrent { // the parser refuses these
+	if r == nil || r.concurrent { // the parser refuses these
 		return resetFailed
 	}
 	identity := string(state.AppendIdentity(nil, rs.Key))
 	for range maxAttempts {
 		var err error
 		var forgot bool
-		if r.maxKeys == 0 {
+		switch {
+		case r.fleet != nil:
+			forgot, err = p.forgetPool(r, identity)
+		case r.maxKeys == 0:
 			forgot, err = forgetKey(r.keyPrefix + identity)
-		} else {
-			forgot, err = p.forgetWay(r, identity)
+		default:
+			forgot, err = p.forgetWay(r, identity, identity)
 		}
 		switch {
 		case err == nil && forgot:
@@ -171,8 +174,22 @@ func forgetKey(key string) (bool, error) {
 	return true, setSharedData(key, nil, cas)
 }
 
-// forgetWay frees the way of identity in its group, if it holds one.
-func (p *pluginContext) forgetWay(r *compiledRule, identity string) (bool, error) {
+// forgetPool drops a global rule's lease pool of identity, if it has one:
+// its leased tokens, its refusal until a time, its fallback share. The
+// rate limit service's state of the identity is the admin's to forget.
+// A pool is stored under the identity's sluice_id, never the identity.
+func (p *pluginContext) forgetPool(r *compiledRule, identity string) (bool, error) {
+	id := string(state.AppendSluiceID(nil, identity))
+	if r.maxKeys == 0 {
+		return forgetKey(r.fleet.exactPrefix + id)
+	}
+	return p.forgetWay(r, identity, id)
+}
+
+// forgetWay frees the way of identity in its group, if it holds one; the
+// way's record names its owner by owner (the identity, or a pool's
+// sluice_id).
+func (p *pluginContext) forgetWay(r *compiledRule, identity, owner string) (bool, error) {
 	fp := state.KeyedFingerprint(p.vm.hashKey, identity)
 	key := r.groupPrefix + itoa(int64(state.GroupOf(fp, r.groups)))
 	v, cas, st := getSharedData(key, nil)
@@ -188,7 +205,7 @@ func (p *pluginContext) forgetWay(r *compiledRule, identity string) (bool, error
 	if !g.Read(v) {
 		return false, nil // unreadable: every request rewrites it whole anyway
 	}
-	way := g.Find(fp, identity, recordDecoder(r))
+	way := g.Find(fp, owner, recordDecoder(r))
 	if way < 0 {
 		return false, nil
 	}
@@ -198,6 +215,12 @@ func (p *pluginContext) forgetWay(r *compiledRule, identity string) (bool, error
 
 // recordDecoder decodes the records of r's groups for state.Group.Find.
 func recordDecoder(r *compiledRule) func(rec []byte) (uint64, []byte, bool) {
+	if r.fleet != nil {
+		return func(rec []byte) (uint64, []byte, bool) {
+			s, err := state.DecodePool(rec)
+			return s.Fingerprint, s.Identity, err == nil
+		}
+	}
 	if r.win != nil {
 		var w state.Window
 		return func(rec []byte) (uint64, []byte, bool) {

@@ -10,12 +10,16 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 func init() {
 	register(
 		Case{Name: "ResetLetsABlockedIdentityBackInOnce", Run: resetLiftsABlock},
 		Case{Name: "ResetForgetsWindowsAndQuotasInBothStorageModes", Run: resetForgetsWindows},
+		Case{Name: "ResetDropsAGlobalRulesLeasePool", Run: resetDropsAPool},
 	)
 }
 
@@ -113,6 +117,48 @@ func resetForgetsWindows(t *testing.T, start Starter) {
 	}
 	if n := logsContaining(h, "undecodable"); n != 0 {
 		t.Errorf("%d log lines mention a corrupt value after the resets", n)
+	}
+	noRecoveredPanics(t, h)
+}
+
+// A global rule's identity refused by the rate limit service is refused
+// at once while the refusal lasts, from its pool; a reset drops the pool
+// (the admin makes the service forget the identity), so its next request
+// asks the service again. Another identity keeps its cached refusal.
+func resetDropsAPool(t *testing.T, start Starter) {
+	const node = "node-a"
+	config := fleetConfig("deny")
+	h := mustStart(t, start, Options{NodeID: node, Config: []byte(config)})
+	refuse := func(who string) {
+		res := do(t, h, req("x-tenant", who))
+		c := onlyCall(t, h, who+"'s ask")
+		leaseAsk(t, rlsCall(t, c, node))
+		answerRLS(t, h, c, "1", &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT,
+			DurationUntilReset: durationpb.New(time.Minute)})
+		if !settled(t, who+", refused by the service", res).Rejected {
+			t.Fatalf("%s: admitted after the service's refusal", who)
+		}
+	}
+	refuse("acme")
+	refuse("beta")
+	if err := h.Reconfigure(withResets(config, `{"id": "r1", "rule": "g", "key": "acme"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if res := do(t, h, req("x-tenant", "beta")); !res.Rejected || res.Paused {
+		t.Fatalf("beta, not reset: rejected %v paused %v, want refused from its pool", res.Rejected, res.Paused)
+	}
+	res := do(t, h, req("x-tenant", "acme"))
+	if !res.Paused {
+		t.Fatalf("acme after the reset: not paused for an ask (rejected %v)", res.Rejected)
+	}
+	c := onlyCall(t, h, "acme's ask after the reset")
+	leaseAsk(t, rlsCall(t, c, node))
+	answerRLS(t, h, c, "1", &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: 90})
+	if settled(t, "acme's lease after the reset", res).Rejected {
+		t.Fatal("acme: refused after a granted lease")
+	}
+	if n := metric(h, "sluice.resets_applied"); n != 1 {
+		t.Errorf("resets applied: %d, want 1", n)
 	}
 	noRecoveredPanics(t, h)
 }

@@ -13,7 +13,7 @@ import "strconv"
 // Reset is one entry of "resets".
 type Reset struct {
 	ID   string // "id": 1 to 64 characters of A-Z a-z 0-9 _ . -, unique in the list
-	Rule string // "rule": a local rule with state per identity
+	Rule string // "rule": a limit rule with state per identity (not concurrency)
 	Key  string // "key": the identity, written as an override's key
 }
 
@@ -129,8 +129,6 @@ func resettable(r *Rule, name string) string {
 		return quoteShort(name) + ` has "action": "` + r.Action + `" and keeps no state`
 	case r.Algorithm == AlgorithmConcurrency:
 		return quoteShort(name) + " counts requests in flight; forgetting them would admit more than its limit while they run"
-	case r.Global:
-		return quoteShort(name) + ` is a global rule: its state is in the fleet's backend, not in Envoy`
 	}
 	return ""
 }

@@ -17,13 +17,13 @@ const resetRules = `"policies":[{"name":"p","rules":[
   "fleet":{"cluster":"rls"}`
 
 func TestResetsAreParsedAndNormalized(t *testing.T) {
-	doc := `{` + resetRules + `,"resets":[{"id":"a1","rule":"per-key","key":"acme\\|x|GET"},{"id":"b.2","rule":"daily","key":"acme"}]}`
+	doc := `{` + resetRules + `,"resets":[{"id":"a1","rule":"per-key","key":"acme\\|x|GET"},{"id":"b.2","rule":"daily","key":"acme"},{"id":"c","rule":"fleet","key":"acme"}]}`
 	c, err := Parse([]byte(doc))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []Reset{{ID: "a1", Rule: "per-key", Key: `acme\|x|GET`}, {ID: "b.2", Rule: "daily", Key: "acme"}}
-	if len(c.Resets) != 2 || c.Resets[0] != want[0] || c.Resets[1] != want[1] {
+	if len(c.Resets) != 3 || c.Resets[0] != want[0] || c.Resets[1] != want[1] || c.Resets[2].Rule != "fleet" {
 		t.Fatalf("resets = %+v, want %+v", c.Resets, want)
 	}
 	norm, err := c.MarshalJSON()
@@ -34,7 +34,7 @@ func TestResetsAreParsedAndNormalized(t *testing.T) {
 	if err := json.Unmarshal(norm, &back); err != nil {
 		t.Fatal(err)
 	}
-	if len(back.Resets) != 2 || back.Resets[1]["id"] != "b.2" || back.Resets[0]["key"] != `acme\|x|GET` {
+	if len(back.Resets) != 3 || back.Resets[1]["id"] != "b.2" || back.Resets[0]["key"] != `acme\|x|GET` {
 		t.Fatalf("normalized resets = %v", back.Resets)
 	}
 }
@@ -67,7 +67,6 @@ func TestResetErrorsNameTheField(t *testing.T) {
 		{`[{"id":"a","rule":"daily","key":7}]`, "resets[0].key", "must be a string"},
 		{`[{"id":"a","rule":"nope","key":"k"}]`, "resets[0].rule", "not a rule of this configuration"},
 		{`[{"id":"a","rule":"in-flight","key":"k"}]`, "resets[0].rule", "requests in flight"},
-		{`[{"id":"a","rule":"fleet","key":"k"}]`, "resets[0].rule", "global rule"},
 		{`[{"id":"a","rule":"office","key":"10.0.0.1"}]`, "resets[0].rule", `"action": "exempt"`},
 		{`[{"id":"a","rule":"per-key","key":"acme"}]`, "resets[0].key", "has 1 values joined by |, but the rule has 2"},
 		{`[{"id":"a","rule":"daily","key":""}]`, "resets[0].key", "is empty"},

@@ -96,8 +96,11 @@ func WindowKey(domain, rule, id string, startMS int64) string {
 // RollingKey is the Redis key of one rolling window's hash of sub-period
 // counts: the bucket's Key (its hash tag) followed by ":rolling".
 func RollingKey(domain, rule, id string) string {
-	return Key(domain, rule, id) + ":rolling"
+	return Key(domain, rule, id) + rollingSuffix
 }
+
+// rollingSuffix ends a rolling window's key.
+const rollingSuffix = ":rolling"
 
 // Key is the Redis key of one bucket: "sluice:{<domain>:<rule>:<id>}". The
 // braces are Redis Cluster's hash tag: only the part inside decides the
