@@ -24,15 +24,16 @@ import (
 // list keeps only the ids of the configuration being loaded, so it stays
 // as small as the admin's list (policy.MaxResets ids at most).
 //
-// Forgetting is one conditional write of the identity's state: in
+// Forgetting is one conditional write of the identity's state (for a
+// global rule, its lease pool; the admin has the rate limit service
+// forget the rest): in
 // bounded storage its way of the group becomes free (a new identity's
 // state, whatever the algorithm), in exact storage its key an empty value,
 // which the readers take for a new identity's. An identity that holds no
 // state, or shares its group's overflow state with others, has nothing
 // of its own to forget. A reset that fails (shared data errors, or
 // compare-and-swap lost maxAttempts times) is logged and counted, and
-// not retried: a reset is an operator's one-off, and the admin shows
-// whether it was counted.
+// not retried: its id is claimed, and an operator resets again.
 const appliedResetsKey = "sluice:resets"
 
 // resetOutcome is what applying one reset did.
