@@ -377,8 +377,13 @@ func run(args []string, stdout, stderr io.Writer) error {
 		nodes     httpapi.NodeLister
 		xdsServer *xds.Server
 	)
+	// Telemetry: the version index learns every published version, so a
+	// node's config_hash names its policy version; the xDS server tells it
+	// the bytes it pushes (resets added) and the version they carry.
+	versions := telemetry.NewVersionIndex(nil, logger)
 	if o.XDSListen != "off" {
-		xdsServer = xds.NewServer(logger, xds.Options{WasmPath: o.WasmPath, VMEnv: vmEnv(o.TelemetryTokenEnv, o.TelemetryToken), GRPCOptions: grpcOpts})
+		xdsServer = xds.NewServer(logger, xds.Options{WasmPath: o.WasmPath, VMEnv: vmEnv(o.TelemetryTokenEnv, o.TelemetryToken),
+			GRPCOptions: grpcOpts, Pushed: versions.Add})
 		pub, nodes = xdsServer, xdsNodes{xdsServer}
 	}
 
@@ -411,9 +416,6 @@ func run(args []string, stdout, stderr io.Writer) error {
 			"%s; see docs/telemetry.md. Lost it? Rotate it on the Telemetry page.\n\n", telGenerated, where)
 	}
 
-	// Telemetry: the version index learns every published version, so a
-	// node's config_hash names its policy version.
-	versions := telemetry.NewVersionIndex(nil, logger)
 	// Trials: the xDS server pushes the current version plus a trial's
 	// shadow rules without storing a version; a version saved during a
 	// trial is pushed with the trial's rules again (trials.Publisher).
@@ -423,7 +425,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		svcPub     = versions.Publisher(pub)
 	)
 	if xdsServer != nil {
-		trials = trial.NewService(nil, indexedTrials{xdsServer, versions}, nil) // its policy service is created next
+		trials = trial.NewService(nil, xdsServer, nil) // its policy service is created next; Pushed indexes its configurations
 		svcPub = trials.Publisher(svcPub)
 		trialsHTTP = trials
 	}
@@ -433,6 +435,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 	svc.SetReviewPolicies(reviewOnly)
 	if trials != nil {
 		trials.SetPolicies(svc)
+	}
+	if xdsServer != nil {
+		svc.SetResetPublisher(xdsServer) // resets go out in every push
+	}
+	if fleetSrv != nil {
+		svc.SetFleetForgetter(fleetSrv) // a global rule's reset clears the rate limit service's state
 	}
 	versions.SetSource(svc)
 	if err := versions.Load(ctx); err != nil {
@@ -477,6 +485,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("-initial-policy: %w", err)
 		}
 		svc.SetInitialConfig(initial)
+	}
+	if _, err := svc.SyncResets(ctx); err != nil { // so that the first push carries them
+		return fmt.Errorf("reading the resets: %w", err)
 	}
 	cur, err := svc.Start(ctx)
 	if err != nil {
@@ -662,20 +673,6 @@ func over(o redisgcra.ClientOptions) string {
 		return " over TLS"
 	}
 	return ""
-}
-
-// indexedTrials pushes a trial's configuration over xDS and indexes its
-// hash as the trial's base version, so the dashboard shows nodes running a
-// trial on that version (their enforcement is that version's; the Nodes
-// page shows the trial's own xDS version, <n>+trial<k>).
-type indexedTrials struct {
-	*xds.Server
-	versions *telemetry.VersionIndex
-}
-
-func (p indexedTrials) PushTrial(ctx context.Context, base int64, config []byte) error {
-	p.versions.Add(base, config)
-	return p.Server.PushTrial(ctx, base, config)
 }
 
 // xdsNodes adapts the xDS server's node list to httpapi.NodeLister: the two

@@ -15,9 +15,7 @@ import (
 	"testing"
 	"time"
 
-	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
@@ -26,7 +24,6 @@ import (
 	"github.com/sluice-rl/sluice/admin/fleet"
 	"github.com/sluice-rl/sluice/admin/fleet/fleettest"
 	"github.com/sluice-rl/sluice/admin/store"
-	"github.com/sluice-rl/sluice/admin/xds"
 )
 
 // adminChildEnv makes the test binary an admin process: run with the
@@ -130,40 +127,17 @@ func replicaPolicy(n int) string {
 	return fmt.Sprintf(`{"mode":"enforce","rules":[{"name":"r%d","limit_keys":["ip:address"],"algorithm":"token_bucket","algorithm_config":{"tokens_per_second":%d,"burst":%d}}]}`, n, n, n)
 }
 
-// watchXDS subscribes to a replica's ECDS like Envoy, ACKing every push,
-// and sends each pushed version on the channel.
+// watchXDS subscribes to a replica's ECDS like Envoy, ACKing every push
+// (watchPushes), and sends each pushed version on the channel.
 func watchXDS(t *testing.T, addr string) <-chan int64 {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(func() { cancel(); conn.Close() })
-	stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	node := &core.Node{Id: "envoy-" + addr, Cluster: "test"}
-	req := &discovery.DiscoveryRequest{Node: node, TypeUrl: xds.TypeURL, ResourceNames: []string{xds.DefaultResourceName}}
-	if err := stream.Send(req); err != nil {
-		t.Fatal(err)
-	}
+	pushes := watchPushes(t, addr)
 	versions := make(chan int64, 256)
 	go func() {
-		for {
-			resp, err := stream.Recv()
-			if err != nil {
-				close(versions)
-				return
-			}
-			n, _ := strconv.ParseInt(resp.GetVersionInfo(), 10, 64)
+		defer close(versions)
+		for p := range pushes {
+			n, _ := strconv.ParseInt(p.version, 10, 64)
 			versions <- n
-			ack := &discovery.DiscoveryRequest{Node: node, TypeUrl: xds.TypeURL, ResourceNames: []string{xds.DefaultResourceName},
-				VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()}
-			if stream.Send(ack) != nil {
-				return
-			}
 		}
 	}()
 	return versions

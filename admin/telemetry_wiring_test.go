@@ -73,3 +73,36 @@ func TestTelemetryFlags(t *testing.T) {
 		}
 	}
 }
+
+// With resets, the nodes get a version's (or a trial's) JSON with the
+// resets appended: the hash of those bytes must still name the version it
+// was built from, or the dashboard would show every node behind and the
+// alert on nodes not running the policy would fire after each reset.
+func TestConfigHashOfBytesWithResetsNamesTheVersion(t *testing.T) {
+	ctx := context.Background()
+	v := policies.Version{Number: 4, JSON: []byte(`{"rules":[{"name":"per-key","limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":3}}]}`)}
+	idx := telemetry.NewVersionIndex(nil, nil)
+	srv := xds.NewServer(nil, xds.Options{Pushed: idx.Add})
+	if err := idx.Publisher(srv).Publish(ctx, v); err != nil {
+		t.Fatal(err)
+	}
+	rs := []xds.Reset{{ID: "r1", Rule: "per-key", Key: "alice"}}
+	if err := srv.SetResets(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	composed, _ := xds.Compose(v.JSON, rs)
+	if string(composed) == string(v.JSON) {
+		t.Fatal("the resets were not composed into the configuration")
+	}
+	if got, ok := idx.Lookup(telemetry.ConfigHash(composed)); !ok || got != 4 {
+		t.Errorf("the hash of the version with resets maps to v%d %v, want v4", got, ok)
+	}
+	trialJSON := strings.Replace(string(v.JSON), `"burst":3`, `"burst":2`, 1)
+	if err := srv.PushTrial(ctx, 4, []byte(trialJSON)); err != nil {
+		t.Fatal(err)
+	}
+	trialComposed, _ := xds.Compose([]byte(trialJSON), rs)
+	if got, ok := idx.Lookup(telemetry.ConfigHash(trialComposed)); !ok || got != 4 {
+		t.Errorf("the hash of the trial with resets maps to v%d %v, want v4", got, ok)
+	}
+}

@@ -10,6 +10,24 @@ type DashboardPage struct {
 	Windows []WindowLink // the chart spans to choose from
 	Query   string       // the key search box
 	Live    DashboardLive
+	Reset   ResetPanel // the "Reset a client" form and the recent resets
+}
+
+// ResetPanel is the dashboard's "Reset a client" form: an on-call engineer
+// makes every Envoy forget one identity's state under one rule.
+type ResetPanel struct {
+	CanReset bool     // the account may reset (an editor or an admin)
+	CSRF     string   // the session's CSRF token
+	Rules    []string // the rules a reset applies to, within the account's scope
+	Rule     string   // the rule chosen last (kept after a submission)
+	Key      string   // the key typed last (kept after a refusal)
+	Flash    *Flash   // the outcome of the last submission
+	Recent   []ResetRow
+}
+
+// ResetRow is one recent reset, its key masked as identities are.
+type ResetRow struct {
+	ID, Rule, Key, Author, Created string
 }
 
 // WindowLink is one choice of chart span ("1m", "5m", "15m").

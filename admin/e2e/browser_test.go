@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/sluice-rl/sluice/plugin/wasmhost/wasmtest"
@@ -168,4 +169,19 @@ func (b *browser) showLastMinute() {
 		chromedp.Poll[chromedp.Void](`document.querySelector(".live-meta").textContent.includes("last 1m")`,
 			chromedp.WithPollingTimeout(5*time.Second)),
 	)
+}
+
+// acceptNextDialog accepts the next JavaScript dialog the page opens (a
+// confirmation before a rollback or a reset).
+func (b *browser) acceptNextDialog() {
+	dialogs := chromedp.Events(b.ctx, page.JavascriptDialogOpening)
+	go func() {
+		for _, err := range dialogs {
+			if err != nil {
+				return
+			}
+			chromedp.Call(b.ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
+			return
+		}
+	}()
 }

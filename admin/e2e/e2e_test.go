@@ -26,7 +26,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/sluice-rl/sluice/internal/poll"
@@ -148,16 +147,7 @@ func TestBrowserEditSaveRollback(t *testing.T) {
 	b.screenshot("03-history", "")
 
 	// Roll back to v1 (confirming the dialog): v3, and the gateway stops rejecting.
-	dialogs := chromedp.Events(b.ctx, page.JavascriptDialogOpening)
-	go func() {
-		for _, err := range dialogs {
-			if err != nil {
-				return
-			}
-			chromedp.Call(b.ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
-			return
-		}
-	}()
+	b.acceptNextDialog()
 	run("rollback",
 		chromedp.Click(chromedp.CSS(`tr[data-version="1"] form.rollback button`)),
 		flashSays("v3 restores v1"),

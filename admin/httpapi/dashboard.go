@@ -56,6 +56,7 @@ func (s *server) dashboardPage(w http.ResponseWriter, r *http.Request, sess auth
 		s.render(w, r, http.StatusOK, web.DashboardFragment(p.Live))
 		return nil
 	}
+	p.Reset = s.resetPanel(r.Context(), sess)
 	s.render(w, r, http.StatusOK, web.Dashboard(p))
 	return nil
 }

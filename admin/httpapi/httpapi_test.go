@@ -121,6 +121,8 @@ var apiRoutes = []struct{ method, path string }{
 	{"GET", "/api/v1/policy/schema"},
 	{"GET", "/api/v1/istio/wasmplugin"},
 	{"GET", "/api/v1/nodes"},
+	{"GET", "/api/v1/resets"},
+	{"POST", "/api/v1/resets"},
 	{"GET", "/api/v1/nope"},
 }
 

@@ -546,6 +546,13 @@ func (s *server) rollbackSubmit(w http.ResponseWriter, r *http.Request, sess aut
 	return err
 }
 
+// runsVersion says whether a node that ACKed the resource version acked
+// runs policy version cur: the version itself, or it with resets added
+// ("<n>+resets.<hash>"), which change no limit.
+func runsVersion(acked, cur string) bool {
+	return acked == cur || strings.HasPrefix(acked, cur+"+resets.")
+}
+
 func (s *server) nodesPage(w http.ResponseWriter, r *http.Request, sess auth.Session) error {
 	cur, err := s.Policies.Current(r.Context())
 	if err != nil {
@@ -563,7 +570,7 @@ func (s *server) nodesPage(w http.ResponseWriter, r *http.Request, sess auth.Ses
 	for _, n := range s.nodes() {
 		p.Nodes = append(p.Nodes, web.NodeView{
 			ID: n.ID, Cluster: n.Cluster, Connected: n.Connected, LastSeen: timeText(n.LastSeen),
-			Acked: n.AckedVersion, UpToDate: n.AckedVersion == curText, NackedVersion: n.NackedVersion, NackError: n.NackError,
+			Acked: n.AckedVersion, UpToDate: runsVersion(n.AckedVersion, curText), NackedVersion: n.NackedVersion, NackError: n.NackError,
 		})
 	}
 	if r.URL.Query().Get("fragment") != "" && p.XDS {

@@ -57,6 +57,10 @@ type Policies interface {
 	Approve(ctx context.Context, r policies.ReviewRequest) (policies.Version, error)
 	Reject(ctx context.Context, r policies.ReviewRequest) (policies.Change, error)
 	Withdraw(ctx context.Context, r policies.ReviewRequest) (policies.Change, error)
+	// Reset makes every Envoy forget one identity's state under one rule;
+	// Resets lists the recent ones, newest first.
+	Reset(ctx context.Context, r policies.ResetRequest) (policies.Reset, error)
+	Resets(ctx context.Context, limit int) ([]policies.Reset, error)
 }
 
 // Auth checks credentials and manages sessions, accounts and API tokens
@@ -210,6 +214,7 @@ func New(cfg Config) (http.Handler, error) {
 	s.registerTrial(mux)
 	s.registerTests(mux)
 	s.registerChanges(mux)
+	s.registerResets(mux)
 	s.registerOpenAPI(mux)
 	mux.Handle("/api/", s.api(func(w http.ResponseWriter, r *http.Request) error {
 		return &apiErr{status: http.StatusNotFound, msg: "no such endpoint: " + r.Method + " " + r.URL.Path + " (see docs/admin.md)"}

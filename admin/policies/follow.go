@@ -15,9 +15,19 @@ type numberer interface {
 }
 
 // Sync publishes the current version if it is newer than the last one
-// this service published: another admin process sharing the database
-// saved it. It reports whether it published.
+// this service published (another admin process sharing the database
+// saved it), and the resets if another one added some (SyncResets). It
+// reports whether it published.
 func (s *Service) Sync(ctx context.Context) (bool, error) {
+	published, err := s.syncVersion(ctx)
+	if err != nil {
+		return published, err
+	}
+	pushed, err := s.SyncResets(ctx)
+	return published || pushed, err
+}
+
+func (s *Service) syncVersion(ctx context.Context) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	published := s.LastPublish().Version
@@ -43,7 +53,7 @@ func (s *Service) Follow(ctx context.Context, every time.Duration) {
 		_, err := s.Sync(ctx)
 		switch {
 		case err != nil && !failing && ctx.Err() == nil:
-			s.log.Warn("checking the database for versions saved by other admins", "err", err)
+			s.log.Warn("checking the database for versions and resets saved by other admins", "err", err)
 			failing = true
 		case err == nil && failing:
 			s.log.Info("the database answers again")

@@ -179,6 +179,11 @@ type Service struct {
 	reviewed atomic.Pointer[Scope]
 
 	file atomic.Pointer[fileState] // the file the policy follows (file.go), nil for none
+
+	resetPub  ResetPublisher // receives the resets to push (resets.go), nil for none
+	resetMu   sync.Mutex     // orders SyncResets
+	resetMark string         // the store's ResetsMark last handed to resetPub
+	forgetter FleetForgetter // forgets a global rule's identities in the fleet's backend (resets.go), nil for none
 }
 
 // PublishStatus is the outcome of the last publication.
@@ -408,10 +413,14 @@ func Check(doc []byte) (norm []byte, warnings []policy.Warning, err error) {
 			"the configuration is %d bytes; the limit is %d bytes", len(doc), MaxConfigBytes)}}}
 	}
 	cfg, err := policy.Parse(doc)
-	if err != nil {
+	refused := refuseResets(doc)
+	if err != nil || refused != nil {
 		var es policy.Errors
-		if !errors.As(err, &es) {
+		if err != nil && !errors.As(err, &es) {
 			es = policy.Errors{{Message: err.Error()}}
+		}
+		if refused != nil {
+			es = append(es, *refused)
 		}
 		return nil, nil, &ValidationError{Errors: es}
 	}

@@ -47,8 +47,8 @@ func TestMigrationAddsHint(t *testing.T) {
 	s, dir := openTemp(t)
 	ctx := context.Background()
 	for _, q := range []string{
-		// Back to schema 1: undo migrations 6, 5, 3 (with 4's column), then 2.
-		"DROP TABLE policy_changes", "DROP TABLE policy_tests", "DROP TABLE audit_log", "DROP TABLE api_tokens", "DROP TABLE users", "ALTER TABLE sessions DROP COLUMN user_name",
+		// Back to schema 1: undo migrations 7, 6, 5, 3 (with 4's column), then 2.
+		"DROP TABLE resets", "DROP TABLE policy_changes", "DROP TABLE policy_tests", "DROP TABLE audit_log", "DROP TABLE api_tokens", "DROP TABLE users", "ALTER TABLE sessions DROP COLUMN user_name",
 		"ALTER TABLE admin_credentials DROP COLUMN hint",
 		"INSERT INTO admin_credentials (name, hash, created_at) VALUES ('admin', x'0102', '2026-01-01T00:00:00.000000000Z')",
 		"PRAGMA user_version = 1",

@@ -134,6 +134,19 @@ CREATE TABLE policy_changes (
 
 CREATE INDEX policy_changes_by_state ON policy_changes(state, id);
 `,
+	// 7: resets of one identity's limit state, carried to the Envoys in
+	// the pushed configuration (resets.go). Kept as history, like versions.
+	`
+CREATE TABLE resets (
+	id         TEXT NOT NULL PRIMARY KEY,
+	created_at TEXT NOT NULL,
+	author     TEXT NOT NULL,
+	rule       TEXT NOT NULL,
+	key        TEXT NOT NULL
+) STRICT;
+
+CREATE INDEX resets_by_time ON resets(created_at, id);
+`,
 }
 
 // SchemaVersion is the schema version this binary writes.

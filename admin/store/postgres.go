@@ -200,6 +200,18 @@ CREATE TABLE policy_changes (
 
 CREATE INDEX policy_changes_by_state ON policy_changes(state, id);
 `,
+	// 7: resets of one identity's limit state.
+	`
+CREATE TABLE resets (
+	id         TEXT NOT NULL PRIMARY KEY,
+	created_at TEXT NOT NULL,
+	author     TEXT NOT NULL,
+	rule       TEXT NOT NULL,
+	key        TEXT NOT NULL
+);
+
+CREATE INDEX resets_by_time ON resets(created_at, id);
+`,
 }
 
 func migratePostgres(ctx context.Context, db *sqlDB) (err error) {

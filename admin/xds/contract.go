@@ -12,6 +12,13 @@ import (
 type (
 	// Version is a policy version that became current.
 	Version = policies.Version
+	// Reset is one entry of the pushed configuration's "resets": the
+	// Envoys forget the state of Key under Rule, once per process (by
+	// ID). Resets belong to no version: the server adds the current ones
+	// to every configuration it pushes, a version's or a trial's
+	// (resets.go), the pushed configuration being the only channel to
+	// every Envoy's shared data.
+	Reset = policies.PushedReset
 )
 
 // NodeStatus is what the admin knows about one xDS client.
@@ -24,4 +31,7 @@ type NodeStatus struct {
 	NackError     string // its error_detail.message
 }
 
-var _ policies.Publisher = (*Server)(nil)
+var (
+	_ policies.Publisher      = (*Server)(nil)
+	_ policies.ResetPublisher = (*Server)(nil)
+)

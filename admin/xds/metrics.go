@@ -61,20 +61,15 @@ func (c serverCollector) Collect(ch chan<- prometheus.Metric) {
 func (s *Server) serving() (published int64, current string, trial bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	switch {
-	case s.published == 0:
-		return 0, "", false
-	case s.trial:
-		return s.published, TrialVersion(s.published, s.trialRev), true
-	}
-	return s.published, strconv.FormatInt(s.published, 10), false
+	return s.published, s.current, s.trial
 }
 
 // policyNumber reads the policy version of a resource version: a number,
-// or a trial's "<base>+trial<n>". Versions of another server (an Envoy
-// that last talked to another control plane) are not numbers.
+// followed by a trial's "+trial<n>" and resets' "+resets.<hash>", if any.
+// Versions of another server (an Envoy that last talked to another
+// control plane) are not numbers.
 func policyNumber(version string) (int64, bool) {
-	base, _, _ := strings.Cut(version, "+trial")
+	base, _, _ := strings.Cut(version, "+")
 	n, err := strconv.ParseInt(base, 10, 64)
 	return n, err == nil && n > 0
 }

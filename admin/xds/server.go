@@ -10,9 +10,12 @@
 //
 // Every node gets the same resource: the snapshot cache is keyed by one
 // constant group instead of by node. The resource's version is the policy
-// version number. Only the plugin configuration changes between versions;
-// vm_config (vm_id, runtime, code, environment) stays the same, so Envoy keeps the VM and
-// its shared data (the buckets) and only runs proxy_on_configure again.
+// version number, followed by "+trial<n>" during a shadow trial and by
+// "+resets.<hash>" while the configuration carries resets (resets.go).
+// Only the plugin configuration changes between versions; vm_config
+// (vm_id, runtime, code, environment) stays the same, so Envoy keeps the
+// VM and its shared data (the buckets) and only runs proxy_on_configure
+// again.
 //
 // Server callbacks track every node that connects: its cluster, whether a
 // stream is open, when it was last heard from, the version it ACKed and its
@@ -92,6 +95,11 @@ type Options struct {
 	MaxNodes int
 	// GRPCOptions are added to the gRPC server's (TLS credentials, say).
 	GRPCOptions []grpc.ServerOption
+	// Pushed, if set, is called with every configuration put in the
+	// snapshot (the exact bytes the nodes get, resets included) and the
+	// policy version it was built from, so that the telemetry's config
+	// hashes name that version. It runs under the server's lock.
+	Pushed func(version int64, config []byte)
 }
 
 // VMEnv is vm_config.environment_variables: KeyValues are set by the admin
@@ -132,6 +140,9 @@ type Server struct {
 	json      []byte     // its plugin configuration
 	trialRev  int64      // trial configurations pushed so far (names their versions)
 	trial     bool       // the snapshot holds a trial configuration, not json
+	trialJSON []byte     // that trial configuration
+	resets    []Reset    // added to every configuration pushed (resets.go)
+	current   string     // the snapshot's resource version ("" before the first publish)
 }
 
 // NewServer returns a Server with no policy published yet: nodes that
@@ -188,17 +199,22 @@ func (s *Server) Publish(ctx context.Context, v Version) error {
 	case v.Number == s.published:
 		return fmt.Errorf("xds: publish: version %d is already published with a different configuration", v.Number)
 	}
-	if err := s.setSnapshot(ctx, strconv.FormatInt(v.Number, 10), v.JSON); err != nil {
+	if err := s.setSnapshot(ctx, v.Number, strconv.FormatInt(v.Number, 10), v.JSON); err != nil {
 		return fmt.Errorf("xds: publish version %d: %w", v.Number, err)
 	}
-	s.published, s.trial = v.Number, false
+	s.published, s.trial, s.trialJSON = v.Number, false, nil
 	s.json = append([]byte(nil), v.JSON...)
 	s.log.Info("published", "version", v.Number, "resource", s.opts.ResourceName, "author", v.Author)
 	return nil
 }
 
-func (s *Server) setSnapshot(ctx context.Context, version string, config []byte) error {
-	res, err := Resource(s.opts.ResourceName, s.opts.WasmPath, s.opts.VMEnv, config)
+// setSnapshot pushes config, built from policy version base, with the
+// current resets added, under the resource version version (with the
+// resets' suffix). Call it with s.mu held.
+func (s *Server) setSnapshot(ctx context.Context, base int64, version string, config []byte) error {
+	composed, suffix := Compose(config, s.resets)
+	version += suffix
+	res, err := Resource(s.opts.ResourceName, s.opts.WasmPath, s.opts.VMEnv, composed)
 	if err != nil {
 		return err
 	}
@@ -206,7 +222,14 @@ func (s *Server) setSnapshot(ctx context.Context, version string, config []byte)
 	if err != nil {
 		return err
 	}
-	return s.cache.SetSnapshot(ctx, groupKey, snap)
+	if s.opts.Pushed != nil {
+		s.opts.Pushed(base, composed) // before the nodes can report its hash
+	}
+	if err := s.cache.SetSnapshot(ctx, groupKey, snap); err != nil {
+		return err
+	}
+	s.current = version
+	return nil
 }
 
 // TrialVersion is the resource version of the n-th trial configuration
@@ -232,10 +255,10 @@ func (s *Server) PushTrial(ctx context.Context, base int64, config []byte) error
 	}
 	s.trialRev++
 	version := TrialVersion(base, s.trialRev)
-	if err := s.setSnapshot(ctx, version, config); err != nil {
+	if err := s.setSnapshot(ctx, base, version, config); err != nil {
 		return fmt.Errorf("xds: trial %s: %w", version, err)
 	}
-	s.trial = true
+	s.trial, s.trialJSON = true, append([]byte(nil), config...)
 	s.log.Info("published a trial", "version", version)
 	return nil
 }
@@ -248,10 +271,10 @@ func (s *Server) EndTrial(ctx context.Context) error {
 	if !s.trial {
 		return nil
 	}
-	if err := s.setSnapshot(ctx, strconv.FormatInt(s.published, 10), s.json); err != nil {
+	if err := s.setSnapshot(ctx, s.published, strconv.FormatInt(s.published, 10), s.json); err != nil {
 		return fmt.Errorf("xds: ending the trial over version %d: %w", s.published, err)
 	}
-	s.trial = false
+	s.trial, s.trialJSON = false, nil
 	s.log.Info("trial ended; published the current version again", "version", s.published)
 	return nil
 }

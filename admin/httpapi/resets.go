@@ -1,0 +1,176 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/sluice-rl/sluice/admin/auth"
+	"github.com/sluice-rl/sluice/admin/policies"
+	"github.com/sluice-rl/sluice/admin/store"
+	"github.com/sluice-rl/sluice/shared/policy"
+	"github.com/sluice-rl/sluice/shared/request"
+	"github.com/sluice-rl/sluice/web"
+)
+
+// ActionReset is the audit action of a client's reset.
+const ActionReset = "client.reset"
+
+// recentResets is how many resets the API and the dashboard list.
+const recentResets = 50
+
+func (s *server) registerResets(mux *http.ServeMux) {
+	mux.Handle("GET /api/v1/resets", s.api(s.apiResets))
+	mux.Handle("POST /api/v1/resets", s.api(s.apiReset))
+	mux.Handle("POST /resets", s.page(s.resetSubmit))
+}
+
+type resetJSON struct {
+	ID      string    `json:"id"`
+	Rule    string    `json:"rule"`
+	Key     string    `json:"key"` // masked as the dashboard shows identities
+	Author  string    `json:"author"`
+	Created time.Time `json:"created"`
+}
+
+// apiReset is POST /api/v1/resets {"rule", "key"}.
+func (s *server) apiReset(w http.ResponseWriter, r *http.Request) error {
+	var b struct {
+		Rule string `json:"rule"`
+		Key  string `json:"key"`
+	}
+	if err := s.decodeJSON(w, r, &b, []string{"rule", "key"}); err != nil {
+		return err
+	}
+	rs, err := s.reset(r, b.Rule, b.Key, apiAuthor(r, ""))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, s.resetsJSON(r.Context(), rs)[0])
+	return nil
+}
+
+// apiResets is GET /api/v1/resets: the recent resets, newest first.
+func (s *server) apiResets(w http.ResponseWriter, r *http.Request) error {
+	rs, err := s.Policies.Resets(r.Context(), recentResets)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"resets": s.resetsJSON(r.Context(), rs...)})
+	return nil
+}
+
+// reset resets a client for the request's principal, within its scope,
+// and records it in the audit log with the key masked.
+func (s *server) reset(r *http.Request, rule, key, author string) (policies.Reset, error) {
+	rs, err := s.Policies.Reset(r.Context(), policies.ResetRequest{Rule: rule, Key: key, Author: author, Scope: scopeOf(principal(r))})
+	if err != nil {
+		return rs, err
+	}
+	masked := newKeyMasker(s.currentConfig(r.Context())).mask(rs.Rule, rs.Key)
+	s.record(r, store.AuditEntry{Action: ActionReset, Target: rs.Rule, Detail: fmt.Sprintf("reset %s under %s (%s)", masked, rs.Rule, rs.ID)})
+	return rs, nil
+}
+
+func (s *server) resetsJSON(ctx context.Context, rs ...policies.Reset) []resetJSON {
+	m := newKeyMasker(s.currentConfig(ctx))
+	out := make([]resetJSON, len(rs))
+	for i, r := range rs {
+		out[i] = resetJSON{ID: r.ID, Rule: r.Rule, Key: m.mask(r.Rule, r.Key), Author: r.Author, Created: r.Created.UTC()}
+	}
+	return out
+}
+
+// currentConfig is the current version parsed (nil if it cannot be read).
+func (s *server) currentConfig(ctx context.Context) *policy.Config {
+	cur, err := s.Policies.Current(ctx)
+	if err != nil {
+		return nil
+	}
+	cfg, _ := policy.Parse(cur.JSON)
+	return cfg
+}
+
+// keyMasker shows reset keys as the dashboard shows identities: the
+// values of sensitive sources (headers, JWT claims, ...) masked, unless
+// the rule says "telemetry_identity": "clear".
+type keyMasker struct{ cfg *policy.Config }
+
+func newKeyMasker(cfg *policy.Config) keyMasker { return keyMasker{cfg} }
+
+func (m keyMasker) mask(rule, key string) string {
+	var r *policy.Rule
+	if m.cfg != nil {
+		r = m.cfg.RuleByName(rule)
+	}
+	if r == nil {
+		return request.MaskValue(key) // a rule gone since: its sources are unknown
+	}
+	return request.DisplayIdentity(r.Keys, r.ClearIdentity, key)
+}
+
+// resettableRules are the rules of cfg whose state a reset can forget and
+// whose policy sc allows, in the configuration's order.
+func resettableRules(cfg *policy.Config, sc policies.Scope) []string {
+	var out []string
+	if cfg == nil {
+		return nil
+	}
+	for _, p := range cfg.Policies {
+		for _, r := range p.Rules {
+			if r.Action == policy.ActionLimit && r.Algorithm != policy.AlgorithmConcurrency && sc.Allows(p.Name) {
+				out = append(out, r.Name)
+			}
+		}
+	}
+	return out
+}
+
+// resetPanel is the dashboard's "Reset a client" form and recent resets.
+func (s *server) resetPanel(ctx context.Context, sess auth.Session) web.ResetPanel {
+	p := sess.Principal()
+	cfg := s.currentConfig(ctx)
+	panel := web.ResetPanel{CSRF: sess.CSRF, CanReset: p.Role.Allows(auth.RoleEditor)}
+	panel.Rules = resettableRules(cfg, scopeOf(p))
+	rs, err := s.Policies.Resets(ctx, recentResets)
+	if err != nil {
+		s.log.Error("listing the resets failed", "err", err)
+	}
+	m := newKeyMasker(cfg)
+	for _, r := range rs {
+		panel.Recent = append(panel.Recent, web.ResetRow{ID: r.ID, Rule: r.Rule, Key: m.mask(r.Rule, r.Key), Author: r.Author, Created: timeText(r.Created)})
+	}
+	return panel
+}
+
+// resetSubmit is the dashboard form's POST /resets: the dashboard again,
+// with the outcome above the form (the typed key kept on a refusal).
+func (s *server) resetSubmit(w http.ResponseWriter, r *http.Request, sess auth.Session) error {
+	rule, key := r.PostForm.Get("rule"), r.PostForm.Get("key")
+	rs, err := s.reset(r, rule, key, sess.Author)
+	status, flash := http.StatusOK, web.Flash{Kind: "ok"}
+	var ie *policies.InputError
+	var se *policies.ScopeError
+	switch {
+	case err == nil:
+		flash.Text = fmt.Sprintf("Reset %s under %s: each Envoy forgets its state at the next push, within seconds.",
+			newKeyMasker(s.currentConfig(r.Context())).mask(rs.Rule, rs.Key), rs.Rule)
+		rule, key = rs.Rule, ""
+	case errors.As(err, &ie):
+		status, flash = http.StatusBadRequest, web.Flash{Kind: "error", Text: "Not reset: " + ie.Error()}
+	case errors.As(err, &se):
+		status, flash = http.StatusForbidden, web.Flash{Kind: "error", Text: "Not reset: " + se.Error()}
+	default:
+		return err
+	}
+	p, err := s.dashboardView(r, sess)
+	if err != nil {
+		return err
+	}
+	p.Reset = s.resetPanel(r.Context(), sess)
+	p.Reset.Flash, p.Reset.Rule, p.Reset.Key = &flash, rule, key
+	s.render(w, r, status, web.Dashboard(p))
+	return nil
+}
