@@ -108,7 +108,10 @@ func (s *server) writeAPIError(w http.ResponseWriter, r *http.Request, err error
 		return
 	}
 	var me *policies.ManagedError
+	var ue *policies.UnavailableError
 	switch {
+	case errors.As(err, &ue):
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": ue.Error()})
 	case errors.As(err, &se):
 		writeJSON(w, http.StatusForbidden, map[string]any{"error": se.Error(), "changes": se.Changes, "scope": se.Scope.String()})
 	case errors.As(err, &me):

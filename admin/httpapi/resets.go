@@ -153,6 +153,7 @@ func (s *server) resetSubmit(w http.ResponseWriter, r *http.Request, sess auth.S
 	status, flash := http.StatusOK, web.Flash{Kind: "ok"}
 	var ie *policies.InputError
 	var se *policies.ScopeError
+	var ue *policies.UnavailableError
 	switch {
 	case err == nil:
 		flash.Text = fmt.Sprintf("Reset %s under %s: each Envoy forgets its state at the next push, within seconds.",
@@ -162,6 +163,8 @@ func (s *server) resetSubmit(w http.ResponseWriter, r *http.Request, sess auth.S
 		status, flash = http.StatusBadRequest, web.Flash{Kind: "error", Text: "Not reset: " + ie.Error()}
 	case errors.As(err, &se):
 		status, flash = http.StatusForbidden, web.Flash{Kind: "error", Text: "Not reset: " + se.Error()}
+	case errors.As(err, &ue):
+		status, flash = http.StatusServiceUnavailable, web.Flash{Kind: "error", Text: "Not reset: " + ue.Error()}
 	default:
 		return err
 	}

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"html"
 	"net/http"
 	"net/url"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sluice-rl/sluice/admin/auth"
+	"github.com/sluice-rl/sluice/admin/policies"
 	"github.com/sluice-rl/sluice/admin/store"
 	"github.com/sluice-rl/sluice/shared/policy"
 	"github.com/sluice-rl/sluice/shared/request"
@@ -171,5 +173,28 @@ func TestANodeRunningTheVersionWithResetsIsUpToDate(t *testing.T) {
 		if got := runsVersion(c.acked, "4"); got != c.want {
 			t.Errorf("runsVersion(%q, 4) = %v, want %v", c.acked, got, c.want)
 		}
+	}
+}
+
+// failingForgetter is a rate limit service whose backend is down.
+type failingForgetter struct{}
+
+func (failingForgetter) Forget(context.Context, string, string, string) error {
+	return errors.New("redis: connection refused")
+}
+
+func TestAPIResetOfAGlobalRuleIsUnavailableWhileTheBackendFails(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.Policies.(*policies.Service).SetFleetForgetter(failingForgetter{}) })
+	global := `{"fleet":{"cluster":"rls"},"rules":[{"name":"g","scope":"global","limit_keys":["header:x-api-key"],
+	  "algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":5}}]}`
+	if resp, m := e.apiJSON(t, "POST", "/api/v1/policy", saveRequestBody(1, global)); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("saving the policy: %d %v", resp.StatusCode, m)
+	}
+	resp, m := e.apiJSON(t, "POST", "/api/v1/resets", `{"rule":"g","key":"acme"}`)
+	if msg, _ := m["error"].(string); resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(msg, "nothing was reset") {
+		t.Fatalf("reset with the backend down: %d %v, want 503 saying nothing was reset", resp.StatusCode, m)
+	}
+	if _, list := e.apiJSON(t, "GET", "/api/v1/resets", ""); len(list["resets"].([]any)) != 0 {
+		t.Errorf("a reset was stored: %v", list)
 	}
 }

@@ -160,10 +160,20 @@ func (s *Service) forgetGlobal(ctx context.Context, r ResetRequest) error {
 		return nil
 	}
 	if err := s.forgetter.Forget(ctx, cfg.Fleet.Domain, r.Rule, r.Key); err != nil {
-		return fmt.Errorf("the rate limit service could not forget the identity (nothing was reset): %w", err)
+		return &UnavailableError{What: "the rate limit service could not forget the identity (nothing was reset; try again)", Err: err}
 	}
 	return nil
 }
+
+// UnavailableError is a refusal because a service the admin needs (the
+// fleet's backend) failed: the request may succeed later.
+type UnavailableError struct {
+	What string
+	Err  error
+}
+
+func (e *UnavailableError) Error() string { return e.What + ": " + e.Err.Error() }
+func (e *UnavailableError) Unwrap() error { return e.Err }
 
 // withResets returns the configuration doc with rs as its "resets".
 func withResets(doc []byte, rs []PushedReset) ([]byte, error) {
