@@ -34,12 +34,7 @@ func TestAResetLetsALockedOutClientBackIn(t *testing.T) {
 	if got := hit(t, gw, 5); got != "200 200 200 429 429" {
 		t.Fatalf("before the reset: %s, want a burst of 3, then refused", got)
 	}
-	resp := apiDo(t, "POST", adminURL+"/api/v1/resets", token, []byte(`{"rule":"e2e","key":"127.0.0.1"}`))
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated {
-		t.Fatalf("reset: %d %s", resp.StatusCode, body)
-	}
+	postCreated(t, "reset", adminURL+"/api/v1/resets", []byte(`{"rule":"e2e","key":"127.0.0.1"}`))
 	waitAckedPrefix(t, adminURL, "1+resets.")
 	if got := hit(t, gw, 5); got != "200 200 200 429 429" {
 		t.Fatalf("after the reset: %s, want a full burst again, then refused", got)
@@ -49,15 +44,21 @@ func TestAResetLetsALockedOutClientBackIn(t *testing.T) {
 	// client stays blocked.
 	v2 := strings.Replace(resetPolicy, `{"rules"`, `{"response_headers":false,"rules"`, 1)
 	save, _ := json.Marshal(map[string]any{"base_version": 1, "policy": json.RawMessage(v2)})
-	resp = apiDo(t, "POST", adminURL+"/api/v1/policy", token, save)
-	body, _ = io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated {
-		t.Fatalf("saving v2: %d %s", resp.StatusCode, body)
-	}
+	postCreated(t, "saving v2", adminURL+"/api/v1/policy", save)
 	waitAckedPrefix(t, adminURL, "2+resets.")
 	if got := hit(t, gw, 2); got != "429 429" {
 		t.Errorf("after v2 carried the same reset: %s, want the client still refused (a reset applies once)", got)
+	}
+}
+
+// postCreated POSTs body to url with the admin token and wants 201.
+func postCreated(t *testing.T, what, url string, body []byte) {
+	t.Helper()
+	resp := apiDo(t, "POST", url, token, body)
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("%s: %d %s", what, resp.StatusCode, got)
 	}
 }
 
@@ -156,12 +157,7 @@ func TestAResetOfAGlobalRuleStartsItOverAcrossTheFleet(t *testing.T) {
 	if got := admittedOf(t, gw, 20); got != 3 {
 		t.Fatalf("before the reset: %d of 20 admitted, want the burst of 3", got)
 	}
-	resp := apiDo(t, "POST", admin[1]+"/api/v1/resets", token, []byte(`{"rule":"g","key":"127.0.0.1"}`))
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated {
-		t.Fatalf("reset: %d %s", resp.StatusCode, body)
-	}
+	postCreated(t, "reset", admin[1]+"/api/v1/resets", []byte(`{"rule":"g","key":"127.0.0.1"}`))
 	waitAckedPrefix(t, admin[1], "1+resets.")
 	if got := admittedOf(t, gw, 20); got != 3 {
 		t.Fatalf("after the reset: %d of 20 admitted, want the burst of 3 again", got)

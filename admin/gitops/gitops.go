@@ -9,6 +9,7 @@
 //	ratelimit-admin policy check    FILE [TESTS] | -values VALUES  offline, what an admin following the file would do (check.go)
 //	ratelimit-admin policy changes | approve N | reject N  changes waiting for review (-require-review)
 //	ratelimit-admin policy overrides CSV -rule R [-m MESSAGE]  a table of overrides merged into rule R
+//	ratelimit-admin policy reset -rule R KEY | resets      every Envoy forgets KEY's state under R (resets.go)
 //
 // validate, diff and apply take -tests TESTS too: the policy must pass
 // them before anything is shown or saved, and apply saves them as the
@@ -67,6 +68,10 @@ Commands (FILE is a policy JSON file, "-" for standard input):
                                      merge a CSV of overrides (key, limits, from, until) into RULE, as the
                                      admin's import does: without -m, show the change (exit 1 if any); with
                                      -m, save it as apply does; -replace makes the CSV the rule's whole table
+  reset    -rule RULE KEY            every Envoy forgets the state of identity KEY (written as an override's
+                                     key) under RULE: a blocked client let back in, a spent quota started over;
+                                     exit 1 if the admin refuses the rule or the key
+  resets                             list the recent resets, keys masked
   changes                            list the changes waiting for review (an admin with -require-review)
   approve  N [-skip-tests]           approve change N: it is saved and pushed
   reject   N [-m REASON]             reject change N
@@ -129,7 +134,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) 
 	verbose := fs.Bool("v", false, "test: list every test, not only the failing ones")
 	junit := fs.String("junit", "", "test, and -tests: also write the report as JUnit XML to this file, for CI")
 	skipTests := fs.Bool("skip-tests", false, "apply: save without running the admin's saved tests (recorded in its audit log)")
-	rule := fs.String("rule", "", "overrides: the rule that gets the CSV's overrides")
+	rule := fs.String("rule", "", "overrides: the rule that gets the CSV's overrides; reset: the rule whose state is forgotten")
 	replace := fs.Bool("replace", false, "overrides: the CSV becomes the rule's whole table")
 	values := fs.String("values", "", "check: a Helm values file whose policy and policyTests are checked")
 	// Flags may come before or after FILE (apply FILE -m "message").
@@ -203,6 +208,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) 
 			save: saveBody{base: *base, message: *message, author: *author, skipTests: *skipTests}}, stdin, stdout)
 	case "changes":
 		return c.changes(ctx, stdout)
+	case "reset":
+		return c.reset(ctx, *rule, positional, stdout)
+	case "resets":
+		return c.resets(ctx, stdout)
 	case "approve", "reject":
 		if len(positional) != 1 {
 			return ExitError, fmt.Errorf("%s: give the change's number (ratelimit-admin policy changes lists them)", cmd)

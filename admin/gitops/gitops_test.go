@@ -416,3 +416,24 @@ func TestChangesMarksAChangeOnAStaleBase(t *testing.T) {
 		t.Errorf("changes: exit %d, %q", code, out)
 	}
 }
+
+func TestResetLetsAClientBackInAndResetsListsIt(t *testing.T) {
+	a := startAdmin(t)
+	if code, out, errs := a.run(t, "apply", writeFile(t, tiers), "-m", "tiers"); code != ExitOK {
+		t.Fatalf("apply: exit %d, %q %q", code, out, errs)
+	}
+	code, out, errs := a.run(t, "reset", "-rule", "free", "sk-live-0123456789")
+	if code != ExitOK || !strings.Contains(out, "under free") || strings.Contains(out, "0123456789") {
+		t.Fatalf("reset: exit %d, %q %q; want it done, the key masked", code, out, errs)
+	}
+	if code, out, _ := a.run(t, "reset", "-rule", "nope", "k"); code != ExitChanges || !strings.Contains(out, "not reset: rule:") {
+		t.Errorf("a rule that does not exist: exit %d, %q; want 1 naming the field", code, out)
+	}
+	if code, _, errs := a.run(t, "reset", "k"); code != ExitError || !strings.Contains(errs, "-rule RULE") {
+		t.Errorf("without -rule: exit %d, %q", code, errs)
+	}
+	code, out, _ = a.run(t, "resets")
+	if code != ExitOK || strings.Count(out, "under free") != 1 || strings.Contains(out, "0123456789") {
+		t.Errorf("resets: exit %d, %q; want the one reset, its key masked", code, out)
+	}
+}
