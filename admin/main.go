@@ -680,6 +680,9 @@ func over(o redisgcra.ClientOptions) string {
 // does not import the HTTP API).
 type xdsNodes struct{ s *xds.Server }
 
+// Serving is the resource version pushed now (httpapi.ServingVersion).
+func (a xdsNodes) Serving() string { return a.s.Serving() }
+
 func (a xdsNodes) Nodes() []httpapi.NodeStatus {
 	ns := a.s.Nodes()
 	out := make([]httpapi.NodeStatus, len(ns))

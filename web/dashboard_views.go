@@ -23,6 +23,7 @@ type ResetPanel struct {
 	Key      string   // the key typed last (kept after a refusal)
 	Flash    *Flash   // the outcome of the last submission
 	Recent   []ResetRow
+	InForce  string // how many connected Envoys have the latest resets ("" when unknown)
 }
 
 // ResetRow is one recent reset, its key masked as identities are.

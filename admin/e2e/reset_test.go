@@ -36,6 +36,13 @@ func TestAResetLetsALockedOutClientBackIn(t *testing.T) {
 	}
 	postCreated(t, "reset", adminURL+"/api/v1/resets", []byte(`{"rule":"e2e","key":"127.0.0.1"}`))
 	waitAckedPrefix(t, adminURL, "1+resets.")
+	resp := apiDo(t, "GET", adminURL+"/api/v1/resets", token, nil)
+	var list struct{ Envoys map[string]int }
+	json.NewDecoder(resp.Body).Decode(&list)
+	resp.Body.Close()
+	if list.Envoys["connected"] != 1 || list.Envoys["with_latest"] != 1 {
+		t.Errorf("GET /api/v1/resets: envoys %v, want the gateway connected and with the latest resets", list.Envoys)
+	}
 	if got := hit(t, gw, 5); got != "200 200 200 429 429" {
 		t.Fatalf("after the reset: %s, want a full burst again, then refused", got)
 	}

@@ -8,6 +8,12 @@ type NodeLister interface {
 	Nodes() []NodeStatus
 }
 
+// ServingVersion is a NodeLister that also says what it pushes now: the
+// resource version nodes that have the latest push ACKed.
+type ServingVersion interface {
+	Serving() string
+}
+
 // NodeStatus is what the admin knows about one xDS client.
 type NodeStatus struct {
 	ID, Cluster   string

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/sluice-rl/sluice/admin/auth"
@@ -58,8 +59,39 @@ func (s *server) apiResets(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"resets": s.resetsJSON(r.Context(), rs...)})
+	out := map[string]any{"resets": s.resetsJSON(r.Context(), rs...)}
+	if n, ok := s.resetsInForce(); ok {
+		out["envoys"] = map[string]int{"connected": n.connected, "with_latest": n.withLatest}
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// envoysWithResets counts the connected Envoys, and those that ACKed the
+// configuration pushed now.
+type envoysWithResets struct{ connected, withLatest int }
+
+// resetsInForce says how many connected Envoys have the latest resets:
+// they ACKed the resource version pushed now, which carries them. ok is
+// false when this admin pushes nothing, or nothing with resets.
+func (s *server) resetsInForce() (n envoysWithResets, ok bool) {
+	sv, isServing := s.Nodes.(ServingVersion)
+	if !isServing {
+		return n, false
+	}
+	cur := sv.Serving()
+	if !strings.Contains(cur, "+resets.") {
+		return n, false
+	}
+	for _, node := range s.Nodes.Nodes() {
+		if node.Connected {
+			n.connected++
+			if node.AckedVersion == cur {
+				n.withLatest++
+			}
+		}
+	}
+	return n, true
 }
 
 // reset resets a client for the request's principal, within its scope,
@@ -134,6 +166,9 @@ func (s *server) resetPanel(ctx context.Context, sess auth.Session) web.ResetPan
 	cfg := s.currentConfig(ctx)
 	panel := web.ResetPanel{CSRF: sess.CSRF, CanReset: p.Role.Allows(auth.RoleEditor)}
 	panel.Rules = resettableRules(cfg, scopeOf(p))
+	if n, ok := s.resetsInForce(); ok {
+		panel.InForce = fmt.Sprintf("The latest resets are in force on %d of %d connected Envoys.", n.withLatest, n.connected)
+	}
 	rs, err := s.Policies.Resets(ctx, recentResets)
 	if err != nil {
 		s.log.Error("listing the resets failed", "err", err)

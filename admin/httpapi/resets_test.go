@@ -198,3 +198,34 @@ func TestAPIResetOfAGlobalRuleIsUnavailableWhileTheBackendFails(t *testing.T) {
 		t.Errorf("a reset was stored: %v", list)
 	}
 }
+
+// servingNodes are nodes of an xDS server pushing the resource version
+// serving.
+type servingNodes struct {
+	fakeNodes
+	serving string
+}
+
+func (s servingNodes) Serving() string { return s.serving }
+
+func TestResetsSayHowManyConnectedEnvoysHaveTheLatest(t *testing.T) {
+	nodes := servingNodes{serving: "2+resets.0a1b2c3d", fakeNodes: fakeNodes{
+		{ID: "a", Connected: true, AckedVersion: "2+resets.0a1b2c3d"},
+		{ID: "b", Connected: true, AckedVersion: "2"},
+		{ID: "c", Connected: false, AckedVersion: "2+resets.0a1b2c3d"},
+	}}
+	e := newEnv(t, func(c *Config) { c.Nodes = &nodes })
+	resp, m := e.apiJSON(t, "GET", "/api/v1/resets", "")
+	envoys, _ := m["envoys"].(map[string]any)
+	if resp.StatusCode != http.StatusOK || envoys["connected"] != 2.0 || envoys["with_latest"] != 1.0 {
+		t.Errorf("GET /api/v1/resets: %d %v, want 1 of the 2 connected Envoys with the latest", resp.StatusCode, m)
+	}
+	page := get(t, login(t, e, "ann"), e.srv.URL+"/dashboard")
+	if !strings.Contains(page, "in force on 1 of 2 connected Envoys") {
+		t.Errorf("the dashboard does not say how many Envoys have the latest resets:\n%s", page)
+	}
+	nodes.serving = "2" // a push without resets: nothing to say
+	if _, m := e.apiJSON(t, "GET", "/api/v1/resets", ""); m["envoys"] != nil {
+		t.Errorf("without resets pushed: %v, want no envoys", m)
+	}
+}

@@ -286,6 +286,15 @@ func (s *Server) Published() int64 {
 	return s.published
 }
 
+// Serving returns the resource version of what the server pushes now
+// ("" before the first publish): the policy version, with a trial's and
+// the resets' suffixes.
+func (s *Server) Serving() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.current
+}
+
 // Nodes reports every node seen over xDS, sorted by ID.
 func (s *Server) Nodes() []NodeStatus { return s.nodes.list() }
 
