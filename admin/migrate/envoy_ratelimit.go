@@ -246,10 +246,10 @@ func (c *converter) convertActions(path string, rl routeRateLimit, tree []descri
 	case rl.Stage != nil && *rl.Stage != 0, rl.DisableKey != "", rl.Limit != nil:
 		return fmt.Errorf("%s: only actions, hits_addend and apply_on_stream_done are converted (not stage, disable_key or limit)", path)
 	}
-	hits := 1 // a stream-done entry's hits are its cost, read from the answer
+	hits, reqCost := 1, "" // a stream-done entry's hits are its cost, read from the answer
 	if cost == "" {
 		var err error
-		if hits, err = hitsAddend(path, rl.HitsAddend); err != nil {
+		if hits, reqCost, err = hitsAddend(path, rl.HitsAddend); err != nil {
 			return err
 		}
 	}
@@ -281,7 +281,11 @@ func (c *converter) convertActions(path string, rl routeRateLimit, tree []descri
 		c.note("%s (%s): no descriptor of the configuration matches what its actions build, so it limits nothing; left out", path, policyName(entries))
 		return nil
 	}
-	if err := chargeHits(path, hits, &p); err != nil {
+	if reqCost != "" {
+		if err := c.chargeFormat(path, reqCost, &p); err != nil {
+			return err
+		}
+	} else if err := chargeHits(path, hits, &p); err != nil {
 		return err
 	}
 	c.policies = append(c.policies, p)
@@ -289,29 +293,38 @@ func (c *converter) convertActions(path string, rl routeRateLimit, tree []descri
 }
 
 // hitsAddend reads a rate_limits entry's hits_addend: a fixed number of
-// hits each request adds to its descriptor (1 when absent). A format,
-// which reads the number from the request, is not converted.
-func hitsAddend(path string, h any) (int, error) {
+// hits each request adds to its descriptor (1 when absent), or a format
+// reading the number from the request, returned as a cost source
+// (envoy_ratelimit_hits.go).
+func hitsAddend(path string, h any) (int, string, error) {
 	if h == nil {
-		return 1, nil
+		return 1, "", nil
 	}
 	m, ok := h.(map[string]any)
 	if !ok {
-		return 0, fmt.Errorf("%s.hits_addend: want {number: N}", path)
+		return 0, "", fmt.Errorf("%s.hits_addend: want {number: N} or {format: ...}", path)
+	}
+	if f, ok := m["format"]; ok && len(m) == 1 {
+		s, ok := f.(string)
+		if !ok {
+			return 0, "", fmt.Errorf("%s.hits_addend.format: want a string", path)
+		}
+		src, err := hitsFormat(path, s)
+		return 1, src, err
 	}
 	for k := range m {
 		if k != "number" {
-			return 0, fmt.Errorf("%s.hits_addend.%s: not converted (a fixed number is); write the rule by hand, with a cost_source reading the value", path, k)
+			return 0, "", fmt.Errorf("%s.hits_addend.%s: want number or format, one of them", path, k)
 		}
 	}
 	n, ok := fixedHits(h) // envoy_ratelimit_stream_done.go
 	if ok && n == 0 {
-		return 0, fmt.Errorf("%s.hits_addend.number: 0 counts nothing, so the entry only checks; it converts with the apply_on_stream_done entry of the same actions whose hits it checks, and there is none", path)
+		return 0, "", fmt.Errorf("%s.hits_addend.number: 0 counts nothing, so the entry only checks; it converts with the apply_on_stream_done entry of the same actions whose hits it checks, and there is none", path)
 	}
 	if !ok || n < 1 || n > 1e9 {
-		return 0, fmt.Errorf("%s.hits_addend.number: %v; want a whole number from 1 to 1000000000", path, m["number"])
+		return 0, "", fmt.Errorf("%s.hits_addend.number: %v; want a whole number from 1 to 1000000000", path, m["number"])
 	}
-	return n, nil
+	return n, "", nil
 }
 
 // chargeHits makes every window rule of p cost hits per request. A limit
@@ -1021,9 +1034,10 @@ type bucketConfig struct {
 }
 
 type windowConfig struct {
-	Limit         int `json:"limit"`
-	WindowSeconds int `json:"window_seconds,omitempty"`
-	FixedCost     int `json:"fixed_cost,omitempty"` // envoyproxy/ratelimit's hits_addend
+	Limit         int    `json:"limit"`
+	WindowSeconds int    `json:"window_seconds,omitempty"`
+	FixedCost     int    `json:"fixed_cost,omitempty"`  // envoyproxy/ratelimit's hits_addend number
+	CostSource    string `json:"cost_source,omitempty"` // or its format (envoy_ratelimit_hits.go)
 }
 
 type outOverride struct {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -407,6 +408,7 @@ func FuzzEnvoyRatelimit(f *testing.F) {
 		[]byte("- actions: [{request_headers: {header_name: a, descriptor_key: k}}, {query_parameters: {query_parameter_name: q, descriptor_key: j, skip_if_absent: true}}]\n"+
 			"- actions: [{header_value_match: {descriptor_value: m, headers: [{name: b, string_match: {prefix: z}}]}}]\n"), true)
 	f.Add([]byte(streamDoneConfig), []byte(streamDoneActions+"- actions: [{destination_cluster: {}}]\n"), true)
+	f.Add([]byte(guideConfig), []byte(guideActions+"  hits_addend: {format: '%DYNAMIC_METADATA(a:b:c.d)%'}\n- actions: [{remote_address: {}}]\n  hits_addend: {format: '%REQ(x-a)%'}\n"), false)
 	f.Fuzz(func(t *testing.T, config, actions []byte, global bool) {
 		opt := Options{Scope: "local"}
 		if global {
@@ -428,6 +430,8 @@ func TestTheMigrationGuideShowsTheConversionsOutput(t *testing.T) {
 	for example, in := range map[string][2]string{
 		"envoyproxy-ratelimit-converted":   {guideConfig, guideActions},
 		"envoyproxy-ratelimit-stream-done": {streamDoneGuideConfig, strings.ReplaceAll(streamDoneActions, "x-user", "x-user-id")},
+		"envoyproxy-ratelimit-hits-format": {"domain: api\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: minute, requests_per_unit: 100}\n",
+			"- actions: [{request_headers: {header_name: x-api-key, descriptor_key: api_key}}]\n  hits_addend: {format: \"%REQ(x-cost)%\"}\n"},
 	} {
 		res, err := EnvoyRatelimit([]byte(in[0]), []byte(in[1]), Options{Scope: "local"})
 		if err != nil {
@@ -511,7 +515,11 @@ func TestHitsAddendIsEachRequestsCost(t *testing.T) {
 		t.Fatalf("rule %s: %+v, want 100 a minute at 5 a request", r.Name, r.Window)
 	}
 	for _, tc := range []struct{ actions, want string }{
-		{"- actions: [{request_headers: {header_name: x-k, descriptor_key: k}}]\n  hits_addend: {format: '%DYNAMIC_METADATA(ns:n)%'}\n", "hits_addend.format: not converted"},
+		{"- actions: [{request_headers: {header_name: x-k, descriptor_key: k}}]\n  hits_addend: {format: '%BYTES_RECEIVED%'}\n", `hits_addend.format: "%BYTES_RECEIVED%" is not converted`},
+		{"- actions: [{request_headers: {header_name: x-k, descriptor_key: k}}]\n  hits_addend: {format: '%REQ(x-a?x-b)%'}\n", "is not converted"},
+		{"- actions: [{request_headers: {header_name: x-k, descriptor_key: k}}]\n  hits_addend: {format: 'n=%REQ(x-a)%'}\n", "is not converted"},
+		{"- actions: [{request_headers: {header_name: x-k, descriptor_key: k}}]\n  hits_addend: {format: '%DYNAMIC_METADATA(ns)%'}\n", "with one key or more"},
+		{"- actions: [{request_headers: {header_name: x-k, descriptor_key: k}}]\n  hits_addend: {number: 2, format: '%REQ(x-a)%'}\n", "want number or format, one of them"},
 		{"- actions: [{request_headers: {header_name: x-k, descriptor_key: k}}]\n  hits_addend: {number: 0}\n", "hits_addend.number: 0 counts nothing, so the entry only checks"},
 		{"- actions: [{request_headers: {header_name: x-k, descriptor_key: k}}]\n  hits_addend: {number: 101}\n", "101 hits per request, more than rule"},
 		{"- actions: [{request_headers: {header_name: x-k, descriptor_key: k}}]\n  stage: 1\n", "not stage, disable_key or limit"},
@@ -519,6 +527,29 @@ func TestHitsAddendIsEachRequestsCost(t *testing.T) {
 		_, err := EnvoyRatelimit([]byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 100}\n"), []byte(tc.actions), Options{})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want an error containing %q", tc.actions, err, tc.want)
+		}
+	}
+}
+
+// A hits_addend format reading the request (a header, dynamic metadata)
+// is each request's cost, read by the filter the same way; a request
+// without it is not limited by the entry's rules, as Envoy ignores its
+// descriptors.
+func TestHitsAddendFormatIsTheRulesCostSource(t *testing.T) {
+	config := "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 100}\n"
+	for _, tc := range []struct{ format, source string }{
+		{"%REQ(X-Cost)%", "header:x-cost"},
+		{"%REQUEST_HEADER(x-cost)%", "header:x-cost"},
+		{"%DYNAMIC_METADATA(envoy.filters.http.lua:cost)%", "metadata:envoy.filters.http.lua:cost"},
+		{"%DYNAMIC_METADATA(ns:usage:a.b)%", "metadata:ns:usage.[a.b]"},
+	} {
+		res, cfg := ratelimitConvert(t, config, "- actions: [{request_headers: {header_name: x-k, descriptor_key: k}}]\n  hits_addend: {format: '"+tc.format+"'}\n", Options{})
+		r := &cfg.Policies[0].Rules[0]
+		if r.Window == nil || r.Window.Cost.String() != tc.source || len(r.Match) != 1 || r.Match[0].Source.String() != tc.source {
+			t.Errorf("%s: rule %+v, match %+v; want cost_source %s and a condition that it is present", tc.format, r.Window, r.Match, tc.source)
+		}
+		if !slices.ContainsFunc(res.Notes, func(n string) bool { return strings.Contains(n, "ignores the descriptors of a request without it") }) {
+			t.Errorf("%s: no note on requests without the value: %q", tc.format, res.Notes)
 		}
 	}
 }

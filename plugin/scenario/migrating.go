@@ -26,6 +26,7 @@ func init() {
 		Case{Name: "MigratingFromEnvoyLocalRateLimitPerConnection", Run: migratingEnvoyLocalPerConnection},
 		Case{Name: "MigratingFromEnvoyproxyRatelimit", Run: migratingEnvoyproxyRatelimit},
 		Case{Name: "MigratingFromEnvoyproxyRatelimitConverted", Run: migratingEnvoyproxyRatelimitConverted},
+		Case{Name: "MigratingFromEnvoyproxyRatelimitHitsFormat", Run: migratingRatelimitHitsFormat},
 		Case{Name: "MigratingFromNginxLimitReq", Run: migratingNginx},
 		Case{Name: "MigratingFromIngressNginxAnnotations", Run: migratingIngressNginx},
 		Case{Name: "MigratingFromKongRateLimiting", Run: migratingKong},
@@ -43,7 +44,7 @@ func init() {
 const MigrationGuide = "docs/migrating.md"
 
 var MigrationExamples = []string{
-	"envoy-local", "envoy-local-converted", "envoy-local-per-connection", "envoyproxy-ratelimit", "envoyproxy-ratelimit-converted", "envoyproxy-ratelimit-stream-done", "nginx-limit-req", "ingress-nginx", "kong", "higress-key-rate-limit", "higress-cluster-key-rate-limit",
+	"envoy-local", "envoy-local-converted", "envoy-local-per-connection", "envoyproxy-ratelimit", "envoyproxy-ratelimit-converted", "envoyproxy-ratelimit-stream-done", "envoyproxy-ratelimit-hits-format", "nginx-limit-req", "ingress-nginx", "kong", "higress-key-rate-limit", "higress-cluster-key-rate-limit",
 	"higress-ai-token-ratelimit", "envoy-gateway-local", "envoy-gateway-global",
 }
 
@@ -247,6 +248,26 @@ func migratingEnvoyproxyRatelimitConverted(t *testing.T, start Starter) {
 	// 60 a minute from one address, whatever the key.
 	if got := admitted(t, h, 61, key("203.0.113.1", "internal-batch")); got != 60 {
 		t.Errorf("one address: %d of 61 admitted in a minute, want 60", got)
+	}
+	noRecoveredPanics(t, h)
+}
+
+// migratingRatelimitHitsFormat: hits read from x-cost are each request's
+// cost in the key's window; a request without it is not limited.
+func migratingRatelimitHitsFormat(t *testing.T, start Starter) {
+	h := startExample(t, start, "envoyproxy-ratelimit-hits-format", noon)
+	costing := req("x-api-key", "acme", "x-cost", "30")
+	if got := admitted(t, h, 4, costing); got != 3 {
+		t.Errorf("acme at 30 a request: %d of 4 admitted, want 3 (90 of 100)", got)
+	}
+	if res := do(t, h, req("x-api-key", "acme", "x-cost", "10")); res.Rejected {
+		t.Error("acme's last 10 of the minute refused")
+	}
+	if got := admitted(t, h, 50, req("x-api-key", "acme")); got != 50 {
+		t.Errorf("acme without x-cost: %d of 50 admitted, want all (no descriptor, no limit)", got)
+	}
+	if res := do(t, h, req("x-api-key", "acme", "x-cost", "1")); !res.Rejected {
+		t.Error("acme's 101st unit of the minute admitted")
 	}
 	noRecoveredPanics(t, h)
 }
