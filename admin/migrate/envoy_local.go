@@ -196,6 +196,7 @@ type elBucket struct {
 	TokensPerSecond float64 `json:"tokens_per_second"`
 	Burst           int     `json:"burst"`
 	FixedCost       int     `json:"fixed_cost,omitempty"`
+	CostSource      string  `json:"cost_source,omitempty"` // a hits_addend format's
 }
 
 // routes are the filter's routes in Envoy's order.
@@ -949,6 +950,13 @@ func (c *elConv) descRule(f *elFilter, g *elGroup, b elBlock, l elRateLimit, v e
 	bc := c.bucketOf(d.bucket, elJoin(d.path, "token_bucket"))
 	if err := elCheckCost(l, bc, d.path); err != nil {
 		return outRule{}, err
+	}
+	if l.hitsSrc != "" { // Envoy ignores the descriptor of a request without it
+		if err := requireCost(match, l.hitsSrc, l.path+".hits_addend.format"); err != nil {
+			return outRule{}, err
+		}
+		bc.CostSource = l.hitsSrc
+		c.noteOnce("a hits_addend format becomes the rules' cost_source, each rule applying only to requests that carry the value (Envoy ignores the descriptor of a request without it); a value that is not a positive number costs one token in Sluice, where Envoy ignores the descriptor")
 	}
 	r := outRule{Name: c.ruleName(strings.Join(name, "-")), Mode: mode, EnforcePercent: share, LimitKeys: keys,
 		Algorithm: policy.AlgorithmTokenBucket, AlgorithmConfig: bc}

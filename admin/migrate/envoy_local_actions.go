@@ -18,7 +18,8 @@ type elRateLimit struct {
 	stage    int
 	disabled bool // a disable_key: local_ratelimit skips the entry
 	acts     []elAct
-	hits     int // hits_addend's number (0: one)
+	hits     int    // hits_addend's number (0: one)
+	hitsSrc  string // or the cost source its format reads (envoy_ratelimit_hits.go)
 }
 
 // What an action puts in the descriptor.
@@ -82,8 +83,12 @@ func (c *elConv) rateLimit(n *yaml.Node, path string) (elRateLimit, error) {
 		case "disable_key":
 			rl.disabled = elStr(v) != ""
 		case "hits_addend":
+			if f := elField(v, "format"); f != nil && elField(v, "number") == nil {
+				rl.hitsSrc, err = hitsFormat(elAt(f, elJoin(p, "format")), elStr(f))
+				break
+			}
 			if elField(v, "number") == nil {
-				return rl, fmt.Errorf("%s: only a number is converted (a format's cost is not known here); set the rule's cost_source by hand", elAt(v, p))
+				return rl, fmt.Errorf("%s: want number or format", elAt(v, p))
 			}
 			rl.hits, err = elIntOf(elField(v, "number"), elJoin(p, "number"), 0, policy.MaxCost)
 		case "limit", "apply_on_stream_done":

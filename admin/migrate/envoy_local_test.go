@@ -1188,3 +1188,35 @@ func TestPerConnectionBucketsAreKeyedByConnection(t *testing.T) {
 		t.Errorf("without per-connection buckets: %v", got)
 	}
 }
+
+// A rate_limits entry's hits_addend format is its descriptors' rules'
+// cost, and a request without the value is not counted by them (Envoy
+// ignores its descriptor): each rule requires the value.
+func TestALocalHitsAddendFormatIsTheDescriptorRulesCost(t *testing.T) {
+	const actions = "                    - request_headers: {header_name: x-api-key, descriptor_key: api_key}\n"
+	doc := strings.Replace(localBootstrap, actions, actions+"                    hits_addend: {format: \"%REQ(X-Cost)%\"}\n", 1)
+	cfg, res := lrConvert(t, doc, LocalOptions{})
+	charged := 0
+	for _, p := range cfg.Policies {
+		for _, r := range p.Rules {
+			if r.TokenBucket == nil || r.TokenBucket.Cost.String() != "header:x-cost" {
+				continue
+			}
+			charged++
+			if !slices.ContainsFunc(r.Match, func(m policy.Matcher) bool {
+				return m.Source.String() == "header:x-cost" && m.Cond.Op == policy.MatchPresent && m.Cond.Present
+			}) {
+				t.Errorf("rule %s is charged from x-cost but applies to requests without it: %+v", r.Name, r.Match)
+			}
+		}
+	}
+	// The key's descriptor is one rule; the partner's value its override,
+	// which keeps the rule's cost.
+	if charged != 1 || !strings.Contains(strings.Join(res.Notes, "\n"), "Envoy ignores the descriptor of a request without it") {
+		t.Errorf("%d rules charged from x-cost, want the api_key descriptors' one; notes %q", charged, res.Notes)
+	}
+	bad := strings.Replace(localBootstrap, actions, actions+"                    hits_addend: {format: \"%BYTES_RECEIVED%\"}\n", 1)
+	if _, err := EnvoyLocalRatelimit([]byte(bad), LocalOptions{}); err == nil || !strings.Contains(err.Error(), "hits_addend.format") || !strings.Contains(err.Error(), "is not converted") {
+		t.Errorf("a format read at the stream's end: %v, want it refused naming the field", err)
+	}
+}

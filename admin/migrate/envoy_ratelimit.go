@@ -309,7 +309,7 @@ func hitsAddend(path string, h any) (int, string, error) {
 		if !ok {
 			return 0, "", fmt.Errorf("%s.hits_addend.format: want a string", path)
 		}
-		src, err := hitsFormat(path, s)
+		src, err := hitsFormat(path+".hits_addend.format", s)
 		return 1, src, err
 	}
 	for k := range m {
