@@ -130,8 +130,13 @@ func TestBrowserResetAClientFromTheDashboard(t *testing.T) {
 	if row := b.eval(`document.querySelector('.recent-resets tbody tr').textContent`); !strings.Contains(row, "e2e-oncall") || !strings.Contains(row, "ip:address=127.0.0.1") {
 		t.Errorf("the recent resets' first row: %q, want the rule, the key and who", row)
 	}
-	b.screenshotOf("#reset-client", "reset-client", "")
 	waitAckedPrefix(t, adminURL, "1+resets.")
+	// The dashboard again: the gateway has the push with the reset.
+	b.run("the dashboard again", chromedp.Navigate(adminURL+"/dashboard"), chromedp.WaitVisible(chromedp.ID("reset-in-force")))
+	if got := b.eval(`document.getElementById('reset-in-force').textContent`); !strings.Contains(got, "in force on 1 of 1 connected Envoys") {
+		t.Errorf("the dashboard says %q, want the gateway counted as having the latest resets", got)
+	}
+	b.screenshotOf("#reset-client", "reset-client", "admin-reset-client.png")
 	if got := hit(t, gw, 4); got != "200 200 200 429" {
 		t.Errorf("after the reset: %s, want a full burst again", got)
 	}
