@@ -45,11 +45,11 @@ func (s *server) apiReset(w http.ResponseWriter, r *http.Request) error {
 	if err := s.decodeJSON(w, r, &b, []string{"rule", "key"}); err != nil {
 		return err
 	}
-	rs, err := s.reset(r, b.Rule, b.Key, apiAuthor(r, ""))
+	rs, m, err := s.reset(r, b.Rule, b.Key, apiAuthor(r, ""))
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, s.resetsJSON(r.Context(), rs)[0])
+	writeJSON(w, http.StatusCreated, m.json(rs)[0])
 	return nil
 }
 
@@ -59,7 +59,7 @@ func (s *server) apiResets(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := map[string]any{"resets": s.resetsJSON(r.Context(), rs...)}
+	out := map[string]any{"resets": newKeyMasker(s.currentConfig(r.Context())).json(rs...)}
 	if n, ok := s.resetsInForce(); ok {
 		out["envoys"] = map[string]int{"connected": n.connected, "with_latest": n.withLatest}
 	}
@@ -95,19 +95,20 @@ func (s *server) resetsInForce() (n envoysWithResets, ok bool) {
 }
 
 // reset resets a client for the request's principal, within its scope,
-// and records it in the audit log with the key masked.
-func (s *server) reset(r *http.Request, rule, key, author string) (policies.Reset, error) {
+// and records it in the audit log with the key masked; it returns the
+// masker it used, for the answer.
+func (s *server) reset(r *http.Request, rule, key, author string) (policies.Reset, keyMasker, error) {
 	rs, err := s.Policies.Reset(r.Context(), policies.ResetRequest{Rule: rule, Key: key, Author: author, Scope: scopeOf(principal(r))})
 	if err != nil {
-		return rs, err
+		return rs, keyMasker{}, err
 	}
-	masked := newKeyMasker(s.currentConfig(r.Context())).mask(rs.Rule, rs.Key)
-	s.record(r, store.AuditEntry{Action: ActionReset, Target: rs.Rule, Detail: fmt.Sprintf("reset %s under %s (%s)", masked, rs.Rule, rs.ID)})
-	return rs, nil
+	m := newKeyMasker(s.currentConfig(r.Context()))
+	s.record(r, store.AuditEntry{Action: ActionReset, Target: rs.Rule, Detail: fmt.Sprintf("reset %s under %s (%s)", m.mask(rs.Rule, rs.Key), rs.Rule, rs.ID)})
+	return rs, m, nil
 }
 
-func (s *server) resetsJSON(ctx context.Context, rs ...policies.Reset) []resetJSON {
-	m := newKeyMasker(s.currentConfig(ctx))
+// json is rs as the API answers them, keys masked.
+func (m keyMasker) json(rs ...policies.Reset) []resetJSON {
 	out := make([]resetJSON, len(rs))
 	for i, r := range rs {
 		out[i] = resetJSON{ID: r.ID, Rule: r.Rule, Key: m.mask(r.Rule, r.Key), Author: r.Author, Created: r.Created.UTC()}
@@ -184,7 +185,7 @@ func (s *server) resetPanel(ctx context.Context, sess auth.Session) web.ResetPan
 // with the outcome above the form (the typed key kept on a refusal).
 func (s *server) resetSubmit(w http.ResponseWriter, r *http.Request, sess auth.Session) error {
 	rule, key := r.PostForm.Get("rule"), r.PostForm.Get("key")
-	rs, err := s.reset(r, rule, key, sess.Author)
+	rs, m, err := s.reset(r, rule, key, sess.Author)
 	status, flash := http.StatusOK, web.Flash{Kind: "ok"}
 	var ie *policies.InputError
 	var se *policies.ScopeError
@@ -192,7 +193,7 @@ func (s *server) resetSubmit(w http.ResponseWriter, r *http.Request, sess auth.S
 	switch {
 	case err == nil:
 		flash.Text = fmt.Sprintf("Reset %s under %s: each Envoy forgets its state at the next push, within seconds.",
-			newKeyMasker(s.currentConfig(r.Context())).mask(rs.Rule, rs.Key), rs.Rule)
+			m.mask(rs.Rule, rs.Key), rs.Rule)
 		rule, key = rs.Rule, ""
 	case errors.As(err, &ie):
 		status, flash = http.StatusBadRequest, web.Flash{Kind: "error", Text: "Not reset: " + ie.Error()}

@@ -8,6 +8,7 @@ package migrate
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -27,7 +28,7 @@ func hitsFormat(field, format string) (string, error) {
 	}
 	if m := hitsMetadataFormat.FindStringSubmatch(format); m != nil {
 		parts := strings.Split(m[1], ":")
-		if len(parts) < 2 || slicesHasEmpty(parts) {
+		if len(parts) < 2 || slices.Contains(parts, "") {
 			return "", fmt.Errorf("%s: %q: want %%DYNAMIC_METADATA(NAMESPACE:KEY)%%, with one key or more", field, format)
 		}
 		keys := make([]string, len(parts)-1)
@@ -43,15 +44,6 @@ func hitsFormat(field, format string) (string, error) {
 		return "metadata:" + parts[0] + ":" + strings.Join(keys, "."), nil
 	}
 	return "", fmt.Errorf("%s: %q is not converted: only %%REQ(header)%% (or %%REQUEST_HEADER(header)%%) and %%DYNAMIC_METADATA(namespace:key)%%, alone, read a cost Sluice can read before the request; write the rule by hand", field, format)
-}
-
-func slicesHasEmpty(parts []string) bool {
-	for _, p := range parts {
-		if p == "" {
-			return true
-		}
-	}
-	return false
 }
 
 // requireCost adds to match the condition that source is present,

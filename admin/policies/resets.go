@@ -90,10 +90,11 @@ func (s *Service) Reset(ctx context.Context, r ResetRequest) (Reset, error) {
 	if err != nil {
 		return Reset{}, err
 	}
-	if err := s.checkReset(ctx, r); err != nil {
+	cfg, err := s.checkReset(ctx, r)
+	if err != nil {
 		return Reset{}, err
 	}
-	if err := s.forgetGlobal(ctx, r); err != nil {
+	if err := s.forgetGlobal(ctx, cfg, r); err != nil {
 		return Reset{}, err
 	}
 	now := s.now()
@@ -111,50 +112,44 @@ func (s *Service) Reset(ctx context.Context, r ResetRequest) (Reset, error) {
 
 // checkReset checks a reset against the current version with the
 // filter's own parser: the rule must keep state per identity and the key
-// must name one of its identities.
-func (s *Service) checkReset(ctx context.Context, r ResetRequest) error {
+// must name one of its identities. It returns the current configuration
+// as parsed.
+func (s *Service) checkReset(ctx context.Context, r ResetRequest) (*policy.Config, error) {
 	if r.Rule == "" {
-		return &InputError{Field: "rule", Message: "required: the name of the rule whose state to reset"}
+		return nil, &InputError{Field: "rule", Message: "required: the name of the rule whose state to reset"}
 	}
 	if r.Key == "" {
-		return &InputError{Field: "key", Message: "required: the identity, written as an override's key (limit_keys values joined by |)"}
+		return nil, &InputError{Field: "key", Message: "required: the identity, written as an override's key (limit_keys values joined by |)"}
 	}
 	cur, err := s.store.Current(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	doc, err := withResets(cur.JSON, []PushedReset{{ID: "check", Rule: r.Rule, Key: r.Key}})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cfg, err := policy.Parse(doc)
 	if err != nil {
-		return resetInputError(err)
+		return nil, resetInputError(err)
 	}
 	rule := cfg.RuleByName(r.Rule)
 	if rule != nil && rule.Global && s.forgetter == nil {
 		// Forgetting the Envoys' lease pools alone would leave the
 		// identity's state in the rate limit service.
-		return &InputError{Field: "rule", Message: fmt.Sprintf("%q is a global rule, and this admin runs no rate limit service that could forget its state (start it with a fleet backend)", r.Rule)}
+		return nil, &InputError{Field: "rule", Message: fmt.Sprintf("%q is a global rule, and this admin runs no rate limit service that could forget its state (start it with a fleet backend)", r.Rule)}
 	}
 	if rule != nil && !r.Scope.Allows(rule.Policy) {
-		return &ScopeError{Scope: r.Scope, Changes: []string{fmt.Sprintf("the rule %q is in the policy %q", r.Rule, rule.Policy)}}
+		return nil, &ScopeError{Scope: r.Scope, Changes: []string{fmt.Sprintf("the rule %q is in the policy %q", r.Rule, rule.Policy)}}
 	}
-	return nil
+	return cfg, nil
 }
 
 // forgetGlobal has the rate limit service forget the identity when r's
 // rule is global, before the reset is stored and pushed: the Envoys then
-// drop their lease pools of it, and their next asks find nothing.
-func (s *Service) forgetGlobal(ctx context.Context, r ResetRequest) error {
-	cur, err := s.store.Current(ctx)
-	if err != nil {
-		return err
-	}
-	cfg, err := policy.Parse(cur.JSON)
-	if err != nil {
-		return err
-	}
+// drop their lease pools of it, and their next asks find nothing. cfg is
+// the configuration checkReset parsed.
+func (s *Service) forgetGlobal(ctx context.Context, cfg *policy.Config, r ResetRequest) error {
 	rule := cfg.RuleByName(r.Rule)
 	if rule == nil || !rule.Global || cfg.Fleet == nil {
 		return nil

@@ -542,28 +542,36 @@ func (p *parser) integer(path string, v *jvalue, lo, hi int, want string) (int, 
 
 // name validates a policy or rule name: [A-Za-z0-9_.-]{1,64}.
 func (p *parser) name(path string, v *jvalue, what string) (string, bool) {
-	rule := "1 to 64 characters from A-Z a-z 0-9 _ . -"
+	missing := "every policy needs a name (" + nameChars + ")"
+	if what == "rule" {
+		missing = "every rule needs a name (" + nameChars + ") because it keys the bucket state"
+	}
+	return p.nameLike(path, v, "a "+what+" name", missing)
+}
+
+// nameChars says what a name (or a reset's id) is made of.
+const nameChars = "1 to 64 characters from A-Z a-z 0-9 _ . -"
+
+// nameLike validates a string of a name's characters: noun names it in
+// messages ("a rule name"), missing says why it is required.
+func (p *parser) nameLike(path string, v *jvalue, noun, missing string) (string, bool) {
 	switch {
 	case v == nil:
-		if what == "rule" {
-			p.errorf(path, "missing; every rule needs a name (", rule, ") because it keys the bucket state")
-		} else {
-			p.errorf(path, "missing; every policy needs a name (", rule, ")")
-		}
+		p.errorf(path, "missing; ", missing)
 		return "", false
 	case v.kind != jString:
-		p.errorf(path, "must be a string (", rule, "), got ", v.kind.String())
+		p.errorf(path, "must be a string (", nameChars, "), got ", v.kind.String())
 		return "", false
 	case v.s == "":
-		p.errorf(path, "is empty; a ", what, " name is ", rule)
+		p.errorf(path, "is empty; ", noun, " is ", nameChars)
 		return "", false
 	case len(v.s) > MaxNameLen:
-		p.errorf(path, "is ", strconv.Itoa(len(v.s)), " characters long; a ", what, " name is ", rule)
+		p.errorf(path, "is ", strconv.Itoa(len(v.s)), " characters long; ", noun, " is ", nameChars)
 		return "", false
 	}
 	for i := 0; i < len(v.s); i++ {
 		if !isNameChar(v.s[i]) {
-			p.errorf(path, quoteShort(v.s), " contains ", quoteByte(v.s, i), "; a ", what, " name is ", rule)
+			p.errorf(path, quoteShort(v.s), " contains ", quoteByte(v.s, i), "; ", noun, " is ", nameChars)
 			return "", false
 		}
 	}

@@ -62,25 +62,7 @@ func (p *parser) resets(path string, v *jvalue) []Reset {
 
 // resetID checks a reset's id: a rule name's characters.
 func (p *parser) resetID(path string, v *jvalue) (string, bool) {
-	const want = "1 to 64 characters from A-Z a-z 0-9 _ . -"
-	switch {
-	case v == nil:
-		p.errorf(path, "missing; every reset needs an id (", want, "), by which each Envoy applies it once")
-		return "", false
-	case v.kind != jString:
-		p.errorf(path, "must be a string (", want, "), got ", v.kind.String())
-		return "", false
-	case v.s == "" || len(v.s) > MaxNameLen:
-		p.errorf(path, "is ", strconv.Itoa(len(v.s)), " characters long; an id is ", want)
-		return "", false
-	}
-	for i := 0; i < len(v.s); i++ {
-		if !isNameChar(v.s[i]) {
-			p.errorf(path, quoteShort(v.s), " contains ", quoteByte(v.s, i), "; an id is ", want)
-			return "", false
-		}
-	}
-	return v.s, true
+	return p.nameLike(path, v, "a reset id", "every reset needs an id ("+nameChars+"), by which each Envoy applies it once")
 }
 
 // requiredString reads a string field that must be present.

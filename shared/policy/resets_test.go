@@ -60,7 +60,7 @@ func TestResetErrorsNameTheField(t *testing.T) {
 		{`["x"]`, "resets[0]", "must be an object"},
 		{`[{"rule":"daily","key":"k"}]`, "resets[0].id", "missing"},
 		{`[{"id":"a b","rule":"daily","key":"k"}]`, "resets[0].id", "contains"},
-		{`[{"id":"","rule":"daily","key":"k"}]`, "resets[0].id", "0 characters"},
+		{`[{"id":"","rule":"daily","key":"k"}]`, "resets[0].id", "is empty; a reset id is"},
 		{`[{"id":"a","rule":"daily","key":"k"},{"id":"a","rule":"daily","key":"j"}]`, "resets[1].id", "also the id of resets[0]"},
 		{`[{"id":"a","key":"k"}]`, "resets[0].rule", "missing"},
 		{`[{"id":"a","rule":"daily"}]`, "resets[0].key", "missing"},
