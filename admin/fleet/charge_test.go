@@ -320,7 +320,7 @@ func TestChargeDescriptorsParse(t *testing.T) {
 		{withWindow, "descriptors[0].entries: sluice_window without sluice_op=return"},
 		{twice, "descriptors[0].entries[3]: sluice_op appears twice"},
 		{&ratelimitv3.RateLimitDescriptor{Entries: entries(KeyRule, "g", KeyID, "A", KeyOp, "Charge")},
-			`descriptors[0].entries[2]: sluice_op "Charge": want "return" or "charge"`},
+			`descriptors[0].entries[2]: sluice_op "Charge": want "return", "charge" or "block"`},
 		{&ratelimitv3.RateLimitDescriptor{Entries: entries(KeyOp, OpCharge, KeyID, "A")}, "descriptors[0].entries: sluice_rule missing"},
 	} {
 		if _, err := parseDescriptor(0, c.d, 0); err == nil || !strings.Contains(err.Error(), c.want) {

@@ -16,10 +16,11 @@ import (
 const (
 	KeyRule     = "sluice_rule"   // the rule's name in the policy
 	KeyID       = "sluice_id"     // the identity (opaque, chosen by the plugin)
-	KeyOp       = "sluice_op"     // optional; "return" gives tokens back, "charge" takes them into debt
+	KeyOp       = "sluice_op"     // optional; "return" gives tokens back, "charge" takes them into debt, "block" blocks a refused identity
 	KeyWindow   = "sluice_window" // optional, with sluice_op=return: the start (unix ms) of the window (a rolling window's sub-period) a return belongs to
 	OpReturn    = "return"
 	OpCharge    = "charge"              // a cost the response reported: taken unconditionally, into the bucket's debt
+	OpBlock     = "block"               // a refused ask of a rule with block_seconds: a bucket that cannot pay it is put that long below empty
 	NodeHeader  = "x-sluice-node"       // request metadata: the caller's node id
 	FleetHeader = "x-sluice-fleet-size" // response metadata: distinct nodes seen in the last 30 s
 )
@@ -40,8 +41,9 @@ type item struct {
 	sluice   bool   // has sluice_rule: the protocol's shape
 	ret      bool   // give tokens back (sluice_op=return, or is_negative_hits)
 	charge   bool   // take tokens unconditionally, into debt (sluice_op=charge)
+	block    bool   // block the identity after a refused ask of hits tokens (sluice_op=block)
 	opEntry  int    // the index of the sluice_op entry, for errors found later
-	hits     uint64 // tokens asked for, returned or charged
+	hits     uint64 // tokens asked for, returned or charged; a block's refused ask (at least 1)
 	override *override
 	// window is sluice_window: the start (unix ms) of the window whose
 	// leased requests a return gives back (hasWindow).
@@ -122,6 +124,9 @@ func parseDescriptor(i int, d *ratelimitv3.RateLimitDescriptor, reqHits uint32) 
 	if it.charge && d.IsNegativeHits {
 		return it, fmt.Errorf("%s.is_negative_hits: true with %s=%s (a charge takes tokens; a return gives them back)", path, KeyOp, OpCharge)
 	}
+	if it.block && d.IsNegativeHits {
+		return it, fmt.Errorf("%s.is_negative_hits: true with %s=%s (a block follows a refused ask; a return gives tokens back)", path, KeyOp, OpBlock)
+	}
 	it.ret = it.ret || d.IsNegativeHits
 	it.hits = uint64(reqHits)
 	if it.hits == 0 {
@@ -129,6 +134,9 @@ func parseDescriptor(i int, d *ratelimitv3.RateLimitDescriptor, reqHits uint32) 
 	}
 	if d.HitsAddend != nil {
 		it.hits = d.HitsAddend.Value
+	}
+	if it.block && it.hits == 0 {
+		it.hits = 1 // a refused ask was of at least one token
 	}
 	if d.Limit != nil {
 		o, err := parseOverride(d.Limit)
@@ -149,8 +157,10 @@ func parseOp(it *item, v string, seen bool) error {
 		it.ret = true
 	case v == OpCharge:
 		it.charge = true
+	case v == OpBlock:
+		it.block = true
 	default:
-		return fmt.Errorf("%s %q: want %q or %q", KeyOp, clip(v), OpReturn, OpCharge)
+		return fmt.Errorf("%s %q: want %q, %q or %q", KeyOp, clip(v), OpReturn, OpCharge, OpBlock)
 	}
 	return nil
 }

@@ -68,7 +68,7 @@ func TestMalformedRequestsAreRefusedNamingTheField(t *testing.T) {
 		{"empty rule", &rlsv3.RateLimitRequest{Domain: "sluice", Descriptors: d(entries(KeyRule, "", KeyID, "x"))}, "descriptors[0].entries[0]: empty value"},
 		{"long id", &rlsv3.RateLimitRequest{Domain: "sluice", Descriptors: d(entries(KeyRule, "a", KeyID, strings.Repeat("i", 257)))}, "entries[1]: value of 257 bytes"},
 		{"twice", &rlsv3.RateLimitRequest{Domain: "sluice", Descriptors: d(entries(KeyRule, "a", KeyID, "x", KeyID, "y"))}, "entries[2]: appears twice"},
-		{"bad op", &rlsv3.RateLimitRequest{Domain: "sluice", Descriptors: d(entries(KeyRule, "a", KeyID, "x", KeyOp, "refund"))}, `entries[2]: sluice_op "refund": want "return" or "charge"`},
+		{"bad op", &rlsv3.RateLimitRequest{Domain: "sluice", Descriptors: d(entries(KeyRule, "a", KeyID, "x", KeyOp, "refund"))}, `entries[2]: sluice_op "refund": want "return", "charge" or "block"`},
 		{"extra key", &rlsv3.RateLimitRequest{Domain: "sluice", Descriptors: d(entries(KeyRule, "a", KeyID, "x", "sluice_idd", "y"))}, `unknown key "sluice_idd"`},
 		{"unknown unit", &rlsv3.RateLimitRequest{Domain: "sluice", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
 			Entries: entries(KeyRule, "a", KeyID, "x"), Limit: &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5}}}},
@@ -185,7 +185,10 @@ func FuzzShouldRateLimit(f *testing.F) {
 	seed(&rlsv3.RateLimitRequest{Domain: "sluice", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("win", "x", 2, false),
 		windowReturn("win", "x", 1, 1772366460000)}})
 	seed(&rlsv3.RateLimitRequest{Domain: "sluice", Descriptors: []*ratelimitv3.RateLimitDescriptor{chargeDesc("api", "x", 1<<40), chargeDesc("win", "x", 1)}})
-	s := NewServer(Options{Backend: &fakeBackend{}, Rules: &StaticRules{Limits: map[string]redisgcra.Limit{"api": {Rate: 2, Burst: 5}},
+	seed(&rlsv3.RateLimitRequest{Domain: "sluice", HitsAddend: 2, Descriptors: []*ratelimitv3.RateLimitDescriptor{blockDesc("api", "x", 0), blockDesc("win", "x", 3),
+		blockDesc("nope", "y", -1), blockDesc("blocks", "x", 1<<40)}})
+	s := NewServer(Options{Backend: &fakeBackend{}, Rules: &StaticRules{Limits: map[string]redisgcra.Limit{"api": {Rate: 2, Burst: 5},
+		"blocks": {Rate: 2, Burst: 5, BlockSeconds: 60}},
 		Windows: map[string]Window{"win": {Limit: 10, Seconds: 60}}}})
 	f.Fuzz(func(t *testing.T, wire []byte) {
 		var req rlsv3.RateLimitRequest

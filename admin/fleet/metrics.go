@@ -26,6 +26,7 @@ const (
 	DescriptorOverLimit = "over_limit"
 	DescriptorReturn    = "return"    // unused tokens given back
 	DescriptorCharge    = "charge"    // a cost the response reported, taken into the bucket's debt
+	DescriptorBlock     = "block"     // a block op (sluice_op=block), whether it blocked or not
 	DescriptorUnlimited = "unlimited" // unknown rule without a limit override: OK, no limit
 )
 
@@ -40,6 +41,7 @@ type Metrics struct {
 	requests    *prometheus.CounterVec
 	descriptors *prometheus.CounterVec
 	tokens      *prometheus.CounterVec
+	blocks      *prometheus.CounterVec
 	redisErrors *prometheus.CounterVec
 	redisTime   prometheus.Histogram
 	backend     string
@@ -62,12 +64,16 @@ func NewMetricsFor(backend string) *Metrics {
 		}, []string{"result"}),
 		descriptors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_fleet_rls_descriptors_total",
-			Help: "Descriptors answered, by result: ok, over_limit, return (unused tokens given back), charge (a cost the response reported, taken into the bucket's debt), unlimited (no global rule and no limit override: OK without a limit).",
+			Help: "Descriptors answered, by result: ok, over_limit, return (unused tokens given back), charge (a cost the response reported, taken into the bucket's debt), block (a block op after a refused ask, whether it blocked or not), unlimited (no global rule and no limit override: OK without a limit).",
 		}, []string{"result"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_fleet_tokens_total",
 			Help: "Tokens of global rules by rule and decision: granted, denied (asked for and refused), returned, charged (costs the response reported, taken into the bucket's debt, as asked), clamped (the part of those charges the debt's cap, max_debt, dropped). Rule (other) is descriptors with a limit override.",
 		}, []string{"rule", "decision"}),
+		blocks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_fleet_blocks_total",
+			Help: "Blocks put in place by global token-bucket rules with block_seconds, by rule: identities refused while their bucket could not pay, put block_seconds below empty (a block op that found the identity blocked already, or able to pay, is not counted).",
+		}, []string{"rule"}),
 		redisErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_fleet_" + backend + "_errors_total",
 			Help: "Failed " + what + " batches by kind: timeout (the -" + backend + "-timeout budget ran out) or error.",
@@ -81,7 +87,7 @@ func NewMetricsFor(backend string) *Metrics {
 	for _, r := range []string{RequestOK, RequestOverLimit, RequestInvalid, RequestUnavailable} {
 		m.requests.WithLabelValues(r)
 	}
-	for _, r := range []string{DescriptorOK, DescriptorOverLimit, DescriptorReturn, DescriptorCharge, DescriptorUnlimited} {
+	for _, r := range []string{DescriptorOK, DescriptorOverLimit, DescriptorReturn, DescriptorCharge, DescriptorBlock, DescriptorUnlimited} {
 		m.descriptors.WithLabelValues(r)
 	}
 	for _, k := range []string{"timeout", "error"} {
@@ -92,7 +98,7 @@ func NewMetricsFor(backend string) *Metrics {
 
 // Register adds the metrics, and the gauges of s, to reg.
 func (m *Metrics) Register(reg prometheus.Registerer, s *Server) error {
-	cs := []prometheus.Collector{m.requests, m.descriptors, m.tokens, m.redisErrors, m.redisTime}
+	cs := []prometheus.Collector{m.requests, m.descriptors, m.tokens, m.blocks, m.redisErrors, m.redisTime}
 	if s != nil {
 		cs = append(cs,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{

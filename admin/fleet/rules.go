@@ -67,9 +67,9 @@ type ruleSet struct {
 // identity's sluice_id (state.SluiceIDOfKey of an override's key).
 type ruleIdentity struct{ rule, id string }
 
-// IdentityLimit returns the rate and burst that identity id (a sluice_id)
-// of the global token-bucket rule has at now: its override's, if it
-// applies then, or the rule's.
+// IdentityLimit returns the rate, burst, debt and block that identity id
+// (a sluice_id) of the global token-bucket rule has at now: its
+// override's, if it applies then, or the rule's.
 func (p *PolicyRules) IdentityLimit(rule, id string, now time.Time) (redisgcra.Limit, bool) {
 	s := p.cur.Load()
 	if s == nil {
@@ -180,9 +180,12 @@ func globalOverrides(cfg *policy.Config) (map[ruleIdentity]timed[redisgcra.Limit
 			wr := *r // the rule with the override's limits
 			switch {
 			case o.TokenBucket != nil && r.TokenBucket != nil:
-				// The override's rate and burst, the rule's debt: costs,
-				// and so how far below empty they may go, are the rule's.
-				l := redisgcra.Limit{Rate: o.TokenBucket.TokensPerSecond, Burst: o.TokenBucket.Burst, MaxDebt: chargeDebt(r.TokenBucket)}
+				// The override's rate, burst and block (the rule's when
+				// it sets none: the parser fills them in), the rule's
+				// debt: costs, and so how far below empty they may go,
+				// are the rule's.
+				l := redisgcra.Limit{Rate: o.TokenBucket.TokensPerSecond, Burst: o.TokenBucket.Burst, MaxDebt: chargeDebt(r.TokenBucket),
+					BlockSeconds: o.TokenBucket.BlockSeconds}
 				if l.Valid() {
 					limits[k] = timed[redisgcra.Limit]{l, o}
 				}
@@ -257,7 +260,8 @@ func globalBuckets(cfg *policy.Config) (map[string]redisgcra.Limit, []string) {
 		if r.TokenBucket == nil {
 			continue
 		}
-		l := redisgcra.Limit{Rate: r.TokenBucket.TokensPerSecond, Burst: r.TokenBucket.Burst, MaxDebt: chargeDebt(r.TokenBucket)}
+		l := redisgcra.Limit{Rate: r.TokenBucket.TokensPerSecond, Burst: r.TokenBucket.Burst, MaxDebt: chargeDebt(r.TokenBucket),
+			BlockSeconds: r.TokenBucket.BlockSeconds}
 		if !l.Valid() {
 			continue
 		}

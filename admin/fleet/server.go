@@ -299,6 +299,12 @@ func (s *Server) plan(domain string, items []item, now time.Time) (plan, error) 
 	for i, it := range items {
 		l := s.limitFor(it, now)
 		p.limits[i], p.opOf[i] = l, -1
+		if it.block && !l.blocks() {
+			// Nothing to block (a rule that is no longer, or never was,
+			// a global token bucket with block_seconds: the policy may
+			// have changed while the op travelled): answered as a query.
+			it.block, it.hits = false, 0
+		}
 		switch {
 		case l.kind == counted && it.charge && !l.win.chargeable():
 			return plan{}, chargeOfWindow(i, it)
@@ -314,6 +320,12 @@ func (s *Server) plan(domain string, items []item, now time.Time) (plan, error) 
 	return p, nil
 }
 
+// blocks reports whether a block op of a descriptor of limit l blocks:
+// l is a global token bucket of the policy with block_seconds.
+func (l limitOf) blocks() bool {
+	return l.kind == limited && l.global && l.limit.Block() > 0
+}
+
 // chargeOfWindow is the error of descriptors[i], a charge of a global
 // sliding or rolling window: those weigh leases across windows or
 // sub-periods, which a charge after the fact cannot join, so the plugin
@@ -324,11 +336,14 @@ func chargeOfWindow(i int, it item) error {
 }
 
 // bucketOp is the op of a descriptor of a bucket of limit l: a take of its
-// tokens' cost, a return of their credit, or a charge of their cost
-// capped at the bucket's burst plus its debt.
+// tokens' cost, a return of their credit, a charge of their cost capped
+// at the bucket's burst plus its debt, or a block for a refused ask of
+// their cost.
 func bucketOp(domain string, it item, l redisgcra.Limit) redisgcra.Op {
 	op := redisgcra.Op{Key: redisgcra.Key(domain, it.rule, it.id), Tau: l.Tau()}
 	switch {
+	case it.block:
+		op.Block, op.Amount = l.Block(), l.Cost(it.hits)
 	case it.ret:
 		op.Return, op.Amount = true, l.Credit(it.hits)
 	case it.charge:
@@ -438,13 +453,14 @@ func (s *Server) run(ctx context.Context, ops []redisgcra.Op) ([]redisgcra.Outco
 // before the answer, and undoes its charges (the caller counts the call
 // as failed and sends its charges again). A failure leaves them taken (an
 // under-admission, as before the fix; never an over-admission), and is
-// logged.
+// logged. Blocks stay: the caller sends them again, and a block op sent
+// again finds the bucket below empty and changes nothing.
 func (s *Server) giveBack(ctx context.Context, items []item, p plan, outs []redisgcra.Outcome) {
 	var ops []redisgcra.Op
 	for i, it := range items {
 		j := p.opOf[i]
-		if j < 0 || it.ret || !outs[j].Allowed || it.hits == 0 {
-			continue
+		if j < 0 || it.ret || it.block || !outs[j].Allowed || it.hits == 0 {
+			continue // a block is never undone: the identity was refused
 		}
 		if op, ok := undoOp(p.ops[j], outs[j], p.limits[i].limit, it.hits); ok {
 			ops = append(ops, op)
@@ -552,7 +568,7 @@ func (s *Server) answer(domain, node string, now time.Time, items []item, p plan
 			result = DescriptorUnlimited
 		case denyAll:
 			st.CurrentLimit = overrideLimit(it.rule, l)
-			if !it.ret && it.hits > 0 {
+			if !it.ret && !it.block && it.hits > 0 {
 				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			}
 		case counted:
@@ -590,6 +606,13 @@ func (s *Server) answer(domain, node string, now time.Time, items []item, p plan
 		case it.charge:
 			result = DescriptorCharge
 			st.Code = rlsv3.RateLimitResponse_OK // a charge is never refused
+		case it.block:
+			// OVER_LIMIT when, and only when, this op put the block in
+			// place (the op's outcome refused).
+			result = DescriptorBlock
+			if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+				resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+			}
 		case st.Code == rlsv3.RateLimitResponse_OVER_LIMIT:
 			result = DescriptorOverLimit
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
@@ -607,6 +630,18 @@ func (s *Server) count(domain, node string, now time.Time, it item, l limitOf, c
 	}
 	var c tokenCounts
 	decision := "granted"
+	if it.block {
+		// No tokens: a block op counts the blocks it put in place (only
+		// ever of a global rule's bucket).
+		if code == rlsv3.RateLimitResponse_OVER_LIMIT {
+			c.blocked = 1
+			s.metrics.blocks.WithLabelValues(ruleLabel(it, l)).Inc()
+		}
+		if l.global {
+			s.fleet.record(usageKey{domain, it.rule, node}, now, c)
+		}
+		return
+	}
 	switch {
 	case it.ret:
 		c.returned, decision = it.hits, "returned"

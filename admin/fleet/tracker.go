@@ -42,9 +42,11 @@ type usageSlot struct {
 }
 
 // tokenCounts are one descriptor's (or a slot's) tokens by what became of
-// them: leased, refused, given back, or charged after a response.
+// them: leased, refused, given back, or charged after a response; and the
+// blocks put in place (a count of blocks, not of tokens).
 type tokenCounts struct {
 	granted, denied, returned, charged uint64
+	blocked                            uint64
 }
 
 func (c *tokenCounts) add(o tokenCounts) {
@@ -52,6 +54,7 @@ func (c *tokenCounts) add(o tokenCounts) {
 	c.denied += o.denied
 	c.returned += o.returned
 	c.charged += o.charged
+	c.blocked += o.blocked
 }
 
 func newTracker() *tracker {
@@ -145,7 +148,9 @@ type RuleUsage struct {
 	Domain, Rule string
 	// Per second over the last usageSlots complete seconds, all nodes.
 	GrantedPerSecond, DeniedPerSecond, ReturnedPerSecond, ChargedPerSecond float64
-	Nodes                                                                  []NodeUsage
+	// BlockedPerSecond: blocks put in place (sluice_op=block), not tokens.
+	BlockedPerSecond float64
+	Nodes            []NodeUsage
 }
 
 // NodeUsage is one node's use of a rule.
@@ -155,7 +160,10 @@ type NodeUsage struct {
 	// Over the last usageSlots seconds; Charged: response costs its pools
 	// could not pay.
 	Granted, Denied, Returned, Charged uint64
-	LastSeen                           time.Time
+	// Blocked: the blocks its calls put in place (identities kept out for
+	// the rule's block_seconds), over the same seconds.
+	Blocked  uint64
+	LastSeen time.Time
 }
 
 // snapshot returns the usage per (domain, rule), sorted, with the
@@ -175,7 +183,7 @@ func (t *tracker) snapshot(now time.Time) []RuleUsage {
 				sum.add(s.tokenCounts)
 			}
 		}
-		nu.Granted, nu.Denied, nu.Returned, nu.Charged = sum.granted, sum.denied, sum.returned, sum.charged
+		nu.Granted, nu.Denied, nu.Returned, nu.Charged, nu.Blocked = sum.granted, sum.denied, sum.returned, sum.charged, sum.blocked
 		r := byRule[rk{k.domain, k.rule}]
 		if r == nil {
 			r = &RuleUsage{Domain: k.domain, Rule: k.rule}
@@ -185,6 +193,7 @@ func (t *tracker) snapshot(now time.Time) []RuleUsage {
 		r.DeniedPerSecond += float64(nu.Denied) / usageSlots
 		r.ReturnedPerSecond += float64(nu.Returned) / usageSlots
 		r.ChargedPerSecond += float64(nu.Charged) / usageSlots
+		r.BlockedPerSecond += float64(nu.Blocked) / usageSlots
 		r.Nodes = append(r.Nodes, nu)
 	}
 	out := make([]RuleUsage, 0, len(byRule))

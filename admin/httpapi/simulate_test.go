@@ -514,6 +514,12 @@ func TestSimulateSaysARefusalBlocks(t *testing.T) {
 	if r := rulesOf(t, m, 0)[0]; r["blocked"] != nil {
 		t.Errorf("an admitted request: %v", r)
 	}
+	// A global rule blocks too: the rate limit service keeps its block.
+	global := `{"fleet":{"cluster":"rls"},` + strings.Replace(pol[1:], `"algorithm":"token_bucket"`, `"algorithm":"token_bucket","scope":"global"`, 1)
+	_, m = simulateCall(t, e, `{"policy":`+global+`,"request":{"headers":{"x-user":"u","x-cost":"5"}}}`)
+	if r := rulesOf(t, m, 0)[0]; r["global"] != true || r["blocked"] != true {
+		t.Errorf("a global rule's refusal: %v", r)
+	}
 }
 
 func TestSimulatorFormSaysARefusalBlocksAndTakesAConnection(t *testing.T) {

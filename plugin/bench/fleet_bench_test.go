@@ -85,6 +85,13 @@ func BenchmarkFleet(b *testing.B) {
 		Run(b, Case{Wasm: pluginWasm(b), Config: fleetOverridden(), Floor: pluginWasm(b), FloorConfig: fleetLimits,
 			Request: same(Headers("x-api-key", "k1")), Rejected: &no, HTTPCalls: grantAll})
 	})
+	// The global rule blocking the clients it refuses (block_seconds)
+	// against the same rule without: an admitted request pays from its
+	// pool either way; only a request-path ask carries the block.
+	b.Run("global-blocking-over-global", func(b *testing.B) {
+		Run(b, Case{Wasm: pluginWasm(b), Config: blocking(fleetLimits), Floor: pluginWasm(b), FloorConfig: fleetLimits,
+			Request: same(Headers("x-api-key", "k1")), Rejected: &no, HTTPCalls: grantAll})
+	})
 	if path := os.Getenv("SLUICE_BENCH_FLOOR_WASM"); path != "" {
 		b.Run("global-over-floor-wasm", func(b *testing.B) {
 			other, err := os.ReadFile(path)
@@ -107,6 +114,13 @@ func fleetOverridden() string {
 	ov.WriteString(`{"key": "k1", "algorithm_config": {"rps": 2e6, "burst": 2e9}}`)
 	const open = `"algorithm_config": {"rps": 1e6, "burst": 1e9}}`
 	return strings.Replace(fleetLimits, open, `"algorithm_config": {"rps": 1e6, "burst": 1e9}, "overrides": [`+ov.String()+`]}`, 1)
+}
+
+// blocking makes the "open" rule of config block a refused client for
+// ten minutes.
+func blocking(config string) string {
+	const open = `"algorithm_config": {"rps": 1e6, "burst": 1e9}}`
+	return strings.Replace(config, open, `"algorithm_config": {"rps": 1e6, "burst": 1e9, "block_seconds": 600}}`, 1)
 }
 
 // charged makes the "open" rule of config charge what the response

@@ -481,6 +481,7 @@ func (p *pluginContext) fetchForRequest(h *httpContext, apps []application) bool
 		}
 		pk := poolRef{rule: a.rule.name, id: a.fl.id, fp: a.fp}
 		fs.addOwed(batch, a.rule, pk) // the debt first: the ask is decided after it
+		p.addBlock(batch, a, pk)      // then the block: fleet_block.go
 		ask := p.requestAsk(a, int64(fs.nowMS()))
 		batch.add(a.rule, pk, opFetch, ask, a.fl.pool.Spent)
 		a.rule.fleet.m.fetches.inc()

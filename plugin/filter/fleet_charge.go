@@ -199,36 +199,51 @@ func (p *pluginContext) flushOwed(now int64) {
 	}
 }
 
-// chargeRetryMS is how long charges are held after the service refused
-// them as an operation it does not know.
-const chargeRetryMS = 60_000
+// opRetryMS is how long an operation is held after the service refused
+// it as one it does not know.
+const opRetryMS = 60_000
 
-// refusesCharges reports whether a call's gRPC error says the service does
-// not know the charge operation: an admin older than the plugin (mid
+// refusedOp reads a call's gRPC error: an admin older than the plugin (mid
 // rolling upgrade) refuses the whole call with INVALID_ARGUMENT naming the
-// descriptor's sluice_op "charge".
-func refusesCharges(grpcStatus, grpcMessage string) bool {
-	return grpcStatus == "3" && strings.Contains(grpcMessage, `sluice_op "charge"`)
+// descriptor's sluice_op it does not know, "charge" or "block". opFetch:
+// neither.
+func refusedOp(grpcStatus, grpcMessage string) fleetOp {
+	switch {
+	case grpcStatus != "3":
+	case strings.Contains(grpcMessage, `sluice_op "charge"`):
+		return opCharge
+	case strings.Contains(grpcMessage, `sluice_op "block"`):
+		return opBlock
+	}
+	return opFetch
 }
 
-func (b *syncBatch) hasCharges() bool {
-	return slices.ContainsFunc(b.items, func(it batchItem) bool { return it.op == opCharge })
+// has reports whether the call carries an operation op.
+func (b *syncBatch) has(op fleetOp) bool {
+	return slices.ContainsFunc(b.items, func(it batchItem) bool { return it.op == op })
 }
 
-// resendWithoutCharges handles a call refused for its charges: they are
-// owed again and held for chargeRetryMS, so that the other operations of
-// this VM (asks, refills, returns) go on against an older admin instead of
+// resendWithout handles a call refused for an operation the service does
+// not know (op: opCharge or opBlock). Charges are owed again and held for
+// opRetryMS; blocks are dropped and not sent for as long (a block is the
+// one write of a refusal, never retried). So the other operations of this
+// VM (asks, refills, returns) go on against an older admin instead of
 // failing with them; the rest of the call goes out again at once, for the
 // same waiting requests. False when there is no rest, or it could not be
 // sent (dispatch then counted the failure): the call is then finished.
-func (p *pluginContext) resendWithoutCharges(batch *syncBatch, now int64) bool {
+func (p *pluginContext) resendWithout(batch *syncBatch, op fleetOp, now int64) bool {
 	fs := &p.vm.fleet
-	fs.oweAgain(batch)
-	fs.chargesHeldUntilMS = now + chargeRetryMS
-	p.vm.logLimited(logFleet, `sluice: fleet: the rate limit service refuses charges (sluice_op "charge"; an admin older than this plugin?): response costs beyond the leases are kept and sent again in 60 s; upgrade the admins`)
+	if op == opCharge {
+		fs.oweAgain(batch)
+		fs.chargesHeldUntilMS = now + opRetryMS
+		p.vm.logLimited(logFleet, `sluice: fleet: the rate limit service refuses charges (sluice_op "charge"; an admin older than this plugin?): response costs beyond the leases are kept and sent again in 60 s; upgrade the admins`)
+	} else {
+		fs.blocksHeldUntilMS = now + opRetryMS
+		p.vm.logLimited(logFleet, `sluice: fleet: the rate limit service refuses blocks (sluice_op "block"; an admin older than this plugin?): global rules do not block for 60 s; upgrade the admins`)
+	}
 	rest := &syncBatch{pending: batch.pending, requestPath: batch.requestPath}
 	for _, it := range batch.items {
-		if it.op != opCharge {
+		if it.op != op {
 			rest.items = append(rest.items, it)
 		}
 	}

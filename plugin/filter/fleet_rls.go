@@ -56,8 +56,11 @@ func (p *pluginContext) dispatch(batch *syncBatch) bool {
 	for i, it := range batch.items {
 		d := &req.Descriptors[i]
 		d.Entries = []rls.Entry{{Key: "sluice_rule", Value: it.rule.name}, {Key: "sluice_id", Value: string(it.ref.id[:])}}
-		if it.op == opCharge {
+		switch it.op {
+		case opCharge:
 			d.Entries = append(d.Entries, rls.Entry{Key: "sluice_op", Value: "charge"})
+		case opBlock:
+			d.Entries = append(d.Entries, rls.Entry{Key: "sluice_op", Value: "block"})
 		}
 		if it.op == opReturn {
 			d.Entries = append(d.Entries, rls.Entry{Key: "sluice_op", Value: "return"})
@@ -122,9 +125,9 @@ func (p *pluginContext) onRLSResponse(batch *syncBatch, nh, nb, nt int) {
 		p.finishBatch(batch, now)
 		return
 	}
-	size, err, refusesCharge := p.readRLSResponse(nh, nb, nt, len(batch.items))
-	if err != "" && refusesCharge && batch.hasCharges() {
-		if p.resendWithoutCharges(batch, now) { // fleet_charge.go
+	size, err, refused := p.readRLSResponse(nh, nb, nt, len(batch.items))
+	if err != "" && refused != opFetch && batch.has(refused) {
+		if p.resendWithout(batch, refused, now) { // fleet_charge.go
 			return // the rest of the call answers the same requests
 		}
 	} else if err != "" {
@@ -162,14 +165,15 @@ func (p *pluginContext) finishBatch(batch *syncBatch, now int64) {
 // readRLSResponse checks the HTTP and gRPC status and decodes the
 // response into vm.fleet.resp. It returns the x-sluice-fleet-size (0 if
 // absent), an error text ("" when fine), and whether the error is the
-// service refusing charges (refusesCharges).
-func (p *pluginContext) readRLSResponse(nh, nb, nt, want int) (int, string, bool) {
+// service refusing an operation it does not know (refusedOp; opFetch when
+// not).
+func (p *pluginContext) readRLSResponse(nh, nb, nt, want int) (int, string, fleetOp) {
 	if nh == 0 {
-		return 0, "no response: the call timed out or the cluster could not reach the service (a gRPC rate limit service needs an HTTP/2 cluster)", false
+		return 0, "no response: the call timed out or the cluster could not reach the service (a gRPC rate limit service needs an HTTP/2 cluster)", opFetch
 	}
 	hs, err := httpCallResponseHeaders()
 	if err != nil {
-		return 0, "response headers: " + err.Error(), false
+		return 0, "response headers: " + err.Error(), opFetch
 	}
 	status, grpcStatus, grpcMessage, size := "", "", "", 0
 	for _, h := range hs {
@@ -200,30 +204,30 @@ func (p *pluginContext) readRLSResponse(nh, nb, nt, want int) (int, string, bool
 	}
 	switch {
 	case status != "200":
-		return 0, "HTTP status " + limitText(status), false
+		return 0, "HTTP status " + limitText(status), opFetch
 	case grpcStatus == "":
-		return 0, "no grpc-status", false
+		return 0, "no grpc-status", opFetch
 	case grpcStatus != "0":
-		return 0, grpcStatusText(grpcStatus, grpcMessage), refusesCharges(grpcStatus, grpcMessage)
+		return 0, grpcStatusText(grpcStatus, grpcMessage), refusedOp(grpcStatus, grpcMessage)
 	case nb > rls.MaxMessage+5:
-		return 0, "response too large", false
+		return 0, "response too large", opFetch
 	}
 	body, err := httpCallResponseBody(0, nb)
 	if err != nil && nb > 0 {
-		return 0, "response body: " + err.Error(), false
+		return 0, "response body: " + err.Error(), opFetch
 	}
 	msg, ferr := rls.Unframe(body)
 	if ferr != nil {
-		return 0, ferr.Error(), false
+		return 0, ferr.Error(), opFetch
 	}
 	fs := &p.vm.fleet
 	if derr := fs.resp.Unmarshal(msg); derr != nil {
-		return 0, derr.Error(), false
+		return 0, derr.Error(), opFetch
 	}
 	if len(fs.resp.Statuses) != want {
-		return 0, "expected " + strconv.Itoa(want) + " descriptor statuses, got " + strconv.Itoa(len(fs.resp.Statuses)), false
+		return 0, "expected " + strconv.Itoa(want) + " descriptor statuses, got " + strconv.Itoa(len(fs.resp.Statuses)), opFetch
 	}
-	return size, "", false
+	return size, "", opFetch
 }
 
 // grpcCodes names the gRPC status codes, by number.
@@ -262,6 +266,10 @@ func (p *pluginContext) applyStatus(it *batchItem, st *rls.Status, now, sentMS i
 		m.charged.add(uint64(it.amount)) // never refused: the service takes it into its debt
 		return
 	}
+	if it.op == opBlock {
+		p.blockAnswered(it, st, now) // fleet_block.go
+		return
+	}
 	e := p.vm.fleet.hot[hotKeyFleet{rule: it.rule.name, id: it.ref.id}]
 	if st.Code == rls.CodeOK {
 		m.granted.add(uint64(it.amount))
@@ -291,11 +299,18 @@ func (p *pluginContext) applyStatus(it *batchItem, st *rls.Status, now, sentMS i
 	if st.LimitRemaining > 0 {
 		wait = 0 // tokens remain: the next ask, sized by the hint, may succeed
 	}
+	if it.rule.blockSecs > 0 {
+		wait = max(wait, belowEmptyMS(it.rule, st, 0)) // a block, or debt: no ask can succeed before it ends
+	}
 	p.updatePool(it, now, func(pl *state.Pool) {
 		if pl.Mode != state.PoolLease || pl.Stamp <= now || it.rule.fleet.otherWindow(pl.Stamp, until) {
 			*pl = state.Pool{Mode: state.PoolLease, Stamp: until, Spent: pl.Spent}
 		}
-		pl.DenyUntil = now + wait
+		if it.rule.blockSecs > 0 {
+			keepDenial(pl, now+wait) // fleet_block.go: a block answered first in this call stays whole
+		} else {
+			pl.DenyUntil = now + wait
+		}
 	})
 }
 

@@ -51,6 +51,9 @@ type fleetState struct {
 	// chargesHeldUntilMS: until then, owed charges are not sent: the
 	// service refused them as an operation it does not know.
 	chargesHeldUntilMS int64
+	// blocksHeldUntilMS: until then, no block is sent (fleet_block.go),
+	// for the same reason.
+	blocksHeldUntilMS int64
 }
 
 // hotKeyFleet identifies a pool this VM spent from.
@@ -97,6 +100,7 @@ const (
 	opFetch fleetOp = iota
 	opReturn
 	opCharge // a response's cost the pool could not pay (fleet_charge.go)
+	opBlock  // block the identity if its bucket cannot pay a request (fleet_block.go)
 )
 
 type batchItem struct {

@@ -211,8 +211,6 @@ func (p *parser) globalOverride(path string, r *Rule, o *Override) bool {
 		}
 	case o.Quota != nil:
 		p.checkGlobalCount(join(cfgPath, "limit"), o.Quota.Limit)
-	case o.TokenBucket != nil && o.TokenBucket.BlockSeconds > 0:
-		p.errorf(join(cfgPath, "block_seconds"), `blocking is not supported on a "global" rule: the rate limit service decides its refusals; remove block_seconds`)
 	}
 	return len(p.errs) == before
 }

@@ -189,9 +189,6 @@ func (p *parser) checkScopeAlgorithm(path string, r *Rule) {
 		if r.TokenBucket.MaxDelayMS > 0 {
 			p.errorf(join(cfgPath, "max_delay_ms"), `delayed admission is not supported on a "global" rule; remove max_delay_ms or make the rule "local"`)
 		}
-		if r.TokenBucket.BlockSeconds > 0 {
-			p.errorf(join(cfgPath, "block_seconds"), `blocking is not supported on a "global" rule: the rate limit service decides its refusals; remove block_seconds or make the rule "local"`)
-		}
 	case r.Algorithm == AlgorithmConcurrency:
 		p.errorf(join(path, "scope"), `"global" is not supported by a concurrency rule: requests in flight are counted per Envoy process; make the rule "local"`)
 	case r.Window != nil:

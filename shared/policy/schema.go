@@ -186,7 +186,7 @@ func schemaProperties() map[string]obj {
 				"description": "Delayed admission: a request that would wait at most this many milliseconds for its tokens reserves them and is held until then instead of rejected; 0 = off."},
 			"max_debt": maxDebt("burst"),
 			"block_seconds": obj{"type": "integer", "minimum": 0, "maximum": MaxBlockSeconds, "default": 0,
-				"description": "Once the rule refuses an identity (its bucket empty), refuse it for this many seconds more, whatever it sends; 0 = off. Not with max_delay_ms, nor on a global rule."},
+				"description": "Once the rule refuses an identity (its bucket empty), refuse it for this many seconds more, whatever it sends; 0 = off. Not with max_delay_ms. On a global rule the rate limit service keeps the block for the whole fleet."},
 		},
 		"quota": {
 			"limit": obj{"type": "number", "exclusiveMinimum": 0, "maximum": MaxBurst,

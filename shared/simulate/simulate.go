@@ -539,7 +539,7 @@ type blocker struct {
 // mayBlock keeps what a refusal by rule r (its limits tb, after overrides)
 // needs to block the identity, when r blocks.
 func (rr *RuleResult) mayBlock(r *policy.Rule, tb limiter.TokenBucket, refill state.Bucket, cost float64) {
-	if rr.Decision.Allowed || r.TokenBucket == nil || r.TokenBucket.BlockSeconds <= 0 || rr.Global {
+	if rr.Decision.Allowed || r.TokenBucket == nil || r.TokenBucket.BlockSeconds <= 0 {
 		return
 	}
 	rr.blocker = &blocker{tb: tb, refill: refill, cost: cost, seconds: float64(r.TokenBucket.BlockSeconds)}

@@ -14,8 +14,8 @@ import (
 )
 
 // The two backends answer every call alike: random calls of one to six
-// ops (bucket takes, returns, charges and queries under bursts and debts
-// that change; fixed window takes, returns, charges and queries under
+// ops (bucket takes, returns, charges, blocks and queries under bursts,
+// debts and blocks that change; fixed window takes, returns, charges and queries under
 // caps that change; sliding window and rolling window takes, returns and queries,
 // several in one call, of one identity and of others) go to a Redis
 // server and to PostgreSQL, and each op's outcome must be the same. A
@@ -62,6 +62,7 @@ func TestRandomCallsAgreeWithTheRedisScripts(t *testing.T) {
 	for _, path := range []string{
 		"bucket-take granted", "bucket-take refused", "bucket-return granted", "bucket-query granted",
 		"bucket-charge granted", "bucket-charge clamped",
+		"bucket-block granted", "bucket-block refused", // left as it was; blocked
 		"fixed-take granted", "fixed-take refused", "fixed-return granted",
 		"fixed-charge granted", "fixed-charge clamped",
 		"sliding-take granted", "sliding-take refused", "sliding-query granted",
@@ -106,6 +107,8 @@ func kindOf(op redisgcra.Op) string {
 		return kind + "-return"
 	case op.Charge && op.Amount > 0:
 		return kind + "-charge"
+	case op.Block > 0:
+		return kind + "-block"
 	case op.Amount == 0:
 		return kind + "-query"
 	}
@@ -119,6 +122,8 @@ func describe(op redisgcra.Op, base int64) string {
 		s += fmt.Sprintf(" cap %d", op.Limit)
 	case op.Charge:
 		s = fmt.Sprintf("%s %s amount %d units, burst and debt %d units", kindOf(op), op.Key, op.Amount/unit, op.Tau/unit)
+	case op.Block > 0:
+		s = fmt.Sprintf("%s %s amount %d units, burst %d units, block %d units", kindOf(op), op.Key, op.Amount/unit, op.Tau/unit, op.Block/unit)
 	case !op.Counter:
 		s = fmt.Sprintf("%s %s amount %d units, burst %d units", kindOf(op), op.Key, op.Amount/unit, op.Tau/unit)
 	case op.Rolling:
@@ -189,9 +194,14 @@ func (g *callGen) op() redisgcra.Op {
 	case 0:
 		tau := int64([]int{3, 5, 8}[g.rng.IntN(3)]) * unit
 		op := redisgcra.Op{Key: redisgcra.Key("sluice", "bucket", id), Amount: amount * unit, Tau: tau, Return: ret}
-		if !ret && g.rng.IntN(3) == 0 {
+		switch k := g.rng.IntN(6); {
+		case ret:
+		case k < 2:
 			// A charge: its cap the burst plus a debt of 0 to 3 units.
 			op.Charge, op.Tau = true, tau+int64(g.rng.IntN(4))*unit
+		case k == 2:
+			// A block of 1 to 3 units after a refused ask of 1 to 4.
+			op.Block, op.Amount = int64(1+g.rng.IntN(3))*unit, int64(1+g.rng.IntN(4))*unit
 		}
 		return op
 	case 1:

@@ -179,7 +179,7 @@ func warmUp(ctx context.Context, c *pgx.Conn) error {
 		sql  string
 		args []any
 	}{
-		{callSQL, []any{[]string{""}, zero, zero, []bool{false}, []bool{false}}},
+		{callSQL, []any{[]string{""}, zero, zero, []bool{false}, []bool{false}, zero}},
 		{windowSQL, windowWarmUp()},
 	} {
 		rows, err := tx.Query(ctx, q.sql, q.args...)
@@ -257,7 +257,7 @@ func (b *Buckets) Retries(reason string) float64 {
 	return m.GetCounter().GetValue()
 }
 
-const callSQL = `SELECT allowed, backlog, now_us, charged FROM ` + functionTake + `($1, $2, $3, $4, $5)`
+const callSQL = `SELECT allowed, backlog, now_us, charged FROM ` + functionTake + `($1, $2, $3, $4, $5, $6)`
 
 // Run applies ops in one round trip, in redisgcra.Order, and returns their
 // outcomes in the call's order.
@@ -327,10 +327,13 @@ type bucketArgs struct {
 	taus    []int64
 	rets    []bool
 	charges []bool
+	blocks  []int64
 }
 
 // args are the bucket function's arguments.
-func (a *bucketArgs) args() []any { return []any{a.keys, a.amounts, a.taus, a.rets, a.charges} }
+func (a *bucketArgs) args() []any {
+	return []any{a.keys, a.amounts, a.taus, a.rets, a.charges, a.blocks}
+}
 
 func newCall(ops []redisgcra.Op) call {
 	c := call{n: len(ops)}
@@ -341,7 +344,7 @@ func newCall(ops []redisgcra.Op) call {
 		a := &c.buckets
 		a.at = append(a.at, i)
 		a.keys, a.amounts, a.taus = append(a.keys, op.Key), append(a.amounts, op.Amount), append(a.taus, op.Tau)
-		a.rets, a.charges = append(a.rets, op.Return), append(a.charges, op.Charge)
+		a.rets, a.charges, a.blocks = append(a.rets, op.Return), append(a.charges, op.Charge), append(a.blocks, op.Block)
 	}
 	c.windows = newWindowArgs(ops)
 	return c

@@ -285,13 +285,14 @@ func TestSchemaVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 	versions, err = pgx.CollectRows(rows, pgx.RowTo[int])
-	if err != nil || !slices.Equal(versions, []int{1, 2, 3, 4, 5}) {
-		t.Fatalf("schema versions %v %v, want [1 2 3 4 5]", versions, err)
+	if err != nil || !slices.Equal(versions, []int{1, 2, 3, 4, 5, 6}) {
+		t.Fatalf("schema versions %v %v, want [1 2 3 4 5 6]", versions, err)
 	}
 	// Objects lost (a restore without them, a DROP by hand): created again
 	// by the next call, which succeeds.
 	if _, err := b.Pool().Exec(context.Background(), `DROP TABLE sluice_fleet_buckets; DROP FUNCTION sluice_fleet_gcra(text[], bigint[], bigint[], boolean[]),
-		sluice_fleet_gcra(text[], bigint[], bigint[], boolean[], boolean[]); DROP TABLE sluice_fleet_windows; DROP FUNCTION `+windowFunctions); err != nil {
+		sluice_fleet_gcra(text[], bigint[], bigint[], boolean[], boolean[]),
+		sluice_fleet_gcra(text[], bigint[], bigint[], boolean[], boolean[], bigint[]); DROP TABLE sluice_fleet_windows; DROP FUNCTION `+windowFunctions); err != nil {
 		t.Fatal(err)
 	}
 	limit := redisgcra.Limit{Rate: 1, Burst: 1}
@@ -324,7 +325,8 @@ func TestSchemaUpgradeAddsChargesAndKeepsTheOldBucketFunction(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Back to version 3, as an admin of that version left it.
-	if _, err := old.Pool().Exec(ctx, `DROP FUNCTION sluice_fleet_gcra(text[], bigint[], bigint[], boolean[], boolean[]);
+	if _, err := old.Pool().Exec(ctx, `DROP FUNCTION sluice_fleet_gcra(text[], bigint[], bigint[], boolean[], boolean[]),
+		sluice_fleet_gcra(text[], bigint[], bigint[], boolean[], boolean[], bigint[]);
 		DELETE FROM sluice_fleet_schema WHERE version >= 4`); err != nil {
 		t.Fatal(err)
 	}
@@ -347,8 +349,8 @@ func TestSchemaUpgradeAddsChargesAndKeepsTheOldBucketFunction(t *testing.T) {
 	old.Close()
 	b := open(t, pg.URL)
 	var functions int
-	if err := b.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_proc WHERE proname = 'sluice_fleet_gcra'`).Scan(&functions); err != nil || functions != 2 {
-		t.Fatalf("%d bucket functions (%v), want the new one and version 3's", functions, err)
+	if err := b.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_proc WHERE proname = 'sluice_fleet_gcra'`).Scan(&functions); err != nil || functions != 3 {
+		t.Fatalf("%d bucket functions (%v), want the new one, version 3's and version 5's", functions, err)
 	}
 	outs, err := b.Run(ctx, []redisgcra.Op{{Key: key, Tau: limit.Tau()}, {Key: key, Amount: limit.Cost(20), Tau: limit.ChargeCap(), Charge: true}})
 	if err != nil {
@@ -359,6 +361,74 @@ func TestSchemaUpgradeAddsChargesAndKeepsTheOldBucketFunction(t *testing.T) {
 	}
 	if ok, backlog := v3(b, limit.Cost(1)); ok || backlog < limit.ChargeCap()-60e6 {
 		t.Errorf("the version 3 function after the upgrade: %v, backlog %d, want the take refused in the debt", ok, backlog)
+	}
+	if n := b.Retries(pggcra.RetrySchema); n != 0 {
+		t.Errorf("%g schema retries: the upgrade should happen at start", n)
+	}
+}
+
+// Blocks as gcra.lua's: a bucket that cannot pay the refused ask is put
+// the burst plus the block below empty, one that can pay or is below
+// empty already is left, returns move a block's TAT back, ops of one call
+// in order, the backlog clamped.
+func TestBlocksAsTheRedisScript(t *testing.T) {
+	b := open(t, fleettest.StartPostgres(t, fleettest.PostgresOptions{}).URL)
+	fleettest.Blocks(t, b.Run, redisgcra.Key("sluice", "blocked", "a"))
+}
+
+// A database of schema version 5 is upgraded by the next admin's start:
+// its buckets kept, blocks answered, and the bucket function of versions
+// 4 and 5 kept for the admins of those versions still running during the
+// upgrade, answering on the same buckets (charges included).
+func TestSchemaUpgradeAddsBlocksAndKeepsTheOldBucketFunction(t *testing.T) {
+	pg := fleettest.StartPostgres(t, fleettest.PostgresOptions{})
+	old := open(t, pg.URL)
+	ctx := context.Background()
+	limit := redisgcra.Limit{Rate: 0.001, Burst: 10, MaxDebt: 5, BlockSeconds: 600}
+	key := redisgcra.Key("sluice", "tb", "A")
+	if _, err := old.Run(ctx, []redisgcra.Op{{Key: key, Amount: limit.Cost(4), Tau: limit.Tau()}}); err != nil {
+		t.Fatal(err)
+	}
+	// Back to version 5, as an admin of that version left it: no
+	// six-argument function, the five-argument one in PL/pgSQL.
+	if _, err := old.Pool().Exec(ctx, `DROP FUNCTION sluice_fleet_gcra(text[], bigint[], bigint[], boolean[], boolean[], bigint[]);
+		DELETE FROM sluice_fleet_schema WHERE version >= 6`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Pool().Exec(ctx, pggcra.MigrationSQL(4)); err != nil {
+		t.Fatal(err)
+	}
+	// A call of version 5's admin: a take or a charge.
+	v5 := func(b *pggcra.Buckets, amount, tau int64, charge bool) (allowed bool, backlog int64) {
+		t.Helper()
+		err := b.Pool().QueryRow(ctx, `SELECT allowed, backlog FROM sluice_fleet_gcra($1, $2, $3, $4, $5)`,
+			[]string{key}, []int64{amount}, []int64{tau}, []bool{false}, []bool{charge}).Scan(&allowed, &backlog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return allowed, backlog
+	}
+	if ok, backlog := v5(old, limit.Cost(1), limit.Tau(), false); !ok || limit.Remaining(backlog) != 5 {
+		t.Fatalf("the version 5 function before the upgrade: %v, %d tokens left, want a grant and 5", ok, limit.Remaining(backlog))
+	}
+	old.Close()
+	b := open(t, pg.URL)
+	var functions int
+	if err := b.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_proc WHERE proname = 'sluice_fleet_gcra'`).Scan(&functions); err != nil || functions != 3 {
+		t.Fatalf("%d bucket functions (%v), want the new one, version 3's and version 5's", functions, err)
+	}
+	outs, err := b.Run(ctx, []redisgcra.Op{{Key: key, Tau: limit.Tau()}, {Key: key, Amount: limit.Cost(6), Tau: limit.Tau(), Block: limit.Block()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if limit.Remaining(outs[0].Backlog) != 5 || outs[1].Allowed || outs[1].Backlog != limit.Tau()+limit.Block() {
+		t.Errorf("after the upgrade: %+v, want the bucket's 5 tokens kept and an ask of 6 blocking it", outs)
+	}
+	if ok, backlog := v5(b, limit.Cost(1), limit.Tau(), false); ok || backlog < limit.Tau()+limit.Block()-60e6 {
+		t.Errorf("the version 5 function after the upgrade: %v, backlog %d, want the take refused in the block", ok, backlog)
+	}
+	if ok, backlog := v5(b, limit.Cost(100), limit.ChargeCap(), true); !ok || backlog != limit.ChargeCap() {
+		t.Errorf("a charge of the version 5 function after the upgrade: %v, backlog %d, want it clamped at %d", ok, backlog, limit.ChargeCap())
 	}
 	if n := b.Retries(pggcra.RetrySchema); n != 0 {
 		t.Errorf("%g schema retries: the upgrade should happen at start", n)

@@ -16,13 +16,13 @@ const (
 	tableSchema    = "sluice_fleet_schema"
 	functionTake   = "sluice_fleet_gcra"
 	functionWindow = "sluice_fleet_window"
-	schemaVersion  = 5
+	schemaVersion  = 6
 )
 
 // schemaObjects are the tables and functions the latest schema version
 // has: when one is missing, every migration runs again.
 var schemaObjects = []struct{ table, function string }{
-	{tableBuckets, functionTake + "(text[], bigint[], bigint[], boolean[], boolean[])"},
+	{tableBuckets, functionTake + "(text[], bigint[], bigint[], boolean[], boolean[], bigint[])"},
 	{tableWindows, functionWindow + "(text[], bigint[], bigint[], bigint[], bigint[], boolean[], smallint[], bigint[], bigint[], bigint[], bigint[], boolean[])"},
 }
 
@@ -608,6 +608,119 @@ LANGUAGE sql AS $fn$
 	FROM sluice_fleet_window(p_keys, p_starts, p_expires, p_amounts, p_limits, p_returns,
 		p_kinds, p_nows, p_lengths, p_oldests, p_caps,
 		array_fill(false, ARRAY[coalesce(cardinality(p_keys), 0)])) AS w
+$fn$;
+`,
+	// 6: blocks (a global token bucket's block_seconds): a bucket function
+	// with p_blocks, and the function of versions 4 and 5 kept, on top of
+	// it, for the admins of those versions still running while the
+	// replicas are upgraded (the function of versions 1 to 3 runs that one).
+	`
+-- One ShouldRateLimit call's bucket ops, as sluice_fleet_gcra of schema
+-- version 4 (the locks, the clock, the takes, the returns and the
+-- charges are the same), with a fourth kind of op: p_blocks[i] > 0 (0 or
+-- NULL for the other ops) blocks the bucket for p_blocks[i] microseconds
+-- after a refused ask of p_amounts[i], exactly as gcra.lua's "block": a
+-- bucket below empty (TAT - now > p_taus[i]: in debt, or blocked
+-- already) or that can pay the ask now (TAT + p_amounts[i] - now <=
+-- p_taus[i]) is left as it is; any other gets TAT = now + p_taus[i] +
+-- p_blocks[i] (the backlog at most 2^52). allowed is false when, and only
+-- when, the op put the block in place.
+CREATE OR REPLACE FUNCTION sluice_fleet_gcra(p_keys text[], p_amounts bigint[], p_taus bigint[],
+	p_returns boolean[], p_charges boolean[], p_blocks bigint[])
+RETURNS TABLE (allowed boolean, backlog bigint, now_us bigint, charged bigint)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+	v_keys text[];      -- the distinct keys, sorted
+	v_tats bigint[];    -- their TATs as the ops change them
+	v_dirty boolean[];  -- changed by an op: written back
+	v_now bigint;
+	v_tat bigint;
+	v_new bigint;
+	i int;
+	j int;
+BEGIN
+	IF coalesce(cardinality(p_keys), 0) = 0 THEN
+		RETURN; -- nothing to do (a connection's warm-up)
+	END IF;
+	-- Lock every bucket, in key order (see version 1).
+	IF cardinality(p_keys) = 1 THEN
+		v_keys := p_keys;
+		INSERT INTO sluice_fleet_buckets AS b (key, tat) VALUES (p_keys[1], 0)
+		ON CONFLICT (key) DO UPDATE SET tat = b.tat
+		RETURNING ARRAY[b.tat] INTO v_tats;
+	ELSE
+		SELECT array_agg(k ORDER BY k COLLATE "C") INTO v_keys
+		FROM (SELECT DISTINCT k FROM unnest(p_keys) AS u(k)) AS d;
+		WITH locked AS (
+			INSERT INTO sluice_fleet_buckets AS b (key, tat)
+			SELECT k, 0 FROM unnest(v_keys) AS u(k) ORDER BY k COLLATE "C"
+			ON CONFLICT (key) DO UPDATE SET tat = b.tat
+			RETURNING b.key, b.tat)
+		SELECT array_agg(l.tat ORDER BY l.key COLLATE "C") INTO v_tats FROM locked AS l;
+	END IF;
+
+	v_now := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+	v_dirty := array_fill(false, ARRAY[cardinality(v_keys)]);
+	now_us := v_now;
+
+	FOR i IN 1 .. cardinality(p_keys) LOOP
+		j := array_position(v_keys, p_keys[i]);
+		v_tat := greatest(v_tats[j], v_now);
+		allowed := true;
+		charged := 0;
+		IF p_returns[i] THEN
+			-- A credit moves the TAT back, never before now.
+			v_new := greatest(v_tat - p_amounts[i], v_now);
+		ELSIF coalesce(p_charges[i], false) THEN
+			-- Unconditional, into debt, capped, never moving back.
+			v_new := greatest(least(v_tat + p_amounts[i], v_now + p_taus[i]), v_tat);
+			charged := v_new - v_tat;
+		ELSIF coalesce(p_blocks[i], 0) > 0 THEN
+			-- Below empty already (never lengthened), or able to pay:
+			-- unchanged. Else blocked.
+			v_new := v_tat;
+			IF v_tat - v_now <= p_taus[i] AND v_tat + p_amounts[i] - v_now > p_taus[i] THEN
+				v_new := v_now + least(p_taus[i] + p_blocks[i], 4503599627370496);
+				allowed := false;
+			END IF;
+		ELSE
+			-- All or nothing; asking for none is a query and always OK.
+			v_new := v_tat + p_amounts[i];
+			IF p_amounts[i] > 0 AND v_new - v_now > p_taus[i] THEN
+				allowed := false;
+				v_new := v_tat;
+			END IF;
+		END IF;
+		IF v_new <> v_tat OR p_returns[i] THEN
+			v_tats[j] := v_new;
+			v_dirty[j] := true;
+		END IF;
+		backlog := v_new - v_now;
+		RETURN NEXT;
+	END LOOP;
+
+	IF cardinality(v_keys) = 1 THEN
+		IF v_dirty[1] THEN
+			UPDATE sluice_fleet_buckets SET tat = v_tats[1] WHERE key = v_keys[1];
+		END IF;
+	ELSE
+		UPDATE sluice_fleet_buckets AS b SET tat = u.tat
+		FROM unnest(v_keys, v_tats, v_dirty) AS u(key, tat, dirty)
+		WHERE u.dirty AND b.key = u.key;
+	END IF;
+END
+$fn$;
+
+-- The bucket function of versions 4 and 5 (no blocks), for admins of
+-- those versions during an upgrade: the function above, without blocks.
+-- The four-argument function of versions 1 to 3 calls this one.
+CREATE OR REPLACE FUNCTION sluice_fleet_gcra(p_keys text[], p_amounts bigint[], p_taus bigint[],
+	p_returns boolean[], p_charges boolean[])
+RETURNS TABLE (allowed boolean, backlog bigint, now_us bigint, charged bigint)
+LANGUAGE sql AS $fn$
+	SELECT g.allowed, g.backlog, g.now_us, g.charged
+	FROM sluice_fleet_gcra(p_keys, p_amounts, p_taus, p_returns, p_charges,
+		array_fill(0::bigint, ARRAY[coalesce(cardinality(p_keys), 0)])) AS g
 $fn$;
 `,
 }

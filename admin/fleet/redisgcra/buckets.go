@@ -46,6 +46,16 @@ type Op struct {
 	// limit plus the debt allowed). Neither ever moves back. Always
 	// allowed.
 	Charge bool
+	// Block, when > 0, makes the op a block of a bucket (not a counter,
+	// a return or a charge) for a refused ask of Amount (Limit.Cost of
+	// its tokens): Block is the block's length in microseconds
+	// (Limit.Block), Tau the bucket's. A bucket below empty (TAT - now >
+	// Tau: in debt, or blocked already) or able to pay Amount now (TAT +
+	// Amount - now <= Tau) is left as it is; any other is put Block below
+	// empty: TAT = now + Tau + Block (at most now + MaxMicros). The
+	// outcome is refused (Allowed false) when, and only when, the op put
+	// the block in place.
+	Block int64
 	// Counter makes the op a window counter's (window.lua): at most
 	// Limit requests per window, the key expiring at ExpireAtMS (unix ms).
 	Counter    bool
@@ -72,7 +82,7 @@ type Op struct {
 
 // Outcome is the result of one Op.
 type Outcome struct {
-	Allowed bool  // the tokens were taken (always true for a return)
+	Allowed bool  // the tokens were taken (always true for a return); for a block, false when it put the block in place
 	Backlog int64 // TAT - now after the op, microseconds: the time until the bucket is full again (0 for a counter)
 	Now     int64 // Redis TIME when the op ran, microseconds since the epoch
 	// Charged is what a charge added: microseconds to a bucket's TAT,
@@ -267,12 +277,16 @@ func (b *Buckets) retryNotRun(ctx context.Context, ops []Op, cmds []*redis.Cmd) 
 }
 
 // Check refuses ops no script can run: a charge of a sliding or rolling
-// window (only a bucket, a fixed window or a quota is charged). Both
-// backends check a call before running any of it.
+// window (only a bucket, a fixed window or a quota is charged), a block
+// of anything but a bucket, or of a negative length. Both backends check
+// a call before running any of it.
 func Check(ops []Op) error {
 	for _, op := range ops {
 		if op.Charge && (op.Return || op.Counter && (op.Rolling || op.PrevKey != "")) {
 			return fmt.Errorf("op on %q: a charge applies to a bucket, a fixed window or a quota, and is not a return", op.Key)
+		}
+		if op.Block < 0 || op.Block > 0 && (op.Counter || op.Return || op.Charge) {
+			return fmt.Errorf("op on %q: a block applies to a bucket, for a positive time, and is neither a return nor a charge", op.Key)
 		}
 	}
 	return nil
@@ -281,6 +295,8 @@ func Check(ops []Op) error {
 // opScript returns the script of op, its keys and arguments.
 func opScript(op Op) (*redis.Script, []string, []any) {
 	switch {
+	case !op.Counter && op.Block > 0:
+		return script, []string{op.Key}, []any{op.Amount, op.Tau, "block", op.Block}
 	case !op.Counter:
 		return script, []string{op.Key}, []any{op.Amount, op.Tau, bucketMode(op)}
 	case op.Rolling:

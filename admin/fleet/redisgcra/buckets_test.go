@@ -227,3 +227,41 @@ func TestChargesGoIntoDebtCappedAndNeverBack(t *testing.T) {
 	}
 	fleettest.ChargesLoseNothing(t, b.Run, redisgcra.Key("sluice", "charged", "hot"), 12, 25)
 }
+
+// A block puts a bucket that cannot pay the refused ask below empty, by
+// the burst plus the block, and leaves one that can pay or is below empty
+// already; the key expires when the bucket is full again, as after a
+// take: the block's end plus the burst's refill.
+func TestBlocksPutABucketThatCannotPayBelowEmpty(t *testing.T) {
+	r := fleettest.StartRedis(t)
+	b, c := newBuckets(t, redisgcra.ClientOptions{Addrs: []string{r.Addr}})
+	key := redisgcra.Key("sluice", "blocked", "a")
+	fleettest.Blocks(t, b.Run, key)
+	outs, err := b.Run(context.Background(), []redisgcra.Op{{Key: key, Tau: fleettest.BlockLimit.Tau()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pttl, err := c.PTTL(context.Background(), key).Result()
+	want := time.Duration((outs[0].Backlog+999)/1000) * time.Millisecond
+	if err != nil || pttl > want || pttl < want-5*time.Second || want < 2500*time.Second {
+		t.Errorf("PTTL = %v (%v), want the time until full, %v (a block's 2600 s)", pttl, err, want)
+	}
+}
+
+// A block applies to a bucket only, for a positive time, and is neither
+// a return nor a charge: anything else is refused before any op runs.
+func TestCheckRefusesBlocksOfAnythingButABucket(t *testing.T) {
+	for _, op := range []redisgcra.Op{
+		{Key: "k", Block: 1, Counter: true},
+		{Key: "k", Block: 1, Return: true},
+		{Key: "k", Block: 1, Charge: true},
+		{Key: "k", Block: -1},
+	} {
+		if err := redisgcra.Check([]redisgcra.Op{{Key: "ok", Block: 1}, op}); err == nil {
+			t.Errorf("Check(%+v): no error", op)
+		}
+	}
+	if err := redisgcra.Check([]redisgcra.Op{{Key: "ok", Block: 1, Amount: 5, Tau: 10}}); err != nil {
+		t.Errorf("Check of a bucket's block: %v", err)
+	}
+}

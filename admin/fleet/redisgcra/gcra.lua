@@ -11,11 +11,15 @@
 --          (return); integer >= 0
 -- ARGV[2]  tau in microseconds: the burst as time (burst / rate); for a
 --          charge, the most backlog it may leave: tau plus the debt allowed
--- ARGV[3]  "take", "return" or "charge"
+-- ARGV[3]  "take", "return", "charge" or "block"
+-- ARGV[4]  a block only: its length in microseconds (block_seconds as
+--          time), integer > 0
 --
 -- Returns {allowed (1 or 0), backlog, now}: backlog = TAT - now after the
 -- call, the time until the bucket is full again; now = Redis TIME in us.
 -- A charge returns a fourth value: the microseconds it added to the TAT.
+-- A block answers allowed 0 when, and only when, it put the block in
+-- place (ARGV[1] is then the cost of the refused ask it was sent for).
 --
 -- The key expires exactly when the bucket is full again (PX backlog,
 -- rounded up to the millisecond): a missing key and a full bucket are the
@@ -60,6 +64,22 @@ if ARGV[3] == 'charge' then
   if newtat < tat then newtat = tat end
   if newtat > tat then store(newtat) end
   return {1, newtat - now, now, newtat - tat}
+end
+
+if ARGV[3] == 'block' then
+  -- The ask of ARGV[1] was refused and the rule blocks refused clients:
+  -- a bucket that cannot pay it now is put the block's length below
+  -- empty. A bucket already below empty (in debt, or blocked: a refusal
+  -- during a block never lengthens it) or that can pay (it refilled since
+  -- the refusal) is left as it is. A repeated block therefore changes
+  -- nothing. The backlog is clamped to 2^52 us, as every duration.
+  if tat - now > tau or tat + amount - now <= tau then
+    return {1, tat - now, now}
+  end
+  local hold = tau + tonumber(ARGV[4])
+  if hold > 4503599627370496 then hold = 4503599627370496 end
+  store(now + hold)
+  return {0, hold, now}
 end
 
 -- All or nothing: the tokens are granted only if all of them fit. Asking

@@ -14,6 +14,9 @@
 // and the tokens still available are (tau - (tat - now)) / T. A charge
 // takes its n tokens unconditionally, into debt: tat' = max(tat, now) + n*T,
 // at most now + tau + D*T for a debt of at most D tokens (Limit.MaxDebt).
+// A block of S seconds (Limit.BlockSeconds), for a refused ask of n
+// tokens, puts a bucket that could not pay them S seconds of refill below
+// empty: tat' = now + tau + S (unless already below empty).
 // Time is Redis'
 // own clock (TIME, microseconds), so the admin replicas' clocks do not
 // matter. Every quantity is a whole number of microseconds; the conversions
@@ -43,6 +46,10 @@ type Limit struct {
 	// tokens: a global token bucket's max_debt when its costs are read
 	// from the response, else 0 (a charge empties the bucket at most).
 	MaxDebt float64
+	// BlockSeconds is how long a refused identity is kept out: a global
+	// token bucket's block_seconds (its override's, for an identity with
+	// one), for the block op (Op.Block); 0: never blocked.
+	BlockSeconds int
 }
 
 // Valid reports whether l can be run: a positive, finite rate and burst.
@@ -87,6 +94,15 @@ func (l Limit) Debt() int64 {
 // plus the debt, Tau() + Debt(), clamped to MaxMicros so that the scripts'
 // integers stay exact.
 func (l Limit) ChargeCap() int64 { return min(l.Tau()+l.Debt(), MaxMicros) }
+
+// Block is BlockSeconds as time: BlockSeconds * 10^6 microseconds,
+// clamped to MaxMicros; 0 without a block.
+func (l Limit) Block() int64 {
+	if l.BlockSeconds <= 0 {
+		return 0
+	}
+	return clamp(float64(l.BlockSeconds) * microsPerSecond)
+}
 
 // Credit is the time n returned tokens give back: floor(n/Rate)
 // microseconds, clamped to MaxMicros.
