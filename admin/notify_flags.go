@@ -15,7 +15,7 @@ import (
 // them (each error names its flag) once the flags are parsed.
 func (o *options) notifyFlags(fs *flag.FlagSet) func() error {
 	fs.StringVar(&o.Notify.URL, "notify-url", env("SLUICE_NOTIFY_URL", ""), "webhook that receives every change (saves, rollbacks, trials, accounts, lockouts) as JSON with a \"text\" line, e.g. a Slack incoming webhook; the HMAC secret is read from SLUICE_NOTIFY_SECRET only; empty: off (SLUICE_NOTIFY_URL)")
-	actions := fs.String("notify-actions", env("SLUICE_NOTIFY_ACTIONS", ""), "comma-separated audit actions to send, a prefix ending in \".\" for a family (default: policy.,trial.,user.,token.,settings.,auth.lockout) (SLUICE_NOTIFY_ACTIONS)")
+	actions := fs.String("notify-actions", env("SLUICE_NOTIFY_ACTIONS", ""), "comma-separated audit actions to send, a prefix ending in \".\" for a family (default: policy.,trial.,client.,rule.reset,user.,token.,settings.,auth.lockout) (SLUICE_NOTIFY_ACTIONS)")
 	return func() error {
 		o.Notify.Actions = splitList(*actions)
 		o.Notify.Secret = os.Getenv("SLUICE_NOTIFY_SECRET")

@@ -14,21 +14,25 @@ type DashboardPage struct {
 }
 
 // ResetPanel is the dashboard's "Reset a client" form: an on-call engineer
-// makes every Envoy forget one identity's state under one rule.
+// makes every Envoy forget one identity's state under one rule, or every
+// identity's.
 type ResetPanel struct {
 	CanReset bool     // the account may reset (an editor or an admin)
 	CSRF     string   // the session's CSRF token
 	Rules    []string // the rules a reset applies to, within the account's scope
 	Rule     string   // the rule chosen last (kept after a submission)
 	Key      string   // the key typed last (kept after a refusal)
+	All      bool     // "every identity of the rule" ticked last (kept after a refusal)
 	Flash    *Flash   // the outcome of the last submission
 	Recent   []ResetRow
 	InForce  string // how many connected Envoys have the latest resets ("" when unknown)
 }
 
-// ResetRow is one recent reset, its key masked as identities are.
+// ResetRow is one recent reset, its key masked as identities are; All:
+// every identity of the rule (no key).
 type ResetRow struct {
 	ID, Rule, Key, Author, Created string
+	All                            bool
 }
 
 // WindowLink is one choice of chart span ("1m", "5m", "15m").

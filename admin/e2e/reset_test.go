@@ -153,6 +153,24 @@ const globalResetPolicy = `{"fleet":{"cluster":"rls","timeout_ms":500,"sync_inte
 // its global burst, and a reset through the API has the service forget
 // its bucket and the gateway drop its lease pool: its burst is whole again.
 func TestAResetOfAGlobalRuleStartsItOverAcrossTheFleet(t *testing.T) {
+	adminURL, gw := startGlobalResetStack(t)
+	// Leases are asked for as requests come (a request may be refused
+	// while its process's ask is out): count what 20 spaced requests get.
+	if got := admittedOf(t, gw, 20); got != 3 {
+		t.Fatalf("before the reset: %d of 20 admitted, want the burst of 3", got)
+	}
+	postCreated(t, "reset", adminURL+"/api/v1/resets", []byte(`{"rule":"g","key":"127.0.0.1"}`))
+	waitAckedPrefix(t, adminURL, "1+resets.")
+	if got := admittedOf(t, gw, 20); got != 3 {
+		t.Fatalf("after the reset: %d of 20 admitted, want the burst of 3 again", got)
+	}
+}
+
+// startGlobalResetStack runs the admin binary on globalResetPolicy, its
+// rate limit service on a Redis of its own, and the gateway binary
+// subscribed to it, and returns their URLs.
+func startGlobalResetStack(t *testing.T) (adminURL, gatewayURL string) {
+	t.Helper()
 	root, bin, wasmFile := buildStack(t)
 	policyFile, bootFile := filepath.Join(bin, "global-policy.json"), filepath.Join(bin, "boot.json")
 	os.WriteFile(policyFile, []byte(globalResetPolicy), 0o644)
@@ -163,17 +181,7 @@ func TestAResetOfAGlobalRuleStartsItOverAcrossTheFleet(t *testing.T) {
 			"-initial-policy", policyFile, "-rls-listen", rls, "-redis-addrs", fleettest.StartRedis(t).Addr},
 		[]string{"SLUICE_ADMIN_TOKEN=" + token, "SLUICE_TELEMETRY_TOKEN=" + telemetryToken, "SLUICE_METRICS_LISTEN="},
 		regexp.MustCompile(`dashboard (http://\S+)/\s+xDS (\S+)`))
-	gw := startGateway(t, root, bin, wasmFile, bootFile, admin[2], admin[1], "rls=h2c://"+rls)
-	// Leases are asked for as requests come (a request may be refused
-	// while its process's ask is out): count what 20 spaced requests get.
-	if got := admittedOf(t, gw, 20); got != 3 {
-		t.Fatalf("before the reset: %d of 20 admitted, want the burst of 3", got)
-	}
-	postCreated(t, "reset", admin[1]+"/api/v1/resets", []byte(`{"rule":"g","key":"127.0.0.1"}`))
-	waitAckedPrefix(t, admin[1], "1+resets.")
-	if got := admittedOf(t, gw, 20); got != 3 {
-		t.Fatalf("after the reset: %d of 20 admitted, want the burst of 3 again", got)
-	}
+	return admin[1], startGateway(t, root, bin, wasmFile, bootFile, admin[2], admin[1], "rls=h2c://"+rls)
 }
 
 // admittedOf sends n requests 50 ms apart and counts the 200s.
@@ -187,4 +195,41 @@ func admittedOf(t *testing.T, gw string, n int) int {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return ok
+}
+
+// TestAResetOfEveryIdentityLetsEveryLockedOutClientBackIn: a client
+// spends its burst and is blocked; a reset of every identity of the rule
+// (the gateway walks the rule's groups) lets it back in with a full
+// burst.
+func TestAResetOfEveryIdentityLetsEveryLockedOutClientBackIn(t *testing.T) {
+	adminURL, gw := startResetStack(t)
+	if got := hit(t, gw, 5); got != "200 200 200 429 429" {
+		t.Fatalf("before the reset: %s, want a burst of 3, then refused", got)
+	}
+	postCreated(t, "reset of every identity", adminURL+"/api/v1/resets", []byte(`{"rule":"e2e","all":true}`))
+	waitAckedPrefix(t, adminURL, "1+resets.")
+	poll.Watch(t, 5*time.Second, 50*time.Millisecond, "the walk to reach the client's group…", func() (bool, string) {
+		got := hit(t, gw, 1)
+		return got == "200", "still " + got
+	})
+	if got := hit(t, gw, 3); got != "200 200 429" {
+		t.Errorf("after the reset: the rest of a full burst %s, want 200 200 429", got)
+	}
+}
+
+// TestAResetOfEveryIdentityOfAGlobalRuleStartsItOver: the admin's rate
+// limit service on Redis forgets every identity of the global rule, and
+// the gateway drops the rule's lease pools: the client's burst is whole
+// again.
+func TestAResetOfEveryIdentityOfAGlobalRuleStartsItOver(t *testing.T) {
+	adminURL, gw := startGlobalResetStack(t)
+	if got := admittedOf(t, gw, 20); got != 3 {
+		t.Fatalf("before the reset: %d of 20 admitted, want the burst of 3", got)
+	}
+	postCreated(t, "reset of every identity", adminURL+"/api/v1/resets", []byte(`{"rule":"g","all":true}`))
+	waitAckedPrefix(t, adminURL, "1+resets.")
+	time.Sleep(200 * time.Millisecond) // the walk's last turns, on the gateway's ticks
+	if got := admittedOf(t, gw, 20); got != 3 {
+		t.Fatalf("after the reset: %d of 20 admitted, want the burst of 3 again", got)
+	}
 }

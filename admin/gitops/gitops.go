@@ -9,7 +9,7 @@
 //	ratelimit-admin policy check    FILE [TESTS] | -values VALUES  offline, what an admin following the file would do (check.go)
 //	ratelimit-admin policy changes | approve N | reject N  changes waiting for review (-require-review)
 //	ratelimit-admin policy overrides CSV -rule R [-m MESSAGE]  a table of overrides merged into rule R
-//	ratelimit-admin policy reset -rule R KEY | resets      every Envoy forgets KEY's state under R (resets.go)
+//	ratelimit-admin policy reset -rule R KEY | -rule R -all | resets  every Envoy forgets KEY's (every identity's) state under R (resets.go)
 //
 // validate, diff and apply take -tests TESTS too: the policy must pass
 // them before anything is shown or saved, and apply saves them as the
@@ -71,6 +71,8 @@ Commands (FILE is a policy JSON file, "-" for standard input):
   reset    -rule RULE KEY            every Envoy forgets the state of identity KEY (written as an override's
                                      key) under RULE: a blocked client let back in, a spent quota started over;
                                      exit 1 if the admin refuses the rule or the key
+  reset    -rule RULE -all           every Envoy forgets the state of every identity under RULE: the rule starts
+                                     over; exit 1 if the admin refuses (a rule with "max_keys": 0, say)
   resets                             list the recent resets, keys masked
   changes                            list the changes waiting for review (an admin with -require-review)
   approve  N [-skip-tests]           approve change N: it is saved and pushed
@@ -87,7 +89,7 @@ Commands (FILE is a policy JSON file, "-" for standard input):
 Flags:
   -url URL      the admin (SLUICE_ADMIN_URL, default ` + DefaultURL + `); not for test and check
   -token TOKEN  the admin token (SLUICE_ADMIN_TOKEN); not for test and check
-  -timeout D    per request (default 30s)
+  -timeout D    per request (default 30s; 60s for reset -all)
   -tests TESTS  validate, diff, apply: the policy must pass these tests first (exit 1 otherwise)
   -skip-tests   apply: save without running the admin's saved tests (its audit log records it)
   -junit OUT    test, check, and with -tests: also write the report as JUnit XML to OUT
@@ -103,6 +105,17 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "ratelimit-admin policy:", err)
 	}
 	return code
+}
+
+// resetAllTimeout is reset -all's request timeout unless -timeout is
+// given: longer than the admin's 30 s for a global rule's backend.
+const resetAllTimeout = 60 * time.Second
+
+// flagSet says whether the command line set flag name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 type client struct {
@@ -135,6 +148,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) 
 	junit := fs.String("junit", "", "test, and -tests: also write the report as JUnit XML to this file, for CI")
 	skipTests := fs.Bool("skip-tests", false, "apply: save without running the admin's saved tests (recorded in its audit log)")
 	rule := fs.String("rule", "", "overrides: the rule that gets the CSV's overrides; reset: the rule whose state is forgotten")
+	all := fs.Bool("all", false, "reset: every identity of -rule, instead of one KEY")
 	replace := fs.Bool("replace", false, "overrides: the CSV becomes the rule's whole table")
 	values := fs.String("values", "", "check: a Helm values file whose policy and policyTests are checked")
 	// Flags may come before or after FILE (apply FILE -m "message").
@@ -181,6 +195,11 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) 
 	if *token == "" {
 		return ExitError, errors.New("-token: empty; give the admin token with -token or SLUICE_ADMIN_TOKEN")
 	}
+	if cmd == "reset" && *all && !flagSet(fs, "timeout") {
+		// A global rule's reset of every identity has the rate limit
+		// service scan its backend, for up to 30 s, before answering.
+		*timeout = resetAllTimeout
+	}
 	c := &client{base: strings.TrimSuffix(u.String(), "/"), token: *token, http: &http.Client{Timeout: *timeout}}
 	ctx := context.Background()
 
@@ -209,7 +228,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) 
 	case "changes":
 		return c.changes(ctx, stdout)
 	case "reset":
-		return c.reset(ctx, *rule, positional, stdout)
+		return c.reset(ctx, *rule, *all, positional, stdout)
 	case "resets":
 		return c.resets(ctx, stdout)
 	case "approve", "reject":

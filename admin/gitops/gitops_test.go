@@ -437,3 +437,37 @@ func TestResetLetsAClientBackInAndResetsListsIt(t *testing.T) {
 		t.Errorf("resets: exit %d, %q; want the one reset, its key masked", code, out)
 	}
 }
+
+// reset -all starts every identity of the rule over, and resets lists it
+// as every identity; a key with -all, and a rule whose identities the
+// filter cannot list, are refused.
+func TestResetAllStartsTheRuleOverAndResetsListsIt(t *testing.T) {
+	a := startAdmin(t)
+	exact := `{"rules":[{"name":"free","limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"rps":10,"burst":20}},
+	  {"name":"exact","limit_keys":["header:x-api-key"],"algorithm":"token_bucket","max_keys":0,"algorithm_config":{"rps":10,"burst":20}}]}`
+	if code, out, errs := a.run(t, "apply", writeFile(t, exact), "-m", "tiers"); code != ExitOK {
+		t.Fatalf("apply: exit %d, %q %q", code, out, errs)
+	}
+	code, out, errs := a.run(t, "reset", "-rule", "free", "-all")
+	if code != ExitOK || !strings.Contains(out, "reset every identity under free (") {
+		t.Fatalf("reset -all: exit %d, %q %q", code, out, errs)
+	}
+	if code, out, _ := a.run(t, "reset", "-rule", "exact", "-all"); code != ExitChanges || !strings.Contains(out, `not reset: all: "exact" keeps exact storage`) {
+		t.Errorf("a rule of exact storage: exit %d, %q; want 1 naming all", code, out)
+	}
+	if code, _, errs := a.run(t, "reset", "-rule", "free", "-all", "k"); code != ExitError || !strings.Contains(errs, "give no key with it") {
+		t.Errorf("-all with a key: exit %d, %q", code, errs)
+	}
+	if code, _, errs := a.run(t, "reset", "-all"); code != ExitError || !strings.Contains(errs, "-rule RULE -all") {
+		t.Errorf("-all without -rule: exit %d, %q", code, errs)
+	}
+	if code, out, errs := a.run(t, "reset", "-rule", "free", "sk-live-0123456789"); code != ExitOK {
+		t.Fatalf("reset of one key: exit %d, %q %q", code, out, errs)
+	}
+	code, out, _ = a.run(t, "resets")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != ExitOK || len(lines) != 2 || !strings.HasSuffix(lines[1], ": every identity under free") ||
+		!strings.HasSuffix(lines[0], " under free") || strings.Contains(lines[0], "every identity") || strings.Contains(out, "0123456789") {
+		t.Errorf("resets: exit %d, %q; want the key's reset, then every identity's", code, out)
+	}
+}

@@ -380,6 +380,8 @@ func typeName(goType string) string {
 		return "an integer"
 	case goType == "string" || goType == "*string":
 		return "a string"
+	case goType == "bool" || goType == "*bool":
+		return "true or false"
 	}
 	return "a JSON " + goType
 }

@@ -16,8 +16,12 @@ import (
 	"github.com/sluice-rl/sluice/web"
 )
 
-// ActionReset is the audit action of a client's reset.
-const ActionReset = "client.reset"
+// Audit actions of resets: one client's state, or every client's of a
+// rule.
+const (
+	ActionReset     = "client.reset"
+	ActionResetRule = "rule.reset"
+)
 
 // recentResets is how many resets the API and the dashboard list.
 const recentResets = 50
@@ -31,21 +35,23 @@ func (s *server) registerResets(mux *http.ServeMux) {
 type resetJSON struct {
 	ID      string    `json:"id"`
 	Rule    string    `json:"rule"`
-	Key     string    `json:"key"` // masked as the dashboard shows identities
+	Key     string    `json:"key,omitempty"` // masked as the dashboard shows identities; none with All
+	All     bool      `json:"all,omitempty"` // every identity of the rule
 	Author  string    `json:"author"`
 	Created time.Time `json:"created"`
 }
 
-// apiReset is POST /api/v1/resets {"rule", "key"}.
+// apiReset is POST /api/v1/resets {"rule", "key"} or {"rule", "all": true}.
 func (s *server) apiReset(w http.ResponseWriter, r *http.Request) error {
 	var b struct {
 		Rule string `json:"rule"`
 		Key  string `json:"key"`
+		All  bool   `json:"all"`
 	}
-	if err := s.decodeJSON(w, r, &b, []string{"rule", "key"}); err != nil {
+	if err := s.decodeJSON(w, r, &b, []string{"rule", "key", "all"}); err != nil {
 		return err
 	}
-	rs, m, err := s.reset(r, b.Rule, b.Key, apiAuthor(r, ""))
+	rs, m, err := s.reset(r, policies.ResetRequest{Rule: b.Rule, Key: b.Key, All: b.All, Author: apiAuthor(r, "")})
 	if err != nil {
 		return err
 	}
@@ -94,16 +100,21 @@ func (s *server) resetsInForce() (n envoysWithResets, ok bool) {
 	return n, true
 }
 
-// reset resets a client for the request's principal, within its scope,
-// and records it in the audit log with the key masked; it returns the
-// masker it used, for the answer.
-func (s *server) reset(r *http.Request, rule, key, author string) (policies.Reset, keyMasker, error) {
-	rs, err := s.Policies.Reset(r.Context(), policies.ResetRequest{Rule: rule, Key: key, Author: author, Scope: scopeOf(principal(r))})
+// reset resets a client (or every client of a rule) for the request's
+// principal, within its scope, and records it in the audit log with the
+// key masked; it returns the masker it used, for the answer.
+func (s *server) reset(r *http.Request, req policies.ResetRequest) (policies.Reset, keyMasker, error) {
+	req.Scope = scopeOf(principal(r))
+	rs, err := s.Policies.Reset(r.Context(), req)
 	if err != nil {
 		return rs, keyMasker{}, err
 	}
 	m := newKeyMasker(s.currentConfig(r.Context()))
-	s.record(r, store.AuditEntry{Action: ActionReset, Target: rs.Rule, Detail: fmt.Sprintf("reset %s under %s (%s)", m.mask(rs.Rule, rs.Key), rs.Rule, rs.ID)})
+	if rs.All {
+		s.record(r, store.AuditEntry{Action: ActionResetRule, Target: rs.Rule, Detail: fmt.Sprintf("reset every identity under %s (%s)", rs.Rule, rs.ID)})
+	} else {
+		s.record(r, store.AuditEntry{Action: ActionReset, Target: rs.Rule, Detail: fmt.Sprintf("reset %s under %s (%s)", m.mask(rs.Rule, rs.Key), rs.Rule, rs.ID)})
+	}
 	return rs, m, nil
 }
 
@@ -111,7 +122,10 @@ func (s *server) reset(r *http.Request, rule, key, author string) (policies.Rese
 func (m keyMasker) json(rs ...policies.Reset) []resetJSON {
 	out := make([]resetJSON, len(rs))
 	for i, r := range rs {
-		out[i] = resetJSON{ID: r.ID, Rule: r.Rule, Key: m.mask(r.Rule, r.Key), Author: r.Author, Created: r.Created.UTC()}
+		out[i] = resetJSON{ID: r.ID, Rule: r.Rule, All: r.All, Author: r.Author, Created: r.Created.UTC()}
+		if !r.All {
+			out[i].Key = m.mask(r.Rule, r.Key)
+		}
 	}
 	return out
 }
@@ -176,21 +190,37 @@ func (s *server) resetPanel(ctx context.Context, sess auth.Session) web.ResetPan
 	}
 	m := newKeyMasker(cfg)
 	for _, r := range rs {
-		panel.Recent = append(panel.Recent, web.ResetRow{ID: r.ID, Rule: r.Rule, Key: m.mask(r.Rule, r.Key), Author: r.Author, Created: timeText(r.Created)})
+		row := web.ResetRow{ID: r.ID, Rule: r.Rule, All: r.All, Author: r.Author, Created: timeText(r.Created)}
+		if !r.All {
+			row.Key = m.mask(r.Rule, r.Key)
+		}
+		panel.Recent = append(panel.Recent, row)
 	}
 	return panel
 }
 
 // resetSubmit is the dashboard form's POST /resets: the dashboard again,
-// with the outcome above the form (the typed key kept on a refusal).
+// with the outcome above the form (the typed key and the box kept on a
+// refusal). The box "every identity of the rule" (all) resets the whole
+// rule; with a key typed too the form is refused, naming the key.
 func (s *server) resetSubmit(w http.ResponseWriter, r *http.Request, sess auth.Session) error {
-	rule, key := r.PostForm.Get("rule"), r.PostForm.Get("key")
-	rs, m, err := s.reset(r, rule, key, sess.Author)
+	rule, key, all := r.PostForm.Get("rule"), r.PostForm.Get("key"), r.PostForm.Get("all") != ""
+	var rs policies.Reset
+	var m keyMasker
+	var err error
+	if all && key != "" {
+		err = &policies.InputError{Field: "key", Message: "leave it empty to reset every identity of the rule, or untick \"every identity of the rule\" to reset this one"}
+	} else {
+		rs, m, err = s.reset(r, policies.ResetRequest{Rule: rule, Key: key, All: all, Author: sess.Author})
+	}
 	status, flash := http.StatusOK, web.Flash{Kind: "ok"}
 	var ie *policies.InputError
 	var se *policies.ScopeError
 	var ue *policies.UnavailableError
 	switch {
+	case err == nil && rs.All:
+		flash.Text = fmt.Sprintf("Reset every identity under %s: each Envoy forgets the rule's state at the next push, within a few seconds.", rs.Rule)
+		rule, key, all = rs.Rule, "", false
 	case err == nil:
 		flash.Text = fmt.Sprintf("Reset %s under %s: each Envoy forgets its state at the next push, within seconds.",
 			m.mask(rs.Rule, rs.Key), rs.Rule)
@@ -209,7 +239,7 @@ func (s *server) resetSubmit(w http.ResponseWriter, r *http.Request, sess auth.S
 		return err
 	}
 	p.Reset = s.resetPanel(r.Context(), sess)
-	p.Reset.Flash, p.Reset.Rule, p.Reset.Key = &flash, rule, key
+	p.Reset.Flash, p.Reset.Rule, p.Reset.Key, p.Reset.All = &flash, rule, key, all
 	s.render(w, r, status, web.Dashboard(p))
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"html"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -21,7 +22,8 @@ import (
 const resetTeams = `{"policies":[
  {"name":"payments-api","rules":[
   {"name":"pay","limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":5}},
-  {"name":"pay-ip","limit_keys":["ip:address"],"algorithm":"fixed_window","algorithm_config":{"limit":10,"window_seconds":60}}]},
+  {"name":"pay-ip","limit_keys":["ip:address"],"algorithm":"fixed_window","algorithm_config":{"limit":10,"window_seconds":60}},
+  {"name":"pay-exact","limit_keys":["header:x-api-key"],"algorithm":"token_bucket","max_keys":0,"algorithm_config":{"rps":1,"burst":5}}]},
  {"name":"search","rules":[
   {"name":"find","limit_keys":["header:x-api-key"],"algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":5}},
   {"name":"in-flight","limit_keys":["header:x-api-key"],"algorithm":"concurrency","algorithm_config":{"limit":3}}]}]}`
@@ -183,6 +185,10 @@ func (failingForgetter) Forget(context.Context, string, string, string) error {
 	return errors.New("redis: connection refused")
 }
 
+func (failingForgetter) ForgetRule(context.Context, string, string) error {
+	return errors.New("redis: connection refused")
+}
+
 func TestAPIResetOfAGlobalRuleIsUnavailableWhileTheBackendFails(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.Policies.(*policies.Service).SetFleetForgetter(failingForgetter{}) })
 	global := `{"fleet":{"cluster":"rls"},"rules":[{"name":"g","scope":"global","limit_keys":["header:x-api-key"],
@@ -227,5 +233,146 @@ func TestResetsSayHowManyConnectedEnvoysHaveTheLatest(t *testing.T) {
 	nodes.serving = "2" // a push without resets: nothing to say
 	if _, m := e.apiJSON(t, "GET", "/api/v1/resets", ""); m["envoys"] != nil {
 		t.Errorf("without resets pushed: %v, want no envoys", m)
+	}
+}
+
+// POST /api/v1/resets with "all": true resets every identity of the rule:
+// the answer and the list say "all" and carry no key, and the audit log
+// records it as rule.reset, apart from the resets of one client.
+func TestAPIResetOfEveryIdentityAnswersAllAndIsAuditedAsARuleReset(t *testing.T) {
+	e := resetEnv(t)
+	if resp, m := e.apiJSON(t, "POST", "/api/v1/resets", `{"rule":"pay","key":"`+secretKey+`"}`); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("a reset of one client: %d %v", resp.StatusCode, m)
+	}
+	resp, m := e.apiJSON(t, "POST", "/api/v1/resets", `{"rule":"pay-ip","all":true}`)
+	if _, hasKey := m["key"]; resp.StatusCode != http.StatusCreated || m["all"] != true || hasKey || m["rule"] != "pay-ip" || m["author"] != "api" || m["id"] == "" {
+		t.Fatalf("reset of every identity: %d %v; want 201 with all and no key", resp.StatusCode, m)
+	}
+	resp, list := e.apiJSON(t, "GET", "/api/v1/resets", "")
+	rs, _ := list["resets"].([]any)
+	if resp.StatusCode != http.StatusOK || len(rs) != 2 {
+		t.Fatalf("list: %d %v", resp.StatusCode, list)
+	}
+	newest, older := rs[0].(map[string]any), rs[1].(map[string]any)
+	if _, hasKey := newest["key"]; newest["all"] != true || hasKey || older["all"] != nil || older["key"] != maskedSecret() {
+		t.Errorf("list %v: want every identity of pay-ip, then the masked key under pay", rs)
+	}
+	entries, err := e.st.ListAudit(context.Background(), store.AuditFilter{Action: ActionResetRule})
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("rule.reset entries: %+v, %v", entries, err)
+	}
+	if en := entries[0]; en.Target != "pay-ip" || !strings.Contains(en.Detail, "every identity under pay-ip ("+m["id"].(string)+")") {
+		t.Errorf("audit entry %+v: want the rule, every identity and the reset's id", en)
+	}
+	if one, _ := e.st.ListAudit(context.Background(), store.AuditFilter{Action: ActionReset}); len(one) != 1 {
+		t.Errorf("%d client.reset entries, want only the reset of one client", len(one))
+	}
+}
+
+// Exactly one of key and all: otherwise 400 naming the field, and the
+// parser's refusal of a rule whose identities the filter cannot list.
+func TestAPIResetOfEveryIdentityRefusesBadInputNamingTheField(t *testing.T) {
+	e := resetEnv(t)
+	cases := []struct{ body, field, msg string }{
+		{`{"rule":"pay","key":"k","all":true}`, "key", `must be left out with "all": true`},
+		{`{"rule":"pay","all":false}`, "key", "required"},
+		{`{"rule":"pay","all":"yes"}`, "all", "must be true or false, got string"},
+		{`{"rule":"pay-exact","all":true}`, "all", `keeps exact storage ("max_keys": 0)`},
+		{`{"rule":"in-flight","all":true}`, "rule", "in flight"},
+		{`{"all":true}`, "rule", "required"},
+	}
+	for _, c := range cases {
+		resp, m := e.apiJSON(t, "POST", "/api/v1/resets", c.body)
+		if msg, _ := m["error"].(string); resp.StatusCode != http.StatusBadRequest || m["field"] != c.field || !strings.Contains(msg, c.msg) {
+			t.Errorf("%s: %d %v; want 400 naming %s (%q)", c.body, resp.StatusCode, m, c.field, c.msg)
+		}
+	}
+	if _, list := e.apiJSON(t, "GET", "/api/v1/resets", ""); len(list["resets"].([]any)) != 0 {
+		t.Errorf("refused resets were stored: %v", list)
+	}
+}
+
+// An editor limited to some policies resets every identity only of their
+// rules; a viewer not at all.
+func TestAPIResetOfEveryIdentityNeedsAnEditorWithTheRuleInScope(t *testing.T) {
+	e := resetEnv(t)
+	viewer := addUser(t, e, "val", auth.RoleViewer)
+	if resp, m := e.call(t, "POST", "/api/v1/resets", viewer, "application/json", `{"rule":"pay","all":true}`); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a viewer's reset: %d %v", resp.StatusCode, m)
+	}
+	if resp, m := e.apiJSON(t, "POST", "/api/v1/users", `{"name":"pay","role":"editor","password":"`+testPassword+`","policies":["payments-*"]}`); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("creating a scoped editor: %d %v", resp.StatusCode, m)
+	}
+	tok, _, err := e.auth.CreateToken(context.Background(), "pay", "ci")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, m := e.call(t, "POST", "/api/v1/resets", tok, "application/json", `{"rule":"pay","all":true}`); resp.StatusCode != http.StatusCreated || m["author"] != "pay" {
+		t.Errorf("a rule in scope: %d %v", resp.StatusCode, m)
+	}
+	resp, m := e.call(t, "POST", "/api/v1/resets", tok, "application/json", `{"rule":"find","all":true}`)
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(m["error"].(string), `"search"`) {
+		t.Errorf("a rule of another team: %d %v, want 403 naming its policy", resp.StatusCode, m)
+	}
+}
+
+func TestAPIResetOfEveryIdentityOfAGlobalRuleIsUnavailableWhileTheBackendFails(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.Policies.(*policies.Service).SetFleetForgetter(failingForgetter{}) })
+	global := `{"fleet":{"cluster":"rls"},"rules":[{"name":"g","scope":"global","limit_keys":["header:x-api-key"],
+	  "algorithm":"token_bucket","algorithm_config":{"rps":1,"burst":5}}]}`
+	if resp, m := e.apiJSON(t, "POST", "/api/v1/policy", saveRequestBody(1, global)); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("saving the policy: %d %v", resp.StatusCode, m)
+	}
+	resp, m := e.apiJSON(t, "POST", "/api/v1/resets", `{"rule":"g","all":true}`)
+	if msg, _ := m["error"].(string); resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(msg, "not stored or pushed") {
+		t.Fatalf("reset with the backend down: %d %v, want 503 saying the reset was not stored", resp.StatusCode, m)
+	}
+	if _, list := e.apiJSON(t, "GET", "/api/v1/resets", ""); len(list["resets"].([]any)) != 0 {
+		t.Errorf("a reset was stored: %v", list)
+	}
+	if entries, _ := e.st.ListAudit(context.Background(), store.AuditFilter{Action: ActionResetRule}); len(entries) != 0 {
+		t.Errorf("a refused reset was audited: %+v", entries)
+	}
+}
+
+// The dashboard form resets every identity with its box ticked and the
+// key left empty, without JavaScript; the box with a key is refused
+// naming the key, and the recent resets say "every identity".
+func TestDashboardResetFormResetsEveryIdentityWithItsBox(t *testing.T) {
+	e := resetEnv(t)
+	c := login(t, e, "ann")
+	page := get(t, c, e.srv.URL+"/dashboard")
+	if !strings.Contains(page, `<input type="checkbox" id="reset-all" name="all" value="1"`) {
+		t.Fatalf("the reset form has no box for every identity:\n%s", page)
+	}
+	csrf := csrfOf(t, page)
+	resp, body := post(t, c, e.srv.URL+"/resets", url.Values{"csrf": {csrf}, "rule": {"pay"}, "key": {"alice"}, "all": {"1"}})
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "Not reset: key: leave it empty") {
+		t.Errorf("the box with a key: %d, want 400 naming the key:\n%s", resp.StatusCode, body)
+	}
+	if !regexp.MustCompile(`id="reset-all" name="all" value="1" checked`).MatchString(body) || !strings.Contains(body, `value="alice"`) {
+		t.Errorf("after the refusal the box and the key are not kept:\n%s", body)
+	}
+	resp, body = post(t, c, e.srv.URL+"/resets", url.Values{"csrf": {csrf}, "rule": {"pay-exact"}, "key": {""}, "all": {"1"}})
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "Not reset: all:") {
+		t.Errorf("a rule of exact storage: %d, want 400 with the parser's error at all:\n%s", resp.StatusCode, body)
+	}
+	resp, body = post(t, c, e.srv.URL+"/resets", url.Values{"csrf": {csrf}, "rule": {"pay"}, "key": {""}, "all": {"1"}})
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, "Reset every identity under pay") || !strings.Contains(body, "<em>every identity</em>") {
+		t.Fatalf("the box and no key: %d, want every identity reset and listed:\n%s", resp.StatusCode, body)
+	}
+	if strings.Contains(body, `value="1" checked`) {
+		t.Error("the box stays ticked after a reset that was done")
+	}
+	if resp, _ := post(t, c, e.srv.URL+"/resets", url.Values{"rule": {"pay"}, "all": {"1"}}); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a form without the CSRF token: %d, want 403", resp.StatusCode)
+	}
+	rs, _ := e.svc.Resets(context.Background(), 10)
+	if len(rs) != 1 || !rs[0].All || rs[0].Rule != "pay" || rs[0].Author != "ann" {
+		t.Errorf("stored %+v, want the one reset of every identity of pay", rs)
+	}
+	entries, _ := e.st.ListAudit(context.Background(), store.AuditFilter{Action: ActionResetRule})
+	if len(entries) != 1 || entries[0].Actor != "ann" {
+		t.Errorf("audit: %+v, want ann's rule.reset", entries)
 	}
 }

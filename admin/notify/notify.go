@@ -33,7 +33,7 @@ import (
 
 // DefaultActions are the audit actions notified unless Options.Actions
 // says otherwise: every change, and lockouts; not logins.
-var DefaultActions = []string{"policy.", "trial.", "client.", "user.", "token.", "settings.", "auth.lockout"}
+var DefaultActions = []string{"policy.", "trial.", "client.", "rule.reset", "user.", "token.", "settings.", "auth.lockout"}
 
 // Options configure a Webhook.
 type Options struct {
@@ -239,6 +239,8 @@ func Text(e store.AuditEntry) string {
 		what = "withdrew " + e.Target
 	case "client.reset":
 		what = "reset a client's state under " + e.Target
+	case "rule.reset":
+		what = "reset every identity's state under " + e.Target
 	default:
 		what = e.Action
 		if e.Target != "" {

@@ -136,6 +136,20 @@ func TestNotifyNeverBlocksTheChange(t *testing.T) {
 	}
 }
 
+// By default both kinds of reset are sent, as every change is; logins
+// are not.
+func TestResetsOfOneClientAndOfAWholeRuleAreSentByDefault(t *testing.T) {
+	w, err := New(Options{URL: "https://hooks.example.com/x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for action, want := range map[string]bool{"client.reset": true, "rule.reset": true, "policy.save": true, "login": false, "login.failed": false} {
+		if w.Wants(action) != want {
+			t.Errorf("Wants(%q) = %v by default", action, !want)
+		}
+	}
+}
+
 func TestActionsSelectWhatIsSent(t *testing.T) {
 	w, err := New(Options{URL: "https://hooks.example.com/x", Actions: []string{"policy.", "auth.lockout"}})
 	if err != nil {
@@ -169,6 +183,8 @@ func TestTextSaysWhatHappened(t *testing.T) {
 		{store.AuditEntry{Actor: "bob", Action: "policy.reject", Target: "change 4", Detail: "too wide"}, "Sluice: bob rejected change 4: too wide"},
 		{store.AuditEntry{Actor: "ann", Action: "policy.save", Version: 5, FromVersion: 4, Detail: "burst 40 [saved without running the tests]"},
 			"Sluice: ann saved policy v5 (on v4): burst 40 [saved without running the tests]"},
+		{store.AuditEntry{Actor: "ann", Action: "rule.reset", Target: "free-tier", Detail: "reset every identity under free-tier (lq3x9k2-5f1c0a)"},
+			"Sluice: ann reset every identity's state under free-tier: reset every identity under free-tier (lq3x9k2-5f1c0a)"},
 	} {
 		if got := Text(c.e); got != c.want {
 			t.Errorf("Text = %q, want %q", got, c.want)

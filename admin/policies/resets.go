@@ -18,7 +18,8 @@ import (
 )
 
 // Resetting a client: an operator makes every Envoy forget one identity's
-// state under one rule (a lockout, a burnt quota, a debt). The only
+// state under one rule (a lockout, a burnt quota, a debt), or every
+// identity's (a limit that misfired: the rule starts over). The only
 // channel to every Envoy's shared data is the configuration pushed over
 // ECDS, so a reset is stored here and the publisher adds the recent ones
 // to whatever it pushes, as the configuration's "resets" member; saved
@@ -35,14 +36,17 @@ type Reset struct {
 	Created time.Time
 	Author  string
 	Rule    string // the rule whose state is forgotten
-	Key     string // the identity, as an override's key names it
+	Key     string // the identity, as an override's key names it ("" with All)
+	All     bool   // every identity of the rule
 }
 
-// PushedReset is a reset as the pushed configuration carries it.
+// PushedReset is a reset as the pushed configuration carries it: with a
+// key, or "all": true and no key.
 type PushedReset struct {
 	ID   string `json:"id"`
 	Rule string `json:"rule"`
-	Key  string `json:"key"`
+	Key  string `json:"key,omitempty"`
+	All  bool   `json:"all,omitempty"`
 }
 
 // ResetPublisher adds resets to every configuration it pushes (admin/xds).
@@ -58,9 +62,11 @@ type resetStore interface {
 	ResetsMark(ctx context.Context) (string, error)
 }
 
-// ResetRequest asks to reset the state of Key under Rule.
+// ResetRequest asks to reset the state of Key under Rule, or with All
+// (and no Key) the state of every identity of Rule.
 type ResetRequest struct {
 	Rule, Key string
+	All       bool
 	Author    string
 	Scope     Scope // the policies the author may change (empty: all)
 }
@@ -68,10 +74,12 @@ type ResetRequest struct {
 // SetResetPublisher makes p receive the current resets (SyncResets).
 func (s *Service) SetResetPublisher(p ResetPublisher) { s.resetPub = p }
 
-// FleetForgetter forgets an identity's state in the fleet's rate limit
-// service (admin/fleet.Server): a global rule's bucket and window counts.
+// FleetForgetter forgets state in the fleet's rate limit service
+// (admin/fleet.Server): a global rule's bucket and window counts of one
+// identity (Forget), or of every identity of the rule (ForgetRule).
 type FleetForgetter interface {
 	Forget(ctx context.Context, domain, rule, identity string) error
+	ForgetRule(ctx context.Context, domain, rule string) error
 }
 
 // SetFleetForgetter lets resets of global rules clear the rate limit
@@ -79,8 +87,11 @@ type FleetForgetter interface {
 func (s *Service) SetFleetForgetter(f FleetForgetter) { s.forgetter = f }
 
 // Reset checks that the current version's rule Rule keeps state that Key
-// names and that Scope allows its policy, stores the reset and pushes it at
-// once. Errors: *InputError (field "rule" or "key"), *ScopeError.
+// names (with All: that the filter can list its identities) and that
+// Scope allows its policy, has the rate limit service forget a global
+// rule's state, stores the reset and pushes it at once. Errors:
+// *InputError (field "rule", "key" or "all"), *ScopeError,
+// *UnavailableError (the fleet's backend failed: nothing stored).
 func (s *Service) Reset(ctx context.Context, r ResetRequest) (Reset, error) {
 	st, ok := s.store.(resetStore)
 	if !ok {
@@ -98,11 +109,15 @@ func (s *Service) Reset(ctx context.Context, r ResetRequest) (Reset, error) {
 		return Reset{}, err
 	}
 	now := s.now()
-	out := Reset{ID: newResetID(now), Rule: r.Rule, Key: r.Key, Author: author, Created: now.UTC()}
+	out := Reset{ID: newResetID(now), Rule: r.Rule, Key: r.Key, All: r.All, Author: author, Created: now.UTC()}
 	if err := st.AddReset(ctx, store.Reset(out)); err != nil {
 		return Reset{}, err
 	}
-	s.log.Info("reset a client", "rule", r.Rule, "author", author, "id", out.ID)
+	if r.All {
+		s.log.Info("reset every identity of a rule", "rule", r.Rule, "author", author, "id", out.ID)
+	} else {
+		s.log.Info("reset a client", "rule", r.Rule, "author", author, "id", out.ID)
+	}
 	// Stored: a failed push is logged, and the next follow tick retries.
 	if _, err := s.SyncResets(ctx); err != nil {
 		s.log.Error("pushing the resets failed", "err", err)
@@ -111,21 +126,22 @@ func (s *Service) Reset(ctx context.Context, r ResetRequest) (Reset, error) {
 }
 
 // checkReset checks a reset against the current version with the
-// filter's own parser: the rule must keep state per identity and the key
-// must name one of its identities. It returns the current configuration
-// as parsed.
+// filter's own parser, as the Envoys will: the rule must keep state per
+// identity, and the key must name one of its identities, or with All the
+// rule must keep bounded storage (whose identities the filter can list)
+// and no key be given. It returns the current configuration as parsed.
 func (s *Service) checkReset(ctx context.Context, r ResetRequest) (*policy.Config, error) {
 	if r.Rule == "" {
 		return nil, &InputError{Field: "rule", Message: "required: the name of the rule whose state to reset"}
 	}
-	if r.Key == "" {
-		return nil, &InputError{Field: "key", Message: "required: the identity, written as an override's key (limit_keys values joined by |)"}
+	if r.Key == "" && !r.All {
+		return nil, &InputError{Field: "key", Message: `required: the identity, written as an override's key (limit_keys values joined by |), unless every identity of the rule is reset ("all")`}
 	}
 	cur, err := s.store.Current(ctx)
 	if err != nil {
 		return nil, err
 	}
-	doc, err := withResets(cur.JSON, []PushedReset{{ID: "check", Rule: r.Rule, Key: r.Key}})
+	doc, err := withResets(cur.JSON, []PushedReset{{ID: "check", Rule: r.Rule, Key: r.Key, All: r.All}})
 	if err != nil {
 		return nil, err
 	}
@@ -145,13 +161,19 @@ func (s *Service) checkReset(ctx context.Context, r ResetRequest) (*policy.Confi
 	return cfg, nil
 }
 
-// forgetGlobal has the rate limit service forget the identity when r's
-// rule is global, before the reset is stored and pushed: the Envoys then
-// drop their lease pools of it, and their next asks find nothing. cfg is
-// the configuration checkReset parsed.
+// forgetGlobal has the rate limit service forget the identity (with All:
+// every identity of the rule) when r's rule is global, before the reset
+// is stored and pushed: the Envoys then drop their lease pools, and their
+// next asks find nothing. cfg is the configuration checkReset parsed.
 func (s *Service) forgetGlobal(ctx context.Context, cfg *policy.Config, r ResetRequest) error {
 	rule := cfg.RuleByName(r.Rule)
 	if rule == nil || !rule.Global || cfg.Fleet == nil {
+		return nil
+	}
+	if r.All {
+		if err := s.forgetter.ForgetRule(ctx, cfg.Fleet.Domain, r.Rule); err != nil {
+			return &UnavailableError{What: "the rate limit service could not forget the rule's state (the reset was not stored or pushed, though some identities may be forgotten already; try again)", Err: err}
+		}
 		return nil
 	}
 	if err := s.forgetter.Forget(ctx, cfg.Fleet.Domain, r.Rule, r.Key); err != nil {
@@ -237,7 +259,7 @@ func (s *Service) SyncResets(ctx context.Context) (bool, error) {
 	}
 	pushed := make([]PushedReset, len(window))
 	for i, r := range window {
-		pushed[i] = PushedReset{ID: r.ID, Rule: r.Rule, Key: r.Key}
+		pushed[i] = PushedReset{ID: r.ID, Rule: r.Rule, Key: r.Key, All: r.All}
 	}
 	if err := s.resetPub.SetResets(ctx, pushed); err != nil {
 		return false, err

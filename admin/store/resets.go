@@ -8,20 +8,32 @@ import (
 	"time"
 )
 
-// Reset is one reset of an identity's limit state: the admin pushes it in
-// the configuration, and each Envoy forgets the state of Key under Rule
-// once (by ID).
+// Reset is one reset of limit state: the admin pushes it in the
+// configuration, and each Envoy forgets the state of Key under Rule once
+// (by ID), or with All the state of every identity of Rule.
 type Reset struct {
 	ID      string
 	Created time.Time
 	Author  string
 	Rule    string
-	Key     string
+	Key     string // "" with All
+	All     bool   // every identity of Rule
 }
+
+// A reset of every identity is stored with the key '': no identity has an
+// empty key (the filter refuses one), and an admin that does not know
+// such resets leaves one out of its pushes (Compose drops the resets the
+// configuration refuses) rather than pushing a wrong one.
 
 // AddReset stores a reset. The primary key refuses an ID already stored
 // (IDs are generated to be unique across replicas).
 func (s *Store) AddReset(ctx context.Context, r Reset) error {
+	switch {
+	case r.All && r.Key != "":
+		return fmt.Errorf("storing the reset: a reset of every identity of %q names a key too", r.Rule)
+	case !r.All && r.Key == "":
+		return fmt.Errorf("storing the reset: a reset of one identity of %q has an empty key", r.Rule)
+	}
 	_, err := s.db.ExecContext(ctx, `INSERT INTO resets (id, created_at, author, rule, key) VALUES (?, ?, ?, ?, ?)`,
 		r.ID, formatTime(r.Created), r.Author, r.Rule, r.Key)
 	if err != nil {
@@ -82,6 +94,7 @@ func (s *Store) queryResets(ctx context.Context, q string, args ...any) ([]Reset
 		if err := rows.Scan(&r.ID, &created, &r.Author, &r.Rule, &r.Key); err != nil {
 			return nil, err
 		}
+		r.All = r.Key == ""
 		if r.Created, err = parseTime(created); err != nil {
 			return nil, err
 		}

@@ -77,3 +77,50 @@ func TestPostgresResetsAreStoredAndWindowedByTheNewest(t *testing.T) {
 	pg := fleettest.StartPostgres(t, fleettest.PostgresOptions{})
 	checkResets(t, openPostgres(t, pg.URL))
 }
+
+// checkResetsOfEveryIdentity stores a reset of every identity of a rule
+// beside one of a single identity, and reads both back as they were: the
+// window and the list tell them apart. A reset naming both or neither is
+// refused.
+func checkResetsOfEveryIdentity(t *testing.T, s *Store) {
+	ctx := context.Background()
+	t0 := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	if err := s.AddReset(ctx, Reset{ID: "one", Created: t0, Author: "ops", Rule: "per-key", Key: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddReset(ctx, Reset{ID: "every", Created: t0.Add(time.Minute), Author: "ops", Rule: "per-key", All: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []Reset{
+		{ID: "both", Created: t0, Author: "ops", Rule: "per-key", Key: "alice", All: true},
+		{ID: "neither", Created: t0, Author: "ops", Rule: "per-key"},
+	} {
+		if err := s.AddReset(ctx, bad); err == nil {
+			t.Errorf("the reset %+v was stored", bad)
+		}
+	}
+	list, err := s.Resets(ctx, 10)
+	if err != nil || resetIDs(list) != "every one " {
+		t.Fatalf("Resets: %s, %v", resetIDs(list), err)
+	}
+	if r := list[0]; !r.All || r.Key != "" || r.Rule != "per-key" {
+		t.Errorf("the reset of every identity read back as %+v", r)
+	}
+	if r := list[1]; r.All || r.Key != "alice" {
+		t.Errorf("the reset of one identity read back as %+v", r)
+	}
+	w, err := s.ResetWindow(ctx, 15*time.Minute, 256)
+	if err != nil || resetIDs(w) != "one every " || w[0].All || !w[1].All {
+		t.Errorf("window: %+v, %v; want the reset of one identity, then the one of every identity", w, err)
+	}
+}
+
+func TestAResetOfEveryIdentityIsStoredApartFromOneIdentitys(t *testing.T) {
+	s, _ := openTemp(t)
+	checkResetsOfEveryIdentity(t, s)
+}
+
+func TestPostgresAResetOfEveryIdentityIsStoredApartFromOneIdentitys(t *testing.T) {
+	pg := fleettest.StartPostgres(t, fleettest.PostgresOptions{})
+	checkResetsOfEveryIdentity(t, openPostgres(t, pg.URL))
+}

@@ -13,8 +13,8 @@ type (
 	// Version is a policy version that became current.
 	Version = policies.Version
 	// Reset is one entry of the pushed configuration's "resets": the
-	// Envoys forget the state of Key under Rule, once per process (by
-	// ID). Resets belong to no version: the server adds the current ones
+	// Envoys forget the state of Key under Rule (with All, of every
+	// identity of Rule), once per process (by ID). Resets belong to no version: the server adds the current ones
 	// to every configuration it pushes, a version's or a trial's
 	// (resets.go), the pushed configuration being the only channel to
 	// every Envoy's shared data.

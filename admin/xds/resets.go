@@ -17,8 +17,10 @@ import (
 // Compose returns config with the resets it accepts appended as its last
 // top-level member, and the suffix of the resource version that names
 // them ("+resets.<hash>"). A reset whose rule the configuration no longer
-// has (or no longer keeps state in, or with another number of limit keys)
-// is left out, so an old reset never makes the Envoys refuse a version.
+// has (or no longer keeps state in, or with another number of limit keys,
+// or for a reset of every identity in exact storage, which the filter
+// cannot list) is left out, so an old reset never makes the Envoys refuse
+// a version.
 // Without resets to carry, config is returned as it is, with no suffix.
 func Compose(config []byte, resets []Reset) ([]byte, string) {
 	rs := slices.Clone(resets)

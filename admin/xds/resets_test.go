@@ -61,6 +61,32 @@ func TestComposeLeavesOutResetsTheConfigurationRefuses(t *testing.T) {
 	}
 }
 
+// A reset of every identity of a rule is written with "all": true and no
+// key, in the same list and window as the resets of one identity; one
+// the configuration no longer accepts (its rule now keeps exact storage,
+// which cannot be listed) is left out like any other.
+func TestComposeWritesAResetOfEveryIdentityWithoutAKey(t *testing.T) {
+	rs := []Reset{{ID: "a1", Rule: "per-ip", Key: "10.0.0.1"}, {ID: "a2", Rule: "per-ip", All: true}}
+	got, suffix := Compose([]byte(compact), rs)
+	want := strings.TrimSuffix(compact, "}") +
+		`,"resets":[{"id":"a1","rule":"per-ip","key":"10.0.0.1"},{"id":"a2","rule":"per-ip","all":true}]}`
+	if string(got) != want || suffix == "" {
+		t.Fatalf("composed\n%s (%q)\nwant\n%s", got, suffix, want)
+	}
+	cfg, err := policy.Parse(got)
+	if err != nil || len(cfg.Resets) != 2 || !cfg.Resets[1].All || cfg.Resets[1].Key != "" {
+		t.Errorf("the filter's parser reads %+v, %v", cfg, err)
+	}
+	if _, one := Compose([]byte(compact), rs[:1]); one == suffix {
+		t.Error("adding a reset of every identity left the version suffix as it was")
+	}
+	exact := strings.Replace(compact, `"algorithm":"token_bucket"`, `"algorithm":"token_bucket","max_keys":0`, 1)
+	got, _ = Compose([]byte(exact), rs)
+	if want := strings.TrimSuffix(exact, "}") + `,"resets":[{"id":"a1","rule":"per-ip","key":"10.0.0.1"}]}`; string(got) != want {
+		t.Errorf("on a rule of exact storage: %s; want only the reset of one identity:\n%s", got, want)
+	}
+}
+
 // pushLog records Options.Pushed calls.
 type pushLog struct {
 	mu     sync.Mutex

@@ -54,6 +54,7 @@ type vmContext struct {
 	tel      telemetryState        // telemetry.go
 	held     int                   // delay.go: streams held on this VM
 	fleet    fleetState            // fleet_sync.go
+	walks    []ruleWalk            // resets_all.go: resets of every identity of a rule, in progress
 }
 
 func (vm *vmContext) NewPluginContext(contextID uint32) types.PluginContext {

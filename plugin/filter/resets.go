@@ -63,6 +63,10 @@ func (p *pluginContext) applyResets(resets []policy.Reset) {
 	}
 	g := p.vm.globals()
 	for _, rs := range pending {
+		if rs.All {
+			p.vm.walks = append(p.vm.walks, ruleWalk{id: rs.ID, rule: rs.Rule}) // resets_all.go
+			continue
+		}
 		switch p.forget(rs) {
 		case resetForgot:
 			g.resetApplied.inc()
@@ -74,6 +78,9 @@ func (p *pluginContext) applyResets(resets []policy.Reset) {
 			g.resetFailed.inc()
 			logError("sluice: reset " + rs.ID + " of rule " + rs.Rule + " failed; the identity keeps its state")
 		}
+	}
+	if len(p.vm.walks) > 0 {
+		p.walkResets() // the first groups at once, the rest on the ticks
 	}
 }
 

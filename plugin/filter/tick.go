@@ -1,8 +1,10 @@
 package filter
 
-// on_tick has three clients: telemetry reports (every telemetry.interval_ms,
-// telemetry.go), fleet syncs (every fleet.sync_interval_ms, fleet_sync.go)
-// and held requests (a fast holdTickMS tick while any is held, delay.go).
+// on_tick has four clients: telemetry reports (every telemetry.interval_ms,
+// telemetry.go), fleet syncs (every fleet.sync_interval_ms, fleet_sync.go),
+// resets of every identity of a rule (every walkTickMS while one is in
+// progress, resets_all.go) and held requests (a fast holdTickMS tick while
+// any is held, delay.go).
 // Envoy gives a root context a single timer, so its period is the shortest
 // any client needs right now, and each periodic client keeps its own
 // schedule in monotonic time. Setting the period re-arms Envoy's timer, so
@@ -32,6 +34,9 @@ func (p *pluginContext) OnTick() {
 		if cfg.telemetry != nil && p.tk.due(&p.tk.nextReport, int64(cfg.telemetry.IntervalMS), now) {
 			p.report()
 		}
+	}
+	if len(p.vm.walks) > 0 {
+		p.guarded("on_tick (resets)", p.walkResets) // resets_all.go
 	}
 	p.resumeDue()
 	p.settleTick()
@@ -80,6 +85,9 @@ func (p *pluginContext) basePeriodMS() uint32 {
 // streams are held, else the base period.
 func (p *pluginContext) settleTick() {
 	want := p.basePeriodMS()
+	if len(p.vm.walks) > 0 && (want == 0 || want > walkTickMS) {
+		want = walkTickMS
+	}
 	if len(p.hq.q) > 0 {
 		want = holdTickMS
 	}

@@ -141,7 +141,8 @@ type normConfig struct {
 type normReset struct {
 	ID   string `json:"id"`
 	Rule string `json:"rule"`
-	Key  string `json:"key"`
+	Key  string `json:"key,omitempty"`
+	All  bool   `json:"all,omitempty"`
 }
 
 // normalizeReply writes a custom reply out, its content type explicit

@@ -10,17 +10,22 @@ import "strconv"
 // Each Envoy process applies a reset once, by its id, however many pushes
 // carry it.
 
-// Reset is one entry of "resets".
+// Reset is one entry of "resets": one identity's state (Key), or every
+// identity's (All), under one rule.
 type Reset struct {
 	ID   string // "id": 1 to 64 characters of A-Z a-z 0-9 _ . -, unique in the list
 	Rule string // "rule": a limit rule with state per identity (not concurrency)
-	Key  string // "key": the identity, written as an override's key
+	Key  string // "key": the identity, written as an override's key ("" with All)
+	// All is "all": true, instead of "key": every identity of the rule
+	// starts over. Only in bounded storage (max_keys > 0), whose
+	// shared-data keys the filter can list.
+	All bool
 }
 
 // MaxResets bounds "resets".
 const MaxResets = 256
 
-var resetFields = []string{"id", "rule", "key"}
+var resetFields = []string{"id", "rule", "key", "all"}
 
 // resets parses "resets"; the rules they name are checked once every
 // rule is known (checkResets).
@@ -52,12 +57,34 @@ func (p *parser) resets(path string, v *jvalue) []Reset {
 		}
 		var rok, kok bool
 		r.Rule, rok = p.requiredString(at+".rule", f["rule"], "the name of the rule whose state is reset")
-		r.Key, kok = p.requiredString(at+".key", f["key"], "the identity, written as an override's key")
+		if r.All, kok = p.resetAll(at, f["all"], f["key"] != nil); !r.All && kok {
+			r.Key, kok = p.requiredString(at+".key", f["key"], `the identity, written as an override's key (or "all": true for every identity)`)
+		}
 		if ok && rok && kok {
 			out = append(out, r)
 		}
 	}
 	return out
+}
+
+// resetAll reads "all" of the reset at path: true, or absent (false).
+// hasKey: the reset names a key too, which "all" excludes.
+func (p *parser) resetAll(path string, v *jvalue, hasKey bool) (bool, bool) {
+	switch {
+	case v == nil:
+		return false, true
+	case v.kind != jBool || !v.b:
+		got := v.kind.String()
+		if v.kind == jBool {
+			got = "false"
+		}
+		p.errorf(path+".all", `must be true (every identity of the rule starts over) or left out, got `, got)
+		return false, false
+	case hasKey:
+		p.errorf(path+".key", `must be left out with "all": true, which resets every identity of the rule; give one or the other`)
+		return false, false
+	}
+	return true, true
 }
 
 // resetID checks a reset's id: a rule name's characters.
@@ -95,8 +122,14 @@ func (p *parser) checkResets(cfg *Config) {
 			p.errorf(at+".rule", msg)
 			continue
 		}
-		if msg := checkOverrideKey(rs.Key, len(r.Keys)); msg != "" {
-			p.errorf(at+".key", msg)
+		switch {
+		case rs.All && r.MaxKeys == 0:
+			p.errorf(at+".all", quoteShort(rs.Rule), ` keeps exact storage ("max_keys": 0), a key per identity, which cannot be listed to reset them all; reset identities one by one, or give the rule a new name to start it over`)
+		case rs.All:
+		default:
+			if msg := checkOverrideKey(rs.Key, len(r.Keys)); msg != "" {
+				p.errorf(at+".key", msg)
+			}
 		}
 	}
 }

@@ -109,6 +109,7 @@ func schemaProperties() map[string]obj {
 			"id":   obj{"type": "string", "pattern": namePattern, "description": "Unique in the list: each Envoy process applies a reset once, by its id."},
 			"rule": obj{"type": "string", "pattern": namePattern, "description": "The rule whose state for the identity is forgotten: a local limit rule other than concurrency."},
 			"key":  obj{"type": "string", "minLength": 1, "maxLength": MaxOverrideKey, "description": "The identity, written as an override's key."},
+			"all":  obj{"type": "boolean", "enum": []any{true}, "description": "Instead of key: every identity of the rule starts over (bounded storage only: max_keys above 0)."},
 		},
 		"telemetry": {
 			"cluster":   obj{"type": "string", "pattern": `^[\x21-\x7e]+$`, "description": "Envoy cluster of the Sluice admin that receives the reports."},
@@ -312,7 +313,7 @@ func schemaDoc() obj {
 			"oneOf": []obj{{"required": []string{"token"}}, {"required": []string{"token_env"}}},
 		}),
 		"fleet": closed("fleet", []string{"cluster"}, nil),
-		"reset": closed("reset", []string{"id", "rule", "key"}, nil),
+		"reset": closed("reset", []string{"id", "rule"}, obj{"oneOf": []obj{{"required": []string{"key"}}, {"required": []string{"all"}}}}),
 		"tokenBucket": closed("tokenBucket", []string{"burst"}, obj{
 			"oneOf": []obj{{"required": []string{"tokens_per_second"}}, {"required": []string{"rps"}}},
 		}),

@@ -35,6 +35,16 @@ document.addEventListener("DOMContentLoaded", () => {
     });
   });
 
+  // The dashboard's reset form: with "every identity of the rule" ticked
+  // the key is not sent (the server refuses a key with the box).
+  const resetAll = document.getElementById("reset-all");
+  const resetKey = document.getElementById("reset-key");
+  if (resetAll && resetKey) {
+    const keyUnused = () => { resetKey.disabled = resetAll.checked; };
+    resetAll.addEventListener("change", keyUnused);
+    keyUnused();
+  }
+
   // Live regions that refresh themselves (the nodes table).
   document.querySelectorAll("[data-refresh]").forEach((el) => refresh(el));
 

@@ -120,17 +120,33 @@ const rollingSuffix = ":rolling"
 func Key(domain, rule, id string) string {
 	var b strings.Builder
 	b.Grow(len("sluice:{}") + len(domain) + len(rule) + len(id) + 12)
+	writeRulePrefix(&b, domain, rule)
+	b.WriteString(strconv.Itoa(len(id)))
+	b.WriteByte('.')
+	b.WriteString(id)
+	b.WriteByte('}')
+	return b.String()
+}
+
+// RulePrefix is how every key of rule in domain starts, whatever the
+// identity: Key's, WindowKey's and RollingKey's ("sluice:{<domain>:<rule>:",
+// length-prefixed). The lengths make it no other rule's: rule "g" is
+// "1.g:", which "2.g2:" does not start with.
+func RulePrefix(domain, rule string) string {
+	var b strings.Builder
+	b.Grow(len("sluice:{::") + len(domain) + len(rule) + 8)
+	writeRulePrefix(&b, domain, rule)
+	return b.String()
+}
+
+func writeRulePrefix(b *strings.Builder, domain, rule string) {
 	b.WriteString("sluice:{")
-	for i, part := range []string{domain, rule, id} {
-		if i > 0 {
-			b.WriteByte(':')
-		}
+	for _, part := range []string{domain, rule} {
 		b.WriteString(strconv.Itoa(len(part)))
 		b.WriteByte('.')
 		b.WriteString(part)
+		b.WriteByte(':')
 	}
-	b.WriteByte('}')
-	return b.String()
 }
 
 // Identity is what an op's windows share: a window counter's Key without

@@ -2,6 +2,7 @@ package redisgcra
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -86,6 +87,40 @@ func TestKeyIsInjectiveAndTagged(t *testing.T) {
 	}
 	if got := Key("sluice", "free", "ab12"); got != "sluice:{6.sluice:4.free:4.ab12}" {
 		t.Errorf("Key = %q", got)
+	}
+}
+
+// RulePrefix starts every key of its rule, and no key of another rule
+// or domain, even one whose name starts with the rule's.
+func TestRulePrefixStartsTheRulesKeysAndNoOthers(t *testing.T) {
+	parts := []string{"", "a", "a:b", "g", "g2", "g_2", ":", "1.a", "}", "{x}", "2.g2"}
+	for _, d := range parts {
+		for _, r := range parts {
+			prefix := RulePrefix(d, r)
+			for _, d2 := range parts {
+				for _, r2 := range parts {
+					for _, id := range parts {
+						own := d2 == d && r2 == r
+						for _, k := range []string{Key(d2, r2, id), WindowKey(d2, r2, id, 1700000000000), RollingKey(d2, r2, id)} {
+							if strings.HasPrefix(k, prefix) != own {
+								t.Fatalf("RulePrefix(%q, %q) = %q; key %q of (%q, %q): starts with it %v", d, r, prefix, k, d2, r2, !own)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if got := RulePrefix("sluice", "g"); got != "sluice:{6.sluice:1.g:" {
+		t.Errorf("RulePrefix = %q", got)
+	}
+}
+
+func TestEscapeGlobMakesAPatternMatchItselfOnly(t *testing.T) {
+	for in, want := range map[string]string{"sluice": "sluice", `a*b?c[d]e\f`: `a\*b\?c\[d\]e\\f`, "^-{}": "^-{}"} {
+		if got := escapeGlob(in); got != want {
+			t.Errorf("escapeGlob(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
 
