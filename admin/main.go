@@ -527,6 +527,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if fleetSrv != nil {
 		hcfg.Fleet = fleetSrv
 	}
+	hcfg.Exported = exportedWithResets(svc, logger)
 	if hcfg.OIDC, err = o.OIDC.build(ctx); err != nil {
 		return err
 	} else if hcfg.OIDC != nil {

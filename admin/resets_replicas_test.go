@@ -149,3 +149,43 @@ func TestAResetOnOneAdminIsPushedByTheOther(t *testing.T) {
 		t.Errorf("the node running version 2 with the reset is shown as %v; want version 2", nodes)
 	}
 }
+
+// An admin that pushes nothing itself (-xds-listen off: the proxies get
+// the policy from an exported Istio WasmPlugin or Envoy Gateway
+// EnvoyExtensionPolicy) exports the recent resets with the version, so
+// applying the manifest again after a reset delivers it.
+func TestTheExportedManifestsCarryTheRecentResets(t *testing.T) {
+	port := func() string { return "127.0.0.1:" + strconv.Itoa(fleettest.FreePort(t)) }
+	a := startAdminProcess(t, &replica{http: port(), xds: "off", stderr: &bytes.Buffer{}}, nil)
+	if code, saved := a.call("POST", "/api/v1/policy", map[string]any{"base_version": 1, "policy": json.RawMessage(resetReplicaPolicy)}); code != http.StatusCreated {
+		t.Fatalf("save: %d %v", code, saved)
+	}
+	exports := map[string]string{"istio": "/api/v1/istio/wasmplugin?format=json", "envoy gateway": "/api/v1/envoygateway/extensionpolicy?format=json"}
+	manifest := func(path string) string {
+		code, m := a.call("GET", path, nil)
+		if code != http.StatusOK {
+			t.Fatalf("GET %s: %d %v", path, code, m)
+		}
+		b, _ := json.Marshal(m)
+		return string(b)
+	}
+	for name, path := range exports {
+		if m := manifest(path); strings.Contains(m, "resets") || !strings.Contains(m, "per-key") {
+			t.Errorf("%s before any reset: %s", name, m)
+		}
+	}
+	code, reset := a.call("POST", "/api/v1/resets", map[string]any{"rule": "per-key", "key": "alice"})
+	if code != http.StatusCreated {
+		t.Fatalf("reset: %d %v", code, reset)
+	}
+	code, all := a.call("POST", "/api/v1/resets", map[string]any{"rule": "per-key", "all": true})
+	if code != http.StatusCreated {
+		t.Fatalf("reset of every identity: %d %v", code, all)
+	}
+	want := `"resets":[{"id":"` + reset["id"].(string) + `","key":"alice","rule":"per-key"},{"all":true,"id":"` + all["id"].(string) + `","rule":"per-key"}]`
+	for name, path := range exports {
+		if m := manifest(path); !strings.Contains(m, want) {
+			t.Errorf("%s after two resets:\n%s\nwant it to contain\n%s", name, m, want)
+		}
+	}
+}

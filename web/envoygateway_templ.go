@@ -56,7 +56,7 @@ func EnvoyGateway(p EnvoyGatewayPage) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 2, ") as an Envoy Gateway <code>EnvoyExtensionPolicy</code> (<code>gateway.envoyproxy.io/v1alpha1</code>): apply it with <code>kubectl apply -f</code> in the namespace of its target. The filter fails open if the module cannot be loaded. The module source comes from the admin's <code>-eg-*</code> flags.</p><form method=\"get\" action=\"/envoy-gateway\" class=\"inline\"><label>Attach to <input type=\"text\" name=\"target\" value=\"")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 2, ") as an Envoy Gateway <code>EnvoyExtensionPolicy</code> (<code>gateway.envoyproxy.io/v1alpha1</code>): apply it with <code>kubectl apply -f</code> in the namespace of its target. For 15 minutes after a reset it also carries the reset: apply it again to deliver it. The filter fails open if the module cannot be loaded. The module source comes from the admin's <code>-eg-*</code> flags.</p><form method=\"get\" action=\"/envoy-gateway\" class=\"inline\"><label>Attach to <input type=\"text\" name=\"target\" value=\"")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

@@ -36,8 +36,11 @@ type FleetRule struct {
 	Returned string
 	// Charged: response costs the nodes' pools could not pay, per second;
 	// Charges: the rule had any in the last 10 s (the column shows then).
-	Charged  string
-	Charges  bool
+	Charged string
+	Charges bool
+	// Blocked: the identities the service blocked in the last 10 s
+	// (block_seconds), shown when any.
+	Blocked  string
 	Leased   string // tokens held in leases now, every fresh node (telemetry)
 	Fallback int    // fresh nodes in fallback on this rule
 	Nodes    []FleetNode

@@ -22,7 +22,8 @@ import (
 	"github.com/sluice-rl/sluice/internal/poll"
 )
 
-// monitoredPolicy has a rule that the throttled key exceeds, a shadow
+// monitoredPolicy has a rule that the throttled key exceeds (and is
+// blocked by), a shadow
 // rule, a global rule in fleet mode, and a rule charged from the demo
 // upstream's LLM answers, so that every dashboard panel has something to
 // show.
@@ -31,7 +32,7 @@ const monitoredPolicy = `{"mode": "enforce",
   "fleet": {"cluster": "sluice_rls", "sync_interval_ms": 1000},
   "policies": [
     {"name": "api", "rules": [{"name": "api-key", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",
-      "algorithm_config": {"tokens_per_second": 1, "burst": 5}}]},
+      "algorithm_config": {"tokens_per_second": 1, "burst": 5, "block_seconds": 30}}]},
     {"name": "edge", "rules": [{"name": "per-ip", "mode": "shadow", "limit_keys": ["ip:address"], "algorithm": "token_bucket",
       "algorithm_config": {"tokens_per_second": 2, "burst": 4}}]},
     {"name": "fleet", "rules": [{"name": "per-tenant", "scope": "global", "limit_keys": ["header:x-api-key"], "algorithm": "token_bucket",

@@ -526,7 +526,7 @@ func (s *server) renderIstio(r *http.Request, format string) (istioManifest, err
 	if err != nil {
 		return istioManifest{}, err
 	}
-	m, err := istio.Render(v.JSON, v.Number, opts)
+	m, err := istio.Render(s.exported(r.Context(), v), v.Number, opts)
 	if err != nil {
 		return istioManifest{version: v}, err
 	}

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"path"
@@ -44,7 +45,7 @@ func (s *server) renderEnvoyGateway(r *http.Request, format string) ([]byte, str
 	if err != nil {
 		return nil, "", v, err
 	}
-	m, err := envoygateway.Render(v.JSON, v.Number, opts)
+	m, err := envoygateway.Render(s.exported(r.Context(), v), v.Number, opts)
 	if err != nil {
 		return nil, "", v, &policies.InputError{Field: "options", Message: err.Error()}
 	}
@@ -97,4 +98,13 @@ func (s *server) envoyGatewayDownload(w http.ResponseWriter, r *http.Request, _ 
 	w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="sluice-envoyextensionpolicy-v%d.%s"`, v.Number, format))
 	w.Write(body)
 	return nil
+}
+
+// exported is the configuration the manifests carry for version v
+// (Config.Exported).
+func (s *server) exported(ctx context.Context, v policies.Version) []byte {
+	if s.Exported == nil {
+		return v.JSON
+	}
+	return s.Exported(ctx, v)
 }

@@ -83,6 +83,13 @@ func (s *server) addRLS(f *web.FleetSection, b *fleetRules, now time.Time, ov fl
 			ri := b.add(web.FleetRule{Name: r.Name, Domain: printableText(u.Domain), Limit: limit, Known: r.Known,
 				Granted: rate(u.GrantedPerSecond), Denied: rate(u.DeniedPerSecond), Returned: rate(u.ReturnedPerSecond),
 				Charged: rate(u.ChargedPerSecond), Charges: u.ChargedPerSecond > 0})
+			var blocked uint64
+			for _, n := range u.Nodes {
+				blocked += n.Blocked
+			}
+			if blocked > 0 {
+				b.rules[ri].Blocked = pluralCount(int(blocked), "client")
+			}
 			for _, n := range u.Nodes {
 				fn := b.node(ri, n.Node)
 				fn.HasRLS, fn.LastLease, fn.Seen = true, count(n.LastLease), ago(now.Sub(n.LastSeen))

@@ -66,15 +66,17 @@ func TestDashboardWithoutFleetHasNoGlobalRules(t *testing.T) {
 }
 
 // A rule whose pools were charged response costs shows what was charged,
-// per second and per node; a rule without charges shows no such column.
-func TestDashboardGlobalRulesShowResponseCharges(t *testing.T) {
+// per second and per node, and the clients the service blocked; a rule
+// without charges or blocks shows neither.
+func TestDashboardGlobalRulesShowResponseChargesAndBlocks(t *testing.T) {
 	now := time.Now()
 	ov := fleet.Overview{
 		Backend: "redis 127.0.0.1:6379", Health: fleet.Health{Up: true, Checked: now}, Nodes: 1,
 		Rules: []fleet.RuleOverview{
 			{Name: "llm-tokens", Limit: fleet.Limit{Rate: 100, Burst: 60000}, Known: true, Usage: []fleet.RuleUsage{{
 				Domain: "sluice", Rule: "llm-tokens", GrantedPerSecond: 50, ChargedPerSecond: 240,
-				Nodes: []fleet.NodeUsage{{Node: "envoy-1", LastLease: 500, Granted: 500, Charged: 2400, LastSeen: now}},
+				Nodes: []fleet.NodeUsage{{Node: "envoy-1", LastLease: 500, Granted: 500, Charged: 2400, Blocked: 2, LastSeen: now},
+					{Node: "envoy-2", LastLease: 500, Granted: 500, Blocked: 1, LastSeen: now}},
 			}}},
 			{Name: "api-global", Limit: fleet.Limit{Rate: 10, Burst: 20}, Known: true, Usage: []fleet.RuleUsage{{
 				Domain: "sluice", Rule: "api-global", GrantedPerSecond: 1,
@@ -92,12 +94,16 @@ func TestDashboardGlobalRulesShowResponseCharges(t *testing.T) {
 	if !ok {
 		t.Fatal("the two rules are not on the page in order")
 	}
-	for _, want := range []string{`<b>240/s</b> charged from responses`, `Charged (10 s)`, `<td class="num charged">2,400</td>`} {
+	for _, want := range []string{`<b>240/s</b> charged from responses`, `Charged (10 s)`, `<td class="num charged">2,400</td>`,
+		`<b>3 clients</b> blocked (10 s)`} {
 		if !strings.Contains(llm, want) {
 			t.Errorf("the charged rule lacks %s", want)
 		}
 	}
 	if strings.Contains(api, "Charged") || strings.Contains(api, "charged from responses") {
 		t.Error("a rule without charges shows a charged column")
+	}
+	if strings.Contains(api, "blocked (10 s)") {
+		t.Error("a rule without blocks shows blocks")
 	}
 }

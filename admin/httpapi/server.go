@@ -99,7 +99,13 @@ type Config struct {
 	Istio    istio.Options // how the WasmPlugin is rendered
 	// EnvoyGateway: how the EnvoyExtensionPolicy is rendered.
 	EnvoyGateway envoygateway.Options
-	Logger       *slog.Logger
+	// Exported, if set, is the configuration the exported manifests
+	// (WasmPlugin, EnvoyExtensionPolicy) carry for version v: its JSON
+	// with the recent resets, as the admin pushes it over xDS, so that
+	// applying the manifest again after a reset delivers it. nil: the
+	// version's JSON.
+	Exported func(ctx context.Context, v policies.Version) []byte
+	Logger   *slog.Logger
 
 	// SecureCookies marks cookies Secure even on plain-HTTP requests: set it
 	// when a TLS-terminating proxy sits in front of the admin. Requests that

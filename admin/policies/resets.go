@@ -253,19 +253,35 @@ func (s *Service) SyncResets(ctx context.Context) (bool, error) {
 	if err != nil || mark == s.resetMark {
 		return false, err
 	}
-	window, err := st.ResetWindow(ctx, ResetWindow, policy.MaxResets)
+	pushed, err := s.PushedResets(ctx)
 	if err != nil {
 		return false, err
-	}
-	pushed := make([]PushedReset, len(window))
-	for i, r := range window {
-		pushed[i] = PushedReset{ID: r.ID, Rule: r.Rule, Key: r.Key, All: r.All}
 	}
 	if err := s.resetPub.SetResets(ctx, pushed); err != nil {
 		return false, err
 	}
 	s.resetMark = mark
 	return true, nil
+}
+
+// PushedResets returns the resets every configuration carries now: those
+// made within ResetWindow of the newest, at most policy.MaxResets, as
+// pushed over xDS and as the exported manifests (Istio, Envoy Gateway)
+// carry them.
+func (s *Service) PushedResets(ctx context.Context) ([]PushedReset, error) {
+	st, ok := s.store.(resetStore)
+	if !ok {
+		return nil, nil
+	}
+	window, err := st.ResetWindow(ctx, ResetWindow, policy.MaxResets)
+	if err != nil {
+		return nil, err
+	}
+	pushed := make([]PushedReset, len(window))
+	for i, r := range window {
+		pushed[i] = PushedReset{ID: r.ID, Rule: r.Rule, Key: r.Key, All: r.All}
+	}
+	return pushed, nil
 }
 
 // refuseResets refuses a document with a top-level "resets": only the
