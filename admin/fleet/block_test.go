@@ -16,10 +16,9 @@ import (
 	"github.com/sluice-rl/sluice/shared/state"
 )
 
-// blockDesc is a block after a refused ask of hits tokens: the descriptor
-// the plugin sends when the service refused a request of a rule with
-// block_seconds and the bucket could not pay it. hits < 0 leaves
-// hits_addend unset.
+// blockDesc is a block for a request of hits tokens: the descriptor the
+// plugin sends just before a request-path ask of a rule with
+// block_seconds. hits < 0 leaves hits_addend unset.
 func blockDesc(rule, id string, hits int64) *ratelimitv3.RateLimitDescriptor {
 	d := desc(rule, id, hits, false)
 	d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: KeyOp, Value: OpBlock})
@@ -109,7 +108,7 @@ func TestPolicyRulesGiveAnIdentityItsBlock(t *testing.T) {
 	}
 }
 
-// A block puts an identity whose bucket cannot pay the refused ask an
+// A block puts an identity whose bucket cannot pay the request an
 // hour below empty (an empty bucket too), answered OVER_LIMIT with the
 // time until full; a take is then refused and changes nothing, and a
 // block again, or of a bucket in debt from a charge, finds it below empty
@@ -192,7 +191,7 @@ func testBlocksKeepOut(t *testing.T, b Backend) {
 	}
 }
 
-// A block changes nothing when the bucket can pay the refused ask now (it
+// A block changes nothing when the bucket can pay the request now (it
 // refilled, or was returned to, since): OK with the bucket as a query
 // shows it. hits_addend 0 is an ask of 1.
 func TestBlocksLeaveABucketThatCanPay(t *testing.T) {
@@ -327,7 +326,7 @@ func testTakesAfterABlock(t *testing.T, b Backend) {
 	s := startRLS(t, Options{Backend: b, Rules: blockRules(t), Timeout: time.Second})
 	OK, OVER := rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT
 	start := time.Now()
-	// One call: the refused ask's bucket is blocked before it refills.
+	// One call: the bucket is blocked before it refills.
 	resp := s.mustCall(t, "n1", desc("fast", "A", 10, false), blockDesc("fast", "A", 1))
 	checkStatus(t, "take 10 of 10", resp.Statuses[0], OK, 0)
 	checkStatus(t, "block after an ask of 1", resp.Statuses[1], OVER, 0)

@@ -20,7 +20,7 @@ const (
 	KeyWindow   = "sluice_window" // optional, with sluice_op=return: the start (unix ms) of the window (a rolling window's sub-period) a return belongs to
 	OpReturn    = "return"
 	OpCharge    = "charge"              // a cost the response reported: taken unconditionally, into the bucket's debt
-	OpBlock     = "block"               // a refused ask of a rule with block_seconds: a bucket that cannot pay it is put that long below empty
+	OpBlock     = "block"               // a request's cost, sent before its ask by a rule with block_seconds: a bucket that cannot pay it is put that long below empty
 	NodeHeader  = "x-sluice-node"       // request metadata: the caller's node id
 	FleetHeader = "x-sluice-fleet-size" // response metadata: distinct nodes seen in the last 30 s
 )
@@ -41,9 +41,9 @@ type item struct {
 	sluice   bool   // has sluice_rule: the protocol's shape
 	ret      bool   // give tokens back (sluice_op=return, or is_negative_hits)
 	charge   bool   // take tokens unconditionally, into debt (sluice_op=charge)
-	block    bool   // block the identity after a refused ask of hits tokens (sluice_op=block)
+	block    bool   // block the identity if its bucket cannot pay hits tokens (sluice_op=block)
 	opEntry  int    // the index of the sluice_op entry, for errors found later
-	hits     uint64 // tokens asked for, returned or charged; a block's refused ask (at least 1)
+	hits     uint64 // tokens asked for, returned or charged; a block's request cost (at least 1)
 	override *override
 	// window is sluice_window: the start (unix ms) of the window whose
 	// leased requests a return gives back (hasWindow).
@@ -125,7 +125,7 @@ func parseDescriptor(i int, d *ratelimitv3.RateLimitDescriptor, reqHits uint32) 
 		return it, fmt.Errorf("%s.is_negative_hits: true with %s=%s (a charge takes tokens; a return gives them back)", path, KeyOp, OpCharge)
 	}
 	if it.block && d.IsNegativeHits {
-		return it, fmt.Errorf("%s.is_negative_hits: true with %s=%s (a block follows a refused ask; a return gives tokens back)", path, KeyOp, OpBlock)
+		return it, fmt.Errorf("%s.is_negative_hits: true with %s=%s (a block names a request's cost; a return gives tokens back)", path, KeyOp, OpBlock)
 	}
 	it.ret = it.ret || d.IsNegativeHits
 	it.hits = uint64(reqHits)
@@ -136,7 +136,7 @@ func parseDescriptor(i int, d *ratelimitv3.RateLimitDescriptor, reqHits uint32) 
 		it.hits = d.HitsAddend.Value
 	}
 	if it.block && it.hits == 0 {
-		it.hits = 1 // a refused ask was of at least one token
+		it.hits = 1 // a request costs at least one token
 	}
 	if d.Limit != nil {
 		o, err := parseOverride(d.Limit)

@@ -64,7 +64,7 @@ func NewMetricsFor(backend string) *Metrics {
 		}, []string{"result"}),
 		descriptors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_fleet_rls_descriptors_total",
-			Help: "Descriptors answered, by result: ok, over_limit, return (unused tokens given back), charge (a cost the response reported, taken into the bucket's debt), block (a block op after a refused ask, whether it blocked or not), unlimited (no global rule and no limit override: OK without a limit).",
+			Help: "Descriptors answered, by result: ok, over_limit, return (unused tokens given back), charge (a cost the response reported, taken into the bucket's debt), block (a block op, whether it blocked or not), unlimited (no global rule and no limit override: OK without a limit).",
 		}, []string{"result"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_fleet_tokens_total",

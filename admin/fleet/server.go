@@ -337,7 +337,7 @@ func chargeOfWindow(i int, it item) error {
 
 // bucketOp is the op of a descriptor of a bucket of limit l: a take of its
 // tokens' cost, a return of their credit, a charge of their cost capped
-// at the bucket's burst plus its debt, or a block for a refused ask of
+// at the bucket's burst plus its debt, or a block for a request costing
 // their cost.
 func bucketOp(domain string, it item, l redisgcra.Limit) redisgcra.Op {
 	op := redisgcra.Op{Key: redisgcra.Key(domain, it.rule, it.id), Tau: l.Tau()}

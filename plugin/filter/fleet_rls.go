@@ -61,8 +61,7 @@ func (p *pluginContext) dispatch(batch *syncBatch) bool {
 			d.Entries = append(d.Entries, rls.Entry{Key: "sluice_op", Value: "charge"})
 		case opBlock:
 			d.Entries = append(d.Entries, rls.Entry{Key: "sluice_op", Value: "block"})
-		}
-		if it.op == opReturn {
+		case opReturn:
 			d.Entries = append(d.Entries, rls.Entry{Key: "sluice_op", Value: "return"})
 			if it.rule.fleet.windowed {
 				d.Entries = append(d.Entries, rls.Entry{Key: "sluice_window", Value: strconv.FormatInt(it.window, 10)})

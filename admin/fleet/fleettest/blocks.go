@@ -14,7 +14,7 @@ var BlockLimit = redisgcra.Limit{Rate: 0.01, Burst: 20, MaxDebt: 10, BlockSecond
 
 // Blocks runs the cases of a block against a backend, on bucket key and
 // on buckets named key plus a suffix (none of which may exist): a bucket
-// that cannot pay the refused ask is put the block below empty (TAT = now
+// that cannot pay the request is put the block below empty (TAT = now
 // + tau + block, the op refused); one that can pay, or is below empty
 // already (blocked, or in debt from a charge), is left as it is (the op
 // allowed); a return during a block moves the TAT back by its credit;

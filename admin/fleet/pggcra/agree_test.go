@@ -200,7 +200,7 @@ func (g *callGen) op() redisgcra.Op {
 			// A charge: its cap the burst plus a debt of 0 to 3 units.
 			op.Charge, op.Tau = true, tau+int64(g.rng.IntN(4))*unit
 		case k == 2:
-			// A block of 1 to 3 units after a refused ask of 1 to 4.
+			// A block of 1 to 3 units for a request of 1 to 4.
 			op.Block, op.Amount = int64(1+g.rng.IntN(3))*unit, int64(1+g.rng.IntN(4))*unit
 		}
 		return op

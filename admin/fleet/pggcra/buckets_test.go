@@ -367,7 +367,7 @@ func TestSchemaUpgradeAddsChargesAndKeepsTheOldBucketFunction(t *testing.T) {
 	}
 }
 
-// Blocks as gcra.lua's: a bucket that cannot pay the refused ask is put
+// Blocks as gcra.lua's: a bucket that cannot pay the request is put
 // the burst plus the block below empty, one that can pay or is below
 // empty already is left, returns move a block's TAT back, ops of one call
 // in order, the backlog clamped.

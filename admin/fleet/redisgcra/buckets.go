@@ -47,7 +47,7 @@ type Op struct {
 	// allowed.
 	Charge bool
 	// Block, when > 0, makes the op a block of a bucket (not a counter,
-	// a return or a charge) for a refused ask of Amount (Limit.Cost of
+	// a return or a charge) for a request costing Amount (Limit.Cost of
 	// its tokens): Block is the block's length in microseconds
 	// (Limit.Block), Tau the bucket's. A bucket below empty (TAT - now >
 	// Tau: in debt, or blocked already) or able to pay Amount now (TAT +

@@ -228,7 +228,7 @@ func TestChargesGoIntoDebtCappedAndNeverBack(t *testing.T) {
 	fleettest.ChargesLoseNothing(t, b.Run, redisgcra.Key("sluice", "charged", "hot"), 12, 25)
 }
 
-// A block puts a bucket that cannot pay the refused ask below empty, by
+// A block puts a bucket that cannot pay the request below empty, by
 // the burst plus the block, and leaves one that can pay or is below empty
 // already; the key expires when the bucket is full again, as after a
 // take: the block's end plus the burst's refill.

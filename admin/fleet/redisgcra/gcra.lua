@@ -19,7 +19,7 @@
 -- call, the time until the bucket is full again; now = Redis TIME in us.
 -- A charge returns a fourth value: the microseconds it added to the TAT.
 -- A block answers allowed 0 when, and only when, it put the block in
--- place (ARGV[1] is then the cost of the refused ask it was sent for).
+-- place (ARGV[1] is the cost of the request it was sent for).
 --
 -- The key expires exactly when the bucket is full again (PX backlog,
 -- rounded up to the millisecond): a missing key and a full bucket are the
@@ -67,12 +67,12 @@ if ARGV[3] == 'charge' then
 end
 
 if ARGV[3] == 'block' then
-  -- The ask of ARGV[1] was refused and the rule blocks refused clients:
-  -- a bucket that cannot pay it now is put the block's length below
-  -- empty. A bucket already below empty (in debt, or blocked: a refusal
-  -- during a block never lengthens it) or that can pay (it refilled since
-  -- the refusal) is left as it is. A repeated block therefore changes
-  -- nothing. The backlog is clamped to 2^52 us, as every duration.
+  -- A request costing ARGV[1] is about to ask, and the rule blocks the
+  -- clients it refuses: a bucket that cannot pay it now is put the
+  -- block's length below empty. A bucket already below empty (in debt,
+  -- or blocked: a refusal during a block never lengthens it) or that can
+  -- pay is left as it is. A repeated block therefore changes nothing.
+  -- The backlog is clamped to 2^52 us, as every duration.
   if tat - now > tau or tat + amount - now <= tau then
     return {1, tat - now, now}
   end

@@ -14,7 +14,7 @@
 // and the tokens still available are (tau - (tat - now)) / T. A charge
 // takes its n tokens unconditionally, into debt: tat' = max(tat, now) + n*T,
 // at most now + tau + D*T for a debt of at most D tokens (Limit.MaxDebt).
-// A block of S seconds (Limit.BlockSeconds), for a refused ask of n
+// A block of S seconds (Limit.BlockSeconds), for a request costing n
 // tokens, puts a bucket that could not pay them S seconds of refill below
 // empty: tat' = now + tau + S (unless already below empty).
 // Time is Redis'
