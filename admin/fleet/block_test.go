@@ -20,9 +20,7 @@ import (
 // plugin sends just before a request-path ask of a rule with
 // block_seconds. hits < 0 leaves hits_addend unset.
 func blockDesc(rule, id string, hits int64) *ratelimitv3.RateLimitDescriptor {
-	d := desc(rule, id, hits, false)
-	d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: KeyOp, Value: OpBlock})
-	return d
+	return opDesc(rule, id, hits, OpBlock)
 }
 
 // blockPolicy: "b" blocks for an hour (overrides: acme a minute, free

@@ -20,9 +20,7 @@ import (
 // chargeDesc is a charge of hits tokens: the descriptor the plugin sends
 // for a response's cost its pool could not pay.
 func chargeDesc(rule, id string, hits int64) *ratelimitv3.RateLimitDescriptor {
-	d := desc(rule, id, hits, false)
-	d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: KeyOp, Value: OpCharge})
-	return d
+	return opDesc(rule, id, hits, OpCharge)
 }
 
 // chargePolicy: "g" and "fast" charge costs read from the response (g

@@ -110,6 +110,14 @@ func desc(rule, id string, hits int64, ret bool) *ratelimitv3.RateLimitDescripto
 	return d
 }
 
+// opDesc is desc (hits_addend hits, unset when < 0) with the operation
+// sluice_op op: the descriptor of a charge or a block.
+func opDesc(rule, id string, hits int64, op string) *ratelimitv3.RateLimitDescriptor {
+	d := desc(rule, id, hits, false)
+	d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: KeyOp, Value: op})
+	return d
+}
+
 func (r *rls) call(t *testing.T, node string, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, metadata.MD, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -62,6 +62,20 @@ func askWithBlock(t testing.TB, c Call, node string) {
 	}
 }
 
+// grantedAlone checks that the one pending call is a lone ask (no block)
+// for the paused request res, grants it and wants res admitted.
+func grantedAlone(t testing.TB, h Host, node, what string, res Response) {
+	t.Helper()
+	c := onlyCall(t, h, what)
+	if r := rlsCall(t, c, node); len(r.Descriptors) != 1 || blockOf(t, r.Descriptors[0]) != -1 {
+		t.Fatalf("%s: %v, want the ask alone", what, r.Descriptors)
+	}
+	answerRLS(t, h, c, "1", okStatus())
+	if settled(t, what, res).Rejected {
+		t.Fatalf("%s: rejected with a lease granted", what)
+	}
+}
+
 func globalBlock(t *testing.T, start Starter) {
 	const node = "node-a"
 	h := mustStart(t, start, Options{NodeID: node, Config: []byte(fleetBlockConfig), Start: noon})
@@ -145,20 +159,12 @@ func globalBlockNotSentBySyncs(t *testing.T, start Starter) {
 	h := mustStart(t, start, Options{NodeID: node, Config: []byte(fleetBlockConfig), Start: noon})
 
 	// The partner's override has block_seconds 0: its ask goes alone.
-	res := do(t, h, req("x-tenant", "partner"))
-	c := onlyCall(t, h, "the partner's ask")
-	if r := rlsCall(t, c, node); len(r.Descriptors) != 1 || blockOf(t, r.Descriptors[0]) != -1 {
-		t.Fatalf("the partner's ask: %v; want the ask alone", r.Descriptors)
-	}
-	answerRLS(t, h, c, "1", okStatus())
-	if settled(t, "the partner's request", res).Rejected {
-		t.Fatal("the partner was rejected with a lease granted")
-	}
+	grantedAlone(t, h, node, "the partner's ask", do(t, h, req("x-tenant", "partner")))
 
 	// acme gets a lease; the syncs that refill it, granted or refused,
 	// never carry a block: a refill asked ahead of need refuses nobody.
-	res = do(t, h, req("x-tenant", "acme"))
-	c = onlyCall(t, h, "acme's ask")
+	res := do(t, h, req("x-tenant", "acme"))
+	c := onlyCall(t, h, "acme's ask")
 	askWithBlock(t, c, node)
 	answerRLS(t, h, c, "1", okStatus(), okStatus())
 	if settled(t, "acme's first request", res).Rejected {
@@ -204,14 +210,7 @@ func blocksRefusedByAnOlderAdmin(t *testing.T, start Starter) {
 		t.Fatal(err)
 	}
 	// The ask goes out again at once, alone, for the same request.
-	c = onlyCall(t, h, "the ask again, without the block")
-	if r := rlsCall(t, c, node); len(r.Descriptors) != 1 || blockOf(t, r.Descriptors[0]) != -1 {
-		t.Fatalf("descriptors %v, want the ask alone", r.Descriptors)
-	}
-	answerRLS(t, h, c, "1", okStatus())
-	if settled(t, "the request of the refused call", res).Rejected {
-		t.Fatal("the request of the refused call was rejected")
-	}
+	grantedAlone(t, h, node, "the ask again, without the block", res)
 	if logsContaining(h, "refuses blocks") != 1 {
 		t.Errorf("the refusal is not logged once: %q", h.Logs())
 	}
@@ -219,13 +218,7 @@ func blocksRefusedByAnOlderAdmin(t *testing.T, start Starter) {
 
 	// For a minute asks carry no block; then they do again.
 	h.Advance(30 * time.Second)
-	res = do(t, h, req("x-tenant", "bob"))
-	c = onlyCall(t, h, "bob's ask while blocks are held")
-	if r := rlsCall(t, c, node); len(r.Descriptors) != 1 || blockOf(t, r.Descriptors[0]) != -1 {
-		t.Fatalf("bob's ask while blocks are held: %v, want the ask alone", r.Descriptors)
-	}
-	answerRLS(t, h, c, "1", okStatus())
-	settled(t, "bob's request", res)
+	grantedAlone(t, h, node, "bob's ask while blocks are held", do(t, h, req("x-tenant", "bob")))
 	h.Advance(31 * time.Second)
 	res = do(t, h, req("x-tenant", "carol"))
 	c = onlyCall(t, h, "carol's ask a minute later")
